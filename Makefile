@@ -1,0 +1,49 @@
+# Entry points. `make demo` and `make test` install what they need themselves.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# Parallel test workers: one local control plane per worker.
+WORKERS ?= 2
+
+.PHONY: install demo test test-unit test-integration lint generate check-generated bench down clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/agent-sandbox demo
+
+test: install
+	bash hack/test.sh
+
+test-unit: install
+	$(BIN)/pytest -m unit -q
+
+test-integration: install
+	$(BIN)/pytest -m 'integration or e2e' -n $(WORKERS) -q
+
+lint: install
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
+
+generate: install
+	$(BIN)/agent-sandbox generate
+
+check-generated: install
+	$(BIN)/agent-sandbox generate --check
+
+bench: install
+	$(BIN)/agent-sandbox bench all
+
+down: install
+	$(BIN)/agent-sandbox dev down --all
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
