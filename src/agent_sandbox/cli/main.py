@@ -1,0 +1,148 @@
+"""`agent-sandbox` command line: dev cluster, code generation, demo, benchmarks.
+
+Owns: argument parsing and turning errors into one clear message + non-zero exit. The work lives in the
+packages it calls (devcluster, api, ...). argparse (stdlib) is enough for this surface: no extra dependency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from agent_sandbox.devcluster import (
+    BuildError,
+    ClusterConfig,
+    ClusterError,
+    ComponentError,
+    DevCluster,
+)
+
+Handler = Callable[[argparse.Namespace], int]
+_DEFAULTS = ClusterConfig()
+
+
+def _dev_up(args: argparse.Namespace) -> int:
+    cfg = ClusterConfig(
+        name=args.name,
+        nodes=args.nodes,
+        max_requests_inflight=args.max_requests_inflight,
+        max_mutating_requests_inflight=args.max_mutating_requests_inflight,
+        etcd_unsafe_no_fsync=not args.etcd_fsync,
+        scheduler_qps=args.scheduler_qps,
+        scheduler_burst=args.scheduler_burst,
+    )
+    cluster = DevCluster.up(cfg)
+    if args.controller:
+        from agent_sandbox.devcluster.controller import start_controller
+
+        started = start_controller(cluster, extensions=True)
+        print(f"controller running (pid {started.pid}), log: {started.log}", file=sys.stderr)
+    print(cluster.describe(), file=sys.stderr)
+    print(f"\nuse it:  KUBECONFIG={cluster.kubeconfig} kubectl get nodes", file=sys.stderr)
+    print(f"stop it: agent-sandbox dev down --name {cluster.name}", file=sys.stderr)
+    return 0
+
+
+def _dev_down(args: argparse.Namespace) -> int:
+    targets = DevCluster.list() if args.all else [c for c in [DevCluster.load(args.name)] if c]
+    if not targets:
+        print(f"no dev cluster named {args.name!r}", file=sys.stderr)
+        return 0
+    for cluster in targets:
+        cluster.down()
+        print(f"cluster {cluster.name!r} stopped and removed", file=sys.stderr)
+    return 0
+
+
+def _dev_kubeconfig(args: argparse.Namespace) -> int:
+    cluster = DevCluster.load(args.name)
+    if cluster is None:
+        raise ClusterError(f"no dev cluster named {args.name!r}; start one with `agent-sandbox dev up`")
+    print(cluster.kubeconfig)
+    return 0
+
+
+def _dev_status(args: argparse.Namespace) -> int:
+    clusters = DevCluster.list()
+    if not clusters:
+        print("no dev clusters")
+    for cluster in clusters:
+        print(cluster.describe())
+        for name, rss in cluster.memory().items():
+            print(f"    {name:<24} rss {rss / 2**20:7.1f} MiB")
+    return 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from agent_sandbox.api import crdgen  # type: ignore[attr-defined,unused-ignore]
+
+    return int(crdgen.main(["--check"] if args.check else []))
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from agent_sandbox.cli.demo import run_demo
+
+    return run_demo(name=args.name)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agent-sandbox", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    dev = sub.add_parser(
+        "dev", help="local control plane (etcd, apiserver, controller-manager, scheduler, kwok)"
+    )
+    dev_sub = dev.add_subparsers(dest="dev_command", required=True)
+
+    up = dev_sub.add_parser("up", help="build (once, cached) and start a local cluster")
+    up.add_argument("--name", default="default")
+    up.add_argument("--nodes", type=int, default=1, help="number of kwok nodes (default 1)")
+    up.add_argument("--controller", action="store_true", help="install CRDs and run agent-sandbox-controller")
+    up.add_argument("--max-requests-inflight", type=int, default=_DEFAULTS.max_requests_inflight)
+    up.add_argument(
+        "--max-mutating-requests-inflight", type=int, default=_DEFAULTS.max_mutating_requests_inflight
+    )
+    up.add_argument(
+        "--etcd-fsync", action="store_true", help="keep etcd fsync on (default: --unsafe-no-fsync)"
+    )
+    up.add_argument("--scheduler-qps", type=float, default=_DEFAULTS.scheduler_qps)
+    up.add_argument("--scheduler-burst", type=int, default=_DEFAULTS.scheduler_burst)
+    up.set_defaults(handler=_dev_up)
+
+    down = dev_sub.add_parser("down", help="stop a cluster's processes and remove its data")
+    down.add_argument("--name", default="default")
+    down.add_argument("--all", action="store_true", help="every recorded dev cluster")
+    down.set_defaults(handler=_dev_down)
+
+    kc = dev_sub.add_parser("kubeconfig", help="print the admin kubeconfig path")
+    kc.add_argument("--name", default="default")
+    kc.set_defaults(handler=_dev_kubeconfig)
+
+    status = dev_sub.add_parser("status", help="list dev clusters, their processes and memory")
+    status.set_defaults(handler=_dev_status)
+
+    gen = sub.add_parser("generate", help="regenerate k8s/crds from the API models")
+    gen.add_argument("--check", action="store_true", help="fail if the checked-in files differ")
+    gen.set_defaults(handler=_generate)
+
+    demo = sub.add_parser("demo", help="the README journey on a local cluster")
+    demo.add_argument("--name", default="demo")
+    demo.set_defaults(handler=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except (BuildError, ComponentError, ClusterError, FileNotFoundError, RuntimeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,461 @@
+"""One local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok.
+
+Owns: the cluster directory (`<cache>/clusters/<name>/`: pki, kubeconfigs, data, logs, `state.json`), port and
+pod-CIDR allocation, start-up order with readiness bounds, and `down` (stops exactly the PIDs recorded in
+`state.json`, then removes the directory). Several clusters run side by side: allocation happens under a file
+lock and skips every port and CIDR recorded by other live clusters.
+
+Failure modes: `BuildError` (binaries), `ComponentError` (a component exits or is not ready in time; names the
+component, its log and the log's last lines), `ClusterError` (name taken, unknown cluster).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent_sandbox.devcluster import processes
+from agent_sandbox.devcluster.binaries import KUBERNETES_VERSION, Binaries, cache_root, ensure_binaries
+from agent_sandbox.devcluster.certs import write_cluster_pki
+from agent_sandbox.devcluster.config import (
+    SERVICE_CIDR,
+    SERVICE_IP,
+    ClusterConfig,
+    kubeconfig_yaml,
+    kwok_stages_yaml,
+    node_manifest,
+    scheduler_config_yaml,
+)
+from agent_sandbox.devcluster.processes import ComponentError, Started, component_error
+from agent_sandbox.devcluster.rest import AdminRest, probe_http
+
+_PORT_NAMES = ("etcd_client", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kwok")
+
+
+class ClusterError(RuntimeError):
+    """Misuse of the dev cluster commands (name already running, unknown name)."""
+
+
+def clusters_root() -> Path:
+    return cache_root() / "clusters"
+
+
+@contextlib.contextmanager
+def _allocation_lock() -> Iterator[None]:
+    root = clusters_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / ".lock").open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _free_port(taken: set[int]) -> int:
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in taken:
+            taken.add(port)
+            return port
+
+
+@dataclass
+class ClusterState:
+    """What `state.json` records: enough to reach, inspect and stop the cluster later."""
+
+    name: str
+    directory: str
+    binaries: str
+    ports: dict[str, int]
+    pod_cidr: str
+    kubeconfig: str
+    server: str
+    nodes: list[str]
+    processes: list[dict[str, Any]] = field(default_factory=list)
+    extra_ports: dict[str, int] = field(default_factory=dict)
+    started_at: float = 0.0
+
+    @property
+    def started(self) -> list[Started]:
+        return [
+            Started(name=p["name"], pid=p["pid"], exe=p["exe"], log=Path(p["log"])) for p in self.processes
+        ]
+
+
+class DevCluster:
+    """Handle to one local control plane (running or not). Use `up()`, `load()`, `down()`."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+
+    # -- paths and accessors -------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.state.name
+
+    @property
+    def directory(self) -> Path:
+        return Path(self.state.directory)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return Path(self.state.kubeconfig)
+
+    @property
+    def server(self) -> str:
+        return self.state.server
+
+    @property
+    def logs(self) -> Path:
+        return self.directory / "logs"
+
+    @property
+    def binaries(self) -> Binaries:
+        return Binaries(Path(self.state.binaries))
+
+    def admin(self) -> AdminRest:
+        pki = self.directory / "pki"
+        return AdminRest(self.server, pki / "ca.crt", pki / "admin.crt", pki / "admin.key")
+
+    def _save(self) -> None:
+        path = self.directory / "state.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self.state), indent=2))
+        tmp.replace(path)
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, name: str) -> DevCluster | None:
+        """The recorded cluster `name`, or None when there is none."""
+        path = clusters_root() / name / "state.json"
+        try:
+            return cls(ClusterState(**json.loads(path.read_text())))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    @classmethod
+    def list(cls) -> list[DevCluster]:
+        root = clusters_root()
+        if not root.is_dir():
+            return []
+        found = (cls.load(p.name) for p in sorted(root.iterdir()) if p.is_dir())
+        return [c for c in found if c is not None]
+
+    def running(self) -> dict[str, bool]:
+        """Component name -> whether its recorded PID is still our process."""
+        return {s.name: processes.is_ours(s.pid, s.exe) for s in self.state.started}
+
+    @classmethod
+    def up(cls, config: ClusterConfig, *, log: Callable[[str], None] | None = None) -> DevCluster:
+        """Build (if needed) and start a cluster; return once nodes are Ready and `default` SA exists.
+
+        Raises:
+            ClusterError: a live cluster with that name exists.
+            BuildError, ComponentError: see the module docstring. A failed start leaves nothing running.
+        """
+        say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        existing = cls.load(config.name)
+        if existing is not None:
+            if any(existing.running().values()):
+                raise ClusterError(
+                    f"cluster {config.name!r} is already running (kubeconfig {existing.kubeconfig}); "
+                    f"run `agent-sandbox dev down --name {config.name}` first"
+                )
+            existing.down(quiet=True)
+        bins = ensure_binaries()
+        cluster = cls._allocate(config, bins)
+        t0 = time.monotonic()
+        try:
+            cluster._start_all(config, say)
+        except BaseException:
+            cluster.down(quiet=True, keep_logs=True)
+            raise
+        say(f"cluster {config.name!r} ready in {time.monotonic() - t0:.1f}s")
+        return cluster
+
+    @classmethod
+    def _allocate(cls, config: ClusterConfig, bins: Binaries) -> DevCluster:
+        with _allocation_lock():
+            others = [c for c in cls.list() if c.name != config.name]
+            taken = {p for c in others for p in (*c.state.ports.values(), *c.state.extra_ports.values())}
+            used_octets = {int(c.state.pod_cidr.split(".")[1]) for c in others}
+            octet = next(o for o in range(10, 250) if o not in used_octets)
+            directory = clusters_root() / config.name
+            shutil.rmtree(directory, ignore_errors=True)
+            (directory / "logs").mkdir(parents=True)
+            ports = {name: _free_port(taken) for name in _PORT_NAMES}
+            server = f"https://127.0.0.1:{ports['apiserver']}"
+            state = ClusterState(
+                name=config.name,
+                directory=str(directory),
+                binaries=str(bins.directory),
+                ports=ports,
+                pod_cidr=f"127.{octet}.0.0/16",
+                kubeconfig=str(directory / "kubeconfig"),
+                server=server,
+                nodes=[f"kwok-node-{i}" for i in range(config.nodes)],
+                started_at=time.time(),
+            )
+            cluster = cls(state)
+            cluster._save()
+            return cluster
+
+    def _spawn(self, name: str, argv: Sequence[str]) -> Started:
+        started = processes.spawn(name, argv, log=self.logs / f"{name}.log", cwd=self.directory)
+        self.state.processes.append(
+            {"name": started.name, "pid": started.pid, "exe": started.exe, "log": str(started.log)}
+        )
+        self._save()
+        return started
+
+    def _wait(self, started: Started, what: str, ready: Callable[[], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            if not processes.is_ours(started.pid, started.exe):
+                raise component_error(started.name, started.log, f"exited before {what}")
+            time.sleep(0.1)
+        raise component_error(started.name, started.log, f"not {what} within {timeout:.0f}s")
+
+    def _start_all(self, cfg: ClusterConfig, say: Callable[[str], None]) -> None:
+        d, p, b = self.directory, self.state.ports, self.binaries
+        pki = write_cluster_pki(d / "pki", service_ip=SERVICE_IP)
+        for user, pair in (
+            ("admin", pki.admin),
+            ("controller-manager", pki.controller_manager),
+            ("scheduler", pki.scheduler),
+            ("kwok", pki.kwok),
+        ):
+            path = d / ("kubeconfig" if user == "admin" else f"{user}.kubeconfig")
+            path.write_text(
+                kubeconfig_yaml(
+                    name=f"agent-sandbox-{self.name}",
+                    server=self.server,
+                    ca=pki.ca.cert,
+                    cert=pair.cert,
+                    key=pair.key,
+                    user=user,
+                )
+            )
+        (d / "scheduler-config.yaml").write_text(scheduler_config_yaml(d / "scheduler.kubeconfig", cfg))
+        (d / "kwok-stages.yaml").write_text(kwok_stages_yaml(cfg))
+
+        say(f"[{self.name}] starting etcd")
+        etcd_args = [
+            str(b.path("etcd")),
+            "--name=default",
+            f"--data-dir={d / 'etcd'}",
+            f"--listen-client-urls=http://127.0.0.1:{p['etcd_client']}",
+            f"--advertise-client-urls=http://127.0.0.1:{p['etcd_client']}",
+            f"--listen-peer-urls=http://127.0.0.1:{p['etcd_peer']}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{p['etcd_peer']}",
+            f"--initial-cluster=default=http://127.0.0.1:{p['etcd_peer']}",
+            "--listen-metrics-urls=",
+            "--quota-backend-bytes=4294967296",
+            "--log-level=warn",
+        ]
+        if cfg.etcd_unsafe_no_fsync:
+            etcd_args.append("--unsafe-no-fsync")
+        etcd = self._spawn("etcd", etcd_args)
+        self._wait(
+            etcd,
+            "healthy",
+            lambda: probe_http(f"http://127.0.0.1:{p['etcd_client']}/health"),
+            cfg.ready_timeout,
+        )
+
+        say(f"[{self.name}] starting kube-apiserver")
+        apiserver = self._spawn(
+            "kube-apiserver",
+            [
+                str(b.path("kube-apiserver")),
+                f"--etcd-servers=http://127.0.0.1:{p['etcd_client']}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={p['apiserver']}",
+                f"--tls-cert-file={pki.apiserver.cert}",
+                f"--tls-private-key-file={pki.apiserver.key}",
+                f"--client-ca-file={pki.ca.cert}",
+                "--authorization-mode=Node,RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki.sa_pub}",
+                f"--service-account-signing-key-file={pki.sa_key}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--endpoint-reconciler-type=none",
+                f"--max-requests-inflight={cfg.max_requests_inflight}",
+                f"--max-mutating-requests-inflight={cfg.max_mutating_requests_inflight}",
+                "--allow-privileged=true",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+        admin = self.admin()
+        self._wait(
+            apiserver,
+            "ready (/readyz)",
+            lambda: admin.request("GET", "/readyz", timeout=3)[0] == 200,
+            cfg.ready_timeout,
+        )
+
+        say(f"[{self.name}] starting kube-controller-manager, kube-scheduler, kwok")
+        kcm_kc = d / "controller-manager.kubeconfig"
+        kcm = self._spawn(
+            "kube-controller-manager",
+            [
+                str(b.path("kube-controller-manager")),
+                f"--kubeconfig={kcm_kc}",
+                f"--authentication-kubeconfig={kcm_kc}",
+                f"--authorization-kubeconfig={kcm_kc}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={p['controller_manager']}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={pki.sa_key}",
+                f"--root-ca-file={pki.ca.cert}",
+                f"--cluster-signing-cert-file={pki.ca.cert}",
+                f"--cluster-signing-key-file={pki.ca.key}",
+                "--controllers=*",
+                "--allocate-node-cidrs=false",
+                f"--kube-api-qps={cfg.controller_manager_qps}",
+                f"--kube-api-burst={cfg.controller_manager_burst}",
+                "--concurrent-gc-syncs=20",
+                "--v=1",
+            ],
+        )
+        sched_kc = d / "scheduler.kubeconfig"
+        sched = self._spawn(
+            "kube-scheduler",
+            [
+                str(b.path("kube-scheduler")),
+                f"--config={d / 'scheduler-config.yaml'}",
+                f"--authentication-kubeconfig={sched_kc}",
+                f"--authorization-kubeconfig={sched_kc}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={p['scheduler']}",
+                "--v=1",
+            ],
+        )
+        kwok = self._spawn(
+            "kwok",
+            [
+                str(b.path("kwok")),
+                f"--kubeconfig={d / 'kwok.kubeconfig'}",
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                f"--cidr={self.state.pod_cidr}",
+                "--node-ip=127.0.0.1",
+                "--node-lease-duration-seconds=40",
+                f"--server-address=127.0.0.1:{p['kwok']}",
+                f"--config={d / 'kwok-stages.yaml'}",
+            ],
+        )
+        self._wait(
+            kcm,
+            "healthy (/healthz)",
+            lambda: probe_http(f"https://127.0.0.1:{p['controller_manager']}/healthz"),
+            cfg.ready_timeout,
+        )
+        self._wait(
+            sched,
+            "healthy (/healthz)",
+            lambda: probe_http(f"https://127.0.0.1:{p['scheduler']}/healthz"),
+            cfg.ready_timeout,
+        )
+        self._create_nodes(cfg)
+        self._wait(kwok, f"managing {cfg.nodes} Ready node(s)", self._nodes_ready, cfg.ready_timeout)
+        self._wait(
+            kcm,
+            "creating the default ServiceAccount",
+            lambda: admin.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
+            cfg.ready_timeout,
+        )
+
+    def _create_nodes(self, cfg: ClusterConfig) -> None:
+        admin = self.admin()
+        for node in self.state.nodes:
+            status, body = admin.request("POST", "/api/v1/nodes", node_manifest(node, cfg))
+            if status not in (201, 409):
+                raise ComponentError(f"creating node {node} failed: HTTP {status}: {body}")
+
+    def _nodes_ready(self) -> bool:
+        status, body = self.admin().request("GET", "/api/v1/nodes", timeout=5)
+        if status != 200:
+            return False
+        ready = 0
+        for item in body.get("items", []):
+            conds = {c["type"]: c["status"] for c in item.get("status", {}).get("conditions", [])}
+            ready += conds.get("Ready") == "True"
+        return ready >= len(self.state.nodes)
+
+    def add_process(self, name: str, argv: Sequence[str], *, env: dict[str, str] | None = None) -> Started:
+        """Start an extra process owned by this cluster (e.g. the controller); `down` stops it."""
+        started = processes.spawn(name, argv, log=self.logs / f"{name}.log", env=env, cwd=self.directory)
+        self.state.processes.append(
+            {"name": started.name, "pid": started.pid, "exe": started.exe, "log": str(started.log)}
+        )
+        self._save()
+        return started
+
+    def reserve_port(self, name: str) -> int:
+        """A free loopback port recorded in this cluster's state (so parallel clusters never share it)."""
+        with _allocation_lock():
+            taken = {
+                p for c in DevCluster.list() for p in (*c.state.ports.values(), *c.state.extra_ports.values())
+            }
+            port = _free_port(taken)
+            self.state.extra_ports[name] = port
+            self._save()
+        return port
+
+    def down(self, *, quiet: bool = False, keep_logs: bool = False) -> None:
+        """Stop every recorded process (reverse start order) and remove the cluster directory.
+
+        With `keep_logs` the logs are copied to `<cache>/failed/<name>-<time>/` first (failed start-ups).
+        """
+        for started in reversed(self.state.started):
+            processes.stop(started)
+        if keep_logs and self.logs.is_dir():
+            dest = cache_root() / "failed" / f"{self.name}-{int(time.time())}"
+            shutil.copytree(self.logs, dest, dirs_exist_ok=True)
+            if not quiet:
+                print(f"logs of the failed start kept in {dest}", file=sys.stderr)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def memory(self) -> dict[str, int]:
+        """RSS in bytes of each live component."""
+        return {
+            s.name: processes.rss_bytes(s.pid) for s in self.state.started if processes.is_ours(s.pid, s.exe)
+        }
+
+    def describe(self) -> str:
+        alive = self.running()
+        lines = [
+            f"cluster {self.name}: Kubernetes v{KUBERNETES_VERSION}, server {self.server}",
+            f"  kubeconfig: {self.kubeconfig}",
+            f"  pod CIDR:   {self.state.pod_cidr}   nodes: {', '.join(self.state.nodes)}",
+            f"  logs:       {self.logs}",
+        ]
+        for s in self.state.started:
+            lines.append(f"  {s.name:<24} pid {s.pid:<8} {'running' if alive.get(s.name) else 'STOPPED'}")
+        return "\n".join(lines)
+
+
+def environ_kubeconfig(cluster: DevCluster) -> dict[str, str]:
+    """Environment for a child process that should talk to `cluster`."""
+    env = dict(os.environ)
+    env["KUBECONFIG"] = str(cluster.kubeconfig)
+    return env

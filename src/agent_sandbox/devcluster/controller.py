@@ -1,0 +1,93 @@
+"""Run the project's controller from the working tree against a dev cluster (`dev up --controller`).
+
+Owns: installing `k8s/crds/`, choosing loopback ports for the controller's listeners, the controller's argv
+in dev mode, and waiting for its `/readyz`. The controller process is recorded in the cluster state, so
+`dev down` stops it by PID like every other component.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from agent_sandbox.devcluster.cluster import DevCluster
+from agent_sandbox.devcluster.processes import Started, component_error, is_ours
+from agent_sandbox.devcluster.rest import probe_http
+
+CONTROLLER = "agent-sandbox-controller"
+
+
+def repo_root() -> Path:
+    """The source checkout this package runs from (src layout: <root>/src/agent_sandbox/...)."""
+    return Path(__file__).resolve().parents[3]
+
+
+def crd_dir() -> Path:
+    return repo_root() / "k8s" / "crds"
+
+
+def kubectl(cluster: DevCluster, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the cluster's own kubectl (same release as the apiserver) against it."""
+    argv = [str(cluster.binaries.path("kubectl")), f"--kubeconfig={cluster.kubeconfig}", *args]
+    return subprocess.run(argv, input=input, capture_output=True, text=True, check=False)
+
+
+def install_crds(cluster: DevCluster) -> None:
+    """Server-side apply every CRD in k8s/crds/ and wait until they are Established."""
+    crds = sorted(crd_dir().glob("*.yaml"))
+    if not crds:
+        raise FileNotFoundError(f"no CRDs found in {crd_dir()} (run `agent-sandbox generate`)")
+    args = ["apply", "--server-side", "--force-conflicts"]
+    for path in crds:
+        args += ["-f", str(path)]
+    out = kubectl(cluster, *args)
+    if out.returncode != 0:
+        raise RuntimeError(f"installing CRDs failed:\n{out.stderr}")
+    wait = kubectl(
+        cluster, "wait", "--for=condition=Established", "--timeout=60s", *[f"-f={p}" for p in crds]
+    )
+    if wait.returncode != 0:
+        raise RuntimeError(f"CRDs not Established:\n{wait.stderr}")
+
+
+def controller_argv(
+    cluster: DevCluster, *, extensions: bool = True, extra: tuple[str, ...] = ()
+) -> list[str]:
+    """argv of the controller in dev mode: loopback listeners, conversion webhook by URL."""
+    script = Path(sys.executable).with_name(CONTROLLER)
+    base = [str(script)] if script.exists() else [sys.executable, "-m", "agent_sandbox.controllers.main"]
+    metrics = cluster.reserve_port("controller_metrics")
+    health = cluster.reserve_port("controller_health")
+    webhook = cluster.reserve_port("controller_webhook")
+    argv = [
+        *base,
+        f"--kubeconfig={cluster.kubeconfig}",
+        f"--metrics-bind-address=127.0.0.1:{metrics}",
+        f"--health-probe-bind-address=127.0.0.1:{health}",
+        f"--webhook-port={webhook}",
+        f"--webhook-cert-dir={cluster.directory / 'webhook-certs'}",
+        "--leader-elect=false",
+    ]
+    if extensions:
+        argv.append("--extensions")
+    return [*argv, *extra]
+
+
+def start_controller(
+    cluster: DevCluster, *, extensions: bool = True, extra: tuple[str, ...] = (), timeout: float = 60.0
+) -> Started:
+    """Install CRDs, start the controller, wait for its /readyz."""
+    install_crds(cluster)
+    argv = controller_argv(cluster, extensions=extensions, extra=extra)
+    started = cluster.add_process(CONTROLLER, argv)
+    health = cluster.state.extra_ports["controller_health"]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if probe_http(f"http://127.0.0.1:{health}/readyz"):
+            return started
+        if not is_ours(started.pid, started.exe):
+            raise component_error(CONTROLLER, started.log, "exited before ready (/readyz)")
+        time.sleep(0.1)
+    raise component_error(CONTROLLER, started.log, f"not ready (/readyz) within {timeout:.0f}s")

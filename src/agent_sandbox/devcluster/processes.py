@@ -1,0 +1,131 @@
+"""Start, watch and stop the dev cluster's processes, by PID and only those we started.
+
+Owns: spawning a component with its own log file and session, telling whether a recorded PID is still the
+process we started (PIDs get reused), and stopping it (SIGTERM, then SIGKILL after a bound).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+# Variables that would point a component at an in-cluster address: the dev cluster only talks to loopback.
+_SCRUBBED_ENV = (
+    "KUBERNETES_SERVICE_HOST",
+    "KUBERNETES_SERVICE_PORT",
+    "KUBECONFIG",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+)
+
+
+class ComponentError(RuntimeError):
+    """A component failed to start or become ready; the message names it, its log and its last lines."""
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """A process we started: its PID and the argv[0] used to recognise it later."""
+
+    name: str
+    pid: int
+    exe: str
+    log: Path
+
+
+def log_tail(path: Path, lines: int = 25) -> str:
+    """Last `lines` lines of a log file (empty string when missing)."""
+    try:
+        data = path.read_bytes()[-16384:].decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+def component_error(name: str, log: Path, what: str) -> ComponentError:
+    """Build the uniform error: component, what went wrong, log path, last lines."""
+    return ComponentError(f"{name}: {what}\nlog: {log}\nlast lines of the log:\n{log_tail(log)}")
+
+
+def spawn(
+    name: str,
+    argv: Sequence[str],
+    *,
+    log: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Started:
+    """Start `argv` detached (own session) with stdout+stderr appended to `log`."""
+    base = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
+    if env:
+        base.update(env)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=base,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    return Started(name=name, pid=proc.pid, exe=str(argv[0]), log=log)
+
+
+def is_ours(pid: int, exe: str) -> bool:
+    """True when `pid` is alive and its command line still starts with `exe` (not a recycled PID)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # A zombie (state Z) has exited; it only waits for its parent to reap it.
+    if stat.rpartition(")")[2].split()[0] == "Z":
+        return False
+    args = raw.split(b"\0")
+    # Scripts run through an interpreter show it as argv[0] and themselves as argv[1].
+    return exe.encode() in args[:2]
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def stop(started: Started, *, grace: float = 10.0) -> None:
+    """SIGTERM the process (and its session), SIGKILL after `grace` seconds; no-op when already gone."""
+    if not is_ours(started.pid, started.exe):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(started.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        _reap(started.pid)
+        if not is_ours(started.pid, started.exe):
+            return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(started.pid, signal.SIGKILL)
+    for _ in range(100):
+        _reap(started.pid)
+        if not is_ours(started.pid, started.exe):
+            return
+        time.sleep(0.05)
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of a live process (0 when gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
