@@ -8,7 +8,6 @@ from __future__ import annotations
 import sys
 
 from agent_sandbox.devcluster import ClusterConfig, DevCluster
-from agent_sandbox.devcluster.controller import kubectl
 
 
 def _say(msg: str) -> None:
@@ -27,7 +26,7 @@ def ensure_cluster(name: str) -> DevCluster:
 def run_demo(*, name: str = "demo") -> int:
     cluster = ensure_cluster(name)
     _say(cluster.describe())
-    nodes = kubectl(cluster, "get", "nodes", "-o", "wide")
+    nodes = cluster.kubectl("get", "nodes", "-o", "wide")
     _say(nodes.stdout or nodes.stderr)
     _say(f"KUBECONFIG={cluster.kubeconfig} kubectl get nodes")
     _say(f"stop it with: .venv/bin/agent-sandbox dev down --name {name}")

@@ -14,9 +14,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
 import shutil
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -125,6 +125,16 @@ class DevCluster:
     @property
     def binaries(self) -> Binaries:
         return Binaries(Path(self.state.binaries))
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the cluster's own kubectl (same release as the apiserver) against it."""
+        argv = [str(self.binaries.path("kubectl")), f"--kubeconfig={self.kubeconfig}", *args]
+        out = subprocess.run(argv, input=input, capture_output=True, text=True, check=False)
+        if check and out.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)} failed ({out.returncode}): {out.stderr.strip()}")
+        return out
 
     def admin(self) -> AdminRest:
         pki = self.directory / "pki"
@@ -452,10 +462,3 @@ class DevCluster:
         for s in self.state.started:
             lines.append(f"  {s.name:<24} pid {s.pid:<8} {'running' if alive.get(s.name) else 'STOPPED'}")
         return "\n".join(lines)
-
-
-def environ_kubeconfig(cluster: DevCluster) -> dict[str, str]:
-    """Environment for a child process that should talk to `cluster`."""
-    env = dict(os.environ)
-    env["KUBECONFIG"] = str(cluster.kubeconfig)
-    return env

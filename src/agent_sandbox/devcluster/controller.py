@@ -7,7 +7,6 @@ in dev mode, and waiting for its `/readyz`. The controller process is recorded i
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,12 +27,6 @@ def crd_dir() -> Path:
     return repo_root() / "k8s" / "crds"
 
 
-def kubectl(cluster: DevCluster, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the cluster's own kubectl (same release as the apiserver) against it."""
-    argv = [str(cluster.binaries.path("kubectl")), f"--kubeconfig={cluster.kubeconfig}", *args]
-    return subprocess.run(argv, input=input, capture_output=True, text=True, check=False)
-
-
 def install_crds(cluster: DevCluster) -> None:
     """Server-side apply every CRD in k8s/crds/ and wait until they are Established."""
     crds = sorted(crd_dir().glob("*.yaml"))
@@ -42,12 +35,10 @@ def install_crds(cluster: DevCluster) -> None:
     args = ["apply", "--server-side", "--force-conflicts"]
     for path in crds:
         args += ["-f", str(path)]
-    out = kubectl(cluster, *args)
+    out = cluster.kubectl(*args)
     if out.returncode != 0:
         raise RuntimeError(f"installing CRDs failed:\n{out.stderr}")
-    wait = kubectl(
-        cluster, "wait", "--for=condition=Established", "--timeout=60s", *[f"-f={p}" for p in crds]
-    )
+    wait = cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"-f={p}" for p in crds])
     if wait.returncode != 0:
         raise RuntimeError(f"CRDs not Established:\n{wait.stderr}")
 
