@@ -1,0 +1,600 @@
+"""The asyncio Kubernetes API client: aiohttp transport, orjson codec, typed resource descriptors.
+
+Owns: every HTTP exchange with the API server (get/list/create/update/patch/delete/watch, subresources,
+events), client-side QPS/burst throttling (`--kube-api-qps`/`--kube-api-burst`), connection pooling
+(`--api-connections`, `--separate-watch-connection`), authentication refresh on 401, 429 retries, and
+the `rest_client_*` metrics. Does not own caching (see `_informer`/`_cache`) or retries of failed writes
+(the work queue's rate limiter does that).
+
+Failure modes: HTTP failures raise the `ApiError` subclass chosen by `errors.error_from_status`;
+connection problems raise `TransportError` / `Timeout`, chained to the aiohttp exception. Idempotent GETs
+are retried once on a dropped keep-alive connection; 429s are retried (up to 10 times) after the
+server's Retry-After, like client-go.
+
+Performance notes: the session is created lazily inside the running loop; URLs are pre-encoded strings
+(`yarl.URL(..., encoded=True)`) so yarl does not re-quote them; labelled metric children are cached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import platform
+from collections.abc import AsyncIterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Literal, Self
+from urllib.parse import quote, urlsplit
+
+import aiohttp
+import orjson
+from yarl import URL
+
+from .. import __version__
+from ._config import ClusterConfig, load_config
+from ._ratelimit import TokenBucket
+from ._resources import ResourceKind
+from ._types import LabelSelector, ListPage, Object, PatchType, PropagationPolicy, WatchEvent
+from .errors import ApiError, Timeout, TransportError, error_from_status
+from .metrics import REST_CLIENT_DURATION, REST_CLIENT_REQUESTS
+
+__all__ = ["ApiClient", "selector_string"]
+
+_JSON = "application/json"
+# client-go's per-connection HTTP/2 stream ceiling is ~100; with HTTP/1.1 one connection carries one
+# request at a time, so each "API connection" is a pool of this many sockets.
+_CONNS_PER_SHARD = 100
+_MAX_429_RETRIES = 10
+
+
+def selector_string(selector: LabelSelector | None) -> str | None:
+    """Render a label selector (string or equality map) in the API's string syntax."""
+    if selector is None or isinstance(selector, str):
+        return selector
+    return ",".join(f"{k}={v}" for k, v in selector.items())
+
+
+def _query(params: Mapping[str, str | int | bool | None]) -> str:
+    parts = []
+    for key, value in params.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        parts.append(f"{key}={quote(str(value), safe='')}")
+    return "&".join(parts)
+
+
+class ApiClient:
+    """Async client for one Kubernetes API server.
+
+    Construct with `ApiClient(config, ...)` or `ApiClient.from_kubeconfig(path)`; the aiohttp session is
+    opened lazily on first use inside the running loop. Use as `async with` or call `await close()`.
+
+    All methods take a `ResourceKind` descriptor first. Objects are plain dicts (see `_types.Object`).
+    """
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        *,
+        qps: float = -1.0,
+        burst: int = 10,
+        connections: int = 1,
+        separate_watch_connection: bool = False,
+        user_agent: str | None = None,
+        request_timeout: float = 60.0,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        """Create a client.
+
+        Args:
+            config: resolved server, TLS and auth settings (`load_config`).
+            qps: client-side requests/s; <= 0 disables throttling (`--kube-api-qps`, default -1).
+            burst: token-bucket burst (`--kube-api-burst`); must be > 0.
+            connections: number of independent connection pools used round-robin (`--api-connections`).
+            separate_watch_connection: give list/watch traffic its own pool (`--separate-watch-connection`).
+            user_agent: User-Agent header; defaults to "agent-sandbox/<version> (<os>/<arch>) python".
+            request_timeout: whole-request timeout for non-watch calls, seconds.
+            connect_timeout: TCP+TLS connect timeout, seconds.
+        """
+        if burst <= 0:
+            raise ValueError("burst must be > 0")
+        if connections < 1:
+            raise ValueError("connections must be >= 1")
+        self.config = config
+        self._base = config.server
+        self._host = urlsplit(config.server).netloc
+        self._bucket = TokenBucket(qps, burst)
+        self._connections = connections
+        self._separate_watch = separate_watch_connection
+        self._sessions: list[aiohttp.ClientSession] = []
+        self._watch_session: aiohttp.ClientSession | None = None
+        self._rr = itertools.count()
+        ua = (
+            user_agent
+            or f"agent-sandbox/{__version__} ({platform.system().lower()}/{platform.machine()}) python"
+        )
+        self._base_headers = {"Accept": _JSON, "User-Agent": ua}
+        self._timeout = aiohttp.ClientTimeout(total=request_timeout, connect=connect_timeout)
+        self._connect_timeout = connect_timeout
+        self._closed = False
+        self._metric_children: dict[tuple[str, str], Any] = {}
+        self._duration_children: dict[str, Any] = {}
+
+    @classmethod
+    async def from_kubeconfig(
+        cls, path: str | os.PathLike[str] | None = None, *, context: str | None = None, **kwargs: Any
+    ) -> ApiClient:
+        """Build a client from a kubeconfig (`--kubeconfig`, then `$KUBECONFIG`, in-cluster, ~/.kube/config).
+
+        A coroutine so callers construct clients inside the loop that will use them; the synchronous
+        equivalent is `ApiClient(load_config(path), ...)`. Extra keyword arguments go to the constructor
+        (qps, burst, connections, ...).
+
+        Raises:
+            ConfigError: no usable configuration.
+        """
+        return cls(load_config(path, context=context), **kwargs)
+
+    @property
+    def server(self) -> str:
+        """Base URL of the API server."""
+        return self._base
+
+    @property
+    def default_namespace(self) -> str:
+        """The kubeconfig context's namespace (the service account's namespace in-cluster)."""
+        return self.config.namespace
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close all connection pools. Idempotent."""
+        self._closed = True
+        sessions = [*self._sessions, *([self._watch_session] if self._watch_session else [])]
+        self._sessions, self._watch_session = [], None
+        for session in sessions:
+            await session.close()
+
+    # ----------------------------------------------------------------- transport
+
+    def _new_session(self) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(
+            limit=0, limit_per_host=_CONNS_PER_SHARD, ssl=self.config.ssl or False, keepalive_timeout=60.0
+        )
+        # json_serialize is unused (we send bytes) but set for any helper that might use it.
+        return aiohttp.ClientSession(
+            connector=connector,
+            headers=self._base_headers,
+            json_serialize=lambda o: orjson.dumps(o).decode(),
+            auto_decompress=True,
+            skip_auto_headers=("Accept-Encoding",),
+        )
+
+    def _session(self, watch: bool = False) -> aiohttp.ClientSession:
+        if self._closed:
+            raise RuntimeError("ApiClient is closed")
+        if watch and self._separate_watch:
+            if self._watch_session is None:
+                self._watch_session = self._new_session()
+            return self._watch_session
+        if len(self._sessions) < self._connections:
+            # Each shard is dialed on first use (spec §5.6).
+            self._sessions.append(self._new_session())
+            return self._sessions[-1]
+        if self._connections == 1:
+            return self._sessions[0]
+        return self._sessions[next(self._rr) % self._connections]
+
+    def _observe(self, method: str, code: str, elapsed: float) -> None:
+        child = self._metric_children.get((code, method))
+        if child is None:
+            child = self._metric_children[(code, method)] = REST_CLIENT_REQUESTS.labels(
+                code, method, self._host
+            )
+        child.inc()
+        hist = self._duration_children.get(method)
+        if hist is None:
+            hist = self._duration_children[method] = REST_CLIENT_DURATION.labels(method, self._host)
+        hist.observe(elapsed)
+
+    async def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        auth = await self.config.auth.header()
+        if auth:
+            headers["Authorization"] = auth
+        if content_type:
+            headers["Content-Type"] = content_type
+        return headers
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: str = "",
+        body: bytes | None = None,
+        content_type: str | None = None,
+    ) -> bytes:
+        """Send one request and return the raw response body; raise the mapped error on failure.
+
+        Args:
+            method: HTTP method.
+            path: absolute API path ("/api/v1/namespaces/x/pods").
+            query: pre-encoded query string without "?".
+            body: request body bytes.
+            content_type: Content-Type of `body`.
+        """
+        if not self._bucket.unlimited:
+            delay = self._bucket.reserve()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        url = URL(f"{self._base}{path}?{query}" if query else f"{self._base}{path}", encoded=True)
+        loop = asyncio.get_running_loop()
+        refreshed = dropped = False
+        throttled = 0
+        while True:
+            headers = await self._headers(content_type)
+            start = loop.time()
+            try:
+                async with self._session().request(
+                    method, url, data=body, headers=headers, timeout=self._timeout
+                ) as resp:
+                    data = await resp.read()
+                    status = resp.status
+                    retry_after = resp.headers.get("Retry-After")
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                # A keep-alive socket closed by the server surfaces on reuse; GET is safe to resend once.
+                if method == "GET" and not dropped:
+                    dropped = True
+                    continue
+                self._observe(method, "<error>", loop.time() - start)
+                raise TransportError(f"{method} {path}: {exc}") from exc
+            except TimeoutError as exc:
+                self._observe(method, "<error>", loop.time() - start)
+                raise Timeout(f"{method} {path}: timed out") from exc
+            except aiohttp.ClientError as exc:
+                self._observe(method, "<error>", loop.time() - start)
+                raise TransportError(f"{method} {path}: {exc}") from exc
+            self._observe(method, str(status), loop.time() - start)
+            if status < 400:
+                return data
+            if status == 401 and not refreshed and await self.config.auth.refresh():
+                refreshed = True
+                continue
+            wait = _retry_after_seconds(retry_after)
+            if status == 429 and throttled < _MAX_429_RETRIES:
+                throttled += 1
+                await asyncio.sleep(wait if wait is not None else 1.0)
+                continue
+            raise error_from_status(status, data, retry_after=wait)
+
+    async def _json(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: str = "",
+        body: Any = None,
+        content_type: str | None = None,
+    ) -> Any:
+        raw = body if body is None or isinstance(body, bytes) else orjson.dumps(body)
+        data = await self.request(
+            method, path, query=query, body=raw, content_type=content_type or (_JSON if raw else None)
+        )
+        return orjson.loads(data) if data else None
+
+    # ----------------------------------------------------------------- reads
+
+    async def get(
+        self, kind: ResourceKind, name: str, *, namespace: str | None = None, subresource: str | None = None
+    ) -> Object:
+        """GET one object (or a subresource such as "status" / "scale").
+
+        Raises:
+            NotFound: no such object.
+        """
+        obj: Object = await self._json("GET", kind.path(namespace, name, subresource))
+        return obj
+
+    async def list_page(
+        self,
+        kind: ResourceKind,
+        *,
+        namespace: str | None = None,
+        label_selector: LabelSelector | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+        resource_version: str | None = None,
+        resource_version_match: str | None = None,
+    ) -> ListPage:
+        """One list page with its resourceVersion and continue token (informers use this)."""
+        query = _query(
+            {
+                "labelSelector": selector_string(label_selector),
+                "fieldSelector": field_selector,
+                "limit": limit,
+                "continue": continue_token or None,
+                "resourceVersion": resource_version,
+                "resourceVersionMatch": resource_version_match,
+            }
+        )
+        data = await self._json("GET", kind.path(namespace), query=query)
+        items: list[Object] = data.get("items") or []
+        # Lists omit apiVersion/kind on items; fill them so cached objects are self-describing.
+        api_version, kind_name = kind.api_version, kind.kind
+        for item in items:
+            item["apiVersion"] = api_version
+            item["kind"] = kind_name
+        meta = data.get("metadata") or {}
+        return ListPage(items, meta.get("resourceVersion", ""), meta.get("continue", "") or "")
+
+    async def list(
+        self,
+        kind: ResourceKind,
+        *,
+        namespace: str | None = None,
+        label_selector: LabelSelector | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+    ) -> list[Object]:
+        """List all matching objects (following continue tokens); `namespace=None` lists all namespaces."""
+        items: list[Object] = []
+        token: str | None = None
+        while True:
+            page = await self.list_page(
+                kind,
+                namespace=namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                limit=page_size,
+                continue_token=token,
+            )
+            items.extend(page.items)
+            if not page.continue_token:
+                return items
+            token = page.continue_token
+
+    def watch(
+        self,
+        kind: ResourceKind,
+        *,
+        namespace: str | None = None,
+        label_selector: LabelSelector | None = None,
+        field_selector: str | None = None,
+        resource_version: str | None = None,
+        allow_bookmarks: bool = True,
+        timeout_seconds: int | None = None,
+    ) -> AsyncIterator[WatchEvent]:
+        """Stream watch events (ADDED/MODIFIED/DELETED/BOOKMARK) until the server ends the watch.
+
+        Raises:
+            Gone: the resourceVersion is too old (HTTP 410 or an ERROR event with code 410): relist.
+            ApiError: any other ERROR event or failed response.
+            TransportError: the stream broke.
+        """
+        query = _query(
+            {
+                "watch": True,
+                "labelSelector": selector_string(label_selector),
+                "fieldSelector": field_selector,
+                "resourceVersion": resource_version,
+                "allowWatchBookmarks": allow_bookmarks or None,
+                "timeoutSeconds": timeout_seconds,
+            }
+        )
+        return self._watch_stream(kind.path(namespace), query, timeout_seconds)
+
+    async def _watch_stream(
+        self, path: str, query: str, timeout_seconds: int | None
+    ) -> AsyncIterator[WatchEvent]:
+        if not self._bucket.unlimited:
+            delay = self._bucket.reserve()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        url = URL(f"{self._base}{path}?{query}", encoded=True)
+        # No total timeout; a read gap longer than the server timeout (+ margin) means a dead connection.
+        read_gap = (timeout_seconds + 30) if timeout_seconds else None
+        timeout = aiohttp.ClientTimeout(total=None, connect=self._connect_timeout, sock_read=read_gap)
+        headers = await self._headers(None)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        try:
+            async with self._session(watch=True).get(url, headers=headers, timeout=timeout) as resp:
+                self._observe("WATCH", str(resp.status), loop.time() - start)
+                if resp.status >= 400:
+                    raise error_from_status(resp.status, await resp.read())
+                buf = b""
+                async for chunk in resp.content.iter_any():
+                    buf += chunk
+                    if b"\n" not in chunk:
+                        continue
+                    *lines, buf = buf.split(b"\n")
+                    for line in lines:
+                        if line:
+                            yield _decode_event(line)
+                if buf.strip():
+                    yield _decode_event(buf)
+        except TimeoutError as exc:
+            raise Timeout(f"watch {path}: read timed out") from exc
+        except aiohttp.ClientError as exc:
+            raise TransportError(f"watch {path}: {exc}") from exc
+
+    # ----------------------------------------------------------------- writes
+
+    async def create(
+        self,
+        kind: ResourceKind,
+        obj: Object,
+        *,
+        namespace: str | None = None,
+        field_manager: str | None = None,
+        dry_run: bool = False,
+    ) -> Object:
+        """POST a new object; the namespace defaults to `obj.metadata.namespace`.
+
+        Raises:
+            AlreadyExists: the name is taken.
+            Invalid: validation failed.
+        """
+        ns = namespace or obj.get("metadata", {}).get("namespace")
+        query = _query({"fieldManager": field_manager, "dryRun": "All" if dry_run else None})
+        created: Object = await self._json("POST", kind.path(ns), query=query, body=obj)
+        return created
+
+    async def update(
+        self,
+        kind: ResourceKind,
+        obj: Object,
+        *,
+        subresource: str | None = None,
+        field_manager: str | None = None,
+    ) -> Object:
+        """PUT a whole object (optimistic concurrency through its `metadata.resourceVersion`).
+
+        Raises:
+            Conflict: the resourceVersion is stale.
+        """
+        meta = obj["metadata"]
+        path = kind.path(meta.get("namespace"), meta["name"], subresource)
+        updated: Object = await self._json(
+            "PUT", path, query=_query({"fieldManager": field_manager}), body=obj
+        )
+        return updated
+
+    async def patch(
+        self,
+        kind: ResourceKind,
+        name: str,
+        patch: Object | Sequence[Object],
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = PatchType.MERGE,
+        subresource: str | None = None,
+        field_manager: str | None = None,
+        force: bool | None = None,
+    ) -> Object:
+        """PATCH an object: merge (default), strategic-merge (built-in kinds only), JSON patch, or apply.
+
+        Server-side apply requires `field_manager`; `force=True` takes ownership of conflicting fields.
+        """
+        if patch_type is PatchType.APPLY and not field_manager:
+            raise ValueError("server-side apply needs a field_manager")
+        if patch_type is PatchType.JSON and isinstance(patch, Mapping):
+            raise TypeError("a JSON patch is a list of operations")
+        query = _query({"fieldManager": field_manager, "force": force})
+        patched: Object = await self._json(
+            "PATCH", kind.path(namespace, name, subresource), query=query, body=patch, content_type=patch_type
+        )
+        return patched
+
+    async def delete(
+        self,
+        kind: ResourceKind,
+        name: str,
+        *,
+        namespace: str | None = None,
+        propagation_policy: PropagationPolicy | None = None,
+        uid: str | None = None,
+        resource_version: str | None = None,
+        grace_period_seconds: int | None = None,
+    ) -> Object:
+        """DELETE one object, optionally guarded by uid/resourceVersion preconditions.
+
+        Returns:
+            The server's answer: the object (still present with deletionTimestamp if finalizers remain)
+            or a Status.
+
+        Raises:
+            NotFound: already gone.
+            Conflict: a precondition failed.
+        """
+        options: Object = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if propagation_policy:
+            options["propagationPolicy"] = propagation_policy
+        if uid or resource_version:
+            pre: dict[str, str] = {}
+            if uid:
+                pre["uid"] = uid
+            if resource_version:
+                pre["resourceVersion"] = resource_version
+            options["preconditions"] = pre
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
+        result: Object = await self._json("DELETE", kind.path(namespace, name), body=options)
+        return result
+
+    async def delete_all_of(
+        self,
+        kind: ResourceKind,
+        *,
+        namespace: str | None = None,
+        label_selector: LabelSelector | None = None,
+        propagation_policy: PropagationPolicy | None = None,
+    ) -> None:
+        """DELETE a collection (deletecollection verb) matching a label selector."""
+        options: Object = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if propagation_policy:
+            options["propagationPolicy"] = propagation_policy
+        query = _query({"labelSelector": selector_string(label_selector)})
+        await self._json("DELETE", kind.path(namespace), query=query, body=options)
+
+    # ----------------------------------------------------------------- status subresource
+
+    async def update_status(self, kind: ResourceKind, obj: Object) -> Object:
+        """PUT the status subresource (only `status` of `obj` is applied by the server)."""
+        return await self.update(kind, obj, subresource="status")
+
+    async def patch_status(
+        self,
+        kind: ResourceKind,
+        name: str,
+        patch: Object | Sequence[Object],
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = PatchType.MERGE,
+    ) -> Object:
+        """PATCH the status subresource."""
+        return await self.patch(
+            kind, name, patch, namespace=namespace, patch_type=patch_type, subresource="status"
+        )
+
+    # ----------------------------------------------------------------- discovery
+
+    async def server_version(self) -> dict[str, Any]:
+        """GET /version (also a cheap connectivity check)."""
+        version: dict[str, Any] = await self._json("GET", "/version")
+        return version
+
+
+def _retry_after_seconds(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def _decode_event(line: bytes) -> WatchEvent:
+    event = orjson.loads(line)
+    etype: str = event.get("type", "")
+    obj = event.get("object") or {}
+    if etype == "ERROR":
+        raise error_from_status(int(obj.get("code") or 500), obj)
+    if etype not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK"):
+        raise ApiError(500, "InternalError", f"unknown watch event type {etype!r}")
+    kind: Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"] = etype  # type: ignore[assignment]
+    return WatchEvent(kind, obj)

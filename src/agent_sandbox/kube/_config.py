@@ -1,0 +1,278 @@
+"""Connection configuration: kubeconfig / in-cluster discovery, TLS context and request authentication.
+
+Owns: turning a kubeconfig (parsed by lightkube's well-kept `KubeConfig`, which handles contexts,
+relative paths, in-cluster service accounts) into what our aiohttp transport needs: a server URL, an
+`ssl.SSLContext` (CA + optional client certificate) and an `Auth` that yields the Authorization header.
+Does not own any I/O beyond reading local files and running exec credential plugins.
+
+Resolution order (controller-runtime's `GetConfig`): explicit path (`--kubeconfig`), then `$KUBECONFIG`
+(first existing entry of the list), then the in-cluster service account, then `~/.kube/config`.
+
+Failure modes: every configuration problem raises `ConfigError` (a `ValueError`, i.e. a usage error, not a
+`KubeError`) with the offending path or field in the message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import ssl
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+
+__all__ = ["Auth", "ClusterConfig", "ConfigError", "load_config"]
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+class ConfigError(ValueError):
+    """The client configuration (kubeconfig, in-cluster files, credentials) is unusable."""
+
+
+class Auth(Protocol):
+    """Supplies the Authorization header; may refresh after a 401."""
+
+    async def header(self) -> str | None:
+        """Current `Authorization` header value, or None for no header (client-cert auth)."""
+        ...
+
+    async def refresh(self) -> bool:
+        """Called after a 401; returns True if credentials changed and the request is worth retrying."""
+        ...
+
+
+class NoAuth:
+    """No Authorization header (client certificates or an unauthenticated server)."""
+
+    async def header(self) -> str | None:
+        return None
+
+    async def refresh(self) -> bool:
+        return False
+
+
+class StaticAuth:
+    """A fixed header value (bearer token or basic credentials from the kubeconfig)."""
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    async def header(self) -> str | None:
+        return self._value
+
+    async def refresh(self) -> bool:
+        return False
+
+
+class TokenFileAuth:
+    """A bearer token read from a file and re-read periodically (kubelet rotates projected SA tokens)."""
+
+    # client-go caches the file for one minute; a 401 forces an early re-read.
+    REREAD_SECONDS = 60.0
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._value: str | None = None
+        self._read_at = 0.0
+
+    def _read(self) -> str:
+        try:
+            token = Path(self._path).read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read token file {self._path}: {exc}") from exc
+        self._read_at = time.monotonic()
+        return f"Bearer {token}"
+
+    async def header(self) -> str | None:
+        if self._value is None or time.monotonic() - self._read_at > self.REREAD_SECONDS:
+            self._value = self._read()
+        return self._value
+
+    async def refresh(self) -> bool:
+        old, self._value = self._value, self._read()
+        return old != self._value
+
+
+class ExecAuth:
+    """client.authentication.k8s.io exec credential plugin; cached until expiry, re-run after a 401."""
+
+    def __init__(self, command: str, args: list[str], env: dict[str, str], api_version: str) -> None:
+        self._argv = [command, *args]
+        self._env = {**os.environ, **env}
+        self._api_version = api_version
+        self._value: str | None = None
+        self._expires: float | None = None
+        self._lock = asyncio.Lock()
+
+    async def _run(self) -> None:
+        env = dict(self._env)
+        env["KUBERNETES_EXEC_INFO"] = orjson.dumps(
+            {"apiVersion": self._api_version, "kind": "ExecCredential", "spec": {"interactive": False}}
+        ).decode()
+        proc = await asyncio.create_subprocess_exec(
+            *self._argv, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        out, err = await proc.communicate()
+        if proc.returncode != 0:
+            raise ConfigError(f"exec plugin {self._argv[0]} failed ({proc.returncode}): {err.decode()[:500]}")
+        status = orjson.loads(out).get("status") or {}
+        token = status.get("token")
+        if not token:
+            raise ConfigError(f"exec plugin {self._argv[0]} returned no token (client certs unsupported)")
+        self._value = f"Bearer {token}"
+        self._expires = (
+            _parse_rfc3339(status["expirationTimestamp"]) if status.get("expirationTimestamp") else None
+        )
+
+    async def header(self) -> str | None:
+        if self._value is None or (self._expires is not None and time.time() > self._expires - 10):
+            async with self._lock:
+                if self._value is None or (self._expires is not None and time.time() > self._expires - 10):
+                    await self._run()
+        return self._value
+
+    async def refresh(self) -> bool:
+        async with self._lock:
+            old = self._value
+            await self._run()
+            return old != self._value
+
+
+def _parse_rfc3339(value: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """Resolved connection settings for one API server.
+
+    Attributes:
+        server: base URL, e.g. "https://127.0.0.1:6443" (no trailing slash).
+        ssl: TLS context for https servers (None for plain http).
+        auth: Authorization header provider.
+        namespace: the context's default namespace ("default" when unset).
+        source: where the configuration came from (file path or "in-cluster"), for logs.
+    """
+
+    server: str
+    ssl: ssl.SSLContext | None
+    auth: Auth
+    namespace: str = "default"
+    source: str = ""
+
+
+def load_config(path: str | os.PathLike[str] | None = None, *, context: str | None = None) -> ClusterConfig:
+    """Resolve the client configuration.
+
+    Args:
+        path: kubeconfig path; None means `$KUBECONFIG`, then in-cluster, then `~/.kube/config`.
+        context: kubeconfig context name; None means the current context.
+
+    Raises:
+        ConfigError: no usable configuration was found or it is invalid.
+    """
+    from lightkube.config.kubeconfig import KubeConfig
+    from lightkube.core.exceptions import ConfigError as LightkubeConfigError
+
+    try:
+        if path is not None:
+            kc, source = KubeConfig.from_file(path), str(path)
+        elif env := _first_existing(os.environ.get("KUBECONFIG", "")):
+            kc, source = KubeConfig.from_file(env), env
+        elif (SERVICE_ACCOUNT_DIR / "token").exists() and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            kc, source = KubeConfig.from_service_account(SERVICE_ACCOUNT_DIR), "in-cluster"
+        else:
+            default = Path("~/.kube/config").expanduser()
+            if not default.exists():
+                raise ConfigError(
+                    "no Kubernetes configuration: pass --kubeconfig, set KUBECONFIG, or run in-cluster"
+                )
+            kc, source = KubeConfig.from_file(default), str(default)
+        single = kc.get(context_name=context)
+    except LightkubeConfigError as exc:
+        raise ConfigError(str(exc)) from exc
+    except (OSError, KeyError, TypeError) as exc:
+        raise ConfigError(f"invalid kubeconfig {path or ''}: {exc}") from exc
+    if single is None:
+        raise ConfigError("kubeconfig has no usable context")
+    return _from_single(single, source)
+
+
+def _first_existing(kubeconfig_env: str) -> str | None:
+    for entry in kubeconfig_env.split(os.pathsep):
+        if entry and Path(entry).expanduser().is_file():
+            return str(Path(entry).expanduser())
+    return None
+
+
+def _from_single(single: Any, source: str) -> ClusterConfig:
+    cluster, user = single.cluster, single.user
+    server = str(cluster.server).rstrip("/")
+    ctx: ssl.SSLContext | None = None
+    if server.startswith("https://"):
+        ctx = _ssl_context(cluster, user, single.abs_file)
+    return ClusterConfig(
+        server=server, ssl=ctx, auth=_auth(user, single.abs_file), namespace=single.namespace, source=source
+    )
+
+
+def _ssl_context(cluster: Any, user: Any, abs_file: Any) -> ssl.SSLContext:
+    if cluster.certificate_auth_data:
+        ctx = ssl.create_default_context(cadata=base64.b64decode(cluster.certificate_auth_data).decode())
+    elif cluster.certificate_auth:
+        ctx = ssl.create_default_context(cafile=str(abs_file(cluster.certificate_auth)))
+    else:
+        ctx = ssl.create_default_context()
+    if cluster.insecure:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if user is not None and (user.client_cert or user.client_cert_data):
+        _load_client_cert(ctx, user, abs_file)
+    return ctx
+
+
+def _load_client_cert(ctx: ssl.SSLContext, user: Any, abs_file: Any) -> None:
+    # ssl can only load a cert chain from files; inline data goes through short-lived private temp files.
+    with tempfile.TemporaryDirectory(prefix="kube-cert-") as tmp:
+        cert_path = _material(user.client_cert_data, user.client_cert, abs_file, Path(tmp) / "c.pem")
+        key_path = _material(user.client_key_data, user.client_key, abs_file, Path(tmp) / "k.pem")
+        try:
+            ctx.load_cert_chain(cert_path, key_path)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"cannot load client certificate: {exc}") from exc
+
+
+def _material(data: str | None, file: str | None, abs_file: Any, target: Path) -> str:
+    if data:
+        target.write_bytes(base64.b64decode(data))
+        target.chmod(0o600)
+        return str(target)
+    if file:
+        return str(abs_file(file))
+    raise ConfigError("client certificate given without its key (or key without certificate)")
+
+
+def _auth(user: Any, abs_file: Any) -> Auth:
+    if user is None:
+        return NoAuth()
+    if user.token_file:
+        return TokenFileAuth(str(abs_file(user.token_file)))
+    if user.token:
+        return StaticAuth(f"Bearer {user.token.strip()}")
+    if user.exec:
+        env = {nv.name: nv.value for nv in (user.exec.env or [])}
+        return ExecAuth(user.exec.command, list(user.exec.args or []), env, user.exec.apiVersion)
+    if user.username and user.password:
+        raw = base64.b64encode(f"{user.username}:{user.password}".encode()).decode()
+        return StaticAuth(f"Basic {raw}")
+    if user.auth_provider:
+        raise ConfigError("kubeconfig auth-provider plugins are not supported; use an exec plugin")
+    return NoAuth()
