@@ -76,7 +76,21 @@ def spawn(
             cwd=cwd,
             start_new_session=True,
         )
+    _await_exec(proc.pid)
     return Started(name=name, pid=proc.pid, exe=str(argv[0]), log=log)
+
+
+def _await_exec(pid: int, bound: float = 2.0) -> None:
+    # Popen returns once exec has begun, but the kernel fills /proc/<pid>/cmdline a moment later;
+    # `is_ours` reads it, so wait for it to appear (bounded: a fast-exiting process never shows one).
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes():
+                return
+        except OSError:
+            return
+        time.sleep(0.001)
 
 
 def is_ours(pid: int, exe: str) -> bool:
