@@ -90,6 +90,13 @@ class KubeObject(ApiModel):
     kind: str = ""
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
 
+    def to_dict(self) -> dict[str, Any]:
+        """Wire dict; an empty ``status`` is omitted (upstream's ``omitzero``)."""
+        data = super().to_dict()
+        if "status" in data and not data["status"]:
+            del data["status"]
+        return data
+
     def model_post_init(self, context: Any, /) -> None:
         """Fill ``apiVersion``/``kind`` from the class when not given."""
         if not self.api_version:

@@ -7,7 +7,7 @@ so an object built in code behaves like one read back from the API server.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, ClassVar
 
 from pydantic import Field
 
@@ -81,10 +81,6 @@ class Sandbox(KubeObject):
 
     spec: Annotated[SandboxSpec, Schema(validations=((VCT_IMMUTABLE_RULE, VCT_IMMUTABLE_MESSAGE),))]
     status: SandboxStatus = Field(default_factory=SandboxStatus)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Wire dict; an empty status is omitted like upstream's ``omitzero``."""
-        return _drop_empty_status(super().to_dict())
 
 
 class SandboxList(ApiModel):
@@ -200,10 +196,6 @@ class SandboxClaim(KubeObject):
     spec: SandboxClaimSpec
     status: SandboxClaimStatus = Field(default_factory=SandboxClaimStatus)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Wire dict; an empty status is omitted like upstream's ``omitzero``."""
-        return _drop_empty_status(super().to_dict())
-
 
 class SandboxClaimList(ApiModel):
     """``SandboxClaimList``."""
@@ -261,12 +253,6 @@ class SandboxWarmPoolList(ApiModel):
     kind: str = "SandboxWarmPoolList"
     metadata: ListMeta = Field(default_factory=ListMeta)
     items: list[SandboxWarmPool] = Field(default_factory=list)
-
-
-def _drop_empty_status(data: dict[str, Any]) -> dict[str, Any]:
-    if not data.get("status"):
-        data.pop("status", None)
-    return data
 
 
 #: v1beta1 model per kind name.
