@@ -30,7 +30,7 @@ class AdminRest:
         return ctx
 
     def request(self, method: str, path: str, body: Any = None, *, timeout: float = 10.0) -> tuple[int, Any]:
-        """Send one request; return (status, decoded JSON or text). Never raises on HTTP status."""
+        """Send one request; return (status, decoded JSON or text); status 0 when nothing answered."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.server + path, data=data, method=method)
         if data is not None:
@@ -41,6 +41,9 @@ class AdminRest:
                 status, raw = resp.status, resp.read()
         except urllib.error.HTTPError as err:
             status, raw = err.code, err.read()
+        except (urllib.error.URLError, OSError) as err:
+            # Not listening yet, reset, timed out: status 0 lets callers poll without try/except.
+            return 0, str(err)
         try:
             return status, json.loads(raw) if raw else None
         except ValueError:
