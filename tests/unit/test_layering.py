@@ -19,7 +19,7 @@ ALLOWED: dict[str, set[str]] = {
     "router": {"api", "kube"},
     "runtime": {"api"},
     "sdk": {"api", "kube"},
-    "devcluster": {"api"},
+    "devcluster": {"api", "kube"},
     "cli": {"api", "kube", "controllers", "router", "runtime", "sdk", "devcluster"},
 }
 
