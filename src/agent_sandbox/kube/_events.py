@@ -1,0 +1,186 @@
+"""Kubernetes Events through the events.k8s.io/v1 API (controllers spec §5.10).
+
+Owns: `EventBroadcaster`, a runnable that writes events in the background (a reconcile never waits on an
+event write), and `EventRecorder`, the per-reporter handle controllers call (`recorder.event(obj, ...)`).
+Behaviour follows client-go's events/v1 broadcaster in simplified form:
+
+* the first occurrence of an event creates an `Event` named `<object>.<hex timestamp>` in the object's
+  namespace ("default" for cluster-scoped objects);
+* an isomorphic repeat (same object, type, reason, action, reporter) within 6 minutes patches the
+  existing Event's `series` (count, lastObservedTime) instead of creating a new object;
+* a per-object spam filter (burst 25, one token per 5 minutes, like client-go) drops floods;
+* the buffer is bounded (1000); when full, events are dropped and counted rather than blocking.
+
+Failure modes: write errors are logged at debug level and dropped; events are best-effort by design.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal, Protocol
+
+from ._client import ApiClient
+from ._ratelimit import TokenBucket
+from ._resources import EVENT
+from ._types import Object
+from .errors import KubeError, NotFound
+
+__all__ = ["EventBroadcaster", "EventRecorder", "EventSink", "NullEventRecorder"]
+
+log = logging.getLogger("agent_sandbox.kube.events")
+
+EventType = Literal["Normal", "Warning"]
+_SERIES_WINDOW = 6 * 60.0
+_NOTE_MAX = 1024
+
+
+class EventSink(Protocol):
+    """What controllers depend on: fire-and-forget event emission."""
+
+    def event(self, regarding: Object, type_: EventType, reason: str, action: str, note: str) -> None: ...
+
+
+class NullEventRecorder:
+    """Discards events (used when events are disabled, e.g. `--disable-claim-events`)."""
+
+    def event(self, regarding: Object, type_: EventType, reason: str, action: str, note: str) -> None:
+        return None
+
+
+@dataclass(slots=True)
+class _Pending:
+    controller: str
+    regarding: dict[str, str]
+    type_: str
+    reason: str
+    action: str
+    note: str
+    at: float
+
+
+@dataclass(slots=True)
+class _Series:
+    name: str
+    namespace: str
+    count: int
+    last: float
+
+
+def _micro(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _reference(obj: Object) -> dict[str, str]:
+    meta = obj.get("metadata") or {}
+    ref = {"apiVersion": obj.get("apiVersion", ""), "kind": obj.get("kind", ""), "name": meta.get("name", "")}
+    for src, dst in (("namespace", "namespace"), ("uid", "uid"), ("resourceVersion", "resourceVersion")):
+        if meta.get(src):
+            ref[dst] = meta[src]
+    return ref
+
+
+class EventRecorder:
+    """Emits events as one reporting controller (e.g. "sandboxclaim-controller")."""
+
+    __slots__ = ("_broadcaster", "controller")
+
+    def __init__(self, broadcaster: EventBroadcaster, controller: str) -> None:
+        self._broadcaster = broadcaster
+        self.controller = controller
+
+    def event(self, regarding: Object, type_: EventType, reason: str, action: str, note: str) -> None:
+        """Queue an event about `regarding`; never blocks, never raises."""
+        self._broadcaster.submit(
+            _Pending(
+                self.controller, _reference(regarding), type_, reason, action, note[:_NOTE_MAX], time.time()
+            )
+        )
+
+
+class EventBroadcaster:
+    """Background writer of Events; run `start()` as a (non-leader-gated) runnable."""
+
+    need_leader_election = False
+
+    def __init__(self, client: ApiClient, *, instance: str, buffer: int = 1000) -> None:
+        """Args: client to write with; instance: `reportingInstance` (controller identity)."""
+        self._client = client
+        self._instance = instance
+        self._queue: asyncio.Queue[_Pending] = asyncio.Queue(maxsize=buffer)
+        self._series: dict[tuple[str, ...], _Series] = {}
+        self._spam: dict[str, TokenBucket] = {}
+        self.dropped = 0
+
+    def recorder(self, controller: str) -> EventRecorder:
+        """A recorder reporting as `controller`."""
+        return EventRecorder(self, controller)
+
+    def submit(self, pending: _Pending) -> None:
+        uid = pending.regarding.get("uid") or pending.regarding.get("name", "")
+        bucket = self._spam.get(uid)
+        if bucket is None:
+            bucket = self._spam[uid] = TokenBucket(1 / 300.0, 25)
+            if len(self._spam) > 4096:  # bound memory: forget the oldest filters
+                self._spam.pop(next(iter(self._spam)))
+        if bucket.reserve() > 0:
+            self.dropped += 1
+            return
+        try:
+            self._queue.put_nowait(pending)
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+    async def start(self) -> None:
+        """Write queued events until cancelled; flushes what is already queued (1 s max) on the way out."""
+        try:
+            while True:
+                await self._write(await self._queue.get())
+        finally:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                async with asyncio.timeout(1.0):
+                    while not self._queue.empty():
+                        await self._write(self._queue.get_nowait())
+
+    async def _write(self, p: _Pending) -> None:
+        ref = p.regarding
+        key = (p.controller, ref.get("uid", ""), ref.get("name", ""), p.type_, p.reason, p.action)
+        series = self._series.get(key)
+        try:
+            if series is not None and p.at - series.last < _SERIES_WINDOW:
+                series.count += 1
+                series.last = p.at
+                patch: dict[str, Any] = {"series": {"count": series.count, "lastObservedTime": _micro(p.at)}}
+                await self._client.patch(EVENT, series.name, patch, namespace=series.namespace)
+                return
+            body = self._body(p)
+            created = await self._client.create(EVENT, body)
+            meta = created["metadata"]
+            self._series[key] = _Series(meta["name"], meta["namespace"], 1, p.at)
+            if len(self._series) > 4096:
+                self._series.pop(next(iter(self._series)))
+        except NotFound:
+            self._series.pop(key, None)  # the Event expired server-side; next repeat creates a new one
+        except KubeError as exc:
+            log.debug("dropping event %s/%s: %s", p.reason, ref.get("name"), exc)
+
+    def _body(self, p: _Pending) -> Object:
+        ref = p.regarding
+        namespace = ref.get("namespace") or "default"
+        return {
+            "apiVersion": EVENT.api_version,
+            "kind": EVENT.kind,
+            "metadata": {"name": f"{ref.get('name', 'event')}.{time.time_ns():x}", "namespace": namespace},
+            "eventTime": _micro(p.at),
+            "reportingController": p.controller,
+            "reportingInstance": self._instance,
+            "action": p.action,
+            "reason": p.reason,
+            "note": p.note,
+            "type": p.type_,
+            "regarding": ref,
+        }

@@ -1,0 +1,244 @@
+"""Leader election on a coordination.k8s.io/v1 Lease (client-go `leaderelection` semantics).
+
+Owns: acquiring, renewing and releasing the Lease (controllers spec §5.4: id
+`a3317529.agent-sandbox.x-k8s.io`, lease 15 s, renew deadline 10 s, retry 2 s, released on graceful
+shutdown). Writes are optimistic (PUT with the observed resourceVersion), so two candidates can never both
+win a round.
+
+Expiry is judged on the local clock from when *we* last saw the record change (client-go's
+`observedTime`), never from the timestamps inside the Lease, so clock skew between replicas does not
+matter.
+
+Fast hand-over: while waiting, a candidate also watches its Lease; a release (holder cleared) wakes it
+immediately instead of at the next retry tick, so a successor takes over well within 2 s of a graceful
+stop. A crashed leader is replaced after the lease duration.
+
+Failure modes: `hold()` raises `LeaderElectionLost` when renewals keep failing for `renew_deadline`;
+the manager then stops (and the process exits non-zero, as controller-runtime does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import socket
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from ._client import ApiClient
+from ._clock import REAL_CLOCK, Clock
+from ._resources import LEASE
+from .errors import Conflict, KubeError, NotFound
+from .metrics import LEADER_ELECTION_STATUS
+
+__all__ = ["LeaderElectionConfig", "LeaderElectionLost", "LeaderElector", "default_identity"]
+
+log = logging.getLogger("agent_sandbox.kube.leaderelection")
+
+
+class LeaderElectionLost(Exception):
+    """Renewing the Lease failed for longer than the renew deadline; leadership must be given up."""
+
+
+def default_identity() -> str:
+    """controller-runtime's identity: "<hostname>_<uuid>"."""
+    return f"{socket.gethostname()}_{uuid.uuid4()}"
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderElectionConfig:
+    """Lease location and timings (defaults: controller-runtime's 15 s / 10 s / 2 s)."""
+
+    name: str
+    namespace: str
+    identity: str = ""
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    release_on_cancel: bool = True
+
+
+def _micro_time(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderElector:
+    """Campaigns for one Lease. Use `await acquire()`, then `await hold()`; `await release()` on stop."""
+
+    def __init__(self, client: ApiClient, config: LeaderElectionConfig, *, clock: Clock = REAL_CLOCK) -> None:
+        if config.lease_duration <= config.renew_deadline or config.renew_deadline <= config.retry_period:
+            raise ValueError("need lease_duration > renew_deadline > retry_period")
+        self._client = client
+        self.config = config
+        self.identity = config.identity or default_identity()
+        self._clock = clock
+        self._observed_spec: dict[str, Any] | None = None
+        self._observed_rv: str | None = None
+        self._observed_at = 0.0
+        self._leader = False
+        self._changed = asyncio.Event()
+        self._status = LEADER_ELECTION_STATUS.labels(config.name)
+        self._status.set(0)
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader
+
+    @property
+    def observed_holder(self) -> str:
+        """Holder identity in the last observed record ("" if none)."""
+        return (self._observed_spec or {}).get("holderIdentity") or ""
+
+    # ------------------------------------------------------------------ one round
+
+    def _record(self, *, transitions: int, acquire_time: str | None) -> dict[str, Any]:
+        now = _micro_time(datetime.now(UTC).timestamp())
+        return {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": int(self.config.lease_duration),
+            "acquireTime": acquire_time or now,
+            "renewTime": now,
+            "leaseTransitions": transitions,
+        }
+
+    def _observe(self, lease: dict[str, Any]) -> None:
+        spec = lease.get("spec") or {}
+        if spec != self._observed_spec:
+            self._observed_spec = spec
+            self._observed_at = self._clock.now()
+        self._observed_rv = lease["metadata"]["resourceVersion"]
+
+    async def try_acquire_or_renew(self) -> bool:
+        """One attempt: create the Lease, renew it, or take it over if free/expired. Returns success."""
+        cfg = self.config
+        try:
+            lease = await self._client.get(LEASE, cfg.name, namespace=cfg.namespace)
+        except NotFound:
+            body = {
+                "apiVersion": LEASE.api_version,
+                "kind": LEASE.kind,
+                "metadata": {"name": cfg.name, "namespace": cfg.namespace},
+                "spec": self._record(transitions=0, acquire_time=None),
+            }
+            try:
+                created = await self._client.create(LEASE, body)
+            except Conflict:  # AlreadyExists: another candidate created it first
+                return False
+            self._observe(created)
+            return True
+        self._observe(lease)
+        spec = self._observed_spec or {}
+        holder = spec.get("holderIdentity") or ""
+        duration = float(spec.get("leaseDurationSeconds") or cfg.lease_duration)
+        valid = self._observed_at + duration > self._clock.now()
+        if holder and holder != self.identity and valid:
+            return False
+        mine = holder == self.identity
+        # client-go: keep acquireTime/transitions while renewing, count a transition on takeover.
+        transitions = int(spec.get("leaseTransitions") or 0) + (0 if mine else 1)
+        lease["spec"] = self._record(
+            transitions=transitions, acquire_time=spec.get("acquireTime") if mine else None
+        )
+        try:
+            updated = await self._client.update(LEASE, lease)
+        except Conflict:
+            return False
+        self._observe(updated)
+        return True
+
+    # ------------------------------------------------------------------ campaign
+
+    async def _watch_lease(self) -> None:
+        cfg = self.config
+        while True:
+            try:
+                async for _ in self._client.watch(
+                    LEASE,
+                    namespace=cfg.namespace,
+                    field_selector=f"metadata.name={cfg.name}",
+                    timeout_seconds=300,
+                ):
+                    self._changed.set()
+            except KubeError as exc:
+                log.debug("lease watch ended: %s", exc)
+                await self._clock.sleep(cfg.retry_period)
+
+    async def acquire(self) -> None:
+        """Block until this candidate holds the Lease."""
+        cfg = self.config
+        log.info("attempting to acquire leader lease %s/%s...", cfg.namespace, cfg.name)
+        watcher = asyncio.create_task(self._watch_lease())
+        try:
+            while True:
+                self._changed.clear()
+                try:
+                    if await self.try_acquire_or_renew():
+                        break
+                except KubeError as exc:
+                    log.warning("error acquiring lease %s/%s: %s", cfg.namespace, cfg.name, exc)
+                # Wake on the next Lease change or after a jittered retry period, whichever first.
+                delay = cfg.retry_period * (1 + random.random() * 0.2)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), delay)
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        self._leader = True
+        self._status.set(1)
+        log.info(
+            "successfully acquired lease %s/%s", cfg.namespace, cfg.name, extra={"identity": self.identity}
+        )
+
+    async def hold(self) -> None:
+        """Renew every retry period until cancelled; raise `LeaderElectionLost` if renewal fails too long."""
+        cfg = self.config
+        while True:
+            await self._clock.sleep(cfg.retry_period)
+            deadline = self._clock.now() + cfg.renew_deadline
+            while True:
+                ok = False
+                try:
+                    async with asyncio.timeout(max(0.1, deadline - self._clock.now())):
+                        ok = await self.try_acquire_or_renew()
+                except (KubeError, TimeoutError) as exc:
+                    log.warning("failed to renew lease %s/%s: %s", cfg.namespace, cfg.name, exc)
+                if ok:
+                    break
+                if self._clock.now() >= deadline:
+                    self._leader = False
+                    self._status.set(0)
+                    raise LeaderElectionLost(f"leader election lost: lease {cfg.namespace}/{cfg.name}")
+                await self._clock.sleep(min(cfg.retry_period, max(0.0, deadline - self._clock.now())))
+
+    async def release(self) -> bool:
+        """Give the Lease up (holder cleared, duration 1 s) so a successor acquires it at once."""
+        if not self._leader or self._observed_rv is None:
+            return False
+        cfg = self.config
+        self._leader = False
+        self._status.set(0)
+        now = _micro_time(datetime.now(UTC).timestamp())
+        spec = self._observed_spec or {}
+        lease = {
+            "apiVersion": LEASE.api_version,
+            "kind": LEASE.kind,
+            "metadata": {"name": cfg.name, "namespace": cfg.namespace, "resourceVersion": self._observed_rv},
+            "spec": {
+                "leaseDurationSeconds": 1,
+                "acquireTime": now,
+                "renewTime": now,
+                "leaseTransitions": int(spec.get("leaseTransitions") or 0),
+            },
+        }
+        try:
+            await self._client.update(LEASE, lease)
+        except KubeError as exc:
+            log.error("failed to release lease %s/%s: %s", cfg.namespace, cfg.name, exc)
+            return False
+        log.info("released lease %s/%s", cfg.namespace, cfg.name)
+        return True

@@ -1,0 +1,221 @@
+"""The manager: wires the shared client, cache, event broadcaster and servers, and runs `Runnable`s.
+
+Start order (controller-runtime `manager`, controllers spec §5.3-5.4):
+
+1. metrics and health-probe servers (every replica serves them, leader or not);
+2. the cache and other non-leader runnables (event broadcaster, webhook server...); wait for the caches
+   created so far to sync (bounded by `cache_sync_timeout`);
+3. leader election (if enabled): block until the Lease is held, keep renewing it in the background;
+4. leader-gated runnables (controllers).
+
+Everything runs in one `asyncio.TaskGroup`. When `stop` is set: leader-gated runnables are cancelled
+first and drain their in-flight work (bounded by `graceful_shutdown_timeout`), then the Lease is released
+(a successor takes over at once), then caches and servers stop. If any runnable fails, or leadership is
+lost, the TaskGroup cancels the rest and `start()` raises that error (unwrapped when it is the only one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry
+
+from ._cache import Cache, CachedClient, CacheOptions
+from ._client import ApiClient
+from ._events import EventBroadcaster, EventRecorder
+from ._leaderelection import LeaderElectionConfig, LeaderElector, default_identity
+from ._pprof import add_pprof_routes
+from ._servers import Check, HealthServer, MetricsServer
+from .metrics import REGISTRY
+
+__all__ = ["Manager", "ManagerOptions", "Runnable", "in_cluster_namespace"]
+
+log = logging.getLogger("agent_sandbox.kube.manager")
+
+_SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+class Runnable(Protocol):
+    """Anything the manager runs: `start()` blocks until cancelled.
+
+    Optional attribute `need_leader_election` (default True): False runs it on every replica.
+    """
+
+    async def start(self) -> None: ...
+
+
+def in_cluster_namespace(path: Path = _SA_NAMESPACE) -> str | None:
+    """The pod's namespace from the service-account mount, or None outside a cluster."""
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+@dataclass
+class ManagerOptions:
+    """Manager settings; defaults match controller-runtime and controllers spec §5.4.
+
+    The `new_*` factories exist for tests (swap a collaborator without patching globals).
+    """
+
+    metrics_bind_address: str = ":8080"
+    health_probe_bind_address: str = ":8081"
+    leader_election: bool = False
+    leader_election_id: str = ""
+    leader_election_namespace: str = ""
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    leader_election_release_on_cancel: bool = True
+    identity: str = ""
+    graceful_shutdown_timeout: float = 30.0
+    cache_sync_timeout: float = 120.0
+    cache: CacheOptions = field(default_factory=CacheOptions)
+    enable_pprof: bool = False
+    enable_pprof_debug: bool = False
+    registry: CollectorRegistry = REGISTRY
+    new_cache: Callable[[ApiClient, CacheOptions], Cache] | None = None
+    new_elector: Callable[[ApiClient, LeaderElectionConfig], LeaderElector] | None = None
+
+
+class Manager:
+    """Owns the shared dependencies of all controllers in the process and runs them."""
+
+    def __init__(self, api: ApiClient, options: ManagerOptions | None = None) -> None:
+        """Build the manager (no I/O yet).
+
+        Raises:
+            ValueError: leader election is on without an id, or without a namespace outside a cluster.
+        """
+        self.options = opts = options or ManagerOptions()
+        self.api = api
+        self.identity = opts.identity or default_identity()
+        self.cache = opts.new_cache(api, opts.cache) if opts.new_cache else Cache(api, opts.cache)
+        self.client = CachedClient(self.cache, api)
+        self.events = EventBroadcaster(api, instance=self.identity)
+        self.metrics_server = MetricsServer(opts.metrics_bind_address, opts.registry)
+        if opts.enable_pprof or opts.enable_pprof_debug:
+            add_pprof_routes(self.metrics_server.app, debug=opts.enable_pprof_debug)
+        self.health_server = HealthServer(opts.health_probe_bind_address)
+        self.elector: LeaderElector | None = None
+        if opts.leader_election:
+            self.elector = self._new_elector(opts)
+        self.elected = asyncio.Event()
+        """Set once leader-gated runnables may run (immediately when leader election is off)."""
+        self._runnables: list[Runnable] = [self.events]
+
+    def _new_elector(self, opts: ManagerOptions) -> LeaderElector:
+        if not opts.leader_election_id:
+            raise ValueError("leader election requires a leader election id")
+        namespace = opts.leader_election_namespace or in_cluster_namespace()
+        if not namespace:
+            raise ValueError(
+                "unable to find leader election namespace: not running in-cluster, "
+                "please specify --leader-election-namespace"
+            )
+        cfg = LeaderElectionConfig(
+            name=opts.leader_election_id,
+            namespace=namespace,
+            identity=self.identity,
+            lease_duration=opts.lease_duration,
+            renew_deadline=opts.renew_deadline,
+            retry_period=opts.retry_period,
+            release_on_cancel=opts.leader_election_release_on_cancel,
+        )
+        return opts.new_elector(self.api, cfg) if opts.new_elector else LeaderElector(self.api, cfg)
+
+    def add(self, runnable: Runnable) -> None:
+        """Register a runnable (before `start`)."""
+        self._runnables.append(runnable)
+
+    def event_recorder(self, controller: str) -> EventRecorder:
+        """An events.k8s.io recorder reporting as `controller` (e.g. "sandbox-controller")."""
+        return self.events.recorder(controller)
+
+    def add_healthz_check(self, name: str, check: Check) -> None:
+        self.health_server.healthz[name] = check
+
+    def add_readyz_check(self, name: str, check: Check) -> None:
+        self.health_server.readyz[name] = check
+
+    # ------------------------------------------------------------------ run
+
+    async def start(self, stop: asyncio.Event) -> None:
+        """Run until `stop` is set, then shut down in order. Raises the first failure."""
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._run(tg, stop), name="manager")
+        except BaseExceptionGroup as group:
+            leaves = _leaves(group)
+            if len(leaves) == 1:
+                raise leaves[0] from None
+            raise
+
+    async def _run(self, tg: asyncio.TaskGroup, stop: asyncio.Event) -> None:
+        servers = [self.metrics_server, self.health_server]
+        background: list[asyncio.Task[None]] = [tg.create_task(s.start(), name=s.name) for s in servers]
+        leader_tasks: list[asyncio.Task[None]] = []
+        hold: list[asyncio.Task[None]] = []
+
+        async def startup() -> None:
+            for server in servers:
+                await server.wait_serving()
+            background.append(tg.create_task(self.cache.start(), name="cache"))
+            for r in self._runnables:
+                if not getattr(r, "need_leader_election", True):
+                    background.append(tg.create_task(r.start(), name=type(r).__name__))
+            try:
+                async with asyncio.timeout(self.options.cache_sync_timeout):
+                    await self.cache.wait_for_sync()
+            except TimeoutError:
+                raise TimeoutError("timed out waiting for caches to sync") from None
+            log.info("caches synced")
+            if self.elector is not None:
+                await self.elector.acquire()
+                hold.append(tg.create_task(self.elector.hold(), name="leader-election"))
+            self.elected.set()
+            for r in self._runnables:
+                if getattr(r, "need_leader_election", True):
+                    leader_tasks.append(tg.create_task(r.start(), name=getattr(r, "name", type(r).__name__)))
+
+        starting = tg.create_task(startup(), name="startup")
+        try:
+            await stop.wait()
+            log.info("stopping: draining leader-gated runnables")
+        finally:
+            starting.cancel()
+            await self._stop_tasks(leader_tasks, self.options.graceful_shutdown_timeout)
+            await self._stop_tasks(hold, 1.0)
+            if self.elector is not None and self.options.leader_election_release_on_cancel:
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(2.0):
+                        await self.elector.release()
+            await self._stop_tasks(background, 5.0)
+            log.info("manager stopped")
+
+    @staticmethod
+    async def _stop_tasks(tasks: list[asyncio.Task[None]], grace: float) -> None:
+        live = [t for t in tasks if not t.done()]
+        for task in live:
+            task.cancel()
+        if live:
+            _, pending = await asyncio.wait(live, timeout=grace)
+            if pending:
+                log.warning("%d runnables did not stop within %.0fs", len(pending), grace)
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            out.extend(_leaves(exc))
+        elif not isinstance(exc, asyncio.CancelledError):
+            out.append(exc)
+    return out
