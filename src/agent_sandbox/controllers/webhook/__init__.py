@@ -1,0 +1,47 @@
+"""The v1alpha1<->v1beta1 conversion webhook: TLS server, serving certificate, CRD caBundle.
+
+Usage from the controller process::
+
+    webhook = ConversionWebhook(client, WebhookOptions(port=9443))
+    await webhook.start()   # Secret -> cert files -> HTTPS listener -> CRD patch
+    ...
+    await webhook.stop()
+
+Dev mode (local control plane, no kube-proxy): ``WebhookOptions(host="127.0.0.1",
+webhook_url="https://127.0.0.1:{port}/convert")`` makes the CRDs call the URL directly.
+"""
+
+from __future__ import annotations
+
+from agent_sandbox.controllers.webhook._certs import (
+    CertBundle,
+    CertificateError,
+    bundle_problem,
+    ensure_certificates,
+    generate_bundle,
+    service_hosts,
+)
+from agent_sandbox.controllers.webhook._crds import ALL_CRD_NAMES, client_config, conversion_patch, patch_crds
+from agent_sandbox.controllers.webhook._server import (
+    ConversionWebhook,
+    WebhookError,
+    WebhookOptions,
+    build_app,
+)
+
+__all__ = [
+    "ALL_CRD_NAMES",
+    "CertBundle",
+    "CertificateError",
+    "ConversionWebhook",
+    "WebhookError",
+    "WebhookOptions",
+    "build_app",
+    "bundle_problem",
+    "client_config",
+    "conversion_patch",
+    "ensure_certificates",
+    "generate_bundle",
+    "patch_crds",
+    "service_hosts",
+]

@@ -1,0 +1,153 @@
+"""The /convert TLS server and CRD patching, against an in-memory client (no cluster)."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import ssl
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from agent_sandbox.controllers.webhook import (
+    ConversionWebhook,
+    WebhookError,
+    WebhookOptions,
+    client_config,
+    conversion_patch,
+    generate_bundle,
+    patch_crds,
+)
+from agent_sandbox.kube import CRD, SECRET
+from agent_sandbox.kube.testing import FakeClient
+
+pytestmark = pytest.mark.unit
+
+
+def crd(name: str, strategy: str = "Webhook", review_versions: list[str] | None = None) -> dict[str, Any]:
+    webhook: dict[str, Any] = {
+        "clientConfig": {"service": {"name": "agent-sandbox-webhook-service", "namespace": "agent-sandbox-system",
+                                     "path": "/convert"}},
+    }  # fmt: skip
+    if review_versions is not None:
+        webhook["conversionReviewVersions"] = review_versions
+    conversion: dict[str, Any] = {"strategy": strategy}
+    if strategy == "Webhook":
+        conversion["webhook"] = webhook
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": name},
+        "spec": {"conversion": conversion},
+    }
+
+
+def test_client_config_service_and_url_are_exclusive() -> None:
+    svc = client_config(ca_pem=b"PEM", url=None, service="s", namespace="n")
+    assert svc == {"caBundle": base64.b64encode(b"PEM").decode(), "url": None,
+                   "service": {"name": "s", "namespace": "n", "path": "/convert"}}  # fmt: skip
+    url = client_config(ca_pem=b"PEM", url="https://127.0.0.1:1/convert", service="s", namespace="n")
+    assert url["url"] == "https://127.0.0.1:1/convert"
+    assert url["service"] is None
+
+
+def test_conversion_patch_rules() -> None:
+    cfg = {"caBundle": "x"}
+    assert conversion_patch(crd("a", strategy="None"), cfg) is None
+    filled = conversion_patch(crd("a", review_versions=[]), cfg)
+    assert filled == {"spec": {"conversion": {"webhook": {"clientConfig": cfg,
+                                                          "conversionReviewVersions": ["v1", "v1beta1"]}}}}  # fmt: skip
+    kept = conversion_patch(crd("a", review_versions=["v1"]), cfg)
+    assert kept == {"spec": {"conversion": {"webhook": {"clientConfig": cfg}}}}
+
+
+async def test_patch_crds_skips_missing_and_non_webhook() -> None:
+    client = FakeClient(
+        (CRD, crd("sandboxes.agents.x-k8s.io")),
+        (CRD, crd("sandboxclaims.extensions.agents.x-k8s.io", strategy="None")),
+    )
+    patched = await patch_crds(client, ca_pem=b"CA", url=None, service="svc", namespace="ns")
+    assert patched == ["sandboxes.agents.x-k8s.io"]
+    got = await client.get(CRD, "sandboxes.agents.x-k8s.io")
+    cfg = got["spec"]["conversion"]["webhook"]["clientConfig"]
+    assert cfg == {"caBundle": base64.b64encode(b"CA").decode(),
+                   "service": {"name": "svc", "namespace": "ns", "path": "/convert"}}  # fmt: skip
+    untouched = await client.get(CRD, "sandboxclaims.extensions.agents.x-k8s.io")
+    assert untouched["spec"]["conversion"] == {"strategy": "None"}
+
+
+async def _post(url: str, body: bytes, ca_pem: bytes) -> tuple[int, Any]:
+    ctx = ssl.create_default_context(cadata=ca_pem.decode())
+    async with aiohttp.ClientSession() as session, session.post(url, data=body, ssl=ctx) as resp:
+        text = await resp.text()
+        return resp.status, (await resp.json() if resp.content_type == "application/json" else text)
+
+
+async def test_webhook_serves_conversion_over_tls_and_patches_crds(tmp_path: Path) -> None:
+    client = FakeClient(*((CRD, crd(n)) for n in ("sandboxes.agents.x-k8s.io",
+                                                  "sandboxwarmpools.extensions.agents.x-k8s.io")))  # fmt: skip
+    opts = WebhookOptions(
+        host="127.0.0.1", port=0, namespace="ns", cert_dir=tmp_path / "certs",
+        webhook_url="https://127.0.0.1:{port}/convert",
+    )  # fmt: skip
+    webhook = ConversionWebhook(client, opts)
+    await webhook.start()
+    try:
+        assert webhook.port is not None
+        assert webhook.port > 0
+        assert webhook.url == f"https://127.0.0.1:{webhook.port}/convert"
+        assert (tmp_path / "certs" / "tls.key").stat().st_mode & 0o777 == 0o600
+        secret = await client.get(SECRET, "agent-sandbox-webhook-certs", namespace="ns")
+        ca_pem = base64.b64decode(secret["data"]["ca.crt"])
+        for name in ("sandboxes.agents.x-k8s.io", "sandboxwarmpools.extensions.agents.x-k8s.io"):
+            cfg = (await client.get(CRD, name))["spec"]["conversion"]["webhook"]["clientConfig"]
+            assert cfg == {"caBundle": base64.b64encode(ca_pem).decode(), "url": webhook.url}
+
+        review = {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "ConversionReview",
+            "request": {
+                "uid": "abc",
+                "desiredAPIVersion": "extensions.agents.x-k8s.io/v1alpha1",
+                "objects": [{"apiVersion": "extensions.agents.x-k8s.io/v1beta1", "kind": "SandboxWarmPool",
+                             "metadata": {"name": f"p{i}"}, "spec": {"sandboxTemplateRef": {"name": "t"}}}
+                            for i in range(40)],  # above the thread threshold
+            },
+        }  # fmt: skip
+        status, answer = await _post(webhook.url, orjson.dumps(review), ca_pem)
+        assert status == 200
+        assert answer["response"]["uid"] == "abc"
+        assert answer["response"]["result"] == {"status": "Success"}
+        converted = answer["response"]["convertedObjects"]
+        assert [o["metadata"]["name"] for o in converted] == [f"p{i}" for i in range(40)]
+        assert {o["spec"]["replicas"] for o in converted} == {1}
+
+        status, text = await _post(webhook.url, b"{nope", ca_pem)
+        assert status == 400
+        assert "invalid JSON" in text
+    finally:
+        await webhook.stop()
+    await webhook.stop()  # idempotent
+
+
+async def test_unmanaged_mode_needs_files(tmp_path: Path) -> None:
+    opts = WebhookOptions(host="127.0.0.1", port=0, manage_certs=False, cert_dir=tmp_path)
+    with pytest.raises(WebhookError, match="missing"):
+        await ConversionWebhook(FakeClient(), opts).start()
+
+    b = generate_bundle(service="s", namespace="n", cluster_domain="cluster.local", extra_hosts=("127.0.0.1",),
+                        now=dt.datetime.now(dt.UTC))  # fmt: skip
+    (tmp_path / "cert.pem").write_bytes(b.cert_pem + b.key_pem)  # combined file, as upstream accepts
+    client = FakeClient((CRD, crd("sandboxes.agents.x-k8s.io")))
+    webhook = ConversionWebhook(client, opts)
+    await webhook.start()
+    try:
+        status, _ = await _post(f"https://127.0.0.1:{webhook.port}/convert", b"[]", b.ca_pem)
+        assert status == 400  # served over TLS with the provided certificate
+        crd_after = await client.get(CRD, "sandboxes.agents.x-k8s.io")
+        assert "caBundle" not in crd_after["spec"]["conversion"]["webhook"]["clientConfig"]  # not managed
+    finally:
+        await webhook.stop()
