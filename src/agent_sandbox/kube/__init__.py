@@ -2,9 +2,33 @@
 
 from __future__ import annotations
 
+from ._builder import Builder
+from ._cache import Cache, CachedClient, CacheOptions, KindOptions
 from ._client import ApiClient, selector_string
 from ._clock import Clock, RealClock
 from ._config import ClusterConfig, ConfigError, load_config
+from ._controller import Controller, Watch
+from ._events import EventBroadcaster, EventRecorder, EventSink, NullEventRecorder
+from ._expectations import Expectations
+from ._handlers import EnqueueHandler, MapFunc, request_for_object, requests_for_owner
+from ._informer import EventHandler, HandlerFuncs, IndexFunc, Informer, Transform, strip_managed_fields
+from ._leaderelection import LeaderElectionConfig, LeaderElectionLost, LeaderElector
+from ._logging import configure_logging
+from ._manager import Manager, ManagerOptions, Runnable, in_cluster_namespace
+from ._patch import apply_json_patch, apply_merge_patch, create_merge_patch
+from ._predicates import (
+    GENERATION_CHANGED,
+    RESOURCE_VERSION_CHANGED,
+    Predicate,
+    PredicateFuncs,
+    and_,
+    has_label,
+    label_selector_predicate,
+    not_,
+    object_predicate,
+    or_,
+)
+from ._protocols import Client, IndexedReader, ListWatcher, Reader, StatusWriter, Writer
 from ._ratelimit import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
@@ -13,6 +37,7 @@ from ._ratelimit import (
     TokenBucket,
     default_controller_rate_limiter,
 )
+from ._reconcile import Reconciler, ReconcilerFunc, Request, Result, TerminalError
 from ._resources import (
     CONFIG_MAP,
     CRD,
@@ -36,7 +61,10 @@ from ._resources import (
     SERVICE_ACCOUNT,
     ResourceKind,
 )
+from ._selectors import compile_selector
+from ._tracing import Tracing, TracingError, setup_tracing
 from ._types import LabelSelector, ListPage, Object, PatchType, PropagationPolicy, WatchEvent, object_key
+from ._workqueue import WorkQueue
 from .errors import (
     AlreadyExists,
     ApiError,
@@ -61,12 +89,14 @@ __all__ = [
     "CONFIG_MAP",
     "CRD",
     "EVENT",
+    "GENERATION_CHANGED",
     "LEASE",
     "NAMESPACE",
     "NETWORK_POLICY",
     "NODE",
     "POD",
     "PVC",
+    "RESOURCE_VERSION_CHANGED",
     "SANDBOX",
     "SANDBOX_CLAIM",
     "SANDBOX_CLAIM_V1ALPHA1",
@@ -83,37 +113,94 @@ __all__ = [
     "ApiError",
     "BadRequest",
     "BucketRateLimiter",
+    "Builder",
+    "Cache",
+    "CacheOptions",
+    "CachedClient",
+    "Client",
     "Clock",
     "ClusterConfig",
     "ConfigError",
     "Conflict",
+    "Controller",
+    "EnqueueHandler",
+    "EventBroadcaster",
+    "EventHandler",
+    "EventRecorder",
+    "EventSink",
+    "Expectations",
     "Forbidden",
     "Gone",
+    "HandlerFuncs",
+    "IndexFunc",
+    "IndexedReader",
+    "Informer",
     "Invalid",
     "ItemExponentialFailureRateLimiter",
+    "KindOptions",
     "KubeError",
     "LabelSelector",
+    "LeaderElectionConfig",
+    "LeaderElectionLost",
+    "LeaderElector",
     "ListPage",
+    "ListWatcher",
+    "Manager",
+    "ManagerOptions",
+    "MapFunc",
     "MaxOfRateLimiter",
     "NotFound",
+    "NullEventRecorder",
     "Object",
     "PatchType",
+    "Predicate",
+    "PredicateFuncs",
     "PropagationPolicy",
     "RateLimiter",
+    "Reader",
     "RealClock",
+    "Reconciler",
+    "ReconcilerFunc",
+    "Request",
     "ResourceKind",
+    "Result",
+    "Runnable",
     "ServerError",
+    "StatusWriter",
+    "TerminalError",
     "Timeout",
     "TokenBucket",
     "TooManyRequests",
+    "Tracing",
+    "TracingError",
+    "Transform",
     "TransportError",
     "Unauthorized",
+    "Watch",
     "WatchEvent",
+    "WorkQueue",
+    "Writer",
+    "and_",
+    "apply_json_patch",
+    "apply_merge_patch",
+    "compile_selector",
+    "configure_logging",
+    "create_merge_patch",
     "default_controller_rate_limiter",
     "error_from_status",
+    "has_label",
     "ignore_already_exists",
     "ignore_not_found",
+    "in_cluster_namespace",
+    "label_selector_predicate",
     "load_config",
+    "not_",
     "object_key",
+    "object_predicate",
+    "or_",
+    "request_for_object",
+    "requests_for_owner",
     "selector_string",
+    "setup_tracing",
+    "strip_managed_fields",
 ]

@@ -1,0 +1,242 @@
+"""`agent-sandbox-controller`: the controller process (controllers spec §5, operations spec §7).
+
+Start-up sequence (§5.3): parse flags -> `--version` -> logging -> validation (exit 1 naming the flag)
+-> tracing (10 s) -> API client (QPS/burst, connection sharding, watch connection) -> manager (metrics,
+probes, leader election, cache options) -> build info metric -> controllers and runnables
+(`setup_controllers`) -> run until SIGTERM/SIGINT, then drain and release the Lease; exit 0.
+
+Adding a controller or runnable is one entry in `SETUPS`: a name, a `setup(mgr, ctx)` function that
+wires it with `Builder(mgr)...complete(...)` / `mgr.add(...)`, and a predicate on the options saying when
+it is enabled. Order matters (§5.3 step 8: the warm pool controller registers an index the claim
+controller uses), so `SETUPS` is an ordered list.
+
+Exit codes: 0 clean stop or `--version`/`-h`; 2 malformed command line (Go's flag package); 1 validation
+failure, configuration error, lost leadership, or a runtime failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import __version__
+from ..kube import (
+    POD,
+    SERVICE,
+    ApiClient,
+    CacheOptions,
+    ConfigError,
+    KindOptions,
+    LeaderElectionLost,
+    Manager,
+    ManagerOptions,
+    Tracing,
+    TracingError,
+    configure_logging,
+    load_config,
+    setup_tracing,
+)
+from .flags import FlagError, HelpRequested
+from .options import PROGRAM, Options, flag_set, parse_options, read_allowed_label_domains, validate
+from .version import register_build_info, version_text
+
+__all__ = ["LEADER_ELECTION_ID", "SETUPS", "ControllerContext", "Setup", "build_manager", "main", "run"]
+
+log = logging.getLogger("agent_sandbox.controllers.main")
+
+LEADER_ELECTION_ID = "a3317529.agent-sandbox.x-k8s.io"
+TRACKING_LABEL = "agents.x-k8s.io/sandbox-name-hash"
+
+
+@dataclass
+class ControllerContext:
+    """What setup functions receive besides the manager."""
+
+    options: Options
+    tracing: Tracing
+    allowed_label_domains: list[str] = field(default_factory=list)
+    extras: dict[str, Any] = field(default_factory=dict)
+    """Shared state between setups (e.g. the warm-sandbox queue handed from one controller to another)."""
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One registrable unit: `setup(mgr, ctx)` runs when `enabled(options)` is true."""
+
+    name: str
+    setup: Callable[[Manager, ControllerContext], None]
+    enabled: Callable[[Options], bool] = lambda _opts: True
+
+
+SETUPS: list[Setup] = [
+    # Sandbox controller (+ its conversion webhook), always on, e.g.:
+    #   Setup("sandbox", sandbox.setup),
+    # With --extensions, in this order (the warm pool registers the template-name index first):
+    #   Setup("sandboxwarmpool", warmpool.setup, lambda o: o.extensions),
+    #   Setup("sandboxclaim", claim.setup, lambda o: o.extensions),
+    #   Setup("sandboxtemplate", template.setup, lambda o: o.extensions),
+]
+"""Ordered controller/runnable registry; see the module docstring."""
+
+
+def setup_controllers(mgr: Manager, ctx: ControllerContext, setups: Sequence[Setup] | None = None) -> None:
+    """Run every enabled setup in order."""
+    for entry in SETUPS if setups is None else setups:
+        if entry.enabled(ctx.options):
+            log.info("setting up %s", entry.name)
+            entry.setup(mgr, ctx)
+
+
+def manager_options(opts: Options) -> ManagerOptions:
+    """Map process flags to manager options (cache scoping of §5.5 included)."""
+    cache = CacheOptions()
+    if opts.cache_label_selectors:
+        # Existence selector: only objects carrying the tracking label (any value).
+        cache.by_kind[POD] = KindOptions(label_selector=TRACKING_LABEL)
+        cache.by_kind[SERVICE] = KindOptions(label_selector=TRACKING_LABEL)
+    return ManagerOptions(
+        metrics_bind_address=opts.metrics_bind_address,
+        health_probe_bind_address=opts.health_probe_bind_address,
+        leader_election=opts.leader_elect,
+        leader_election_id=LEADER_ELECTION_ID,
+        leader_election_namespace=opts.leader_election_namespace,
+        enable_pprof=opts.pprof_enabled,
+        enable_pprof_debug=opts.enable_pprof_debug,
+        cache=cache,
+    )
+
+
+def build_manager(opts: Options) -> Manager:
+    """API client + manager from the options.
+
+    Raises:
+        ConfigError: no usable kubeconfig.
+        ValueError: leader election cannot be configured (e.g. no namespace outside a cluster).
+    """
+    api = ApiClient(
+        load_config(opts.kubeconfig or None),
+        qps=opts.kube_api_qps,
+        burst=opts.kube_api_burst,
+        connections=opts.api_connections,
+        separate_watch_connection=opts.separate_watch_connection,
+        user_agent=f"{PROGRAM}/{__version__}",
+    )
+    return Manager(api, manager_options(opts))
+
+
+async def run(
+    opts: Options, *, setups: Sequence[Setup] | None = None, stop: asyncio.Event | None = None
+) -> int:
+    """Run the controller process until `stop` (default: SIGTERM/SIGINT). Returns the exit code."""
+    try:
+        # Building the provider does no network I/O; the exporter's own 10 s timeout bounds its calls.
+        tracing = setup_tracing(opts.enable_tracing, timeout=10.0)
+    except TracingError as exc:
+        log.error("unable to initialise tracing: %s", exc)
+        return 1
+    allowed: list[str] = []
+    if opts.extensions:
+        try:
+            allowed = read_allowed_label_domains()
+        except OSError as exc:
+            log.error("unable to read allowed label domains: %s", exc)
+            return 1
+    try:
+        mgr = build_manager(opts)
+    except (ConfigError, ValueError) as exc:
+        log.error("unable to start manager: %s", exc)
+        return 1
+    stop = stop or _signal_stop()
+    try:
+        register_build_info()
+        setup_controllers(mgr, ControllerContext(opts, tracing, allowed), setups)
+        log.info("starting manager")
+        await mgr.start(stop)
+    except LeaderElectionLost as exc:
+        log.error("%s", exc)
+        return 1
+    except Exception as exc:
+        log.error("problem running manager: %s", exc, exc_info=exc)
+        return 1
+    finally:
+        await mgr.api.close()
+        tracing.shutdown()
+    return 0
+
+
+def _signal_stop() -> asyncio.Event:
+    """An event set by the first SIGTERM/SIGINT; a second signal exits at once (controller-runtime)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set():
+            os._exit(1)
+        log.info("received %s, shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, on_signal, sig)
+    return stop
+
+
+def _run_loop(opts: Options) -> int:
+    try:
+        import uvloop  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return asyncio.run(run(opts))
+    code: int = uvloop.run(run(opts))
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point; returns (and exits with) the process status."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        opts, rest = parse_options(args)
+    except HelpRequested:
+        print(flag_set().usage(), file=sys.stderr)
+        return _exit(0, argv)
+    except FlagError as exc:
+        print(f"{exc}\n{flag_set().usage()}", file=sys.stderr)
+        return _exit(2, argv)
+    if opts.version:
+        print(version_text(PROGRAM))
+        return _exit(0, argv)
+    configure_logging(
+        devel=opts.zap_devel,
+        encoder=opts.zap_encoder or None,
+        level=opts.zap_log_level or None,
+        stacktrace_level=opts.zap_stacktrace_level or None,
+        time_encoding=opts.zap_time_encoding or None,
+    )
+    if rest:
+        log.warning("ignoring positional arguments: %s", " ".join(rest))
+    errors, warnings = validate(opts)
+    for warning in warnings:
+        log.warning("%s", warning)
+    if errors:
+        for error in errors:
+            log.error("invalid flag: %s", error)
+            print(f"{PROGRAM}: invalid flag: {error}", file=sys.stderr)
+        return _exit(1, argv)
+    return _exit(_run_loop(opts), argv)
+
+
+def _exit(code: int, argv: Sequence[str] | None) -> int:
+    # Called as a console script (argv None) we exit; called from tests we return the code.
+    if argv is None:
+        sys.exit(code)
+    return code
+
+
+if __name__ == "__main__":
+    main()
