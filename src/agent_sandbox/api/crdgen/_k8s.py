@@ -15,7 +15,8 @@ same Go type, i.e. what upstream's CRDs embed:
   A default is kept when its property is optional, sits directly under ``properties`` and
   is not the empty object; ``+default=ref(...)`` markers, which controller-gen cannot
   evaluate, are dropped explicitly (:data:`UNRENDERED_DEFAULTS`);
-* strategic-merge hints, unions and descriptions are dropped (CRDs have no such fields).
+* strategic-merge hints, unions and descriptions are dropped (CRDs have no such fields), and
+  so are ``enum`` lists from Go ``+enum`` markers, which controller-gen does not render.
 
 Raises ``KeyError`` on an unknown schema keyword so that a new snapshot with new
 constructs fails loudly instead of producing a silently wrong CRD.
@@ -70,7 +71,6 @@ UNRENDERED_DEFAULTS = frozenset(
 _COPY = (
     "type",
     "format",
-    "enum",
     "minimum",
     "maximum",
     "minLength",
@@ -84,8 +84,17 @@ _COPY = (
 )
 # Keywords handled structurally or deliberately dropped.
 _HANDLED = frozenset({"$ref", "allOf", "properties", "items", "additionalProperties", "required", "default"})
+# ``enum`` comes from Go ``+enum`` markers, which controller-gen does not render: upstream
+# CRDs accept any string there and leave enum checks to Pod validation (and values a newer
+# Kubernetes adds keep working), so we drop it too.
 _DROPPED = frozenset(
-    {"description", "x-kubernetes-unions", "x-kubernetes-patch-strategy", "x-kubernetes-patch-merge-key"}
+    {
+        "description",
+        "enum",
+        "x-kubernetes-unions",
+        "x-kubernetes-patch-strategy",
+        "x-kubernetes-patch-merge-key",
+    }
 )
 
 
