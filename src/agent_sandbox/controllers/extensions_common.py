@@ -8,10 +8,12 @@ way, so the warm pool and the claim controller can never disagree:
 * the secure pod defaults of §3.8 (`apply_secure_defaults`), shared with the claim's cold path (§4.7);
 * the template blueprint, its two hashes (§3.8.1) and the blueprint comparison (§3.8.2);
 * "semantic" equality (§0.5: a missing map/list equals an empty one, quantities compare by value);
-* the warm-pool owner of a Sandbox (§3.1, §4.2) and the effective update strategy (§3.4);
-* the `allowed-label-domains` reader of the optional ConfigMap `agent-sandbox-config` (§5.2).
+* the warm-pool owner of a Sandbox (§3.1, §4.2) and the effective update strategy (§3.4).
 
-Pure functions over raw wire dicts (no I/O except `read_allowed_label_domains`). Kept small and stable:
+The `allowed-label-domains` allow-list (§5.2) is read once by the process (`options.py`) and handed to
+setups as `ControllerContext.allowed_label_domains`.
+
+Pure functions over raw wire dicts (no I/O). Kept small and stable:
 the claim controller depends on these names.
 """
 
@@ -21,7 +23,6 @@ import contextlib
 import re
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
-from pathlib import Path
 from typing import Any, Final
 
 import orjson
@@ -30,7 +31,6 @@ from agent_sandbox.api import constants as c
 from agent_sandbox.kube import SANDBOX, SANDBOX_WARM_POOL, Cache, Object
 
 __all__ = [
-    "ALLOWED_LABEL_DOMAINS_PATH",
     "INDEX_POOL_TEMPLATE_REF",
     "INDEX_SANDBOX_WARM_POOL",
     "PUBLIC_NAMESERVERS",
@@ -43,7 +43,6 @@ __all__ = [
     "is_secure_by_default",
     "pod_template_hash",
     "pool_template_ref_index",
-    "read_allowed_label_domains",
     "sandbox_warm_pool_index",
     "semantic_equal",
     "template_ref_hash",
@@ -56,7 +55,6 @@ INDEX_SANDBOX_WARM_POOL: Final = f".metadata.labels[{c.LABEL_WARM_POOL_SANDBOX}]
 INDEX_POOL_TEMPLATE_REF: Final = ".spec.sandboxTemplateRef.name"
 """SandboxWarmPool index: `spec.sandboxTemplateRef.name` (none when empty); also used by claims."""
 PUBLIC_NAMESERVERS: Final = ("8.8.8.8", "1.1.1.1")
-ALLOWED_LABEL_DOMAINS_PATH: Final = Path("/etc/sandbox-config/allowed-label-domains")
 
 
 def template_ref_hash(template_name: str) -> str:
@@ -274,23 +272,3 @@ def blueprint_matches(template_spec: Mapping[str, Any], sandbox_spec: Mapping[st
         if not semantic_equal(want.get("spec"), have.get("spec")):
             return False
     return template_spec.get("service") == sandbox_spec.get("service")
-
-
-# --------------------------------------------------------------------------- configuration (§5.2)
-
-
-def read_allowed_label_domains(path: Path = ALLOWED_LABEL_DOMAINS_PATH) -> tuple[str, ...]:
-    """Custom label domains a claim may add to Pods, from the optional `agent-sandbox-config` ConfigMap.
-
-    Split on commas, LF and CR; each part trimmed and lower-cased; empty parts dropped. A missing file
-    means no custom domains (the default `sandbox.users.io` then applies, in the claim controller).
-
-    Raises:
-        OSError: the file exists but cannot be read (the process must then exit 1).
-    """
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return ()
-    parts = (p.strip().lower() for p in re.split(r"[,\r\n]", text))
-    return tuple(p for p in parts if p)
