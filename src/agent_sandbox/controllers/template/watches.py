@@ -1,0 +1,34 @@
+"""Wiring of the SandboxTemplate controller (controllers spec §2, §5.3): enabled with `--extensions`.
+
+Watches the templates (every event enqueues the template) and NetworkPolicies (enqueue the controlling
+SandboxTemplate, group + kind match). Workers: `--sandbox-template-concurrent-workers`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agent_sandbox.kube import NETWORK_POLICY, SANDBOX_TEMPLATE, Builder, Controller, Manager
+
+from .reconciler import TemplateReconciler
+
+if TYPE_CHECKING:
+    from ..main import ControllerContext
+
+__all__ = ["CONTROLLER_NAME", "setup"]
+
+CONTROLLER_NAME = "sandboxtemplate"
+
+
+def setup(mgr: Manager, ctx: ControllerContext) -> Controller:
+    """Build the controller and add it to `mgr`."""
+    # Upstream hands the unvalidated flag to controller-runtime, which treats <= 0 as 1.
+    workers = max(1, ctx.options.sandbox_template_concurrent_workers)
+    return (
+        Builder(mgr)
+        .for_(SANDBOX_TEMPLATE)
+        .owns(NETWORK_POLICY)
+        .named(CONTROLLER_NAME)
+        .with_options(workers=workers)
+        .complete(TemplateReconciler(mgr.client, tracing=ctx.tracing))
+    )
