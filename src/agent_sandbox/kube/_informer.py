@@ -134,8 +134,16 @@ class Informer:
 
     @property
     def resource_version(self) -> str | None:
-        """Last resourceVersion observed (list, event or bookmark); None before the first list."""
+        """Last resourceVersion observed (list, event or bookmark); None before the first list.
+
+        Settable while the informer is not running: the next `run()` resumes watching from it (None
+        forces a relist). A version the server no longer has makes that watch fail with 410 -> relist.
+        """
         return self._rv
+
+    @resource_version.setter
+    def resource_version(self, value: str | None) -> None:
+        self._rv = value
 
     async def wait_for_sync(self) -> None:
         """Return once the initial list has been stored."""
