@@ -1,0 +1,53 @@
+"""The Sandbox controller (controllers spec §1): one Pod, optional PVCs and headless Service per Sandbox.
+
+Layout (observe -> decide -> execute):
+
+* `decide` - pure decisions, `decide(snapshot, now) -> Plan`;
+* `_status` - pure conclusion of a pass: status patch, requeue, errors (`conclude`);
+* `_children` / `_conditions` - pure builders of child objects and of the §1.9 conditions;
+* `execute` - one API call per planned action;
+* `reconciler` - the I/O skeleton of a pass (cache reads, expectations, write-behind clock);
+* `watches` - manager wiring (`setup_sandbox_controller`), Pod cache transform, index;
+* `metrics` - the `agent_sandboxes` collector.
+"""
+
+from __future__ import annotations
+
+from ._conditions import ChildOutcome, compute_conditions, upsert_condition
+from ._expect import ChildExpectations
+from ._plan import Plan, PlanMode, Results, Snapshot, StepResult
+from ._status import Conclusion, conclude, status_patch
+from .decide import check_expiry, decide, plan_existing_pod
+from .execute import Executor, SandboxWriter
+from .metrics import SandboxCollector, sandbox_metric_labels
+from .reconciler import POD_NAME_HASH_INDEX, SandboxReconcileError, SandboxReconciler
+from .watches import CONTROLLER_NAME, EVENT_REPORTER, pod_cache_transform, setup_sandbox_controller
+
+__all__ = [
+    "CONTROLLER_NAME",
+    "EVENT_REPORTER",
+    "POD_NAME_HASH_INDEX",
+    "ChildExpectations",
+    "ChildOutcome",
+    "Conclusion",
+    "Executor",
+    "Plan",
+    "PlanMode",
+    "Results",
+    "SandboxCollector",
+    "SandboxReconcileError",
+    "SandboxReconciler",
+    "SandboxWriter",
+    "Snapshot",
+    "StepResult",
+    "check_expiry",
+    "compute_conditions",
+    "conclude",
+    "decide",
+    "plan_existing_pod",
+    "pod_cache_transform",
+    "sandbox_metric_labels",
+    "setup_sandbox_controller",
+    "status_patch",
+    "upsert_condition",
+]

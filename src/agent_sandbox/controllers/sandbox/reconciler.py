@@ -1,0 +1,197 @@
+"""`SandboxReconciler`: observe -> decide -> execute -> conclude for one Sandbox (controllers spec §1.2).
+
+Owns the pass's I/O skeleton and the little state that must outlive a pass: the write-behind clock of
+§1.12 (first time a deferral was observed, per Sandbox) and the child expectations (`_expect`). Reads come
+from the informer cache (`IndexedReader`), writes go to the API server (`SandboxWriter`).
+
+Flow of one pass:
+
+1. read the Sandbox from the cache (NotFound: drop its in-memory state, done);
+2. open the `ReconcileSandbox` span (continuing the trace in the Sandbox's annotation);
+3. observe the children into a `Snapshot` (cache reads only, plus expectations and the write-behind clock);
+4. `decide` -> `Plan`; run its steps: trace annotation (failure aborts), PVCs, Pod, Service or the expiry
+   teardown, each step stopping at its first failing call while later steps still run;
+5. `conclude` at the post-execution time -> status patch, requeue and errors; write the status even when
+   there are errors; raise `SandboxReconcileError` with all error texts (-> rate-limited retry) or return
+   `Result(requeue_after)`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from agent_sandbox.api.constants import LABEL_CREATED_BY, name_hash, normalize_created_by
+from agent_sandbox.kube import (
+    POD,
+    PVC,
+    SANDBOX,
+    SERVICE,
+    EventSink,
+    IndexedReader,
+    KubeError,
+    NotFound,
+    Object,
+    Request,
+    ResourceKind,
+    Result,
+    Tracing,
+)
+
+from ._children import pvc_name
+from ._expect import ChildExpectations
+from ._plan import Plan, PlanMode, Results, Snapshot, StepPlan, StepResult
+from ._status import conclude
+from .decide import decide, plan_existing_pod, resolve_pod_name
+from .execute import Executor, SandboxWriter
+
+__all__ = ["POD_NAME_HASH_INDEX", "WRITE_BEHIND_BOUND", "SandboxReconcileError", "SandboxReconciler"]
+
+log = logging.getLogger("agent_sandbox.controllers.sandbox")
+
+POD_NAME_HASH_INDEX = ".metadata.labels[agents.x-k8s.io/sandbox-name-hash]"
+"""Cache index over the Pods' tracking-label value (§1.1), same name as upstream's field index."""
+WRITE_BEHIND_BOUND = 1.0
+"""Upper bound of the effective write-behind window (§1.12: limits how long safe-to-evict may linger)."""
+
+_CHILD_KINDS: tuple[ResourceKind, ...] = (POD, PVC, SERVICE)
+
+
+class SandboxReconcileError(KubeError):
+    """A pass ended with errors (API failures or refused children); retried with backoff.
+
+    Derives from `KubeError` so the runtime counts it as an ordinary reconcile error, not a crash.
+    """
+
+
+def _wall_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+class SandboxReconciler:
+    """The Sandbox controller's `Reconciler` (name `sandbox`, §0.5)."""
+
+    def __init__(
+        self,
+        reader: IndexedReader,
+        writer: SandboxWriter,
+        *,
+        cluster_domain: str = "cluster.local",
+        write_behind_window: float = 0.0,
+        expectations: ChildExpectations | None = None,
+        events: EventSink | None = None,
+        tracing: Tracing | None = None,
+        now: Callable[[], datetime] = _wall_clock,
+    ) -> None:
+        """Create the reconciler.
+
+        Args:
+            reader: cache reader with the `POD_NAME_HASH_INDEX` index on Pods.
+            writer: API client for writes (and the live read of §1.5.1).
+            cluster_domain: `--cluster-domain`.
+            write_behind_window: `--sandbox-write-behind-window` seconds (bounded by 1 s, §1.12).
+            expectations: shared with the informer handlers (see `watches.setup`); None: a private set.
+            events: Event sink reporting as `sandbox-controller`.
+            tracing: span factory (None: tracing off).
+            now: wall clock (tests inject a fixed time).
+        """
+        self.reader = reader
+        self.writer = writer
+        self.cluster_domain = cluster_domain
+        self.window = min(max(write_behind_window, 0.0), WRITE_BEHIND_BOUND)
+        self.expectations = expectations or ChildExpectations()
+        self.events = events
+        self.tracing = tracing or Tracing()
+        self.now = now
+        self._deferrals: dict[Request, datetime] = {}
+
+    async def reconcile(self, request: Request) -> Result:
+        """One pass over the Sandbox `request` names (see module docstring)."""
+        try:
+            sandbox = await self.reader.get(SANDBOX, request.name, namespace=request.namespace)
+        except NotFound:
+            self._deferrals.pop(request, None)
+            self.expectations.forget(_CHILD_KINDS, request.namespace, request.name)
+            return Result()
+        labels = sandbox["metadata"].get("labels") or {}
+        attributes = {"sandbox.name": request.name, "sandbox.namespace": request.namespace}
+        if LABEL_CREATED_BY in labels:
+            attributes[LABEL_CREATED_BY] = normalize_created_by(labels[LABEL_CREATED_BY])
+        parent = (sandbox["metadata"].get("annotations") or {}).get("opentelemetry.io/trace-context")
+        with self.tracing.start_span("ReconcileSandbox", parent=parent, attributes=attributes):
+            return await self._pass(request, sandbox)
+
+    async def observe(self, sandbox: Object, request: Request) -> Snapshot:
+        """Read everything `decide` needs from the cache and the in-memory bookkeeping."""
+        ns, name = request.namespace, request.name
+        pods = tuple(await self.reader.list_by_index(POD, POD_NAME_HASH_INDEX, name_hash(name), namespace=ns))
+        tracked = await self._cached(POD, resolve_pod_name(sandbox), ns)
+        service = await self._cached(SERVICE, name, ns)
+        pvcs: dict[str, Object] = {}
+        for template in (sandbox.get("spec") or {}).get("volumeClaimTemplates") or ():
+            claim = pvc_name(template, name)
+            pvc = await self._cached(PVC, claim, ns)
+            if pvc is not None:
+                pvcs[claim] = pvc
+        uids = {p["metadata"].get("uid", "") for p in (*pods, *((tracked,) if tracked else ()))}
+        pending = self.expectations.pending(_CHILD_KINDS, ns, name)
+        return Snapshot(
+            sandbox=sandbox,
+            pods=pods,
+            tracked_pod=tracked,
+            service=service,
+            pvcs=pvcs,
+            cluster_domain=self.cluster_domain,
+            trace_context=self.tracing.current_context_annotation(),
+            deleting_pod_uids=self.expectations.deleting(POD, ns, name, uids),
+            awaiting_cache=self.expectations.ttl if pending else None,
+            write_behind_window=self.window,
+            deferral_since=self._deferrals.get(request),
+        )
+
+    async def _cached(self, kind: ResourceKind, name: str, namespace: str) -> Object | None:
+        try:
+            return await self.reader.get(kind, name, namespace=namespace)
+        except NotFound:
+            return None
+
+    async def _pass(self, request: Request, sandbox: Object) -> Result:
+        snapshot = await self.observe(sandbox, request)
+        now = self.now()
+        plan = decide(snapshot, now)
+        if plan.defer_since is not None:
+            self._deferrals[request] = plan.defer_since
+        executor = Executor(self.writer, sandbox, self.expectations, self.events)
+        trace = await executor.run_step(plan.trace)
+        if not trace.ok:
+            raise SandboxReconcileError(trace.error or "failed to set trace context annotation")
+        results = await self._execute(plan, executor, snapshot, now)
+        conclusion = conclude(snapshot, plan, results, self.now())
+        if conclusion.clear_deferral:
+            self._deferrals.pop(request, None)
+        errors = list(conclusion.errors)
+        if conclusion.status_patch is not None and not conclusion.sandbox_deleted:
+            try:
+                await executor.write_status(conclusion.status_patch)
+            except KubeError as exc:
+                errors.append(f"failed to patch sandbox status: {exc}")
+        if errors:
+            raise SandboxReconcileError("\n".join(errors))
+        return Result(requeue_after=conclusion.requeue_after)
+
+    async def _execute(self, plan: Plan, executor: Executor, snapshot: Snapshot, now: datetime) -> Results:
+        if plan.mode is PlanMode.EXPIRE_TEARDOWN:
+            return Results(teardown=tuple([await executor.run_step(step) for step in plan.teardown]))
+        if plan.mode is not PlanMode.RECONCILE:
+            return Results()
+        with self.tracing.start_span("reconcilePVCs"):
+            pvcs = await executor.run_step(plan.pvcs)
+        with self.tracing.start_span("reconcilePod"):
+            pod = await executor.run_step(
+                plan.pod, on_pod_exists=lambda existing: plan_existing_pod(snapshot, existing, now)
+            )
+        if plan.events:
+            await executor.run_step(StepPlan(plan.events))
+        service = await executor.run_step(plan.service) if plan.service is not None else StepResult()
+        return Results(pvcs=pvcs, pod=pod, service=service)
