@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -27,6 +28,11 @@ from agent_sandbox.kube import (
 from tests.integration.kube.helpers import compact_etcd, event_manifest
 
 pytestmark = pytest.mark.integration
+
+
+async def _drain(stream: AsyncIterator[WatchEvent]) -> None:
+    async for _ in stream:
+        pass
 
 
 def _cm(name: str, **labels: str) -> dict[str, Any]:
@@ -226,9 +232,7 @@ async def test_watch_and_list_from_compacted_resource_version_raise_gone(
     latest = (await kube.list_page(EVENT, namespace=namespace)).resource_version
     compact_etcd(cluster, int(latest))
     with pytest.raises(Gone):
-        async with asyncio.timeout(30):
-            async for _ in kube.watch(EVENT, namespace=namespace, resource_version="1"):
-                pass
+        await asyncio.wait_for(_drain(kube.watch(EVENT, namespace=namespace, resource_version="1")), 30)
     with pytest.raises(Gone):
         await kube.list_page(EVENT, namespace=namespace, resource_version="1", resource_version_match="Exact")
 
