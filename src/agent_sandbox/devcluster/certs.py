@@ -17,6 +17,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from agent_sandbox.devcluster.config import PROVISIONER_USER
+
 _VALIDITY = dt.timedelta(days=3650)
 
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
@@ -40,6 +42,7 @@ class ClusterPki:
     controller_manager: CertPair
     scheduler: CertPair
     kwok: CertPair
+    provisioner: CertPair
     sa_key: Path
     sa_pub: Path
 
@@ -188,6 +191,8 @@ def write_cluster_pki(directory: Path, *, service_ip: str) -> ClusterPki:
         "controller-manager": ("system:kube-controller-manager", None),
         "scheduler": ("system:kube-scheduler", None),
         "kwok": ("kwok", "system:masters"),
+        # Bound to system:persistent-volume-provisioner by the cluster (config.provisioner_binding_manifest).
+        "volume-provisioner": (PROVISIONER_USER, None),
     }
     made = {
         name: pair(name, *make_leaf(ca_cert, ca_key, common_name=cn, org=org, client=True))
@@ -208,6 +213,7 @@ def write_cluster_pki(directory: Path, *, service_ip: str) -> ClusterPki:
         controller_manager=made["controller-manager"],
         scheduler=made["scheduler"],
         kwok=made["kwok"],
+        provisioner=made["volume-provisioner"],
         sa_key=sa_key,
         sa_pub=sa_pub,
     )

@@ -1,4 +1,5 @@
-"""One local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok.
+"""One local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, and the
+host-side volume provisioner.
 
 Owns: the cluster directory (`<cache>/clusters/<name>/`: pki, kubeconfigs, data, logs, `state.json`), port and
 pod-CIDR allocation, start-up order with readiness bounds, and `down` (stops exactly the PIDs recorded in
@@ -7,6 +8,9 @@ lock and skips every port and CIDR recorded by other live clusters.
 
 Failure modes: `BuildError` (binaries), `ComponentError` (a component exits or is not ready in time; names the
 component, its log and the log's last lines), `ClusterError` (name taken, unknown cluster).
+
+Simulation helpers for tests (`cordon_node`, `taint_node`, `set_node_ready`, `volume_path`) change what the
+fake nodes and volumes report; docs/devcluster.md describes each simulated behaviour and its knobs.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -28,18 +32,25 @@ from agent_sandbox.devcluster import processes
 from agent_sandbox.devcluster.binaries import KUBERNETES_VERSION, Binaries, cache_root, ensure_binaries
 from agent_sandbox.devcluster.certs import write_cluster_pki
 from agent_sandbox.devcluster.config import (
+    HOST_PATH_ANNOTATION,
+    NOT_READY_LABEL,
     SERVICE_CIDR,
     SERVICE_IP,
     ClusterConfig,
     kubeconfig_yaml,
     kwok_stages_yaml,
     node_manifest,
+    provisioner_binding_manifest,
     scheduler_config_yaml,
+    storage_class_manifests,
 )
 from agent_sandbox.devcluster.processes import ComponentError, Started, component_error
 from agent_sandbox.devcluster.rest import AdminRest, probe_http
+from agent_sandbox.devcluster.simulation import ready_status, with_taint, without_taint
 
 _PORT_NAMES = ("etcd_client", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kwok")
+PROVISIONER = "volume-provisioner"
+_PROVISIONER_MODULE = "agent_sandbox.devcluster.provisioner"
 
 
 class ClusterError(RuntimeError):
@@ -87,6 +98,8 @@ class ClusterState:
     processes: list[dict[str, Any]] = field(default_factory=list)
     extra_ports: dict[str, int] = field(default_factory=dict)
     started_at: float = 0.0
+    # The ClusterConfig the cluster was started with (knobs tests read back, e.g. the grace-period cap).
+    config: dict[str, Any] = field(default_factory=dict)
 
     @property
     def started(self) -> list[Started]:
@@ -135,6 +148,17 @@ class DevCluster:
         if check and out.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args)} failed ({out.returncode}): {out.stderr.strip()}")
         return out
+
+    @property
+    def config(self) -> ClusterConfig:
+        """The configuration this cluster was started with (defaults for knobs an older state lacks)."""
+        known = {f.name for f in fields(ClusterConfig)}
+        return ClusterConfig(**{k: v for k, v in self.state.config.items() if k in known})
+
+    @property
+    def volumes(self) -> Path:
+        """Directory holding one sub-directory per provisioned PersistentVolume."""
+        return self.directory / "volumes"
 
     def admin(self) -> AdminRest:
         pki = self.directory / "pki"
@@ -218,13 +242,16 @@ class DevCluster:
                 server=server,
                 nodes=[f"kwok-node-{i}" for i in range(config.nodes)],
                 started_at=time.time(),
+                config=asdict(config),
             )
             cluster = cls(state)
             cluster._save()
             return cluster
 
-    def _spawn(self, name: str, argv: Sequence[str]) -> Started:
-        started = processes.spawn(name, argv, log=self.logs / f"{name}.log", cwd=self.directory)
+    def _spawn(self, name: str, argv: Sequence[str], *, identity: str | None = None) -> Started:
+        started = processes.spawn(
+            name, argv, log=self.logs / f"{name}.log", cwd=self.directory, identity=identity
+        )
         self.state.processes.append(
             {"name": started.name, "pid": started.pid, "exe": started.exe, "log": str(started.log)}
         )
@@ -249,6 +276,7 @@ class DevCluster:
             ("controller-manager", pki.controller_manager),
             ("scheduler", pki.scheduler),
             ("kwok", pki.kwok),
+            (PROVISIONER, pki.provisioner),
         ):
             path = d / ("kubeconfig" if user == "admin" else f"{user}.kubeconfig")
             path.write_text(
@@ -313,6 +341,21 @@ class DevCluster:
                 "--v=1",
             ],
         )
+        # Started now so its Python start-up overlaps the apiserver's; it retries until the API (and its
+        # RBAC binding, created below) answer.
+        provisioner_ready = d / "volume-provisioner.ready"
+        provisioner = self._spawn(
+            PROVISIONER,
+            [
+                sys.executable,
+                "-m",
+                _PROVISIONER_MODULE,
+                f"--kubeconfig={d / 'volume-provisioner.kubeconfig'}",
+                f"--root={self.volumes}",
+                f"--ready-file={provisioner_ready}",
+            ],
+            identity=_PROVISIONER_MODULE,
+        )
         admin = self.admin()
         self._wait(
             apiserver,
@@ -320,6 +363,7 @@ class DevCluster:
             lambda: admin.request("GET", "/readyz", timeout=3)[0] == 200,
             cfg.ready_timeout,
         )
+        self._create_storage(cfg)
 
         say(f"[{self.name}] starting kube-controller-manager, kube-scheduler, kwok")
         kcm_kc = d / "controller-manager.kubeconfig"
@@ -387,12 +431,24 @@ class DevCluster:
         )
         self._create_nodes(cfg)
         self._wait(kwok, f"managing {cfg.nodes} Ready node(s)", self._nodes_ready, cfg.ready_timeout)
+        self._wait(provisioner, "watching volumes", provisioner_ready.exists, cfg.ready_timeout)
         self._wait(
             kcm,
             "creating the default ServiceAccount",
             lambda: admin.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
             cfg.ready_timeout,
         )
+
+    def _create_storage(self, cfg: ClusterConfig) -> None:
+        """StorageClasses and the provisioner's RBAC, before the PV controller and scheduler start."""
+        admin = self.admin()
+        for path, obj in (
+            *(("/apis/storage.k8s.io/v1/storageclasses", sc) for sc in storage_class_manifests(cfg)),
+            ("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", provisioner_binding_manifest()),
+        ):
+            status, body = admin.request("POST", path, obj)
+            if status not in (201, 409):
+                raise ComponentError(f"creating {path} failed: HTTP {status}: {body}")
 
     def _create_nodes(self, cfg: ClusterConfig) -> None:
         admin = self.admin()
@@ -430,6 +486,107 @@ class DevCluster:
             self.state.extra_ports[name] = port
             self._save()
         return port
+
+    # -- simulations (docs/devcluster.md) -----------------------------------------------------------------
+    def _update_node(self, name: str, change: Callable[[dict[str, Any]], dict[str, Any] | None]) -> Any:
+        """Merge-patch node `name` with `change(node)` under optimistic concurrency (conflicts are retried).
+
+        `change` returns the patch (None: nothing to do); the node's resourceVersion guards it, so a
+        concurrent writer (the node lifecycle controller adds taints too) is never overwritten.
+        """
+        admin = self.admin()
+        path = f"/api/v1/nodes/{name}"
+        for _ in range(50):
+            status, node = admin.request("GET", path)
+            if status != 200:
+                raise ClusterError(f"node {name!r}: HTTP {status}: {node}")
+            patch = change(node)
+            if patch is None:
+                return node
+            patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"]["resourceVersion"]
+            status, body = admin.request("PATCH", path, patch)
+            if status == 200:
+                return body
+            if status != 409:
+                raise ClusterError(f"patching node {name!r} failed: HTTP {status}: {body}")
+        raise ClusterError(f"node {name!r} kept changing; gave up after 50 conflicts")
+
+    def add_node(self, name: str, *, timeout: float = 30.0) -> None:
+        """Create one more kwok-managed node (capacity from the cluster's config) and wait until it is Ready.
+
+        Not recorded in the state (`dev down` needs nothing: the node lives in etcd). Remove it with
+        `delete_node`.
+        """
+        status, body = self.admin().request("POST", "/api/v1/nodes", node_manifest(name, self.config))
+        if status != 201:
+            raise ClusterError(f"creating node {name!r} failed: HTTP {status}: {body}")
+        self._wait_ready(name, "True", timeout)
+
+    def delete_node(self, name: str) -> None:
+        """Delete a node (e.g. one made by `add_node`); pods bound to it are left to the pod GC."""
+        status, body = self.admin().request("DELETE", f"/api/v1/nodes/{name}")
+        if status not in (200, 404):
+            raise ClusterError(f"deleting node {name!r} failed: HTTP {status}: {body}")
+
+    def _wait_ready(self, name: str, want: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status, node = self.admin().request("GET", f"/api/v1/nodes/{name}")
+            if status == 200 and ready_status(node) == want:
+                return
+            time.sleep(0.1)
+        raise ClusterError(f"node {name!r} did not report Ready={want} within {timeout:.0f}s")
+
+    def cordon_node(self, name: str, cordoned: bool = True) -> None:
+        """Mark the node unschedulable (`kubectl cordon`) or schedulable again (`cordoned=False`)."""
+        self._update_node(name, lambda _: {"spec": {"unschedulable": True if cordoned else None}})
+
+    def taint_node(self, name: str, key: str, value: str = "", effect: str = "NoSchedule") -> None:
+        """Add (or replace) the taint key=value:effect on the node."""
+        self._update_node(
+            name,
+            lambda node: {
+                "spec": {"taints": with_taint(node.get("spec", {}).get("taints") or [], key, value, effect)}
+            },
+        )
+
+    def untaint_node(self, name: str, key: str, effect: str | None = None) -> None:
+        """Remove the node's taints with `key` (only those with `effect`, when given)."""
+
+        def change(node: dict[str, Any]) -> dict[str, Any] | None:
+            taints = node.get("spec", {}).get("taints") or []
+            kept = without_taint(taints, key, effect)
+            return None if len(kept) == len(taints) else {"spec": {"taints": kept or None}}
+
+        self._update_node(name, change)
+
+    def set_node_ready(self, name: str, ready: bool, *, wait: bool = True, timeout: float = 30.0) -> None:
+        """Simulate a node failure (`ready=False`) or recovery; waits until the Ready condition agrees.
+
+        NotReady is the node label `devcluster.agents.x-k8s.io/not-ready`: kwok's heartbeat skips labelled
+        nodes and a stage writes Ready=False, so it sticks until `set_node_ready(name, True)`.
+        """
+        self._update_node(
+            name, lambda _: {"metadata": {"labels": {NOT_READY_LABEL: None if ready else "true"}}}
+        )
+        if wait:
+            self._wait_ready(name, "True" if ready else "False", timeout)
+
+    def volume_path(self, namespace: str, claim: str) -> Path | None:
+        """Host directory backing the PVC `namespace/claim`, None while it is unbound."""
+        admin = self.admin()
+        status, pvc = admin.request("GET", f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{claim}")
+        volume = pvc.get("spec", {}).get("volumeName") if status == 200 else None
+        if not volume:
+            return None
+        status, pv = admin.request("GET", f"/api/v1/persistentvolumes/{volume}")
+        if status != 200:
+            return None
+        spec = pv.get("spec", {})
+        raw = (pv["metadata"].get("annotations") or {}).get(HOST_PATH_ANNOTATION) or (
+            spec.get("hostPath") or spec.get("local") or {}
+        ).get("path")
+        return Path(raw) if raw else None
 
     def down(self, *, quiet: bool = False, keep_logs: bool = False) -> None:
         """Stop every recorded process (reverse start order) and remove the cluster directory.

@@ -18,6 +18,20 @@ SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"
 NODE_ANNOTATION = "kwok.x-k8s.io/node"
 
+# Knobs of the simulated behaviours (docs/devcluster.md). The kwok stages in stages/ spell the same names.
+SIM_PREFIX = "devcluster.agents.x-k8s.io/"
+EXIT_CODE_ANNOTATION = SIM_PREFIX + "exit-code"
+EXIT_AFTER_ANNOTATION = SIM_PREFIX + "exit-after"
+TERMINATE_AT_ANNOTATION = SIM_PREFIX + "terminate-at"
+NOT_READY_LABEL = SIM_PREFIX + "not-ready"
+HOST_PATH_ANNOTATION = SIM_PREFIX + "host-path"
+
+# Storage: one provisioner name, two classes (docs/devcluster.md "Storage").
+PROVISIONER_NAME = "devcluster.agents.x-k8s.io/hostpath"
+STORAGE_CLASS_IMMEDIATE = "standard"
+STORAGE_CLASS_WFFC = "standard-wffc"
+PROVISIONER_USER = "agent-sandbox:volume-provisioner"
+
 
 @dataclass(frozen=True, slots=True)
 class ClusterConfig:
@@ -39,8 +53,14 @@ class ClusterConfig:
     kwok_burst: int = 1000
     # Bound for each component to become ready, in seconds.
     ready_timeout: float = 90.0
-    # Time kwok keeps a deleted pod Terminating before removing it (the pod's grace period caps it).
-    pod_delete_delay_ms: int = 1000
+    # A deleted pod stays Terminating for min(its grace period, this cap) before its containers stop.
+    pod_grace_period_cap_ms: int = 1000
+    # Delay before a pod marked to exit (exit-code annotation or `exit N` command) completes, unless the pod's
+    # exit-after annotation says otherwise.
+    pod_exit_delay_ms: int = 1000
+    # Which of the two StorageClasses ("standard": Immediate, "standard-wffc": WaitForFirstConsumer) is the
+    # cluster default.
+    default_storage_class: str = STORAGE_CLASS_IMMEDIATE
 
 
 def kubeconfig_yaml(*, name: str, server: str, ca: Path, cert: Path, key: Path, user: str) -> str:
@@ -72,19 +92,76 @@ def scheduler_config_yaml(kubeconfig: Path, cfg: ClusterConfig) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
+def stage_placeholders(cfg: ClusterConfig) -> dict[str, str]:
+    """`@@NAME@@` markers in stages/*.yaml and the ClusterConfig values that replace them."""
+    return {
+        "POD_GRACE_PERIOD_CAP_MS": str(int(cfg.pod_grace_period_cap_ms)),
+        "POD_EXIT_DELAY_MS": str(int(cfg.pod_exit_delay_ms)),
+    }
+
+
 def kwok_stages_yaml(cfg: ClusterConfig) -> str:
-    """The kwok Stage documents the dev cluster runs (see docs/devcluster.md for each behaviour)."""
+    """The kwok Stage documents the dev cluster runs (see docs/devcluster.md for each behaviour).
+
+    Raises:
+        ValueError: a stage file holds a `@@NAME@@` marker that no knob fills (a typo in a stage).
+    """
+    if cfg.pod_grace_period_cap_ms < 0 or cfg.pod_exit_delay_ms < 0:
+        raise ValueError("pod_grace_period_cap_ms and pod_exit_delay_ms must be >= 0")
     docs: list[str] = []
+    values = stage_placeholders(cfg)
     stage_dir = resources.files("agent_sandbox.devcluster") / "stages"
     for entry in sorted(stage_dir.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".yaml"):
             text = entry.read_text()
-            if entry.name == "pod-delete.yaml":
-                text = text.replace(
-                    "durationMilliseconds: 1000", f"durationMilliseconds: {cfg.pod_delete_delay_ms}"
-                )
+            for key, value in values.items():
+                text = text.replace(f"@@{key}@@", value)
+            if "@@" in text:
+                raise ValueError(f"stage {entry.name} has an unknown @@ placeholder")
             docs.append(text.strip())
     return "\n---\n".join(docs) + "\n"
+
+
+def storage_class_manifests(cfg: ClusterConfig) -> list[dict[str, object]]:
+    """The two StorageClasses served by the host-side provisioner; `cfg.default_storage_class` is default."""
+    if cfg.default_storage_class not in (STORAGE_CLASS_IMMEDIATE, STORAGE_CLASS_WFFC):
+        raise ValueError(
+            f"default_storage_class must be {STORAGE_CLASS_IMMEDIATE!r} or {STORAGE_CLASS_WFFC!r}, "
+            f"not {cfg.default_storage_class!r}"
+        )
+    out: list[dict[str, object]] = []
+    for name, mode in ((STORAGE_CLASS_IMMEDIATE, "Immediate"), (STORAGE_CLASS_WFFC, "WaitForFirstConsumer")):
+        default = "true" if name == cfg.default_storage_class else "false"
+        out.append(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {
+                    "name": name,
+                    "annotations": {"storageclass.kubernetes.io/is-default-class": default},
+                },
+                "provisioner": PROVISIONER_NAME,
+                "reclaimPolicy": "Delete",
+                "volumeBindingMode": mode,
+                "allowVolumeExpansion": False,
+            }
+        )
+    return out
+
+
+def provisioner_binding_manifest() -> dict[str, object]:
+    """Bind the provisioner's client identity to Kubernetes' built-in provisioner role (least privilege)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "agent-sandbox:volume-provisioner"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "system:persistent-volume-provisioner",
+        },
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": PROVISIONER_USER}],
+    }
 
 
 def node_manifest(name: str, cfg: ClusterConfig) -> dict[str, object]:

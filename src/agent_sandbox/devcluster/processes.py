@@ -60,8 +60,13 @@ def spawn(
     log: Path,
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
+    identity: str | None = None,
 ) -> Started:
-    """Start `argv` detached (own session) with stdout+stderr appended to `log`."""
+    """Start `argv` detached (own session) with stdout+stderr appended to `log`.
+
+    `identity` is the argv word that recognises the process later (default argv[0]); pass the module name
+    for `python -m module` so a recycled PID running another Python program is not taken for ours.
+    """
     base = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
     if env:
         base.update(env)
@@ -77,7 +82,7 @@ def spawn(
             start_new_session=True,
         )
     _await_exec(proc.pid)
-    return Started(name=name, pid=proc.pid, exe=str(argv[0]), log=log)
+    return Started(name=name, pid=proc.pid, exe=identity or str(argv[0]), log=log)
 
 
 def _await_exec(pid: int, bound: float = 2.0) -> None:
@@ -104,8 +109,9 @@ def is_ours(pid: int, exe: str) -> bool:
     if stat.rpartition(")")[2].split()[0] == "Z":
         return False
     args = raw.split(b"\0")
-    # Scripts run through an interpreter show it as argv[0] and themselves as argv[1].
-    return exe.encode() in args[:2]
+    # Scripts run through an interpreter show it as argv[0] and themselves as argv[1]; `python -m module`
+    # shows the module as argv[2].
+    return exe.encode() in args[:3]
 
 
 def _reap(pid: int) -> None:

@@ -169,6 +169,7 @@ def test_down_leaves_no_process_and_no_data_dir() -> None:
         "kube-controller-manager",
         "kube-scheduler",
         "kwok",
+        "volume-provisioner",
     }
     assert all(is_ours(s.pid, s.exe) for s in started)
     cluster.down()

@@ -50,13 +50,13 @@ def test_scheduler_config_carries_client_qps_and_disables_leader_election(tmp_pa
 
 
 def test_kwok_stages_are_valid_yaml_and_pod_delete_honours_finalizers() -> None:
-    docs = list(yaml.safe_load_all(kwok_stages_yaml(ClusterConfig(pod_delete_delay_ms=250))))
+    docs = list(yaml.safe_load_all(kwok_stages_yaml(ClusterConfig(pod_grace_period_cap_ms=250))))
     names = {d["metadata"]["name"] for d in docs}
     assert {"node-initialize", "pod-ready", "pod-delete"} <= names
     delete = next(d for d in docs if d["metadata"]["name"] == "pod-delete")
     keys = {e["key"]: e["operator"] for e in delete["spec"]["selector"]["matchExpressions"]}
     assert keys[".metadata.finalizers"] == "DoesNotExist"
-    assert delete["spec"]["delay"]["durationMilliseconds"] == 250
+    assert "finalizers" not in delete["spec"]["next"]
 
 
 def test_node_manifest_is_managed_by_kwok_and_reports_capacity() -> None:

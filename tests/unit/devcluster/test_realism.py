@@ -1,0 +1,315 @@
+"""Pure parts of the dev cluster's realism: stage rendering, storage classes, provisioner decisions, taints."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agent_sandbox.devcluster.cluster import ClusterState, DevCluster
+from agent_sandbox.devcluster.config import (
+    EXIT_AFTER_ANNOTATION,
+    EXIT_CODE_ANNOTATION,
+    HOST_PATH_ANNOTATION,
+    NOT_READY_LABEL,
+    PROVISIONER_NAME,
+    PROVISIONER_USER,
+    STORAGE_CLASS_IMMEDIATE,
+    STORAGE_CLASS_WFFC,
+    TERMINATE_AT_ANNOTATION,
+    ClusterConfig,
+    kwok_stages_yaml,
+    provisioner_binding_manifest,
+    storage_class_manifests,
+)
+from agent_sandbox.devcluster.provisioner import (
+    PROVISIONED_BY_ANNOTATION,
+    SELECTED_NODE_ANNOTATION,
+    backing_dir,
+    pv_manifest,
+    should_delete,
+    should_provision,
+)
+from agent_sandbox.devcluster.simulation import ready_status, with_taint, without_taint
+
+pytestmark = pytest.mark.unit
+
+
+def _stages(cfg: ClusterConfig | None = None) -> dict[str, Any]:
+    return {d["metadata"]["name"]: d for d in yaml.safe_load_all(kwok_stages_yaml(cfg or ClusterConfig()))}
+
+
+def _selector(stage: dict[str, Any]) -> dict[str, str]:
+    return {e["key"]: e["operator"] for e in stage["spec"]["selector"]["matchExpressions"]}
+
+
+# -- kwok stages --------------------------------------------------------------------------------------------
+def test_stage_knobs_are_filled_from_the_config() -> None:
+    text = kwok_stages_yaml(ClusterConfig(pod_grace_period_cap_ms=4321, pod_exit_delay_ms=765))
+    assert "@@" not in text
+    stages = _stages(ClusterConfig(pod_grace_period_cap_ms=4321, pod_exit_delay_ms=765))
+    assert stages["pod-exit"]["spec"]["delay"]["durationMilliseconds"] == 765
+    terminating = stages["pod-terminating"]["spec"]["steps"][0]["patch"]
+    assert terminating["root"] == "metadata"
+    assert "min (mul $grace 1000) 4321" in terminating["template"]
+
+
+@pytest.mark.parametrize("field", ["pod_grace_period_cap_ms", "pod_exit_delay_ms"])
+def test_negative_delays_are_rejected(field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        kwok_stages_yaml(ClusterConfig(**{field: -1}))  # type: ignore[arg-type]
+
+
+def test_graceful_deletion_is_three_stages_that_never_touch_finalizers() -> None:
+    stages = _stages()
+    terminating, terminated, delete = (stages[n] for n in ("pod-terminating", "pod-terminated", "pod-delete"))
+    ann = f'.metadata.annotations["{TERMINATE_AT_ANNOTATION}"]'
+    # Each step needs the previous one's result, so a deleted pod goes through them in order.
+    assert _selector(terminating)[ann] == "DoesNotExist"
+    assert _selector(terminated)[ann] == "Exists"
+    assert _selector(delete)[ann] == "Exists"
+    assert terminated["spec"]["delay"]["durationFrom"]["expressionFrom"] == ann
+    assert _selector(delete)[".metadata.finalizers"] == "DoesNotExist"
+    for stage in (terminating, terminated, delete):
+        text = yaml.safe_dump(stage)
+        assert "finalizers:" not in text.replace(".metadata.finalizers", "")
+        assert "empty" not in text
+
+
+def test_pod_exit_stage_reads_the_documented_annotations() -> None:
+    stage = _stages()["pod-exit"]
+    keys = list(_selector(stage))
+    assert any(EXIT_CODE_ANNOTATION in k for k in keys)
+    assert stage["spec"]["delay"]["durationFrom"]["expressionFrom"] == (
+        f'.metadata.annotations["{EXIT_AFTER_ANNOTATION}"]'
+    )
+    assert EXIT_CODE_ANNOTATION in stage["spec"]["next"]["statusTemplate"]
+
+
+def test_heartbeat_and_initialize_skip_nodes_simulated_not_ready() -> None:
+    stages = _stages()
+    label = f'.metadata.labels["{NOT_READY_LABEL}"]'
+    assert _selector(stages["node-initialize"])[label] == "DoesNotExist"
+    assert _selector(stages["node-heartbeat-with-lease"])[label] == "DoesNotExist"
+    not_ready = stages["node-not-ready"]
+    assert _selector(not_ready)[label] == "Exists"
+    assert 'status: "False"' in not_ready["spec"]["next"]["statusTemplate"]
+
+
+# -- storage classes and RBAC -------------------------------------------------------------------------------
+@pytest.mark.parametrize("default", [STORAGE_CLASS_IMMEDIATE, STORAGE_CLASS_WFFC])
+def test_exactly_one_storage_class_is_default(default: str) -> None:
+    classes = storage_class_manifests(ClusterConfig(default_storage_class=default))
+    modes = {c["metadata"]["name"]: c["volumeBindingMode"] for c in classes}  # type: ignore[index]
+    assert modes == {STORAGE_CLASS_IMMEDIATE: "Immediate", STORAGE_CLASS_WFFC: "WaitForFirstConsumer"}
+    defaults = [
+        c["metadata"]["name"]  # type: ignore[index]
+        for c in classes
+        if c["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"] == "true"  # type: ignore[index]
+    ]
+    assert defaults == [default]
+    assert {c["provisioner"] for c in classes} == {PROVISIONER_NAME}
+
+
+def test_unknown_default_storage_class_is_rejected() -> None:
+    with pytest.raises(ValueError, match="default_storage_class"):
+        storage_class_manifests(ClusterConfig(default_storage_class="fast"))
+
+
+def test_provisioner_identity_gets_the_builtin_provisioner_role() -> None:
+    binding = provisioner_binding_manifest()
+    assert binding["roleRef"]["name"] == "system:persistent-volume-provisioner"  # type: ignore[index]
+    assert binding["subjects"] == [  # type: ignore[comparison-overlap]
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": PROVISIONER_USER}
+    ]
+
+
+# -- provisioner decisions ----------------------------------------------------------------------------------
+def _class(mode: str = "Immediate", provisioner: str = PROVISIONER_NAME, **extra: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "sc"},
+        "provisioner": provisioner,
+        "volumeBindingMode": mode,
+        "reclaimPolicy": "Delete",
+        **extra,
+    }
+
+
+def _claim(annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    ann = {"volume.kubernetes.io/storage-provisioner": PROVISIONER_NAME, **(annotations or {})}
+    return {
+        "metadata": {"name": "data", "namespace": "ns", "uid": "u-1", "annotations": ann},
+        "spec": {
+            "storageClassName": "sc",
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "2Gi"}},
+            **spec,
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("claim", "storage_class", "expected"),
+    [
+        (_claim(), _class(), True),
+        (_claim(), None, False),
+        (_claim(), _class(provisioner="other.example/p"), False),
+        # Not yet handed to us by the PV controller (it may still bind a pre-existing PV).
+        ({**_claim(), "metadata": {**_claim()["metadata"], "annotations": {}}}, _class(), False),
+        (_claim(volumeName="pv-1"), _class(), False),
+        (_claim(selector={"matchLabels": {"a": "b"}}), _class(), False),
+        ({**_claim(), "status": {"phase": "Bound"}}, _class(), False),
+        ({**_claim(), "metadata": {**_claim()["metadata"], "deletionTimestamp": "t"}}, _class(), False),
+        (_claim(), _class("WaitForFirstConsumer"), False),
+        (_claim({SELECTED_NODE_ANNOTATION: "n1"}), _class("WaitForFirstConsumer"), True),
+    ],
+)
+def test_should_provision(
+    claim: dict[str, Any], storage_class: dict[str, Any] | None, expected: bool
+) -> None:
+    assert should_provision(claim, storage_class, PROVISIONER_NAME) is expected
+
+
+def test_immediate_claims_get_a_host_path_volume_usable_from_any_node(tmp_path: Path) -> None:
+    pv = pv_manifest(_claim(), _class(mountOptions=["noatime"]), tmp_path, PROVISIONER_NAME)
+    spec = pv["spec"]
+    assert pv["metadata"]["name"] == "pvc-u-1"
+    assert pv["metadata"]["annotations"] == {
+        PROVISIONED_BY_ANNOTATION: PROVISIONER_NAME,
+        HOST_PATH_ANNOTATION: str(tmp_path / "pvc-u-1"),
+    }
+    assert spec["hostPath"] == {"path": str(tmp_path / "pvc-u-1"), "type": "DirectoryOrCreate"}
+    assert "nodeAffinity" not in spec
+    assert spec["claimRef"] == {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "namespace": "ns",
+        "name": "data",
+        "uid": "u-1",
+    }
+    assert spec["capacity"] == {"storage": "2Gi"}
+    assert spec["accessModes"] == ["ReadWriteOnce"]
+    assert spec["persistentVolumeReclaimPolicy"] == "Delete"
+    assert spec["storageClassName"] == "sc"
+    assert spec["mountOptions"] == ["noatime"]
+
+
+def test_wait_for_first_consumer_claims_get_a_local_volume_pinned_to_the_selected_node(
+    tmp_path: Path,
+) -> None:
+    claim = _claim({SELECTED_NODE_ANNOTATION: "kwok-node-1"})
+    spec = pv_manifest(claim, _class("WaitForFirstConsumer", reclaimPolicy="Retain"), tmp_path, "p")["spec"]
+    assert spec["local"] == {"path": str(tmp_path / "pvc-u-1")}
+    assert "hostPath" not in spec
+    term = spec["nodeAffinity"]["required"]["nodeSelectorTerms"][0]
+    assert term == {
+        "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["kwok-node-1"]}]
+    }
+    assert spec["persistentVolumeReclaimPolicy"] == "Retain"
+
+
+def _pv(phase: str, policy: str = "Delete", by: str = PROVISIONER_NAME, **meta: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "pvc-1", "annotations": {PROVISIONED_BY_ANNOTATION: by}, **meta},
+        "spec": {"persistentVolumeReclaimPolicy": policy, "hostPath": {"path": "/x/pvc-1"}},
+        "status": {"phase": phase},
+    }
+
+
+@pytest.mark.parametrize(
+    ("pv", "expected"),
+    [
+        (_pv("Released"), True),
+        (_pv("Bound"), False),
+        (_pv("Available"), False),
+        (_pv("Released", policy="Retain"), False),
+        (_pv("Released", by="someone.else/p"), False),
+        (_pv("Released", deletionTimestamp="t"), False),
+    ],
+)
+def test_should_delete(pv: dict[str, Any], expected: bool) -> None:
+    assert should_delete(pv, PROVISIONER_NAME) is expected
+
+
+@pytest.mark.parametrize(
+    ("path", "inside"),
+    [
+        ("{root}/pvc-1", True),
+        ("{root}/../pvc-1", False),
+        ("/etc", False),
+        ("{root}", False),
+        ("{root}/a/b", False),
+    ],
+)
+def test_backing_dir_only_returns_direct_children_of_the_root(
+    tmp_path: Path, path: str, inside: bool
+) -> None:
+    pv = {"spec": {"local": {"path": path.format(root=tmp_path)}}}
+    got = backing_dir(pv, tmp_path)
+    assert (got is not None) is inside
+    if inside:
+        assert got == tmp_path / "pvc-1"
+
+
+def test_backing_dir_of_a_volume_without_a_path_is_none(tmp_path: Path) -> None:
+    assert backing_dir({"spec": {"nfs": {"server": "x"}}}, tmp_path) is None
+
+
+# -- node simulations ---------------------------------------------------------------------------------------
+def test_with_taint_replaces_the_same_key_and_effect_only() -> None:
+    taints = [{"key": "a", "effect": "NoSchedule", "value": "1"}, {"key": "a", "effect": "NoExecute"}]
+    got = with_taint(taints, "a", "2", "NoSchedule")
+    assert got == [{"key": "a", "effect": "NoExecute"}, {"key": "a", "value": "2", "effect": "NoSchedule"}]
+    assert with_taint([], "b") == [{"key": "b", "effect": "NoSchedule"}]
+
+
+@pytest.mark.parametrize(("key", "effect"), [("", "NoSchedule"), ("k", "Sometimes")])
+def test_with_taint_rejects_bad_taints(key: str, effect: str) -> None:
+    with pytest.raises(ValueError, match="taint"):
+        with_taint([], key, effect=effect)
+
+
+def test_without_taint_filters_by_key_and_optionally_effect() -> None:
+    taints = [
+        {"key": "a", "effect": "NoSchedule"},
+        {"key": "a", "effect": "NoExecute"},
+        {"key": "b", "effect": "NoSchedule"},
+    ]
+    assert without_taint(taints, "a") == [{"key": "b", "effect": "NoSchedule"}]
+    assert without_taint(taints, "a", "NoExecute") == [taints[0], taints[2]]
+
+
+def test_ready_status_reads_the_ready_condition() -> None:
+    node = {
+        "status": {
+            "conditions": [
+                {"type": "MemoryPressure", "status": "False"},
+                {"type": "Ready", "status": "Unknown"},
+            ]
+        }
+    }
+    assert ready_status(node) == "Unknown"
+    assert ready_status({"status": {}}) is None
+
+
+def test_cluster_state_remembers_its_config(tmp_path: Path) -> None:
+    cfg = ClusterConfig(name="x", pod_grace_period_cap_ms=1234, default_storage_class=STORAGE_CLASS_WFFC)
+    state = ClusterState(
+        name="x",
+        directory=str(tmp_path),
+        binaries=str(tmp_path),
+        ports={},
+        pod_cidr="127.10.0.0/16",
+        kubeconfig=str(tmp_path / "kc"),
+        server="https://127.0.0.1:1",
+        nodes=[],
+        config=asdict(cfg),
+    )
+    assert DevCluster(state).config == cfg
+    # A state written before a knob existed (or with one since removed) still loads.
+    state.config = {"name": "x", "gone_knob": 1}
+    assert DevCluster(state).config == ClusterConfig(name="x")
