@@ -1,0 +1,267 @@
+"""SandboxWarmPool decisions (controllers spec §3.3-§3.5, §3.8-§3.9): snapshot in, plan out, no I/O.
+
+`decide(snapshot, now, config)` classifies the listed members (§3.4: terminating, pending deletion,
+foreign, stale, relabel, adopt, active), applies the readiness grace (§3.5: keep young, hold
+unschedulable, replace stuck), computes the status (§3.9) and the intents toward `spec.replicas`:
+create `min(desired - total, batch)` members, or delete the `min(current - desired, batch)` least
+valuable ones (not-Ready first, then newest).
+
+The plan assumes every clean-up action it asks for succeeds (a failed one is reported as an error by
+the executor and the pass is retried with backoff, without a status write). The admission gates that
+depend on in-memory state shared between passes - replenish hold, refill tokens, expectations - are
+applied by the reconciler at execution time, because they must be atomic with the writes they guard.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agent_sandbox.api import constants as c
+from agent_sandbox.kube import Object
+
+from ..extensions_common import blueprint_hash, effective_update_strategy, pod_template_hash
+from .config import GRACE_REQUEUE_SLACK, WarmPoolConfig
+from .members import (
+    StalenessChecker,
+    build_member,
+    creation_time,
+    is_ready,
+    pod_name,
+    pod_unschedulable,
+)
+
+__all__ = [
+    "CreateMembers",
+    "DeleteMember",
+    "PoolPlan",
+    "PoolSnapshot",
+    "UpdateMember",
+    "decide",
+    "pool_status",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSnapshot:
+    """What one pass observed (all from the informer cache plus the expectations record).
+
+    Attributes:
+        pool: the SandboxWarmPool.
+        members: Sandboxes in the pool's namespace carrying its `warm-pool-sandbox` label.
+        template: the referenced SandboxTemplate, None when it could not be read.
+        template_missing: the template does not exist (not an error: nothing is created or judged stale).
+        template_error: any other failure reading it (reported as an error of the pass).
+        pods: backing Pods of the not-Ready members, by Pod name (absent: not in the cache).
+        pending_deletions: UIDs of members this controller deleted whose deletion is not yet observed.
+    """
+
+    pool: Object
+    members: tuple[Object, ...]
+    template: Object | None
+    template_missing: bool = False
+    template_error: str | None = None
+    pods: Mapping[str, Object] = field(default_factory=dict)
+    pending_deletions: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteMember:
+    """Delete one member; `owned` members get a deletion expectation (orphans do not, §3.4 step 4)."""
+
+    name: str
+    uid: str
+    resource_version: str
+    owned: bool
+    reason: Literal["stale", "stuck", "excess"]
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateMember:
+    """Full update of a member: add `launch-type=warm`, or adopt an orphan (controller reference)."""
+
+    body: Object
+    reason: Literal["launch-type", "adopt"]
+
+
+@dataclass(frozen=True, slots=True)
+class CreateMembers:
+    """Create up to `want` copies of `body` (subject to the hold, refill tokens and expectations)."""
+
+    want: int
+    body: Object
+
+
+@dataclass(frozen=True, slots=True)
+class PoolPlan:
+    """One pass's intents and the counts that the gates and the status need."""
+
+    desired: int
+    current: int
+    terminating: int
+    unschedulable: int
+    status: dict[str, Any]
+    status_changed: bool
+    gc: tuple[DeleteMember, ...] = ()
+    updates: tuple[UpdateMember, ...] = ()
+    create: CreateMembers | None = None
+    excess: tuple[DeleteMember, ...] = ()
+    grace_requeue: float = 0.0
+    """Seconds until the earliest not-Ready member leaves its grace period, plus slack (0 = none)."""
+    template_ok: bool = False
+    """The template was read (creates and staleness checks were possible)."""
+    template_error: str | None = None
+
+    @property
+    def total(self) -> int:
+        """Live population: active plus terminating (creates are gated on this, §3.3 step 5)."""
+        return self.current + self.terminating
+
+
+def pool_status(pool: Object, active: list[Object]) -> dict[str, Any]:
+    """The four status fields of §3.3 step 6 (zero values included, so they are written)."""
+    return {
+        "replicas": len(active),
+        "readyReplicas": sum(1 for sb in active if is_ready(sb)),
+        "selector": c.warm_pool_selector(pool["metadata"]["name"]),
+        "observedGeneration": pool["metadata"].get("generation", 0),
+    }
+
+
+def _delete(sb: Object, *, owned: bool, reason: Literal["stale", "stuck", "excess"]) -> DeleteMember:
+    meta = sb["metadata"]
+    return DeleteMember(meta["name"], meta.get("uid", ""), meta.get("resourceVersion", ""), owned, reason)
+
+
+def _with_warm_label(sb: Object) -> Object:
+    body = copy.deepcopy(sb)
+    body["metadata"].setdefault("labels", {})[c.LABEL_LAUNCH_TYPE] = c.LAUNCH_TYPE_WARM
+    return body
+
+
+def _adopted(sb: Object, pool: Object) -> Object:
+    """The orphan with the pool as controller owner (other owner references kept) and `launch-type=warm`."""
+    body = _with_warm_label(sb)
+    meta = pool["metadata"]
+    refs = [r for r in body["metadata"].get("ownerReferences") or () if not r.get("controller")]
+    refs.append(
+        c.new_controller_ref(
+            api_version=c.EXTENSIONS_API_VERSION,
+            kind=c.KIND_SANDBOX_WARM_POOL,
+            name=meta["name"],
+            uid=meta["uid"],
+        )
+    )
+    body["metadata"]["ownerReferences"] = refs
+    return body
+
+
+def _excess(active: list[Object], count: int) -> tuple[DeleteMember, ...]:
+    # Newest first, then (stable) not-Ready before Ready: the least valuable members go first.
+    newest_first = sorted(
+        active, key=lambda sb: str(sb["metadata"].get("creationTimestamp", "")), reverse=True
+    )
+    ordered = sorted(newest_first, key=is_ready)
+    return tuple(_delete(sb, owned=True, reason="excess") for sb in ordered[:count])
+
+
+def decide(snap: PoolSnapshot, now: float, config: WarmPoolConfig) -> PoolPlan:
+    """The plan of one pass. `now` is wall-clock epoch seconds (member ages come from creationTimestamps)."""
+    pool = snap.pool
+    pool_uid = pool["metadata"].get("uid", "")
+    template_ok = snap.template is not None and not snap.template_missing and snap.template_error is None
+    checker: StalenessChecker | None = None
+    bp_hash = ""
+    if template_ok:
+        assert snap.template is not None
+        bp_hash = blueprint_hash(snap.template.get("spec") or {})
+        checker = StalenessChecker(snap.template, bp_hash)
+    recreate = effective_update_strategy(pool) == c.UpdateStrategyType.RECREATE
+
+    gc: list[DeleteMember] = []
+    updates: list[UpdateMember] = []
+    classified: list[Object] = []
+    terminating = 0
+    for sb in snap.members:
+        meta = sb["metadata"]
+        ref = c.controller_ref(meta)
+        orphan = ref is None
+        owned = ref is not None and bool(pool_uid) and ref.get("uid") == pool_uid
+        if meta.get("deletionTimestamp"):
+            terminating += owned
+            continue
+        if owned and meta.get("uid") in snap.pending_deletions:
+            terminating += 1  # deleted by us, the cache has not caught up
+            continue
+        if not orphan and not owned:
+            continue  # claimed or otherwise foreign: never touched
+        if checker is not None and (recreate or orphan) and checker.is_stale(sb, orphan=orphan):
+            gc.append(_delete(sb, owned=owned, reason="stale"))
+            terminating += owned  # orphans never counted against the target
+            continue
+        if orphan:
+            updates.append(UpdateMember(_adopted(sb, pool), "adopt"))
+        elif (meta.get("labels") or {}).get(c.LABEL_LAUNCH_TYPE) != c.LAUNCH_TYPE_WARM:
+            updates.append(UpdateMember(_with_warm_label(sb), "launch-type"))
+        classified.append(sb)
+
+    # Readiness grace (§3.5).
+    grace = config.readiness_grace_period
+    active: list[Object] = []
+    unschedulable = 0
+    grace_requeue = 0.0
+    for sb in classified:
+        created = creation_time(sb)
+        if is_ready(sb) or created is None:
+            active.append(sb)
+            continue
+        age = now - created
+        if age <= grace:
+            remaining = grace - age + GRACE_REQUEUE_SLACK
+            grace_requeue = remaining if grace_requeue == 0 else min(grace_requeue, remaining)
+            active.append(sb)
+        elif pod_unschedulable(snap.pods.get(pod_name(sb))):
+            unschedulable += 1  # a replacement would be just as unschedulable: hold it
+            active.append(sb)
+        else:
+            gc.append(_delete(sb, owned=True, reason="stuck"))
+            terminating += 1
+
+    desired_raw = (pool.get("spec") or {}).get("replicas")
+    desired = 1 if desired_raw is None else int(desired_raw)
+    current = len(active)
+    status = pool_status(pool, active)
+    old = pool.get("status") or {}
+    status_changed = any(old.get(k) != v for k, v in status.items())
+
+    create: CreateMembers | None = None
+    if template_ok and current + terminating < desired:
+        assert snap.template is not None
+        body = build_member(
+            pool,
+            snap.template,
+            pod_template_hash=pod_template_hash(snap.template.get("spec") or {}),
+            blueprint_hash=bp_hash,
+            enable_eviction=config.enable_eviction,
+        )
+        create = CreateMembers(min(desired - current - terminating, config.max_batch_size), body)
+    excess: tuple[DeleteMember, ...] = ()
+    if current > desired:
+        excess = _excess(active, min(current - desired, config.max_batch_size))
+    return PoolPlan(
+        desired=desired,
+        current=current,
+        terminating=terminating,
+        unschedulable=unschedulable,
+        status=status,
+        status_changed=status_changed,
+        gc=tuple(gc),
+        updates=tuple(updates),
+        create=create,
+        excess=excess,
+        grace_requeue=grace_requeue,
+        template_ok=template_ok,
+        template_error=snap.template_error,
+    )

@@ -1,0 +1,133 @@
+"""SandboxWarmPool writes (controllers spec §3.3-§3.6): one API call per member action.
+
+Owns the expectation bookkeeping that must surround each write (§3.6):
+
+* a deletion of a pool-owned member is recorded (`expect_deletion`) *before* the call, because the
+  delete event can arrive before the response, and rolled back (`deletion_observed`) at once when the
+  call fails or finds nothing to delete;
+* creates run under an expectation raised by the caller (`try_expect_creations`); creates that did not
+  happen are lowered here so the pool is not blocked until the 5 min expiry.
+
+Deletes carry uid + resourceVersion preconditions taken from the cache: a member that changed since
+(typically: just adopted by a claim, which re-parents it) is never deleted on a stale view; the 409 is
+treated like NotFound (nothing deleted, expectation rolled back, no error) and the update event that
+changed it re-enqueues the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Protocol
+
+from agent_sandbox.kube import (
+    SANDBOX,
+    Conflict,
+    Expectations,
+    IndexedReader,
+    NotFound,
+    Object,
+    StatusWriter,
+    Writer,
+)
+
+from .batch import slow_start_batch
+from .decide import DeleteMember, UpdateMember
+
+__all__ = ["PoolClient", "create_members", "delete_excess", "delete_members", "update_members"]
+
+log = logging.getLogger("agent_sandbox.controllers.warmpool")
+
+
+class PoolClient(IndexedReader, Writer, StatusWriter, Protocol):
+    """Cache reads (incl. indexes) + API writes: the manager's `CachedClient`, or a `FakeClient`."""
+
+
+async def _delete_one(
+    client: Writer, exp: Expectations, key: str, namespace: str, d: DeleteMember
+) -> BaseException | None:
+    if d.owned:
+        exp.expect_deletion(key, d.uid)
+    try:
+        await client.delete(
+            SANDBOX,
+            d.name,
+            namespace=namespace,
+            uid=d.uid or None,
+            resource_version=d.resource_version or None,
+        )
+    except (NotFound, Conflict) as exc:
+        # Nothing was deleted by this call: no delete event of ours will lower the expectation.
+        if d.owned:
+            exp.deletion_observed(key, d.uid)
+        if isinstance(exc, Conflict):
+            log.info("member %s/%s changed since cached; not deleting it on a stale view", namespace, d.name)
+        return None
+    except Exception as exc:
+        if d.owned:
+            exp.deletion_observed(key, d.uid)
+        log.error("deleting %s member %s/%s failed: %s", d.reason, namespace, d.name, exc)
+        return exc
+    log.info("deleted %s member %s/%s", d.reason, namespace, d.name)
+    return None
+
+
+async def delete_members(
+    client: Writer, exp: Expectations, key: str, namespace: str, deletes: Sequence[DeleteMember]
+) -> list[BaseException]:
+    """Clean-up deletes (stale, stuck): all concurrently; returns the failures."""
+    results = await asyncio.gather(*(_delete_one(client, exp, key, namespace, d) for d in deletes))
+    return [r for r in results if r is not None]
+
+
+async def update_members(client: Writer, updates: Sequence[UpdateMember]) -> list[BaseException]:
+    """Full updates (launch-type label, orphan adoption): all concurrently; returns the failures."""
+
+    async def one(u: UpdateMember) -> BaseException | None:
+        try:
+            await client.update(SANDBOX, u.body)
+        except Exception as exc:
+            meta = u.body["metadata"]
+            log.error("%s update of %s/%s failed: %s", u.reason, meta.get("namespace"), meta.get("name"), exc)
+            return exc
+        return None
+
+    results = await asyncio.gather(*(one(u) for u in updates))
+    return [r for r in results if r is not None]
+
+
+async def create_members(
+    client: Writer, exp: Expectations, key: str, namespace: str, body: Object, count: int
+) -> tuple[int, BaseException | None]:
+    """Create `count` copies of `body` with slow-start batching under an already-raised expectation.
+
+    The same body dict is sent every time (the client only serialises it); the API server assigns each
+    copy its name from `generateName`.
+    """
+
+    async def one(_: int) -> None:
+        await client.create(SANDBOX, body, namespace=namespace)
+
+    successes, error = await slow_start_batch(count, one)
+    if count > successes:
+        exp.lower_creations(key, count - successes)  # creates that never happened produce no event
+    if error is not None:
+        log.error("creating pool members in %s failed after %d/%d: %s", key, successes, count, error)
+    else:
+        log.info("created %d members for pool %s", successes, key)
+    return successes, error
+
+
+async def delete_excess(
+    client: Writer, exp: Expectations, key: str, namespace: str, candidates: Sequence[DeleteMember]
+) -> BaseException | None:
+    """Excess deletes in slow-start batches over the ordered candidates; returns the first failure."""
+
+    async def one(i: int) -> None:
+        err = await _delete_one(client, exp, key, namespace, candidates[i])
+        if err is not None:
+            raise err
+
+    _, error = await slow_start_batch(len(candidates), one)
+    return error

@@ -1,0 +1,128 @@
+"""Per-pool in-memory state between passes (controllers spec §3.7, §3.10).
+
+Owns the three small state machines the reconciler consults at execution time, each keyed by the pool
+("namespace/name") and dropped with the pool (`forget`):
+
+* `ReplenishHold` (`--sandbox-warm-pool-replenish-delay`): after members drop out of the pool (claims),
+  hold refill for `delay`, re-armed on every further drop; initial fill and scale-ups are never held.
+* `RefillBuckets` (`--sandbox-warm-pool-max-refill-rate`): a token bucket of capacity `max(1, rate)`
+  per pool pacing creates; tokens of creates the expectations gate refused are refunded.
+* `ProgressTracker`: whether the pool is in the not-progressing state, so the Warning/Normal events of
+  §3.10 are emitted on transitions only.
+
+All methods are synchronous (atomic on the event loop) and take `now` (monotonic seconds) explicitly,
+so unit tests drive time by hand. The state is lost on restart by design: the first observation after a
+restart never holds, and the bucket starts full.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["ProgressTracker", "RefillBuckets", "ReplenishHold"]
+
+
+@dataclass(slots=True)
+class _HoldState:
+    last_members: int
+    defer_until: float = 0.0
+
+
+class ReplenishHold:
+    """`observeMembers` of §3.7: how long refill must wait after a drop."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self._state: dict[str, _HoldState] = {}
+
+    def observe(self, key: str, current: int, desired: int, now: float) -> float:
+        """Record the active member count; return the remaining hold in seconds (0 = create now)."""
+        if self.delay <= 0:
+            return 0.0
+        st = self._state.get(key)
+        if st is None:
+            self._state[key] = _HoldState(current)  # no baseline: never hold the first fill
+            return 0.0
+        dropped = current < st.last_members
+        st.last_members = current
+        if current >= desired:
+            st.defer_until = 0.0
+            return 0.0
+        if dropped:
+            st.defer_until = now + self.delay  # re-armed on every drop
+        return max(0.0, st.defer_until - now)
+
+    def note_creates(self, key: str, created: int) -> None:
+        """Raise the baseline by creates the cache may not show yet (a stale low count then reads as a drop)."""
+        st = self._state.get(key)
+        if st is not None and created > 0:
+            st.last_members += created
+
+    def forget(self, key: str) -> None:
+        self._state.pop(key, None)
+
+
+@dataclass(slots=True)
+class _Bucket:
+    tokens: float
+    last: float
+
+
+class RefillBuckets:
+    """`takeRefillTokens` of §3.7: a per-pool token bucket of `rate` creates/s, capacity `max(1, rate)`."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self._capacity = max(1.0, rate)
+        self._buckets: dict[str, _Bucket] = {}
+
+    def take(self, key: str, want: int, now: float) -> tuple[int, float]:
+        """Grant up to `want` creates; returns (granted, seconds until the next whole token if short)."""
+        if self.rate <= 0 or want <= 0:
+            return want, 0.0
+        b = self._buckets.get(key)
+        if b is None:
+            b = self._buckets[key] = _Bucket(self._capacity, now)  # a new bucket starts full
+        elif now > b.last:
+            b.tokens = min(self._capacity, b.tokens + self.rate * (now - b.last))
+            b.last = now
+        # Compare as floats first: a huge rate must not turn into a bogus integer grant.
+        granted = want if b.tokens >= want else int(b.tokens)
+        b.tokens -= granted
+        if granted >= want:
+            return granted, 0.0
+        wait_ns = math.ceil((1.0 - b.tokens) / self.rate * 1e9)
+        return granted, wait_ns / 1e9
+
+    def refund(self, key: str, n: int) -> None:
+        """Return tokens of creates that were never issued (capped at capacity)."""
+        if self.rate <= 0 or n <= 0:
+            return
+        b = self._buckets.get(key)
+        if b is not None:
+            b.tokens = min(self._capacity, b.tokens + n)
+
+    def forget(self, key: str) -> None:
+        self._buckets.pop(key, None)
+
+
+class ProgressTracker:
+    """Pools currently "not progressing" (holding unschedulable members past the grace period)."""
+
+    def __init__(self) -> None:
+        self._not_progressing: set[str] = set()
+
+    def set(self, key: str, not_progressing: bool) -> bool:
+        """Record the state; True when it changed (an event is due)."""
+        was = key in self._not_progressing
+        if was == not_progressing:
+            return False
+        if not_progressing:
+            self._not_progressing.add(key)
+        else:
+            self._not_progressing.discard(key)
+        return True
+
+    def forget(self, key: str) -> None:
+        self._not_progressing.discard(key)

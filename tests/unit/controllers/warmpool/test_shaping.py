@@ -1,0 +1,83 @@
+"""Replenish hold, refill bucket, progress tracker (controllers spec §3.7, §3.10)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_sandbox.controllers.warmpool.shaping import ProgressTracker, RefillBuckets, ReplenishHold
+
+pytestmark = pytest.mark.unit
+
+K = "ns/pool"
+
+
+def test_zero_delay_never_holds() -> None:
+    hold = ReplenishHold(0)
+    assert hold.observe(K, 5, 10, 0.0) == 0
+    assert hold.observe(K, 1, 10, 1.0) == 0
+
+
+def test_hold_state_machine() -> None:
+    hold = ReplenishHold(10.0)
+    assert hold.observe(K, 0, 5, 0.0) == 0  # first observation: initial fill never held
+    assert hold.observe(K, 5, 5, 1.0) == 0  # full
+    assert hold.observe(K, 4, 5, 2.0) == pytest.approx(10.0)  # a drop arms the hold
+    assert hold.observe(K, 4, 5, 5.0) == pytest.approx(7.0)  # no drop: the hold runs down
+    assert hold.observe(K, 3, 5, 6.0) == pytest.approx(10.0)  # another drop re-arms it
+    assert hold.observe(K, 3, 5, 16.5) == 0  # expired
+    assert hold.observe(K, 2, 1, 17.0) == 0  # at/above desired: cleared
+
+
+def test_hold_baseline_bumped_by_creates() -> None:
+    hold = ReplenishHold(10.0)
+    hold.observe(K, 2, 5, 0.0)
+    hold.note_creates(K, 3)  # the cache will show 5 later
+    # A stale pass still showing 2 members now reads as a drop (brief hold) rather than masking one.
+    assert hold.observe(K, 2, 5, 1.0) == pytest.approx(10.0)
+    hold.forget(K)
+    assert hold.observe(K, 2, 5, 2.0) == 0  # forgotten: like a restart
+
+
+def test_bucket_starts_full_accrues_and_caps_at_one_second() -> None:
+    b = RefillBuckets(5.0)
+    assert b.take(K, 3, 0.0) == (3, 0.0)
+    granted, wait = b.take(K, 5, 0.0)  # 2 left
+    assert granted == 2
+    assert wait == pytest.approx(0.2)  # until the next whole token
+    assert b.take(K, 10, 0.4) == (2, pytest.approx(0.2))  # 0.4 s accrued two tokens
+    assert b.take(K, 10, 100.0)[0] == 5  # capped at capacity = rate
+
+
+def test_bucket_fractional_rate_and_unpaced() -> None:
+    b = RefillBuckets(0.5)
+    assert b.take(K, 2, 0.0) == (1, pytest.approx(2.0))  # capacity max(1, rate) = 1
+    assert b.take(K, 1, 1.0) == (0, pytest.approx(1.0))
+    assert b.take(K, 1, 2.0) == (1, 0.0)
+    assert RefillBuckets(0).take(K, 300, 0.0) == (300, 0.0)
+    assert RefillBuckets(5).take(K, 0, 0.0) == (0, 0.0)
+
+
+def test_bucket_huge_rate_does_not_overflow() -> None:
+    b = RefillBuckets(1e300)
+    assert b.take(K, 300, 0.0) == (300, 0.0)
+    assert b.take(K, 2**31, 1.0) == (2**31, 0.0)
+
+
+def test_refund_is_capped_at_capacity() -> None:
+    b = RefillBuckets(2.0)
+    assert b.take(K, 2, 0.0) == (2, 0.0)
+    b.refund(K, 5)
+    assert b.take(K, 5, 0.0)[0] == 2
+    b.refund("unknown", 3)  # no bucket: nothing to refund
+    assert b.take("unknown", 5, 0.0)[0] == 2
+
+
+def test_progress_tracker_reports_transitions_only() -> None:
+    t = ProgressTracker()
+    assert not t.set(K, False)
+    assert t.set(K, True)
+    assert not t.set(K, True)
+    assert t.set(K, False)
+    t.set(K, True)
+    t.forget(K)
+    assert not t.set(K, False)
