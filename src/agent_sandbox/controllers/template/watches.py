@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agent_sandbox.kube import NETWORK_POLICY, SANDBOX_TEMPLATE, Builder, Controller, Manager
+from agent_sandbox.kube import NETWORK_POLICY, SANDBOX_TEMPLATE, Builder, Manager
 
 from .reconciler import TemplateReconciler
 
@@ -20,11 +20,11 @@ __all__ = ["CONTROLLER_NAME", "setup"]
 CONTROLLER_NAME = "sandboxtemplate"
 
 
-def setup(mgr: Manager, ctx: ControllerContext) -> Controller:
-    """Build the controller and add it to `mgr`."""
+def setup(mgr: Manager, ctx: ControllerContext) -> None:
+    """Build the controller and add it to `mgr` (a `main.SETUPS` entry)."""
     # Upstream hands the unvalidated flag to controller-runtime, which treats <= 0 as 1.
     workers = max(1, ctx.options.sandbox_template_concurrent_workers)
-    return (
+    (
         Builder(mgr)
         .for_(SANDBOX_TEMPLATE)
         .owns(NETWORK_POLICY)

@@ -23,7 +23,6 @@ from agent_sandbox.kube import (
     SANDBOX_TEMPLATE,
     SANDBOX_WARM_POOL,
     Builder,
-    Controller,
     Expectations,
     Informer,
     Manager,
@@ -87,8 +86,8 @@ def pools_for_template(pools: Informer) -> MapFunc:
     return mapper
 
 
-def setup(mgr: Manager, ctx: ControllerContext) -> Controller:
-    """Build the controller and add it to `mgr`."""
+def setup(mgr: Manager, ctx: ControllerContext) -> None:
+    """Build the controller and add it to `mgr` (a `main.SETUPS` entry)."""
     ensure_indexes(mgr.cache)
     expectations = Expectations()
     mgr.cache.informer(SANDBOX).add_handler(ExpectationsObserver(expectations))
@@ -98,7 +97,7 @@ def setup(mgr: Manager, ctx: ControllerContext) -> Controller:
         expectations=expectations,
         events=mgr.event_recorder(EVENT_REPORTER),
     )
-    return (
+    (
         Builder(mgr)
         .for_(SANDBOX_WARM_POOL)
         .owns(SANDBOX)
