@@ -43,6 +43,7 @@ from ..kube import (
     load_config,
     setup_tracing,
 )
+from . import template, warmpool
 from .flags import FlagError, HelpRequested
 from .options import PROGRAM, Options, flag_set, parse_options, read_allowed_label_domains, validate
 from .version import register_build_info, version_text
@@ -79,9 +80,9 @@ SETUPS: list[Setup] = [
     # Sandbox controller (+ its conversion webhook), always on, e.g.:
     #   Setup("sandbox", sandbox.setup),
     # With --extensions, in this order (the warm pool registers the template-name index first):
-    #   Setup("sandboxwarmpool", warmpool.setup, lambda o: o.extensions),
+    Setup("sandboxwarmpool", warmpool.setup, lambda o: o.extensions),
     #   Setup("sandboxclaim", claim.setup, lambda o: o.extensions),
-    #   Setup("sandboxtemplate", template.setup, lambda o: o.extensions),
+    Setup("sandboxtemplate", template.setup, lambda o: o.extensions),
 ]
 """Ordered controller/runnable registry; see the module docstring."""
 
