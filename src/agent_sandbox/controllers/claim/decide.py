@@ -1,0 +1,498 @@
+"""SandboxClaim decisions (controllers spec §4.3-§4.5, §4.9, §4.13): pure functions from a snapshot to plans.
+
+A pass has three decision points, each followed by execution, because what to write next depends on
+what the previous write achieved (a lost takeover, an AlreadyExists, a conflicting status write):
+
+1. `decide_expiry` - mark an expired claim, delete it (Delete/DeleteForeground), or go on (§4.3 steps 7-8).
+2. `resolve` - which Sandbox the claim is bound to, and the one write that binds it: nothing (already
+   bound, maybe with a metadata fix), a warm takeover, a cold create, or a failure (§4.4, §4.5, §4.9).
+   When a warm candidate is needed, `resolve` says so (`NeedCandidate`); the reconciler takes one from
+   the queue atomically and calls `resolve` again with it.
+3. `decide_claim_metadata` - after the status write, the claim's own annotations/labels to persist in a
+   single merge patch: first-observed time, trace context, the warm assignment record, the first-ready
+   stamp, legacy-label migration (§4.13, §4.5 step 2).
+
+Nothing here awaits, reads a clock or calls a client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeAlias
+
+from agent_sandbox.api import constants as c
+from agent_sandbox.kube import create_merge_patch
+
+from ..extensions_common import semantic_equal, template_ref_hash
+from .adoption import adoption_patch, candidate_problem
+from .errors import (
+    ClaimError,
+    ReconcilerError,
+    SandboxNotOwned,
+    TemplateNotFound,
+    WarmPoolNotFound,
+)
+from .metadata import has_additional_metadata, validate_additional_metadata
+from .observability import ReadyStep, format_rfc3339nano
+from .queue import pool_key
+from .shape import build_cold_sandbox, claim_created_by, desired_pod_metadata
+from .status import CLAIM_EXPIRED_MESSAGE, condition, expiry, parse_time
+
+__all__ = [
+    "WARM_GRACE_SECONDS",
+    "Adopt",
+    "Bound",
+    "ClaimMetadataPatch",
+    "Continue",
+    "Create",
+    "DeleteClaim",
+    "Failed",
+    "MarkExpired",
+    "NeedCandidate",
+    "Pending",
+    "Resolution",
+    "SandboxWrite",
+    "Snapshot",
+    "assigned_name",
+    "bound_to_sandbox",
+    "controlled_by",
+    "decide_claim_metadata",
+    "decide_expiry",
+    "legacy_policy_to_delete",
+    "resolve",
+    "resolve_expired",
+]
+
+Obj = Mapping[str, Any]
+WARM_GRACE_SECONDS = 2.0
+"""A claim younger than this waits (<= 500 ms at a time) for warm candidates to get Pod IPs (§4.5 step 5)."""
+_PENDING_POLL = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one pass observed; Sandbox views are the freshest known (cache or our own write)."""
+
+    claim: Obj
+    now: datetime
+    status_sandbox: Obj | None = None  # named by status.sandbox.name
+    assigned: Obj | None = None  # named by the assignment annotation (or legacy label)
+    owned: tuple[Obj, ...] = ()  # controlled by this claim's UID
+    same_name: Obj | None = None  # named like the claim
+    pool: Obj | None = None
+    template: Obj | None = None
+    allowed_domains: tuple[str, ...] = ()
+    warm_consulted: bool = False  # the queue was asked (candidate / pending below are meaningful)
+    candidate: Obj | None = None  # the reserved warm candidate
+    pending: int = 0  # warm candidates skipped for lack of Pod IPs
+
+
+# --------------------------------------------------------------------------- small readers
+
+
+def controlled_by(sandbox: Obj | None, claim_uid: str) -> bool:
+    """True if the Sandbox's controller owner is this claim (by UID; kind/group checked, version ignored)."""
+    if sandbox is None:
+        return False
+    ref = c.controller_ref(sandbox.get("metadata") or {})
+    return (
+        ref is not None
+        and ref.get("uid") == claim_uid
+        and c.owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_CLAIM)
+    )
+
+
+def _pool_controlled(sandbox: Obj) -> bool:
+    ref = c.controller_ref(sandbox.get("metadata") or {})
+    return ref is not None and c.owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_WARM_POOL)
+
+
+def assigned_name(claim: Obj) -> tuple[str, bool]:
+    """(name, from_legacy_label): the assignment annotation, else the deprecated label of the same key."""
+    meta = claim.get("metadata") or {}
+    name = (meta.get("annotations") or {}).get(c.ANNOTATION_SANDBOX_NAME, "")
+    if name:
+        return name, False
+    legacy = (meta.get("labels") or {}).get(c.LABEL_SANDBOX_NAME_LEGACY, "")
+    return legacy, bool(legacy)
+
+
+def _status_name(claim: Obj) -> str:
+    return str(((claim.get("status") or {}).get("sandbox") or {}).get("name") or "")
+
+
+def _pool_name(claim: Obj) -> str:
+    return str(((claim.get("spec") or {}).get("warmPoolRef") or {}).get("name") or "")
+
+
+# --------------------------------------------------------------------------- stage 1: expiry (§4.3 steps 7-8)
+
+
+@dataclass(frozen=True, slots=True)
+class MarkExpired:
+    """Write Ready=False/ClaimExpired, emit `ClaimExpired`, requeue at once (the action is next pass)."""
+
+    ready: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteClaim:
+    """Delete the claim (Delete: background; DeleteForeground: foreground), after an Event."""
+
+    policy: str
+
+    @property
+    def propagation(self) -> str:
+        return "Foreground" if self.policy == c.ClaimShutdownPolicy.DELETE_FOREGROUND else "Background"
+
+
+@dataclass(frozen=True, slots=True)
+class Continue:
+    """Go on with the pass; `expired` selects the Retain teardown instead of the active path."""
+
+    expired: bool
+    time_left: float | None
+
+
+def decide_expiry(claim: Obj, now: datetime) -> MarkExpired | DeleteClaim | Continue:
+    exp = expiry(claim, now)
+    if not exp.expired:
+        return Continue(False, exp.time_left)
+    ready = condition((claim.get("status") or {}).get("conditions"), c.CONDITION_READY)
+    if ready is None or ready.get("reason") != c.REASON_CLAIM_EXPIRED:
+        gen = (claim.get("metadata") or {}).get("generation")
+        cond = {
+            "type": c.CONDITION_READY,
+            "status": c.ConditionStatus.FALSE.value,
+            "reason": c.REASON_CLAIM_EXPIRED,
+            "message": CLAIM_EXPIRED_MESSAGE,
+        }
+        if gen is not None:
+            cond["observedGeneration"] = gen
+        return MarkExpired(cond)
+    policy = ((claim.get("spec") or {}).get("lifecycle") or {}).get(
+        "shutdownPolicy"
+    ) or c.ClaimShutdownPolicy.RETAIN
+    if policy in (c.ClaimShutdownPolicy.DELETE, c.ClaimShutdownPolicy.DELETE_FOREGROUND):
+        return DeleteClaim(str(policy))
+    return Continue(True, exp.time_left)
+
+
+def legacy_policy_to_delete(claim: Obj, policy: Obj | None) -> bool:
+    """§4.3 step 2: the legacy per-claim NetworkPolicy is deleted only if this claim controls it."""
+    if policy is None:
+        return False
+    ref = c.controller_ref(policy.get("metadata") or {})
+    return (
+        ref is not None
+        and ref.get("uid") == claim["metadata"].get("uid")
+        and c.owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_CLAIM)
+    )
+
+
+# --------------------------------------------------------------------------- stage 2: resolution (§4.4-§4.5, §4.9)
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxWrite:
+    """A follow-up write on the bound Sandbox: a metadata merge patch, or deleting a stray extra."""
+
+    name: str
+    patch: dict[str, Any] | None = None
+    delete_uid: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """The claim has its Sandbox; `writes` repair it; `error` (if any) still shows in status."""
+
+    sandbox: Obj
+    writes: tuple[SandboxWrite, ...] = ()
+    error: ClaimError | None = None
+    drop_reference: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NeedCandidate:
+    """Ask the warm queue `queue` for a candidate, then resolve again."""
+
+    queue: str
+    drop_reference: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Adopt:
+    """Take over `sandbox` (a pool member) with the guarded JSON patch `ops`."""
+
+    sandbox: Obj
+    ops: list[dict[str, Any]]
+    drop_reference: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Create:
+    """Cold start: create `body` (named like the claim)."""
+
+    body: dict[str, Any]
+    drop_reference: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """Warm candidates exist but have no Pod IPs yet: requeue after `delay`, write no status."""
+
+    delay: float
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """No Sandbox is bound this pass; `error` None means "none exists" (Ready=SandboxMissing)."""
+
+    error: ClaimError | None
+    drop_reference: bool = False
+
+
+Resolution: TypeAlias = Bound | NeedCandidate | Adopt | Create | Pending | Failed
+
+
+def _lookup_error(s: Snapshot, prefix: str = "") -> ClaimError:
+    if s.pool is None:
+        err: ClaimError = WarmPoolNotFound(_pool_name(s.claim))
+    else:
+        tname = ((s.pool.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name", "")
+        err = TemplateNotFound(tname)
+    if prefix:
+        err.args = (f"{prefix}{err}",)
+    return err
+
+
+def bound_to_sandbox(s: Snapshot, sandbox: Obj, launch: str, *, drop_reference: bool = False) -> Bound:
+    """A bound Sandbox plus its repairs: launch-type label, metadata sync (§4.4 step 3), stray extras."""
+    meta = sandbox["metadata"]
+    labels_patch: dict[str, Any] = {}
+    labels = meta.get("labels") or {}
+    if not labels.get(c.LABEL_LAUNCH_TYPE):
+        labels_patch[c.LABEL_LAUNCH_TYPE] = launch  # never overwrite an existing value
+    patch: dict[str, Any] = {}
+    error: ClaimError | None = None
+    if s.template is None:
+        if has_additional_metadata(s.claim):
+            error = _lookup_error(s, "failed to get template for metadata propagation: ")
+    else:
+        try:
+            desired = desired_pod_metadata(s.claim, s.template)
+        except ClaimError as exc:
+            error = exc
+        else:
+            current = ((sandbox.get("spec") or {}).get("podTemplate") or {}).get("metadata") or {}
+            if not semantic_equal(current, desired):
+                patch["spec"] = {"podTemplate": {"metadata": create_merge_patch(current, desired)}}
+            want_ref = template_ref_hash(s.template["metadata"]["name"])
+            if labels.get(c.LABEL_SANDBOX_TEMPLATE_REF_HASH) != want_ref:
+                labels_patch[c.LABEL_SANDBOX_TEMPLATE_REF_HASH] = want_ref
+            created_by = claim_created_by(s.claim)
+            if labels.get(c.LABEL_CREATED_BY, "") != created_by:
+                labels_patch[c.LABEL_CREATED_BY] = created_by or None
+    if labels_patch:
+        patch["metadata"] = {"labels": labels_patch}
+    writes: list[SandboxWrite] = [SandboxWrite(meta["name"], patch=patch)] if patch else []
+    uid = s.claim["metadata"]["uid"]
+    if _status_name(s.claim) == meta["name"]:
+        # Only once the binding is persisted: any other Sandbox this claim controls is a stray from a
+        # split-brain double adoption; release it so the pool (or the quota) gets the capacity back.
+        writes.extend(
+            SandboxWrite(o["metadata"]["name"], delete_uid=o["metadata"]["uid"])
+            for o in s.owned
+            if o["metadata"]["name"] != meta["name"] and controlled_by(o, uid)
+        )
+    return Bound(sandbox, tuple(writes), error, drop_reference)
+
+
+def _launch_of(sandbox: Obj, claim: Obj) -> str:
+    value = ((sandbox.get("metadata") or {}).get("labels") or {}).get(c.LABEL_LAUNCH_TYPE)
+    if value:
+        return str(value)
+    return (
+        c.LAUNCH_TYPE_COLD if sandbox["metadata"]["name"] == claim["metadata"]["name"] else c.LAUNCH_TYPE_WARM
+    )
+
+
+def _preferred(owned: tuple[Obj, ...], claim: Obj) -> Obj:
+    """Deterministic choice among several controlled Sandboxes: persisted binding, assignment, own name."""
+    by_name = {o["metadata"]["name"]: o for o in owned}
+    for name in (_status_name(claim), assigned_name(claim)[0], claim["metadata"]["name"]):
+        if name and name in by_name:
+            return by_name[name]
+    return by_name[min(by_name)]
+
+
+def resolve(s: Snapshot) -> Resolution:
+    """Which Sandbox backs the claim, and the single binding write if any (§4.4, §4.5)."""
+    claim = s.claim
+    cmeta = claim["metadata"]
+    uid = cmeta["uid"]
+    try:
+        validate_additional_metadata(claim, s.allowed_domains)
+    except ClaimError as exc:
+        return Failed(exc)
+    status_name = _status_name(claim)
+    assigned, _ = assigned_name(claim)
+    # 1. Persisted binding.
+    if status_name and controlled_by(s.status_sandbox, uid):
+        assert s.status_sandbox is not None
+        warm = assigned == status_name or status_name != cmeta["name"]
+        return bound_to_sandbox(s, s.status_sandbox, c.LAUNCH_TYPE_WARM if warm else c.LAUNCH_TYPE_COLD)
+    # 2. Assignment record (written by upstream controllers before their takeover).
+    drop = False
+    if assigned:
+        sb = s.assigned
+        if controlled_by(sb, uid):
+            assert sb is not None
+            return bound_to_sandbox(s, sb, c.LAUNCH_TYPE_WARM)
+        if (
+            sb is not None
+            and _pool_controlled(sb)
+            and candidate_problem(sb, namespace=cmeta["namespace"], pool_name=_pool_name(claim)) is None
+        ):
+            return _adopt(s, sb)  # finish the recorded adoption
+        drop = True  # gone, foreign, or no longer a valid candidate
+    # 3. Sandboxes this claim already controls: recovery after a crash or during cache lag. This index
+    #    lookup is what lets the takeover skip upstream's claim-side "intent" write.
+    if s.owned:
+        sb = _preferred(s.owned, claim)
+        return bound_to_sandbox(s, sb, _launch_of(sb, claim), drop_reference=drop)
+    # 4. A Sandbox named like the claim.
+    if s.same_name is not None:
+        if not controlled_by(s.same_name, uid):
+            return Failed(
+                ReconcilerError(
+                    f'sandbox "{cmeta["name"]}" is not controlled by claim "{cmeta["name"]}". '
+                    "Please use a different claim name or delete the sandbox manually"
+                ),
+                drop_reference=drop,
+            )
+        return bound_to_sandbox(s, s.same_name, c.LAUNCH_TYPE_COLD, drop_reference=drop)
+    spec = claim.get("spec") or {}
+    # 5. env / volumeClaimTemplates force a cold start: a running warm Pod cannot take them.
+    if not spec.get("env") and not spec.get("volumeClaimTemplates"):
+        if not s.warm_consulted:
+            return NeedCandidate(pool_key(cmeta["namespace"], _pool_name(claim)), drop_reference=drop)
+        if s.candidate is not None:
+            return _adopt(s, s.candidate, drop_reference=drop)
+        age = _age(claim, s.now)
+        if s.pending and age is not None and age < WARM_GRACE_SECONDS:
+            return Pending(min(_PENDING_POLL, WARM_GRACE_SECONDS - age))
+    # 6. Cold start from the pool's template.
+    if s.pool is None or s.template is None:
+        return Failed(_lookup_error(s), drop_reference=drop)
+    try:
+        return Create(build_cold_sandbox(claim, s.template), drop_reference=drop)
+    except ClaimError as exc:
+        return Failed(exc, drop_reference=drop)
+
+
+def _adopt(s: Snapshot, sandbox: Obj, *, drop_reference: bool = False) -> Adopt | Failed:
+    try:
+        return Adopt(sandbox, adoption_patch(s.claim, sandbox, s.template), drop_reference)
+    except ClaimError as exc:
+        return Failed(exc, drop_reference=drop_reference)
+
+
+def _age(claim: Obj, now: datetime) -> float | None:
+    created = parse_time((claim.get("metadata") or {}).get("creationTimestamp"))
+    return None if created is None else (now - created).total_seconds()
+
+
+def resolve_expired(s: Snapshot) -> Failed | Bound:
+    """Retain teardown (§4.9): delete the claim's Sandbox, keep the claim with Ready=ClaimExpired.
+
+    The Sandbox stays bound in status while it terminates and is cleared once it is gone.
+    """
+    claim = s.claim
+    target = _status_name(claim) or claim["metadata"]["name"]
+    sb = s.status_sandbox if _status_name(claim) else s.same_name
+    if sb is None:
+        return Failed(None)  # already gone
+    if not controlled_by(sb, claim["metadata"]["uid"]):
+        owner = claim["metadata"]["name"]
+        return Failed(SandboxNotOwned(f'sandbox "{target}" is not owned by claim "{owner}"'))
+    if sb["metadata"].get("deletionTimestamp"):
+        return Bound(sb)
+    return Bound(sb, (SandboxWrite(target, delete_uid=sb["metadata"]["uid"]),))
+
+
+# --------------------------------------------------------------------------- stage 3: claim metadata (§4.13)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimMetadataPatch:
+    """One merge patch of the claim's metadata (None values delete keys), plus the readiness step."""
+
+    annotations: dict[str, str | None] = field(default_factory=dict)
+    labels: dict[str, str | None] = field(default_factory=dict)
+    ready_step: ReadyStep = ReadyStep.NOTHING
+
+    @property
+    def empty(self) -> bool:
+        return not self.annotations and not self.labels
+
+    def body(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {}
+        if self.annotations:
+            meta["annotations"] = dict(sorted(self.annotations.items()))
+        if self.labels:
+            meta["labels"] = dict(sorted(self.labels.items()))
+        return {"metadata": meta}
+
+
+def decide_claim_metadata(
+    claim: Obj,
+    *,
+    sandbox: Obj | None,
+    ready_step: ReadyStep,
+    now: datetime,
+    first_observed: datetime,
+    persist_observed: bool,
+    trace_context: str = "",
+    drop_reference: bool = False,
+) -> ClaimMetadataPatch:
+    """The claim's own metadata to persist after an authoritative status write.
+
+    Args:
+        claim: the claim as stored (after the status write).
+        sandbox: the bound Sandbox, if any.
+        ready_step: from `observability.readiness_step`.
+        persist_observed: False with `--disable-claim-observability-annotations` (kept in memory only).
+        trace_context: the pass's trace context annotation ("" when tracing is off).
+        drop_reference: the assignment record names a Sandbox that is gone or not ours.
+    """
+    meta = claim.get("metadata") or {}
+    ann = meta.get("annotations") or {}
+    labels = meta.get("labels") or {}
+    out_ann: dict[str, str | None] = {}
+    out_labels: dict[str, str | None] = {}
+    if persist_observed and not ann.get(c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT):
+        out_ann[c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT] = format_rfc3339nano(first_observed)
+    if persist_observed and trace_context and not ann.get(c.ANNOTATION_TRACE_CONTEXT):
+        out_ann[c.ANNOTATION_TRACE_CONTEXT] = trace_context
+    # The warm assignment record (api spec §5.5): written after the fact, from the bound Sandbox.
+    current = ann.get(c.ANNOTATION_SANDBOX_NAME, "")
+    bound = sandbox["metadata"]["name"] if sandbox is not None else ""
+    warm = sandbox is not None and (
+        (sandbox["metadata"].get("labels") or {}).get(c.LABEL_LAUNCH_TYPE) == c.LAUNCH_TYPE_WARM
+        or bound != meta.get("name")
+    )
+    if warm and current != bound:
+        out_ann[c.ANNOTATION_SANDBOX_NAME] = bound
+    elif current and (drop_reference or (sandbox is not None and current != bound)):
+        out_ann[c.ANNOTATION_SANDBOX_NAME] = None
+    if labels.get(c.LABEL_SANDBOX_NAME_LEGACY) and (drop_reference or sandbox is not None):
+        # Deprecated label: migrated to the annotation above when it names the bound Sandbox, else stale.
+        out_labels[c.LABEL_SANDBOX_NAME_LEGACY] = None
+    if ready_step is ReadyStep.RECORD and not ann.get(c.ANNOTATION_CLAIM_FIRST_READY_AT):
+        out_ann[c.ANNOTATION_CLAIM_FIRST_READY_AT] = format_rfc3339nano(now)
+    elif ready_step is ReadyStep.DRAIN_BACKFILL and not ann.get(c.ANNOTATION_CLAIM_FIRST_READY_AT):
+        out_ann[c.ANNOTATION_CLAIM_FIRST_READY_AT] = c.CLAIM_FIRST_READY_UNKNOWN
+    return ClaimMetadataPatch(out_ann, out_labels, ready_step)

@@ -1,0 +1,570 @@
+"""SandboxClaim reconciler (controllers spec §4.3): observe -> decide -> execute, in three stages.
+
+Per pass: read the claim and everything it refers to from the cache (plus our own not-yet-observed
+writes, `store.Freshest`); `decide_expiry`; `resolve` the binding and execute its single write (warm
+takeover, cold create, or a repair of the bound Sandbox); compute the status and write it (one guarded
+merge patch); then persist the claim's own metadata in one merge patch and record the latency metrics.
+
+Warm path write count (a Ready member, first pass): takeover patch, status patch, claim metadata patch -
+three writes, two of them before the claim shows Ready. docs/design/claim-adoption.md explains why this
+is safe without upstream's claim-side "intent" update.
+
+Result mapping (§4.3 step 16): pool/template missing -> requeue 1 min; cold-create cache lag -> 200 ms;
+suppressed spec errors -> no retry; anything else -> raise (backoff).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from agent_sandbox.api import constants as c
+from agent_sandbox.kube import (
+    NETWORK_POLICY,
+    SANDBOX,
+    SANDBOX_CLAIM,
+    SANDBOX_TEMPLATE,
+    SANDBOX_WARM_POOL,
+    AlreadyExists,
+    Client,
+    Conflict,
+    EventSink,
+    Invalid,
+    KubeError,
+    NotFound,
+    Object,
+    Reader,
+    Request,
+    Result,
+    Tracing,
+)
+
+from ..extensions_common import blueprint_hash, effective_update_strategy
+from . import execute as ex
+from .adoption import (
+    Contest,
+    RecreateGuard,
+    adoption_patch,
+    is_ready,
+    judge_candidate,
+    pool_name_of,
+    settle_contest,
+)
+from .decide import (
+    Adopt,
+    Bound,
+    Create,
+    DeleteClaim,
+    Failed,
+    MarkExpired,
+    NeedCandidate,
+    Pending,
+    Resolution,
+    SandboxWrite,
+    Snapshot,
+    assigned_name,
+    bound_to_sandbox,
+    controlled_by,
+    decide_claim_metadata,
+    decide_expiry,
+    legacy_policy_to_delete,
+    resolve,
+    resolve_expired,
+)
+from .errors import (
+    AdoptionConflict,
+    ClaimError,
+    ReconcilerError,
+    SandboxCreatePending,
+    TemplateNotFound,
+    WarmPoolNotFound,
+)
+from .observability import ClaimMetrics, ObservedTimes, ReadyStep, latencies, readiness_step, template_of
+from .queue import WarmQueue, pool_key
+from .status import compute_status, condition, expiry, parse_time, upsert_condition
+from .store import Freshest, Store
+
+__all__ = ["INDEX_CLAIM_POOL", "INDEX_SANDBOX_CLAIM_UID", "ClaimConfig", "ClaimReconciler", "ClaimRetry"]
+
+log = logging.getLogger("agent_sandbox.controllers.claim")
+
+INDEX_CLAIM_POOL = ".spec.warmPoolRef.name"
+"""SandboxClaim index: `spec.warmPoolRef.name` (§4.1)."""
+INDEX_SANDBOX_CLAIM_UID = "claim-controller-uid"
+"""Sandbox index: UID of the controlling SandboxClaim (how a claim finds what it already owns)."""
+
+REPORTER = "sandboxclaim-controller"
+_MISSING_REQUEUE = 60.0
+_CREATE_PENDING_REQUEUE = 0.2
+_EXPIRED_REQUEUE = 0.001
+
+
+class ClaimRetry(Exception):
+    """A claim error that must be retried with backoff (wraps the `ClaimError`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimConfig:
+    """Claim controller settings from the process flags (§5.1)."""
+
+    allowed_label_domains: tuple[str, ...] = ()
+    persist_observability: bool = True  # False: --disable-claim-observability-annotations
+    takeover_attempts: int = 3
+
+
+class ClaimReconciler:
+    """Reconciles one SandboxClaim per call; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        api: Client,
+        authoritative: Reader,
+        queue: WarmQueue,
+        observed: ObservedTimes,
+        fresh: Freshest,
+        events: EventSink,
+        metrics: ClaimMetrics,
+        config: ClaimConfig,
+        tracing: Tracing | None = None,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        """Args:
+        store: synchronous cache reads. api: writes. authoritative: uncached reads (settling contests).
+        queue / observed / fresh: the controller's in-memory state. now: wall clock (tests inject one).
+        """
+        self.store = store
+        self.api = api
+        self.authoritative = authoritative
+        self.queue = queue
+        self.observed = observed
+        self.fresh = fresh
+        self.events = events
+        self.metrics = metrics
+        self.config = config
+        self.tracing = tracing or Tracing()
+        self.now = now
+        self._hashes: dict[tuple[str, str], str] = {}
+
+    # ------------------------------------------------------------------ entry
+
+    async def reconcile(self, request: Request) -> Result:
+        ns, name = request.namespace, request.name
+        cached = self.store.get(SANDBOX_CLAIM, ns, name)
+        if cached is None:
+            self.observed.drain(ns, name)
+            return Result()
+        claim = self.fresh.view(SANDBOX_CLAIM, ns, name, cached) or cached
+        ann = claim["metadata"].get("annotations") or {}
+        created_by = (claim["metadata"].get("labels") or {}).get(c.LABEL_CREATED_BY)
+        attrs = {c.LABEL_CREATED_BY: c.normalize_created_by(created_by)} if created_by else {}
+        with self.tracing.start_span(
+            "ReconcileSandboxClaim", parent=ann.get(c.ANNOTATION_TRACE_CONTEXT), attributes=attrs
+        ):
+            return await self._reconcile(claim)
+
+    async def _reconcile(self, claim: Mapping[str, Any]) -> Result:
+        meta = claim["metadata"]
+        ns = meta["namespace"]
+        await self._legacy_policy(claim)
+        if meta.get("deletionTimestamp"):
+            return Result()  # garbage collection removes the Sandbox
+        now = self.now()
+        step = decide_expiry(claim, now)
+        if isinstance(step, MarkExpired):
+            status = copy.deepcopy(dict(claim.get("status") or {}))
+            conditions = list(status.get("conditions") or [])
+            upsert_condition(conditions, step.ready, now)
+            status["conditions"] = conditions
+            await ex.write_status(self.api, claim, status)
+            self._event(claim, c.EVENT_CLAIM_EXPIRED, "Claim Expired", "Claim expired")
+            return Result(_EXPIRED_REQUEUE)
+        if isinstance(step, DeleteClaim):
+            self._event(
+                claim, c.EVENT_CLAIM_EXPIRED, "Deleting", f"Deleting Claim (ShutdownPolicy={step.policy})"
+            )
+            await ex.delete_claim(self.api, claim, step.propagation)
+            return Result()
+
+        snap = await self._observe(claim, now)
+        if step.expired:
+            resolution: Resolution = resolve_expired(snap)
+        else:
+            resolution = await self._resolve_active(snap)
+        if isinstance(resolution, Pending):
+            # No status write: the claim is only waiting for a member's Pod IP (≤ 2 s); a member getting
+            # networked wakes it sooner than the timer.
+            self.queue.wait(pool_key(ns, snap_pool(claim)), _request(claim))
+            return Result(resolution.delay)
+        sandbox, error, drop = await self._apply(snap, resolution)
+
+        new_status = compute_status(claim, sandbox, error, expired=step.expired, now=now)
+        if new_status is None:
+            return self._result(step.time_left, step.expired, error, None)
+        if not step.expired:
+            # A Finished condition mirrored just now may start a TTL that is already over (§4.3 step 12).
+            late = expiry({**claim, "status": new_status}, now)
+            ready = condition(new_status.get("conditions"), c.CONDITION_READY) or {}
+            if late.expired and ready.get("reason") != c.REASON_CLAIM_EXPIRED:
+                expired_status = compute_status(claim, sandbox, error, expired=True, now=now)
+                assert expired_status is not None
+                written = await ex.write_status(self.api, claim, expired_status)
+                self._remember_claim(written)
+                self._event(claim, c.EVENT_CLAIM_EXPIRED, "Claim Expired", "Claim expired")
+                return Result(_EXPIRED_REQUEUE)
+
+        written = await ex.write_status(self.api, claim, new_status)
+        self._remember_claim(written)
+        metrics_error: Exception | None = None
+        if written.authoritative:
+            metrics_error = await self._finalize(claim, written.claim, new_status, sandbox, drop)
+        return self._result(step.time_left, step.expired, error, metrics_error)
+
+    # ------------------------------------------------------------------ observe
+
+    async def _observe(self, claim: Mapping[str, Any], now: datetime) -> Snapshot:
+        meta = claim["metadata"]
+        ns, uid = meta["namespace"], meta["uid"]
+        status_name = ((claim.get("status") or {}).get("sandbox") or {}).get("name") or ""
+        assigned, _ = assigned_name(claim)
+        owned = {
+            o["metadata"]["name"]: o for o in self.store.by_index(SANDBOX, INDEX_SANDBOX_CLAIM_UID, uid, ns)
+        }
+        for sname in self.fresh.bound_to(uid):
+            view = self._sandbox(ns, sname)
+            if controlled_by(view, uid):
+                assert view is not None
+                owned[sname] = view
+        uncertain = self.fresh.take_uncertain(uid)
+        if uncertain and uncertain not in owned:
+            # A takeover ended without an answer: ask the API server whether it applied.
+            try:
+                fresh = await self.authoritative.get(SANDBOX, uncertain, namespace=ns)
+            except NotFound:
+                fresh = None
+            if controlled_by(fresh, uid):
+                assert fresh is not None
+                self.fresh.remember(SANDBOX, fresh)
+                owned[uncertain] = fresh
+        owned = {k: (self._sandbox(ns, k) or v) for k, v in owned.items()}
+        pool_name = snap_pool(claim)
+        pool = self.store.get(SANDBOX_WARM_POOL, ns, pool_name) if pool_name else None
+        template_name = (((pool or {}).get("spec") or {}).get("sandboxTemplateRef") or {}).get("name", "")
+        template = self.store.get(SANDBOX_TEMPLATE, ns, template_name) if template_name else None
+        return Snapshot(
+            claim=claim,
+            now=now,
+            status_sandbox=self._sandbox(ns, status_name) if status_name else None,
+            assigned=self._sandbox(ns, assigned) if assigned else None,
+            owned=tuple(owned.values()),
+            same_name=self._sandbox(ns, meta["name"]),
+            pool=pool,
+            template=template,
+            allowed_domains=self.config.allowed_label_domains,
+        )
+
+    def _sandbox(self, ns: str, name: str) -> Object | None:
+        return self.fresh.view(SANDBOX, ns, name, self.store.get(SANDBOX, ns, name))
+
+    # ------------------------------------------------------------------ resolve (warm / cold)
+
+    async def _resolve_active(self, snap: Snapshot) -> Resolution:
+        resolution = resolve(snap)
+        if not isinstance(resolution, NeedCandidate | Adopt):
+            return resolution
+        queue_name = resolution.queue if isinstance(resolution, NeedCandidate) else ""
+        for _ in range(self.config.takeover_attempts):
+            if isinstance(resolution, NeedCandidate):
+                queue_name = resolution.queue
+                take = self.queue.take(queue_name, self._judge(snap))
+                candidate = (
+                    self._sandbox(snap.claim["metadata"]["namespace"], take.name) if take.name else None
+                )
+                snap = replace(snap, warm_consulted=True, candidate=candidate, pending=take.pending)
+                resolution = resolve(snap)
+                if not isinstance(resolution, Adopt):
+                    if take.name:  # e.g. a metadata conflict: the candidate stays available to others
+                        self.queue.release(queue_name, take.name, requeue=True)
+                    return resolution
+            if not isinstance(resolution, Adopt):
+                return resolution
+            outcome = await self._take_over(snap, resolution, queue_name)
+            if outcome is not None:
+                return outcome
+            # Lost the candidate to someone else: the patch did not apply, so trying another is safe.
+            resolution = NeedCandidate(queue_name, drop_reference=resolution.drop_reference)
+            snap = replace(snap, warm_consulted=False, candidate=None, pending=0)
+        return Failed(
+            AdoptionConflict(
+                f"warm pool candidates kept changing hands ({self.config.takeover_attempts} attempts)"
+            )
+        )
+
+    def _judge(self, snap: Snapshot) -> Callable[[str], Any]:
+        claim = snap.claim
+        ns = claim["metadata"]["namespace"]
+        pool_name = snap_pool(claim)
+        recreate: RecreateGuard | None = None
+        unresolved = snap.pool is None
+        if (
+            snap.pool is not None
+            and effective_update_strategy(dict(snap.pool)) == c.UpdateStrategyType.RECREATE
+        ):
+            if snap.template is None:
+                unresolved = True
+            else:
+                recreate = RecreateGuard(snap.template.get("spec") or {}, self._blueprint_hash(snap.template))
+
+        def judge(name: str) -> Any:
+            return judge_candidate(
+                self._sandbox(ns, name),
+                namespace=ns,
+                pool_name=pool_name,
+                recreate=recreate,
+                recreate_unresolved=unresolved,
+            )
+
+        return judge
+
+    def _blueprint_hash(self, template: Mapping[str, Any]) -> str:
+        key = (template["metadata"].get("uid", ""), template["metadata"].get("resourceVersion", ""))
+        value = self._hashes.get(key)
+        if value is None:
+            if len(self._hashes) > 256:
+                self._hashes.clear()
+            value = self._hashes[key] = blueprint_hash(template.get("spec") or {})
+        return value
+
+    async def _take_over(self, snap: Snapshot, adopt: Adopt, queue_name: str) -> Resolution | None:
+        """Run one candidate's takeover to a verdict: the bound result, or None when it was lost."""
+        claim = snap.claim
+        cmeta = claim["metadata"]
+        candidate, ops = adopt.sandbox, adopt.ops
+        name = candidate["metadata"]["name"]
+        for _ in range(2):  # the first try, plus one retry on a fresh object if our view was stale
+            try:
+                adopted = await ex.take_over(self.api, candidate, ops)
+                break
+            except (Invalid, NotFound, Conflict):
+                try:
+                    fresh: Object | None = await self.authoritative.get(
+                        SANDBOX, name, namespace=cmeta["namespace"]
+                    )
+                except NotFound:
+                    fresh = None
+                except KubeError:
+                    self.queue.release(queue_name, name, requeue=True)
+                    raise
+                verdict = settle_contest(
+                    fresh, claim_uid=cmeta["uid"], namespace=cmeta["namespace"], pool_name=snap_pool(claim)
+                )
+                if verdict is Contest.OURS:
+                    assert fresh is not None
+                    adopted = fresh
+                    break
+                if verdict is Contest.LOST:
+                    self.queue.release(queue_name, name, requeue=False)
+                    return None
+                assert fresh is not None
+                candidate = fresh
+                try:
+                    ops = adoption_patch(claim, fresh, snap.template)
+                except ClaimError as exc:
+                    self.queue.release(queue_name, name, requeue=True)
+                    return Failed(exc, drop_reference=adopt.drop_reference)
+            except KubeError:
+                # No answer: the patch may have applied. Keep the key out of the queue and let the next
+                # pass ask the API server (observe) before doing anything else.
+                self.queue.release(queue_name, name, requeue=False)
+                self.fresh.mark_uncertain(cmeta["uid"], name)
+                raise
+        else:
+            self.queue.release(queue_name, name, requeue=False)
+            return Failed(AdoptionConflict(f'sandbox "{name}" changed during adoption'), adopt.drop_reference)
+        self.queue.release(queue_name, name, requeue=False)
+        self.fresh.remember(SANDBOX, adopted)
+        self.fresh.bind(cmeta["uid"], name)
+        self._event(claim, c.EVENT_SANDBOX_ADOPTED, "Adoption", f'Adopted warm pool Sandbox "{name}"')
+        self.metrics.count_creation(
+            claim,
+            adopted,
+            launch_type=c.LAUNCH_TYPE_WARM,
+            pool=pool_name_of(candidate) or "none",
+            ready=is_ready(candidate),
+            template=template_of(adopted),
+        )
+        return bound_to_sandbox(
+            replace(snap, status_sandbox=None),
+            adopted,
+            c.LAUNCH_TYPE_WARM,
+            drop_reference=adopt.drop_reference,
+        )
+
+    # ------------------------------------------------------------------ apply the resolution
+
+    async def _apply(
+        self, snap: Snapshot, resolution: Resolution
+    ) -> tuple[Object | Mapping[str, Any] | None, ClaimError | None, bool]:
+        """Execute the resolution's write(s); returns (bound Sandbox, error for status, drop_reference)."""
+        claim = snap.claim
+        ns = claim["metadata"]["namespace"]
+        if isinstance(resolution, Create):
+            try:
+                created = await ex.create_sandbox(self.api, resolution.body)
+            except AlreadyExists:
+                return None, SandboxCreatePending(), resolution.drop_reference
+            except KubeError as exc:
+                return None, ReconcilerError(f"sandbox create error: {exc}"), resolution.drop_reference
+            self.fresh.remember(SANDBOX, created)
+            self.fresh.bind(claim["metadata"]["uid"], created["metadata"]["name"])
+            self._event(
+                claim,
+                c.EVENT_SANDBOX_PROVISIONED,
+                "Provisioning",
+                f'Created Sandbox "{created["metadata"]["name"]}"',
+            )
+            self.metrics.count_creation(
+                claim,
+                created,
+                launch_type=c.LAUNCH_TYPE_COLD,
+                pool=snap_pool(claim),
+                ready=False,
+                template=template_of(created),
+            )
+            return created, None, resolution.drop_reference
+        if isinstance(resolution, Failed):
+            return None, resolution.error, resolution.drop_reference
+        if isinstance(resolution, Bound):
+            sandbox: Mapping[str, Any] = resolution.sandbox
+            error = resolution.error
+            for write in resolution.writes:
+                error = await self._sandbox_write(ns, write, error)
+                if write.patch is not None and write.name == sandbox["metadata"]["name"]:
+                    sandbox = self._sandbox(ns, write.name) or sandbox
+            return sandbox, error, resolution.drop_reference
+        raise AssertionError(f"unexpected resolution {resolution!r}")  # NeedCandidate/Adopt/Pending handled
+
+    async def _sandbox_write(
+        self, ns: str, write: SandboxWrite, error: ClaimError | None
+    ) -> ClaimError | None:
+        try:
+            if write.delete_uid is not None:
+                await ex.delete_sandbox(self.api, ns, write.name, write.delete_uid)
+            elif write.patch is not None:
+                self.fresh.remember(SANDBOX, await ex.patch_sandbox(self.api, ns, write.name, write.patch))
+        except KubeError as exc:
+            # The binding stays (status keeps the Sandbox); the error shows and is retried.
+            return error or ReconcilerError(f'failed to update sandbox "{write.name}": {exc}')
+        return error
+
+    # ------------------------------------------------------------------ after the status write
+
+    async def _finalize(
+        self,
+        before: Mapping[str, Any],
+        stored: Mapping[str, Any],
+        new_status: Mapping[str, Any],
+        sandbox: Mapping[str, Any] | None,
+        drop_reference: bool,
+    ) -> Exception | None:
+        """Readiness metrics and the claim's metadata patch (§4.13); returns a stamp failure, if any."""
+        meta = stored["metadata"]
+        ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
+        old_ready = _is_ready(before.get("status"))
+        new_ready = _is_ready(new_status)
+        ann = meta.get("annotations") or {}
+        step = readiness_step(
+            old_ready=old_ready,
+            new_ready=new_ready,
+            first_ready_stamped=bool(ann.get(c.ANNOTATION_CLAIM_FIRST_READY_AT)),
+        )
+        now = self.now()
+        first_observed = (
+            self.observed.get(ns, name, uid)
+            or parse_time(ann.get(c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT))
+            or now
+        )
+        if step is ReadyStep.RECORD:
+            self.metrics.record_ready(
+                stored, sandbox, latencies(stored, sandbox, now=now, first_observed=first_observed)
+            )
+        if step is not ReadyStep.NOTHING:
+            self.observed.drain(ns, name, uid)
+        patch = decide_claim_metadata(
+            stored,
+            sandbox=sandbox,
+            ready_step=step,
+            now=now,
+            first_observed=first_observed,
+            persist_observed=self.config.persist_observability,
+            trace_context=self.tracing.current_context_annotation() if self.tracing.enabled else "",
+            drop_reference=drop_reference,
+        )
+        if patch.empty:
+            return None
+        try:
+            updated = await ex.patch_claim_metadata(self.api, stored, patch.body())
+        except KubeError as exc:
+            return exc
+        if updated is not None:
+            self.fresh.remember(SANDBOX_CLAIM, updated)
+        return None
+
+    # ------------------------------------------------------------------ helpers
+
+    async def _legacy_policy(self, claim: Mapping[str, Any]) -> None:
+        """§4.3 step 2 (best effort): delete `<claim>-network-policy` if this claim controls it."""
+        meta = claim["metadata"]
+        policy = self.store.get(NETWORK_POLICY, meta["namespace"], f"{meta['name']}-network-policy")
+        if legacy_policy_to_delete(claim, policy):
+            assert policy is not None
+            try:
+                await ex.delete_policy(self.api, policy)
+            except KubeError as exc:
+                log.info("deleting legacy network policy failed: %s", exc)
+
+    def _remember_claim(self, written: ex.StatusWrite) -> None:
+        if (
+            written.sent
+            and written.authoritative
+            and written.claim.get("metadata", {}).get("resourceVersion")
+        ):
+            self.fresh.remember(SANDBOX_CLAIM, dict(written.claim))
+
+    def _event(self, claim: Mapping[str, Any], reason: str, action: str, note: str) -> None:
+        self.events.event(dict(claim), "Normal", reason, action, note)
+
+    @staticmethod
+    def _result(
+        time_left: float | None, expired: bool, error: ClaimError | None, metrics_error: Exception | None
+    ) -> Result:
+        requeue = max(time_left, _EXPIRED_REQUEUE) if (time_left is not None and not expired) else None
+        if isinstance(error, WarmPoolNotFound | TemplateNotFound):
+            if metrics_error is not None:
+                log.info("claim metadata write failed: %s", metrics_error)
+            return Result(min(_MISSING_REQUEUE, requeue) if requeue else _MISSING_REQUEUE)
+        if isinstance(error, SandboxCreatePending):
+            return Result(min(_CREATE_PENDING_REQUEUE, requeue) if requeue else _CREATE_PENDING_REQUEUE)
+        if error is not None and not error.suppressed:
+            raise ClaimRetry(f"{error.reason}: {error}") from error
+        if metrics_error is not None:
+            raise metrics_error
+        return Result(requeue)
+
+
+def snap_pool(claim: Mapping[str, Any]) -> str:
+    return str(((claim.get("spec") or {}).get("warmPoolRef") or {}).get("name") or "")
+
+
+def _request(claim: Mapping[str, Any]) -> Request:
+    return Request(claim["metadata"]["namespace"], claim["metadata"]["name"])
+
+
+def _is_ready(status: Mapping[str, Any] | None) -> bool:
+    ready = condition((status or {}).get("conditions"), c.CONDITION_READY)
+    return ready is not None and ready.get("status") == c.ConditionStatus.TRUE
