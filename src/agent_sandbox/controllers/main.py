@@ -43,7 +43,7 @@ from ..kube import (
     load_config,
     setup_tracing,
 )
-from . import template, warmpool
+from . import claim, template, warmpool
 from .flags import FlagError, HelpRequested
 from .options import PROGRAM, Options, flag_set, parse_options, read_allowed_label_domains, validate
 from .version import register_build_info, version_text
@@ -81,7 +81,7 @@ SETUPS: list[Setup] = [
     #   Setup("sandbox", sandbox.setup),
     # With --extensions, in this order (the warm pool registers the template-name index first):
     Setup("sandboxwarmpool", warmpool.setup, lambda o: o.extensions),
-    #   Setup("sandboxclaim", claim.setup, lambda o: o.extensions),
+    Setup("sandboxclaim", claim.setup, lambda o: o.extensions),
     Setup("sandboxtemplate", template.setup, lambda o: o.extensions),
 ]
 """Ordered controller/runnable registry; see the module docstring."""
