@@ -9,9 +9,12 @@ Lossless round trips (§8.2): converting v1alpha1 -> v1beta1 stores a JSON snaps
 v1alpha1 object in ``api.agents.x-k8s.io/v1alpha1-<kind>-state``; converting back strips
 the snapshot and, for Sandbox and SandboxClaim, restores what v1beta1 cannot represent.
 Deliberate differences from upstream are listed in ``docs/design/api-quirks.md``:
-the snapshot holds ``apiVersion``/``kind``/``spec``/``status`` only (metadata is copied
-verbatim both ways, so storing it again would only double the object size), and a
-snapshot without ``status.replicas`` does not override the synthesised value.
+the snapshot holds ``apiVersion``/``kind``/``spec`` only. Metadata is copied verbatim both
+ways, so storing it again would only double the object size and change on every write;
+status is excluded because v1alpha1 ``status.replicas`` is synthesised from the mode, and a
+snapshotted copy (taken from whatever a v1alpha1 client echoed back, e.g. on ``/scale``)
+would pin it to a stale value. Snapshots written by upstream do carry ``status``; their
+``status.replicas`` is still honoured on the way back, as upstream does.
 
 Failure modes: :class:`ConversionError` for an unknown kind/version, a malformed snapshot
 (as upstream: the object is then unreadable as v1alpha1 until the annotation is fixed
@@ -79,8 +82,8 @@ def _tidy_status(obj: Obj) -> None:
 
 
 def _write_snapshot(src: Obj, dst: Obj, kind: str) -> None:
-    """Store the v1alpha1 ``src`` (minus metadata) on the v1beta1 ``dst``."""
-    snapshot = {k: src[k] for k in ("apiVersion", "kind", "spec", "status") if k in src}
+    """Store the v1alpha1 ``src`` (minus metadata and status) on the v1beta1 ``dst``."""
+    snapshot = {k: src[k] for k in ("apiVersion", "kind", "spec") if k in src}
     # sort_keys: an unchanged v1alpha1 update must produce a byte-identical annotation, or
     # the API server would see a change and bump resourceVersion on every no-op apply.
     text = json.dumps(snapshot, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -150,7 +153,7 @@ def _sandbox_from_hub(obj: Obj) -> Obj:
             elif orig_replicas != 0:
                 spec["replicas"] = orig_replicas
         orig_status = original.get("status") or {}
-        if "replicas" in orig_status:
+        if "replicas" in orig_status:  # only in snapshots written by upstream
             status["replicas"] = orig_status["replicas"]
     return out
 

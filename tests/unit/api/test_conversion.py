@@ -63,7 +63,14 @@ def test_sandbox_replicas_to_operating_mode(replicas: int | None, mode: str) -> 
     src = alpha_sandbox(shutdownPolicy="Delete", service=True, volumeClaimTemplates=VCT)
     if replicas is not None:
         src["spec"]["replicas"] = replicas
-    src["status"] = {"replicas": 1, "selector": "x=y", "podIPs": ["10.0.0.1"], "conditions": [COND]}
+    # v1alpha1 status.replicas is synthesised from the mode, so a consistent object round-trips
+    status_replicas = 0 if replicas == 0 else 1
+    src["status"] = {
+        "replicas": status_replicas,
+        "selector": "x=y",
+        "podIPs": ["10.0.0.1"],
+        "conditions": [COND],
+    }
     hub = to_hub(src)
     assert hub["apiVersion"] == "agents.x-k8s.io/v1beta1"
     assert hub["spec"]["operatingMode"] == mode
@@ -119,17 +126,31 @@ def test_sandbox_snapshot_restores_replicas(
     assert c.ANNOTATION_V1ALPHA1_SANDBOX_STATE not in annotations(alpha)
 
 
-def test_sandbox_snapshot_status_replicas_only_when_present() -> None:
-    hub = to_hub(alpha_sandbox(replicas=1))  # created without status
-    assert to_spoke(hub)["status"]["replicas"] == 1  # synthesised, not forced to 0
+def test_sandbox_status_replicas_follows_mode_not_our_snapshot() -> None:
     src = alpha_sandbox(replicas=1)
-    src["status"] = {"replicas": 0}
-    assert to_spoke(to_hub(src))["status"]["replicas"] == 0  # restored from snapshot
+    src["status"] = {"replicas": 1}  # what a v1alpha1 client echoes back, e.g. through /scale
+    hub = to_hub(src)
+    assert "status" not in json.loads(annotations(hub)[c.ANNOTATION_V1ALPHA1_SANDBOX_STATE])
+    hub["spec"]["operatingMode"] = "Suspended"
+    assert to_spoke(hub)["status"]["replicas"] == 0
+
+
+def test_sandbox_upstream_snapshot_status_replicas_is_honoured() -> None:
+    """Snapshots written by upstream carry status; upstream restores status.replicas from them."""
+    hub = beta_sandbox("Running")
+    upstream_state = {"apiVersion": "agents.x-k8s.io/v1alpha1", "kind": "Sandbox", "metadata": {"name": "sb"},
+                      "spec": {"podTemplate": POD, "replicas": 1}, "status": {"replicas": 0}}  # fmt: skip
+    hub["metadata"]["annotations"] = {c.ANNOTATION_V1ALPHA1_SANDBOX_STATE: json.dumps(upstream_state)}
+    alpha = to_spoke(hub)
+    assert alpha["status"]["replicas"] == 0
+    assert alpha["spec"]["replicas"] == 1
+    assert "annotations" not in alpha["metadata"]
 
 
 def test_snapshot_excludes_itself_and_metadata() -> None:
     src = alpha_sandbox(replicas=0)
     src["metadata"]["annotations"][c.ANNOTATION_V1ALPHA1_SANDBOX_STATE] = "old-state"
+    src["status"] = {"replicas": 0, "podIPs": ["10.0.0.2"]}
     hub = to_hub(src)
     snapshot = json.loads(annotations(hub)[c.ANNOTATION_V1ALPHA1_SANDBOX_STATE])
     assert set(snapshot) == {"apiVersion", "kind", "spec"}
