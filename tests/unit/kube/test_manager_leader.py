@@ -1,0 +1,175 @@
+"""Manager start/stop ordering and leader-election decisions, on in-memory fakes (no cluster)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import pytest
+
+from agent_sandbox.kube import (
+    CONFIG_MAP,
+    LEASE,
+    Cache,
+    CacheOptions,
+    LeaderElectionConfig,
+    LeaderElectionLost,
+    LeaderElector,
+    Manager,
+    ManagerOptions,
+    ServerError,
+)
+from agent_sandbox.kube.testing import FakeClient, FakeClock
+
+pytestmark = pytest.mark.unit
+
+
+async def settle() -> None:
+    for _ in range(30):
+        await asyncio.sleep(0)
+
+
+class Recorder:
+    def __init__(self, log: list[str], name: str, *, leader: bool) -> None:
+        self.log, self.name, self.need_leader_election = log, name, leader
+
+    async def start(self) -> None:
+        self.log.append(f"start {self.name}")
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.log.append(f"stop {self.name}")
+
+
+async def test_manager_starts_in_order_and_stops_leader_runnables_first() -> None:
+    fake = FakeClient((CONFIG_MAP, {"metadata": {"name": "c", "namespace": "ns"}}))
+    log: list[str] = []
+    opts = ManagerOptions(
+        metrics_bind_address="0",
+        health_probe_bind_address="0",
+        new_cache=lambda _api, o: Cache(fake, o),
+    )
+    mgr = Manager(fake, opts)  # type: ignore[arg-type]
+    inf = mgr.cache.informer(CONFIG_MAP)
+    mgr.add(Recorder(log, "controller", leader=True))
+    mgr.add(Recorder(log, "webhook", leader=False))
+    stop = asyncio.Event()
+    task = asyncio.create_task(mgr.start(stop))
+    await asyncio.wait_for(mgr.elected.wait(), 5)
+    await settle()
+    assert inf.has_synced
+    assert log == ["start webhook", "start controller"]
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert log[2:] == ["stop controller", "stop webhook"]
+
+
+async def test_manager_surfaces_a_failing_runnable() -> None:
+    fake = FakeClient()
+
+    class Broken:
+        async def start(self) -> None:
+            raise RuntimeError("boom")
+
+    mgr = Manager(fake, ManagerOptions(metrics_bind_address="0", health_probe_bind_address="0"))  # type: ignore[arg-type]
+    mgr.add(Broken())
+    with pytest.raises(RuntimeError, match="boom"):
+        await asyncio.wait_for(mgr.start(asyncio.Event()), 5)
+
+
+def test_leader_election_needs_a_namespace_outside_a_cluster() -> None:
+    opts = ManagerOptions(leader_election=True, leader_election_id="x", metrics_bind_address="0")
+    with pytest.raises(ValueError, match="--leader-election-namespace"):
+        Manager(FakeClient(), opts)  # type: ignore[arg-type]
+
+
+def _elector(fake: FakeClient, clock: FakeClock, identity: str) -> LeaderElector:
+    cfg = LeaderElectionConfig(name="lease", namespace="ns", identity=identity)
+    return LeaderElector(fake, cfg, clock=clock)  # type: ignore[arg-type]
+
+
+async def test_lease_is_respected_until_it_expires_on_the_observers_clock() -> None:
+    fake, clock = FakeClient(), FakeClock()
+    a, b = _elector(fake, clock, "a"), _elector(fake, clock, "b")
+    assert await a.try_acquire_or_renew()
+    lease: Any = await fake.get(LEASE, "lease", namespace="ns")
+    assert lease["spec"]["holderIdentity"] == "a"
+    assert lease["spec"]["leaseDurationSeconds"] == 15
+    assert not await b.try_acquire_or_renew()  # first observation starts b's clock
+    clock.advance(14)
+    assert not await b.try_acquire_or_renew()
+    assert await a.try_acquire_or_renew()  # a renews: the record changes...
+    clock.advance(14)
+    assert not await b.try_acquire_or_renew()  # ...and b restarts its clock when it first sees that
+    clock.advance(14.9)
+    assert not await b.try_acquire_or_renew()
+    clock.advance(0.2)  # > 15 s since b first saw the renewed record
+    assert await b.try_acquire_or_renew()
+    lease = await fake.get(LEASE, "lease", namespace="ns")
+    assert lease["spec"]["holderIdentity"] == "b"
+    assert lease["spec"]["leaseTransitions"] == 1
+
+
+async def test_release_lets_a_candidate_acquire_immediately() -> None:
+    fake, clock = FakeClient(), FakeClock()
+    a, b = _elector(fake, clock, "a"), _elector(fake, clock, "b")
+    await a.acquire()
+    assert a.is_leader
+    assert not await b.try_acquire_or_renew()
+    assert await a.release()
+    assert not a.is_leader
+    assert await b.try_acquire_or_renew()
+    assert not await a.release()  # not leader any more: nothing to release
+
+
+async def test_renewal_failures_past_the_deadline_lose_leadership() -> None:
+    fake, clock = FakeClient(), FakeClock()
+    a = _elector(fake, clock, "a")
+    await a.acquire()
+    fake.inject_error("get", ServerError(500, "InternalError", "etcd down"), kind=LEASE, times=1000)
+    hold = asyncio.create_task(a.hold())
+    for _ in range(20):
+        clock.advance(1.0)
+        await settle()
+        if hold.done():
+            break
+    with pytest.raises(LeaderElectionLost):
+        await hold
+    assert not a.is_leader
+
+
+async def test_successful_renewals_keep_holding() -> None:
+    fake, clock = FakeClient(), FakeClock()
+    a = _elector(fake, clock, "a")
+    await a.acquire()
+    hold = asyncio.create_task(a.hold())
+    for _ in range(30):
+        clock.advance(1.0)
+        await settle()
+    assert not hold.done()
+    hold.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await hold
+    renews = [x for x in fake.actions if x[0] == "update"]
+    assert len(renews) >= 10
+
+
+async def test_cache_options_by_kind_scope_informers() -> None:
+    fake = FakeClient(
+        (CONFIG_MAP, {"metadata": {"name": "a", "namespace": "ns", "labels": {"t": "1"}}}),
+        (CONFIG_MAP, {"metadata": {"name": "b", "namespace": "ns"}}),
+    )
+    from agent_sandbox.kube import KindOptions
+
+    cache = Cache(fake, CacheOptions(by_kind={CONFIG_MAP: KindOptions(label_selector="t")}))
+    task = asyncio.create_task(cache.start())
+    try:
+        names = [o["metadata"]["name"] for o in await asyncio.wait_for(cache.list(CONFIG_MAP), 5)]
+        assert names == ["a"]
+        with pytest.raises(RuntimeError):
+            cache.set_kind_options(CONFIG_MAP, KindOptions())
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
