@@ -27,7 +27,7 @@ from ._conditions import (
     remove_condition,
     upsert_condition,
 )
-from ._plan import DeleteSandbox, Plan, PlanMode, PodPlan, Results, ServiceFields, Snapshot
+from ._plan import DeleteSandbox, Plan, PlanMode, PodPlan, Results, ServiceFields, Snapshot, StepResult
 from .decide import EXPIRY_REQUEUE, check_expiry, shutdown_time
 
 __all__ = ["Conclusion", "child_outcome", "conclude", "status_patch"]
@@ -157,7 +157,9 @@ def _mark_expired(status: dict[str, Any], generation: int, now: datetime) -> Non
 
 def _conclude_teardown(snapshot: Snapshot, plan: Plan, results: Results, now: datetime) -> Conclusion:
     errors: list[str] = []
-    for step, result in zip(plan.teardown, results.teardown, strict=True):
+    # Steps without a recorded result succeeded (`Results()` means "everything succeeded").
+    padded = list(results.teardown) + [StepResult()] * (len(plan.teardown) - len(results.teardown))
+    for step, result in zip(plan.teardown, padded, strict=True):
         if isinstance(step.actions[0], DeleteSandbox) and result.ok:
             # GC removes Pod, Service and PVCs; cleanup errors of this pass no longer matter.
             return Conclusion(sandbox_deleted=True, clear_deferral=True)

@@ -20,6 +20,7 @@ from agent_sandbox.kube import (
     POD,
     SANDBOX,
     AlreadyExists,
+    ApiError,
     Conflict,
     EventSink,
     KubeError,
@@ -45,7 +46,7 @@ from ._plan import (
     StepResult,
 )
 
-__all__ = ["Executor", "SandboxWriter"]
+__all__ = ["Executor", "SandboxWriter", "error_text"]
 
 log = logging.getLogger("agent_sandbox.controllers.sandbox")
 
@@ -95,6 +96,13 @@ class SandboxWriter(Protocol):
     ) -> Object: ...
 
 
+def error_text(exc: KubeError) -> str:
+    """The server's message for API errors (what Go's StatusError prints), else the error itself."""
+    if isinstance(exc, ApiError) and exc.message:
+        return exc.message
+    return str(exc)
+
+
 @dataclass(slots=True)
 class Executor:
     """Executes the steps of one Sandbox's plan.
@@ -139,12 +147,12 @@ class Executor:
             except AlreadyExists as exc:
                 self._abandon_creations(step.actions[index:])
                 if on_pod_exists is None or not isinstance(action, CreateObject) or action.kind != POD:
-                    return StepResult(index, f"{action.what}: {exc}")
+                    return StepResult(index, f"{action.what}: {error_text(exc)}")
                 return await self._existing_pod(index, action, on_pod_exists)
             except KubeError as exc:
                 self._abandon_creations(step.actions[index:])
                 log.info("sandbox %s/%s: %s: %s", self._ns, self._name, action.what, exc)
-                return StepResult(index, f"{action.what}: {exc}")
+                return StepResult(index, f"{action.what}: {error_text(exc)}")
             if isinstance(action, CreateObject):
                 created = answer
         return StepResult(created=created)
@@ -157,7 +165,7 @@ class Executor:
             # Live read: the cache did not show this Pod, which is why we tried to create it.
             pod = await self.writer.get(POD, name, namespace=self._ns)
         except KubeError as exc:
-            return StepResult(index, f"pod already exists but failed to fetch: {exc}")
+            return StepResult(index, f"pod already exists but failed to fetch: {error_text(exc)}")
         replan = on_pod_exists(pod)
         result = await self.run_step(replan)
         return StepResult(result.failed_at, result.error, result.created, replanned=replan)

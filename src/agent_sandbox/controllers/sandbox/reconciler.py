@@ -44,7 +44,7 @@ from ._expect import ChildExpectations
 from ._plan import Plan, PlanMode, Results, Snapshot, StepPlan, StepResult
 from ._status import conclude
 from .decide import decide, plan_existing_pod, resolve_pod_name
-from .execute import Executor, SandboxWriter
+from .execute import Executor, SandboxWriter, error_text
 
 __all__ = ["POD_NAME_HASH_INDEX", "WRITE_BEHIND_BOUND", "SandboxReconcileError", "SandboxReconciler"]
 
@@ -175,7 +175,7 @@ class SandboxReconciler:
             try:
                 await executor.write_status(conclusion.status_patch)
             except KubeError as exc:
-                errors.append(f"failed to patch sandbox status: {exc}")
+                errors.append(f"failed to patch sandbox status: {error_text(exc)}")
         if errors:
             raise SandboxReconcileError("\n".join(errors))
         return Result(requeue_after=conclusion.requeue_after)

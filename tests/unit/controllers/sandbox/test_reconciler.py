@@ -1,0 +1,443 @@
+"""`SandboxReconciler` + executor over the in-memory FakeClient: upstream's pinned reconcile behaviours (§6.1).
+
+The FakeClient plays both the cache (reads) and the API server (writes) unless a test needs a lagging cache,
+in which case a second FakeClient is the stale reader.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from agent_sandbox.api.constants import (
+    ANNOTATION_POD_NAME,
+    ANNOTATION_SAFE_TO_EVICT,
+    ANNOTATION_TRACE_CONTEXT,
+    LABEL_ADOPTABLE,
+    LABEL_CREATED_BY,
+    LABEL_SANDBOX_NAME_HASH,
+    LABEL_SANDBOX_TEMPLATE_REF_HASH,
+    LABEL_WARM_POOL_SANDBOX,
+)
+from agent_sandbox.controllers.sandbox import (
+    POD_NAME_HASH_INDEX,
+    ChildExpectations,
+    SandboxReconcileError,
+    SandboxReconciler,
+)
+from agent_sandbox.controllers.sandbox.watches import pod_name_hash_index
+from agent_sandbox.kube import POD, PVC, SANDBOX, SERVICE, NotFound, Object, Request, Tracing
+from agent_sandbox.kube.testing import FakeClient
+from tests.unit.controllers.sandbox.builders import HASH, NOW, SB, SB_UID, pod, ref, sandbox, service, vct
+
+pytestmark = pytest.mark.unit
+
+REQ = Request("ns", SB)
+CLAIM_OWNER = ref("SandboxClaim", "claim", "uid-claim", api_version="extensions.agents.x-k8s.io/v1beta1")
+
+
+class Events:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str, str]] = []
+
+    def event(self, regarding: Object, type_: Any, reason: str, action: str, note: str) -> None:
+        self.events.append((type_, reason, action, note))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> Any:
+        return self.now
+
+
+def fake(*objects: tuple[Any, Object]) -> FakeClient:
+    client = FakeClient(*objects)
+    client.add_index(POD, POD_NAME_HASH_INDEX, lambda o: list(pod_name_hash_index(o)))
+    return client
+
+
+def reconciler(client: FakeClient, reader: FakeClient | None = None, **kwargs: Any) -> SandboxReconciler:
+    kwargs.setdefault("now", Clock())
+    return SandboxReconciler(reader or client, client, **kwargs)
+
+
+async def get(client: FakeClient, kind: Any, name: str = SB) -> Object:
+    return await client.get(kind, name, namespace="ns")
+
+
+def cond(sb: Object, type_: str) -> tuple[str, str, str] | None:
+    for c in (sb.get("status") or {}).get("conditions") or ():
+        if c["type"] == type_:
+            return (c["status"], c["reason"], c["message"])
+    return None
+
+
+def writes(client: FakeClient, verb: str, kind: str) -> int:
+    return sum(1 for a in client.actions if a[0] == verb and a[1] == kind)
+
+
+# --------------------------------------------------------------------------- TestReconcile
+
+
+async def test_minimal_spec_creates_only_a_pod() -> None:
+    client = fake((SANDBOX, sandbox()))
+    result = await reconciler(client).reconcile(REQ)
+    assert result.requeue_after is None
+    assert [p["metadata"]["name"] for p in client.objects(POD)] == [SB]
+    assert client.objects(SERVICE) == []
+    sb = await get(client, SANDBOX)
+    assert sb["metadata"]["annotations"] == {ANNOTATION_POD_NAME: SB}
+    assert cond(sb, "Ready") == ("False", "DependenciesNotReady", "Pod exists with phase: ")
+    assert cond(sb, "Suspended") == ("False", "NotSuspended", "Sandbox is not suspended")
+    assert sb["status"]["selector"] == f"{LABEL_SANDBOX_NAME_HASH}={HASH}"
+
+
+async def test_service_true_adds_headless_service_and_fqdn() -> None:
+    client = fake((SANDBOX, sandbox(service=True)))
+    await reconciler(client, cluster_domain="example.internal").reconcile(REQ)
+    svc = await get(client, SERVICE)
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["selector"] == {LABEL_SANDBOX_NAME_HASH: HASH}
+    sb = await get(client, SANDBOX)
+    assert sb["status"]["serviceFQDN"] == "sb.ns.svc.example.internal"
+    assert cond(sb, "Ready") == ("False", "DependenciesNotReady", "Pod exists with phase: ; Service Exists")
+
+
+async def test_volume_claim_templates_create_pvcs_and_pod_volumes() -> None:
+    client = fake((SANDBOX, sandbox(vcts=[vct("data", labels={"tier": "fast"}, annotations={"a": "b"})])))
+    await reconciler(client).reconcile(REQ)
+    claim = await get(client, PVC, f"data-{SB}")
+    assert claim["metadata"]["labels"] == {"tier": "fast", LABEL_SANDBOX_NAME_HASH: HASH}
+    assert claim["metadata"]["annotations"] == {"a": "b"}
+    assert claim["metadata"]["ownerReferences"][0]["uid"] == SB_UID
+    p = await get(client, POD)
+    assert {"name": "data", "persistentVolumeClaim": {"claimName": f"data-{SB}"}} in p["spec"]["volumes"]
+
+
+@pytest.mark.parametrize(
+    "labels", [{LABEL_ADOPTABLE: "true"}, {LABEL_SANDBOX_NAME_HASH: HASH}], ids=["adoptable", "legacy-label"]
+)
+async def test_existing_authorised_pod_is_adopted_and_reports_ips(labels: dict[str, str]) -> None:
+    existing = pod(owned=False, labels=labels, phase="Running", ips=["10.1.2.3"])
+    client = fake((SANDBOX, sandbox()), (POD, existing))
+    await reconciler(client).reconcile(REQ)
+    p = await get(client, POD)
+    assert p["metadata"]["ownerReferences"][0]["uid"] == SB_UID
+    assert p["metadata"]["labels"][LABEL_SANDBOX_NAME_HASH] == HASH
+    assert (await get(client, SANDBOX))["status"]["podIPs"] == ["10.1.2.3"]
+
+
+async def test_ready_pod_makes_sandbox_ready_without_service() -> None:
+    ready = pod(phase="Running", ready=True, ips=["10.0.0.1"], node="n1")
+    client = fake((SANDBOX, sandbox(annotations={ANNOTATION_POD_NAME: SB})), (POD, ready))
+    await reconciler(client).reconcile(REQ)
+    sb = await get(client, SANDBOX)
+    assert cond(sb, "Ready") == ("True", "DependenciesReady", "Pod is Ready")
+    assert sb["status"]["nodeName"] == "n1"
+
+
+async def test_refused_child_is_an_error_but_status_is_written_first() -> None:
+    foreign = pod(owner=ref("ReplicaSet", "rs", "uid-rs", api_version="apps/v1"))
+    client = fake((SANDBOX, sandbox()), (POD, foreign))
+    with pytest.raises(SandboxReconcileError, match='pod "sb" is owned by ReplicaSet/rs'):
+        await reconciler(client).reconcile(REQ)
+    assert cond(await get(client, SANDBOX), "Ready")[1] == "ReconcilerError"  # type: ignore[index]
+    assert (await get(client, POD))["metadata"]["ownerReferences"][0]["uid"] == "uid-rs"
+
+
+async def test_missing_sandbox_is_done() -> None:
+    assert (await reconciler(fake()).reconcile(REQ)).requeue_after is None
+
+
+# --------------------------------------------------------------------------- expiry
+
+
+async def _expire(client: FakeClient, r: SandboxReconciler) -> None:
+    first = await r.reconcile(REQ)
+    assert first.requeue_after == 0.001
+    assert cond(await get(client, SANDBOX), "Ready") == ("False", "SandboxExpired", "Sandbox has expired")
+    second = await r.reconcile(REQ)
+    assert second.requeue_after is None
+
+
+async def test_expiry_retain_deletes_pod_and_service_and_keeps_the_sandbox() -> None:
+    sb = sandbox(
+        shutdown_time=NOW - timedelta(minutes=1), service=True, annotations={ANNOTATION_POD_NAME: SB}
+    )
+    client = fake(
+        (SANDBOX, sb),
+        (POD, pod(phase="Running", ips=["10.0.0.1"])),
+        (SERVICE, service()),
+        (PVC, {"metadata": {"name": "data-sb", "namespace": "ns", "ownerReferences": [ref()]}, "spec": {}}),
+    )
+    await _expire(client, reconciler(client))
+    assert client.objects(POD) == []
+    assert client.objects(SERVICE) == []
+    assert len(client.objects(PVC)) == 1  # PVCs are never deleted on expiry
+    final = await get(client, SANDBOX)
+    assert set(final["status"]) == {"conditions"}
+    assert cond(final, "Ready") == ("False", "SandboxExpired", "Sandbox has expired")
+
+
+async def test_expiry_retain_deletes_adopted_warm_pod_tracked_by_annotation() -> None:
+    sb = sandbox(shutdown_time=NOW, annotations={ANNOTATION_POD_NAME: "warm-1"})
+    client = fake((SANDBOX, sb), (POD, pod("warm-1")))
+    await _expire(client, reconciler(client))
+    assert client.objects(POD) == []
+
+
+async def test_expiry_delete_removes_the_sandbox() -> None:
+    client = fake((SANDBOX, sandbox(shutdown_time=NOW, shutdown_policy="Delete")), (POD, pod()))
+    await _expire(client, reconciler(client))
+    assert client.objects(SANDBOX) == []
+    assert client.objects(POD) == []
+
+
+@pytest.mark.parametrize("policy", ["Retain", "Delete"])
+async def test_expiry_leaves_unowned_and_foreign_pods(policy: str) -> None:
+    unowned = pod(owned=False)
+    client = fake((SANDBOX, sandbox(shutdown_time=NOW, shutdown_policy=policy)), (POD, unowned))
+    await _expire(client, reconciler(client))
+    assert [p["metadata"]["name"] for p in client.objects(POD)] == [SB]
+
+
+async def test_expiry_with_no_children() -> None:
+    client = fake((SANDBOX, sandbox(shutdown_time=NOW)))
+    await _expire(client, reconciler(client))
+
+
+# --------------------------------------------------------------------------- suspend / resume
+
+
+async def test_suspend_with_terminating_owned_pod_then_resume() -> None:
+    terminating = pod(phase="Running")
+    terminating["metadata"]["finalizers"] = ["test/hold"]
+    client = fake(
+        (SANDBOX, sandbox(mode="Suspended", annotations={ANNOTATION_POD_NAME: SB})), (POD, terminating)
+    )
+    expectations = ChildExpectations()
+    r = reconciler(client, expectations=expectations)
+    await r.reconcile(REQ)
+    deleting = await get(client, POD)
+    assert deleting["metadata"].get("deletionTimestamp")
+    # Until the informer shows the deletion, the next pass waits instead of deleting again.
+    assert (await r.reconcile(REQ)).requeue_after == expectations.ttl
+    assert writes(client, "delete", "Pod") == 1
+    expectations.handler(POD).on_update(terminating, deleting)
+    sb = await get(client, SANDBOX)
+    assert cond(sb, "Suspended") == ("False", "PodTerminating", "Pod is terminating. Sandbox is suspending")
+    assert cond(sb, "Ready") == ("False", "SandboxSuspended", "Sandbox is suspending")
+    await client.patch(POD, SB, {"metadata": {"finalizers": None}}, namespace="ns")
+    await r.reconcile(REQ)
+    sb = await get(client, SANDBOX)
+    assert cond(sb, "Suspended") == ("True", "PodTerminated", "Pod has been terminated. Sandbox is suspended")
+    assert ANNOTATION_POD_NAME not in (sb["metadata"].get("annotations") or {})
+    await client.patch(SANDBOX, SB, {"spec": {"operatingMode": "Running"}}, namespace="ns")
+    await r.reconcile(REQ)
+    assert (await get(client, POD))["metadata"]["ownerReferences"][0]["uid"] == SB_UID
+    assert cond(await get(client, SANDBOX), "Suspended") == (
+        "False",
+        "NotSuspended",
+        "Sandbox is not suspended",
+    )
+
+
+# --------------------------------------------------------------------------- multiple owned Pods
+
+
+async def test_multiple_owned_pods_surface_once_without_error() -> None:
+    events = Events()
+    client = fake((SANDBOX, sandbox(service=True)), (POD, pod("a", ips=["10.0.0.1"])), (POD, pod("b")))
+    r = reconciler(client, events=events)
+    assert (await r.reconcile(REQ)).requeue_after is None
+    sb = await get(client, SANDBOX)
+    assert cond(sb, "Ready") == (
+        "False",
+        "MultiplePods",
+        "multiple Pods (2) are controlled by this Sandbox; refusing to choose or create a Pod",
+    )
+    assert "podIPs" not in sb["status"]
+    assert client.objects(SERVICE) == []
+    assert len(client.objects(POD)) == 2
+    await r.reconcile(REQ)
+    assert events.events == [
+        (
+            "Warning",
+            "MultiplePods",
+            "Reconciling",
+            "multiple Pods (2) are controlled by this Sandbox; refusing to choose or create a Pod",
+        )
+    ]
+
+
+# --------------------------------------------------------------------------- write-behind (writebehind_coalesce_test.go)
+
+
+def _adopted_pool_setup() -> FakeClient:
+    # A claim took over a pool Sandbox: its Pod still carries the pool's label and safe-to-evict marker.
+    sb = sandbox(
+        owner=CLAIM_OWNER,
+        labels={LABEL_SANDBOX_TEMPLATE_REF_HASH: "t"},
+        annotations={ANNOTATION_POD_NAME: SB},
+    )
+    p = pod(
+        phase="Running",
+        ready=True,
+        ips=["10.0.0.1"],
+        labels={
+            LABEL_SANDBOX_NAME_HASH: HASH,
+            LABEL_WARM_POOL_SANDBOX: "pool",
+            LABEL_SANDBOX_TEMPLATE_REF_HASH: "t",
+        },
+        annotations={
+            ANNOTATION_SAFE_TO_EVICT: "true",
+            "agents.x-k8s.io/propagated-annotations": ANNOTATION_SAFE_TO_EVICT,
+        },
+    )
+    return fake((SANDBOX, sb), (POD, p))
+
+
+async def test_write_behind_disabled_is_synchronous() -> None:
+    client = _adopted_pool_setup()
+    r = reconciler(client)
+    await r.reconcile(REQ)
+    assert writes(client, "patch", "Pod") == 1
+    p = await get(client, POD)
+    assert LABEL_WARM_POOL_SANDBOX not in p["metadata"]["labels"]
+    assert ANNOTATION_SAFE_TO_EVICT not in p["metadata"]["annotations"]
+    await r.reconcile(REQ)
+    assert writes(client, "patch", "Pod") == 1
+
+
+async def test_write_behind_defers_then_writes_exactly_once() -> None:
+    sync_client = _adopted_pool_setup()
+    await reconciler(sync_client).reconcile(REQ)
+    client = _adopted_pool_setup()
+    clock = Clock()
+    r = reconciler(client, write_behind_window=0.5, now=clock)
+    first = await r.reconcile(REQ)
+    assert writes(client, "patch", "Pod") == 0
+    assert first.requeue_after is not None
+    assert 0 < first.requeue_after <= 1.0
+    assert cond(await get(client, SANDBOX), "Ready") == cond(await get(sync_client, SANDBOX), "Ready")
+    clock.now += timedelta(seconds=0.2)
+    second = await r.reconcile(REQ)
+    assert writes(client, "patch", "Pod") == 0
+    assert second.requeue_after == pytest.approx(0.3)  # the window is not re-armed
+    clock.now += timedelta(seconds=0.4)
+    third = await r.reconcile(REQ)
+    assert writes(client, "patch", "Pod") == 1
+    assert third.requeue_after is None
+    await r.reconcile(REQ)
+    assert writes(client, "patch", "Pod") == 1
+
+
+async def test_write_behind_window_is_bounded_by_one_second() -> None:
+    client = _adopted_pool_setup()
+    result = await reconciler(client, write_behind_window=30.0).reconcile(REQ)
+    assert result.requeue_after == 1.0
+
+
+async def test_write_behind_crash_recovery_converges_with_one_patch() -> None:
+    client = _adopted_pool_setup()
+    clock = Clock()
+    await reconciler(client, write_behind_window=0.5, now=clock).reconcile(REQ)
+    fresh = reconciler(client, write_behind_window=0.5, now=clock)  # lost deferral clock
+    clock.now += timedelta(seconds=0.1)
+    assert (await fresh.reconcile(REQ)).requeue_after == pytest.approx(0.5)
+    clock.now += timedelta(seconds=0.6)
+    await fresh.reconcile(REQ)
+    assert writes(client, "patch", "Pod") == 1
+
+
+# --------------------------------------------------------------------------- lagging cache
+
+
+async def test_create_answered_already_exists_handles_the_existing_pod() -> None:
+    api = fake(
+        (SANDBOX, sandbox()), (POD, pod(owned=False, labels={LABEL_ADOPTABLE: "true"}, phase="Running"))
+    )
+    stale = fake((SANDBOX, sandbox()))  # the cache has not seen the Pod yet
+    await reconciler(api, reader=stale).reconcile(REQ)
+    p = await get(api, POD)
+    assert p["metadata"]["ownerReferences"][0]["uid"] == SB_UID
+    assert cond(await get(api, SANDBOX), "Ready") == (
+        "False",
+        "DependenciesNotReady",
+        "Pod is Running but not Ready",
+    )
+
+
+async def test_own_create_not_yet_in_cache_is_waited_for_not_repeated() -> None:
+    api = fake((SANDBOX, sandbox(vcts=[vct("data")])))
+    stale = fake((SANDBOX, sandbox(vcts=[vct("data")])))
+    expectations = ChildExpectations()
+    r = reconciler(api, reader=stale, expectations=expectations)
+    await r.reconcile(REQ)
+    creates = writes(api, "create", "Pod") + writes(api, "create", "PersistentVolumeClaim")
+    assert creates == 2
+    waiting = await r.reconcile(REQ)
+    assert waiting.requeue_after == expectations.ttl
+    assert writes(api, "create", "Pod") + writes(api, "create", "PersistentVolumeClaim") == 2
+    # The informer delivers the ADDED events: the records are lowered and the next pass acts normally.
+    for kind in (POD, PVC):
+        for obj in api.objects(kind):
+            expectations.handler(kind).on_add(obj)
+            await stale.create(kind, obj)
+    assert not expectations.pending((POD, PVC, SERVICE), "ns", SB)
+    await r.reconcile(REQ)
+    assert writes(api, "create", "Pod") == 1
+
+
+async def test_failed_create_is_not_waited_for() -> None:
+    client = fake((SANDBOX, sandbox()))
+    client.inject_error("create", NotFound(404, "NotFound", "namespace gone"), kind=POD)
+    expectations = ChildExpectations()
+    with pytest.raises(SandboxReconcileError, match="failed to create pod"):
+        await reconciler(client, expectations=expectations).reconcile(REQ)
+    assert not expectations.pending((POD,), "ns", SB)
+    sb = await get(client, SANDBOX)
+    assert cond(sb, "PodScheduled") == (
+        "Unknown",
+        "PodSchedulingUnknown",
+        "Pod state is unknown. Pod scheduling cannot be determined",
+    )
+
+
+# --------------------------------------------------------------------------- tracing
+
+
+class FakeTracer:
+    def __init__(self) -> None:
+        self.spans: list[tuple[str, dict[str, Any]]] = []
+
+    @contextlib.contextmanager
+    def start_as_current_span(self, name: str, context: Any = None, attributes: Any = None) -> Iterator[None]:
+        self.spans.append((name, dict(attributes or {})))
+        yield None
+
+
+class FakePropagator:
+    def inject(self, carrier: dict[str, str]) -> None:
+        carrier["traceparent"] = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+    def extract(self, carrier: dict[str, str]) -> None:
+        return None
+
+
+async def test_tracing_normalizes_created_by_and_stamps_trace_context() -> None:
+    tracer = FakeTracer()
+    client = fake((SANDBOX, sandbox(labels={LABEL_CREATED_BY: "my-bespoke-tool"})))
+    await reconciler(client, tracing=Tracing(tracer, FakePropagator())).reconcile(REQ)
+    name, attributes = tracer.spans[0]
+    assert name == "ReconcileSandbox"
+    assert attributes == {"sandbox.name": SB, "sandbox.namespace": "ns", LABEL_CREATED_BY: "unknown"}
+    assert [s[0] for s in tracer.spans[1:]] == ["reconcilePVCs", "reconcilePod"]
+    annotation = (await get(client, SANDBOX))["metadata"]["annotations"][ANNOTATION_TRACE_CONTEXT]
+    assert annotation.startswith('{"traceparent":"00-0af76519')
