@@ -21,7 +21,7 @@ from .decide import check_expiry, decide, plan_existing_pod
 from .execute import Executor, SandboxWriter
 from .metrics import SandboxCollector, sandbox_metric_labels
 from .reconciler import POD_NAME_HASH_INDEX, SandboxReconcileError, SandboxReconciler
-from .watches import CONTROLLER_NAME, EVENT_REPORTER, pod_cache_transform, setup_sandbox_controller
+from .watches import CONTROLLER_NAME, EVENT_REPORTER, pod_cache_transform, setup, setup_sandbox_controller
 
 __all__ = [
     "CONTROLLER_NAME",
@@ -47,6 +47,7 @@ __all__ = [
     "plan_existing_pod",
     "pod_cache_transform",
     "sandbox_metric_labels",
+    "setup",
     "setup_sandbox_controller",
     "status_patch",
     "upsert_condition",

@@ -10,6 +10,7 @@ controlling Sandbox; PVCs are cached but not watched), the `agent_sandboxes` col
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from agent_sandbox.api.constants import LABEL_SANDBOX_NAME_HASH
 from agent_sandbox.kube import (
@@ -29,6 +30,9 @@ from agent_sandbox.kube import (
 from ._expect import ChildExpectations
 from .metrics import register_collector
 from .reconciler import POD_NAME_HASH_INDEX, SandboxReconciler
+
+if TYPE_CHECKING:
+    from ..main import ControllerContext
 
 __all__ = [
     "CONTROLLER_NAME",
@@ -128,3 +132,16 @@ def setup_sandbox_controller(
     )
     register_collector(mgr.options.registry, cache.informer(SANDBOX))
     return controller
+
+
+def setup(mgr: Manager, ctx: ControllerContext) -> None:
+    """`main.SETUPS` entry: the Sandbox controller configured from the process flags (§5.1)."""
+    opts = ctx.options
+    setup_sandbox_controller(
+        mgr,
+        workers=opts.sandbox_concurrent_workers,
+        cluster_domain=opts.cluster_domain,
+        write_behind_window=opts.sandbox_write_behind_window,
+        cache_label_selectors=opts.cache_label_selectors,
+        tracing=ctx.tracing,
+    )
