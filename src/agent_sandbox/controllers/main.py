@@ -43,7 +43,7 @@ from ..kube import (
     load_config,
     setup_tracing,
 )
-from . import claim, template, warmpool
+from . import claim, sandbox, template, warmpool
 from .flags import FlagError, HelpRequested
 from .options import PROGRAM, Options, flag_set, parse_options, read_allowed_label_domains, validate
 from .version import register_build_info, version_text
@@ -77,8 +77,8 @@ class Setup:
 
 
 SETUPS: list[Setup] = [
-    # Sandbox controller (+ its conversion webhook), always on, e.g.:
-    #   Setup("sandbox", sandbox.setup),
+    # Sandbox controller (+ its conversion webhook), always on:
+    Setup("sandbox", sandbox.setup),
     # With --extensions, in this order (the warm pool registers the template-name index first):
     Setup("sandboxwarmpool", warmpool.setup, lambda o: o.extensions),
     Setup("sandboxclaim", claim.setup, lambda o: o.extensions),
