@@ -8,7 +8,8 @@ Usage from the controller process::
     await webhook.stop()
 
 Dev mode (local control plane, no kube-proxy): ``WebhookOptions(host="127.0.0.1",
-webhook_url="https://127.0.0.1:{port}/convert")`` makes the CRDs call the URL directly.
+webhook_url="https://127.0.0.1:{port}/convert")`` makes the CRDs call the URL directly; the
+controller process takes it from ``$AGENT_SANDBOX_WEBHOOK_URL`` (see ``setup``).
 """
 
 from __future__ import annotations
@@ -28,20 +29,25 @@ from agent_sandbox.controllers.webhook._server import (
     WebhookOptions,
     build_app,
 )
+from agent_sandbox.controllers.webhook._setup import WEBHOOK_URL_ENV, WebhookRunnable, options_from, setup
 
 __all__ = [
     "ALL_CRD_NAMES",
+    "WEBHOOK_URL_ENV",
     "CertBundle",
     "CertificateError",
     "ConversionWebhook",
     "WebhookError",
     "WebhookOptions",
+    "WebhookRunnable",
     "build_app",
     "bundle_problem",
     "client_config",
     "conversion_patch",
     "ensure_certificates",
     "generate_bundle",
+    "options_from",
     "patch_crds",
     "service_hosts",
+    "setup",
 ]

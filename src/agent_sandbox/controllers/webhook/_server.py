@@ -18,6 +18,7 @@ propagate (upstream exits with status 1 in both cases).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from agent_sandbox.api import constants as c
 from agent_sandbox.api.conversion import convert_review
 from agent_sandbox.controllers.webhook._certs import ensure_certificates, write_files
 from agent_sandbox.controllers.webhook._crds import ALL_CRD_NAMES, patch_crds
-from agent_sandbox.kube import Client
+from agent_sandbox.kube import NAMESPACE, AlreadyExists, Client
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +175,10 @@ class ConversionWebhook:
     async def _certificate(self) -> tuple[Path, Path]:
         opts = self.options
         if opts.manage_certs:
+            if opts.webhook_url:
+                # Dev mode runs outside the cluster, where nothing has created the namespace
+                # that holds the certificate Secret.
+                await _ensure_namespace(self._client, opts.namespace)
             bundle = await ensure_certificates(
                 self._client,
                 namespace=opts.namespace,
@@ -193,6 +198,11 @@ class ConversionWebhook:
         raise WebhookError(
             f"webhook certificate files {cert} and {key} are missing (--manage-webhook-certs=false)"
         )
+
+
+async def _ensure_namespace(client: Client, name: str) -> None:
+    with contextlib.suppress(AlreadyExists):
+        await client.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
 
 def _bound_port(runner: web.AppRunner, requested: int) -> int:
