@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -122,14 +123,14 @@ def kwok_stages_yaml(cfg: ClusterConfig) -> str:
     return "\n---\n".join(docs) + "\n"
 
 
-def storage_class_manifests(cfg: ClusterConfig) -> list[dict[str, object]]:
+def storage_class_manifests(cfg: ClusterConfig) -> list[dict[str, Any]]:
     """The two StorageClasses served by the host-side provisioner; `cfg.default_storage_class` is default."""
     if cfg.default_storage_class not in (STORAGE_CLASS_IMMEDIATE, STORAGE_CLASS_WFFC):
         raise ValueError(
             f"default_storage_class must be {STORAGE_CLASS_IMMEDIATE!r} or {STORAGE_CLASS_WFFC!r}, "
             f"not {cfg.default_storage_class!r}"
         )
-    out: list[dict[str, object]] = []
+    out: list[dict[str, Any]] = []
     for name, mode in ((STORAGE_CLASS_IMMEDIATE, "Immediate"), (STORAGE_CLASS_WFFC, "WaitForFirstConsumer")):
         default = "true" if name == cfg.default_storage_class else "false"
         out.append(
@@ -149,7 +150,7 @@ def storage_class_manifests(cfg: ClusterConfig) -> list[dict[str, object]]:
     return out
 
 
-def provisioner_binding_manifest() -> dict[str, object]:
+def provisioner_binding_manifest() -> dict[str, Any]:
     """Bind the provisioner's client identity to Kubernetes' built-in provisioner role (least privilege)."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",

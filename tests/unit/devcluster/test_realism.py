@@ -103,12 +103,12 @@ def test_heartbeat_and_initialize_skip_nodes_simulated_not_ready() -> None:
 @pytest.mark.parametrize("default", [STORAGE_CLASS_IMMEDIATE, STORAGE_CLASS_WFFC])
 def test_exactly_one_storage_class_is_default(default: str) -> None:
     classes = storage_class_manifests(ClusterConfig(default_storage_class=default))
-    modes = {c["metadata"]["name"]: c["volumeBindingMode"] for c in classes}  # type: ignore[index]
+    modes = {c["metadata"]["name"]: c["volumeBindingMode"] for c in classes}
     assert modes == {STORAGE_CLASS_IMMEDIATE: "Immediate", STORAGE_CLASS_WFFC: "WaitForFirstConsumer"}
     defaults = [
-        c["metadata"]["name"]  # type: ignore[index]
+        c["metadata"]["name"]
         for c in classes
-        if c["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"] == "true"  # type: ignore[index]
+        if c["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"] == "true"
     ]
     assert defaults == [default]
     assert {c["provisioner"] for c in classes} == {PROVISIONER_NAME}
@@ -121,8 +121,8 @@ def test_unknown_default_storage_class_is_rejected() -> None:
 
 def test_provisioner_identity_gets_the_builtin_provisioner_role() -> None:
     binding = provisioner_binding_manifest()
-    assert binding["roleRef"]["name"] == "system:persistent-volume-provisioner"  # type: ignore[index]
-    assert binding["subjects"] == [  # type: ignore[comparison-overlap]
+    assert binding["roleRef"]["name"] == "system:persistent-volume-provisioner"
+    assert binding["subjects"] == [
         {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": PROVISIONER_USER}
     ]
 
