@@ -23,6 +23,7 @@ import logging
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
@@ -32,7 +33,7 @@ from agent_sandbox.api import constants as c
 from agent_sandbox.api.conversion import convert_review
 from agent_sandbox.controllers.webhook._certs import ensure_certificates, write_files
 from agent_sandbox.controllers.webhook._crds import ALL_CRD_NAMES, patch_crds
-from agent_sandbox.kube import NAMESPACE, AlreadyExists, Client
+from agent_sandbox.kube import NAMESPACE, AlreadyExists, Client, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -175,17 +176,21 @@ class ConversionWebhook:
     async def _certificate(self) -> tuple[Path, Path]:
         opts = self.options
         if opts.manage_certs:
-            if opts.webhook_url:
-                # Dev mode runs outside the cluster, where nothing has created the namespace
-                # that holds the certificate Secret.
+            kwargs: dict[str, Any] = {
+                "namespace": opts.namespace,
+                "service": opts.service_name,
+                "cluster_domain": opts.cluster_domain,
+                "extra_hosts": _url_hosts(opts.webhook_url),
+            }
+            try:
+                bundle = await ensure_certificates(self._client, **kwargs)
+            except NotFound:
+                # The Secret's namespace is missing: only outside a cluster (dev mode), where the
+                # controller is not deployed into it. In-cluster this path is never taken, so the
+                # controller needs no RBAC on namespaces.
+                log.info("creating namespace %s for the webhook certificate Secret", opts.namespace)
                 await _ensure_namespace(self._client, opts.namespace)
-            bundle = await ensure_certificates(
-                self._client,
-                namespace=opts.namespace,
-                service=opts.service_name,
-                cluster_domain=opts.cluster_domain,
-                extra_hosts=_url_hosts(opts.webhook_url),
-            )
+                bundle = await ensure_certificates(self._client, **kwargs)
             self.ca_pem = bundle.ca_pem
             return write_files(bundle, opts.cert_dir, opts.cert_name, opts.key_name)
         cert, key = opts.cert_dir / opts.cert_name, opts.cert_dir / opts.key_name

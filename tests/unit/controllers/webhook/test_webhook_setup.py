@@ -10,7 +10,7 @@ import pytest
 
 from agent_sandbox.controllers.options import Options
 from agent_sandbox.controllers.webhook import ConversionWebhook, WebhookOptions, WebhookRunnable, options_from
-from agent_sandbox.kube import NAMESPACE, SECRET
+from agent_sandbox.kube import NAMESPACE, SECRET, NotFound
 from agent_sandbox.kube.testing import FakeClient
 
 pytestmark = pytest.mark.unit
@@ -43,6 +43,8 @@ def test_dev_mode_url_from_environment() -> None:
 
 async def test_runnable_serves_until_cancelled_on_every_replica(tmp_path: Path) -> None:
     client = FakeClient()
+    # the fake does not model namespaces: make the first Secret create fail like a missing namespace
+    client.inject_error("create", NotFound(404, "NotFound", 'namespaces "dev-ns" not found'), kind=SECRET)
     webhook = ConversionWebhook(
         client,
         WebhookOptions(host="127.0.0.1", port=0, namespace="dev-ns", cert_dir=tmp_path,
@@ -56,7 +58,7 @@ async def test_runnable_serves_until_cancelled_on_every_replica(tmp_path: Path) 
             break
         await asyncio.sleep(0.01)
     assert webhook.port
-    # dev mode created the Secret's namespace (nothing else would outside a cluster)
+    # a missing Secret namespace is created (only happens outside a cluster)
     assert (await client.get(NAMESPACE, "dev-ns"))["metadata"]["name"] == "dev-ns"
     assert (await client.get(SECRET, "agent-sandbox-webhook-certs", namespace="dev-ns"))["type"] == "Opaque"
     _, writer = await asyncio.open_connection("127.0.0.1", webhook.port)
