@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -83,10 +84,8 @@ async def apiserver(kubeconfig: str, n: int, conc: int) -> dict[str, float]:
     async with ApiClient(load_config(kubeconfig)) as api:
         ns = "default"
         name = "bench-transport"
-        try:
+        with contextlib.suppress(Exception):
             await api.create(CONFIG_MAP, {"metadata": {"name": name}, "data": {"a": "b"}}, namespace=ns)
-        except Exception:
-            pass
         out["ApiClient(aiohttp)"] = await _rate(n, conc, lambda: api.get(CONFIG_MAP, name, namespace=ns))
         try:
             import httpx
@@ -112,7 +111,9 @@ async def apiserver(kubeconfig: str, n: int, conc: int) -> dict[str, float]:
 def decode() -> dict[str, float]:
     pod = {
         "metadata": {"name": "p" * 20, "namespace": "ns", "labels": {f"k{i}": "v" * 10 for i in range(8)}},
-        "spec": {"containers": [{"name": "c", "image": "busybox", "env": [{"name": "A", "value": "B"}] * 10}]},
+        "spec": {
+            "containers": [{"name": "c", "image": "busybox", "env": [{"name": "A", "value": "B"}] * 10}]
+        },
         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}] * 4},
     }
     raw = orjson.dumps({"items": [pod] * 500})
@@ -134,9 +135,15 @@ async def main() -> None:
     p.add_argument("--requests", type=int, default=4000)
     p.add_argument("--concurrency", type=int, default=50)
     a = p.parse_args()
-    print("local aiohttp server, req/s:", {k: round(v) for k, v in (await local_server(a.requests, a.concurrency)).items()})
+    print(
+        "local aiohttp server, req/s:",
+        {k: round(v) for k, v in (await local_server(a.requests, a.concurrency)).items()},
+    )
     if a.kubeconfig:
-        print("kube-apiserver GET configmap, req/s:", {k: round(v) for k, v in (await apiserver(a.kubeconfig, a.requests, a.concurrency)).items()})
+        print(
+            "kube-apiserver GET configmap, req/s:",
+            {k: round(v) for k, v in (await apiserver(a.kubeconfig, a.requests, a.concurrency)).items()},
+        )
     print("decode 500-pod list, lists/s:", {k: round(v, 1) for k, v in decode().items()})
 
 
