@@ -43,7 +43,7 @@ from ..kube import (
     load_config,
     setup_tracing,
 )
-from . import claim, sandbox, template, warmpool
+from . import claim, sandbox, template, warmpool, webhook
 from .flags import FlagError, HelpRequested
 from .options import PROGRAM, Options, flag_set, parse_options, read_allowed_label_domains, validate
 from .version import register_build_info, version_text
@@ -77,7 +77,9 @@ class Setup:
 
 
 SETUPS: list[Setup] = [
-    # Sandbox controller (+ its conversion webhook), always on:
+    # Conversion webhook: every replica (no leader election), behind --enable-webhook (§5.7).
+    Setup("webhook", webhook.setup, lambda o: o.enable_webhook),
+    # Sandbox controller, always on:
     Setup("sandbox", sandbox.setup),
     # With --extensions, in this order (the warm pool registers the template-name index first):
     Setup("sandboxwarmpool", warmpool.setup, lambda o: o.extensions),
