@@ -49,6 +49,7 @@ from .adoption import (
     Contest,
     RecreateGuard,
     adoption_patch,
+    is_adoptable,
     is_ready,
     judge_candidate,
     pool_name_of,
@@ -206,9 +207,12 @@ class ClaimReconciler:
         new_status = compute_status(claim, sandbox, error, expired=step.expired, now=now)
         if new_status is None:
             return self._result(step.time_left, step.expired, error, None)
+        time_left = step.time_left
         if not step.expired:
-            # A Finished condition mirrored just now may start a TTL that is already over (§4.3 step 12).
+            # A Finished condition mirrored just now may start a TTL: schedule it, or, if it is already
+            # over, mark the claim expired in this very pass (§4.3 steps 12 and 15).
             late = expiry({**claim, "status": new_status}, now)
+            time_left = late.time_left
             ready = condition(new_status.get("conditions"), c.CONDITION_READY) or {}
             if late.expired and ready.get("reason") != c.REASON_CLAIM_EXPIRED:
                 expired_status = compute_status(claim, sandbox, error, expired=True, now=now)
@@ -223,7 +227,7 @@ class ClaimReconciler:
         metrics_error: Exception | None = None
         if written.authoritative:
             metrics_error = await self._finalize(claim, written.claim, new_status, sandbox, drop)
-        return self._result(step.time_left, step.expired, error, metrics_error)
+        return self._result(time_left, step.expired, error, metrics_error)
 
     # ------------------------------------------------------------------ observe
 
@@ -251,6 +255,10 @@ class ClaimReconciler:
                 assert fresh is not None
                 self.fresh.remember(SANDBOX, fresh)
                 owned[uncertain] = fresh
+            elif fresh is not None and is_adoptable(fresh):
+                # It did not apply: the member is still free, give it back to its queue.
+                node = (fresh.get("status") or {}).get("nodeName") or ""
+                self.queue.add(pool_key(ns, pool_name_of(fresh) or ""), uncertain, node)
         owned = {k: (self._sandbox(ns, k) or v) for k, v in owned.items()}
         pool_name = snap_pool(claim)
         pool = self.store.get(SANDBOX_WARM_POOL, ns, pool_name) if pool_name else None
