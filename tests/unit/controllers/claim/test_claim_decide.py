@@ -362,3 +362,12 @@ def test_stale_references_removed_and_legacy_label_migrated() -> None:
             "labels": {c.LABEL_SANDBOX_NAME_LEGACY: None},
         }
     }
+
+
+def test_existing_launch_type_is_never_overwritten_and_unnetworked_binding_is_kept() -> None:
+    cl = claim(status={"sandbox": {"name": "c1"}})
+    sb = owned_by(member("c1", ips=(), ready=False), cl)  # named like the claim, but labelled warm
+    res = resolve(snap(cl, status_sandbox=sb))
+    assert isinstance(res, Bound)
+    assert res.sandbox is sb
+    assert res.writes == ()

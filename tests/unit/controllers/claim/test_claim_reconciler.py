@@ -265,8 +265,11 @@ async def test_young_claim_waits_for_pod_ips_without_writing_then_is_woken() -> 
     networked = world.get(SANDBOX, "noip")
     updated = copy.deepcopy(networked)
     updated["status"]["podIPs"] = ["10.0.0.5"]
+    await world.fake.patch_status(SANDBOX, "noip", {"status": {"podIPs": ["10.0.0.5"]}}, namespace=NS)
     world.feeder.on_update(networked, updated)
     assert world.woken == [Request(NS, "c1")]
+    await world.reconcile()  # the woken pass adopts the member that became networked during the grace
+    assert owners(world) == {"noip": "c1"}
 
 
 async def test_grace_over_cold_starts() -> None:
