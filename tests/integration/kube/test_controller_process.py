@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.devcluster.controller import install_crds
 from tests.helpers import wait_for
 from tests.integration.kube.helpers import free_port
 
@@ -34,6 +35,8 @@ class Proc:
             f"--kubeconfig={kubeconfig}",
             f"--metrics-bind-address=127.0.0.1:{self.metrics}",
             f"--health-probe-bind-address=127.0.0.1:{self.health}",
+            # The conversion webhook has its own tests; here the process shape is under test.
+            "--enable-webhook=false",
             *flags,
         ]
         self._out = log.open("w")
@@ -71,8 +74,14 @@ class Proc:
         self._out.close()
 
 
+@pytest.fixture(scope="module")
+def crds(cluster: DevCluster) -> None:
+    """The project's CRDs: the registered controllers' informers need them to sync."""
+    install_crds(cluster)
+
+
 @pytest.fixture
-def procs(tmp_path: Path) -> Iterator[list[Proc]]:
+def procs(tmp_path: Path, crds: None) -> Iterator[list[Proc]]:
     started: list[Proc] = []
     yield started
     for p in started:
@@ -82,7 +91,12 @@ def procs(tmp_path: Path) -> Iterator[list[Proc]]:
 def test_serves_probes_and_metrics_and_exits_0_on_sigterm(
     cluster: DevCluster, namespace: str, procs: list[Proc], tmp_path: Path
 ) -> None:
-    p = Proc(cluster.kubeconfig, f"--leader-election-namespace={namespace}", log=tmp_path / "ctrl.log")
+    p = Proc(
+        cluster.kubeconfig,
+        f"--leader-election-namespace={namespace}",
+        "--extensions",
+        log=tmp_path / "ctrl.log",
+    )
     procs.append(p)
     wait_for(lambda: p.get(p.health, "/healthz") == (200, "ok"), what="/healthz")
     assert p.get(p.health, "/readyz") == (200, "ok")
@@ -91,6 +105,8 @@ def test_serves_probes_and_metrics_and_exits_0_on_sigterm(
     assert status == 200
     assert "agent_sandbox_build_info{" in body
     assert "rest_client_requests_total{" in body
+    for controller in ("sandbox", "sandboxclaim", "sandboxtemplate", "sandboxwarmpool"):
+        assert f'controller_runtime_max_concurrent_reconciles{{controller="{controller}"}}' in body
     assert "process_cpu_seconds_total" in body
     assert p.get(p.metrics, "/debug/pprof/profile")[0] == 404  # pprof off by default
     assert p.stop() == 0, p.log.read_text()
