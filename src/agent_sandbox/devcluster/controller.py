@@ -72,7 +72,10 @@ def start_controller(
     """Install CRDs, start the controller, wait for its /readyz."""
     install_crds(cluster)
     argv = controller_argv(cluster, extensions=extensions, extra=extra)
-    started = cluster.add_process(CONTROLLER, argv)
+    webhook = cluster.state.extra_ports["controller_webhook"]
+    # Endpoints reject loopback IPs, so in the dev cluster the CRDs reach the conversion webhook by URL.
+    env = {"AGENT_SANDBOX_WEBHOOK_URL": f"https://127.0.0.1:{webhook}/convert"}
+    started = cluster.add_process(CONTROLLER, argv, env=env)
     health = cluster.state.extra_ports["controller_health"]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
