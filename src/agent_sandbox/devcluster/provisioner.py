@@ -161,7 +161,6 @@ class Provisioner:
         self.name = name
         self.claims: dict[str, Object] = {}
         self.volumes: dict[str, Object] = {}
-        self._classes: dict[str, Object] = {}
         self._queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         self._queued: set[tuple[str, str]] = set()
         self._backoff: dict[tuple[str, str], float] = {}
@@ -228,14 +227,13 @@ class Provisioner:
                 self._enqueue(("volumes", key))
 
     async def _storage_class(self, name: str | None) -> Object | None:
+        # Read each time (only for claims still waiting): a class may be deleted and re-created.
         if not name:
             return None
-        if name not in self._classes:
-            try:
-                self._classes[name] = await self.client.get(STORAGE_CLASS, name)
-            except NotFound:
-                return None
-        return self._classes[name]
+        try:
+            return await self.client.get(STORAGE_CLASS, name)
+        except NotFound:
+            return None
 
     async def _work(self) -> None:
         while True:
@@ -254,7 +252,7 @@ class Provisioner:
 
     async def _sync_claim(self, key: str) -> None:
         pvc = self.claims.get(key)
-        if pvc is None:
+        if pvc is None or pvc.get("spec", {}).get("volumeName"):
             return
         sc = await self._storage_class(pvc.get("spec", {}).get("storageClassName"))
         if not should_provision(pvc, sc, self.name):
@@ -333,6 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--name", default=PROVISIONER_NAME, help="provisioner name StorageClasses refer to")
     parser.add_argument("--ready-file", default="", help="written once the first lists succeeded")
     args = parser.parse_args(argv)
+    args.root = os.path.abspath(args.root)  # PVs carry absolute paths
     logging.basicConfig(
         level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
