@@ -1,0 +1,336 @@
+"""SandboxClaim journeys on the real control plane, with the real `agent-sandbox-controller --extensions` process.
+
+No mocks: kube-apiserver + etcd store the objects, the controller process (Sandbox, SandboxWarmPool,
+SandboxTemplate and SandboxClaim controllers) reconciles them, kwok plays the kubelet, and
+kube-controller-manager's garbage collector deletes what a claim owned. Covers controllers spec §4 /
+api spec §5: the quickstart (template -> pool -> claim -> Ready warm, pool refills), missing pool /
+template reasons and Events, the label-domain allow-list, and the lifecycle policies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import pytest
+
+from agent_sandbox.api import constants as c
+from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.devcluster.controller import start_controller
+from agent_sandbox.devcluster.processes import Started, stop
+from agent_sandbox.kube import (
+    EVENT,
+    POD,
+    SANDBOX,
+    SANDBOX_CLAIM,
+    SANDBOX_TEMPLATE,
+    SANDBOX_WARM_POOL,
+    ApiClient,
+    NotFound,
+    Object,
+)
+
+pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
+EXT = "extensions.agents.x-k8s.io/v1beta1"
+
+
+def wait_crds_serving(cluster: DevCluster) -> None:
+    """The controller patches the CRDs' conversion settings at start-up; the API server rebuilds their
+    storage and answers 503 for a moment. Wait until a dry-run create of each extension kind succeeds."""
+    admin = cluster.admin()
+    for plural in ("sandboxtemplates", "sandboxwarmpools", "sandboxclaims"):
+        kind = {"sandboxtemplates": "SandboxTemplate", "sandboxwarmpools": "SandboxWarmPool"}.get(
+            plural, "SandboxClaim"
+        )
+        spec: dict[str, Any] = {
+            "SandboxTemplate": {"podTemplate": {"spec": {"containers": [{"name": "m", "image": "x"}]}}},
+            "SandboxWarmPool": {"sandboxTemplateRef": {"name": "x"}},
+            "SandboxClaim": {"warmPoolRef": {"name": "x"}},
+        }[kind]
+        body = {"apiVersion": EXT, "kind": kind, "metadata": {"name": "probe"}, "spec": spec}
+        path = f"/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default/{plural}?dryRun=All"
+        deadline = time.monotonic() + 30
+        while (status := admin.request("POST", path, body)[0]) != 201:
+            assert time.monotonic() < deadline, f"{plural} not served (HTTP {status})"
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def controller(cluster: DevCluster) -> Iterator[Started]:
+    """One controller process for the module (all four controllers), stopped by PID afterwards."""
+    started = start_controller(cluster, extra=("--sandbox-claim-concurrent-workers=8",))
+    try:
+        wait_crds_serving(cluster)
+        yield started
+    finally:
+        stop(started)
+
+
+async def eventually(probe: Callable[[], Awaitable[T | None]], what: str, within: float = 60.0) -> T:
+    deadline = time.monotonic() + within
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {within:.0f}s waiting for {what}")
+        await asyncio.sleep(0.2)
+
+
+async def maybe(kube: ApiClient, kind: Any, name: str, ns: str) -> Object | None:
+    try:
+        return await kube.get(kind, name, namespace=ns)
+    except NotFound:
+        return None
+
+
+def ready(obj: Object | None) -> dict[str, Any] | None:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or ():
+        if cond["type"] == "Ready":
+            found: dict[str, Any] = cond
+            return found
+    return None
+
+
+def template_body(name: str = "tmpl", **spec: Any) -> Object:
+    pod = spec.pop("pod", {"containers": [{"name": "main", "image": "busybox"}]})
+    return {
+        "apiVersion": EXT,
+        "kind": "SandboxTemplate",
+        "metadata": {"name": name},
+        "spec": {"podTemplate": {"metadata": {"labels": {"app": "demo"}}, "spec": pod}, **spec},
+    }
+
+
+def pool_body(name: str = "pool", replicas: int = 1, template: str = "tmpl") -> Object:
+    return {
+        "apiVersion": EXT,
+        "kind": "SandboxWarmPool",
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "sandboxTemplateRef": {"name": template}},
+    }
+
+
+def claim_body(name: str, pool: str = "pool", **spec: Any) -> Object:
+    return {
+        "apiVersion": EXT,
+        "kind": "SandboxClaim",
+        "metadata": {"name": name},
+        "spec": {"warmPoolRef": {"name": pool}, **spec},
+    }
+
+
+async def ready_members(kube: ApiClient, ns: str, pool: str = "pool") -> list[Object]:
+    members = await kube.list(
+        SANDBOX, namespace=ns, label_selector={c.LABEL_WARM_POOL_SANDBOX: c.name_hash(pool)}
+    )
+    return [m for m in members if (ready(m) or {}).get("status") == "True"]
+
+
+async def claim_reason(kube: ApiClient, ns: str, name: str) -> str:
+    return str((ready(await maybe(kube, SANDBOX_CLAIM, name, ns)) or {}).get("reason", ""))
+
+
+async def events_for(kube: ApiClient, ns: str, name: str) -> list[tuple[str, str, str]]:
+    return [
+        (e["reason"], e.get("action", ""), e.get("note", ""))
+        for e in await kube.list(EVENT, namespace=ns)
+        if e.get("regarding", {}).get("name") == name
+        and e.get("reportingController") == "sandboxclaim-controller"
+    ]
+
+
+async def test_quickstart_warm_claim_and_pool_refill(
+    kube: ApiClient, namespace: str, controller: Started
+) -> None:
+    ns = namespace
+    await kube.create(SANDBOX_TEMPLATE, template_body(), namespace=ns)
+    await kube.create(SANDBOX_WARM_POOL, pool_body(replicas=5), namespace=ns)
+    members = await eventually(
+        lambda: _at_least(ready_members(kube, ns), 5), "5 Ready pool members", within=90
+    )
+    member_names = {m["metadata"]["name"] for m in members}
+    labels = {c.LABEL_CREATED_BY: "python-client"}
+    body = claim_body("my-claim", additionalPodMetadata={"labels": {"sandbox.users.io/team": "blue"}})
+    body["metadata"]["labels"] = labels
+    await kube.create(SANDBOX_CLAIM, body, namespace=ns)
+
+    claim = await eventually(
+        lambda: _when(
+            maybe(kube, SANDBOX_CLAIM, "my-claim", ns), lambda o: (ready(o) or {}).get("status") == "True"
+        ),
+        "claim Ready",
+    )
+    bound = claim["status"]["sandbox"]["name"]
+    assert bound in member_names  # warm: one of the pool's members, not a new Sandbox
+    assert claim["status"]["sandbox"]["podIPs"]
+    assert claim["metadata"]["annotations"][c.ANNOTATION_SANDBOX_NAME] == bound
+    assert c.ANNOTATION_CLAIM_FIRST_READY_AT in claim["metadata"]["annotations"]
+    assert c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT in claim["metadata"]["annotations"]
+    sandbox = await kube.get(SANDBOX, bound, namespace=ns)
+    sb_labels = sandbox["metadata"]["labels"]
+    assert sb_labels[c.LABEL_LAUNCH_TYPE] == "warm"
+    assert sb_labels[c.LABEL_CLAIM_UID] == claim["metadata"]["uid"]
+    assert c.LABEL_WARM_POOL_SANDBOX not in sb_labels
+    owner = c.controller_ref(sandbox["metadata"])
+    assert owner is not None
+    assert (owner["kind"], owner["name"]) == ("SandboxClaim", "my-claim")
+    # The Pod was not restarted, and the claim's allowed label reached it.
+    pod = await eventually(
+        lambda: _when(
+            maybe(kube, POD, bound, ns), lambda p: "sandbox.users.io/team" in p["metadata"]["labels"]
+        ),
+        "claim label propagated to the Pod",
+    )
+    assert pod["metadata"]["labels"][c.LABEL_CREATED_BY] == "python-client"
+    assert c.LABEL_WARM_POOL_SANDBOX not in pod["metadata"]["labels"]
+    assert ("SandboxAdopted", "Adoption", f'Adopted warm pool Sandbox "{bound}"') in await eventually(
+        lambda: events_for(kube, ns, "my-claim"), "SandboxAdopted event"
+    )
+    # The pool refills to 5 with a new member; the adopted one is no longer counted.
+    refilled = await eventually(
+        lambda: _at_least(ready_members(kube, ns), 5), "pool refilled to 5 Ready members", within=90
+    )
+    assert bound not in {m["metadata"]["name"] for m in refilled}
+    # Deleting the claim deletes its Sandbox (and Pod) through ownership.
+    await kube.delete(SANDBOX_CLAIM, "my-claim", namespace=ns)
+    await eventually(lambda: _gone(maybe(kube, SANDBOX, bound, ns)), "claimed Sandbox garbage-collected")
+    await eventually(lambda: _gone(maybe(kube, POD, bound, ns)), "claimed Pod garbage-collected")
+
+
+async def test_missing_pool_then_template_then_cold_start(
+    kube: ApiClient, namespace: str, controller: Started
+) -> None:
+    ns = namespace
+    await kube.create(SANDBOX_CLAIM, claim_body("orphan", pool="later"), namespace=ns)
+    await eventually(lambda: _eq(claim_reason(kube, ns, "orphan"), "WarmPoolNotFound"), "WarmPoolNotFound")
+    claim = await kube.get(SANDBOX_CLAIM, "orphan", namespace=ns)
+    assert ready(claim)["message"] == 'SandboxWarmPool "later" not found'  # type: ignore[index]
+    await kube.create(SANDBOX_WARM_POOL, pool_body("later", replicas=0, template="tmpl-later"), namespace=ns)
+    await eventually(lambda: _eq(claim_reason(kube, ns, "orphan"), "TemplateNotFound"), "TemplateNotFound")
+    assert await maybe(kube, SANDBOX, "orphan", ns) is None
+    # The template's creation wakes the claim (no 1-minute wait): a pool of 0 means a cold start.
+    await kube.create(SANDBOX_TEMPLATE, template_body("tmpl-later"), namespace=ns)
+    claim = await eventually(
+        lambda: _when(
+            maybe(kube, SANDBOX_CLAIM, "orphan", ns), lambda o: (ready(o) or {}).get("status") == "True"
+        ),
+        "cold claim Ready",
+        within=30,
+    )
+    assert claim["status"]["sandbox"]["name"] == "orphan"
+    sandbox = await kube.get(SANDBOX, "orphan", namespace=ns)
+    assert sandbox["metadata"]["labels"][c.LABEL_LAUNCH_TYPE] == "cold"
+    assert c.ANNOTATION_SANDBOX_NAME not in claim["metadata"].get("annotations", {})
+    events = await eventually(lambda: events_for(kube, ns, "orphan"), "claim events")
+    assert ("SandboxProvisioned", "Provisioning", 'Created Sandbox "orphan"') in events
+
+
+async def test_label_domain_allow_list(kube: ApiClient, namespace: str, controller: Started) -> None:
+    ns = namespace
+    await kube.create(SANDBOX_TEMPLATE, template_body(), namespace=ns)
+    await kube.create(SANDBOX_WARM_POOL, pool_body(replicas=0), namespace=ns)
+    good = claim_body("good", additionalPodMetadata={"labels": {"eu.sandbox.users.io/tier": "gold"}})
+    bad = claim_body("bad", additionalPodMetadata={"labels": {"evil.example.com/tier": "gold"}})
+    spoof = claim_body("spoof", additionalPodMetadata={"labels": {"app": "sandbox-router"}})
+    for body in (good, bad, spoof):
+        await kube.create(SANDBOX_CLAIM, body, namespace=ns)
+    await eventually(lambda: _eq(claim_reason(kube, ns, "bad"), "InvalidMetadata"), "bad claim rejected")
+    await eventually(lambda: _eq(claim_reason(kube, ns, "spoof"), "InvalidMetadata"), "router spoof rejected")
+    bad_claim = await kube.get(SANDBOX_CLAIM, "bad", namespace=ns)
+    assert ready(bad_claim)["message"].startswith(  # type: ignore[index]
+        'invalid additionalPodMetadata: failed to validate label "evil.example.com/tier"'
+    )
+    pod = await eventually(
+        lambda: _when(
+            maybe(kube, POD, "good", ns), lambda p: "eu.sandbox.users.io/tier" in p["metadata"]["labels"]
+        ),
+        "allowed label on the Pod",
+    )
+    assert pod["metadata"]["labels"]["eu.sandbox.users.io/tier"] == "gold"
+    assert await maybe(kube, SANDBOX, "bad", ns) is None
+    assert await maybe(kube, SANDBOX, "spoof", ns) is None
+
+
+async def test_shutdown_time_and_policies(kube: ApiClient, namespace: str, controller: Started) -> None:
+    ns = namespace
+    await kube.create(SANDBOX_TEMPLATE, template_body(), namespace=ns)
+    await kube.create(SANDBOX_WARM_POOL, pool_body(replicas=0), namespace=ns)
+    soon = (datetime.now(UTC) + timedelta(seconds=6)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for name, policy in (("retain", "Retain"), ("delete", "Delete"), ("foreground", "DeleteForeground")):
+        body = claim_body(name, lifecycle={"shutdownTime": soon, "shutdownPolicy": policy})
+        await kube.create(SANDBOX_CLAIM, body, namespace=ns)
+    for name in ("retain", "delete", "foreground"):
+        await eventually(lambda n=name: _eq(claim_reason(kube, ns, n), "DependenciesReady"), f"{name} Ready")
+    # Retain: the Sandbox goes, the claim stays with Ready=False/ClaimExpired.
+    await eventually(
+        lambda: _gone(maybe(kube, SANDBOX, "retain", ns)), "Retain deleted the Sandbox", within=60
+    )
+    retained = await eventually(
+        lambda: _when(
+            maybe(kube, SANDBOX_CLAIM, "retain", ns), lambda o: not (o.get("status") or {}).get("sandbox")
+        ),
+        "retained claim unbound",
+    )
+    assert ready(retained)["reason"] == "ClaimExpired"  # type: ignore[index]
+    # Delete / DeleteForeground: the claim itself goes, and its Sandbox with it.
+    for name in ("delete", "foreground"):
+        await eventually(
+            lambda n=name: _gone(maybe(kube, SANDBOX_CLAIM, n, ns)), f"{name} claim deleted", within=60
+        )
+        await eventually(
+            lambda n=name: _gone(maybe(kube, SANDBOX, n, ns)), f"{name} Sandbox deleted", within=60
+        )
+    notes = {e[2] for e in await events_for(kube, ns, "retain")}
+    assert "Claim expired" in notes
+
+
+async def test_ttl_after_finished(kube: ApiClient, namespace: str, controller: Started) -> None:
+    ns = namespace
+    pod = {"restartPolicy": "Never", "containers": [{"name": "job", "image": "busybox", "command": ["true"]}]}
+    await kube.create(SANDBOX_TEMPLATE, template_body(pod=pod), namespace=ns)
+    await kube.create(SANDBOX_WARM_POOL, pool_body(replicas=0), namespace=ns)
+    body = claim_body("job", lifecycle={"ttlSecondsAfterFinished": 2, "shutdownPolicy": "Retain"})
+    await kube.create(SANDBOX_CLAIM, body, namespace=ns)
+    finished = await eventually(
+        lambda: _when(maybe(kube, SANDBOX_CLAIM, "job", ns), lambda o: _has_finished(o)),
+        "claim mirrors Finished",
+    )
+    assert _has_finished(finished)
+    await eventually(lambda: _eq(claim_reason(kube, ns, "job"), "ClaimExpired"), "TTL expiry", within=30)
+    await eventually(lambda: _gone(maybe(kube, SANDBOX, "job", ns)), "Sandbox deleted after the TTL")
+    claim = await kube.get(SANDBOX_CLAIM, "job", namespace=ns)
+    assert _has_finished(claim)  # Finished is kept after the Sandbox is gone
+
+
+# --------------------------------------------------------------------------- small async predicates
+
+
+def _has_finished(obj: Object) -> bool:
+    return any(
+        cd["type"] == "Finished" and cd["status"] == "True"
+        for cd in (obj.get("status") or {}).get("conditions") or ()
+    )
+
+
+async def _at_least(items: Awaitable[list[Object]], n: int) -> list[Object] | None:
+    got = await items
+    return got if len(got) >= n else None
+
+
+async def _when(obj: Awaitable[Object | None], check: Callable[[Object], bool]) -> Object | None:
+    got = await obj
+    return got if got is not None and check(got) else None
+
+
+async def _gone(obj: Awaitable[Object | None]) -> bool:
+    return await obj is None
+
+
+async def _eq(value: Awaitable[str], want: str) -> bool:
+    return await value == want
