@@ -7,9 +7,12 @@ in dev mode, and waiting for its `/readyz`. The controller process is recorded i
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
+
+import yaml
 
 from agent_sandbox.devcluster.cluster import DevCluster
 from agent_sandbox.devcluster.processes import Started, component_error, is_ours
@@ -28,17 +31,29 @@ def crd_dir() -> Path:
 
 
 def install_crds(cluster: DevCluster) -> None:
-    """Server-side apply every CRD in k8s/crds/ and wait until they are Established."""
-    crds = sorted(crd_dir().glob("*.yaml"))
-    if not crds:
+    """Server-side apply every CRD in k8s/crds/ and wait until they are Established.
+
+    Idempotent on a shared cluster: a CRD whose conversion webhook a running controller (or test) has
+    already pointed at a loopback URL keeps that clientConfig, because the checked-in service reference
+    cannot be merged with a `url` (the API server rejects a clientConfig holding both).
+    """
+    paths = sorted(crd_dir().glob("*.yaml"))
+    if not paths:
         raise FileNotFoundError(f"no CRDs found in {crd_dir()} (run `agent-sandbox generate`)")
-    args = ["apply", "--server-side", "--force-conflicts"]
-    for path in crds:
-        args += ["-f", str(path)]
-    out = cluster.kubectl(*args)
+    docs = [yaml.safe_load(p.read_text()) for p in paths]
+    for doc in docs:
+        status, live = cluster.admin().request(
+            "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{doc['metadata']['name']}"
+        )
+        live_cfg = (live or {}).get("spec", {}).get("conversion", {}).get("webhook", {}).get("clientConfig")
+        if status == 200 and live_cfg and "url" in live_cfg:
+            doc["spec"]["conversion"]["webhook"]["clientConfig"] = live_cfg
+    bundle = json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
+    out = cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=bundle)
     if out.returncode != 0:
         raise RuntimeError(f"installing CRDs failed:\n{out.stderr}")
-    wait = cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"-f={p}" for p in crds])
+    names = [f"crd/{doc['metadata']['name']}" for doc in docs]
+    wait = cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
     if wait.returncode != 0:
         raise RuntimeError(f"CRDs not Established:\n{wait.stderr}")
 
