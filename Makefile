@@ -39,7 +39,9 @@ generate: install
 check-generated: install
 	$(BIN)/agent-sandbox generate --check
 
+# Benchmarks (not part of `make test`): the `bench` extra adds matplotlib (plots) and py-spy (profiles).
 bench: install
+	$(BIN)/pip install -q -e '.[bench]'
 	$(BIN)/agent-sandbox bench all
 
 down: install

@@ -86,6 +86,20 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(name=args.name)
 
 
+def _bench(args: argparse.Namespace) -> int:
+    """Run `benchmarks/` (a source-checkout directory, not part of the installed package)."""
+    from agent_sandbox.devcluster.controller import repo_root
+
+    root = str(repo_root())
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    try:
+        from benchmarks.cli import main as bench_main  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as exc:
+        raise RuntimeError(f"benchmarks/ not found next to the sources ({root}): {exc}") from exc
+    return int(bench_main(args.bench_args))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agent-sandbox", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -129,11 +143,24 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="the README journey on a local cluster")
     demo.add_argument("--name", default="demo")
     demo.set_defaults(handler=_demo)
+
+    bench = sub.add_parser(
+        "bench",
+        help="performance scenarios on a local cluster (burst, sustained, refill, cold, scale, all, report)",
+        add_help=False,
+    )
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER)
+    bench.set_defaults(handler=_bench)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if args.command == "bench":  # options belong to the benchmark's own parser (benchmarks/cli.py)
+        args.bench_args = [*unknown, *args.bench_args]
+    elif unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     handler: Handler = args.handler
     try:
         return handler(args)

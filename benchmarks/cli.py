@@ -1,0 +1,125 @@
+"""`agent-sandbox bench ...`: run scenarios, write results, regenerate docs/performance.md.
+
+    agent-sandbox bench list
+    agent-sandbox bench burst|sustained|refill|cold|scale [--smoke] [--set key=value ...] [--no-report]
+    agent-sandbox bench all [--smoke] [--set key=value ...]
+    agent-sandbox bench report [--include-smoke]
+
+Each scenario brings up its own local cluster (torn down afterwards), writes
+`benchmarks/results/<scenario>-<UTC timestamp>.json`, and (unless `--no-report`) regenerates the generated
+block of docs/performance.md and the PNG plots in docs/performance/ from the newest non-smoke result of each
+scenario. `--smoke` runs a small preset (minutes) whose results go to the git-ignored
+`benchmarks/results/tmp/`; parameters are also read from `BENCH_<KEY>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import plots, report
+from .harness import RESULTS, log, write_result
+from .scenarios import SCENARIOS, resolve_params, run_scenario
+
+__all__ = ["main", "regenerate_report"]
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "performance.md"
+PLOTS = ROOT / "docs" / "performance"
+
+
+def regenerate_report(*, include_smoke: bool = False) -> Path:
+    """Rewrite the generated block of docs/performance.md (and the plots) from the latest results."""
+    paths = [*RESULTS.glob("*.json"), *(RESULTS.glob("tmp/*.json") if include_smoke else [])]
+    results = report.latest(paths, include_smoke=include_smoke)
+    drawn = plots.render_all(results, PLOTS, DOC.parent) if results else {}
+    text = report.render(results, drawn)
+    if results and not drawn:
+        text += "\n_(plots skipped: matplotlib is not installed; `pip install -e '.[bench]'`)_\n"
+    doc = DOC.read_text() if DOC.exists() else "# Performance\n"
+    DOC.write_text(report.replace_block(doc, text))
+    return DOC
+
+
+def _overrides(pairs: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--set expects key=value, got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _headline(name: str, data: dict[str, object]) -> str:
+    res = data.get("result")
+    if not isinstance(res, dict):
+        return ""
+    if name == "burst":
+        lat = res["latency_ms"]
+        return (
+            f"histogram P50/P90/P99 {lat['controller_histogram'].get('p50')}/"
+            f"{lat['controller_histogram'].get('p90')}/{lat['controller_histogram'].get('p99')} ms; "
+            f"client {lat['client_watch'].get('p50')}/{lat['client_watch'].get('p90')}/"
+            f"{lat['client_watch'].get('p99')} ms; gate {report.gate_verdict(lat['controller_histogram'])}"
+        )
+    if name == "sustained":
+        return f"knee {res.get('knee_per_s')}/s (first failing {res.get('broke_at_per_s')}/s)"
+    if name == "refill":
+        return f"all Ready {res.get('all_ready_s')} s, creates/s {res.get('creates_per_s_mean')}"
+    if name == "cold":
+        return f"all Ready {res.get('all_ready_s')} s"
+    if name == "scale":
+        idle = res.get("idle") or {}
+        return f"controller RSS {idle.get('controller_rss_mib')} MiB idle"
+    return ""
+
+
+def run(names: Sequence[str], *, smoke: bool, overrides: dict[str, str], write_report: bool) -> int:
+    code = 0
+    for name in names:
+        scenario = SCENARIOS[name]
+        # Overrides that a scenario does not know are skipped for `all` (e.g. `pool` only means burst).
+        known = {k: v for k, v in overrides.items() if k in scenario.defaults or len(names) == 1}
+        params = resolve_params(scenario, smoke=smoke, overrides=known)
+        log(f"scenario {name}: {json.dumps(params, sort_keys=True)}")
+        try:
+            data = asyncio.run(run_scenario(scenario, params))
+        except Exception as exc:
+            log(f"scenario {name} failed: {type(exc).__name__}: {exc}")
+            code = 1
+            continue
+        # Smoke runs go to results/tmp/ (git-ignored); only full-size runs are kept and reported.
+        path = write_result(name, data, directory=RESULTS / "tmp" if smoke else None)
+        log(f"scenario {name}: {_headline(name, data)} -> {path}")
+    if write_report:
+        log(f"report: {regenerate_report(include_smoke=smoke)}")
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="agent-sandbox bench", description=__doc__.splitlines()[0])
+    parser.add_argument("scenario", choices=[*SCENARIOS, "all", "report", "list"])
+    parser.add_argument("--smoke", action="store_true", help="small sizes (a quick check, minutes)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--no-report", action="store_true", help="do not regenerate docs/performance.md")
+    parser.add_argument("--include-smoke", action="store_true", help="report: also use smoke results")
+    args = parser.parse_args(argv)
+    if args.scenario == "list":
+        for s in SCENARIOS.values():
+            defaults = ", ".join(f"{k}={v}" for k, v in s.defaults.items())
+            print(f"{s.name:<10} {s.summary}\n{'':<10} {defaults}")
+        return 0
+    if args.scenario == "report":
+        print(regenerate_report(include_smoke=args.include_smoke))
+        return 0
+    names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    return run(names, smoke=args.smoke, overrides=_overrides(args.overrides), write_report=not args.no_report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,387 @@
+"""Render benchmark results (the JSON files under benchmarks/results/) as markdown for docs/performance.md.
+
+Pure: dicts in, text out. `render(results, plots)` builds the generated part of the report;
+`replace_block(doc, text)` swaps it in between the `BEGIN/END GENERATED` markers so the hand-written
+analysis around it survives a regeneration. `latest(paths)` picks the newest result per scenario.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BEGIN", "END", "gate_verdict", "latest", "render", "replace_block"]
+
+BEGIN = "<!-- BEGIN GENERATED: agent-sandbox bench report -->"
+END = "<!-- END GENERATED -->"
+GATE = {"p50": 300.0, "p90": 300.0, "p99": 500.0}
+"""Upstream KWOK presubmit thresholds on the controller histogram (operations spec §9.7)."""
+
+
+def _f(value: Any, digits: int = 0, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float | int):
+        text = f"{value:.{digits}f}" if digits else f"{round(value):d}"
+        return text + unit
+    return str(value)
+
+
+def _ppp(stats: Mapping[str, Any] | None) -> str:
+    if not stats or not stats.get("count"):
+        return "-"
+    return f"{_f(stats.get('p50'))} / {_f(stats.get('p90'))} / {_f(stats.get('p99'))}"
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    return out
+
+
+def gate_verdict(hist: Mapping[str, Any] | None) -> str:
+    """'pass' / 'FAIL' against the KWOK gate thresholds (no samples fails, as upstream)."""
+    if not hist or not hist.get("count"):
+        return "FAIL (no samples)"
+    failed = [k for k, limit in GATE.items() if hist.get(k) is None or float(hist[k]) > limit]
+    return "pass" if not failed else "FAIL (" + ", ".join(failed) + ")"
+
+
+def latest(paths: Iterable[Path], *, include_smoke: bool = False) -> dict[str, dict[str, Any]]:
+    """Newest result per scenario (by file name timestamp); smoke runs only if asked."""
+    out: dict[str, tuple[str, dict[str, Any]]] = {}
+    for path in sorted(paths):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict) or "scenario" not in data:
+            continue
+        if data.get("smoke") and not include_smoke:
+            continue
+        data.setdefault("_file", path.name)
+        out[data["scenario"]] = (path.name, data)
+    return {k: v[1] for k, v in sorted(out.items())}
+
+
+def _load_line(r: Mapping[str, Any]) -> str:
+    load = r.get("load") or {}
+    before, after = load.get("before") or [None], load.get("after") or [None]
+    return f"load average before {_f(before[0], 2)}, after {_f(after[0], 2)}"
+
+
+def _usage_line(usage: Mapping[str, Any] | None) -> str:
+    if not usage or not usage.get("cpu_cores"):
+        return "-"
+    cores = sorted(usage["cpu_cores"].items(), key=lambda kv: -kv[1])
+    parts = ", ".join(f"{k} {v:.2f}" for k, v in cores)
+    return f"{usage.get('cpu_cores_total', 0):.2f} cores total ({parts}); load1 {_f(usage.get('load1_min'), 1)}-{_f(usage.get('load1_max'), 1)}"
+
+
+def _machine(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    any_result = next(iter(results.values()))
+    host = any_result.get("host") or {}
+    cluster = any_result.get("cluster") or {}
+    cfg = cluster.get("cluster_config") or {}
+    rows = [
+        (
+            "CPU",
+            f"{host.get('cpu_model', '?')}, {host.get('cpus', '?')} cores (shared with the whole control plane)",
+        ),
+        ("memory", f"{host.get('memory_gib', '?')} GiB"),
+        ("kernel / Python", f"{host.get('kernel', '?')} / {host.get('python', '?')}"),
+        (
+            "control plane",
+            f"Kubernetes {host.get('kubernetes', '?')}, etcd {host.get('etcd', '?')}, kwok {host.get('kwok', '?')}",
+        ),
+        ("client libraries", ", ".join(f"{k} {v}" for k, v in (host.get("packages") or {}).items()) or "-"),
+        (
+            "agent-sandbox commit",
+            f"{host.get('git_commit', '?')}{' (+ local changes)' if host.get('git_dirty') else ''}",
+        ),
+        (
+            "cluster",
+            f"{cfg.get('nodes', '?')} kwok nodes, kube-apiserver --max-requests-inflight={cfg.get('max_requests_inflight', '?')} "
+            f"--max-mutating-requests-inflight={cfg.get('max_mutating_requests_inflight', '?')}, etcd "
+            f"{'--unsafe-no-fsync' if cfg.get('etcd_unsafe_no_fsync') else 'with fsync'}, scheduler QPS "
+            f"{cfg.get('scheduler_qps', '?')}/{cfg.get('scheduler_burst', '?')}, controller-manager QPS "
+            f"{cfg.get('controller_manager_qps', '?')}/{cfg.get('controller_manager_burst', '?')}",
+        ),
+        ("controller flags", "`" + " ".join(cluster.get("controller_flags") or []) + "`"),
+    ]
+    return ["### Machine, versions, flags", "", *_table(["", ""], rows), ""]
+
+
+def _claim_views(phase: Mapping[str, Any]) -> list[Sequence[str]]:
+    lat = phase.get("latency_ms") or {}
+    hist = lat.get("controller_histogram") or {}
+    return [
+        ("controller histogram (gate method, bucket-interpolated)", _ppp(hist), _f(hist.get("count"))),
+        (
+            "controller annotations (first-observed -> first-ready, exact)",
+            _ppp(lat.get("controller_annotations")),
+            _f((lat.get("controller_annotations") or {}).get("count")),
+        ),
+        (
+            "client create sent -> Ready on the watch (exact)",
+            _ppp(lat.get("client_watch")),
+            _f((lat.get("client_watch") or {}).get("count")),
+        ),
+        (
+            "client create sent -> create acknowledged",
+            _ppp(lat.get("create_ack")),
+            _f((lat.get("create_ack") or {}).get("count")),
+        ),
+        (
+            "client create sent -> controller first observed",
+            _ppp(lat.get("create_to_first_observed")),
+            _f((lat.get("create_to_first_observed") or {}).get("count")),
+        ),
+    ]
+
+
+def _burst(r: Mapping[str, Any], plots: Mapping[str, str]) -> list[str]:
+    res, par = r["result"], r["params"]
+    tp = res.get("throughput") or {}
+    hist = (res.get("latency_ms") or {}).get("controller_histogram")
+    lines = [
+        f"### burst: pool {par['pool']}, {par['rate']:g} claims/s for {par['seconds']:g} s",
+        "",
+        f"{res['ready']}/{res['claims']} claims Ready ({res.get('create_errors', 0)} create errors), "
+        f"launch types {res.get('launch_types')}; pool filled in {res.get('pool_fill_s')} s; {_load_line(r)}.",
+        "",
+        *_table(["latency view", "P50 / P90 / P99 (ms)", "samples"], _claim_views(res)),
+        "",
+        f"KWOK gate (histogram P50 <= 300, P90 <= 300, P99 <= 500 ms): **{gate_verdict(hist)}**. "
+        f"Throughput: offered {_f(tp.get('offered_per_s'), 1)}/s, Ready {_f(tp.get('ready_per_s_mean'), 1)}/s mean, "
+        f"peak {_f(tp.get('ready_per_s_peak_1s'), 1)}/s (1 s); all Ready {_f(tp.get('all_ready_after_s'), 2)} s after the first create. "
+        f"CPU during the burst: {_usage_line(res.get('usage'))}.",
+        "",
+    ]
+    lines += _plots(plots, "burst")
+    return lines
+
+
+def _sustained(r: Mapping[str, Any], plots: Mapping[str, str]) -> list[str]:
+    res, par = r["result"], r["params"]
+    rows = []
+    for ph in res.get("phases") or []:
+        lat = ph.get("latency_ms") or {}
+        tp = ph.get("throughput") or {}
+        usage = ph.get("usage") or {}
+        rows.append(
+            (
+                f"{ph['rate']:g}",
+                f"{ph['seconds']:g}",
+                f"{ph['ready']}/{ph['claims']}",
+                _ppp(lat.get("client_watch")),
+                _ppp(lat.get("controller_histogram")),
+                _ppp(lat.get("controller_annotations")),
+                _f(tp.get("ready_per_s_mean"), 1),
+                ", ".join(f"{k} {v}" for k, v in sorted((ph.get("launch_types") or {}).items())),
+                f"{ph.get('pool_replicas')}",
+                _f(usage.get("cpu_cores_total"), 2),
+                f"{_f(usage.get('load1_min'), 1)}-{_f(usage.get('load1_max'), 1)}",
+                "yes" if ph.get("passes_p99") else "**no**",
+            )
+        )
+    knee = res.get("knee_per_s")
+    lines = [
+        f"### sustained: Poisson arrivals over {par['pools']} pools, claims deleted {par['dwell_s']:g} s after Ready",
+        "",
+        f"Seeded (seed {par['seed']} + phase index); pool replicas = ceil(rate / pools x {par['headroom_s']:g} s). "
+        f"First phase {par['rate']:g}/s for {par['seconds']:g} s, then steps {par['steps']} claims/s of "
+        f"{par['step_seconds']:g} s each. {_load_line(r)}.",
+        "",
+        *_table(
+            [
+                "rate /s",
+                "s",
+                "Ready",
+                "client P50/P90/P99 ms",
+                "histogram P50/P90/P99 ms",
+                "annotations P50/P90/P99 ms",
+                "Ready/s",
+                "launch",
+                "pool/ns",
+                "CPU cores",
+                "load1",
+                f"P99 <= {par['knee_p99_ms']:g}",
+            ],
+            rows,
+        ),
+        "",
+        f"**Knee: {_f(knee)} claims/s** (highest step meeting: {res.get('knee_criterion')}); "
+        f"first failing step: {_f(res.get('broke_at_per_s'))}/s.",
+        "",
+    ]
+    lines += _plots(plots, "sustained")
+    return lines
+
+
+def _refill(r: Mapping[str, Any], plots: Mapping[str, str]) -> list[str]:
+    res = r["result"]
+    rows = [
+        ("pool 0 -> N", f"{res['replicas']}"),
+        ("all members Ready (watch)", _f(res.get("all_ready_s"), 2, " s")),
+        ("pool status readyReplicas = N", _f(res.get("pool_status_ready_s"), 2, " s")),
+        (
+            "first create / first Ready",
+            f"{_f(res.get('first_create_s'), 3, ' s')} / {_f(res.get('first_ready_s'), 3, ' s')}",
+        ),
+        (
+            "Sandbox creates/s mean / peak (1 s)",
+            f"{_f(res.get('creates_per_s_mean'), 1)} / {_f(res.get('creates_per_s_peak_1s'), 1)}",
+        ),
+        (
+            "Ready/s mean / peak (1 s)",
+            f"{_f(res.get('ready_per_s_mean'), 1)} / {_f(res.get('ready_per_s_peak_1s'), 1)}",
+        ),
+        ("CPU during the fill", _usage_line(res.get("usage"))),
+        (
+            "controller requests",
+            ", ".join(f"{k} {int(v)}" for k, v in (res.get("controller_requests") or {}).items()),
+        ),
+    ]
+    return [
+        "### refill: one pool 0 -> N Ready",
+        "",
+        f"{_load_line(r)}. Upstream reference: 0 -> 300 Ready in ~6.4 s (sandbox creates ~85/s with APF queueing).",
+        "",
+        *_table(["", ""], rows),
+        "",
+        *_plots(plots, "refill"),
+    ]
+
+
+def _cold(r: Mapping[str, Any]) -> list[str]:
+    res = r["result"]
+    rows = [
+        ("Sandboxes (no pool)", f"{res.get('count')}"),
+        ("create requests sent in", _f(res.get("create_requests_s"), 2, " s")),
+        (
+            "first / all Ready",
+            f"{_f(res.get('first_ready_s'), 2, ' s')} / **{_f(res.get('all_ready_s'), 2, ' s')}**",
+        ),
+        (
+            "per-Sandbox create -> Ready P50 / P90 / P99",
+            f"{_f(res.get('latency_p50_s'), 2)} / {_f(res.get('latency_p90_s'), 2)} / {_f(res.get('latency_p99_s'), 2)} s",
+        ),
+        ("controller CPU", _f(res.get("controller_cpu_s"), 1, " s")),
+        (
+            "controller RSS before / peak",
+            f"{res.get('controller_rss_before_mib')} / {res.get('controller_peak_rss_mib')} MiB",
+        ),
+        (
+            "controller API requests",
+            ", ".join(f"{k} {int(v)}" for k, v in (res.get("controller_requests") or {}).items() if v),
+        ),
+        ("CPU during the run", _usage_line(res.get("usage"))),
+    ]
+    return ["### cold: Sandboxes without a pool", "", f"{_load_line(r)}.", "", *_table(["", ""], rows), ""]
+
+
+def _scale(r: Mapping[str, Any]) -> list[str]:
+    res = r["result"]
+    fill, idle, touch = res.get("fill") or {}, res.get("idle") or {}, res.get("touch") or {}
+    ctrl = "agent-sandbox-controller"
+    rows = [
+        ("Sandboxes", f"{res.get('count')} ({res.get('create_errors', 0)} create errors)"),
+        (
+            "create -> all Ready",
+            f"{_f(res.get('all_ready_s'), 1, ' s')} ({_f(res.get('ready_per_s_mean'), 1)}/s)",
+        ),
+        (
+            "controller CPU during the fill",
+            f"{_f(fill.get('controller_cpu_s'), 1, ' s')} ({_f(fill.get('cpu_ms_per_sandbox'), 2)} ms per Sandbox, {_f(fill.get('cpu_ms_per_reconcile'), 2)} ms per reconcile)",
+        ),
+        (
+            "reconciles during the fill",
+            ", ".join(f"{k} {int(v)}" for k, v in (fill.get("reconciles") or {}).items()),
+        ),
+        (
+            "controller RSS idle / peak",
+            f"**{_f(idle.get('controller_rss_mib'), 1)} MiB** / {_f(idle.get('controller_peak_rss_mib'), 1)} MiB",
+        ),
+        (
+            "controller CPU idle",
+            f"{_f((idle.get('cpu_cores') or {}).get(ctrl), 3)} cores over {_f(idle.get('seconds'), 0)} s",
+        ),
+        (
+            "RSS of every component (idle)",
+            ", ".join(f"{k} {v}" for k, v in (idle.get("rss_mib") or {}).items()),
+        ),
+        (
+            "no-op event cost",
+            f"{touch.get('events')} metadata patches -> {', '.join(f'{k} {int(v)}' for k, v in (touch.get('reconciles') or {}).items())} reconciles; **{_f(touch.get('cpu_ms_per_event'), 2)} ms CPU per event**, {_f(touch.get('cpu_ms_per_reconcile'), 2)} ms per reconcile",
+        ),
+    ]
+    return ["### scale: idle Sandboxes", "", f"{_load_line(r)}.", "", *_table(["", ""], rows), ""]
+
+
+def _plots(plots: Mapping[str, str], prefix: str) -> list[str]:
+    out = [f"![{name}]({path})" for name, path in sorted(plots.items()) if name.startswith(prefix)]
+    return [*out, ""] if out else []
+
+
+def _profiles(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    lines: list[str] = []
+    for name, r in results.items():
+        res = r.get("result") or {}
+        profs: list[tuple[str, Mapping[str, Any]]] = []
+        if res.get("profile"):
+            profs.append((name, res["profile"]))
+        for ph in res.get("phases") or []:
+            if ph.get("profile"):
+                profs.append((f"{name} {ph['rate']:g}/s", ph["profile"]))
+        for label, p in profs:
+            if not p.get("samples"):
+                continue
+            areas = ", ".join(f"{a['name']} {a['pct']}%" for a in (p.get("areas") or [])[:8])
+            top = [
+                (str(i + 1), f"`{e['name']}`", f"{e['pct']}%")
+                for i, e in enumerate((p.get("self") or [])[:12])
+            ]
+            lines += [
+                f"#### profile: {label} ({p['samples']} samples, `{p.get('file', '')}`)",
+                "",
+                f"Self time by area: {areas}.",
+                "",
+                *_table(["#", "function (self time)", "share"], top),
+                "",
+            ]
+    return (["### Profiles (py-spy, controller process)", "", *lines]) if lines else []
+
+
+def render(results: Mapping[str, Mapping[str, Any]], plots: Mapping[str, str] | None = None) -> str:
+    """The generated report section for the given latest results (scenario -> result JSON)."""
+    plots = plots or {}
+    if not results:
+        return "_No benchmark results yet: run `make bench` (or `agent-sandbox bench <scenario>`)._\n"
+    lines: list[str] = _machine(results)
+    renderers = {
+        "burst": lambda r: _burst(r, plots),
+        "sustained": lambda r: _sustained(r, plots),
+        "refill": lambda r: _refill(r, plots),
+        "cold": _cold,
+        "scale": _scale,
+    }
+    for name in ("burst", "sustained", "refill", "cold", "scale"):
+        if name in results:
+            lines += renderers[name](results[name])
+    lines += _profiles(results)
+    files = ", ".join(f"`{r.get('_file', '?')}`" for r in results.values())
+    lines += [f"Source files (benchmarks/results/): {files}.", ""]
+    return "\n".join(lines)
+
+
+def replace_block(doc: str, generated: str) -> str:
+    """Put `generated` between the markers of `doc` (appending the block when it has none)."""
+    block = f"{BEGIN}\n{generated.rstrip()}\n{END}"
+    if BEGIN in doc and END in doc:
+        head, rest = doc.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        return head + block + tail
+    return doc.rstrip() + "\n\n" + block + "\n"
