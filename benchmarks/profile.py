@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Any
 
 __all__ = ["area_of", "frame_key", "parse_collapsed", "summarize_profile"]
 
@@ -91,7 +92,7 @@ def _top(counts: dict[str, int], total: int, top: int) -> list[dict[str, float |
     return [{"name": k, "pct": round(100.0 * v / total, 1)} for k, v in ranked]
 
 
-def summarize_profile(stacks: Iterable[tuple[list[str], int]], *, top: int = 20) -> dict[str, object]:
+def summarize_profile(stacks: Iterable[tuple[list[str], int]], *, top: int = 20) -> dict[str, Any]:
     """Self and inclusive shares per function, and self share per area."""
     self_counts: dict[str, int] = {}
     incl_counts: dict[str, int] = {}

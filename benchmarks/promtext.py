@@ -77,11 +77,15 @@ def parse(text: str) -> list[Sample]:
     return samples
 
 
-def histogram(samples: list[Sample], name: str) -> list[tuple[float, float]]:
-    """Cumulative buckets of histogram `name` summed over every label set ([] when absent)."""
+def _matches(sample: Sample, labels: Mapping[str, str]) -> bool:
+    return all(sample.labels.get(k) == v for k, v in labels.items())
+
+
+def histogram(samples: list[Sample], name: str, /, **labels: str) -> list[tuple[float, float]]:
+    """Cumulative buckets of histogram `name` summed over every label set matching `labels` ([] if none)."""
     summed: dict[float, float] = {}
     for s in samples:
-        if s.name == f"{name}_bucket" and "le" in s.labels:
+        if s.name == f"{name}_bucket" and "le" in s.labels and _matches(s, labels):
             le = _value(s.labels["le"])
             summed[le] = summed.get(le, 0.0) + s.value
     return sorted(summed.items())
@@ -97,9 +101,7 @@ def counter_by(samples: list[Sample], name: str, label: str) -> dict[str, float]
     return out
 
 
-def scalar(samples: list[Sample], name: str, **labels: str) -> float | None:
+def scalar(samples: list[Sample], name: str, /, **labels: str) -> float | None:
     """Sum of the samples of `name` whose labels include `labels` (None when none match)."""
-    matched = [
-        s.value for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-    ]
+    matched = [s.value for s in samples if s.name == name and _matches(s, labels)]
     return sum(matched) if matched else None

@@ -131,7 +131,47 @@ def _metric_deltas(before: list[promtext.Sample], after: list[promtext.Sample]) 
         promtext.counter_by(after, "rest_client_requests_total", "method"),
         promtext.counter_by(before, "rest_client_requests_total", "method"),
     )
-    return {"reconciles": reconciles, "controller_requests": requests}
+    return {
+        "reconciles": reconciles,
+        "controller_requests": requests,
+        "controller_internals_ms": {
+            "rest_patch": _hist_stats(before, after, "rest_client_request_duration_seconds", verb="PATCH"),
+            "rest_post": _hist_stats(before, after, "rest_client_request_duration_seconds", verb="POST"),
+            "claim_queue_wait": _hist_stats(
+                before, after, "workqueue_queue_duration_seconds", name="sandboxclaim"
+            ),
+            "claim_reconcile": _hist_stats(
+                before, after, "controller_runtime_reconcile_time_seconds", controller="sandboxclaim"
+            ),
+            "sandbox_queue_wait": _hist_stats(
+                before, after, "workqueue_queue_duration_seconds", name="sandbox"
+            ),
+        },
+    }
+
+
+def _hist_stats(
+    before: list[promtext.Sample], after: list[promtext.Sample], metric: str, **labels: str
+) -> dict[str, Any]:
+    """Exact mean (from _sum/_count) and bucket-interpolated P50/P99 of a seconds histogram, in ms."""
+    buckets = diff_buckets(
+        promtext.histogram(after, metric, **labels), promtext.histogram(before, metric, **labels)
+    )
+    count = (promtext.scalar(after, f"{metric}_count", **labels) or 0.0) - (
+        promtext.scalar(before, f"{metric}_count", **labels) or 0.0
+    )
+    total = (promtext.scalar(after, f"{metric}_sum", **labels) or 0.0) - (
+        promtext.scalar(before, f"{metric}_sum", **labels) or 0.0
+    )
+    if count <= 0 or not buckets:
+        return {"count": 0}
+    summary = histogram_summary(buckets)
+    return {
+        "count": int(count),
+        "mean": round(1000 * total / count, 1),
+        "p50": None if summary["p50"] is None else round(1000 * float(summary["p50"]), 1),
+        "p99": None if summary["p99"] is None else round(1000 * float(summary["p99"]), 1),
+    }
 
 
 def analyse_claims(
