@@ -1,0 +1,196 @@
+"""SandboxTemplate controller on a real control plane (controllers spec §2): the shared NetworkPolicy.
+
+The real `agent-sandbox-controller --extensions` process runs against the session's local control plane;
+no mocks. One journey: default secure policy + ref-hash label -> custom rules -> drift repaired ->
+Unmanaged deletes it -> Managed again -> the template's deletion garbage-collects it; and a same-named
+policy the template does not control is never touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+from agent_sandbox.api import constants as c
+from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.devcluster.controller import start_controller
+from agent_sandbox.devcluster.processes import Started, stop
+from agent_sandbox.kube import NETWORK_POLICY, SANDBOX_TEMPLATE, ApiClient, NotFound, Object
+
+pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
+EXT = "extensions.agents.x-k8s.io/v1beta1"
+
+
+def wait_served(cluster: DevCluster) -> None:
+    """The controller re-patches the CRDs at start-up (brief 503s); wait until templates are served."""
+    admin = cluster.admin()
+    body = {
+        "apiVersion": EXT,
+        "kind": "SandboxTemplate",
+        "metadata": {"name": "probe"},
+        "spec": {"podTemplate": {"spec": {"containers": [{"name": "c", "image": "i"}]}}},
+    }
+    path = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default/sandboxtemplates?dryRun=All"
+    deadline = time.monotonic() + 30
+    while (status := admin.request("POST", path, body)[0]) != 201:
+        assert time.monotonic() < deadline, f"sandboxtemplates not served (HTTP {status})"
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def controller(cluster: DevCluster) -> Iterator[Started]:
+    started = start_controller(cluster)
+    try:
+        wait_served(cluster)
+        yield started
+    finally:
+        stop(started)
+
+
+async def eventually(probe: Callable[[], Awaitable[T | None]], what: str, within: float = 60.0) -> T:
+    deadline = time.monotonic() + within
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {within:.0f}s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+async def policy(kube: ApiClient, ns: str, name: str = "tmpl-network-policy") -> Object | None:
+    try:
+        return await kube.get(NETWORK_POLICY, name, namespace=ns)
+    except NotFound:
+        return None
+
+
+def template_body(**spec: Any) -> Object:
+    return {
+        "apiVersion": EXT,
+        "kind": "SandboxTemplate",
+        "metadata": {"name": "tmpl"},
+        "spec": {"podTemplate": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}, **spec},
+    }
+
+
+async def test_shared_network_policy_lifecycle(kube: ApiClient, namespace: str, controller: Started) -> None:
+    ns = namespace
+    tmpl = await kube.create(SANDBOX_TEMPLATE, template_body(), namespace=ns)
+    ref_hash = c.name_hash("tmpl")
+
+    pol = await eventually(lambda: policy(kube, ns), "the default NetworkPolicy")
+    assert pol["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": EXT,
+            "kind": "SandboxTemplate",
+            "name": "tmpl",
+            "uid": tmpl["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    spec = pol["spec"]
+    assert spec["podSelector"] == {"matchLabels": {c.LABEL_SANDBOX_TEMPLATE_REF_HASH: ref_hash}}
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    assert spec["ingress"] == [
+        {
+            "from": [
+                {
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": "agent-sandbox-system"}
+                    },
+                    "podSelector": {"matchLabels": {"app": "sandbox-router"}},
+                }
+            ]
+        }
+    ]
+    assert spec["egress"] == [
+        {
+            "to": [
+                {
+                    "ipBlock": {
+                        "cidr": "0.0.0.0/0",
+                        "except": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"],
+                    }
+                },
+                {"ipBlock": {"cidr": "::/0", "except": ["fc00::/7", "fe80::/10"]}},
+            ]
+        }
+    ]
+
+    async def labelled() -> bool:
+        got = await kube.get(SANDBOX_TEMPLATE, "tmpl", namespace=ns)
+        return (got["metadata"].get("labels") or {}).get(c.LABEL_SANDBOX_TEMPLATE_REF_HASH) == ref_hash
+
+    await eventually(labelled, "the ref-hash label on the template")
+
+    # Custom rules replace the default (ports read back with the server-defaulted protocol).
+    custom = {"ingress": [], "egress": [{"ports": [{"port": 53, "protocol": "UDP"}]}]}
+    await kube.patch(SANDBOX_TEMPLATE, "tmpl", {"spec": {"networkPolicy": custom}}, namespace=ns)
+
+    async def customised() -> Object | None:
+        p = await policy(kube, ns)
+        return (
+            p if p and p["spec"].get("egress") == custom["egress"] and not p["spec"].get("ingress") else None
+        )
+
+    pol = await eventually(customised, "the custom rules")
+    rv = pol["metadata"]["resourceVersion"]
+
+    # Drift on the policy itself is repaired from the template.
+    await kube.patch(NETWORK_POLICY, "tmpl-network-policy", {"spec": {"egress": None}}, namespace=ns)
+    await eventually(customised, "drift repaired")
+
+    # Unmanaged: the controlled policy is deleted; Managed again: recreated.
+    await kube.patch(
+        SANDBOX_TEMPLATE, "tmpl", {"spec": {"networkPolicyManagement": "Unmanaged"}}, namespace=ns
+    )
+    await eventually(lambda: _absent(policy(kube, ns)), "the policy deleted under Unmanaged")
+    await kube.patch(SANDBOX_TEMPLATE, "tmpl", {"spec": {"networkPolicyManagement": "Managed"}}, namespace=ns)
+    pol = await eventually(customised, "the policy recreated under Managed")
+    assert pol["metadata"]["resourceVersion"] != rv
+
+    # Deleting the template garbage-collects its policy.
+    await kube.delete(SANDBOX_TEMPLATE, "tmpl", namespace=ns)
+    await eventually(lambda: _absent(policy(kube, ns)), "the policy garbage-collected", within=90)
+
+
+async def test_foreign_policy_of_the_same_name_is_never_touched(
+    kube: ApiClient, namespace: str, controller: Started
+) -> None:
+    ns = namespace
+    foreign = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "tmpl-network-policy"},
+        "spec": {"podSelector": {"matchLabels": {"mine": "yes"}}, "policyTypes": ["Ingress"]},
+    }
+    created = await kube.create(NETWORK_POLICY, foreign, namespace=ns)
+    await kube.create(SANDBOX_TEMPLATE, template_body(), namespace=ns)
+
+    async def labelled() -> bool:
+        got = await kube.get(SANDBOX_TEMPLATE, "tmpl", namespace=ns)
+        return c.LABEL_SANDBOX_TEMPLATE_REF_HASH in (got["metadata"].get("labels") or {})
+
+    await eventually(labelled, "the template reconciled")
+    # Give the controller a few (failing, backed-off) passes; the policy must stay exactly as it was.
+    await asyncio.sleep(2)
+    await kube.patch(
+        SANDBOX_TEMPLATE, "tmpl", {"spec": {"networkPolicyManagement": "Unmanaged"}}, namespace=ns
+    )
+    await asyncio.sleep(1)
+    pol = await policy(kube, ns)
+    assert pol is not None
+    assert pol["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+    assert pol["spec"] == created["spec"]
+
+
+async def _absent(obj: Awaitable[Object | None]) -> bool:
+    return await obj is None
