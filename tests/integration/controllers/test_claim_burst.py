@@ -1,0 +1,361 @@
+"""200 concurrent claims against a warm pool of 100, with and without a SIGKILL of the controller mid-burst.
+
+Real control plane and the real `agent-sandbox-controller --extensions` process; no mocks. Invariants
+(controllers spec §4.6 "concurrency properties", §3.11):
+
+* exactly 100 claims are warm (each adopted one of the 100 members that were Ready before the burst) and
+  100 are cold (each got a Sandbox named like itself);
+* no Sandbox is referenced by two claims, and every claim controls exactly one Sandbox;
+* the pool created exactly 100 + 100 Sandboxes: the initial fill plus one refill per adopted member
+  (counted from a watch of Sandbox creations that starts before the pool exists).
+
+To make "exactly 100 warm" deterministic, every node is cordoned once the pool is Ready: refills and cold
+Sandboxes then get no Pod IP until the burst is over, so a refill can never be adopted by a late claim
+(otherwise the count of warm claims would depend on timing). Nodes are uncordoned before the final checks,
+which then also wait for the pool to be whole again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from agent_sandbox.api import constants as c
+from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.devcluster.controller import CONTROLLER, start_controller
+from agent_sandbox.devcluster.processes import Started, is_ours, stop
+from agent_sandbox.devcluster.rest import probe_http
+from agent_sandbox.kube import (
+    SANDBOX,
+    SANDBOX_CLAIM,
+    SANDBOX_TEMPLATE,
+    SANDBOX_WARM_POOL,
+    ApiClient,
+    Object,
+    ServerError,
+    TooManyRequests,
+    TransportError,
+)
+
+pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
+EXT = "extensions.agents.x-k8s.io/v1beta1"
+POOL_SIZE = 100
+CLAIMS = 200
+
+
+def wait_crds_serving(cluster: DevCluster, controller: Started) -> None:
+    """Wait until the controller has pointed the CRDs at its conversion webhook and they serve again.
+
+    At start-up the controller patches the four CRDs' conversion settings; the API server then rebuilds
+    their storage, answering 503/429 (and expiring watches) for a moment. Tests start after that.
+    """
+    environ = Path(f"/proc/{controller.pid}/environ").read_bytes().split(b"\0")
+    url = next(
+        (e.decode().split("=", 1)[1] for e in environ if e.startswith(b"AGENT_SANDBOX_WEBHOOK_URL=")), None
+    )
+    admin = cluster.admin()
+    deadline = time.monotonic() + 60
+    kinds = {
+        "agents.x-k8s.io": {
+            "sandboxes": ("Sandbox", {"podTemplate": {"spec": {"containers": [{"name": "m", "image": "x"}]}}})
+        },
+        "extensions.agents.x-k8s.io": {
+            "sandboxtemplates": (
+                "SandboxTemplate",
+                {"podTemplate": {"spec": {"containers": [{"name": "m", "image": "x"}]}}},
+            ),
+            "sandboxwarmpools": ("SandboxWarmPool", {"sandboxTemplateRef": {"name": "x"}}),
+            "sandboxclaims": ("SandboxClaim", {"warmPoolRef": {"name": "x"}}),
+        },
+    }
+    for group, plurals in kinds.items():
+        for plural, (kind, spec) in plurals.items():
+            crd = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}.{group}"
+            while url is not None:
+                status, body = admin.request("GET", crd)
+                config = (
+                    ((body.get("spec") or {}).get("conversion") or {})
+                    .get("webhook", {})
+                    .get("clientConfig", {})
+                )
+                if status == 200 and config.get("url") == url:
+                    break
+                assert time.monotonic() < deadline, f"CRD {plural}.{group} not pointed at {url}"
+                time.sleep(0.1)
+            obj = {
+                "apiVersion": f"{group}/v1beta1",
+                "kind": kind,
+                "metadata": {"name": "probe"},
+                "spec": spec,
+            }
+            path = f"/apis/{group}/v1beta1/namespaces/default/{plural}?dryRun=All"
+            while (status := admin.request("POST", path, obj)[0]) != 201:
+                assert time.monotonic() < deadline, f"{plural} not served (HTTP {status})"
+                time.sleep(0.1)
+
+
+def launch(cluster: DevCluster) -> Started:
+    started = start_controller(cluster)
+    wait_crds_serving(cluster, started)
+    return started
+
+
+def relaunch(cluster: DevCluster, dead: Started) -> Started:
+    """Start the controller again with the dead process's exact argv and webhook URL.
+
+    `start_controller` would re-apply the CRDs and give the webhook a new port; either changes the CRDs,
+    which makes the API server rebuild their watch caches and expire every open watch (410), including
+    the creation log's. Same argv, same URL: the start-up CRD patch is a no-op, as after a real crash.
+    """
+    argv = dead_argv[dead.pid]
+    health = next(a.split(":")[-1] for a in argv if a.startswith("--health-probe-bind-address="))
+    started = cluster.add_process(CONTROLLER, argv, env=dead_env[dead.pid])
+    deadline = time.monotonic() + 60
+    while not probe_http(f"http://127.0.0.1:{health}/readyz"):
+        assert is_ours(started.pid, started.exe), "restarted controller exited"
+        assert time.monotonic() < deadline, "restarted controller not ready"
+        time.sleep(0.1)
+    return started
+
+
+dead_argv: dict[int, list[str]] = {}
+dead_env: dict[int, dict[str, str]] = {}
+
+
+def remember_launch(started: Started) -> None:
+    """Record a live process's argv and webhook URL (from /proc) so `relaunch` can repeat them."""
+    raw = Path(f"/proc/{started.pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    dead_argv[started.pid] = [a.decode() for a in raw]
+    environ = Path(f"/proc/{started.pid}/environ").read_bytes().split(b"\0")
+    env = dict(e.decode().split("=", 1) for e in environ if b"=" in e)
+    dead_env[started.pid] = {k: v for k, v in env.items() if k.startswith("AGENT_SANDBOX_")}
+
+
+@contextlib.contextmanager
+def cordoned(cluster: DevCluster) -> Iterator[Callable[[], None]]:
+    """Cordon every node; yields a function that uncordons them early (always uncordoned on exit)."""
+    nodes = list(cluster.state.nodes)
+    for node in nodes:
+        cluster.cordon_node(node)
+    done = False
+
+    def release() -> None:
+        nonlocal done
+        if not done:
+            for node in nodes:
+                cluster.cordon_node(node, cordoned=False)
+            done = True
+
+    try:
+        yield release
+    finally:
+        release()
+
+
+async def eventually(probe: Callable[[], Awaitable[T | None]], what: str, within: float = 240.0) -> T:
+    deadline = time.monotonic() + within
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {within:.0f}s waiting for {what}")
+        await asyncio.sleep(0.25)
+
+
+def is_ready(obj: Object) -> bool:
+    return any(
+        cd["type"] == "Ready" and cd["status"] == "True"
+        for cd in (obj.get("status") or {}).get("conditions") or ()
+    )
+
+
+class CreationLog:
+    """Names of every Sandbox created in a namespace, from a watch started before anything exists."""
+
+    def __init__(self, kube: ApiClient, namespace: str) -> None:
+        self.kube, self.ns = kube, namespace
+        self.added: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> CreationLog:
+        page = await self.kube.list_page(SANDBOX, namespace=self.ns, limit=1)
+        assert not page.items
+        self._task = asyncio.create_task(self._run(page.resource_version))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        if self._task.done():
+            self._task.result()  # surface a watch failure (e.g. 410): the count would be incomplete
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def _run(self, rv: str) -> None:
+        while True:
+            try:
+                async for event in self.kube.watch(
+                    SANDBOX, namespace=self.ns, resource_version=rv, timeout_seconds=120
+                ):
+                    rv = event.object["metadata"].get("resourceVersion") or rv
+                    if event.type == "ADDED":
+                        self.added.add(event.object["metadata"]["name"])
+            except (TooManyRequests, ServerError, TransportError):
+                # A controller start re-patches the CRDs: their storage re-initialises (429/503) for a
+                # moment. Resuming from the last resourceVersion loses nothing; a 410 (Gone) would, and
+                # is deliberately not caught.
+                await asyncio.sleep(0.2)
+
+
+async def start_pool(kube: ApiClient, ns: str) -> set[str]:
+    """Template + pool of 100; returns the names of the 100 members once all are Ready."""
+    template = {
+        "apiVersion": EXT,
+        "kind": "SandboxTemplate",
+        "metadata": {"name": "tmpl"},
+        "spec": {"podTemplate": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}},
+    }
+    pool = {
+        "apiVersion": EXT,
+        "kind": "SandboxWarmPool",
+        "metadata": {"name": "pool"},
+        "spec": {"replicas": POOL_SIZE, "sandboxTemplateRef": {"name": "tmpl"}},
+    }
+    await kube.create(SANDBOX_TEMPLATE, template, namespace=ns)
+    await kube.create(SANDBOX_WARM_POOL, pool, namespace=ns)
+
+    async def all_ready() -> set[str] | None:
+        members = await kube.list(
+            SANDBOX, namespace=ns, label_selector={c.LABEL_WARM_POOL_SANDBOX: c.name_hash("pool")}
+        )
+        names = {m["metadata"]["name"] for m in members if is_ready(m)}
+        return names if len(names) == POOL_SIZE else None
+
+    return await eventually(all_ready, f"{POOL_SIZE} Ready pool members")
+
+
+async def create_claims(kube: ApiClient, ns: str, names: list[str]) -> None:
+    gate = asyncio.Semaphore(50)
+
+    async def one(name: str) -> None:
+        body = {
+            "apiVersion": EXT,
+            "kind": "SandboxClaim",
+            "metadata": {"name": name},
+            "spec": {"warmPoolRef": {"name": "pool"}},
+        }
+        async with gate:
+            await kube.create(SANDBOX_CLAIM, body, namespace=ns)
+
+    await asyncio.gather(*(one(n) for n in names))
+
+
+async def bound_count(kube: ApiClient, ns: str) -> int:
+    claims = await kube.list(SANDBOX_CLAIM, namespace=ns)
+    return sum(1 for cl in claims if ((cl.get("status") or {}).get("sandbox") or {}).get("name"))
+
+
+async def check_invariants(kube: ApiClient, ns: str, members: set[str], log: CreationLog) -> None:
+    async def settled() -> tuple[list[Object], list[Object]] | None:
+        claims = await kube.list(SANDBOX_CLAIM, namespace=ns)
+        sandboxes = await kube.list(SANDBOX, namespace=ns)
+        pool_ready = [
+            s
+            for s in sandboxes
+            if is_ready(s) and c.LABEL_WARM_POOL_SANDBOX in (s["metadata"].get("labels") or {})
+        ]
+        all_ready = len(claims) == CLAIMS and all(is_ready(cl) for cl in claims)
+        return (claims, sandboxes) if all_ready and len(pool_ready) == POOL_SIZE else None
+
+    claims, sandboxes = await eventually(settled, "every claim Ready and the pool whole again")
+    by_name = {s["metadata"]["name"]: s for s in sandboxes}
+    referenced = [cl["status"]["sandbox"]["name"] for cl in claims]
+    assert len(set(referenced)) == CLAIMS, "a Sandbox is referenced by two claims"
+    owners = Counter()
+    for cl in claims:
+        sb = by_name[cl["status"]["sandbox"]["name"]]
+        ref = c.controller_ref(sb["metadata"])
+        assert ref is not None
+        assert (ref["kind"], ref["uid"]) == ("SandboxClaim", cl["metadata"]["uid"])
+    for sb in sandboxes:
+        ref = c.controller_ref(sb["metadata"])
+        if ref is not None and ref["kind"] == "SandboxClaim":
+            owners[ref["name"]] += 1
+    assert set(owners.values()) == {1}, (
+        f"claims owning more than one Sandbox: {[n for n, k in owners.items() if k > 1]}"
+    )
+    assert len(owners) == CLAIMS
+    launch = Counter(by_name[n]["metadata"]["labels"][c.LABEL_LAUNCH_TYPE] for n in referenced)
+    assert launch == {"warm": POOL_SIZE, "cold": CLAIMS - POOL_SIZE}
+    warm = {n for n in referenced if by_name[n]["metadata"]["labels"][c.LABEL_LAUNCH_TYPE] == "warm"}
+    assert warm == members  # every pre-burst member was adopted, and only those
+    cold = {cl["metadata"]["name"] for cl in claims} & set(referenced)
+    assert len(cold) == CLAIMS - POOL_SIZE  # cold Sandboxes are named like their claims
+    pool_created = {n for n in log.added if n.startswith("pool-")}
+    assert len(pool_created) == POOL_SIZE + POOL_SIZE, f"pool created {len(pool_created)} Sandboxes"
+
+
+async def test_200_claims_against_a_pool_of_100(cluster: DevCluster, kube: ApiClient, namespace: str) -> None:
+    ns = namespace
+    controller = launch(cluster)  # also installs the CRDs
+    try:
+        async with CreationLog(kube, ns) as log:
+            members = await start_pool(kube, ns)
+            with cordoned(cluster) as uncordon:
+                await create_claims(kube, ns, [f"c-{i:03d}" for i in range(CLAIMS)])
+                await eventually(lambda: _ge(bound_count(kube, ns), CLAIMS), "every claim bound")
+                uncordon()
+                await check_invariants(kube, ns, members, log)
+    finally:
+        stop(controller)
+
+
+async def test_200_claims_survive_a_sigkill_mid_burst(
+    cluster: DevCluster, kube: ApiClient, namespace: str
+) -> None:
+    ns = namespace
+    procs = [launch(cluster)]
+    try:
+        async with CreationLog(kube, ns) as log:
+            members = await start_pool(kube, ns)
+            with cordoned(cluster) as uncordon:
+                await create_claims(kube, ns, [f"c-{i:03d}" for i in range(CLAIMS // 2)])
+                bound_before = await eventually(
+                    lambda: _ge(bound_count(kube, ns), 10), "the first claims bound"
+                )
+                first = procs[0]
+                remember_launch(first)
+                assert is_ours(first.pid, first.exe)
+                os.kill(first.pid, signal.SIGKILL)  # no drain, no graceful shutdown
+                stop(first)  # reaps it (by PID)
+                bound_at_kill = await bound_count(kube, ns)
+                assert bound_before <= bound_at_kill < CLAIMS
+                print(f"SIGKILL with {bound_at_kill}/{CLAIMS // 2} claims of the first half bound")
+                # The rest of the burst arrives while no controller runs; then a new process takes over.
+                await create_claims(kube, ns, [f"c-{i:03d}" for i in range(CLAIMS // 2, CLAIMS)])
+                procs.append(relaunch(cluster, first))
+                await eventually(
+                    lambda: _ge(bound_count(kube, ns), CLAIMS), "every claim bound after the restart"
+                )
+                uncordon()
+                await check_invariants(kube, ns, members, log)
+    finally:
+        for proc in procs:
+            stop(proc)
+
+
+async def _ge(value: Awaitable[int], want: int) -> int | None:
+    got = await value
+    return got if got >= want else None
