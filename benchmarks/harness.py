@@ -279,8 +279,10 @@ class ProcSampler:
         }
         peak = {n: round(max(r["rss"].get(n, 0) for r in rows) / 2**20, 1) for n in last["rss"]}
         loads = [r["load1"] for r in rows]
+        cpu_s = {n: round(last["cpu"][n] - first["cpu"][n], 2) for n in last["cpu"] if n in first["cpu"]}
         return {
             "seconds": round(span, 1),
+            "cpu_seconds": cpu_s,
             "cpu_cores": cores,
             "cpu_cores_total": round(sum(cores.values()), 2),
             "rss_peak_mib": peak,
@@ -611,6 +613,10 @@ class Bench:
 
     async def scrape(self) -> list[promtext.Sample]:
         return promtext.parse(await asyncio.to_thread(self.scrape_text))
+
+    async def scrape_apiserver(self) -> list[promtext.Sample]:
+        """kube-apiserver's own /metrics (request counts by verb/resource for every client)."""
+        return promtext.parse((await self.api.request("GET", "/metrics")).decode())
 
     # -- objects
     async def ensure_namespace(self, name: str) -> None:

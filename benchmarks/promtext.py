@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["Sample", "counter_by", "histogram", "parse", "scalar"]
+__all__ = ["Sample", "counter_by", "counter_by_labels", "histogram", "parse", "scalar"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,3 +105,13 @@ def scalar(samples: list[Sample], name: str, /, **labels: str) -> float | None:
     """Sum of the samples of `name` whose labels include `labels` (None when none match)."""
     matched = [s.value for s in samples if s.name == name and _matches(s, labels)]
     return sum(matched) if matched else None
+
+
+def counter_by_labels(samples: list[Sample], name: str, labels: tuple[str, ...]) -> dict[str, float]:
+    """Counter `name` summed per combination of `labels`, keyed "v1 v2/v3"-style (values joined by space)."""
+    out: dict[str, float] = {}
+    for s in samples:
+        if s.name in (name, f"{name}_total"):
+            key = " ".join(s.labels.get(label, "") for label in labels).strip()
+            out[key] = out.get(key, 0.0) + s.value
+    return out

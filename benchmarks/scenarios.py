@@ -44,6 +44,7 @@ from .schedule import poisson_arrivals, pool_replicas, round_robin, uniform_arri
 from .stats import (
     counter_delta,
     diff_buckets,
+    histogram_quantile,
     histogram_summary,
     peak_rate,
     rate_series,
@@ -115,11 +116,38 @@ def _ms(values: Sequence[float]) -> list[float]:
 
 
 async def _scrape(bench: Bench) -> list[promtext.Sample]:
+    """The controller's /metrics plus the kube-apiserver's request counters (one list)."""
     try:
-        return await bench.scrape()
+        samples = await bench.scrape()
     except OSError as exc:
         bench.notes.append(f"metrics scrape failed: {exc}")
-        return []
+        samples = []
+    try:
+        samples += [s for s in await bench.scrape_apiserver() if s.name == "apiserver_request_total"]
+    except KubeError as exc:
+        bench.notes.append(f"apiserver metrics scrape failed: {exc}")
+    return samples
+
+
+def _apiserver_writes(before: list[promtext.Sample], after: list[promtext.Sample]) -> dict[str, float]:
+    """Mutating requests the API server served (all clients), by "VERB resource[/subresource]"."""
+
+    def writes(samples: list[promtext.Sample]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for s in samples:
+            if s.name == "apiserver_request_total" and s.labels.get("verb") in (
+                "POST",
+                "PATCH",
+                "PUT",
+                "DELETE",
+                "APPLY",
+            ):
+                sub = s.labels.get("subresource", "")
+                key = f"{s.labels['verb']} {s.labels.get('resource', '')}{'/' + sub if sub else ''}"
+                out[key] = out.get(key, 0.0) + s.value
+        return out
+
+    return counter_delta(writes(after), writes(before))
 
 
 def _metric_deltas(before: list[promtext.Sample], after: list[promtext.Sample]) -> dict[str, Any]:
@@ -134,6 +162,7 @@ def _metric_deltas(before: list[promtext.Sample], after: list[promtext.Sample]) 
     return {
         "reconciles": reconciles,
         "controller_requests": requests,
+        "apiserver_writes": _apiserver_writes(before, after),
         "controller_internals_ms": {
             "rest_patch": _hist_stats(before, after, "rest_client_request_duration_seconds", verb="PATCH"),
             "rest_post": _hist_stats(before, after, "rest_client_request_duration_seconds", verb="POST"),
@@ -165,12 +194,12 @@ def _hist_stats(
     )
     if count <= 0 or not buckets:
         return {"count": 0}
-    summary = histogram_summary(buckets)
+    p50, p99 = histogram_quantile(0.5, buckets), histogram_quantile(0.99, buckets)
     return {
         "count": int(count),
         "mean": round(1000 * total / count, 1),
-        "p50": None if summary["p50"] is None else round(1000 * float(summary["p50"]), 1),
-        "p99": None if summary["p99"] is None else round(1000 * float(summary["p99"]), 1),
+        "p50": None if p50 is None else round(1000 * p50, 1),
+        "p99": None if p99 is None else round(1000 * p99, 1),
     }
 
 
