@@ -50,6 +50,8 @@ __all__ = ["TemplateLookupError", "WarmPoolReconciler", "pool_key"]
 
 log = logging.getLogger("agent_sandbox.controllers.warmpool")
 
+_KNOWN_STRATEGIES = frozenset(t.value for t in c.UpdateStrategyType)
+
 
 class TemplateLookupError(Exception):
     """The pool's template could not be read for a reason other than NotFound."""
@@ -150,6 +152,9 @@ class WarmPoolReconciler:
         if pool["metadata"].get("deletionTimestamp"):
             self.forget(key)  # members go away by garbage collection
             return Result()
+        strategy = ((pool.get("spec") or {}).get("updateStrategy") or {}).get("type")
+        if strategy and strategy not in _KNOWN_STRATEGIES:
+            log.info("pool %s: unknown update strategy %r, using OnReplenish", key, strategy)
         now = self._wall()
         plan = decide(await self.observe(pool, key, now), now, self.config)
         return await self.execute(pool, key, plan)
