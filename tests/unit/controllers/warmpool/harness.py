@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,7 @@ from agent_sandbox.kube import (
 )
 from agent_sandbox.kube.testing import FakeClient, FakeClock
 
-from .fixtures import NOW, NS
+from .fixtures import NS
 
 KINDS = (SANDBOX, SANDBOX_WARM_POOL, SANDBOX_TEMPLATE, POD)
 
@@ -51,7 +52,8 @@ class Harness:
         self.client = CachedClient(self.cache, fake)  # type: ignore[arg-type]
         self.events = RecordedEvents()
         self.clock = FakeClock()
-        self.now = NOW
+        # The FakeClient stamps creationTimestamp with the real time: start the wall clock there.
+        self.now = time.time()
         self.reconciler = WarmPoolReconciler(
             self.client,
             config=config or WarmPoolConfig(grace_jitter=0),
