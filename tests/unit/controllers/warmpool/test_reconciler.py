@@ -422,3 +422,48 @@ async def test_cached_pod_read_errors_do_not_break_the_pass() -> None:
         assert h.sandboxes() == []
     with pytest.raises(NotFound):
         await FakeClient().get(POD, "nope", namespace=NS)
+
+
+async def test_replenish_delay_and_refill_rate_compose() -> None:
+    cfg = WarmPoolConfig(replenish_delay=5, max_refill_rate=1, grace_jitter=0)
+    async with running(standard(3), cfg) as h:
+        await h.reconcile()  # initial fill: never held; the bucket (capacity 1) grants one
+        assert h.creates() == 1
+        for _ in range(2):
+            await h.settle()
+            h.clock.advance(1.0)
+            await h.reconcile()
+        assert h.creates() == 3
+        await h.settle()
+        await h.reconcile()
+        for sb in h.sandboxes()[:2]:  # two members are claimed
+            await h.fake.patch(
+                SANDBOX,
+                sb["metadata"]["name"],
+                {"metadata": {"ownerReferences": [], "labels": {c.LABEL_WARM_POOL_SANDBOX: None}}},
+                namespace=NS,
+            )
+        await h.settle()
+        assert (await h.reconcile()).requeue_after == pytest.approx(5)  # the delay defers the start ...
+        assert h.creates() == 3
+        h.clock.advance(5.5)
+        await h.reconcile()
+        assert h.creates() == 4  # ... and the rate shapes the flow: one token, not the whole deficit
+        await h.settle()
+        assert (await h.reconcile()).requeue_after == pytest.approx(1.0)  # until the next whole token
+        h.clock.advance(1.0)
+        await h.reconcile()
+        assert h.creates() == 5
+
+
+async def test_stuck_members_are_collected_while_refill_is_paced() -> None:
+    cfg = WarmPoolConfig(max_refill_rate=0.1, readiness_grace_period=30, grace_jitter=0)
+    async with running(standard(3), cfg) as h:
+        await h.reconcile()
+        assert h.creates() == 1  # capacity 1, then one token per 10 s
+        await h.settle()
+        h.now += 60  # the member never became Ready
+        result = await h.reconcile()
+        assert h.sandboxes() == []  # collected although no token is available
+        assert result.requeue_after == pytest.approx(10)
+        assert h.creates() == 1
