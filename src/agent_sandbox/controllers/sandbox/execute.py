@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from agent_sandbox.kube import (
@@ -112,12 +112,15 @@ class Executor:
         sandbox: the Sandbox (cached object; only its identity is used).
         expectations: creation/deletion records (None: not tracked, e.g. in executor unit tests).
         events: where `EmitEvent` actions go.
+        sandbox_writes: the API's answers to this pass's writes of the Sandbox itself, in order (fresher
+            than the cache; the reconciler reads its own writes from them).
     """
 
     writer: SandboxWriter
     sandbox: Object
     expectations: ChildExpectations | None = None
     events: EventSink | None = None
+    sandbox_writes: list[Object] = field(default_factory=list)
 
     @property
     def _ns(self) -> str:
@@ -194,7 +197,9 @@ class Executor:
         if isinstance(action, PatchObject):
             return await writer.patch(action.kind, action.name, action.patch, namespace=ns)
         if isinstance(action, PatchSandboxMetadata):
-            return await writer.patch(SANDBOX, self._name, action.patch, namespace=ns)
+            answer = await writer.patch(SANDBOX, self._name, action.patch, namespace=ns)
+            self._record_sandbox(answer)
+            return answer
         if isinstance(action, DeleteObject):
             return await self._delete(action)
         if isinstance(action, DeleteSandbox):
@@ -236,6 +241,11 @@ class Executor:
         patch is not optimistic. NotFound (Sandbox deleted mid-pass) is ignored.
         """
         try:
-            await self.writer.patch_status(SANDBOX, self._name, patch, namespace=self._ns)
+            answer = await self.writer.patch_status(SANDBOX, self._name, patch, namespace=self._ns)
         except NotFound:
             return
+        self._record_sandbox(answer)
+
+    def _record_sandbox(self, answer: Object) -> None:
+        if isinstance(answer, dict) and answer.get("kind") == SANDBOX.kind and answer.get("metadata"):
+            self.sandbox_writes.append(answer)

@@ -1,12 +1,14 @@
 """`SandboxReconciler`: observe -> decide -> execute -> conclude for one Sandbox (controllers spec §1.2).
 
 Owns the pass's I/O skeleton and the little state that must outlive a pass: the write-behind clock of
-§1.12 (first time a deferral was observed, per Sandbox) and the child expectations (`_expect`). Reads come
+§1.12 (first time a deferral was observed, per Sandbox), the child expectations (`_expect`) and the
+Sandbox's own-write overlay (`_ownwrites`). Reads come
 from the informer cache (`IndexedReader`), writes go to the API server (`SandboxWriter`).
 
 Flow of one pass:
 
-1. read the Sandbox from the cache (NotFound: drop its in-memory state, done);
+1. read the Sandbox from the cache (NotFound: drop its in-memory state, done); if the cache still shows a
+   version older than this controller's own last write of it, use that write's answer (`_ownwrites`);
 2. open the `ReconcileSandbox` span (continuing the trace in the Sandbox's annotation);
 3. observe the children into a `Snapshot` (cache reads only, plus expectations and the write-behind clock);
 4. `decide` -> `Plan`; run its steps: trace annotation (failure aborts), PVCs, Pod, Service or the expiry
@@ -41,6 +43,7 @@ from agent_sandbox.kube import (
 
 from ._children import pvc_name
 from ._expect import ChildExpectations
+from ._ownwrites import OwnWrites
 from ._plan import Plan, PlanMode, Results, Snapshot, StepPlan, StepResult
 from ._status import conclude
 from .decide import decide, plan_existing_pod, resolve_pod_name
@@ -105,15 +108,18 @@ class SandboxReconciler:
         self.tracing = tracing or Tracing()
         self.now = now
         self._deferrals: dict[Request, datetime] = {}
+        self._own_writes = OwnWrites()
 
     async def reconcile(self, request: Request) -> Result:
         """One pass over the Sandbox `request` names (see module docstring)."""
         try:
-            sandbox = await self.reader.get(SANDBOX, request.name, namespace=request.namespace)
+            cached = await self.reader.get(SANDBOX, request.name, namespace=request.namespace)
         except NotFound:
             self._deferrals.pop(request, None)
+            self._own_writes.forget(request)
             self.expectations.forget(_CHILD_KINDS, request.namespace, request.name)
             return Result()
+        sandbox = self._own_writes.fresh(request, cached)
         labels = sandbox["metadata"].get("labels") or {}
         attributes = {"sandbox.name": request.name, "sandbox.namespace": request.namespace}
         if LABEL_CREATED_BY in labels:
@@ -163,6 +169,14 @@ class SandboxReconciler:
         if plan.defer_since is not None:
             self._deferrals[request] = plan.defer_since
         executor = Executor(self.writer, sandbox, self.expectations, self.events)
+        try:
+            return await self._run(request, snapshot, plan, executor, now)
+        finally:
+            self._own_writes.record(request, sandbox, executor.sandbox_writes)
+
+    async def _run(
+        self, request: Request, snapshot: Snapshot, plan: Plan, executor: Executor, now: datetime
+    ) -> Result:
         trace = await executor.run_step(plan.trace)
         if not trace.ok:
             raise SandboxReconcileError(trace.error or "failed to set trace context annotation")

@@ -441,3 +441,19 @@ async def test_tracing_normalizes_created_by_and_stamps_trace_context() -> None:
     assert [s[0] for s in tracer.spans[1:]] == ["reconcilePVCs", "reconcilePod"]
     annotation = (await get(client, SANDBOX))["metadata"]["annotations"][ANNOTATION_TRACE_CONTEXT]
     assert annotation.startswith('{"traceparent":"00-0af76519')
+
+
+async def test_own_writes_supersede_a_stale_cache_so_status_is_not_rewritten() -> None:
+    ready = pod(phase="Running", ready=True, ips=["10.0.0.1"], node="n1")
+    api = fake((SANDBOX, sandbox(annotations={ANNOTATION_POD_NAME: SB})), (POD, ready))
+    stale = fake((SANDBOX, sandbox(annotations={ANNOTATION_POD_NAME: SB})), (POD, ready))
+    r = reconciler(api, reader=stale)
+    await r.reconcile(REQ)
+    assert writes(api, "patch", "Sandbox") == 1  # the status write
+    # The cache has not seen our status write yet: the next pass must not send it again.
+    await r.reconcile(REQ)
+    assert writes(api, "patch", "Sandbox") == 1
+    # Someone else writes the Sandbox (a newer version reaches the cache): the cache is trusted again.
+    await stale.patch(SANDBOX, SB, {"metadata": {"labels": {"x": "y"}}}, namespace="ns")
+    await r.reconcile(REQ)
+    assert writes(api, "patch", "Sandbox") == 2  # status recomputed against the (status-less) cache
