@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .batch import slow_start_batch
 from .config import WarmPoolConfig
-from .decide import CreateMembers, DeleteMember, PoolPlan, PoolSnapshot, UpdateMember, decide
+from .decide import CreateMembers, DeleteMember, PatchMember, PoolPlan, PoolSnapshot, decide
 from .members import StalenessChecker, build_member, go_duration
 from .reconciler import TemplateLookupError, WarmPoolReconciler, pool_key
 from .shaping import ProgressTracker, RefillBuckets, ReplenishHold
@@ -16,6 +16,7 @@ __all__ = [
     "CreateMembers",
     "DeleteMember",
     "ExpectationsObserver",
+    "PatchMember",
     "PoolPlan",
     "PoolSnapshot",
     "ProgressTracker",
@@ -23,7 +24,6 @@ __all__ = [
     "ReplenishHold",
     "StalenessChecker",
     "TemplateLookupError",
-    "UpdateMember",
     "WarmPoolConfig",
     "WarmPoolReconciler",
     "build_member",

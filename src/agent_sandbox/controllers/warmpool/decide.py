@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from agent_sandbox.api import constants as c
 from agent_sandbox.kube import Object
@@ -38,7 +38,6 @@ __all__ = [
     "DeleteMember",
     "PoolPlan",
     "PoolSnapshot",
-    "UpdateMember",
     "decide",
     "pool_status",
 ]
@@ -79,10 +78,15 @@ class DeleteMember:
 
 
 @dataclass(frozen=True, slots=True)
-class UpdateMember:
-    """Full update of a member: add `launch-type=warm`, or adopt an orphan (controller reference)."""
+class PatchMember:
+    """Merge-patch a member: add `launch-type=warm`, or adopt an orphan (controller reference).
 
-    body: Object
+    The adoption patch carries the cached resourceVersion (optimistic lock, like the full update of
+    §3.4), so an owner set concurrently by someone else is never overwritten.
+    """
+
+    name: str
+    patch: Object
     reason: Literal["launch-type", "adopt"]
 
 
@@ -105,7 +109,7 @@ class PoolPlan:
     status: dict[str, Any]
     status_changed: bool
     gc: tuple[DeleteMember, ...] = ()
-    updates: tuple[UpdateMember, ...] = ()
+    updates: tuple[PatchMember, ...] = ()
     create: CreateMembers | None = None
     excess: tuple[DeleteMember, ...] = ()
     grace_requeue: float = 0.0
@@ -135,17 +139,17 @@ def _delete(sb: Object, *, owned: bool, reason: Literal["stale", "stuck", "exces
     return DeleteMember(meta["name"], meta.get("uid", ""), meta.get("resourceVersion", ""), owned, reason)
 
 
-def _with_warm_label(sb: Object) -> Object:
-    body = copy.deepcopy(sb)
-    body["metadata"].setdefault("labels", {})[c.LABEL_LAUNCH_TYPE] = c.LAUNCH_TYPE_WARM
-    return body
+_WARM_LABEL: Final = {c.LABEL_LAUNCH_TYPE: c.LAUNCH_TYPE_WARM}
 
 
-def _adopted(sb: Object, pool: Object) -> Object:
-    """The orphan with the pool as controller owner (other owner references kept) and `launch-type=warm`."""
-    body = _with_warm_label(sb)
+def _relabel(sb: Object) -> PatchMember:
+    return PatchMember(sb["metadata"]["name"], {"metadata": {"labels": dict(_WARM_LABEL)}}, "launch-type")
+
+
+def _adopt(sb: Object, pool: Object) -> PatchMember:
+    """The pool as controller owner (other owner references kept) and `launch-type=warm`."""
     meta = pool["metadata"]
-    refs = [r for r in body["metadata"].get("ownerReferences") or () if not r.get("controller")]
+    refs = [copy.deepcopy(r) for r in sb["metadata"].get("ownerReferences") or () if not r.get("controller")]
     refs.append(
         c.new_controller_ref(
             api_version=c.EXTENSIONS_API_VERSION,
@@ -154,8 +158,14 @@ def _adopted(sb: Object, pool: Object) -> Object:
             uid=meta["uid"],
         )
     )
-    body["metadata"]["ownerReferences"] = refs
-    return body
+    patch = {
+        "metadata": {
+            "resourceVersion": sb["metadata"].get("resourceVersion"),
+            "ownerReferences": refs,  # a merge patch replaces the list as a whole
+            "labels": dict(_WARM_LABEL),
+        }
+    }
+    return PatchMember(sb["metadata"]["name"], patch, "adopt")
 
 
 def _excess(active: list[Object], count: int) -> tuple[DeleteMember, ...]:
@@ -181,7 +191,7 @@ def decide(snap: PoolSnapshot, now: float, config: WarmPoolConfig) -> PoolPlan:
     recreate = effective_update_strategy(pool) == c.UpdateStrategyType.RECREATE
 
     gc: list[DeleteMember] = []
-    updates: list[UpdateMember] = []
+    updates: list[PatchMember] = []
     classified: list[Object] = []
     terminating = 0
     for sb in snap.members:
@@ -202,9 +212,9 @@ def decide(snap: PoolSnapshot, now: float, config: WarmPoolConfig) -> PoolPlan:
             terminating += owned  # orphans never counted against the target
             continue
         if orphan:
-            updates.append(UpdateMember(_adopted(sb, pool), "adopt"))
+            updates.append(_adopt(sb, pool))
         elif (meta.get("labels") or {}).get(c.LABEL_LAUNCH_TYPE) != c.LAUNCH_TYPE_WARM:
-            updates.append(UpdateMember(_with_warm_label(sb), "launch-type"))
+            updates.append(_relabel(sb))
         classified.append(sb)
 
     # Readiness grace (§3.5).

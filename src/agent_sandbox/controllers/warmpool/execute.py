@@ -33,9 +33,9 @@ from agent_sandbox.kube import (
 )
 
 from .batch import slow_start_batch
-from .decide import DeleteMember, UpdateMember
+from .decide import DeleteMember, PatchMember
 
-__all__ = ["PoolClient", "create_members", "delete_excess", "delete_members", "update_members"]
+__all__ = ["PoolClient", "create_members", "delete_excess", "delete_members", "patch_members"]
 
 log = logging.getLogger("agent_sandbox.controllers.warmpool")
 
@@ -81,19 +81,20 @@ async def delete_members(
     return [r for r in results if r is not None]
 
 
-async def update_members(client: Writer, updates: Sequence[UpdateMember]) -> list[BaseException]:
-    """Full updates (launch-type label, orphan adoption): all concurrently; returns the failures."""
+async def patch_members(
+    client: Writer, namespace: str, patches: Sequence[PatchMember]
+) -> list[BaseException]:
+    """Merge patches (launch-type label, orphan adoption): all concurrently; returns the failures."""
 
-    async def one(u: UpdateMember) -> BaseException | None:
+    async def one(u: PatchMember) -> BaseException | None:
         try:
-            await client.update(SANDBOX, u.body)
+            await client.patch(SANDBOX, u.name, u.patch, namespace=namespace)
         except Exception as exc:
-            meta = u.body["metadata"]
-            log.error("%s update of %s/%s failed: %s", u.reason, meta.get("namespace"), meta.get("name"), exc)
+            log.error("%s patch of %s/%s failed: %s", u.reason, namespace, u.name, exc)
             return exc
         return None
 
-    results = await asyncio.gather(*(one(u) for u in updates))
+    results = await asyncio.gather(*(one(u) for u in patches))
     return [r for r in results if r is not None]
 
 

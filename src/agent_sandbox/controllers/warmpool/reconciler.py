@@ -42,7 +42,7 @@ from agent_sandbox.kube import (
 from ..extensions_common import INDEX_SANDBOX_WARM_POOL
 from .config import EXPECTATIONS_PENDING_REQUEUE, WarmPoolConfig
 from .decide import PoolPlan, PoolSnapshot, decide
-from .execute import PoolClient, create_members, delete_excess, delete_members, update_members
+from .execute import PoolClient, create_members, delete_excess, delete_members, patch_members
 from .members import creation_time, go_duration, is_ready, pod_name, template_ref_name
 from .shaping import ProgressTracker, RefillBuckets, ReplenishHold
 
@@ -168,7 +168,7 @@ class WarmPoolReconciler:
         if plan.gc:
             errors += await delete_members(self.client, exp, key, ns, plan.gc)
         if plan.updates:
-            errors += await update_members(self.client, plan.updates)
+            errors += await patch_members(self.client, ns, plan.updates)
 
         now = self._clock.now()
         hold = self.hold.observe(key, plan.current, plan.desired, now)

@@ -95,7 +95,9 @@ def test_controller_references() -> None:
     assert plan.create.want == 1
     (adopt,) = plan.updates
     assert adopt.reason == "adopt"
-    refs = adopt.body["metadata"]["ownerReferences"]
+    assert adopt.name == "orphan"
+    assert adopt.patch["metadata"]["resourceVersion"] == "1"  # optimistic lock
+    refs = adopt.patch["metadata"]["ownerReferences"]
     assert refs == [
         {
             "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
@@ -106,7 +108,7 @@ def test_controller_references() -> None:
             "blockOwnerDeletion": True,
         }
     ]
-    assert adopt.body["metadata"]["labels"][c.LABEL_LAUNCH_TYPE] == "warm"
+    assert adopt.patch["metadata"]["labels"] == {c.LABEL_LAUNCH_TYPE: "warm"}
     assert "ownerReferences" not in orphan["metadata"]  # the cached object is not modified
 
 
@@ -116,7 +118,7 @@ def test_adoption_keeps_non_controller_owner_references() -> None:
         {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "y"}
     ]
     (adopt,) = plan_for([orphan]).updates
-    assert [r["kind"] for r in adopt.body["metadata"]["ownerReferences"]] == ["ConfigMap", "SandboxWarmPool"]
+    assert [r["kind"] for r in adopt.patch["metadata"]["ownerReferences"]] == ["ConfigMap", "SandboxWarmPool"]
 
 
 def test_owned_member_without_warm_launch_type_is_relabelled() -> None:
@@ -124,8 +126,8 @@ def test_owned_member_without_warm_launch_type_is_relabelled() -> None:
     del sb["metadata"]["labels"][c.LABEL_LAUNCH_TYPE]
     (update,) = plan_for([sb], pool_obj=pool(1)).updates
     assert update.reason == "launch-type"
-    assert update.body["metadata"]["labels"][c.LABEL_LAUNCH_TYPE] == "warm"
-    assert update.body["metadata"]["resourceVersion"] == "1"
+    assert update.name == "m"
+    assert update.patch == {"metadata": {"labels": {c.LABEL_LAUNCH_TYPE: "warm"}}}
 
 
 def test_status_counts_ready_active_members_and_generation() -> None:

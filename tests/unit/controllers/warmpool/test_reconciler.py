@@ -24,6 +24,7 @@ from agent_sandbox.kube import (
     SANDBOX,
     SANDBOX_TEMPLATE,
     SANDBOX_WARM_POOL,
+    Conflict,
     Expectations,
     NotFound,
     Request,
@@ -467,3 +468,14 @@ async def test_stuck_members_are_collected_while_refill_is_paced() -> None:
         assert h.sandboxes() == []  # collected although no token is available
         assert result.requeue_after == pytest.approx(10)
         assert h.creates() == 1
+
+
+async def test_adoption_is_optimistically_locked() -> None:
+    orphan = member("o", owner_uid=None)
+    fake = fake_cluster((SANDBOX_TEMPLATE, template()), (SANDBOX_WARM_POOL, pool(1)), (SANDBOX, orphan))
+    stale = fake.objects(SANDBOX)[0]
+    await fake.patch(SANDBOX, "o", {"metadata": {"labels": {"someone": "else"}}}, namespace=NS)
+    rec = WarmPoolReconciler(StaleReader(fake, [stale]), config=WarmPoolConfig(grace_jitter=0))  # type: ignore[arg-type]
+    with pytest.raises(Conflict):
+        await rec.reconcile(Request(NS, "pool"))
+    assert "ownerReferences" not in fake.objects(SANDBOX)[0]["metadata"]
