@@ -59,7 +59,10 @@ def _requests_by_verb(metrics_port: int) -> dict[str, float]:
         if line.startswith("rest_client_requests_total{"):
             labels, value = line.rsplit(" ", 1)
             method = labels.split('method="', 1)[1].split('"', 1)[0]
-            out[method] = out.get(method, 0.0) + float(value)
+            code = labels.split('code="', 1)[1].split('"', 1)[0]
+            # Failed requests (timeouts: code "<error>", or non-2xx answers) are counted apart.
+            key = method if code.startswith("2") else f"{method} failed ({code})"
+            out[key] = out.get(key, 0.0) + float(value)
     return out
 
 
