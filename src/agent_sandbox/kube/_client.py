@@ -116,7 +116,9 @@ class ApiClient:
             or f"agent-sandbox/{__version__} ({platform.system().lower()}/{platform.machine()}) python"
         )
         self._base_headers = {"Accept": _JSON, "User-Agent": ua}
-        self._timeout = aiohttp.ClientTimeout(total=request_timeout, connect=connect_timeout)
+        # sock_connect, not connect: aiohttp's `connect` also counts waiting for a free pooled connection,
+        # which under a burst (hundreds of requests in flight) is queueing, not a dead server.
+        self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout)
         self._connect_timeout = connect_timeout
         self._closed = False
         self._metric_children: dict[tuple[str, str], Any] = {}
@@ -407,7 +409,7 @@ class ApiClient:
         url = URL(f"{self._base}{path}?{query}", encoded=True)
         # No total timeout; a read gap longer than the server timeout (+ margin) means a dead connection.
         read_gap = (timeout_seconds + 30) if timeout_seconds else None
-        timeout = aiohttp.ClientTimeout(total=None, connect=self._connect_timeout, sock_read=read_gap)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout, sock_read=read_gap)
         headers = await self._headers(None)
         loop = asyncio.get_running_loop()
         start = loop.time()
