@@ -181,6 +181,9 @@ class SandboxReconciler:
         if not trace.ok:
             raise SandboxReconcileError(trace.error or "failed to set trace context annotation")
         results = await self._execute(plan, executor, snapshot, now)
+        replanned = results.pod.replanned
+        if replanned is not None and replanned.deferred_wait is not None:
+            self._deferrals.setdefault(request, now)  # the AlreadyExists replan deferred a Pod patch
         conclusion = conclude(snapshot, plan, results, self.now())
         if conclusion.clear_deferral:
             self._deferrals.pop(request, None)

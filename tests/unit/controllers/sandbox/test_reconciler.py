@@ -457,3 +457,21 @@ async def test_own_writes_supersede_a_stale_cache_so_status_is_not_rewritten() -
     await stale.patch(SANDBOX, SB, {"metadata": {"labels": {"x": "y"}}}, namespace="ns")
     await r.reconcile(REQ)
     assert writes(api, "patch", "Sandbox") == 2  # status recomputed against the (status-less) cache
+
+
+async def test_already_exists_replan_arms_the_write_behind_clock() -> None:
+    drifted = pod(
+        labels={LABEL_SANDBOX_NAME_HASH: HASH, "stale": "x"},
+        annotations={"agents.x-k8s.io/propagated-labels": "stale"},
+    )
+    api = fake((SANDBOX, sandbox(annotations={ANNOTATION_POD_NAME: SB})), (POD, drifted))
+    stale = fake((SANDBOX, sandbox(annotations={ANNOTATION_POD_NAME: SB})))
+    clock = Clock()
+    r = reconciler(api, reader=stale, write_behind_window=0.5, now=clock)
+    first = await r.reconcile(REQ)
+    assert first.requeue_after == pytest.approx(0.5)
+    assert writes(api, "patch", "Pod") == 0
+    clock.now += timedelta(seconds=0.6)
+    await r.reconcile(REQ)  # the window was armed by the first pass: the patch is due now
+    assert writes(api, "patch", "Pod") == 1
+    assert "stale" not in (await get(api, POD))["metadata"]["labels"]
