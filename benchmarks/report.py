@@ -142,6 +142,45 @@ def _claim_views(phase: Mapping[str, Any]) -> list[Sequence[str]]:
     ]
 
 
+def cost_per_claim(phase: Mapping[str, Any]) -> list[str]:
+    """Markdown lines: CPU ms per Ready claim by component, and API writes per claim by resource."""
+    ready = phase.get("ready") or 0
+    usage = phase.get("usage") or {}
+    cpu = usage.get("cpu_seconds") or {}
+    writes = phase.get("apiserver_writes") or {}
+    if not ready or not (cpu or writes):
+        return []
+    cpu_rows = sorted(((k, 1000.0 * v / ready) for k, v in cpu.items() if v), key=lambda kv: -kv[1])
+    total = sum(v for _, v in cpu_rows)
+    lines = [
+        f"Cost per Ready claim (whole machine, everything the claims caused during the window, including "
+        f"pool refill): **{total:.1f} ms CPU** - " + ", ".join(f"{k} {v:.1f}" for k, v in cpu_rows) + " ms.",
+        "",
+    ]
+    if writes:
+        rows = sorted(((k, v / ready) for k, v in writes.items()), key=lambda kv: (-kv[1], kv[0]))
+        lines += [
+            f"API writes per claim: **{sum(v for _, v in rows):.1f}** - "
+            + ", ".join(f"{k} {v:.2f}" for k, v in rows)
+            + ".",
+            "",
+        ]
+    internals = phase.get("controller_internals_ms") or {}
+    parts = []
+    for key, label in (
+        ("rest_patch", "controller PATCH latency"),
+        ("rest_post", "POST latency"),
+        ("claim_queue_wait", "claim work-queue wait"),
+        ("claim_reconcile", "claim reconcile time"),
+    ):
+        st = internals.get(key) or {}
+        if st.get("count"):
+            parts.append(f"{label} mean {_f(st.get('mean'), 1)} / P99 ~{_f(st.get('p99'))} ms")
+    if parts:
+        lines += ["Controller internals: " + "; ".join(parts) + ".", ""]
+    return lines
+
+
 def _burst(r: Mapping[str, Any], plots: Mapping[str, str]) -> list[str]:
     res, par = r["result"], r["params"]
     tp = res.get("throughput") or {}
@@ -159,6 +198,7 @@ def _burst(r: Mapping[str, Any], plots: Mapping[str, str]) -> list[str]:
         f"peak {_f(tp.get('ready_per_s_peak_1s'), 1)}/s (1 s); all Ready {_f(tp.get('all_ready_after_s'), 2)} s after the first create. "
         f"CPU during the burst: {_usage_line(res.get('usage'))}.",
         "",
+        *cost_per_claim(res),
     ]
     lines += _plots(plots, "burst")
     return lines
@@ -217,6 +257,9 @@ def _sustained(r: Mapping[str, Any], plots: Mapping[str, str]) -> list[str]:
         f"first failing step: {_f(res.get('broke_at_per_s'))}/s.",
         "",
     ]
+    phases = res.get("phases") or []
+    if phases:
+        lines += [f"First phase ({phases[0]['rate']:g}/s):", "", *cost_per_claim(phases[0])]
     lines += _plots(plots, "sustained")
     return lines
 

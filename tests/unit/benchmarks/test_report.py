@@ -162,3 +162,17 @@ def test_resolve_params_layers() -> None:
     assert explicit["rate"] == 30.0
     with pytest.raises(KeyError, match="unknown parameter"):
         resolve_params(burst, smoke=False, overrides={"nope": "1"}, environ={})
+
+
+def test_cost_per_claim() -> None:
+    phase = {
+        "ready": 100,
+        "usage": {"cpu_seconds": {"kube-apiserver": 4.0, "agent-sandbox-controller": 1.0, "kwok": 0.0}},
+        "apiserver_writes": {"PATCH sandboxes": 150.0, "POST sandboxclaims": 100.0},
+        "controller_internals_ms": {"rest_patch": {"count": 10, "mean": 12.5, "p99": 40.0}},
+    }
+    text = "\n".join(report.cost_per_claim(phase))
+    assert "**50.0 ms CPU** - kube-apiserver 40.0, agent-sandbox-controller 10.0 ms" in text
+    assert "API writes per claim: **2.5** - PATCH sandboxes 1.50, POST sandboxclaims 1.00." in text
+    assert "controller PATCH latency mean 12.5 / P99 ~40 ms" in text
+    assert report.cost_per_claim({"ready": 0}) == []
