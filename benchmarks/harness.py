@@ -30,11 +30,11 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from agent_sandbox.api import constants as c
 from agent_sandbox.devcluster import (
@@ -44,9 +44,11 @@ from agent_sandbox.devcluster import (
     ClusterConfig,
     DevCluster,
 )
+from agent_sandbox.devcluster.binaries import cache_root
 from agent_sandbox.devcluster.controller import repo_root, start_controller
 from agent_sandbox.devcluster.processes import Started, is_ours
 from agent_sandbox.kube import (
+    CRD,
     NAMESPACE,
     SANDBOX,
     SANDBOX_CLAIM,
@@ -59,6 +61,7 @@ from agent_sandbox.kube import (
     NotFound,
     Object,
     ResourceKind,
+    ServerError,
 )
 
 from . import promtext
@@ -77,6 +80,7 @@ __all__ = [
 ]
 
 RESULTS = Path(__file__).resolve().parent / "results"
+T = TypeVar("T")
 _TICKS = os.sysconf("SC_CLK_TCK")
 CLAIM_HIST = "agent_sandbox_claim_controller_startup_latency_ms"
 CLIENT_HIST = "agent_sandbox_client_claim_startup_latency_ms"
@@ -558,6 +562,70 @@ class SandboxTracker:
 
 # --------------------------------------------------------------------------- the bench
 
+_CRDS = (
+    "sandboxes.agents.x-k8s.io",
+    "sandboxclaims.extensions.agents.x-k8s.io",
+    "sandboxtemplates.extensions.agents.x-k8s.io",
+    "sandboxwarmpools.extensions.agents.x-k8s.io",
+)
+
+
+async def _await_conversion_webhook(api: ApiClient, within: float = 60.0) -> None:
+    """Wait until the controller has pointed every CRD at its conversion webhook, then let it settle.
+
+    The controller patches the CRDs right after it starts; the API server then rebuilds each CRD's storage
+    and, for a moment, answers requests for those kinds with 503 "apiserver is shutting down".
+    """
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        urls = []
+        for name in _CRDS:
+            crd = await api.get(CRD, name)
+            webhook = ((crd.get("spec") or {}).get("conversion") or {}).get("webhook") or {}
+            urls.append((webhook.get("clientConfig") or {}).get("url"))
+        if all(urls):
+            await asyncio.sleep(2.0)
+            return
+        await asyncio.sleep(0.2)
+    log("conversion webhook not configured on every CRD; continuing")
+
+
+async def retry_503(call: Callable[[], Awaitable[T]], within: float = 30.0) -> T:
+    """Run an API call, retrying 503s (CRD storage being rebuilt) for up to `within` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return await call()
+        except ServerError as exc:
+            if exc.status != 503 or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
+_BENCH_CACHE_ENV = "AGENT_SANDBOX_BENCH_ISOLATE"
+
+
+def isolate_clusters() -> Path:
+    """Keep benchmark clusters in their own state root (`<cache>/bench/`, binaries shared by a symlink).
+
+    On a shared machine a parallel `agent-sandbox dev down --all` (or `make down`) stops every cluster it
+    finds under the cache root; a measurement in flight must not be one of them. Set
+    `AGENT_SANDBOX_BENCH_ISOLATE=0` to keep bench clusters visible to `dev status`/`dev down`.
+    """
+    if os.environ.get(_BENCH_CACHE_ENV, "1") == "0":
+        return cache_root()
+    real = cache_root()
+    if real.name == "bench":
+        return real
+    root = real / "bench"
+    root.mkdir(parents=True, exist_ok=True)
+    (real / "bin").mkdir(parents=True, exist_ok=True)
+    link = root / "bin"
+    if not link.is_symlink():
+        link.symlink_to(real / "bin", target_is_directory=True)
+    os.environ["AGENT_SANDBOX_CACHE"] = str(root)
+    return root
+
 
 @dataclass
 class Bench:
@@ -575,25 +643,32 @@ class Bench:
     @contextlib.asynccontextmanager
     async def up(cls, name: str, tuning: Tuning, *, extensions: bool = True) -> AsyncIterator[Bench]:
         """Start the cluster and the controller; always stop both (by PID) when the block ends."""
-        log(f"cluster {name}: {tuning.nodes} nodes, controller {' '.join(tuning.controller_flags())}")
+        root = isolate_clusters()
+        log(
+            f"cluster {name} (under {root}): {tuning.nodes} nodes, controller {' '.join(tuning.controller_flags())}"
+        )
         cluster = await asyncio.to_thread(DevCluster.up, tuning.cluster_config(name))
         api: ApiClient | None = None
         sampler: ProcSampler | None = None
+        failed = True
         try:
             started = await asyncio.to_thread(
                 start_controller, cluster, extensions=extensions, extra=tuning.controller_flags()
             )
             api = await ApiClient.from_kubeconfig(str(cluster.kubeconfig), connections=4)
+            await _await_conversion_webhook(api)
             procs = {s.name: s.pid for s in cluster.state.started if is_ours(s.pid, s.exe)}
             sampler = ProcSampler(procs)
             sampler.start()
             yield cls(cluster, started, tuning, api, sampler, cluster.state.extra_ports["controller_metrics"])
+            failed = False
         finally:
             if sampler is not None:
                 await sampler.stop()
             if api is not None:
                 await api.close()
-            await asyncio.to_thread(cluster.down, quiet=True)
+            # A failed run keeps the component logs (copied under <cache>/failed/) for the post-mortem.
+            await asyncio.to_thread(cluster.down, quiet=not failed, keep_logs=failed)
             log(f"cluster {name}: down")
 
     # -- description
@@ -621,9 +696,8 @@ class Bench:
     # -- objects
     async def ensure_namespace(self, name: str) -> None:
         with contextlib.suppress(AlreadyExists):
-            await self.api.create(
-                NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-            )
+            body: Object = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+            await retry_503(lambda: self.api.create(NAMESPACE, body))
 
     async def create_template(self, namespace: str, name: str = "template-0") -> None:
         body: Object = {
@@ -639,7 +713,7 @@ class Bench:
             },
         }
         with contextlib.suppress(AlreadyExists):
-            await self.api.create(SANDBOX_TEMPLATE, body)
+            await retry_503(lambda: self.api.create(SANDBOX_TEMPLATE, body))
 
     async def create_pool(
         self, namespace: str, name: str, replicas: int, template: str = "template-0"
@@ -651,10 +725,11 @@ class Bench:
             "spec": {"replicas": replicas, "sandboxTemplateRef": {"name": template}},
         }
         with contextlib.suppress(AlreadyExists):
-            await self.api.create(SANDBOX_WARM_POOL, body)
+            await retry_503(lambda: self.api.create(SANDBOX_WARM_POOL, body))
 
     async def scale_pool(self, namespace: str, name: str, replicas: int) -> None:
-        await self.api.patch(SANDBOX_WARM_POOL, name, {"spec": {"replicas": replicas}}, namespace=namespace)
+        patch = {"spec": {"replicas": replicas}}
+        await retry_503(lambda: self.api.patch(SANDBOX_WARM_POOL, name, patch, namespace=namespace))
 
     async def pool_ready(self, namespace: str, name: str) -> tuple[int, int]:
         """(readyReplicas, spec.replicas) of a pool."""

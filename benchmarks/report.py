@@ -150,11 +150,16 @@ def cost_per_claim(phase: Mapping[str, Any]) -> list[str]:
     writes = phase.get("apiserver_writes") or {}
     if not ready or not (cpu or writes):
         return []
-    cpu_rows = sorted(((k, 1000.0 * v / ready) for k, v in cpu.items() if v), key=lambda kv: -kv[1])
+    base = phase.get("baseline_cores") or {}
+    span = float(usage.get("seconds") or 0.0)
+    net = {k: max(0.0, v - float(base.get(k, 0.0)) * span) for k, v in cpu.items()}
+    cpu_rows = sorted(((k, 1000.0 * v / ready) for k, v in net.items() if v), key=lambda kv: -kv[1])
     total = sum(v for _, v in cpu_rows)
     lines = [
-        f"Cost per Ready claim (whole machine, everything the claims caused during the window, including "
-        f"pool refill): **{total:.1f} ms CPU** - " + ", ".join(f"{k} {v:.1f}" for k, v in cpu_rows) + " ms.",
+        f"Cost per Ready claim (everything the claims caused during the window, including pool refill, "
+        f"minus the idle baseline): **{total:.1f} ms CPU** - "
+        + ", ".join(f"{k} {v:.1f}" for k, v in cpu_rows)
+        + " ms.",
         "",
     ]
     if writes:

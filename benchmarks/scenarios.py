@@ -123,7 +123,12 @@ async def _scrape(bench: Bench) -> list[promtext.Sample]:
         bench.notes.append(f"metrics scrape failed: {exc}")
         samples = []
     try:
-        samples += [s for s in await bench.scrape_apiserver() if s.name == "apiserver_request_total"]
+        keep = (
+            "apiserver_request_total",
+            "apiserver_request_duration_seconds_sum",
+            "apiserver_request_duration_seconds_count",
+        )
+        samples += [s for s in await bench.scrape_apiserver() if s.name in keep]
     except KubeError as exc:
         bench.notes.append(f"apiserver metrics scrape failed: {exc}")
     return samples
@@ -150,6 +155,27 @@ def _apiserver_writes(before: list[promtext.Sample], after: list[promtext.Sample
     return counter_delta(writes(after), writes(before))
 
 
+def _apiserver_latency(before: list[promtext.Sample], after: list[promtext.Sample]) -> dict[str, float]:
+    """Mean server-side latency (ms) of mutating requests by verb, all clients (sum/count deltas)."""
+
+    def totals(samples: list[promtext.Sample], suffix: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for s in samples:
+            verb = s.labels.get("verb", "")
+            if s.name == f"apiserver_request_duration_seconds_{suffix}" and verb in (
+                "POST",
+                "PATCH",
+                "PUT",
+                "DELETE",
+            ):
+                out[verb] = out.get(verb, 0.0) + s.value
+        return out
+
+    sums = counter_delta(totals(after, "sum"), totals(before, "sum"))
+    counts = counter_delta(totals(after, "count"), totals(before, "count"))
+    return {verb: round(1000 * sums.get(verb, 0.0) / n, 1) for verb, n in counts.items() if n > 0}
+
+
 def _metric_deltas(before: list[promtext.Sample], after: list[promtext.Sample]) -> dict[str, Any]:
     reconciles = counter_delta(
         promtext.counter_by(after, "controller_runtime_reconcile_total", "controller"),
@@ -163,6 +189,7 @@ def _metric_deltas(before: list[promtext.Sample], after: list[promtext.Sample]) 
         "reconciles": reconciles,
         "controller_requests": requests,
         "apiserver_writes": _apiserver_writes(before, after),
+        "apiserver_latency_ms": _apiserver_latency(before, after),
         "controller_internals_ms": {
             "rest_patch": _hist_stats(before, after, "rest_client_request_duration_seconds", verb="PATCH"),
             "rest_post": _hist_stats(before, after, "rest_client_request_duration_seconds", verb="POST"),
@@ -292,17 +319,24 @@ async def claim_phase(
     dwell: float | None,
     ready_timeout: float,
     profile_label: str | None = None,
+    baseline_s: float = 4.0,
 ) -> dict[str, Any]:
     """Fire `arrivals` open-loop, wait until every claim is Ready (or the timeout), analyse."""
     tracker = ClaimTracker(bench.api, dwell=dwell)
     await tracker.start()
+    # Idle baseline (kwok heartbeats, leases, informer resyncs): subtracted from the per-claim CPU cost.
+    b0 = time.time()
+    await asyncio.sleep(baseline_s)
+    baseline = bench.sampler.between(b0, time.time()) if baseline_s > 0 else {}
     before = await _scrape(bench)
     duration = arrivals[-1] if arrivals else 0.0
     profile_path: Path | None = None
     profiler = None
     if profile_label:
         profile_path = _profile_path(bench.cluster.name, profile_label)
-        profiler = bench.profiler(duration + 3.0, profile_path)
+        profiler = bench.profiler(
+            duration + 3.0, profile_path, rate=int(os.environ.get("BENCH_PROFILE_HZ", "100"))
+        )
     t_start = time.time()
     t0 = await tracker.drive(arrivals, targets, prefix=prefix)
     await tracker.wait_sent()
@@ -319,6 +353,7 @@ async def claim_phase(
     result = analyse_claims(tracker, t0, before, after)
     result["complete"] = complete
     result["usage"] = bench.sampler.between(t_start, t_done)
+    result["baseline_cores"] = baseline.get("cpu_cores", {})
     result["profile"] = _profile_summary(profile_path)
     return result
 
