@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 import os
 import signal
@@ -192,10 +193,12 @@ def _signal_stop() -> asyncio.Event:
 
 
 def _run_loop(opts: Options) -> int:
-    try:
-        import uvloop  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
+    # Probe with find_spec rather than try/except ImportError: running the loop inside the `except`
+    # would chain that ImportError onto every later traceback in the controller log.
+    if importlib.util.find_spec("uvloop") is None:
         return asyncio.run(run(opts))
+    import uvloop  # type: ignore[import-not-found,unused-ignore]
+
     code: int = uvloop.run(run(opts))
     return code
 
