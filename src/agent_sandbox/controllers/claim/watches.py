@@ -296,6 +296,8 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
         .complete(reconciler)
     )
 
+    reconciler.detach_metadata_writes(ctrl.queue.add_rate_limited)
+
     def wake(waiter: Hashable) -> None:
         if isinstance(waiter, Request):
             ctrl.queue.add(waiter)

@@ -1,0 +1,92 @@
+"""The post-Ready claim metadata patch sent off the worker (`ClaimReconciler.detach_metadata_writes`).
+
+The controller process frees the worker right after the status write; the stamp follows from a background
+task. These pin what must not change with it: the same three writes and annotations, one stamp in flight
+per claim, a failure re-enqueued and backfilled exactly like the synchronous path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from agent_sandbox.api import constants as c
+from agent_sandbox.kube import SANDBOX_CLAIM, Request, ServerError
+from tests.unit.controllers.claim.builders import NS, T0, World, claim, claim_ready, member, sample, standard
+
+pytestmark = pytest.mark.unit
+
+CTRL_COUNT = "agent_sandbox_claim_controller_startup_latency_ms_count"
+
+
+async def _drain() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_pass_returns_after_the_status_write_and_the_stamp_follows() -> None:
+    world = World(*standard(member("pool-a")), (SANDBOX_CLAIM, claim()))
+    world.observed.record(NS, "c1", "c1-uid", T0)
+    retried: list[Request] = []
+    world.reconciler.detach_metadata_writes(retried.append)
+    gate = asyncio.Event()
+    real = world.fake.patch
+
+    async def slow_metadata(kind: Any, name: str, patch: Any, **kw: Any) -> Any:
+        if kind is SANDBOX_CLAIM and kw.get("subresource") is None:
+            await gate.wait()
+        return await real(kind, name, patch, **kw)
+
+    world.fake.patch = slow_metadata  # type: ignore[method-assign]
+    before = sample(CTRL_COUNT, launch_type="warm", sandbox_template="tmpl")
+    await world.reconcile()
+    cl = world.get(SANDBOX_CLAIM, "c1")
+    assert claim_ready(cl)["status"] == "True"  # type: ignore[index]
+    assert c.ANNOTATION_CLAIM_FIRST_READY_AT not in (cl["metadata"].get("annotations") or {})
+    assert sample(CTRL_COUNT, launch_type="warm", sandbox_template="tmpl") == before + 1
+
+    await world.reconcile()  # a pass while the stamp is in flight sends no second (backfill) patch
+    gate.set()
+    await _drain()
+    ann = world.get(SANDBOX_CLAIM, "c1")["metadata"]["annotations"]
+    assert ann[c.ANNOTATION_CLAIM_FIRST_READY_AT] == "2026-01-01T12:00:00.3Z"
+    assert ann[c.ANNOTATION_SANDBOX_NAME] == "pool-a"
+    assert ann[c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT] == "2026-01-01T12:00:00Z"
+    assert [w for w in world.writes() if w[1] == "SandboxClaim"] == [
+        ("patch", "SandboxClaim", "c1"),  # status
+        ("patch", "SandboxClaim", "c1"),  # metadata, once
+    ]
+    assert retried == []
+    world.clear_actions()
+    await world.reconcile()
+    assert world.writes() == []
+    assert sample(CTRL_COUNT, launch_type="warm", sandbox_template="tmpl") == before + 1
+
+
+async def test_failed_detached_stamp_is_retried_and_backfilled_never_double_counted() -> None:
+    world = World(*standard(member("pool-a")), (SANDBOX_CLAIM, claim()))
+    retried: list[Request] = []
+    world.reconciler.detach_metadata_writes(retried.append)
+    real = world.fake.patch
+    failed = False
+
+    async def fail_metadata_once(kind: Any, name: str, patch: Any, **kw: Any) -> Any:
+        nonlocal failed
+        if kind is SANDBOX_CLAIM and not failed and kw.get("subresource") is None and "status" not in patch:
+            failed = True
+            raise ServerError(500, "InternalError", "stamp failed")
+        return await real(kind, name, patch, **kw)
+
+    world.fake.patch = fail_metadata_once  # type: ignore[method-assign]
+    before = sample(CTRL_COUNT, launch_type="warm", sandbox_template="tmpl")
+    await world.reconcile()  # the pass itself succeeds: the failure happens in the background
+    await _drain()
+    assert retried == [Request(NS, "c1")]
+    assert claim_ready(world.get(SANDBOX_CLAIM, "c1"))["status"] == "True"  # type: ignore[index]
+    await world.reconcile()  # the retry: Ready was persisted, so backfill instead of recording again
+    await _drain()
+    ann = world.get(SANDBOX_CLAIM, "c1")["metadata"]["annotations"]
+    assert ann[c.ANNOTATION_CLAIM_FIRST_READY_AT] == "unknown"
+    assert sample(CTRL_COUNT, launch_type="warm", sandbox_template="tmpl") == before + 1
