@@ -79,7 +79,9 @@ def _headline(name: str, data: dict[str, object]) -> str:
     return ""
 
 
-def run(names: Sequence[str], *, smoke: bool, overrides: dict[str, str], write_report: bool) -> int:
+def run(
+    names: Sequence[str], *, smoke: bool, overrides: dict[str, str], write_report: bool, tag: str = ""
+) -> int:
     code = 0
     for name in names:
         scenario = SCENARIOS[name]
@@ -94,7 +96,11 @@ def run(names: Sequence[str], *, smoke: bool, overrides: dict[str, str], write_r
             code = 1
             continue
         # Smoke runs go to results/tmp/ (git-ignored); only full-size runs are kept and reported.
-        path = write_result(name, data, directory=RESULTS / "tmp" if smoke else None)
+        if tag:
+            data["tag"] = tag
+        path = write_result(
+            f"{name}-{tag}" if tag else name, data, directory=RESULTS / "tmp" if smoke else None
+        )
         log(f"scenario {name}: {_headline(name, data)} -> {path}")
     if write_report:
         log(f"report: {regenerate_report(include_smoke=smoke)}")
@@ -108,6 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--no-report", action="store_true", help="do not regenerate docs/performance.md")
     parser.add_argument("--include-smoke", action="store_true", help="report: also use smoke results")
+    parser.add_argument(
+        "--tag", default="", help="label an experiment (e.g. before/after a fix): kept out of the main tables"
+    )
     args = parser.parse_args(argv)
     if args.scenario == "list":
         for s in SCENARIOS.values():
@@ -118,7 +127,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(regenerate_report(include_smoke=args.include_smoke))
         return 0
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
-    return run(names, smoke=args.smoke, overrides=_overrides(args.overrides), write_report=not args.no_report)
+    return run(
+        names,
+        smoke=args.smoke,
+        overrides=_overrides(args.overrides),
+        write_report=not args.no_report,
+        tag=args.tag,
+    )
 
 
 if __name__ == "__main__":

@@ -237,6 +237,17 @@ def peak_rss_mib(pid: int) -> float | None:
     return None
 
 
+def _socket_count(pid: int) -> int:
+    """Open sockets of a process (the controller's API connections dominate)."""
+    count = 0
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"):
+                    count += 1
+    return count
+
+
 class ProcSampler:
     """Samples CPU seconds and RSS of the given processes (and the host load) every `interval` seconds."""
 
@@ -252,6 +263,9 @@ class ProcSampler:
             got = _proc_cpu_rss(pid)
             if got is not None:
                 row["cpu"][name], row["rss"][name] = got
+        ctrl = self.processes.get("agent-sandbox-controller")
+        if ctrl is not None:
+            row["sockets"] = _socket_count(ctrl)
         return row
 
     async def _run(self) -> None:
@@ -283,9 +297,11 @@ class ProcSampler:
         }
         peak = {n: round(max(r["rss"].get(n, 0) for r in rows) / 2**20, 1) for n in last["rss"]}
         loads = [r["load1"] for r in rows]
+        sockets = [r["sockets"] for r in rows if "sockets" in r]
         cpu_s = {n: round(last["cpu"][n] - first["cpu"][n], 2) for n in last["cpu"] if n in first["cpu"]}
         return {
             "seconds": round(span, 1),
+            "controller_sockets_max": max(sockets) if sockets else None,
             "cpu_seconds": cpu_s,
             "cpu_cores": cores,
             "cpu_cores_total": round(sum(cores.values()), 2),

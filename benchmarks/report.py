@@ -59,8 +59,8 @@ def latest(paths: Iterable[Path], *, include_smoke: bool = False) -> dict[str, d
             continue
         if not isinstance(data, dict) or "scenario" not in data:
             continue
-        if data.get("smoke") and not include_smoke:
-            continue
+        if (data.get("smoke") and not include_smoke) or data.get("tag"):
+            continue  # smoke runs and tagged experiments (before/after) stay out of the main tables
         data.setdefault("_file", path.name)
         out[data["scenario"]] = (path.name, data)
     return {k: v[1] for k, v in sorted(out.items())}
