@@ -37,7 +37,7 @@ def regenerate_report(*, include_smoke: bool = False) -> Path:
     paths = [*RESULTS.glob("*.json"), *(RESULTS.glob("tmp/*.json") if include_smoke else [])]
     results = report.latest(paths, include_smoke=include_smoke)
     drawn = plots.render_all(results, PLOTS, DOC.parent) if results else {}
-    text = report.render(results, drawn)
+    text = report.render(results, drawn, report.tagged(RESULTS.glob("*.json")))
     if results and not drawn:
         text += "\n_(plots skipped: matplotlib is not installed; `pip install -e '.[bench]'`)_\n"
     doc = DOC.read_text() if DOC.exists() else "# Performance\n"

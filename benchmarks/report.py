@@ -12,7 +12,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BEGIN", "END", "gate_verdict", "latest", "render", "replace_block"]
+__all__ = [
+    "BEGIN",
+    "END",
+    "cost_per_claim",
+    "experiments",
+    "gate_verdict",
+    "latest",
+    "render",
+    "replace_block",
+    "tagged",
+]
 
 BEGIN = "<!-- BEGIN GENERATED: agent-sandbox bench report -->"
 END = "<!-- END GENERATED -->"
@@ -64,6 +74,63 @@ def latest(paths: Iterable[Path], *, include_smoke: bool = False) -> dict[str, d
         data.setdefault("_file", path.name)
         out[data["scenario"]] = (path.name, data)
     return {k: v[1] for k, v in sorted(out.items())}
+
+
+def tagged(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """Every tagged (experiment) result, oldest first."""
+    out: list[dict[str, Any]] = []
+    for path in sorted(paths, key=lambda p: p.name.rsplit("-", 1)[-1]):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("tag") and not data.get("smoke"):
+            data.setdefault("_file", path.name)
+            out.append(data)
+    return out
+
+
+def experiments(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One row per tagged claim run (burst-shaped): the before/after comparisons of docs/performance.md."""
+    rows = []
+    for r in results:
+        res = r.get("result") or {}
+        if "latency_ms" not in res:
+            continue
+        lat, tp, usage = res["latency_ms"], res.get("throughput") or {}, res.get("usage") or {}
+        internals = res.get("controller_internals_ms") or {}
+        ready = res.get("ready") or 0
+        ctrl_cpu = (usage.get("cpu_seconds") or {}).get("agent-sandbox-controller")
+        par = r.get("params") or {}
+        rows.append(
+            (
+                f"`{r.get('tag')}`",
+                f"{r['scenario']} {par.get('rate', '?'):g}/s x {par.get('seconds', '?'):g} s, pool {par.get('pool', '?')}",
+                _ppp(lat.get("client_watch")),
+                _ppp(lat.get("controller_histogram")),
+                _f(tp.get("ready_per_s_mean"), 1),
+                _f((internals.get("claim_queue_wait") or {}).get("mean")),
+                _f((internals.get("rest_patch") or {}).get("mean")),
+                _f(1000 * ctrl_cpu / ready, 1) if ctrl_cpu and ready else "-",
+                f"{_f(usage.get('load1_min'), 1)}-{_f(usage.get('load1_max'), 1)}",
+                f"`{r.get('_file', '')}`",
+            )
+        )
+    if not rows:
+        return []
+    header = [
+        "tag",
+        "workload",
+        "client P50/P90/P99 ms",
+        "histogram P50/P90/P99 ms",
+        "Ready/s",
+        "claim queue wait ms",
+        "PATCH ms",
+        "controller CPU ms/claim",
+        "load1",
+        "file",
+    ]
+    return ["### Experiments (tagged runs, interleaved before/after)", "", *_table(header, rows), ""]
 
 
 def _load_line(r: Mapping[str, Any]) -> str:
@@ -403,7 +470,11 @@ def _profiles(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return (["### Profiles (py-spy, controller process)", "", *lines]) if lines else []
 
 
-def render(results: Mapping[str, Mapping[str, Any]], plots: Mapping[str, str] | None = None) -> str:
+def render(
+    results: Mapping[str, Mapping[str, Any]],
+    plots: Mapping[str, str] | None = None,
+    tagged_runs: Sequence[Mapping[str, Any]] = (),
+) -> str:
     """The generated report section for the given latest results (scenario -> result JSON)."""
     plots = plots or {}
     if not results:
@@ -420,6 +491,7 @@ def render(results: Mapping[str, Mapping[str, Any]], plots: Mapping[str, str] | 
         if name in results:
             lines += renderers[name](results[name])
     lines += _profiles(results)
+    lines += experiments(tagged_runs)
     files = ", ".join(f"`{r.get('_file', '?')}`" for r in results.values())
     lines += [f"Source files (benchmarks/results/): {files}.", ""]
     return "\n".join(lines)

@@ -176,3 +176,23 @@ def test_cost_per_claim() -> None:
     assert "API writes per claim: **2.5** - PATCH sandboxes 1.50, POST sandboxclaims 1.00." in text
     assert "controller PATCH latency mean 12.5 / P99 ~40 ms" in text
     assert report.cost_per_claim({"ready": 0}) == []
+
+
+def test_tagged_experiments_table(tmp_path: Path) -> None:
+    run = _result("burst", {**_claims(), "ready": 750}, pool=600, rate=50.0, seconds=10.0)
+    run["result"]["controller_internals_ms"] = {
+        "claim_queue_wait": {"mean": 7300.0},
+        "rest_patch": {"mean": 660.0},
+    }
+    run["result"]["usage"]["cpu_seconds"] = {"agent-sandbox-controller": 4.5}
+    for stamp, tag in (("20260101T000000Z", "before"), ("20260101T000100Z", "after")):
+        (tmp_path / f"burst-{tag}-{stamp}.json").write_text(json.dumps({**run, "tag": tag}))
+    (tmp_path / "burst-20260101T000200Z.json").write_text(json.dumps(run))  # untagged: main tables only
+    runs = report.tagged(tmp_path.glob("*.json"))
+    assert [r["tag"] for r in runs] == ["before", "after"]
+    assert "burst" not in report.latest([tmp_path / "burst-before-20260101T000000Z.json"])
+    text = "\n".join(report.experiments(runs))
+    assert (
+        "| `before` | burst 50/s x 10 s, pool 600 | 60 / 120 / 180 | 83 / 223 / 245 | 74.1 | 7300 | 660 | 6.0 |"
+        in text
+    )
