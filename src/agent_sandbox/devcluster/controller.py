@@ -14,9 +14,10 @@ from pathlib import Path
 
 import yaml
 
+from agent_sandbox.api.constants import ALL_KINDS, KindInfo
 from agent_sandbox.devcluster.cluster import DevCluster
 from agent_sandbox.devcluster.processes import Started, component_error, is_ours
-from agent_sandbox.devcluster.rest import probe_http
+from agent_sandbox.devcluster.rest import AdminRest, probe_http
 
 CONTROLLER = "agent-sandbox-controller"
 
@@ -93,10 +94,54 @@ def start_controller(
     started = cluster.add_process(CONTROLLER, argv, env=env)
     health = cluster.state.extra_ports["controller_health"]
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if probe_http(f"http://127.0.0.1:{health}/readyz"):
-            return started
+    while not probe_http(f"http://127.0.0.1:{health}/readyz"):
         if not is_ours(started.pid, started.exe):
             raise component_error(CONTROLLER, started.log, "exited before ready (/readyz)")
+        if time.monotonic() > deadline:
+            raise component_error(CONTROLLER, started.log, f"not ready (/readyz) within {timeout:.0f}s")
         time.sleep(0.1)
-    raise component_error(CONTROLLER, started.log, f"not ready (/readyz) within {timeout:.0f}s")
+    if "--enable-webhook=false" not in extra:
+        wait_crds_serving(cluster, env["AGENT_SANDBOX_WEBHOOK_URL"], deadline=deadline, started=started)
+    return started
+
+
+# A minimal valid v1beta1 spec per kind, for dry-run writes that prove the kind is served.
+_PROBE_SPECS: dict[str, dict[str, object]] = {
+    "Sandbox": {"podTemplate": {"spec": {"containers": [{"name": "m", "image": "x"}]}}},
+    "SandboxTemplate": {"podTemplate": {"spec": {"containers": [{"name": "m", "image": "x"}]}}},
+    "SandboxWarmPool": {"sandboxTemplateRef": {"name": "x"}},
+    "SandboxClaim": {"warmPoolRef": {"name": "x"}},
+}
+
+
+def _kind_served(admin: AdminRest, kind: KindInfo, webhook_url: str) -> bool:
+    status, body = admin.request(
+        "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{kind.crd_name}"
+    )
+    spec = body.get("spec", {}) if status == 200 and isinstance(body, dict) else {}
+    if spec.get("conversion", {}).get("webhook", {}).get("clientConfig", {}).get("url") != webhook_url:
+        return False
+    probe = {
+        "apiVersion": f"{kind.group}/v1beta1",
+        "kind": kind.kind,
+        "metadata": {"name": "serving-probe"},
+        "spec": _PROBE_SPECS[kind.kind],
+    }
+    path = f"/apis/{kind.group}/v1beta1/namespaces/default/{kind.plural}?dryRun=All"
+    return admin.request("POST", path, probe)[0] == 201
+
+
+def wait_crds_serving(cluster: DevCluster, webhook_url: str, *, deadline: float, started: Started) -> None:
+    """Wait until every CRD points at the controller's webhook and accepts writes again.
+
+    At start-up the controller patches the CRDs' conversion settings (caBundle, URL); the API server then
+    rebuilds their storage and answers 503/429 for a moment. Callers start work after that window.
+    """
+    admin = cluster.admin()
+    for kind in ALL_KINDS:
+        while not _kind_served(admin, kind, webhook_url):
+            if time.monotonic() > deadline:
+                raise component_error(
+                    CONTROLLER, started.log, f"{kind.crd_name} not served via {webhook_url}"
+                )
+            time.sleep(0.1)
