@@ -2,8 +2,9 @@
 
 Per pass: read the claim and everything it refers to from the cache (plus our own not-yet-observed
 writes, `store.Freshest`); `decide_expiry`; `resolve` the binding and execute its single write (warm
-takeover, cold create, or a repair of the bound Sandbox); compute the status and write it (one guarded
-merge patch); then persist the claim's own metadata in one merge patch and record the latency metrics.
+takeover via `warm.WarmPath`, cold create, or a repair of the bound Sandbox); compute the status and
+write it (one guarded merge patch); then persist the claim's own metadata in one merge patch and record
+the latency metrics.
 
 Warm path write count (a Ready member, first pass): takeover patch, status patch, claim metadata patch -
 three writes, two of them before the claim shows Ready. docs/design/claim-adoption.md explains why this
@@ -24,7 +25,7 @@ import asyncio
 import copy
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,9 +38,7 @@ from agent_sandbox.kube import (
     SANDBOX_WARM_POOL,
     AlreadyExists,
     Client,
-    Conflict,
     EventSink,
-    Invalid,
     KubeError,
     NotFound,
     Object,
@@ -49,17 +48,10 @@ from agent_sandbox.kube import (
     Tracing,
 )
 
-from ..extensions_common import blueprint_hash, effective_update_strategy
 from . import execute as ex
 from .adoption import (
-    Contest,
-    RecreateGuard,
-    adoption_patch,
     is_adoptable,
-    is_ready,
-    judge_candidate,
     pool_name_of,
-    settle_contest,
 )
 from .decide import (
     Adopt,
@@ -74,7 +66,6 @@ from .decide import (
     SandboxWrite,
     Snapshot,
     assigned_name,
-    bound_to_sandbox,
     controlled_by,
     decide_claim_metadata,
     decide_expiry,
@@ -83,7 +74,6 @@ from .decide import (
     resolve_expired,
 )
 from .errors import (
-    AdoptionConflict,
     ClaimError,
     ReconcilerError,
     SandboxCreatePending,
@@ -94,6 +84,7 @@ from .observability import ClaimMetrics, ObservedTimes, ReadyStep, latencies, re
 from .queue import WarmQueue, pool_key
 from .status import compute_status, condition, expiry, parse_time, upsert_condition
 from .store import Freshest, Store
+from .warm import WarmPath
 
 __all__ = ["INDEX_CLAIM_POOL", "INDEX_SANDBOX_CLAIM_UID", "ClaimConfig", "ClaimReconciler", "ClaimRetry"]
 
@@ -156,7 +147,16 @@ class ClaimReconciler:
         self.config = config
         self.tracing = tracing or Tracing()
         self.now = now
-        self._hashes: dict[tuple[str, str], str] = {}
+        self.warm = WarmPath(
+            api=api,
+            authoritative=authoritative,
+            queue=queue,
+            fresh=fresh,
+            events=events,
+            metrics=metrics,
+            sandbox=self._sandbox,
+            attempts=config.takeover_attempts,
+        )
         self._retry: Callable[[Request], None] | None = None
         self._stamping: dict[str, asyncio.Task[None]] = {}  # claim UID -> its in-flight metadata patch
 
@@ -198,7 +198,7 @@ class ClaimReconciler:
             conditions = list(status.get("conditions") or [])
             upsert_condition(conditions, step.ready, now)
             status["conditions"] = conditions
-            await ex.write_status(self.api, claim, status)
+            self._remember_claim(await ex.write_status(self.api, claim, status))
             self._event(claim, c.EVENT_CLAIM_EXPIRED, "Claim Expired", "Claim expired")
             return Result(_EXPIRED_REQUEUE)
         if isinstance(step, DeleteClaim):
@@ -299,135 +299,9 @@ class ClaimReconciler:
 
     async def _resolve_active(self, snap: Snapshot) -> Resolution:
         resolution = resolve(snap)
-        if not isinstance(resolution, NeedCandidate | Adopt):
-            return resolution
-        queue_name = resolution.queue if isinstance(resolution, NeedCandidate) else ""
-        for _ in range(self.config.takeover_attempts):
-            if isinstance(resolution, NeedCandidate):
-                queue_name = resolution.queue
-                take = self.queue.take(queue_name, self._judge(snap))
-                candidate = (
-                    self._sandbox(snap.claim["metadata"]["namespace"], take.name) if take.name else None
-                )
-                snap = replace(snap, warm_consulted=True, candidate=candidate, pending=take.pending)
-                resolution = resolve(snap)
-                if not isinstance(resolution, Adopt):
-                    if take.name:  # e.g. a metadata conflict: the candidate stays available to others
-                        self.queue.release(queue_name, take.name, requeue=True)
-                    return resolution
-            if not isinstance(resolution, Adopt):
-                return resolution
-            outcome = await self._take_over(snap, resolution, queue_name)
-            if outcome is not None:
-                return outcome
-            # Lost the candidate to someone else: the patch did not apply, so trying another is safe.
-            resolution = NeedCandidate(queue_name, drop_reference=resolution.drop_reference)
-            snap = replace(snap, warm_consulted=False, candidate=None, pending=0)
-        return Failed(
-            AdoptionConflict(
-                f"warm pool candidates kept changing hands ({self.config.takeover_attempts} attempts)"
-            )
-        )
-
-    def _judge(self, snap: Snapshot) -> Callable[[str], Any]:
-        claim = snap.claim
-        ns = claim["metadata"]["namespace"]
-        pool_name = snap_pool(claim)
-        recreate: RecreateGuard | None = None
-        unresolved = snap.pool is None
-        if (
-            snap.pool is not None
-            and effective_update_strategy(dict(snap.pool)) == c.UpdateStrategyType.RECREATE
-        ):
-            if snap.template is None:
-                unresolved = True
-            else:
-                recreate = RecreateGuard(snap.template.get("spec") or {}, self._blueprint_hash(snap.template))
-
-        def judge(name: str) -> Any:
-            return judge_candidate(
-                self._sandbox(ns, name),
-                namespace=ns,
-                pool_name=pool_name,
-                recreate=recreate,
-                recreate_unresolved=unresolved,
-            )
-
-        return judge
-
-    def _blueprint_hash(self, template: Mapping[str, Any]) -> str:
-        key = (template["metadata"].get("uid", ""), template["metadata"].get("resourceVersion", ""))
-        value = self._hashes.get(key)
-        if value is None:
-            if len(self._hashes) > 256:
-                self._hashes.clear()
-            value = self._hashes[key] = blueprint_hash(template.get("spec") or {})
-        return value
-
-    async def _take_over(self, snap: Snapshot, adopt: Adopt, queue_name: str) -> Resolution | None:
-        """Run one candidate's takeover to a verdict: the bound result, or None when it was lost."""
-        claim = snap.claim
-        cmeta = claim["metadata"]
-        candidate, ops = adopt.sandbox, adopt.ops
-        name = candidate["metadata"]["name"]
-        for _ in range(2):  # the first try, plus one retry on a fresh object if our view was stale
-            try:
-                adopted = await ex.take_over(self.api, candidate, ops)
-                break
-            except (Invalid, NotFound, Conflict):
-                try:
-                    fresh: Object | None = await self.authoritative.get(
-                        SANDBOX, name, namespace=cmeta["namespace"]
-                    )
-                except NotFound:
-                    fresh = None
-                except KubeError:
-                    self.queue.release(queue_name, name, requeue=True)
-                    raise
-                verdict = settle_contest(
-                    fresh, claim_uid=cmeta["uid"], namespace=cmeta["namespace"], pool_name=snap_pool(claim)
-                )
-                if verdict is Contest.OURS:
-                    assert fresh is not None
-                    adopted = fresh
-                    break
-                if verdict is Contest.LOST:
-                    self.queue.release(queue_name, name, requeue=False)
-                    return None
-                assert fresh is not None
-                candidate = fresh
-                try:
-                    ops = adoption_patch(claim, fresh, snap.template)
-                except ClaimError as exc:
-                    self.queue.release(queue_name, name, requeue=True)
-                    return Failed(exc, drop_reference=adopt.drop_reference)
-            except KubeError:
-                # No answer: the patch may have applied. Keep the key out of the queue and let the next
-                # pass ask the API server (observe) before doing anything else.
-                self.queue.release(queue_name, name, requeue=False)
-                self.fresh.mark_uncertain(cmeta["uid"], name)
-                raise
-        else:
-            self.queue.release(queue_name, name, requeue=False)
-            return Failed(AdoptionConflict(f'sandbox "{name}" changed during adoption'), adopt.drop_reference)
-        self.queue.release(queue_name, name, requeue=False)
-        self.fresh.remember(SANDBOX, adopted)
-        self.fresh.bind(cmeta["uid"], name)
-        self._event(claim, c.EVENT_SANDBOX_ADOPTED, "Adoption", f'Adopted warm pool Sandbox "{name}"')
-        self.metrics.count_creation(
-            claim,
-            adopted,
-            launch_type=c.LAUNCH_TYPE_WARM,
-            pool=pool_name_of(candidate) or "none",
-            ready=is_ready(candidate),
-            template=template_of(adopted),
-        )
-        return bound_to_sandbox(
-            replace(snap, status_sandbox=None),
-            adopted,
-            c.LAUNCH_TYPE_WARM,
-            drop_reference=adopt.drop_reference,
-        )
+        if isinstance(resolution, NeedCandidate | Adopt):
+            return await self.warm.resolve(snap, resolution)
+        return resolution
 
     # ------------------------------------------------------------------ apply the resolution
 
