@@ -585,6 +585,21 @@ async def _bounded(names: Sequence[str], fn: Callable[[str], Awaitable[Any]], li
     return errors
 
 
+async def _wait_quiescent(bench: Bench, *, within: float, still_s: float = 5.0) -> float:
+    """Seconds until the controller's reconcile counters stop moving for `still_s` (bounded)."""
+    t0 = time.monotonic()
+    last: dict[str, float] | None = None
+    since = time.monotonic()
+    while time.monotonic() - t0 < within:
+        now = promtext.counter_by(await _scrape(bench), "controller_runtime_reconcile_total", "controller")
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= still_s:
+            return time.monotonic() - t0 - still_s
+        await asyncio.sleep(1.0)
+    return time.monotonic() - t0
+
+
 async def run_scale(p: Params) -> dict[str, Any]:
     ns, count = "bench-scale", int(p["count"])
     async with Bench.up("bench-scale", _tuning(p)) as bench:
@@ -618,12 +633,20 @@ async def run_scale(p: Params) -> dict[str, Any]:
             - base["cpu"]["agent-sandbox-controller"]
         )
 
-        # Idle: nothing changes; what does holding N objects cost?
-        log(f"scale: {count} Sandboxes Ready in {t1 - t0:.1f}s; idle for {p['idle_s']}s")
+        # Idle: nothing changes; what does holding N objects cost? First let the backlog drain (the
+        # Sandbox queue can lag the last Ready by seconds), so the window measures the steady state.
+        quiet_after = await _wait_quiescent(bench, within=float(p["quiesce_s"]))
+        log(
+            f"scale: {count} Sandboxes Ready in {t1 - t0:.1f}s, quiet {quiet_after:.0f}s later; idle {p['idle_s']}s"
+        )
+        mi0 = await _scrape(bench)
         i0 = time.time()
         await asyncio.sleep(float(p["idle_s"]))
         i1 = time.time()
+        mi1 = await _scrape(bench)
         idle = bench.sampler.between(i0, i1)
+        idle_deltas = _metric_deltas(mi0, mi1)
+        idle_ctrl_cores = float((idle.get("cpu_cores") or {}).get("agent-sandbox-controller", 0.0))
 
         # Reconcile cost per event: a metadata-only change on `touch` Sandboxes -> one event + one
         # (no-op) reconcile each.
@@ -638,6 +661,8 @@ async def run_scale(p: Params) -> dict[str, Any]:
         c3 = bench.sampler.sample()["cpu"]["agent-sandbox-controller"]
         touch_deltas = _metric_deltas(m2, m3)
         touch_reconciles = touch_deltas["reconciles"].get("sandbox", 0.0)
+        # Net of what the controller burns at rest over the same window.
+        touch_cpu = max(0.0, (c3 - c2) - idle_ctrl_cores * (k1 - k0))
         await tracker.stop()
         memory = {k: round(v / 2**20, 1) for k, v in bench.cluster.memory().items()}
         fill_reconciles = sum(fill_deltas["reconciles"].values())
@@ -661,8 +686,12 @@ async def run_scale(p: Params) -> dict[str, Any]:
                     else None,
                     "cpu_ms_per_sandbox": round(1000 * fill_cpu / count, 2),
                 },
+                "quiet_after_ready_s": round(quiet_after, 1),
                 "idle": {
                     **idle,
+                    "reconciles": idle_deltas["reconciles"],
+                    "controller_requests": idle_deltas["controller_requests"],
+                    "apiserver_writes": idle_deltas["apiserver_writes"],
                     "controller_rss_mib": memory.get("agent-sandbox-controller"),
                     "controller_peak_rss_mib": peak_rss_mib(pid),
                     "rss_mib": memory,
@@ -673,8 +702,9 @@ async def run_scale(p: Params) -> dict[str, Any]:
                     "reconciles": touch_deltas["reconciles"],
                     "controller_requests": touch_deltas["controller_requests"],
                     "controller_cpu_s": round(c3 - c2, 3),
-                    "cpu_ms_per_event": round(1000 * (c3 - c2) / touch, 3) if touch else None,
-                    "cpu_ms_per_reconcile": round(1000 * (c3 - c2) / touch_reconciles, 3)
+                    "controller_cpu_net_of_idle_s": round(touch_cpu, 3),
+                    "cpu_ms_per_event": round(1000 * touch_cpu / touch, 3) if touch else None,
+                    "cpu_ms_per_reconcile": round(1000 * touch_cpu / touch_reconciles, 3)
                     if touch_reconciles
                     else None,
                 },
@@ -753,10 +783,11 @@ SCENARIOS: dict[str, Scenario] = {
                 "count": 5000,
                 "concurrency": 100,
                 "idle_s": 30.0,
+                "quiesce_s": 180.0,
                 "touch": 500,
                 "ready_timeout": 1800.0,
             },
-            {**_SMOKE_COMMON, "count": 100, "idle_s": 5.0, "touch": 50},
+            {**_SMOKE_COMMON, "count": 100, "idle_s": 5.0, "quiesce_s": 30.0, "touch": 50},
             run_scale,
         ),
     )
