@@ -422,7 +422,15 @@ def _scale(r: Mapping[str, Any]) -> list[str]:
         ),
         (
             "controller CPU idle",
-            f"{_f((idle.get('cpu_cores') or {}).get(ctrl), 3)} cores over {_f(idle.get('seconds'), 0)} s",
+            f"{_f((idle.get('cpu_cores') or {}).get(ctrl), 3)} cores over {_f(idle.get('seconds'), 0)} s "
+            f"(measured {_f(res.get('quiet_after_ready_s'), 0, ' s')} after the last Ready, once reconciles "
+            "stopped); reconciles "
+            + (", ".join(f"{k} {int(v)}" for k, v in (idle.get("reconciles") or {}).items()) or "none")
+            + ", API requests "
+            + (
+                ", ".join(f"{k} {int(v)}" for k, v in (idle.get("controller_requests") or {}).items())
+                or "none"
+            ),
         ),
         (
             "RSS of every component (idle)",
