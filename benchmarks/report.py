@@ -222,9 +222,10 @@ def cost_per_claim(phase: Mapping[str, Any]) -> list[str]:
     net = {k: max(0.0, v - float(base.get(k, 0.0)) * span) for k, v in cpu.items()}
     cpu_rows = sorted(((k, 1000.0 * v / ready) for k, v in net.items() if v), key=lambda kv: -kv[1])
     total = sum(v for _, v in cpu_rows)
+    gross = sum(1000.0 * v / ready for v in cpu.values())
     lines = [
         f"Cost per Ready claim (everything the claims caused during the window, including pool refill, "
-        f"minus the idle baseline): **{total:.1f} ms CPU** - "
+        f"minus the idle baseline measured just before): **{total:.1f} ms CPU** (gross {gross:.1f}) - "
         + ", ".join(f"{k} {v:.1f}" for k, v in cpu_rows)
         + " ms.",
         "",

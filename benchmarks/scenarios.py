@@ -320,10 +320,14 @@ async def claim_phase(
     ready_timeout: float,
     profile_label: str | None = None,
     baseline_s: float = 4.0,
+    quiesce_s: float = 120.0,
 ) -> dict[str, Any]:
     """Fire `arrivals` open-loop, wait until every claim is Ready (or the timeout), analyse."""
     tracker = ClaimTracker(bench.api, dwell=dwell)
     await tracker.start()
+    # Start from a settled system: a pool reports Ready before the controller has worked off the tail of
+    # its fill (status echoes, pod-name annotations), which would otherwise land inside the measurement.
+    quiet_after = await _wait_quiescent(bench, within=quiesce_s) if quiesce_s > 0 else 0.0
     # Idle baseline (kwok heartbeats, leases, informer resyncs): subtracted from the per-claim CPU cost.
     b0 = time.time()
     await asyncio.sleep(baseline_s)
@@ -354,6 +358,7 @@ async def claim_phase(
     result["complete"] = complete
     result["usage"] = bench.sampler.between(t_start, t_done)
     result["baseline_cores"] = baseline.get("cpu_cores", {})
+    result["quiet_after_s"] = round(quiet_after, 1)
     result["profile"] = _profile_summary(profile_path)
     return result
 

@@ -172,7 +172,7 @@ def test_cost_per_claim() -> None:
         "controller_internals_ms": {"rest_patch": {"count": 10, "mean": 12.5, "p99": 40.0}},
     }
     text = "\n".join(report.cost_per_claim(phase))
-    assert "**50.0 ms CPU** - kube-apiserver 40.0, agent-sandbox-controller 10.0 ms" in text
+    assert "**50.0 ms CPU** (gross 50.0) - kube-apiserver 40.0, agent-sandbox-controller 10.0 ms" in text
     assert "API writes per claim: **2.5** - PATCH sandboxes 1.50, POST sandboxclaims 1.00." in text
     assert "controller PATCH latency mean 12.5 / P99 ~40 ms" in text
     assert report.cost_per_claim({"ready": 0}) == []
