@@ -1,0 +1,193 @@
+"""Claim controller flags and metrics on the real controller process (controllers spec §4.13, §5.1, §5.8).
+
+`--disable-claim-events` (no Events) and `--disable-claim-observability-annotations` (no persisted
+first-observed time) wired end to end, and the claim metrics served on `/metrics` with both launch types.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.request
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from agent_sandbox.api import constants as c
+from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.devcluster.controller import start_controller
+from agent_sandbox.devcluster.processes import Started, stop
+from agent_sandbox.kube import (
+    EVENT,
+    SANDBOX,
+    SANDBOX_CLAIM,
+    SANDBOX_TEMPLATE,
+    SANDBOX_WARM_POOL,
+    ApiClient,
+    Object,
+)
+
+pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
+EXT = "extensions.agents.x-k8s.io/v1beta1"
+
+
+def wait_crds_serving(cluster: DevCluster, controller: Started) -> None:
+    """Wait until the controller pointed the CRDs at its conversion webhook and a claim can be created."""
+    environ = Path(f"/proc/{controller.pid}/environ").read_bytes().split(b"\0")
+    url = next(
+        (e.decode().split("=", 1)[1] for e in environ if e.startswith(b"AGENT_SANDBOX_WEBHOOK_URL=")), None
+    )
+    admin = cluster.admin()
+    deadline = time.monotonic() + 60
+    for plural in ("sandboxes.agents.x-k8s.io", "sandboxclaims.extensions.agents.x-k8s.io"):
+        while url is not None:
+            status, body = admin.request(
+                "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}"
+            )
+            config = (
+                ((body.get("spec") or {}).get("conversion") or {}).get("webhook", {}).get("clientConfig", {})
+            )
+            if status == 200 and config.get("url") == url:
+                break
+            assert time.monotonic() < deadline, f"CRD {plural} not pointed at {url}"
+            time.sleep(0.1)
+    body = {
+        "apiVersion": EXT,
+        "kind": "SandboxClaim",
+        "metadata": {"name": "probe"},
+        "spec": {"warmPoolRef": {"name": "x"}},
+    }
+    path = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default/sandboxclaims?dryRun=All"
+    while (status := admin.request("POST", path, body)[0]) != 201:
+        assert time.monotonic() < deadline, f"sandboxclaims not served (HTTP {status})"
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def quiet_controller(cluster: DevCluster) -> Iterator[Started]:
+    started = start_controller(
+        cluster, extra=("--disable-claim-events", "--disable-claim-observability-annotations")
+    )
+    try:
+        wait_crds_serving(cluster, started)
+        yield started
+    finally:
+        stop(started)
+
+
+async def eventually(probe: Callable[[], Awaitable[T | None]], what: str, within: float = 60.0) -> T:
+    deadline = time.monotonic() + within
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {within:.0f}s waiting for {what}")
+        await asyncio.sleep(0.2)
+
+
+def is_ready(obj: Object) -> bool:
+    return any(
+        cd["type"] == "Ready" and cd["status"] == "True"
+        for cd in (obj.get("status") or {}).get("conditions") or ()
+    )
+
+
+def metrics(cluster: DevCluster) -> str:
+    port = cluster.state.extra_ports["controller_metrics"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text: str = resp.read().decode()
+        return text
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples of `name` whose labels include `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        label_part = line[len(name) + 1 : line.rindex("}")]
+        have = dict(kv.split("=", 1) for kv in label_part.split(",") if "=" in kv)
+        if all(have.get(k) == f'"{v}"' for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def test_disabled_events_and_annotations_and_claim_metrics(
+    cluster: DevCluster, kube: ApiClient, namespace: str, quiet_controller: Started
+) -> None:
+    ns = namespace
+    template: dict[str, Any] = {
+        "apiVersion": EXT,
+        "kind": "SandboxTemplate",
+        "metadata": {"name": "tmpl"},
+        "spec": {"podTemplate": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}},
+    }
+    await kube.create(SANDBOX_TEMPLATE, template, namespace=ns)
+    for pool, replicas in (("warm", 1), ("cold", 0)):
+        body = {
+            "apiVersion": EXT,
+            "kind": "SandboxWarmPool",
+            "metadata": {"name": pool},
+            "spec": {"replicas": replicas, "sandboxTemplateRef": {"name": "tmpl"}},
+        }
+        await kube.create(SANDBOX_WARM_POOL, body, namespace=ns)
+
+    async def member_ready() -> bool:
+        members = await kube.list(
+            SANDBOX, namespace=ns, label_selector={c.LABEL_WARM_POOL_SANDBOX: c.name_hash("warm")}
+        )
+        return any(is_ready(m) for m in members)
+
+    await eventually(member_ready, "a Ready warm member")
+    before = metrics(cluster)
+    for name, pool in (("w", "warm"), ("k", "cold")):
+        claim = {
+            "apiVersion": EXT,
+            "kind": "SandboxClaim",
+            "metadata": {"name": name},
+            "spec": {"warmPoolRef": {"name": pool}},
+        }
+        await kube.create(SANDBOX_CLAIM, claim, namespace=ns)
+
+    async def both_stamped() -> list[Object] | None:
+        claims = [await kube.get(SANDBOX_CLAIM, n, namespace=ns) for n in ("w", "k")]
+        stamped = all(
+            c.ANNOTATION_CLAIM_FIRST_READY_AT in (cl["metadata"].get("annotations") or {}) for cl in claims
+        )
+        return claims if stamped and all(is_ready(cl) for cl in claims) else None
+
+    warm, cold = await eventually(both_stamped, "both claims Ready and stamped")
+    for claim in (warm, cold):
+        assert c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT not in claim["metadata"]["annotations"]
+    assert warm["metadata"]["annotations"][c.ANNOTATION_SANDBOX_NAME] == warm["status"]["sandbox"]["name"]
+    assert cold["status"]["sandbox"]["name"] == "k"
+    await asyncio.sleep(2)  # events are written in the background: give any that were emitted time to land
+    emitted = [
+        e
+        for e in await kube.list(EVENT, namespace=ns)
+        if e.get("reportingController") == "sandboxclaim-controller"
+    ]
+    assert emitted == []
+
+    after = metrics(cluster)
+    for launch in ("warm", "cold"):
+        name = "agent_sandbox_claim_controller_startup_latency_ms_count"
+        assert sample(after, name, launch_type=launch, sandbox_template="tmpl") == (
+            sample(before, name, launch_type=launch, sandbox_template="tmpl") + 1
+        )
+        created = "agent_sandbox_claim_creation_total"
+        assert sample(after, created, namespace=ns, launch_type=launch, sandbox_template="tmpl") == 1
+    warm_created = sample(after, "agent_sandbox_claim_creation_total", namespace=ns, launch_type="warm")
+    assert warm_created == sample(
+        after,
+        "agent_sandbox_claim_creation_total",
+        namespace=ns,
+        launch_type="warm",
+        warmpool_name="warm",
+        pod_condition="ready",
+    )
