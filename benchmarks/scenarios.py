@@ -434,10 +434,15 @@ async def run_sustained(p: Params) -> dict[str, Any]:
         await bench.wait_pools_ready(pools, float(p["pool_timeout"]), label="sustained pools")
         await asyncio.sleep(float(p["settle"]))
         phases: list[dict[str, Any]] = []
-        rates = [float(p["rate"])] + [float(x) for x in str(p["steps"]).split(",") if x.strip()]
+        up = [float(x) for x in str(p["steps"]).split(",") if x.strip()]
+        down = [float(x) for x in str(p["down_steps"]).split(",") if x.strip()]
+        rates = [float(p["rate"]), *up]
         knee: float | None = None
         broke_at: float | None = None
-        for k, rate in enumerate(rates):
+        k = -1
+        while k + 1 < len(rates):
+            k += 1
+            rate = rates[k]
             seconds = float(p["seconds"]) if k == 0 else float(p["step_seconds"])
             want = pool_replicas(rate, npools, headroom, minimum=int(p["min_pool"]))
             if want > replicas:
@@ -473,10 +478,17 @@ async def run_sustained(p: Params) -> dict[str, Any]:
                 f" ms, complete={phase['complete']}, ok={ok}"
             )
             if k == 0:
+                if ok:
+                    knee = rate
+                else:  # the reference rate already breaks: step down instead, to find where it holds
+                    broke_at = rate
+                    rates = [rate, *down]
                 continue
             if ok:
-                knee = rate
-            else:
+                knee = rate if knee is None or rate > knee else knee
+                if rate < rates[0]:
+                    break  # stepping down: the first rate that holds is the knee
+            elif rate > rates[0]:
                 broke_at = rate
                 break
         return {
@@ -486,7 +498,8 @@ async def run_sustained(p: Params) -> dict[str, Any]:
                 "phases": phases,
                 "knee_per_s": knee,
                 "broke_at_per_s": broke_at,
-                "knee_criterion": f"client create->Ready P99 <= {threshold:g} ms, all Ready, no create errors",
+                "knee_criterion": f"client create->Ready P99 <= {threshold:g} ms, all Ready, no create errors"
+                " (steps up from the reference rate while it holds, down through `down_steps` if it does not)",
             },
         }
 
@@ -748,6 +761,7 @@ SCENARIOS: dict[str, Scenario] = {
                 "rate": 45.0,
                 "seconds": 60.0,
                 "steps": "75,100,150,200,250,300,400",
+                "down_steps": "30,20,10",
                 "step_seconds": 30.0,
                 "dwell_s": 5.0,
                 "headroom_s": 10.0,
@@ -761,6 +775,7 @@ SCENARIOS: dict[str, Scenario] = {
                 "rate": 8.0,
                 "seconds": 10.0,
                 "steps": "16",
+                "down_steps": "4",
                 "step_seconds": 10.0,
                 "min_pool": 10,
             },
