@@ -113,13 +113,27 @@ def _cond(obj: Mapping[str, Any], type_: str) -> Any:
     return None
 
 
+def _mirrored_ready(obj: Mapping[str, Any]) -> Any:
+    cond = _cond(obj, c.CONDITION_READY)
+    if cond is None:
+        return None
+    return {k: v for k, v in cond.items() if k != "observedGeneration"}
+
+
 def sandbox_status_changed(old: Object, new: Object) -> bool:
-    """§4.1 owned-Sandbox update filter: deletion, podIPs, or the whole Ready / Finished condition changed."""
+    """§4.1 owned-Sandbox update filter: deletion, podIPs, or the Ready / Finished condition changed.
+
+    Ready is compared without its observedGeneration: the claim mirrors Ready with its *own* generation,
+    so a Sandbox generation bump alone (every adoption causes one) cannot change the claim and would only
+    cost a pass. Finished is mirrored verbatim, so it is compared whole.
+    """
     if bool(old["metadata"].get("deletionTimestamp")) != bool(new["metadata"].get("deletionTimestamp")):
         return True
     if (old.get("status") or {}).get("podIPs") != (new.get("status") or {}).get("podIPs"):
         return True
-    return any(_cond(old, t) != _cond(new, t) for t in (c.CONDITION_READY, c.CONDITION_FINISHED))
+    if _mirrored_ready(old) != _mirrored_ready(new):
+        return True
+    return bool(_cond(old, c.CONDITION_FINISHED) != _cond(new, c.CONDITION_FINISHED))
 
 
 SANDBOX_STATUS_CHANGED = PredicateFuncs(on_update=sandbox_status_changed)

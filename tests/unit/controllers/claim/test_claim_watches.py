@@ -67,12 +67,24 @@ STATUS_CHANGES = [
         True,
     ),
     ("nodeName only", _with(BASE, nodeName="n2"), False),
+    (
+        "Ready observedGeneration only",
+        _with(BASE, conditions=[{**ready_cond(), "observedGeneration": 2}]),
+        False,
+    ),
 ]
 
 
 @pytest.mark.parametrize(("case", "new", "want"), STATUS_CHANGES, ids=[s[0] for s in STATUS_CHANGES])
 def test_owned_sandbox_update_filter(case: str, new: dict[str, Any], want: bool) -> None:
     assert sandbox_status_changed(BASE, new) is want
+
+
+def test_finished_is_compared_whole_because_it_is_mirrored_verbatim() -> None:
+    finished = {"type": "Finished", "status": "True", "reason": "PodSucceeded", "observedGeneration": 1}
+    old = _with(BASE, conditions=[*BASE["status"]["conditions"], finished])
+    new = _with(BASE, conditions=[*BASE["status"]["conditions"], {**finished, "observedGeneration": 2}])
+    assert sandbox_status_changed(old, new)
 
 
 def test_pool_and_template_predicates() -> None:
