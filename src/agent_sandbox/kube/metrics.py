@@ -22,10 +22,13 @@ attribute lookup and an addition.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
+
+# Go's client_golang exposes no `*_created` series; match the upstream /metrics surface exactly.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 __all__ = [
     "CONTROLLER_ACTIVE_WORKERS",
