@@ -54,61 +54,8 @@ POOL_SIZE = 100
 CLAIMS = 200
 
 
-def wait_crds_serving(cluster: DevCluster, controller: Started) -> None:
-    """Wait until the controller has pointed the CRDs at its conversion webhook and they serve again.
-
-    At start-up the controller patches the four CRDs' conversion settings; the API server then rebuilds
-    their storage, answering 503/429 (and expiring watches) for a moment. Tests start after that.
-    """
-    environ = Path(f"/proc/{controller.pid}/environ").read_bytes().split(b"\0")
-    url = next(
-        (e.decode().split("=", 1)[1] for e in environ if e.startswith(b"AGENT_SANDBOX_WEBHOOK_URL=")), None
-    )
-    admin = cluster.admin()
-    deadline = time.monotonic() + 60
-    kinds = {
-        "agents.x-k8s.io": {
-            "sandboxes": ("Sandbox", {"podTemplate": {"spec": {"containers": [{"name": "m", "image": "x"}]}}})
-        },
-        "extensions.agents.x-k8s.io": {
-            "sandboxtemplates": (
-                "SandboxTemplate",
-                {"podTemplate": {"spec": {"containers": [{"name": "m", "image": "x"}]}}},
-            ),
-            "sandboxwarmpools": ("SandboxWarmPool", {"sandboxTemplateRef": {"name": "x"}}),
-            "sandboxclaims": ("SandboxClaim", {"warmPoolRef": {"name": "x"}}),
-        },
-    }
-    for group, plurals in kinds.items():
-        for plural, (kind, spec) in plurals.items():
-            crd = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}.{group}"
-            while url is not None:
-                status, body = admin.request("GET", crd)
-                config = (
-                    ((body.get("spec") or {}).get("conversion") or {})
-                    .get("webhook", {})
-                    .get("clientConfig", {})
-                )
-                if status == 200 and config.get("url") == url:
-                    break
-                assert time.monotonic() < deadline, f"CRD {plural}.{group} not pointed at {url}"
-                time.sleep(0.1)
-            obj = {
-                "apiVersion": f"{group}/v1beta1",
-                "kind": kind,
-                "metadata": {"name": "probe"},
-                "spec": spec,
-            }
-            path = f"/apis/{group}/v1beta1/namespaces/default/{plural}?dryRun=All"
-            while (status := admin.request("POST", path, obj)[0]) != 201:
-                assert time.monotonic() < deadline, f"{plural} not served (HTTP {status})"
-                time.sleep(0.1)
-
-
 def launch(cluster: DevCluster) -> Started:
-    started = start_controller(cluster)
-    wait_crds_serving(cluster, started)
-    return started
+    return start_controller(cluster)
 
 
 def relaunch(cluster: DevCluster, dead: Started) -> Started:

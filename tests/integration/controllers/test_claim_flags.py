@@ -10,7 +10,6 @@ import asyncio
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -35,45 +34,12 @@ T = TypeVar("T")
 EXT = "extensions.agents.x-k8s.io/v1beta1"
 
 
-def wait_crds_serving(cluster: DevCluster, controller: Started) -> None:
-    """Wait until the controller pointed the CRDs at its conversion webhook and a claim can be created."""
-    environ = Path(f"/proc/{controller.pid}/environ").read_bytes().split(b"\0")
-    url = next(
-        (e.decode().split("=", 1)[1] for e in environ if e.startswith(b"AGENT_SANDBOX_WEBHOOK_URL=")), None
-    )
-    admin = cluster.admin()
-    deadline = time.monotonic() + 60
-    for plural in ("sandboxes.agents.x-k8s.io", "sandboxclaims.extensions.agents.x-k8s.io"):
-        while url is not None:
-            status, body = admin.request(
-                "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}"
-            )
-            config = (
-                ((body.get("spec") or {}).get("conversion") or {}).get("webhook", {}).get("clientConfig", {})
-            )
-            if status == 200 and config.get("url") == url:
-                break
-            assert time.monotonic() < deadline, f"CRD {plural} not pointed at {url}"
-            time.sleep(0.1)
-    body = {
-        "apiVersion": EXT,
-        "kind": "SandboxClaim",
-        "metadata": {"name": "probe"},
-        "spec": {"warmPoolRef": {"name": "x"}},
-    }
-    path = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default/sandboxclaims?dryRun=All"
-    while (status := admin.request("POST", path, body)[0]) != 201:
-        assert time.monotonic() < deadline, f"sandboxclaims not served (HTTP {status})"
-        time.sleep(0.1)
-
-
 @pytest.fixture(scope="module")
 def quiet_controller(cluster: DevCluster) -> Iterator[Started]:
     started = start_controller(
         cluster, extra=("--disable-claim-events", "--disable-claim-observability-annotations")
     )
     try:
-        wait_crds_serving(cluster, started)
         yield started
     finally:
         stop(started)
