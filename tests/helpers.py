@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 import pytest
 
@@ -18,3 +20,28 @@ def wait_for(predicate: Any, *, timeout: float = 30.0, interval: float = 0.1, wh
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
+
+
+T = TypeVar("T")
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T | None]], what: str, within: float = 60.0, *, interval: float = 0.2
+) -> T:
+    """Await `probe()` until it returns a truthy value; fail the test with `what` after `within` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {within:.0f}s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+def is_ready(obj: Mapping[str, Any]) -> bool:
+    """True when the object's status carries condition Ready=True."""
+    return any(
+        cd["type"] == "Ready" and cd["status"] == "True"
+        for cd in (obj.get("status") or {}).get("conditions") or ()
+    )

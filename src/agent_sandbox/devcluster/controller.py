@@ -59,15 +59,34 @@ def install_crds(cluster: DevCluster) -> None:
         raise RuntimeError(f"CRDs not Established:\n{wait.stderr}")
 
 
+_PORT_NAMES = ("controller_metrics", "controller_health", "controller_webhook")
+
+
+def _controller_ports(cluster: DevCluster) -> tuple[int, int, int]:
+    """Ports for a controller: the previous ones when no controller of this cluster is running.
+
+    Reusing them on a restart keeps the conversion webhook URL, so the start-up CRD patch is a no-op (as
+    after a real crash) instead of making the API server rebuild the CRDs' storage and expire every
+    open watch with 410. A second concurrent controller (leader-election tests) gets fresh ports.
+    """
+    live = any(s.name == CONTROLLER and is_ours(s.pid, s.exe) for s in cluster.state.started)
+    ports = cluster.state.extra_ports
+    if not live and all(name in ports for name in _PORT_NAMES):
+        return ports["controller_metrics"], ports["controller_health"], ports["controller_webhook"]
+    return (
+        cluster.reserve_port("controller_metrics"),
+        cluster.reserve_port("controller_health"),
+        cluster.reserve_port("controller_webhook"),
+    )
+
+
 def controller_argv(
     cluster: DevCluster, *, extensions: bool = True, extra: tuple[str, ...] = ()
 ) -> list[str]:
     """argv of the controller in dev mode: loopback listeners, conversion webhook by URL."""
     script = Path(sys.executable).with_name(CONTROLLER)
     base = [str(script)] if script.exists() else [sys.executable, "-m", "agent_sandbox.controllers.main"]
-    metrics = cluster.reserve_port("controller_metrics")
-    health = cluster.reserve_port("controller_health")
-    webhook = cluster.reserve_port("controller_webhook")
+    metrics, health, webhook = _controller_ports(cluster)
     argv = [
         *base,
         f"--kubeconfig={cluster.kubeconfig}",

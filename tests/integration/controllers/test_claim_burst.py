@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
@@ -45,10 +45,11 @@ from agent_sandbox.kube import (
     TooManyRequests,
     TransportError,
 )
+from tests import helpers
+from tests.helpers import is_ready
 
 pytestmark = pytest.mark.integration
 
-T = TypeVar("T")
 EXT = "extensions.agents.x-k8s.io/v1beta1"
 POOL_SIZE = 100
 CLAIMS = 200
@@ -110,22 +111,7 @@ def cordoned(cluster: DevCluster) -> Iterator[Callable[[], None]]:
         release()
 
 
-async def eventually(probe: Callable[[], Awaitable[T | None]], what: str, within: float = 240.0) -> T:
-    deadline = time.monotonic() + within
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {within:.0f}s waiting for {what}")
-        await asyncio.sleep(0.25)
-
-
-def is_ready(obj: Object) -> bool:
-    return any(
-        cd["type"] == "Ready" and cd["status"] == "True"
-        for cd in (obj.get("status") or {}).get("conditions") or ()
-    )
+eventually = functools.partial(helpers.eventually, within=240.0)
 
 
 class CreationLog:

@@ -7,10 +7,9 @@ first-observed time) wired end to end, and the claim metrics served on `/metrics
 from __future__ import annotations
 
 import asyncio
-import time
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -27,10 +26,10 @@ from agent_sandbox.kube import (
     ApiClient,
     Object,
 )
+from tests.helpers import eventually, is_ready
 
 pytestmark = pytest.mark.integration
 
-T = TypeVar("T")
 EXT = "extensions.agents.x-k8s.io/v1beta1"
 
 
@@ -43,24 +42,6 @@ def quiet_controller(cluster: DevCluster) -> Iterator[Started]:
         yield started
     finally:
         stop(started)
-
-
-async def eventually(probe: Callable[[], Awaitable[T | None]], what: str, within: float = 60.0) -> T:
-    deadline = time.monotonic() + within
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {within:.0f}s waiting for {what}")
-        await asyncio.sleep(0.2)
-
-
-def is_ready(obj: Object) -> bool:
-    return any(
-        cd["type"] == "Ready" and cd["status"] == "True"
-        for cd in (obj.get("status") or {}).get("conditions") or ()
-    )
 
 
 def metrics(cluster: DevCluster) -> str:

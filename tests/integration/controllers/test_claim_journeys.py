@@ -9,11 +9,9 @@ template reasons and Events, the label-domain allow-list, and the lifecycle poli
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -32,10 +30,10 @@ from agent_sandbox.kube import (
     NotFound,
     Object,
 )
+from tests.helpers import eventually
 
 pytestmark = pytest.mark.integration
 
-T = TypeVar("T")
 EXT = "extensions.agents.x-k8s.io/v1beta1"
 
 
@@ -47,17 +45,6 @@ def controller(cluster: DevCluster) -> Iterator[Started]:
         yield started
     finally:
         stop(started)
-
-
-async def eventually(probe: Callable[[], Awaitable[T | None]], what: str, within: float = 60.0) -> T:
-    deadline = time.monotonic() + within
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {within:.0f}s waiting for {what}")
-        await asyncio.sleep(0.2)
 
 
 async def maybe(kube: ApiClient, kind: Any, name: str, ns: str) -> Object | None:

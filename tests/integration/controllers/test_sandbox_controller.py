@@ -9,11 +9,11 @@ binds PVCs. No mocks.
 from __future__ import annotations
 
 import asyncio
-import time
+import functools
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -40,10 +40,9 @@ from agent_sandbox.kube import (
     NotFound,
     Object,
 )
+from tests import helpers
 
 pytestmark = pytest.mark.integration
-
-T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
@@ -74,16 +73,7 @@ async def manager(cluster: DevCluster, namespace: str, crds: None) -> AsyncItera
         await api.close()
 
 
-async def eventually(probe: Callable[[], Awaitable[T | None]], what: str, within: float = 30.0) -> T:
-    """Poll `probe` (without blocking the event loop the controller runs on) until it returns a truthy value."""
-    deadline = time.monotonic() + within
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {within:.0f}s waiting for {what}")
-        await asyncio.sleep(0.1)
+eventually = functools.partial(helpers.eventually, within=30.0)
 
 
 def sandbox_manifest(name: str, **spec: Any) -> Object:
@@ -127,14 +117,14 @@ async def ready_sandbox(kube: ApiClient, name: str, ns: str, within: float = 30.
         ready = condition(sb, "Ready")
         return sb if ready is not None and ready[0] == "True" else None
 
-    return await eventually(probe, f"Sandbox {name} Ready", within)
+    return await eventually(probe, f"Sandbox {name} Ready", within=within)
 
 
 async def gone(kube: ApiClient, kind: Any, name: str, ns: str, within: float = 30.0) -> None:
     async def probe() -> bool:
         return await maybe(kube, kind, name, ns) is None
 
-    await eventually(probe, f"{kind.kind} {name} deleted", within)
+    await eventually(probe, f"{kind.kind} {name} deleted", within=within)
 
 
 async def test_create_becomes_ready_with_pod_ips(manager: Manager, kube: ApiClient, namespace: str) -> None:

@@ -8,17 +8,16 @@ replica takes over and keeps reconciling. Processes are started and killed by PI
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -26,10 +25,10 @@ from agent_sandbox.api.constants import ANNOTATION_POD_NAME
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import install_crds
 from agent_sandbox.kube import POD, PVC, SANDBOX, SERVICE, ApiClient, Object
+from tests import helpers
 
 pytestmark = pytest.mark.integration
 
-T = TypeVar("T")
 LEASE_METRIC = 'leader_election_master_status{name="a3317529.agent-sandbox.x-k8s.io"}'
 RECONCILES = 'controller_runtime_reconcile_total{controller="sandbox",result="success"}'
 
@@ -107,15 +106,7 @@ def controllers(cluster: DevCluster, tmp_path: Path) -> Iterator[Callable[..., C
         proc.kill()
 
 
-async def eventually(probe: Callable[[], Awaitable[T | None]], what: str, within: float = 30.0) -> T:
-    deadline = time.monotonic() + within
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {within:.0f}s waiting for {what}")
-        await asyncio.sleep(0.2)
+eventually = functools.partial(helpers.eventually, within=30.0)
 
 
 def _sandbox(name: str, **spec: Any) -> Object:
@@ -148,7 +139,7 @@ async def _ready(kube: ApiClient, name: str, ns: str, within: float = 30.0) -> O
         conds = {c["type"]: c["status"] for c in (sb.get("status") or {}).get("conditions") or ()}
         return sb if conds.get("Ready") == "True" else None
 
-    return await eventually(probe, f"Sandbox {name} Ready", within)
+    return await eventually(probe, f"Sandbox {name} Ready", within=within)
 
 
 async def _children(kube: ApiClient, ns: str) -> dict[str, list[tuple[str, str]]]:
@@ -166,7 +157,7 @@ async def _await_ready_process(proc: Controller) -> None:
             pytest.fail(f"controller exited with {proc.popen.returncode}:\n{proc.tail()}")
         return proc.ready()
 
-    await eventually(probe, "controller /readyz", 60)
+    await eventually(probe, "controller /readyz", within=60)
 
 
 async def test_restart_neither_recreates_nor_duplicates_children(
@@ -218,7 +209,7 @@ async def test_leader_failover_keeps_reconciling_sandboxes(
         leaders = [p for p in procs if p.metric(LEASE_METRIC) == 1.0]
         return leaders[0] if len(leaders) == 1 else None
 
-    leader = await eventually(one_leader, "exactly one leader", 60)
+    leader = await eventually(one_leader, "exactly one leader", within=60)
     follower = next(p for p in procs if p is not leader)
     await kube.create(SANDBOX, _sandbox("sb1"), namespace=namespace)
     await _ready(kube, "sb1", namespace)

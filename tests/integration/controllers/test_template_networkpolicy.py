@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Iterator
+from typing import Any
 
 import pytest
 
@@ -20,10 +20,10 @@ from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.processes import Started, stop
 from agent_sandbox.kube import NETWORK_POLICY, SANDBOX_TEMPLATE, ApiClient, NotFound, Object
+from tests.helpers import eventually
 
 pytestmark = pytest.mark.integration
 
-T = TypeVar("T")
 EXT = "extensions.agents.x-k8s.io/v1beta1"
 
 
@@ -51,17 +51,6 @@ def controller(cluster: DevCluster) -> Iterator[Started]:
         yield started
     finally:
         stop(started)
-
-
-async def eventually(probe: Callable[[], Awaitable[T | None]], what: str, within: float = 60.0) -> T:
-    deadline = time.monotonic() + within
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {within:.0f}s waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 async def policy(kube: ApiClient, ns: str, name: str = "tmpl-network-policy") -> Object | None:

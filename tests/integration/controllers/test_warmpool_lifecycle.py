@@ -9,9 +9,10 @@ members are handled within seconds.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Iterator
+from typing import Any
 
 import pytest
 
@@ -30,10 +31,11 @@ from agent_sandbox.kube import (
     NotFound,
     Object,
 )
+from tests import helpers
+from tests.helpers import is_ready
 
 pytestmark = pytest.mark.integration
 
-T = TypeVar("T")
 EXT = "extensions.agents.x-k8s.io/v1beta1"
 GRACE = 6  # seconds: --sandbox-warm-pool-readiness-grace-period
 RECHECK = 2  # seconds: --sandbox-warm-pool-unschedulable-recheck-interval
@@ -71,22 +73,7 @@ def controller(cluster: DevCluster) -> Iterator[Started]:
         stop(started)
 
 
-async def eventually(probe: Callable[[], Awaitable[T | None]], what: str, within: float = 90.0) -> T:
-    deadline = time.monotonic() + within
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {within:.0f}s waiting for {what}")
-        await asyncio.sleep(0.2)
-
-
-def is_ready(obj: Object) -> bool:
-    return any(
-        cd["type"] == "Ready" and cd["status"] == "True"
-        for cd in (obj.get("status") or {}).get("conditions") or ()
-    )
+eventually = functools.partial(helpers.eventually, within=90.0)
 
 
 def template_body(name: str = "tmpl", image: str = "busybox", **pod_spec: Any) -> Object:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from typing import TypeVar
+from collections.abc import Iterator
 
 import pytest
 
@@ -33,10 +33,11 @@ from agent_sandbox.kube import (
     TooManyRequests,
     TransportError,
 )
+from tests import helpers
+from tests.helpers import is_ready
 
 pytestmark = pytest.mark.integration
 
-T = TypeVar("T")
 EXT = "extensions.agents.x-k8s.io/v1beta1"
 REPLICAS = 40
 
@@ -57,15 +58,7 @@ def wait_served(cluster: DevCluster) -> None:
         time.sleep(0.1)
 
 
-async def eventually(probe: Callable[[], Awaitable[T | None]], what: str, within: float = 120.0) -> T:
-    deadline = time.monotonic() + within
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {within:.0f}s waiting for {what}")
-        await asyncio.sleep(0.1)
+eventually = functools.partial(helpers.eventually, within=120.0)
 
 
 class CreationLog:
@@ -103,13 +96,6 @@ class CreationLog:
                 # A controller start re-patches the CRDs (brief 429/503); resuming from the last
                 # resourceVersion loses nothing. A 410 would, and is deliberately not caught.
                 await asyncio.sleep(0.2)
-
-
-def is_ready(obj: Object) -> bool:
-    return any(
-        cd["type"] == "Ready" and cd["status"] == "True"
-        for cd in (obj.get("status") or {}).get("conditions") or ()
-    )
 
 
 @pytest.fixture
