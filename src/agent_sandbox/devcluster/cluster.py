@@ -28,13 +28,12 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from agent_sandbox.devcluster import processes
+from agent_sandbox.devcluster import components, processes
 from agent_sandbox.devcluster.binaries import KUBERNETES_VERSION, Binaries, cache_root, ensure_binaries
 from agent_sandbox.devcluster.certs import write_cluster_pki
 from agent_sandbox.devcluster.config import (
     HOST_PATH_ANNOTATION,
     NOT_READY_LABEL,
-    SERVICE_CIDR,
     SERVICE_IP,
     ClusterConfig,
     kubeconfig_yaml,
@@ -269,7 +268,7 @@ class DevCluster:
         raise component_error(started.name, started.log, f"not {what} within {timeout:.0f}s")
 
     def _start_all(self, cfg: ClusterConfig, say: Callable[[str], None]) -> None:
-        d, p, b = self.directory, self.state.ports, self.binaries
+        d, p = self.directory, self.state.ports
         pki = write_cluster_pki(d / "pki", service_ip=SERVICE_IP)
         for user, pair in (
             ("admin", pki.admin),
@@ -291,24 +290,10 @@ class DevCluster:
             )
         (d / "scheduler-config.yaml").write_text(scheduler_config_yaml(d / "scheduler.kubeconfig", cfg))
         (d / "kwok-stages.yaml").write_text(kwok_stages_yaml(cfg))
+        lay = components.Layout(d, p, self.binaries, pki, self.state.pod_cidr)
 
         say(f"[{self.name}] starting etcd")
-        etcd_args = [
-            str(b.path("etcd")),
-            "--name=default",
-            f"--data-dir={d / 'etcd'}",
-            f"--listen-client-urls=http://127.0.0.1:{p['etcd_client']}",
-            f"--advertise-client-urls=http://127.0.0.1:{p['etcd_client']}",
-            f"--listen-peer-urls=http://127.0.0.1:{p['etcd_peer']}",
-            f"--initial-advertise-peer-urls=http://127.0.0.1:{p['etcd_peer']}",
-            f"--initial-cluster=default=http://127.0.0.1:{p['etcd_peer']}",
-            "--listen-metrics-urls=",
-            "--quota-backend-bytes=4294967296",
-            "--log-level=warn",
-        ]
-        if cfg.etcd_unsafe_no_fsync:
-            etcd_args.append("--unsafe-no-fsync")
-        etcd = self._spawn("etcd", etcd_args)
+        etcd = self._spawn("etcd", components.etcd_argv(lay, cfg))
         self._wait(
             etcd,
             "healthy",
@@ -317,30 +302,7 @@ class DevCluster:
         )
 
         say(f"[{self.name}] starting kube-apiserver")
-        apiserver = self._spawn(
-            "kube-apiserver",
-            [
-                str(b.path("kube-apiserver")),
-                f"--etcd-servers=http://127.0.0.1:{p['etcd_client']}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={p['apiserver']}",
-                f"--tls-cert-file={pki.apiserver.cert}",
-                f"--tls-private-key-file={pki.apiserver.key}",
-                f"--client-ca-file={pki.ca.cert}",
-                "--authorization-mode=Node,RBAC",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                f"--service-account-key-file={pki.sa_pub}",
-                f"--service-account-signing-key-file={pki.sa_key}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                "--endpoint-reconciler-type=none",
-                f"--max-requests-inflight={cfg.max_requests_inflight}",
-                f"--max-mutating-requests-inflight={cfg.max_mutating_requests_inflight}",
-                "--allow-privileged=true",
-                "--profiling=false",
-                "--v=1",
-            ],
-        )
+        apiserver = self._spawn("kube-apiserver", components.apiserver_argv(lay, cfg))
         # Started now so its Python start-up overlaps the apiserver's; it retries until the API (and its
         # RBAC binding, created below) answer.
         provisioner_ready = d / "volume-provisioner.ready"
@@ -366,57 +328,9 @@ class DevCluster:
         self._create_storage(cfg)
 
         say(f"[{self.name}] starting kube-controller-manager, kube-scheduler, kwok")
-        kcm_kc = d / "controller-manager.kubeconfig"
-        kcm = self._spawn(
-            "kube-controller-manager",
-            [
-                str(b.path("kube-controller-manager")),
-                f"--kubeconfig={kcm_kc}",
-                f"--authentication-kubeconfig={kcm_kc}",
-                f"--authorization-kubeconfig={kcm_kc}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={p['controller_manager']}",
-                "--leader-elect=false",
-                "--use-service-account-credentials=true",
-                f"--service-account-private-key-file={pki.sa_key}",
-                f"--root-ca-file={pki.ca.cert}",
-                f"--cluster-signing-cert-file={pki.ca.cert}",
-                f"--cluster-signing-key-file={pki.ca.key}",
-                "--controllers=*",
-                "--allocate-node-cidrs=false",
-                f"--kube-api-qps={cfg.controller_manager_qps}",
-                f"--kube-api-burst={cfg.controller_manager_burst}",
-                "--concurrent-gc-syncs=20",
-                "--v=1",
-            ],
-        )
-        sched_kc = d / "scheduler.kubeconfig"
-        sched = self._spawn(
-            "kube-scheduler",
-            [
-                str(b.path("kube-scheduler")),
-                f"--config={d / 'scheduler-config.yaml'}",
-                f"--authentication-kubeconfig={sched_kc}",
-                f"--authorization-kubeconfig={sched_kc}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={p['scheduler']}",
-                "--v=1",
-            ],
-        )
-        kwok = self._spawn(
-            "kwok",
-            [
-                str(b.path("kwok")),
-                f"--kubeconfig={d / 'kwok.kubeconfig'}",
-                "--manage-all-nodes=false",
-                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-                f"--cidr={self.state.pod_cidr}",
-                "--node-ip=127.0.0.1",
-                "--node-lease-duration-seconds=40",
-                f"--server-address=127.0.0.1:{p['kwok']}",
-                f"--config={d / 'kwok-stages.yaml'}",
-            ],
-        )
+        kcm = self._spawn("kube-controller-manager", components.controller_manager_argv(lay, cfg))
+        sched = self._spawn("kube-scheduler", components.scheduler_argv(lay))
+        kwok = self._spawn("kwok", components.kwok_argv(lay))
         self._wait(
             kcm,
             "healthy (/healthz)",

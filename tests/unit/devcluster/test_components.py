@@ -1,0 +1,54 @@
+"""Component command lines: loopback-only listeners, RBAC on, benchmark knobs reach the flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent_sandbox.devcluster import components
+from agent_sandbox.devcluster.binaries import Binaries
+from agent_sandbox.devcluster.certs import write_cluster_pki
+from agent_sandbox.devcluster.config import ClusterConfig
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory: pytest.TempPathFactory) -> components.Layout:
+    d = tmp_path_factory.mktemp("cluster")
+    ports = dict(etcd_client=1, etcd_peer=2, apiserver=3, controller_manager=4, scheduler=5, kwok=6)
+    pki = write_cluster_pki(d / "pki", service_ip="10.96.0.1")
+    return components.Layout(d, ports, Binaries(Path("/bin-dir")), pki, "127.42.0.0/16")
+
+
+def test_every_listener_binds_loopback(layout: components.Layout) -> None:
+    cfg = ClusterConfig()
+    argvs = [
+        components.etcd_argv(layout, cfg),
+        components.apiserver_argv(layout, cfg),
+        components.controller_manager_argv(layout, cfg),
+        components.scheduler_argv(layout),
+        components.kwok_argv(layout),
+    ]
+    for argv in argvs:
+        for arg in argv:
+            if "://" in arg and "urls=" in arg and arg.split("=", 1)[1]:
+                assert "127.0.0.1" in arg, arg
+            if arg.startswith("--bind-address="):
+                assert arg == "--bind-address=127.0.0.1"
+    assert "--cidr=127.42.0.0/16" in components.kwok_argv(layout)
+
+
+def test_apiserver_runs_rbac_and_the_configured_inflight_limits(layout: components.Layout) -> None:
+    argv = components.apiserver_argv(
+        layout, ClusterConfig(max_requests_inflight=2000, max_mutating_requests_inflight=1000)
+    )
+    assert "--authorization-mode=Node,RBAC" in argv
+    assert "--max-requests-inflight=2000" in argv
+    assert "--max-mutating-requests-inflight=1000" in argv
+
+
+def test_etcd_fsync_knob(layout: components.Layout) -> None:
+    assert "--unsafe-no-fsync" in components.etcd_argv(layout, ClusterConfig(etcd_unsafe_no_fsync=True))
+    assert "--unsafe-no-fsync" not in components.etcd_argv(layout, ClusterConfig(etcd_unsafe_no_fsync=False))
