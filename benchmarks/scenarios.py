@@ -103,7 +103,7 @@ def resolve_params(
 
 
 def _tuning(p: Params, **changes: Any) -> Tuning:
-    base = Tuning(nodes=int(p["nodes"]))
+    base = Tuning(nodes=int(p["nodes"]), serve_v1alpha1=bool(p.get("serve_v1alpha1", True)))
     flags = tuple(f for f in str(p.get("controller_flags", "")).split() if f)
     return replace(base, extra_flags=flags, **changes)
 
@@ -732,7 +732,7 @@ async def run_scale(p: Params) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- registry
 
-_COMMON = {"nodes": 100, "settle": 3.0, "profile": False, "controller_flags": ""}
+_COMMON = {"nodes": 100, "settle": 3.0, "profile": False, "controller_flags": "", "serve_v1alpha1": True}
 _SMOKE_COMMON = {"nodes": 10, "settle": 1.0}
 
 SCENARIOS: dict[str, Scenario] = {
