@@ -439,10 +439,21 @@ def _scale(r: Mapping[str, Any]) -> list[str]:
         ),
         (
             "no-op event cost",
-            f"{touch.get('events')} metadata patches -> {', '.join(f'{k} {int(v)}' for k, v in (touch.get('reconciles') or {}).items())} reconciles; **{_f(touch.get('cpu_ms_per_event'), 2)} ms CPU per event**, {_f(touch.get('cpu_ms_per_reconcile'), 2)} ms per reconcile",
+            f"{touch.get('events')} metadata patches -> "
+            + ", ".join(f"{k} {int(v)}" for k, v in (touch.get("reconciles") or {}).items())
+            + f" reconciles; **{_f(_per(touch.get('controller_cpu_s'), touch.get('events')), 2)} ms CPU per event**"
+            f" gross (an upper bound: includes whatever else ran in the {_f(touch.get('seconds'), 1)} s window),"
+            f" {_f(touch.get('cpu_ms_per_event'), 2)} ms net of the idle rate",
         ),
     ]
     return ["### scale: idle Sandboxes", "", f"{_load_line(r)}.", "", *_table(["", ""], rows), ""]
+
+
+def _per(total_s: Any, count: Any) -> float | None:
+    """Milliseconds per item, or None."""
+    if not isinstance(total_s, int | float) or not isinstance(count, int | float) or not count:
+        return None
+    return 1000.0 * float(total_s) / float(count)
 
 
 def _plots(plots: Mapping[str, str], prefix: str) -> list[str]:

@@ -106,7 +106,13 @@ def test_render_other_scenarios_and_empty() -> None:
     scale = {
         "count": 5000,
         "idle": {"controller_rss_mib": 180.0, "cpu_cores": {"agent-sandbox-controller": 0.01}},
-        "touch": {"events": 500, "cpu_ms_per_event": 0.8, "reconciles": {"sandbox": 500.0}},
+        "touch": {
+            "events": 500,
+            "controller_cpu_s": 0.5,
+            "seconds": 4.0,
+            "cpu_ms_per_event": 0.8,
+            "reconciles": {"sandbox": 500.0},
+        },
         "fill": {},
     }
     text = report.render(
@@ -119,7 +125,8 @@ def test_render_other_scenarios_and_empty() -> None:
     assert "| all members Ready (watch) | 6.40 s |" in text
     assert "POST 2000" in text
     assert "**180.0 MiB**" in text
-    assert "**0.80 ms CPU per event**" in text
+    assert "**1.00 ms CPU per event** gross" in text
+    assert "0.80 ms net of the idle rate" in text
     assert "No benchmark results yet" in report.render({})
 
 
