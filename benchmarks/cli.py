@@ -102,8 +102,10 @@ def run(
             f"{name}-{tag}" if tag else name, data, directory=RESULTS / "tmp" if smoke else None
         )
         log(f"scenario {name}: {_headline(name, data)} -> {path}")
-    if write_report:
-        log(f"report: {regenerate_report(include_smoke=smoke)}")
+    if write_report and not smoke:
+        log(f"report: {regenerate_report()}")
+    elif smoke:
+        log("smoke run: docs/performance.md left as is (`agent-sandbox bench report --include-smoke` to preview)")
     return code
 
 
