@@ -105,7 +105,9 @@ def run(
     if write_report and not smoke:
         log(f"report: {regenerate_report()}")
     elif smoke:
-        log("smoke run: docs/performance.md left as is (`agent-sandbox bench report --include-smoke` to preview)")
+        log(
+            "smoke run: docs/performance.md left as is (`agent-sandbox bench report --include-smoke` to preview)"
+        )
     return code
 
 
