@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import pytest
+
+from agent_sandbox.kube import SANDBOX, ApiClient, ServerError, TooManyRequests, TransportError
 
 
 def wait_for(predicate: Any, *, timeout: float = 30.0, interval: float = 0.1, what: str = "condition") -> Any:
@@ -45,3 +48,44 @@ def is_ready(obj: Mapping[str, Any]) -> bool:
         cd["type"] == "Ready" and cd["status"] == "True"
         for cd in (obj.get("status") or {}).get("conditions") or ()
     )
+
+
+class CreationLog:
+    """Every Sandbox ADDED in a namespace (in order), from a watch started before anything exists.
+
+    Counting creates this way is exact across controller restarts: the watch resumes from its last
+    resourceVersion; a 410 would lose events and is surfaced on exit instead of being swallowed.
+    """
+
+    def __init__(self, kube: ApiClient, namespace: str) -> None:
+        self.kube, self.ns = kube, namespace
+        self.added: list[str] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> CreationLog:
+        page = await self.kube.list_page(SANDBOX, namespace=self.ns, limit=1)
+        assert not page.items
+        self._task = asyncio.create_task(self._run(page.resource_version))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        if self._task.done():
+            self._task.result()  # a failed watch (e.g. 410) would make the count incomplete
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def _run(self, rv: str) -> None:
+        while True:
+            try:
+                async for event in self.kube.watch(
+                    SANDBOX, namespace=self.ns, resource_version=rv, timeout_seconds=60
+                ):
+                    rv = event.object["metadata"].get("resourceVersion") or rv
+                    if event.type == "ADDED":
+                        self.added.append(event.object["metadata"]["name"])
+            except (TooManyRequests, ServerError, TransportError):
+                # A controller start re-patches the CRDs (brief 429/503); resuming from the last
+                # resourceVersion loses nothing. A 410 would, and is deliberately not caught.
+                await asyncio.sleep(0.2)

@@ -41,12 +41,9 @@ from agent_sandbox.kube import (
     SANDBOX_WARM_POOL,
     ApiClient,
     Object,
-    ServerError,
-    TooManyRequests,
-    TransportError,
 )
 from tests import helpers
-from tests.helpers import is_ready
+from tests.helpers import CreationLog, is_ready
 
 pytestmark = pytest.mark.integration
 
@@ -112,44 +109,6 @@ def cordoned(cluster: DevCluster) -> Iterator[Callable[[], None]]:
 
 
 eventually = functools.partial(helpers.eventually, within=240.0)
-
-
-class CreationLog:
-    """Names of every Sandbox created in a namespace, from a watch started before anything exists."""
-
-    def __init__(self, kube: ApiClient, namespace: str) -> None:
-        self.kube, self.ns = kube, namespace
-        self.added: set[str] = set()
-        self._task: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> CreationLog:
-        page = await self.kube.list_page(SANDBOX, namespace=self.ns, limit=1)
-        assert not page.items
-        self._task = asyncio.create_task(self._run(page.resource_version))
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._task is not None
-        if self._task.done():
-            self._task.result()  # surface a watch failure (e.g. 410): the count would be incomplete
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-
-    async def _run(self, rv: str) -> None:
-        while True:
-            try:
-                async for event in self.kube.watch(
-                    SANDBOX, namespace=self.ns, resource_version=rv, timeout_seconds=120
-                ):
-                    rv = event.object["metadata"].get("resourceVersion") or rv
-                    if event.type == "ADDED":
-                        self.added.add(event.object["metadata"]["name"])
-            except (TooManyRequests, ServerError, TransportError):
-                # A controller start re-patches the CRDs: their storage re-initialises (429/503) for a
-                # moment. Resuming from the last resourceVersion loses nothing; a 410 (Gone) would, and
-                # is deliberately not caught.
-                await asyncio.sleep(0.2)
 
 
 async def start_pool(kube: ApiClient, ns: str) -> set[str]:

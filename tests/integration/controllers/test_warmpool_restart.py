@@ -10,7 +10,6 @@ toward the target off its new cache, none missing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import os
 import signal
@@ -29,12 +28,9 @@ from agent_sandbox.kube import (
     SANDBOX_WARM_POOL,
     ApiClient,
     Object,
-    ServerError,
-    TooManyRequests,
-    TransportError,
 )
 from tests import helpers
-from tests.helpers import is_ready
+from tests.helpers import CreationLog, is_ready
 
 pytestmark = pytest.mark.integration
 
@@ -59,43 +55,6 @@ def wait_served(cluster: DevCluster) -> None:
 
 
 eventually = functools.partial(helpers.eventually, within=120.0)
-
-
-class CreationLog:
-    """Every Sandbox ADDED in a namespace, from a watch started before anything exists."""
-
-    def __init__(self, kube: ApiClient, namespace: str) -> None:
-        self.kube, self.ns = kube, namespace
-        self.added: list[str] = []
-        self._task: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> CreationLog:
-        page = await self.kube.list_page(SANDBOX, namespace=self.ns, limit=1)
-        assert not page.items
-        self._task = asyncio.create_task(self._run(page.resource_version))
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._task is not None
-        if self._task.done():
-            self._task.result()  # a failed watch (e.g. 410) would make the count incomplete
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-
-    async def _run(self, rv: str) -> None:
-        while True:
-            try:
-                async for event in self.kube.watch(
-                    SANDBOX, namespace=self.ns, resource_version=rv, timeout_seconds=60
-                ):
-                    rv = event.object["metadata"].get("resourceVersion") or rv
-                    if event.type == "ADDED":
-                        self.added.append(event.object["metadata"]["name"])
-            except (TooManyRequests, ServerError, TransportError):
-                # A controller start re-patches the CRDs (brief 429/503); resuming from the last
-                # resourceVersion loses nothing. A 410 would, and is deliberately not caught.
-                await asyncio.sleep(0.2)
 
 
 @pytest.fixture
