@@ -32,6 +32,7 @@ from yarl import URL
 
 from .. import __version__
 from ._config import ClusterConfig, load_config
+from ._protocols import StatusViaSubresource
 from ._ratelimit import TokenBucket
 from ._resources import ResourceKind
 from ._types import LabelSelector, ListPage, Object, PatchType, PropagationPolicy, WatchEvent
@@ -65,7 +66,7 @@ def _query(params: Mapping[str, str | int | bool | None]) -> str:
     return "&".join(parts)
 
 
-class ApiClient:
+class ApiClient(StatusViaSubresource):
     """Async client for one Kubernetes API server.
 
     Construct with `ApiClient(config, ...)` or `ApiClient.from_kubeconfig(path)`; the aiohttp session is
@@ -554,24 +555,6 @@ class ApiClient:
         await self._json("DELETE", kind.path(namespace), query=query, body=options)
 
     # ----------------------------------------------------------------- status subresource
-
-    async def update_status(self, kind: ResourceKind, obj: Object) -> Object:
-        """PUT the status subresource (only `status` of `obj` is applied by the server)."""
-        return await self.update(kind, obj, subresource="status")
-
-    async def patch_status(
-        self,
-        kind: ResourceKind,
-        name: str,
-        patch: Object | Sequence[Object],
-        *,
-        namespace: str | None = None,
-        patch_type: PatchType = PatchType.MERGE,
-    ) -> Object:
-        """PATCH the status subresource."""
-        return await self.patch(
-            kind, name, patch, namespace=namespace, patch_type=patch_type, subresource="status"
-        )
 
     # ----------------------------------------------------------------- discovery
 

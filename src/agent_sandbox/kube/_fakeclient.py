@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ._patch import apply_json_patch, apply_merge_patch
+from ._protocols import StatusViaSubresource
 from ._resources import ResourceKind
 from ._selectors import compile_selector
 from ._types import LabelSelector, ListPage, Object, PatchType, PropagationPolicy, WatchEvent
@@ -70,7 +71,7 @@ class WatchControl:
             q.put_nowait(error)
 
 
-class FakeClient:
+class FakeClient(StatusViaSubresource):
     """In-memory API server stand-in; see the module docstring for semantics."""
 
     def __init__(self, *objects: tuple[ResourceKind, Object]) -> None:
@@ -360,22 +361,6 @@ class FakeClient:
         self._record("deletecollection", kind, namespace, None)
         for obj in list(self._select(kind, namespace, label_selector, None)):
             self._delete_sync(kind, obj, propagation_policy)
-
-    async def update_status(self, kind: ResourceKind, obj: Object) -> Object:
-        return await self.update(kind, obj, subresource="status")
-
-    async def patch_status(
-        self,
-        kind: ResourceKind,
-        name: str,
-        patch: Object | Sequence[Object],
-        *,
-        namespace: str | None = None,
-        patch_type: PatchType = PatchType.MERGE,
-    ) -> Object:
-        return await self.patch(
-            kind, name, patch, namespace=namespace, patch_type=patch_type, subresource="status"
-        )
 
     # ----------------------------------------------------------------- ListWatcher
 

@@ -117,6 +117,43 @@ class StatusWriter(Protocol):
     ) -> Object: ...
 
 
+class _SubresourceWriter(Protocol):
+    async def update(self, kind: ResourceKind, obj: Object, *, subresource: str | None = None) -> Object: ...
+
+    async def patch(
+        self,
+        kind: ResourceKind,
+        name: str,
+        patch: Object | Sequence[Object],
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = PatchType.MERGE,
+        subresource: str | None = None,
+    ) -> Object: ...
+
+
+class StatusViaSubresource:
+    """`StatusWriter` for any writer whose update/patch take `subresource=` (the real and fake clients)."""
+
+    async def update_status(self: _SubresourceWriter, kind: ResourceKind, obj: Object) -> Object:
+        """PUT the status subresource (only `status` of `obj` is applied by the server)."""
+        return await self.update(kind, obj, subresource="status")
+
+    async def patch_status(
+        self: _SubresourceWriter,
+        kind: ResourceKind,
+        name: str,
+        patch: Object | Sequence[Object],
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = PatchType.MERGE,
+    ) -> Object:
+        """PATCH the status subresource."""
+        return await self.patch(
+            kind, name, patch, namespace=namespace, patch_type=patch_type, subresource="status"
+        )
+
+
 @runtime_checkable
 class Client(Reader, Writer, StatusWriter, Protocol):
     """Reader + Writer + StatusWriter."""
