@@ -117,6 +117,8 @@ class Tuning:
     # does. While v1alpha1 is served, the API server keeps a v1alpha1 watch cache per CRD and converts every
     # change of every object through the (Python) conversion webhook.
     serve_v1alpha1: bool = True
+    # Serve kube-apiserver's pprof so a phase can profile it (`apiserver_profile`).
+    apiserver_profiling: bool = False
 
     def cluster_config(self, name: str) -> ClusterConfig:
         return ClusterConfig(
@@ -129,6 +131,7 @@ class Tuning:
             scheduler_burst=self.scheduler_burst,
             controller_manager_qps=self.controller_manager_qps,
             controller_manager_burst=self.controller_manager_burst,
+            apiserver_profiling=self.apiserver_profiling,
         )
 
     def controller_flags(self) -> tuple[str, ...]:

@@ -25,8 +25,8 @@ from typing import Any
 
 from agent_sandbox.kube import SANDBOX, KubeError, Object
 
+from . import apiserver_profile, promtext
 from . import profile as prof
-from . import promtext
 from .harness import (
     CLAIM_HIST,
     CLIENT_HIST,
@@ -103,7 +103,11 @@ def resolve_params(
 
 
 def _tuning(p: Params, **changes: Any) -> Tuning:
-    base = Tuning(nodes=int(p["nodes"]), serve_v1alpha1=bool(p.get("serve_v1alpha1", True)))
+    base = Tuning(
+        nodes=int(p["nodes"]),
+        serve_v1alpha1=bool(p.get("serve_v1alpha1", True)),
+        apiserver_profiling=bool(p.get("apiserver_profile", False)),
+    )
     flags = tuple(f for f in str(p.get("controller_flags", "")).split() if f)
     return replace(base, extra_flags=flags, **changes)
 
@@ -319,6 +323,7 @@ async def claim_phase(
     dwell: float | None,
     ready_timeout: float,
     profile_label: str | None = None,
+    controller_profile: bool = True,
     baseline_s: float = 4.0,
     quiesce_s: float = 120.0,
 ) -> dict[str, Any]:
@@ -336,11 +341,17 @@ async def claim_phase(
     duration = arrivals[-1] if arrivals else 0.0
     profile_path: Path | None = None
     profiler = None
-    if profile_label:
+    if profile_label and controller_profile:
         profile_path = _profile_path(bench.cluster.name, profile_label)
         profiler = bench.profiler(
             duration + 3.0, profile_path, rate=int(os.environ.get("BENCH_PROFILE_HZ", "100"))
         )
+    api_profile = None
+    if profile_label and bench.tuning.apiserver_profiling:
+        api_path = (
+            RESULTS / "profiles" / f"{_profile_path(bench.cluster.name, profile_label).stem}-apiserver.pprof"
+        )
+        api_profile = asyncio.create_task(apiserver_profile.capture(bench.cluster, duration + 3.0, api_path))
     t_start = time.time()
     t0 = await tracker.drive(arrivals, targets, prefix=prefix)
     await tracker.wait_sent()
@@ -349,6 +360,7 @@ async def claim_phase(
     await tracker.wait_annotations(10.0)
     after = await _scrape(bench)
     await finish_profiler(profiler)
+    api_profile_path = await api_profile if api_profile is not None else None
     if dwell is not None:
         deadline = time.monotonic() + dwell + 60
         while tracker.deleted < tracker.ready_count and time.monotonic() < deadline:  # noqa: ASYNC110
@@ -360,6 +372,7 @@ async def claim_phase(
     result["baseline_cores"] = baseline.get("cpu_cores", {})
     result["quiet_after_s"] = round(quiet_after, 1)
     result["profile"] = _profile_summary(profile_path)
+    result["apiserver_profile"] = apiserver_profile.summarize(api_profile_path)
     return result
 
 
@@ -383,7 +396,8 @@ async def run_burst(p: Params) -> dict[str, Any]:
             prefix="burst",
             dwell=None,
             ready_timeout=float(p["ready_timeout"]),
-            profile_label="burst" if p["profile"] else None,
+            profile_label="burst" if p["profile"] or p["apiserver_profile"] else None,
+            controller_profile=bool(p["profile"]),
         )
         return {
             "cluster": bench.describe(),
@@ -463,7 +477,8 @@ async def run_sustained(p: Params) -> dict[str, Any]:
                 prefix=f"s{k}",
                 dwell=dwell,
                 ready_timeout=max(60.0, seconds),
-                profile_label=f"r{rate:g}" if p["profile"] else None,
+                profile_label=f"r{rate:g}" if p["profile"] or p["apiserver_profile"] else None,
+                controller_profile=bool(p["profile"]),
             )
             phase.update(
                 {"rate": rate, "seconds": seconds, "pool_replicas": replicas, "seed": int(p["seed"]) + k}
@@ -732,7 +747,14 @@ async def run_scale(p: Params) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- registry
 
-_COMMON = {"nodes": 100, "settle": 3.0, "profile": False, "controller_flags": "", "serve_v1alpha1": True}
+_COMMON = {
+    "nodes": 100,
+    "settle": 3.0,
+    "profile": False,
+    "apiserver_profile": False,
+    "controller_flags": "",
+    "serve_v1alpha1": True,
+}
 _SMOKE_COMMON = {"nodes": 10, "settle": 1.0}
 
 SCENARIOS: dict[str, Scenario] = {

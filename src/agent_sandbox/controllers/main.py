@@ -45,6 +45,7 @@ from ..kube import (
     setup_tracing,
 )
 from . import claim, sandbox, template, warmpool, webhook
+from .claim_pressure import ClaimPressure
 from .flags import FlagError, HelpRequested
 from .options import PROGRAM, Options, flag_set, parse_options, read_allowed_label_domains, validate
 from .version import register_build_info, version_text
@@ -66,6 +67,8 @@ class ControllerContext:
     allowed_label_domains: list[str] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)
     """Shared state between setups (e.g. the warm-sandbox queue handed from one controller to another)."""
+    claim_pressure: ClaimPressure = field(default_factory=lambda: ClaimPressure(0.0))
+    """Recent claim arrivals; deferrable writes wait behind them (off without `--extensions`)."""
 
 
 @dataclass(frozen=True)
@@ -160,7 +163,10 @@ async def run(
     stop = stop or _signal_stop()
     try:
         register_build_info()
-        setup_controllers(mgr, ControllerContext(opts, tracing, allowed), setups)
+        pressure = ClaimPressure(opts.sandbox_claim_priority_hold if opts.extensions else 0.0)
+        if pressure.enabled:
+            mgr.events.hold = lambda age: pressure.wait_calm(pressure.hold - age)
+        setup_controllers(mgr, ControllerContext(opts, tracing, allowed, claim_pressure=pressure), setups)
         log.info("starting manager")
         await mgr.start(stop)
     except LeaderElectionLost as exc:

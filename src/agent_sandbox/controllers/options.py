@@ -126,6 +126,13 @@ FLAGS: tuple[Flag, ...] = (
         0.0,
         "Write-behind window for Sandbox Pod metadata patches.",
     ),
+    # Ours, not upstream's (docs/design/claim-priority.md).
+    Flag(
+        "sandbox-claim-priority-hold",
+        "duration",
+        15.0,
+        "While claims arrive, writes that do not make a claim Ready wait up to this long; 0 = never.",
+    ),
     Flag("enable-webhook", "bool", True, "Run the webhook server and register conversion webhooks."),
     Flag("webhook-port", "int", 9443, "Webhook server port."),
     Flag(
@@ -216,6 +223,7 @@ class Options:
     disable_claim_events: bool = False
     disable_claim_observability_annotations: bool = False
     sandbox_write_behind_window: float = 0.0
+    sandbox_claim_priority_hold: float = 15.0
     enable_webhook: bool = True
     webhook_port: int = 9443
     webhook_cert_dir: str = "/tmp/k8s-webhook-server/serving-certs"
@@ -298,6 +306,8 @@ def validate(opts: Options) -> tuple[list[str], list[str]]:
         errors.append("--sandbox-warm-pool-max-refill-rate must be finite and >= 0")
     if opts.sandbox_write_behind_window < 0:
         errors.append("--sandbox-write-behind-window must be >= 0")
+    if opts.sandbox_claim_priority_hold < 0:
+        errors.append("--sandbox-claim-priority-hold must be >= 0")
     if opts.kube_api_burst <= 0:
         errors.append("--kube-api-burst must be > 0")
     if opts.api_connections < 1:

@@ -67,7 +67,7 @@ def apiserver_argv(lay: Layout, cfg: ClusterConfig) -> list[str]:
         f"--max-requests-inflight={cfg.max_requests_inflight}",
         f"--max-mutating-requests-inflight={cfg.max_mutating_requests_inflight}",
         "--allow-privileged=true",
-        "--profiling=false",
+        f"--profiling={str(cfg.apiserver_profiling).lower()}",
         "--v=1",
     ]
 

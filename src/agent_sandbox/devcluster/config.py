@@ -62,6 +62,8 @@ class ClusterConfig:
     # Which of the two StorageClasses ("standard": Immediate, "standard-wffc": WaitForFirstConsumer) is the
     # cluster default.
     default_storage_class: str = STORAGE_CLASS_IMMEDIATE
+    # Serve kube-apiserver's /debug/pprof (benchmarks profile the API server; off like a hardened cluster).
+    apiserver_profiling: bool = False
 
 
 def kubeconfig_yaml(*, name: str, server: str, ca: Path, cert: Path, key: Path, user: str) -> str:

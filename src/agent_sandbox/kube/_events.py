@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
@@ -115,6 +116,8 @@ class EventBroadcaster:
         self._series: dict[tuple[str, ...], _Series] = {}
         self._spam: dict[str, TokenBucket] = {}
         self.dropped = 0
+        self.hold: Callable[[float], Awaitable[None]] | None = None
+        """Awaited with an event's age (seconds) before it is written: lets a busier path go first."""
 
     def recorder(self, controller: str) -> EventRecorder:
         """A recorder reporting as `controller`."""
@@ -139,7 +142,10 @@ class EventBroadcaster:
         """Write queued events until cancelled; flushes what is already queued (1 s max) on the way out."""
         try:
             while True:
-                await self._write(await self._queue.get())
+                pending = await self._queue.get()
+                if self.hold is not None:
+                    await self.hold(time.time() - pending.at)
+                await self._write(pending)
         finally:
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 async with asyncio.timeout(1.0):

@@ -6,6 +6,7 @@ import logging
 import math
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,11 +71,15 @@ SPEC_DEFAULTS = {
 }
 
 
+# Flags of ours beyond upstream's set, with their defaults (docs/design/claim-priority.md).
+OUR_DEFAULTS: dict[str, Any] = {"sandbox-claim-priority-hold": 15}
+
+
 def test_every_spec_flag_exists_with_its_default() -> None:
-    assert {f.name for f in FLAGS} == set(SPEC_DEFAULTS)
+    assert {f.name for f in FLAGS} == set(SPEC_DEFAULTS) | set(OUR_DEFAULTS)
     opts, rest = parse_options([])
     assert rest == []
-    for name, default in SPEC_DEFAULTS.items():
+    for name, default in {**SPEC_DEFAULTS, **OUR_DEFAULTS}.items():
         assert getattr(opts, name.replace("-", "_")) == default, name
     assert validate(opts)[0] == []
 
@@ -223,6 +228,7 @@ def test_zap_level_accepts_names_and_positive_integers() -> None:
         ("sandbox-warm-pool-max-refill-rate", "+Inf"),
         ("sandbox-warm-pool-max-refill-rate", "-0.5"),
         ("sandbox-write-behind-window", "-1ms"),
+        ("sandbox-claim-priority-hold", "-1s"),
         ("kube-api-burst", "0"),
         ("api-connections", "0"),
     ],
@@ -242,6 +248,7 @@ def test_boundary_values_are_accepted() -> None:
     opts, _ = parse_options(
         [
             "--sandbox-write-behind-window=0",
+            "--sandbox-claim-priority-hold=0",
             "--sandbox-warm-pool-max-refill-rate=0",
             "--api-connections=1",
             "--kube-api-burst=1",

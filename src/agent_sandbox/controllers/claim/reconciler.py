@@ -48,6 +48,7 @@ from agent_sandbox.kube import (
     Tracing,
 )
 
+from ..claim_pressure import ClaimPressure
 from . import execute as ex
 from .adoption import (
     is_adoptable,
@@ -130,11 +131,13 @@ class ClaimReconciler:
         metrics: ClaimMetrics,
         config: ClaimConfig,
         tracing: Tracing | None = None,
+        pressure: ClaimPressure | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         """Args:
         store: synchronous cache reads. api: writes. authoritative: uncached reads (settling contests).
-        queue / observed / fresh: the controller's in-memory state. now: wall clock (tests inject one).
+        queue / observed / fresh: the controller's in-memory state. pressure: claim arrivals (a detached
+        metadata patch waits behind them, bounded by its hold). now: wall clock (tests inject one).
         """
         self.store = store
         self.api = api
@@ -146,6 +149,7 @@ class ClaimReconciler:
         self.metrics = metrics
         self.config = config
         self.tracing = tracing or Tracing()
+        self.pressure = pressure or ClaimPressure(0.0)
         self.now = now
         self.warm = WarmPath(
             api=api,
@@ -407,7 +411,11 @@ class ClaimReconciler:
             return None
         if self._retry is not None:
             if uid not in self._stamping:  # else: the write in flight carries it; its event re-runs us
-                task = asyncio.create_task(self._detached_stamp(stored, patch.body(), Request(ns, name)))
+                # The UID makes a patch that waited (claim pressure) fail on a deleted-and-recreated claim
+                # (422 "field is immutable") instead of stamping the new one; its retry pass settles it.
+                body = patch.body()
+                body["metadata"]["uid"] = uid
+                task = asyncio.create_task(self._detached_stamp(stored, body, Request(ns, name)))
                 self._stamping[uid] = task
             return None
         try:
@@ -423,6 +431,8 @@ class ClaimReconciler:
     ) -> None:
         uid = stored["metadata"]["uid"]
         failed: KubeError | None = None
+        # Bookkeeping only (the claim is Ready already): let claims still arriving have the API server first.
+        await self.pressure.wait_calm(self.pressure.hold)
         try:
             updated = await ex.patch_claim_metadata(self.api, stored, body)
             if updated is not None:

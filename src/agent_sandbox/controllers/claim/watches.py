@@ -34,6 +34,7 @@ from agent_sandbox.kube import (
     Request,
 )
 
+from ..claim_pressure import ClaimPressure
 from ..extensions_common import INDEX_POOL_TEMPLATE_REF, ensure_indexes
 from .adoption import is_adoptable, is_ready, pool_name_of
 from .observability import ClaimMetrics, ObservedTimes
@@ -49,7 +50,7 @@ __all__ = [
     "POOL_EVENTS",
     "SANDBOX_STATUS_CHANGED",
     "TEMPLATE_CREATED",
-    "ClaimDeletionHandler",
+    "ClaimLifecycleHandler",
     "PoolDeletionHandler",
     "WarmQueueFeeder",
     "claim_pool_index",
@@ -246,14 +247,18 @@ class PoolDeletionHandler:
         self._queue.remove_queue(pool_key(meta.get("namespace", ""), meta["name"]))
 
 
-class ClaimDeletionHandler:
-    """Forget read-your-writes state of a deleted claim."""
+class ClaimLifecycleHandler:
+    """Note new claims as claim pressure; forget read-your-writes state of a deleted claim."""
 
-    def __init__(self, fresh: Freshest) -> None:
+    def __init__(self, fresh: Freshest, pressure: ClaimPressure) -> None:
         self._fresh = fresh
+        self._pressure = pressure
 
     def on_add(self, obj: Object) -> None:
-        return None
+        # A claim that still needs a Sandbox: bookkeeping writes elsewhere wait behind it (claim_pressure).
+        ready = (_cond(obj, c.CONDITION_READY) or {}).get("status")
+        if not obj["metadata"].get("deletionTimestamp") and ready != "True":
+            self._pressure.note_arrival()
 
     def on_update(self, old: Object, new: Object) -> None:
         return None
@@ -298,6 +303,7 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
             persist_observability=not opts.disable_claim_observability_annotations,
         ),
         tracing=ctx.tracing,
+        pressure=ctx.claim_pressure,
     )
     ctrl: Controller = (
         Builder(mgr)
@@ -318,4 +324,4 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
 
     cache.informer(SANDBOX).add_handler(WarmQueueFeeder(queue, fresh, wake))
     cache.informer(SANDBOX_WARM_POOL).add_handler(PoolDeletionHandler(queue))
-    cache.informer(SANDBOX_CLAIM).add_handler(ClaimDeletionHandler(fresh))
+    cache.informer(SANDBOX_CLAIM).add_handler(ClaimLifecycleHandler(fresh, ctx.claim_pressure))

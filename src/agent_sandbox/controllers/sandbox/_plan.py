@@ -56,8 +56,11 @@ class Snapshot:
         deleting_pod_uids: Pods whose delete this controller issued but the cache does not show yet.
         awaiting_cache: set while creates/deletes this controller issued are not yet visible in the cache:
             seconds after which they are no longer waited for (expectations TTL); None: nothing pending.
-        write_behind_window: effective write-behind window in seconds (0 = synchronous, §1.12).
+        write_behind_window: effective write-behind window in seconds (0 = synchronous, §1.12); while
+            claims are arriving, the claim-priority hold (`claim_pressure`).
         deferral_since: first time a Pod metadata write of this Sandbox was deferred (write-behind clock).
+        yield_to_claims: claims are arriving: an observedGeneration-only status write is deferred too
+            (same clock and window as the Pod metadata patch).
     """
 
     sandbox: Object
@@ -71,6 +74,7 @@ class Snapshot:
     awaiting_cache: float | None = None
     write_behind_window: float = 0.0
     deferral_since: datetime | None = None
+    yield_to_claims: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -28,7 +28,7 @@ from ._conditions import (
     upsert_condition,
 )
 from ._plan import DeleteSandbox, Plan, PlanMode, PodPlan, Results, ServiceFields, Snapshot, StepResult
-from .decide import EXPIRY_REQUEUE, check_expiry, shutdown_time
+from .decide import EXPIRY_REQUEUE, check_expiry, deferral, shutdown_time
 
 __all__ = ["Conclusion", "child_outcome", "conclude", "status_patch"]
 
@@ -43,6 +43,8 @@ class Conclusion:
         errors: returned errors (-> exponential backoff); the status is still written first.
         sandbox_deleted: the Sandbox was deleted by expiry (no status write).
         clear_deferral: drop the write-behind clock entry of this Sandbox.
+        status_deferred: an observedGeneration-only status write was held back (claim pressure); start
+            the write-behind clock if it is not running.
         outcome: the child outcome the conditions were computed from (RECONCILE only).
     """
 
@@ -51,6 +53,7 @@ class Conclusion:
     errors: tuple[str, ...] = ()
     sandbox_deleted: bool = False
     clear_deferral: bool = False
+    status_deferred: bool = False
     outcome: ChildOutcome | None = None
 
 
@@ -62,6 +65,20 @@ def _min_positive(a: float | None, b: float | None) -> float | None:
 def _normalized(status: Mapping[str, Any]) -> dict[str, Any]:
     # Go's omitempty: missing, null, "" and empty lists/maps are all the same status.
     return {k: v for k, v in status.items() if v not in (None, "", [], {})}
+
+
+def generation_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether `new` differs from `old` only in the conditions' observedGeneration (a takeover's echo)."""
+
+    def strip(status: Mapping[str, Any]) -> dict[str, Any]:
+        out = _normalized(status)
+        out["conditions"] = [
+            {k: v for k, v in cond.items() if k != "observedGeneration"}
+            for cond in out.get("conditions") or ()
+        ]
+        return out
+
+    return strip(old) == strip(new)
 
 
 def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Object | None:
@@ -207,16 +224,26 @@ def conclude(snapshot: Snapshot, plan: Plan, results: Results, now: datetime) ->
     if expired:
         _mark_expired(status, _generation(snapshot), now)
         requeue = EXPIRY_REQUEUE
+    patch = status_patch(old, status)
+    status_wait: float | None = None
+    if patch is not None and snapshot.yield_to_claims and generation_only(old, status):
+        # Claims are arriving and only observedGeneration moved (a takeover bumped the generation): the
+        # echo waits behind them, on the Pod patch's clock (docs/design/claim-priority.md).
+        status_wait = deferral(snapshot.write_behind_window, snapshot.deferral_since, now)
+        if status_wait is not None:
+            patch = None
     clear = False
     if not outcome.errors:
-        if pod_plan.deferred_wait is not None:
-            requeue = _min_positive(requeue, pod_plan.deferred_wait)
+        waits = [w for w in (pod_plan.deferred_wait, status_wait) if w is not None]
+        if waits:
+            requeue = _min_positive(requeue, min(waits))
         else:
             clear = True
     return Conclusion(
-        status_patch=status_patch(old, status),
+        status_patch=patch,
         requeue_after=requeue,
         errors=outcome.errors,
         clear_deferral=clear,
+        status_deferred=status_wait is not None,
         outcome=outcome,
     )

@@ -41,6 +41,7 @@ from agent_sandbox.kube import (
     Tracing,
 )
 
+from ..claim_pressure import ClaimPressure
 from ._children import pvc_name
 from ._expect import ChildExpectations
 from ._ownwrites import OwnWrites
@@ -85,6 +86,7 @@ class SandboxReconciler:
         expectations: ChildExpectations | None = None,
         events: EventSink | None = None,
         tracing: Tracing | None = None,
+        pressure: ClaimPressure | None = None,
         now: Callable[[], datetime] = _wall_clock,
     ) -> None:
         """Create the reconciler.
@@ -97,6 +99,8 @@ class SandboxReconciler:
             expectations: shared with the informer handlers (see `watches.setup`); None: a private set.
             events: Event sink reporting as `sandbox-controller`.
             tracing: span factory (None: tracing off).
+            pressure: claim arrivals; while they last, the Pod metadata patch and an observedGeneration-only
+                status write are deferred for up to its hold (None: never).
             now: wall clock (tests inject a fixed time).
         """
         self.reader = reader
@@ -106,9 +110,14 @@ class SandboxReconciler:
         self.expectations = expectations or ChildExpectations()
         self.events = events
         self.tracing = tracing or Tracing()
+        self.pressure = pressure or ClaimPressure(0.0)
         self.now = now
         self._deferrals: dict[Request, datetime] = {}
         self._own_writes = OwnWrites()
+
+    def deferred(self) -> list[Request]:
+        """Sandboxes holding a deferred write (re-enqueued when claim pressure ends)."""
+        return list(self._deferrals)
 
     async def reconcile(self, request: Request) -> Result:
         """One pass over the Sandbox `request` names (see module docstring)."""
@@ -142,6 +151,7 @@ class SandboxReconciler:
                 pvcs[claim] = pvc
         uids = {p["metadata"].get("uid", "") for p in (*pods, *((tracked,) if tracked else ()))}
         pending = self.expectations.pending(_CHILD_KINDS, ns, name)
+        hot = self.pressure.hot()
         return Snapshot(
             sandbox=sandbox,
             pods=pods,
@@ -152,8 +162,9 @@ class SandboxReconciler:
             trace_context=self.tracing.current_context_annotation(),
             deleting_pod_uids=self.expectations.deleting(POD, ns, name, uids),
             awaiting_cache=self.expectations.ttl if pending else None,
-            write_behind_window=self.window,
+            write_behind_window=max(self.window, self.pressure.hold) if hot else self.window,
             deferral_since=self._deferrals.get(request),
+            yield_to_claims=hot,
         )
 
     async def _cached(self, kind: ResourceKind, name: str, namespace: str) -> Object | None:
@@ -187,6 +198,8 @@ class SandboxReconciler:
         conclusion = conclude(snapshot, plan, results, self.now())
         if conclusion.clear_deferral:
             self._deferrals.pop(request, None)
+        elif conclusion.status_deferred:
+            self._deferrals.setdefault(request, now)
         errors = list(conclusion.errors)
         if conclusion.status_patch is not None and not conclusion.sandbox_deleted:
             try:

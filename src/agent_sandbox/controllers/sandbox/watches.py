@@ -27,6 +27,7 @@ from agent_sandbox.kube import (
     has_label,
 )
 
+from ..claim_pressure import ClaimPressure
 from ._expect import ChildExpectations
 from .metrics import register_collector
 from .reconciler import POD_NAME_HASH_INDEX, SandboxReconciler
@@ -81,6 +82,7 @@ def setup_sandbox_controller(
     write_behind_window: float = 0.0,
     cache_label_selectors: bool = False,
     tracing: Tracing | None = None,
+    pressure: ClaimPressure | None = None,
 ) -> Controller:
     """Register the Sandbox controller (and the `agent_sandboxes` collector) with `mgr`.
 
@@ -93,6 +95,8 @@ def setup_sandbox_controller(
         write_behind_window: `--sandbox-write-behind-window` in seconds.
         cache_label_selectors: `--cache-label-selectors` (cache only Pods/Services with the tracking label).
         tracing: span factory (`--enable-tracing`).
+        pressure: claim arrivals (`--sandbox-claim-priority-hold`); deferred writes are re-enqueued when
+            it calms down. None: nothing is ever deferred for claims.
 
     Returns:
         The controller (already added to the manager).
@@ -119,6 +123,7 @@ def setup_sandbox_controller(
         expectations=expectations,
         events=mgr.event_recorder(EVENT_REPORTER),
         tracing=tracing,
+        pressure=pressure,
     )
     tracked = has_label(LABEL_SANDBOX_NAME_HASH)
     controller = (
@@ -131,6 +136,13 @@ def setup_sandbox_controller(
         .complete(reconciler)
     )
     register_collector(mgr.options.registry, cache.informer(SANDBOX))
+    if pressure is not None:
+
+        def requeue_deferred() -> None:
+            for request in reconciler.deferred():
+                controller.queue.add(request)
+
+        pressure.on_calm(requeue_deferred)
     return controller
 
 
@@ -144,4 +156,5 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
         write_behind_window=opts.sandbox_write_behind_window,
         cache_label_selectors=opts.cache_label_selectors,
         tracing=ctx.tracing,
+        pressure=ctx.claim_pressure,
     )

@@ -39,12 +39,13 @@ from agent_sandbox.kube import (
     Result,
 )
 
+from ..claim_pressure import ClaimPressure
 from ..extensions_common import INDEX_SANDBOX_WARM_POOL
 from .config import EXPECTATIONS_PENDING_REQUEUE, WarmPoolConfig
 from .decide import PoolPlan, PoolSnapshot, decide
 from .execute import PoolClient, create_members, delete_excess, delete_members, patch_members
 from .members import creation_time, go_duration, is_ready, pod_name, template_ref_name
-from .shaping import ProgressTracker, RefillBuckets, ReplenishHold
+from .shaping import ClaimYield, ProgressTracker, RefillBuckets, ReplenishHold
 
 __all__ = ["TemplateLookupError", "WarmPoolReconciler", "pool_key"]
 
@@ -75,6 +76,7 @@ class WarmPoolReconciler:
         clock: Clock | None = None,
         wall_clock: Callable[[], float] = time.time,
         rng: Callable[[], float] = random.random,
+        pressure: ClaimPressure | None = None,
     ) -> None:
         """Create the reconciler.
 
@@ -86,6 +88,7 @@ class WarmPoolReconciler:
             clock: monotonic time for the hold and the refill bucket.
             wall_clock: epoch seconds, compared with members' creationTimestamps.
             rng: jitter source in [0, 1).
+            pressure: claim arrivals; refill yields to them while the pool has Ready headroom (None: never).
         """
         clock = clock or RealClock()
         self.client = client
@@ -96,6 +99,7 @@ class WarmPoolReconciler:
         self._wall = wall_clock
         self._rng = rng
         self.hold = ReplenishHold(self.config.replenish_delay)
+        self.claim_yield = ClaimYield(pressure or ClaimPressure(0.0))
         self.buckets = RefillBuckets(self.config.max_refill_rate)
         self.progress = ProgressTracker()
 
@@ -103,6 +107,7 @@ class WarmPoolReconciler:
         """Drop every per-pool record (pool deleted or being deleted)."""
         self.expectations.forget(key)
         self.hold.forget(key)
+        self.claim_yield.forget(key)
         self.buckets.forget(key)
         self.progress.forget(key)
 
@@ -172,6 +177,10 @@ class WarmPoolReconciler:
 
         now = self._clock.now()
         hold = self.hold.observe(key, plan.current, plan.desired, now)
+        ready = int(plan.status.get("readyReplicas") or 0)
+        hold = max(
+            hold, self.claim_yield.observe(key, current=plan.current, ready=ready, desired=plan.desired)
+        )
         if hold > 0 and plan.current < plan.desired and plan.template_ok:
             delays.append(hold)  # members just left (claims): let that burst have the API first
         elif plan.create is not None:

@@ -9,6 +9,8 @@ Owns the three small state machines the reconciler consults at execution time, e
   per pool pacing creates; tokens of creates the expectations gate refused are refunded.
 * `ProgressTracker`: whether the pool is in the not-progressing state, so the Warning/Normal events of
   §3.10 are emitted on transitions only.
+* `ClaimYield` (ours, `--sandbox-claim-priority-hold`): while claims are arriving and the pool still has
+  Ready headroom, refill waits behind them, bounded by the hold (docs/design/claim-priority.md).
 
 All methods are synchronous (atomic on the event loop) and take `now` (monotonic seconds) explicitly,
 so unit tests drive time by hand. The state is lost on restart by design: the first observation after a
@@ -20,7 +22,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["ProgressTracker", "RefillBuckets", "ReplenishHold"]
+from ..claim_pressure import ClaimPressure
+
+__all__ = ["HEADROOM", "ClaimYield", "ProgressTracker", "RefillBuckets", "ReplenishHold"]
+
+HEADROOM = 0.25
+"""Refill never yields to claims once fewer than this fraction of the desired members are Ready."""
 
 
 @dataclass(slots=True)
@@ -126,3 +133,37 @@ class ProgressTracker:
 
     def forget(self, key: str) -> None:
         self._not_progressing.discard(key)
+
+
+class ClaimYield:
+    """Refill yields to arriving claims while the pool has Ready headroom, at most `pressure.hold` per episode.
+
+    The clock of a pool starts at its first held pass and is kept until the pool is full again or the claims
+    stop, so a steady stream of claims delays refill by at most one hold, never indefinitely.
+    """
+
+    def __init__(self, pressure: ClaimPressure) -> None:
+        self.pressure = pressure
+        self._since: dict[str, float] = {}
+
+    def observe(self, key: str, *, current: int, ready: int, desired: int) -> float:
+        """Seconds refill of pool `key` should still wait (0 = create now)."""
+        if current >= desired or not self.pressure.hot():
+            self._since.pop(key, None)
+            return 0.0
+        if ready < desired * HEADROOM:
+            return 0.0  # the pool is running dry: refill now (the clock keeps running)
+        since = self._since.get(key)
+        wait = self.pressure.wait(since)
+        if wait is None:
+            return 0.0
+        if since is None:
+            self._since[key] = self.pressure.now()
+        return wait
+
+    def held(self) -> list[str]:
+        """Pools whose refill is (or was, this episode) held back."""
+        return list(self._since)
+
+    def forget(self, key: str) -> None:
+        self._since.pop(key, None)

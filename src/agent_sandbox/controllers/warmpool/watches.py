@@ -96,8 +96,9 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
         config=WarmPoolConfig.from_options(ctx.options),
         expectations=expectations,
         events=mgr.event_recorder(EVENT_REPORTER),
+        pressure=ctx.claim_pressure,
     )
-    (
+    controller = (
         Builder(mgr)
         .for_(SANDBOX_WARM_POOL)
         .owns(SANDBOX)
@@ -106,3 +107,10 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
         .with_options(workers=ctx.options.sandbox_warm_pool_concurrent_workers)
         .complete(reconciler)
     )
+
+    def requeue_held() -> None:
+        for key in reconciler.claim_yield.held():
+            namespace, _, name = key.partition("/")
+            controller.queue.add(Request(namespace, name))
+
+    ctx.claim_pressure.on_calm(requeue_held)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.controllers.claim_pressure import ClaimPressure
 from agent_sandbox.kube import SANDBOX_CLAIM, Request, ServerError
 from tests.unit.controllers.claim.builders import NS, T0, World, claim, claim_ready, member, sample, standard
 
@@ -90,3 +91,31 @@ async def test_failed_detached_stamp_is_retried_and_backfilled_never_double_coun
     ann = world.get(SANDBOX_CLAIM, "c1")["metadata"]["annotations"]
     assert ann[c.ANNOTATION_CLAIM_FIRST_READY_AT] == "unknown"
     assert sample(CTRL_COUNT, launch_type="warm", sandbox_template="tmpl") == before + 1
+
+
+async def test_detached_stamp_waits_while_claims_arrive_and_carries_the_claim_uid() -> None:
+    world = World(*standard(member("pool-a")), (SANDBOX_CLAIM, claim()))
+    pressure = ClaimPressure(30.0, calm_after=0.2)
+    world.reconciler.pressure = pressure
+    retried: list[Request] = []
+    world.reconciler.detach_metadata_writes(retried.append)
+    sent: list[Any] = []
+    real = world.fake.patch
+
+    async def record(kind: Any, name: str, patch: Any, **kw: Any) -> Any:
+        if kind is SANDBOX_CLAIM and kw.get("subresource") is None:
+            sent.append(patch)
+        return await real(kind, name, patch, **kw)
+
+    world.fake.patch = record  # type: ignore[method-assign]
+    pressure.note_arrival()
+    await world.reconcile()
+    assert claim_ready(world.get(SANDBOX_CLAIM, "c1"))["status"] == "True"  # type: ignore[index]
+    await asyncio.sleep(0.05)
+    assert sent == []  # still hot: the bookkeeping write waits
+    await pressure.wait_calm(5.0)
+    await _drain()
+    assert len(sent) == 1
+    assert sent[0]["metadata"]["uid"] == "c1-uid"
+    assert c.ANNOTATION_CLAIM_FIRST_READY_AT in world.get(SANDBOX_CLAIM, "c1")["metadata"]["annotations"]
+    assert retried == []

@@ -18,6 +18,7 @@ from agent_sandbox.controllers.claim.store import Freshest
 from agent_sandbox.controllers.claim.watches import (
     POOL_EVENTS,
     TEMPLATE_CREATED,
+    ClaimLifecycleHandler,
     PoolDeletionHandler,
     WarmQueueFeeder,
     claim_pool_index,
@@ -27,6 +28,7 @@ from agent_sandbox.controllers.claim.watches import (
     sandbox_status_changed,
     timing_predicate,
 )
+from agent_sandbox.controllers.claim_pressure import ClaimPressure
 from agent_sandbox.controllers.extensions_common import INDEX_POOL_TEMPLATE_REF, pool_template_ref_index
 from agent_sandbox.kube import SANDBOX_CLAIM, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL, Cache, Request
 from agent_sandbox.kube.testing import FakeClient
@@ -207,3 +209,19 @@ async def test_template_creation_wakes_claims_of_every_pool_using_it(cache: tupl
     _, c_ = cache
     got = sorted(map_template_to_claims(c_)(template()), key=lambda r: r.name)
     assert got == [Request(NS, "bound"), Request(NS, "c1"), Request(NS, "c2")]
+
+
+async def test_only_claims_still_waiting_for_a_sandbox_count_as_claim_pressure() -> None:
+    pressure = ClaimPressure(15.0)
+    handler = ClaimLifecycleHandler(Freshest(), pressure)
+    handler.on_add(claim("ready", status={"conditions": [ready_cond("True")]}))
+    gone = claim("gone")
+    gone["metadata"]["deletionTimestamp"] = "2026-01-01T12:00:00Z"
+    handler.on_add(gone)
+    handler.on_update(claim("c1"), claim("c1"))
+    assert pressure.arrivals == 0
+    assert not pressure.hot()
+    handler.on_add(claim("new"))
+    handler.on_add(claim("pending", status={"conditions": [ready_cond("False")]}))
+    assert pressure.arrivals == 2
+    assert pressure.hot()

@@ -18,11 +18,13 @@ from agent_sandbox.api.constants import (
     ANNOTATION_SAFE_TO_EVICT,
     ANNOTATION_TRACE_CONTEXT,
     LABEL_ADOPTABLE,
+    LABEL_CLAIM_UID,
     LABEL_CREATED_BY,
     LABEL_SANDBOX_NAME_HASH,
     LABEL_SANDBOX_TEMPLATE_REF_HASH,
     LABEL_WARM_POOL_SANDBOX,
 )
+from agent_sandbox.controllers.claim_pressure import ClaimPressure
 from agent_sandbox.controllers.sandbox import (
     POD_NAME_HASH_INDEX,
     ChildExpectations,
@@ -475,3 +477,85 @@ async def test_already_exists_replan_arms_the_write_behind_clock() -> None:
     await r.reconcile(REQ)  # the window was armed by the first pass: the patch is due now
     assert writes(api, "patch", "Pod") == 1
     assert "stale" not in (await get(api, POD))["metadata"]["labels"]
+
+
+# --------------------------------------------------------------------------- claim pressure
+
+
+class PressureClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def _taken_over(client: FakeClient) -> None:
+    """Settle the adopted Sandbox, then bump its generation the way a claim's takeover patch does."""
+    await reconciler(client).reconcile(REQ)
+    sb = await get(client, SANDBOX)
+    sb["spec"]["podTemplate"].setdefault("metadata", {}).setdefault("labels", {})[LABEL_CLAIM_UID] = (
+        "uid-claim"
+    )
+    await client.update(SANDBOX, sb)  # a spec change: the generation moves to 2
+    pod_ = await get(client, POD)
+    pod_["metadata"]["labels"][LABEL_WARM_POOL_SANDBOX] = "pool"
+    await client.update(POD, pod_)
+    client.actions.clear()
+
+
+async def test_claim_pressure_defers_pod_patch_and_generation_echo_then_writes_once_calm() -> None:
+    client = _adopted_pool_setup()
+    await _taken_over(client)
+    mono = PressureClock()
+    pressure = ClaimPressure(15.0, clock=mono)
+    clock = Clock()
+    r = reconciler(client, pressure=pressure, now=clock)
+    pressure.note_arrival()
+    first = await r.reconcile(REQ)
+    assert writes(client, "patch", "Pod") == 0
+    assert writes(client, "patch", "Sandbox") == 0
+    assert first.requeue_after == pytest.approx(15.0)
+    assert r.deferred() == [REQ]
+    mono.t += 2.0  # calm again (the pass after the calm listener re-enqueued it)
+    clock.now += timedelta(seconds=2)
+    second = await r.reconcile(REQ)
+    assert writes(client, "patch", "Pod") == 1
+    assert writes(client, "patch", "Sandbox") == 1
+    ready = next(c for c in (await get(client, SANDBOX))["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["observedGeneration"] == 2
+    assert second.requeue_after is None
+    assert r.deferred() == []
+
+
+async def test_claim_pressure_never_holds_a_write_past_the_hold() -> None:
+    client = _adopted_pool_setup()
+    await _taken_over(client)
+    mono = PressureClock()
+    pressure = ClaimPressure(15.0, clock=mono)
+    clock = Clock()
+    r = reconciler(client, pressure=pressure, now=clock)
+    pressure.note_arrival()
+    await r.reconcile(REQ)
+    for _ in range(16):  # claims keep arriving for 16 s
+        mono.t += 1.0
+        clock.now += timedelta(seconds=1)
+        pressure.note_arrival()
+        await r.reconcile(REQ)
+    assert writes(client, "patch", "Pod") == 1
+    assert writes(client, "patch", "Sandbox") == 1
+
+
+async def test_claim_pressure_never_defers_a_real_status_change() -> None:
+    client = _adopted_pool_setup()
+    await _taken_over(client)
+    pod_ = await get(client, POD)
+    pod_["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    await client.update(POD, pod_, subresource="status")
+    client.actions.clear()
+    pressure = ClaimPressure(15.0, clock=PressureClock())
+    pressure.note_arrival()
+    await reconciler(client, pressure=pressure).reconcile(REQ)
+    assert writes(client, "patch", "Pod") == 0  # metadata only: still deferred
+    assert writes(client, "patch", "Sandbox") == 1
+    assert cond(await get(client, SANDBOX), "Ready")[0] == "False"  # type: ignore[index]

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from agent_sandbox.controllers.warmpool.shaping import ProgressTracker, RefillBuckets, ReplenishHold
+from agent_sandbox.controllers.claim_pressure import ClaimPressure
+from agent_sandbox.controllers.warmpool.shaping import (
+    ClaimYield,
+    ProgressTracker,
+    RefillBuckets,
+    ReplenishHold,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -81,3 +87,63 @@ def test_progress_tracker_reports_transitions_only() -> None:
     t.set(K, True)
     t.forget(K)
     assert not t.set(K, False)
+
+
+# --------------------------------------------------------------------------- ClaimYield (claim pressure)
+
+
+class _Mono:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _yield(hold: float = 15.0) -> tuple[ClaimYield, ClaimPressure, _Mono]:
+    clock = _Mono()
+    pressure = ClaimPressure(hold, clock=clock)
+    return ClaimYield(pressure), pressure, clock
+
+
+async def test_claim_yield_only_while_claims_arrive_and_the_pool_has_headroom() -> (
+    None
+):  # note_arrival arms a timer on the loop
+    y, pressure, clock = _yield()
+    assert y.observe(K, current=700, ready=700, desired=1000) == 0  # no claims: refill now
+    pressure.note_arrival()
+    assert y.observe(K, current=700, ready=700, desired=1000) == pytest.approx(15.0)
+    assert y.held() == [K]
+    clock.t += 5
+    pressure.note_arrival()
+    assert y.observe(K, current=400, ready=400, desired=1000) == pytest.approx(10.0)
+    assert y.observe(K, current=249, ready=249, desired=1000) == 0  # under 25% Ready: refill now
+    assert y.observe(K, current=1000, ready=1000, desired=1000) == 0  # full: the episode ends
+    assert y.held() == []
+
+
+async def test_claim_yield_is_bounded_by_the_hold_under_a_steady_stream() -> (
+    None
+):  # note_arrival arms a timer on the loop
+    y, pressure, clock = _yield(hold=10.0)
+    pressure.note_arrival()
+    assert y.observe(K, current=900, ready=900, desired=1000) == pytest.approx(10.0)
+    for _ in range(11):
+        clock.t += 1
+        pressure.note_arrival()
+        wait = y.observe(K, current=900, ready=900, desired=1000)
+    assert wait == 0
+
+
+async def test_claim_yield_ends_when_claims_stop_and_with_a_disabled_hold() -> (
+    None
+):  # note_arrival arms a timer on the loop
+    y, pressure, clock = _yield()
+    pressure.note_arrival()
+    assert y.observe(K, current=900, ready=900, desired=1000) > 0
+    clock.t += pressure.calm_after
+    assert y.observe(K, current=900, ready=900, desired=1000) == 0
+    assert y.held() == []
+    off = ClaimYield(ClaimPressure(0.0))
+    off.pressure.note_arrival()
+    assert off.observe(K, current=1, ready=1, desired=2) == 0

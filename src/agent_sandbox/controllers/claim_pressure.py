@@ -1,0 +1,134 @@
+"""Claim pressure: while SandboxClaims are arriving, writes that do not make a claim Ready wait.
+
+On a control plane whose API server is the bottleneck (docs/performance.md: a warm claim is 3 writes on its
+critical path but ~6 in total, plus the pool refill it causes), every bookkeeping write competes with the
+two that make a claim Ready. This module is the one shared signal that lets the controllers put the
+bookkeeping behind the claims, for a bounded time:
+
+* the claim controller calls `note_arrival()` for every new, not yet Ready claim it observes;
+* the system is **hot** until `calm_after` seconds pass without an arrival;
+* while hot, a deferrable write waits, but never longer than `hold` seconds after it was first deferred
+  (the caller keeps that first time, so a steady stream of claims cannot starve the write);
+* when the system turns calm, `on_calm` listeners run (they re-enqueue what they deferred) and
+  `wait_calm()` returns.
+
+Deferrable (docs/design/claim-priority.md): the Sandbox controller's Pod metadata patch and its
+observedGeneration-only status patch, the claim's post-Ready metadata patch, Events, and warm-pool refill
+while the pool still has Ready headroom. Never deferred: creates, ownership changes, takeovers, any status
+write that changes a condition, a Sandbox's Pod creation, deletes.
+
+With `hold <= 0` (`--sandbox-claim-priority-hold=0`) nothing is ever hot and every write is synchronous.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+__all__ = ["CALM_AFTER", "DEFAULT_HOLD", "ClaimPressure"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HOLD = 15.0
+"""`--sandbox-claim-priority-hold` default, seconds: the longest a bookkeeping write waits behind claims."""
+
+CALM_AFTER = 1.0
+"""Seconds without a claim arrival after which the system counts as calm again."""
+
+
+class ClaimPressure:
+    """Recent claim arrivals, and the bounded wait they impose on deferrable writes (module docstring)."""
+
+    def __init__(
+        self,
+        hold: float = DEFAULT_HOLD,
+        *,
+        calm_after: float = CALM_AFTER,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Args: hold: the longest wait per write (<= 0 disables); calm_after: quiet period; clock: monotonic."""
+        self.hold = max(0.0, hold)
+        self.calm_after = calm_after
+        self._clock = clock
+        self._last_arrival: float | None = None
+        self._calm_listeners: list[Callable[[], None]] = []
+        self._calm = asyncio.Event()
+        self._calm.set()
+        self._timer: asyncio.TimerHandle | None = None
+        self.arrivals = 0
+        self.episodes = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.hold > 0
+
+    def note_arrival(self) -> None:
+        """A new claim that is not Ready yet was observed (call from the event loop)."""
+        if not self.enabled:
+            return
+        self.arrivals += 1
+        self._last_arrival = self._clock()
+        if self._calm.is_set():
+            self._calm.clear()
+            self.episodes += 1
+        if self._timer is None:
+            self._arm(self.calm_after)
+
+    def hot(self) -> bool:
+        """Whether a claim arrived within the last `calm_after` seconds."""
+        if self._last_arrival is None:
+            return False
+        return self._clock() - self._last_arrival < self.calm_after
+
+    def wait(self, since: float | None) -> float | None:
+        """Seconds a deferrable write first deferred at `since` (monotonic) should still wait, or None: write now.
+
+        `since=None` means the write was not deferred before: while hot, the full `hold` is returned and the
+        caller records `now()` as its first-deferral time.
+        """
+        if not self.enabled or not self.hot():
+            return None
+        if since is None:
+            return self.hold
+        remaining = self.hold - (self._clock() - since)
+        return remaining if remaining > 0 else None
+
+    def now(self) -> float:
+        """The clock `wait()` compares against (callers record first-deferral times with it)."""
+        return self._clock()
+
+    def on_calm(self, listener: Callable[[], None]) -> None:
+        """Call `listener` every time the system turns calm (re-enqueue deferred work there)."""
+        self._calm_listeners.append(listener)
+
+    async def wait_calm(self, within: float) -> None:
+        """Return when the system is calm, or after `within` seconds, whichever is first."""
+        if self._calm.is_set() or within <= 0:
+            return
+        try:
+            async with asyncio.timeout(within):
+                await self._calm.wait()
+        except TimeoutError:
+            pass
+
+    # ------------------------------------------------------------------ calm detection
+
+    def _arm(self, delay: float) -> None:
+        self._timer = asyncio.get_running_loop().call_later(max(delay, 0.0), self._check)
+
+    def _check(self) -> None:
+        self._timer = None
+        if self._last_arrival is None:
+            return
+        quiet_for = self._clock() - self._last_arrival
+        if quiet_for < self.calm_after:
+            self._arm(self.calm_after - quiet_for)
+            return
+        self._calm.set()
+        for listener in list(self._calm_listeners):
+            try:
+                listener()
+            except Exception:  # a listener's bug must not stop the others from re-enqueueing
+                log.exception("claim pressure: calm listener failed")

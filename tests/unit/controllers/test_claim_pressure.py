@@ -1,0 +1,102 @@
+"""`ClaimPressure`: hot while claims arrive, a bounded wait per deferred write, calm listeners."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agent_sandbox.controllers.claim_pressure import ClaimPressure
+
+pytestmark = pytest.mark.unit
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def test_disabled_is_never_hot_and_never_defers() -> None:
+    p = ClaimPressure(0.0)
+    p.note_arrival()
+    assert not p.enabled
+    assert not p.hot()
+    assert p.wait(None) is None
+    assert p.arrivals == 0
+
+
+async def test_hot_until_quiet_for_calm_after() -> None:
+    clock = Clock()
+    p = ClaimPressure(10.0, calm_after=1.0, clock=clock)
+    assert not p.hot()
+    p.note_arrival()
+    assert p.hot()
+    clock.t += 0.9
+    assert p.hot()
+    clock.t += 0.2
+    assert not p.hot()
+
+
+async def test_wait_is_the_hold_then_what_is_left_of_it_and_never_rearms() -> None:
+    clock = Clock()
+    p = ClaimPressure(10.0, clock=clock)
+    p.note_arrival()
+    assert p.wait(None) == 10.0
+    since = p.now()
+    clock.t += 4.0
+    p.note_arrival()  # claims keep coming: the first deferral time still counts
+    assert p.wait(since) == pytest.approx(6.0)
+    clock.t += 0.5
+    p.note_arrival()
+    clock.t += 5.6
+    p.note_arrival()
+    assert p.wait(since) is None  # 10.1 s after the first deferral: write now even though still hot
+
+
+async def test_calm_runs_listeners_once_per_episode_and_releases_waiters() -> None:
+    p = ClaimPressure(30.0, calm_after=0.05)
+    calls: list[int] = []
+    p.on_calm(lambda: calls.append(1))
+    p.note_arrival()
+    waiter = asyncio.create_task(p.wait_calm(30.0))
+    await asyncio.sleep(0.02)
+    p.note_arrival()  # extends the episode
+    await asyncio.sleep(0.02)
+    assert not waiter.done()
+    await asyncio.wait_for(waiter, 1.0)
+    assert calls == [1]
+    assert not p.hot()
+    assert p.episodes == 1
+    p.note_arrival()
+    await asyncio.sleep(0.1)
+    assert calls == [1, 1]
+    assert p.episodes == 2
+
+
+async def test_wait_calm_returns_at_its_bound_while_still_hot() -> None:
+    p = ClaimPressure(30.0, calm_after=10.0)
+    p.note_arrival()
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    await p.wait_calm(0.05)
+    assert p.hot()
+    assert loop.time() - t0 >= 0.04
+    await p.wait_calm(0)  # a spent bound does not wait at all
+
+
+async def test_a_failing_listener_does_not_stop_the_others() -> None:
+    p = ClaimPressure(30.0, calm_after=0.01)
+    calls: list[str] = []
+
+    def broken() -> None:
+        raise RuntimeError("bug")
+
+    p.on_calm(broken)
+    p.on_calm(lambda: calls.append("ok"))
+    p.note_arrival()
+    await p.wait_calm(1.0)
+    await asyncio.sleep(0)
+    assert calls == ["ok"]
