@@ -129,7 +129,9 @@ def test_crd_object_can_be_created_watched_and_status_patched(cluster: DevCluste
 
         def established() -> bool:
             got = _get(cluster, f"{crd_path}/widgets.{group}")
-            conds = {c["type"]: c["status"] for c in (got or {}).get("status", {}).get("conditions", [])}
+            conds = {
+                c["type"]: c["status"] for c in ((got or {}).get("status") or {}).get("conditions") or []
+            }
             return conds.get("Established") == "True"
 
         wait_for(established, what="CRD Established")
