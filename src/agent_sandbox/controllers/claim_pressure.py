@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Callable
 
-__all__ = ["CALM_AFTER", "DEFAULT_HOLD", "ClaimPressure"]
+__all__ = ["CALM_AFTER", "DEFAULT_HOLD", "ClaimPressure", "HeldWrites"]
 
 log = logging.getLogger(__name__)
 
@@ -132,3 +132,34 @@ class ClaimPressure:
                 listener()
             except Exception:  # a listener's bug must not stop the others from re-enqueueing
                 log.exception("claim pressure: calm listener failed")
+
+
+class HeldWrites:
+    """First-deferral clocks of one kind of deferrable write, per key (a pool, a Sandbox, ...).
+
+    `wait(key)` answers "write now?" for the key's pending write and starts its clock on the first
+    deferral; `written(key)` stops it once the write went out, so the next change is held afresh (each
+    write waits at most one hold). Keys with a running clock are what a calm listener re-enqueues.
+    """
+
+    def __init__(self, pressure: ClaimPressure) -> None:
+        self.pressure = pressure
+        self._since: dict[str, float] = {}
+
+    def wait(self, key: str) -> float:
+        """Seconds the key's write should still wait; 0: write now."""
+        since = self._since.get(key)
+        wait = self.pressure.wait(since)
+        if wait is None:
+            if not self.pressure.hot():
+                self._since.pop(key, None)
+            return 0.0
+        if since is None:
+            self._since[key] = self.pressure.now()
+        return wait
+
+    def written(self, key: str) -> None:
+        self._since.pop(key, None)
+
+    def held(self) -> list[str]:
+        return list(self._since)

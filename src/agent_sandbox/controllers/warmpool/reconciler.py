@@ -39,7 +39,7 @@ from agent_sandbox.kube import (
     Result,
 )
 
-from ..claim_pressure import ClaimPressure
+from ..claim_pressure import ClaimPressure, HeldWrites
 from ..extensions_common import INDEX_SANDBOX_WARM_POOL
 from .config import EXPECTATIONS_PENDING_REQUEUE, WarmPoolConfig
 from .decide import PoolPlan, PoolSnapshot, decide
@@ -100,6 +100,7 @@ class WarmPoolReconciler:
         self._rng = rng
         self.hold = ReplenishHold(self.config.replenish_delay)
         self.claim_yield = ClaimYield(pressure or ClaimPressure(0.0))
+        self.status_held = HeldWrites(self.claim_yield.pressure)
         self.buckets = RefillBuckets(self.config.max_refill_rate)
         self.progress = ProgressTracker()
 
@@ -108,6 +109,7 @@ class WarmPoolReconciler:
         self.expectations.forget(key)
         self.hold.forget(key)
         self.claim_yield.forget(key)
+        self.status_held.written(key)
         self.buckets.forget(key)
         self.progress.forget(key)
 
@@ -160,6 +162,10 @@ class WarmPoolReconciler:
         strategy = ((pool.get("spec") or {}).get("updateStrategy") or {}).get("type")
         if strategy and strategy not in _KNOWN_STRATEGIES:
             log.info("pool %s: unknown update strategy %r, using OnReplenish", key, strategy)
+        throttled = self.claim_yield.pass_wait(key)
+        if throttled > 0:
+            return Result(requeue_after=throttled)  # claims are arriving: coalesce member events
+        self.claim_yield.passed(key)
         now = self._wall()
         plan = decide(await self.observe(pool, key, now), now, self.config)
         return await self.execute(pool, key, plan)
@@ -221,9 +227,14 @@ class WarmPoolReconciler:
                 )
             raise errors[0]
         if plan.status_changed:
-            await self.client.patch_status(
-                SANDBOX_WARM_POOL, pool["metadata"]["name"], {"status": plan.status}, namespace=ns
-            )
+            held = self.status_held.wait(key)  # bookkeeping: waits behind arriving claims, bounded
+            if held > 0:
+                delays.append(held)
+            else:
+                await self.client.patch_status(
+                    SANDBOX_WARM_POOL, pool["metadata"]["name"], {"status": plan.status}, namespace=ns
+                )
+                self.status_held.written(key)
         positive = [d for d in delays if d > 0]
         return Result(requeue_after=min(positive)) if positive else Result()
 

@@ -24,10 +24,14 @@ from dataclasses import dataclass
 
 from ..claim_pressure import ClaimPressure
 
-__all__ = ["HEADROOM", "ClaimYield", "ProgressTracker", "RefillBuckets", "ReplenishHold"]
+__all__ = ["HEADROOM", "PASS_INTERVAL_WHILE_HOT", "ClaimYield", "ProgressTracker", "RefillBuckets", "ReplenishHold"]
 
 HEADROOM = 0.25
 """Refill never yields to claims once fewer than this fraction of the desired members are Ready."""
+
+PASS_INTERVAL_WHILE_HOT = 0.5
+"""While claims arrive, at most one full pass per pool per this many seconds (each pass is O(members), and
+every adoption re-enqueues the pool)."""
 
 
 @dataclass(slots=True)
@@ -145,6 +149,22 @@ class ClaimYield:
     def __init__(self, pressure: ClaimPressure) -> None:
         self.pressure = pressure
         self._since: dict[str, float] = {}
+        self._last_pass: dict[str, float] = {}
+
+    def pass_wait(self, key: str) -> float:
+        """Seconds until pool `key` may run its next full pass (0 = now; only ever > 0 while claims arrive)."""
+        if not self.pressure.hot():
+            self._last_pass.pop(key, None)
+            return 0.0
+        last = self._last_pass.get(key)
+        if last is None:
+            return 0.0
+        return max(0.0, PASS_INTERVAL_WHILE_HOT - (self.pressure.now() - last))
+
+    def passed(self, key: str) -> None:
+        """A full pass of pool `key` ran (recorded only while claims arrive)."""
+        if self.pressure.hot():
+            self._last_pass[key] = self.pressure.now()
 
     def observe(self, key: str, *, current: int, ready: int, desired: int) -> float:
         """Seconds refill of pool `key` should still wait (0 = create now)."""
@@ -167,3 +187,4 @@ class ClaimYield:
 
     def forget(self, key: str) -> None:
         self._since.pop(key, None)
+        self._last_pass.pop(key, None)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.controllers.claim_pressure import ClaimPressure, HeldWrites
 from agent_sandbox.controllers.extensions_common import INDEX_POOL_TEMPLATE_REF, blueprint_hash
 from agent_sandbox.controllers.warmpool import (
     ExpectationsObserver,
@@ -19,6 +20,7 @@ from agent_sandbox.controllers.warmpool.config import (
     DEFAULT_READINESS_GRACE_PERIOD,
     DEFAULT_UNSCHEDULABLE_RECHECK_INTERVAL,
 )
+from agent_sandbox.controllers.warmpool.shaping import ClaimYield
 from agent_sandbox.kube import (
     POD,
     SANDBOX,
@@ -479,3 +481,50 @@ async def test_adoption_is_optimistically_locked() -> None:
     with pytest.raises(Conflict):
         await rec.reconcile(Request(NS, "pool"))
     assert "ownerReferences" not in fake.objects(SANDBOX)[0]["metadata"]
+
+
+class _Mono:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def test_claim_pressure_holds_refill_and_status_and_coalesces_passes() -> None:
+    async with running(standard(4)) as h:
+        await h.reconcile()
+        await h.settle()
+        for sb in h.sandboxes():
+            await make_ready(h.fake, sb["metadata"]["name"])
+        await h.settle()
+        await h.reconcile()
+        assert h.pool_status()["readyReplicas"] == 4
+        mono = _Mono()
+        pressure = ClaimPressure(15.0, clock=mono)
+        h.reconciler.claim_yield = ClaimYield(pressure)
+        h.reconciler.status_held = HeldWrites(pressure)
+        claimed = h.sandboxes()[0]["metadata"]["name"]
+        await h.fake.patch(
+            SANDBOX,
+            claimed,
+            {"metadata": {"ownerReferences": [], "labels": {c.LABEL_WARM_POOL_SANDBOX: None}}},
+            namespace=NS,
+        )
+        await h.settle()
+        pressure.note_arrival()
+        held = await h.reconcile()
+        assert held.requeue_after == pytest.approx(15.0)
+        assert h.creates() == 4  # no refill: 3 of 4 still Ready
+        assert h.pool_status()["readyReplicas"] == 4  # the status write waits too
+        mono.t += 0.1
+        pressure.note_arrival()
+        actions = len(h.fake.actions)
+        throttled = await h.reconcile()  # a member event right after a full pass: no pass at all
+        assert throttled.requeue_after == pytest.approx(0.4)
+        assert len(h.fake.actions) == actions
+        mono.t += 2.0  # the claims stopped (the calm listener re-enqueues the pool)
+        await h.reconcile()
+        assert h.creates() == 5
+        assert h.pool_status()["replicas"] == 3  # observed before the refill member shows up
+        assert h.pool_status()["readyReplicas"] == 3
