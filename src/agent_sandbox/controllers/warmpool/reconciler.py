@@ -184,13 +184,15 @@ class WarmPoolReconciler:
         now = self._clock.now()
         hold = self.hold.observe(key, plan.current, plan.desired, now)
         ready = int(plan.status.get("readyReplicas") or 0)
-        hold = max(
-            hold, self.claim_yield.observe(key, current=plan.current, ready=ready, desired=plan.desired)
+        claim_wait, cap = self.claim_yield.observe(
+            key, current=plan.current, ready=ready, desired=plan.desired
         )
+        hold = max(hold, claim_wait)
         if hold > 0 and plan.current < plan.desired and plan.template_ok:
             delays.append(hold)  # members just left (claims): let that burst have the API first
-        elif plan.create is not None:
-            granted, token_wait = self.buckets.take(key, plan.create.want, now)
+        elif plan.create is not None and cap != 0:
+            want = plan.create.want if cap is None else min(plan.create.want, cap)
+            granted, token_wait = self.buckets.take(key, want, now)
             if granted == 0:
                 delays.append(token_wait)
             elif not exp.try_expect_creations(key, granted):
@@ -200,8 +202,12 @@ class WarmPoolReconciler:
             else:
                 created, err = await create_members(self.client, exp, key, ns, plan.create.body, granted)
                 self.hold.note_creates(key, created)
+                self.claim_yield.note_created(key, created)
                 if err is not None:
                     errors.append(err)
+            next_due = self.claim_yield.next_due(key)
+            if next_due > 0:
+                delays.append(next_due)  # further replacements are held behind the claims
 
         if plan.excess:
             if not exp.satisfied(key):

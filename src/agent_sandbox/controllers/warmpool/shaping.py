@@ -20,11 +20,19 @@ restart never holds, and the bucket starts full.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 from ..claim_pressure import ClaimPressure
 
-__all__ = ["HEADROOM", "PASS_INTERVAL_WHILE_HOT", "ClaimYield", "ProgressTracker", "RefillBuckets", "ReplenishHold"]
+__all__ = [
+    "HEADROOM",
+    "PASS_INTERVAL_WHILE_HOT",
+    "ClaimYield",
+    "ProgressTracker",
+    "RefillBuckets",
+    "ReplenishHold",
+]
 
 HEADROOM = 0.25
 """Refill never yields to claims once fewer than this fraction of the desired members are Ready."""
@@ -139,16 +147,27 @@ class ProgressTracker:
         self._not_progressing.discard(key)
 
 
-class ClaimYield:
-    """Refill yields to arriving claims while the pool has Ready headroom, at most `pressure.hold` per episode.
+@dataclass(slots=True)
+class _Episode:
+    baseline: int
+    """Members the pool had after its previous pass (plus what that pass created)."""
+    consumed: deque[float] = field(default_factory=deque)
+    """When each not-yet-replaced member was seen leaving (monotonic), oldest first."""
 
-    The clock of a pool starts at its first held pass and is kept until the pool is full again or the claims
-    stop, so a steady stream of claims delays refill by at most one hold, never indefinitely.
+
+class ClaimYield:
+    """Refill yields to arriving claims: each member a claim takes is replaced at most one hold later.
+
+    While claims arrive, a pool counts the members that leave it and replaces each one once it has been
+    gone for `pressure.hold` seconds, or at once when the claims stop or fewer than `HEADROOM` of the
+    desired members are Ready. Replacements thus come due at the pace members were taken - a burst shorter
+    than the hold is refilled after it, and a steady stream is refilled steadily, one hold behind, never in
+    one delayed batch.
     """
 
     def __init__(self, pressure: ClaimPressure) -> None:
         self.pressure = pressure
-        self._since: dict[str, float] = {}
+        self._episodes: dict[str, _Episode] = {}
         self._last_pass: dict[str, float] = {}
 
     def pass_wait(self, key: str) -> float:
@@ -166,25 +185,46 @@ class ClaimYield:
         if self.pressure.hot():
             self._last_pass[key] = self.pressure.now()
 
-    def observe(self, key: str, *, current: int, ready: int, desired: int) -> float:
-        """Seconds refill of pool `key` should still wait (0 = create now)."""
+    def observe(self, key: str, *, current: int, ready: int, desired: int) -> tuple[float, int | None]:
+        """Refill of pool `key` now: (seconds to wait, cap on creates); `(0, None)` = refill freely."""
         if current >= desired or not self.pressure.hot():
-            self._since.pop(key, None)
-            return 0.0
+            self._episodes.pop(key, None)
+            return 0.0, None
+        now = self.pressure.now()
+        ep = self._episodes.get(key)
+        if ep is None:  # the pool was whole before the claims came (else no episode would be needed)
+            ep = self._episodes[key] = _Episode(baseline=desired)
+        left = ep.baseline - current
+        ep.consumed.extend([now] * max(0, left))
+        ep.baseline = current
         if ready < desired * HEADROOM:
-            return 0.0  # the pool is running dry: refill now (the clock keeps running)
-        since = self._since.get(key)
-        wait = self.pressure.wait(since)
-        if wait is None:
+            return 0.0, None  # the pool is running dry: refill everything now
+        hold = self.pressure.hold
+        due = sum(1 for t in ep.consumed if now - t >= hold)
+        if due or not ep.consumed:
+            return 0.0, (due if ep.consumed else None)
+        return ep.consumed[0] + hold - now, 0
+
+    def note_created(self, key: str, created: int) -> None:
+        """`created` replacements went out: they settle the oldest consumed members."""
+        ep = self._episodes.get(key)
+        if ep is None or created <= 0:
+            return
+        for _ in range(min(created, len(ep.consumed))):
+            ep.consumed.popleft()
+        ep.baseline += created
+
+    def next_due(self, key: str) -> float:
+        """Seconds until the next held replacement of pool `key` comes due (0: none held)."""
+        ep = self._episodes.get(key)
+        if ep is None or not ep.consumed:
             return 0.0
-        if since is None:
-            self._since[key] = self.pressure.now()
-        return wait
+        return max(0.0, ep.consumed[0] + self.pressure.hold - self.pressure.now())
 
     def held(self) -> list[str]:
-        """Pools whose refill is (or was, this episode) held back."""
-        return list(self._since)
+        """Pools with replacements held back (re-enqueued when the claims stop)."""
+        return [key for key, ep in self._episodes.items() if ep.consumed]
 
     def forget(self, key: str) -> None:
-        self._since.pop(key, None)
+        self._episodes.pop(key, None)
         self._last_pass.pop(key, None)

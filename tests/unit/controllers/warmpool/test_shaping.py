@@ -106,44 +106,49 @@ def _yield(hold: float = 15.0) -> tuple[ClaimYield, ClaimPressure, _Mono]:
     return ClaimYield(pressure), pressure, clock
 
 
-async def test_claim_yield_only_while_claims_arrive_and_the_pool_has_headroom() -> (
-    None
-):  # note_arrival arms a timer on the loop
-    y, pressure, clock = _yield()
-    assert y.observe(K, current=700, ready=700, desired=1000) == 0  # no claims: refill now
+async def test_claim_yield_holds_each_replacement_one_hold_after_its_member_left() -> None:
+    y, pressure, clock = _yield(hold=10.0)
+    assert y.observe(K, current=700, ready=700, desired=1000) == (0.0, None)  # no claims: refill freely
     pressure.note_arrival()
-    assert y.observe(K, current=700, ready=700, desired=1000) == pytest.approx(15.0)
+    y.forget(K)
+    assert y.observe(K, current=1000, ready=1000, desired=1000) == (0.0, None)  # whole
+    clock.t += 1
+    pressure.note_arrival()
+    assert y.observe(K, current=990, ready=990, desired=1000) == (pytest.approx(10.0), 0)  # 10 left at t=1
     assert y.held() == [K]
     clock.t += 5
     pressure.note_arrival()
-    assert y.observe(K, current=400, ready=400, desired=1000) == pytest.approx(10.0)
-    assert y.observe(K, current=249, ready=249, desired=1000) == 0  # under 25% Ready: refill now
-    assert y.observe(K, current=1000, ready=1000, desired=1000) == 0  # full: the episode ends
-    assert y.held() == []
-
-
-async def test_claim_yield_is_bounded_by_the_hold_under_a_steady_stream() -> (
-    None
-):  # note_arrival arms a timer on the loop
-    y, pressure, clock = _yield(hold=10.0)
+    assert y.observe(K, current=980, ready=980, desired=1000) == (pytest.approx(5.0), 0)  # 10 more at t=6
+    clock.t += 5
     pressure.note_arrival()
-    assert y.observe(K, current=900, ready=900, desired=1000) == pytest.approx(10.0)
-    for _ in range(11):
-        clock.t += 1
-        pressure.note_arrival()
-        wait = y.observe(K, current=900, ready=900, desired=1000)
-    assert wait == 0
+    assert y.observe(K, current=980, ready=980, desired=1000) == (0.0, 10)  # the first 10 are due
+    y.note_created(K, 10)
+    assert y.next_due(K) == pytest.approx(5.0)  # the next 10 come due 10 s after they left, not now
+    clock.t += 1
+    pressure.note_arrival()
+    assert y.observe(K, current=990, ready=980, desired=1000) == (pytest.approx(4.0), 0)  # creates seen
 
 
-async def test_claim_yield_ends_when_claims_stop_and_with_a_disabled_hold() -> (
-    None
-):  # note_arrival arms a timer on the loop
+async def test_claim_yield_refills_freely_when_running_dry_or_calm() -> None:
     y, pressure, clock = _yield()
     pressure.note_arrival()
-    assert y.observe(K, current=900, ready=900, desired=1000) > 0
+    assert y.observe(K, current=700, ready=700, desired=1000)[1] == 0
+    assert y.observe(K, current=240, ready=240, desired=1000) == (0.0, None)  # under 25% Ready
     clock.t += pressure.calm_after
-    assert y.observe(K, current=900, ready=900, desired=1000) == 0
+    assert y.observe(K, current=240, ready=240, desired=1000) == (0.0, None)  # claims stopped
     assert y.held() == []
     off = ClaimYield(ClaimPressure(0.0))
     off.pressure.note_arrival()
-    assert off.observe(K, current=1, ready=1, desired=2) == 0
+    assert off.observe(K, current=1, ready=1, desired=2) == (0.0, None)
+
+
+async def test_pool_passes_are_coalesced_only_while_claims_arrive() -> None:
+    y, pressure, clock = _yield()
+    y.passed(K)
+    assert y.pass_wait(K) == 0  # calm: nothing recorded
+    pressure.note_arrival()
+    y.passed(K)
+    clock.t += 0.2
+    assert y.pass_wait(K) == pytest.approx(0.3)
+    clock.t += 0.3
+    assert y.pass_wait(K) == 0
