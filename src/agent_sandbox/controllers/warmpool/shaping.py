@@ -35,7 +35,10 @@ __all__ = [
 ]
 
 HEADROOM = 0.25
-"""Refill never yields to claims once fewer than this fraction of the desired members are Ready."""
+"""Under claim pressure a pool still keeps at least this fraction of its desired members (the floor)."""
+
+RATE_WINDOW = 1.0
+"""Seconds of an episode after which its consumption rate is estimated (and the lag fixed)."""
 
 PASS_INTERVAL_WHILE_HOT = 0.5
 """While claims arrive, at most one full pass per pool per this many seconds (each pass is O(members), and
@@ -149,20 +152,27 @@ class ProgressTracker:
 
 @dataclass(slots=True)
 class _Episode:
+    started: float
     baseline: int
     """Members the pool had after its previous pass (plus what that pass created)."""
     consumed: deque[float] = field(default_factory=deque)
     """When each not-yet-replaced member was seen leaving (monotonic), oldest first."""
+    taken: int = 0
+    """Members seen leaving after the episode's first pass (those seen by it left at an unknown time)."""
+    lag: float | None = None
+    """How long each replacement waits, fixed once the episode's consumption rate is known."""
 
 
 class ClaimYield:
-    """Refill yields to arriving claims: each member a claim takes is replaced at most one hold later.
+    """Refill yields to arriving claims: each member a claim takes is replaced one lag later.
 
-    While claims arrive, a pool counts the members that leave it and replaces each one once it has been
-    gone for `pressure.hold` seconds, or at once when the claims stop or fewer than `HEADROOM` of the
-    desired members are Ready. Replacements thus come due at the pace members were taken - a burst shorter
-    than the hold is refilled after it, and a steady stream is refilled steadily, one hold behind, never in
-    one delayed batch.
+    While claims arrive, a pool counts the members that leave it and replaces each one `lag` seconds after
+    it left, so replacements come due at the pace members were taken: a burst is refilled after it, a steady
+    stream steadily, never in one delayed batch. The lag is the hold, shortened - once the first
+    `RATE_WINDOW` of the episode shows the consumption rate - to the time at which that rate would bring the
+    pool down to `HEADROOM` of its desired members, so a small pool starts replacing before it runs dry.
+    Whatever the lag, creates keep at least `HEADROOM` of the members in place, and everything due is
+    released when the claims stop.
     """
 
     def __init__(self, pressure: ClaimPressure) -> None:
@@ -193,17 +203,25 @@ class ClaimYield:
         now = self.pressure.now()
         ep = self._episodes.get(key)
         if ep is None:  # the pool was whole before the claims came (else no episode would be needed)
-            ep = self._episodes[key] = _Episode(baseline=desired)
-        left = ep.baseline - current
-        ep.consumed.extend([now] * max(0, left))
+            ep = self._episodes[key] = _Episode(started=now, baseline=desired)
+        left = max(0, ep.baseline - current)
+        ep.consumed.extend([now] * left)
+        if now > ep.started:
+            ep.taken += left
         ep.baseline = current
-        if ready < desired * HEADROOM:
-            return 0.0, None  # the pool is running dry: refill everything now
-        hold = self.pressure.hold
-        due = sum(1 for t in ep.consumed if now - t >= hold)
-        if due or not ep.consumed:
-            return 0.0, (due if ep.consumed else None)
-        return ep.consumed[0] + hold - now, 0
+        floor = math.ceil(desired * HEADROOM)
+        age = now - ep.started
+        if ep.lag is None and age >= RATE_WINDOW and ep.taken:
+            rate = ep.taken / age
+            ep.lag = min(self.pressure.hold, age + max(0, ready - floor) / rate)
+        if not ep.consumed:
+            return 0.0, None
+        lag = self.pressure.hold if ep.lag is None else ep.lag
+        due = sum(1 for t in ep.consumed if now - t >= lag)
+        allowed = max(due, floor - current)
+        if allowed > 0:
+            return 0.0, allowed
+        return ep.consumed[0] + lag - now, 0
 
     def note_created(self, key: str, created: int) -> None:
         """`created` replacements went out: they settle the oldest consumed members."""
@@ -219,7 +237,8 @@ class ClaimYield:
         ep = self._episodes.get(key)
         if ep is None or not ep.consumed:
             return 0.0
-        return max(0.0, ep.consumed[0] + self.pressure.hold - self.pressure.now())
+        lag = self.pressure.hold if ep.lag is None else ep.lag
+        return max(0.0, ep.consumed[0] + lag - self.pressure.now())
 
     def held(self) -> list[str]:
         """Pools with replacements held back (re-enqueued when the claims stop)."""

@@ -106,34 +106,53 @@ def _yield(hold: float = 15.0) -> tuple[ClaimYield, ClaimPressure, _Mono]:
     return ClaimYield(pressure), pressure, clock
 
 
-async def test_claim_yield_holds_each_replacement_one_hold_after_its_member_left() -> None:
-    y, pressure, clock = _yield(hold=10.0)
-    assert y.observe(K, current=700, ready=700, desired=1000) == (0.0, None)  # no claims: refill freely
-    pressure.note_arrival()
-    y.forget(K)
-    assert y.observe(K, current=1000, ready=1000, desired=1000) == (0.0, None)  # whole
-    clock.t += 1
-    pressure.note_arrival()
-    assert y.observe(K, current=990, ready=990, desired=1000) == (pytest.approx(10.0), 0)  # 10 left at t=1
+def _simulate(
+    y: ClaimYield, pressure: ClaimPressure, clock: _Mono, *, desired: int, rate: float, seconds: float
+) -> list[tuple[float, int, int]]:
+    """Claims take `rate` members/s; the pool passes every 0.5 s and creates what it may (instantly Ready)."""
+    current, taken_f, creates = desired, 0.0, []
+    while clock.t < seconds:
+        clock.t += 0.5
+        pressure.note_arrival()
+        taken_f += rate * 0.5
+        take = int(taken_f)
+        taken_f -= take
+        current -= take
+        _, cap = y.observe(K, current=current, ready=current, desired=desired)
+        allowed = (desired - current) if cap is None else cap
+        allowed = max(0, min(allowed, desired - current))
+        y.note_created(K, allowed)
+        current += allowed
+        creates.append((clock.t, allowed, current))
+    return creates
+
+
+async def test_claim_yield_refills_a_burst_after_it_when_the_pool_covers_it() -> None:
+    y, pressure, clock = _yield(hold=15.0)
+    # The gate: 1050 members, 75 taken/s for 10 s - the pool would reach its 25% floor at ~10.5 s.
+    creates = _simulate(y, pressure, clock, desired=1050, rate=75, seconds=10)
+    assert sum(n for _, n, _ in creates) == 0  # nothing competes with the burst
     assert y.held() == [K]
-    clock.t += 5
-    pressure.note_arrival()
-    assert y.observe(K, current=980, ready=980, desired=1000) == (pytest.approx(5.0), 0)  # 10 more at t=6
-    clock.t += 5
-    pressure.note_arrival()
-    assert y.observe(K, current=980, ready=980, desired=1000) == (0.0, 10)  # the first 10 are due
-    y.note_created(K, 10)
-    assert y.next_due(K) == pytest.approx(5.0)  # the next 10 come due 10 s after they left, not now
-    clock.t += 1
-    pressure.note_arrival()
-    assert y.observe(K, current=990, ready=980, desired=1000) == (pytest.approx(4.0), 0)  # creates seen
+    assert 0 < y.next_due(K) <= 1.0  # the first replacements come due right after it
+
+
+async def test_claim_yield_refills_a_stream_at_its_pace_without_a_batch() -> None:
+    y, pressure, clock = _yield(hold=15.0)
+    # A small pool under a steady stream: 100 members, 10 taken/s - 7.5 s to the floor, less than the hold.
+    creates = _simulate(y, pressure, clock, desired=100, rate=10, seconds=40)
+    first = next(t for t, n, _ in creates if n)
+    assert 7.0 <= first <= 8.5  # replacing starts before the pool runs down to its floor
+    assert max(n for _, n, _ in creates) <= 10  # at the stream's pace (5 per 0.5 s pass, +rounding)
+    assert min(cur for _, _, cur in creates) >= 25  # never under the floor
+    late = [n for t, n, _ in creates if t > 15]
+    assert sum(late) / (len(late) * 0.5) == pytest.approx(10, rel=0.1)  # steady state: refill = consumption
 
 
 async def test_claim_yield_refills_freely_when_running_dry_or_calm() -> None:
     y, pressure, clock = _yield()
     pressure.note_arrival()
     assert y.observe(K, current=700, ready=700, desired=1000)[1] == 0
-    assert y.observe(K, current=240, ready=240, desired=1000) == (0.0, None)  # under 25% Ready
+    assert y.observe(K, current=240, ready=240, desired=1000) == (0.0, 10)  # back up to the 25% floor
     clock.t += pressure.calm_after
     assert y.observe(K, current=240, ready=240, desired=1000) == (0.0, None)  # claims stopped
     assert y.held() == []
