@@ -90,32 +90,41 @@ def tagged(paths: Iterable[Path]) -> list[dict[str, Any]]:
     return out
 
 
+def _experiment_row(r: Mapping[str, Any], workload: str, res: Mapping[str, Any]) -> tuple[str, ...]:
+    lat, tp, usage = res["latency_ms"], res.get("throughput") or {}, res.get("usage") or {}
+    internals = res.get("controller_internals_ms") or {}
+    ready = res.get("ready") or 0
+    ctrl_cpu = (usage.get("cpu_seconds") or {}).get("agent-sandbox-controller")
+    return (
+        f"`{r.get('tag')}`",
+        workload,
+        _ppp(lat.get("client_watch")),
+        _ppp(lat.get("controller_histogram")),
+        _f(tp.get("ready_per_s_mean"), 1),
+        _f((internals.get("claim_queue_wait") or {}).get("mean")),
+        _f((internals.get("rest_patch") or {}).get("mean")),
+        _f(1000 * ctrl_cpu / ready, 1) if ctrl_cpu and ready else "-",
+        f"{_f(usage.get('load1_min'), 1)}-{_f(usage.get('load1_max'), 1)}",
+        f"`{r.get('_file', '')}`",
+    )
+
+
 def experiments(results: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One row per tagged claim run (burst-shaped): the before/after comparisons of docs/performance.md."""
+    """One row per tagged claim run (a sustained run: one per phase): the comparisons of docs/performance.md."""
     rows = []
     for r in results:
         res = r.get("result") or {}
-        if "latency_ms" not in res:
-            continue
-        lat, tp, usage = res["latency_ms"], res.get("throughput") or {}, res.get("usage") or {}
-        internals = res.get("controller_internals_ms") or {}
-        ready = res.get("ready") or 0
-        ctrl_cpu = (usage.get("cpu_seconds") or {}).get("agent-sandbox-controller")
         par = r.get("params") or {}
-        rows.append(
-            (
-                f"`{r.get('tag')}`",
-                f"{r['scenario']} {par.get('rate', '?'):g}/s x {par.get('seconds', '?'):g} s, pool {par.get('pool', '?')}",
-                _ppp(lat.get("client_watch")),
-                _ppp(lat.get("controller_histogram")),
-                _f(tp.get("ready_per_s_mean"), 1),
-                _f((internals.get("claim_queue_wait") or {}).get("mean")),
-                _f((internals.get("rest_patch") or {}).get("mean")),
-                _f(1000 * ctrl_cpu / ready, 1) if ctrl_cpu and ready else "-",
-                f"{_f(usage.get('load1_min'), 1)}-{_f(usage.get('load1_max'), 1)}",
-                f"`{r.get('_file', '')}`",
-            )
-        )
+        if "latency_ms" in res:
+            workload = f"{r['scenario']} {par.get('rate', '?'):g}/s x {par.get('seconds', '?'):g} s, pool {par.get('pool', '?')}"
+            rows.append(_experiment_row(r, workload, res))
+        for phase in res.get("phases") or ():
+            if "latency_ms" in phase:
+                workload = (
+                    f"{r['scenario']} {phase.get('rate', '?'):g}/s x {phase.get('seconds', '?'):g} s, "
+                    f"pools {par.get('pools', '?')} x {phase.get('pool_replicas', '?')}"
+                )
+                rows.append(_experiment_row(r, workload, phase))
     if not rows:
         return []
     header = [
