@@ -433,6 +433,15 @@ class ClaimReconciler:
         failed: KubeError | None = None
         # Bookkeeping only (the claim is Ready already): let claims still arriving have the API server first.
         await self.pressure.wait_calm(self.pressure.hold)
+        current = self.store.get(SANDBOX_CLAIM, request.namespace, request.name)
+        if (
+            current is None
+            or current["metadata"].get("uid") != uid
+            or current["metadata"].get("deletionTimestamp")
+        ):
+            # Deleted while the stamp waited (short-lived claims often are): nothing left to stamp.
+            self._stamping.pop(uid, None)
+            return
         try:
             updated = await ex.patch_claim_metadata(self.api, stored, body)
             if updated is not None:

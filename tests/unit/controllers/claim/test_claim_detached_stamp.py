@@ -119,3 +119,20 @@ async def test_detached_stamp_waits_while_claims_arrive_and_carries_the_claim_ui
     assert sent[0]["metadata"]["uid"] == "c1-uid"
     assert c.ANNOTATION_CLAIM_FIRST_READY_AT in world.get(SANDBOX_CLAIM, "c1")["metadata"]["annotations"]
     assert retried == []
+
+
+async def test_a_claim_deleted_while_its_stamp_waits_is_not_patched() -> None:
+    world = World(*standard(member("pool-a")), (SANDBOX_CLAIM, claim()))
+    pressure = ClaimPressure(30.0, calm_after=0.1)
+    world.reconciler.pressure = pressure
+    retried: list[Request] = []
+    world.reconciler.detach_metadata_writes(retried.append)
+    pressure.note_arrival()
+    await world.reconcile()
+    world.clear_actions()
+    await world.fake.delete(SANDBOX_CLAIM, "c1", namespace=NS)
+    await pressure.wait_calm(5.0)
+    await _drain()
+    assert [w for w in world.writes() if w[0] == "patch"] == []
+    assert retried == []
+    assert world.reconciler._stamping == {}
