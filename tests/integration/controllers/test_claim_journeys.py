@@ -183,21 +183,21 @@ async def test_bookkeeping_waits_while_claims_arrive_then_catches_up(
 ) -> None:
     """Claim priority (docs/design/claim-priority.md) on the real cluster.
 
-    While claims keep arriving (one every 0.4 s, well inside the 1 s calm period), the first claim is Ready
+    While claims keep arriving (one every 0.25 s, well inside the 1 s calm period), the first claim is Ready
     but its Pod still carries the pool label, its Sandbox's Ready condition still has the old
     observedGeneration and the claim has no bookkeeping stamp; once the stream stops, all of it is written
     and the pool refills. (With `--sandbox-claim-priority-hold=0` the first assertion fails: checked.)
     """
     ns = namespace
     await kube.create(SANDBOX_TEMPLATE, template_body(), namespace=ns)
-    await kube.create(SANDBOX_WARM_POOL, pool_body(replicas=12), namespace=ns)
-    await eventually(lambda: _at_least(ready_members(kube, ns), 12), "12 Ready pool members", within=90)
-    names = [f"stream-{i}" for i in range(10)]
+    await kube.create(SANDBOX_WARM_POOL, pool_body(replicas=20), namespace=ns)
+    await eventually(lambda: _at_least(ready_members(kube, ns), 20), "20 Ready pool members", within=90)
+    names = [f"stream-{i}" for i in range(16)]
 
     async def stream() -> None:
         for name in names:
             await kube.create(SANDBOX_CLAIM, claim_body(name), namespace=ns)
-            await asyncio.sleep(0.4)
+            await asyncio.sleep(0.25)
 
     sender = asyncio.create_task(stream())
     try:
@@ -240,7 +240,7 @@ async def test_bookkeeping_waits_while_claims_arrive_then_catches_up(
         await eventually(
             functools.partial(caught_up, bound), f"{name}'s Sandbox at its generation", within=20
         )
-    await eventually(lambda: _at_least(ready_members(kube, ns), 12), "pool refilled to 12", within=90)
+    await eventually(lambda: _at_least(ready_members(kube, ns), 20), "pool refilled to 20", within=90)
 
 
 async def test_missing_pool_then_template_then_cold_start(
