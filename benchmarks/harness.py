@@ -114,7 +114,8 @@ class Tuning:
     warm_pool_batch: int = 300
     extra_flags: tuple[str, ...] = ()
     # False: mark v1alpha1 `served: false` on the four CRDs before measuring, as upstream's kOps benchmark
-    # does. (An API server profile of the burst shows no conversion-webhook calls while both are served.)
+    # does. While both are served the API server sends object changes through the conversion webhook in
+    # sustained runs (~3% of the CPU per claim there; none seen in a burst), see docs/performance.md.
     serve_v1alpha1: bool = True
     # Serve kube-apiserver's pprof so a phase can profile it (`apiserver_profile`).
     apiserver_profiling: bool = False
