@@ -25,9 +25,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-__all__ = ["CALM_AFTER", "DEFAULT_HOLD", "ClaimPressure", "HeldWrites"]
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+__all__ = ["CALM_AFTER", "DEFAULT_HOLD", "ClaimPressure", "ClaimPressureCollector", "HeldWrites"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,8 @@ class ClaimPressure:
         self._timer: asyncio.TimerHandle | None = None
         self.arrivals = 0
         self.episodes = 0
+        self.held_sources: dict[str, Callable[[], int]] = {}
+        """What each deferring site holds right now, by write kind (exported by `ClaimPressureCollector`)."""
 
     @property
     def enabled(self) -> bool:
@@ -163,3 +167,36 @@ class HeldWrites:
 
     def held(self) -> list[str]:
         return list(self._since)
+
+
+class ClaimPressureCollector:
+    """Prometheus view of claim priority, computed at scrape time (ours; upstream has no such metrics).
+
+    `agent_sandbox_claim_priority_hot` (1 while claims arrive), `..._arrivals_total` (claims noted),
+    `..._episodes_total` (hot periods), `..._held{write}` (writes held right now, per kind).
+    """
+
+    def __init__(self, pressure: ClaimPressure) -> None:
+        self.pressure = pressure
+
+    def collect(self) -> Iterator[Metric]:
+        p = self.pressure
+        hot = GaugeMetricFamily("agent_sandbox_claim_priority_hot", "1 while SandboxClaims are arriving.")
+        hot.add_metric([], 1.0 if p.hot() else 0.0)
+        yield hot
+        yield CounterMetricFamily(
+            "agent_sandbox_claim_priority_arrivals", "New, not yet Ready claims observed.", value=p.arrivals
+        )
+        yield CounterMetricFamily(
+            "agent_sandbox_claim_priority_episodes",
+            "Periods during which claims kept arriving.",
+            value=p.episodes,
+        )
+        held = GaugeMetricFamily(
+            "agent_sandbox_claim_priority_held",
+            "Writes held behind arriving claims, by kind.",
+            labels=["write"],
+        )
+        for name, count in sorted(p.held_sources.items()):
+            held.add_metric([name], float(count()))
+        yield held

@@ -45,7 +45,7 @@ from ..kube import (
     setup_tracing,
 )
 from . import claim, sandbox, template, warmpool, webhook
-from .claim_pressure import ClaimPressure
+from .claim_pressure import ClaimPressure, ClaimPressureCollector
 from .flags import FlagError, HelpRequested
 from .options import PROGRAM, Options, flag_set, parse_options, read_allowed_label_domains, validate
 from .version import register_build_info, version_text
@@ -166,6 +166,7 @@ async def run(
         pressure = ClaimPressure(opts.sandbox_claim_priority_hold if opts.extensions else 0.0)
         if pressure.enabled:
             mgr.events.hold = lambda age: pressure.wait_calm(pressure.hold - age)
+            mgr.options.registry.register(ClaimPressureCollector(pressure))
         setup_controllers(mgr, ControllerContext(opts, tracing, allowed, claim_pressure=pressure), setups)
         log.info("starting manager")
         await mgr.start(stop)

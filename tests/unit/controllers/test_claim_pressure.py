@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from agent_sandbox.controllers.claim_pressure import ClaimPressure, HeldWrites
+from agent_sandbox.controllers.claim_pressure import ClaimPressure, ClaimPressureCollector, HeldWrites
 
 pytestmark = pytest.mark.unit
 
@@ -121,3 +121,23 @@ async def test_held_writes_hold_each_write_at_most_once_per_hold() -> None:
     clock.t += 2  # calm
     assert held.wait("a") == 0
     assert held.held() == []
+
+
+async def test_collector_exports_hot_counters_and_held_writes() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    p = ClaimPressure(10.0, calm_after=5.0)
+    p.held_sources["sandbox"] = lambda: 3
+    p.held_sources["pool_refill"] = lambda: 1
+    registry = CollectorRegistry()
+    registry.register(ClaimPressureCollector(p))
+    text = generate_latest(registry).decode()
+    assert "agent_sandbox_claim_priority_hot 0.0" in text
+    p.note_arrival()
+    p.note_arrival()
+    text = generate_latest(registry).decode()
+    assert "agent_sandbox_claim_priority_hot 1.0" in text
+    assert "agent_sandbox_claim_priority_arrivals_total 2.0" in text
+    assert "agent_sandbox_claim_priority_episodes_total 1.0" in text
+    assert 'agent_sandbox_claim_priority_held{write="sandbox"} 3.0' in text
+    assert 'agent_sandbox_claim_priority_held{write="pool_refill"} 1.0' in text

@@ -172,6 +172,10 @@ class ClaimReconciler:
         """
         self._retry = retry
 
+    def stamps_in_flight(self) -> int:
+        """Detached metadata patches not yet sent (most of them held behind arriving claims)."""
+        return len(self._stamping)
+
     # ------------------------------------------------------------------ entry
 
     async def reconcile(self, request: Request) -> Result:

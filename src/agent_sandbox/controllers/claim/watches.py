@@ -317,6 +317,7 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
     )
 
     reconciler.detach_metadata_writes(ctrl.queue.add_rate_limited)
+    ctx.claim_pressure.held_sources["claim_stamp"] = reconciler.stamps_in_flight
 
     def wake(waiter: Hashable) -> None:
         if isinstance(waiter, Request):

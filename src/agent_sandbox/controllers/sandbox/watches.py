@@ -143,6 +143,7 @@ def setup_sandbox_controller(
                 controller.queue.add(request)
 
         pressure.on_calm(requeue_deferred)
+        pressure.held_sources["sandbox"] = lambda: len(reconciler.deferred())
     return controller
 
 

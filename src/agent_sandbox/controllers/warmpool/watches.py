@@ -114,3 +114,5 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
             controller.queue.add(Request(namespace, name))
 
     ctx.claim_pressure.on_calm(requeue_held)
+    ctx.claim_pressure.held_sources["pool_refill"] = lambda: len(reconciler.claim_yield.held())
+    ctx.claim_pressure.held_sources["pool_status"] = lambda: len(reconciler.status_held.held())
