@@ -7,16 +7,9 @@ import asyncio
 import pytest
 
 from agent_sandbox.controllers.claim_pressure import ClaimPressure, ClaimPressureCollector, HeldWrites
+from agent_sandbox.kube.testing import FakeClock
 
 pytestmark = pytest.mark.unit
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 async def test_disabled_is_never_hot_and_never_defers() -> None:
@@ -29,29 +22,29 @@ async def test_disabled_is_never_hot_and_never_defers() -> None:
 
 
 async def test_hot_until_quiet_for_calm_after() -> None:
-    clock = Clock()
-    p = ClaimPressure(10.0, calm_after=1.0, clock=clock)
+    clock = FakeClock()
+    p = ClaimPressure(10.0, calm_after=1.0, clock=clock.now)
     assert not p.hot()
     p.note_arrival()
     assert p.hot()
-    clock.t += 0.9
+    clock.advance(0.9)
     assert p.hot()
-    clock.t += 0.2
+    clock.advance(0.2)
     assert not p.hot()
 
 
 async def test_wait_is_the_hold_then_what_is_left_of_it_and_never_rearms() -> None:
-    clock = Clock()
-    p = ClaimPressure(10.0, clock=clock)
+    clock = FakeClock()
+    p = ClaimPressure(10.0, clock=clock.now)
     p.note_arrival()
     assert p.wait(None) == 10.0
     since = p.now()
-    clock.t += 4.0
+    clock.advance(4.0)
     p.note_arrival()  # claims keep coming: the first deferral time still counts
     assert p.wait(since) == pytest.approx(6.0)
-    clock.t += 0.5
+    clock.advance(0.5)
     p.note_arrival()
-    clock.t += 5.6
+    clock.advance(5.6)
     p.note_arrival()
     assert p.wait(since) is None  # 10.1 s after the first deferral: write now even though still hot
 
@@ -103,22 +96,22 @@ async def test_a_failing_listener_does_not_stop_the_others() -> None:
 
 
 async def test_held_writes_hold_each_write_at_most_once_per_hold() -> None:
-    clock = Clock()
-    p = ClaimPressure(10.0, clock=clock)
+    clock = FakeClock()
+    p = ClaimPressure(10.0, clock=clock.now)
     held = HeldWrites(p)
     assert held.wait("a") == 0  # calm: write now
     p.note_arrival()
     assert held.wait("a") == 10.0
     assert held.held() == ["a"]
-    clock.t += 6
+    clock.advance(6)
     p.note_arrival()
     assert held.wait("a") == pytest.approx(4.0)
-    clock.t += 4.5
+    clock.advance(4.5)
     p.note_arrival()
     assert held.wait("a") == 0  # its hold is spent: write now, although still hot
     held.written("a")
     assert held.wait("a") == 10.0  # the next change is held afresh
-    clock.t += 2  # calm
+    clock.advance(2)  # calm
     assert held.wait("a") == 0
     assert held.held() == []
 

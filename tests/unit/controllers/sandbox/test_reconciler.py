@@ -33,7 +33,7 @@ from agent_sandbox.controllers.sandbox import (
 )
 from agent_sandbox.controllers.sandbox.watches import pod_name_hash_index
 from agent_sandbox.kube import POD, PVC, SANDBOX, SERVICE, NotFound, Object, Request, Tracing
-from agent_sandbox.kube.testing import FakeClient
+from agent_sandbox.kube.testing import FakeClient, FakeClock
 from tests.unit.controllers.sandbox.builders import HASH, NOW, SB, SB_UID, pod, ref, sandbox, service, vct
 
 pytestmark = pytest.mark.unit
@@ -482,14 +482,6 @@ async def test_already_exists_replan_arms_the_write_behind_clock() -> None:
 # --------------------------------------------------------------------------- claim pressure
 
 
-class PressureClock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 async def _taken_over(client: FakeClient) -> None:
     """Settle the adopted Sandbox, then bump its generation the way a claim's takeover patch does."""
     await reconciler(client).reconcile(REQ)
@@ -504,20 +496,26 @@ async def _taken_over(client: FakeClient) -> None:
     client.actions.clear()
 
 
-async def test_claim_pressure_defers_pod_patch_and_generation_echo_then_writes_once_calm() -> None:
+async def _hot_after_takeover() -> tuple[FakeClient, SandboxReconciler, ClaimPressure, FakeClock, Clock]:
+    """A taken-over pool Sandbox, a reconciler with a 15 s claim-priority hold, and a claim just arrived."""
     client = _adopted_pool_setup()
     await _taken_over(client)
-    mono = PressureClock()
-    pressure = ClaimPressure(15.0, clock=mono)
+    mono = FakeClock()
+    pressure = ClaimPressure(15.0, clock=mono.now)
     clock = Clock()
     r = reconciler(client, pressure=pressure, now=clock)
     pressure.note_arrival()
+    return client, r, pressure, mono, clock
+
+
+async def test_claim_pressure_defers_pod_patch_and_generation_echo_then_writes_once_calm() -> None:
+    client, r, _, mono, clock = await _hot_after_takeover()
     first = await r.reconcile(REQ)
     assert writes(client, "patch", "Pod") == 0
     assert writes(client, "patch", "Sandbox") == 0
     assert first.requeue_after == pytest.approx(15.0)
     assert r.deferred() == [REQ]
-    mono.t += 2.0  # calm again (the pass after the calm listener re-enqueued it)
+    mono.advance(2.0)  # calm again (the pass after the calm listener re-enqueued it)
     clock.now += timedelta(seconds=2)
     second = await r.reconcile(REQ)
     assert writes(client, "patch", "Pod") == 1
@@ -529,16 +527,10 @@ async def test_claim_pressure_defers_pod_patch_and_generation_echo_then_writes_o
 
 
 async def test_claim_pressure_never_holds_a_write_past_the_hold() -> None:
-    client = _adopted_pool_setup()
-    await _taken_over(client)
-    mono = PressureClock()
-    pressure = ClaimPressure(15.0, clock=mono)
-    clock = Clock()
-    r = reconciler(client, pressure=pressure, now=clock)
-    pressure.note_arrival()
+    client, r, pressure, mono, clock = await _hot_after_takeover()
     await r.reconcile(REQ)
     for _ in range(16):  # claims keep arriving for 16 s
-        mono.t += 1.0
+        mono.advance(1.0)
         clock.now += timedelta(seconds=1)
         pressure.note_arrival()
         await r.reconcile(REQ)
@@ -553,7 +545,7 @@ async def test_claim_pressure_never_defers_a_real_status_change() -> None:
     pod_["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
     await client.update(POD, pod_, subresource="status")
     client.actions.clear()
-    pressure = ClaimPressure(15.0, clock=PressureClock())
+    pressure = ClaimPressure(15.0, clock=FakeClock().now)
     pressure.note_arrival()
     await reconciler(client, pressure=pressure).reconcile(REQ)
     assert writes(client, "patch", "Pod") == 0  # metadata only: still deferred

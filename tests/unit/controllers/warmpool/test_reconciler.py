@@ -483,14 +483,6 @@ async def test_adoption_is_optimistically_locked() -> None:
     assert "ownerReferences" not in fake.objects(SANDBOX)[0]["metadata"]
 
 
-class _Mono:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 async def test_claim_pressure_holds_refill_and_status_and_coalesces_passes() -> None:
     async with running(standard(4)) as h:
         await h.reconcile()
@@ -500,8 +492,8 @@ async def test_claim_pressure_holds_refill_and_status_and_coalesces_passes() -> 
         await h.settle()
         await h.reconcile()
         assert h.pool_status()["readyReplicas"] == 4
-        mono = _Mono()
-        pressure = ClaimPressure(15.0, clock=mono)
+        mono = FakeClock()
+        pressure = ClaimPressure(15.0, clock=mono.now)
         h.reconciler.claim_yield = ClaimYield(pressure)
         h.reconciler.status_held = HeldWrites(pressure)
         claimed = h.sandboxes()[0]["metadata"]["name"]
@@ -517,13 +509,13 @@ async def test_claim_pressure_holds_refill_and_status_and_coalesces_passes() -> 
         assert held.requeue_after == pytest.approx(15.0)
         assert h.creates() == 4  # no refill: 3 of 4 still Ready
         assert h.pool_status()["readyReplicas"] == 4  # the status write waits too
-        mono.t += 0.1
+        mono.advance(0.1)
         pressure.note_arrival()
         actions = len(h.fake.actions)
         throttled = await h.reconcile()  # a member event right after a full pass: no pass at all
         assert throttled.requeue_after == pytest.approx(0.4)
         assert len(h.fake.actions) == actions
-        mono.t += 2.0  # the claims stopped (the calm listener re-enqueues the pool)
+        mono.advance(2.0)  # the claims stopped (the calm listener re-enqueues the pool)
         await h.reconcile()
         assert h.creates() == 5
         assert h.pool_status()["replicas"] == 3  # observed before the refill member shows up

@@ -11,6 +11,7 @@ from agent_sandbox.controllers.warmpool.shaping import (
     RefillBuckets,
     ReplenishHold,
 )
+from agent_sandbox.kube.testing import FakeClock
 
 pytestmark = pytest.mark.unit
 
@@ -92,27 +93,20 @@ def test_progress_tracker_reports_transitions_only() -> None:
 # --------------------------------------------------------------------------- ClaimYield (claim pressure)
 
 
-class _Mono:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def _yield(hold: float = 15.0) -> tuple[ClaimYield, ClaimPressure, _Mono]:
-    clock = _Mono()
-    pressure = ClaimPressure(hold, clock=clock)
+def _yield(hold: float = 15.0) -> tuple[ClaimYield, ClaimPressure, FakeClock]:
+    clock = FakeClock()
+    pressure = ClaimPressure(hold, clock=clock.now)
     return ClaimYield(pressure), pressure, clock
 
 
 def _simulate(
-    y: ClaimYield, pressure: ClaimPressure, clock: _Mono, *, desired: int, rate: float, seconds: float
+    y: ClaimYield, pressure: ClaimPressure, clock: FakeClock, *, desired: int, rate: float, seconds: float
 ) -> list[tuple[float, int, int]]:
     """Claims take `rate` members/s; the pool passes every 0.5 s and creates what it may (instantly Ready)."""
     current, taken_f, creates = desired, 0.0, []
-    while clock.t < seconds:
-        clock.t += 0.5
+    t0 = clock.now()
+    while clock.now() - t0 < seconds:
+        clock.advance(0.5)
         pressure.note_arrival()
         taken_f += rate * 0.5
         take = int(taken_f)
@@ -123,7 +117,7 @@ def _simulate(
         allowed = max(0, min(allowed, desired - current))
         y.note_created(K, allowed)
         current += allowed
-        creates.append((clock.t, allowed, current))
+        creates.append((clock.now() - t0, allowed, current))
     return creates
 
 
@@ -153,7 +147,7 @@ async def test_claim_yield_refills_freely_when_running_dry_or_calm() -> None:
     pressure.note_arrival()
     assert y.observe(K, current=700, ready=700, desired=1000)[1] == 0
     assert y.observe(K, current=240, ready=240, desired=1000) == (0.0, 10)  # back up to the 25% floor
-    clock.t += pressure.calm_after
+    clock.advance(pressure.calm_after)
     assert y.observe(K, current=240, ready=240, desired=1000) == (0.0, None)  # claims stopped
     assert y.held() == []
     off = ClaimYield(ClaimPressure(0.0))
@@ -167,7 +161,7 @@ async def test_pool_passes_are_coalesced_only_while_claims_arrive() -> None:
     assert y.pass_wait(K) == 0  # calm: nothing recorded
     pressure.note_arrival()
     y.passed(K)
-    clock.t += 0.2
+    clock.advance(0.2)
     assert y.pass_wait(K) == pytest.approx(0.3)
-    clock.t += 0.3
+    clock.advance(0.3)
     assert y.pass_wait(K) == 0
