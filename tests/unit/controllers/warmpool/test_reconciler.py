@@ -285,6 +285,17 @@ def test_expectations_observer_counts_only_pool_owned_events() -> None:
     assert exp.satisfied("ns/pool")
 
 
+async def take_member(h: Any, name: str) -> None:
+    """A claim takes member `name`: it leaves the pool (owner and pool label replaced)."""
+    await h.fake.patch(
+        SANDBOX,
+        name,
+        {"metadata": {"ownerReferences": [], "labels": {c.LABEL_WARM_POOL_SANDBOX: None}}},
+        namespace=NS,
+    )
+    await h.settle()
+
+
 async def test_replenish_delay_holds_refill_after_a_drop_while_gc_continues() -> None:
     cfg = WarmPoolConfig(replenish_delay=10, readiness_grace_period=30, grace_jitter=0)
     async with running(standard(3), cfg) as h:
@@ -297,13 +308,7 @@ async def test_replenish_delay_holds_refill_after_a_drop_while_gc_continues() ->
         ready = [s for s in h.sandboxes() if s.get("status")]
         # A claim takes one member: it leaves the pool (owner and pool label replaced).
         claimed = ready[0]["metadata"]["name"]
-        await h.fake.patch(
-            SANDBOX,
-            claimed,
-            {"metadata": {"ownerReferences": [], "labels": {c.LABEL_WARM_POOL_SANDBOX: None}}},
-            namespace=NS,
-        )
-        await h.settle()
+        await take_member(h, claimed)
         h.now += 40  # the never-Ready member is now stuck
         result = await h.reconcile()
         assert result.requeue_after == pytest.approx(10)
@@ -497,13 +502,7 @@ async def test_claim_pressure_holds_refill_and_status_and_coalesces_passes() -> 
         h.reconciler.claim_yield = ClaimYield(pressure)
         h.reconciler.status_held = HeldWrites(pressure)
         claimed = h.sandboxes()[0]["metadata"]["name"]
-        await h.fake.patch(
-            SANDBOX,
-            claimed,
-            {"metadata": {"ownerReferences": [], "labels": {c.LABEL_WARM_POOL_SANDBOX: None}}},
-            namespace=NS,
-        )
-        await h.settle()
+        await take_member(h, claimed)
         pressure.note_arrival()
         held = await h.reconcile()
         assert held.requeue_after == pytest.approx(15.0)
