@@ -15,15 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from agent_sandbox.api.constants import (
-    CONDITION_POD_SCHEDULED,
-    CONDITION_READY,
-    EXTENSIONS_GROUP,
-    KIND_SANDBOX_WARM_POOL,
-    api_group,
-    controller_ref,
-    sandbox_selector,
-)
+from agent_sandbox.api.constants import CONDITION_POD_SCHEDULED, CONDITION_READY, sandbox_selector
 from agent_sandbox.kube import Object, create_merge_patch
 
 from ._conditions import (
@@ -87,19 +79,6 @@ def generation_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
         return out
 
     return strip(old) == strip(new)
-
-
-def booting_pool_member(sandbox: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """A warm-pool member whose new status is still not Ready: nothing waits on its intermediate states
-    (claims take Ready members; the pool judges members by Ready and age, and reads Pods for the rest)."""
-    ref = controller_ref(sandbox.get("metadata") or {}) or {}
-    if (
-        ref.get("kind") != KIND_SANDBOX_WARM_POOL
-        or api_group(str(ref.get("apiVersion", ""))) != EXTENSIONS_GROUP
-    ):
-        return False
-    ready = find_condition(new.get("conditions"), CONDITION_READY)
-    return ready is None or ready.get("status") != "True"
 
 
 def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Object | None:
@@ -247,14 +226,9 @@ def conclude(snapshot: Snapshot, plan: Plan, results: Results, now: datetime) ->
         requeue = EXPIRY_REQUEUE
     patch = status_patch(old, status)
     status_wait: float | None = None
-    if (
-        patch is not None
-        and snapshot.yield_to_claims
-        and (generation_only(old, status) or booting_pool_member(snapshot.sandbox, status))
-    ):
-        # Claims are arriving and the write changes nothing a claim waits for - only observedGeneration
-        # moved (a takeover bumped the generation), or a refill member is still booting: it waits behind
-        # them, on the Pod patch's clock (docs/design/claim-priority.md).
+    if patch is not None and snapshot.yield_to_claims and generation_only(old, status):
+        # Claims are arriving and only observedGeneration moved (a takeover bumped the generation): the
+        # echo waits behind them, on the Pod patch's clock (docs/design/claim-priority.md).
         status_wait = deferral(snapshot.write_behind_window, snapshot.deferral_since, now)
         if status_wait is not None:
             patch = None

@@ -551,36 +551,3 @@ async def test_claim_pressure_never_defers_a_real_status_change() -> None:
     assert writes(client, "patch", "Pod") == 0  # metadata only: still deferred
     assert writes(client, "patch", "Sandbox") == 1
     assert cond(await get(client, SANDBOX), "Ready")[0] == "False"  # type: ignore[index]
-
-
-async def test_claim_pressure_holds_a_booting_pool_members_status_until_it_is_ready() -> None:
-    pool_owner = ref("SandboxWarmPool", "pool", "uid-pool", api_version="extensions.agents.x-k8s.io/v1beta1")
-    sb = sandbox(owner=pool_owner, annotations={ANNOTATION_POD_NAME: SB})
-    client = fake((SANDBOX, sb), (POD, pod(phase="Pending")))
-    pressure = ClaimPressure(15.0, clock=FakeClock().now)
-    pressure.note_arrival()
-    r = reconciler(client, pressure=pressure)
-    held = await r.reconcile(REQ)
-    assert writes(client, "patch", "Sandbox") == 0  # booting, claims arriving: the status waits
-    assert held.requeue_after == pytest.approx(15.0)
-    ready_pod = await get(client, POD)
-    ready_pod["status"] = {
-        "phase": "Running",
-        "conditions": [{"type": "Ready", "status": "True"}],
-        "podIPs": [{"ip": "10.0.0.1"}],
-        "podIP": "10.0.0.1",
-    }
-    await client.update(POD, ready_pod, subresource="status")
-    client.actions.clear()
-    await r.reconcile(REQ)
-    assert writes(client, "patch", "Sandbox") == 1  # Ready is never held: claims take Ready members
-    assert cond(await get(client, SANDBOX), "Ready")[0] == "True"  # type: ignore[index]
-
-
-async def test_claim_pressure_never_holds_a_claimed_or_plain_sandboxs_status() -> None:
-    for owner in (CLAIM_OWNER, None):
-        client = fake((SANDBOX, sandbox(owner=owner)), (POD, pod(phase="Pending")))
-        pressure = ClaimPressure(15.0, clock=FakeClock().now)
-        pressure.note_arrival()
-        await reconciler(client, pressure=pressure).reconcile(REQ)
-        assert writes(client, "patch", "Sandbox") >= 1, owner
