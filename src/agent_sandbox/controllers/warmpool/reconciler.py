@@ -88,7 +88,8 @@ class WarmPoolReconciler:
             clock: monotonic time for the hold and the refill bucket.
             wall_clock: epoch seconds, compared with members' creationTimestamps.
             rng: jitter source in [0, 1).
-            pressure: claim arrivals; refill yields to them while the pool has Ready headroom (None: never).
+            pressure: claim arrivals; refill (`shaping.ClaimYield`), status writes and passes yield to them
+                (None: never).
         """
         clock = clock or RealClock()
         self.client = client
