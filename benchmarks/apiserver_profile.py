@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import ssl
 import subprocess
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +20,8 @@ __all__ = ["capture", "summarize"]
 
 
 def _fetch(cluster: DevCluster, seconds: int, out: Path) -> None:
-    admin = cluster.admin()
-    ctx = ssl.create_default_context(cafile=str(admin.ca))
-    ctx.load_cert_chain(str(admin.cert), str(admin.key))
-    url = f"{cluster.server}/debug/pprof/profile?seconds={seconds}"
-    with urllib.request.urlopen(url, context=ctx, timeout=seconds + 30) as resp:
-        out.write_bytes(resp.read())
+    path = f"/debug/pprof/profile?seconds={seconds}"
+    out.write_bytes(cluster.admin().get_bytes(path, timeout=seconds + 30))
 
 
 async def capture(cluster: DevCluster, seconds: float, out: Path) -> Path | None:

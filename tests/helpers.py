@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import pytest
 
+from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.kube import SANDBOX, ApiClient, ServerError, TooManyRequests, TransportError
 
 
@@ -26,6 +28,14 @@ def wait_for(predicate: Any, *, timeout: float = 30.0, interval: float = 0.1, wh
 
 
 T = TypeVar("T")
+
+
+def controller_metrics(cluster: DevCluster) -> str:
+    """The `/metrics` text of the controller `start_controller` started for `cluster`."""
+    port = cluster.state.extra_ports["controller_metrics"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text: str = resp.read().decode()
+        return text
 
 
 async def eventually(

@@ -49,6 +49,16 @@ class AdminRest:
         except ValueError:
             return status, raw.decode(errors="replace")
 
+    def get_bytes(self, path: str, *, timeout: float = 10.0) -> bytes:
+        """GET `path` and return the body as is (e.g. a pprof profile).
+
+        Raises:
+            OSError: not answered, or answered with an HTTP error (`urllib.error.HTTPError`).
+        """
+        with urllib.request.urlopen(self.server + path, context=self._context(), timeout=timeout) as resp:
+            body: bytes = resp.read()
+            return body
+
 
 def probe_http(url: str, *, timeout: float = 2.0, ctx: ssl.SSLContext | None = None) -> bool:
     """True when `url` answers 200 (any TLS certificate accepted for health endpoints)."""

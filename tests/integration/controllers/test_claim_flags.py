@@ -7,7 +7,6 @@ first-observed time) wired end to end, and the claim metrics served on `/metrics
 from __future__ import annotations
 
 import asyncio
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,7 +25,7 @@ from agent_sandbox.kube import (
     ApiClient,
     Object,
 )
-from tests.helpers import eventually, is_ready
+from tests.helpers import controller_metrics, eventually, is_ready
 
 pytestmark = pytest.mark.integration
 
@@ -42,13 +41,6 @@ def quiet_controller(cluster: DevCluster) -> Iterator[Started]:
         yield started
     finally:
         stop(started)
-
-
-def metrics(cluster: DevCluster) -> str:
-    port = cluster.state.extra_ports["controller_metrics"]
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        text: str = resp.read().decode()
-        return text
 
 
 def sample(text: str, name: str, **labels: str) -> float:
@@ -91,7 +83,7 @@ async def test_disabled_events_and_annotations_and_claim_metrics(
         return any(is_ready(m) for m in members)
 
     await eventually(member_ready, "a Ready warm member")
-    before = metrics(cluster)
+    before = controller_metrics(cluster)
     for name, pool in (("w", "warm"), ("k", "cold")):
         claim = {
             "apiVersion": EXT,
@@ -121,7 +113,7 @@ async def test_disabled_events_and_annotations_and_claim_metrics(
     ]
     assert emitted == []
 
-    after = metrics(cluster)
+    after = controller_metrics(cluster)
     for launch in ("warm", "cold"):
         name = "agent_sandbox_claim_controller_startup_latency_ms_count"
         assert sample(after, name, launch_type=launch, sandbox_template="tmpl") == (

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -33,7 +32,7 @@ from agent_sandbox.kube import (
     NotFound,
     Object,
 )
-from tests.helpers import eventually
+from tests.helpers import controller_metrics, eventually
 
 pytestmark = pytest.mark.integration
 
@@ -243,8 +242,7 @@ async def test_bookkeeping_waits_while_claims_arrive_then_catches_up(
         )
     await eventually(lambda: _at_least(ready_members(kube, ns), 20), "pool refilled to 20", within=90)
     # The controller exports what it did (agent_sandbox_claim_priority_*).
-    port = cluster.state.extra_ports["controller_metrics"]
-    body = await asyncio.to_thread(_fetch, f"http://127.0.0.1:{port}/metrics")
+    body = await asyncio.to_thread(controller_metrics, cluster)
     samples = {
         line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
         for line in body.splitlines()
@@ -254,11 +252,6 @@ async def test_bookkeeping_waits_while_claims_arrive_then_catches_up(
     assert samples["agent_sandbox_claim_priority_episodes_total"] >= 1
     assert samples['agent_sandbox_claim_priority_held{write="sandbox"}'] == 0  # all written by now
     assert samples['agent_sandbox_claim_priority_held{write="claim_stamp"}'] == 0
-
-
-def _fetch(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return str(resp.read().decode())
 
 
 async def test_missing_pool_then_template_then_cold_start(

@@ -31,6 +31,7 @@ from agent_sandbox.kube import (
     Request,
     ResourceKind,
     Result,
+    ServerError,
 )
 from agent_sandbox.kube.metrics import REGISTRY
 from agent_sandbox.kube.testing import FakeClient
@@ -294,3 +295,18 @@ def standard(
     ]
     objs.extend((SANDBOX, copy.deepcopy(m)) for m in members)
     return objs
+
+
+def fail_metadata_once(world: World) -> None:
+    """Make the next claim metadata patch (not the status write) fail once with a 500."""
+    real = world.fake.patch
+    failed = False
+
+    async def patch(kind: Any, name: str, body: Any, **kw: Any) -> Any:
+        nonlocal failed
+        if kind is SANDBOX_CLAIM and not failed and kw.get("subresource") is None and "status" not in body:
+            failed = True
+            raise ServerError(500, "InternalError", "stamp failed")
+        return await real(kind, name, body, **kw)
+
+    world.fake.patch = patch  # type: ignore[method-assign]

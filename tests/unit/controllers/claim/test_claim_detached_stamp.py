@@ -14,8 +14,18 @@ import pytest
 
 from agent_sandbox.api import constants as c
 from agent_sandbox.controllers.claim_pressure import ClaimPressure
-from agent_sandbox.kube import SANDBOX_CLAIM, Request, ServerError
-from tests.unit.controllers.claim.builders import NS, T0, World, claim, claim_ready, member, sample, standard
+from agent_sandbox.kube import SANDBOX_CLAIM, Request
+from tests.unit.controllers.claim.builders import (
+    NS,
+    T0,
+    World,
+    claim,
+    claim_ready,
+    fail_metadata_once,
+    member,
+    sample,
+    standard,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -70,17 +80,7 @@ async def test_failed_detached_stamp_is_retried_and_backfilled_never_double_coun
     world = World(*standard(member("pool-a")), (SANDBOX_CLAIM, claim()))
     retried: list[Request] = []
     world.reconciler.detach_metadata_writes(retried.append)
-    real = world.fake.patch
-    failed = False
-
-    async def fail_metadata_once(kind: Any, name: str, patch: Any, **kw: Any) -> Any:
-        nonlocal failed
-        if kind is SANDBOX_CLAIM and not failed and kw.get("subresource") is None and "status" not in patch:
-            failed = True
-            raise ServerError(500, "InternalError", "stamp failed")
-        return await real(kind, name, patch, **kw)
-
-    world.fake.patch = fail_metadata_once  # type: ignore[method-assign]
+    fail_metadata_once(world)
     before = sample(CTRL_COUNT, launch_type="warm", sandbox_template="tmpl")
     await world.reconcile()  # the pass itself succeeds: the failure happens in the background
     await _drain()

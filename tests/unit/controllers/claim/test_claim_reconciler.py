@@ -30,6 +30,7 @@ from tests.unit.controllers.claim.builders import (
     World,
     claim,
     claim_ready,
+    fail_metadata_once,
     member,
     pool,
     ready_cond,
@@ -392,17 +393,7 @@ async def test_status_patch_carries_the_resource_version() -> None:
 async def test_failed_first_ready_stamp_is_an_error_and_never_double_counts() -> None:
     world = World(*standard(member("pool-a")), (SANDBOX_CLAIM, claim()))
     before = sample(CTRL_COUNT, launch_type="warm", sandbox_template="tmpl")
-    real = world.fake.patch
-    failed = False
-
-    async def fail_metadata_once(kind: Any, name: str, patch: Any, **kw: Any) -> Any:
-        nonlocal failed
-        if kind is SANDBOX_CLAIM and not failed and kw.get("subresource") is None and "status" not in patch:
-            failed = True
-            raise ServerError(500, "InternalError", "stamp failed")
-        return await real(kind, name, patch, **kw)
-
-    world.fake.patch = fail_metadata_once  # type: ignore[method-assign]
+    fail_metadata_once(world)
     with pytest.raises(ServerError):
         await world.reconcile()
     assert claim_ready(world.get(SANDBOX_CLAIM, "c1"))["status"] == "True"  # type: ignore[index]
