@@ -9,6 +9,7 @@ Failure modes: Go missing, or a build failure -> `BuildError` naming the step an
 
 from __future__ import annotations
 
+import fcntl
 import os
 import platform
 import shutil
@@ -81,9 +82,21 @@ def ensure_binaries(*, quiet: bool = False) -> Binaries:
     bins = Binaries(directory)
     if bins.complete:
         return bins
-    directory.mkdir(parents=True, exist_ok=True)
     log_path = cache_root() / "build" / "build.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    # Parallel test workers (or two checkouts) may ask at once on a cold cache: one builds, the others
+    # wait for it and then find the binaries complete.
+    with (log_path.parent / ".build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if bins.complete:
+            return bins
+        _build(directory, log_path, quiet=quiet)
+    return bins
+
+
+def _build(directory: Path, log_path: Path, *, quiet: bool) -> None:
+    bins = Binaries(directory)
+    directory.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
         "AGENT_SANDBOX_K8S_VERSION": KUBERNETES_VERSION,
@@ -119,4 +132,3 @@ def ensure_binaries(*, quiet: bool = False) -> Binaries:
             f"building the control plane failed (exit {code}; missing: {', '.join(missing) or 'none'}).\n"
             f"log: {log_path}\nlast lines:\n" + "\n".join(tail[-20:])
         )
-    return bins
