@@ -22,6 +22,7 @@ from agent_sandbox.api._common import (
     find_condition,
 )
 from agent_sandbox.api.constants import name_hash
+from agent_sandbox.api.errortext import describe_error
 from agent_sandbox.api.v1beta1 import (
     ClaimLifecycle,
     EnvVar,
@@ -78,6 +79,7 @@ __all__ = [
     "SandboxWarmPoolStatus",
     "UpdateStrategy",
     "constants",
+    "describe_error",
     "find_condition",
     "name_hash",
 ]

@@ -10,6 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from agent_sandbox.api.errortext import describe_error
 from agent_sandbox.devcluster import (
     BuildError,
     ClusterConfig,
@@ -165,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except (BuildError, ComponentError, ClusterError, FileNotFoundError, RuntimeError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {describe_error(err)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -31,6 +31,7 @@ import orjson
 from yarl import URL
 
 from .. import __version__
+from ..api.errortext import describe_error
 from ._config import ClusterConfig, load_config
 from ._protocols import StatusViaSubresource
 from ._ratelimit import TokenBucket
@@ -263,13 +264,13 @@ class ApiClient(StatusViaSubresource):
                     dropped = True
                     continue
                 self._observe(method, "<error>", loop.time() - start)
-                raise TransportError(f"{method} {path}: {exc}") from exc
+                raise TransportError(f"{method} {path}: {describe_error(exc)}") from exc
             except TimeoutError as exc:
                 self._observe(method, "<error>", loop.time() - start)
                 raise Timeout(f"{method} {path}: timed out") from exc
             except aiohttp.ClientError as exc:
                 self._observe(method, "<error>", loop.time() - start)
-                raise TransportError(f"{method} {path}: {exc}") from exc
+                raise TransportError(f"{method} {path}: {describe_error(exc)}") from exc
             self._observe(method, str(status), loop.time() - start)
             if status < 400:
                 return data
@@ -433,7 +434,7 @@ class ApiClient(StatusViaSubresource):
         except TimeoutError as exc:
             raise Timeout(f"watch {path}: read timed out") from exc
         except aiohttp.ClientError as exc:
-            raise TransportError(f"watch {path}: {exc}") from exc
+            raise TransportError(f"watch {path}: {describe_error(exc)}") from exc
 
     # ----------------------------------------------------------------- writes
 

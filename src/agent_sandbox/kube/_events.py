@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
+from ..api.errortext import describe_error
 from ._client import ApiClient
 from ._ratelimit import TokenBucket
 from ._resources import EVENT
@@ -172,7 +173,7 @@ class EventBroadcaster:
         except NotFound:
             self._series.pop(key, None)  # the Event expired server-side; next repeat creates a new one
         except KubeError as exc:
-            log.debug("dropping event %s/%s: %s", p.reason, ref.get("name"), exc)
+            log.debug("dropping event %s/%s: %s", p.reason, ref.get("name"), describe_error(exc))
 
     def _body(self, p: _Pending) -> Object:
         ref = p.regarding
