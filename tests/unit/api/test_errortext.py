@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+from collections.abc import Callable
 
 import pytest
 
@@ -19,7 +20,6 @@ pytestmark = pytest.mark.unit
     ("exc", "text"),
     [
         (TimeoutError(), "TimeoutError: timed out"),
-        (asyncio.TimeoutError(), "TimeoutError: timed out"),
         (TimeoutError("renewal timed out after 9.5s"), "TimeoutError: renewal timed out after 9.5s"),
         (TimeoutError("no answer in 9.5s"), "TimeoutError: no answer in 9.5s (timed out)"),
         (Timeout("GET /x: timed out"), "Timeout: GET /x: timed out"),
@@ -36,28 +36,32 @@ def test_names_the_type_and_never_loses_the_message(exc: BaseException, text: st
     assert describe_error(exc) == text
 
 
+def _raised(fn: Callable[[], object]) -> BaseException:
+    try:
+        fn()
+    except BaseException as exc:
+        return exc
+    raise AssertionError("nothing raised")
+
+
+def _chained(outer: type[Exception], inner: BaseException, *, how: str) -> None:
+    try:
+        raise inner
+    except BaseException as caught:
+        if how == "from":
+            raise outer() from caught
+        if how == "from None":
+            raise outer() from None
+        raise outer()  # noqa: B904 - an implicit context is the case under test
+
+
 def test_an_empty_message_is_explained_by_its_cause() -> None:
-    try:
-        try:
-            raise TimeoutError
-        except TimeoutError as inner:
-            raise TransportError() from inner
-    except TransportError as exc:
-        assert describe_error(exc) == "TransportError: caused by TimeoutError: timed out"
-    try:
-        try:
-            {}["missing"]
-        except KeyError:
-            raise RuntimeError  # implicit context, not suppressed
-    except RuntimeError as exc:
-        assert describe_error(exc) == "RuntimeError: caused by KeyError: 'missing'"
-    try:
-        try:
-            {}["missing"]
-        except KeyError:
-            raise RuntimeError from None  # context deliberately suppressed
-    except RuntimeError as exc:
-        assert describe_error(exc) == "RuntimeError"
+    explicit = _raised(lambda: _chained(TransportError, TimeoutError(), how="from"))
+    assert describe_error(explicit) == "TransportError: caused by TimeoutError: timed out"
+    implicit = _raised(lambda: _chained(RuntimeError, KeyError("missing"), how="context"))
+    assert describe_error(implicit) == "RuntimeError: caused by KeyError: 'missing'"
+    suppressed = _raised(lambda: _chained(RuntimeError, KeyError("missing"), how="from None"))
+    assert describe_error(suppressed) == "RuntimeError"
 
 
 def test_a_cause_cycle_and_a_broken_str_do_not_break_it() -> None:
