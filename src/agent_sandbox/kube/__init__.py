@@ -13,7 +13,7 @@ from ._events import EventBroadcaster, EventRecorder, EventSink, NullEventRecord
 from ._expectations import Expectations
 from ._handlers import EnqueueHandler, MapFunc, request_for_object, requests_for_owner
 from ._informer import EventHandler, HandlerFuncs, IndexFunc, Informer, Transform, strip_managed_fields
-from ._leaderelection import Elector, LeaderElectionConfig, LeaderElectionLost, LeaderElector
+from ._leaderelection import Elector, LeaderElectionConfig, LeaderElectionLost, LeaderElector, RenewalRound
 from ._logging import configure_logging
 from ._manager import Manager, ManagerOptions, Runnable, in_cluster_namespace
 from ._patch import apply_json_patch, apply_merge_patch, create_merge_patch
@@ -163,6 +163,7 @@ __all__ = [
     "RealClock",
     "Reconciler",
     "ReconcilerFunc",
+    "RenewalRound",
     "Request",
     "ResourceKind",
     "Result",

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from ..api.errortext import describe_error
 from ._client import ApiClient
 from ._clock import REAL_CLOCK, Clock
-from ._leaderelection import LeaderElectionConfig, LeaderElector
+from ._leaderelection import LeaderElectionConfig, LeaderElector, RenewalRound
 
 __all__ = ["ThreadedLeaderElector"]
 
@@ -74,7 +74,7 @@ class ThreadedLeaderElector:
         return self.elector.observed_holder
 
     @property
-    def renew_rounds(self) -> deque[float]:
+    def renew_rounds(self) -> deque[RenewalRound]:
         """See `LeaderElector.renew_rounds`."""
         return self.elector.renew_rounds
 

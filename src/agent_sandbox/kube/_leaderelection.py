@@ -46,7 +46,14 @@ from ._resources import LEASE
 from .errors import Conflict, KubeError, NotFound
 from .metrics import LEADER_ELECTION_STATUS
 
-__all__ = ["Elector", "LeaderElectionConfig", "LeaderElectionLost", "LeaderElector", "default_identity"]
+__all__ = [
+    "Elector",
+    "LeaderElectionConfig",
+    "LeaderElectionLost",
+    "LeaderElector",
+    "RenewalRound",
+    "default_identity",
+]
 
 log = logging.getLogger("agent_sandbox.kube.leaderelection")
 
@@ -99,8 +106,23 @@ class Elector(Protocol):
         ...
 
 
-# How many renewal round durations `LeaderElector.renew_rounds` keeps.
+# How many renewal rounds `LeaderElector.renew_rounds` keeps.
 _ROUNDS_KEPT = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class RenewalRound:
+    """One successful renewal round, on the elector's clock (monotonic seconds)."""
+
+    started: float
+    """When the round began: the retry-period sleep after the previous round ended."""
+    finished: float
+    """When the renewal write succeeded."""
+
+    @property
+    def seconds(self) -> float:
+        """How long the round took; a round reaching `renew_deadline` loses leadership."""
+        return self.finished - self.started
 
 
 def _micro_time(ts: float) -> str:
@@ -126,9 +148,8 @@ class LeaderElector:
         self._changed = asyncio.Event()
         self._status = LEADER_ELECTION_STATUS.labels(config.name)
         self._status.set(0)
-        self.renew_rounds: deque[float] = deque(maxlen=_ROUNDS_KEPT)
-        """Seconds each successful renewal round took (round start to the write that succeeded), oldest
-        first; a round over `renew_deadline` would have lost leadership. For tests and benchmarks."""
+        self.renew_rounds: deque[RenewalRound] = deque(maxlen=_ROUNDS_KEPT)
+        """The latest successful renewal rounds, oldest first (for tests and benchmarks)."""
 
     @property
     def is_leader(self) -> bool:
@@ -312,7 +333,7 @@ class LeaderElector:
                 except KubeError as exc:
                     last_error = describe_error(exc)
                 if ok:
-                    self.renew_rounds.append(self._clock.now() - started)
+                    self.renew_rounds.append(RenewalRound(started, self._clock.now()))
                     break
                 log.warning("failed to renew lease %s/%s: %s", cfg.namespace, cfg.name, last_error)
                 if self._clock.now() >= deadline:
