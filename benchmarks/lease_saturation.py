@@ -207,8 +207,7 @@ async def _one(cluster: DevCluster, admin: ApiClient, arrangement: str, load: Lo
         ) as s:
             started = time.monotonic()
             lost_after: float | None = None
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(s.task), seconds)
+            await asyncio.wait({s.task}, timeout=seconds)  # returns early if the manager stops
             if s.task.done():
                 lost_after = time.monotonic() - started
                 exc = s.task.exception()

@@ -45,7 +45,7 @@ from agent_sandbox.devcluster.config import (
 )
 from agent_sandbox.devcluster.processes import ComponentError, Started, component_error
 from agent_sandbox.devcluster.rest import AdminRest, probe_http
-from agent_sandbox.devcluster.simulation import ready_status, with_taint, without_taint
+from agent_sandbox.devcluster.simulation import pod_readiness_status, ready_status, with_taint, without_taint
 
 _PORT_NAMES = ("etcd_client", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kwok")
 PROVISIONER = "volume-provisioner"
@@ -485,6 +485,37 @@ class DevCluster:
         )
         if wait:
             self._wait_ready(name, "True" if ready else "False", timeout)
+
+    def set_pod_ready(self, namespace: str, name: str, ready: bool) -> dict[str, Any]:
+        """Report a Running pod's containers ready (or not), as a kubelet does when a readiness probe flips.
+
+        For pods whose readiness kwok leaves alone (annotation `devcluster.agents.x-k8s.io/readiness:
+        external`, see docs/devcluster.md "Pod start"): e.g. a local runner calls this once the pod's
+        server answers. The status write is guarded by the pod's resourceVersion (conflicts are retried).
+
+        Raises:
+            ClusterError: no such pod, it is not Running, or the API refused the write.
+        """
+        admin = self.admin()
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        for _ in range(50):
+            status, pod = admin.request("GET", path)
+            if status != 200:
+                raise ClusterError(f"pod {namespace}/{name}: HTTP {status}: {pod}")
+            try:
+                patch = {
+                    "metadata": {"resourceVersion": pod["metadata"]["resourceVersion"]},
+                    "status": pod_readiness_status(pod, ready),
+                }
+            except ValueError as exc:
+                raise ClusterError(str(exc)) from None
+            status, body = admin.request("PATCH", f"{path}/status", patch)
+            if status == 200:
+                result: dict[str, Any] = body
+                return result
+            if status != 409:
+                raise ClusterError(f"patching pod {namespace}/{name} status failed: HTTP {status}: {body}")
+        raise ClusterError(f"pod {namespace}/{name} kept changing; gave up after 50 conflicts")
 
     def volume_path(self, namespace: str, claim: str) -> Path | None:
         """Host directory backing the PVC `namespace/claim`, None while it is unbound."""

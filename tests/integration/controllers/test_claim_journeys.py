@@ -10,6 +10,7 @@ template reasons and Events, the label-domain allow-list, and the lifecycle poli
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -32,7 +33,7 @@ from agent_sandbox.kube import (
     NotFound,
     Object,
 )
-from tests.helpers import controller_metrics, eventually
+from tests.helpers import controller_metrics, eventually, is_ready
 
 pytestmark = pytest.mark.integration
 
@@ -357,6 +358,136 @@ async def test_ttl_after_finished(kube: ApiClient, namespace: str, controller: S
     await eventually(lambda: _gone(maybe(kube, SANDBOX, "job", ns)), "Sandbox deleted after the TTL")
     claim = await kube.get(SANDBOX_CLAIM, "job", namespace=ns)
     assert _has_finished(claim)  # Finished is kept after the Sandbox is gone
+
+
+# --------------------------------------------------------------------------- pods that start and stop like real ones
+
+
+async def _record(stream: Any, into: list[Object]) -> None:
+    async for event in stream:
+        if event.type != "BOOKMARK":
+            into.append(event.object)
+
+
+async def _claim_one_warm(kube: ApiClient, ns: str, claim: str) -> str:
+    """A 1-member pool, its member Ready, then `claim` adopts it; returns the bound Sandbox's name."""
+    await kube.create(SANDBOX_TEMPLATE, template_body(), namespace=ns)
+    await kube.create(SANDBOX_WARM_POOL, pool_body(replicas=1), namespace=ns)
+    await eventually(lambda: _at_least(ready_members(kube, ns), 1), "1 Ready pool member", within=60)
+    await kube.create(SANDBOX_CLAIM, claim_body(claim), namespace=ns)
+    bound = await eventually(
+        lambda: _when(
+            maybe(kube, SANDBOX_CLAIM, claim, ns), lambda o: (ready(o) or {}).get("status") == "True"
+        ),
+        "claim Ready",
+    )
+    name: str = bound["status"]["sandbox"]["name"]
+    return name
+
+
+async def test_deleting_an_adopted_sandboxs_pod_makes_it_not_ready_until_the_replacement_is_ready(
+    kube: ApiClient, namespace: str, controller: Started
+) -> None:
+    """Issue 11 part 3: the Sandbox follows its pod through termination and a fresh start.
+
+    The deleted pod turns NotReady at once and stays Terminating for its (capped) grace period; the
+    Sandbox controller recreates it once it is gone, and the replacement needs its start delay. Before
+    the dev cluster simulated both, the Sandbox stayed Ready=True while its pod was terminating.
+    """
+    ns = namespace
+    name = await _claim_one_warm(kube, ns, "mine")
+    sandbox = await kube.get(SANDBOX, name, namespace=ns)
+    old_pod = await kube.get(POD, name, namespace=ns)
+    seen: list[Object] = []
+    watch = asyncio.create_task(
+        _record(
+            kube.watch(
+                SANDBOX,
+                namespace=ns,
+                field_selector=f"metadata.name={name}",
+                resource_version=sandbox["metadata"]["resourceVersion"],
+            ),
+            seen,
+        )
+    )
+    try:
+        await kube.delete(POD, name, namespace=ns)
+
+        async def replacement_ready() -> Object | None:
+            pod = await maybe(kube, POD, name, ns)
+            if pod is None or pod["metadata"]["uid"] == old_pod["metadata"]["uid"] or not is_ready(pod):
+                return None
+            sb = await kube.get(SANDBOX, name, namespace=ns)
+            return sb if (ready(sb) or {}).get("status") == "True" else None
+
+        await eventually(replacement_ready, "replacement pod Ready and the Sandbox Ready again", within=60)
+        await asyncio.sleep(0.5)  # let the watch deliver the last event
+    finally:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+    history = [(ready(o) or {}).get("status", "") + ": " + (ready(o) or {}).get("message", "") for o in seen]
+    statuses = [h.split(":")[0] for h in history]
+    assert "False" in statuses, history
+    first_false = statuses.index("False")
+    # Not ready from the deletion until the end: no flap back to True before the replacement is Ready.
+    assert statuses[first_false:].count("True") >= 1, history
+    back = first_false + statuses[first_false:].index("True")
+    assert all(s == "False" for s in statuses[first_false:back]), history
+    assert all(s == "True" for s in statuses[back:]), history
+    not_ready = " | ".join(history[first_false:back])
+    assert "Pod is Running but not Ready" in not_ready, history  # the terminating pod turned NotReady
+    assert "Pod exists with phase: Pending" in not_ready, history  # the replacement starting
+    assert history[back].startswith("True: Pod is Ready"), history
+
+
+async def test_claiming_the_only_member_shows_the_pool_not_ready_until_its_replacement_is(
+    kube: ApiClient, namespace: str, controller: Started
+) -> None:
+    """Issue 11 part 3: a pool's readyReplicas dips to 0 while the replacement of a claimed member starts.
+
+    Upstream's pool counts Ready members; the claimed one leaves the pool at once and its replacement
+    needs the start delay, so a client watching the pool sees 0 before it sees 1 again.
+    """
+    ns = namespace
+    await kube.create(SANDBOX_TEMPLATE, template_body(), namespace=ns)
+    await kube.create(SANDBOX_WARM_POOL, pool_body(replicas=1), namespace=ns)
+
+    async def pool_ready(n: int) -> Object | None:
+        pool = await kube.get(SANDBOX_WARM_POOL, "pool", namespace=ns)
+        return pool if (pool.get("status") or {}).get("readyReplicas") == n else None
+
+    pool = await eventually(lambda: pool_ready(1), "pool readyReplicas 1", within=60)
+    first = {m["metadata"]["name"] for m in await ready_members(kube, ns)}
+    seen: list[Object] = []
+    watch = asyncio.create_task(
+        _record(
+            kube.watch(
+                SANDBOX_WARM_POOL,
+                namespace=ns,
+                field_selector="metadata.name=pool",
+                resource_version=pool["metadata"]["resourceVersion"],
+            ),
+            seen,
+        )
+    )
+    try:
+        await kube.create(SANDBOX_CLAIM, claim_body("only"), namespace=ns)
+
+        async def replaced() -> list[Object] | None:
+            members = await ready_members(kube, ns)
+            fresh = [m for m in members if m["metadata"]["name"] not in first]
+            return fresh if fresh and await pool_ready(1) else None
+
+        await eventually(replaced, "a new Ready member and readyReplicas 1 again", within=60)
+        await asyncio.sleep(0.5)  # let the watch deliver the last event
+    finally:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+    counts = [(o.get("status") or {}).get("readyReplicas", 0) for o in seen]
+    assert 0 in counts, f"readyReplicas never showed the claimed member gone: {counts}"
+    assert counts[-1] == 1, counts
 
 
 # --------------------------------------------------------------------------- small async predicates
