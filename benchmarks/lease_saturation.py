@@ -79,8 +79,12 @@ class Hog:
     spin: float
     write_waits: list[float] = field(default_factory=list)
     passes: int = 0
+    stopping: bool = False
+    """Set before the manager stops: reconciles then return at once, so the drain is quick."""
 
     async def reconcile(self, request: Request) -> Result:
+        if self.stopping:
+            return Result()
         end = time.monotonic() + self.spin
         while time.monotonic() < end:  # CPU-bound: holds the event loop
             pass
@@ -155,7 +159,10 @@ async def saturated_controller(
     )
     mgr = Manager(api, opts)
     hog = Hog(api, load.spin)
-    Builder(mgr).for_(CONFIG_MAP).named("hog").with_options(workers=load.workers).complete(hog)
+    # A short drain: in-flight reconciles may be waiting ~16 s for a token; they are cancelled instead.
+    Builder(mgr).for_(CONFIG_MAP).named("hog").with_options(workers=load.workers, drain_timeout=2.0).complete(
+        hog
+    )
     stop = asyncio.Event()
     task = asyncio.create_task(mgr.start(stop))
     lags: list[float] = []
@@ -165,9 +172,15 @@ async def saturated_controller(
         yield Saturated(mgr, hog, task, lags)
     finally:
         probe.cancel()
+        hog.stopping = True
         stop.set()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 60)
+        # asyncio.wait, not wait_for: a timeout must not cancel the manager mid-drain (that would orphan
+        # its workers, still writing through the client closed below).
+        await asyncio.wait({task}, timeout=120)
+        if not task.done():
+            raise RuntimeError("the saturated manager did not stop within 120 s")
+        if not task.cancelled():
+            task.exception()  # retrieved here; callers read it from `Saturated.task` as they need
         await api.close()
 
 
