@@ -333,7 +333,12 @@ class LeaderElector:
                 except KubeError as exc:
                     last_error = describe_error(exc)
                 if ok:
-                    self.renew_rounds.append(RenewalRound(started, self._clock.now()))
+                    done = RenewalRound(started, self._clock.now())
+                    self.renew_rounds.append(done)
+                    # client-go logs this at V(4); `--zap-log-level=debug` shows every renewal and its time.
+                    log.debug(
+                        "successfully renewed lease %s/%s in %.3fs", cfg.namespace, cfg.name, done.seconds
+                    )
                     break
                 log.warning("failed to renew lease %s/%s: %s", cfg.namespace, cfg.name, last_error)
                 if self._clock.now() >= deadline:

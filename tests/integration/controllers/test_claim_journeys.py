@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -32,6 +32,8 @@ from agent_sandbox.kube import (
     ApiClient,
     NotFound,
     Object,
+    ServerError,
+    TransportError,
 )
 from tests.helpers import controller_metrics, eventually, is_ready
 
@@ -363,10 +365,40 @@ async def test_ttl_after_finished(kube: ApiClient, namespace: str, controller: S
 # --------------------------------------------------------------------------- pods that start and stop like real ones
 
 
-async def _record(stream: Any, into: list[Object]) -> None:
-    async for event in stream:
-        if event.type != "BOOKMARK":
-            into.append(event.object)
+@contextlib.asynccontextmanager
+async def _watching(kube: ApiClient, kind: Any, ns: str, obj: Object) -> AsyncIterator[list[Object]]:
+    """Every version of `obj` written after the one given, in order, while the block runs."""
+    seen: list[Object] = []
+
+    async def record() -> None:
+        rv = obj["metadata"]["resourceVersion"]
+        while True:
+            stream = kube.watch(
+                kind,
+                namespace=ns,
+                field_selector=f"metadata.name={obj['metadata']['name']}",
+                resource_version=rv,
+            )
+            try:
+                async for event in stream:
+                    rv = event.object["metadata"]["resourceVersion"]
+                    if event.type != "BOOKMARK":
+                        seen.append(event.object)
+            except (ServerError, TransportError):
+                # A loaded API server may answer "too large resource version" (its watch cache lags) or drop
+                # the stream: resume from the last version seen, so no write is missed (410 Gone is raised).
+                await asyncio.sleep(0.1)
+
+    task = asyncio.create_task(record())
+    try:
+        yield seen
+        await asyncio.sleep(0.5)  # let the watch deliver the last event
+        if task.done():
+            task.result()  # the watch failed for good: say so rather than report an empty history
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def _claim_one_warm(kube: ApiClient, ns: str, claim: str) -> str:
@@ -398,19 +430,7 @@ async def test_deleting_an_adopted_sandboxs_pod_makes_it_not_ready_until_the_rep
     name = await _claim_one_warm(kube, ns, "mine")
     sandbox = await kube.get(SANDBOX, name, namespace=ns)
     old_pod = await kube.get(POD, name, namespace=ns)
-    seen: list[Object] = []
-    watch = asyncio.create_task(
-        _record(
-            kube.watch(
-                SANDBOX,
-                namespace=ns,
-                field_selector=f"metadata.name={name}",
-                resource_version=sandbox["metadata"]["resourceVersion"],
-            ),
-            seen,
-        )
-    )
-    try:
+    async with _watching(kube, SANDBOX, ns, sandbox) as seen:
         await kube.delete(POD, name, namespace=ns)
 
         async def replacement_ready() -> Object | None:
@@ -421,11 +441,6 @@ async def test_deleting_an_adopted_sandboxs_pod_makes_it_not_ready_until_the_rep
             return sb if (ready(sb) or {}).get("status") == "True" else None
 
         await eventually(replacement_ready, "replacement pod Ready and the Sandbox Ready again", within=60)
-        await asyncio.sleep(0.5)  # let the watch deliver the last event
-    finally:
-        watch.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watch
     history = [(ready(o) or {}).get("status", "") + ": " + (ready(o) or {}).get("message", "") for o in seen]
     statuses = [h.split(":")[0] for h in history]
     assert "False" in statuses, history
@@ -459,19 +474,7 @@ async def test_claiming_the_only_member_shows_the_pool_not_ready_until_its_repla
 
     pool = await eventually(lambda: pool_ready(1), "pool readyReplicas 1", within=60)
     first = {m["metadata"]["name"] for m in await ready_members(kube, ns)}
-    seen: list[Object] = []
-    watch = asyncio.create_task(
-        _record(
-            kube.watch(
-                SANDBOX_WARM_POOL,
-                namespace=ns,
-                field_selector="metadata.name=pool",
-                resource_version=pool["metadata"]["resourceVersion"],
-            ),
-            seen,
-        )
-    )
-    try:
+    async with _watching(kube, SANDBOX_WARM_POOL, ns, pool) as seen:
         await kube.create(SANDBOX_CLAIM, claim_body("only"), namespace=ns)
 
         async def replaced() -> list[Object] | None:
@@ -480,11 +483,6 @@ async def test_claiming_the_only_member_shows_the_pool_not_ready_until_its_repla
             return fresh if fresh and await pool_ready(1) else None
 
         await eventually(replaced, "a new Ready member and readyReplicas 1 again", within=60)
-        await asyncio.sleep(0.5)  # let the watch deliver the last event
-    finally:
-        watch.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watch
     counts = [(o.get("status") or {}).get("readyReplicas", 0) for o in seen]
     assert 0 in counts, f"readyReplicas never showed the claimed member gone: {counts}"
     assert counts[-1] == 1, counts

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -43,6 +44,15 @@ def _assert_saturated(s: Saturated) -> None:
     assert lag >= LOAD.spin / 2, f"the event loop was not saturated (worst lag {lag:.2f}s)"
 
 
+@pytest.fixture
+async def saturated(cluster: DevCluster, kube: ApiClient, namespace: str) -> AsyncIterator[Saturated]:
+    """The saturated controller, leading the Lease `saturation-test`; stopped (and the Lease released) after."""
+    async with saturated_controller(
+        str(cluster.kubeconfig), kube, namespace, lease=LEASE_NAME, identity="saturated", load=LOAD
+    ) as s:
+        yield s
+
+
 def _running(s: Saturated) -> None:
     if s.task.done():
         pytest.fail(f"the manager stopped: {s.task.exception()!r}")
@@ -50,49 +60,55 @@ def _running(s: Saturated) -> None:
 
 
 async def test_renewals_land_within_the_deadline_while_loop_and_client_are_saturated(
-    cluster: DevCluster, kube: ApiClient, namespace: str
+    saturated: Saturated,
 ) -> None:
-    async with saturated_controller(
-        str(cluster.kubeconfig), kube, namespace, lease=LEASE_NAME, identity="saturated", load=LOAD
-    ) as s:
-        assert isinstance(s.elector, ThreadedLeaderElector)  # the manager's default
-        assert s.elector.config.renew_deadline == RENEW_DEADLINE  # client-go's timings, not shortened ones
-        rounds_before = len(s.elector.renew_rounds)
-        await asyncio.sleep(SATURATED_FOR)
-        _running(s)
-        rounds = [r.seconds for r in list(s.elector.renew_rounds)[rounds_before:]]
-        _assert_saturated(s)
+    s = saturated
+    assert isinstance(s.elector, ThreadedLeaderElector)  # the manager's default
+    assert s.elector.config.renew_deadline == RENEW_DEADLINE  # client-go's timings, not shortened ones
+    rounds_before = len(s.elector.renew_rounds)
+    await asyncio.sleep(SATURATED_FOR)
+    _running(s)
+    rounds = [r.seconds for r in list(s.elector.renew_rounds)[rounds_before:]]
+    _assert_saturated(s)
     # One round every retry period (2 s) over 30 s, each well inside the 10 s renew deadline.
     assert len(rounds) >= 10, f"only {len(rounds)} renewal rounds in {SATURATED_FOR:.0f}s"
     assert max(rounds) < RENEW_DEADLINE, f"a renewal round took {max(rounds):.2f}s"
-    lease: Any = await kube.get(LEASE, LEASE_NAME, namespace=namespace)
-    assert not lease["spec"].get("holderIdentity")  # released on the graceful stop
 
 
 async def test_the_saturated_leader_keeps_the_lease_against_a_second_candidate(
+    saturated: Saturated, cluster: DevCluster, kube: ApiClient, namespace: str
+) -> None:
+    # The rival campaigns from its own thread and client: it takes over as soon as the leader's renewals
+    # stop for a lease duration (15 s) on the rival's clock.
+    rival = ThreadedLeaderElector(
+        await ApiClient.from_kubeconfig(str(cluster.kubeconfig)),
+        LeaderElectionConfig(name=LEASE_NAME, namespace=namespace, identity="rival"),
+    )
+    campaign = asyncio.create_task(rival.acquire())
+    try:
+        await asyncio.sleep(SATURATED_FOR)
+        assert not campaign.done(), "the rival acquired the lease"
+        _running(saturated)
+        assert rival.observed_holder == "saturated"
+        lease: Any = await kube.get(LEASE, LEASE_NAME, namespace=namespace)
+        assert lease["spec"]["holderIdentity"] == "saturated"
+        assert lease["spec"]["leaseTransitions"] == 0
+        _assert_saturated(saturated)
+    finally:
+        campaign.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await campaign
+        await rival.close()
+
+
+async def test_the_lease_is_released_when_the_saturated_manager_stops(
     cluster: DevCluster, kube: ApiClient, namespace: str
 ) -> None:
     async with saturated_controller(
         str(cluster.kubeconfig), kube, namespace, lease=LEASE_NAME, identity="saturated", load=LOAD
     ) as s:
-        # The rival campaigns from its own thread and client: it takes over as soon as the leader's
-        # renewals stop for a lease duration (15 s) on the rival's clock.
-        rival = ThreadedLeaderElector(
-            await ApiClient.from_kubeconfig(str(cluster.kubeconfig)),
-            LeaderElectionConfig(name=LEASE_NAME, namespace=namespace, identity="rival"),
-        )
-        campaign = asyncio.create_task(rival.acquire())
-        try:
-            await asyncio.sleep(SATURATED_FOR)
-            assert not campaign.done(), "the rival acquired the lease"
-            _running(s)
-            assert rival.observed_holder == "saturated"
-            lease: Any = await kube.get(LEASE, LEASE_NAME, namespace=namespace)
-            assert lease["spec"]["holderIdentity"] == "saturated"
-            assert lease["spec"]["leaseTransitions"] == 0
-            _assert_saturated(s)
-        finally:
-            campaign.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await campaign
-            await rival.close()
+        await asyncio.sleep(5)
+        _running(s)
+    assert s.task.done()
+    lease: Any = await kube.get(LEASE, LEASE_NAME, namespace=namespace)
+    assert not lease["spec"].get("holderIdentity")  # released on the graceful stop, from the elector's thread

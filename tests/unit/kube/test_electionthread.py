@@ -59,6 +59,18 @@ class ThreadRecordingClient(FakeClient):
         self.closed_on = threading.current_thread().name
 
 
+def _leading(**options: Any) -> ManagerOptions:
+    """Manager options with leader election on Lease ns/lease and no servers."""
+    return ManagerOptions(
+        metrics_bind_address="0",
+        health_probe_bind_address="0",
+        leader_election=True,
+        leader_election_id="lease",
+        leader_election_namespace="ns",
+        **options,
+    )
+
+
 def _threaded(client: FakeClient, identity: str = "a", **timings: float) -> ThreadedLeaderElector:
     cfg = LeaderElectionConfig(name="lease", namespace="ns", identity=identity, **(timings or FAST))
     return ThreadedLeaderElector(client, cfg)  # type: ignore[arg-type]
@@ -123,17 +135,7 @@ async def test_the_manager_holds_the_lease_through_the_thread_and_releases_it_on
         made.append(ThreadedLeaderElector(lease_store, cfg))  # type: ignore[arg-type]
         return made[-1]
 
-    opts = ManagerOptions(
-        metrics_bind_address="0",
-        health_probe_bind_address="0",
-        leader_election=True,
-        leader_election_id="lease",
-        leader_election_namespace="ns",
-        retry_period=0.05,
-        renew_deadline=0.6,
-        lease_duration=0.9,
-        new_elector=new_elector,
-    )
+    opts = _leading(retry_period=0.05, renew_deadline=0.6, lease_duration=0.9, new_elector=new_elector)
     mgr = Manager(FakeClient(), opts)  # type: ignore[arg-type]
     stop = asyncio.Event()
     task = asyncio.create_task(mgr.start(stop))
@@ -149,14 +151,7 @@ async def test_the_manager_holds_the_lease_through_the_thread_and_releases_it_on
 
 def test_the_managers_default_elector_has_its_own_client_and_rate_budget() -> None:
     api = ApiClient(ClusterConfig(server="https://127.0.0.1:1", ssl=None, auth=NoAuth()), qps=1, burst=1)
-    opts = ManagerOptions(
-        metrics_bind_address="0",
-        health_probe_bind_address="0",
-        leader_election=True,
-        leader_election_id="lease",
-        leader_election_namespace="ns",
-    )
-    mgr = Manager(api, opts)
+    mgr = Manager(api, _leading())
     elector = mgr.elector
     assert isinstance(elector, ThreadedLeaderElector)
     lease_client = elector._client
