@@ -20,6 +20,7 @@ import pytest
 
 from agent_sandbox.api import constants as c
 from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.devcluster.config import START_AFTER_ANNOTATION
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.processes import Started, stop
 from agent_sandbox.kube import (
@@ -456,16 +457,27 @@ async def test_deleting_an_adopted_sandboxs_pod_makes_it_not_ready_until_the_rep
     assert history[back].startswith("True: Pod is Ready"), history
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "issue 11 part 1 (claim priority): the pool's status write is held for up to one hold (HeldWrites, "
+        "1 s) while a claim arrives; a replacement Ready within it means readyReplicas 0 is never written. "
+        "Passes with --sandbox-claim-priority-hold=0; the claim-priority change must make it pass."
+    ),
+)
 async def test_claiming_the_only_member_shows_the_pool_not_ready_until_its_replacement_is(
     kube: ApiClient, namespace: str, controller: Started
 ) -> None:
     """Issue 11 part 3: a pool's readyReplicas dips to 0 while the replacement of a claimed member starts.
 
-    Upstream's pool counts Ready members; the claimed one leaves the pool at once and its replacement
-    needs the start delay, so a client watching the pool sees 0 before it sees 1 again.
+    Upstream's pool counts Ready members and writes its status at once; the claimed one leaves the pool
+    and its replacement needs its start delay, so a client watching the pool sees 0 before it sees 1 again.
+    The members start in 0.2 s (start-after), well inside one claim-priority hold (1 s).
     """
     ns = namespace
-    await kube.create(SANDBOX_TEMPLATE, template_body(), namespace=ns)
+    template = template_body()
+    template["spec"]["podTemplate"]["metadata"]["annotations"] = {START_AFTER_ANNOTATION: "200ms"}
+    await kube.create(SANDBOX_TEMPLATE, template, namespace=ns)
     await kube.create(SANDBOX_WARM_POOL, pool_body(replicas=1), namespace=ns)
 
     async def pool_ready(n: int) -> Object | None:
