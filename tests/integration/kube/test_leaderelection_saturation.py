@@ -99,16 +99,3 @@ async def test_the_saturated_leader_keeps_the_lease_against_a_second_candidate(
         with contextlib.suppress(asyncio.CancelledError):
             await campaign
         await rival.close()
-
-
-async def test_the_lease_is_released_when_the_saturated_manager_stops(
-    cluster: DevCluster, kube: ApiClient, namespace: str
-) -> None:
-    async with saturated_controller(
-        str(cluster.kubeconfig), kube, namespace, lease=LEASE_NAME, identity="saturated", load=LOAD
-    ) as s:
-        await asyncio.sleep(5)
-        _running(s)
-    assert s.task.done()
-    lease: Any = await kube.get(LEASE, LEASE_NAME, namespace=namespace)
-    assert not lease["spec"].get("holderIdentity")  # released on the graceful stop, from the elector's thread
