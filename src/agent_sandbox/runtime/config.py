@@ -62,6 +62,9 @@ class RuntimeConfig:
     max_upload_bytes: int = 1 << 30
     # Environment of the commands (default: the server's own). The runner gives each pod its own.
     command_env: Mapping[str, str] | None = field(default=None, repr=False)
+    # The root as clients name it, when it differs from root_dir (the runner serves "/workspace" from a host
+    # directory); sandboxd strips this prefix from paths.
+    client_root: str | None = None
 
     def validate(self) -> None:
         """Reject values the server cannot run with (ValueError naming the flag)."""

@@ -32,7 +32,7 @@ class RuntimeState:
 
     def __init__(self, config: RuntimeConfig) -> None:
         self.config = config
-        self.configured_root = os.path.abspath(os.fspath(config.root_dir))
+        self.configured_root = config.client_root or os.path.abspath(os.fspath(config.root_dir))
         self.root = real_root(config.root_dir)
         env = dict(os.environ if config.command_env is None else config.command_env)
         self.supervisor = Supervisor(
