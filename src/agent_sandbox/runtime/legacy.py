@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import codecs
 import math
-import os
 import shlex
 from typing import Any
 from urllib.parse import quote
@@ -20,7 +19,15 @@ import orjson
 from aiohttp import web
 
 from . import files
-from ._http import error_middleware, find_part, json_response, part_chunks, path_tail
+from ._http import (
+    error_middleware,
+    find_part,
+    json_response,
+    multipart_reader,
+    part_chunks,
+    path_tail,
+    send_open_file,
+)
 from .execution import run_command
 from .paths import InvalidPath, PathEscape
 from .processes import SpawnError, TooManyProcesses
@@ -216,13 +223,9 @@ class _Legacy:
 
     async def upload(self, request: web.Request) -> web.Response:
         try:
-            reader = await request.multipart()
-        except (AssertionError, ValueError, KeyError) as err:
-            return json_response({"message": f"invalid multipart body: {err}"}, 400)
-        try:
-            part = await find_part(reader, "file")
+            part = await find_part(await multipart_reader(request), "file")
         except ValueError as err:
-            return json_response({"message": f"invalid multipart body: {err}"}, 400)
+            return json_response({"message": str(err)}, 400)
         if part is None:
             return _unprocessable(_Invalid("missing", ["body", "file"], "Field required"))
         filename = part.filename
@@ -272,18 +275,7 @@ class _Legacy:
             return json_response({"message": "File not found"}, 404)
         except PermissionError:
             return json_response({"message": "Permission denied"}, 403)
-        try:
-            resp = web.FileResponse(
-                f"/proc/self/fd/{fd}",
-                headers={
-                    "Content-Type": "application/octet-stream",
-                    "Content-Disposition": _attachment(user_path),
-                },
-            )
-            await resp.prepare(request)
-            return resp
-        finally:
-            os.close(fd)
+        return await send_open_file(request, fd, {"Content-Disposition": _attachment(user_path)})
 
     async def list(self, request: web.Request) -> web.Response:
         try:
@@ -319,7 +311,7 @@ class _Legacy:
             return json_response(_ACCESS_DENIED, 403)
         except InvalidPath as err:
             return json_response({"message": str(err)}, 400)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return json_response({"message": "File not found"}, 404)
         except files.NotEmpty as err:
             return json_response({"message": err.strerror}, 409)

@@ -12,7 +12,15 @@ from typing import Any
 from aiohttp import web
 
 from . import files
-from ._http import error_middleware, find_part, json_response, part_chunks, path_tail
+from ._http import (
+    error_middleware,
+    find_part,
+    json_response,
+    multipart_reader,
+    part_chunks,
+    path_tail,
+    send_open_file,
+)
 from .paths import InvalidPath, PathEscape
 from .state import RuntimeState
 
@@ -81,15 +89,7 @@ class _Rest:
             return _error(*_NOT_FOUND)
         except PermissionError:
             return _error(*_DENIED)
-        try:
-            # FileResponse brings Range, Last-Modified/ETag and conditional requests, HEAD, and sendfile.
-            resp = web.FileResponse(
-                f"/proc/self/fd/{fd}", headers={"Content-Type": "application/octet-stream"}
-            )
-            await resp.prepare(request)
-            return resp
-        finally:
-            os.close(fd)
+        return await send_open_file(request, fd)
 
     async def _listing(self, request: web.Request, user_path: str, target: str) -> web.Response:
         try:
@@ -163,7 +163,7 @@ class _Rest:
             await files.delete(self.state.root, target, recursive=recursive)
         except PathEscape:
             return _error(*_ESCAPE)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return _error(*_NOT_FOUND)
         except files.NotEmpty as err:
             return _error(409, err.strerror or "directory is not empty; pass recursive=true to remove it")
@@ -186,13 +186,10 @@ async def _body_chunks(request: web.Request) -> AsyncIterator[bytes]:
     """The raw body, or the `file` part of a multipart/form-data body (ValueError when it is missing)."""
     if request.content_type != "multipart/form-data":
         return request.content.iter_chunked(_CHUNK)
-    try:
-        part = await find_part(await request.multipart(), "file")
-        if part is None:
-            raise ValueError('multipart body is missing the required "file" part')
-        return part_chunks(part)
-    except (AssertionError, KeyError) as err:
-        raise ValueError(f"invalid multipart body: {err}") from None
+    part = await find_part(await multipart_reader(request), "file")
+    if part is None:
+        raise ValueError('multipart body is missing the required "file" part')
+    return part_chunks(part)
 
 
 def rest_app(state: RuntimeState) -> web.Application:
