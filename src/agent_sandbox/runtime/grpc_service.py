@@ -21,7 +21,7 @@ from agent_sandbox.api import processv1 as pb
 
 from .execution import run_command
 from .paths import InvalidPath, PathEscape
-from .processes import SpawnError, TooManyProcesses
+from .processes import Process, SpawnError, TooManyProcesses
 from .state import RuntimeState
 
 __all__ = ["add_process_service"]
@@ -70,6 +70,13 @@ class ProcessService:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"cwd: {err}")
         env = dict(config.env_vars) if config.env_vars else None
         return list(config.command), cwd, env
+
+    async def _running(self, process_id: int, context: aio.ServicerContext[Any, Any]) -> Process:
+        proc = self.state.supervisor.get(process_id)
+        if proc is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"process {process_id} not found")
+            raise AssertionError("abort raises")
+        return proc
 
     async def _spawn_failed(self, err: Exception, context: aio.ServicerContext[Any, Any]) -> None:
         if isinstance(err, TooManyProcesses):
@@ -122,10 +129,7 @@ class ProcessService:
 
     async def write_stdin(self, raw: bytes, context: aio.ServicerContext[Any, Any]) -> pb.WriteStdinResponse:
         req = await _parse(pb.WriteStdinRequest, raw, context)
-        proc = self.state.supervisor.get(req.process_id)
-        if proc is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"process {req.process_id} not found")
-        assert proc is not None
+        proc = await self._running(req.process_id, context)
         if req.WhichOneof("payload") == "eof":
             proc.close_stdin()
             return pb.WriteStdinResponse()
@@ -140,10 +144,7 @@ class ProcessService:
 
     async def send_signal(self, raw: bytes, context: aio.ServicerContext[Any, Any]) -> pb.SendSignalResponse:
         req = await _parse(pb.SendSignalRequest, raw, context)
-        proc = self.state.supervisor.get(req.process_id)
-        if proc is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"process {req.process_id} not found")
-        assert proc is not None
+        proc = await self._running(req.process_id, context)
         sig = _SIGNALS.get(req.signal)
         if sig is None:
             await context.abort(
@@ -158,10 +159,7 @@ class ProcessService:
 
     async def resize_tty(self, raw: bytes, context: aio.ServicerContext[Any, Any]) -> pb.ResizeTTYResponse:
         req = await _parse(pb.ResizeTTYRequest, raw, context)
-        proc = self.state.supervisor.get(req.process_id)
-        if proc is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"process {req.process_id} not found")
-        assert proc is not None
+        proc = await self._running(req.process_id, context)
         if not proc.has_pty:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"process {req.process_id} has no PTY")
         try:

@@ -129,6 +129,14 @@ class _Legacy:
             ) from None
         return _ExecRequest(body, self.state)
 
+    async def _exec_request_or_error(self, request: web.Request) -> _ExecRequest | web.Response:
+        try:
+            return await self._exec_request(request)
+        except _Invalid as err:
+            return _unprocessable(err)
+        except PathEscape:
+            return json_response(_ACCESS_DENIED, 403)
+
     async def health(self, request: web.Request) -> web.Response:
         if self.state.draining:
             return json_response(
@@ -137,12 +145,9 @@ class _Legacy:
         return json_response({"status": "ok", "message": "Sandbox Runtime is active."})
 
     async def execute(self, request: web.Request) -> web.Response:
-        try:
-            req = await self._exec_request(request)
-        except _Invalid as err:
-            return _unprocessable(err)
-        except PathEscape:
-            return json_response(_ACCESS_DENIED, 403)
+        req = await self._exec_request_or_error(request)
+        if isinstance(req, web.Response):
+            return req
         try:
             argv = req.argv()
             result = await run_command(
@@ -172,12 +177,9 @@ class _Legacy:
         )
 
     async def execute_stream(self, request: web.Request) -> web.StreamResponse:
-        try:
-            req = await self._exec_request(request)
-        except _Invalid as err:
-            return _unprocessable(err)
-        except PathEscape:
-            return json_response(_ACCESS_DENIED, 403)
+        req = await self._exec_request_or_error(request)
+        if isinstance(req, web.Response):
+            return req
         resp = web.StreamResponse(
             headers={"Content-Type": "application/x-ndjson", "Cache-Control": "no-store"}
         )

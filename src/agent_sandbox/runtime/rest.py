@@ -59,6 +59,19 @@ _ESCAPE = (403, "path traversal outside sandbox root is forbidden")
 _DENIED = (403, "permission denied")
 
 
+def _os_failure(err: OSError) -> web.Response:
+    """The sandboxd answer for an OS error of a file operation (confinement first: it is a PermissionError)."""
+    if isinstance(err, PathEscape):
+        return _error(*_ESCAPE)
+    if isinstance(err, FileNotFoundError | NotADirectoryError):
+        return _error(*_NOT_FOUND)
+    if isinstance(err, files.NotEmpty):
+        return _error(409, err.strerror or "directory is not empty; pass recursive=true to remove it")
+    if isinstance(err, PermissionError):
+        return _error(*_DENIED)
+    return _error(500, str(err))
+
+
 class _Rest:
     def __init__(self, state: RuntimeState) -> None:
         self.state = state
@@ -71,35 +84,17 @@ class _Rest:
         try:
             user_path, target = self._target(request)
             st = os.stat(target)
-        except PathEscape:
-            return _error(*_ESCAPE)
+            if stat.S_ISDIR(st.st_mode):
+                return await self._listing(request, user_path, target)
+            fd, _ = files.open_file(self.state.root, target)
         except InvalidPath as err:
             return _error(400, str(err))
-        except (FileNotFoundError, NotADirectoryError):
-            return _error(*_NOT_FOUND)
-        except PermissionError:
-            return _error(*_DENIED)
-        if stat.S_ISDIR(st.st_mode):
-            return await self._listing(request, user_path, target)
-        try:
-            fd, _ = files.open_file(self.state.root, target)
-        except PathEscape:
-            return _error(*_ESCAPE)
-        except FileNotFoundError:
-            return _error(*_NOT_FOUND)
-        except PermissionError:
-            return _error(*_DENIED)
+        except OSError as err:
+            return _os_failure(err)
         return await send_open_file(request, fd)
 
     async def _listing(self, request: web.Request, user_path: str, target: str) -> web.Response:
-        try:
-            entries = await files.list_directory(self.state.root, target)
-        except PathEscape:
-            return _error(*_ESCAPE)
-        except PermissionError:
-            return _error(*_DENIED)
-        except OSError as err:
-            return _error(500, str(err))
+        entries = await files.list_directory(self.state.root, target)  # OSError: the caller's answer
         entries.sort(key=lambda e: e.name)
         path = user_path if user_path.startswith("/") else "/" + user_path
         return json_response({"path": path, "entries": [e.sandboxd() for e in entries]})
@@ -136,11 +131,9 @@ class _Rest:
         except (NotADirectoryError, FileExistsError) as err:
             return _error(400, f"a parent of the target is not a directory: {err.strerror}")
         except ValueError as err:  # malformed multipart mid-stream
-            return _error(400, f"invalid multipart body: {err}")
-        except PermissionError:
-            return _error(*_DENIED)
+            return _error(400, str(err))
         except OSError as err:
-            return _error(500, str(err))
+            return _os_failure(err)
         return web.Response(status=204)
 
     async def delete(self, request: web.Request) -> web.Response:
@@ -161,16 +154,8 @@ class _Rest:
             recursive = _BOOLS[raw]
         try:
             await files.delete(self.state.root, target, recursive=recursive)
-        except PathEscape:
-            return _error(*_ESCAPE)
-        except (FileNotFoundError, NotADirectoryError):
-            return _error(*_NOT_FOUND)
-        except files.NotEmpty as err:
-            return _error(409, err.strerror or "directory is not empty; pass recursive=true to remove it")
-        except PermissionError:
-            return _error(*_DENIED)
         except OSError as err:
-            return _error(500, str(err))
+            return _os_failure(err)
         return web.Response(status=204)
 
     async def health(self, request: web.Request) -> web.Response:

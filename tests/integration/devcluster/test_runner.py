@@ -24,14 +24,12 @@ from agent_sandbox.api import processv1 as pb
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.processes import Started, stop
-from agent_sandbox.kube import POD, SANDBOX, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL, ApiClient, NotFound, Object
+from agent_sandbox.kube import POD, SANDBOX, ApiClient, NotFound, Object
 from tests.helpers import eventually
+from tests.integration.devcluster.runtime_helpers import create_runtime_pool, runtime_pod_spec
 from tests.integration.runtime.helpers import ProcessClient
 
 pytestmark = pytest.mark.integration
-
-EXT = "extensions.agents.x-k8s.io/v1beta1"
-RUNTIME_IMAGE = "ghcr.io/agent-sandbox/agent-sandbox-runtime:dev"
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +45,6 @@ def controller(cluster: DevCluster) -> Iterator[Started]:
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
         yield session
-
-
-def runtime_pod_spec(**container: Any) -> dict[str, Any]:
-    return {"containers": [{"name": "runtime", "image": RUNTIME_IMAGE, **container}]}
 
 
 def sandbox(name: str, pod_spec: dict[str, Any] | None = None, **spec: Any) -> Object:
@@ -216,20 +210,7 @@ async def test_pvc_workspace_survives_suspend_and_resume(
 async def test_warm_pool_of_50_runs_commands_concurrently_and_a_crashed_runtime_comes_back(
     kube: ApiClient, namespace: str, controller: Started, cluster: DevCluster, http: aiohttp.ClientSession
 ) -> None:
-    template = {
-        "apiVersion": EXT,
-        "kind": "SandboxTemplate",
-        "metadata": {"name": "rt"},
-        "spec": {"podTemplate": {"spec": runtime_pod_spec()}},
-    }
-    pool = {
-        "apiVersion": EXT,
-        "kind": "SandboxWarmPool",
-        "metadata": {"name": "pool"},
-        "spec": {"replicas": 50, "sandboxTemplateRef": {"name": "rt"}},
-    }
-    await kube.create(SANDBOX_TEMPLATE, template, namespace=namespace)
-    await kube.create(SANDBOX_WARM_POOL, pool, namespace=namespace)
+    await create_runtime_pool(kube, namespace, replicas=50)
 
     async def ready_ips() -> list[str] | None:
         members = [m for m in await kube.list(SANDBOX, namespace=namespace) if _ready(m)]

@@ -17,8 +17,8 @@ import pytest
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.processes import Started, stop
-from agent_sandbox.kube import SANDBOX_TEMPLATE, SANDBOX_WARM_POOL, ApiClient
-from tests.integration.devcluster.test_runner import EXT, runtime_pod_spec
+from agent_sandbox.kube import ApiClient
+from tests.integration.devcluster.runtime_helpers import create_runtime_pool
 from tests.upstream_sdk import ensure_upstream_sdk, run_script
 
 pytestmark = pytest.mark.integration
@@ -61,20 +61,7 @@ async def test_upstream_sdk_runs_commands_and_files_through_the_runner(
     kube: ApiClient, namespace: str, controller: Started, cluster: DevCluster, mode: str, tmp_path: Path
 ) -> None:
     python = ensure_upstream_sdk()
-    template = {
-        "apiVersion": EXT,
-        "kind": "SandboxTemplate",
-        "metadata": {"name": "rt"},
-        "spec": {"podTemplate": {"spec": runtime_pod_spec()}},
-    }
-    pool = {
-        "apiVersion": EXT,
-        "kind": "SandboxWarmPool",
-        "metadata": {"name": "pool"},
-        "spec": {"replicas": 1, "sandboxTemplateRef": {"name": "rt"}},
-    }
-    await kube.create(SANDBOX_TEMPLATE, template, namespace=namespace)
-    await kube.create(SANDBOX_WARM_POOL, pool, namespace=namespace)
+    await create_runtime_pool(kube, namespace, replicas=1)
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
     out = json.loads(await run_script(python, _SCRIPT, namespace, mode, env=env, timeout=180))
     assert out["run"] == ["hello\n", 0]
