@@ -162,13 +162,30 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     return p
 
 
+def _without_zap_flags(argv: Sequence[str]) -> list[str]:
+    """sandboxd's `--zap-*` logging flags (controller-runtime's zap options) are accepted and ignored."""
+    out: list[str] = []
+    skip_value = False
+    for arg in argv:
+        if skip_value:
+            skip_value = False
+            if not arg.startswith("-"):
+                continue
+        if arg.startswith("-") and arg.lstrip("-").startswith("zap-"):
+            skip_value = "=" not in arg and arg.lstrip("-") != "zap-devel"
+            log.info("ignoring sandboxd logging flag %s (use --log-level)", arg.split("=", 1)[0])
+            continue
+        out.append(arg)
+    return out
+
+
 def parse_args(
     argv: Sequence[str], environ: Mapping[str, str] | None = None
 ) -> tuple[RuntimeConfig, argparse.Namespace]:
     """Parse the command line into a validated config (argparse exits 2 with a message on bad input)."""
     env = os.environ if environ is None else environ
     parser = _parser(env)
-    ns = parser.parse_args(list(argv))
+    ns = parser.parse_args(_without_zap_flags(argv))
     if not ns.root_dir.strip():
         parser.error("--root-dir must be non-empty")
     config = RuntimeConfig(

@@ -46,6 +46,13 @@ def test_go_style_spellings() -> None:
     )
 
 
+def test_sandboxd_zap_logging_flags_are_accepted() -> None:
+    config, _ = parse_args(
+        ["--zap-log-level=debug", "--zap-devel", "--zap-encoder", "json", "--grpc-port", "9999"], environ={}
+    )
+    assert config.grpc_port == 9999
+
+
 def test_legacy_environment_defaults() -> None:
     config, _ = parse_args([], environ={"SANDBOX_BASE_DIR": "/app", "SANDBOX_EXEC_TIMEOUT_SECONDS": "12.5"})
     assert (config.root_dir, config.command_timeout) == (Path("/app"), 12.5)
