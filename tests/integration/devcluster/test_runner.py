@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,23 +22,13 @@ from grpc import aio
 
 from agent_sandbox.api import processv1 as pb
 from agent_sandbox.devcluster import DevCluster
-from agent_sandbox.devcluster.controller import start_controller
-from agent_sandbox.devcluster.processes import Started, stop
+from agent_sandbox.devcluster.processes import Started
 from agent_sandbox.kube import POD, SANDBOX, ApiClient, NotFound, Object
 from tests.helpers import eventually
 from tests.integration.devcluster.runtime_helpers import create_runtime_pool, runtime_pod_spec
 from tests.integration.runtime.helpers import ProcessClient
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def controller(cluster: DevCluster) -> Iterator[Started]:
-    started = start_controller(cluster)
-    try:
-        yield started
-    finally:
-        stop(started)
 
 
 @pytest.fixture

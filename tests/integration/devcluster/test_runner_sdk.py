@@ -9,28 +9,17 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from agent_sandbox.devcluster import DevCluster
-from agent_sandbox.devcluster.controller import start_controller
-from agent_sandbox.devcluster.processes import Started, stop
+from agent_sandbox.devcluster.processes import Started
 from agent_sandbox.kube import ApiClient
 from tests.integration.devcluster.runtime_helpers import create_runtime_pool
 from tests.upstream_sdk import ensure_upstream_sdk, run_script
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def controller(cluster: DevCluster) -> Iterator[Started]:
-    started = start_controller(cluster)
-    try:
-        yield started
-    finally:
-        stop(started)
 
 
 _SCRIPT = r"""
