@@ -72,6 +72,8 @@ class ClusterConfig:
     default_storage_class: str = STORAGE_CLASS_IMMEDIATE
     # Serve kube-apiserver's /debug/pprof (benchmarks profile the API server; off like a hardened cluster).
     apiserver_profiling: bool = False
+    # Run the local runner: runtime pods (runtime image or annotation) really execute (docs/devcluster.md).
+    runner: bool = True
 
 
 def kubeconfig_yaml(*, name: str, server: str, ca: Path, cert: Path, key: Path, user: str) -> str:
@@ -112,9 +114,27 @@ POD_READINESS_EXPRESSION = (
 )
 
 
+def readiness_held_jq() -> str:
+    """jq over a pod: "held" when something outside kwok decides its readiness, else "kwok".
+
+    Held: a runtime pod (`runtime_pods.is_runtime_pod`: the local runner sets it Ready once its runtime
+    answers) or a pod annotated `devcluster.agents.x-k8s.io/readiness: external` (any other component,
+    `DevCluster.set_pod_ready`). pod-ready starts "kwok" pods Ready; pod-start-held starts "held" ones not
+    Ready. One expression for both keeps them exclusive.
+    """
+    from agent_sandbox.devcluster.runtime_pods import runtime_pod_jq
+
+    return (
+        f'if (({runtime_pod_jq()}) == "yes") '
+        f'or ((.metadata.annotations // {{}})["{READINESS_ANNOTATION}"] == "{READINESS_EXTERNAL}") '
+        'then "held" else "kwok" end'
+    )
+
+
 def stage_placeholders(cfg: ClusterConfig) -> dict[str, str]:
     """`@@NAME@@` markers in stages/*.yaml and the ClusterConfig values that replace them."""
     return {
+        "POD_READINESS_HELD_JQ": readiness_held_jq(),
         "POD_GRACE_PERIOD_CAP_MS": str(int(cfg.pod_grace_period_cap_ms)),
         "POD_EXIT_DELAY_MS": str(int(cfg.pod_exit_delay_ms)),
         "POD_START_DELAY_MS": str(int(cfg.pod_start_delay_ms)),

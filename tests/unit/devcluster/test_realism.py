@@ -28,6 +28,7 @@ from agent_sandbox.devcluster.config import (
     ClusterConfig,
     kwok_stages_yaml,
     provisioner_binding_manifest,
+    readiness_held_jq,
     storage_class_manifests,
 )
 from agent_sandbox.devcluster.provisioner import (
@@ -38,6 +39,7 @@ from agent_sandbox.devcluster.provisioner import (
     should_delete,
     should_provision,
 )
+from agent_sandbox.devcluster.runtime_pods import runtime_pod_jq
 from agent_sandbox.devcluster.simulation import pod_readiness_status, ready_status, with_taint, without_taint
 
 pytestmark = pytest.mark.unit
@@ -49,6 +51,10 @@ def _stages(cfg: ClusterConfig | None = None) -> dict[str, Any]:
 
 def _selector(stage: dict[str, Any]) -> dict[str, str]:
     return {e["key"]: e["operator"] for e in stage["spec"]["selector"]["matchExpressions"]}
+
+
+def _values(stage: dict[str, Any]) -> dict[str, list[str] | None]:
+    return {e["key"]: e.get("values") for e in stage["spec"]["selector"]["matchExpressions"]}
 
 
 # -- kwok stages --------------------------------------------------------------------------------------------
@@ -82,12 +88,20 @@ def test_defaults_start_pods_in_about_a_second() -> None:
     assert 500 <= cfg.pod_start_delay_ms <= cfg.pod_start_delay_ms + cfg.pod_start_jitter_ms <= 1500
 
 
-def test_pods_with_external_readiness_start_running_but_not_ready() -> None:
-    template = _stages()["pod-ready"]["spec"]["next"]["statusTemplate"]
-    assert f'index $ann "{READINESS_ANNOTATION}"' in template
-    assert f'"{READINESS_EXTERNAL}"' in template
-    assert "reason: ContainersNotReady" in template
-    assert "ready: {{ $ready }}" in template
+def test_pods_whose_readiness_is_decided_elsewhere_start_running_but_not_ready() -> None:
+    stages = _stages(ClusterConfig(pod_start_delay_ms=700, pod_start_jitter_ms=250))
+    ready, held = stages["pod-ready"], stages["pod-start-held"]
+    held_jq = readiness_held_jq()
+    # One expression splits pending pods between the two stages: never both, never neither.
+    assert _values(ready)[held_jq] == ["kwok"]
+    assert _values(held)[held_jq] == ["held"]
+    assert f'["{READINESS_ANNOTATION}"] == "{READINESS_EXTERNAL}"' in held_jq
+    assert runtime_pod_jq() in held_jq  # runtime pods are held for the local runner
+    assert held["spec"]["delay"] == ready["spec"]["delay"]  # both start after the same delay
+    template = held["spec"]["next"]["statusTemplate"]
+    assert template.count("reason: ContainersNotReady") == 2
+    assert "ready: false" in template
+    assert "ContainersNotReady" not in ready["spec"]["next"]["statusTemplate"]  # kwok's pods start Ready
 
 
 def test_a_deleted_ready_pod_turns_not_ready_before_its_grace_period_starts() -> None:
@@ -98,12 +112,8 @@ def test_a_deleted_ready_pod_turns_not_ready_before_its_grace_period_starts() ->
         assert _selector(stage)[f'.metadata.annotations["{TERMINATE_AT_ANNOTATION}"]'] == "DoesNotExist"
     # The same readiness expression splits deleted pods between the two stages: never both (kwok would pick
     # one at random), never neither.
-    by_key = {
-        name: {e["key"]: e.get("values") for e in stage["spec"]["selector"]["matchExpressions"]}
-        for name, stage in (("not_ready", not_ready), ("terminating", terminating))
-    }
-    assert by_key["not_ready"][POD_READINESS_EXPRESSION] == ["ready"]
-    assert by_key["terminating"][POD_READINESS_EXPRESSION] == ["not-ready"]
+    assert _values(not_ready)[POD_READINESS_EXPRESSION] == ["ready"]
+    assert _values(terminating)[POD_READINESS_EXPRESSION] == ["not-ready"]
     template = not_ready["spec"]["next"]["statusTemplate"]
     assert template.count('status: "False"') == 2  # Ready and ContainersReady
     assert '$_ := set $status "ready" false' in template
