@@ -37,7 +37,15 @@ from ._ratelimit import (
     TokenBucket,
     default_controller_rate_limiter,
 )
-from ._reconcile import Reconciler, ReconcilerFunc, Request, Result, TerminalError
+from ._reconcile import (
+    EXPECTED_ERRORS,
+    Reconciler,
+    ReconcilerFunc,
+    Request,
+    Result,
+    RetryLater,
+    TerminalError,
+)
 from ._resources import (
     CONFIG_MAP,
     CRD,
@@ -89,6 +97,7 @@ __all__ = [
     "CONFIG_MAP",
     "CRD",
     "EVENT",
+    "EXPECTED_ERRORS",
     "GENERATION_CHANGED",
     "LEASE",
     "NAMESPACE",
@@ -164,6 +173,7 @@ __all__ = [
     "Request",
     "ResourceKind",
     "Result",
+    "RetryLater",
     "Runnable",
     "ServerError",
     "StatusWriter",

@@ -45,6 +45,7 @@ from agent_sandbox.kube import (
     Reader,
     Request,
     Result,
+    RetryLater,
     Tracing,
 )
 
@@ -102,7 +103,7 @@ _CREATE_PENDING_REQUEUE = 0.2
 _EXPIRED_REQUEUE = 0.001
 
 
-class ClaimRetry(Exception):
+class ClaimRetry(RetryLater):
     """A claim error that must be retried with backoff (wraps the `ClaimError`)."""
 
 

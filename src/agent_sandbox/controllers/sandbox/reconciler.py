@@ -38,6 +38,7 @@ from agent_sandbox.kube import (
     Request,
     ResourceKind,
     Result,
+    RetryLater,
     Tracing,
 )
 
@@ -62,11 +63,8 @@ WRITE_BEHIND_BOUND = 1.0
 _CHILD_KINDS: tuple[ResourceKind, ...] = (POD, PVC, SERVICE)
 
 
-class SandboxReconcileError(KubeError):
-    """A pass ended with errors (API failures or refused children); retried with backoff.
-
-    Derives from `KubeError` so the runtime counts it as an ordinary reconcile error, not a crash.
-    """
+class SandboxReconcileError(RetryLater):
+    """A pass ended with errors (API failures or refused children); retried with backoff."""
 
 
 def _wall_clock() -> datetime:

@@ -37,6 +37,7 @@ from agent_sandbox.kube import (
     RealClock,
     Request,
     Result,
+    RetryLater,
 )
 
 from ..claim_pressure import ClaimPressure, HeldWrites
@@ -54,7 +55,7 @@ log = logging.getLogger("agent_sandbox.controllers.warmpool")
 _KNOWN_STRATEGIES = frozenset(t.value for t in c.UpdateStrategyType)
 
 
-class TemplateLookupError(Exception):
+class TemplateLookupError(RetryLater):
     """The pool's template could not be read for a reason other than NotFound."""
 
 
