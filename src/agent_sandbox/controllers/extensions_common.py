@@ -28,6 +28,8 @@ from typing import Any, Final
 import orjson
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api import naming
+from agent_sandbox.api.meta import controller_ref, owner_ref_matches
 from agent_sandbox.kube import SANDBOX, SANDBOX_WARM_POOL, Cache, Object
 
 __all__ = [
@@ -59,7 +61,7 @@ PUBLIC_NAMESERVERS: Final = ("8.8.8.8", "1.1.1.1")
 
 def template_ref_hash(template_name: str) -> str:
     """`SandboxTemplateRefHash(name)` = `NameHash(name)` (controllers spec §0.2)."""
-    return c.name_hash(template_name)
+    return naming.name_hash(template_name)
 
 
 # --------------------------------------------------------------------------- indexes (§3.1)
@@ -98,8 +100,8 @@ def ensure_indexes(cache: Cache) -> None:
 
 def warm_pool_controller_name(metadata: Mapping[str, Any]) -> str | None:
     """Name of the SandboxWarmPool that controls an object (group + kind match, any version)."""
-    ref = c.controller_ref(metadata)
-    if ref is not None and c.owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_WARM_POOL):
+    ref = controller_ref(metadata)
+    if ref is not None and owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_WARM_POOL):
         return str(ref.get("name", ""))
     return None
 
@@ -110,7 +112,7 @@ def warm_pool_owner_name(metadata: Mapping[str, Any]) -> str | None:
     if name is not None:
         return name
     for ref in metadata.get("ownerReferences") or ():
-        if c.owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_WARM_POOL):
+        if owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_WARM_POOL):
             return str(ref.get("name", ""))
     return None
 
@@ -167,7 +169,7 @@ def blueprint(template_spec: Mapping[str, Any]) -> dict[str, Any]:
 def _hash_json(value: Any) -> str:
     # Sorted keys make the encoding deterministic within this implementation; byte equality with Go's
     # struct-order encoding is not required (a mismatch falls back to the semantic comparison).
-    return c.name_hash(orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode())
+    return naming.name_hash(orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode())
 
 
 def pod_template_hash(template_spec: Mapping[str, Any]) -> str:

@@ -30,6 +30,8 @@ from pathlib import Path
 import pytest
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api import naming
+from agent_sandbox.api.meta import controller_ref
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import CONTROLLER, start_controller
 from agent_sandbox.devcluster.processes import Started, is_ours, stop
@@ -130,7 +132,7 @@ async def start_pool(kube: ApiClient, ns: str) -> set[str]:
 
     async def all_ready() -> set[str] | None:
         members = await kube.list(
-            SANDBOX, namespace=ns, label_selector={c.LABEL_WARM_POOL_SANDBOX: c.name_hash("pool")}
+            SANDBOX, namespace=ns, label_selector={c.LABEL_WARM_POOL_SANDBOX: naming.name_hash("pool")}
         )
         names = {m["metadata"]["name"] for m in members if is_ready(m)}
         return names if len(names) == POOL_SIZE else None
@@ -178,11 +180,11 @@ async def check_invariants(kube: ApiClient, ns: str, members: set[str], log: Cre
     owners = Counter()
     for cl in claims:
         sb = by_name[cl["status"]["sandbox"]["name"]]
-        ref = c.controller_ref(sb["metadata"])
+        ref = controller_ref(sb["metadata"])
         assert ref is not None
         assert (ref["kind"], ref["uid"]) == ("SandboxClaim", cl["metadata"]["uid"])
     for sb in sandboxes:
-        ref = c.controller_ref(sb["metadata"])
+        ref = controller_ref(sb["metadata"])
         if ref is not None and ref["kind"] == "SandboxClaim":
             owners[ref["name"]] += 1
     assert set(owners.values()) == {1}, (

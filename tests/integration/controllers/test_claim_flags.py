@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api import naming
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.processes import Started, stop
@@ -78,7 +79,7 @@ async def test_disabled_events_and_annotations_and_claim_metrics(
 
     async def member_ready() -> bool:
         members = await kube.list(
-            SANDBOX, namespace=ns, label_selector={c.LABEL_WARM_POOL_SANDBOX: c.name_hash("warm")}
+            SANDBOX, namespace=ns, label_selector={c.LABEL_WARM_POOL_SANDBOX: naming.name_hash("warm")}
         )
         return any(is_ready(m) for m in members)
 

@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api import naming
+from agent_sandbox.api.meta import controller_ref
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.processes import Started, stop
@@ -94,7 +96,7 @@ def claim_body(name: str, pool: str = "pool", **spec: Any) -> Object:
 
 async def ready_members(kube: ApiClient, ns: str, pool: str = "pool") -> list[Object]:
     members = await kube.list(
-        SANDBOX, namespace=ns, label_selector={c.LABEL_WARM_POOL_SANDBOX: c.name_hash(pool)}
+        SANDBOX, namespace=ns, label_selector={c.LABEL_WARM_POOL_SANDBOX: naming.name_hash(pool)}
     )
     return [m for m in members if (ready(m) or {}).get("status") == "True"]
 
@@ -152,7 +154,7 @@ async def test_quickstart_warm_claim_and_pool_refill(
     assert sb_labels[c.LABEL_LAUNCH_TYPE] == "warm"
     assert sb_labels[c.LABEL_CLAIM_UID] == claim["metadata"]["uid"]
     assert c.LABEL_WARM_POOL_SANDBOX not in sb_labels
-    owner = c.controller_ref(sandbox["metadata"])
+    owner = controller_ref(sandbox["metadata"])
     assert owner is not None
     assert (owner["kind"], owner["name"]) == ("SandboxClaim", "my-claim")
     # The Pod was not restarted, and the claim's allowed label reached it.

@@ -23,8 +23,8 @@ from agent_sandbox.api.constants import (
     ANNOTATION_PROPAGATED_LABELS,
     LABEL_ADOPTABLE,
     LABEL_SANDBOX_NAME_HASH,
-    name_hash,
 )
+from agent_sandbox.api.naming import name_hash
 from agent_sandbox.controllers.sandbox import setup_sandbox_controller
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import install_crds

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api import naming
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.processes import Started, stop
@@ -72,7 +73,7 @@ def template_body(**spec: Any) -> Object:
 async def test_shared_network_policy_lifecycle(kube: ApiClient, namespace: str, controller: Started) -> None:
     ns = namespace
     tmpl = await kube.create(SANDBOX_TEMPLATE, template_body(), namespace=ns)
-    ref_hash = c.name_hash("tmpl")
+    ref_hash = naming.name_hash("tmpl")
 
     pol = await eventually(lambda: policy(kube, ns), "the default NetworkPolicy")
     assert pol["metadata"]["ownerReferences"] == [

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api import naming
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.processes import Started, stop
@@ -99,7 +100,7 @@ def pool_body(name: str, replicas: int, template: str = "tmpl", strategy: str | 
 
 async def members(kube: ApiClient, ns: str, pool: str) -> list[Object]:
     return await kube.list(
-        SANDBOX, namespace=ns, label_selector={c.LABEL_WARM_POOL_SANDBOX: c.name_hash(pool)}
+        SANDBOX, namespace=ns, label_selector={c.LABEL_WARM_POOL_SANDBOX: naming.name_hash(pool)}
     )
 
 
@@ -128,7 +129,7 @@ async def test_pool_of_five_ready_members_with_the_member_shape(
     live = await eventually(lambda: settled(kube, ns, "pool", 5), "5 Ready members")
 
     p = await kube.get(SANDBOX_WARM_POOL, "pool", namespace=ns)
-    assert p["status"]["selector"] == f"agents.x-k8s.io/warm-pool-sandbox={c.name_hash('pool')}"
+    assert p["status"]["selector"] == f"agents.x-k8s.io/warm-pool-sandbox={naming.name_hash('pool')}"
     for sb in live:
         meta = sb["metadata"]
         assert meta["name"].startswith("pool-")
@@ -143,7 +144,7 @@ async def test_pool_of_five_ready_members_with_the_member_shape(
             }
         ]
         labels = meta["labels"]
-        assert labels[c.LABEL_SANDBOX_TEMPLATE_REF_HASH] == c.name_hash("tmpl")
+        assert labels[c.LABEL_SANDBOX_TEMPLATE_REF_HASH] == naming.name_hash("tmpl")
         assert labels[c.LABEL_LAUNCH_TYPE] == "warm"
         assert labels[c.LABEL_CREATED_BY] == "controller"
         assert len(labels[c.LABEL_SANDBOX_TEMPLATE_HASH]) == 8
@@ -159,10 +160,10 @@ async def test_pool_of_five_ready_members_with_the_member_shape(
     # The template's shared NetworkPolicy selects those Pods by the template ref-hash label.
     pol = await eventually(lambda: _get(kube, NETWORK_POLICY, "tmpl-network-policy", ns), "the NetworkPolicy")
     assert pol["spec"]["podSelector"]["matchLabels"] == {
-        c.LABEL_SANDBOX_TEMPLATE_REF_HASH: c.name_hash("tmpl")
+        c.LABEL_SANDBOX_TEMPLATE_REF_HASH: naming.name_hash("tmpl")
     }
     assert all(
-        pod["metadata"]["labels"].get(c.LABEL_SANDBOX_TEMPLATE_REF_HASH) == c.name_hash("tmpl")
+        pod["metadata"]["labels"].get(c.LABEL_SANDBOX_TEMPLATE_REF_HASH) == naming.name_hash("tmpl")
         for pod in pods
     )
 
@@ -182,7 +183,7 @@ async def test_scale_through_spec_and_the_scale_subresource(
     scale = await kube.get(SANDBOX_WARM_POOL, "pool", namespace=ns, subresource="scale")
     assert scale["spec"]["replicas"] == 6
     assert scale["status"]["replicas"] == 6
-    assert scale["status"]["selector"] == f"agents.x-k8s.io/warm-pool-sandbox={c.name_hash('pool')}"
+    assert scale["status"]["selector"] == f"agents.x-k8s.io/warm-pool-sandbox={naming.name_hash('pool')}"
     await kube.patch(SANDBOX_WARM_POOL, "pool", {"spec": {"replicas": 3}}, namespace=ns, subresource="scale")
     await eventually(lambda: settled(kube, ns, "pool", 3), "scale down to 3 through /scale")
     out = cluster.kubectl("scale", "-n", ns, "sandboxwarmpool/pool", "--replicas=4")

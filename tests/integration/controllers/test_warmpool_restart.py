@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api import naming
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.processes import Started, is_ours, stop
@@ -102,7 +103,7 @@ async def test_creates_equal_replicas_across_sigkill_and_restart(
 
         async def full() -> list[Object] | None:
             live = await kube.list(
-                SANDBOX, namespace=ns, label_selector={c.LABEL_WARM_POOL_SANDBOX: c.name_hash("pool")}
+                SANDBOX, namespace=ns, label_selector={c.LABEL_WARM_POOL_SANDBOX: naming.name_hash("pool")}
             )
             p = await kube.get(SANDBOX_WARM_POOL, "pool", namespace=ns)
             st = p.get("status") or {}

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api.meta import controller_ref, owner_ref_matches
 
 from ..extensions_common import blueprint_matches, template_ref_hash, warm_pool_owner_name
 from .metadata import additional_metadata, merge_no_override
@@ -61,8 +62,8 @@ def is_adoptable(sandbox: Obj | None) -> bool:
     labels = meta.get("labels") or {}
     if c.LABEL_WARM_POOL_SANDBOX not in labels or c.LABEL_SANDBOX_TEMPLATE_REF_HASH not in labels:
         return False
-    ref = c.controller_ref(meta)
-    return ref is not None and c.owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_WARM_POOL)
+    ref = controller_ref(meta)
+    return ref is not None and owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_WARM_POOL)
 
 
 def candidate_problem(sandbox: Obj, *, namespace: str, pool_name: str) -> str | None:
@@ -204,11 +205,11 @@ def settle_contest(fresh: Obj | None, *, claim_uid: str, namespace: str, pool_na
     """Classify the authoritative view of a contested candidate (§4.6 "authoritative resolution")."""
     if fresh is None:
         return Contest.LOST
-    ref = c.controller_ref(fresh.get("metadata") or {})
+    ref = controller_ref(fresh.get("metadata") or {})
     if (
         ref is not None
         and ref.get("uid") == claim_uid
-        and c.owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_CLAIM)
+        and owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_CLAIM)
     ):
         return Contest.OURS
     if candidate_problem(fresh, namespace=namespace, pool_name=pool_name) is None:

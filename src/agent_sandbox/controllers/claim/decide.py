@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any, TypeAlias
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api.meta import controller_ref, owner_ref_matches
 from agent_sandbox.kube import create_merge_patch
 
 from ..extensions_common import semantic_equal, template_ref_hash
@@ -96,17 +97,17 @@ def controlled_by(sandbox: Obj | None, claim_uid: str) -> bool:
     """True if the Sandbox's controller owner is this claim (by UID; kind/group checked, version ignored)."""
     if sandbox is None:
         return False
-    ref = c.controller_ref(sandbox.get("metadata") or {})
+    ref = controller_ref(sandbox.get("metadata") or {})
     return (
         ref is not None
         and ref.get("uid") == claim_uid
-        and c.owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_CLAIM)
+        and owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_CLAIM)
     )
 
 
 def _pool_controlled(sandbox: Obj) -> bool:
-    ref = c.controller_ref(sandbox.get("metadata") or {})
-    return ref is not None and c.owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_WARM_POOL)
+    ref = controller_ref(sandbox.get("metadata") or {})
+    return ref is not None and owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_WARM_POOL)
 
 
 def assigned_name(claim: Obj) -> tuple[str, bool]:
@@ -184,11 +185,11 @@ def legacy_policy_to_delete(claim: Obj, policy: Obj | None) -> bool:
     """§4.3 step 2: the legacy per-claim NetworkPolicy is deleted only if this claim controls it."""
     if policy is None:
         return False
-    ref = c.controller_ref(policy.get("metadata") or {})
+    ref = controller_ref(policy.get("metadata") or {})
     return (
         ref is not None
         and ref.get("uid") == claim["metadata"].get("uid")
-        and c.owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_CLAIM)
+        and owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_CLAIM)
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any, Final
 from prometheus_client import Counter, Histogram
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api.meta import normalize_created_by
 from agent_sandbox.kube.metrics import REGISTRY
 
 from .status import parse_time
@@ -242,7 +243,7 @@ class ClaimMetrics:
         self, claim: Obj, sandbox: Obj, *, launch_type: str, pool: str, ready: bool, template: str
     ) -> None:
         meta = claim.get("metadata") or {}
-        created_by = c.normalize_created_by((meta.get("labels") or {}).get(c.LABEL_CREATED_BY))
+        created_by = normalize_created_by((meta.get("labels") or {}).get(c.LABEL_CREATED_BY))
         self.created.labels(
             meta.get("namespace", ""),
             template,

@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api.meta import normalize_created_by
 from agent_sandbox.kube import (
     NETWORK_POLICY,
     SANDBOX,
@@ -188,7 +189,7 @@ class ClaimReconciler:
         claim = self.fresh.view(SANDBOX_CLAIM, ns, name, cached) or cached
         ann = claim["metadata"].get("annotations") or {}
         created_by = (claim["metadata"].get("labels") or {}).get(c.LABEL_CREATED_BY)
-        attrs = {c.LABEL_CREATED_BY: c.normalize_created_by(created_by)} if created_by else {}
+        attrs = {c.LABEL_CREATED_BY: normalize_created_by(created_by)} if created_by else {}
         with self.tracing.start_span(
             "ReconcileSandboxClaim", parent=ann.get(c.ANNOTATION_TRACE_CONTEXT), attributes=attrs
         ):

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api.meta import new_controller_ref
 
 from ..extensions_common import apply_secure_defaults, blueprint, template_ref_hash
 from .errors import EnvVarsInjectionRejected, ReconcilerError, VolumeClaimTemplatesError
@@ -38,7 +39,7 @@ def claim_created_by(claim: Obj) -> str:
 def claim_owner_ref(claim: Obj) -> dict[str, Any]:
     """Controller owner reference to the claim (always written as v1beta1)."""
     meta = claim["metadata"]
-    return c.new_controller_ref(
+    return new_controller_ref(
         api_version=c.EXTENSIONS_API_VERSION, kind=c.KIND_SANDBOX_CLAIM, name=meta["name"], uid=meta["uid"]
     )
 

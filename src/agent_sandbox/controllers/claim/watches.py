@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api.meta import controller_ref, owner_ref_matches
 from agent_sandbox.kube import (
     NETWORK_POLICY,
     SANDBOX,
@@ -78,10 +79,10 @@ def claim_pool_index(obj: Object) -> list[str]:
 
 def sandbox_claim_uid_index(obj: Object) -> list[str]:
     """Sandbox index value: the UID of its controlling SandboxClaim (group + kind, any version)."""
-    ref = c.controller_ref(obj["metadata"])
+    ref = controller_ref(obj["metadata"])
     if (
         ref is not None
-        and c.owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_CLAIM)
+        and owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_CLAIM)
         and ref.get("uid")
     ):
         return [ref["uid"]]

@@ -29,6 +29,8 @@ from agent_sandbox.api.constants import (
     LABEL_SANDBOX_TEMPLATE_REF_HASH,
     LABEL_WARM_POOL_SANDBOX,
     SANDBOX_API_VERSION,
+)
+from agent_sandbox.api.meta import (
     api_group,
     controller_ref,
     is_reserved_annotation,

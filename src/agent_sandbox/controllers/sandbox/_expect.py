@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from agent_sandbox.api.constants import GROUP, KIND_SANDBOX, owner_ref_matches
+from agent_sandbox.api.constants import GROUP, KIND_SANDBOX
+from agent_sandbox.api.meta import owner_ref_matches
 from agent_sandbox.kube import Clock, Expectations, HandlerFuncs, Object, RealClock, ResourceKind
 
 __all__ = ["DEFAULT_TTL", "ChildExpectations"]

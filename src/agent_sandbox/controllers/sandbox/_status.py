@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from agent_sandbox.api.constants import CONDITION_POD_SCHEDULED, CONDITION_READY, sandbox_selector
+from agent_sandbox.api.constants import CONDITION_POD_SCHEDULED, CONDITION_READY
+from agent_sandbox.api.naming import sandbox_selector
 from agent_sandbox.kube import Object, create_merge_patch
 
 from ._conditions import (

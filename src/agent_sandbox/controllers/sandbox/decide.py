@@ -27,11 +27,10 @@ from agent_sandbox.api.constants import (
     REASON_MULTIPLE_PODS,
     REASON_SANDBOX_EXPIRED,
     OperatingMode,
-    Ownership,
     ShutdownPolicy,
-    classify_ownership,
-    name_hash,
 )
+from agent_sandbox.api.meta import Ownership, classify_ownership
+from agent_sandbox.api.naming import name_hash
 from agent_sandbox.kube import POD, PVC, SERVICE, Object, create_merge_patch
 
 from ._children import (

@@ -33,10 +33,8 @@ from agent_sandbox.api.constants import (
     LAUNCH_TYPE_COLD,
     LAUNCH_TYPE_WARM,
     REASON_SANDBOX_EXPIRED,
-    controller_ref,
-    normalize_created_by,
-    owner_ref_matches,
 )
+from agent_sandbox.api.meta import controller_ref, normalize_created_by, owner_ref_matches
 from agent_sandbox.kube import Informer, Object
 
 __all__ = ["SANDBOXES_METRIC", "SandboxCollector", "register_collector", "sandbox_metric_labels"]

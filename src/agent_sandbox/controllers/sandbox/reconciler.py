@@ -24,7 +24,9 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from agent_sandbox.api.constants import LABEL_CREATED_BY, name_hash, normalize_created_by
+from agent_sandbox.api.constants import LABEL_CREATED_BY
+from agent_sandbox.api.meta import normalize_created_by
+from agent_sandbox.api.naming import name_hash
 from agent_sandbox.kube import (
     POD,
     PVC,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api.meta import controller_ref, new_controller_ref
 from agent_sandbox.kube import NETWORK_POLICY, SANDBOX_TEMPLATE, Object
 
 from ..extensions_common import semantic_equal, template_ref_hash
@@ -105,7 +106,7 @@ def policy_name(template_name: str) -> str:
 
 def is_controlled_by(obj: Mapping[str, Any], owner_uid: str) -> bool:
     """metav1.IsControlledBy: the controller owner reference has `owner_uid`."""
-    ref = c.controller_ref(obj.get("metadata") or {})
+    ref = controller_ref(obj.get("metadata") or {})
     return ref is not None and bool(owner_uid) and ref.get("uid") == owner_uid
 
 
@@ -180,7 +181,7 @@ def _new_policy(template: Object, spec: dict[str, Any]) -> Object:
             "name": policy_name(meta["name"]),
             "namespace": meta["namespace"],
             "ownerReferences": [
-                c.new_controller_ref(
+                new_controller_ref(
                     api_version=SANDBOX_TEMPLATE.api_version,
                     kind=SANDBOX_TEMPLATE.kind,
                     name=meta["name"],

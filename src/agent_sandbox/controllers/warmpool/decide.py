@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api import naming
+from agent_sandbox.api.meta import controller_ref, new_controller_ref
 from agent_sandbox.kube import Object
 
 from ..extensions_common import blueprint_hash, effective_update_strategy, pod_template_hash
@@ -129,7 +131,7 @@ def pool_status(pool: Object, active: list[Object]) -> dict[str, Any]:
     return {
         "replicas": len(active),
         "readyReplicas": sum(1 for sb in active if is_ready(sb)),
-        "selector": c.warm_pool_selector(pool["metadata"]["name"]),
+        "selector": naming.warm_pool_selector(pool["metadata"]["name"]),
         "observedGeneration": pool["metadata"].get("generation", 0),
     }
 
@@ -151,7 +153,7 @@ def _adopt(sb: Object, pool: Object) -> PatchMember:
     meta = pool["metadata"]
     refs = [copy.deepcopy(r) for r in sb["metadata"].get("ownerReferences") or () if not r.get("controller")]
     refs.append(
-        c.new_controller_ref(
+        new_controller_ref(
             api_version=c.EXTENSIONS_API_VERSION,
             kind=c.KIND_SANDBOX_WARM_POOL,
             name=meta["name"],
@@ -196,7 +198,7 @@ def decide(snap: PoolSnapshot, now: float, config: WarmPoolConfig) -> PoolPlan:
     terminating = 0
     for sb in snap.members:
         meta = sb["metadata"]
-        ref = c.controller_ref(meta)
+        ref = controller_ref(meta)
         orphan = ref is None
         owned = ref is not None and bool(pool_uid) and ref.get("uid") == pool_uid
         if meta.get("deletionTimestamp"):

@@ -15,6 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api import naming
+from agent_sandbox.api.meta import new_controller_ref
 from agent_sandbox.kube import SANDBOX, SANDBOX_WARM_POOL, Object
 
 from ..extensions_common import apply_secure_defaults, blueprint, blueprint_matches, template_ref_hash
@@ -86,7 +88,7 @@ def build_member(
     template_spec = template.get("spec") or {}
     ref_name = template_ref_name(pool)
     hashes = {
-        c.LABEL_WARM_POOL_SANDBOX: c.name_hash(pool_meta["name"]),
+        c.LABEL_WARM_POOL_SANDBOX: naming.name_hash(pool_meta["name"]),
         c.LABEL_SANDBOX_TEMPLATE_REF_HASH: template_ref_hash(ref_name),
         c.LABEL_SANDBOX_POD_TEMPLATE_HASH: pod_template_hash,
         c.LABEL_SANDBOX_TEMPLATE_HASH: blueprint_hash,
@@ -116,7 +118,7 @@ def build_member(
             },
             "annotations": {c.ANNOTATION_SANDBOX_TEMPLATE_REF: ref_name},
             "ownerReferences": [
-                c.new_controller_ref(
+                new_controller_ref(
                     api_version=SANDBOX_WARM_POOL.api_version,
                     kind=SANDBOX_WARM_POOL.kind,
                     name=pool_meta["name"],

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api import naming
 from agent_sandbox.kube import (
     POD,
     SANDBOX,
@@ -123,7 +124,7 @@ class WarmPoolReconciler:
         ns = meta["namespace"]
         members = tuple(
             await self.client.list_by_index(
-                SANDBOX, INDEX_SANDBOX_WARM_POOL, c.name_hash(meta["name"]), namespace=ns
+                SANDBOX, INDEX_SANDBOX_WARM_POOL, naming.name_hash(meta["name"]), namespace=ns
             )
         )
         template: Object | None = None

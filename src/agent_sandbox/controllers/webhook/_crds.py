@@ -18,12 +18,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api.kinds import ALL_KINDS
 from agent_sandbox.kube import CRD, Client, NotFound
 
 log = logging.getLogger(__name__)
 
 #: The CRDs served by this webhook (upstream patches all four when extensions are on).
-ALL_CRD_NAMES: tuple[str, ...] = tuple(k.crd_name for k in c.ALL_KINDS)
+ALL_CRD_NAMES: tuple[str, ...] = tuple(k.crd_name for k in ALL_KINDS)
 
 
 def client_config(*, ca_pem: bytes, url: str | None, service: str, namespace: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api import naming
 from agent_sandbox.controllers.claim.adoption import (
     Contest,
     RecreateGuard,
@@ -103,7 +104,7 @@ def test_takeover_reparents_and_relabels() -> None:
         }
     ]
     assert meta["labels"] == {
-        c.LABEL_SANDBOX_TEMPLATE_REF_HASH: c.name_hash("tmpl"),
+        c.LABEL_SANDBOX_TEMPLATE_REF_HASH: naming.name_hash("tmpl"),
         c.LABEL_LAUNCH_TYPE: "warm",
         c.LABEL_CREATED_BY: "go-client",  # the pool's "controller" is overwritten by the claim's
         c.LABEL_CLAIM_UID: "c1-uid",
@@ -117,7 +118,7 @@ def test_takeover_reparents_and_relabels() -> None:
             "app": "demo",
             c.LABEL_CLAIM_UID: "c1-uid",
             c.LABEL_CREATED_BY: "go-client",
-            c.LABEL_SANDBOX_TEMPLATE_REF_HASH: c.name_hash("tmpl"),
+            c.LABEL_SANDBOX_TEMPLATE_REF_HASH: naming.name_hash("tmpl"),
         },
         "annotations": {"team": "x"},  # the pool's safe-to-evict "true" is gone
     }
@@ -148,7 +149,7 @@ def test_takeover_without_template_keeps_pod_metadata_minus_pool_evict_flag() ->
     assert c.ANNOTATION_SAFE_TO_EVICT not in pod_meta["annotations"]
     assert pod_meta["labels"]["sandbox.users.io/t"] == "1"
     assert pod_meta["labels"][c.LABEL_CLAIM_UID] == "c1-uid"
-    assert pod_meta["labels"][c.LABEL_SANDBOX_TEMPLATE_REF_HASH] == c.name_hash("tmpl")
+    assert pod_meta["labels"][c.LABEL_SANDBOX_TEMPLATE_REF_HASH] == naming.name_hash("tmpl")
 
 
 def test_takeover_metadata_conflict_is_an_error() -> None:

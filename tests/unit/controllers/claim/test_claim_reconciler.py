@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api.meta import controller_ref, new_controller_ref
 from agent_sandbox.controllers.claim.reconciler import ClaimConfig, ClaimRetry
 from agent_sandbox.kube import (
     NETWORK_POLICY,
@@ -50,7 +51,7 @@ def owners(world: World) -> dict[str, str]:
     """Sandbox name -> name of its controlling claim (only claim-owned Sandboxes)."""
     out = {}
     for sb in world.fake.objects(SANDBOX):
-        ref = c.controller_ref(sb["metadata"])
+        ref = controller_ref(sb["metadata"])
         if ref and ref["kind"] == c.KIND_SANDBOX_CLAIM:
             out[sb["metadata"]["name"]] = ref["name"]
     return out
@@ -540,7 +541,7 @@ async def test_legacy_network_policy_deleted_only_if_claim_controlled() -> None:
             "name": "c1-network-policy",
             "namespace": NS,
             "ownerReferences": [
-                c.new_controller_ref(
+                new_controller_ref(
                     api_version=c.EXTENSIONS_API_VERSION, kind="SandboxClaim", name="c1", uid="c1-uid"
                 )
             ],

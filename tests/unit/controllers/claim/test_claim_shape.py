@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api import naming
 from agent_sandbox.controllers.claim.errors import (
     EnvVarsInjectionRejected,
     ReconcilerError,
@@ -184,7 +185,7 @@ def test_cold_sandbox_body() -> None:
         c.LABEL_CLAIM_UID: "c1-uid",
         c.LABEL_CREATED_BY: "python-client",
         c.LABEL_LAUNCH_TYPE: "cold",
-        c.LABEL_SANDBOX_TEMPLATE_REF_HASH: c.name_hash("tmpl"),
+        c.LABEL_SANDBOX_TEMPLATE_REF_HASH: naming.name_hash("tmpl"),
     }
     assert meta["annotations"] == {
         c.ANNOTATION_SANDBOX_TEMPLATE_REF: "tmpl",
@@ -210,7 +211,7 @@ def test_cold_sandbox_body() -> None:
         "app": "demo",
         c.LABEL_CLAIM_UID: "c1-uid",
         c.LABEL_CREATED_BY: "python-client",
-        c.LABEL_SANDBOX_TEMPLATE_REF_HASH: c.name_hash("tmpl"),
+        c.LABEL_SANDBOX_TEMPLATE_REF_HASH: naming.name_hash("tmpl"),
         "sandbox.users.io/t": "1",
     }
     assert pod_meta["annotations"] == {"team": "x", "note": "n"}

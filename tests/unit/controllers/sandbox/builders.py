@@ -6,7 +6,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from agent_sandbox.api.constants import LABEL_SANDBOX_NAME_HASH, name_hash
+from agent_sandbox.api.constants import LABEL_SANDBOX_NAME_HASH
+from agent_sandbox.api.naming import name_hash
 from agent_sandbox.controllers.sandbox import Snapshot
 from agent_sandbox.controllers.sandbox.decide import resolve_pod_name
 

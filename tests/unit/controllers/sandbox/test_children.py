@@ -19,8 +19,8 @@ from agent_sandbox.api.constants import (
     LABEL_SANDBOX_NAME_HASH,
     LABEL_SANDBOX_TEMPLATE_REF_HASH,
     LABEL_WARM_POOL_SANDBOX,
-    name_hash,
 )
+from agent_sandbox.api.naming import name_hash
 from agent_sandbox.controllers.sandbox._children import (
     adoption_allowed,
     build_pod,

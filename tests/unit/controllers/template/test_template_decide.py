@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api.meta import new_controller_ref
 from agent_sandbox.controllers.extensions_common import template_ref_hash
 from agent_sandbox.controllers.template.decide import (
     CreatePolicy,
@@ -46,7 +47,7 @@ def policy(spec: dict[str, Any], *, owner_uid: str | None = UID) -> dict[str, An
     }
     if owner_uid is not None:
         meta["ownerReferences"] = [
-            c.new_controller_ref(
+            new_controller_ref(
                 api_version=c.EXTENSIONS_API_VERSION, kind="SandboxTemplate", name="tmpl", uid=owner_uid
             )
         ]

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api import naming
 from agent_sandbox.controllers.extensions_common import blueprint_hash, pod_template_hash, template_ref_hash
 from agent_sandbox.controllers.warmpool.members import (
     StalenessChecker,
@@ -44,7 +45,7 @@ def test_member_labels_annotations_and_owner() -> None:
     assert "name" not in meta
     assert meta["namespace"] == "ns"
     hashes = {
-        "agents.x-k8s.io/warm-pool-sandbox": c.name_hash("pool"),
+        "agents.x-k8s.io/warm-pool-sandbox": naming.name_hash("pool"),
         "agents.x-k8s.io/sandbox-template-ref-hash": template_ref_hash("tmpl"),
         "agents.x-k8s.io/sandbox-pod-template-hash": pod_template_hash(tmpl["spec"]),
         "agents.x-k8s.io/sandbox-template-hash": blueprint_hash(tmpl["spec"]),
