@@ -22,7 +22,7 @@ from typing import Any
 from agent_sandbox.api import constants as c
 from agent_sandbox.api.meta import controller_ref, owner_ref_matches
 
-from ..extensions_common import blueprint_matches, template_ref_hash, warm_pool_owner_name
+from ..blueprint import blueprint_matches, template_ref_hash, warm_pool_owner_name
 from .metadata import additional_metadata, merge_no_override
 from .shape import apply_claim_labels, claim_owner_ref, desired_pod_metadata
 

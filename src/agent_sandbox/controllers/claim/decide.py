@@ -26,7 +26,7 @@ from agent_sandbox.api import constants as c
 from agent_sandbox.api.meta import controller_ref, owner_ref_matches
 from agent_sandbox.kube import create_merge_patch
 
-from ..extensions_common import semantic_equal, template_ref_hash
+from ..blueprint import semantic_equal, template_ref_hash
 from .adoption import adoption_patch, candidate_problem
 from .errors import (
     ClaimError,

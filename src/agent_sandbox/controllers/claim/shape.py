@@ -15,7 +15,7 @@ from typing import Any
 from agent_sandbox.api import constants as c
 from agent_sandbox.api.meta import new_controller_ref
 
-from ..extensions_common import apply_secure_defaults, blueprint, template_ref_hash
+from ..blueprint import apply_secure_defaults, blueprint, template_ref_hash
 from .errors import EnvVarsInjectionRejected, ReconcilerError, VolumeClaimTemplatesError
 from .metadata import additional_metadata, merge_no_override
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from agent_sandbox.api import constants as c
 
-from ..extensions_common import semantic_equal
+from ..blueprint import semantic_equal
 from .errors import ClaimError, SandboxCreatePending, SandboxNotOwned
 
 __all__ = [

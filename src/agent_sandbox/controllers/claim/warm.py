@@ -33,7 +33,7 @@ from agent_sandbox.kube import (
     Reader,
 )
 
-from ..extensions_common import blueprint_hash, effective_update_strategy
+from ..blueprint import blueprint_hash, effective_update_strategy
 from . import execute as ex
 from .adoption import (
     Contest,

@@ -35,8 +35,8 @@ from agent_sandbox.kube import (
     Request,
 )
 
+from ..blueprint import INDEX_POOL_TEMPLATE_REF, ensure_indexes
 from ..claim_pressure import ClaimPressure
-from ..extensions_common import INDEX_POOL_TEMPLATE_REF, ensure_indexes
 from .adoption import is_adoptable, is_ready, pool_name_of
 from .observability import ClaimMetrics, ObservedTimes
 from .queue import WarmQueue, pool_key

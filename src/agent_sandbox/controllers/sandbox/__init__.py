@@ -3,8 +3,8 @@
 Layout (observe -> decide -> execute):
 
 * `decide` - pure decisions, `decide(snapshot, now) -> Plan`;
-* `_status` - pure conclusion of a pass: status patch, requeue, errors (`conclude`);
-* `_children` / `_conditions` - pure builders of child objects and of the §1.9 conditions;
+* `status` - pure conclusion of a pass: status patch, requeue, errors (`conclude`);
+* `children` / `conditions` - pure builders of child objects and of the §1.9 conditions;
 * `execute` - one API call per planned action;
 * `reconciler` - the I/O skeleton of a pass (cache reads, expectations, write-behind clock);
 * `watches` - manager wiring (`setup_sandbox_controller`), Pod cache transform, index;
@@ -13,14 +13,14 @@ Layout (observe -> decide -> execute):
 
 from __future__ import annotations
 
-from ._conditions import ChildOutcome, compute_conditions, upsert_condition
-from ._expect import ChildExpectations
-from ._plan import Plan, PlanMode, Results, Snapshot, StepResult
-from ._status import Conclusion, conclude, status_patch
+from .conditions import ChildOutcome, compute_conditions, upsert_condition
 from .decide import check_expiry, decide, plan_existing_pod
 from .execute import Executor, SandboxWriter
+from .expectations import ChildExpectations
 from .metrics import SandboxCollector, sandbox_metric_labels
+from .plan import Plan, PlanMode, Results, Snapshot, StepResult
 from .reconciler import POD_NAME_HASH_INDEX, SandboxReconcileError, SandboxReconciler
+from .status import Conclusion, conclude, status_patch
 from .watches import CONTROLLER_NAME, EVENT_REPORTER, pod_cache_transform, setup, setup_sandbox_controller
 
 __all__ = [

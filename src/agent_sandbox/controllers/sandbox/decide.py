@@ -8,7 +8,7 @@ wants done leaves as typed actions in the `Plan`. The branch structure mirrors u
 * our own creations not yet in the cache -> wait for their watch events (expectations; see `reconciler`);
 * otherwise child reconciliation: PVCs (§1.4), then the Pod (§1.5-§1.7), then the Service (§1.8).
 
-How status follows from the plan and from what actually happened is `conclude` (in `_status`), also pure.
+How status follows from the plan and from what actually happened is `conclude` (in `status`), also pure.
 `plan_existing_pod` is public because the executor needs it when a create hits AlreadyExists (§1.5.1).
 """
 
@@ -33,7 +33,7 @@ from agent_sandbox.api.meta import Ownership, classify_ownership
 from agent_sandbox.api.naming import name_hash
 from agent_sandbox.kube import POD, PVC, SERVICE, Object, create_merge_patch
 
-from ._children import (
+from .children import (
     adoption_allowed,
     adoption_refusal,
     build_pod,
@@ -46,8 +46,8 @@ from ._children import (
     service_ports,
     service_ports_equal,
 )
-from ._conditions import find_condition
-from ._plan import (
+from .conditions import find_condition
+from .plan import (
     Action,
     CreateObject,
     DeleteObject,

@@ -1,7 +1,7 @@
 """`SandboxReconciler`: observe -> decide -> execute -> conclude for one Sandbox (controllers spec §1.2).
 
 Owns the pass's I/O skeleton and the little state that must outlive a pass: the write-behind clock of
-§1.12 (first time a deferral was observed, per Sandbox), the child expectations (`_expect`) and the
+§1.12 (first time a deferral was observed, per Sandbox), the child expectations (`expectations`) and the
 Sandbox's own-write overlay (`_ownwrites`). Reads come
 from the informer cache (`IndexedReader`), writes go to the API server (`SandboxWriter`).
 
@@ -45,13 +45,13 @@ from agent_sandbox.kube import (
 )
 
 from ..claim_pressure import ClaimPressure
-from ._children import pvc_name
-from ._expect import ChildExpectations
 from ._ownwrites import OwnWrites
-from ._plan import Plan, PlanMode, Results, Snapshot, StepPlan, StepResult
-from ._status import conclude
+from .children import pvc_name
 from .decide import decide, plan_existing_pod, resolve_pod_name
 from .execute import Executor, SandboxWriter, error_text
+from .expectations import ChildExpectations
+from .plan import Plan, PlanMode, Results, Snapshot, StepPlan, StepResult
+from .status import conclude
 
 __all__ = ["POD_NAME_HASH_INDEX", "WRITE_BEHIND_BOUND", "SandboxReconcileError", "SandboxReconciler"]
 

@@ -28,7 +28,7 @@ from agent_sandbox.kube import (
 )
 
 from ..claim_pressure import ClaimPressure
-from ._expect import ChildExpectations
+from .expectations import ChildExpectations
 from .metrics import register_collector
 from .reconciler import POD_NAME_HASH_INDEX, SandboxReconciler
 
@@ -112,7 +112,7 @@ def setup_sandbox_controller(
     cache.add_index(POD, POD_NAME_HASH_INDEX, pod_name_hash_index)
     expectations = ChildExpectations()
     # Registered before the controller's own enqueue handlers, so a record is lowered before the
-    # reconcile its event triggers runs (see `_expect`).
+    # reconcile its event triggers runs (see `expectations`).
     for kind in (POD, PVC, SERVICE):
         cache.informer(kind).add_handler(expectations.handler(kind))
     reconciler = SandboxReconciler(

@@ -18,7 +18,7 @@ from agent_sandbox.api import constants as c
 from agent_sandbox.api.meta import controller_ref, new_controller_ref
 from agent_sandbox.kube import NETWORK_POLICY, SANDBOX_TEMPLATE, Object
 
-from ..extensions_common import semantic_equal, template_ref_hash
+from ..blueprint import semantic_equal, template_ref_hash
 
 __all__ = [
     "ROUTER_NAMESPACE",

@@ -24,7 +24,7 @@ from agent_sandbox.api import naming
 from agent_sandbox.api.meta import controller_ref, new_controller_ref
 from agent_sandbox.kube import Object
 
-from ..extensions_common import blueprint_hash, effective_update_strategy, pod_template_hash
+from ..blueprint import blueprint_hash, effective_update_strategy, pod_template_hash
 from .config import GRACE_REQUEUE_SLACK, WarmPoolConfig
 from .members import (
     StalenessChecker,

@@ -19,7 +19,7 @@ from agent_sandbox.api import naming
 from agent_sandbox.api.meta import new_controller_ref
 from agent_sandbox.kube import SANDBOX, SANDBOX_WARM_POOL, Object
 
-from ..extensions_common import apply_secure_defaults, blueprint, blueprint_matches, template_ref_hash
+from ..blueprint import apply_secure_defaults, blueprint, blueprint_matches, template_ref_hash
 
 __all__ = [
     "StalenessChecker",

@@ -41,8 +41,8 @@ from agent_sandbox.kube import (
     RetryLater,
 )
 
+from ..blueprint import INDEX_SANDBOX_WARM_POOL
 from ..claim_pressure import ClaimPressure, HeldWrites
-from ..extensions_common import INDEX_SANDBOX_WARM_POOL
 from .config import EXPECTATIONS_PENDING_REQUEUE, WarmPoolConfig
 from .decide import PoolPlan, PoolSnapshot, decide
 from .execute import PoolClient, create_members, delete_excess, delete_members, patch_members

@@ -31,7 +31,7 @@ from agent_sandbox.kube import (
     Request,
 )
 
-from ..extensions_common import INDEX_POOL_TEMPLATE_REF, ensure_indexes, warm_pool_controller_name
+from ..blueprint import INDEX_POOL_TEMPLATE_REF, ensure_indexes, warm_pool_controller_name
 from .config import WarmPoolConfig
 from .reconciler import WarmPoolReconciler, pool_key
 

@@ -21,7 +21,7 @@ from agent_sandbox.api.constants import (
     LABEL_WARM_POOL_SANDBOX,
 )
 from agent_sandbox.api.naming import name_hash
-from agent_sandbox.controllers.sandbox._children import (
+from agent_sandbox.controllers.sandbox.children import (
     adoption_allowed,
     build_pod,
     build_pvc,

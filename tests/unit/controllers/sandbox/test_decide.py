@@ -14,7 +14,8 @@ from agent_sandbox.api.constants import (
     LABEL_SANDBOX_NAME_HASH,
 )
 from agent_sandbox.controllers.sandbox import PlanMode, check_expiry, decide
-from agent_sandbox.controllers.sandbox._plan import (
+from agent_sandbox.controllers.sandbox.decide import deferral, resolve_pod_name
+from agent_sandbox.controllers.sandbox.plan import (
     Action,
     CreateObject,
     DeleteObject,
@@ -25,7 +26,6 @@ from agent_sandbox.controllers.sandbox._plan import (
     Plan,
     ServiceFields,
 )
-from agent_sandbox.controllers.sandbox.decide import deferral, resolve_pod_name
 from tests.unit.controllers.sandbox.builders import (
     HASH,
     NOW,

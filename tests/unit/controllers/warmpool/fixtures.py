@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agent_sandbox.api import constants as c
-from agent_sandbox.controllers.extensions_common import (
+from agent_sandbox.controllers.blueprint import (
     INDEX_SANDBOX_WARM_POOL,
     blueprint_hash,
     pod_template_hash,

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_sandbox.controllers.extensions_common import ensure_indexes
+from agent_sandbox.controllers.blueprint import ensure_indexes
 from agent_sandbox.controllers.warmpool import ExpectationsObserver, WarmPoolConfig, WarmPoolReconciler
 from agent_sandbox.kube import (
     POD,

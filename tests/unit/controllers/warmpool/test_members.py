@@ -9,7 +9,7 @@ import pytest
 
 from agent_sandbox.api import constants as c
 from agent_sandbox.api import naming
-from agent_sandbox.controllers.extensions_common import blueprint_hash, pod_template_hash, template_ref_hash
+from agent_sandbox.controllers.blueprint import blueprint_hash, pod_template_hash, template_ref_hash
 from agent_sandbox.controllers.warmpool.members import (
     StalenessChecker,
     build_member,

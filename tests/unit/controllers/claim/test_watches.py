@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.controllers.blueprint import INDEX_POOL_TEMPLATE_REF, pool_template_ref_index
 from agent_sandbox.controllers.claim.observability import ObservedTimes
 from agent_sandbox.controllers.claim.queue import WarmQueue
 from agent_sandbox.controllers.claim.reconciler import INDEX_CLAIM_POOL
@@ -29,7 +30,6 @@ from agent_sandbox.controllers.claim.watches import (
     timing_predicate,
 )
 from agent_sandbox.controllers.claim_pressure import ClaimPressure
-from agent_sandbox.controllers.extensions_common import INDEX_POOL_TEMPLATE_REF, pool_template_ref_index
 from agent_sandbox.kube import SANDBOX_CLAIM, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL, Cache, Request
 from agent_sandbox.kube.testing import FakeClient
 from tests.unit.controllers.claim.builders import NS, T0, claim, member, pool, ready_cond, template

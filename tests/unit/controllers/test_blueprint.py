@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from agent_sandbox.api import constants as c
-from agent_sandbox.controllers.extensions_common import (
+from agent_sandbox.controllers.blueprint import (
     apply_secure_defaults,
     blueprint,
     blueprint_hash,

@@ -31,8 +31,8 @@ from aiohttp import web
 
 from agent_sandbox.api import constants as c
 from agent_sandbox.api.conversion import convert_review
-from agent_sandbox.controllers.webhook._certs import ensure_certificates, write_files
-from agent_sandbox.controllers.webhook._crds import ALL_CRD_NAMES, patch_crds
+from agent_sandbox.controllers.webhook.certs import ensure_certificates, write_files
+from agent_sandbox.controllers.webhook.crds import ALL_CRD_NAMES, patch_crds
 from agent_sandbox.kube import NAMESPACE, AlreadyExists, Client, NotFound
 
 log = logging.getLogger(__name__)

@@ -9,6 +9,7 @@ import pytest
 
 from agent_sandbox.api import constants as c
 from agent_sandbox.api import naming
+from agent_sandbox.controllers.blueprint import blueprint_hash
 from agent_sandbox.controllers.claim.adoption import (
     Contest,
     RecreateGuard,
@@ -19,7 +20,6 @@ from agent_sandbox.controllers.claim.adoption import (
     settle_contest,
 )
 from agent_sandbox.controllers.claim.errors import ReconcilerError
-from agent_sandbox.controllers.extensions_common import blueprint_hash
 from agent_sandbox.kube import apply_json_patch
 from tests.unit.controllers.claim.builders import NS, claim, member, template
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from agent_sandbox.controllers.webhook._server import ConversionWebhook, WebhookOptions
+from agent_sandbox.controllers.webhook.server import ConversionWebhook, WebhookOptions
 
 if TYPE_CHECKING:
     from agent_sandbox.controllers.main import ControllerContext

@@ -19,7 +19,7 @@ from agent_sandbox.api.constants import CONDITION_POD_SCHEDULED, CONDITION_READY
 from agent_sandbox.api.naming import sandbox_selector
 from agent_sandbox.kube import Object, create_merge_patch
 
-from ._conditions import (
+from .conditions import (
     PRESENT_WHILE_APPLICABLE,
     ChildOutcome,
     compute_conditions,
@@ -28,8 +28,8 @@ from ._conditions import (
     remove_condition,
     upsert_condition,
 )
-from ._plan import DeleteSandbox, Plan, PlanMode, PodPlan, Results, ServiceFields, Snapshot, StepResult
 from .decide import EXPIRY_REQUEUE, check_expiry, deferral, shutdown_time
+from .plan import DeleteSandbox, Plan, PlanMode, PodPlan, Results, ServiceFields, Snapshot, StepResult
 
 __all__ = ["Conclusion", "child_outcome", "conclude", "status_patch"]
 
