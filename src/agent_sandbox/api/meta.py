@@ -3,12 +3,13 @@
 In the spirit of apimachinery's `meta` helpers, over decoded JSON (`Mapping`s, never mutated unless a
 function says so):
 
-* conditions: `find_condition`, `is_condition_true`, `is_ready`, `upsert_condition` (apimachinery
-  `SetStatusCondition`), `remove_condition`;
+* conditions: `find_condition` / `status_condition`, `is_condition_true`, `is_ready`, `new_condition`,
+  `upsert_condition` (apimachinery `SetStatusCondition`), `remove_condition`;
 * time: `format_time` (metav1.Time), `format_rfc3339nano` (Go's RFC3339Nano), `parse_time`;
 * ownership: `controller_ref`, `owner_ref_matches`, `controlled_by` / `controller_name` (controlled by a
   kind, optionally a UID), `owner_name`, `classify_ownership`, `new_controller_ref`;
-* named references: `claim_pool_name`, `claim_sandbox_name`, `pool_template_name`, `pool_key`;
+* named references: `claim_pool_name`, `claim_sandbox_name`, `pool_template_name`, `sandbox_pod_name`,
+  `sandbox_pool_name`,  `pool_update_strategy`, `pool_key`;
 * label rules: reserved prefixes, `normalize_created_by`;
 * the resourceVersion policy of read-your-writes (`is_newer`, docs/design/resource-version-order.md).
 
@@ -23,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeAlias
 
 from .constants import (
+    ANNOTATION_POD_NAME,
     ANNOTATION_TRACE_CONTEXT,
     CONDITION_READY,
     CREATED_BY_CONTROLLER,
@@ -32,8 +34,9 @@ from .constants import (
     EXTENSIONS_GROUP,
     GROUP,
     ConditionStatus,
+    UpdateStrategyType,
 )
-from .kinds import ResourceKind
+from .kinds import SANDBOX_WARM_POOL, ResourceKind
 
 __all__ = [
     "RESERVED_ANNOTATION_KEYS",
@@ -56,6 +59,7 @@ __all__ = [
     "is_ready",
     "is_reserved_annotation",
     "is_reserved_label",
+    "new_condition",
     "new_controller_ref",
     "normalize_created_by",
     "owner_name",
@@ -63,7 +67,11 @@ __all__ = [
     "parse_time",
     "pool_key",
     "pool_template_name",
+    "pool_update_strategy",
     "remove_condition",
+    "sandbox_pod_name",
+    "sandbox_pool_name",
+    "status_condition",
     "upsert_condition",
 ]
 
@@ -81,15 +89,30 @@ def find_condition(conditions: object, type_: str) -> Mapping[str, Any] | None:
     return None
 
 
+def status_condition(obj: ReadOnlyObject | None, type_: str) -> Mapping[str, Any] | None:
+    """The condition of `type_` in `obj.status.conditions`, or None."""
+    return find_condition(((obj or {}).get("status") or {}).get("conditions"), type_)
+
+
 def is_condition_true(obj: ReadOnlyObject | None, type_: str) -> bool:
     """`obj.status.conditions[type_].status` is "True"."""
-    cond = find_condition(((obj or {}).get("status") or {}).get("conditions"), type_)
+    cond = status_condition(obj, type_)
     return cond is not None and cond.get("status") == ConditionStatus.TRUE
 
 
 def is_ready(obj: ReadOnlyObject | None) -> bool:
     """The object's `Ready` condition is "True"."""
     return is_condition_true(obj, CONDITION_READY)
+
+
+def new_condition(
+    type_: str, status: str, reason: str, message: str, generation: object = None
+) -> dict[str, Any]:
+    """A condition to upsert; `observedGeneration` only when `generation` is not None."""
+    cond: dict[str, Any] = {"type": type_, "status": status, "reason": reason, "message": message}
+    if generation is not None:
+        cond["observedGeneration"] = generation
+    return cond
 
 
 def upsert_condition(conditions: list[dict[str, Any]], new: Mapping[str, Any], now: datetime) -> None:
@@ -183,17 +206,22 @@ def controller_ref(metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
-def _controller_of(obj: ReadOnlyObject | None, kind: ResourceKind) -> Mapping[str, Any] | None:
+def _controller_of(obj: ReadOnlyObject | None, kind: ResourceKind | None) -> Mapping[str, Any] | None:
     if obj is None:
         return None
     ref = controller_ref(obj.get("metadata") or {})
-    return ref if ref is not None and owner_ref_matches(ref, kind.group, kind.kind) else None
+    if ref is None or (kind is not None and not owner_ref_matches(ref, kind.group, kind.kind)):
+        return None
+    return ref
 
 
-def controlled_by(obj: ReadOnlyObject | None, kind: ResourceKind, uid: str | None = None) -> bool:
-    """True if `obj`'s controller is of `kind` (group + kind, any version) and, when given, has `uid`."""
+def controlled_by(
+    obj: ReadOnlyObject | None, kind: ResourceKind | None = None, uid: str | None = None
+) -> bool:
+    """metav1.IsControlledBy, by kind and/or UID: `obj`'s controller reference is of `kind` (group + kind,
+    any version; None: any kind) and, when `uid` is given, has that non-empty UID."""
     ref = _controller_of(obj, kind)
-    return ref is not None and (uid is None or ref.get("uid") == uid)
+    return ref is not None and (uid is None or (bool(uid) and ref.get("uid") == uid))
 
 
 def controller_name(obj: ReadOnlyObject | None, kind: ResourceKind) -> str | None:
@@ -257,9 +285,28 @@ def claim_sandbox_name(claim: ReadOnlyObject) -> str:
     return str(((claim.get("status") or {}).get("sandbox") or {}).get("name") or "")
 
 
+def sandbox_pool_name(sandbox: ReadOnlyObject) -> str | None:
+    """The pool a Sandbox belongs to: its controller if a SandboxWarmPool, else any pool-kind owner (§4.2)."""
+    return owner_name(sandbox, SANDBOX_WARM_POOL)
+
+
 def pool_template_name(pool: ReadOnlyObject) -> str:
     """A pool's `spec.sandboxTemplateRef.name` ("" when unset)."""
     return str(((pool.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name") or "")
+
+
+def sandbox_pod_name(sandbox: ReadOnlyObject) -> str:
+    """The Pod backing a Sandbox: the `agents.x-k8s.io/pod-name` annotation if non-empty, else its name."""
+    meta = sandbox.get("metadata") or {}
+    return str((meta.get("annotations") or {}).get(ANNOTATION_POD_NAME) or meta.get("name", ""))
+
+
+def pool_update_strategy(pool: ReadOnlyObject) -> str:
+    """`Recreate` only if `spec.updateStrategy.type` is exactly that; anything else is `OnReplenish` (§3.4)."""
+    strategy = (pool.get("spec") or {}).get("updateStrategy") or {}
+    if strategy.get("type") == UpdateStrategyType.RECREATE:
+        return UpdateStrategyType.RECREATE.value
+    return UpdateStrategyType.ON_REPLENISH.value
 
 
 def pool_key(namespace: str, pool: str) -> str:

@@ -1,25 +1,17 @@
-"""Helpers shared by the extension controllers (SandboxTemplate, SandboxWarmPool, SandboxClaim).
+"""The Sandbox blueprint of a SandboxTemplate: what the warm pool builds and the claim adopts or creates.
 
-Owns the pieces of controllers spec §2-§4 that more than one extension controller must compute the same
-way, so the warm pool and the claim controller can never disagree:
+Owns the pieces of controllers spec §3.8 that the warm pool and the claim controller must compute the same
+way, so they can never disagree:
 
-* the cache indexes of §3.1 (Sandbox by pool label, pool by template name) and their idempotent
-  registration (`ensure_indexes`);
-* the secure pod defaults of §3.8 (`apply_secure_defaults`), shared with the claim's cold path (§4.7);
+* the secure pod defaults (`apply_secure_defaults`), shared with the claim's cold path (§4.7);
 * the template blueprint, its two hashes (§3.8.1) and the blueprint comparison (§3.8.2);
-* "semantic" equality (§0.5: a missing map/list equals an empty one, quantities compare by value);
-* the warm-pool owner of a Sandbox (§3.1, §4.2) and the effective update strategy (§3.4).
+* "semantic" equality (§0.5: a missing map/list equals an empty one, quantities compare by value).
 
-The `allowed-label-domains` allow-list (§5.2) is read once by the process (`options.py`) and handed to
-setups as `ControllerContext.allowed_label_domains`.
-
-Pure functions over raw wire dicts (no I/O). Kept small and stable:
-the claim controller depends on these names.
+Pure functions over raw wire dicts (no I/O).
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
@@ -29,100 +21,19 @@ import orjson
 
 from agent_sandbox.api import constants as c
 from agent_sandbox.api import naming
-from agent_sandbox.api.meta import controller_ref, owner_ref_matches
-from agent_sandbox.kube import SANDBOX, SANDBOX_WARM_POOL, Cache, Object
 
 __all__ = [
-    "INDEX_POOL_TEMPLATE_REF",
-    "INDEX_SANDBOX_WARM_POOL",
     "PUBLIC_NAMESERVERS",
     "apply_secure_defaults",
     "blueprint",
     "blueprint_hash",
     "blueprint_matches",
-    "effective_update_strategy",
-    "ensure_indexes",
     "is_secure_by_default",
     "pod_template_hash",
-    "pool_template_ref_index",
-    "sandbox_warm_pool_index",
     "semantic_equal",
-    "template_ref_hash",
-    "warm_pool_controller_name",
-    "warm_pool_owner_name",
 ]
 
-INDEX_SANDBOX_WARM_POOL: Final = f".metadata.labels[{c.LABEL_WARM_POOL_SANDBOX}]"
-"""Sandbox index: the value of the `warm-pool-sandbox` label (controllers spec §3.1)."""
-INDEX_POOL_TEMPLATE_REF: Final = ".spec.sandboxTemplateRef.name"
-"""SandboxWarmPool index: `spec.sandboxTemplateRef.name` (none when empty); also used by claims."""
 PUBLIC_NAMESERVERS: Final = ("8.8.8.8", "1.1.1.1")
-
-
-def template_ref_hash(template_name: str) -> str:
-    """`SandboxTemplateRefHash(name)` = `NameHash(name)` (controllers spec §0.2)."""
-    return naming.name_hash(template_name)
-
-
-# --------------------------------------------------------------------------- indexes (§3.1)
-
-
-def sandbox_warm_pool_index(obj: Object) -> list[str]:
-    """Index function: the Sandbox's `warm-pool-sandbox` label value, if the label is present."""
-    labels = obj["metadata"].get("labels")
-    if labels:
-        value = labels.get(c.LABEL_WARM_POOL_SANDBOX)
-        if value is not None:
-            return [value]
-    return []
-
-
-def pool_template_ref_index(obj: Object) -> list[str]:
-    """Index function: the pool's `spec.sandboxTemplateRef.name` (nothing when empty)."""
-    name = ((obj.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name")
-    return [name] if name else []
-
-
-def ensure_indexes(cache: Cache) -> None:
-    """Register both extension indexes on `cache`; safe to call from every extension controller."""
-    for kind, name, fn in (
-        (SANDBOX, INDEX_SANDBOX_WARM_POOL, sandbox_warm_pool_index),
-        (SANDBOX_WARM_POOL, INDEX_POOL_TEMPLATE_REF, pool_template_ref_index),
-    ):
-        # The informer refuses a second index of the same name: that means another controller
-        # already registered it, with this very function.
-        with contextlib.suppress(ValueError):
-            cache.add_index(kind, name, fn)
-
-
-# --------------------------------------------------------------------------- ownership
-
-
-def warm_pool_controller_name(metadata: Mapping[str, Any]) -> str | None:
-    """Name of the SandboxWarmPool that controls an object (group + kind match, any version)."""
-    ref = controller_ref(metadata)
-    if ref is not None and owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_WARM_POOL):
-        return str(ref.get("name", ""))
-    return None
-
-
-def warm_pool_owner_name(metadata: Mapping[str, Any]) -> str | None:
-    """Pool name of a Sandbox (§4.2): the controller owner if a pool, else any pool-kind owner."""
-    name = warm_pool_controller_name(metadata)
-    if name is not None:
-        return name
-    for ref in metadata.get("ownerReferences") or ():
-        if owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_WARM_POOL):
-            return str(ref.get("name", ""))
-    return None
-
-
-def effective_update_strategy(pool: Object) -> str:
-    """`Recreate` only if `spec.updateStrategy.type` is exactly that; anything else is `OnReplenish`."""
-    strategy = (pool.get("spec") or {}).get("updateStrategy") or {}
-    if strategy.get("type") == c.UpdateStrategyType.RECREATE:
-        return c.UpdateStrategyType.RECREATE.value
-    return c.UpdateStrategyType.ON_REPLENISH.value
 
 
 # --------------------------------------------------------------------------- secure defaults (§3.8)

@@ -129,6 +129,7 @@ def test_time_formats() -> None:
     assert meta.format_time(T0 + timedelta(microseconds=999)) == "2026-01-01T12:00:00Z"
     assert meta.format_rfc3339nano(T0) == "2026-01-01T12:00:00Z"
     assert meta.format_rfc3339nano(T0 + timedelta(microseconds=120000)) == "2026-01-01T12:00:00.12Z"
+    assert meta.format_rfc3339nano(T0 + timedelta(microseconds=1)) == "2026-01-01T12:00:00.000001Z"
 
 
 @pytest.mark.parametrize(
@@ -137,6 +138,8 @@ def test_time_formats() -> None:
         ("2026-01-01T12:00:00Z", T0),
         ("2026-01-01T12:00:00.123456789Z", T0 + timedelta(microseconds=123456)),
         ("2026-01-01T14:00:00+02:00", T0),
+        ("2026-01-01T14:00:00.5+02:00", T0 + timedelta(milliseconds=500)),
+        ("2026-01-01T12:00:00", T0),  # no offset: UTC
         ("2026-01-01t12:00:00z", T0),
         ("", None),
         ("yesterday", None),
@@ -163,6 +166,10 @@ def test_controlled_by_matches_group_kind_and_uid_whatever_the_version() -> None
     assert not meta.controlled_by(member, kinds.SANDBOX_WARM_POOL, "p2")
     assert not meta.controlled_by(member, kinds.SANDBOX_CLAIM)
     assert not meta.controlled_by(None, kinds.SANDBOX_CLAIM)
+    other_group = _owned("SandboxWarmPool", "p1", api_version="apps/v1")
+    assert not meta.controlled_by(other_group, kinds.SANDBOX_WARM_POOL)
+    assert meta.controlled_by(other_group, uid="p1")  # kind-agnostic, as metav1.IsControlledBy
+    assert not meta.controlled_by(other_group, uid="")
     assert meta.controller_name(member, kinds.SANDBOX_WARM_POOL) == "owner"
     assert meta.controller_name(member, kinds.SANDBOX) is None
 

@@ -7,20 +7,15 @@ from typing import Any
 
 import pytest
 
-from agent_sandbox.api import constants as c
+from agent_sandbox.api.meta import pool_update_strategy
 from agent_sandbox.controllers.blueprint import (
     apply_secure_defaults,
     blueprint,
     blueprint_hash,
     blueprint_matches,
-    effective_update_strategy,
     is_secure_by_default,
     pod_template_hash,
-    pool_template_ref_index,
-    sandbox_warm_pool_index,
     semantic_equal,
-    warm_pool_controller_name,
-    warm_pool_owner_name,
 )
 
 pytestmark = pytest.mark.unit
@@ -219,35 +214,6 @@ def test_semantic_equal(a: dict[str, Any], b: dict[str, Any], equal: bool) -> No
     assert semantic_equal(b, a) is equal
 
 
-def test_indexes_and_owner_helpers() -> None:
-    sb = {"metadata": {"labels": {c.LABEL_WARM_POOL_SANDBOX: "abc"}}}
-    assert sandbox_warm_pool_index(sb) == ["abc"]
-    assert sandbox_warm_pool_index({"metadata": {}}) == []
-    assert pool_template_ref_index({"spec": {"sandboxTemplateRef": {"name": "t"}}}) == ["t"]
-    assert pool_template_ref_index({"spec": {"sandboxTemplateRef": {"name": ""}}}) == []
-    owned = {
-        "ownerReferences": [
-            {
-                "apiVersion": "extensions.agents.x-k8s.io/v1alpha1",
-                "kind": "SandboxWarmPool",
-                "name": "p",
-                "uid": "u",
-                "controller": True,
-            }
-        ]
-    }
-    assert warm_pool_controller_name(owned) == "p"  # any version of the group
-    non_controller = {"ownerReferences": [{**owned["ownerReferences"][0], "controller": False}]}
-    assert warm_pool_controller_name(non_controller) is None
-    assert warm_pool_owner_name(non_controller) == "p"
-    other = {
-        "ownerReferences": [
-            {"apiVersion": "apps/v1", "kind": "SandboxWarmPool", "name": "x", "controller": True}
-        ]
-    }
-    assert warm_pool_controller_name(other) is None
-
-
 @pytest.mark.parametrize(
     ("strategy", "expected"),
     [
@@ -261,4 +227,4 @@ def test_indexes_and_owner_helpers() -> None:
 )
 def test_effective_update_strategy(strategy: dict[str, str] | None, expected: str) -> None:
     spec: dict[str, Any] = {} if strategy is None else {"updateStrategy": strategy}
-    assert effective_update_strategy({"spec": spec}) == expected
+    assert pool_update_strategy({"spec": spec}) == expected

@@ -13,20 +13,19 @@ Layout (observe -> decide -> execute):
 
 from __future__ import annotations
 
-from .conditions import ChildOutcome, compute_conditions, upsert_condition
+from .conditions import ChildOutcome, compute_conditions
 from .decide import check_expiry, decide, plan_existing_pod
 from .execute import Executor, SandboxWriter
 from .expectations import ChildExpectations
 from .metrics import SandboxCollector, sandbox_metric_labels
 from .plan import Plan, PlanMode, Results, Snapshot, StepResult
-from .reconciler import POD_NAME_HASH_INDEX, SandboxReconcileError, SandboxReconciler
+from .reconciler import SandboxReconcileError, SandboxReconciler
 from .status import Conclusion, conclude, status_patch
 from .watches import CONTROLLER_NAME, EVENT_REPORTER, pod_cache_transform, setup, setup_sandbox_controller
 
 __all__ = [
     "CONTROLLER_NAME",
     "EVENT_REPORTER",
-    "POD_NAME_HASH_INDEX",
     "ChildExpectations",
     "ChildOutcome",
     "Conclusion",
@@ -50,5 +49,4 @@ __all__ = [
     "setup",
     "setup_sandbox_controller",
     "status_patch",
-    "upsert_condition",
 ]

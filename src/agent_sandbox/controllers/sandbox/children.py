@@ -22,7 +22,6 @@ from agent_sandbox.api.constants import (
     ANNOTATION_PROPAGATED_LABELS,
     EXTENSIONS_GROUP,
     KIND_SANDBOX,
-    KIND_SANDBOX_WARM_POOL,
     LABEL_ADOPTABLE,
     LABEL_CREATED_BY,
     LABEL_SANDBOX_NAME_HASH,
@@ -30,8 +29,10 @@ from agent_sandbox.api.constants import (
     LABEL_WARM_POOL_SANDBOX,
     SANDBOX_API_VERSION,
 )
+from agent_sandbox.api.kinds import SANDBOX_WARM_POOL
 from agent_sandbox.api.meta import (
     api_group,
+    controlled_by,
     controller_ref,
     is_reserved_annotation,
     is_reserved_label,
@@ -175,7 +176,7 @@ def extension_pod_labels(sandbox: Object) -> dict[str, str]:
         return {}
     labels = _labels(sandbox)
     out: dict[str, str] = {}
-    if ref.get("kind") == KIND_SANDBOX_WARM_POOL and labels.get(LABEL_WARM_POOL_SANDBOX):
+    if controlled_by(sandbox, SANDBOX_WARM_POOL) and labels.get(LABEL_WARM_POOL_SANDBOX):
         out[LABEL_WARM_POOL_SANDBOX] = labels[LABEL_WARM_POOL_SANDBOX]
     if labels.get(LABEL_SANDBOX_TEMPLATE_REF_HASH):
         out[LABEL_SANDBOX_TEMPLATE_REF_HASH] = labels[LABEL_SANDBOX_TEMPLATE_REF_HASH]

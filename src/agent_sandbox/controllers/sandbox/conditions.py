@@ -1,16 +1,14 @@
-"""Sandbox status conditions (controllers spec §0.5 condition upsert, §1.9 tables, §1.10 expiry condition).
+"""Sandbox status conditions (controllers spec §1.9 tables, §1.10 expiry condition).
 
-Owns: `upsert_condition`/`remove_condition` (apimachinery `SetStatusCondition`/`RemoveStatusCondition`
-semantics on raw condition dicts), the four computed conditions (`Suspended`, `PodScheduled`, `Finished`,
-`Ready`) as pure functions of a `ChildOutcome`, and the `SandboxExpired` Ready condition. Condition dicts
-carry `lastTransitionTime` as RFC 3339 with second precision, like `metav1.Time`.
+Owns the four computed conditions (`Suspended`, `PodScheduled`, `Finished`, `Ready`) as pure functions of
+a `ChildOutcome`, and the `SandboxExpired` Ready condition. They are set on the status with
+`api.meta.upsert_condition` / `remove_condition` (apimachinery `SetStatusCondition` semantics).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from agent_sandbox.api.constants import (
@@ -36,17 +34,10 @@ from agent_sandbox.api.constants import (
     RECONCILER_ERROR_MESSAGE_PREFIX,
     OperatingMode,
 )
+from agent_sandbox.api.meta import new_condition, status_condition
 from agent_sandbox.kube import Object
 
-__all__ = [
-    "ChildOutcome",
-    "compute_conditions",
-    "expired_condition",
-    "find_condition",
-    "format_time",
-    "remove_condition",
-    "upsert_condition",
-]
+__all__ = ["PRESENT_WHILE_APPLICABLE", "ChildOutcome", "compute_conditions", "expired_condition"]
 
 #: Conditions present only while they apply; removed when a normal pass does not produce them (§1.3 step 5).
 PRESENT_WHILE_APPLICABLE = (CONDITION_FINISHED, CONDITION_POD_SCHEDULED)
@@ -73,58 +64,9 @@ class ChildOutcome:
     service: Object | None = None
 
 
-def format_time(moment: datetime) -> str:
-    """`metav1.Time` wire format: RFC 3339, UTC, second precision."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def find_condition(conditions: Sequence[Mapping[str, Any]] | None, type_: str) -> Mapping[str, Any] | None:
-    """The condition of `type_`, or None."""
-    for cond in conditions or ():
-        if cond.get("type") == type_:
-            return cond
-    return None
-
-
-def upsert_condition(conditions: list[dict[str, Any]], new: Mapping[str, Any], now: datetime) -> None:
-    """apimachinery `SetStatusCondition`: append if absent; on a status flip stamp `now`; keep list position.
-
-    `new` carries type/status/reason/message/observedGeneration; its lastTransitionTime (if any) wins over
-    `now` when one is stamped.
-    """
-    stamp = new.get("lastTransitionTime") or format_time(now)
-    for i, cond in enumerate(conditions):
-        if cond.get("type") == new["type"]:
-            updated = dict(cond)
-            if cond.get("status") != new["status"]:
-                updated["status"] = new["status"]
-                updated["lastTransitionTime"] = stamp
-            updated["reason"] = new["reason"]
-            updated["message"] = new["message"]
-            updated["observedGeneration"] = new["observedGeneration"]
-            conditions[i] = updated
-            return
-    conditions.append({**new, "lastTransitionTime": stamp})
-
-
-def remove_condition(conditions: list[dict[str, Any]], type_: str) -> None:
-    """Delete every condition of `type_`."""
-    conditions[:] = [c for c in conditions if c.get("type") != type_]
-
-
-def _cond(type_: str, status: str, reason: str, message: str, generation: int) -> dict[str, Any]:
-    return {
-        "type": type_,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "observedGeneration": generation,
-    }
-
-
 def expired_condition(generation: int) -> dict[str, Any]:
     """Ready = False / SandboxExpired (§1.2 step 7, §1.10)."""
-    return _cond(CONDITION_READY, "False", REASON_SANDBOX_EXPIRED, "Sandbox has expired", generation)
+    return new_condition(CONDITION_READY, "False", REASON_SANDBOX_EXPIRED, "Sandbox has expired", generation)
 
 
 def _phase(pod: Object | None) -> str:
@@ -132,41 +74,43 @@ def _phase(pod: Object | None) -> str:
 
 
 def _pod_condition(pod: Object, type_: str) -> Mapping[str, Any] | None:
-    return find_condition((pod.get("status") or {}).get("conditions"), type_)
+    return status_condition(pod, type_)
 
 
 def _suspended(suspended: bool, out: ChildOutcome, gen: int) -> dict[str, Any]:
     if not suspended:
-        return _cond(CONDITION_SUSPENDED, "False", REASON_NOT_SUSPENDED, "Sandbox is not suspended", gen)
+        return new_condition(
+            CONDITION_SUSPENDED, "False", REASON_NOT_SUSPENDED, "Sandbox is not suspended", gen
+        )
     if out.pod is None and out.pod_error is not None:
         msg = "Pod state is unknown. Sandbox suspension cannot be confirmed"
-        return _cond(CONDITION_SUSPENDED, "Unknown", REASON_POD_STATE_UNKNOWN, msg, gen)
+        return new_condition(CONDITION_SUSPENDED, "Unknown", REASON_POD_STATE_UNKNOWN, msg, gen)
     if out.pod is None:
         msg = "Pod has been terminated. Sandbox is suspended"
-        return _cond(CONDITION_SUSPENDED, "True", REASON_POD_TERMINATED, msg, gen)
+        return new_condition(CONDITION_SUSPENDED, "True", REASON_POD_TERMINATED, msg, gen)
     if not out.pod_owned:
         msg = "Refused to delete pod because it is not owned by this sandbox"
-        return _cond(CONDITION_SUSPENDED, "False", REASON_POD_NOT_OWNED, msg, gen)
+        return new_condition(CONDITION_SUSPENDED, "False", REASON_POD_NOT_OWNED, msg, gen)
     msg = "Pod is terminating. Sandbox is suspending"
-    return _cond(CONDITION_SUSPENDED, "False", REASON_POD_TERMINATING, msg, gen)
+    return new_condition(CONDITION_SUSPENDED, "False", REASON_POD_TERMINATING, msg, gen)
 
 
 def _pod_scheduled(out: ChildOutcome, gen: int) -> dict[str, Any] | None:
     if out.pod is None and out.pod_error is not None:
         # A failed Pod step does not prove the Pod is gone: report Unknown instead of removing.
         msg = "Pod state is unknown. Pod scheduling cannot be determined"
-        return _cond(CONDITION_POD_SCHEDULED, "Unknown", REASON_POD_SCHEDULING_UNKNOWN, msg, gen)
+        return new_condition(CONDITION_POD_SCHEDULED, "Unknown", REASON_POD_SCHEDULING_UNKNOWN, msg, gen)
     if out.pod is None or not out.pod_owned:
         return None
     mirrored = _pod_condition(out.pod, CONDITION_POD_SCHEDULED)
     if mirrored is None:
         msg = "Pod has not reported a PodScheduled condition yet"
-        return _cond(CONDITION_POD_SCHEDULED, "Unknown", REASON_POD_SCHEDULING_UNKNOWN, msg, gen)
+        return new_condition(CONDITION_POD_SCHEDULED, "Unknown", REASON_POD_SCHEDULING_UNKNOWN, msg, gen)
     status = str(mirrored.get("status") or "")
     reason = str(mirrored.get("reason") or "")
     if not reason:
         reason = REASON_POD_SCHEDULED if status == "True" else REASON_POD_SCHEDULING_UNKNOWN
-    return _cond(CONDITION_POD_SCHEDULED, status, reason, str(mirrored.get("message") or ""), gen)
+    return new_condition(CONDITION_POD_SCHEDULED, status, reason, str(mirrored.get("message") or ""), gen)
 
 
 def _finished(out: ChildOutcome, gen: int) -> dict[str, Any] | None:
@@ -174,9 +118,11 @@ def _finished(out: ChildOutcome, gen: int) -> dict[str, Any] | None:
         return None
     phase = _phase(out.pod)
     if phase == "Succeeded":
-        return _cond(CONDITION_FINISHED, "True", REASON_POD_SUCCEEDED, "Pod completed successfully", gen)
+        return new_condition(
+            CONDITION_FINISHED, "True", REASON_POD_SUCCEEDED, "Pod completed successfully", gen
+        )
     if phase == "Failed":
-        return _cond(CONDITION_FINISHED, "True", REASON_POD_FAILED, "Pod failed", gen)
+        return new_condition(CONDITION_FINISHED, "True", REASON_POD_FAILED, "Pod failed", gen)
     return None
 
 
@@ -184,18 +130,20 @@ def _ready(sandbox: Object, suspended: bool, out: ChildOutcome, gen: int) -> dic
     not_ready = REASON_DEPENDENCIES_NOT_READY
     if out.multiple_pods and out.pod_error:
         # Only the invariant violation is shown; transient errors of the same pass are not joined in.
-        return _cond(CONDITION_READY, "False", REASON_MULTIPLE_PODS, out.pod_error, gen)
+        return new_condition(CONDITION_READY, "False", REASON_MULTIPLE_PODS, out.pod_error, gen)
     if out.errors:
         msg = RECONCILER_ERROR_MESSAGE_PREFIX + "\n".join(out.errors)
-        return _cond(CONDITION_READY, "False", REASON_RECONCILER_ERROR, msg, gen)
+        return new_condition(CONDITION_READY, "False", REASON_RECONCILER_ERROR, msg, gen)
     if suspended:
         msg = "Sandbox is suspending" if out.pod is not None else "Sandbox is suspended"
-        return _cond(CONDITION_READY, "False", REASON_SANDBOX_SUSPENDED, msg, gen)
+        return new_condition(CONDITION_READY, "False", REASON_SANDBOX_SUSPENDED, msg, gen)
     phase = _phase(out.pod)
     if out.pod is not None and phase == "Succeeded":
-        return _cond(CONDITION_READY, "False", REASON_POD_SUCCEEDED, "Pod completed successfully", gen)
+        return new_condition(
+            CONDITION_READY, "False", REASON_POD_SUCCEEDED, "Pod completed successfully", gen
+        )
     if out.pod is not None and phase == "Failed":
-        return _cond(CONDITION_READY, "False", REASON_POD_FAILED, "Pod failed", gen)
+        return new_condition(CONDITION_READY, "False", REASON_POD_FAILED, "Pod failed", gen)
 
     pod_ready = False
     if out.pod is None:
@@ -218,8 +166,8 @@ def _ready(sandbox: Object, suspended: bool, out: ChildOutcome, gen: int) -> dic
         service_ready = out.service is not None
         message += "; Service Exists" if service_ready else "; Service does not exist"
     if pod_ready and service_ready:
-        return _cond(CONDITION_READY, "True", REASON_DEPENDENCIES_READY, message, gen)
-    return _cond(CONDITION_READY, "False", not_ready, message, gen)
+        return new_condition(CONDITION_READY, "True", REASON_DEPENDENCIES_READY, message, gen)
+    return new_condition(CONDITION_READY, "False", not_ready, message, gen)
 
 
 def compute_conditions(sandbox: Object, out: ChildOutcome) -> list[dict[str, Any]]:

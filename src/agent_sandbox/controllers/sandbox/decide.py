@@ -29,7 +29,7 @@ from agent_sandbox.api.constants import (
     OperatingMode,
     ShutdownPolicy,
 )
-from agent_sandbox.api.meta import Ownership, classify_ownership
+from agent_sandbox.api.meta import Ownership, classify_ownership, status_condition
 from agent_sandbox.api.naming import name_hash
 from agent_sandbox.kube import POD, PVC, SERVICE, Object, create_merge_patch
 
@@ -46,7 +46,6 @@ from .children import (
     service_ports,
     service_ports_equal,
 )
-from .conditions import find_condition
 from .plan import (
     Action,
     CreateObject,
@@ -72,7 +71,6 @@ __all__ = [
     "deferral",
     "multiple_pods_message",
     "plan_existing_pod",
-    "resolve_pod_name",
     "shutdown_time",
 ]
 
@@ -108,11 +106,6 @@ def check_expiry(deadline: datetime | None, now: datetime) -> tuple[bool, float 
     if now >= deadline:
         return True, None
     return False, max((deadline - now).total_seconds(), MIN_EXPIRY_REQUEUE)
-
-
-def resolve_pod_name(sandbox: Object) -> str:
-    """§1.5 step 2: the pod-name annotation if non-empty, else the Sandbox name."""
-    return _annotations(sandbox).get(ANNOTATION_POD_NAME) or _meta(sandbox)["name"]
 
 
 def multiple_pods_message(count: int) -> str:
@@ -448,7 +441,7 @@ def decide(snapshot: Snapshot, now: datetime) -> Plan:
     if _meta(sandbox).get("deletionTimestamp"):
         return Plan(PlanMode.IGNORE)
     trace = _plan_trace(snapshot)
-    ready = find_condition((sandbox.get("status") or {}).get("conditions"), CONDITION_READY)
+    ready = status_condition(sandbox, CONDITION_READY)
     ready_reason = (ready or {}).get("reason")
     expired, _ = check_expiry(shutdown_time(sandbox), now)
     if expired:

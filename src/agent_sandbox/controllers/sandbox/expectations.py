@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from agent_sandbox.api.constants import GROUP, KIND_SANDBOX
-from agent_sandbox.api.meta import owner_ref_matches
+from agent_sandbox.api.kinds import SANDBOX
+from agent_sandbox.api.meta import controller_name
 from agent_sandbox.kube import Clock, Expectations, HandlerFuncs, Object, RealClock, ResourceKind
 
 __all__ = ["DEFAULT_TTL", "ChildExpectations"]
@@ -33,11 +33,7 @@ _Key = tuple[str, str, str]
 
 
 def _owner_sandbox(obj: Object) -> str | None:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
-        if ref.get("controller") is True and owner_ref_matches(ref, GROUP, KIND_SANDBOX):
-            name: str = ref.get("name", "")
-            return name
-    return None
+    return controller_name(obj, SANDBOX)
 
 
 class ChildExpectations:

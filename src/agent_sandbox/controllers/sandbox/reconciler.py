@@ -25,7 +25,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from agent_sandbox.api.constants import LABEL_CREATED_BY
-from agent_sandbox.api.meta import normalize_created_by
+from agent_sandbox.api.meta import normalize_created_by, sandbox_pod_name
 from agent_sandbox.api.naming import name_hash
 from agent_sandbox.kube import (
     POD,
@@ -45,20 +45,19 @@ from agent_sandbox.kube import (
 )
 
 from ..claim_pressure import ClaimPressure
+from ..indexes import INDEX_POD_NAME_HASH
 from ._ownwrites import OwnWrites
 from .children import pvc_name
-from .decide import decide, plan_existing_pod, resolve_pod_name
+from .decide import decide, plan_existing_pod
 from .execute import Executor, SandboxWriter, error_text
 from .expectations import ChildExpectations
 from .plan import Plan, PlanMode, Results, Snapshot, StepPlan, StepResult
 from .status import conclude
 
-__all__ = ["POD_NAME_HASH_INDEX", "WRITE_BEHIND_BOUND", "SandboxReconcileError", "SandboxReconciler"]
+__all__ = ["WRITE_BEHIND_BOUND", "SandboxReconcileError", "SandboxReconciler"]
 
 log = logging.getLogger("agent_sandbox.controllers.sandbox")
 
-POD_NAME_HASH_INDEX = ".metadata.labels[agents.x-k8s.io/sandbox-name-hash]"
-"""Cache index over the Pods' tracking-label value (§1.1), same name as upstream's field index."""
 WRITE_BEHIND_BOUND = 1.0
 """Upper bound of the effective write-behind window (§1.12: limits how long safe-to-evict may linger)."""
 
@@ -92,7 +91,7 @@ class SandboxReconciler:
         """Create the reconciler.
 
         Args:
-            reader: cache reader with the `POD_NAME_HASH_INDEX` index on Pods.
+            reader: cache reader with the `INDEX_POD_NAME_HASH` index on Pods.
             writer: API client for writes (and the live read of §1.5.1).
             cluster_domain: `--cluster-domain`.
             write_behind_window: `--sandbox-write-behind-window` seconds (bounded by 1 s, §1.12).
@@ -140,8 +139,8 @@ class SandboxReconciler:
     async def observe(self, sandbox: Object, request: Request) -> Snapshot:
         """Read everything `decide` needs from the cache and the in-memory bookkeeping."""
         ns, name = request.namespace, request.name
-        pods = tuple(await self.reader.list_by_index(POD, POD_NAME_HASH_INDEX, name_hash(name), namespace=ns))
-        tracked = await self._cached(POD, resolve_pod_name(sandbox), ns)
+        pods = tuple(await self.reader.list_by_index(POD, INDEX_POD_NAME_HASH, name_hash(name), namespace=ns))
+        tracked = await self._cached(POD, sandbox_pod_name(sandbox), ns)
         service = await self._cached(SERVICE, name, ns)
         pvcs: dict[str, Object] = {}
         for template in (sandbox.get("spec") or {}).get("volumeClaimTemplates") or ():

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from agent_sandbox.api.constants import CONDITION_POD_SCHEDULED, CONDITION_READY
+from agent_sandbox.api.meta import find_condition, remove_condition, upsert_condition
 from agent_sandbox.api.naming import sandbox_selector
 from agent_sandbox.kube import Object, create_merge_patch
 
@@ -24,9 +25,6 @@ from .conditions import (
     ChildOutcome,
     compute_conditions,
     expired_condition,
-    find_condition,
-    remove_condition,
-    upsert_condition,
 )
 from .decide import EXPIRY_REQUEUE, check_expiry, deferral, shutdown_time
 from .plan import DeleteSandbox, Plan, PlanMode, PodPlan, Results, ServiceFields, Snapshot, StepResult

@@ -9,7 +9,6 @@ controlling Sandbox; PVCs are cached but not watched), the `agent_sandboxes` col
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from agent_sandbox.api.constants import LABEL_SANDBOX_NAME_HASH
@@ -28,9 +27,10 @@ from agent_sandbox.kube import (
 )
 
 from ..claim_pressure import ClaimPressure
+from ..indexes import POD_BY_SANDBOX_HASH, ensure_indexes
 from .expectations import ChildExpectations
 from .metrics import register_collector
-from .reconciler import POD_NAME_HASH_INDEX, SandboxReconciler
+from .reconciler import SandboxReconciler
 
 if TYPE_CHECKING:
     from ..main import ControllerContext
@@ -39,7 +39,6 @@ __all__ = [
     "CONTROLLER_NAME",
     "EVENT_REPORTER",
     "pod_cache_transform",
-    "pod_name_hash_index",
     "setup_sandbox_controller",
 ]
 
@@ -66,12 +65,6 @@ def pod_cache_transform(obj: Object) -> Object:
     if isinstance(spec, dict):
         obj["spec"] = {"nodeName": spec["nodeName"]} if spec.get("nodeName") else {}
     return obj
-
-
-def pod_name_hash_index(obj: Object) -> Iterable[str]:
-    """Index function: the Pod's tracking-label value (no entry without the label)."""
-    value = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_SANDBOX_NAME_HASH)
-    return (value,) if value is not None else ()
 
 
 def setup_sandbox_controller(
@@ -109,7 +102,7 @@ def setup_sandbox_controller(
     cache.set_kind_options(POD, KindOptions(label_selector=scope, transform=pod_cache_transform))
     if scope is not None:
         cache.set_kind_options(SERVICE, KindOptions(label_selector=scope))
-    cache.add_index(POD, POD_NAME_HASH_INDEX, pod_name_hash_index)
+    ensure_indexes(cache, POD_BY_SANDBOX_HASH)
     expectations = ChildExpectations()
     # Registered before the controller's own enqueue handlers, so a record is lowered before the
     # reconcile its event triggers runs (see `expectations`).

@@ -10,14 +10,14 @@ Watches:
   already sees the lowered expectation (§3.6 ordering requirement);
 * SandboxTemplate: every pool of the template's namespace that references it (index lookup).
 
-Registers the two extension indexes (Sandbox by pool label, pool by template name); the claim controller
-relies on the second one, so this setup runs before the claim controller's (§5.3 step 8).
+Registers the indexes it reads (Sandbox by pool label, pool by template name; see `indexes`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agent_sandbox.api.meta import controller_name, pool_key
 from agent_sandbox.kube import (
     SANDBOX,
     SANDBOX_TEMPLATE,
@@ -31,9 +31,9 @@ from agent_sandbox.kube import (
     Request,
 )
 
-from ..blueprint import INDEX_POOL_TEMPLATE_REF, ensure_indexes, warm_pool_controller_name
+from ..indexes import INDEX_POOL_TEMPLATE_REF, POOL_BY_TEMPLATE, SANDBOX_BY_POOL, ensure_indexes
 from .config import WarmPoolConfig
-from .reconciler import WarmPoolReconciler, pool_key
+from .reconciler import WarmPoolReconciler
 
 if TYPE_CHECKING:
     from ..main import ControllerContext
@@ -54,9 +54,8 @@ class ExpectationsObserver:
 
     @staticmethod
     def _key(obj: Object) -> str | None:
-        meta = obj.get("metadata") or {}
-        name = warm_pool_controller_name(meta)
-        return None if name is None else pool_key(meta.get("namespace", ""), name)
+        name = controller_name(obj, SANDBOX_WARM_POOL)
+        return None if name is None else pool_key((obj.get("metadata") or {}).get("namespace", ""), name)
 
     def on_add(self, obj: Object) -> None:
         key = self._key(obj)
@@ -88,7 +87,7 @@ def pools_for_template(pools: Informer) -> MapFunc:
 
 def setup(mgr: Manager, ctx: ControllerContext) -> None:
     """Build the controller and add it to `mgr` (a `main.SETUPS` entry)."""
-    ensure_indexes(mgr.cache)
+    ensure_indexes(mgr.cache, SANDBOX_BY_POOL, POOL_BY_TEMPLATE)
     expectations = Expectations()
     mgr.cache.informer(SANDBOX).add_handler(ExpectationsObserver(expectations))
     reconciler = WarmPoolReconciler(

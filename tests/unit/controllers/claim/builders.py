@@ -19,9 +19,10 @@ from agent_sandbox.api import constants as c
 from agent_sandbox.api import naming
 from agent_sandbox.controllers.claim.observability import ClaimMetrics, ObservedTimes
 from agent_sandbox.controllers.claim.queue import WarmQueue
-from agent_sandbox.controllers.claim.reconciler import INDEX_SANDBOX_CLAIM_UID, ClaimConfig, ClaimReconciler
+from agent_sandbox.controllers.claim.reconciler import ClaimConfig, ClaimReconciler
 from agent_sandbox.controllers.claim.store import Freshest
-from agent_sandbox.controllers.claim.watches import WarmQueueFeeder, sandbox_claim_uid_index
+from agent_sandbox.controllers.claim.watches import WarmQueueFeeder
+from agent_sandbox.controllers.indexes import INDEX_SANDBOX_CLAIM_UID, sandbox_claim_uid_index
 from agent_sandbox.kube import (
     NETWORK_POLICY,
     SANDBOX,

@@ -7,8 +7,9 @@ import random
 
 import pytest
 
+from agent_sandbox.api.meta import pool_key
 from agent_sandbox.controllers.claim.adoption import Verdict
-from agent_sandbox.controllers.claim.queue import WarmQueue, pool_key
+from agent_sandbox.controllers.claim.queue import WarmQueue
 
 pytestmark = pytest.mark.unit
 

@@ -11,10 +11,8 @@ from typing import Any
 import pytest
 
 from agent_sandbox.api import constants as c
-from agent_sandbox.controllers.blueprint import INDEX_POOL_TEMPLATE_REF, pool_template_ref_index
 from agent_sandbox.controllers.claim.observability import ObservedTimes
 from agent_sandbox.controllers.claim.queue import WarmQueue
-from agent_sandbox.controllers.claim.reconciler import INDEX_CLAIM_POOL
 from agent_sandbox.controllers.claim.store import Freshest
 from agent_sandbox.controllers.claim.watches import (
     POOL_EVENTS,
@@ -22,14 +20,19 @@ from agent_sandbox.controllers.claim.watches import (
     ClaimLifecycleHandler,
     PoolDeletionHandler,
     WarmQueueFeeder,
-    claim_pool_index,
     map_pool_to_claims,
     map_template_to_claims,
-    sandbox_claim_uid_index,
     sandbox_status_changed,
     timing_predicate,
 )
 from agent_sandbox.controllers.claim_pressure import ClaimPressure
+from agent_sandbox.controllers.indexes import (
+    INDEX_CLAIM_POOL,
+    INDEX_POOL_TEMPLATE_REF,
+    claim_pool_index,
+    pool_template_ref_index,
+    sandbox_claim_uid_index,
+)
 from agent_sandbox.kube import SANDBOX_CLAIM, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL, Cache, Request
 from agent_sandbox.kube.testing import FakeClient
 from tests.unit.controllers.claim.builders import NS, T0, claim, member, pool, ready_cond, template

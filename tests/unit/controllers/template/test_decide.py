@@ -9,7 +9,7 @@ import pytest
 
 from agent_sandbox.api import constants as c
 from agent_sandbox.api.meta import new_controller_ref
-from agent_sandbox.controllers.blueprint import template_ref_hash
+from agent_sandbox.api.naming import template_ref_hash
 from agent_sandbox.controllers.template.decide import (
     CreatePolicy,
     DeletePolicy,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from agent_sandbox.api import constants as c
-from agent_sandbox.controllers.blueprint import template_ref_hash
+from agent_sandbox.api.naming import template_ref_hash
 from agent_sandbox.controllers.template import ForeignPolicyError, TemplateReconciler
 from agent_sandbox.kube import NETWORK_POLICY, SANDBOX_TEMPLATE, Request, Result
 from agent_sandbox.kube.testing import FakeClient

@@ -9,8 +9,9 @@ import pytest
 
 from agent_sandbox.api import constants as c
 from agent_sandbox.api import naming
-from agent_sandbox.controllers.blueprint import INDEX_POOL_TEMPLATE_REF, blueprint_hash
+from agent_sandbox.controllers.blueprint import blueprint_hash
 from agent_sandbox.controllers.claim_pressure import ClaimPressure, HeldWrites
+from agent_sandbox.controllers.indexes import INDEX_POOL_TEMPLATE_REF
 from agent_sandbox.controllers.warmpool import (
     ExpectationsObserver,
     WarmPoolConfig,
