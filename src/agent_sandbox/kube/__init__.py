@@ -15,6 +15,7 @@ from ._informer import EventHandler, HandlerFuncs, IndexFunc, Informer, Transfor
 from ._leaderelection import LeaderElectionConfig, LeaderElectionLost, LeaderElector
 from ._logging import configure_logging
 from ._manager import Manager, ManagerOptions, Runnable, in_cluster_namespace
+from ._ownwrites import OwnWrites
 from ._patch import apply_json_patch, apply_merge_patch, create_merge_patch
 from ._predicates import (
     GENERATION_CHANGED,
@@ -161,6 +162,7 @@ __all__ = [
     "NotFound",
     "NullEventRecorder",
     "Object",
+    "OwnWrites",
     "PatchType",
     "Predicate",
     "PredicateFuncs",

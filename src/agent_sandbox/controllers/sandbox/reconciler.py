@@ -2,13 +2,13 @@
 
 Owns the pass's I/O skeleton and the little state that must outlive a pass: the write-behind clock of
 §1.12 (first time a deferral was observed, per Sandbox), the child expectations (`expectations`) and the
-Sandbox's own-write overlay (`_ownwrites`). Reads come
+Sandbox's read-your-writes overlay (`kube.OwnWrites`). Reads come
 from the informer cache (`IndexedReader`), writes go to the API server (`SandboxWriter`).
 
 Flow of one pass:
 
 1. read the Sandbox from the cache (NotFound: drop its in-memory state, done); if the cache still shows a
-   version older than this controller's own last write of it, use that write's answer (`_ownwrites`);
+   version older than this controller's own last write of it, use that write's answer (`kube.OwnWrites`);
 2. open the `ReconcileSandbox` span (continuing the trace in the Sandbox's annotation);
 3. observe the children into a `Snapshot` (cache reads only, plus expectations and the write-behind clock);
 4. `decide` -> `Plan`; run its steps: trace annotation (failure aborts), PVCs, Pod, Service or the expiry
@@ -37,6 +37,7 @@ from agent_sandbox.kube import (
     KubeError,
     NotFound,
     Object,
+    OwnWrites,
     Request,
     ResourceKind,
     Result,
@@ -46,7 +47,6 @@ from agent_sandbox.kube import (
 
 from ..claim_pressure import ClaimPressure
 from ..indexes import INDEX_POD_NAME_HASH
-from ._ownwrites import OwnWrites
 from .children import pvc_name
 from .decide import decide, plan_existing_pod
 from .execute import Executor, SandboxWriter, error_text
@@ -124,10 +124,10 @@ class SandboxReconciler:
             cached = await self.reader.get(SANDBOX, request.name, namespace=request.namespace)
         except NotFound:
             self._deferrals.pop(request, None)
-            self._own_writes.forget(request)
+            self._own_writes.forget(SANDBOX, request.namespace, request.name)
             self.expectations.forget(_CHILD_KINDS, request.namespace, request.name)
             return Result()
-        sandbox = self._own_writes.fresh(request, cached)
+        sandbox = self._own_writes.view(SANDBOX, request.namespace, request.name, cached) or cached
         labels = sandbox["metadata"].get("labels") or {}
         attributes = {"sandbox.name": request.name, "sandbox.namespace": request.namespace}
         if LABEL_CREATED_BY in labels:
@@ -182,7 +182,8 @@ class SandboxReconciler:
         try:
             return await self._run(request, snapshot, plan, executor, now)
         finally:
-            self._own_writes.record(request, sandbox, executor.sandbox_writes)
+            if executor.sandbox_writes:
+                self._own_writes.remember(SANDBOX, executor.sandbox_writes[-1])
 
     async def _run(
         self, request: Request, snapshot: Snapshot, plan: Plan, executor: Executor, now: datetime
