@@ -11,11 +11,10 @@ from __future__ import annotations
 from .decide import Snapshot, decide_claim_metadata, decide_expiry, resolve, resolve_expired
 from .queue import Take, WarmQueue
 from .reconciler import ClaimConfig, ClaimReconciler, ClaimRetry
-from .watches import CONTROLLER_NAME, WARM_QUEUE_KEY, setup
+from .watches import CONTROLLER_NAME, setup
 
 __all__ = [
     "CONTROLLER_NAME",
-    "WARM_QUEUE_KEY",
     "ClaimConfig",
     "ClaimReconciler",
     "ClaimRetry",

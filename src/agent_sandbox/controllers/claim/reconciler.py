@@ -180,9 +180,9 @@ class ClaimReconciler:
         """
         self._retry = retry
 
-    def stamps_in_flight(self) -> int:
-        """Detached metadata patches not yet sent (most of them held behind arriving claims)."""
-        return len(self._stamping)
+    def held_writes(self) -> dict[str, int]:
+        """`claim_pressure.HoldsWrites`: detached metadata patches not yet sent (most held behind claims)."""
+        return {"claim_stamp": len(self._stamping)}
 
     # ------------------------------------------------------------------ entry
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent_sandbox.api import constants as c
 from agent_sandbox.api.meta import (
@@ -41,6 +41,7 @@ from agent_sandbox.kube import (
 )
 
 from ..claim_pressure import ClaimPressure
+from ..context import ControllerContext
 from ..indexes import (
     CLAIM_BY_POOL,
     INDEX_CLAIM_POOL,
@@ -55,9 +56,6 @@ from .observability import ClaimMetrics, ObservedTimes
 from .queue import WarmQueue
 from .reconciler import REPORTER, ClaimConfig, ClaimReconciler
 from .store import Freshest, InformerStore
-
-if TYPE_CHECKING:
-    from ..main import ControllerContext
 
 __all__ = [
     "CONTROLLER_NAME",
@@ -75,9 +73,6 @@ __all__ = [
 ]
 
 CONTROLLER_NAME = "sandboxclaim"
-WARM_QUEUE_KEY = "claim.warm_queue"
-"""`ControllerContext.extras` key of the process's warm queue (exposed for diagnostics and tests)."""
-
 
 # --------------------------------------------------------------------------- predicates
 
@@ -261,7 +256,6 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
     ensure_indexes(cache, SANDBOX_BY_POOL, POOL_BY_TEMPLATE, CLAIM_BY_POOL, SANDBOX_BY_CLAIM_UID)
     cache.informer(NETWORK_POLICY)  # legacy per-claim policy cleanup reads it (§4.3 step 2)
     queue = WarmQueue()
-    ctx.extras[WARM_QUEUE_KEY] = queue
     fresh = Freshest()
     observed = ObservedTimes()
     reconciler = ClaimReconciler(
@@ -274,7 +268,7 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
         events=NullEventRecorder() if opts.disable_claim_events else mgr.event_recorder(REPORTER),
         metrics=ClaimMetrics(),
         config=ClaimConfig(
-            allowed_label_domains=tuple(ctx.allowed_label_domains),
+            allowed_label_domains=ctx.allowed_label_domains,
             persist_observability=not opts.disable_claim_observability_annotations,
         ),
         tracing=ctx.tracing,
@@ -292,7 +286,7 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
     )
 
     reconciler.detach_metadata_writes(ctrl.queue.add_rate_limited)
-    ctx.claim_pressure.held_sources["claim_stamp"] = reconciler.stamps_in_flight
+    ctx.claim_pressure.report_held(reconciler)
 
     def wake(waiter: Hashable) -> None:
         if isinstance(waiter, Request):

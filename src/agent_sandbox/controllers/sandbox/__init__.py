@@ -7,7 +7,7 @@ Layout (observe -> decide -> execute):
 * `children` / `conditions` - pure builders of child objects and of the §1.9 conditions;
 * `execute` - one API call per planned action;
 * `reconciler` - the I/O skeleton of a pass (cache reads, expectations, write-behind clock);
-* `watches` - manager wiring (`setup_sandbox_controller`), Pod cache transform, index;
+* `watches` - manager wiring (`setup`), Pod cache scoping and transform;
 * `metrics` - the `agent_sandboxes` collector.
 """
 
@@ -21,7 +21,7 @@ from .metrics import SandboxCollector, sandbox_metric_labels
 from .plan import Plan, PlanMode, Results, Snapshot, StepResult
 from .reconciler import SandboxReconcileError, SandboxReconciler
 from .status import Conclusion, conclude, status_patch
-from .watches import CONTROLLER_NAME, EVENT_REPORTER, pod_cache_transform, setup, setup_sandbox_controller
+from .watches import CONTROLLER_NAME, EVENT_REPORTER, pod_cache_transform, setup
 
 __all__ = [
     "CONTROLLER_NAME",
@@ -47,6 +47,5 @@ __all__ = [
     "pod_cache_transform",
     "sandbox_metric_labels",
     "setup",
-    "setup_sandbox_controller",
     "status_patch",
 ]

@@ -118,6 +118,10 @@ class SandboxReconciler:
         """Sandboxes holding a deferred write (re-enqueued when claim pressure ends)."""
         return list(self._deferrals)
 
+    def held_writes(self) -> dict[str, int]:
+        """`claim_pressure.HoldsWrites`: Sandboxes whose Pod metadata or status write is deferred."""
+        return {"sandbox": len(self._deferrals)}
+
     async def reconcile(self, request: Request) -> Result:
         """One pass over the Sandbox `request` names (see module docstring)."""
         try:

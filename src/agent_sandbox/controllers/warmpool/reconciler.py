@@ -103,6 +103,10 @@ class WarmPoolReconciler:
         self.buckets = RefillBuckets(self.config.max_refill_rate)
         self.progress = ProgressTracker()
 
+    def held_writes(self) -> dict[str, int]:
+        """`claim_pressure.HoldsWrites`: pools whose refill or status write waits behind claims."""
+        return {"pool_refill": len(self.claim_yield.held()), "pool_status": len(self.status_held.held())}
+
     def forget(self, key: str) -> None:
         """Drop every per-pool record (pool deleted or being deleted)."""
         self.expectations.forget(key)

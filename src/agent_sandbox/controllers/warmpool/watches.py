@@ -15,8 +15,6 @@ Registers the indexes it reads (Sandbox by pool label, pool by template name; se
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from agent_sandbox.api.meta import controller_name, pool_key
 from agent_sandbox.kube import (
     SANDBOX,
@@ -31,12 +29,10 @@ from agent_sandbox.kube import (
     Request,
 )
 
+from ..context import ControllerContext
 from ..indexes import INDEX_POOL_TEMPLATE_REF, POOL_BY_TEMPLATE, SANDBOX_BY_POOL, ensure_indexes
 from .config import WarmPoolConfig
 from .reconciler import WarmPoolReconciler
-
-if TYPE_CHECKING:
-    from ..main import ControllerContext
 
 __all__ = ["CONTROLLER_NAME", "EVENT_REPORTER", "ExpectationsObserver", "pools_for_template", "setup"]
 
@@ -113,5 +109,4 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
             controller.queue.add(Request(namespace, name))
 
     ctx.claim_pressure.on_calm(requeue_held)
-    ctx.claim_pressure.held_sources["pool_refill"] = lambda: len(reconciler.claim_yield.held())
-    ctx.claim_pressure.held_sources["pool_status"] = lambda: len(reconciler.status_held.held())
+    ctx.claim_pressure.report_held(reconciler)

@@ -17,15 +17,12 @@ import asyncio
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from agent_sandbox.controllers.context import ControllerContext
+from agent_sandbox.controllers.options import Options
 from agent_sandbox.controllers.webhook.server import ConversionWebhook, WebhookOptions
-
-if TYPE_CHECKING:
-    from agent_sandbox.controllers.main import ControllerContext
-    from agent_sandbox.controllers.options import Options
-    from agent_sandbox.kube import Manager
+from agent_sandbox.kube import Manager
 
 WEBHOOK_URL_ENV = "AGENT_SANDBOX_WEBHOOK_URL"
 

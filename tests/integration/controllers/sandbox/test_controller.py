@@ -25,7 +25,9 @@ from agent_sandbox.api.constants import (
     LABEL_SANDBOX_NAME_HASH,
 )
 from agent_sandbox.api.naming import name_hash
-from agent_sandbox.controllers.sandbox import setup_sandbox_controller
+from agent_sandbox.controllers.context import ControllerContext
+from agent_sandbox.controllers.options import Options
+from agent_sandbox.controllers.sandbox import setup as setup_sandbox_controller
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import install_crds
 from agent_sandbox.kube import (
@@ -61,7 +63,9 @@ async def manager(cluster: DevCluster, namespace: str, crds: None) -> AsyncItera
         registry=CollectorRegistry(),
     )
     mgr = Manager(api, options)
-    setup_sandbox_controller(mgr, workers=4, cluster_domain="test.local")
+    setup_sandbox_controller(
+        mgr, ControllerContext(Options(sandbox_concurrent_workers=4, cluster_domain="test.local"))
+    )
     stop = asyncio.Event()
     task = asyncio.create_task(mgr.start(stop))
     try:
