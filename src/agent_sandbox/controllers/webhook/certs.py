@@ -1,8 +1,9 @@
 """Self-managed serving certificate of the conversion webhook (controllers spec §5.7, operations §4.1).
 
-Pure parts (no I/O): :func:`generate_bundle` makes an ECDSA P-256 self-signed CA and a server
-certificate signed by it, exactly as upstream's ``tls.go`` (CN, serials, back-dated 1 h,
-365 days, ``EC PRIVATE KEY`` PEM); :func:`bundle_problem` validates a stored bundle.
+Pure parts (no I/O): :func:`generate_bundle` makes (with the shared ``kube.x509`` helper) an ECDSA
+P-256 self-signed CA and a server certificate signed by it, exactly as upstream's ``tls.go`` (CN,
+serials, back-dated 1 h, 365 days, ``EC PRIVATE KEY`` PEM); :func:`bundle_problem` validates a stored
+bundle.
 
 I/O part: :func:`ensure_certificates` loads Secret ``agent-sandbox-webhook-certs`` (shared by
 all replicas) or creates it, resolving a create race by loading the winner's copy, and writes
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import ipaddress
 import logging
 import os
 from dataclasses import dataclass
@@ -26,12 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.hazmat.primitives import serialization
 
 from agent_sandbox.api import constants as c
 from agent_sandbox.kube import SECRET, AlreadyExists, Client, Conflict, NotFound
+from agent_sandbox.kube.x509 import SERVER_AUTH, Issuer, cert_pem, issue, key_pem, name, new_key
 
 log = logging.getLogger(__name__)
 
@@ -90,13 +89,6 @@ def service_hosts(service: str, namespace: str, cluster_domain: str) -> list[str
     ]
 
 
-def _san(host: str) -> x509.GeneralName:
-    try:
-        return x509.IPAddress(ipaddress.ip_address(host))
-    except ValueError:
-        return x509.DNSName(host)
-
-
 def generate_bundle(
     *, service: str, namespace: str, cluster_domain: str, extra_hosts: tuple[str, ...] = (), now: dt.datetime
 ) -> CertBundle:
@@ -111,58 +103,31 @@ def generate_bundle(
     """
     not_before = now - _BACKDATE
     not_after = not_before + _VALIDITY
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, c.WEBHOOK_CA_COMMON_NAME)])
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(1)
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(_key_usage(cert_sign=True), critical=True)
-        .sign(ca_key, hashes.SHA256())
+    ca_key = new_key()
+    ca_cert = issue(
+        name(c.WEBHOOK_CA_COMMON_NAME),
+        ca_key,
+        issuer=None,
+        not_before=not_before,
+        not_after=not_after,
+        serial=1,
+        ca=True,
     )
-    key = ec.generate_private_key(ec.SECP256R1())
-    hosts = [*service_hosts(service, namespace, cluster_domain), *extra_hosts]
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{service}.{namespace}.svc")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(2)
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.SubjectAlternativeName([_san(h) for h in dict.fromkeys(hosts)]), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(_key_usage(cert_sign=False), critical=True)
-        .sign(ca_key, hashes.SHA256())
+    key = new_key()
+    cert = issue(
+        name(f"{service}.{namespace}.svc"),
+        key,
+        issuer=Issuer(ca_cert, ca_key),
+        not_before=not_before,
+        not_after=not_after,
+        serial=2,
+        usages=[SERVER_AUTH],
+        hosts=[*service_hosts(service, namespace, cluster_domain), *extra_hosts],
+        basic_constraints=False,
     )
     return CertBundle(
-        ca_pem=ca_cert.public_bytes(serialization.Encoding.PEM),
-        cert_pem=cert.public_bytes(serialization.Encoding.PEM),
-        key_pem=key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.TraditionalOpenSSL,  # "EC PRIVATE KEY", as upstream
-            serialization.NoEncryption(),
-        ),
-    )
-
-
-def _key_usage(*, cert_sign: bool) -> x509.KeyUsage:
-    return x509.KeyUsage(
-        digital_signature=True,
-        content_commitment=False,
-        key_encipherment=False,
-        data_encipherment=False,
-        key_agreement=False,
-        key_cert_sign=cert_sign,
-        crl_sign=False,
-        encipher_only=False,
-        decipher_only=False,
-    )
+        ca_pem=cert_pem(ca_cert), cert_pem=cert_pem(cert), key_pem=key_pem(key, traditional=True)
+    )  # "EC PRIVATE KEY", as upstream
 
 
 def bundle_problem(bundle: CertBundle, *, hosts: list[str], now: dt.datetime) -> str | None:
