@@ -144,6 +144,10 @@ class ClaimPressure:
         except TimeoutError:
             pass
 
+    async def hold_event(self, age: float) -> None:
+        """Hold an Event `age` seconds old until calm, for what is left of the hold (`ManagerOptions.event_hold`)."""
+        await self.wait_calm(self.hold - age)
+
     # ------------------------------------------------------------------ calm detection
 
     def _arm(self, delay: float) -> None:

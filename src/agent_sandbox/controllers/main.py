@@ -79,12 +79,6 @@ def manager_options(opts: Options, pressure: ClaimPressure | None = None) -> Man
     The Pod/Service cache scoping of §5.5 is the Sandbox controller's (`sandbox.setup`). With claim
     pressure, Events wait behind arriving claims, bounded by the hold.
     """
-    hold = None
-    if pressure is not None and pressure.enabled:
-
-        async def hold(age: float) -> None:
-            await pressure.wait_calm(pressure.hold - age)
-
     return ManagerOptions(
         metrics_bind_address=opts.metrics_bind_address,
         health_probe_bind_address=opts.health_probe_bind_address,
@@ -93,7 +87,7 @@ def manager_options(opts: Options, pressure: ClaimPressure | None = None) -> Man
         leader_election_namespace=opts.leader_election_namespace,
         enable_pprof=opts.pprof_enabled,
         enable_pprof_debug=opts.enable_pprof_debug,
-        event_hold=hold,
+        event_hold=pressure.hold_event if pressure is not None and pressure.enabled else None,
     )
 
 

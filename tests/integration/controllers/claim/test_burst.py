@@ -30,7 +30,6 @@ from pathlib import Path
 import pytest
 
 from agent_sandbox.api import constants as c
-from agent_sandbox.api import naming
 from agent_sandbox.api.meta import controller_ref
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import CONTROLLER, start_controller
@@ -39,17 +38,15 @@ from agent_sandbox.devcluster.rest import probe_http
 from agent_sandbox.kube import (
     SANDBOX,
     SANDBOX_CLAIM,
-    SANDBOX_TEMPLATE,
-    SANDBOX_WARM_POOL,
     ApiClient,
     Object,
 )
 from tests import helpers
 from tests.helpers import CreationLog, is_ready
+from tests.integration.controllers.builders import EXT, create_template_and_pool, pool_members
 
 pytestmark = pytest.mark.integration
 
-EXT = "extensions.agents.x-k8s.io/v1beta1"
 POOL_SIZE = 100
 CLAIMS = 200
 
@@ -115,25 +112,10 @@ eventually = functools.partial(helpers.eventually, within=240.0)
 
 async def start_pool(kube: ApiClient, ns: str) -> set[str]:
     """Template + pool of 100; returns the names of the 100 members once all are Ready."""
-    template = {
-        "apiVersion": EXT,
-        "kind": "SandboxTemplate",
-        "metadata": {"name": "tmpl"},
-        "spec": {"podTemplate": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}},
-    }
-    pool = {
-        "apiVersion": EXT,
-        "kind": "SandboxWarmPool",
-        "metadata": {"name": "pool"},
-        "spec": {"replicas": POOL_SIZE, "sandboxTemplateRef": {"name": "tmpl"}},
-    }
-    await kube.create(SANDBOX_TEMPLATE, template, namespace=ns)
-    await kube.create(SANDBOX_WARM_POOL, pool, namespace=ns)
+    await create_template_and_pool(kube, ns, replicas=POOL_SIZE)
 
     async def all_ready() -> set[str] | None:
-        members = await kube.list(
-            SANDBOX, namespace=ns, label_selector={c.LABEL_WARM_POOL_SANDBOX: naming.name_hash("pool")}
-        )
+        members = await pool_members(kube, ns)
         names = {m["metadata"]["name"] for m in members if is_ready(m)}
         return names if len(names) == POOL_SIZE else None
 

@@ -8,29 +8,29 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from agent_sandbox.api import constants as c
-from agent_sandbox.api import naming
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.processes import Started, stop
 from agent_sandbox.kube import (
     EVENT,
-    SANDBOX,
     SANDBOX_CLAIM,
-    SANDBOX_TEMPLATE,
     SANDBOX_WARM_POOL,
     ApiClient,
     Object,
 )
 from tests.helpers import controller_metrics, eventually, is_ready
+from tests.integration.controllers.builders import (
+    claim_body,
+    create_template_and_pool,
+    pool_body,
+    pool_members,
+)
 
 pytestmark = pytest.mark.integration
-
-EXT = "extensions.agents.x-k8s.io/v1beta1"
 
 
 @pytest.fixture(scope="module")
@@ -61,38 +61,17 @@ async def test_disabled_events_and_annotations_and_claim_metrics(
     cluster: DevCluster, kube: ApiClient, namespace: str, quiet_controller: Started
 ) -> None:
     ns = namespace
-    template: dict[str, Any] = {
-        "apiVersion": EXT,
-        "kind": "SandboxTemplate",
-        "metadata": {"name": "tmpl"},
-        "spec": {"podTemplate": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}},
-    }
-    await kube.create(SANDBOX_TEMPLATE, template, namespace=ns)
-    for pool, replicas in (("warm", 1), ("cold", 0)):
-        body = {
-            "apiVersion": EXT,
-            "kind": "SandboxWarmPool",
-            "metadata": {"name": pool},
-            "spec": {"replicas": replicas, "sandboxTemplateRef": {"name": "tmpl"}},
-        }
-        await kube.create(SANDBOX_WARM_POOL, body, namespace=ns)
+    await create_template_and_pool(kube, ns, replicas=1, pool="warm")
+    await kube.create(SANDBOX_WARM_POOL, pool_body("cold", replicas=0), namespace=ns)
 
     async def member_ready() -> bool:
-        members = await kube.list(
-            SANDBOX, namespace=ns, label_selector={c.LABEL_WARM_POOL_SANDBOX: naming.name_hash("warm")}
-        )
+        members = await pool_members(kube, ns, "warm")
         return any(is_ready(m) for m in members)
 
     await eventually(member_ready, "a Ready warm member")
     before = controller_metrics(cluster)
     for name, pool in (("w", "warm"), ("k", "cold")):
-        claim = {
-            "apiVersion": EXT,
-            "kind": "SandboxClaim",
-            "metadata": {"name": name},
-            "spec": {"warmPoolRef": {"name": pool}},
-        }
-        await kube.create(SANDBOX_CLAIM, claim, namespace=ns)
+        await kube.create(SANDBOX_CLAIM, claim_body(name, pool), namespace=ns)
 
     async def both_stamped() -> list[Object] | None:
         claims = [await kube.get(SANDBOX_CLAIM, n, namespace=ns) for n in ("w", "k")]

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from agent_sandbox.api import constants as c
-from agent_sandbox.api import naming
 from agent_sandbox.api.meta import controller_ref
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import start_controller
@@ -35,10 +34,11 @@ from agent_sandbox.kube import (
     Object,
 )
 from tests.helpers import controller_metrics, eventually
+from tests.integration.controllers.builders import claim_body, pool_body, pool_members, template_body
 
 pytestmark = pytest.mark.integration
 
-EXT = "extensions.agents.x-k8s.io/v1beta1"
+DEMO = {"app": "demo"}
 
 
 @pytest.fixture(scope="module")
@@ -66,38 +66,8 @@ def ready(obj: Object | None) -> dict[str, Any] | None:
     return None
 
 
-def template_body(name: str = "tmpl", **spec: Any) -> Object:
-    pod = spec.pop("pod", {"containers": [{"name": "main", "image": "busybox"}]})
-    return {
-        "apiVersion": EXT,
-        "kind": "SandboxTemplate",
-        "metadata": {"name": name},
-        "spec": {"podTemplate": {"metadata": {"labels": {"app": "demo"}}, "spec": pod}, **spec},
-    }
-
-
-def pool_body(name: str = "pool", replicas: int = 1, template: str = "tmpl") -> Object:
-    return {
-        "apiVersion": EXT,
-        "kind": "SandboxWarmPool",
-        "metadata": {"name": name},
-        "spec": {"replicas": replicas, "sandboxTemplateRef": {"name": template}},
-    }
-
-
-def claim_body(name: str, pool: str = "pool", **spec: Any) -> Object:
-    return {
-        "apiVersion": EXT,
-        "kind": "SandboxClaim",
-        "metadata": {"name": name},
-        "spec": {"warmPoolRef": {"name": pool}, **spec},
-    }
-
-
 async def ready_members(kube: ApiClient, ns: str, pool: str = "pool") -> list[Object]:
-    members = await kube.list(
-        SANDBOX, namespace=ns, label_selector={c.LABEL_WARM_POOL_SANDBOX: naming.name_hash(pool)}
-    )
+    members = await pool_members(kube, ns, pool)
     return [m for m in members if (ready(m) or {}).get("status") == "True"]
 
 
@@ -118,7 +88,7 @@ async def test_quickstart_warm_claim_and_pool_refill(
     kube: ApiClient, namespace: str, controller: Started
 ) -> None:
     ns = namespace
-    await kube.create(SANDBOX_TEMPLATE, template_body(), namespace=ns)
+    await kube.create(SANDBOX_TEMPLATE, template_body(labels=DEMO), namespace=ns)
     await kube.create(SANDBOX_WARM_POOL, pool_body(replicas=5), namespace=ns)
     members = await eventually(
         lambda: _at_least(ready_members(kube, ns), 5), "5 Ready pool members", within=90
@@ -191,7 +161,7 @@ async def test_bookkeeping_waits_while_claims_arrive_then_catches_up(
     and the pool refills. (With `--sandbox-claim-priority-hold=0` the first assertion fails: checked.)
     """
     ns = namespace
-    await kube.create(SANDBOX_TEMPLATE, template_body(), namespace=ns)
+    await kube.create(SANDBOX_TEMPLATE, template_body(labels=DEMO), namespace=ns)
     await kube.create(SANDBOX_WARM_POOL, pool_body(replicas=20), namespace=ns)
     await eventually(lambda: _at_least(ready_members(kube, ns), 20), "20 Ready pool members", within=90)
     names = [f"stream-{i}" for i in range(16)]
@@ -268,7 +238,7 @@ async def test_missing_pool_then_template_then_cold_start(
     await eventually(lambda: _eq(claim_reason(kube, ns, "orphan"), "TemplateNotFound"), "TemplateNotFound")
     assert await maybe(kube, SANDBOX, "orphan", ns) is None
     # The template's creation wakes the claim (no 1-minute wait): a pool of 0 means a cold start.
-    await kube.create(SANDBOX_TEMPLATE, template_body("tmpl-later"), namespace=ns)
+    await kube.create(SANDBOX_TEMPLATE, template_body("tmpl-later", labels=DEMO), namespace=ns)
     claim = await eventually(
         lambda: _when(
             maybe(kube, SANDBOX_CLAIM, "orphan", ns), lambda o: (ready(o) or {}).get("status") == "True"
@@ -286,7 +256,7 @@ async def test_missing_pool_then_template_then_cold_start(
 
 async def test_label_domain_allow_list(kube: ApiClient, namespace: str, controller: Started) -> None:
     ns = namespace
-    await kube.create(SANDBOX_TEMPLATE, template_body(), namespace=ns)
+    await kube.create(SANDBOX_TEMPLATE, template_body(labels=DEMO), namespace=ns)
     await kube.create(SANDBOX_WARM_POOL, pool_body(replicas=0), namespace=ns)
     good = claim_body("good", additionalPodMetadata={"labels": {"eu.sandbox.users.io/tier": "gold"}})
     bad = claim_body("bad", additionalPodMetadata={"labels": {"evil.example.com/tier": "gold"}})
@@ -312,7 +282,7 @@ async def test_label_domain_allow_list(kube: ApiClient, namespace: str, controll
 
 async def test_shutdown_time_and_policies(kube: ApiClient, namespace: str, controller: Started) -> None:
     ns = namespace
-    await kube.create(SANDBOX_TEMPLATE, template_body(), namespace=ns)
+    await kube.create(SANDBOX_TEMPLATE, template_body(labels=DEMO), namespace=ns)
     await kube.create(SANDBOX_WARM_POOL, pool_body(replicas=0), namespace=ns)
     soon = (datetime.now(UTC) + timedelta(seconds=6)).strftime("%Y-%m-%dT%H:%M:%SZ")
     for name, policy in (("retain", "Retain"), ("delete", "Delete"), ("foreground", "DeleteForeground")):
@@ -346,7 +316,7 @@ async def test_shutdown_time_and_policies(kube: ApiClient, namespace: str, contr
 async def test_ttl_after_finished(kube: ApiClient, namespace: str, controller: Started) -> None:
     ns = namespace
     pod = {"restartPolicy": "Never", "containers": [{"name": "job", "image": "busybox", "command": ["true"]}]}
-    await kube.create(SANDBOX_TEMPLATE, template_body(pod=pod), namespace=ns)
+    await kube.create(SANDBOX_TEMPLATE, template_body(labels=DEMO, pod=pod), namespace=ns)
     await kube.create(SANDBOX_WARM_POOL, pool_body(replicas=0), namespace=ns)
     body = claim_body("job", lifecycle={"ttlSecondsAfterFinished": 2, "shutdownPolicy": "Retain"})
     await kube.create(SANDBOX_CLAIM, body, namespace=ns)

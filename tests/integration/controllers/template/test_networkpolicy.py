@@ -9,9 +9,7 @@ policy the template does not control is never touched.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Iterator
-from typing import Any
 
 import pytest
 
@@ -22,33 +20,15 @@ from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.processes import Started, stop
 from agent_sandbox.kube import NETWORK_POLICY, SANDBOX_TEMPLATE, ApiClient, NotFound, Object
 from tests.helpers import eventually
+from tests.integration.controllers.builders import EXT, template_body
 
 pytestmark = pytest.mark.integration
-
-EXT = "extensions.agents.x-k8s.io/v1beta1"
-
-
-def wait_served(cluster: DevCluster) -> None:
-    """The controller re-patches the CRDs at start-up (brief 503s); wait until templates are served."""
-    admin = cluster.admin()
-    body = {
-        "apiVersion": EXT,
-        "kind": "SandboxTemplate",
-        "metadata": {"name": "probe"},
-        "spec": {"podTemplate": {"spec": {"containers": [{"name": "c", "image": "i"}]}}},
-    }
-    path = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default/sandboxtemplates?dryRun=All"
-    deadline = time.monotonic() + 30
-    while (status := admin.request("POST", path, body)[0]) != 201:
-        assert time.monotonic() < deadline, f"sandboxtemplates not served (HTTP {status})"
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
 def controller(cluster: DevCluster) -> Iterator[Started]:
     started = start_controller(cluster)
     try:
-        wait_served(cluster)
         yield started
     finally:
         stop(started)
@@ -59,15 +39,6 @@ async def policy(kube: ApiClient, ns: str, name: str = "tmpl-network-policy") ->
         return await kube.get(NETWORK_POLICY, name, namespace=ns)
     except NotFound:
         return None
-
-
-def template_body(**spec: Any) -> Object:
-    return {
-        "apiVersion": EXT,
-        "kind": "SandboxTemplate",
-        "metadata": {"name": "tmpl"},
-        "spec": {"podTemplate": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}, **spec},
-    }
 
 
 async def test_shared_network_policy_lifecycle(kube: ApiClient, namespace: str, controller: Started) -> None:

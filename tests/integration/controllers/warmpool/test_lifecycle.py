@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from collections.abc import Awaitable, Iterator
 from typing import Any
 
@@ -34,28 +33,13 @@ from agent_sandbox.kube import (
 )
 from tests import helpers
 from tests.helpers import is_ready
+from tests.integration.controllers.builders import EXT, pool_body, pool_members, template_body
 
 pytestmark = pytest.mark.integration
 
-EXT = "extensions.agents.x-k8s.io/v1beta1"
+TEAM = {"team": "a"}
 GRACE = 6  # seconds: --sandbox-warm-pool-readiness-grace-period
 RECHECK = 2  # seconds: --sandbox-warm-pool-unschedulable-recheck-interval
-
-
-def wait_served(cluster: DevCluster) -> None:
-    """The controller re-patches the CRDs at start-up (brief 503s); wait until pools are served."""
-    admin = cluster.admin()
-    body = {
-        "apiVersion": EXT,
-        "kind": "SandboxWarmPool",
-        "metadata": {"name": "probe"},
-        "spec": {"sandboxTemplateRef": {"name": "x"}},
-    }
-    path = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default/sandboxwarmpools?dryRun=All"
-    deadline = time.monotonic() + 30
-    while (status := admin.request("POST", path, body)[0]) != 201:
-        assert time.monotonic() < deadline, f"sandboxwarmpools not served (HTTP {status})"
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +52,6 @@ def controller(cluster: DevCluster) -> Iterator[Started]:
         ),
     )
     try:
-        wait_served(cluster)
         yield started
     finally:
         stop(started)
@@ -77,36 +60,9 @@ def controller(cluster: DevCluster) -> Iterator[Started]:
 eventually = functools.partial(helpers.eventually, within=90.0)
 
 
-def template_body(name: str = "tmpl", image: str = "busybox", **pod_spec: Any) -> Object:
-    return {
-        "apiVersion": EXT,
-        "kind": "SandboxTemplate",
-        "metadata": {"name": name},
-        "spec": {
-            "podTemplate": {
-                "metadata": {"labels": {"team": "a"}},
-                "spec": {"containers": [{"name": "main", "image": image}], **pod_spec},
-            }
-        },
-    }
-
-
-def pool_body(name: str, replicas: int, template: str = "tmpl", strategy: str | None = None) -> Object:
-    spec: dict[str, Any] = {"replicas": replicas, "sandboxTemplateRef": {"name": template}}
-    if strategy:
-        spec["updateStrategy"] = {"type": strategy}
-    return {"apiVersion": EXT, "kind": "SandboxWarmPool", "metadata": {"name": name}, "spec": spec}
-
-
-async def members(kube: ApiClient, ns: str, pool: str) -> list[Object]:
-    return await kube.list(
-        SANDBOX, namespace=ns, label_selector={c.LABEL_WARM_POOL_SANDBOX: naming.name_hash(pool)}
-    )
-
-
 async def settled(kube: ApiClient, ns: str, pool: str, n: int) -> list[Object] | None:
     """n Ready, non-terminating members and a status that says so (observed at the current generation)."""
-    live = [m for m in await members(kube, ns, pool) if not m["metadata"].get("deletionTimestamp")]
+    live = [m for m in await pool_members(kube, ns, pool) if not m["metadata"].get("deletionTimestamp")]
     if len(live) != n or not all(is_ready(m) for m in live):
         return None
     p = await kube.get(SANDBOX_WARM_POOL, pool, namespace=ns)
@@ -124,7 +80,7 @@ async def test_pool_of_five_ready_members_with_the_member_shape(
     kube: ApiClient, namespace: str, controller: Started
 ) -> None:
     ns = namespace
-    await kube.create(SANDBOX_TEMPLATE, template_body(), namespace=ns)
+    await kube.create(SANDBOX_TEMPLATE, template_body(labels=TEAM), namespace=ns)
     pool = await kube.create(SANDBOX_WARM_POOL, pool_body("pool", 5), namespace=ns)
     live = await eventually(lambda: settled(kube, ns, "pool", 5), "5 Ready members")
 
@@ -172,7 +128,7 @@ async def test_scale_through_spec_and_the_scale_subresource(
     kube: ApiClient, cluster: DevCluster, namespace: str, controller: Started
 ) -> None:
     ns = namespace
-    await kube.create(SANDBOX_TEMPLATE, template_body(), namespace=ns)
+    await kube.create(SANDBOX_TEMPLATE, template_body(labels=TEAM), namespace=ns)
     await kube.create(SANDBOX_WARM_POOL, pool_body("pool", 2), namespace=ns)
     await eventually(lambda: settled(kube, ns, "pool", 2), "2 Ready members")
 
@@ -193,7 +149,7 @@ async def test_scale_through_spec_and_the_scale_subresource(
 
     async def empty() -> bool:
         p = await kube.get(SANDBOX_WARM_POOL, "pool", namespace=ns)
-        return not await members(kube, ns, "pool") and p.get("status", {}).get("replicas") == 0
+        return not await pool_members(kube, ns, "pool") and p.get("status", {}).get("replicas") == 0
 
     await eventually(empty, "an empty pool with status.replicas written as 0")
 
@@ -202,7 +158,7 @@ async def test_template_change_recreate_versus_on_replenish(
     kube: ApiClient, namespace: str, controller: Started
 ) -> None:
     ns = namespace
-    await kube.create(SANDBOX_TEMPLATE, template_body(image="busybox:1"), namespace=ns)
+    await kube.create(SANDBOX_TEMPLATE, template_body(image="busybox:1", labels=TEAM), namespace=ns)
     await kube.create(SANDBOX_WARM_POOL, pool_body("recreate", 2, strategy="Recreate"), namespace=ns)
     await kube.create(SANDBOX_WARM_POOL, pool_body("replenish", 2), namespace=ns)
     old_recreate = await eventually(lambda: settled(kube, ns, "recreate", 2), "Recreate pool Ready")
@@ -256,22 +212,25 @@ async def test_stuck_members_are_replaced_after_the_grace_period(
     ns = namespace
     # The container exits at once (devcluster pod-exit stage): the Pod is scheduled but fails, so the
     # member never becomes Ready and is replaced once older than the grace period.
-    tmpl = template_body(restartPolicy="Never")
-    tmpl["spec"]["podTemplate"]["spec"]["containers"][0]["command"] = ["false"]
+    pod = {
+        "restartPolicy": "Never",
+        "containers": [{"name": "main", "image": "busybox", "command": ["false"]}],
+    }
+    tmpl = template_body(labels=TEAM, pod=pod)
     await kube.create(SANDBOX_TEMPLATE, tmpl, namespace=ns)
     await kube.create(SANDBOX_WARM_POOL, pool_body("pool", 2), namespace=ns)
 
-    first = await eventually(lambda: _count(members(kube, ns, "pool"), 2), "2 members")
+    first = await eventually(lambda: _count(pool_members(kube, ns, "pool"), 2), "2 members")
     first_uids = {m["metadata"]["uid"] for m in first}
 
     async def replaced() -> bool:
-        live = await members(kube, ns, "pool")
+        live = await pool_members(kube, ns, "pool")
         return len(live) >= 1 and first_uids.isdisjoint({m["metadata"]["uid"] for m in live})
 
     await eventually(replaced, "stuck members replaced", within=GRACE * 6 + 30)
     # Never more than spec.replicas live members at any time we look.
     for _ in range(10):
-        live = [m for m in await members(kube, ns, "pool") if not m["metadata"].get("deletionTimestamp")]
+        live = [m for m in await pool_members(kube, ns, "pool") if not m["metadata"].get("deletionTimestamp")]
         assert len(live) <= 2
         await asyncio.sleep(0.3)
     await kube.patch(SANDBOX_WARM_POOL, "pool", {"spec": {"replicas": 0}}, namespace=ns)
@@ -281,11 +240,11 @@ async def test_unschedulable_members_are_held_with_a_not_progressing_event(
     kube: ApiClient, namespace: str, controller: Started
 ) -> None:
     ns = namespace
-    big = template_body()
+    big = template_body(labels=TEAM)
     big["spec"]["podTemplate"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "64"}}
     await kube.create(SANDBOX_TEMPLATE, big, namespace=ns)
     await kube.create(SANDBOX_WARM_POOL, pool_body("pool", 2, strategy="Recreate"), namespace=ns)
-    held = await eventually(lambda: _count(members(kube, ns, "pool"), 2), "2 members")
+    held = await eventually(lambda: _count(pool_members(kube, ns, "pool"), 2), "2 members")
     held_uids = {m["metadata"]["uid"] for m in held}
 
     async def not_progressing() -> list[Object] | None:
@@ -302,7 +261,7 @@ async def test_unschedulable_members_are_held_with_a_not_progressing_event(
     )
     # Held, not churned: after several recheck intervals the same two members are still there.
     await asyncio.sleep(RECHECK * 3)
-    assert {m["metadata"]["uid"] for m in await members(kube, ns, "pool")} == held_uids
+    assert {m["metadata"]["uid"] for m in await pool_members(kube, ns, "pool")} == held_uids
     assert len(await not_progressing() or []) == 1  # no repeat while the state persists
 
     # A schedulable template (Recreate) replaces them; once Ready the pool is progressing again.

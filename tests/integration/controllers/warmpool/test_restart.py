@@ -13,46 +13,25 @@ import asyncio
 import functools
 import os
 import signal
-import time
 from collections.abc import Iterator
 
 import pytest
 
-from agent_sandbox.api import constants as c
-from agent_sandbox.api import naming
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.processes import Started, is_ours, stop
 from agent_sandbox.kube import (
-    SANDBOX,
-    SANDBOX_TEMPLATE,
     SANDBOX_WARM_POOL,
     ApiClient,
     Object,
 )
 from tests import helpers
 from tests.helpers import CreationLog, is_ready
+from tests.integration.controllers.builders import create_template_and_pool, pool_members
 
 pytestmark = pytest.mark.integration
 
-EXT = "extensions.agents.x-k8s.io/v1beta1"
 REPLICAS = 40
-
-
-def wait_served(cluster: DevCluster) -> None:
-    """The controller re-patches the CRDs at start-up (brief 503s); wait until pools are served."""
-    admin = cluster.admin()
-    body = {
-        "apiVersion": EXT,
-        "kind": "SandboxWarmPool",
-        "metadata": {"name": "probe"},
-        "spec": {"sandboxTemplateRef": {"name": "x"}},
-    }
-    path = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default/sandboxwarmpools?dryRun=All"
-    deadline = time.monotonic() + 30
-    while (status := admin.request("POST", path, body)[0]) != 201:
-        assert time.monotonic() < deadline, f"sandboxwarmpools not served (HTTP {status})"
-        time.sleep(0.1)
 
 
 eventually = functools.partial(helpers.eventually, within=120.0)
@@ -73,22 +52,8 @@ async def test_creates_equal_replicas_across_sigkill_and_restart(
 ) -> None:
     ns = namespace
     launches.append(start_controller(cluster))
-    wait_served(cluster)
-    template = {
-        "apiVersion": EXT,
-        "kind": "SandboxTemplate",
-        "metadata": {"name": "tmpl"},
-        "spec": {"podTemplate": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}},
-    }
-    pool = {
-        "apiVersion": EXT,
-        "kind": "SandboxWarmPool",
-        "metadata": {"name": "pool"},
-        "spec": {"replicas": REPLICAS, "sandboxTemplateRef": {"name": "tmpl"}},
-    }
-    await kube.create(SANDBOX_TEMPLATE, template, namespace=ns)
     async with CreationLog(kube, ns) as log:
-        await kube.create(SANDBOX_WARM_POOL, pool, namespace=ns)
+        await create_template_and_pool(kube, ns, replicas=REPLICAS)
         # Slow start: batches of 1, 2, 4, ... - kill once the first batches landed, mid-fill.
         await eventually(lambda: _true(len(log.added) >= 3), "the first creates")
         first = launches[0]
@@ -99,12 +64,9 @@ async def test_creates_equal_replicas_across_sigkill_and_restart(
         assert at_kill < REPLICAS, "the pool filled before the kill; the test would prove nothing"
 
         launches.append(start_controller(cluster))
-        wait_served(cluster)
 
         async def full() -> list[Object] | None:
-            live = await kube.list(
-                SANDBOX, namespace=ns, label_selector={c.LABEL_WARM_POOL_SANDBOX: naming.name_hash("pool")}
-            )
+            live = await pool_members(kube, ns)
             p = await kube.get(SANDBOX_WARM_POOL, "pool", namespace=ns)
             st = p.get("status") or {}
             ok = (
