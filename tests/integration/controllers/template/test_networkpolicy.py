@@ -9,29 +9,18 @@ policy the template does not control is never touched.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable
 
 import pytest
 
 from agent_sandbox.api import constants as c
 from agent_sandbox.api import naming
-from agent_sandbox.devcluster import DevCluster
-from agent_sandbox.devcluster.controller import start_controller
-from agent_sandbox.devcluster.processes import Started, stop
+from agent_sandbox.devcluster.processes import Started
 from agent_sandbox.kube import NETWORK_POLICY, SANDBOX_TEMPLATE, ApiClient, NotFound, Object
 from tests.helpers import eventually
 from tests.integration.controllers.builders import EXT, template_body
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def controller(cluster: DevCluster) -> Iterator[Started]:
-    started = start_controller(cluster)
-    try:
-        yield started
-    finally:
-        stop(started)
 
 
 async def policy(kube: ApiClient, ns: str, name: str = "tmpl-network-policy") -> Object | None:

@@ -1,4 +1,4 @@
-"""The real controller for the local-runner tests (one process per test module, stopped by PID)."""
+"""Fixtures shared by the integration tests (the `cluster`, `namespace` and `kube` fixtures: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,10 @@ from agent_sandbox.devcluster.processes import Started, stop
 
 @pytest.fixture(scope="module")
 def controller(cluster: DevCluster) -> Iterator[Started]:
+    """The real controller process (all controllers, default flags), one per test module, stopped by PID.
+
+    A module that needs other flags defines its own `controller` fixture, which takes precedence.
+    """
     started = start_controller(cluster)
     try:
         yield started
