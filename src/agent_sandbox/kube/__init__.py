@@ -16,6 +16,7 @@ from ._informer import EventHandler, HandlerFuncs, IndexFunc, Informer, Transfor
 from ._leaderelection import Elector, LeaderElectionConfig, LeaderElectionLost, LeaderElector, RenewalRound
 from ._logging import configure_logging
 from ._manager import Manager, ManagerOptions, Runnable, in_cluster_namespace
+from ._ownwrites import OwnWrites
 from ._patch import apply_json_patch, apply_merge_patch, create_merge_patch
 from ._predicates import (
     GENERATION_CHANGED,
@@ -38,7 +39,15 @@ from ._ratelimit import (
     TokenBucket,
     default_controller_rate_limiter,
 )
-from ._reconcile import Reconciler, ReconcilerFunc, Request, Result, TerminalError
+from ._reconcile import (
+    EXPECTED_ERRORS,
+    Reconciler,
+    ReconcilerFunc,
+    Request,
+    Result,
+    RetryLater,
+    TerminalError,
+)
 from ._resources import (
     CONFIG_MAP,
     CRD,
@@ -90,6 +99,7 @@ __all__ = [
     "CONFIG_MAP",
     "CRD",
     "EVENT",
+    "EXPECTED_ERRORS",
     "GENERATION_CHANGED",
     "LEASE",
     "NAMESPACE",
@@ -154,6 +164,7 @@ __all__ = [
     "NotFound",
     "NullEventRecorder",
     "Object",
+    "OwnWrites",
     "PatchType",
     "Predicate",
     "PredicateFuncs",
@@ -167,6 +178,7 @@ __all__ = [
     "Request",
     "ResourceKind",
     "Result",
+    "RetryLater",
     "Runnable",
     "ServerError",
     "StatusWriter",
