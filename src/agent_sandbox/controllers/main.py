@@ -44,9 +44,9 @@ from ..kube import (
     load_config,
     setup_tracing,
 )
+from ..kube.flags import FlagError, HelpRequested
 from . import claim, sandbox, template, warmpool, webhook
 from .claim_pressure import ClaimPressure, ClaimPressureCollector
-from .flags import FlagError, HelpRequested
 from .options import PROGRAM, Options, flag_set, parse_options, read_allowed_label_domains, validate
 from .version import register_build_info, version_text
 
