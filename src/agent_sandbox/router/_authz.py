@@ -24,7 +24,7 @@ from typing import Protocol
 
 import orjson
 
-from ..kube import ApiClient, KubeError
+from ..kube import ApiClient, ApiError, KubeError
 from ._routing import Route, RouteError
 
 __all__ = [
@@ -208,7 +208,10 @@ class TokenReview:
                 )
             status = orjson.loads(raw).get("status") or {}
         except (KubeError, TimeoutError, orjson.JSONDecodeError, AttributeError) as exc:
-            error = str(exc) or type(exc).__name__
+            # client-go reports an API error by its Status message (e.g. "... is forbidden: User ...").
+            error = (exc.message if isinstance(exc, ApiError) and exc.message else str(exc)) or type(
+                exc
+            ).__name__
             self._store(key, self._error_ttl, False, error)
             raise RouteError(500, f"tokenreview: {error}") from None
         ok = bool(status.get("authenticated"))

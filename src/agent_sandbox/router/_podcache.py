@@ -88,6 +88,7 @@ class PodCache:
     """Sandbox pods by owner UID, Sandbox name and IP; run with `await cache.run()`."""
 
     def __init__(self, lw: ListWatcher, *, namespace: str | None = None) -> None:
+        self.namespace = namespace or None
         self.informer = Informer(
             lw,
             POD,
@@ -116,6 +117,10 @@ class PodCache:
         return self.informer.has_synced
 
     # ------------------------------------------------------------------ lookups
+
+    def covers(self, namespace: str) -> bool:
+        """The cache watches `namespace` (all namespaces unless `--cache-namespace`)."""
+        return self.namespace is None or self.namespace == namespace
 
     def sandbox_known(self, namespace: str, name: str) -> bool:
         """Some tracked pod (Ready or not, claimed or not) belongs to Sandbox `namespace/name`."""

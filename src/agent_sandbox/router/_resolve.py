@@ -8,9 +8,10 @@ Order, first match wins: `X-Sandbox-Pod-IP` -> cached Sandbox UID -> cached `nam
   to its current address, source `cache-name`) or not a sandbox's at all (we wait briefly for the
   watch to catch up, then 403). So a dev cluster's loopback pod IPs are reachable only as a sandbox's.
 - With the cache on, an `X-Sandbox-UID` must belong to the named Sandbox (403 otherwise), and the DNS
-  form is used only for names the cache knows as a sandbox: any other Service name in the cluster is
-  not a proxy target. An unknown name is a dial failure (retried with re-resolution, then 502), which
-  is exactly what the DNS form gives on a cluster without that Service.
+  form is not used for namespaces the cache watches: a name without a Ready sandbox pod is a dial
+  failure (retried with re-resolution, then 502), which is what the DNS form gives for a Sandbox whose
+  pod is not Ready, and any other Service in those namespaces is not a proxy target. Namespaces outside
+  `--cache-namespace` still use the DNS form, as upstream.
 - The DNS form is resolved by the router and the address is dialled only if it is not link-local,
   multicast or unspecified (nor loopback unless `--allow-loopback-pod-ip`).
 
@@ -131,7 +132,11 @@ class Resolver:
                         if target is not None:
                             return target
             raise _foreign(route)
-        if cache is not None and not cache.sandbox_known(route.namespace, route.sandbox_id):
+        if cache is not None and cache.covers(route.namespace):
+            if cache.sandbox_known(route.namespace, route.sandbox_id):
+                # Its pod exists but is not Ready (or is an unclaimed pool member named by name): a
+                # headless Service would not publish it either, so do not ask DNS.
+                raise DialError(f"sandbox {route.namespace}/{route.sandbox_id} has no Ready pod")
             raise DialError(f"no sandbox {route.namespace}/{route.sandbox_id} in the pod cache")
         return await self._resolve_dns(route)
 
