@@ -29,8 +29,11 @@ def test_defaults_are_upstreams() -> None:
     assert cfg.upstream_max_retries == 3
     assert (cfg.upstream_retry_initial_delay, cfg.upstream_retry_max_delay) == (0.2, 0.8)
     assert cfg.authz_mode == "allow-all"
-    assert cfg.authz_tokenreview_ttl == 30.0 and cfg.authz_tokenreview_cache_size == 2048
-    assert cfg.mtls_mode == "off" and not cfg.cache_enabled and cfg.access_log
+    assert cfg.authz_tokenreview_ttl == 30.0
+    assert cfg.authz_tokenreview_cache_size == 2048
+    assert cfg.mtls_mode == "off"
+    assert not cfg.cache_enabled
+    assert cfg.access_log
     assert not cfg.needs_kube
 
 
@@ -51,8 +54,11 @@ def test_every_go_flag_exists() -> None:
 
 def test_go_syntax() -> None:
     cfg = load("-proxy-timeout=1m30s", "--cache-enabled", "--upstream-max-retries", "5", "-access-log=false")
-    assert cfg.proxy_timeout == 90.0 and cfg.cache_enabled and cfg.upstream_max_retries == 5
-    assert not cfg.access_log and cfg.needs_kube
+    assert cfg.proxy_timeout == 90.0
+    assert cfg.cache_enabled
+    assert cfg.upstream_max_retries == 5
+    assert not cfg.access_log
+    assert cfg.needs_kube
 
 
 def test_env_variables() -> None:
@@ -69,7 +75,8 @@ def test_precedence_flag_over_file_over_env(tmp_path: Path) -> None:
     cfg = load("--cluster-domain=flag.local", env=env)
     assert cfg.cluster_domain == "flag.local"  # flag beats file and env
     assert cfg.proxy_timeout == 60.0  # file beats env
-    assert cfg.upstream_max_retries == 7 and cfg.cache_enabled
+    assert cfg.upstream_max_retries == 7
+    assert cfg.cache_enabled
     assert cfg.config == str(f)
 
 

@@ -93,17 +93,21 @@ def test_indexes() -> None:
     assert set(cache.by_uid) == {"uid-sb", "uid-warm-1", "uid-renamed"}
     assert set(cache.by_name) == {("team", "sb"), ("team", "renamed")}
     assert set(cache.by_ip) == {"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"}
-    assert cache.sandbox_known("team", "booting") and not cache.sandbox_known("team", "nope")
+    assert cache.sandbox_known("team", "booting")
+    assert not cache.sandbox_known("team", "nope")
 
 
 def test_update_and_delete() -> None:
     cache = cache_with(pod("sb", "10.0.0.1"))
     cache._update({}, pod("sb", "10.0.0.9"))  # resumed on a new address
-    assert cache.by_name[("team", "sb")].ip == "10.0.0.9" and "10.0.0.1" not in cache.by_ip
+    assert cache.by_name[("team", "sb")].ip == "10.0.0.9"
+    assert "10.0.0.1" not in cache.by_ip
     cache._update({}, pod("sb", "10.0.0.9", ready=False))
-    assert ("team", "sb") not in cache.by_name and "10.0.0.9" in cache.by_ip
+    assert ("team", "sb") not in cache.by_name
+    assert "10.0.0.9" in cache.by_ip
     cache._delete(pod("sb", "10.0.0.9"))
-    assert not cache.by_ip and not cache.known
+    assert not cache.by_ip
+    assert not cache.known
 
 
 def test_claiming_a_warm_member_makes_it_reachable_by_name() -> None:
@@ -117,10 +121,12 @@ def test_evict_and_restore_on_next_event() -> None:
     cache = cache_with(pod("sb", "10.0.0.1"))
     assert not cache.evict_uid("uid-sb", "10.9.9.9")  # only if it still holds the failed IP
     assert cache.evict_uid("uid-sb", "10.0.0.1")
-    assert "uid-sb" not in cache.by_uid and ("team", "sb") not in cache.by_name
+    assert "uid-sb" not in cache.by_uid
+    assert ("team", "sb") not in cache.by_name
     cache._update({}, pod("sb", "10.0.0.1"))  # resync or any update restores it
     assert "uid-sb" in cache.by_uid
-    assert cache.evict_name("team", "sb", "10.0.0.1") and "uid-sb" in cache.by_uid
+    assert cache.evict_name("team", "sb", "10.0.0.1")
+    assert "uid-sb" in cache.by_uid
 
 
 def resolver(cache: PodCache | None, allow_loopback: bool = False) -> Resolver:
@@ -130,23 +136,29 @@ def resolver(cache: PodCache | None, allow_loopback: bool = False) -> Resolver:
 def test_without_cache() -> None:
     res = resolver(None)
     t = res.resolve_fast(r(ip="10.0.0.7"))
-    assert t is not None and (t.host, t.source, t.authority) == ("10.0.0.7", "pod-ip", b"10.0.0.7:8888")
+    assert t is not None
+    assert (t.host, t.source, t.authority) == ("10.0.0.7", "pod-ip", b"10.0.0.7:8888")
     t6 = res.resolve_fast(r(ip="fd00::7"))
-    assert t6 is not None and t6.authority == b"[fd00::7]:8888"
+    assert t6 is not None
+    assert t6.authority == b"[fd00::7]:8888"
     assert res.resolve_fast(r(uid="uid-sb")) is None  # -> DNS
 
 
 def test_order_with_cache() -> None:
     res = resolver(cache_with(pod("sb", "10.0.0.1"), pod("warm-1", "10.0.0.2", warm=True)))
     by_ip = res.resolve_fast(r(ip="10.0.0.1"))
-    assert by_ip is not None and by_ip.source == "pod-ip"
+    assert by_ip is not None
+    assert by_ip.source == "pod-ip"
     by_uid = res.resolve_fast(r(sid="warm-1", uid="uid-warm-1"))
-    assert by_uid is not None and (by_uid.host, by_uid.source) == ("10.0.0.2", "cache")
+    assert by_uid is not None
+    assert (by_uid.host, by_uid.source) == ("10.0.0.2", "cache")
     by_name = res.resolve_fast(r())
-    assert by_name is not None and (by_name.host, by_name.source) == ("10.0.0.1", "cache-name")
+    assert by_name is not None
+    assert (by_name.host, by_name.source) == ("10.0.0.1", "cache-name")
     assert res.resolve_fast(r(sid="warm-1")) is None  # pool members: UID only
     unknown_uid = res.resolve_fast(r(uid="uid-gone"))
-    assert unknown_uid is not None and unknown_uid.source == "cache-name"  # falls through to the name
+    assert unknown_uid is not None
+    assert unknown_uid.source == "cache-name"
 
 
 def test_foreign_pod_ip_and_uid_are_forbidden() -> None:
@@ -162,7 +174,8 @@ def test_foreign_pod_ip_and_uid_are_forbidden() -> None:
 def test_stale_pod_ip_is_re_resolved() -> None:
     res = resolver(cache_with(pod("sb", "10.0.0.9")))
     t = res.resolve_fast(r(ip="10.0.0.1"))
-    assert t is not None and (t.host, t.source) == ("10.0.0.9", "cache-name")
+    assert t is not None
+    assert (t.host, t.source) == ("10.0.0.9", "cache-name")
 
 
 async def test_unknown_pod_ip_waits_for_the_watch_then_403(monkeypatch: pytest.MonkeyPatch) -> None:

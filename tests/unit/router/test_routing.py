@@ -44,7 +44,7 @@ def test_ipv6_pod_ip() -> None:
         ({"id": "a", "port": "65536"}, "Invalid port format."),
         ({"id": "a", "port": "80x"}, "Invalid port format."),
         ({"id": "a", "port": " 80"}, "Invalid port format."),
-        ({"id": "a", "port": "８０"}, "Invalid port format."),  # non-ASCII digits
+        ({"id": "a", "port": "\uff18\uff10"}, "Invalid port format."),  # non-ASCII digits
         ({"id": "a", "pod_ip": "not-an-ip"}, "Invalid target IP address."),
         ({"id": "a", "pod_ip": "[::1]"}, "Invalid target IP address."),
         ({"id": "a", "pod_ip": "10.0.0.1:80"}, "Invalid target IP address."),

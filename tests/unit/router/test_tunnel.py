@@ -64,9 +64,11 @@ def test_byte_by_byte() -> None:
 
 def test_close_frames() -> None:
     server = close_frame(1009, "message too big", masked=False)
-    assert server[:2] == bytes([0x88, 17]) and server[2:4] == struct.pack("!H", 1009)
+    assert server[:2] == bytes([0x88, 17])
+    assert server[2:4] == struct.pack("!H", 1009)
     client = close_frame(1001, "idle timeout exceeded", masked=True)
-    assert client[0] == 0x88 and client[1] == 0x80 | 23
+    assert client[0] == 0x88
+    assert client[1] == 0x80 | 23
     key, body = client[2:6], client[6:]
     assert (
         bytes(b ^ key[i % 4] for i, b in enumerate(body))
@@ -76,7 +78,9 @@ def test_close_frames() -> None:
 
 def test_per_client_limit() -> None:
     limits = TunnelLimits(max_per_client=2)
-    assert limits.admit("a") and limits.admit("a") and not limits.admit("a")
+    assert limits.admit("a")
+    assert limits.admit("a")
+    assert not limits.admit("a")
     assert limits.admit("b")
     limits.release("a")
     assert limits.admit("a")
