@@ -160,7 +160,7 @@ class Proxy:
         self.metrics = metrics
         self.pool = pool or UpstreamPool()
         self.tunnel_limits = tunnel_limits or TunnelLimits()
-        self.access_log = access_log_enabled and access_log.isEnabledFor(logging.INFO)
+        self.access_log = access_log_enabled
         self.tracer = tracer
         self.propagator = propagator
         self.inflight = 0
@@ -196,7 +196,7 @@ class Proxy:
                 self.metrics.observe_request(req.method, out.status, out.namespace, elapsed)
                 if span is not None:
                     self._end_span(span, out)
-                if self.access_log:
+                if self.access_log and access_log.isEnabledFor(logging.INFO):
                     self._log(conn, req, out, elapsed, span)
             conn.finish_request(keep_alive=out.keep_alive)
 
@@ -594,7 +594,7 @@ class _Exchange:
 
     # ------------------------------------------------------------------ response (ResponseSink)
 
-    def response_head(self, status: int, headers: list[tuple[bytes, bytes]], eof_body: bool) -> None:
+    def response_head(self, status: int, headers: list[tuple[bytes, bytes]], streamed: bool) -> None:
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
@@ -624,7 +624,7 @@ class _Exchange:
         if status == 101:
             parts += (b"Connection: Upgrade\r\nUpgrade: ", upgrade_value, b"\r\n")
         else:
-            if eof_body:
+            if streamed:
                 if req.version == "1.1":
                     self._chunked_out = True
                     parts.append(b"Transfer-Encoding: chunked\r\n")

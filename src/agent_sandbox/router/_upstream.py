@@ -34,7 +34,8 @@ _NO_BODY_STATUS = frozenset({204, 304})
 class ResponseSink(Protocol):
     """The exchange currently using an upstream connection."""
 
-    def response_head(self, status: int, headers: list[tuple[bytes, bytes]], eof_body: bool) -> None: ...
+    def response_head(self, status: int, headers: list[tuple[bytes, bytes]], streamed: bool) -> None:
+        """`streamed`: a body without Content-Length follows (chunked, or until the server closes)."""
 
     def response_body(self, chunk: bytes) -> None: ...
 
@@ -183,19 +184,19 @@ class UpstreamConnection(asyncio.Protocol):
             self._interim = True
             return
         self._head_seen = True
-        eof_body = False
+        streamed = eof_body = False
         if not self._head_only and status not in _NO_BODY_STATUS and status != 101:
-            framed = False
+            has_length = chunked = False
             for name, value in self._headers:
                 lname = name.lower()
-                if lname == b"content-length" or (
-                    lname == b"transfer-encoding" and b"chunked" in value.lower()
-                ):
-                    framed = True
-                    break
-            eof_body = not framed
+                if lname == b"content-length":
+                    has_length = True
+                elif lname == b"transfer-encoding" and b"chunked" in value.lower():
+                    chunked = True
+            streamed = chunked or not has_length
+            eof_body = not chunked and not has_length
         self._eof_body = eof_body
-        sink.response_head(status, self._headers, eof_body)
+        sink.response_head(status, self._headers, streamed)
         if self._head_only and self.sink is sink:
             # llhttp would wait for a HEAD response's Content-Length worth of body: finish here and use a
             # fresh parser for the next exchange on this connection.
