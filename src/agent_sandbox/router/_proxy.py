@@ -206,6 +206,9 @@ class Proxy:
         self, conn: ClientConnection, req: Request, out: _Outcome, start: float, span: Any
     ) -> None:
         settings = self.settings
+        if req.method == "CONNECT":
+            self._reply(conn, out, 405, "Method not allowed.", req)
+            return
         url = req.url
         if url[:1] != b"/":
             if url.startswith((b"http://", b"https://")):
@@ -217,9 +220,6 @@ class Proxy:
         q = url.find(b"?")
         if (url if q < 0 else url[:q]) == b"/healthz":
             self._healthz(conn, req, out)
-            return
-        if req.method == "CONNECT":
-            self._reply(conn, out, 405, "Method not allowed.", req)
             return
         try:
             route = parse_route(req.routing, req.duplicates, allow_loopback=settings.allow_loopback)

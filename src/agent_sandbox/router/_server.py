@@ -243,6 +243,8 @@ class ClientConnection(asyncio.Protocol):
                 self.fail(431, "Request header fields too large.")
             elif isinstance(cause, _BodyTooLarge):
                 self.fail(413, "Request body too large.")
+            elif isinstance(cause, _Malformed):
+                self.fail(400, "Malformed HTTP request.")
             elif not self._failed:
                 log.error("request parser callback failed", exc_info=cause)
                 self.fail(400, "Malformed HTTP request.")
@@ -317,6 +319,8 @@ class ClientConnection(asyncio.Protocol):
         parser = self._parser
         req.method = parser.get_method().decode("ascii", "replace")
         req.version = parser.get_http_version()
+        if req.version not in ("1.1", "1.0"):
+            raise _Malformed  # HTTP/0.9 request lines (no version) carry no headers we could trust
         req.keep_alive = parser.should_keep_alive()
         req.upgrade = parser.should_upgrade()
         req.body = RequestBody(self, req.content_length if not req.chunked else None)
@@ -442,4 +446,8 @@ class _TooLarge(Exception):
 
 
 class _BodyTooLarge(Exception):
+    pass
+
+
+class _Malformed(Exception):
     pass
