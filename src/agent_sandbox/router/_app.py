@@ -21,7 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..kube import ApiClient, load_config, setup_tracing
+from ..kube import ApiClient, Tracing, load_config, setup_tracing
 from ..kube._servers import HttpServer, MetricsServer, parse_bind_address
 from ._authz import AllowAll, Authorizer, ScopedToken, TokenReview
 from ._config import RouterConfig, read_scoped_secret
@@ -49,7 +49,15 @@ class StartupError(RuntimeError):
 class Router:
     """One router process's listeners and components."""
 
-    def __init__(self, config: RouterConfig, *, kube_client: ApiClient | None = None) -> None:
+    def __init__(
+        self, config: RouterConfig, *, kube_client: ApiClient | None = None, tracing: Tracing | None = None
+    ) -> None:
+        """Args:
+        config: the settings.
+        kube_client: API client to use (default: built from `--kubeconfig` when the cache or
+            tokenreview needs one; a given client is not closed by the router).
+        tracing: an already set-up tracer (default: from `--enable-tracing`).
+        """
         self.config = config
         self.metrics = RouterMetrics()
         self.ready = False
@@ -64,7 +72,8 @@ class Router:
         self._servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task[Any]] = []
         self._http_servers: list[HttpServer] = []
-        self._tracing = setup_tracing(False)
+        self._given_tracing = tracing
+        self._tracing = tracing or setup_tracing(False)
 
     # ------------------------------------------------------------------ ports of the side listeners
 
@@ -92,7 +101,8 @@ class Router:
 
     async def _start(self) -> None:
         config = self.config
-        self._tracing = setup_tracing(config.enable_tracing, service_name=SERVICE_NAME)
+        if self._given_tracing is None:
+            self._tracing = setup_tracing(config.enable_tracing, service_name=SERVICE_NAME)
         if config.https_bind_address:
             try:
                 self.tls = ReloadingTLS(
@@ -280,7 +290,8 @@ class Router:
         self._servers.clear()
         if self._kube is not None and self._owns_kube:
             await self._kube.close()
-        self._tracing.shutdown()
+        if self._given_tracing is None:
+            self._tracing.shutdown()
 
 
 def free_port(host: str = "127.0.0.1") -> int:

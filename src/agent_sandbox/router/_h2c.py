@@ -6,12 +6,15 @@ targets) and sending the routing headers as request metadata (`x-sandbox-id`, `x
 `x-sandbox-port` — e.g. 9090 for sandboxd — and optionally `x-sandbox-pod-ip`, `x-sandbox-uid`,
 `authorization`).
 
-How: the connection preface and frames are buffered until the first HEADERS block (with its
+How: the router answers the client's preface with an empty SETTINGS frame (and later drops the client's
+ACK of it, which the sandbox must not see); the connection preface and frames are buffered until the first HEADERS block (with its
 CONTINUATIONs) is complete; it is HPACK-decoded, the routing headers are validated, authorized and
 resolved exactly as for HTTP/1.1, and the router dials the sandbox and replays the buffered bytes. From
 then on frames are relayed unchanged, but every later HEADERS block from the client is still decoded
 (HPACK state is per connection): a connection is pinned to one sandbox, and a stream that names other
-routing headers (or a credential that no longer verifies) ends the connection with GOAWAY. Streams the
+routing headers (or a credential that no longer verifies) ends the connection with a GOAWAY naming
+the last forwarded stream, so the client retries that request on a new connection (gRPC does this by
+itself), which is then pinned to the other sandbox. One connection per sandbox, as with HTTP/1.1. Streams the
 server opens, DATA, SETTINGS etc. pass through untouched. Refusals before dialling are answered as
 HTTP/2 responses; for gRPC requests as a trailers-only response with the matching `grpc-status`
 (400 -> INVALID_ARGUMENT, 401 -> UNAUTHENTICATED, 403 -> PERMISSION_DENIED, 502 -> UNAVAILABLE,
@@ -41,7 +44,7 @@ log = logging.getLogger("agent_sandbox.router.h2c")
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _HEADERS, _CONTINUATION, _SETTINGS, _GOAWAY = 0x1, 0x9, 0x4, 0x7
-_END_STREAM, _END_HEADERS, _PADDED, _PRIORITY = 0x1, 0x4, 0x8, 0x20
+_END_STREAM, _ACK, _END_HEADERS, _PADDED, _PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
 _MAX_BUFFER = 1 << 20
 _GRPC_STATUS = {400: 3, 401: 16, 403: 7, 413: 8, 429: 8, 502: 14, 503: 14, 504: 4}
 
@@ -76,6 +79,7 @@ class _ClientFrames:
         self._buf = b""
         self._block = b""
         self._block_stream = 0
+        self.swallow_ack = True
 
     def feed(self, data: bytes) -> tuple[list[bytes], list[tuple[int, list[tuple[str, str]]]]]:
         """Consume bytes; returns (complete frames in order, decoded header blocks (stream, headers))."""
@@ -91,8 +95,14 @@ class _ClientFrames:
             ftype, flags = buf[pos + 3], buf[pos + 4]
             stream = int.from_bytes(buf[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
             payload = buf[pos + 9 : pos + 9 + length]
-            frames.append(buf[pos : pos + 9 + length])
+            frame = buf[pos : pos + 9 + length]
             pos += 9 + length
+            if ftype == _SETTINGS and flags & _ACK and self.swallow_ack:
+                # The client's acknowledgement of the router's own SETTINGS: the sandbox never sent
+                # those, and an unexpected ACK is a protocol error to it.
+                self.swallow_ack = False
+                continue
+            frames.append(frame)
             if ftype == _HEADERS:
                 self._block = _header_fragment(flags, payload)
                 self._block_stream = stream
@@ -138,7 +148,7 @@ class _Session:
         self.route: Route | None = None
         self.authorization: bytes | None = None
         self.upstream_write: Any = None
-        self.started = False
+        self.last_stream = 0
 
     def feed(self, data: bytes) -> None:
         try:
@@ -149,11 +159,15 @@ class _Session:
             return
         for stream, headers in blocks:
             if self.route is None:
+                self.last_stream = stream
                 self._first_request(stream, headers, frames)
                 return
             if not self._same_target(headers):
-                self._goaway()
+                # Refuse the new stream unprocessed: GOAWAY names the last stream that was forwarded, so
+                # the client may retry this one on a new connection (gRPC does so transparently).
+                self._goaway(self.last_stream, 0)
                 return
+            self.last_stream = max(self.last_stream, stream)
         if self.route is None:
             self.pending.extend(frames)
             if self.frames.buffered + sum(map(len, self.pending)) > _MAX_BUFFER:
@@ -267,9 +281,7 @@ class _Session:
                 ("grpc-status", str(_GRPC_STATUS.get(error.status, 2))),
                 ("grpc-message", error.detail),
             ]
-            out = _frame(_SETTINGS, 0, 0, b"") + _frame(
-                _HEADERS, _END_HEADERS | _END_STREAM, stream, encoder.encode(headers)
-            )
+            out = _frame(_HEADERS, _END_HEADERS | _END_STREAM, stream, encoder.encode(headers))
         else:
             body = orjson.dumps({"detail": error.detail})
             headers = [
@@ -277,17 +289,16 @@ class _Session:
                 ("content-type", "application/json"),
                 ("content-length", str(len(body))),
             ]
-            out = (
-                _frame(_SETTINGS, 0, 0, b"")
-                + _frame(_HEADERS, _END_HEADERS, stream, encoder.encode(headers))
-                + _frame(0x0, _END_STREAM, stream, body)
+            out = _frame(_HEADERS, _END_HEADERS, stream, encoder.encode(headers)) + _frame(
+                0x0, _END_STREAM, stream, body
             )
         out += _frame(_GOAWAY, 0, 0, struct.pack("!II", stream, 0))
         self.conn.write(out)
         self.conn.close()
 
-    def _goaway(self) -> None:
-        self.conn.write(_frame(_GOAWAY, 0, 0, struct.pack("!II", 0, 0x1)))  # PROTOCOL_ERROR
+    def _goaway(self, last_stream: int = 0, code: int = 0x1) -> None:
+        """End the connection (default: PROTOCOL_ERROR, nothing processed)."""
+        self.conn.write(_frame(_GOAWAY, 0, 0, struct.pack("!II", last_stream, code)))
         self.conn.close()
 
 
@@ -305,6 +316,9 @@ class H2cPassThrough:
             return
         session = _Session(self.proxy, conn)
         conn.tunnel = session.feed
+        # Clients wait for the server's preface (a SETTINGS frame) before sending requests; the router
+        # sends an empty one (all defaults) and the sandbox's own SETTINGS follow once connected.
+        conn.write(_frame(_SETTINGS, 0, 0, b""))
         conn.on_lost = lambda: None
         session.pending.append(PREFACE)
         rest = data[len(PREFACE) :]

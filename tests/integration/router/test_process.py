@@ -57,13 +57,16 @@ async def test_100mb_upload_and_download_in_bounded_memory(
     assert growth < RSS_GROWTH_LIMIT_KIB, f"router peak RSS grew by {growth} KiB for 100 MB each way"
 
 
-async def test_sigterm_drains_in_flight_requests(router_process: Callable[..., RouterProcess], backend: Backend) -> None:
+async def test_sigterm_drains_in_flight_requests(
+    router_process: Callable[..., RouterProcess], backend: Backend
+) -> None:
     router = router_process("--shutdown-timeout=10s")
 
     async def slow() -> tuple[int, str]:
-        async with aiohttp.ClientSession() as s, s.get(
-            f"http://127.0.0.1:{router.port}/sleep/1.5", headers=backend.headers()
-        ) as resp:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.get(f"http://127.0.0.1:{router.port}/sleep/1.5", headers=backend.headers()) as resp,
+        ):
             return resp.status, await resp.text()
 
     task = asyncio.create_task(slow())
@@ -121,6 +124,11 @@ def test_exit_codes(tmp_path: Path) -> None:
     assert busy.returncode == 1
     assert "bind http listener" in busy.stderr
     # The cache needs a Kubernetes configuration: none here -> exit 1 with the reason.
-    no_kube = run_router("--cache-enabled", "--http-bind-address=127.0.0.1:0", "--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:0")
+    no_kube = run_router(
+        "--cache-enabled",
+        "--http-bind-address=127.0.0.1:0",
+        "--metrics-bind-address=0",
+        "--health-probe-bind-address=127.0.0.1:0",
+    )
     assert no_kube.returncode == 1
     assert "no Kubernetes configuration" in no_kube.stderr

@@ -34,7 +34,10 @@ async def test_echo(router: Router, backend: Backend) -> None:
     assert "Authorization" not in seen
     assert seen["X-Sandbox-ID"] == "sb"
     metrics_text = await _metrics(router)
-    assert 'sandbox_router_requests_total{code="101",method="GET",sandbox_namespace="default"} 1.0' in metrics_text
+    assert (
+        'sandbox_router_requests_total{code="101",method="GET",sandbox_namespace="default"} 1.0'
+        in metrics_text
+    )
 
 
 async def _metrics(router: Router) -> str:
@@ -48,7 +51,9 @@ async def _metrics(router: Router) -> str:
     return await asyncio.to_thread(get)
 
 
-async def test_idle_timeout_closes_1001(start_router: Callable[..., Awaitable[Router]], backend: Backend) -> None:
+async def test_idle_timeout_closes_1001(
+    start_router: Callable[..., Awaitable[Router]], backend: Backend
+) -> None:
     router = await start_router("--websocket-idle-timeout=1s")
     async with websockets.connect(ws_url(router), additional_headers=backend.headers()) as ws:
         await ws.send("ping")
@@ -65,18 +70,26 @@ async def test_lifetime_closes_1001(start_router: Callable[..., Awaitable[Router
     router = await start_router("--websocket-max-lifetime=1s")
     async with websockets.connect(ws_url(router), additional_headers=backend.headers()) as ws:
         with pytest.raises(ConnectionClosed) as closed:
-            while True:  # busy, so only the lifetime can end it
-                await ws.send("x")
-                await ws.recv()
-                await asyncio.sleep(0.1)
+            await _ping_forever(ws)
     assert closed.value.rcvd is not None
     assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1001, "max lifetime exceeded")
 
 
-async def test_message_too_big_closes_1009(start_router: Callable[..., Awaitable[Router]], backend: Backend) -> None:
+async def _ping_forever(ws: websockets.ClientConnection) -> None:
+    while True:  # busy, so only the lifetime can end the connection
+        await ws.send("x")
+        await ws.recv()
+        await asyncio.sleep(0.1)
+
+
+async def test_message_too_big_closes_1009(
+    start_router: Callable[..., Awaitable[Router]], backend: Backend
+) -> None:
     router = await start_router("--websocket-max-message-bytes=1024")
     # The limit counts payload bytes on the wire; with permessage-deflate those are compressed bytes.
-    async with websockets.connect(ws_url(router), additional_headers=backend.headers(), compression=None) as ws:
+    async with websockets.connect(
+        ws_url(router), additional_headers=backend.headers(), compression=None
+    ) as ws:
         await ws.send("big:1000")
         assert len(await ws.recv()) == 1000
         await ws.send("big:5000")
