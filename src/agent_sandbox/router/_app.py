@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 from typing import Any
 
 from aiohttp import web
@@ -292,11 +291,3 @@ class Router:
             await self._kube.close()
         if self._given_tracing is None:
             self._tracing.shutdown()
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """An unused TCP port on `host` (for callers that must pass a port before binding)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port

@@ -8,7 +8,10 @@ from its events:
 - `by_name`: (namespace, Sandbox name) -> entry, Ready pods that are not unclaimed warm-pool members
   (`agents.x-k8s.io/warm-pool-sandbox` absent: pool members are reachable by UID only);
 - `by_ip`: pod IP -> entry, every tracked pod, Ready or not (who owns an address);
-- `known`: (namespace, Sandbox name) of every tracked pod (is this name a sandbox at all).
+- `known`: (namespace, Sandbox name) of every tracked pod (is this name a sandbox at all);
+- `former`: pod IP -> (namespace, Sandbox name) for addresses whose pod went away and that no pod holds
+  now (bounded): a client holding a stale address of a suspended-and-resumed sandbox can be told apart
+  from one naming an address that never was that sandbox's.
 
 A Pod is tracked only with a controller ownerReference of kind `Sandbox` in group `agents.x-k8s.io`
 (any version). The Sandbox name is that owner's name (upstream uses the Pod name; they differ only for
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from ..api.constants import GROUP, LABEL_SANDBOX_NAME_HASH, LABEL_WARM_POOL_SANDBOX
@@ -35,6 +39,7 @@ log = logging.getLogger("agent_sandbox.router.podcache")
 
 INITIAL_SYNC_ERROR = "pod cache failed initial sync (check RBAC for pods get/list/watch)"
 RESYNC_PERIOD = 600.0
+FORMER_LIMIT = 65536
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +107,7 @@ class PodCache:
         self.by_name: dict[tuple[str, str], PodEntry] = {}
         self.by_ip: dict[str, PodEntry] = {}
         self.known: dict[tuple[str, str], int] = {}
+        self.former: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._pods: dict[tuple[str, str], PodEntry] = {}
         self._waiters: list[asyncio.Future[None]] = []
 
@@ -175,6 +181,10 @@ class PodCache:
             del self.by_name[name_key]
         if self.by_ip.get(old.ip) is old:
             del self.by_ip[old.ip]
+            self.former[old.ip] = (old.namespace, old.sandbox)
+            self.former.move_to_end(old.ip)
+            if len(self.former) > FORMER_LIMIT:
+                self.former.popitem(last=False)
         count = self.known.get(name_key, 0) - 1
         if count > 0:
             self.known[name_key] = count
@@ -191,6 +201,7 @@ class PodCache:
         if entry is not None:
             self._pods[key] = entry
             self.by_ip[entry.ip] = entry
+            self.former.pop(entry.ip, None)
             name_key = (entry.namespace, entry.sandbox)
             self.known[name_key] = self.known.get(name_key, 0) + 1
             if entry.ready:

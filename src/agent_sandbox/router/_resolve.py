@@ -4,9 +4,10 @@ Order, first match wins: `X-Sandbox-Pod-IP` -> cached Sandbox UID -> cached `nam
 -> DNS form `<id>.<namespace>.svc.<cluster-domain>`. Stronger than upstream where the cache can tell:
 
 - With the cache on, an `X-Sandbox-Pod-IP` must belong to the named Sandbox. Another Sandbox's IP ->
-  403. An IP the cache does not know is either stale (the sandbox was resumed on a new pod: re-resolved
-  to its current address, source `cache-name`) or not a sandbox's at all (we wait briefly for the
-  watch to catch up, then 403). So a dev cluster's loopback pod IPs are reachable only as a sandbox's.
+  403. An address that was this sandbox's former pod's is stale (the sandbox was suspended and resumed
+  on a new pod): it is re-resolved to the current address (source `cache-name`). Any other address the
+  cache does not know waits briefly for the watch to catch up (a pod that just became Ready), then
+  403. So a dev cluster's loopback pod IPs are reachable only as a sandbox's.
 - With the cache on, an `X-Sandbox-UID` must belong to the named Sandbox (403 otherwise), and the DNS
   form is not used for namespaces the cache watches: a name without a Ready sandbox pod is a dial
   failure (retried with re-resolution, then 502), which is what the DNS form gives for a Sandbox whose
@@ -89,11 +90,12 @@ class Resolver:
                 if owner.namespace == route.namespace and owner.sandbox == route.sandbox_id:
                     return Target(ip, route.port, "pod-ip", _authority(ip, route.port), owner)
                 raise _foreign(route)
-            current = cache.by_name.get((route.namespace, route.sandbox_id))
-            if current is not None:
-                return Target(
-                    current.ip, route.port, "cache-name", _authority(current.ip, route.port), current
-                )
+            if cache.former.get(ip) == (route.namespace, route.sandbox_id):
+                current = cache.by_name.get((route.namespace, route.sandbox_id))
+                if current is not None:
+                    return Target(
+                        current.ip, route.port, "cache-name", _authority(current.ip, route.port), current
+                    )
             return None
         if cache is None:
             return None

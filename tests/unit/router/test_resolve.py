@@ -172,7 +172,11 @@ def test_foreign_pod_ip_and_uid_are_forbidden() -> None:
 
 
 def test_stale_pod_ip_is_re_resolved() -> None:
-    res = resolver(cache_with(pod("sb", "10.0.0.9")))
+    cache = cache_with(pod("sb", "10.0.0.1"))
+    cache._delete(pod("sb", "10.0.0.1"))  # suspended
+    cache._upsert(pod("sb", "10.0.0.9"))  # resumed elsewhere
+    res = resolver(cache)
+    assert res.resolve_fast(r(ip="10.0.0.2")) is None  # never this sandbox's: the slow path (wait, 403)
     t = res.resolve_fast(r(ip="10.0.0.1"))
     assert t is not None
     assert (t.host, t.source) == ("10.0.0.9", "cache-name")
