@@ -16,9 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from ..kube import ApiClient, Tracing, load_config, setup_tracing
 from ..kube._servers import HttpServer, MetricsServer, parse_bind_address
@@ -49,15 +51,28 @@ class Router:
     """One router process's listeners and components."""
 
     def __init__(
-        self, config: RouterConfig, *, kube_client: ApiClient | None = None, tracing: Tracing | None = None
+        self,
+        config: RouterConfig,
+        *,
+        kube_client: ApiClient | None = None,
+        tracing: Tracing | None = None,
+        reuse_port: bool = False,
+        metrics_view: Callable[[CollectorRegistry], CollectorRegistry] | None = None,
+        extra_ready: Callable[[], bool] | None = None,
     ) -> None:
         """Args:
         config: the settings.
         kube_client: API client to use (default: built from `--kubeconfig` when the cache or
             tokenreview needs one; a given client is not closed by the router).
         tracing: an already set-up tracer (default: from `--enable-tracing`).
+        reuse_port: bind the proxy listeners with SO_REUSEPORT (`--workers`).
+        metrics_view: maps the router's registry to the one `/metrics` serves (`--workers`: merged).
+        extra_ready: a further readiness condition for `/readyz` (`--workers`: every worker serving).
         """
         self.config = config
+        self._reuse_port = reuse_port or config.workers > 1
+        self._metrics_view = metrics_view
+        self._extra_ready = extra_ready
         self.metrics = RouterMetrics()
         self.ready = False
         self.http_port: int | None = None
@@ -196,7 +211,7 @@ class Router:
 
             limits.h2c = H2cPassThrough(proxy).take_over
         registry = self.connections
-        reuse_port = config.workers > 1
+        reuse_port = self._reuse_port
         for address, scheme in ((config.http_bind_address, "http"), (config.https_bind_address, "https")):
             bind = parse_bind_address(address)
             if bind is None:
@@ -225,7 +240,8 @@ class Router:
                 self.http_port = port
             else:
                 self.https_port = port
-        metrics = MetricsServer(config.metrics_bind_address, self.metrics.registry)
+        served = self._metrics_view(self.metrics.registry) if self._metrics_view else self.metrics.registry
+        metrics = MetricsServer(config.metrics_bind_address, served)
         probes = HttpServer("health probe", config.health_probe_bind_address, self._probe_app())
         self._http_servers = [metrics, probes]
         for server_ in self._http_servers:
@@ -243,7 +259,7 @@ class Router:
             return web.Response(body=b'{"status":"ok"}', content_type="application/json")
 
         async def readyz(_: web.Request) -> web.Response:
-            if self.ready:
+            if self.ready and (self._extra_ready is None or self._extra_ready()):
                 return web.Response(text="ok")
             return web.Response(status=503, text="draining")
 

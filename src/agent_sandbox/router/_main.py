@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from ..kube import ConfigError as KubeConfigError
 from ..kube import TracingError, configure_logging
@@ -22,14 +23,19 @@ from ..kube.buildinfo import version_text
 from ..kube.flags import HelpRequested
 from ._app import Router, StartupError
 from ._config import PROGRAM, ConfigError, RouterConfig, flag_set, load_router_config
+from ._workers import WORKER_ENV, Supervisor, merged_registry, worker_metrics_loop
 
 __all__ = ["main", "run"]
 
 log = logging.getLogger("agent_sandbox.router")
 
 
-async def run(config: RouterConfig) -> int:
-    """Start the router, serve until the first SIGTERM/SIGINT, drain; returns the exit status."""
+async def run(config: RouterConfig, argv: Sequence[str] = ()) -> int:
+    """Start the router, serve until the first SIGTERM/SIGINT, drain; returns the exit status.
+
+    With `--workers N` this process supervises N-1 workers started with `argv` plus overrides; in a
+    worker (`WORKER_ENV` set) it publishes its metrics for the supervisor instead of serving them.
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -42,25 +48,54 @@ async def run(config: RouterConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, on_signal, sig)
-    router = Router(config)
+    worker_file = os.environ.get(WORKER_ENV)
+    supervisor = Supervisor(config.workers, argv) if config.workers > 1 and not worker_file else None
+    router = Router(
+        config,
+        reuse_port=bool(worker_file),
+        metrics_view=(lambda own: merged_registry(own, supervisor)) if supervisor else None,
+        extra_ready=supervisor.ready if supervisor else None,
+    )
     try:
         await router.start()
     except (StartupError, KubeConfigError, TracingError, OSError) as exc:
         log.error("router failed to start", extra={"error": str(exc)})
         print(f"{PROGRAM}: {exc}", file=sys.stderr)
         return 1
+    publisher = None
+    if worker_file:
+        publisher = loop.create_task(worker_metrics_loop(router.metrics.registry, Path(worker_file), stop))
+    if supervisor is not None:
+        supervisor.start(
+            http_address=_bound(config.http_bind_address, router.http_port),
+            https_address=_bound(config.https_bind_address, router.https_port),
+        )
     await stop.wait()
-    await router.shutdown()
+    if supervisor is not None:
+        await asyncio.gather(router.shutdown(), supervisor.stop(config.shutdown_timeout + 5))
+    else:
+        await router.shutdown()
+    if publisher is not None:
+        await publisher
     log.info("router stopped")
     return 0
 
 
-def _run_loop(config: RouterConfig) -> int:
-    if importlib.util.find_spec("uvloop") is None:
-        return asyncio.run(run(config))
+def _bound(address: str, port: int | None) -> str | None:
+    """The bind address with the port actually bound (":0" -> ":<port>"); None if the listener is off."""
+    if not address or port is None:
+        return None
+    return f"{address.rpartition(':')[0]}:{port}"
+
+
+def _run_loop(config: RouterConfig, argv: Sequence[str]) -> int:
+    # uvloop when installed (the `fast` extra); AGENT_SANDBOX_EVENT_LOOP=asyncio forces the stdlib loop
+    # (benchmarks compare both, docs/design/router-performance.md).
+    if importlib.util.find_spec("uvloop") is None or os.environ.get("AGENT_SANDBOX_EVENT_LOOP") == "asyncio":
+        return asyncio.run(run(config, argv))
     import uvloop
 
-    code: int = uvloop.run(run(config))
+    code: int = uvloop.run(run(config, argv))
     return code
 
 
@@ -87,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if rest:
         log.warning("ignoring positional arguments: %s", " ".join(rest))
-    return _exit(_run_loop(config), argv)
+    return _exit(_run_loop(config, args), argv)
 
 
 def _exit(code: int, argv: Sequence[str] | None) -> int:

@@ -132,3 +132,39 @@ def test_exit_codes(tmp_path: Path) -> None:
     )
     assert no_kube.returncode == 1
     assert "no Kubernetes configuration" in no_kube.stderr
+
+
+async def test_workers_share_the_port_and_one_metrics_endpoint(
+    router_process: Callable[..., RouterProcess], backend: Backend
+) -> None:
+    router = router_process("--workers=2", "--access-log=false")
+    children = Path(f"/proc/{router.proc.pid}/task/{router.proc.pid}/children").read_text().split()
+    assert len(children) == 1  # one worker besides the supervisor
+
+    async def one(session: aiohttp.ClientSession) -> int:
+        async with session.get(f"http://127.0.0.1:{router.port}/x", headers=backend.headers()) as resp:
+            return resp.status
+
+    # A fresh connection per request, so the kernel spreads them over both processes.
+    for _ in range(10):
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s:
+            assert await asyncio.gather(*(one(s) for _ in range(20))) == [200] * 20
+
+    def total() -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{router.metrics_port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        line = next(
+            ln for ln in text.splitlines() if ln.startswith('sandbox_router_requests_total{code="200"')
+        )
+        return float(line.rsplit(" ", 1)[1])
+
+    deadline = time.monotonic() + 10
+    while (seen := await asyncio.to_thread(total)) != 200 and time.monotonic() < deadline:
+        await asyncio.sleep(0.3)
+    assert seen == 200  # both processes' requests, summed on the supervisor's /metrics
+    router.proc.send_signal(signal.SIGTERM)
+    assert await asyncio.to_thread(router.proc.wait, 30) == 0
+    assert (
+        not Path(f"/proc/{children[0]}").exists()
+        or "zombie" in Path(f"/proc/{children[0]}/status").read_text().lower()
+    )
