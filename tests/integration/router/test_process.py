@@ -14,6 +14,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from tests.helpers import eventually
+
 from .conftest import Backend, RouterProcess
 
 pytestmark = pytest.mark.integration
@@ -138,7 +140,7 @@ async def test_workers_share_the_port_and_one_metrics_endpoint(
     router_process: Callable[..., RouterProcess], backend: Backend
 ) -> None:
     router = router_process("--workers=2", "--access-log=false")
-    children = Path(f"/proc/{router.proc.pid}/task/{router.proc.pid}/children").read_text().split()
+    children = _children(router.proc.pid)
     assert len(children) == 1  # one worker besides the supervisor
 
     async def one(session: aiohttp.ClientSession) -> int:
@@ -158,13 +160,19 @@ async def test_workers_share_the_port_and_one_metrics_endpoint(
         )
         return float(line.rsplit(" ", 1)[1])
 
-    deadline = time.monotonic() + 10
-    while (seen := await asyncio.to_thread(total)) != 200 and time.monotonic() < deadline:
-        await asyncio.sleep(0.3)
-    assert seen == 200  # both processes' requests, summed on the supervisor's /metrics
+    async def all_counted() -> bool:
+        return await asyncio.to_thread(total) == 200  # both processes' requests, summed
+
+    await eventually(all_counted, "200 requests on the supervisor's /metrics", within=10)
     router.proc.send_signal(signal.SIGTERM)
     assert await asyncio.to_thread(router.proc.wait, 30) == 0
-    assert (
-        not Path(f"/proc/{children[0]}").exists()
-        or "zombie" in Path(f"/proc/{children[0]}/status").read_text().lower()
-    )
+    assert not _alive(int(children[0]))
+
+
+def _children(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+
+
+def _alive(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "zombie" not in status.read_text().lower()
