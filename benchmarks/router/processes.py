@@ -42,7 +42,8 @@ http {{
   server {{
     listen {ip}:{port} backlog=4096;
     location = / {{ default_type application/json; return 200 '{{"ok":true}}'; }}
-    location = /4k {{ default_type application/octet-stream; return 200 '{body}'; }}
+    # A 4 KiB file; POSTs to it are answered with it too (405 -> 200), the request body discarded.
+    location = /4k {{ default_type application/octet-stream; root {dir}/www; error_page 405 =200 $uri; }}
   }}
 }}
 """
@@ -97,7 +98,10 @@ def start_backend(kind: str, ip: str) -> Proc:
         if not Path(nginx).exists():
             raise RuntimeError("nginx not installed: apt-get install -y nginx-light")
         tmp = tempfile.mkdtemp(prefix="router-bench-nginx-")
-        Path(tmp, "nginx.conf").write_text(NGINX_CONF.format(dir=tmp, ip=ip, port=port, body="y" * 4096))
+        Path(tmp, "nginx.conf").write_text(NGINX_CONF.format(dir=tmp, ip=ip, port=port))
+        Path(tmp, "www").mkdir()
+        Path(tmp, "www", "4k").write_bytes(b"y" * 4096)
+        os.chmod(tmp, 0o755)  # nginx's worker runs as an unprivileged user
         popen = subprocess.Popen(
             [nginx, "-c", f"{tmp}/nginx.conf", "-p", tmp],
             stdout=subprocess.DEVNULL,
@@ -194,7 +198,7 @@ def wrk(url: str, *, connections: int, duration: float, body: str, headers: dict
         "wrk",
         "-t2",
         f"-c{connections}",
-        f"-d{duration}s",
+        f"-d{max(1, round(duration))}s",
         "--timeout",
         "10s",
         "-s",

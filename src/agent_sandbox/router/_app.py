@@ -30,7 +30,7 @@ from ._metrics import RouterMetrics
 from ._podcache import INITIAL_SYNC_ERROR, PodCache
 from ._proxy import Proxy, ProxySettings
 from ._resolve import Resolver
-from ._server import ClientConnection, ConnectionLimits
+from ._server import ClientConnection, ConnectionLimits, DeadlineSweeper
 from ._tls import ReloadingTLS
 from ._tunnel import TunnelLimits
 from ._upstream import UpstreamPool
@@ -172,6 +172,7 @@ class Router:
             propagator=self._tracing.propagator,
         )
         await self._bind_all()
+        self._tasks.append(asyncio.create_task(DeadlineSweeper(self.connections).run(), name="deadlines"))
         if self.tls is not None:
             self._tasks.append(asyncio.create_task(self.tls.watch(), name="tls-reload"))
         self.ready = True
@@ -296,6 +297,8 @@ class Router:
             conn.abort()
         if self.proxy is not None:
             self.proxy.pool.close_all()
+            if self.proxy.access_log is not None:
+                self.proxy.access_log.flush()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

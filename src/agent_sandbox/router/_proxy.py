@@ -26,6 +26,7 @@ from typing import Any
 
 import httptools
 
+from ._accesslog import AccessLog
 from ._metrics import RouterMetrics
 from ._resolve import Resolver, Target
 from ._responses import HEALTHZ_BODY, json_response, status_line
@@ -37,7 +38,6 @@ from ._upstream import UpstreamConnection, UpstreamPool
 __all__ = ["Proxy", "ProxySettings"]
 
 log = logging.getLogger("agent_sandbox.router.proxy")
-access_log = logging.getLogger("sandbox-router.access")
 
 # Request headers never forwarded: hop-by-hop (RFC 9110 §7.6.1), the ones we rewrite, and credentials.
 _DROP_REQUEST = frozenset(
@@ -160,7 +160,7 @@ class Proxy:
         self.metrics = metrics
         self.pool = pool or UpstreamPool()
         self.tunnel_limits = tunnel_limits or TunnelLimits()
-        self.access_log = access_log_enabled
+        self.access_log = AccessLog() if access_log_enabled else None
         self.tracer = tracer
         self.propagator = propagator
         self.inflight = 0
@@ -196,8 +196,8 @@ class Proxy:
                 self.metrics.observe_request(req.method, out.status, out.namespace, elapsed)
                 if span is not None:
                     self._end_span(span, out)
-                if self.access_log and access_log.isEnabledFor(logging.INFO):
-                    self._log(conn, req, out, elapsed, span)
+                if self.access_log is not None and self.access_log.enabled():
+                    self._log(self.access_log, conn, req, out, elapsed, span)
             conn.finish_request(keep_alive=out.keep_alive)
 
     # ------------------------------------------------------------------ the flow
@@ -433,7 +433,15 @@ class Proxy:
 
     # ------------------------------------------------------------------ observability
 
-    def _log(self, conn: ClientConnection, req: Request, out: _Outcome, elapsed: float, span: Any) -> None:
+    def _log(
+        self,
+        access: AccessLog,
+        conn: ClientConnection,
+        req: Request,
+        out: _Outcome,
+        elapsed: float,
+        span: Any,
+    ) -> None:
         path = req.path
         if path in (b"/healthz", b"/readyz", b"/metrics"):
             return
@@ -453,7 +461,7 @@ class Proxy:
             ctx = span.get_span_context()
             fields["trace_id"] = format(ctx.trace_id, "032x")
             fields["span_id"] = format(ctx.span_id, "016x")
-        access_log.info("request", extra=fields)
+        access.write(fields)
 
     def _start_span(self, req: Request) -> Any:
         carrier = {
@@ -520,6 +528,9 @@ class _Exchange:
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._head_seen = False
         self._pending: list[bytes] = []
+        self._deadline = 0.0
+        self._header_timeout = 0.0
+        self._deadline_due = False
 
     async def run(self, deadline: float, header_timeout: float, span: Any) -> str:
         """Send the request and relay the response; returns "done", "retry" or "upgraded"."""
@@ -550,9 +561,14 @@ class _Exchange:
         conn.on_write_pause = self._client_write_pause
         if conn.write_paused:
             self._client_write_pause(True)
-        now = loop.time()
-        self._header_timer = loop.call_at(min(now + header_timeout, deadline), self._timed_out)
-        self._deadline_timer = loop.call_at(deadline, self._timed_out)
+        # Timers (one armed at a time in the common case): the response-header timeout runs from the end of
+        # the request body (Go's ResponseHeaderTimeout); until then, and after the head, the deadline.
+        self._deadline = deadline
+        self._header_timeout = header_timeout
+        if self._body_sent:
+            self._start_header_timer()
+        else:
+            self._deadline_timer = loop.call_at(deadline, self._timed_out)
         try:
             result: str = await fut
             return result
@@ -576,6 +592,14 @@ class _Exchange:
         if self.req.chunked:
             self.upstream.write(b"0\r\n\r\n")
         self._body_sent = True
+        if not self._head_seen:
+            self._start_header_timer()
+
+    def _start_header_timer(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._header_timer = loop.call_at(
+            min(loop.time() + self._header_timeout, self._deadline), self._timed_out
+        )
 
     def upstream_pause_writing(self) -> None:
         self.conn.pause_reading_for_body("upstream")
@@ -598,6 +622,7 @@ class _Exchange:
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
+            self._deadline_due = True  # armed by flush() only if the response is not complete by then
         self._head_seen = True
         conn, req, out = self.conn, self.req, self.out
         if status == 101 and not req.upgrade:
@@ -655,6 +680,11 @@ class _Exchange:
         if pending:
             self.conn.write(pending[0] if len(pending) == 1 else b"".join(pending))
             pending.clear()
+        if self._deadline_due:
+            self._deadline_due = False
+            fut = self._fut
+            if fut is not None and not fut.done() and self._deadline_timer is None:
+                self._deadline_timer = asyncio.get_running_loop().call_at(self._deadline, self._timed_out)
 
     def response_complete(self, reusable: bool) -> None:
         fut = self._fut

@@ -132,6 +132,26 @@ def _parse_ip(text: str) -> IPAddress | None:
         return None
 
 
+_POD_IPS: dict[tuple[bytes, bool], IPAddress | None] = {}
+_POD_IPS_MAX = 4096
+
+
+def _checked_pod_ip(raw: bytes, allow_loopback: bool) -> IPAddress | None:
+    """The header's address if it may be dialled, else None; memoized (clients repeat their sandbox's)."""
+    key = (raw, allow_loopback)
+    try:
+        return _POD_IPS[key]
+    except KeyError:
+        pass
+    ip = _parse_ip(raw.decode("latin-1"))
+    if ip is not None and refused_pod_ip(ip, allow_loopback=allow_loopback):
+        ip = None
+    if len(_POD_IPS) >= _POD_IPS_MAX:
+        _POD_IPS.clear()
+    _POD_IPS[key] = ip
+    return ip
+
+
 def parse_route(
     headers: dict[bytes, bytes],
     duplicates: frozenset[bytes] | set[bytes] = frozenset(),
@@ -172,8 +192,8 @@ def parse_route(
     pod_ip: IPAddress | None = None
     raw_ip = headers.get(HEADER_POD_IP)
     if raw_ip:
-        pod_ip = _parse_ip(raw_ip.decode("latin-1"))
-        if pod_ip is None or refused_pod_ip(pod_ip, allow_loopback=allow_loopback):
+        pod_ip = _checked_pod_ip(raw_ip, allow_loopback)
+        if pod_ip is None:
             raise RouteError(400, "Invalid target IP address.")
     raw_uid = headers.get(HEADER_UID)
     uid = raw_uid.decode("latin-1") if raw_uid else None

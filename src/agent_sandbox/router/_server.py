@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol, cast
@@ -25,7 +26,7 @@ import httptools
 
 from ._responses import json_response
 
-__all__ = ["ClientConnection", "ConnectionLimits", "Handler", "Request", "RequestBody"]
+__all__ = ["ClientConnection", "ConnectionLimits", "DeadlineSweeper", "Handler", "Request", "RequestBody"]
 
 log = logging.getLogger("agent_sandbox.router.server")
 
@@ -192,7 +193,9 @@ class ClientConnection(asyncio.Protocol):
         self._pending: deque[Request] = deque()
         self._head_bytes = 0
         self._in_head = False
-        self._timer: asyncio.TimerHandle | None = None
+        self.deadline = math.inf
+        """Loop time at which `_on_deadline` fires (checked by the listener's `DeadlineSweeper`)."""
+        self._on_deadline: Callable[[], None] | None = None
         self._reading_paused_for: set[str] = set()
         self._first_data = True
         self._failed = False
@@ -425,20 +428,46 @@ class ClientConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ timers
 
+    # Per-request timers would cost two timer objects per request on a keep-alive connection; instead
+    # each connection records one deadline and a sweeper checks all connections a few times a second
+    # (timeouts here are seconds long; a quarter second of slack is fine).
+
     def _arm(self, delay: float, callback: Callable[[], None]) -> None:
-        self._cancel_timer()
         if self.transport is not None:
-            self._timer = asyncio.get_running_loop().call_later(delay, callback)
+            self.deadline = asyncio.get_running_loop().time() + delay
+            self._on_deadline = callback
 
     def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self.deadline = math.inf
+        self._on_deadline = None
+
+    def expire(self) -> None:
+        """The deadline passed (called by the sweeper)."""
+        callback = self._on_deadline
+        self._cancel_timer()
+        if callback is not None:
+            callback()
 
     def _header_timeout(self) -> None:
-        self._timer = None
         if self._active is None:
             self.fail(408, "Timed out reading the request headers.")
+
+
+class DeadlineSweeper:
+    """Fires connection deadlines (header read, keep-alive idle) for every connection of a router."""
+
+    INTERVAL = 0.25
+
+    def __init__(self, connections: set[ClientConnection]) -> None:
+        self.connections = connections
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.INTERVAL)
+            now = loop.time()
+            for conn in [c for c in self.connections if c.deadline <= now]:
+                conn.expire()
 
 
 class _TooLarge(Exception):

@@ -7,7 +7,7 @@ import json
 import logging
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import pytest
@@ -264,3 +264,22 @@ async def test_probes_and_draining(start_router: Callable[..., Awaitable[Router]
     assert resp.status == 200  # in-flight request finished
     assert resp.headers.get("connection") == "close"
     await drained
+
+
+async def test_header_timeout_starts_after_the_request_body(
+    start_router: Callable[..., Awaitable[Router]], backend: Backend
+) -> None:
+    # Go's ResponseHeaderTimeout runs from the end of the request body: a slow upload is not cut off.
+    router = await start_router("--response-header-timeout=1s")
+
+    async def slow_body() -> AsyncIterator[bytes]:
+        for _ in range(5):
+            yield b"x" * 1000
+            await asyncio.sleep(0.4)
+
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(url(router, "/upload"), headers=backend.headers(), data=slow_body()) as resp,
+    ):
+        assert resp.status == 200
+        assert (await resp.json())["received"] == 5000
