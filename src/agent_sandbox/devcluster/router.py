@@ -17,8 +17,7 @@ import time
 from pathlib import Path
 
 from .cluster import DevCluster
-from .processes import Started, component_error, is_ours
-from .rest import probe_http
+from .processes import Started, is_ours, wait_ready
 
 __all__ = ["ROUTER", "router_argv", "router_url", "start_router"]
 
@@ -51,13 +50,7 @@ def start_router(cluster: DevCluster, *, extra: tuple[str, ...] = (), timeout: f
     """
     started = cluster.add_process(ROUTER, router_argv(cluster, extra=extra))
     health = cluster.state.extra_ports["router_health"]
-    deadline = time.monotonic() + timeout
-    while not probe_http(f"http://127.0.0.1:{health}/readyz"):
-        if not is_ours(started.pid, started.exe):
-            raise component_error(ROUTER, started.log, "exited before ready (/readyz)")
-        if time.monotonic() > deadline:
-            raise component_error(ROUTER, started.log, f"not ready (/readyz) within {timeout:.0f}s")
-        time.sleep(0.1)
+    wait_ready(started, f"http://127.0.0.1:{health}/readyz", deadline=time.monotonic() + timeout)
     return started
 
 

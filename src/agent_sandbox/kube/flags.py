@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._logging import STACKTRACE_LEVELS, TIME_ENCODINGS, parse_zap_level
+from ._logging import STACKTRACE_LEVELS, TIME_ENCODINGS, configure_logging, parse_zap_level
 
 __all__ = [
     "ZAP_FLAGS",
@@ -26,6 +26,7 @@ __all__ = [
     "FlagError",
     "FlagSet",
     "HelpRequested",
+    "configure_logging_from_flags",
     "format_duration",
     "parse_bool",
     "parse_duration",
@@ -253,3 +254,14 @@ ZAP_FLAGS: tuple[Flag, ...] = (
     Flag("zap-time-encoding", "string", "", "Zap time encoding.", TIME_ENCODINGS),
 )
 """controller-runtime's zap logging flags (`configure_logging` consumes their values)."""
+
+
+def configure_logging_from_flags(values: Any) -> None:
+    """`configure_logging` from parsed zap flags (attributes `zap_devel`, `zap_encoder`, ...)."""
+    configure_logging(
+        devel=values.zap_devel,
+        encoder=values.zap_encoder or None,
+        level=values.zap_log_level or None,
+        stacktrace_level=values.zap_stacktrace_level or None,
+        time_encoding=values.zap_time_encoding or None,
+    )

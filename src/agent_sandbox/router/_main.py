@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..kube import ConfigError as KubeConfigError
-from ..kube import TracingError, configure_logging
+from ..kube import TracingError
 from ..kube.buildinfo import version_text
-from ..kube.flags import HelpRequested
+from ..kube.flags import HelpRequested, configure_logging_from_flags
 from ._app import Router, StartupError
 from ._config import PROGRAM, ConfigError, RouterConfig, flag_set, load_router_config
 from ._workers import WORKER_ENV, Supervisor, merged_registry, worker_metrics_loop
@@ -113,13 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if config.version:
         print(version_text(PROGRAM))
         return _exit(0, argv)
-    configure_logging(
-        devel=config.zap_devel,
-        encoder=config.zap_encoder or None,
-        level=config.zap_log_level or None,
-        stacktrace_level=config.zap_stacktrace_level or None,
-        time_encoding=config.zap_time_encoding or None,
-    )
+    configure_logging_from_flags(config)
     if rest:
         log.warning("ignoring positional arguments: %s", " ".join(rest))
     return _exit(_run_loop(config, args), argv)

@@ -193,6 +193,18 @@ async def router(start_router: Callable[..., Awaitable[Router]]) -> Router:
     return await start_router()
 
 
+async def scrape(router: Router) -> str:
+    """The router's /metrics text."""
+    import urllib.request
+
+    def get() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{router.metrics_port}/metrics", timeout=5) as resp:
+            text: str = resp.read().decode()
+            return text
+
+    return await asyncio.to_thread(get)
+
+
 @dataclass
 class RawResponse:
     status: int

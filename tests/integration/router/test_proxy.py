@@ -14,7 +14,7 @@ import pytest
 
 from agent_sandbox.router import Router
 
-from .conftest import Backend, raw_request, request_bytes
+from .conftest import Backend, raw_request, request_bytes, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -183,15 +183,6 @@ async def test_upgrade_over_plain_http_is_refused(
         assert json.loads(resp.body)["detail"].startswith("Backend attempted a WebSocket upgrade over HTTP.")
     finally:
         server.close()
-
-
-async def scrape(router: Router) -> str:
-    def get() -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{router.metrics_port}/metrics", timeout=5) as resp:
-            text: str = resp.read().decode()
-            return text
-
-    return await asyncio.to_thread(get)
 
 
 async def test_metrics_names_and_labels(router: Router, backend: Backend) -> None:

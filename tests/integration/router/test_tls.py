@@ -54,6 +54,18 @@ def pki(tmp_path: Path) -> dict[str, Path]:
     return files
 
 
+def tls_flags(pki: dict[str, Path], *, mtls: str = "off") -> list[str]:
+    """An HTTPS listener on the live (watched) certificate pair; client CA only with mTLS."""
+    flags = [
+        "--https-bind-address=127.0.0.1:0",
+        f"--tls-cert-file={pki['live_crt']}",
+        f"--tls-key-file={pki['live_key']}",
+    ]
+    if mtls != "off":
+        flags += [f"--tls-client-ca-file={pki['ca']}", f"--mtls-mode={mtls}"]
+    return flags
+
+
 def client_context(pki: dict[str, Path], *, with_cert: bool) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=str(pki["ca"]))
     if with_cert:
@@ -78,13 +90,7 @@ async def https_get(port: int, ctx: ssl.SSLContext, headers: dict[str, str]) -> 
 async def test_https_with_required_client_certs(
     start_router: Callable[..., Awaitable[Router]], backend: Backend, pki: dict[str, Path]
 ) -> None:
-    router = await start_router(
-        "--https-bind-address=127.0.0.1:0",
-        f"--tls-cert-file={pki['live_crt']}",
-        f"--tls-key-file={pki['live_key']}",
-        f"--tls-client-ca-file={pki['ca']}",
-        "--mtls-mode=required",
-    )
+    router = await start_router(*tls_flags(pki, mtls="required"))
     port = router.https_port or 0
     status, cn = await https_get(port, client_context(pki, with_cert=True), backend.headers())
     assert (status, cn) == (b"HTTP/1.1 200 OK", "router")
@@ -105,13 +111,7 @@ async def test_https_with_required_client_certs(
 async def test_optional_mtls_accepts_both(
     start_router: Callable[..., Awaitable[Router]], backend: Backend, pki: dict[str, Path]
 ) -> None:
-    router = await start_router(
-        "--https-bind-address=127.0.0.1:0",
-        f"--tls-cert-file={pki['live_crt']}",
-        f"--tls-key-file={pki['live_key']}",
-        f"--tls-client-ca-file={pki['ca']}",
-        "--mtls-mode=optional",
-    )
+    router = await start_router(*tls_flags(pki, mtls="optional"))
     for with_cert in (True, False):
         status, _ = await https_get(
             router.https_port or 0, client_context(pki, with_cert=with_cert), backend.headers()
@@ -122,11 +122,7 @@ async def test_optional_mtls_accepts_both(
 async def test_certificate_hot_reload(
     start_router: Callable[..., Awaitable[Router]], backend: Backend, pki: dict[str, Path]
 ) -> None:
-    router = await start_router(
-        "--https-bind-address=127.0.0.1:0",
-        f"--tls-cert-file={pki['live_crt']}",
-        f"--tls-key-file={pki['live_key']}",
-    )
+    router = await start_router(*tls_flags(pki))
     ctx = client_context(pki, with_cert=False)
     assert (await https_get(router.https_port or 0, ctx, backend.headers()))[1] == "router"
     # A broken pair first: counted as a failure, the old certificate keeps serving.

@@ -12,7 +12,7 @@ from websockets.exceptions import ConnectionClosed
 
 from agent_sandbox.router import Router
 
-from .conftest import Backend, raw_request, request_bytes
+from .conftest import Backend, raw_request, request_bytes, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -33,22 +33,11 @@ async def test_echo(router: Router, backend: Backend) -> None:
     assert "Origin" not in seen  # dropped on upgrades, as upstream
     assert "Authorization" not in seen
     assert seen["X-Sandbox-ID"] == "sb"
-    metrics_text = await _metrics(router)
+    metrics_text = await scrape(router)
     assert (
         'sandbox_router_requests_total{code="101",method="GET",sandbox_namespace="default"} 1.0'
         in metrics_text
     )
-
-
-async def _metrics(router: Router) -> str:
-    import urllib.request
-
-    def get() -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{router.metrics_port}/metrics", timeout=5) as resp:
-            text: str = resp.read().decode()
-            return text
-
-    return await asyncio.to_thread(get)
 
 
 async def test_idle_timeout_closes_1001(
