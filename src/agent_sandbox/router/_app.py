@@ -117,6 +117,12 @@ class Router:
         config = self.config
         if self._given_tracing is None:
             self._tracing = setup_tracing(config.enable_tracing, service_name=SERVICE_NAME)
+        if config.enable_otel_metrics:
+            # Not silently: the flag (or an OTLP endpoint variable) asked for a push we do not do.
+            log.warning(
+                "--enable-otel-metrics: pushing metrics over OTLP is not implemented; "
+                "scrape /metrics on --metrics-bind-address instead"
+            )
         if config.https_bind_address:
             try:
                 self.tls = ReloadingTLS(
@@ -287,7 +293,9 @@ class Router:
         await self._stop_everything()
 
     def _busy(self) -> bool:
-        return any(not c.idle for c in self.connections if not c.closed)
+        # Upgraded connections do not hold the drain up (Go's Shutdown does not wait for hijacked
+        # connections either); they are cut when the process stops.
+        return any(not c.idle and c.tunnel is None for c in self.connections if not c.closed)
 
     async def _stop_everything(self) -> None:
         self.ready = False
