@@ -115,3 +115,17 @@ async def test_backend_refusing_the_upgrade_is_relayed(router: Router, backend: 
     resp = await raw_request(router.http_port or 0, request_bytes("GET", "/status/403", upgrade))
     assert (resp.status, resp.body) == (403, b"sandbox says 403")
     assert resp.closed
+
+
+async def test_open_websockets_do_not_hold_up_the_drain(
+    start_router: Callable[..., Awaitable[Router]], backend: Backend
+) -> None:
+    router = await start_router("--shutdown-timeout=20s")
+    async with websockets.connect(ws_url(router), additional_headers=backend.headers()) as ws:
+        await ws.send("hi")
+        assert await ws.recv() == "hi"
+        start = time.monotonic()
+        await router.shutdown()
+        assert time.monotonic() - start < 5
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), 5)
