@@ -31,6 +31,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from ._config import FLAGS
+
 __all__ = ["WORKER_ENV", "MergedMetrics", "Supervisor", "worker_flags", "worker_metrics_loop"]
 
 log = logging.getLogger("agent_sandbox.router.workers")
@@ -47,13 +49,19 @@ def worker_flags(argv: Sequence[str], *, http_address: str | None, https_address
     Overrides: one worker (no nesting), no metrics or probe listener, and the proxy addresses with the
     ports the supervisor actually bound (so ":0" in tests means the same port for everyone).
     """
+    kinds = {f.name: f.kind for f in FLAGS}
     flags: list[str] = []
-    for arg in argv:
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
         if arg == "--" or not arg.startswith("-"):
-            break  # positional arguments end flag parsing; the router ignores them anyway
+            break  # positional arguments end flag parsing (Go), for the supervisor too
         flags.append(arg)
-    # A value given as a separate word ("--workers 2") stays attached to its flag; dangling values before a
-    # positional are harmless because parsing already stopped there for the supervisor too.
+        name, eq, _ = arg.lstrip("-").partition("=")
+        if not eq and kinds.get(name, "bool") != "bool" and i + 1 < len(argv):
+            flags.append(argv[i + 1])  # "--flag value": the value travels with its flag
+            i += 1
+        i += 1
     flags += ["--workers=1", "--metrics-bind-address=0", "--health-probe-bind-address=0"]
     if http_address is not None:
         flags.append(f"--http-bind-address={http_address}")
