@@ -414,7 +414,26 @@ class ClientConnection(asyncio.Protocol):
             self.write(json_response(status, {"detail": detail}, keep_alive=False))
         if self._task is not None and not self._task.done():
             self._task.cancel()
-        self.close()
+        self._linger_close()
+
+    def _linger_close(self) -> None:
+        """Close after the error response without resetting it away: closing a socket that still has
+        unread input makes the kernel send RST, and a client still sending (a slow or oversized request)
+        would then lose the response. So: half-close, discard input for up to a second, then close (as
+        Go's server does)."""
+        transport = self.transport
+        if transport is None or self.closed:
+            return
+        try:
+            if transport.can_write_eof():
+                transport.write_eof()
+            else:
+                self.close()
+                return
+        except (OSError, RuntimeError):
+            self.close()
+            return
+        asyncio.get_running_loop().call_later(1.0, self.close)
 
     def start_drain(self) -> None:
         """Shutdown: idle connections close now, busy ones after their current response."""
