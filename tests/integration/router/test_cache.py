@@ -1,10 +1,11 @@
 """The Pod cache on a real control plane: resolution by name and UID, warm-pool members, suspend/resume,
 sandbox-membership of `X-Sandbox-Pod-IP`, and TokenReview against the real API server.
 
-The real `agent-sandbox-controller --extensions` turns Sandboxes and warm pools into Pods, kwok makes them
-Ready on 127.x addresses, and each test binds a real HTTP server to a pod's address as the sandbox's
-runtime (until the dev cluster's local runner serves them). The router is in-process, with its cache
-watching the cluster through the real API server.
+The real `agent-sandbox-controller --extensions` turns Sandboxes and warm pools into Pods; the dev
+cluster's local runner serves the project's runtime on each runtime pod's 127.x address (the pod is Ready
+only once it answers). Requests go through the router (in-process, its cache watching the cluster through
+the real API server) to the legacy runtime's `POST /execute` on port 8888; `$HOSTNAME` (the pod name)
+says which pod answered.
 """
 
 from __future__ import annotations
@@ -19,16 +20,15 @@ import pytest
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.processes import Started, stop
-from agent_sandbox.kube import POD, SANDBOX, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL, ApiClient, Object
+from agent_sandbox.kube import POD, SANDBOX, ApiClient, Object
 from agent_sandbox.router import Router
 from tests import helpers
+from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE, create_runtime_pool
 
 from .conftest import Backend, raw_request, request_bytes
 
 pytestmark = pytest.mark.integration
 
-EXT = "extensions.agents.x-k8s.io/v1beta1"
-PORT = 8888
 eventually = functools.partial(helpers.eventually, within=60.0)
 
 
@@ -58,7 +58,7 @@ def sandbox_body(name: str) -> Object:
         "apiVersion": "agents.x-k8s.io/v1beta1",
         "kind": "Sandbox",
         "metadata": {"name": name},
-        "spec": {"podTemplate": {"spec": {"containers": [{"name": "main", "image": "runtime"}]}}},
+        "spec": {"podTemplate": {"spec": {"containers": [{"name": "runtime", "image": RUNTIME_IMAGE}]}}},
     }
 
 
@@ -81,20 +81,42 @@ async def sandbox_pod(kube: ApiClient, ns: str, sandbox: str, *, not_ip: str | N
     return await eventually(probe, f"a Ready pod of {sandbox}")
 
 
-async def call(router: Router, headers: dict[str, str], path: str = "/hello") -> tuple[int, Any]:
-    resp = await raw_request(router.http_port or 0, request_bytes("GET", path, headers))
+def owner_uid(pod: Object) -> str:
+    return str(next(o["uid"] for o in pod["metadata"]["ownerReferences"] if o["kind"] == "Sandbox"))
+
+
+async def execute(
+    router: Router, headers: dict[str, str], command: str = "sh -c 'echo $HOSTNAME'"
+) -> tuple[int, Any]:
+    """`POST /execute` through the router; (status, JSON body or raw bytes)."""
+    body = json.dumps({"command": command}).encode()
+    data = request_bytes("POST", "/execute", {**headers, "Content-Type": "application/json"}, body)
+    resp = await raw_request(router.http_port or 0, data, within=30)
     try:
-        body: Any = json.loads(resp.body)
+        parsed: Any = json.loads(resp.body)
     except ValueError:
-        body = resp.body
-    return resp.status, body
+        parsed = resp.body
+    return resp.status, parsed
+
+
+async def call(router: Router, headers: dict[str, str]) -> tuple[int, Any]:
+    """`GET /hello` through the router; (status, JSON body)."""
+    resp = await raw_request(router.http_port or 0, request_bytes("GET", "/hello", headers))
+    return resp.status, json.loads(resp.body)
+
+
+async def answered_by(router: Router, headers: dict[str, str]) -> str | None:
+    """The pod name that ran the command, or None when the request did not reach a runtime."""
+    status, body = await execute(router, headers)
+    return body["stdout"].strip() if status == 200 else None
+
+
+async def status_of(router: Router, headers: dict[str, str]) -> int:
+    return (await execute(router, headers))[0]
 
 
 async def test_resolution_by_name_uid_and_pod_ip(
-    cached_router: Router,
-    kube: ApiClient,
-    namespace: str,
-    start_backend: Callable[..., Awaitable[Backend]],
+    cached_router: Router, kube: ApiClient, namespace: str
 ) -> None:
     await kube.create(SANDBOX, sandbox_body("alpha"), namespace=namespace)
     await kube.create(SANDBOX, sandbox_body("beta"), namespace=namespace)
@@ -102,140 +124,108 @@ async def test_resolution_by_name_uid_and_pod_ip(
     alpha_ip, beta_ip = alpha["status"]["podIP"], beta["status"]["podIP"]
     assert alpha_ip.startswith("127.")
     assert alpha_ip != beta_ip
-    alpha_backend = await start_backend(alpha_ip, PORT)
-    await start_backend(beta_ip, PORT)
-    uid = next(o["uid"] for o in alpha["metadata"]["ownerReferences"] if o["kind"] == "Sandbox")
     base = {"X-Sandbox-ID": "alpha", "X-Sandbox-Namespace": namespace}
 
-    async def reaches_alpha(headers: dict[str, str]) -> bool:
-        status, body = await call(cached_router, headers)
-        return status == 200 and body["headers"] and dict(body["headers"])["Host"] == f"{alpha_ip}:{PORT}"
+    async def alpha_by_name() -> bool:
+        return await answered_by(cached_router, base) == "alpha"
 
-    await eventually(lambda: reaches_alpha(base), "alpha by name through the cache")
-    assert await reaches_alpha({**base, "X-Sandbox-UID": uid})
-    assert await reaches_alpha({**base, "X-Sandbox-Pod-IP": alpha_ip})
-    assert len(alpha_backend.seen) >= 3
+    await eventually(alpha_by_name, "alpha by name through the cache")
+    status, result = await execute(cached_router, base, "echo hello")
+    assert (status, result["stdout"], result["exit_code"]) == (200, "hello\n", 0)
+    assert await answered_by(cached_router, {**base, "X-Sandbox-UID": owner_uid(alpha)}) == "alpha"
+    assert await answered_by(cached_router, {**base, "X-Sandbox-Pod-IP": alpha_ip}) == "alpha"
     # Another sandbox's pod IP, or its UID, under alpha's name: refused, not proxied.
-    assert await call(cached_router, {**base, "X-Sandbox-Pod-IP": beta_ip}) == (
+    assert await execute(cached_router, {**base, "X-Sandbox-Pod-IP": beta_ip}) == (
         403,
         {"detail": f"X-Sandbox-Pod-IP {beta_ip} does not belong to sandbox {namespace}/alpha."},
     )
-    beta_uid = next(o["uid"] for o in beta["metadata"]["ownerReferences"] if o["kind"] == "Sandbox")
-    status, body = await call(cached_router, {**base, "X-Sandbox-UID": beta_uid})
-    assert (status, body["detail"]) == (
+    beta_uid = owner_uid(beta)
+    assert await execute(cached_router, {**base, "X-Sandbox-UID": beta_uid}) == (
         403,
-        f"X-Sandbox-UID {beta_uid} does not belong to sandbox {namespace}/alpha.",
+        {"detail": f"X-Sandbox-UID {beta_uid} does not belong to sandbox {namespace}/alpha."},
     )
     # A loopback address that is no sandbox's (the API server's, say) is refused even though
     # --allow-loopback-pod-ip is on: with the cache, loopback pod IPs are accepted only as a sandbox's.
-    status, body = await call(cached_router, {**base, "X-Sandbox-Pod-IP": "127.0.0.1"})
-    assert (status, body) == (
+    assert await execute(cached_router, {**base, "X-Sandbox-Pod-IP": "127.0.0.1"}) == (
         403,
         {"detail": f"X-Sandbox-Pod-IP 127.0.0.1 does not belong to sandbox {namespace}/alpha."},
     )
-    assert len(alpha_backend.seen) == 3
     # Unknown sandboxes are a connect failure, never a DNS lookup of some other Service.
-    assert await call(
-        cached_router,
-        {"X-Sandbox-ID": "kubernetes", "X-Sandbox-Namespace": "default", "X-Sandbox-Port": "443"},
-    ) == (
+    unknown = {"X-Sandbox-ID": "kubernetes", "X-Sandbox-Namespace": "default", "X-Sandbox-Port": "443"}
+    assert await execute(cached_router, unknown) == (
         502,
         {"detail": "Could not connect to the backend sandbox: kubernetes"},
     )
 
 
-async def test_suspend_and_resume_re_resolve(
-    cached_router: Router,
-    kube: ApiClient,
-    namespace: str,
-    start_backend: Callable[..., Awaitable[Backend]],
-) -> None:
+async def test_suspend_and_resume_re_resolve(cached_router: Router, kube: ApiClient, namespace: str) -> None:
     await kube.create(SANDBOX, sandbox_body("gamma"), namespace=namespace)
     old = await sandbox_pod(kube, namespace, "gamma")
     old_ip = old["status"]["podIP"]
-    await start_backend(old_ip, PORT)
     headers = {"X-Sandbox-ID": "gamma", "X-Sandbox-Namespace": namespace}
 
-    async def status_of(h: dict[str, str]) -> int:
-        return (await call(cached_router, h))[0]
+    async def reachable() -> bool:
+        return await status_of(cached_router, headers) == 200
 
-    await eventually(lambda: _eq(status_of(headers), 200), "gamma reachable")
+    async def unreachable() -> bool:
+        return await status_of(cached_router, headers) == 502
+
+    await eventually(reachable, "gamma reachable")
     # Suspend: the pod goes away; by name it is now a connect failure (after retries), not a stale dial.
     await kube.patch(SANDBOX, "gamma", {"spec": {"operatingMode": "Suspended"}}, namespace=namespace)
-    await eventually(lambda: _eq(status_of(headers), 502), "suspended gamma unreachable")
-    # kwok hands a freed address out again at once; a plain pod (no sandbox's) takes it, so the resumed
-    # pod gets a new one and the old address is held by something the router must never dial.
-    placeholder = {"metadata": {"name": "placeholder"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
-    await kube.create(POD, placeholder, namespace=namespace)
-
-    async def placeholder_ip() -> str | None:
-        ip: str | None = (
-            (await kube.get(POD, "placeholder", namespace=namespace)).get("status", {}).get("podIP")
-        )
-        return ip
-
-    held = await eventually(placeholder_ip, "placeholder pod IP")
+    await eventually(unreachable, "suspended gamma unreachable")
+    # kwok hands a freed address out again soon; plain pods (no sandbox's, no runtime) take addresses until
+    # one holds the old one, so the resumed pod gets a new address and the old one answers nothing.
+    holder = await _hold_address(kube, namespace, old_ip)
     await kube.patch(SANDBOX, "gamma", {"spec": {"operatingMode": "Running"}}, namespace=namespace)
-    new = await sandbox_pod(kube, namespace, "gamma", not_ip=old_ip)
-    new_ip = new["status"]["podIP"]
-    new_backend = await start_backend(new_ip, PORT)
-    await eventually(lambda: _eq(status_of(headers), 200), "resumed gamma reachable by name")
-    # A client still holding the old pod IP is re-resolved to the resumed pod, never sent to the old address.
-    assert held == old_ip, "kwok did not reuse the freed address; the stale-IP case is not exercised"
-    status, body = await call(cached_router, {**headers, "X-Sandbox-Pod-IP": old_ip})
-    assert status == 200
-    assert dict(body["headers"])["Host"] == f"{new_ip}:{PORT}"
-    assert new_backend.seen
+    await sandbox_pod(kube, namespace, "gamma", not_ip=old_ip)
+    await eventually(reachable, "resumed gamma reachable by name")
+    # A client still holding the old pod IP is re-resolved to the resumed pod (nothing listens on the old
+    # address any more, so a 200 means the router did not dial it).
+    assert holder is not None, (
+        f"no plain pod got the freed address {old_ip}; the stale-IP case is not exercised"
+    )
+    assert await answered_by(cached_router, {**headers, "X-Sandbox-Pod-IP": old_ip}) == "gamma"
 
 
-async def _eq(value: Awaitable[int], want: int) -> bool:
-    return await value == want
+async def _hold_address(kube: ApiClient, namespace: str, ip: str, attempts: int = 6) -> str | None:
+    """Create plain pods until one gets `ip`; returns its name (None if another pod took the address)."""
+    for i in range(attempts):
+        name = f"placeholder-{i}"
+        spec = {"containers": [{"name": "c", "image": "busybox"}]}
+        await kube.create(POD, {"metadata": {"name": name}, "spec": spec}, namespace=namespace)
+
+        async def pod_ip(name: str = name) -> str | None:
+            value: str | None = (
+                (await kube.get(POD, name, namespace=namespace)).get("status", {}).get("podIP")
+            )
+            return value
+
+        if await eventually(pod_ip, f"{name} pod IP") == ip:
+            return name
+    return None
 
 
-async def test_warm_pool_members_by_uid_only(
-    cached_router: Router,
-    kube: ApiClient,
-    namespace: str,
-    start_backend: Callable[..., Awaitable[Backend]],
-) -> None:
-    template = {
-        "apiVersion": EXT,
-        "kind": "SandboxTemplate",
-        "metadata": {"name": "tmpl"},
-        "spec": {"podTemplate": {"spec": {"containers": [{"name": "main", "image": "runtime"}]}}},
-    }
-    await kube.create(SANDBOX_TEMPLATE, template, namespace=namespace)
-    pool = {
-        "apiVersion": EXT,
-        "kind": "SandboxWarmPool",
-        "metadata": {"name": "pool"},
-        "spec": {"replicas": 1, "sandboxTemplateRef": {"name": "tmpl"}},
-    }
-    await kube.create(SANDBOX_WARM_POOL, pool, namespace=namespace)
+async def test_warm_pool_members_by_uid_only(cached_router: Router, kube: ApiClient, namespace: str) -> None:
+    await create_runtime_pool(kube, namespace, replicas=1)
 
     async def member_pod() -> Object | None:
         for pod in await kube.list(POD, namespace=namespace):
             labels = pod["metadata"].get("labels") or {}
-            if (
-                "agents.x-k8s.io/warm-pool-sandbox" in labels
-                and helpers.is_ready(pod)
-                and pod["status"].get("podIP")
-            ):
+            if "agents.x-k8s.io/warm-pool-sandbox" in labels and helpers.is_ready(pod):
                 return pod
         return None
 
     pod = await eventually(member_pod, "a Ready warm-pool member pod")
     owner = next(o for o in pod["metadata"]["ownerReferences"] if o["kind"] == "Sandbox")
-    backend = await start_backend(pod["status"]["podIP"], PORT)
     by_uid = {"X-Sandbox-ID": owner["name"], "X-Sandbox-Namespace": namespace, "X-Sandbox-UID": owner["uid"]}
-    await eventually(lambda: _eq(_status(cached_router, by_uid), 200), "pool member reachable by UID")
+
+    async def reachable_by_uid() -> bool:
+        return await answered_by(cached_router, by_uid) == pod["metadata"]["name"]
+
+    await eventually(reachable_by_uid, "pool member reachable by UID")
     by_name = {"X-Sandbox-ID": owner["name"], "X-Sandbox-Namespace": namespace}
-    assert (await call(cached_router, by_name))[0] == 502  # unclaimed members are not reachable by name
-    assert backend.seen
-
-
-async def _status(router: Router, headers: dict[str, str]) -> int:
-    return (await call(router, headers))[0]
+    assert await status_of(cached_router, by_name) == 502  # unclaimed members are not reachable by name
 
 
 async def test_tokenreview_against_the_api_server(
