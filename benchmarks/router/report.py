@@ -25,7 +25,7 @@ def render(result: Mapping[str, Any], filename: str) -> str:
     host = result["host"]
     params = result["params"]
     lines = [
-        f"Latest run: `benchmarks/results/{filename}` ({result['elapsed_s']:.0f} s, {params['rounds']} rounds x "
+        f"Runs: `benchmarks/results/` {filename} (newest per backend; last run {result['elapsed_s']:.0f} s, {params['rounds']} rounds x "
         f"{params['duration']:.0f} s per cell, wrk 2 threads). Machine: {host['cpus']} CPUs ({host['cpu_model']}), "
         f"Python {host['python']}, commit {host['git_commit']}. Load average at start "
         f"{', '.join(f'{x:.2f}' for x in host['loadavg'])}; the machine is shared, so each cell also records "
@@ -77,6 +77,33 @@ def replace_block(doc: str, block: str) -> str:
 def update_doc(doc: Path, result: Mapping[str, Any], filename: str) -> None:
     text = doc.read_text() if doc.exists() else "# Performance\n"
     doc.write_text(replace_block(text, render(result, filename)))
+
+
+def combine(results: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[dict[str, Any], str]:
+    """One result from several runs: for each backend the rows of the newest run that measured it.
+
+    Args:
+        results: (file name, result) pairs, oldest first.
+
+    Returns:
+        (combined result, the file names it came from, comma-separated).
+    """
+    newest: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    for name, result in results:
+        for backend in result["params"]["backends"]:
+            newest[backend] = (name, result)
+    used = {name: result for name, result in newest.values()}
+    latest_name, latest = results[-1]
+    combined = dict(latest)
+    combined["summary"] = [
+        row
+        for backend, (_, result) in newest.items()
+        for row in result["summary"]
+        if row["backend"] == backend
+    ]
+    if not combined.get("rss"):
+        combined["rss"] = next((r["rss"] for r in reversed(list(used.values())) if r.get("rss")), {})
+    return combined, ", ".join(sorted(used)) or latest_name
 
 
 def best_variant(

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import fcntl
 import itertools
+import json
 import os
 import statistics
 import time
@@ -280,7 +281,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bodies", default="empty,4k")
     parser.add_argument("--backends", default="nginx,python-rest")
     parser.add_argument("--variants", default="uvloop,asyncio,workers2")
-    parser.add_argument("--streams", type=int, default=1000)
+    parser.add_argument(
+        "--streams", type=int, default=1000, help="open streams for the RSS measurement; 0 skips it"
+    )
     parser.add_argument("--quick", action="store_true", help="one short round at c=50 (smoke test)")
     parser.add_argument("--no-report", action="store_true", help="do not rewrite docs/performance.md")
     args = parser.parse_args(argv)
@@ -289,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         started = time.time()
         host = host_info()
         cells = _measure(params)
-        rss = _rss(params)
+        rss = _rss(params) if params["streams"] else {}
         result = {
             "scenario": "router",
             "params": params,
@@ -305,6 +308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     path = write_result("router", result, directory=directory)
     log(f"wrote {path}")
     if not args.no_report and not args.quick:
-        report.update_doc(DOC, result, path.name)
+        runs = sorted(path.parent.glob("router-*.json"))
+        combined, names = report.combine([(p.name, json.loads(p.read_text())) for p in runs])
+        report.update_doc(DOC, combined, names)
         log(f"updated {DOC}")
     return 0

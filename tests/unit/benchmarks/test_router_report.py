@@ -66,3 +66,16 @@ def test_render_and_replace_block() -> None:
     assert again.count(report.BEGIN) == 1
     assert "new\n" in again
     assert "router-x.json" not in again
+
+
+def test_combine_takes_the_newest_run_per_backend() -> None:
+    def run(backends: list[str], rps: float, rss: dict[str, Any]) -> dict[str, Any]:
+        cells = [{**cell(0, rps), "backend": b} for b in backends]
+        return {"params": {"backends": backends}, "summary": summarize(cells), "rss": rss, "elapsed_s": 1.0}
+
+    old = run(["nginx", "python-rest"], 100.0, {"streams": 1000})
+    new = run(["runtime"], 300.0, {})
+    combined, names = report.combine([("router-1.json", old), ("router-2.json", new)])
+    assert {r["backend"] for r in combined["summary"]} == {"nginx", "python-rest", "runtime"}
+    assert combined["rss"] == {"streams": 1000}  # the newest run that measured it
+    assert names == "router-1.json, router-2.json"
