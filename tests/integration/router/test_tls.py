@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
 
 from agent_sandbox.devcluster.certs import make_ca, make_leaf
+from agent_sandbox.kube.x509 import Issuer, PrivateKey, cert_pem, key_pem
 from agent_sandbox.router import Router
 from tests.helpers import eventually
 
@@ -21,30 +21,26 @@ from .conftest import Backend
 pytestmark = pytest.mark.integration
 
 
-def write_pair(directory: Path, name: str, cert: x509.Certificate, key: object) -> tuple[Path, Path]:
+def write_pair(directory: Path, name: str, cert: x509.Certificate, key: PrivateKey) -> tuple[Path, Path]:
     crt, k = directory / f"{name}.crt", directory / f"{name}.key"
-    crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    k.write_bytes(
-        key.private_bytes(  # type: ignore[attr-defined]
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
+    crt.write_bytes(cert_pem(cert))
+    k.write_bytes(key_pem(key))
     return crt, k
 
 
 @pytest.fixture
 def pki(tmp_path: Path) -> dict[str, Path]:
-    ca, ca_key = make_ca("router-test-ca")
+    ca_cert, ca_key = make_ca("router-test-ca")
+    ca = Issuer(ca_cert, ca_key)
     files = {"ca": tmp_path / "ca.crt"}
-    files["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    server, server_key = make_leaf(ca, ca_key, common_name="router", server=True, ips=("127.0.0.1",))
-    files["server_crt"], files["server_key"] = write_pair(tmp_path, "server", server, server_key)
-    server2, server2_key = make_leaf(
-        ca, ca_key, common_name="router-rotated", server=True, ips=("127.0.0.1",)
-    )
-    files["server2_crt"], files["server2_key"] = write_pair(tmp_path, "server2", server2, server2_key)
-    client, client_key = make_leaf(ca, ca_key, common_name="alice", client=True)
-    files["client_crt"], files["client_key"] = write_pair(tmp_path, "client", client, client_key)
+    files["ca"].write_bytes(cert_pem(ca_cert))
+    leaves = {
+        "server": make_leaf(ca, common_name="router", server=True, ips=("127.0.0.1",)),
+        "server2": make_leaf(ca, common_name="router-rotated", server=True, ips=("127.0.0.1",)),
+        "client": make_leaf(ca, common_name="alice", client=True),
+    }
+    for name, (cert, key) in leaves.items():
+        files[f"{name}_crt"], files[f"{name}_key"] = write_pair(tmp_path, name, cert, key)
     # The router watches these paths; they are swapped in place later.
     live = tmp_path / "live"
     live.mkdir()
