@@ -18,10 +18,10 @@ $BIN/ruff check src tests benchmarks
 $BIN/ruff format --check src tests benchmarks
 $BIN/mypy
 
-if [ -f src/agent_sandbox/api/crdgen.py ]; then
-  echo "==> generated CRDs are up to date"
-  $BIN/agent-sandbox generate --check
-fi
+echo "==> generated files (CRDs, controller RBAC, their Helm copies) are up to date"
+$BIN/agent-sandbox generate --check
+echo "==> release drift guard (k8s/kustomization.yaml lists exactly the install files)"
+$BIN/agent-sandbox release --check
 
 echo "==> tests (unit + integration + e2e, $WORKERS workers)"
 set +e

@@ -19,8 +19,9 @@ ALLOWED: dict[str, set[str]] = {
     "router": {"api", "kube"},
     "runtime": {"api"},
     "sdk": {"api", "kube"},
-    "devcluster": {"api", "kube"},
-    "cli": {"api", "kube", "controllers", "router", "runtime", "sdk", "devcluster"},
+    "manifests": {"api"},
+    "devcluster": {"api", "kube", "manifests"},
+    "cli": {"api", "kube", "controllers", "router", "runtime", "sdk", "devcluster", "manifests"},
 }
 
 

@@ -7,6 +7,7 @@ packages it calls (devcluster, api, ...). argparse (stdlib) is enough for this s
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 
@@ -75,9 +76,44 @@ def _dev_status(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from agent_sandbox.api import crdgen  # type: ignore[attr-defined,unused-ignore]
+    from agent_sandbox.manifests.generated import main as generate_main
 
-    return int(crdgen.main(["--check"] if args.check else []))
+    return generate_main(["--check"] if args.check else [])
+
+
+def _release(args: argparse.Namespace) -> int:
+    """Render the release assets (operations spec §3) into --out, or only run the drift guard."""
+    from pathlib import Path
+
+    from agent_sandbox.devcluster import ensure_binaries
+    from agent_sandbox.manifests import REPO_ROOT, DriftError, check_drift, render_assets
+
+    k8s = REPO_ROOT / "k8s"
+    try:
+        if args.check:
+            check_drift(k8s)
+            print("k8s/kustomization.yaml lists exactly the install files")
+            return 0
+        kubectl = ensure_binaries().path("kubectl")
+
+        def kustomize(directory: Path) -> str:
+            out = subprocess.run(
+                [str(kubectl), "kustomize", str(directory)], capture_output=True, text=True, check=False
+            )
+            if out.returncode != 0:
+                raise RuntimeError(f"kubectl kustomize {directory} failed: {out.stderr.strip()}")
+            return out.stdout
+
+        assets = render_assets(k8s, tag=args.tag, registry=args.registry, kustomize=kustomize)
+    except DriftError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in assets.files.items():
+        (out_dir / name).write_text(text, encoding="utf-8")
+        print(f"wrote {out_dir / name}")
+    return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -136,9 +172,18 @@ def build_parser() -> argparse.ArgumentParser:
     status = dev_sub.add_parser("status", help="list dev clusters, their processes and memory")
     status.set_defaults(handler=_dev_status)
 
-    gen = sub.add_parser("generate", help="regenerate k8s/crds from the API models")
+    gen = sub.add_parser(
+        "generate", help="regenerate the CRDs and the controller RBAC in k8s/ and helm/ from their sources"
+    )
     gen.add_argument("--check", action="store_true", help="fail if the checked-in files differ")
     gen.set_defaults(handler=_generate)
+
+    rel = sub.add_parser("release", help="render the release assets (sandbox.yaml, extensions.yaml, ...)")
+    rel.add_argument("--tag", default="", help="release tag, e.g. v0.1.0 (the image tag)")
+    rel.add_argument("--registry", default="registry.k8s.io/agent-sandbox", help="image registry prefix")
+    rel.add_argument("--out", default="release_assets", help="output directory (default release_assets/)")
+    rel.add_argument("--check", action="store_true", help="only the kustomization drift guard")
+    rel.set_defaults(handler=_release)
 
     demo = sub.add_parser("demo", help="the README journey on a local cluster")
     demo.add_argument("--name", default="demo")
