@@ -64,6 +64,9 @@ class ClusterConfig:
     default_storage_class: str = STORAGE_CLASS_IMMEDIATE
     # Serve kube-apiserver's /debug/pprof (benchmarks profile the API server; off like a hardened cluster).
     apiserver_profiling: bool = False
+    # Route the API server's calls to Services (webhooks by Service reference) to Ready pods' 127.x IPs
+    # through the `service-proxy` component (devcluster/serviceproxy.py), as kube-proxy would on a node.
+    service_proxy: bool = False
 
 
 def kubeconfig_yaml(*, name: str, server: str, ca: Path, cert: Path, key: Path, user: str) -> str:

@@ -1,0 +1,170 @@
+"""Fixtures for the install tests: a cluster of their own, the installed pods' processes, clean-up.
+
+The install tests apply cluster-scoped objects with fixed names (ClusterRoles, CRDs pointed at a Service,
+APF objects, Helm releases), so they get a separate dev cluster per worker (`install_cluster`, started on
+first use) with `service_proxy` on: the API server reaches Services the way it does on a real node, so the
+conversion webhook is used through its Service reference, as installed. `pods` runs the installed
+controller pods as host processes (devcluster/podprocess.py); every test leaves the cluster uninstalled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from agent_sandbox.devcluster import ClusterConfig, DevCluster
+from agent_sandbox.devcluster.install import helm
+from agent_sandbox.devcluster.podprocess import PodProcesses
+from agent_sandbox.devcluster.processes import log_tail
+from tests.helpers import wait_for
+
+SYSTEM_NS = "agent-sandbox-system"
+RAW_SELECTOR = {"app": "agent-sandbox-controller"}
+INSTALL_OBJECTS = (
+    "clusterrolebinding/agent-sandbox-controller",
+    "clusterrolebinding/agent-sandbox-controller-extensions",
+    "clusterrole/agent-sandbox-controller",
+    "clusterrole/agent-sandbox-controller-extensions",
+    "clusterrolebinding/sandbox-router",
+    "clusterrolebinding/sandbox-router-auth-delegator",
+    "clusterrole/sandbox-router",
+)
+
+
+@pytest.fixture(scope="session")
+def install_cluster() -> Iterator[DevCluster]:
+    """This worker's install cluster (1 kwok node, service proxy on)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    started = DevCluster.up(ClusterConfig(name=f"pytest-{worker}-{os.getpid()}-install", service_proxy=True))
+    try:
+        yield started
+    finally:
+        if os.environ.get("AGENT_SANDBOX_KEEP_CLUSTER") != "1":
+            started.down(quiet=True)
+
+
+@dataclass
+class Installed:
+    """Helpers over one install cluster and its pod processes."""
+
+    cluster: DevCluster
+    pods: PodProcesses
+
+    def kubectl_json(self, *args: str) -> Any:
+        return json.loads(self.cluster.kubectl(*args, "-o", "json", check=True).stdout)
+
+    def controller_pods(
+        self, selector: dict[str, str], *, count: int = 1, image: str | None = None, timeout: float = 90.0
+    ) -> list[dict[str, Any]]:
+        """Wait until exactly `count` controller pods (of `image`, when given) run a process that passes the
+        pod's readinessProbe, and no other pod of `selector` has one (a rollout has finished)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            pods = [
+                p for p in self.pods.sync(SYSTEM_NS, selector) if p["metadata"]["uid"] in self.pods.started
+            ]
+            for pod in pods:
+                uid = pod["metadata"]["uid"]
+                if not self.pods.alive(uid):
+                    pytest.fail(
+                        f"controller pod {pod['metadata']['name']} exited:\n{log_tail(self.pods.log(uid), 40)}"
+                    )
+            ready = [
+                p
+                for p in pods
+                if self.pods.ready(p["metadata"]["uid"])
+                and (image is None or p["spec"]["containers"][0]["image"] == image)
+            ]
+            if len(ready) == count and len(self.pods.started) == count:
+                return ready
+            if time.monotonic() > deadline:
+                tails = "\n".join(log_tail(self.pods.log(u), 20) for u in self.pods.started)
+                pytest.fail(f"{len(ready)}/{count} controller pods ready after {timeout:.0f}s:\n{tails}")
+            time.sleep(0.3)
+
+    def wait_conversion(self, namespace: str, timeout: float = 60.0) -> None:
+        """Wait until a v1alpha1 write converts through the webhook (dry run: nothing is stored)."""
+        probe = {
+            "apiVersion": "agents.x-k8s.io/v1alpha1",
+            "kind": "Sandbox",
+            "metadata": {"name": "conversion-probe"},
+            "spec": {"podTemplate": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}},
+        }
+        path = f"/apis/agents.x-k8s.io/v1alpha1/namespaces/{namespace}/sandboxes?dryRun=All"
+        wait_for(
+            lambda: self.cluster.admin().request("POST", path, probe)[0] == 201,
+            timeout=timeout,
+            what="v1alpha1 writes converted by the webhook through its Service",
+        )
+
+    def sandbox(self, namespace: str, name: str) -> dict[str, Any]:
+        body = {
+            "apiVersion": "agents.x-k8s.io/v1beta1",
+            "kind": "Sandbox",
+            "metadata": {"name": name},
+            "spec": {"podTemplate": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}},
+        }
+        status, created = self.cluster.admin().request(
+            "POST", f"/apis/agents.x-k8s.io/v1beta1/namespaces/{namespace}/sandboxes", body
+        )
+        assert status == 201, created
+        return self.wait_sandbox_ready(namespace, name)
+
+    def wait_sandbox_ready(self, namespace: str, name: str, timeout: float = 60.0) -> dict[str, Any]:
+        path = f"/apis/agents.x-k8s.io/v1beta1/namespaces/{namespace}/sandboxes/{name}"
+
+        def ready() -> dict[str, Any] | None:
+            status, sb = self.cluster.admin().request("GET", path)
+            conds = {c["type"]: c["status"] for c in ((sb or {}).get("status") or {}).get("conditions") or ()}
+            return sb if status == 200 and conds.get("Ready") == "True" else None
+
+        result: dict[str, Any] = wait_for(ready, timeout=timeout, what=f"Sandbox {namespace}/{name} Ready")
+        return result
+
+    def pod_uid(self, namespace: str, name: str) -> str:
+        status, pod = self.cluster.admin().request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        assert status == 200, pod
+        uid: str = pod["metadata"]["uid"]
+        return uid
+
+
+def _uninstall(cluster: DevCluster) -> None:
+    """Remove whatever an install test left (releases, RBAC, the system namespace); CRDs stay."""
+    releases = helm(cluster, "list", "--all-namespaces", "-q", check=False).stdout.split()
+    for release in releases:
+        helm(cluster, "uninstall", release, "--namespace", SYSTEM_NS, "--wait", check=False)
+    cluster.kubectl("delete", "--ignore-not-found", "--wait=false", *INSTALL_OBJECTS)
+    cluster.kubectl("delete", "namespace", SYSTEM_NS, "--ignore-not-found", "--timeout=60s")
+
+
+@pytest.fixture
+def installed(install_cluster: DevCluster) -> Iterator[Installed]:
+    """The install cluster with an empty pod-process table; everything is uninstalled afterwards."""
+    pods = PodProcesses(install_cluster)
+    try:
+        yield Installed(install_cluster, pods)
+    finally:
+        pods.stop_all()
+        _uninstall(install_cluster)
+
+
+@pytest.fixture
+def install_ns(install_cluster: DevCluster) -> Iterator[str]:
+    """A fresh namespace in the install cluster (its default ServiceAccount present)."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    install_cluster.kubectl("create", "namespace", name, check=True)
+    wait_for(
+        lambda: install_cluster.kubectl("get", "serviceaccount", "default", "-n", name).returncode == 0,
+        what=f"default ServiceAccount in {name}",
+    )
+    try:
+        yield name
+    finally:
+        install_cluster.kubectl("delete", "namespace", name, "--wait=false")
