@@ -61,14 +61,20 @@ class Installed:
         return json.loads(self.cluster.kubectl(*args, "-o", "json", check=True).stdout)
 
     def controller_pods(
-        self, selector: dict[str, str], *, count: int = 1, image: str | None = None, timeout: float = 90.0
+        self,
+        selector: dict[str, str],
+        *,
+        count: int = 1,
+        image: str | None = None,
+        namespace: str = SYSTEM_NS,
+        timeout: float = 90.0,
     ) -> list[dict[str, Any]]:
         """Wait until exactly `count` controller pods (of `image`, when given) run a process that passes the
         pod's readinessProbe, and no other pod of `selector` has one (a rollout has finished)."""
         deadline = time.monotonic() + timeout
         while True:
             pods = [
-                p for p in self.pods.sync(SYSTEM_NS, selector) if p["metadata"]["uid"] in self.pods.started
+                p for p in self.pods.sync(namespace, selector) if p["metadata"]["uid"] in self.pods.started
             ]
             for pod in pods:
                 uid = pod["metadata"]["uid"]
@@ -137,9 +143,11 @@ class Installed:
 
 def _uninstall(cluster: DevCluster) -> None:
     """Remove whatever an install test left (releases, RBAC, the system namespace); CRDs stay."""
-    releases = helm(cluster, "list", "--all-namespaces", "-q", check=False).stdout.split()
-    for release in releases:
-        helm(cluster, "uninstall", release, "--namespace", SYSTEM_NS, "--wait", check=False)
+    listed = helm(cluster, "list", "--all-namespaces", "-o", "json", check=False).stdout
+    for release in json.loads(listed or "[]"):
+        helm(
+            cluster, "uninstall", release["name"], "--namespace", release["namespace"], "--wait", check=False
+        )
     cluster.kubectl("delete", "--ignore-not-found", "--wait=false", *INSTALL_OBJECTS)
     cluster.kubectl("delete", "namespace", SYSTEM_NS, "--ignore-not-found", "--timeout=60s")
 
