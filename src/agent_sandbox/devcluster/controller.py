@@ -16,6 +16,7 @@ import yaml
 
 from agent_sandbox.api.constants import ALL_KINDS, KindInfo
 from agent_sandbox.devcluster.cluster import DevCluster
+from agent_sandbox.devcluster.identity import controller_kubeconfig
 from agent_sandbox.devcluster.processes import Started, component_error, is_ours
 from agent_sandbox.devcluster.rest import AdminRest, probe_http
 
@@ -89,7 +90,8 @@ def controller_argv(
     metrics, health, webhook = _controller_ports(cluster)
     argv = [
         *base,
-        f"--kubeconfig={cluster.kubeconfig}",
+        # The admin, or (AGENT_SANDBOX_CONTROLLER_IDENTITY=serviceaccount) the install's ServiceAccount.
+        f"--kubeconfig={controller_kubeconfig(cluster)}",
         f"--metrics-bind-address=127.0.0.1:{metrics}",
         f"--health-probe-bind-address=127.0.0.1:{health}",
         f"--webhook-port={webhook}",
