@@ -6,7 +6,9 @@ image's entry point is one of our console scripts, `PROGRAMS`) with the pod's ow
 environment, translated the way a container runtime would place them:
 
 * the pod's network namespace is its 127.x IP: every ``--*-address=:PORT`` (or ``0.0.0.0:PORT``) argument
-  binds ``<pod IP>:PORT``, and the controller's webhook binds the pod IP (``AGENT_SANDBOX_WEBHOOK_HOST``);
+  binds ``<pod IP>:PORT``, a listener left at its default (which binds every interface) is passed
+  explicitly with the pod IP, any other bind address is refused, and the controller's webhook binds the
+  pod IP (``AGENT_SANDBOX_WEBHOOK_HOST``);
 * the ServiceAccount token volume is a TokenRequest bound to the pod, written into a kubeconfig whose
   server is the loopback API server (in-cluster config would dial the ClusterIP of ``kubernetes.default``,
   which nothing here may reach); the namespace file it would also hold becomes
@@ -45,9 +47,12 @@ _BIND = re.compile(r"^(--[a-z-]*address=)(?:0\.0\.0\.0)?(:\d+)$")
 
 @dataclass(frozen=True, slots=True)
 class Program:
-    """What an image runs: its console script, plus the in-pod facts it would read from the filesystem."""
+    """What an image runs: its console script, its listeners' flags with their default ports (the defaults
+    bind every interface, so each is always passed explicitly with the pod IP), and the in-pod facts it
+    would read from the filesystem."""
 
     script: str
+    listeners: tuple[tuple[str, int], ...] = ()
     extra_args: Callable[[Pod, Path], list[str]] = lambda pod, workdir: []
     extra_env: Callable[[Pod], dict[str, str]] = lambda pod: {}
 
@@ -63,10 +68,18 @@ def _controller_args(pod: Pod, workdir: Path) -> list[str]:
 PROGRAMS: dict[str, Program] = {
     "agent-sandbox-controller": Program(
         "agent-sandbox-controller",
+        listeners=(("--metrics-bind-address", 8080), ("--health-probe-bind-address", 8081)),
         extra_args=_controller_args,
         extra_env=lambda pod: {"AGENT_SANDBOX_WEBHOOK_HOST": pod["status"]["podIP"]},
     ),
-    "sandbox-router": Program("agent-sandbox-router"),
+    "sandbox-router": Program(
+        "agent-sandbox-router",
+        listeners=(
+            ("--http-bind-address", 8080),
+            ("--metrics-bind-address", 9090),
+            ("--health-probe-bind-address", 8081),
+        ),
+    ),
 }
 
 
@@ -77,13 +90,24 @@ def program_for(image: str) -> Program | None:
 
 
 def pod_argv(pod: Pod, program: Program, *, kubeconfig: Path, workdir: Path, bin_dir: Path) -> list[str]:
-    """The host command line for the pod's first container (pure)."""
+    """The host command line for the pod's first container (pure).
+
+    Raises:
+        ValueError: a listener would bind outside 127.0.0.0/8 (an explicit non-loopback address).
+    """
     ip = pod["status"]["podIP"]
     container = pod["spec"]["containers"][0]
     args = [_BIND.sub(lambda m: f"{m.group(1)}{ip}{m.group(2)}", a) for a in container.get("args") or ()]
     given = {a.split("=", 1)[0] for a in args}
+    defaults = [f"{flag}={ip}:{port}" for flag, port in program.listeners if flag not in given]
     extra = [a for a in program.extra_args(pod, workdir) if a.split("=", 1)[0] not in given]
-    return [str(bin_dir / program.script), *args, *extra, f"--kubeconfig={kubeconfig}"]
+    for arg in (*args, *defaults):
+        flag, _, value = arg.partition("=")
+        if flag.endswith("-address") and value and value != "0":
+            host = value.rpartition(":")[0].strip("[]")
+            if not host.startswith("127."):
+                raise ValueError(f"{arg}: the dev cluster only binds 127.0.0.0/8 (pod IP {ip})")
+    return [str(bin_dir / program.script), *args, *defaults, *extra, f"--kubeconfig={kubeconfig}"]
 
 
 def probe_port(pod: Pod, port: int | str) -> int | None:
@@ -130,10 +154,12 @@ class PodProcesses:
         """Start processes for new Running pods, stop those whose pods are deleting or gone; returns the pods."""
         pods = self._list(namespace, selector)
         live = {p["metadata"]["uid"]: p for p in pods if _running(p)}
-        for uid in [
-            u for u in self.started if u not in live and self.pods[u]["metadata"]["namespace"] == namespace
-        ]:
-            self.stop(uid)
+        for uid, pod in list(self.pods.items()):
+            meta = pod["metadata"]
+            labels = meta.get("labels") or {}
+            selected = meta["namespace"] == namespace and all(labels.get(k) == v for k, v in selector.items())
+            if selected and uid not in live:
+                self.stop(uid)
         for uid, pod in live.items():
             if uid not in self.started:
                 self._start(pod)

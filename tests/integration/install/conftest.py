@@ -69,8 +69,8 @@ class Installed:
         namespace: str = SYSTEM_NS,
         timeout: float = 90.0,
     ) -> list[dict[str, Any]]:
-        """Wait until exactly `count` controller pods (of `image`, when given) run a process that passes the
-        pod's readinessProbe, and no other pod of `selector` has one (a rollout has finished)."""
+        """Wait until exactly `count` pods of `selector` (of `image`, when given) run a process that passes
+        the pod's readinessProbe, and no other pod of `selector` has one (a rollout has finished)."""
         deadline = time.monotonic() + timeout
         while True:
             pods = [
@@ -79,19 +79,17 @@ class Installed:
             for pod in pods:
                 uid = pod["metadata"]["uid"]
                 if not self.pods.alive(uid):
-                    pytest.fail(
-                        f"controller pod {pod['metadata']['name']} exited:\n{log_tail(self.pods.log(uid), 40)}"
-                    )
+                    pytest.fail(f"pod {pod['metadata']['name']} exited:\n{log_tail(self.pods.log(uid), 40)}")
             ready = [
                 p
                 for p in pods
                 if self.pods.ready(p["metadata"]["uid"])
                 and (image is None or p["spec"]["containers"][0]["image"] == image)
             ]
-            if len(ready) == count and len(self.pods.started) == count:
+            if len(ready) == count and len(pods) == count:
                 return ready
             if time.monotonic() > deadline:
-                tails = "\n".join(log_tail(self.pods.log(u), 20) for u in self.pods.started)
+                tails = "\n".join(log_tail(self.pods.log(p["metadata"]["uid"]), 20) for p in pods)
                 pytest.fail(f"{len(ready)}/{count} controller pods ready after {timeout:.0f}s:\n{tails}")
             time.sleep(0.3)
 

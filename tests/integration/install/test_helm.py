@@ -336,8 +336,16 @@ def test_install_upgrade_uninstall(installed: Installed, install_ns: str) -> Non
         f"--webhook-namespace={ns}",
     ]
     installed.wait_conversion(install_ns)
-    crd = installed.kubectl_json("get", "crd", "sandboxclaims.extensions.agents.x-k8s.io")
-    assert crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["namespace"] == ns
+
+    def patched() -> dict[str, Any] | None:
+        crd: dict[str, Any] = installed.kubectl_json("get", "crd", "sandboxclaims.extensions.agents.x-k8s.io")
+        return (
+            crd
+            if crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["namespace"] == ns
+            else None
+        )
+
+    crd = wait_for(patched, what=f"the claim CRD's webhook Service reference moved to {ns}")
     secret = installed.kubectl_json("get", "secret", "agent-sandbox-webhook-certs", "-n", ns)
     assert base64.b64decode(secret["data"]["ca.crt"]) == base64.b64decode(
         crd["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"]

@@ -144,8 +144,15 @@ def test_kustomize_install_upgrade_and_uninstall(installed: Installed, install_n
         x509.DNSName
     )
     assert "agent-sandbox-webhook-service.agent-sandbox-system.svc" in sans
+
+    def patched(crd: str) -> dict[str, Any] | None:
+        config: dict[str, Any] = installed.kubectl_json("get", "crd", crd)["spec"]["conversion"]["webhook"][
+            "clientConfig"
+        ]
+        return config if "caBundle" in config else None
+
     for crd in CRDS:
-        config = installed.kubectl_json("get", "crd", crd)["spec"]["conversion"]["webhook"]["clientConfig"]
+        config = wait_for(lambda crd=crd: patched(crd), what=f"{crd} patched by the controller")
         assert config["service"] == {
             "name": "agent-sandbox-webhook-service",
             "namespace": SYSTEM_NS,
