@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent_sandbox.devcluster.processes import run_component
 from agent_sandbox.kube import POD, SERVICE, ApiClient
 
 log = logging.getLogger("service-proxy")
@@ -223,12 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--socket", required=True, help="unix socket the API server's egress selector dials")
     parser.add_argument("--ready-file", default="", help="written once the socket listens")
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_main(args))
-    return 0
+    return run_component(_main(args))
 
 
 if __name__ == "__main__":

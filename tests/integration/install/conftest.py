@@ -9,20 +9,27 @@ controller pods as host processes (devcluster/podprocess.py); every test leaves 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from agent_sandbox.api.constants import ALL_KINDS
 from agent_sandbox.devcluster import ClusterConfig, DevCluster
+from agent_sandbox.devcluster.controller import start_controller
+from agent_sandbox.devcluster.identity import IDENTITY_ENV, install_controller_rbac
 from agent_sandbox.devcluster.install import helm
 from agent_sandbox.devcluster.podprocess import PodProcesses
-from agent_sandbox.devcluster.processes import log_tail
+from agent_sandbox.devcluster.processes import Started, log_tail, stop
+from agent_sandbox.manifests import REPO_ROOT
 from tests.helpers import wait_for
 
 SYSTEM_NS = "agent-sandbox-system"
@@ -174,3 +181,36 @@ def install_ns(install_cluster: DevCluster) -> Iterator[str]:
         yield name
     finally:
         install_cluster.kubectl("delete", "namespace", name, "--wait=false")
+
+
+@contextlib.contextmanager
+def sa_controller(cluster: DevCluster, *extra: str) -> Iterator[Started]:
+    """A dev-mode controller (loopback listeners, webhook by URL) running as the installed ServiceAccount.
+
+    Afterwards the installed RBAC is restored and the CRDs (pointing at this controller's URL) deleted, so
+    the next install applies them afresh.
+    """
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(IDENTITY_ENV, "serviceaccount")
+        started = start_controller(cluster, extra=tuple(extra))
+    try:
+        yield started
+    finally:
+        stop(started)
+        install_controller_rbac(cluster)
+        cluster.kubectl("delete", "crd", *(k.crd_name for k in ALL_KINDS), "--ignore-not-found")
+
+
+def write_overlay(directory: Path, components: Sequence[str]) -> Path:
+    """A user's kustomize overlay: the install (k8s/) plus components (paths relative to k8s/)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    k8s = REPO_ROOT / "k8s"
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        # kustomize refuses absolute roots: paths relative to the overlay, as a user's overlay has.
+        "resources": [os.path.relpath(k8s, directory)],
+        "components": [os.path.relpath(k8s / c, directory) for c in components],
+    }
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    return directory

@@ -16,13 +16,12 @@ from typing import Any
 import pytest
 import yaml
 
-from agent_sandbox.api.constants import ALL_KINDS
 from agent_sandbox.devcluster import DevCluster
-from agent_sandbox.devcluster.controller import start_controller
-from agent_sandbox.devcluster.identity import IDENTITY_ENV, controller_kubeconfig
-from agent_sandbox.devcluster.processes import Started, stop
+from agent_sandbox.devcluster.identity import controller_kubeconfig
+from agent_sandbox.devcluster.processes import Started
 from agent_sandbox.manifests import REPO_ROOT
 from tests.helpers import wait_for
+from tests.integration.install.conftest import sa_controller
 from tests.integration.install.test_rbac import _claim, _create, _pool, _ready, _template
 
 pytestmark = pytest.mark.integration
@@ -71,15 +70,9 @@ def insulated(install_cluster: DevCluster) -> Iterator[DevCluster]:
 
 
 @pytest.fixture
-def sa_controller(insulated: DevCluster) -> Iterator[Started]:
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv(IDENTITY_ENV, "serviceaccount")
-        started = start_controller(insulated)
-    try:
+def controller(insulated: DevCluster) -> Iterator[Started]:
+    with sa_controller(insulated) as started:
         yield started
-    finally:
-        stop(started)
-        insulated.kubectl("delete", "crd", *(k.crd_name for k in ALL_KINDS), "--ignore-not-found")
 
 
 class AsController:
@@ -113,7 +106,7 @@ def _level_uids(cluster: DevCluster) -> dict[str, str]:
 
 
 def test_controller_requests_land_in_the_intended_levels(
-    insulated: DevCluster, sa_controller: Started, install_ns: str
+    insulated: DevCluster, controller: Started, install_ns: str
 ) -> None:
     cluster, ns = insulated, install_ns
     before = _dispatched(cluster)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from agent_sandbox.devcluster import ensure_binaries
 from agent_sandbox.devcluster.install import apply, kustomize
 from agent_sandbox.manifests import REPO_ROOT, substitute_images
 from tests.helpers import wait_for
-from tests.integration.install.conftest import RAW_SELECTOR, SYSTEM_NS, Installed
+from tests.integration.install.conftest import RAW_SELECTOR, SYSTEM_NS, Installed, write_overlay
 
 pytestmark = pytest.mark.integration
 
@@ -65,22 +64,7 @@ def test_kustomize_renders_the_standard_install() -> None:
 
 
 def test_router_component_composes_with_the_install(tmp_path: Path) -> None:
-    overlay = tmp_path / "overlay"
-    overlay.mkdir()
-    (overlay / "kustomization.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                # kustomize refuses absolute roots: paths relative to the overlay, as a user's overlay has.
-                "resources": [os.path.relpath(REPO_ROOT / "k8s", overlay)],
-                "components": [
-                    os.path.relpath(REPO_ROOT / "k8s" / "router", overlay),
-                    os.path.relpath(REPO_ROOT / "k8s" / "router" / "tokenreview", overlay),
-                ],
-            }
-        )
-    )
+    overlay = write_overlay(tmp_path / "overlay", ["router", "router/tokenreview"])
     docs = [d for d in yaml.safe_load_all(_kubectl("kustomize", str(overlay)).stdout) if d]
     (router,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "sandbox-router"]
     assert router["metadata"]["namespace"] == SYSTEM_NS

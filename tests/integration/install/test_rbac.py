@@ -16,12 +16,11 @@ from typing import Any
 
 import pytest
 
-from agent_sandbox.api.constants import ALL_KINDS
 from agent_sandbox.devcluster import DevCluster
-from agent_sandbox.devcluster.controller import start_controller
-from agent_sandbox.devcluster.identity import IDENTITY_ENV, install_controller_rbac
-from agent_sandbox.devcluster.processes import Started, is_ours, stop
+from agent_sandbox.devcluster.identity import install_controller_rbac
+from agent_sandbox.devcluster.processes import Started, is_ours
 from tests.helpers import wait_for
+from tests.integration.install.conftest import sa_controller
 from tests.integration.install.rbac import Grant, allowed, revoke, wait_for_quietly, without
 
 pytestmark = pytest.mark.integration
@@ -170,19 +169,10 @@ CASES = (
 
 
 @pytest.fixture(scope="module")
-def sa_controller(install_cluster: DevCluster) -> Iterator[Started]:
+def controller(install_cluster: DevCluster) -> Iterator[Started]:
     """One controller for the module, as the installed ServiceAccount (dev-mode listeners)."""
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv(IDENTITY_ENV, "serviceaccount")
-        started = start_controller(install_cluster)
-    try:
+    with sa_controller(install_cluster) as started:
         yield started
-    finally:
-        stop(started)
-        install_controller_rbac(install_cluster)
-        # The CRDs now point at this (stopped) controller's URL; the next install applies them afresh.
-        crds = [k.crd_name for k in ALL_KINDS]
-        install_cluster.kubectl("delete", "crd", *crds, "--ignore-not-found")
 
 
 def _create(cluster: DevCluster, ns: str, obj: dict[str, Any]) -> None:
@@ -196,10 +186,10 @@ def _create(cluster: DevCluster, ns: str, obj: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_missing_grant_is_logged_retried_and_recovered(
-    install_cluster: DevCluster, sa_controller: Started, install_ns: str, case: Case
+    install_cluster: DevCluster, controller: Started, install_ns: str, case: Case
 ) -> None:
     cluster, ns = install_cluster, install_ns
-    offset = sa_controller.log.stat().st_size
+    offset = controller.log.stat().st_size
     revoke(cluster, case.grants)
     try:
         for grant in case.grants:
@@ -209,13 +199,13 @@ def test_missing_grant_is_logged_retried_and_recovered(
 
         def logged_twice() -> bool:
             # JSON log lines escape the quotes of the API server's message.
-            text = sa_controller.log.read_bytes()[offset:].decode(errors="replace").replace('\\"', '"')
+            text = controller.log.read_bytes()[offset:].decode(errors="replace").replace('\\"', '"')
             return text.count(case.logged) >= (2 if case.blocked else 1)
 
         if not wait_for_quietly(logged_twice, timeout=30):
-            tail = sa_controller.log.read_bytes()[offset:].decode(errors="replace")[-3000:]
+            tail = controller.log.read_bytes()[offset:].decode(errors="replace")[-3000:]
             pytest.fail(f"the controller did not log (and retry) {case.logged!r}; its log since:\n{tail}")
-        assert is_ours(sa_controller.pid, sa_controller.exe), "the controller exited"
+        assert is_ours(controller.pid, controller.exe), "the controller exited"
         if case.blocked:
             assert not case.done(cluster, ns), "the work completed without the grant"
     finally:
@@ -225,7 +215,7 @@ def test_missing_grant_is_logged_retried_and_recovered(
     wait_for(
         lambda: case.done(cluster, ns), timeout=60, what=f"{case.id}: convergence once the grant is back"
     )
-    assert is_ours(sa_controller.pid, sa_controller.exe), "the controller restarted or exited"
+    assert is_ours(controller.pid, controller.exe), "the controller restarted or exited"
 
 
 def test_revocation_helper_removes_exactly_one_grant() -> None:

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from agent_sandbox.api.constants import ALL_KINDS
 from agent_sandbox.devcluster import DevCluster
-from agent_sandbox.devcluster.controller import CONTROLLER, start_controller
-from agent_sandbox.devcluster.identity import IDENTITY_ENV, install_controller_rbac
+from agent_sandbox.devcluster.controller import CONTROLLER
+from agent_sandbox.devcluster.identity import install_controller_rbac
 from agent_sandbox.devcluster.processes import Started, is_ours, stop
 from agent_sandbox.devcluster.rest import probe_http
 from tests.helpers import wait_for
+from tests.integration.install.conftest import sa_controller
 from tests.integration.install.rbac import allowed, revoke, wait_for_quietly
 from tests.integration.install.test_rbac import _claim, _create, _pool, _ready, _template
 
@@ -26,21 +26,15 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def restartable(install_cluster: DevCluster) -> Iterator[tuple[list[str], dict[str, str]]]:
     """argv and environment of a controller started as the ServiceAccount (then stopped), for restarts."""
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv(IDENTITY_ENV, "serviceaccount")
-        started = start_controller(install_cluster)
-    argv = Path(f"/proc/{started.pid}/cmdline").read_bytes().decode().split("\0")[:-1]
-    environ = dict(
-        line.split("=", 1)
-        for line in Path(f"/proc/{started.pid}/environ").read_bytes().decode().split("\0")
-        if line.startswith("AGENT_SANDBOX_")
-    )
-    stop(started)
-    try:
+    with sa_controller(install_cluster) as started:
+        argv = Path(f"/proc/{started.pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+        environ = dict(
+            line.split("=", 1)
+            for line in Path(f"/proc/{started.pid}/environ").read_bytes().decode().split("\0")
+            if line.startswith("AGENT_SANDBOX_")
+        )
+        stop(started)
         yield argv, environ
-    finally:
-        install_controller_rbac(install_cluster)
-        install_cluster.kubectl("delete", "crd", *(k.crd_name for k in ALL_KINDS), "--ignore-not-found")
 
 
 def _restart(cluster: DevCluster, argv: list[str], env: dict[str, str]) -> Started:

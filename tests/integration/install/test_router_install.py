@@ -5,17 +5,15 @@ the metrics port serves the router's metrics."""
 
 from __future__ import annotations
 
-import os
 import tomllib
 import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 
 from agent_sandbox.devcluster.install import apply, kustomize
 from agent_sandbox.manifests import REPO_ROOT
-from tests.integration.install.conftest import RAW_SELECTOR, Installed
+from tests.integration.install.conftest import RAW_SELECTOR, Installed, write_overlay
 
 pytestmark = pytest.mark.integration
 
@@ -31,18 +29,7 @@ def _router_available() -> bool:
     not _router_available(), reason="agent-sandbox-router has not landed in this checkout yet"
 )
 def test_router_component_runs_ready(installed: Installed, tmp_path: Path) -> None:
-    overlay = tmp_path / "overlay"
-    overlay.mkdir()
-    (overlay / "kustomization.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                "resources": [os.path.relpath(REPO_ROOT / "k8s", overlay)],
-                "components": [os.path.relpath(REPO_ROOT / "k8s" / "router", overlay)],
-            }
-        )
-    )
+    overlay = write_overlay(tmp_path / "overlay", ["router"])
     apply(installed.cluster, kustomize(installed.cluster, overlay))
     installed.controller_pods(RAW_SELECTOR)
     routers = installed.controller_pods(ROUTER, count=2)
