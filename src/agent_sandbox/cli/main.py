@@ -7,10 +7,10 @@ packages it calls (devcluster, api, ...). argparse (stdlib) is enough for this s
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 
+from agent_sandbox.cli.release import release_command
 from agent_sandbox.devcluster import (
     BuildError,
     ClusterConfig,
@@ -81,41 +81,6 @@ def _generate(args: argparse.Namespace) -> int:
     return generate_main(["--check"] if args.check else [])
 
 
-def _release(args: argparse.Namespace) -> int:
-    """Render the release assets (operations spec §3) into --out, or only run the drift guard."""
-    from pathlib import Path
-
-    from agent_sandbox.devcluster import ensure_binaries
-    from agent_sandbox.manifests import REPO_ROOT, DriftError, check_drift, render_assets
-
-    k8s = REPO_ROOT / "k8s"
-    try:
-        if args.check:
-            check_drift(k8s)
-            print("k8s/kustomization.yaml lists exactly the install files")
-            return 0
-        kubectl = ensure_binaries().path("kubectl")
-
-        def kustomize(directory: Path) -> str:
-            out = subprocess.run(
-                [str(kubectl), "kustomize", str(directory)], capture_output=True, text=True, check=False
-            )
-            if out.returncode != 0:
-                raise RuntimeError(f"kubectl kustomize {directory} failed: {out.stderr.strip()}")
-            return out.stdout
-
-        assets = render_assets(k8s, tag=args.tag, registry=args.registry, kustomize=kustomize)
-    except DriftError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in assets.files.items():
-        (out_dir / name).write_text(text, encoding="utf-8")
-        print(f"wrote {out_dir / name}")
-    return 0
-
-
 def _demo(args: argparse.Namespace) -> int:
     from agent_sandbox.cli.demo import run_demo
 
@@ -183,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     rel.add_argument("--registry", default="registry.k8s.io/agent-sandbox", help="image registry prefix")
     rel.add_argument("--out", default="release_assets", help="output directory (default release_assets/)")
     rel.add_argument("--check", action="store_true", help="only the kustomization drift guard")
-    rel.set_defaults(handler=_release)
+    rel.set_defaults(handler=release_command)
 
     demo = sub.add_parser("demo", help="the README journey on a local cluster")
     demo.add_argument("--name", default="demo")

@@ -55,7 +55,12 @@ def install_crds(cluster: DevCluster) -> None:
     if out.returncode != 0:
         raise RuntimeError(f"installing CRDs failed:\n{out.stderr}")
     names = [f"crd/{doc['metadata']['name']}" for doc in docs]
-    wait = cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+    for _ in range(50):
+        wait = cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+        # A CRD created a moment ago may have no status yet; kubectl wait then fails at once.
+        if wait.returncode == 0 or "accessor error" not in wait.stderr:
+            break
+        time.sleep(0.1)
     if wait.returncode != 0:
         raise RuntimeError(f"CRDs not Established:\n{wait.stderr}")
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agent_sandbox.api.constants import ALL_KINDS
+from agent_sandbox.api.constants import ALL_KINDS, WEBHOOK_PATH, WEBHOOK_SERVICE_NAME
 from agent_sandbox.devcluster import ClusterConfig, DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.identity import IDENTITY_ENV, install_controller_rbac
@@ -187,8 +187,9 @@ def install_ns(install_cluster: DevCluster) -> Iterator[str]:
 def sa_controller(cluster: DevCluster, *extra: str) -> Iterator[Started]:
     """A dev-mode controller (loopback listeners, webhook by URL) running as the installed ServiceAccount.
 
-    Afterwards the installed RBAC is restored and the CRDs (pointing at this controller's URL) deleted, so
-    the next install applies them afresh.
+    Afterwards the installed RBAC is restored and the CRDs, which point at this controller's URL, are
+    pointed back at the installed Service reference (as `kubectl apply -k k8s/` leaves them), so the next
+    install's server-side apply does not meet a `url` it cannot merge with a `service`.
     """
     with pytest.MonkeyPatch.context() as env:
         env.setenv(IDENTITY_ENV, "serviceaccount")
@@ -198,7 +199,10 @@ def sa_controller(cluster: DevCluster, *extra: str) -> Iterator[Started]:
     finally:
         stop(started)
         install_controller_rbac(cluster)
-        cluster.kubectl("delete", "crd", *(k.crd_name for k in ALL_KINDS), "--ignore-not-found")
+        service = {"name": WEBHOOK_SERVICE_NAME, "namespace": SYSTEM_NS, "path": WEBHOOK_PATH, "port": 443}
+        patch = {"spec": {"conversion": {"webhook": {"clientConfig": {"url": None, "service": service}}}}}
+        for kind in ALL_KINDS:
+            cluster.kubectl("patch", "crd", kind.crd_name, "--type=merge", "-p", json.dumps(patch))
 
 
 def write_overlay(directory: Path, components: Sequence[str]) -> Path:
