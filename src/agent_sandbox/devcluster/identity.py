@@ -53,7 +53,10 @@ def controller_kubeconfig(cluster: DevCluster, identity: str | None = None) -> P
     if chosen != "serviceaccount":
         raise ValueError(f"{IDENTITY_ENV} must be one of {', '.join(IDENTITIES)}, not {chosen!r}")
     install_controller_rbac(cluster)
+    # A fresh token every time: one issued earlier dies with its ServiceAccount, which a test that
+    # uninstalled and reinstalled the RBAC has replaced. Written aside and renamed, so a controller
+    # reading the file meanwhile sees the old or the new one whole.
     path = cluster.directory / f"{CONTROLLER_NAME}.kubeconfig"
-    if not path.exists():
-        token_kubeconfig(cluster, CONTROLLER_NAMESPACE, CONTROLLER_NAME, path)
+    fresh = token_kubeconfig(cluster, CONTROLLER_NAMESPACE, CONTROLLER_NAME, path.with_suffix(".new"))
+    fresh.replace(path)
     return path

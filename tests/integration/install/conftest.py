@@ -25,7 +25,7 @@ import yaml
 from agent_sandbox.api.constants import ALL_KINDS, WEBHOOK_PATH, WEBHOOK_SERVICE_NAME
 from agent_sandbox.devcluster import ClusterConfig, DevCluster
 from agent_sandbox.devcluster.controller import start_controller
-from agent_sandbox.devcluster.identity import IDENTITY_ENV, install_controller_rbac
+from agent_sandbox.devcluster.identity import IDENTITY_ENV
 from agent_sandbox.devcluster.install import helm
 from agent_sandbox.devcluster.podprocess import PodProcesses
 from agent_sandbox.devcluster.processes import Started, log_tail, stop
@@ -160,6 +160,7 @@ def _uninstall(cluster: DevCluster) -> None:
 @pytest.fixture
 def installed(install_cluster: DevCluster) -> Iterator[Installed]:
     """The install cluster with an empty pod-process table; everything is uninstalled afterwards."""
+    _uninstall(install_cluster)  # whatever an earlier test on this cluster left
     pods = PodProcesses(install_cluster)
     try:
         yield Installed(install_cluster, pods)
@@ -187,9 +188,10 @@ def install_ns(install_cluster: DevCluster) -> Iterator[str]:
 def sa_controller(cluster: DevCluster, *extra: str) -> Iterator[Started]:
     """A dev-mode controller (loopback listeners, webhook by URL) running as the installed ServiceAccount.
 
-    Afterwards the installed RBAC is restored and the CRDs, which point at this controller's URL, are
-    pointed back at the installed Service reference (as `kubectl apply -k k8s/` leaves them), so the next
-    install's server-side apply does not meet a `url` it cannot merge with a `service`.
+    Afterwards its RBAC and namespace are removed (a later Helm install must not meet objects it does not
+    own) and the CRDs, which point at this controller's URL, are pointed back at the installed Service
+    reference, so the next install's server-side apply does not meet a `url` it cannot merge with a
+    `service`.
     """
     with pytest.MonkeyPatch.context() as env:
         env.setenv(IDENTITY_ENV, "serviceaccount")
@@ -198,9 +200,11 @@ def sa_controller(cluster: DevCluster, *extra: str) -> Iterator[Started]:
         yield started
     finally:
         stop(started)
-        install_controller_rbac(cluster)
+        _uninstall(cluster)
+        # As `kubectl apply -k k8s/` leaves them: the Service reference, no CA bundle.
         service = {"name": WEBHOOK_SERVICE_NAME, "namespace": SYSTEM_NS, "path": WEBHOOK_PATH, "port": 443}
-        patch = {"spec": {"conversion": {"webhook": {"clientConfig": {"url": None, "service": service}}}}}
+        config = {"url": None, "caBundle": None, "service": service}
+        patch = {"spec": {"conversion": {"webhook": {"clientConfig": config}}}}
         for kind in ALL_KINDS:
             cluster.kubectl("patch", "crd", kind.crd_name, "--type=merge", "-p", json.dumps(patch))
 

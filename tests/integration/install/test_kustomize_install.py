@@ -133,10 +133,11 @@ def test_kustomize_install_upgrade_and_uninstall(installed: Installed, install_n
         config: dict[str, Any] = installed.kubectl_json("get", "crd", crd)["spec"]["conversion"]["webhook"][
             "clientConfig"
         ]
-        return config if "caBundle" in config else None
+        ca = base64.b64decode(config.get("caBundle", ""))
+        return config if ca == bundle["ca.crt"] else None
 
     for crd in CRDS:
-        config = wait_for(lambda crd=crd: patched(crd), what=f"{crd} patched by the controller")
+        config = wait_for(lambda crd=crd: patched(crd), what=f"{crd} patched with the Secret's CA")
         assert config["service"] == {
             "name": "agent-sandbox-webhook-service",
             "namespace": SYSTEM_NS,
