@@ -70,7 +70,9 @@ func (s *sandboxdRuntime) run(ctx context.Context, client processv1.ProcessServi
 			cctx, cancel = context.WithTimeout(ctx, o.commandTimeout)
 		}
 		resp, err := client.Execute(cctx, req)
-		commandTimedOut := o.commandTimeout > 0 && cctx.Err() != nil && ctx.Err() == nil
+		// the server may report the propagated deadline before the client's own timer fires
+		commandTimedOut := o.commandTimeout > 0 && ctx.Err() == nil &&
+			(cctx.Err() != nil || status.Code(err) == codes.DeadlineExceeded)
 		cancel()
 		if err == nil {
 			return &ExecutionResult{
