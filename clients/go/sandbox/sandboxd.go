@@ -85,6 +85,10 @@ func (s *sandboxdRuntime) run(ctx context.Context, client processv1.ProcessServi
 		if ctx.Err() != nil {
 			return nil, callContextError(ctx, "run (process.v1 Execute)", err)
 		}
+		if status.Code(err) == codes.DeadlineExceeded {
+			// the call's own deadline, reported by the server a moment before the client notices it
+			return nil, fmt.Errorf("run (process.v1 Execute): %w (%w): %w", ErrTimeout, context.DeadlineExceeded, err)
+		}
 		last = grpcError("run (process.v1 Execute)", err)
 		if status.Code(err) != codes.Unavailable {
 			return nil, last
