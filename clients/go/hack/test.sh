@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The Go SDK's CI checks (hack/test.sh calls this; `make test-go` too):
+#   generated process.v1 stubs up to date -> go vet -> staticcheck -> go test -race, unit + e2e.
+# The e2e package (build tag e2e) starts its own dev cluster + controller + router + local runner through
+# tests/go_sdk_cluster.py and fails (never skips) when that cannot start.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CACHE="${AGENT_SANDBOX_CACHE:-$HOME/.cache/agent-sandbox}"
+ROOT="$(cd ../.. && pwd)"
+export AGENT_SANDBOX_PYTHON="${AGENT_SANDBOX_PYTHON:-$ROOT/.venv/bin/python}"
+
+echo "==> Go SDK: process.v1 stubs match src/agent_sandbox/api/processv1/process.proto"
+hack/gen-proto.sh --check
+
+echo "==> Go SDK: go vet"
+go vet -tags e2e ./...
+
+echo "==> Go SDK: staticcheck"
+version="$(cd hack/tools && go list -m -f '{{.Version}}' honnef.co/go/tools)"
+staticcheck="$CACHE/go-tools/staticcheck-$version"
+if [ ! -x "$staticcheck" ]; then
+  mkdir -p "$CACHE/go-tools"
+  (cd hack/tools && go build -o "$staticcheck" honnef.co/go/tools/cmd/staticcheck)
+fi
+"$staticcheck" -tags e2e ./...
+
+echo "==> Go SDK: go test -race (unit + e2e)"
+go test -race -tags e2e -count=1 -timeout 20m "$@" ./...
