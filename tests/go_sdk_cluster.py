@@ -22,7 +22,8 @@ from types import FrameType
 from agent_sandbox.devcluster import ClusterConfig, DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.processes import is_ours
-from agent_sandbox.devcluster.rest import probe_http
+from agent_sandbox.devcluster.rest import AdminRest, probe_http
+from tests.helpers import wait_for
 
 EXT = "extensions.agents.x-k8s.io/v1beta1"
 #: An image the local runner serves with `agent-sandbox-runtime` (legacy :8888, sandboxd :8080/:9090).
@@ -74,6 +75,21 @@ def _apply(cluster: DevCluster) -> None:
         )
         if status not in (201, 409):
             raise RuntimeError(f"{plural}: {status} {body}")
+    # The SDK gives up on WarmPoolNotFound at once (upstream's rule), so the controller must have seen the
+    # pools before any test claims from them: wait until each is processed and the warm one is full.
+    for pool, ready in ((WARM_POOL, 2), (COLD_POOL, 0)):
+        wait_for(lambda p=pool, r=ready: _pool_settled(admin, p, r), what=f"warm pool {pool}", timeout=120)
+
+
+def _pool_settled(admin: AdminRest, pool: str, ready: int) -> bool:
+    status, body = admin.request("GET", f"/apis/{EXT}/namespaces/{NAMESPACE}/sandboxwarmpools/{pool}")
+    if status != 200:
+        return False
+    st = body.get("status") or {}
+    return bool(
+        st.get("observedGeneration", 0) >= body["metadata"].get("generation", 1)
+        and st.get("readyReplicas", 0) >= ready
+    )
 
 
 def main() -> int:

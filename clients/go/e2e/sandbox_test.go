@@ -313,7 +313,14 @@ func TestTypedErrorsCarryTheConditionReason(t *testing.T) {
 	}
 	opts.WarmPoolName = "orphan-pool"
 	sb, _ = sandbox.New(ctx, opts)
-	err = sb.Open(ctx)
+	// until the controller has seen the new pool it reports WarmPoolNotFound (the SDK gives up at once)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		err = sb.Open(ctx)
+		if !errors.Is(err, sandbox.ErrWarmPoolNotFound) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	if !errors.Is(err, sandbox.ErrTemplateNotFound) || !errors.As(err, &ce) || ce.Reason != "TemplateNotFound" {
 		t.Fatalf("Open from a pool without template: %v", err)
 	}
