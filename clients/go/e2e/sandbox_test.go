@@ -347,6 +347,23 @@ func TestReadyTimeoutRollsBack(t *testing.T) {
 	if sb.ClaimName() != "" {
 		t.Errorf("claim not rolled back: %s", sb.ClaimName())
 	}
+
+	// an explicitly named claim is never rolled back: it stays until Close
+	opts.ClaimName = "explicit-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	sb, err = sandbox.New(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Open(ctx); !errors.Is(err, sandbox.ErrTimeout) {
+		t.Fatalf("Open (explicit name) = %v, want ErrTimeout", err)
+	}
+	if _, err := k8s.Dynamic.Resource(claimsGVR).Namespace(cluster.Namespace).Get(ctx, opts.ClaimName, metav1.GetOptions{}); err != nil {
+		t.Fatalf("explicit claim after a failed Open: %v", err)
+	}
+	if err := sb.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	assertClaimGone(t, opts.ClaimName)
 }
 
 func TestClientRegistryAndReconnect(t *testing.T) {

@@ -152,14 +152,16 @@ func newRequestID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// timeoutHeader is X-Sandbox-Timeout: seconds left in the call, capped at the attempt's header timeout.
-func timeoutHeader(ctx context.Context, headerTimeout time.Duration) string {
-	left := headerTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		if until := time.Until(dl); until < left {
-			left = until
-		}
+// timeoutHeader is X-Sandbox-Timeout: the seconds left in the call ("" when the call has no deadline, a
+// stream started without one). Not capped at the per-attempt timeout as upstream's Go SDK does: this
+// project's router, like upstream's Python router, bounds the whole exchange by it, so a cap would cut
+// long downloads and streams (docs/sdk/go.md).
+func timeoutHeader(ctx context.Context) string {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return ""
 	}
+	left := time.Until(dl)
 	if left < time.Millisecond {
 		left = time.Millisecond
 	}
@@ -263,7 +265,9 @@ func (c *httpCaller) attempt(ctx context.Context, ep *endpoint, r *wireRequest, 
 		req.Header[headerSandboxID] = []string{ep.sandboxID}
 		req.Header[headerSandboxNamespace] = []string{ep.namespace}
 		req.Header[headerSandboxPort] = []string{strconv.Itoa(ep.serverPort)}
-		req.Header[headerSandboxTimeout] = []string{timeoutHeader(ctx, r.headerTimeout)}
+		if t := timeoutHeader(ctx); t != "" {
+			req.Header[headerSandboxTimeout] = []string{t}
+		}
 		if ep.podIP != "" {
 			req.Header[headerSandboxPodIP] = []string{ep.podIP}
 		}

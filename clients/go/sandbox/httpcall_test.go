@@ -40,10 +40,18 @@ func TestRouterHeadersOnEveryRequest(t *testing.T) {
 	if !regexp.MustCompile(`^[0-9a-f]{16}$`).MatchString(h.Get("X-Request-Id")) {
 		t.Errorf("X-Request-ID = %q, want 16 hex chars", h.Get("X-Request-Id"))
 	}
-	// seconds left in the call, capped at PerAttemptTimeout (60 s): the 30 s call wins
+	// seconds left in the call
 	secs, err := strconv.ParseFloat(h.Get("X-Sandbox-Timeout"), 64)
 	if err != nil || secs <= 29 || secs > 30 {
 		t.Errorf("X-Sandbox-Timeout = %q, want just under 30", h.Get("X-Sandbox-Timeout"))
+	}
+	// not capped at PerAttemptTimeout (60 s): the router bounds the whole exchange by it
+	got = nil
+	if _, err := s.Exists(context.Background(), "a.txt"); err != nil {
+		t.Fatal(err)
+	}
+	if secs, _ := strconv.ParseFloat(got[0].Get("X-Sandbox-Timeout"), 64); secs <= 179 || secs > 180 {
+		t.Errorf("X-Sandbox-Timeout with the default RequestTimeout = %q, want just under 180", got[0].Get("X-Sandbox-Timeout"))
 	}
 }
 

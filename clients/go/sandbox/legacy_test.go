@@ -82,6 +82,9 @@ func TestLegacyStreamingEventsInOrder(t *testing.T) {
 			http.NotFound(w, r)
 			return
 		}
+		if v := r.Header.Get("X-Sandbox-Timeout"); v != "" {
+			t.Errorf("a stream without a deadline sent X-Sandbox-Timeout %q (the router would cut it)", v)
+		}
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		f := w.(http.Flusher)
 		for _, line := range []string{

@@ -164,6 +164,10 @@ func (s *Sandbox) rollback(ctx context.Context, cause error) error {
 	claim, uid, explicit := s.claimName, s.claimUID, s.explicit
 	s.mu.Unlock()
 	if explicit {
+		// kept: the next Open attaches to it (waiting for readiness) instead of creating it again
+		s.mu.Lock()
+		s.attach = true
+		s.mu.Unlock()
 		return cause
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CleanupTimeout)
