@@ -335,7 +335,9 @@ func TestReadyTimeoutRollsBack(t *testing.T) {
 	opts := baseOptions()
 	opts.WarmPoolName = cluster.ColdPool
 	opts.APIURL = cluster.RouterURL
-	opts.SandboxReadyTimeout = 50 * time.Millisecond // a cold start cannot be Ready this fast
+	// a cold start here can be Ready in ~50 ms, so the wait gets no time at all: the claim is created, the
+	// readiness wait times out at once, and the claim must be rolled back
+	opts.SandboxReadyTimeout = time.Millisecond
 	sb, err := sandbox.New(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
