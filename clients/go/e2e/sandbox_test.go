@@ -450,3 +450,35 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// The port-forward modes need a kubelet streaming server on the Pod's node; the dev cluster's kwok nodes
+// have none, and its 127.x pod IPs are refused in EndpointSlices, so the router Service has no endpoints.
+// Both modes must then fail Open with a clear error, quickly, and roll the claim back (docs/sdk/go.md).
+func TestPortForwardModesFailClearlyWithoutAKubelet(t *testing.T) {
+	t.Parallel()
+	ctx := ctxFor(t, 2*time.Minute)
+	for name, opts := range map[string]sandbox.Options{
+		"router": {},
+		"sandboxd-pod": {Runtime: sandbox.RuntimeSandboxd, PortForwardReadyTimeout: 10 * time.Second},
+	} {
+		base := baseOptions()
+		base.Runtime, base.PortForwardReadyTimeout = opts.Runtime, opts.PortForwardReadyTimeout
+		sb, err := sandbox.New(ctx, base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		err = sb.Open(ctx)
+		t.Logf("%s port-forward: %v (after %s)", name, err, time.Since(start).Round(time.Millisecond))
+		if err == nil {
+			_ = sb.Close(ctx)
+			t.Fatalf("%s port-forward opened on a cluster without kubelets", name)
+		}
+		if name == "router" && !errors.Is(err, sandbox.ErrNotReady) {
+			t.Errorf("router port-forward: %v, want ErrNotReady (no ready endpoint)", err)
+		}
+		if sb.ClaimName() != "" {
+			t.Errorf("%s: claim %s not rolled back", name, sb.ClaimName())
+		}
+	}
+}
