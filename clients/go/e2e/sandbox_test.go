@@ -458,7 +458,7 @@ func TestPortForwardModesFailClearlyWithoutAKubelet(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 2*time.Minute)
 	for name, opts := range map[string]sandbox.Options{
-		"router": {},
+		"router":       {},
 		"sandboxd-pod": {Runtime: sandbox.RuntimeSandboxd, PortForwardReadyTimeout: 10 * time.Second},
 	} {
 		base := baseOptions()

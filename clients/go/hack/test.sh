@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Go SDK's CI checks (hack/test.sh calls this; `make test-go` too):
-#   generated process.v1 stubs up to date -> go vet -> staticcheck -> go test -race, unit + e2e.
+#   generated process.v1 stubs up to date -> gofmt -> go vet -> staticcheck -> go test -race, unit + e2e.
 # The e2e package (build tag e2e) starts its own dev cluster + controller + router + local runner through
 # tests/go_sdk_cluster.py and fails (never skips) when that cannot start.
 set -euo pipefail
@@ -11,6 +11,10 @@ export AGENT_SANDBOX_PYTHON="${AGENT_SANDBOX_PYTHON:-$ROOT/.venv/bin/python}"
 
 echo "==> Go SDK: process.v1 stubs match src/agent_sandbox/api/processv1/process.proto"
 hack/gen-proto.sh --check
+
+echo "==> Go SDK: gofmt"
+unformatted="$(gofmt -l .)"
+if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi
 
 echo "==> Go SDK: go vet"
 go vet -tags e2e ./...

@@ -25,18 +25,10 @@ type Client struct {
 // NewClient validates opts (WarmPoolName may be empty here) and builds the Kubernetes clients.
 func NewClient(ctx context.Context, opts Options) (*Client, error) {
 	_ = ctx
-	opts.setDefaults()
-	if err := opts.validate(); err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
+	opts, k, err := prepare(opts)
+	if err != nil {
+		return nil, err
 	}
-	k := opts.K8sHelper
-	if k == nil {
-		var err error
-		if k, err = NewK8sHelper(opts.RestConfig, opts.Logger); err != nil {
-			return nil, fmt.Errorf("sandbox: %w", err)
-		}
-	}
-	opts.K8sHelper = k
 	return &Client{opts: opts, k8s: k, tracked: map[Key]*Sandbox{}}, nil
 }
 

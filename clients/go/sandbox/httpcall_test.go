@@ -292,11 +292,11 @@ func TestDeadTunnelIsErrNotReadyWrappingPortForwardDied(t *testing.T) {
 func TestRenderErrorBody(t *testing.T) {
 	for in, want := range map[string]string{
 		`{"code":"NOT_FOUND","message":"path does not exist within the sandbox"}`: "NOT_FOUND: path does not exist within the sandbox",
-		`{"detail":"Invalid sandbox ID format."}`:                                  "Invalid sandbox ID format.",
-		`{"detail":[{"loc":["body"]}]}`:                                            `{"detail":[{"loc":["body"]}]}`,
-		`{"message":"File not found"}`:                                             "File not found",
-		"plain text":                                                               "plain text",
-		strings.Repeat("x", 600):                                                   strings.Repeat("x", 512),
+		`{"detail":"Invalid sandbox ID format."}`:                                 "Invalid sandbox ID format.",
+		`{"detail":[{"loc":["body"]}]}`:                                           `{"detail":[{"loc":["body"]}]}`,
+		`{"message":"File not found"}`:                                            "File not found",
+		"plain text":                                                              "plain text",
+		strings.Repeat("x", 600):                                                  strings.Repeat("x", 512),
 	} {
 		if got := renderErrorBody([]byte(in)); got != want {
 			t.Errorf("renderErrorBody(%.40q) = %.60q, want %.60q", in, got, want)

@@ -37,18 +37,28 @@ type Sandbox struct {
 // New validates opts and returns an unopened handle. It talks to nothing yet.
 func New(ctx context.Context, opts Options) (*Sandbox, error) {
 	_ = ctx
+	opts, k, err := prepare(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newSandbox(opts, k), nil
+}
+
+// prepare fills in defaults, validates, and builds (or takes) the Kubernetes helper.
+func prepare(opts Options) (Options, *K8sHelper, error) {
 	opts.setDefaults()
 	if err := opts.validate(); err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
+		return Options{}, nil, fmt.Errorf("sandbox: %w", err)
 	}
 	k := opts.K8sHelper
 	if k == nil {
 		var err error
 		if k, err = NewK8sHelper(opts.RestConfig, opts.Logger); err != nil {
-			return nil, fmt.Errorf("sandbox: %w", err)
+			return Options{}, nil, fmt.Errorf("sandbox: %w", err)
 		}
 	}
-	return newSandbox(opts, k), nil
+	opts.K8sHelper = k
+	return opts, k, nil
 }
 
 func newSandbox(opts Options, k *K8sHelper) *Sandbox {
@@ -464,6 +474,22 @@ func (s *Sandbox) startOn(ctx context.Context, c *liveConn, command string, o *c
 	return s.legacy.start(ctx, &c.ep, command, o, release)
 }
 
+// fileRuntime is the file half of a runtime protocol (legacyRuntime, sandboxdRuntime).
+type fileRuntime interface {
+	write(ctx context.Context, ep *endpoint, path string, content []byte, o *callOptions) error
+	read(ctx context.Context, ep *endpoint, path string, o *callOptions) ([]byte, error)
+	list(ctx context.Context, ep *endpoint, path string, o *callOptions) ([]FileEntry, error)
+	exists(ctx context.Context, ep *endpoint, path string, o *callOptions) (bool, error)
+	delete(ctx context.Context, ep *endpoint, path string, recursive bool, o *callOptions) error
+}
+
+func (s *Sandbox) files() fileRuntime {
+	if s.opts.Runtime == RuntimeSandboxd {
+		return s.sandboxd
+	}
+	return s.legacy
+}
+
 // Write stores content at path (relative to the runtime root; parent directories are created). The path
 // must not be empty or contain ".." segments.
 func (s *Sandbox) Write(ctx context.Context, path string, content []byte, opts ...CallOption) error {
@@ -471,53 +497,32 @@ func (s *Sandbox) Write(ctx context.Context, path string, content []byte, opts .
 		return s.wrap(invalidf("write %s: %d bytes exceed MaxUploadSize (%d)", path, len(content), s.opts.MaxUploadSize))
 	}
 	return s.op(ctx, "write", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) error {
-		if s.opts.Runtime == RuntimeSandboxd {
-			return s.sandboxd.write(ctx, &c.ep, path, content, o)
-		}
-		return s.legacy.write(ctx, &c.ep, path, content, o)
+		return s.files().write(ctx, &c.ep, path, content, o)
 	})
 }
 
 // Read returns the content of the file at path (at most MaxDownloadSize bytes).
-func (s *Sandbox) Read(ctx context.Context, path string, opts ...CallOption) ([]byte, error) {
-	var out []byte
-	err := s.op(ctx, "read", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) error {
-		var err error
-		if s.opts.Runtime == RuntimeSandboxd {
-			out, err = s.sandboxd.read(ctx, &c.ep, path, o)
-		} else {
-			out, err = s.legacy.read(ctx, &c.ep, path, o)
-		}
+func (s *Sandbox) Read(ctx context.Context, path string, opts ...CallOption) (out []byte, err error) {
+	err = s.op(ctx, "read", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) (err error) {
+		out, err = s.files().read(ctx, &c.ep, path, o)
 		return err
 	})
 	return out, err
 }
 
 // List returns the children of the directory at path ("" or "." is the root).
-func (s *Sandbox) List(ctx context.Context, path string, opts ...CallOption) ([]FileEntry, error) {
-	var out []FileEntry
-	err := s.op(ctx, "list", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) error {
-		var err error
-		if s.opts.Runtime == RuntimeSandboxd {
-			out, err = s.sandboxd.list(ctx, &c.ep, path, o)
-		} else {
-			out, err = s.legacy.list(ctx, &c.ep, path, o)
-		}
+func (s *Sandbox) List(ctx context.Context, path string, opts ...CallOption) (out []FileEntry, err error) {
+	err = s.op(ctx, "list", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) (err error) {
+		out, err = s.files().list(ctx, &c.ep, path, o)
 		return err
 	})
 	return out, err
 }
 
 // Exists says whether a file or directory exists at path.
-func (s *Sandbox) Exists(ctx context.Context, path string, opts ...CallOption) (bool, error) {
-	var out bool
-	err := s.op(ctx, "exists", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) error {
-		var err error
-		if s.opts.Runtime == RuntimeSandboxd {
-			out, err = s.sandboxd.exists(ctx, &c.ep, path, o)
-		} else {
-			out, err = s.legacy.exists(ctx, &c.ep, path, o)
-		}
+func (s *Sandbox) Exists(ctx context.Context, path string, opts ...CallOption) (out bool, err error) {
+	err = s.op(ctx, "exists", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) (err error) {
+		out, err = s.files().exists(ctx, &c.ep, path, o)
 		return err
 	})
 	return out, err
@@ -527,10 +532,7 @@ func (s *Sandbox) Exists(ctx context.Context, path string, opts ...CallOption) (
 // project's legacy runtime (upstream's python-runtime: ErrUnsupportedByRuntime).
 func (s *Sandbox) Delete(ctx context.Context, path string, recursive bool, opts ...CallOption) error {
 	return s.op(ctx, "delete", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) error {
-		if s.opts.Runtime == RuntimeSandboxd {
-			return s.sandboxd.delete(ctx, &c.ep, path, recursive, o)
-		}
-		return s.legacy.delete(ctx, &c.ep, path, recursive, o)
+		return s.files().delete(ctx, &c.ep, path, recursive, o)
 	})
 }
 

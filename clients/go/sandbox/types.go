@@ -128,10 +128,14 @@ func WithCommandTimeout(d time.Duration) CallOption {
 
 // WithStdout / WithStderr stream a Run's output to w as it arrives; that stream is then not kept in the
 // ExecutionResult.
-func WithStdout(w io.Writer) CallOption { return func(o *callOptions) { o.execSet = true; o.stdout = w } }
+func WithStdout(w io.Writer) CallOption {
+	return func(o *callOptions) { o.execSet = true; o.stdout = w }
+}
 
 // WithStderr: see WithStdout.
-func WithStderr(w io.Writer) CallOption { return func(o *callOptions) { o.execSet = true; o.stderr = w } }
+func WithStderr(w io.Writer) CallOption {
+	return func(o *callOptions) { o.execSet = true; o.stderr = w }
+}
 
 // WithStdin feeds r to the command's standard input, then closes it (sandboxd only).
 func WithStdin(r io.Reader) CallOption { return func(o *callOptions) { o.execSet = true; o.stdin = r } }
