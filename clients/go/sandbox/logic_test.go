@@ -219,7 +219,8 @@ func TestPortForwardURL(t *testing.T) {
 func fakeCluster(t *testing.T, objs ...runtime.Object) (*Sandbox, *dynamicfake.FakeDynamicClient) {
 	t.Helper()
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		claimsGVR: "SandboxClaimList", sandboxesGVR: "SandboxList",
+		claimsGVR: "SandboxClaimList", sandboxesGVR: "SandboxList", gatewaysGVR: "GatewayList",
+		endpointSlicesGVR: "EndpointSliceList",
 	}, objs...)
 	o := Options{Quiet: true, SandboxReadyTimeout: 2 * time.Second, Namespace: "ns"}
 	o.setDefaults()
@@ -291,5 +292,109 @@ func TestWaitReadyDeletedAndTimeout(t *testing.T) {
 	_, _, err := s2.waitReady(context.Background(), "c1")
 	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "SandboxMissing") {
 		t.Fatalf("timeout: err = %v", err)
+	}
+}
+
+// withGateway creates gw through the client (the fake's constructor would file a Gateway under the
+// guessed resource "gatewaies").
+func withGateway(t *testing.T, gw *unstructured.Unstructured) (*Sandbox, *dynamicfake.FakeDynamicClient) {
+	t.Helper()
+	s, dyn := fakeCluster(t)
+	if _, err := dyn.Resource(gatewaysGVR).Namespace("ns").Create(context.Background(), gw, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return s, dyn
+}
+
+func TestGatewayAddressWaitsForAUsableAddress(t *testing.T) {
+	gw := unstructuredObj("gateway.networking.k8s.io/v1", "Gateway", "gw", map[string]any{
+		"addresses": []any{map[string]any{"value": "not/usable"}}})
+	s, dyn := withGateway(t, gw)
+	s.opts.GatewayName, s.opts.GatewayNamespace, s.opts.GatewayReadyTimeout = "gw", "ns", 2*time.Second
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		ready := gw.DeepCopy()
+		ready.Object["status"] = map[string]any{"addresses": []any{map[string]any{"value": "fd00::7"}}}
+		_, _ = dyn.Resource(gatewaysGVR).Namespace("ns").Update(context.Background(), ready, metav1.UpdateOptions{})
+	}()
+	addr, err := s.gatewayAddress(context.Background())
+	if err != nil || addr != "fd00::7" {
+		t.Fatalf("gatewayAddress = %q, %v", addr, err)
+	}
+	if _, err := s.connect(context.Background(), "sb", sandboxInfo{}); err != nil {
+		t.Fatal(err)
+	}
+
+	s2, dyn2 := withGateway(t, gw.DeepCopy())
+	s2.opts.GatewayName, s2.opts.GatewayNamespace = "gw", "ns"
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		_ = dyn2.Resource(gatewaysGVR).Namespace("ns").Delete(context.Background(), "gw", metav1.DeleteOptions{})
+	}()
+	if _, err := s2.gatewayAddress(context.Background()); !errors.Is(err, ErrGatewayDeleted) {
+		t.Fatalf("deleted gateway: %v", err)
+	}
+	s3, _ := withGateway(t, gw.DeepCopy())
+	s3.opts.GatewayName, s3.opts.GatewayNamespace, s3.opts.GatewayReadyTimeout = "gw", "ns", 100*time.Millisecond
+	if _, err := s3.gatewayAddress(context.Background()); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("no address: %v", err)
+	}
+}
+
+func TestGatewayModeConnectsToTheAddress(t *testing.T) {
+	gw := unstructuredObj("gateway.networking.k8s.io/v1", "Gateway", "gw", map[string]any{
+		"addresses": []any{map[string]any{"value": "fd00::7"}}})
+	s, _ := withGateway(t, gw)
+	s.opts.GatewayName, s.opts.GatewayNamespace, s.opts.GatewayScheme = "gw", "ns", "https"
+	c, err := s.connect(context.Background(), "sb", sandboxInfo{podIP: "10.0.0.9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ep.restBase.String() != "https://[fd00::7]" || !c.ep.router || c.ep.podIP != "10.0.0.9" || c.ep.sandboxID != "sb" {
+		t.Errorf("endpoint = %+v (base %s)", c.ep, c.ep.restBase)
+	}
+}
+
+func TestRouterPortForwardFindsAReadyRouterPod(t *testing.T) {
+	slice := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+		"metadata": map[string]any{"name": "r-1", "namespace": "ns",
+			"labels": map[string]any{"kubernetes.io/service-name": RouterServiceName}},
+		"endpoints": []any{map[string]any{"conditions": map[string]any{"ready": true},
+			"targetRef": map[string]any{"kind": "Pod", "name": "router-abc"}}},
+	}}
+	s, _ := fakeCluster(t, slice)
+	pod, err := s.routerPod(context.Background())
+	if err != nil || pod != "router-abc" {
+		t.Fatalf("routerPod = %q, %v", pod, err)
+	}
+	empty, _ := fakeCluster(t)
+	if _, err := empty.routerPod(context.Background()); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("no endpoints: %v", err)
+	}
+}
+
+func TestInClusterModesPickTheirAddress(t *testing.T) {
+	s, _ := fakeCluster(t)
+	s.opts.Connectivity, s.opts.Runtime = ConnectivityInCluster, RuntimeSandboxd
+	c, err := s.connect(context.Background(), "sb", sandboxInfo{podIP: "127.10.0.3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	if c.ep.restBase.String() != "http://127.10.0.3:8080" || c.ep.grpcTarget != "127.10.0.3:9090" || c.ep.router || c.proc == nil {
+		t.Errorf("sandboxd pod IP endpoint = %+v", c.ep)
+	}
+	s.opts.Connectivity = ConnectivityInClusterService
+	if _, err := s.connect(context.Background(), "sb", sandboxInfo{podIP: "127.10.0.3"}); !errors.Is(err, ErrNoService) {
+		t.Errorf("service mode without serviceFQDN: %v", err)
+	}
+	c, err = s.connect(context.Background(), "sb", sandboxInfo{serviceFQDN: "sb.ns.svc.cluster.local"})
+	if err != nil || c.ep.restBase.Host != "sb.ns.svc.cluster.local:8080" {
+		t.Errorf("service endpoint: %v %v", c, err)
+	}
+	s.opts.Connectivity, s.opts.Runtime = ConnectivityInCluster, RuntimeLegacyPython
+	if _, err := s.connect(context.Background(), "sb", sandboxInfo{}); !errors.Is(err, ErrNotReady) {
+		t.Errorf("pod IP mode without an IP: %v", err)
 	}
 }
