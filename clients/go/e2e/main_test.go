@@ -43,6 +43,8 @@ var (
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
+	// every test picks its mode explicitly
+	_ = os.Unsetenv(sandbox.RouterURLEnv)
 	root, err := filepath.Abs("../../..")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)

@@ -104,15 +104,14 @@ func TestLegacyStreamingEventsInOrder(t *testing.T) {
 		t.Errorf("ID = %d", p.ID())
 	}
 	var seen []string
-	for {
-		ev, err := p.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
+	for ev, err := range p.Events() {
 		if err != nil {
 			t.Fatal(err)
 		}
 		seen = append(seen, fmt.Sprintf("%s:%s%d", ev.Type, ev.Data, ev.ExitCode))
+	}
+	if _, err := p.Recv(); !errors.Is(err, io.EOF) {
+		t.Errorf("Recv after the exit event: %v", err)
 	}
 	want := []string{"stdout:one\n0", "stderr:warn\n0", "stdout:two\n0", "exit:3"}
 	if fmt.Sprint(seen) != fmt.Sprint(want) {

@@ -398,3 +398,21 @@ func TestInClusterModesPickTheirAddress(t *testing.T) {
 		t.Errorf("pod IP mode without an IP: %v", err)
 	}
 }
+
+func TestRouterURLFromTheEnvironment(t *testing.T) {
+	t.Setenv(RouterURLEnv, "http://127.0.0.1:9999")
+	o := Options{Quiet: true}
+	o.setDefaults()
+	if o.APIURL != "http://127.0.0.1:9999" || o.mode() != modeDirect {
+		t.Errorf("APIURL %q mode %v", o.APIURL, o.mode())
+	}
+	for _, explicit := range []Options{
+		{Runtime: RuntimeSandboxd}, {Connectivity: ConnectivityInCluster}, {GatewayName: "gw"}, {APIURL: "http://x"},
+	} {
+		explicit.Quiet = true
+		explicit.setDefaults()
+		if explicit.APIURL == "http://127.0.0.1:9999" {
+			t.Errorf("the environment overrode an explicit mode: %+v", explicit)
+		}
+	}
+}

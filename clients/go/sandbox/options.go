@@ -117,6 +117,7 @@ type Options struct {
 
 	// APIURL selects direct mode: requests go to this http(s) URL (normally the router). It wins over every
 	// other mode. With RuntimeSandboxd only the REST calls can use it (Run then fails with ErrNotReady).
+	// Left empty with Runtime, Connectivity and GatewayName unset, it is read from $AGENT_SANDBOX_ROUTER_URL.
 	APIURL string
 
 	// RouterNamespace (ours) is where port-forward mode looks for the router's EndpointSlices. Default: the
@@ -181,7 +182,14 @@ type Options struct {
 	DisablePodIPRouting bool
 }
 
+// RouterURLEnv names the environment variable that supplies APIURL when no mode is chosen (the Python
+// SDK and the CLI read the same variable; `agent-sandbox dev router-url` prints it for a dev cluster).
+const RouterURLEnv = "AGENT_SANDBOX_ROUTER_URL"
+
 func (o *Options) setDefaults() {
+	if o.APIURL == "" && o.GatewayName == "" && o.Runtime == "" && o.Connectivity == "" {
+		o.APIURL = os.Getenv(RouterURLEnv)
+	}
 	if o.Runtime == "" {
 		o.Runtime = RuntimeLegacyPython
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"sync"
 )
 
@@ -110,6 +111,24 @@ func (p *Process) finish() {
 	if !already {
 		p.backend.stop()
 		p.release()
+	}
+}
+
+// Events iterates over the remaining events (ending after EventExit); a broken stream yields its error
+// last. Breaking out of the loop leaves the process running: Close it.
+//
+//	for ev, err := range p.Events() { ... }
+func (p *Process) Events() iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		for {
+			ev, err := p.Recv()
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			if !yield(ev, err) || err != nil {
+				return
+			}
+		}
 	}
 }
 
