@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"sort"
 	"strings"
 	"testing"
@@ -125,12 +126,13 @@ func exerciseCommon(t *testing.T, sb *sandbox.Sandbox) {
 	if b, err := sb.Read(ctx, "dir/hello.txt"); err != nil || string(b) != "hi" {
 		t.Errorf("Read = %q, %v", b, err)
 	}
-	big := bytes.Repeat([]byte{0, 1, 2, 253, 254, 255}, 350_000) // 2.1 MB, binary
-	if err := sb.Write(ctx, "dir/big.bin", big); err != nil {
+	big := bytes.Repeat([]byte{0, 1, 2, 253, 254, 255}, 350_000)                                   // 2.1 MB, binary
+	if err := sb.WriteFrom(ctx, "dir/big.bin", io.MultiReader(bytes.NewReader(big))); err != nil { // streamed, not seekable
 		t.Fatal(err)
 	}
-	if b, err := sb.Read(ctx, "dir/big.bin"); err != nil || !bytes.Equal(b, big) {
-		t.Errorf("big Read: %d bytes, %v", len(b), err)
+	var got bytes.Buffer
+	if n, err := sb.ReadTo(ctx, "dir/big.bin", &got); err != nil || n != int64(len(big)) || !bytes.Equal(got.Bytes(), big) {
+		t.Errorf("big ReadTo: %d bytes, %v", n, err)
 	}
 	for path, want := range map[string]bool{"dir/hello.txt": true, "dir/nope": false, "dir": true} {
 		if ok, err := sb.Exists(ctx, path); err != nil || ok != want {

@@ -230,27 +230,54 @@ func (n *ndjsonProcess) stop() {
 	_ = n.body.Close()
 }
 
-func (l *legacyRuntime) write(ctx context.Context, ep *endpoint, path string, content []byte, o *callOptions) error {
+// write streams an upload as multipart part "file" whose filename is the (sanitised) path.
+func (l *legacyRuntime) write(ctx context.Context, ep *endpoint, path string, src *uploadSource, o *callOptions) error {
 	clean, err := sanitizeFilePath(path)
 	if err != nil {
 		return err
 	}
-	// The multipart body is built once; each attempt reads it from the start.
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	part, err := mw.CreateFormFile("file", clean)
-	if err != nil {
-		return err
-	}
-	if _, err := part.Write(content); err != nil {
-		return err
-	}
-	if err := mw.Close(); err != nil {
-		return err
+	boundary := multipart.NewWriter(io.Discard).Boundary()
+	// each attempt gets a pipe fed by a goroutine; a retry first stops the previous one, so only one
+	// goroutine ever reads the source
+	var prev *io.PipeReader
+	var prevDone chan struct{}
+	defer func() {
+		if prev != nil {
+			_ = prev.Close()
+			<-prevDone
+		}
+	}()
+	body := func() (io.Reader, error) {
+		if prev != nil {
+			_ = prev.Close()
+			<-prevDone
+		}
+		content, err := src.open()
+		if err != nil {
+			return nil, err
+		}
+		pr, pw := io.Pipe()
+		done := make(chan struct{})
+		prev, prevDone = pr, done
+		go func() {
+			defer close(done)
+			mw := multipart.NewWriter(pw)
+			_ = mw.SetBoundary(boundary)
+			part, err := mw.CreateFormFile("file", clean)
+			if err == nil {
+				_, err = io.Copy(part, content)
+			}
+			if err == nil {
+				err = mw.Close()
+			}
+			pw.CloseWithError(err)
+		}()
+		return pr, nil
 	}
 	resp, err := l.http.do(ctx, ep, wireRequest{
-		op: "write", method: http.MethodPost, path: "upload", body: bytesBody(buf.Bytes()),
-		contentType: mw.FormDataContentType(), maxAttempts: attemptsOr(o, defaultFileAttempts),
+		op: "write", method: http.MethodPost, path: "upload", body: body,
+		contentType: "multipart/form-data; boundary=" + boundary,
+		maxAttempts: src.attempts(attemptsOr(o, defaultFileAttempts)),
 	})
 	if err != nil {
 		return err
@@ -259,20 +286,20 @@ func (l *legacyRuntime) write(ctx context.Context, ep *endpoint, path string, co
 	return resp.Body.Close()
 }
 
-func (l *legacyRuntime) read(ctx context.Context, ep *endpoint, path string, o *callOptions) ([]byte, error) {
+func (l *legacyRuntime) readTo(ctx context.Context, ep *endpoint, path string, w io.Writer, o *callOptions) (int64, error) {
 	clean, err := sanitizeFilePath(path)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	p := "download/" + legacyPathParam(clean)
 	resp, err := l.http.do(ctx, ep, wireRequest{
 		op: "read", method: http.MethodGet, path: p, maxAttempts: attemptsOr(o, defaultFileAttempts),
 	})
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	defer resp.Body.Close()
-	return readLimited(resp.Body, l.opts.MaxDownloadSize, "read (GET "+p+")")
+	return copyLimited(w, resp.Body, l.opts.MaxDownloadSize, "read (GET "+p+")")
 }
 
 func (l *legacyRuntime) list(ctx context.Context, ep *endpoint, path string, o *callOptions) ([]FileEntry, error) {

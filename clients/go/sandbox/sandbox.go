@@ -1,9 +1,11 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"sync"
 	"time"
@@ -476,8 +478,8 @@ func (s *Sandbox) startOn(ctx context.Context, c *liveConn, command string, o *c
 
 // fileRuntime is the file half of a runtime protocol (legacyRuntime, sandboxdRuntime).
 type fileRuntime interface {
-	write(ctx context.Context, ep *endpoint, path string, content []byte, o *callOptions) error
-	read(ctx context.Context, ep *endpoint, path string, o *callOptions) ([]byte, error)
+	write(ctx context.Context, ep *endpoint, path string, src *uploadSource, o *callOptions) error
+	readTo(ctx context.Context, ep *endpoint, path string, w io.Writer, o *callOptions) (int64, error)
 	list(ctx context.Context, ep *endpoint, path string, o *callOptions) ([]FileEntry, error)
 	exists(ctx context.Context, ep *endpoint, path string, o *callOptions) (bool, error)
 	delete(ctx context.Context, ep *endpoint, path string, recursive bool, o *callOptions) error
@@ -497,17 +499,40 @@ func (s *Sandbox) Write(ctx context.Context, path string, content []byte, opts .
 		return s.wrap(invalidf("write %s: %d bytes exceed MaxUploadSize (%d)", path, len(content), s.opts.MaxUploadSize))
 	}
 	return s.op(ctx, "write", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) error {
-		return s.files().write(ctx, &c.ep, path, content, o)
+		return s.files().write(ctx, &c.ep, path, bytesSource(content), o)
+	})
+}
+
+// WriteFrom streams r to path without holding it in memory; past MaxUploadSize bytes the upload is
+// aborted with ErrInvalidArgument. A reader that is also an io.Seeker is rewound for retries; any other
+// reader is sent in a single attempt.
+func (s *Sandbox) WriteFrom(ctx context.Context, path string, r io.Reader, opts ...CallOption) error {
+	src, err := newUploadSource(r, s.opts.MaxUploadSize)
+	if err != nil {
+		return s.wrap(fmt.Errorf("write %s: %w", path, err))
+	}
+	return s.op(ctx, "write", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) error {
+		return s.files().write(ctx, &c.ep, path, src, o)
 	})
 }
 
 // Read returns the content of the file at path (at most MaxDownloadSize bytes).
-func (s *Sandbox) Read(ctx context.Context, path string, opts ...CallOption) (out []byte, err error) {
+func (s *Sandbox) Read(ctx context.Context, path string, opts ...CallOption) ([]byte, error) {
+	var buf bytes.Buffer
+	if _, err := s.ReadTo(ctx, path, &buf, opts...); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// ReadTo streams the file at path into w and returns the bytes written. More than MaxDownloadSize bytes
+// fail with ErrResponseTooLarge (w has then received the first MaxDownloadSize bytes).
+func (s *Sandbox) ReadTo(ctx context.Context, path string, w io.Writer, opts ...CallOption) (n int64, err error) {
 	err = s.op(ctx, "read", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) (err error) {
-		out, err = s.files().read(ctx, &c.ep, path, o)
+		n, err = s.files().readTo(ctx, &c.ep, path, w, o)
 		return err
 	})
-	return out, err
+	return n, err
 }
 
 // List returns the children of the directory at path ("" or "." is the root).

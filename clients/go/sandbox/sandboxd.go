@@ -211,7 +211,7 @@ func (g *grpcProcess) stop() {
 
 func filesPath(p string) string { return "v1/files/" + sandboxdPathParam(p) }
 
-func (s *sandboxdRuntime) write(ctx context.Context, ep *endpoint, path string, content []byte, o *callOptions) error {
+func (s *sandboxdRuntime) write(ctx context.Context, ep *endpoint, path string, src *uploadSource, o *callOptions) error {
 	clean, err := sanitizeFilePath(path)
 	if err != nil {
 		return err
@@ -220,8 +220,8 @@ func (s *sandboxdRuntime) write(ctx context.Context, ep *endpoint, path string, 
 		return err
 	}
 	resp, err := s.http.do(ctx, ep, wireRequest{
-		op: "write", method: http.MethodPut, path: filesPath(clean), body: bytesBody(content),
-		contentType: "application/octet-stream", maxAttempts: attemptsOr(o, defaultFileAttempts),
+		op: "write", method: http.MethodPut, path: filesPath(clean), body: src.open,
+		contentType: "application/octet-stream", maxAttempts: src.attempts(attemptsOr(o, defaultFileAttempts)),
 	})
 	if err != nil {
 		return err
@@ -229,20 +229,20 @@ func (s *sandboxdRuntime) write(ctx context.Context, ep *endpoint, path string, 
 	return resp.Body.Close()
 }
 
-func (s *sandboxdRuntime) read(ctx context.Context, ep *endpoint, path string, o *callOptions) ([]byte, error) {
+func (s *sandboxdRuntime) readTo(ctx context.Context, ep *endpoint, path string, w io.Writer, o *callOptions) (int64, error) {
 	clean, err := sanitizeFilePath(path)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	p := filesPath(clean)
 	resp, err := s.http.do(ctx, ep, wireRequest{
 		op: "read", method: http.MethodGet, path: p, maxAttempts: attemptsOr(o, defaultFileAttempts),
 	})
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	defer resp.Body.Close()
-	return readLimited(resp.Body, s.opts.MaxDownloadSize, "read (GET "+p+")")
+	return copyLimited(w, resp.Body, s.opts.MaxDownloadSize, "read (GET "+p+")")
 }
 
 func (s *sandboxdRuntime) list(ctx context.Context, ep *endpoint, path string, o *callOptions) ([]FileEntry, error) {
