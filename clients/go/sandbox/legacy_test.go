@@ -247,3 +247,16 @@ func TestExecOptionsOnFileCallsAreRejected(t *testing.T) {
 		t.Fatalf("env key with '=': %v", err)
 	}
 }
+
+func TestStreamedRunDeadlineIsErrTimeout(t *testing.T) {
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"type":"start","pid":1}`+"\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})
+	s := openTestSandbox(t, Options{}, srv.URL, true, nil)
+	_, err := s.Run(context.Background(), "sleep 100", WithStdout(io.Discard), WithTimeout(200*time.Millisecond))
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("err = %v", err)
+	}
+}

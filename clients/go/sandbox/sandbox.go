@@ -436,7 +436,11 @@ func (s *Sandbox) runStreaming(ctx context.Context, c *liveConn, command string,
 			}
 		}()
 	}
-	return p.collect(o.stdout, o.stderr)
+	res, err := p.collect(o.stdout, o.stderr)
+	if err != nil && ctx.Err() != nil {
+		return nil, callContextError(ctx, "run (streamed)", err)
+	}
+	return res, err
 }
 
 // Start starts command and returns at once; its output and exit arrive as Events (see Process). The
