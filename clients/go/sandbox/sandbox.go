@@ -182,18 +182,27 @@ func (s *Sandbox) rollback(ctx context.Context, cause error) error {
 		s.mu.Unlock()
 		return cause
 	}
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CleanupTimeout)
-	defer cancel()
-	if err := s.k8s.deleteClaim(dctx, s.opts.Namespace, claim, uid); err != nil {
-		s.mu.Lock()
-		s.orphaned = true
-		s.mu.Unlock()
+	if err := s.deleteClaim(ctx, claim, uid); err != nil {
 		return fmt.Errorf("%w; deleting the claim failed too (%v): %w", cause, err, ErrOrphanedClaim)
 	}
 	s.mu.Lock()
 	s.claimName, s.claimUID = "", ""
 	s.mu.Unlock()
 	return cause
+}
+
+// deleteClaim deletes the claim within CleanupTimeout, even when ctx is already cancelled; a failure
+// marks the handle orphaned (Open refuses, Close retries).
+func (s *Sandbox) deleteClaim(ctx context.Context, claim string, uid types.UID) error {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CleanupTimeout)
+	defer cancel()
+	err := s.k8s.deleteClaim(dctx, s.opts.Namespace, claim, uid)
+	if err != nil {
+		s.mu.Lock()
+		s.orphaned = true
+		s.mu.Unlock()
+	}
+	return err
 }
 
 // reconnect re-opens the transport of an existing claim (spec 4.5 "Reconnect").
@@ -301,12 +310,7 @@ func (s *Sandbox) Close(ctx context.Context) (err error) {
 	if claim == "" {
 		return nil
 	}
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CleanupTimeout)
-	defer cancel()
-	if err := s.k8s.deleteClaim(dctx, s.opts.Namespace, claim, uid); err != nil {
-		s.mu.Lock()
-		s.orphaned = true
-		s.mu.Unlock()
+	if err := s.deleteClaim(ctx, claim, uid); err != nil {
 		return s.wrap(fmt.Errorf("deleting claim %s: %v: %w", claim, err, ErrOrphanedClaim))
 	}
 	s.mu.Lock()
