@@ -3,21 +3,28 @@
 #   generated process.v1 stubs up to date -> gofmt -> go vet -> staticcheck -> go test -race, unit + e2e.
 # The e2e package (build tag e2e) starts its own dev cluster + controller + router + local runner through
 # tests/go_sdk_cluster.py and fails (never skips) when that cannot start.
+#   --unit   everything except the stub drift check and the e2e package (they need the runtime's .proto
+#            and the router, see hack/test.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE="${AGENT_SANDBOX_CACHE:-$HOME/.cache/agent-sandbox}"
 ROOT="$(cd ../.. && pwd)"
 export AGENT_SANDBOX_PYTHON="${AGENT_SANDBOX_PYTHON:-$ROOT/.venv/bin/python}"
-
-echo "==> Go SDK: process.v1 stubs match src/agent_sandbox/api/processv1/process.proto"
-hack/gen-proto.sh --check
+TAGS=(-tags e2e)
+if [ "${1:-}" = "--unit" ]; then
+  TAGS=()
+  shift
+else
+  echo "==> Go SDK: process.v1 stubs match src/agent_sandbox/api/processv1/process.proto"
+  hack/gen-proto.sh --check
+fi
 
 echo "==> Go SDK: gofmt"
 unformatted="$(gofmt -l .)"
 if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi
 
 echo "==> Go SDK: go vet"
-go vet -tags e2e ./...
+go vet "${TAGS[@]}" ./...
 
 echo "==> Go SDK: staticcheck"
 version="$(cd hack/tools && go list -m -f '{{.Version}}' honnef.co/go/tools)"
@@ -26,7 +33,7 @@ if [ ! -x "$staticcheck" ]; then
   mkdir -p "$CACHE/go-tools"
   (cd hack/tools && go build -o "$staticcheck" honnef.co/go/tools/cmd/staticcheck)
 fi
-"$staticcheck" -tags e2e ./...
+"$staticcheck" "${TAGS[@]}" ./...
 
-echo "==> Go SDK: go test -race (unit + e2e)"
-go test -race -tags e2e -count=1 -timeout 20m "$@" ./...
+echo "==> Go SDK: go test -race ${TAGS[*]:-(unit only)}"
+go test -race "${TAGS[@]}" -count=1 -timeout 20m "$@" ./...
