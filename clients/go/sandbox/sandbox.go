@@ -150,7 +150,7 @@ func (s *Sandbox) create(ctx context.Context) error {
 		return fmt.Errorf("%w: creating SandboxClaim from warm pool %q: %w", ErrClaimFailed, o.WarmPoolName, err)
 	}
 	s.mu.Lock()
-	s.claimName, s.claimUID = created.GetName(), created.GetUID()
+	s.claimName, s.claimUID, s.explicit = created.GetName(), created.GetUID(), o.ClaimName != ""
 	s.mu.Unlock()
 	o.Logger.V(1).Info("claim created", "namespace", o.Namespace, "claim", created.GetName())
 
