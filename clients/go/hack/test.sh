@@ -3,8 +3,7 @@
 #   generated process.v1 stubs up to date -> gofmt -> go vet -> staticcheck -> go test -race, unit + e2e.
 # The e2e package (build tag e2e) starts its own dev cluster + controller + router + local runner through
 # tests/go_sdk_cluster.py and fails (never skips) when that cannot start.
-#   --unit   everything except the stub drift check and the e2e package (they need the runtime's .proto
-#            and the router, see hack/test.sh)
+#   --unit   everything except the e2e package (which needs the router, see hack/test.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE="${AGENT_SANDBOX_CACHE:-$HOME/.cache/agent-sandbox}"
@@ -14,10 +13,10 @@ TAGS=(-tags e2e)
 if [ "${1:-}" = "--unit" ]; then
   TAGS=()
   shift
-else
-  echo "==> Go SDK: process.v1 stubs match src/agent_sandbox/api/processv1/process.proto"
-  hack/gen-proto.sh --check
 fi
+
+echo "==> Go SDK: process.v1 stubs match src/agent_sandbox/api/processv1/process.proto"
+hack/gen-proto.sh --check
 
 echo "==> Go SDK: gofmt"
 unformatted="$(gofmt -l .)"
