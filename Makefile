@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Parallel test workers: one local control plane per worker.
 WORKERS ?= 2
 
-.PHONY: install demo test test-unit test-integration test-go lint generate check-generated bench down clean
+.PHONY: install demo test test-unit test-integration test-go lint generate check-generated release bench down clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -42,6 +42,12 @@ generate: install
 
 check-generated: install
 	$(BIN)/agent-sandbox generate --check
+
+# Release assets into release_assets/ (docs/install.md): make release TAG=v0.1.0 [REGISTRY=...]
+REGISTRY ?= registry.k8s.io/agent-sandbox
+release: install
+	@test -n "$(TAG)" || { echo "usage: make release TAG=vX.Y.Z [REGISTRY=...]"; exit 2; }
+	$(BIN)/agent-sandbox release --tag $(TAG) --registry $(REGISTRY)
 
 # Benchmarks (not part of `make test`): the `bench` extra adds matplotlib (plots) and py-spy (profiles).
 bench: install

@@ -24,9 +24,10 @@ ALLOWED: dict[str, set[str]] = {
     "router": {"api", "kube"},
     "runtime": {"api"},
     "sdk": {"api", "kube"},
+    "manifests": {"api"},
     # devcluster's local runner serves the runtime for dev-cluster pods
-    "devcluster": {"api", "kube", "runtime"},
-    "cli": {"api", "kube", "controllers", "router", "runtime", "sdk", "devcluster"},
+    "devcluster": {"api", "kube", "runtime", "manifests"},
+    "cli": {"api", "kube", "controllers", "router", "runtime", "sdk", "devcluster", "manifests"},
 }
 
 

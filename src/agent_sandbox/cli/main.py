@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from agent_sandbox.cli.release import release_command
 from agent_sandbox.devcluster import (
     BuildError,
     ClusterConfig,
@@ -40,6 +41,11 @@ def _dev_up(args: argparse.Namespace) -> int:
 
         started = start_controller(cluster, extensions=True)
         print(f"controller running (pid {started.pid}), log: {started.log}", file=sys.stderr)
+    if args.router:
+        from agent_sandbox.devcluster.router import router_url, start_router
+
+        routed = start_router(cluster)
+        print(f"router at {router_url(cluster)} (pid {routed.pid}), log: {routed.log}", file=sys.stderr)
     print(cluster.describe(), file=sys.stderr)
     print(f"\nuse it:  KUBECONFIG={cluster.kubeconfig} kubectl get nodes", file=sys.stderr)
     print(f"stop it: agent-sandbox dev down --name {cluster.name}", file=sys.stderr)
@@ -65,6 +71,23 @@ def _dev_kubeconfig(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dev_router_url(args: argparse.Namespace) -> int:
+    from agent_sandbox.devcluster.router import router_url
+
+    cluster = DevCluster.load(args.name)
+    if cluster is None:
+        raise ClusterError(
+            f"no dev cluster named {args.name!r}; start one with `agent-sandbox dev up --router`"
+        )
+    url = router_url(cluster)
+    if url is None:
+        raise ClusterError(
+            f"dev cluster {args.name!r} runs no router; start one with `agent-sandbox dev up --router`"
+        )
+    print(url)
+    return 0
+
+
 def _dev_status(args: argparse.Namespace) -> int:
     clusters = DevCluster.list()
     if not clusters:
@@ -77,9 +100,9 @@ def _dev_status(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from agent_sandbox.api import crdgen  # type: ignore[attr-defined,unused-ignore]
+    from agent_sandbox.manifests.generated import main as generate_main
 
-    return int(crdgen.main(["--check"] if args.check else []))
+    return generate_main(["--check"] if args.check else [])
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -129,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--name", default="default")
     up.add_argument("--nodes", type=int, default=1, help="number of kwok nodes (default 1)")
     up.add_argument("--controller", action="store_true", help="install CRDs and run agent-sandbox-controller")
+    up.add_argument(
+        "--router", action="store_true", help="run agent-sandbox-router (Pod cache on) on a loopback port"
+    )
     up.add_argument("--max-requests-inflight", type=int, default=_DEFAULTS.max_requests_inflight)
     up.add_argument(
         "--max-mutating-requests-inflight", type=int, default=_DEFAULTS.max_mutating_requests_inflight
@@ -149,12 +175,25 @@ def build_parser() -> argparse.ArgumentParser:
     kc.add_argument("--name", default="default")
     kc.set_defaults(handler=_dev_kubeconfig)
 
+    router_url = dev_sub.add_parser("router-url", help="print the URL of the cluster's router")
+    router_url.add_argument("--name", default="default")
+    router_url.set_defaults(handler=_dev_router_url)
+
     status = dev_sub.add_parser("status", help="list dev clusters, their processes and memory")
     status.set_defaults(handler=_dev_status)
 
-    gen = sub.add_parser("generate", help="regenerate k8s/crds from the API models")
+    gen = sub.add_parser(
+        "generate", help="regenerate the CRDs and the controller RBAC in k8s/ and helm/ from their sources"
+    )
     gen.add_argument("--check", action="store_true", help="fail if the checked-in files differ")
     gen.set_defaults(handler=_generate)
+
+    rel = sub.add_parser("release", help="render the release assets (sandbox.yaml, extensions.yaml, ...)")
+    rel.add_argument("--tag", default="", help="release tag, e.g. v0.1.0 (the image tag)")
+    rel.add_argument("--registry", default="registry.k8s.io/agent-sandbox", help="image registry prefix")
+    rel.add_argument("--out", default="release_assets", help="output directory (default release_assets/)")
+    rel.add_argument("--check", action="store_true", help="only the kustomization drift guard")
+    rel.set_defaults(handler=release_command)
 
     demo = sub.add_parser("demo", help="the README journey on a local cluster")
     demo.add_argument("--name", default="demo")

@@ -16,8 +16,9 @@ import yaml
 
 from agent_sandbox.api.kinds import ALL_KINDS, ResourceKind
 from agent_sandbox.devcluster.cluster import DevCluster
-from agent_sandbox.devcluster.processes import Started, component_error, is_ours
-from agent_sandbox.devcluster.rest import AdminRest, probe_http
+from agent_sandbox.devcluster.identity import controller_kubeconfig
+from agent_sandbox.devcluster.processes import Started, component_error, is_ours, wait_ready
+from agent_sandbox.devcluster.rest import AdminRest
 
 CONTROLLER = "agent-sandbox-controller"
 
@@ -54,7 +55,12 @@ def install_crds(cluster: DevCluster) -> None:
     if out.returncode != 0:
         raise RuntimeError(f"installing CRDs failed:\n{out.stderr}")
     names = [f"crd/{doc['metadata']['name']}" for doc in docs]
-    wait = cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+    for _ in range(50):
+        wait = cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+        # A CRD created a moment ago may have no status yet; kubectl wait then fails at once.
+        if wait.returncode == 0 or "accessor error" not in wait.stderr:
+            break
+        time.sleep(0.1)
     if wait.returncode != 0:
         raise RuntimeError(f"CRDs not Established:\n{wait.stderr}")
 
@@ -89,7 +95,8 @@ def controller_argv(
     metrics, health, webhook = _controller_ports(cluster)
     argv = [
         *base,
-        f"--kubeconfig={cluster.kubeconfig}",
+        # The admin, or (AGENT_SANDBOX_CONTROLLER_IDENTITY=serviceaccount) the install's ServiceAccount.
+        f"--kubeconfig={controller_kubeconfig(cluster)}",
         f"--metrics-bind-address=127.0.0.1:{metrics}",
         f"--health-probe-bind-address=127.0.0.1:{health}",
         f"--webhook-port={webhook}",
@@ -113,12 +120,7 @@ def start_controller(
     started = cluster.add_process(CONTROLLER, argv, env=env)
     health = cluster.state.extra_ports["controller_health"]
     deadline = time.monotonic() + timeout
-    while not probe_http(f"http://127.0.0.1:{health}/readyz"):
-        if not is_ours(started.pid, started.exe):
-            raise component_error(CONTROLLER, started.log, "exited before ready (/readyz)")
-        if time.monotonic() > deadline:
-            raise component_error(CONTROLLER, started.log, f"not ready (/readyz) within {timeout:.0f}s")
-        time.sleep(0.1)
+    wait_ready(started, f"http://127.0.0.1:{health}/readyz", deadline=deadline)
     if "--enable-webhook=false" not in extra:
         wait_crds_serving(cluster, env["AGENT_SANDBOX_WEBHOOK_URL"], deadline=deadline, started=started)
     return started
