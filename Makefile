@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Parallel test workers: one local control plane per worker.
 WORKERS ?= 2
 
-.PHONY: install demo test test-unit test-integration lint generate check-generated release bench down clean
+.PHONY: install demo test test-unit test-integration test-go lint generate check-generated release bench down clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -27,6 +27,10 @@ test-unit: install
 
 test-integration: install
 	$(BIN)/pytest -m 'integration or e2e' -n $(WORKERS) -q
+
+# The Go SDK (clients/go): stub drift check, go vet, staticcheck, go test -race (unit + e2e).
+test-go: install
+	bash clients/go/hack/test.sh
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks
