@@ -8,10 +8,11 @@ WORKERS ?= 2
 
 .PHONY: install demo test test-unit test-integration lint generate check-generated bench down clean
 
-$(STAMP): pyproject.toml
+# The project and its standalone Python SDK (clients/python, used by the CLI), both editable.
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e 'clients/python[grpc]' -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -29,8 +30,8 @@ test-integration: install
 	$(BIN)/pytest -m 'integration or e2e' -n $(WORKERS) -q
 
 lint: install
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks clients/python
+	$(BIN)/ruff format --check src tests benchmarks clients/python
 	$(BIN)/mypy
 
 generate: install
