@@ -10,6 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from agent_sandbox.cli.sandboxes import add_sandbox_commands
 from agent_sandbox.devcluster import (
     BuildError,
     ClusterConfig,
@@ -151,6 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("bench_args", nargs=argparse.REMAINDER)
     bench.set_defaults(handler=_bench)
+
+    add_sandbox_commands(
+        sub
+    )  # create, list, get, exec, cp, suspend, resume, delete, pools (cli/sandboxes.py)
     return parser
 
 

@@ -260,6 +260,17 @@ class AsyncSandboxClient:
         except SandboxError as err:
             log.error("deleting SandboxClaim %s/%s failed: %s", namespace, claim_name, err)
 
+    async def delete_claim(self, claim_name: str, namespace: str = "default") -> bool:
+        """Delete a claim by name (ours): True if it existed, False if not; other errors raise.
+
+        A tracked handle for it is disconnected first. Unlike `delete_sandbox`, errors are not swallowed.
+        """
+        handle = self._registry.pop(namespace, claim_name)
+        if handle is not None:
+            await handle.close_connection()
+        existed: bool = await self._driver.run(_lifecycle.delete_claim(namespace, claim_name))
+        return existed
+
     async def delete_all(self) -> None:
         """`delete_sandbox` for every tracked handle."""
         for namespace, claim in list(self._registry.handles):
