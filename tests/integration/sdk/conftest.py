@@ -1,0 +1,39 @@
+"""Fixtures for the SDK against the real control plane: the controller, a template and warm pool per test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.devcluster.controller import start_controller
+from agent_sandbox.devcluster.processes import Started, stop
+
+EXT = "extensions.agents.x-k8s.io/v1beta1"
+
+
+@pytest.fixture(scope="module")
+def controller(cluster: DevCluster) -> Iterator[Started]:
+    """One `agent-sandbox-controller` process for the module, stopped by PID afterwards."""
+    started = start_controller(cluster)
+    try:
+        yield started
+    finally:
+        stop(started)
+
+
+def apply_pool(
+    cluster: DevCluster, namespace: str, *, pool: str = "pool", replicas: int = 2, **pod: object
+) -> None:
+    """A SandboxTemplate `tmpl` and a warm pool `pool` on it, created through the admin REST client."""
+    spec = {"containers": [{"name": "main", "image": "busybox"}], **pod}
+    admin = cluster.admin()
+    for plural, body in (
+        ("sandboxtemplates", {"apiVersion": EXT, "kind": "SandboxTemplate", "metadata": {"name": "tmpl"},
+                              "spec": {"podTemplate": {"spec": spec}}}),
+        ("sandboxwarmpools", {"apiVersion": EXT, "kind": "SandboxWarmPool", "metadata": {"name": pool},
+                              "spec": {"replicas": replicas, "sandboxTemplateRef": {"name": "tmpl"}}}),
+    ):  # fmt: skip
+        status, out = admin.request("POST", f"/apis/{EXT}/namespaces/{namespace}/{plural}", body)
+        assert status in (201, 409), out
