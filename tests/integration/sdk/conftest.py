@@ -11,6 +11,8 @@ from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.processes import Started, stop
 
 EXT = "extensions.agents.x-k8s.io/v1beta1"
+#: An image name the dev cluster's local runner serves with `agent-sandbox-runtime` (docs/devcluster.md).
+RUNTIME_IMAGE = "ghcr.io/agent-sandbox/agent-sandbox-runtime:dev"
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +29,7 @@ def apply_pool(
     cluster: DevCluster, namespace: str, *, pool: str = "pool", replicas: int = 2, **pod: object
 ) -> None:
     """A SandboxTemplate `tmpl` and a warm pool `pool` on it, created through the admin REST client."""
-    spec = {"containers": [{"name": "main", "image": "busybox"}], **pod}
+    spec = {"containers": [{"name": "main", "image": "busybox"}], **pod}  # `containers=` overrides
     admin = cluster.admin()
     for plural, body in (
         ("sandboxtemplates", {"apiVersion": EXT, "kind": "SandboxTemplate", "metadata": {"name": "tmpl"},
