@@ -32,7 +32,7 @@ from agent_sandbox_sdk.models import SandboxConnectionConfig
 
 from .conftest import RUNTIME_IMAGE, apply_pool
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 MODES: dict[str, SandboxConnectionConfig] = {
     "legacy-pod-ip": SandboxInClusterConnectionConfig(),
@@ -121,17 +121,9 @@ def test_sandboxd_stream_with_stdin_pty_and_signals(cluster: DevCluster, pool: s
         assert rest[-1].type == "exit"
         assert rest[-1].exit_code != 0
         interactive = commands.stream("read line; echo got $line")
-        stream_iter = iter(interactive)
-        # Writing stdin needs the process id, which arrives with the stream's first event.
-        out = []
-        for event in stream_iter:
-            if interactive.process_id is not None and not out:
-                interactive.send_stdin(b"abc\n")
-                interactive.close_stdin()
-            out.append(event)
-            if event.type == "exit":
-                break
-        assert b"got abc" in b"".join(e.data for e in out)
+        interactive.send_stdin(b"abc\n")  # waits for the process to start
+        interactive.close_stdin()
+        assert interactive.result().stdout == "got abc\n"
         assert commands.stream("sleep 10", timeout=1).result().timed_out
 
 

@@ -25,7 +25,15 @@ from ._steps import Emit, Flow, GrpcCall, GrpcFailure, GrpcOpen, GrpcRead, ReadL
 from .exceptions import SandboxError, SandboxRequestError, SandboxRequestTimeoutError
 from .models import CommandEvent, ExecutionResult
 
-__all__ = ["ProcessRef", "check_process_options", "run_command", "signal_process", "stream_command"]
+__all__ = [
+    "STARTED",
+    "ProcessRef",
+    "Started",
+    "check_process_options",
+    "run_command",
+    "signal_process",
+    "stream_command",
+]
 
 TIMED_OUT_EXIT_CODE = 124
 
@@ -142,6 +150,13 @@ def run_command(
     )
 
 
+class Started:
+    """Emitted once the process runs (sandboxd `init`, legacy `start`); the command streams consume it."""
+
+
+STARTED = Started()
+
+
 @dataclass
 class ProcessRef:
     """The server-side id of a streamed sandboxd process, known once its `init` event arrived."""
@@ -187,6 +202,7 @@ def stream_command(
                 if stdin is not None:
                     yield from write_stdin(ref, stdin)
                     yield from write_stdin(ref, None)
+                yield Emit(STARTED)
             elif kind in ("stdout", "stderr"):
                 yield Emit(CommandEvent(type=kind, data=bytes(getattr(event, kind))))
             elif kind == "exit":
@@ -218,7 +234,9 @@ def _stream_legacy(
                 f"/execute/stream sent a line that is not JSON: {line[:200]!r}"
             ) from err
         kind = event.get("type")
-        if kind in ("stdout", "stderr"):
+        if kind == "start":
+            yield Emit(STARTED)
+        elif kind in ("stdout", "stderr"):
             yield Emit(CommandEvent(type=kind, data=str(event.get("data", "")).encode()))
         elif kind == "exit":
             yield Emit(
@@ -232,7 +250,11 @@ def _stream_legacy(
     raise SandboxRequestError("/execute/stream ended without an exit event")
 
 
-def _control(ref: ProcessRef, method: str, request: Any, response_type: Any) -> Flow[None]:
+def _control(
+    ref: ProcessRef, method: str, request: Any, response_type: Any, *, gone_ok: bool = False
+) -> Flow[None]:
+    """One control call on a running process. `gone_ok`: a process that already exited (NOT_FOUND) is fine
+    (closing stdin or signalling races with the process ending on its own)."""
     if ref.process_id is None or ref.target is None:
         raise SandboxError("the process has not started yet (no init event received)")
     try:
@@ -240,6 +262,8 @@ def _control(ref: ProcessRef, method: str, request: Any, response_type: Any) -> 
             ref.target.grpc_target or "", method, request, response_type, 30.0, ref.target.grpc_metadata
         )
     except GrpcFailure as err:
+        if gone_ok and err.code == "NOT_FOUND":
+            return
         raise _grpc_error(err) from err
 
 
@@ -250,7 +274,7 @@ def write_stdin(ref: ProcessRef, data: bytes | None) -> Flow[None]:
         request = pb.WriteStdinRequest(process_id=ref.process_id or 0, eof=_process.empty())
     else:
         request = pb.WriteStdinRequest(process_id=ref.process_id or 0, input=data)
-    yield from _control(ref, _process.WRITE_STDIN, request, pb.WriteStdinResponse)
+    yield from _control(ref, _process.WRITE_STDIN, request, pb.WriteStdinResponse, gone_ok=data is None)
 
 
 def signal_process(ref: ProcessRef, signal: int) -> Flow[None]:
@@ -259,7 +283,7 @@ def signal_process(ref: ProcessRef, signal: int) -> Flow[None]:
         raise ValueError(f"signal must be 2 (SIGINT), 9 (SIGKILL) or 15 (SIGTERM), got {signal}")
     pb = _process.messages()
     request = pb.SendSignalRequest(process_id=ref.process_id or 0, signal=signal)
-    yield from _control(ref, _process.SEND_SIGNAL, request, pb.SendSignalResponse)
+    yield from _control(ref, _process.SEND_SIGNAL, request, pb.SendSignalResponse, gone_ok=True)
 
 
 def resize_tty(ref: ProcessRef, cols: int, rows: int) -> Flow[None]:

@@ -33,16 +33,38 @@ class CommandStream:
         self._state = state
         self._ref = ref
         self._events = driver.iterate(flow)
+        self._early: list[CommandEvent] = []  # output that arrived while waiting for the start
+        self._started = False
         self.exit_code: int | None = None
         self.timed_out = False
         self._out: list[bytes] = []
         self._err: list[bytes] = []
 
+    def _pull(self) -> CommandEvent | _commands.Started | None:
+        """The next item of the flow (None at the end), with the bookkeeping of start and exit."""
+        for item in self._events:
+            if isinstance(item, _commands.Started):
+                self._started = True
+            elif item.type == "exit":
+                self.exit_code, self.timed_out = item.exit_code, item.timed_out
+            return item  # type: ignore[no-any-return]
+        return None
+
     def __iter__(self) -> Iterator[CommandEvent]:
-        for event in self._events:
-            if event.type == "exit":
-                self.exit_code, self.timed_out = event.exit_code, event.timed_out
-            yield event
+        while self._early:
+            yield self._early.pop(0)
+        while (item := self._pull()) is not None:
+            if not isinstance(item, _commands.Started):
+                yield item
+
+    def wait_started(self) -> None:
+        """Block until the process runs (output arriving meanwhile is kept for iteration)."""
+        while not self._started:
+            item = self._pull()
+            if item is None:
+                return
+            if not isinstance(item, _commands.Started):
+                self._early.append(item)
 
     def __enter__(self) -> CommandStream:
         return self
@@ -81,20 +103,24 @@ class CommandStream:
         return self._ref.process_id
 
     def send_stdin(self, data: bytes | str) -> None:
-        """Write to the process's stdin (sandboxd)."""
+        """Write to the process's stdin (sandboxd); waits for the process to start first."""
+        self.wait_started()
         payload = data.encode() if isinstance(data, str) else bytes(data)
         self._driver.run(_commands.write_stdin(self._ref, payload))
 
     def close_stdin(self) -> None:
-        """Close the process's stdin (EOF) (sandboxd)."""
+        """Close the process's stdin (EOF) (sandboxd); a no-op once the process has exited."""
+        self.wait_started()
         self._driver.run(_commands.write_stdin(self._ref, None))
 
     def send_signal(self, signal: int) -> None:
-        """Signal the process group: 2 (SIGINT), 9 (SIGKILL) or 15 (SIGTERM) (sandboxd)."""
+        """Signal the process group: 2 (SIGINT), 9 (SIGKILL) or 15 (SIGTERM) (sandboxd); no-op once exited."""
+        self.wait_started()
         self._driver.run(_commands.signal_process(self._ref, signal))
 
     def resize(self, cols: int, rows: int) -> None:
         """Resize the PTY (sandboxd, `pty=` given)."""
+        self.wait_started()
         self._driver.run(_commands.resize_tty(self._ref, cols, rows))
 
 
