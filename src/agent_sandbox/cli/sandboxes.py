@@ -147,8 +147,12 @@ def _handle(client: SandboxClient, args: argparse.Namespace) -> Sandbox:
 
 def _exec(args: argparse.Namespace) -> int:
     argv = list(args.argv)
-    if argv and argv[0] == "--":
-        argv = argv[1:]
+    if (
+        argv and argv[0].startswith("-") and "--" in argv
+    ):  # `exec CLAIM -n ns -- cmd`: options after the claim
+        cut = argv.index("--")
+        args.exec_parser.parse_args([*argv[:cut], args.claim], namespace=args)
+        argv = argv[cut + 1 :]
     if not argv:
         raise ValueError("exec needs a command: agent-sandbox exec CLAIM -- COMMAND [ARGS...]")
     command = argv[0] if len(argv) == 1 else shlex.join(argv)
@@ -339,10 +343,11 @@ def add_sandbox_commands(sub: Any) -> None:
 
     exe = add("exec", _exec, "run a command in a sandbox, streaming its output; exits with its exit code")
     exe.add_argument("claim")
-    exe.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")
+    exe.add_argument("argv", nargs=argparse.REMAINDER, metavar="[OPTIONS] -- COMMAND [ARGS...]")
     exe.add_argument("--timeout", type=float, help="kill the command after this many seconds (exit 124)")
     exe.add_argument("--env", action="append", metavar="KEY=VALUE", help="environment variable (repeatable)")
     exe.add_argument("--cwd", help="working directory, relative to the sandbox root")
+    exe.set_defaults(exec_parser=exe)
 
     cp = add("cp", _cp, "copy a file to or from a sandbox (CLAIM:PATH on one side)")
     cp.add_argument("src")
