@@ -75,9 +75,12 @@ def _dev_cluster(name: str) -> tuple[str, str | None]:
         raise ValueError(
             f"no dev cluster named {name!r}; start one with `agent-sandbox dev up --name {name}`"
         )
-    router = getattr(cluster, "router_url", None)
-    url = router() if callable(router) else router
-    return str(cluster.kubeconfig), (str(url) if url else None)
+    try:
+        from agent_sandbox.devcluster.router import router_url  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:  # a dev cluster without router support (issue 14): Kubernetes-only commands work
+        return str(cluster.kubeconfig), None
+    url = router_url(cluster)
+    return str(cluster.kubeconfig), url
 
 
 def make_client(args: argparse.Namespace) -> SandboxClient:
@@ -257,6 +260,12 @@ def _pools(args: argparse.Namespace) -> int:
     return 0
 
 
+def _logs(args: argparse.Namespace) -> int:
+    sandbox = _handle(make_client(args), args)
+    sys.stdout.write(sandbox.get_logs(container=args.container, tail_lines=args.tail))
+    return 0
+
+
 def _pairs(values: list[str] | None, flag: str) -> list[tuple[str, str]]:
     out = []
     for value in values or []:
@@ -366,3 +375,8 @@ def add_sandbox_commands(sub: Any) -> None:
     delete.add_argument("--ignore-not-found", action="store_true", help="exit 0 when a claim does not exist")
 
     add("pools", _pools, "warm pools with ready/desired members")
+
+    logs = add("logs", _logs, "the sandbox pod's log (where the cluster serves pod logs)")
+    logs.add_argument("claim")
+    logs.add_argument("-c", "--container", help="container name (default: the pod's only one)")
+    logs.add_argument("--tail", type=int, help="last N lines")

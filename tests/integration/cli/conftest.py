@@ -1,7 +1,7 @@
-"""The CLI tests use the SDK tests' controller fixture (one controller process per module)."""
+"""The CLI tests use the SDK tests' controller and router fixtures (one process each per module)."""
 
 from __future__ import annotations
 
-from tests.integration.sdk.conftest import controller
+from tests.integration.sdk.conftest import controller, router
 
-__all__ = ["controller"]
+__all__ = ["controller", "router"]

@@ -16,6 +16,20 @@ RUNTIME_IMAGE = "ghcr.io/agent-sandbox/agent-sandbox-runtime:dev"
 
 
 @pytest.fixture(scope="module")
+def router(cluster: DevCluster) -> Iterator[str]:
+    """The dev cluster's router (h2c on for sandboxd's gRPC), its URL; stopped by PID afterwards."""
+    from agent_sandbox.devcluster.router import router_url, start_router
+
+    started = start_router(cluster, extra=("--enable-h2c",))
+    try:
+        url = router_url(cluster)
+        assert url is not None
+        yield url
+    finally:
+        stop(started)
+
+
+@pytest.fixture(scope="module")
 def controller(cluster: DevCluster) -> Iterator[Started]:
     """One `agent-sandbox-controller` process for the module, stopped by PID afterwards."""
     started = start_controller(cluster)

@@ -150,11 +150,14 @@ class _DriverBase:
 
     def _grpc_stub(self, step: GrpcCall | GrpcOpen, *, aio: bool, streaming: bool) -> Any:
         grpc = import_grpc()
-        key = ("aio:" if aio else "") + step.target
+        # A router pins an h2c connection to the sandbox its first stream named, so every sandbox reached
+        # through a router gets its own channel and its own connection (no global subchannel sharing).
+        key = f"{'aio' if aio else 'sync'} {step.target} {step.metadata}"
         channel = self._channels.get(key)
         if channel is None:
             factory = importlib.import_module("grpc.aio").insecure_channel if aio else grpc.insecure_channel
-            channel = self._channels[key] = factory(step.target)
+            options = [("grpc.use_local_subchannel_pool", 1)] if step.metadata else None
+            channel = self._channels[key] = factory(step.target, options=options)
         kind = channel.unary_stream if streaming else channel.unary_unary
         return kind(
             step.method,

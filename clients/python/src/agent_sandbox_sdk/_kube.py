@@ -33,6 +33,7 @@ __all__ = [
     "get",
     "list_objects",
     "merge_patch",
+    "pod_logs",
     "watch_one",
 ]
 
@@ -136,6 +137,16 @@ def merge_patch(
         headers={"Content-Type": "application/merge-patch+json"},
     )
     return check_kube(resp, f"patch {res.plural} {namespace}/{name}")  # type: ignore[no-any-return]
+
+
+def pod_logs(namespace: str, pod: str, *, container: str | None, tail_lines: int | None) -> Flow[str]:
+    """The pod's log (core/v1 `pods/log`); `SandboxRequestError` with the server's message when unavailable."""
+    params = {k: str(v) for k, v in (("container", container), ("tailLines", tail_lines)) if v is not None}
+    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}/log"
+    resp: HttpResponse = yield _req("GET", path, params=params or None)
+    if not resp.is_success:
+        check_kube(resp, f"logs of pod {namespace}/{pod}")
+    return resp.text
 
 
 def watch_one(

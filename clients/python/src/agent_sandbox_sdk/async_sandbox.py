@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import IO, Any
 
-from . import _commands, _files, _lifecycle, metrics
+from . import _commands, _files, _kube, _lifecycle, metrics
 from ._claims import SandboxView
 from ._driver import AsyncDriver
 from ._shared import HandleState, kube_endpoint, new_state
@@ -334,6 +334,13 @@ class AsyncSandbox:
         if self._state.name_hash is None and (view := await self._view()) is not None:
             self._state.remember(view)
         return self._state.name_hash
+
+    async def get_logs(self, container: str | None = None, tail_lines: int | None = None) -> str:
+        """The sandbox pod's log (ours; Kubernetes `pods/log`, where the cluster serves it)."""
+        pod = await self.get_pod_name()
+        return await self._driver.run(
+            _kube.pod_logs(self.namespace, pod, container=container, tail_lines=tail_lines)
+        )
 
     async def get_service_fqdn(self) -> str | None:
         """`status.serviceFQDN` (templates with `spec.service: true`)."""
