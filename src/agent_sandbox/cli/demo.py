@@ -15,6 +15,7 @@ from typing import Any
 from agent_sandbox.devcluster import ClusterConfig, DevCluster
 from agent_sandbox.devcluster.controller import CONTROLLER, start_controller
 from agent_sandbox.devcluster.processes import is_ours
+from agent_sandbox.devcluster.router import ROUTER, router_url, start_router
 
 
 def _say(msg: str) -> None:
@@ -25,7 +26,9 @@ def ensure_cluster(name: str) -> DevCluster:
     """The running cluster `name`, or a freshly started one."""
     cluster = DevCluster.load(name)
     # The controller is judged separately (see `ensure_controller`): a stopped one must not force a rebuild.
-    if cluster is not None and all(up for part, up in cluster.running().items() if part != CONTROLLER):
+    if cluster is not None and all(
+        up for part, up in cluster.running().items() if part not in (CONTROLLER, ROUTER)
+    ):
         _say(f"reusing running cluster {name!r}")
         return cluster
     return DevCluster.up(ClusterConfig(name=name, nodes=2))
@@ -39,10 +42,21 @@ def run_demo(*, name: str = "demo") -> int:
     if nodes.returncode != 0:
         return 1
     ensure_controller(cluster)
+    ensure_router(cluster)
     code = asyncio.run(claim_journey(cluster))
     _say(f"KUBECONFIG={cluster.kubeconfig} kubectl get sandboxclaims,sandboxes -n {DEMO_NS}")
     _say(f"stop it with: .venv/bin/agent-sandbox dev down --name {name}")
     return code
+
+
+def ensure_router(cluster: DevCluster) -> None:
+    """Reuse the demo's running `agent-sandbox-router` (Pod cache on), or start one."""
+    url = router_url(cluster)
+    if url is None:
+        started = start_router(cluster)
+        url = router_url(cluster)
+        _say(f"router started (pid {started.pid}, log {started.log})")
+    _say(f"router: {url}  (agent-sandbox dev router-url --name {cluster.name})")
 
 
 # --------------------------------------------------------------------------- warm pool + claim journey

@@ -42,6 +42,11 @@ def _dev_up(args: argparse.Namespace) -> int:
 
         started = start_controller(cluster, extensions=True)
         print(f"controller running (pid {started.pid}), log: {started.log}", file=sys.stderr)
+    if args.router:
+        from agent_sandbox.devcluster.router import router_url, start_router
+
+        routed = start_router(cluster)
+        print(f"router at {router_url(cluster)} (pid {routed.pid}), log: {routed.log}", file=sys.stderr)
     print(cluster.describe(), file=sys.stderr)
     print(f"\nuse it:  KUBECONFIG={cluster.kubeconfig} kubectl get nodes", file=sys.stderr)
     print(f"stop it: agent-sandbox dev down --name {cluster.name}", file=sys.stderr)
@@ -64,6 +69,23 @@ def _dev_kubeconfig(args: argparse.Namespace) -> int:
     if cluster is None:
         raise ClusterError(f"no dev cluster named {args.name!r}; start one with `agent-sandbox dev up`")
     print(cluster.kubeconfig)
+    return 0
+
+
+def _dev_router_url(args: argparse.Namespace) -> int:
+    from agent_sandbox.devcluster.router import router_url
+
+    cluster = DevCluster.load(args.name)
+    if cluster is None:
+        raise ClusterError(
+            f"no dev cluster named {args.name!r}; start one with `agent-sandbox dev up --router`"
+        )
+    url = router_url(cluster)
+    if url is None:
+        raise ClusterError(
+            f"dev cluster {args.name!r} runs no router; start one with `agent-sandbox dev up --router`"
+        )
+    print(url)
     return 0
 
 
@@ -131,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--name", default="default")
     up.add_argument("--nodes", type=int, default=1, help="number of kwok nodes (default 1)")
     up.add_argument("--controller", action="store_true", help="install CRDs and run agent-sandbox-controller")
+    up.add_argument(
+        "--router", action="store_true", help="run agent-sandbox-router (Pod cache on) on a loopback port"
+    )
     up.add_argument("--max-requests-inflight", type=int, default=_DEFAULTS.max_requests_inflight)
     up.add_argument(
         "--max-mutating-requests-inflight", type=int, default=_DEFAULTS.max_mutating_requests_inflight
@@ -150,6 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
     kc = dev_sub.add_parser("kubeconfig", help="print the admin kubeconfig path")
     kc.add_argument("--name", default="default")
     kc.set_defaults(handler=_dev_kubeconfig)
+
+    router_url = dev_sub.add_parser("router-url", help="print the URL of the cluster's router")
+    router_url.add_argument("--name", default="default")
+    router_url.set_defaults(handler=_dev_router_url)
 
     status = dev_sub.add_parser("status", help="list dev clusters, their processes and memory")
     status.set_defaults(handler=_dev_status)

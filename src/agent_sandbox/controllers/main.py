@@ -34,14 +34,13 @@ from ..kube import (
     Manager,
     ManagerOptions,
     TracingError,
-    configure_logging,
     load_config,
     setup_tracing,
 )
+from ..kube.flags import FlagError, HelpRequested, configure_logging_from_flags
 from . import claim, sandbox, template, warmpool, webhook
 from .claim_pressure import ClaimPressure, ClaimPressureCollector
 from .context import ControllerContext, Setup
-from .flags import FlagError, HelpRequested
 from .options import PROGRAM, Options, flag_set, parse_options, read_allowed_label_domains, validate
 from .version import register_build_info, version_text
 
@@ -194,13 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if opts.version:
         print(version_text(PROGRAM))
         return _exit(0, argv)
-    configure_logging(
-        devel=opts.zap_devel,
-        encoder=opts.zap_encoder or None,
-        level=opts.zap_log_level or None,
-        stacktrace_level=opts.zap_stacktrace_level or None,
-        time_encoding=opts.zap_time_encoding or None,
-    )
+    configure_logging_from_flags(opts)
     if rest:
         log.warning("ignoring positional arguments: %s", " ".join(rest))
     errors, warnings = validate(opts)

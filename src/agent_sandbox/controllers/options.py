@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..kube._logging import STACKTRACE_LEVELS, TIME_ENCODINGS, parse_zap_level
-from .flags import Flag, FlagSet
+from ..kube.flags import ZAP_FLAGS, Flag, FlagSet
 
 __all__ = [
     "ALLOWED_LABEL_DOMAINS_FILE",
@@ -164,28 +163,7 @@ FLAGS: tuple[Flag, ...] = (
         "Generate/load serving certs and patch CRD caBundles at startup.",
     ),
     Flag("kubeconfig", "string", "", "Paths to a kubeconfig. Only required if out-of-cluster."),
-    Flag(
-        "zap-devel",
-        "bool",
-        False,
-        "Development mode defaults (console encoder, debug level, warn stacktraces).",
-    ),
-    Flag("zap-encoder", "string", "", "Zap log encoding (one of 'json' or 'console')", ("json", "console")),
-    Flag(
-        "zap-log-level",
-        "string",
-        "",
-        "Zap level: 'debug', 'info', 'error', 'panic' or an integer > 0.",
-        check=parse_zap_level,
-    ),
-    Flag(
-        "zap-stacktrace-level",
-        "string",
-        "",
-        "Zap level at and above which stacktraces are captured.",
-        STACKTRACE_LEVELS,
-    ),
-    Flag("zap-time-encoding", "string", "", "Zap time encoding.", TIME_ENCODINGS),
+    *ZAP_FLAGS,
 )
 
 

@@ -17,8 +17,8 @@ import yaml
 from agent_sandbox.api.kinds import ALL_KINDS, ResourceKind
 from agent_sandbox.devcluster.cluster import DevCluster
 from agent_sandbox.devcluster.identity import controller_kubeconfig
-from agent_sandbox.devcluster.processes import Started, component_error, is_ours
-from agent_sandbox.devcluster.rest import AdminRest, probe_http
+from agent_sandbox.devcluster.processes import Started, component_error, is_ours, wait_ready
+from agent_sandbox.devcluster.rest import AdminRest
 
 CONTROLLER = "agent-sandbox-controller"
 
@@ -120,12 +120,7 @@ def start_controller(
     started = cluster.add_process(CONTROLLER, argv, env=env)
     health = cluster.state.extra_ports["controller_health"]
     deadline = time.monotonic() + timeout
-    while not probe_http(f"http://127.0.0.1:{health}/readyz"):
-        if not is_ours(started.pid, started.exe):
-            raise component_error(CONTROLLER, started.log, "exited before ready (/readyz)")
-        if time.monotonic() > deadline:
-            raise component_error(CONTROLLER, started.log, f"not ready (/readyz) within {timeout:.0f}s")
-        time.sleep(0.1)
+    wait_ready(started, f"http://127.0.0.1:{health}/readyz", deadline=deadline)
     if "--enable-webhook=false" not in extra:
         wait_crds_serving(cluster, env["AGENT_SANDBOX_WEBHOOK_URL"], deadline=deadline, started=started)
     return started

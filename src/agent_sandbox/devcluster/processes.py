@@ -57,6 +57,22 @@ def component_error(name: str, log: Path, what: str) -> ComponentError:
     return ComponentError(f"{name}: {what}\nlog: {log}\nlast lines of the log:\n{log_tail(log)}")
 
 
+def wait_ready(started: Started, url: str, *, deadline: float) -> None:
+    """Poll `url` (e.g. a `/readyz`) until it answers 200; fail if the process exits or `deadline` passes.
+
+    Raises:
+        ComponentError: with the process's last log lines.
+    """
+    from .rest import probe_http
+
+    while not probe_http(url):
+        if not is_ours(started.pid, started.exe):
+            raise component_error(started.name, started.log, f"exited before ready ({url})")
+        if time.monotonic() > deadline:
+            raise component_error(started.name, started.log, f"not ready ({url}) in time")
+        time.sleep(0.1)
+
+
 def spawn(
     name: str,
     argv: Sequence[str],

@@ -27,6 +27,7 @@ __all__ = [
     "JsonFormatter",
     "bind_reconcile",
     "configure_logging",
+    "format_time",
     "parse_zap_level",
 ]
 
@@ -102,7 +103,11 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
 
 
 def _time(record: logging.LogRecord, encoding: str) -> Any:
-    t = record.created
+    return format_time(record.created, encoding)
+
+
+def format_time(t: float, encoding: str) -> Any:
+    """A timestamp in one of the `--zap-time-encoding` forms (epoch seconds in, JSON value out)."""
     if encoding == "epoch":
         return t
     if encoding == "millis":
@@ -124,6 +129,10 @@ class JsonFormatter(logging.Formatter):
         super().__init__()
         self._time_encoding = time_encoding
         self._stack_level = stacktrace_level
+
+    @property
+    def time_encoding(self) -> str:
+        return self._time_encoding
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {

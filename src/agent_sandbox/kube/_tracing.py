@@ -45,6 +45,16 @@ class Tracing:
     def enabled(self) -> bool:
         return self._tracer is not None
 
+    @property
+    def tracer(self) -> Any:
+        """The OpenTelemetry tracer (None when disabled), for callers that manage spans themselves."""
+        return self._tracer
+
+    @property
+    def propagator(self) -> Any:
+        """The W3C TraceContext propagator (None when disabled)."""
+        return self._propagator
+
     @contextlib.contextmanager
     def start_span(
         self, name: str, *, parent: str | None = None, attributes: Mapping[str, Any] | None = None

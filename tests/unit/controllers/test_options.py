@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from agent_sandbox.controllers.flags import FlagError, HelpRequested, format_duration, parse_duration
 from agent_sandbox.controllers.main import main
 from agent_sandbox.controllers.options import (
     FLAGS,
@@ -19,6 +18,7 @@ from agent_sandbox.controllers.options import (
     read_allowed_label_domains,
     validate,
 )
+from agent_sandbox.kube.flags import FlagError, HelpRequested, format_duration, parse_duration
 
 pytestmark = pytest.mark.unit
 

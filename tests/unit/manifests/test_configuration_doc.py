@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from agent_sandbox.controllers.flags import format_duration
 from agent_sandbox.controllers.options import FLAGS
+from agent_sandbox.kube.flags import format_duration
 from agent_sandbox.manifests import REPO_ROOT
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""Go `flag`-package compatible command-line parsing for the controller binary.
+"""Go `flag`-package compatible command-line parsing for the Go-compatible binaries (controller, router).
 
 Owns the syntax upstream users already type (operations spec §7): `-flag`, `--flag`, `-flag=value`,
 `--flag value` (non-boolean flags only), booleans as `-flag` / `-flag=false` (Go's ParseBool spellings),
@@ -17,7 +17,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Flag", "FlagError", "FlagSet", "HelpRequested", "format_duration", "parse_duration"]
+from ._logging import STACKTRACE_LEVELS, TIME_ENCODINGS, configure_logging, parse_zap_level
+
+__all__ = [
+    "ZAP_FLAGS",
+    "Flag",
+    "FlagError",
+    "FlagSet",
+    "HelpRequested",
+    "configure_logging_from_flags",
+    "format_duration",
+    "parse_bool",
+    "parse_duration",
+]
 
 
 class FlagError(ValueError):
@@ -209,3 +221,41 @@ def _reason(exc: ValueError) -> str:
     if text.startswith(("invalid ", "could not convert", "invalid literal")) and "level" not in text:
         return "parse error"
     return text
+
+
+ZAP_FLAGS: tuple[Flag, ...] = (
+    Flag(
+        "zap-devel",
+        "bool",
+        False,
+        "Development mode defaults (console encoder, debug level, warn stacktraces).",
+    ),
+    Flag("zap-encoder", "string", "", "Zap log encoding (one of 'json' or 'console')", ("json", "console")),
+    Flag(
+        "zap-log-level",
+        "string",
+        "",
+        "Zap level: 'debug', 'info', 'error', 'panic' or an integer > 0.",
+        check=parse_zap_level,
+    ),
+    Flag(
+        "zap-stacktrace-level",
+        "string",
+        "",
+        "Zap level at and above which stacktraces are captured.",
+        STACKTRACE_LEVELS,
+    ),
+    Flag("zap-time-encoding", "string", "", "Zap time encoding.", TIME_ENCODINGS),
+)
+"""controller-runtime's zap logging flags (`configure_logging` consumes their values)."""
+
+
+def configure_logging_from_flags(values: Any) -> None:
+    """`configure_logging` from parsed zap flags (attributes `zap_devel`, `zap_encoder`, ...)."""
+    configure_logging(
+        devel=values.zap_devel,
+        encoder=values.zap_encoder or None,
+        level=values.zap_log_level or None,
+        stacktrace_level=values.zap_stacktrace_level or None,
+        time_encoding=values.zap_time_encoding or None,
+    )

@@ -1,0 +1,1 @@
+"""Sandbox Router benchmark: wrk load through the router to backends on 127.x addresses (docs/performance.md)."""

@@ -1,0 +1,320 @@
+"""The router process: start-up order, listeners, probes, drain on SIGTERM (router spec §1.12).
+
+Start-up: tracing -> metrics -> TLS -> Kubernetes client (only for the cache or tokenreview) -> Pod cache
+initial sync (60 s, else `pod cache failed initial sync ...`) -> authorizer -> bind every listener (a bind
+failure aborts before readiness) -> ready. Probes: `/healthz` -> 200 `{"status":"ok"}`; `/readyz` -> 200
+`ok` when ready, 503 `draining` otherwise. Shutdown: unready, stop accepting, let in-flight requests
+finish (keep-alive connections close after their current response) within `--shutdown-timeout`, then
+cut what is left (upgraded connections included) and stop.
+
+`Router` is also the in-process API tests and the dev cluster use: `await router.start()`, the bound
+ports, `await router.shutdown()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from ..kube import ApiClient, Tracing, load_config, setup_tracing
+from ..kube._servers import HttpServer, MetricsServer, parse_bind_address
+from ._authz import AllowAll, Authorizer, ScopedToken, TokenReview
+from ._config import RouterConfig, read_scoped_secret
+from ._metrics import RouterMetrics
+from ._podcache import INITIAL_SYNC_ERROR, PodCache
+from ._proxy import Proxy, ProxySettings
+from ._resolve import Resolver
+from ._server import ClientConnection, ConnectionLimits, DeadlineSweeper
+from ._tls import ReloadingTLS
+from ._tunnel import TunnelLimits
+from ._upstream import UpstreamPool
+
+__all__ = ["CACHE_SYNC_TIMEOUT", "Router", "StartupError"]
+
+log = logging.getLogger("agent_sandbox.router")
+
+CACHE_SYNC_TIMEOUT = 60.0
+SERVICE_NAME = "sandbox-router"
+
+
+class StartupError(RuntimeError):
+    """The router could not start (exit status 1)."""
+
+
+class Router:
+    """One router process's listeners and components."""
+
+    def __init__(
+        self,
+        config: RouterConfig,
+        *,
+        kube_client: ApiClient | None = None,
+        tracing: Tracing | None = None,
+        reuse_port: bool = False,
+        metrics_view: Callable[[CollectorRegistry], CollectorRegistry] | None = None,
+        extra_ready: Callable[[], bool] | None = None,
+    ) -> None:
+        """Args:
+        config: the settings.
+        kube_client: API client to use (default: built from `--kubeconfig` when the cache or
+            tokenreview needs one; a given client is not closed by the router).
+        tracing: an already set-up tracer (default: from `--enable-tracing`).
+        reuse_port: bind the proxy listeners with SO_REUSEPORT (`--workers`).
+        metrics_view: maps the router's registry to the one `/metrics` serves (`--workers`: merged).
+        extra_ready: a further readiness condition for `/readyz` (`--workers`: every worker serving).
+        """
+        self.config = config
+        self._reuse_port = reuse_port or config.workers > 1
+        self._metrics_view = metrics_view
+        self._extra_ready = extra_ready
+        self.metrics = RouterMetrics()
+        self.ready = False
+        self.http_port: int | None = None
+        self.https_port: int | None = None
+        self.connections: set[ClientConnection] = set()
+        self.cache: PodCache | None = None
+        self.proxy: Proxy | None = None
+        self.tls: ReloadingTLS | None = None
+        self._kube = kube_client
+        self._owns_kube = kube_client is None
+        self._servers: list[asyncio.Server] = []
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._http_servers: list[HttpServer] = []
+        self._given_tracing = tracing
+        self._tracing = tracing or setup_tracing(False)
+
+    # ------------------------------------------------------------------ ports of the side listeners
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self._http_servers[0].port if self._http_servers else None
+
+    @property
+    def probe_port(self) -> int | None:
+        return self._http_servers[1].port if len(self._http_servers) > 1 else None
+
+    # ------------------------------------------------------------------ start
+
+    async def start(self) -> None:
+        """Build every component and bind every listener, in upstream's order; then mark ready.
+
+        Raises:
+            StartupError: a component failed (message says which); nothing is left running.
+        """
+        try:
+            await self._start()
+        except BaseException:
+            await self._stop_everything()
+            raise
+
+    async def _start(self) -> None:
+        config = self.config
+        if self._given_tracing is None:
+            self._tracing = setup_tracing(config.enable_tracing, service_name=SERVICE_NAME)
+        if config.enable_otel_metrics:
+            # Not silently: the flag (or an OTLP endpoint variable) asked for a push we do not do.
+            log.warning(
+                "--enable-otel-metrics: pushing metrics over OTLP is not implemented; "
+                "scrape /metrics on --metrics-bind-address instead"
+            )
+        if config.https_bind_address:
+            try:
+                self.tls = ReloadingTLS(
+                    config.tls_cert_file,
+                    config.tls_key_file,
+                    client_ca_file=config.tls_client_ca_file,
+                    mtls_mode=config.mtls_mode,
+                    on_reload=self.metrics.cert_reload,
+                )
+            except (OSError, ValueError) as exc:
+                raise StartupError(f"TLS: {exc}") from exc
+        if config.needs_kube and self._kube is None:
+            self._kube = ApiClient(load_config(config.kubeconfig or None), qps=-1)
+        if config.cache_enabled:
+            assert self._kube is not None
+            self.cache = PodCache(self._kube, namespace=config.cache_namespace or None)
+            self._tasks.append(asyncio.create_task(self.cache.run(), name="pod-cache"))
+            try:
+                async with asyncio.timeout(CACHE_SYNC_TIMEOUT):
+                    await self.cache.wait_synced()
+            except TimeoutError:
+                raise StartupError(INITIAL_SYNC_ERROR) from None
+        authorizer = self._authorizer()
+        resolver = Resolver(
+            cluster_domain=config.cluster_domain,
+            allow_loopback=config.allow_loopback_pod_ip,
+            cache=self.cache,
+        )
+        self.proxy = Proxy(
+            ProxySettings(
+                proxy_timeout=config.proxy_timeout,
+                response_header_timeout=config.response_header_timeout,
+                max_retries=config.upstream_max_retries,
+                retry_initial=config.upstream_retry_initial_delay,
+                retry_max=config.upstream_retry_max_delay,
+                allow_loopback=config.allow_loopback_pod_ip,
+                max_body_bytes=config.max_request_body_bytes,
+                max_concurrent=config.max_concurrent_requests,
+            ),
+            resolver=resolver,
+            authorizer=authorizer,
+            metrics=self.metrics,
+            pool=UpstreamPool(),
+            tunnel_limits=TunnelLimits(
+                idle_timeout=config.websocket_idle_timeout,
+                max_lifetime=config.websocket_max_lifetime,
+                max_per_client=config.websocket_max_connections_per_client,
+                max_message_bytes=config.websocket_max_message_bytes,
+                trusted_proxies=config.trusted_proxy_cidrs,
+            ),
+            access_log_enabled=config.access_log,
+            tracer=self._tracing.tracer,
+            propagator=self._tracing.propagator,
+        )
+        await self._bind_all()
+        self._tasks.append(asyncio.create_task(DeadlineSweeper(self.connections).run(), name="deadlines"))
+        if self.tls is not None:
+            self._tasks.append(asyncio.create_task(self.tls.watch(), name="tls-reload"))
+        self.ready = True
+        log.info(
+            "sandbox router ready",
+            extra={"http_port": self.http_port, "https_port": self.https_port, "cache": config.cache_enabled},
+        )
+
+    def _authorizer(self) -> Authorizer:
+        config = self.config
+        if config.authz_mode == "tokenreview":
+            assert self._kube is not None
+            return TokenReview(
+                self._kube,
+                audiences=config.authz_tokenreview_audiences,
+                ttl=config.authz_tokenreview_ttl,
+                cache_size=config.authz_tokenreview_cache_size,
+                require_token=config.authz_tokenreview_require_token,
+            )
+        if config.authz_mode == "scoped-token":
+            return ScopedToken(read_scoped_secret(config.authz_scoped_token_secret_file))
+        return AllowAll()
+
+    async def _bind_all(self) -> None:
+        config = self.config
+        loop = asyncio.get_running_loop()
+        proxy = self.proxy
+        assert proxy is not None
+        limits = ConnectionLimits(
+            max_header_bytes=config.max_request_header_bytes,
+            max_body_bytes=config.max_request_body_bytes,
+            read_header_timeout=config.read_header_timeout,
+            idle_timeout=config.idle_timeout,
+        )
+        if config.enable_h2c:
+            from ._h2c import H2cPassThrough
+
+            limits.h2c = H2cPassThrough(proxy).take_over
+        registry = self.connections
+        reuse_port = self._reuse_port
+        for address, scheme in ((config.http_bind_address, "http"), (config.https_bind_address, "https")):
+            bind = parse_bind_address(address)
+            if bind is None:
+                continue
+            ssl_ctx = self.tls.context if scheme == "https" and self.tls is not None else None
+
+            def factory(scheme: str = scheme) -> ClientConnection:
+                return ClientConnection(proxy, limits, scheme=scheme, registry=registry)
+
+            try:
+                server = await loop.create_server(
+                    factory,
+                    bind[0],
+                    bind[1],
+                    ssl=ssl_ctx,
+                    backlog=4096,
+                    reuse_address=True,
+                    reuse_port=reuse_port or None,
+                    ssl_handshake_timeout=config.read_header_timeout if ssl_ctx else None,
+                )
+            except OSError as exc:
+                raise StartupError(f"bind {scheme} listener {address}: {exc.strerror or exc}") from exc
+            self._servers.append(server)
+            port = server.sockets[0].getsockname()[1]
+            if scheme == "http":
+                self.http_port = port
+            else:
+                self.https_port = port
+        served = self._metrics_view(self.metrics.registry) if self._metrics_view else self.metrics.registry
+        metrics = MetricsServer(config.metrics_bind_address, served)
+        probes = HttpServer("health probe", config.health_probe_bind_address, self._probe_app())
+        self._http_servers = [metrics, probes]
+        for server_ in self._http_servers:
+            task = asyncio.create_task(server_.start(), name=server_.name)
+            self._tasks.append(task)
+            waiter = asyncio.create_task(server_.wait_serving())
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                waiter.cancel()
+                error = task.exception()
+                raise StartupError(f"bind {server_.name} listener {server_.address}: {error}") from error
+
+    def _probe_app(self) -> web.Application:
+        async def healthz(_: web.Request) -> web.Response:
+            return web.Response(body=b'{"status":"ok"}', content_type="application/json")
+
+        async def readyz(_: web.Request) -> web.Response:
+            if self.ready and (self._extra_ready is None or self._extra_ready()):
+                return web.Response(text="ok")
+            return web.Response(status=503, text="draining")
+
+        app = web.Application()
+        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/readyz", readyz)
+        return app
+
+    # ------------------------------------------------------------------ shutdown
+
+    async def shutdown(self) -> None:
+        """Drain (router spec §1.12): unready, stop accepting, finish in-flight requests, then stop."""
+        self.ready = False
+        for server in self._servers:
+            server.close()
+        for conn in list(self.connections):
+            conn.start_drain()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.shutdown_timeout
+        while self._busy() and loop.time() < deadline:  # noqa: ASYNC110 - polls connection states
+            await asyncio.sleep(0.05)
+        if self._busy():
+            log.warning("shutdown timeout: closing %d connection(s) still busy", len(self.connections))
+        await self._stop_everything()
+
+    def _busy(self) -> bool:
+        # Upgraded connections do not hold the drain up (Go's Shutdown does not wait for hijacked
+        # connections either); they are cut when the process stops.
+        return any(not c.idle and c.tunnel is None for c in self.connections if not c.closed)
+
+    async def _stop_everything(self) -> None:
+        self.ready = False
+        for server in self._servers:
+            server.close()
+        for conn in list(self.connections):
+            conn.abort()
+        if self.proxy is not None:
+            self.proxy.pool.close_all()
+            if self.proxy.access_log is not None:
+                self.proxy.access_log.flush()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        self._servers.clear()
+        if self._kube is not None and self._owns_kube:
+            await self._kube.close()
+        if self._given_tracing is None:
+            self._tracing.shutdown()

@@ -1,0 +1,326 @@
+"""Prior-knowledge h2c (HTTP/2 without TLS, e.g. gRPC) pass-through, behind `--enable-h2c`.
+
+Upstream's router cannot carry sandboxd's gRPC process API (router spec §2.2.2); this can. A client opts
+in by speaking plaintext HTTP/2 with prior knowledge to the proxy port (gRPC's default for `http://`
+targets) and sending the routing headers as request metadata (`x-sandbox-id`, `x-sandbox-namespace`,
+`x-sandbox-port` — e.g. 9090 for sandboxd — and optionally `x-sandbox-pod-ip`, `x-sandbox-uid`,
+`authorization`).
+
+How: the router answers the client's preface with an empty SETTINGS frame (and later drops the client's
+ACK of it, which the sandbox must not see); the connection preface and frames are buffered until the first HEADERS block (with its
+CONTINUATIONs) is complete; it is HPACK-decoded, the routing headers are validated, authorized and
+resolved exactly as for HTTP/1.1, and the router dials the sandbox and replays the buffered bytes. From
+then on frames are relayed unchanged, but every later HEADERS block from the client is still decoded
+(HPACK state is per connection): a connection is pinned to one sandbox, and a stream that names other
+routing headers (or a credential that no longer verifies) ends the connection with a GOAWAY naming
+the last forwarded stream, so the client retries that request on a new connection (gRPC does this by
+itself), which is then pinned to the other sandbox. One connection per sandbox, as with HTTP/1.1. Streams the
+server opens, DATA, SETTINGS etc. pass through untouched. Refusals before dialling are answered as
+HTTP/2 responses; for gRPC requests as a trailers-only response with the matching `grpc-status`
+(400 -> INVALID_ARGUMENT, 401 -> UNAUTHENTICATED, 403 -> PERMISSION_DENIED, 502 -> UNAVAILABLE,
+504 -> DEADLINE_EXCEEDED) and the detail text as `grpc-message`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ._resolve import Target
+from ._routing import Route, RouteError, parse_route
+from ._server import ClientConnection
+from ._tunnel import Tunnel
+
+if TYPE_CHECKING:
+    from ._proxy import Proxy
+
+__all__ = ["PREFACE", "H2cPassThrough"]
+
+log = logging.getLogger("agent_sandbox.router.h2c")
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_HEADERS, _CONTINUATION, _SETTINGS, _GOAWAY = 0x1, 0x9, 0x4, 0x7
+_END_STREAM, _ACK, _END_HEADERS, _PADDED, _PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
+_MAX_BUFFER = 1 << 20
+_GRPC_STATUS = {400: 3, 401: 16, 403: 7, 413: 8, 429: 8, 502: 14, 503: 14, 504: 4}
+
+
+def _frame(ftype: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return struct.pack("!I", len(payload))[1:] + bytes((ftype, flags)) + struct.pack("!I", stream) + payload
+
+
+def _header_fragment(flags: int, payload: bytes) -> bytes:
+    """A HEADERS payload without padding and priority fields."""
+    start, end = 0, len(payload)
+    if flags & _PADDED:
+        if not payload:
+            raise ValueError("padded HEADERS without pad length")
+        end -= payload[0]
+        start = 1
+    if flags & _PRIORITY:
+        start += 5
+    if start > end:
+        raise ValueError("HEADERS padding/priority longer than the frame")
+    return payload[start:end]
+
+
+class _ClientFrames:
+    """Splits the client->server byte stream into frames and decodes every header block."""
+
+    def __init__(self) -> None:
+        import hpack
+
+        self.decoder = hpack.Decoder()
+        self.decoder.max_allowed_table_size = 1 << 16
+        self._buf = b""
+        self._block = b""
+        self._block_stream = 0
+        self.swallow_ack = True
+
+    def feed(self, data: bytes) -> tuple[list[bytes], list[tuple[int, list[tuple[str, str]]]]]:
+        """Consume bytes; returns (complete frames in order, decoded header blocks (stream, headers))."""
+        self._buf += data
+        frames: list[bytes] = []
+        blocks: list[tuple[int, list[tuple[str, str]]]] = []
+        buf = self._buf
+        pos = 0
+        while len(buf) - pos >= 9:
+            length = int.from_bytes(buf[pos : pos + 3], "big")
+            if len(buf) - pos < 9 + length:
+                break
+            ftype, flags = buf[pos + 3], buf[pos + 4]
+            stream = int.from_bytes(buf[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+            payload = buf[pos + 9 : pos + 9 + length]
+            frame = buf[pos : pos + 9 + length]
+            pos += 9 + length
+            if ftype == _SETTINGS and flags & _ACK and self.swallow_ack:
+                # The client's acknowledgement of the router's own SETTINGS: the sandbox never sent
+                # those, and an unexpected ACK is a protocol error to it.
+                self.swallow_ack = False
+                continue
+            frames.append(frame)
+            if ftype == _HEADERS:
+                self._block = _header_fragment(flags, payload)
+                self._block_stream = stream
+            elif ftype == _CONTINUATION:
+                self._block += payload
+            else:
+                continue
+            if flags & _END_HEADERS:
+                headers = self.decoder.decode(self._block, raw=False)
+                blocks.append((self._block_stream, [(str(k), str(v)) for k, v in headers]))
+                self._block = b""
+        self._buf = buf[pos:]
+        return frames, blocks
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+
+def _routing(headers: list[tuple[str, str]]) -> tuple[dict[bytes, bytes], set[bytes], bytes | None]:
+    routing: dict[bytes, bytes] = {}
+    dups: set[bytes] = set()
+    authorization: bytes | None = None
+    for name, value in headers:
+        key = name.lower().encode("latin-1")
+        if key.startswith(b"x-sandbox-"):
+            if key in routing:
+                dups.add(key)
+            routing.setdefault(key, value.encode("latin-1"))
+        elif key == b"authorization":
+            authorization = value.encode("latin-1")
+    return routing, dups, authorization
+
+
+class _Session:
+    """One h2c connection from preface to close."""
+
+    def __init__(self, proxy: Proxy, conn: ClientConnection) -> None:
+        self.proxy = proxy
+        self.conn = conn
+        self.frames = _ClientFrames()
+        self.pending: list[bytes] = []
+        self.route: Route | None = None
+        self.authorization: bytes | None = None
+        self.upstream_write: Any = None
+        self.last_stream = 0
+
+    def feed(self, data: bytes) -> None:
+        try:
+            frames, blocks = self.frames.feed(data)
+        except Exception as exc:  # hpack errors, malformed frames
+            log.info("h2c: malformed client frames: %s", exc)
+            self._goaway()
+            return
+        for stream, headers in blocks:
+            if self.route is None:
+                self.last_stream = stream
+                self._first_request(stream, headers, frames)
+                return
+            if not self._same_target(headers):
+                # Refuse the new stream unprocessed: GOAWAY names the last stream that was forwarded, so
+                # the client may retry this one on a new connection (gRPC does so transparently).
+                self._goaway(self.last_stream, 0)
+                return
+            self.last_stream = max(self.last_stream, stream)
+        if self.route is None:
+            self.pending.extend(frames)
+            if self.frames.buffered + sum(map(len, self.pending)) > _MAX_BUFFER:
+                self._goaway()
+        elif self.upstream_write is not None:
+            for frame in frames:
+                self.upstream_write(frame)
+        else:
+            self.pending.extend(frames)
+
+    def _first_request(self, stream: int, headers: list[tuple[str, str]], frames: list[bytes]) -> None:
+        self.pending.extend(frames)
+        routing, dups, authorization = _routing(headers)
+        grpc = any(k == "content-type" and v.startswith("application/grpc") for k, v in headers)
+        proxy = self.proxy
+        try:
+            route = parse_route(routing, dups, allow_loopback=proxy.settings.allow_loopback)
+        except RouteError as exc:
+            self._refuse(stream, grpc, exc)
+            return
+        self.route = route
+        self.authorization = authorization
+        if self.conn.transport is not None:
+            self.conn.transport.pause_reading()
+        asyncio.get_running_loop().create_task(self._connect(stream, grpc, route, authorization))
+
+    async def _connect(self, stream: int, grpc: bool, route: Route, authorization: bytes | None) -> None:
+        proxy = self.proxy
+        try:
+            pending = proxy.authorizer.check(route, authorization)
+            if pending is not None:
+                await pending
+            proxy.metrics.authz_decision(route.namespace, True)
+        except RouteError as exc:
+            proxy.metrics.authz_decision(route.namespace, False)
+            self._refuse(stream, grpc, exc)
+            return
+        try:
+            target: Target | None = proxy.resolver.resolve_fast(route)
+            if target is None:
+                async with asyncio.timeout(proxy.settings.proxy_timeout):
+                    target = await proxy.resolver.resolve(route)
+            loop = asyncio.get_running_loop()
+            upstream = await proxy.pool.dial(
+                target.host, target.port, deadline=loop.time() + proxy.settings.response_header_timeout
+            )
+        except RouteError as exc:
+            self._refuse(stream, grpc, exc)
+            return
+        except (OSError, TimeoutError):
+            proxy.metrics.upstream_error(route.namespace, "dial")
+            self._refuse(
+                stream, grpc, RouteError(502, f"Could not connect to the backend sandbox: {route.sandbox_id}")
+            )
+            return
+        if self.conn.closed:
+            upstream.close()
+            return
+        replay = b"".join(self.pending)
+        self.pending.clear()
+        start = loop.time()
+        tunnel = Tunnel(
+            self.conn,
+            upstream,
+            client_tail=replay,
+            upstream_tail=b"",
+            limits=proxy.tunnel_limits,
+            websocket=False,
+        )
+        self.upstream_write = tunnel.to_upstream
+        proxy.tunnels.add(tunnel)
+        try:
+            # Client bytes keep coming through `feed` (frames inspected); server bytes are relayed as is.
+            await tunnel.run(client_reader=self.feed)
+        finally:
+            proxy.tunnels.discard(tunnel)
+            proxy.metrics.observe_request("PRI", 200, route.namespace, loop.time() - start)
+
+    def _same_target(self, headers: list[tuple[str, str]]) -> bool:
+        routing, dups, authorization = _routing(headers)
+        try:
+            route = parse_route(routing, dups, allow_loopback=self.proxy.settings.allow_loopback)
+        except RouteError:
+            return False
+        if route != self.route:
+            return False
+        if authorization == self.authorization:
+            return True
+        try:
+            pending = self.proxy.authorizer.check(route, authorization)
+        except RouteError:
+            return False
+        if pending is not None:
+            if asyncio.iscoroutine(pending):
+                pending.close()
+            return False  # a new credential that needs an API call: not on a pinned connection
+        self.authorization = authorization
+        return True
+
+    def _refuse(self, stream: int, grpc: bool, error: RouteError) -> None:
+        import hpack
+
+        self.proxy.metrics.observe_request(
+            "PRI", error.status, self.route.namespace if self.route else "", 0.0
+        )
+        encoder = hpack.Encoder()
+        if grpc:
+            headers = [
+                (":status", "200"),
+                ("content-type", "application/grpc"),
+                ("grpc-status", str(_GRPC_STATUS.get(error.status, 2))),
+                ("grpc-message", error.detail),
+            ]
+            out = _frame(_HEADERS, _END_HEADERS | _END_STREAM, stream, encoder.encode(headers))
+        else:
+            body = orjson.dumps({"detail": error.detail})
+            headers = [
+                (":status", str(error.status)),
+                ("content-type", "application/json"),
+                ("content-length", str(len(body))),
+            ]
+            out = _frame(_HEADERS, _END_HEADERS, stream, encoder.encode(headers)) + _frame(
+                0x0, _END_STREAM, stream, body
+            )
+        out += _frame(_GOAWAY, 0, 0, struct.pack("!II", stream, 0))
+        self.conn.write(out)
+        self.conn.close()
+
+    def _goaway(self, last_stream: int = 0, code: int = 0x1) -> None:
+        """End the connection (default: PROTOCOL_ERROR, nothing processed)."""
+        self.conn.write(_frame(_GOAWAY, 0, 0, struct.pack("!II", last_stream, code)))
+        self.conn.close()
+
+
+class H2cPassThrough:
+    """Takes over proxy-port connections that open with the HTTP/2 preface."""
+
+    def __init__(self, proxy: Proxy) -> None:
+        import hpack  # noqa: F401 - fail at start-up, not on the first h2c connection
+
+        self.proxy = proxy
+
+    def take_over(self, conn: ClientConnection, data: bytes) -> None:
+        if not data.startswith(PREFACE):
+            conn.fail(400, "Malformed HTTP request.")
+            return
+        session = _Session(self.proxy, conn)
+        conn.tunnel = session.feed
+        # Clients wait for the server's preface (a SETTINGS frame) before sending requests; the router
+        # sends an empty one (all defaults) and the sandbox's own SETTINGS follow once connected.
+        conn.write(_frame(_SETTINGS, 0, 0, b""))
+        conn.on_lost = lambda: None
+        session.pending.append(PREFACE)
+        rest = data[len(PREFACE) :]
+        if rest:
+            session.feed(rest)

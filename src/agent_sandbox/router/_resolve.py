@@ -1,0 +1,166 @@
+"""Upstream address resolution (router spec §1.4) and the "only sandboxes" rule (operations spec §11).
+
+Order, first match wins: `X-Sandbox-Pod-IP` -> cached Sandbox UID -> cached `namespace/X-Sandbox-ID`
+-> DNS form `<id>.<namespace>.svc.<cluster-domain>`. Stronger than upstream where the cache can tell:
+
+- With the cache on, an `X-Sandbox-Pod-IP` must belong to the named Sandbox. Another Sandbox's IP ->
+  403. An address that was this sandbox's former pod's is stale (the sandbox was suspended and resumed
+  on a new pod): it is re-resolved to the current address (source `cache-name`). Any other address the
+  cache does not know waits briefly for the watch to catch up (a pod that just became Ready), then
+  403. So a dev cluster's loopback pod IPs are reachable only as a sandbox's.
+- With the cache on, an `X-Sandbox-UID` must belong to the named Sandbox (403 otherwise), and the DNS
+  form is not used for namespaces the cache watches: a name without a Ready sandbox pod is a dial
+  failure (retried with re-resolution, then 502), which is what the DNS form gives for a Sandbox whose
+  pod is not Ready, and any other Service in those namespaces is not a proxy target. Namespaces outside
+  `--cache-namespace` still use the DNS form, as upstream.
+- The DNS form is resolved by the router and the address is dialled only if it is not link-local,
+  multicast or unspecified (nor loopback unless `--allow-loopback-pod-ip`).
+
+Every attempt of the retry loop resolves again, so an address that changes during the backoff is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import socket
+from dataclasses import dataclass
+
+from ._podcache import PodCache, PodEntry
+from ._routing import Route, RouteError, always_refused
+
+__all__ = ["POD_IP_WAIT", "DialError", "Resolver", "Target"]
+
+POD_IP_WAIT = 2.0
+"""How long a request naming a Pod IP the cache does not know waits for the watch before 403."""
+
+
+class DialError(OSError):
+    """A dial-phase failure found before connecting (unknown name, DNS error): retryable."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where one attempt dials."""
+
+    host: str
+    """IP literal to connect to."""
+    port: int
+    source: str
+    """`pod-ip`, `cache`, `cache-name` or `dns` (router spec §1.4 source labels)."""
+    authority: bytes
+    """The forwarded `Host` header (upstream URL's host:port)."""
+    entry: PodEntry | None = None
+    """The cache entry used, for active invalidation."""
+
+
+def _authority(host: str, port: int) -> bytes:
+    return (f"[{host}]:{port}" if ":" in host else f"{host}:{port}").encode("ascii")
+
+
+def _foreign(route: Route) -> RouteError:
+    return RouteError(
+        403,
+        f"X-Sandbox-Pod-IP {route.pod_ip} does not belong to sandbox {route.namespace}/{route.sandbox_id}.",
+    )
+
+
+class Resolver:
+    """Turns a validated `Route` into a dial `Target`."""
+
+    def __init__(self, *, cluster_domain: str, allow_loopback: bool, cache: PodCache | None = None) -> None:
+        self.cluster_domain = cluster_domain
+        self.allow_loopback = allow_loopback
+        self.cache = cache
+
+    def resolve_fast(self, route: Route) -> Target | None:
+        """Resolve without waiting; None when the slow path (`resolve`) is needed.
+
+        Raises:
+            RouteError: 403, the request names another sandbox's Pod IP or UID.
+        """
+        cache = self.cache
+        if route.pod_ip is not None:
+            ip = str(route.pod_ip)
+            if cache is None:
+                return Target(ip, route.port, "pod-ip", _authority(ip, route.port))
+            owner = cache.by_ip.get(ip)
+            if owner is not None:
+                if owner.namespace == route.namespace and owner.sandbox == route.sandbox_id:
+                    return Target(ip, route.port, "pod-ip", _authority(ip, route.port), owner)
+                raise _foreign(route)
+            if cache.former.get(ip) == (route.namespace, route.sandbox_id):
+                current = cache.by_name.get((route.namespace, route.sandbox_id))
+                if current is not None:
+                    return Target(
+                        current.ip, route.port, "cache-name", _authority(current.ip, route.port), current
+                    )
+            return None
+        if cache is None:
+            return None
+        if route.uid:
+            entry = cache.by_uid.get(route.uid)
+            if entry is not None:
+                if entry.namespace != route.namespace or entry.sandbox != route.sandbox_id:
+                    raise RouteError(
+                        403,
+                        f"X-Sandbox-UID {route.uid} does not belong to sandbox "
+                        f"{route.namespace}/{route.sandbox_id}.",
+                    )
+                return Target(entry.ip, route.port, "cache", _authority(entry.ip, route.port), entry)
+        entry = cache.by_name.get((route.namespace, route.sandbox_id))
+        if entry is not None:
+            return Target(entry.ip, route.port, "cache-name", _authority(entry.ip, route.port), entry)
+        return None
+
+    async def resolve(self, route: Route) -> Target:
+        """Resolve, waiting where needed (cache catch-up, DNS).
+
+        Raises:
+            RouteError: 403 (see `resolve_fast`; also a Pod IP that is no sandbox's).
+            DialError: nothing to dial (unknown sandbox, DNS failure): retryable.
+        """
+        target = self.resolve_fast(route)
+        if target is not None:
+            return target
+        cache = self.cache
+        if route.pod_ip is not None and cache is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(POD_IP_WAIT):
+                    while True:
+                        await cache.wait_changed()
+                        target = self.resolve_fast(route)
+                        if target is not None:
+                            return target
+            raise _foreign(route)
+        if cache is not None and cache.covers(route.namespace):
+            if cache.sandbox_known(route.namespace, route.sandbox_id):
+                # Its pod exists but is not Ready (or is an unclaimed pool member named by name): a
+                # headless Service would not publish it either, so do not ask DNS.
+                raise DialError(f"sandbox {route.namespace}/{route.sandbox_id} has no Ready pod")
+            raise DialError(f"no sandbox {route.namespace}/{route.sandbox_id} in the pod cache")
+        return await self._resolve_dns(route)
+
+    async def _resolve_dns(self, route: Route) -> Target:
+        name = f"{route.sandbox_id}.{route.namespace}.svc.{self.cluster_domain}"
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await loop.getaddrinfo(name, route.port, type=socket.SOCK_STREAM)
+        except (socket.gaierror, UnicodeError) as exc:
+            raise DialError(f"resolve {name}: {exc}") from exc
+        for _family, _type, _proto, _canon, sockaddr in infos:
+            ip = ipaddress.ip_address(sockaddr[0])
+            if always_refused(ip) or (ip.is_loopback and not self.allow_loopback):
+                continue
+            return Target(str(ip), route.port, "dns", f"{name}:{route.port}".encode("ascii"))
+        raise DialError(f"resolve {name}: no address the router may dial")
+
+    def invalidate(self, target: Target, *, by_uid: bool) -> bool:
+        """Evict a cache entry a dial found dead (router spec §1.9.5); True if something was evicted."""
+        if self.cache is None or target.entry is None:
+            return False
+        entry = target.entry
+        if by_uid:
+            return self.cache.evict_uid(entry.uid, target.host)
+        return self.cache.evict_name(entry.namespace, entry.sandbox, target.host)

@@ -1,0 +1,501 @@
+"""The proxy listener's HTTP/1.1 server side: one `ClientConnection` per accepted socket.
+
+Owns: parsing requests with `httptools` (llhttp: strict framing, so CL+TE smuggling, bare CR/LF and
+obs-fold are refused), the request-level limits (header bytes -> 431, read-header timeout -> 408 for
+slowloris clients, keep-alive idle timeout), pipelining (requests are answered strictly in order; later
+ones wait with their bodies buffered up to a bound), request-body streaming with flow control
+(`RequestBody`), upgrade hand-off (the raw bytes after an upgrade request), and connection-level
+keep-alive/close bookkeeping. Each request is handed to the `Handler` as a task.
+
+Does not own: what is done with a request (`_proxy.Proxy`), TLS (the listener's SSL context).
+
+Failure modes: malformed HTTP -> 400 JSON and close; a client that disappears mid-request cancels its
+handler (which aborts the upstream exchange).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol, cast
+
+import httptools
+
+from ._responses import json_response
+
+__all__ = ["ClientConnection", "ConnectionLimits", "DeadlineSweeper", "Handler", "Request", "RequestBody"]
+
+log = logging.getLogger("agent_sandbox.router.server")
+
+_BODY_HIGH_WATER = 256 * 1024
+"""Buffered request-body bytes (no upstream yet, or upstream write buffer full) before reading pauses."""
+_HEAD_SLACK = 64 * 1024
+
+
+class Handler(Protocol):
+    async def handle(self, conn: ClientConnection, request: Request) -> None: ...
+
+
+class ConnectionLimits:
+    """Per-connection limits shared by every connection of a listener."""
+
+    __slots__ = ("h2c", "idle_timeout", "max_body_bytes", "max_header_bytes", "read_header_timeout")
+
+    def __init__(
+        self,
+        *,
+        max_header_bytes: int = 1 << 20,
+        max_body_bytes: int = 0,
+        read_header_timeout: float = 10.0,
+        idle_timeout: float = 120.0,
+        h2c: Callable[[ClientConnection, bytes], None] | None = None,
+    ) -> None:
+        self.max_header_bytes = max_header_bytes
+        self.max_body_bytes = max_body_bytes
+        self.read_header_timeout = read_header_timeout
+        self.idle_timeout = idle_timeout
+        self.h2c = h2c
+        """Takes over a connection that opens with the HTTP/2 preface (None: h2c refused)."""
+
+
+class RequestBody:
+    """A request body streamed from the client to whoever attaches a sink (the upstream writer).
+
+    Before a sink is attached, chunks are buffered (reading pauses above a bound). `chunked` bodies are
+    re-framed by the sink owner; this object only carries payload bytes.
+    """
+
+    __slots__ = ("_buffer", "_buffered", "_conn", "_on_done", "_sink", "done", "expected", "received")
+
+    def __init__(self, conn: ClientConnection, expected: int | None) -> None:
+        self._conn = conn
+        self._buffer: list[bytes] = []
+        self._buffered = 0
+        self._sink: Callable[[bytes], None] | None = None
+        self._on_done: Callable[[], None] | None = None
+        self.expected = expected
+        """Content-Length, or None for chunked / no body."""
+        self.received = 0
+        self.done = False
+
+    def feed(self, chunk: bytes) -> None:
+        self.received += len(chunk)
+        if self._sink is not None:
+            self._sink(chunk)
+            return
+        self._buffer.append(chunk)
+        self._buffered += len(chunk)
+        if self._buffered > _BODY_HIGH_WATER:
+            self._conn.pause_reading_for_body()
+
+    def finish(self) -> None:
+        self.done = True
+        if self._on_done is not None:
+            self._on_done()
+
+    def take_buffered(self) -> bytes:
+        """Everything buffered so far (and forget it)."""
+        data = b"".join(self._buffer) if len(self._buffer) != 1 else self._buffer[0]
+        self._buffer.clear()
+        self._buffered = 0
+        return data
+
+    def attach(self, sink: Callable[[bytes], None], on_done: Callable[[], None]) -> None:
+        """Stream further chunks into `sink` and call `on_done` at the end (after `take_buffered()`)."""
+        self._sink = sink
+        self._on_done = on_done
+        self._conn.resume_reading_for_body()
+
+    def detach(self) -> None:
+        self._sink = None
+        self._on_done = None
+
+
+class Request:
+    """One parsed request head plus its streaming body."""
+
+    __slots__ = (
+        "authorization",
+        "body",
+        "chunked",
+        "connection_tokens",
+        "content_length",
+        "duplicates",
+        "expect_continue",
+        "headers",
+        "host",
+        "keep_alive",
+        "method",
+        "routing",
+        "upgrade",
+        "url",
+        "version",
+    )
+
+    def __init__(self) -> None:
+        self.method = ""
+        self.url = b""
+        self.version = "1.1"
+        self.headers: list[tuple[bytes, bytes, bytes]] = []
+        """(lower-case name, name as sent, value) in wire order."""
+        self.routing: dict[bytes, bytes] = {}
+        self.duplicates: set[bytes] = set()
+        self.host = b""
+        self.authorization: bytes | None = None
+        self.content_length: int | None = None
+        self.chunked = False
+        self.expect_continue = False
+        self.connection_tokens: tuple[bytes, ...] = ()
+        self.keep_alive = True
+        self.upgrade = False
+        self.body: RequestBody | None = None
+
+    @property
+    def path(self) -> bytes:
+        """The path part of the request target (no query)."""
+        q = self.url.find(b"?")
+        return self.url if q < 0 else self.url[:q]
+
+
+class ClientConnection(asyncio.Protocol):
+    """One client connection on the proxy listener."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        limits: ConnectionLimits,
+        *,
+        scheme: str,
+        registry: set[ClientConnection] | None = None,
+    ) -> None:
+        self.handler = handler
+        self._registry = registry
+        self.limits = limits
+        self.scheme = scheme
+        self.transport: asyncio.Transport | None = None
+        self.client_ip = ""
+        self.closed = False
+        self.draining = False
+        self.write_paused = False
+        self.on_write_pause: Callable[[bool], None] | None = None
+        """Set by the active exchange: called with True/False when the client write buffer fills/drains."""
+        self.tunnel: Callable[[bytes], None] | None = None
+        """Set once upgraded: raw client bytes go here."""
+        self.on_lost: Callable[[], None] | None = None
+        self.upgrade_tail = b""
+        self._parser = httptools.HttpRequestParser(self)
+        self._current: Request | None = None
+        self._active: Request | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._pending: deque[Request] = deque()
+        self._head_bytes = 0
+        self._in_head = False
+        self.deadline = math.inf
+        """Loop time at which `_on_deadline` fires (checked by the listener's `DeadlineSweeper`)."""
+        self._on_deadline: Callable[[], None] | None = None
+        self._reading_paused_for: set[str] = set()
+        self._first_data = True
+        self._failed = False
+        self.failed_status = 0
+        self.response_started = False
+        """The active request's response head has been written (errors can no longer be sent)."""
+
+    # ------------------------------------------------------------------ asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement the interface without subclassing asyncio.Transport.
+        self.transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername")
+        self.client_ip = peer[0] if isinstance(peer, tuple) else ""
+        if self._registry is not None:
+            self._registry.add(self)
+        self._arm(self.limits.read_header_timeout, self._header_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        if self.tunnel is not None:
+            self.tunnel(data)
+            return
+        if self._failed:
+            return
+        if self._first_data:
+            self._first_data = False
+            if data.startswith(b"PRI * HTTP/2.0") and self.limits.h2c is not None:
+                self._cancel_timer()
+                self.limits.h2c(self, data)
+                return
+        if not self._in_head and self._active is None and not self._pending:
+            # First byte of a new request on an idle keep-alive connection: the header clock starts.
+            self._arm(self.limits.read_header_timeout, self._header_timeout)
+        if self._in_head or self._current is None:
+            self._head_bytes += len(data)
+            if self._head_bytes > self.limits.max_header_bytes + _HEAD_SLACK:
+                self.fail(431, "Request header fields too large.")
+                return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade as exc:
+            self.upgrade_tail += data[exc.args[0] :]
+            if self.transport is not None:
+                self.transport.pause_reading()
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__
+            if isinstance(cause, _TooLarge):
+                self.fail(431, "Request header fields too large.")
+            elif isinstance(cause, _BodyTooLarge):
+                self.fail(413, "Request body too large.")
+            elif isinstance(cause, _Malformed):
+                self.fail(400, "Malformed HTTP request.")
+            elif not self._failed:
+                log.error("request parser callback failed", exc_info=cause)
+                self.fail(400, "Malformed HTTP request.")
+        except httptools.HttpParserError:
+            self.fail(400, "Malformed HTTP request.")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._registry is not None:
+            self._registry.discard(self)
+        self._cancel_timer()
+        if self.on_lost is not None:
+            self.on_lost()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        self._pending.clear()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        if self.on_write_pause is not None:
+            self.on_write_pause(True)
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if self.on_write_pause is not None:
+            self.on_write_pause(False)
+
+    # ------------------------------------------------------------------ httptools callbacks
+
+    def on_message_begin(self) -> None:
+        self._current = Request()
+        self._in_head = True
+        self._head_bytes = 0
+
+    def on_url(self, url: bytes) -> None:
+        req = self._current
+        assert req is not None
+        req.url += url
+        if len(req.url) > self.limits.max_header_bytes:
+            raise _TooLarge
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        req = self._current
+        assert req is not None
+        lname = name.lower()
+        req.headers.append((lname, name, value))
+        if lname.startswith(b"x-sandbox-"):
+            if lname in req.routing:
+                req.duplicates.add(lname)
+            else:
+                req.routing[lname] = value
+        elif lname == b"host":
+            req.host = value
+        elif lname == b"authorization":
+            req.authorization = value
+        elif lname == b"content-length":
+            req.content_length = int(value) if value.isdigit() else None
+        elif lname == b"transfer-encoding":
+            req.chunked = b"chunked" in value.lower()
+        elif lname == b"expect":
+            req.expect_continue = value.lower() == b"100-continue"
+        elif lname == b"connection":
+            req.connection_tokens += tuple(t.strip().lower() for t in value.split(b",") if t.strip())
+
+    def on_headers_complete(self) -> None:
+        req = self._current
+        assert req is not None
+        size = len(req.url) + sum(len(n) + len(v) + 4 for _, n, v in req.headers)
+        if size > self.limits.max_header_bytes:
+            raise _TooLarge
+        self._in_head = False
+        parser = self._parser
+        req.method = parser.get_method().decode("ascii", "replace")
+        req.version = parser.get_http_version()
+        if req.version not in ("1.1", "1.0"):
+            raise _Malformed  # HTTP/0.9 request lines (no version) carry no headers we could trust
+        req.keep_alive = parser.should_keep_alive()
+        req.upgrade = parser.should_upgrade()
+        req.body = RequestBody(self, req.content_length if not req.chunked else None)
+        if self._active is None:
+            self._cancel_timer()
+            self._start(req)
+        else:
+            self._pending.append(req)
+            self.pause_reading_for_body("pipeline")
+
+    def on_body(self, body: bytes) -> None:
+        req = self._current
+        if req is not None and req.body is not None:
+            limit = self.limits.max_body_bytes
+            if limit and req.body.received + len(body) > limit:
+                raise _BodyTooLarge
+            req.body.feed(body)
+
+    def on_message_complete(self) -> None:
+        req = self._current
+        if req is not None and req.body is not None:
+            req.body.finish()
+        self._current = None
+
+    # ------------------------------------------------------------------ request lifecycle
+
+    def _start(self, req: Request) -> None:
+        self._active = req
+        self._task = asyncio.get_running_loop().create_task(self.handler.handle(self, req))
+
+    def finish_request(self, *, keep_alive: bool) -> None:
+        """The handler wrote the whole response: close, or serve the next pipelined/keep-alive request."""
+        req = self._active
+        self._active = None
+        self._task = None
+        self.on_write_pause = None
+        self.response_started = False
+        if self.closed:
+            return
+        body_left = req is not None and req.body is not None and not req.body.done
+        if not keep_alive or self.draining or body_left or (req is not None and req.upgrade):
+            self.close()
+            return
+        if self._pending:
+            nxt = self._pending.popleft()
+            if not self._pending:
+                self.resume_reading_for_body("pipeline")
+            self._start(nxt)
+            return
+        if self._current is None:
+            self._arm(self.limits.idle_timeout, self.close)
+
+    def pause_reading_for_body(self, reason: str = "body") -> None:
+        if not self._reading_paused_for and self.transport is not None:
+            self.transport.pause_reading()
+        self._reading_paused_for.add(reason)
+
+    def resume_reading_for_body(self, reason: str = "body") -> None:
+        self._reading_paused_for.discard(reason)
+        if not self._reading_paused_for and self.transport is not None and self.tunnel is None:
+            self.transport.resume_reading()
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.write(data)
+
+    def close(self) -> None:
+        self._cancel_timer()
+        if self.transport is not None and not self.closed:
+            self.closed = True
+            self.transport.close()
+
+    def abort(self) -> None:
+        self._cancel_timer()
+        if self.transport is not None and not self.closed:
+            self.closed = True
+            self.transport.abort()
+
+    def fail(self, status: int, detail: str) -> None:
+        """Refuse what the client sent (malformed, too large, too slow): answer with a JSON error if no
+        response has started, stop the active handler (it aborts its upstream exchange), close."""
+        if self._failed:
+            return
+        self._failed = True
+        self.failed_status = status
+        self._cancel_timer()
+        if not self.response_started:
+            self.write(json_response(status, {"detail": detail}, keep_alive=False))
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        self._linger_close()
+
+    def _linger_close(self) -> None:
+        """Close after the error response without resetting it away: closing a socket that still has
+        unread input makes the kernel send RST, and a client still sending (a slow or oversized request)
+        would then lose the response. So: half-close, discard input for up to a second, then close (as
+        Go's server does)."""
+        transport = self.transport
+        if transport is None or self.closed:
+            return
+        try:
+            if transport.can_write_eof():
+                transport.write_eof()
+            else:
+                self.close()
+                return
+        except (OSError, RuntimeError):
+            self.close()
+            return
+        asyncio.get_running_loop().call_later(1.0, self.close)
+
+    def start_drain(self) -> None:
+        """Shutdown: idle connections close now, busy ones after their current response."""
+        self.draining = True
+        if self._active is None and not self._in_head:
+            self.close()
+
+    @property
+    def idle(self) -> bool:
+        return self._active is None and not self._in_head
+
+    # ------------------------------------------------------------------ timers
+
+    # Per-request timers would cost two timer objects per request on a keep-alive connection; instead
+    # each connection records one deadline and a sweeper checks all connections a few times a second
+    # (timeouts here are seconds long; a quarter second of slack is fine).
+
+    def _arm(self, delay: float, callback: Callable[[], None]) -> None:
+        if self.transport is not None:
+            self.deadline = asyncio.get_running_loop().time() + delay
+            self._on_deadline = callback
+
+    def _cancel_timer(self) -> None:
+        self.deadline = math.inf
+        self._on_deadline = None
+
+    def expire(self) -> None:
+        """The deadline passed (called by the sweeper)."""
+        callback = self._on_deadline
+        self._cancel_timer()
+        if callback is not None:
+            callback()
+
+    def _header_timeout(self) -> None:
+        if self._active is None:
+            self.fail(408, "Timed out reading the request headers.")
+
+
+class DeadlineSweeper:
+    """Fires connection deadlines (header read, keep-alive idle) for every connection of a router."""
+
+    INTERVAL = 0.25
+
+    def __init__(self, connections: set[ClientConnection]) -> None:
+        self.connections = connections
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.INTERVAL)
+            now = loop.time()
+            for conn in [c for c in self.connections if c.deadline <= now]:
+                conn.expire()
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class _Malformed(Exception):
+    pass

@@ -1,0 +1,262 @@
+"""Upgraded connections (WebSocket, h2c, ...): raw bytes both ways after `101`, with limits.
+
+Owns: piping bytes between the client and the sandbox once the sandbox answered `101 Switching
+Protocols` (router spec §1.8: the proxy timeout does not apply), flow control both ways, and the limits
+upstream's Go router lacks (operations spec §11 "no limits for upgraded connections"), with the legacy
+Python router's defaults and close codes:
+
+| limit | close code | reason |
+|---|---|---|
+| no byte either way for `--websocket-idle-timeout` | 1001 | `idle timeout exceeded` |
+| open longer than `--websocket-max-lifetime` | 1001 | `max lifetime exceeded` |
+| a sandbox->client message over `--websocket-max-message-bytes` | 1009 | `message too big` |
+
+The message-size check reads only WebSocket frame headers of the sandbox->client stream (payload bytes
+are never copied or unmasked). For a WebSocket the router sends a close frame to both ends before
+closing; other upgraded protocols are simply closed. The per-client connection cap is checked before
+the upgrade is forwarded (`TunnelLimits.admit`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import struct
+import time
+from collections.abc import Callable, Sequence
+
+from ._server import ClientConnection
+from ._upstream import UpstreamConnection
+
+__all__ = ["FrameScanner", "Tunnel", "TunnelLimits", "close_frame"]
+
+_SWEEP = 1.0
+
+
+def close_frame(code: int, reason: str, *, masked: bool) -> bytes:
+    """A WebSocket close frame (RFC 6455 §5.5.1); clients must mask, servers must not."""
+    payload = struct.pack("!H", code) + reason.encode()[:123]
+    if not masked:
+        return bytes((0x88, len(payload))) + payload
+    key = os.urandom(4)
+    body = bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+    return bytes((0x88, 0x80 | len(payload))) + key + body
+
+
+class FrameScanner:
+    """Follows WebSocket frame boundaries in one direction and measures data messages."""
+
+    __slots__ = ("_header", "_limit", "_message", "_skip")
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._skip = 0
+        """Payload bytes of the current frame still to pass."""
+        self._header = b""
+        """A frame header split across reads."""
+        self._message = 0
+
+    def feed(self, data: bytes) -> int:
+        """Scan `data`; returns -1 if fine, else the offset of the frame that exceeds the limit."""
+        pos, n = 0, len(data)
+        while pos < n:
+            if self._skip:
+                step = min(self._skip, n - pos)
+                self._skip -= step
+                pos += step
+                continue
+            start = pos - len(self._header)
+            buf = self._header + data[pos : pos + 14]
+            if len(buf) < 2:
+                self._header = buf
+                return -1
+            length = buf[1] & 0x7F
+            need = 2 + (2 if length == 126 else 8 if length == 127 else 0) + (4 if buf[1] & 0x80 else 0)
+            if len(buf) < need:
+                self._header = buf
+                return -1
+            if length == 126:
+                length = struct.unpack_from("!H", buf, 2)[0]
+            elif length == 127:
+                length = struct.unpack_from("!Q", buf, 2)[0]
+            opcode = buf[0] & 0x0F
+            fin = buf[0] & 0x80
+            if opcode < 8:  # data or continuation frame: part of a message
+                if opcode != 0:
+                    self._message = 0
+                self._message += length
+                if self._message > self._limit:
+                    return max(start, 0)
+                if fin:
+                    self._message = 0
+            pos += need - len(self._header)
+            self._header = b""
+            self._skip = length
+        return -1
+
+
+class TunnelLimits:
+    """Limits shared by every upgraded connection of the router."""
+
+    def __init__(
+        self,
+        *,
+        idle_timeout: float = 3600.0,
+        max_lifetime: float = 86400.0,
+        max_per_client: int = 64,
+        max_message_bytes: int = 16 << 20,
+        trusted_proxies: Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network] = (),
+    ) -> None:
+        self.idle_timeout = idle_timeout
+        self.max_lifetime = max_lifetime
+        self.max_per_client = max_per_client
+        self.max_message_bytes = max_message_bytes
+        self.trusted_proxies = tuple(trusted_proxies)
+        self.per_client: dict[str, int] = {}
+
+    def client_key(self, peer: str, forwarded_for: bytes | None) -> str:
+        """The TCP peer, or behind a trusted proxy the right-most untrusted `X-Forwarded-For` hop."""
+        if not self.trusted_proxies or not forwarded_for or not self._trusted(peer):
+            return peer
+        for hop in reversed(forwarded_for.decode("latin-1").split(",")):
+            hop = hop.strip()
+            if hop and not self._trusted(hop):
+                return hop
+        return peer
+
+    def _trusted(self, address: str) -> bool:
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return False
+        return any(ip in net for net in self.trusted_proxies)
+
+    def admit(self, key: str) -> bool:
+        """Reserve one upgraded connection for `key`; False when the per-client cap is reached."""
+        count = self.per_client.get(key, 0)
+        if self.max_per_client and count >= self.max_per_client:
+            return False
+        self.per_client[key] = count + 1
+        return True
+
+    def release(self, key: str) -> None:
+        count = self.per_client.get(key, 0) - 1
+        if count > 0:
+            self.per_client[key] = count
+        else:
+            self.per_client.pop(key, None)
+
+
+class Tunnel:
+    """One upgraded connection; `await run()` until either side closes or a limit ends it."""
+
+    def __init__(
+        self,
+        conn: ClientConnection,
+        upstream: UpstreamConnection,
+        *,
+        client_tail: bytes,
+        upstream_tail: bytes,
+        limits: TunnelLimits,
+        websocket: bool,
+    ) -> None:
+        self.conn = conn
+        self.upstream = upstream
+        self.limits = limits
+        self.websocket = websocket
+        self.bytes_to_client = 0
+        self.close_reason = ""
+        self._client_tail = client_tail
+        self._upstream_tail = upstream_tail
+        self._scanner = FrameScanner(limits.max_message_bytes) if websocket else None
+        self._last = time.monotonic()
+        self._started = self._last
+        self._done: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    async def run(self, client_reader: Callable[[bytes], None] | None = None) -> None:
+        """Relay until either side closes or a limit ends the connection.
+
+        Args:
+            client_reader: receives client bytes instead of the plain relay (it forwards what it
+                accepts with `to_upstream`); used by h2c to inspect frames.
+        """
+        loop = asyncio.get_running_loop()
+        self._done = loop.create_future()
+        conn, upstream = self.conn, self.upstream
+        conn.tunnel = client_reader or self.to_upstream
+        conn.on_lost = self._lost
+        conn.on_write_pause = self._client_write_pause
+        upstream.tunnel = self._from_upstream
+        upstream.on_lost = lambda _exc: self._lost()
+        upstream.on_write_pause = self._upstream_write_pause
+        if upstream.closed:
+            self._lost()
+        else:
+            if self._client_tail:
+                upstream.write(self._client_tail)
+            if self._upstream_tail:
+                self._from_upstream(self._upstream_tail)
+            if conn.transport is not None and not conn.closed:
+                conn.transport.resume_reading()
+            self._timer = loop.call_later(_SWEEP, self._check_limits)
+        try:
+            await self._done
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
+            conn.close()
+            upstream.close()
+
+    def to_upstream(self, data: bytes) -> None:
+        self._last = time.monotonic()
+        self.upstream.write(data)
+
+    def _from_upstream(self, data: bytes) -> None:
+        self._last = time.monotonic()
+        if self._scanner is not None:
+            cut = self._scanner.feed(data)
+            if cut >= 0:
+                self._forward(data[:cut])
+                self._end(1009, "message too big")
+                return
+        self._forward(data)
+
+    def _forward(self, data: bytes) -> None:
+        if data:
+            self.bytes_to_client += len(data)
+            self.conn.write(data)
+
+    def _client_write_pause(self, paused: bool) -> None:
+        transport = self.upstream.transport
+        if transport is not None and not self.upstream.closed:
+            (transport.pause_reading if paused else transport.resume_reading)()
+
+    def _upstream_write_pause(self, paused: bool) -> None:
+        transport = self.conn.transport
+        if transport is not None and not self.conn.closed:
+            (transport.pause_reading if paused else transport.resume_reading)()
+
+    def _check_limits(self) -> None:
+        self._timer = None
+        now = time.monotonic()
+        limits = self.limits
+        if limits.idle_timeout and now - self._last >= limits.idle_timeout:
+            self._end(1001, "idle timeout exceeded")
+            return
+        if limits.max_lifetime and now - self._started >= limits.max_lifetime:
+            self._end(1001, "max lifetime exceeded")
+            return
+        self._timer = asyncio.get_running_loop().call_later(_SWEEP, self._check_limits)
+
+    def _end(self, code: int, reason: str) -> None:
+        self.close_reason = reason
+        if self.websocket:
+            self.conn.write(close_frame(code, reason, masked=False))
+            self.upstream.write(close_frame(code, reason, masked=True))
+        self._lost()
+
+    def _lost(self) -> None:
+        if self._done is not None and not self._done.done():
+            self._done.set_result(None)

@@ -1,0 +1,314 @@
+"""Upstream (router -> sandbox) HTTP/1.1 connections and the keep-alive pool.
+
+Owns: dialling a sandbox address (TCP, `TCP_NODELAY`, dial timeout), parsing its responses with
+`httptools` (llhttp) and handing head/body/end events to the exchange that currently owns the connection,
+write-side flow control signals, and the idle pool (LIFO so hot connections stay hot; closed after 90 s idle
+as Go's transport). Go keeps at most 16 idle connections per host; at 50 concurrent requests to one
+sandbox that closes and re-dials connections all the time, so we keep up to 256 per host (1,024 in total;
+docs/design/router-performance.md).
+
+Does not own: what a response means (the exchange in `_proxy` decides) or retries (`_proxy`).
+
+Failure modes: a connection that receives bytes while idle, or whose peer closes, leaves the pool; a
+parse error or close during an exchange is reported to the exchange (`ResponseSink.upstream_failed`),
+which knows whether any response byte had reached the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Protocol, cast
+
+import httptools
+
+__all__ = ["ResponseSink", "UpstreamConnection", "UpstreamPool"]
+
+log = logging.getLogger("agent_sandbox.router.upstream")
+
+_NO_BODY_STATUS = frozenset({204, 304})
+
+
+class ResponseSink(Protocol):
+    """The exchange currently using an upstream connection."""
+
+    def response_head(self, status: int, headers: list[tuple[bytes, bytes]], streamed: bool) -> None:
+        """`streamed`: a body without Content-Length follows (chunked, or until the server closes)."""
+
+    def response_body(self, chunk: bytes) -> None: ...
+
+    def response_complete(self, reusable: bool) -> None: ...
+
+    def response_upgraded(self, tail: bytes) -> None: ...
+
+    def flush(self) -> None:
+        """Called after each read: write out what the read produced."""
+
+    def upstream_failed(self, reason: str, error: BaseException | None) -> None: ...
+
+    def upstream_pause_writing(self) -> None: ...
+
+    def upstream_resume_writing(self) -> None: ...
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection to a sandbox."""
+
+    def __init__(self, pool: UpstreamPool, key: tuple[str, int]) -> None:
+        self.pool = pool
+        self.key = key
+        self.transport: asyncio.Transport | None = None
+        self.sink: ResponseSink | None = None
+        self.closed = False
+        self.reused = False
+        """True once the connection has carried a previous exchange (stale keep-alive possible)."""
+        self.idle_since = 0.0
+        self.tunnel: Callable[[bytes], None] | None = None
+        """Set once the connection is upgraded: raw bytes go here instead of the parser."""
+        self.on_lost: Callable[[BaseException | None], None] | None = None
+        self.on_write_pause: Callable[[bool], None] | None = None
+        """Used once upgraded (no sink any more): write buffer full/drained."""
+        self._parser = httptools.HttpResponseParser(self)
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._interim = False
+        self._head_only = False
+        self._reset_parser = False
+        self._eof_body = False
+        self._head_seen = False
+        self._status = 0
+
+    # ------------------------------------------------------------------ asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement the interface without subclassing asyncio.Transport.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self.tunnel is not None:
+            self.tunnel(data)
+            return
+        sink = self.sink
+        if sink is None:
+            # A server speaking out of turn on an idle connection: it cannot be reused safely.
+            self.close()
+            return
+        try:
+            self._parser.feed_data(data)
+            sink.flush()
+        except httptools.HttpParserUpgrade as exc:
+            offset = exc.args[0]
+            self.sink = None
+            sink.response_upgraded(data[offset:])
+        except httptools.HttpParserError as exc:
+            self.sink = None
+            self.close()
+            sink.upstream_failed("other", exc)
+
+    def eof_received(self) -> bool | None:
+        return None  # let the transport close; connection_lost reports it
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pool.forget(self)
+        if self.on_lost is not None:
+            self.on_lost(exc)
+            return
+        sink, self.sink = self.sink, None
+        if sink is None:
+            return
+        if self._head_seen and self._eof_body:
+            # A response without Content-Length or chunking ends when the server closes.
+            sink.response_complete(False)
+        else:
+            sink.upstream_failed("eof", exc)
+
+    def pause_writing(self) -> None:
+        if self.sink is not None:
+            self.sink.upstream_pause_writing()
+        elif self.on_write_pause is not None:
+            self.on_write_pause(True)
+
+    def resume_writing(self) -> None:
+        if self.sink is not None:
+            self.sink.upstream_resume_writing()
+        elif self.on_write_pause is not None:
+            self.on_write_pause(False)
+
+    # ------------------------------------------------------------------ exchange API
+
+    def begin(self, sink: ResponseSink, *, head_only: bool) -> None:
+        """Hand the connection to an exchange; `head_only` for HEAD requests (no response body)."""
+        if self._reset_parser:
+            self._parser = httptools.HttpResponseParser(self)
+            self._reset_parser = False
+        self.sink = sink
+        self._head_only = head_only
+        self._head_seen = False
+        self._eof_body = False
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.write(data)
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.closed = True
+            self.transport.close()
+
+    def abort(self) -> None:
+        """Drop the connection at once (used when the exchange is abandoned mid-flight)."""
+        self.sink = None
+        if self.transport is not None and not self.closed:
+            self.closed = True
+            self.transport.abort()
+
+    # ------------------------------------------------------------------ httptools callbacks
+
+    def on_message_begin(self) -> None:
+        self._headers = []
+        self._interim = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        status = self._status = self._parser.get_status_code()
+        sink = self.sink
+        if sink is None:
+            return
+        if 100 <= status < 200 and status != 101:
+            # Interim responses (100 Continue, 103 Early Hints) are absorbed: the router answers the
+            # client's Expect itself and never forwards interim heads.
+            self._interim = True
+            return
+        self._head_seen = True
+        streamed = eof_body = False
+        if not self._head_only and status not in _NO_BODY_STATUS and status != 101:
+            has_length = chunked = False
+            for name, value in self._headers:
+                lname = name.lower()
+                if lname == b"content-length":
+                    has_length = True
+                elif lname == b"transfer-encoding" and b"chunked" in value.lower():
+                    chunked = True
+            streamed = chunked or not has_length
+            eof_body = not chunked and not has_length
+        self._eof_body = eof_body
+        sink.response_head(status, self._headers, streamed)
+        if self._head_only and self.sink is sink:
+            # llhttp would wait for a HEAD response's Content-Length worth of body: finish here and use a
+            # fresh parser for the next exchange on this connection.
+            self._reset_parser = True
+            self.sink = None
+            sink.response_complete(self._parser.should_keep_alive())
+
+    def on_body(self, body: bytes) -> None:
+        if self.sink is not None:
+            self.sink.response_body(body)
+
+    def on_message_complete(self) -> None:
+        if self._interim:
+            self._interim = False
+            return
+        if self._status == 101:
+            return  # feed_data raises HttpParserUpgrade next; data_received hands over the tail
+        sink, self.sink = self.sink, None
+        if sink is not None:
+            sink.response_complete(self._parser.should_keep_alive() and not self._eof_body)
+
+
+class UpstreamPool:
+    """Idle keep-alive connections per (host, port)."""
+
+    def __init__(
+        self,
+        *,
+        max_idle_per_host: int = 256,
+        max_idle_total: int = 1024,
+        idle_timeout: float = 90.0,
+        dial_timeout: float = 30.0,
+    ) -> None:
+        self.max_idle_per_host = max_idle_per_host
+        self.max_idle_total = max_idle_total
+        self.idle_timeout = idle_timeout
+        self.dial_timeout = dial_timeout
+        self._idle: dict[tuple[str, int], list[UpstreamConnection]] = {}
+        self._total = 0
+        self._sweeper: asyncio.TimerHandle | None = None
+
+    @property
+    def idle_count(self) -> int:
+        return self._total
+
+    def take(self, key: tuple[str, int]) -> UpstreamConnection | None:
+        """An idle connection to `key` (most recently used first), or None."""
+        conns = self._idle.get(key)
+        while conns:
+            conn = conns.pop()
+            self._total -= 1
+            if not conns:
+                del self._idle[key]
+            if not conn.closed:
+                return conn
+        return None
+
+    async def dial(self, host: str, port: int, *, deadline: float) -> UpstreamConnection:
+        """Open a new connection (by the loop-time `deadline` and within the dial timeout).
+
+        Raises:
+            OSError: refused, unreachable, ...
+            TimeoutError: no connection in time.
+        """
+        loop = asyncio.get_running_loop()
+        key = (host, port)
+        async with asyncio.timeout_at(min(deadline, loop.time() + self.dial_timeout)):
+            _, conn = await loop.create_connection(lambda: UpstreamConnection(self, key), host, port)
+        return conn
+
+    def put(self, conn: UpstreamConnection) -> None:
+        """Return a connection after a complete exchange (closed if the pool is full)."""
+        if conn.closed:
+            return
+        conns = self._idle.setdefault(conn.key, [])
+        if len(conns) >= self.max_idle_per_host or self._total >= self.max_idle_total:
+            if not conns:
+                del self._idle[conn.key]
+            conn.close()
+            return
+        conn.reused = True
+        conn.sink = None
+        conn.idle_since = time.monotonic()
+        conns.append(conn)
+        self._total += 1
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().call_later(self.idle_timeout / 3, self._sweep)
+
+    def forget(self, conn: UpstreamConnection) -> None:
+        """Remove a closed connection from the idle lists (called by the connection itself)."""
+        conns = self._idle.get(conn.key)
+        if conns and conn in conns:
+            conns.remove(conn)
+            self._total -= 1
+            if not conns:
+                del self._idle[conn.key]
+
+    def _sweep(self) -> None:
+        self._sweeper = None
+        cutoff = time.monotonic() - self.idle_timeout
+        for conns in list(self._idle.values()):
+            for conn in [c for c in conns if c.idle_since < cutoff]:
+                conn.close()  # connection_lost -> forget()
+        if self._total:
+            self._sweeper = asyncio.get_running_loop().call_later(self.idle_timeout / 3, self._sweep)
+
+    def close_all(self) -> None:
+        for conns in list(self._idle.values()):
+            for conn in list(conns):
+                conn.close()
+        self._idle.clear()
+        self._total = 0
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None

@@ -1,0 +1,276 @@
+"""The routing contract end to end (router spec §1.2-§1.8) through a real router to real backends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import aiohttp
+import pytest
+
+from agent_sandbox.router import Router
+
+from .conftest import Backend, raw_request, request_bytes, scrape
+
+pytestmark = pytest.mark.integration
+
+
+def url(router: Router, path: str = "/") -> str:
+    return f"http://127.0.0.1:{router.http_port}{path}"
+
+
+async def test_forwarding_rewrites_headers_as_upstream(router: Router, backend: Backend) -> None:
+    async with aiohttp.ClientSession() as s:
+        headers = backend.headers(
+            Authorization="Bearer secret",
+            **{
+                "X-Forwarded-For": "6.6.6.6",
+                "X-Sandbox-UID": "u-1",
+                "X-Custom": "kept",
+                "Connection": "X-Hop",
+                "X-Hop": "1",
+            },
+        )
+        async with s.post(url(router, "/a/b%2Fc/..%2Fd?q=1&r=%20"), headers=headers, data=b"payload") as resp:
+            assert resp.status == 200
+            seen = await resp.json()
+    got = {k.lower(): v for k, v in seen["headers"]}
+    assert seen["raw_path"] == "/a/b%2Fc/..%2Fd?q=1&r=%20"  # raw path and query, byte for byte
+    assert seen["body_len"] == 7
+    assert got["host"] == f"{backend.ip}:{backend.port}"
+    assert "authorization" not in got
+    assert got["x-forwarded-for"] == "127.0.0.1"  # replaced by the observed peer
+    assert got["x-forwarded-host"] == f"127.0.0.1:{router.http_port}"
+    assert got["x-forwarded-proto"] == "http"
+    assert got["x-sandbox-id"] == "sb"
+    assert got["x-sandbox-uid"] == "u-1"
+    assert got["x-custom"] == "kept"
+    assert "x-hop" not in got  # named in Connection: hop-by-hop
+
+
+async def test_healthz_is_the_routers(router: Router, backend: Backend) -> None:
+    for method in ("GET", "POST", "DELETE"):
+        resp = await raw_request(
+            router.http_port or 0, request_bytes(method, "/healthz?x=1", backend.headers())
+        )
+        assert (resp.status, resp.body) == (200, b'{"status":"ok"}')
+        assert resp.headers["content-type"] == "application/json"
+    assert not backend.seen  # never proxied
+
+
+async def test_upstream_statuses_are_verbatim(router: Router, backend: Backend) -> None:
+    async with aiohttp.ClientSession() as s:
+        for code in (201, 404, 418, 500, 503):
+            async with s.get(url(router, f"/status/{code}"), headers=backend.headers()) as resp:
+                assert resp.status == code
+                assert await resp.text() == f"sandbox says {code}"
+                assert resp.headers["X-From"] == "sandbox"
+        async with s.get(url(router, "/nocontent"), headers=backend.headers()) as resp:
+            assert resp.status == 204
+            assert await resp.read() == b""
+        async with s.head(url(router, "/status/200"), headers=backend.headers()) as resp:
+            assert resp.status == 200
+            assert resp.headers["Content-Length"] == str(len("sandbox says 200"))
+
+
+async def test_keep_alive_and_pipelining(router: Router, backend: Backend) -> None:
+    one = request_bytes("GET", "/first", backend.headers())
+    two = request_bytes("POST", "/second", backend.headers(), b"xyz")
+    reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port)
+    writer.write(one + two)  # pipelined: answered in order on one connection
+    data = b""
+    async with asyncio.timeout(10):
+        while data.count(b"HTTP/1.1 200") < 2 or not data.rstrip().endswith(b"}"):
+            data += await reader.read(65536)
+    writer.close()
+    assert data.index(b'"raw_path": "/first"') < data.index(b'"raw_path": "/second"')
+    assert [s["raw_path"] for s in backend.seen] == ["/first", "/second"]
+
+
+async def test_chunked_request_and_expect_continue(router: Router, backend: Backend) -> None:
+    body = b"4\r\nabcd\r\n3\r\nefg\r\n0\r\n\r\n"
+    headers = backend.headers(**{"Transfer-Encoding": "chunked", "Expect": "100-continue"})
+    reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port)
+    writer.write(request_bytes("POST", "/chunked", headers))
+    async with asyncio.timeout(5):
+        interim = await reader.readuntil(b"\r\n\r\n")
+    assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+    writer.write(body)
+    async with asyncio.timeout(5):
+        head = await reader.readuntil(b"\r\n\r\n")
+    writer.close()
+    assert head.startswith(b"HTTP/1.1 200")
+    assert backend.seen[0]["body_len"] == 7
+
+
+async def test_response_streams_chunk_by_chunk(router: Router, backend: Backend) -> None:
+    arrivals: list[float] = []
+    async with aiohttp.ClientSession() as s, s.get(url(router, "/drip/4"), headers=backend.headers()) as resp:
+        async for line in resp.content:
+            arrivals.append(time.monotonic())
+            assert line.startswith(b"line ")
+    assert len(arrivals) == 4
+    # Lines leave the sandbox 0.3 s apart; buffered delivery would bunch them at the end.
+    assert arrivals[-1] - arrivals[0] > 0.6
+
+
+async def test_dead_backend_is_502_after_retries(start_router: Callable[..., Awaitable[Router]]) -> None:
+    router = await start_router("--upstream-retry-initial-delay=50ms", "--upstream-retry-max-delay=100ms")
+    headers = {"X-Sandbox-ID": "gone", "X-Sandbox-Pod-IP": "127.250.255.254", "X-Sandbox-Port": "9"}
+    start = time.monotonic()
+    resp = await raw_request(router.http_port or 0, request_bytes("GET", "/", headers))
+    assert resp.status == 502
+    assert json.loads(resp.body) == {"detail": "Could not connect to the backend sandbox: gone"}
+    assert time.monotonic() - start >= 0.05 + 0.1 + 0.1  # three backoffs: 50, 100, 100 ms
+    metrics = await scrape(router)
+    assert 'sandbox_router_upstream_retries_total{sandbox_namespace="default"} 3.0' in metrics
+    assert 'sandbox_router_upstream_errors_total{reason="dial",sandbox_namespace="default"} 1.0' in metrics
+
+
+async def test_timeouts_are_504(start_router: Callable[..., Awaitable[Router]], backend: Backend) -> None:
+    router = await start_router("--response-header-timeout=500ms")
+    resp = await raw_request(router.http_port or 0, request_bytes("GET", "/sleep/3", backend.headers()))
+    assert resp.status == 504
+    assert json.loads(resp.body) == {"detail": "Timed out waiting for the backend sandbox: sb"}
+    # X-Sandbox-Timeout: the client's own bound (capped by --proxy-timeout) also covers the headers wait.
+    ok = await raw_request(
+        router.http_port or 0, request_bytes("GET", "/sleep/1", backend.headers(**{"X-Sandbox-Timeout": "5"}))
+    )
+    assert ok.status == 200
+    short = await raw_request(
+        router.http_port or 0,
+        request_bytes("GET", "/sleep/3", backend.headers(**{"X-Sandbox-Timeout": "0.3"})),
+    )
+    assert short.status == 504
+
+
+async def test_proxy_timeout_caps_sandbox_timeout(
+    start_router: Callable[..., Awaitable[Router]], backend: Backend
+) -> None:
+    router = await start_router("--proxy-timeout=400ms")
+    start = time.monotonic()
+    resp = await raw_request(
+        router.http_port or 0,
+        request_bytes("GET", "/sleep/3", backend.headers(**{"X-Sandbox-Timeout": "60"})),
+    )
+    assert resp.status == 504
+    assert time.monotonic() - start < 2
+
+
+async def test_upgrade_over_plain_http_is_refused(
+    router: Router, start_backend: Callable[..., Awaitable[Backend]]
+) -> None:
+    # A sandbox answering 101 to a request that did not ask to upgrade (legacy router's rule).
+    server_ip = "127.250.254.9"
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(1)
+        writer.close()
+
+    server = await asyncio.start_server(handle, server_ip, 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        headers = {"X-Sandbox-ID": "sb", "X-Sandbox-Pod-IP": server_ip, "X-Sandbox-Port": str(port)}
+        resp = await raw_request(router.http_port or 0, request_bytes("GET", "/", headers))
+        assert resp.status == 502
+        assert json.loads(resp.body)["detail"].startswith("Backend attempted a WebSocket upgrade over HTTP.")
+    finally:
+        server.close()
+
+
+async def test_metrics_names_and_labels(router: Router, backend: Backend) -> None:
+    async with aiohttp.ClientSession() as s:
+        async with s.get(url(router, "/x"), headers=backend.headers(**{"X-Sandbox-Namespace": "team-a"})):
+            pass
+        async with s.get(url(router, "/x")):
+            pass
+    text = await scrape(router)
+    assert 'sandbox_router_requests_total{code="200",method="GET",sandbox_namespace="team-a"} 1.0' in text
+    assert 'sandbox_router_requests_total{code="400",method="GET",sandbox_namespace="-"} 1.0' in text
+    assert 'sandbox_router_request_duration_seconds_bucket{code="200",le="0.005",method="GET"' in text
+    assert 'le="180.0"' in text
+    assert "sandbox_router_inflight_requests 0.0" in text
+    assert 'sandbox_router_authz_decisions_total{decision="allow",sandbox_namespace="team-a"} 1.0' in text
+    assert "sandbox_router_build_info{build_date=" in text
+    for name in ("sandbox_router_upstream_errors_total", "sandbox_router_upstream_retries_total",
+                 "sandbox_router_cache_invalidations_total", "sandbox_router_cert_reloads_total"):  # fmt: skip
+        assert f"# TYPE {name} counter" in text
+
+
+async def test_access_log_fields(router: Router, backend: Backend, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="sandbox-router.access")
+    async with aiohttp.ClientSession() as s:
+        headers = backend.headers(**{"User-Agent": "probe/1", "X-Sandbox-Namespace": "team-a"})
+        async with s.get(url(router, "/logged?secret=1"), headers=headers) as resp:
+            await resp.read()
+        async with s.get(url(router, "/healthz")) as resp:
+            await resp.read()
+    records = [r for r in caplog.records if r.name == "sandbox-router.access"]
+    assert len(records) == 1  # /healthz is not logged
+    rec = records[0].__dict__
+    assert records[0].getMessage() == "request"
+    assert {
+        k: rec[k]
+        for k in ("method", "path", "status", "client_ip", "sandbox_id", "sandbox_namespace", "user_agent")
+    } == {
+        "method": "GET",
+        "path": "/logged",
+        "status": 200,
+        "client_ip": "127.0.0.1",
+        "sandbox_id": "sb",
+        "sandbox_namespace": "team-a",
+        "user_agent": "probe/1",
+    }
+    assert rec["bytes_out"] > 0
+    assert rec["duration_ms"] >= 0
+
+
+async def test_probes_and_draining(start_router: Callable[..., Awaitable[Router]], backend: Backend) -> None:
+    router = await start_router("--shutdown-timeout=5s")
+
+    def probe(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{router.probe_port}{path}", timeout=5) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+
+    assert await asyncio.to_thread(probe, "/healthz") == (200, '{"status":"ok"}')
+    assert await asyncio.to_thread(probe, "/readyz") == (200, "ok")
+    slow = asyncio.create_task(
+        raw_request(router.http_port or 0, request_bytes("GET", "/sleep/1", backend.headers()))
+    )
+    await asyncio.sleep(0.3)
+    drained = asyncio.create_task(router.shutdown())
+    await asyncio.sleep(0.1)
+    assert router.ready is False
+    resp = await slow
+    assert resp.status == 200  # in-flight request finished
+    assert resp.headers.get("connection") == "close"
+    await drained
+
+
+async def test_header_timeout_starts_after_the_request_body(
+    start_router: Callable[..., Awaitable[Router]], backend: Backend
+) -> None:
+    # Go's ResponseHeaderTimeout runs from the end of the request body: a slow upload is not cut off.
+    router = await start_router("--response-header-timeout=1s")
+
+    async def slow_body() -> AsyncIterator[bytes]:
+        for _ in range(5):
+            yield b"x" * 1000
+            await asyncio.sleep(0.4)
+
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(url(router, "/upload"), headers=backend.headers(), data=slow_body()) as resp,
+    ):
+        assert resp.status == 200
+        assert (await resp.json())["received"] == 5000

@@ -1,0 +1,131 @@
+"""WebSocket pass-through (router spec §1.8) and the limits on upgraded connections."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import pytest
+import websockets
+from websockets.exceptions import ConnectionClosed
+
+from agent_sandbox.router import Router
+
+from .conftest import Backend, raw_request, request_bytes, scrape
+
+pytestmark = pytest.mark.integration
+
+
+def ws_url(router: Router) -> str:
+    return f"ws://127.0.0.1:{router.http_port}/ws"
+
+
+async def test_echo(router: Router, backend: Backend) -> None:
+    headers = backend.headers(Origin="http://evil.example", Authorization="Bearer x")
+    async with websockets.connect(ws_url(router), additional_headers=headers, subprotocols=["echo.v1"]) as ws:  # type: ignore[list-item]
+        assert ws.subprotocol == "echo.v1"
+        await ws.send("hello")
+        assert await ws.recv() == "hello"
+        await ws.send(b"\x00\x01" * 40000)
+        assert await ws.recv() == b"\x00\x01" * 40000
+    seen = backend.seen[-1]["ws_headers"]
+    assert "Origin" not in seen  # dropped on upgrades, as upstream
+    assert "Authorization" not in seen
+    assert seen["X-Sandbox-ID"] == "sb"
+    metrics_text = await scrape(router)
+    assert (
+        'sandbox_router_requests_total{code="101",method="GET",sandbox_namespace="default"} 1.0'
+        in metrics_text
+    )
+
+
+async def test_idle_timeout_closes_1001(
+    start_router: Callable[..., Awaitable[Router]], backend: Backend
+) -> None:
+    router = await start_router("--websocket-idle-timeout=1s")
+    async with websockets.connect(ws_url(router), additional_headers=backend.headers()) as ws:
+        await ws.send("ping")
+        await ws.recv()
+        start = time.monotonic()
+        with pytest.raises(ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), 10)
+    assert closed.value.rcvd is not None
+    assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1001, "idle timeout exceeded")
+    assert 0.5 < time.monotonic() - start < 4
+
+
+async def test_lifetime_closes_1001(start_router: Callable[..., Awaitable[Router]], backend: Backend) -> None:
+    router = await start_router("--websocket-max-lifetime=1s")
+    async with websockets.connect(ws_url(router), additional_headers=backend.headers()) as ws:
+        with pytest.raises(ConnectionClosed) as closed:
+            await _ping_forever(ws)
+    assert closed.value.rcvd is not None
+    assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1001, "max lifetime exceeded")
+
+
+async def _ping_forever(ws: websockets.ClientConnection) -> None:
+    while True:  # busy, so only the lifetime can end the connection
+        await ws.send("x")
+        await ws.recv()
+        await asyncio.sleep(0.1)
+
+
+async def test_message_too_big_closes_1009(
+    start_router: Callable[..., Awaitable[Router]], backend: Backend
+) -> None:
+    router = await start_router("--websocket-max-message-bytes=1024")
+    # The limit counts payload bytes on the wire; with permessage-deflate those are compressed bytes.
+    async with websockets.connect(
+        ws_url(router), additional_headers=backend.headers(), compression=None
+    ) as ws:
+        await ws.send("big:1000")
+        assert len(await ws.recv()) == 1000
+        await ws.send("big:5000")
+        with pytest.raises(ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), 10)
+    assert closed.value.rcvd is not None
+    assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1009, "message too big")
+
+
+async def test_per_client_limit(start_router: Callable[..., Awaitable[Router]], backend: Backend) -> None:
+    router = await start_router("--websocket-max-connections-per-client=1")
+    async with websockets.connect(ws_url(router), additional_headers=backend.headers()):
+        upgrade = backend.headers(
+            Connection="Upgrade",
+            Upgrade="websocket",
+            **{"Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="},
+        )
+        resp = await raw_request(router.http_port or 0, request_bytes("GET", "/ws", upgrade))
+        assert resp.status == 429
+        assert resp.body == b'{"detail":"Too many concurrent WebSocket connections (limit: 1)."}'
+    # The slot is released when the first one closes.
+    await asyncio.sleep(0.2)
+    async with websockets.connect(ws_url(router), additional_headers=backend.headers()) as ws:
+        await ws.send("again")
+        assert await ws.recv() == "again"
+
+
+async def test_backend_refusing_the_upgrade_is_relayed(router: Router, backend: Backend) -> None:
+    upgrade = backend.headers(
+        Connection="Upgrade",
+        Upgrade="websocket",
+        **{"Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="},
+    )
+    resp = await raw_request(router.http_port or 0, request_bytes("GET", "/status/403", upgrade))
+    assert (resp.status, resp.body) == (403, b"sandbox says 403")
+    assert resp.closed
+
+
+async def test_open_websockets_do_not_hold_up_the_drain(
+    start_router: Callable[..., Awaitable[Router]], backend: Backend
+) -> None:
+    router = await start_router("--shutdown-timeout=20s")
+    async with websockets.connect(ws_url(router), additional_headers=backend.headers()) as ws:
+        await ws.send("hi")
+        assert await ws.recv() == "hi"
+        start = time.monotonic()
+        await router.shutdown()
+        assert time.monotonic() - start < 5
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), 5)

@@ -1,0 +1,95 @@
+"""WebSocket frame scanning (message-size limit) and the per-client upgrade accounting."""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+
+import pytest
+
+from agent_sandbox.router._tunnel import FrameScanner, TunnelLimits, close_frame
+
+pytestmark = pytest.mark.unit
+
+
+def frame(payload_len: int, *, opcode: int = 2, fin: bool = True, masked: bool = False) -> bytes:
+    head = bytes([(0x80 if fin else 0) | opcode])
+    mask = 0x80 if masked else 0
+    if payload_len < 126:
+        head += bytes([mask | payload_len])
+    elif payload_len < 1 << 16:
+        head += bytes([mask | 126]) + struct.pack("!H", payload_len)
+    else:
+        head += bytes([mask | 127]) + struct.pack("!Q", payload_len)
+    return head + (b"mask" if masked else b"") + b"x" * payload_len
+
+
+@pytest.mark.parametrize("size", [0, 5, 125, 126, 65535, 65536, 100_000])
+def test_frames_under_the_limit_pass(size: int) -> None:
+    assert FrameScanner(100_000).feed(frame(size)) == -1
+
+
+def test_oversized_frame_is_found_at_its_start() -> None:
+    data = frame(10) + frame(200)
+    assert FrameScanner(100).feed(data) == len(frame(10))
+
+
+def test_fragmented_message_counts_all_fragments() -> None:
+    scanner = FrameScanner(100)
+    first = frame(60, opcode=1, fin=False)
+    ping = frame(4, opcode=9)  # control frames interleave and do not count
+    second = frame(60, opcode=0, fin=True)
+    assert scanner.feed(first + ping) == -1
+    assert scanner.feed(second) == 0
+    # A new message starts from zero.
+    scanner = FrameScanner(100)
+    assert scanner.feed(frame(60, opcode=1) + frame(60, opcode=1)) == -1
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3, 5, 9, 11])
+def test_headers_split_across_reads(cut: int) -> None:
+    data = frame(10) + frame(70_000) + frame(3)
+    scanner = FrameScanner(80_000)
+    assert scanner.feed(data[: len(frame(10)) + cut]) == -1
+    assert scanner.feed(data[len(frame(10)) + cut :]) == -1
+    small = FrameScanner(50_000)
+    assert small.feed(data[: len(frame(10)) + cut]) in (-1, len(frame(10)))
+
+
+def test_byte_by_byte() -> None:
+    data = frame(300) + frame(5)
+    scanner = FrameScanner(1000)
+    assert all(scanner.feed(bytes([b])) == -1 for b in data)
+
+
+def test_close_frames() -> None:
+    server = close_frame(1009, "message too big", masked=False)
+    assert server[:2] == bytes([0x88, 17])
+    assert server[2:4] == struct.pack("!H", 1009)
+    client = close_frame(1001, "idle timeout exceeded", masked=True)
+    assert client[0] == 0x88
+    assert client[1] == 0x80 | 23
+    key, body = client[2:6], client[6:]
+    assert (
+        bytes(b ^ key[i % 4] for i, b in enumerate(body))
+        == struct.pack("!H", 1001) + b"idle timeout exceeded"
+    )
+
+
+def test_per_client_limit() -> None:
+    limits = TunnelLimits(max_per_client=2)
+    assert limits.admit("a")
+    assert limits.admit("a")
+    assert not limits.admit("a")
+    assert limits.admit("b")
+    limits.release("a")
+    assert limits.admit("a")
+    assert TunnelLimits(max_per_client=0).admit("x")  # 0 disables
+
+
+def test_client_key_behind_trusted_proxies() -> None:
+    limits = TunnelLimits(trusted_proxies=[ipaddress.ip_network("10.0.0.0/8")])
+    assert limits.client_key("192.0.2.1", b"1.1.1.1") == "192.0.2.1"  # untrusted peer: its own address
+    assert limits.client_key("10.0.0.5", b"203.0.113.9, 10.1.1.1") == "203.0.113.9"
+    assert limits.client_key("10.0.0.5", None) == "10.0.0.5"
+    assert limits.client_key("10.0.0.5", b"10.2.2.2") == "10.0.0.5"
