@@ -9,10 +9,11 @@ import pytest
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.processes import Started, stop
+from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE
+
+__all__ = ["EXT", "RUNTIME_IMAGE", "apply_pool", "controller", "router"]
 
 EXT = "extensions.agents.x-k8s.io/v1beta1"
-#: An image name the dev cluster's local runner serves with `agent-sandbox-runtime` (docs/devcluster.md).
-RUNTIME_IMAGE = "ghcr.io/agent-sandbox/agent-sandbox-runtime:dev"
 
 
 @pytest.fixture(scope="module")

@@ -34,11 +34,6 @@ from .conftest import RUNTIME_IMAGE, apply_pool
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-# The local runner (issue 13) serves the runtime pods; until it is part of the dev cluster there is nothing
-# to talk to. A visible skip with the reason, not a pass.
-pytest.importorskip(
-    "agent_sandbox.devcluster.runner", reason="needs the dev cluster's local runner (issue 13)"
-)
 
 MODES: dict[str, SandboxConnectionConfig] = {
     "legacy-pod-ip": SandboxInClusterConnectionConfig(),
