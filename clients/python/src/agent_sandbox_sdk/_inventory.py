@@ -16,7 +16,6 @@ from .models import SandboxInfo, WarmPoolInfo
 __all__ = ["cold_pool_name", "ensure_cold_pool", "list_sandboxes", "list_warm_pools"]
 
 COLD_POOL_SUFFIX = "-cold"
-COLD_POOL_LABEL = "agents.x-k8s.io/sdk-cold-pool"
 
 
 def _created(obj: dict[str, Any]) -> datetime | None:
@@ -82,7 +81,7 @@ def ensure_cold_pool(namespace: str, template: str) -> Flow[str]:
         body = {
             "apiVersion": f"{_kube.WARM_POOLS.group}/{_kube.WARM_POOLS.version}",
             "kind": "SandboxWarmPool",
-            "metadata": {"name": name, "labels": {COLD_POOL_LABEL: "true"}},
+            "metadata": {"name": name},
             "spec": {"replicas": 0, "sandboxTemplateRef": {"name": template}},
         }
         resp = yield from _kube.create(_kube.WARM_POOLS, namespace, body)
