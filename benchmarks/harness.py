@@ -203,6 +203,15 @@ def write_result(scenario: str, report: dict[str, Any], *, directory: Path | Non
     return path
 
 
+def write_result_with_markdown(scenario: str, report: dict[str, Any]) -> Path:
+    """`write_result`, plus `<same name>.md` holding `report["markdown"]` under a title."""
+    path = write_result(scenario, report)
+    path.with_suffix(".md").write_text(
+        f"# {scenario} {path.stem.rsplit('-', 1)[-1]}\n\n{report['markdown']}\n"
+    )
+    return path
+
+
 def parse_rfc3339(value: str | None) -> float | None:
     """Epoch seconds of an RFC 3339 timestamp with optional fraction ('Z' or offset); None if unusable."""
     if not value:

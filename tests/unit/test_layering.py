@@ -19,7 +19,8 @@ ALLOWED: dict[str, set[str]] = {
     "router": {"api", "kube"},
     "runtime": {"api"},
     "sdk": {"api", "kube"},
-    "devcluster": {"api", "kube"},
+    # devcluster's local runner serves the runtime for dev-cluster pods
+    "devcluster": {"api", "kube", "runtime"},
     "cli": {"api", "kube", "controllers", "router", "runtime", "sdk", "devcluster"},
 }
 

@@ -15,6 +15,7 @@ fake nodes and volumes report; docs/devcluster.md describes each simulated behav
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import fcntl
 import json
@@ -23,6 +24,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -32,7 +35,6 @@ from agent_sandbox.devcluster import components, processes
 from agent_sandbox.devcluster.binaries import KUBERNETES_VERSION, Binaries, cache_root, ensure_binaries
 from agent_sandbox.devcluster.certs import write_cluster_pki
 from agent_sandbox.devcluster.config import (
-    HOST_PATH_ANNOTATION,
     NOT_READY_LABEL,
     SERVICE_IP,
     ClusterConfig,
@@ -44,12 +46,15 @@ from agent_sandbox.devcluster.config import (
     storage_class_manifests,
 )
 from agent_sandbox.devcluster.processes import ComponentError, Started, component_error
+from agent_sandbox.devcluster.provisioner import volume_host_path
 from agent_sandbox.devcluster.rest import AdminRest, probe_http
 from agent_sandbox.devcluster.simulation import ready_status, with_taint, without_taint
 
-_PORT_NAMES = ("etcd_client", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kwok")
+_PORT_NAMES = ("etcd_client", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kwok", "runner")
 PROVISIONER = "volume-provisioner"
 _PROVISIONER_MODULE = "agent_sandbox.devcluster.provisioner"
+RUNNER = "runner"
+_RUNNER_MODULE = "agent_sandbox.devcluster.runner"
 
 
 class ClusterError(RuntimeError):
@@ -318,6 +323,22 @@ class DevCluster:
             ],
             identity=_PROVISIONER_MODULE,
         )
+        runner_ready = d / "runner.ready"
+        runner = None
+        if cfg.runner:  # also started early: its imports (aiohttp, grpc) overlap the API server's start
+            runner = self._spawn(
+                RUNNER,
+                [
+                    sys.executable,
+                    "-m",
+                    _RUNNER_MODULE,
+                    f"--kubeconfig={self.kubeconfig}",
+                    f"--workspaces={self.workspaces}",
+                    f"--control-port={p['runner']}",
+                    f"--ready-file={runner_ready}",
+                ],
+                identity=_RUNNER_MODULE,
+            )
         admin = self.admin()
         self._wait(
             apiserver,
@@ -346,6 +367,8 @@ class DevCluster:
         self._create_nodes(cfg)
         self._wait(kwok, f"managing {cfg.nodes} Ready node(s)", self._nodes_ready, cfg.ready_timeout)
         self._wait(provisioner, "watching volumes", provisioner_ready.exists, cfg.ready_timeout)
+        if runner is not None:
+            self._wait(runner, "watching pods", runner_ready.exists, cfg.ready_timeout)
         self._wait(
             kcm,
             "creating the default ServiceAccount",
@@ -496,11 +519,38 @@ class DevCluster:
         status, pv = admin.request("GET", f"/api/v1/persistentvolumes/{volume}")
         if status != 200:
             return None
-        spec = pv.get("spec", {})
-        raw = (pv["metadata"].get("annotations") or {}).get(HOST_PATH_ANNOTATION) or (
-            spec.get("hostPath") or spec.get("local") or {}
-        ).get("path")
+        raw = volume_host_path(pv)
         return Path(raw) if raw else None
+
+    # -- local runner (docs/devcluster.md "Local runner") --------------------------------------------------
+    @property
+    def workspaces(self) -> Path:
+        """Where the runner keeps per-pod workspaces (pods without a PVC at their workspace path)."""
+        return self.directory / "runtimes"
+
+    def _runner_call(self, method: str, path: str) -> tuple[int, Any]:
+        if not self.config.runner or "runner" not in self.state.ports:
+            raise ClusterError(f"cluster {self.name!r} runs no local runner")
+        req = urllib.request.Request(f"http://127.0.0.1:{self.state.ports['runner']}{path}", method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read() or b"null")
+
+    def runtimes(self) -> builtins.list[dict[str, Any]]:
+        """The runner's runtimes: namespace, pod, uid, ip, state, ready, restarts, workspace, claim, ports."""
+        status, body = self._runner_call("GET", "/runtimes")
+        if status != 200:
+            raise ClusterError(f"runner answered {status}: {body}")
+        return list(body)
+
+    def crash_runtime(self, namespace: str, pod: str) -> dict[str, Any]:
+        """Kill a pod's runtime as a dying container would: the pod turns NotReady, then Ready again."""
+        status, body = self._runner_call("POST", f"/runtimes/{namespace}/{pod}/crash")
+        if status != 200:
+            raise ClusterError(f"cannot crash the runtime of {namespace}/{pod}: {body}")
+        return dict(body)
 
     def down(self, *, quiet: bool = False, keep_logs: bool = False) -> None:
         """Stop every recorded process (reverse start order) and remove the cluster directory.
@@ -532,4 +582,20 @@ class DevCluster:
         ]
         for s in self.state.started:
             lines.append(f"  {s.name:<24} pid {s.pid:<8} {'running' if alive.get(s.name) else 'STOPPED'}")
+        if alive.get(RUNNER):
+            lines.extend(self._describe_runtimes())
         return "\n".join(lines)
+
+    def _describe_runtimes(self) -> builtins.list[str]:
+        try:
+            runtimes = self.runtimes()
+        except (ClusterError, OSError, ValueError) as err:
+            return [f"  runtimes: runner not answering ({err})"]
+        lines = [f"  runtimes:   {len(runtimes)} (local runner, control port {self.state.ports['runner']})"]
+        for rt in sorted(runtimes, key=lambda r: (r["namespace"], r["pod"])):
+            where = f"claim {rt['claim']}" if rt["claim"] else "per-pod dir"
+            lines.append(
+                f"    {rt['namespace']}/{rt['pod']:<32} {rt['ip']:<15} {rt['state']:<11} "
+                f"restarts {rt['restarts']}  processes {rt['processes']}  {where}"
+            )
+        return lines

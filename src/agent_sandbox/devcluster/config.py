@@ -64,6 +64,8 @@ class ClusterConfig:
     default_storage_class: str = STORAGE_CLASS_IMMEDIATE
     # Serve kube-apiserver's /debug/pprof (benchmarks profile the API server; off like a hardened cluster).
     apiserver_profiling: bool = False
+    # Run the local runner: runtime pods (runtime image or annotation) really execute (docs/devcluster.md).
+    runner: bool = True
 
 
 def kubeconfig_yaml(*, name: str, server: str, ca: Path, cert: Path, key: Path, user: str) -> str:
@@ -97,7 +99,10 @@ def scheduler_config_yaml(kubeconfig: Path, cfg: ClusterConfig) -> str:
 
 def stage_placeholders(cfg: ClusterConfig) -> dict[str, str]:
     """`@@NAME@@` markers in stages/*.yaml and the ClusterConfig values that replace them."""
+    from agent_sandbox.devcluster.runtime_pods import runtime_pod_jq
+
     return {
+        "RUNTIME_POD_JQ": runtime_pod_jq(),
         "POD_GRACE_PERIOD_CAP_MS": str(int(cfg.pod_grace_period_cap_ms)),
         "POD_EXIT_DELAY_MS": str(int(cfg.pod_exit_delay_ms)),
     }

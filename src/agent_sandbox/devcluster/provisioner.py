@@ -53,6 +53,15 @@ log = logging.getLogger("volume-provisioner")
 
 
 # -- pure decisions ---------------------------------------------------------------------------------------
+def volume_host_path(pv: Mapping[str, Any]) -> str | None:
+    """Host directory behind a PV: our annotation, else `hostPath.path` / `local.path`."""
+    spec = pv.get("spec") or {}
+    raw = _annotations(pv).get(HOST_PATH_ANNOTATION) or (spec.get("hostPath") or spec.get("local") or {}).get(
+        "path"
+    )
+    return str(raw) if raw else None
+
+
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
     return obj.get("metadata", {}).get("annotations") or {}
 

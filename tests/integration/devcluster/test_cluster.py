@@ -172,6 +172,7 @@ def test_down_leaves_no_process_and_no_data_dir() -> None:
         "kube-scheduler",
         "kwok",
         "volume-provisioner",
+        "runner",
     }
     assert all(is_ours(s.pid, s.exe) for s in started)
     cluster.down()

@@ -24,7 +24,7 @@ def _created(obj: dict[str, Any]) -> datetime | None:
 
 
 def sandbox_info(claim: dict[str, Any], sandboxes: dict[str, dict[str, Any]]) -> SandboxInfo:
-    """One `SandboxInfo` from a claim and the namespace's Sandboxes by name."""
+    """One `SandboxInfo` from a claim and the namespace's Sandboxes by name (readiness from the Sandbox)."""
     view = ClaimView.of(claim)
     sandbox = sandboxes.get(view.sandbox_name or "")
     sview = SandboxView.of(sandbox) if sandbox else None
@@ -33,9 +33,10 @@ def sandbox_info(claim: dict[str, Any], sandboxes: dict[str, dict[str, Any]]) ->
         namespace=view.namespace,
         warm_pool=view.warmpool,
         sandbox_id=view.sandbox_name,
-        ready=view.ready,
-        reason=view.reason,
-        message=view.message,
+        # The bound Sandbox's own condition when there is one: the claim mirrors it, a moment later.
+        ready=sview.ready if sview else view.ready,
+        reason=(sview.reason if sview else view.reason),
+        message=(sview.message if sview else view.message),
         pod_ip=(sview.pod_ip if sview else None) or view.pod_ip,
         suspended=bool(sview and sview.operating_mode == OPERATING_MODE_SUSPENDED),
         created=_created(claim),

@@ -1,0 +1,423 @@
+"""The dev cluster's local runner: makes runtime pods really execute (docs/devcluster.md "Local runner").
+
+kwok pods run nothing. For each runtime pod (`runtime_pods.is_runtime_pod`) that kwok has started (Running,
+with a 127.x pod IP, held not Ready by the `pod-runtime-start` stage), this one process serves an
+`agent_sandbox.runtime.RuntimeServer` bound to the pod IP, with the pod's PVC directory (or a per-pod
+directory) as workspace, then sets the pod Ready once the runtime answers its health check. When the pod
+terminates the runtime is drained (SIGTERM to its commands, SIGKILL after the grace); a per-pod workspace is
+removed with the pod; a recreated pod (new UID) gets a new runtime. A simulated crash
+(`POST /runtimes/<ns>/<pod>/crash` on the control port, `DevCluster.crash_runtime`) makes the pod NotReady,
+counts a restart, and brings the runtime back after a short back-off, as a kubelet restarting a container.
+
+All pods share one event loop; an idle runtime pod costs about 50 KB (two aiohttp apps, one grpc.aio server,
+three listening sockets), so 1,000 of them fit where 1,000 Python processes would not. Commands are real
+child processes, each confined to its pod's workspace by path rules only: there is no isolation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from agent_sandbox.devcluster.provisioner import PV, volume_host_path
+from agent_sandbox.devcluster.runtime_pods import RuntimePod, is_runtime_pod, runtime_pod
+from agent_sandbox.kube import POD, PVC, ApiClient, HandlerFuncs, Informer, NotFound, Object, PatchType
+from agent_sandbox.runtime import RuntimeServer
+
+__all__ = ["Runner", "main"]
+
+log = logging.getLogger("agent_sandbox.devcluster.runner")
+
+_RESTART_BACKOFF = 1.0  # seconds before a crashed runtime comes back
+_RETRY = 2.0  # seconds before retrying a runtime that could not start (port taken, volume unbound)
+_HEALTH_TIMEOUT = 5.0
+_MAX_GRACE = 10.0
+_CONCURRENCY = 32  # reconciles at once (bursts of hundreds of pods)
+
+
+@dataclass
+class PodRuntime:
+    """The runtime of one pod instance (one UID) in this process."""
+
+    namespace: str
+    name: str
+    uid: str
+    ip: str
+    spec: RuntimePod
+    workspace: Path
+    owned_workspace: bool
+    server: RuntimeServer | None = None
+    healthy: bool = False
+    restarts: int = 0
+    state: str = "starting"
+    message: str = ""
+    not_before: float = 0.0  # monotonic time before which it is not (re)started
+    started_at: str = ""
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "pod": self.name,
+            "uid": self.uid,
+            "ip": self.ip,
+            "state": self.state,
+            "ready": self.healthy,
+            "restarts": self.restarts,
+            "message": self.message,
+            "workspace": str(self.workspace),
+            "claim": self.spec.claim,
+            "ports": dict(self.server.ports) if self.server else {},
+            "processes": self.server.state.supervisor.running if self.server else 0,
+        }
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _ready_condition(pod: Mapping[str, Any]) -> str | None:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            value = cond.get("status")
+            return str(value) if value is not None else None
+    return None
+
+
+class Runner:
+    """Serve every runtime pod of one cluster; `await run()` until cancelled."""
+
+    def __init__(self, client: ApiClient, directory: Path, *, base_env: Mapping[str, str]) -> None:
+        self.client = client
+        self.directory = directory  # per-pod workspaces live in <directory>/<namespace>/<pod>-<uid>
+        self.base_env = dict(base_env)
+        self.pods = Informer(client, POD)
+        self.runtimes: dict[str, PodRuntime] = {}
+        self._dirty: set[str] = set()
+        self._active: dict[str, asyncio.Task[None]] = {}
+        self._limit = asyncio.Semaphore(_CONCURRENCY)
+        self._http: aiohttp.ClientSession | None = None
+        self.pods.add_handler(
+            HandlerFuncs(add=self._on_pod, update=lambda _old, new: self._on_pod(new), delete=self._on_pod)
+        )
+
+    # -- scheduling ---------------------------------------------------------------------------------------
+    def _on_pod(self, pod: Object) -> None:
+        meta = pod.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        if key in self.runtimes or is_runtime_pod(pod):
+            self.schedule(key)
+
+    def schedule(self, key: str, delay: float = 0.0) -> None:
+        """Reconcile `key` soon (coalesced; never two reconciles of one pod at once)."""
+        if delay > 0:
+            asyncio.get_running_loop().call_later(delay, self.schedule, key)
+            return
+        self._dirty.add(key)
+        if key not in self._active:
+            self._active[key] = asyncio.create_task(self._drive(key))
+
+    async def _drive(self, key: str) -> None:
+        try:
+            while key in self._dirty:
+                self._dirty.discard(key)
+                async with self._limit:
+                    try:
+                        await self._reconcile(key)
+                    except Exception:
+                        log.exception("reconciling %s failed; retrying", key)
+                        self.schedule(key, _RETRY)
+        finally:
+            self._active.pop(key, None)
+
+    # -- reconcile ----------------------------------------------------------------------------------------
+    async def _reconcile(self, key: str) -> None:
+        pod = self.pods.get(key)
+        rt = self.runtimes.get(key)
+        uid = (pod or {}).get("metadata", {}).get("uid")
+        if rt is not None and (pod is None or rt.uid != uid or not is_runtime_pod(pod)):
+            await self._retire(key, rt, gone=pod is None or rt.uid != uid)
+            rt = None
+        if pod is None or not is_runtime_pod(pod):
+            return
+        meta, status = pod["metadata"], pod.get("status") or {}
+        if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
+            if rt is not None and rt.server is not None:
+                grace = min(float(meta.get("deletionGracePeriodSeconds") or 1), _MAX_GRACE)
+                rt.state, rt.healthy = "terminating", False
+                server, rt.server = rt.server, None
+                await server.stop(grace)
+            return
+        ip = status.get("podIP")
+        if status.get("phase") != "Running" or not ip:
+            return
+        if rt is None:
+            rt = await self._prepare(pod, key, ip)
+            if rt is None:
+                return
+        if rt.server is None:
+            wait = rt.not_before - time.monotonic()
+            if wait > 0:
+                self.schedule(key, wait)
+                return
+            await self._start(rt, key)
+        await self._sync_ready(pod, rt)
+
+    async def _prepare(self, pod: Object, key: str, ip: str) -> PodRuntime | None:
+        meta = pod["metadata"]
+        spec = runtime_pod(pod, base_env=self.base_env)
+        for problem in spec.problems:
+            log.warning("%s: %s", key, problem)
+        if spec.claim:
+            host = await self._claim_directory(meta["namespace"], spec.claim)
+            if host is None:
+                log.info("%s: volume of claim %s not bound yet", key, spec.claim)
+                self.schedule(key, _RETRY)
+                return None
+            workspace, owned = host / spec.sub_path if spec.sub_path else host, False
+        else:
+            workspace, owned = self.directory / meta["namespace"] / f"{meta['name']}-{meta['uid'][:8]}", True
+        rt = PodRuntime(meta["namespace"], meta["name"], meta["uid"], ip, spec, workspace, owned)
+        self.runtimes[key] = rt
+        return rt
+
+    async def _claim_directory(self, namespace: str, claim: str) -> Path | None:
+        try:
+            pvc = await self.client.get(PVC, claim, namespace=namespace)
+            volume = (pvc.get("spec") or {}).get("volumeName")
+            if not volume:
+                return None
+            path = volume_host_path(await self.client.get(PV, volume))
+        except NotFound:
+            return None
+        return Path(path) if path else None
+
+    async def _start(self, rt: PodRuntime, key: str) -> None:
+        config = replace(
+            rt.spec.config,
+            root_dir=rt.workspace,
+            client_root=str(rt.spec.config.root_dir),
+            listen_host=rt.ip,
+            command_env=rt.spec.env,
+        )
+        server = RuntimeServer(config)
+        try:
+            await server.start()
+        except OSError as err:
+            rt.state, rt.message = "failed", f"cannot listen on {rt.ip}: {err.strerror or err}"
+            log.warning("%s: %s; retrying in %.0fs", key, rt.message, _RETRY)
+            rt.not_before = time.monotonic() + _RETRY
+            self.schedule(key, _RETRY)
+            return
+        rt.server, rt.started_at, rt.message = server, _now(), ""
+        rt.healthy = await self._healthy(rt)
+        rt.state = "ready" if rt.healthy else "unhealthy"
+        if not rt.healthy:
+            self.schedule(key, _RETRY)
+        log.info("%s: runtime on %s (%s) in %s: %s", key, rt.ip, server.ports, rt.workspace, rt.state)
+
+    async def _healthy(self, rt: PodRuntime) -> bool:
+        """Ask the runtime over its pod IP, as a kubelet's probe would: sandboxd health and legacy GET /."""
+        assert self._http is not None
+        assert rt.server is not None
+        try:
+            for port, path in ((rt.server.ports["rest"], "/v1/health"), (rt.server.ports["legacy"], "/")):
+                async with self._http.get(f"http://{rt.ip}:{port}{path}") as resp:
+                    if resp.status != 200:
+                        return False
+        except (aiohttp.ClientError, TimeoutError):
+            return False
+        return True
+
+    async def _sync_ready(self, pod: Object, rt: PodRuntime) -> None:
+        want = "True" if rt.healthy and rt.server is not None else "False"
+        if _ready_condition(pod) == want and not (want == "False" and rt.state == "crashed"):
+            return
+        await self._patch_ready(pod, rt, want == "True")
+
+    async def _patch_ready(self, pod: Object, rt: PodRuntime, ready: bool, *, crashed: bool = False) -> None:
+        now = _now()
+        reason, message = (
+            (None, None) if ready else ("ContainersNotReady", rt.message or f"runtime {rt.state}")
+        )
+        conditions = [
+            {
+                "type": t,
+                "status": "True" if ready else "False",
+                "lastTransitionTime": now,
+                "reason": reason,
+                "message": message,
+            }
+            for t in ("Ready", "ContainersReady")
+        ]
+        statuses = []
+        for c in (pod.get("status") or {}).get("containerStatuses") or []:
+            entry: dict[str, Any] = {"name": c["name"], "ready": ready, "restartCount": rt.restarts}
+            if crashed and c["name"] == rt.spec.container:
+                entry["lastState"] = {
+                    "terminated": {
+                        "exitCode": 137,
+                        "reason": "Error",
+                        "startedAt": rt.started_at or now,
+                        "finishedAt": now,
+                    }
+                }
+            if ready:
+                entry["state"] = {"running": {"startedAt": rt.started_at or now}}
+            statuses.append(entry)
+        patch = {"status": {"conditions": conditions, "containerStatuses": statuses}}
+        try:
+            await self.client.patch(
+                POD,
+                rt.name,
+                patch,
+                namespace=rt.namespace,
+                subresource="status",
+                patch_type=PatchType.STRATEGIC,
+            )
+        except NotFound:
+            return
+        if crashed:
+            rt.state = "restarting"
+
+    async def _retire(self, key: str, rt: PodRuntime, *, gone: bool) -> None:
+        if rt.server is not None:
+            server, rt.server = rt.server, None
+            await server.stop(1.0)
+        if gone:
+            self.runtimes.pop(key, None)
+            if rt.owned_workspace:
+                await asyncio.to_thread(shutil.rmtree, rt.workspace, True)
+            log.info("%s: runtime of pod %s removed", key, rt.uid)
+
+    # -- simulated crash ----------------------------------------------------------------------------------
+    async def crash(self, key: str) -> PodRuntime | None:
+        """Kill a pod's runtime as if its container died: NotReady now, restarted after a back-off."""
+        rt = self.runtimes.get(key)
+        if rt is None or rt.server is None:
+            return None
+        server, rt.server = rt.server, None
+        rt.healthy, rt.state, rt.restarts = False, "crashed", rt.restarts + 1
+        rt.message = "runtime crashed; restarting"
+        await server.stop(0.0)
+        rt.not_before = time.monotonic() + _RESTART_BACKOFF
+        pod = self.pods.get(key)
+        if pod is not None:
+            await self._patch_ready(pod, rt, False, crashed=True)
+        self.schedule(key, _RESTART_BACKOFF)
+        return rt
+
+    # -- control port -------------------------------------------------------------------------------------
+    def control_app(self) -> web.Application:
+        async def runtimes(_request: web.Request) -> web.Response:
+            return web.json_response([rt.describe() for rt in self.runtimes.values()])
+
+        async def crash(request: web.Request) -> web.Response:
+            key = f"{request.match_info['namespace']}/{request.match_info['pod']}"
+            rt = await self.crash(key)
+            if rt is None:
+                return web.json_response({"message": f"no running runtime for {key}"}, status=404)
+            return web.json_response(rt.describe())
+
+        async def healthz(_request: web.Request) -> web.Response:
+            return web.json_response({"status": "ok", "runtimes": len(self.runtimes)})
+
+        app = web.Application()
+        app.router.add_get("/runtimes", runtimes)
+        app.router.add_post("/runtimes/{namespace}/{pod}/crash", crash)
+        app.router.add_get("/healthz", healthz)
+        return app
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+    async def _sweep_orphan_workspaces(self) -> None:
+        """Per-pod workspaces whose pod no longer exists (deleted while the runner was down)."""
+        live = {
+            f"{p['metadata']['namespace']}/{p['metadata']['name']}-{p['metadata']['uid'][:8]}"
+            for p in self.pods.list()
+        }
+
+        def sweep() -> None:
+            if not self.directory.is_dir():
+                return
+            for ns_dir in self.directory.iterdir():
+                for entry in ns_dir.iterdir() if ns_dir.is_dir() else ():
+                    if f"{ns_dir.name}/{entry.name}" not in live:
+                        shutil.rmtree(entry, ignore_errors=True)
+
+        await asyncio.to_thread(sweep)
+
+    async def run(self, *, control_port: int, ready_file: Path | None = None) -> None:
+        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=_HEALTH_TIMEOUT))
+        control = web.AppRunner(self.control_app(), access_log=None)
+        await control.setup()
+        await web.TCPSite(control, "127.0.0.1", control_port).start()
+        informer = asyncio.create_task(self.pods.run())
+        try:
+            await self.pods.wait_for_sync()
+            await self._sweep_orphan_workspaces()
+            if ready_file is not None:
+                tmp = ready_file.with_suffix(".tmp")
+                tmp.write_text(str(os.getpid()))
+                tmp.replace(ready_file)
+            log.info("ready: control port %d, workspaces under %s", control_port, self.directory)
+            await informer
+        finally:
+            informer.cancel()
+            for task in list(self._active.values()):
+                task.cancel()
+            await asyncio.gather(
+                *(rt.server.stop(1.0) for rt in self.runtimes.values() if rt.server is not None),
+                return_exceptions=True,
+            )
+            await control.cleanup()
+            await self._http.close()
+
+
+async def _main(args: argparse.Namespace) -> None:
+    client = await ApiClient.from_kubeconfig(args.kubeconfig, qps=-1.0, burst=200)
+    runner = Runner(client, Path(args.workspaces), base_env=os.environ)
+    task = asyncio.create_task(
+        runner.run(
+            control_port=args.control_port, ready_file=Path(args.ready_file) if args.ready_file else None
+        )
+    )
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    finally:
+        await client.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="devcluster-runner", description=__doc__.split("\n")[0])
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--workspaces", required=True, help="directory of the per-pod workspaces")
+    parser.add_argument("--control-port", type=int, required=True, help="127.0.0.1 port of /runtimes")
+    parser.add_argument("--ready-file", default="", help="written once the pod list is synced")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    asyncio.run(_main(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""Which dev-cluster pods get a local runtime, and how it is configured (pure; the runner does the I/O).
+
+Match rule (docs/devcluster.md "Local runner"): a pod gets a runtime when its annotation
+`devcluster.agents.x-k8s.io/runtime` is "true", or when it has no such annotation ("false" opts out) and one
+of its containers runs a runtime image: the image's repository name (last path segment, tag and digest
+dropped) is `agent-sandbox-runtime` (this project's), `sandboxd` or `python-runtime-sandbox` (upstream's).
+The same rule is rendered as a jq expression into the kwok stages, so kwok holds exactly these pods back
+from Ready until the runner says their runtime answers.
+
+The runtime is configured from the runtime container as a kubelet would run it: its `args` (or `command`
+after the program) are `agent-sandbox-runtime` flags, its `env` literals (and simple `fieldRef`s) are the
+commands' environment, and a PersistentVolumeClaim mounted at the root directory becomes the workspace.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent_sandbox.runtime import RuntimeConfig
+
+SIM_PREFIX = "devcluster.agents.x-k8s.io/"  # config.SIM_PREFIX (config imports this module)
+
+__all__ = [
+    "RUNTIME_ANNOTATION",
+    "RUNTIME_IMAGE_NAMES",
+    "RuntimePod",
+    "image_name",
+    "is_runtime_pod",
+    "runtime_pod",
+    "runtime_pod_jq",
+]
+
+RUNTIME_ANNOTATION = SIM_PREFIX + "runtime"
+RUNTIME_IMAGE_NAMES = ("agent-sandbox-runtime", "sandboxd", "python-runtime-sandbox")
+_PROGRAMS = ("agent-sandbox-runtime", "sandboxd")
+_BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+Pod = Mapping[str, Any]
+
+
+def image_name(image: str) -> str:
+    """Repository name of an image reference: `reg:5000/a/b:tag@sha256:..` -> `b`."""
+    ref = image.split("@", 1)[0]
+    last = ref.rsplit("/", 1)[-1]
+    return last.split(":", 1)[0]
+
+
+def _containers(pod: Pod) -> list[Mapping[str, Any]]:
+    return list((pod.get("spec") or {}).get("containers") or [])
+
+
+def _opt_in(pod: Pod) -> str | None:
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(RUNTIME_ANNOTATION)
+    return value if isinstance(value, str) else None
+
+
+def is_runtime_pod(pod: Pod) -> bool:
+    """The match rule above."""
+    opt = _opt_in(pod)
+    if opt == "true":
+        return True
+    if opt == "false":
+        return False
+    return any(image_name(str(c.get("image", ""))) in RUNTIME_IMAGE_NAMES for c in _containers(pod))
+
+
+def runtime_pod_jq() -> str:
+    """`is_runtime_pod` as a jq program yielding "yes"/"no" (for kwok Stage selectors; no single quotes)."""
+    names = " or ".join(f'. == "{n}"' for n in RUNTIME_IMAGE_NAMES)
+    return (
+        f'(.metadata.annotations["{RUNTIME_ANNOTATION}"] // "") as $opt | '
+        'if $opt == "true" then "yes" elif $opt == "false" then "no" '
+        'elif ([.spec.containers[].image | sub("@.*$"; "") | split("/") | last | split(":") | first] '
+        f'| any({names})) then "yes" else "no" end'
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimePod:
+    """How to run one pod's runtime: which container, with what flags, environment and workspace."""
+
+    container: str
+    config: RuntimeConfig  # root_dir is the path inside the "container" (e.g. /workspace)
+    env: dict[str, str]
+    claim: str | None  # PVC mounted at the root directory, if any
+    sub_path: str = ""
+    problems: list[str] = field(default_factory=list)  # flags the runner could not use (logged)
+
+
+def _runtime_container(pod: Pod) -> Mapping[str, Any]:
+    containers = _containers(pod)
+    for c in containers:
+        if image_name(str(c.get("image", ""))) in RUNTIME_IMAGE_NAMES:
+            return c
+    return containers[0] if containers else {}
+
+
+def _flags(container: Mapping[str, Any]) -> list[str]:
+    command = [str(a) for a in container.get("command") or []]
+    args = [str(a) for a in container.get("args") or []]
+    if command and posixpath.basename(command[0]) in _PROGRAMS:
+        return command[1:] + args
+    return args if not command else []
+
+
+def _field_ref(pod: Pod, path: str) -> str | None:
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    values = {
+        "metadata.name": meta.get("name"),
+        "metadata.namespace": meta.get("namespace"),
+        "metadata.uid": meta.get("uid"),
+        "spec.nodeName": spec.get("nodeName"),
+        "spec.serviceAccountName": spec.get("serviceAccountName"),
+        "status.podIP": status.get("podIP"),
+        "status.hostIP": status.get("hostIP"),
+    }
+    value = values.get(path)
+    return str(value) if value is not None else None
+
+
+def _environment(pod: Pod, container: Mapping[str, Any], base: Mapping[str, str]) -> dict[str, str]:
+    env = {"PATH": base.get("PATH", _BASE_PATH), "LANG": base.get("LANG", "C.UTF-8")}
+    env["HOSTNAME"] = str((pod.get("metadata") or {}).get("name", ""))
+    for var in container.get("env") or []:
+        name = var.get("name")
+        if not isinstance(name, str) or not name or "=" in name:
+            continue
+        if "value" in var:
+            env[name] = str(var.get("value") or "")
+        elif (ref := (var.get("valueFrom") or {}).get("fieldRef")) and (
+            value := _field_ref(pod, ref.get("fieldPath", ""))
+        ):
+            env[name] = value
+    return env
+
+
+def _claim_at(pod: Pod, container: Mapping[str, Any], root: str) -> tuple[str | None, str]:
+    claims = {
+        v.get("name"): (v.get("persistentVolumeClaim") or {}).get("claimName")
+        for v in (pod.get("spec") or {}).get("volumes") or []
+    }
+    for mount in container.get("volumeMounts") or []:
+        if posixpath.normpath(str(mount.get("mountPath", ""))) == posixpath.normpath(root):
+            claim = claims.get(mount.get("name"))
+            if claim:
+                return str(claim), str(mount.get("subPath") or "")
+    return None, ""
+
+
+def runtime_pod(pod: Pod, *, base_env: Mapping[str, str]) -> RuntimePod:
+    """Read the runtime container of a pod that `is_runtime_pod`."""
+    from agent_sandbox.runtime import parse_args  # the runtime (aiohttp, grpc) only where it runs
+
+    container = _runtime_container(pod)
+    problems: list[str] = []
+    flags = _flags(container)
+    try:
+        config, _ = parse_args(flags, environ={})
+    except SystemExit:  # argparse already printed why; keep the defaults rather than not serving at all
+        problems.append(f"unusable runtime flags {flags!r}; using the defaults")
+        config, _ = parse_args([], environ={})
+    root = str(config.root_dir)
+    claim, sub_path = _claim_at(pod, container, root)
+    return RuntimePod(
+        container=str(container.get("name", "")),
+        config=config,
+        env=_environment(pod, container, base_env),
+        claim=claim,
+        sub_path=sub_path,
+        problems=problems,
+    )
+
+
+def unready_containers(pod: Pod) -> Sequence[str]:
+    return [str(c.get("name", "")) for c in _containers(pod)]

@@ -1,0 +1,144 @@
+"""HTTP plumbing shared by the legacy and sandboxd REST apps: JSON bodies, raw path tails, error shapes."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+from urllib.parse import unquote
+
+import orjson
+from aiohttp import BodyPartReader, MultipartReader, web
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.typedefs import Middleware
+
+from .paths import InvalidPath
+
+__all__ = [
+    "ErrorShape",
+    "error_middleware",
+    "find_part",
+    "json_response",
+    "multipart_reader",
+    "part_chunks",
+    "path_tail",
+    "send_open_file",
+]
+
+_CHUNK = 1 << 16
+
+log = logging.getLogger(__name__)
+
+# (status, message) -> response body
+ErrorShape = Callable[[int, str], dict[str, Any]]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def json_response(body: object, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+
+
+class _OpenFileResponse(web.FileResponse):
+    """aiohttp's FileResponse (Range, Last-Modified/ETag, conditional requests, HEAD, sendfile) on a file
+    this handler already opened and checked, reached through `/proc/self/fd/N`.
+
+    The handler sends it while the descriptor is open; aiohttp prepares a returned response again, which
+    for FileResponse would reopen the path, by then a closed (or reused) descriptor number.
+    """
+
+    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
+        if self.prepared:
+            return None
+        return await super().prepare(request)
+
+
+async def send_open_file(
+    request: web.Request, fd: int, headers: dict[str, str] | None = None
+) -> web.StreamResponse:
+    """Stream the open regular file `fd` (closed afterwards) as application/octet-stream."""
+    try:
+        resp = _OpenFileResponse(
+            f"/proc/self/fd/{fd}", headers={"Content-Type": "application/octet-stream", **(headers or {})}
+        )
+        await resp.prepare(request)
+        return resp
+    finally:
+        os.close(fd)
+
+
+def path_tail(request: web.Request, prefix: str) -> str:
+    """The percent-decoded rest of the raw path after `prefix` (so `%2F` counts as a separator).
+
+    Raises InvalidPath when the escapes do not decode to UTF-8.
+    """
+    raw = request.raw_path.split("?", 1)[0]
+    tail = raw[len(prefix) :] if raw.startswith(prefix) else ""
+    try:
+        return unquote(tail, errors="strict")
+    except UnicodeDecodeError:
+        raise InvalidPath("path is not valid UTF-8 after percent-decoding") from None
+
+
+def error_middleware(shape: ErrorShape) -> Middleware:
+    """Turn aiohttp's plain-text errors into the app's JSON error shape; log and 500 anything unexpected."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            message = exc.reason if exc.status in (404, 405) else (exc.text or exc.reason)
+            if message and message.startswith(f"{exc.status}: "):
+                message = message[len(f"{exc.status}: ") :]
+            resp = json_response(shape(exc.status, message or exc.reason), exc.status)
+            for name in ("Allow",):
+                if name in exc.headers:
+                    resp.headers[name] = exc.headers[name]
+            return resp
+        except (ConnectionResetError, TimeoutError):
+            raise
+        except Exception:
+            log.exception("unexpected error serving %s %s", request.method, request.path)
+            return json_response(shape(500, "internal error"), 500)
+
+    return middleware
+
+
+# What aiohttp's multipart parser raises on a malformed body (bad boundary, header bytes, encodings).
+_MALFORMED = (HttpProcessingError, AssertionError, LookupError, ValueError, UnicodeError)
+
+
+async def multipart_reader(request: web.Request) -> MultipartReader:
+    """The request's multipart reader (ValueError when it is not multipart or has no boundary)."""
+    try:
+        return await request.multipart()
+    except _MALFORMED as err:
+        raise ValueError(f"invalid multipart body: {err}") from None
+
+
+async def find_part(reader: MultipartReader, name: str) -> BodyPartReader | None:
+    """The first part called `name` (others are skipped); ValueError on a malformed body."""
+    try:
+        while True:
+            part = await reader.next()
+            if part is None:
+                return None
+            if isinstance(part, BodyPartReader) and part.name == name:
+                part.filename  # noqa: B018 - parse Content-Disposition now, inside the error translation
+                return part
+            await part.release()
+    except _MALFORMED as err:
+        raise ValueError(f"invalid multipart body: {err}") from None
+
+
+async def part_chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
+    """The part's bytes (ValueError on a malformed body)."""
+    try:
+        while chunk := await part.read_chunk(_CHUNK):
+            yield chunk
+    except _MALFORMED as err:
+        raise ValueError(f"invalid multipart body: {err}") from None

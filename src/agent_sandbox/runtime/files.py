@@ -1,0 +1,223 @@
+"""File operations behind both HTTP protocols, each confined to the server's root.
+
+Paths come in already resolved by `paths.confine`; every descriptor opened here is checked again with
+`paths.check_fd`, so a path component swapped for a symlink after resolution cannot lead outside. Writes
+are atomic (temporary file in the target directory, fsync, rename over the target, which replaces a
+symlink instead of writing through it). Blocking work that can take long (listing, deleting trees, fsync)
+runs in a worker thread so one big directory does not stall every other sandbox served by this loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import errno
+import os
+import secrets
+import shutil
+import stat
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from .paths import check_fd
+
+__all__ = [
+    "TEMP_PREFIX",
+    "Entry",
+    "NotEmpty",
+    "TooLarge",
+    "atomic_write",
+    "delete",
+    "exists",
+    "is_directory",
+    "list_directory",
+    "open_file",
+]
+
+TEMP_PREFIX = ".sandboxd-tmp-"
+
+
+class NotEmpty(OSError):
+    """A directory delete without recursive on a non-empty directory (HTTP 409)."""
+
+
+class TooLarge(Exception):
+    """A request body exceeded the server's limit (HTTP 413)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One directory child, symlinks followed."""
+
+    name: str
+    size: int
+    is_dir: bool
+    mtime: float
+    mode: int
+
+    def legacy(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "size": self.size,
+            "type": "directory" if self.is_dir else "file",
+            "mod_time": self.mtime,
+        }
+
+    def sandboxd(self) -> dict[str, object]:
+        modified = dt.datetime.fromtimestamp(int(self.mtime), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return {
+            "name": self.name,
+            "size": self.size,
+            "type": "directory" if self.is_dir else "file",
+            "modified_at": modified,
+            "mode": f"{stat.S_IMODE(self.mode):04o}",
+        }
+
+
+def is_directory(path: str) -> bool:
+    """A directory itself (not a symlink to one, which an atomic write would replace)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def exists(path: str) -> bool:
+    return os.path.exists(path)
+
+
+def open_file(root: str, path: str) -> tuple[int, os.stat_result]:
+    """Open a regular file for reading; IsADirectoryError for a directory, FileNotFoundError if absent."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        check_fd(fd, root)
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+        if not stat.S_ISREG(st.st_mode):
+            raise PermissionError(errno.EACCES, "not a regular file", path)
+        os.set_blocking(fd, True)
+        return fd, st
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _list(root: str, path: str) -> list[Entry]:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        check_fd(fd, root)
+        entries: list[Entry] = []
+        with os.scandir(fd) as it:
+            for item in it:
+                try:
+                    st = item.stat(follow_symlinks=True)
+                    if item.is_symlink():  # a link is listed only when its target stays inside the root
+                        target = os.path.realpath(os.path.join(path, item.name))
+                        if target != root and not target.startswith(root.rstrip("/") + "/"):
+                            continue
+                except OSError:  # dangling link, or the entry vanished meanwhile
+                    continue
+                entries.append(
+                    Entry(item.name, st.st_size, stat.S_ISDIR(st.st_mode), st.st_mtime, st.st_mode)
+                )
+        return entries
+    finally:
+        os.close(fd)
+
+
+async def list_directory(root: str, path: str) -> list[Entry]:
+    """Direct children of a directory (NotADirectoryError for a file, FileNotFoundError if absent)."""
+    return await asyncio.to_thread(_list, root, path)
+
+
+def _open_parent(root: str, path: str) -> int:
+    parent = os.path.dirname(path)
+    os.makedirs(parent, mode=0o755, exist_ok=True)
+    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        check_fd(fd, root)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+async def atomic_write(root: str, path: str, chunks: AsyncIterator[bytes], *, mode: int, limit: int) -> int:
+    """Stream `chunks` into `path` atomically with permission `mode`; returns the bytes written.
+
+    Raises IsADirectoryError when the target is a directory, TooLarge past `limit` bytes (nothing is left
+    behind on any failure), PathEscape / OSError as they come.
+    """
+    if is_directory(path):
+        raise IsADirectoryError(errno.EISDIR, "target path is a directory", path)
+    dir_fd = await asyncio.to_thread(_open_parent, root, path)
+    base = os.path.basename(path)
+    tmp = f"{TEMP_PREFIX}{secrets.token_hex(6)}"
+    fd = -1
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        os.fchmod(fd, mode)
+        written = 0
+        async for chunk in chunks:
+            written += len(chunk)
+            if written > limit:
+                raise TooLarge(f"file exceeds the upload limit of {limit} bytes")
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view) :]
+        await asyncio.to_thread(os.fsync, fd)
+        os.close(fd)
+        fd = -1
+        os.rename(tmp, base, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        tmp = ""
+        return written
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        if tmp:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+        os.close(dir_fd)
+
+
+def _delete(root: str, path: str, recursive: bool) -> None:
+    st = os.lstat(path)  # FileNotFoundError when absent
+    if path == root:
+        if not recursive:
+            raise NotEmpty(errno.ENOTEMPTY, "directory is not empty; pass recursive=true to remove it")
+        with os.scandir(path) as it:
+            children = [e.name for e in it]
+        for name in children:
+            _remove(os.path.join(path, name), recursive=True)
+        return
+    if stat.S_ISDIR(st.st_mode):
+        parent = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            check_fd(parent, root)
+        finally:
+            os.close(parent)
+    _remove(path, recursive=recursive)
+
+
+def _remove(path: str, *, recursive: bool) -> None:
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(path)
+    elif recursive:
+        shutil.rmtree(path)  # never follows symlinks
+    else:
+        try:
+            os.rmdir(path)
+        except OSError as err:
+            if err.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                raise NotEmpty(
+                    err.errno, "directory is not empty; pass recursive=true to remove it"
+                ) from None
+            raise
+
+
+async def delete(root: str, path: str, *, recursive: bool) -> None:
+    """Remove a file, a symlink or a directory (the root itself: only its contents, only recursively)."""
+    await asyncio.to_thread(_delete, root, path, recursive)

@@ -1,0 +1,351 @@
+"""The legacy runtime protocol on :8888 (spec §2.1, upstream `python-runtime`), plus our extensions.
+
+Upstream endpoints keep their shapes and status codes: `GET /`, `POST /execute`, `POST /upload`,
+`GET /download/{path}`, `GET /list/{path}`, `GET /exists/{path}`. Extensions (docs/runtime.md):
+`POST /execute` also takes `env`, `cwd` and `timeout_seconds` and answers `timed_out` and `truncated`;
+`POST /execute/stream` streams output as NDJSON; `DELETE /files/{path}` deletes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import math
+import shlex
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+from aiohttp import web
+
+from . import files
+from ._http import (
+    error_middleware,
+    find_part,
+    json_response,
+    multipart_reader,
+    part_chunks,
+    path_tail,
+    send_open_file,
+)
+from .execution import run_command
+from .paths import InvalidPath, PathEscape
+from .processes import SpawnError, TooManyProcesses
+from .state import RuntimeState
+
+__all__ = ["legacy_app"]
+
+_ACCESS_DENIED = {"message": "Access denied"}
+
+
+def _legacy_error(status: int, message: str) -> dict[str, Any]:
+    if status in (404, 405):  # the framework's own answers (FastAPI: {"detail": ...})
+        return {"detail": message}
+    return {"message": message}
+
+
+class _Invalid(Exception):
+    """A request body that fails validation: 422 with a FastAPI-shaped `detail` list."""
+
+    def __init__(self, kind: str, loc: list[str | int], msg: str, value: object = None) -> None:
+        super().__init__(msg)
+        self.detail = [{"type": kind, "loc": loc, "msg": msg, "input": value}]
+
+
+def _unprocessable(err: _Invalid) -> web.Response:
+    return json_response({"detail": err.detail}, 422)
+
+
+class _ExecRequest:
+    """A validated `/execute` body."""
+
+    def __init__(self, body: object, state: RuntimeState) -> None:
+        if not isinstance(body, dict):
+            raise _Invalid("model_attributes_type", ["body"], "Input should be a valid dictionary", body)
+        command = body.get("command")
+        if "command" not in body:
+            raise _Invalid("missing", ["body", "command"], "Field required", body)
+        if not isinstance(command, str):
+            raise _Invalid("string_type", ["body", "command"], "Input should be a valid string", command)
+        self.command = command
+        self.timeout = state.config.command_timeout
+        raw_timeout = body.get("timeout_seconds")
+        if raw_timeout is not None:
+            if isinstance(raw_timeout, bool) or not isinstance(raw_timeout, int | float):
+                raise _Invalid(
+                    "float_type", ["body", "timeout_seconds"], "Input should be a valid number", raw_timeout
+                )
+            limit = state.config.max_command_timeout
+            if not (math.isfinite(raw_timeout) and 0 < raw_timeout <= limit):
+                msg = f"timeout_seconds must be > 0 and <= {limit:g}"
+                raise _Invalid("value_error", ["body", "timeout_seconds"], msg, raw_timeout)
+            self.timeout = float(raw_timeout)
+        env = body.get("env")
+        if env is not None and not (
+            isinstance(env, dict)
+            and all(isinstance(k, str) and k and "=" not in k and "\x00" not in k for k in env)
+            and all(isinstance(v, str) and "\x00" not in v for v in env.values())
+        ):
+            msg = "env must map non-empty names without '=' to strings"
+            raise _Invalid("value_error", ["body", "env"], msg, env)
+        self.env: dict[str, str] | None = env
+        cwd = body.get("cwd")
+        if cwd is not None and not isinstance(cwd, str):
+            raise _Invalid("string_type", ["body", "cwd"], "Input should be a valid string", cwd)
+        try:
+            self.cwd = state.resolve(cwd) if cwd else state.root  # PathEscape propagates (403)
+        except InvalidPath as err:
+            raise _Invalid("value_error", ["body", "cwd"], str(err), cwd) from None
+
+    def argv(self) -> list[str]:
+        """POSIX shell-like split, no shell (ValueError on bad quoting, e.g. "No closing quotation")."""
+        argv = shlex.split(self.command)
+        if not argv:
+            raise ValueError("empty command")
+        return argv
+
+
+def _failure(message: str) -> dict[str, Any]:
+    return {
+        "stdout": "",
+        "stderr": f"Failed to execute command: {message}",
+        "exit_code": 1,
+        "timed_out": False,
+        "truncated": False,
+    }
+
+
+class _Legacy:
+    def __init__(self, state: RuntimeState) -> None:
+        self.state = state
+
+    async def _exec_request(self, request: web.Request) -> _ExecRequest:
+        raw = await request.read()
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as err:
+            raise _Invalid(
+                "json_invalid", ["body", err.pos], "JSON decode error", raw[:200].decode(errors="replace")
+            ) from None
+        return _ExecRequest(body, self.state)
+
+    async def _exec_request_or_error(self, request: web.Request) -> _ExecRequest | web.Response:
+        try:
+            return await self._exec_request(request)
+        except _Invalid as err:
+            return _unprocessable(err)
+        except PathEscape:
+            return json_response(_ACCESS_DENIED, 403)
+
+    async def health(self, request: web.Request) -> web.Response:
+        if self.state.draining:
+            return json_response(
+                {"status": "shutting down", "message": "Sandbox Runtime is shutting down."}, 503
+            )
+        return json_response({"status": "ok", "message": "Sandbox Runtime is active."})
+
+    async def execute(self, request: web.Request) -> web.Response:
+        req = await self._exec_request_or_error(request)
+        if isinstance(req, web.Response):
+            return req
+        try:
+            argv = req.argv()
+            result = await run_command(
+                self.state.supervisor,
+                argv,
+                cwd=req.cwd,
+                env=req.env,
+                time_limit=req.timeout,
+                output_limit=self.state.config.max_output_bytes,
+            )
+        except TooManyProcesses as err:
+            return json_response({"message": str(err)}, 429)
+        except (ValueError, SpawnError) as err:
+            return json_response(_failure(str(err)))
+        if result.timed_out:
+            body = _failure(f"Command {argv!r} timed out after {req.timeout:g} seconds")
+            body["timed_out"] = True
+            return json_response(body)
+        return json_response(
+            {
+                "stdout": result.stdout.decode(errors="replace"),
+                "stderr": result.stderr.decode(errors="replace"),
+                "exit_code": result.exit_code,
+                "timed_out": False,
+                "truncated": result.truncated,
+            }
+        )
+
+    async def execute_stream(self, request: web.Request) -> web.StreamResponse:
+        req = await self._exec_request_or_error(request)
+        if isinstance(req, web.Response):
+            return req
+        resp = web.StreamResponse(
+            headers={"Content-Type": "application/x-ndjson", "Cache-Control": "no-store"}
+        )
+        sup = self.state.supervisor
+        try:
+            proc = await sup.spawn(req.argv(), cwd=req.cwd, env=req.env, stdin=False)
+        except TooManyProcesses as err:
+            return json_response({"message": str(err)}, 429)
+        except (ValueError, SpawnError) as err:
+            await resp.prepare(request)
+            await resp.write(_line({"type": "stderr", "data": f"Failed to execute command: {err}"}))
+            await resp.write(_line({"type": "exit", "exit_code": 1, "timed_out": False}))
+            await resp.write_eof()
+            return resp
+        await resp.prepare(request)
+        decoders = {s: codecs.getincrementaldecoder("utf-8")("replace") for s in ("stdout", "stderr")}
+        timed_out = False
+        try:
+            await resp.write(_line({"type": "start", "pid": proc.pid}))
+            try:
+                async with asyncio.timeout(req.timeout):
+                    async for event in proc.events():
+                        text = decoders[event.stream].decode(event.data)
+                        if text:
+                            await resp.write(_line({"type": event.stream, "data": text}))
+                    code = await proc.wait()
+            except TimeoutError:
+                timed_out = True
+                proc.kill_group()
+                code = await proc.wait()
+            for stream, decoder in decoders.items():
+                tail = decoder.decode(b"", final=True)
+                if tail:
+                    await resp.write(_line({"type": stream, "data": tail}))
+            await resp.write(_line({"type": "exit", "exit_code": code, "timed_out": timed_out}))
+            await resp.write_eof()
+        except BaseException:
+            proc.kill_group()  # client went away or the server is stopping
+            raise
+        finally:
+            await proc.close()
+        return resp
+
+    async def upload(self, request: web.Request) -> web.Response:
+        try:
+            part = await find_part(await multipart_reader(request), "file")
+        except ValueError as err:
+            return json_response({"message": str(err)}, 400)
+        if part is None:
+            return _unprocessable(_Invalid("missing", ["body", "file"], "Field required"))
+        filename = part.filename
+        if filename is None:
+            return _unprocessable(
+                _Invalid("value_error", ["body", "file"], "Expected UploadFile, received: <class 'str'>")
+            )
+        try:
+            target = self.state.resolve(filename)
+        except PathEscape:
+            return json_response(_ACCESS_DENIED, 403)
+        except InvalidPath as err:
+            return json_response({"message": f"File upload failed: {err}"}, 400)
+        try:
+            await files.atomic_write(
+                self.state.root,
+                target,
+                part_chunks(part),
+                mode=0o644,
+                limit=self.state.config.max_upload_bytes,
+            )
+        except PathEscape:
+            return json_response(_ACCESS_DENIED, 403)
+        except files.TooLarge as err:
+            return json_response({"message": f"File upload failed: {err}"}, 413)
+        except (IsADirectoryError, NotADirectoryError, FileExistsError) as err:
+            return json_response({"message": f"File upload failed: {err}"}, 400)
+        except ValueError as err:  # malformed multipart mid-stream
+            return json_response({"message": f"invalid multipart body: {err}"}, 400)
+        except OSError as err:
+            return json_response({"message": f"File upload failed: {err}"}, 500)
+        return json_response({"message": f"File '{filename}' uploaded successfully."})
+
+    def _resolve(self, request: web.Request, prefix: str) -> tuple[str, str]:
+        user_path = path_tail(request, prefix)
+        return user_path, self.state.resolve(user_path)
+
+    async def download(self, request: web.Request) -> web.StreamResponse:
+        try:
+            user_path, target = self._resolve(request, "/download/")
+            fd, _ = files.open_file(self.state.root, target)
+        except PathEscape:
+            return json_response(_ACCESS_DENIED, 403)
+        except InvalidPath as err:
+            return json_response({"message": str(err)}, 400)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return json_response({"message": "File not found"}, 404)
+        except PermissionError:
+            return json_response({"message": "Permission denied"}, 403)
+        return await send_open_file(request, fd, {"Content-Disposition": _attachment(user_path)})
+
+    async def list(self, request: web.Request) -> web.Response:
+        try:
+            _, target = self._resolve(request, "/list/")
+            entries = await files.list_directory(self.state.root, target)
+        except PathEscape:
+            return json_response(_ACCESS_DENIED, 403)
+        except InvalidPath as err:
+            return json_response({"message": str(err)}, 400)
+        except (FileNotFoundError, NotADirectoryError):
+            return json_response({"message": "Path is not a directory"}, 404)
+        except OSError as err:
+            return json_response({"message": f"List files failed: {err}"}, 500)
+        return json_response([e.legacy() for e in entries])
+
+    async def exists(self, request: web.Request) -> web.Response:
+        try:
+            user_path, target = self._resolve(request, "/exists/")
+        except PathEscape:
+            return json_response(_ACCESS_DENIED, 403)
+        except InvalidPath as err:
+            return json_response({"message": str(err)}, 400)
+        return json_response({"path": user_path, "exists": files.exists(target)})
+
+    async def delete(self, request: web.Request) -> web.Response:
+        recursive = request.query.get("recursive", "false").lower()
+        if recursive not in ("true", "false", "1", "0"):
+            return json_response({"message": f"recursive {recursive!r} must be a boolean"}, 400)
+        try:
+            user_path, target = self._resolve(request, "/files/")
+            await files.delete(self.state.root, target, recursive=recursive in ("true", "1"))
+        except PathEscape:
+            return json_response(_ACCESS_DENIED, 403)
+        except InvalidPath as err:
+            return json_response({"message": str(err)}, 400)
+        except (FileNotFoundError, NotADirectoryError):
+            return json_response({"message": "File not found"}, 404)
+        except files.NotEmpty as err:
+            return json_response({"message": err.strerror}, 409)
+        except PermissionError:
+            return json_response({"message": "Permission denied"}, 403)
+        except OSError as err:
+            return json_response({"message": f"Delete failed: {err}"}, 500)
+        return json_response({"message": f"'{user_path}' deleted."})
+
+
+def _line(obj: object) -> bytes:
+    return orjson.dumps(obj) + b"\n"
+
+
+def _attachment(path: str) -> str:
+    if path.isascii() and '"' not in path and "\\" not in path:
+        return f'attachment; filename="{path}"'
+    return f"attachment; filename*=utf-8''{quote(path, safe='')}"
+
+
+def legacy_app(state: RuntimeState) -> web.Application:
+    """The aiohttp application of the legacy protocol for one server."""
+    h = _Legacy(state)
+    app = web.Application(
+        client_max_size=state.config.max_json_body_bytes, middlewares=[error_middleware(_legacy_error)]
+    )
+    app.router.add_get("/", h.health)
+    app.router.add_post("/execute", h.execute)
+    app.router.add_post("/execute/stream", h.execute_stream)
+    app.router.add_post("/upload", h.upload)
+    app.router.add_get("/download/{path:.*}", h.download)
+    app.router.add_get("/list/{path:.*}", h.list)
+    app.router.add_get("/exists/{path:.*}", h.exists)
+    app.router.add_delete("/files/{path:.*}", h.delete)
+    return app

@@ -1,0 +1,63 @@
+"""`agent-sandbox-runtime`: serve one sandbox until SIGTERM/SIGINT, then drain (spec §2.2)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from importlib import metadata
+
+from .config import RuntimeConfig, parse_args
+from .server import RuntimeServer
+
+__all__ = ["main", "serve"]
+
+log = logging.getLogger("agent_sandbox.runtime")
+
+
+async def serve(config: RuntimeConfig) -> None:
+    """Run one server until SIGTERM or SIGINT, then stop it within the shutdown timeout."""
+    server = RuntimeServer(config)
+    await server.start()
+    log.info(
+        "serving %s on %s: legacy %d, rest %d, grpc %d",
+        server.root,
+        config.listen_host,
+        server.ports["legacy"],
+        server.ports["rest"],
+        server.ports["grpc"],
+    )
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("draining (shutdown timeout %.1fs)", config.shutdown_timeout)
+    await server.stop()
+
+
+def _version() -> str:
+    try:
+        return metadata.version("agent-sandbox")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    config, ns = parse_args(sys.argv[1:] if argv is None else argv)
+    if ns.version:
+        print(f"agent-sandbox-runtime {_version()}")
+        return 0
+    logging.basicConfig(level=ns.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(serve(config))
+    except OSError as err:
+        log.error("cannot serve: %s", err)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

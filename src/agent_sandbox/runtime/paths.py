@@ -1,0 +1,66 @@
+"""Path confinement: every path a client names must resolve inside the server's root directory.
+
+The rule is sandboxd's (spec §2.2) and, without the root-prefix strip, the legacy runtime's (§2.1): join the
+user path to the symlink-resolved root, normalise, resolve symlinks of the existing part (a missing tail is
+re-appended as is; a dangling link is followed to where it points), refuse anything outside the root.
+Resolution happens before the file is opened, so a path swapped for a symlink in between could still point
+out; `check_fd` closes that gap by checking where an opened descriptor really is (`/proc/self/fd`).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+
+__all__ = ["InvalidPath", "PathEscape", "check_fd", "confine", "real_root"]
+
+
+class PathEscape(PermissionError):
+    """The path resolves outside the root (HTTP 403, gRPC PERMISSION_DENIED)."""
+
+
+class InvalidPath(ValueError):
+    """The path cannot name a file at all (NUL byte); HTTP 400."""
+
+
+def real_root(root: str | os.PathLike[str]) -> str:
+    """The absolute, symlink-resolved root, created (0755) if missing."""
+    path = os.path.abspath(os.fspath(root))
+    os.makedirs(path, mode=0o755, exist_ok=True)
+    return os.path.realpath(path)
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def confine(root: str, user_path: str, *, configured_root: str | None = None) -> str:
+    """Resolve `user_path` against `root` (already `real_root`) or raise PathEscape / InvalidPath.
+
+    An absolute user path is taken relative to the root. With `configured_root` (sandboxd), a user path that
+    starts with the root as configured ("/workspace/a") has that prefix stripped first.
+    """
+    if "\x00" in user_path:
+        raise InvalidPath("path contains a NUL byte")
+    if configured_root:
+        cleaned = posixpath.normpath(user_path) if user_path else ""
+        prefix = posixpath.normpath(configured_root)
+        if prefix != "/" and _inside(cleaned, prefix):
+            user_path = cleaned[len(prefix) :]
+    joined = posixpath.normpath(root + "/" + user_path)
+    if not _inside(joined, root):
+        raise PathEscape(f"path {user_path!r} escapes the root")
+    resolved = os.path.realpath(joined)
+    if not _inside(resolved, root):
+        raise PathEscape(f"path {user_path!r} escapes the root")
+    return resolved
+
+
+def check_fd(fd: int, root: str) -> None:
+    """Raise PathEscape unless the open descriptor `fd` is the root or lies below it."""
+    try:
+        where = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # no /proc: the resolution check is all we have
+        return
+    if not _inside(where, root):
+        raise PathEscape("path escapes the root")

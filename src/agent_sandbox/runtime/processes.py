@@ -1,0 +1,495 @@
+"""Command processes of one runtime server: spawn, stream output, signal, reap, kill on shutdown.
+
+Every command leads its own process group (session), so a timeout, a cancelled call, SendSignal and
+shutdown reach everything it started. Exits are noticed through a pidfd on the event loop (no thread or
+SIGCHLD handler per child, so many servers share one loop and tests can embed a server). A command's
+background processes outlive it (as with upstream sandboxd), their groups are remembered and killed when
+the server stops. When the runtime is PID 1 (a container), orphans re-parented to it are reaped too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import itertools
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import termios
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "BoundedOutput",
+    "OutputEvent",
+    "Process",
+    "SpawnError",
+    "Supervisor",
+    "TooManyProcesses",
+    "exit_code_of",
+]
+
+_READ_LIMIT = 1 << 16  # StreamReader buffer before the pipe is paused (backpressure on a slow client)
+_DRAIN_AFTER_EXIT = 10.0  # upstream's WaitDelay: output pipes a background child keeps open are given up
+
+
+class SpawnError(Exception):
+    """The program could not be started; `kind` is not_found, permission, invalid or internal."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class TooManyProcesses(Exception):
+    """The server's concurrent-process limit is reached."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutputEvent:
+    """One chunk of output; `stream` is "stdout" or "stderr" (a PTY's output is all "stdout")."""
+
+    stream: str
+    data: bytes
+
+
+def exit_code_of(status: int) -> int:
+    """Exit code from a wait status: the code, or -signal for a killed process (Python's convention)."""
+    return os.waitstatus_to_exitcode(status)
+
+
+class BoundedOutput:
+    """Keeps the first `limit` bytes of a stream and counts the rest."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._parts: list[bytes] = []
+        self._kept = 0
+        self.dropped = 0
+
+    def add(self, data: bytes) -> None:
+        room = self.limit - self._kept
+        if room > 0:
+            part = data[:room]
+            self._parts.append(part)
+            self._kept += len(part)
+        self.dropped += max(0, len(data) - max(room, 0))
+
+    def value(self) -> bytes:
+        """The kept bytes, followed by a marker line when anything was dropped."""
+        data = b"".join(self._parts)
+        if self.dropped:
+            data += f"\n[output truncated: {self.dropped} more bytes]\n".encode()
+        return data
+
+
+class _Reaper:
+    """Notices child exits on one event loop through pidfds; as PID 1 also reaps adopted orphans."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._waiting: dict[int, tuple[int, asyncio.Future[int]]] = {}
+        if os.getpid() == 1:
+            loop.add_signal_handler(signal.SIGCHLD, self._reap_all)
+
+    def watch(self, pid: int) -> asyncio.Future[int]:
+        fut: asyncio.Future[int] = self.loop.create_future()
+        pidfd = os.pidfd_open(pid)
+        self._waiting[pid] = (pidfd, fut)
+        self.loop.add_reader(pidfd, self._poll, pid)
+        self._poll(pid)  # it may have exited already
+        return fut
+
+    def _poll(self, pid: int) -> None:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere (PID 1 sweep): status lost
+            done, status = pid, -1
+        if done:
+            self._finish(pid, status)
+
+    def _finish(self, pid: int, status: int) -> None:
+        entry = self._waiting.pop(pid, None)
+        if entry is None:
+            return
+        pidfd, fut = entry
+        self.loop.remove_reader(pidfd)
+        os.close(pidfd)
+        if not fut.done():
+            fut.set_result(exit_code_of(status) if status != -1 else -1)
+
+    def _reap_all(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self._finish(pid, status)
+
+
+_reapers: dict[asyncio.AbstractEventLoop, _Reaper] = {}
+
+
+def _reaper() -> _Reaper:
+    loop = asyncio.get_running_loop()
+    reaper = _reapers.get(loop)
+    if reaper is None or reaper.loop.is_closed():
+        reaper = _reapers[loop] = _Reaper(loop)
+    return reaper
+
+
+class Process:
+    """A running command: its output events, stdin, exit code, and its process group."""
+
+    def __init__(
+        self,
+        ident: int,
+        popen: subprocess.Popen[bytes],
+        exited: asyncio.Future[int],
+        readers: list[tuple[str, asyncio.StreamReader, asyncio.BaseTransport]],
+        stdin: asyncio.StreamWriter | None,
+        terminal: tuple[int, int] | None,
+        chunk_size: int,
+    ) -> None:
+        self.id = ident
+        self.pid = popen.pid
+        self._popen = popen
+        self._exited = exited
+        self._stdin = stdin
+        # With a PTY we keep the slave side open ourselves until the program exited and its output was
+        # read: closing the last slave makes the master return EIO, which can drop output still in flight.
+        self._pty_master: int | None = terminal[0] if terminal else None
+        self._pty_slave: int | None = terminal[1] if terminal else None
+        self._slave_closer: asyncio.Future[None] | None = None
+        self._chunk = chunk_size
+        self._events: asyncio.Queue[OutputEvent | None] = asyncio.Queue(maxsize=16)
+        self._transports = [t for _, _, t in readers]
+        self._pumps = [asyncio.ensure_future(self._pump(name, r)) for name, r, _ in readers]
+        self._open_streams = len(readers)
+        exited.add_done_callback(self._on_exit)
+
+    @property
+    def has_pty(self) -> bool:
+        return self._pty_master is not None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._exited.result() if self._exited.done() else None
+
+    def _on_exit(self, fut: asyncio.Future[int]) -> None:
+        if not fut.cancelled():
+            self._popen.returncode = fut.result()  # keeps subprocess from waiting on a reaped pid
+        if self._pty_slave is not None:
+            self._slave_closer = asyncio.ensure_future(self._close_slave_when_drained())
+
+    async def _close_slave_when_drained(self) -> None:
+        """Close our slave side once the master has had no unread bytes for two polls (at most 1 s)."""
+        quiet = 0
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if self._pty_master is None:
+                break
+            try:
+                pending = struct.unpack("i", fcntl.ioctl(self._pty_master, termios.FIONREAD, b"\0\0\0\0"))[0]
+            except OSError:
+                break
+            quiet = quiet + 1 if pending == 0 else 0
+            if quiet >= 2:
+                break
+        self._close_slave()
+
+    def _close_slave(self) -> None:
+        if self._pty_slave is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._pty_slave)
+            self._pty_slave = None
+
+    async def _pump(self, name: str, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                try:
+                    data = await reader.read(self._chunk)
+                except OSError:  # EIO on a PTY master once the terminal's last holder is gone
+                    data = b""
+                if not data:
+                    break
+                await self._events.put(OutputEvent(name, data))
+        finally:
+            await self._events.put(None)
+
+    async def events(self) -> AsyncIterator[OutputEvent]:
+        """Output in arrival order until every stream ends (or has stayed open _DRAIN_AFTER_EXIT after exit)."""
+        while self._open_streams:
+            if self._exited.done():
+                try:
+                    item = await asyncio.wait_for(self._events.get(), _DRAIN_AFTER_EXIT)
+                except TimeoutError:
+                    self._abandon_streams()
+                    return
+            else:
+                item = await self._events.get()
+            if item is None:
+                self._open_streams -= 1
+                continue
+            yield item
+
+    def _abandon_streams(self) -> None:
+        for pump in self._pumps:
+            pump.cancel()
+        for transport in self._transports:
+            transport.close()
+        self._open_streams = 0
+
+    async def wait(self) -> int:
+        """The exit code (negative signal number if killed)."""
+        return await asyncio.shield(self._exited)
+
+    async def write_stdin(self, data: bytes) -> None:
+        if self._stdin is None:
+            raise BrokenPipeError("stdin is closed")
+        self._stdin.write(data)
+        await self._stdin.drain()
+
+    def close_stdin(self) -> None:
+        """Close stdin (EOF for the program); with a PTY, send the terminal's EOF character."""
+        if self._pty_master is not None and self._stdin is not None:
+            self._stdin.write(b"\x04")
+            return
+        if self._stdin is not None:
+            self._stdin.close()
+            self._stdin = None
+
+    @property
+    def stdin_open(self) -> bool:
+        return self._stdin is not None
+
+    def signal_group(self, sig: int) -> None:
+        """Send `sig` to the whole process group (ProcessLookupError when it is gone)."""
+        os.killpg(self.pid, sig)
+
+    def kill_group(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+
+    def resize(self, cols: int, rows: int) -> None:
+        if self._pty_master is None:
+            raise OSError(errno.ENOTTY, "process has no PTY")
+        fcntl.ioctl(self._pty_master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+    async def close(self) -> None:
+        """Release pipes and the PTY (after the process ended or was killed)."""
+        self._abandon_streams()
+        self._close_slave()
+        if self._stdin is not None:
+            self._stdin.close()
+            self._stdin = None
+        if self._pty_master is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._pty_master)
+            self._pty_master = None
+
+
+def _spawn_error(err: OSError) -> SpawnError:
+    if isinstance(err, FileNotFoundError):
+        return SpawnError("not_found", str(err))
+    if isinstance(err, PermissionError):
+        return SpawnError("permission", str(err))
+    if isinstance(err, NotADirectoryError | IsADirectoryError):
+        return SpawnError("invalid", str(err))
+    return SpawnError("internal", str(err))
+
+
+# With a PTY the program must lead a session whose controlling terminal is the PTY (job control, ^C, SIGWINCH).
+# A session leader without one acquires it by opening the terminal; /bin/sh does that open and then execs the
+# program, so no Python code runs between fork and exec (grpcio's fork handlers can crash such a child, and
+# a plain vfork+exec stays cheap in a large runner process).
+_CTTY_WRAPPER = 'exec "$@" <>"$0" >&0 2>&0'
+
+
+def _resolve_program(argv0: str, cwd: str, env: Mapping[str, str]) -> None:
+    """Raise the OSError exec would (missing or not executable), since the PTY wrapper hides it."""
+    if "/" in argv0:
+        path = os.path.join(cwd, argv0)
+        if not os.path.exists(path):
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", argv0)
+        if os.path.isdir(path) or not os.access(path, os.X_OK):
+            raise PermissionError(errno.EACCES, "Permission denied", argv0)
+    elif shutil.which(argv0, path=env.get("PATH", os.defpath)) is None:
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", argv0)
+
+
+def _popen(
+    argv: Sequence[str], cwd: str, env: Mapping[str, str], *, stdio: tuple[int, int, int], tty: str | None
+) -> subprocess.Popen[bytes]:
+    """fork+exec in a new session (own process group). Synchronous on purpose: vfork makes it cheap, and
+    exec errors (missing program, denied, bad cwd) surface here as OSError."""
+    args = list(argv)
+    if tty is not None:
+        if not os.path.isdir(cwd):
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", cwd)
+        _resolve_program(args[0], cwd, env)
+        args = ["/bin/sh", "-c", _CTTY_WRAPPER, tty, *args]
+    return subprocess.Popen(
+        args, stdin=stdio[0], stdout=stdio[1], stderr=stdio[2], cwd=cwd, env=env, start_new_session=True
+    )
+
+
+class Supervisor:
+    """The processes of one server: ids, the concurrency limit, and what shutdown must kill."""
+
+    def __init__(self, *, max_processes: int, chunk_size: int, env: Mapping[str, str] | None = None) -> None:
+        self.max_processes = max_processes
+        self.chunk_size = chunk_size
+        self._env = dict(os.environ if env is None else env)
+        self._ids = itertools.count(1)
+        self._running: dict[int, Process] = {}
+        self._groups: set[int] = set()  # groups started here that may still have members
+        self.closed = False
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    def get(self, ident: int) -> Process | None:
+        return self._running.get(ident)
+
+    def environment(self, extra: Mapping[str, str] | None) -> dict[str, str]:
+        env = dict(self._env)
+        if extra:
+            env.update(extra)
+        return env
+
+    async def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str] | None = None,
+        pty: tuple[int, int] | None = None,
+        stdin: bool = True,
+    ) -> Process:
+        """Start `argv` (no shell) in its own process group; pty = (cols, rows) gives it a terminal."""
+        if self.closed:
+            raise TooManyProcesses("runtime is shutting down")
+        if len(self._running) >= self.max_processes:
+            raise TooManyProcesses(f"too many running commands (limit {self.max_processes})")
+        if not argv or not argv[0]:
+            raise SpawnError("invalid", "command is required")
+        if any("\x00" in a for a in argv):
+            raise SpawnError("invalid", "command contains a NUL byte")
+        full_env = self.environment(env)
+        if any("\x00" in k or "=" in k or not k or "\x00" in v for k, v in full_env.items()):
+            raise SpawnError("invalid", "environment names must be non-empty without '=' or NUL")
+        loop = asyncio.get_running_loop()
+        master = slave = -1
+        try:
+            if pty is not None:
+                master, slave = os.openpty()
+                cols, rows = pty
+                if cols > 0 and rows > 0:
+                    fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+                popen = _popen(argv, cwd, full_env, stdio=(slave, slave, slave), tty=os.ttyname(slave))
+            else:
+                stdin_fd = subprocess.PIPE if stdin else subprocess.DEVNULL
+                popen = _popen(
+                    argv, cwd, full_env, stdio=(stdin_fd, subprocess.PIPE, subprocess.PIPE), tty=None
+                )
+        except OSError as err:
+            self._close_fds(master, slave)
+            raise _spawn_error(err) from None
+        except ValueError as err:
+            self._close_fds(master, slave)
+            raise SpawnError("invalid", str(err)) from None
+        self._groups.add(popen.pid)
+        exited = _reaper().watch(popen.pid)
+        readers: list[tuple[str, asyncio.StreamReader, asyncio.BaseTransport]] = []
+        writer: asyncio.StreamWriter | None = None
+        if pty is not None:
+            readers.append(await _reader(loop, "stdout", os.fdopen(os.dup(master), "rb", buffering=0)))
+            writer = await _writer(loop, os.fdopen(os.dup(master), "wb", buffering=0))
+        else:
+            assert popen.stdout is not None
+            assert popen.stderr is not None
+            readers.append(await _reader(loop, "stdout", popen.stdout))
+            readers.append(await _reader(loop, "stderr", popen.stderr))
+            if popen.stdin is not None:
+                writer = await _writer(loop, popen.stdin)
+        ident = next(self._ids)
+        terminal = (master, slave) if pty is not None else None
+        proc = Process(ident, popen, exited, readers, writer, terminal, self.chunk_size)
+        self._running[ident] = proc
+        exited.add_done_callback(lambda _f: self._forget(ident))
+        return proc
+
+    @staticmethod
+    def _close_fds(*fds: int) -> None:
+        for fd in fds:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    def _forget(self, ident: int) -> None:
+        proc = self._running.pop(ident, None)
+        if proc is None:
+            return
+        if not _group_alive(proc.pid):
+            self._groups.discard(proc.pid)
+        # Prune groups whose background members have all gone, so a recycled id is never signalled.
+        for pgid in [g for g in self._groups if g not in {p.pid for p in self._running.values()}]:
+            if not _group_alive(pgid):
+                self._groups.discard(pgid)
+
+    def signal_all(self, sig: int) -> None:
+        """Signal every process group started here that still has members."""
+        for pgid in list(self._groups):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                self._groups.discard(pgid)
+            except PermissionError:
+                pass
+
+    async def shutdown(self, grace: float) -> None:
+        """Refuse new commands, SIGTERM every group, SIGKILL whatever is left after `grace` seconds."""
+        self.closed = True
+        self.signal_all(signal.SIGTERM)
+        running = [p.wait() for p in self._running.values()]
+        if running:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*running, return_exceptions=True), grace)
+        self.signal_all(signal.SIGKILL)
+        running = [p.wait() for p in self._running.values()]
+        if running:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*running, return_exceptions=True), 5.0)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def _reader(
+    loop: asyncio.AbstractEventLoop, name: str, pipe: object
+) -> tuple[str, asyncio.StreamReader, asyncio.BaseTransport]:
+    reader = asyncio.StreamReader(limit=_READ_LIMIT, loop=loop)
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), pipe)
+    return name, reader, transport
+
+
+async def _writer(loop: asyncio.AbstractEventLoop, pipe: object) -> asyncio.StreamWriter:
+    transport, protocol = await loop.connect_write_pipe(
+        lambda: asyncio.streams.FlowControlMixin(loop=loop), pipe
+    )
+    return asyncio.StreamWriter(transport, protocol, None, loop)

@@ -1,0 +1,189 @@
+"""sandboxd's REST API on :8080 (spec §2.2.1): files, health, metadata. Errors are `{"code", "message"}`."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp import web
+
+from . import files
+from ._http import (
+    error_middleware,
+    find_part,
+    json_response,
+    multipart_reader,
+    part_chunks,
+    path_tail,
+    send_open_file,
+)
+from .paths import InvalidPath, PathEscape
+from .state import RuntimeState
+
+__all__ = ["rest_app"]
+
+_PREFIX = "/v1/files/"
+_MODE_RE = re.compile(r"^0[0-7]{3}$")
+_CHUNK = 1 << 16
+# Go's strconv.ParseBool spellings
+_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True}
+_BOOLS |= {"0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
+_CODES = {
+    400: "INVALID_ARGUMENT",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    409: "CONFLICT",
+    413: "RESOURCE_EXHAUSTED",
+    503: "UNAVAILABLE",
+}
+
+
+def _error_body(status: int, message: str) -> dict[str, Any]:
+    return {
+        "code": _CODES.get(status, "INTERNAL" if status >= 500 else "INVALID_ARGUMENT"),
+        "message": message,
+    }
+
+
+def _error(status: int, message: str) -> web.Response:
+    return json_response(_error_body(status, message), status)
+
+
+_NOT_FOUND = (404, "path does not exist within the sandbox")
+_ESCAPE = (403, "path traversal outside sandbox root is forbidden")
+_DENIED = (403, "permission denied")
+
+
+def _os_failure(err: OSError) -> web.Response:
+    """The sandboxd answer for an OS error of a file operation (confinement first: it is a PermissionError)."""
+    if isinstance(err, PathEscape):
+        return _error(*_ESCAPE)
+    if isinstance(err, FileNotFoundError | NotADirectoryError):
+        return _error(*_NOT_FOUND)
+    if isinstance(err, files.NotEmpty):
+        return _error(409, err.strerror or "directory is not empty; pass recursive=true to remove it")
+    if isinstance(err, PermissionError):
+        return _error(*_DENIED)
+    return _error(500, str(err))
+
+
+class _Rest:
+    def __init__(self, state: RuntimeState) -> None:
+        self.state = state
+
+    def _target(self, request: web.Request) -> tuple[str, str]:
+        user_path = path_tail(request, _PREFIX)
+        return user_path, self.state.resolve_sandboxd(user_path)
+
+    async def get(self, request: web.Request) -> web.StreamResponse:
+        try:
+            user_path, target = self._target(request)
+            st = os.stat(target)
+            if stat.S_ISDIR(st.st_mode):
+                return await self._listing(request, user_path, target)
+            fd, _ = files.open_file(self.state.root, target)
+        except InvalidPath as err:
+            return _error(400, str(err))
+        except OSError as err:
+            return _os_failure(err)
+        return await send_open_file(request, fd)
+
+    async def _listing(self, request: web.Request, user_path: str, target: str) -> web.Response:
+        entries = await files.list_directory(self.state.root, target)  # OSError: the caller's answer
+        entries.sort(key=lambda e: e.name)
+        path = user_path if user_path.startswith("/") else "/" + user_path
+        return json_response({"path": path, "entries": [e.sandboxd() for e in entries]})
+
+    async def put(self, request: web.Request) -> web.Response:
+        mode = 0o644
+        if "mode" in request.query:
+            raw_mode = request.query["mode"]
+            if not _MODE_RE.match(raw_mode):
+                return _error(400, f"mode {raw_mode!r} must match ^0[0-7]{{3}}$")
+            mode = int(raw_mode, 8)
+        try:
+            _, target = self._target(request)
+        except PathEscape:
+            return _error(*_ESCAPE)
+        except InvalidPath as err:
+            return _error(400, str(err))
+        if files.is_directory(target):
+            return _error(400, "target path is a directory")
+        try:
+            chunks = await _body_chunks(request)
+        except ValueError as err:
+            return _error(400, str(err))
+        try:
+            await files.atomic_write(
+                self.state.root, target, chunks, mode=mode, limit=self.state.config.max_upload_bytes
+            )
+        except PathEscape:
+            return _error(*_ESCAPE)
+        except files.TooLarge as err:
+            return _error(413, str(err))
+        except IsADirectoryError:
+            return _error(400, "target path is a directory")
+        except (NotADirectoryError, FileExistsError) as err:
+            return _error(400, f"a parent of the target is not a directory: {err.strerror}")
+        except ValueError as err:  # malformed multipart mid-stream
+            return _error(400, str(err))
+        except OSError as err:
+            return _os_failure(err)
+        return web.Response(status=204)
+
+    async def delete(self, request: web.Request) -> web.Response:
+        try:
+            _, target = self._target(request)
+            os.lstat(target)
+        except PathEscape:
+            return _error(*_ESCAPE)
+        except InvalidPath as err:
+            return _error(400, str(err))
+        except (FileNotFoundError, NotADirectoryError):
+            return _error(*_NOT_FOUND)
+        recursive = False
+        if request.query.get("recursive", ""):
+            raw = request.query["recursive"]
+            if raw not in _BOOLS:
+                return _error(400, f"recursive {raw!r} must be a boolean")
+            recursive = _BOOLS[raw]
+        try:
+            await files.delete(self.state.root, target, recursive=recursive)
+        except OSError as err:
+            return _os_failure(err)
+        return web.Response(status=204)
+
+    async def health(self, request: web.Request) -> web.Response:
+        if self.state.draining:
+            return _error(503, "sandboxd is shutting down")
+        return json_response({"status": "ok", "uptime_seconds": int(time.monotonic() - self.state.started)})
+
+    async def metadata(self, request: web.Request) -> web.Response:
+        return json_response({"env": self.state.metadata()})
+
+
+async def _body_chunks(request: web.Request) -> AsyncIterator[bytes]:
+    """The raw body, or the `file` part of a multipart/form-data body (ValueError when it is missing)."""
+    if request.content_type != "multipart/form-data":
+        return request.content.iter_chunked(_CHUNK)
+    part = await find_part(await multipart_reader(request), "file")
+    if part is None:
+        raise ValueError('multipart body is missing the required "file" part')
+    return part_chunks(part)
+
+
+def rest_app(state: RuntimeState) -> web.Application:
+    """The aiohttp application of sandboxd's REST API for one server."""
+    h = _Rest(state)
+    app = web.Application(middlewares=[error_middleware(_error_body)])
+    app.router.add_get(_PREFIX + "{path:.*}", h.get)  # also HEAD
+    app.router.add_put(_PREFIX + "{path:.*}", h.put)
+    app.router.add_delete(_PREFIX + "{path:.*}", h.delete)
+    app.router.add_get("/v1/health", h.health)
+    app.router.add_get("/v1/metadata", h.metadata)
+    return app

@@ -1,0 +1,194 @@
+"""process.v1.ProcessService on a real server (spec §2.2.2)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import grpc
+import pytest
+
+from agent_sandbox.api import processv1 as pb
+from agent_sandbox.runtime import RuntimeServer
+from tests.integration.runtime.helpers import ProcessClient, leaked_processes
+
+pytestmark = pytest.mark.integration
+
+
+async def _gone(root: str) -> bool:
+    for _ in range(100):
+        if not leaked_processes(root):
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+async def test_execute(runtime: RuntimeServer, grpc_client: ProcessClient) -> None:
+    resp = await grpc_client.execute("/bin/sh", "-c", "echo hi; echo oops >&2; exit 7")
+    assert (resp.exit_code, resp.stdout, resp.stderr) == (7, b"hi\n", b"oops\n")
+    resp = await grpc_client.execute("/bin/sh", "-c", "echo $A; pwd", env_vars={"A": "b"}, cwd="")
+    assert resp.stdout == f"b\n{runtime.root}\n".encode()
+    Path(runtime.root, "sub").mkdir()
+    resp = await grpc_client.execute("pwd", cwd="sub")
+    assert resp.stdout == f"{runtime.root}/sub\n".encode()
+    resp = await grpc_client.execute("/bin/sh", "-c", "kill -9 $$")
+    assert resp.exit_code == -1
+
+
+@pytest.mark.parametrize(
+    ("command", "config", "code", "details"),
+    [
+        ((), {}, grpc.StatusCode.INVALID_ARGUMENT, "command is required"),
+        (("no-such-program-xyz",), {}, grpc.StatusCode.NOT_FOUND, "No such file or directory"),
+        (("pwd",), {"cwd": "../.."}, grpc.StatusCode.PERMISSION_DENIED, "escapes the root"),
+        (("pwd",), {"cwd": "missing-dir"}, grpc.StatusCode.NOT_FOUND, "No such file or directory"),
+        (("/etc/passwd",), {}, grpc.StatusCode.PERMISSION_DENIED, "Permission denied"),
+    ],
+)
+async def test_execute_errors(
+    grpc_client: ProcessClient,
+    command: tuple[str, ...],
+    config: dict[str, str],
+    code: grpc.StatusCode,
+    details: str,
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await grpc_client.execute(*command, **config)
+    assert err.value.code() == code
+    assert details in (err.value.details() or "")
+
+
+async def test_malformed_request_is_invalid_argument(grpc_client: ProcessClient) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await grpc_client.raw_execute(b"\xff\xff\xff\xff", timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_deadline_kills_the_process_group(runtime: RuntimeServer, grpc_client: ProcessClient) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await grpc_client.execute("/bin/sh", "-c", "sleep 300 & sleep 301", timeout=1)
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert await _gone(runtime.root)
+
+
+async def test_start_streams_init_output_exit_in_order(grpc_client: ProcessClient) -> None:
+    call = grpc_client.start("/bin/sh", "-c", "echo one; echo two >&2; echo three; exit 3")
+    events = [e async for e in grpc_client.events(call)]
+    kinds = [e.WhichOneof("event") for e in events]
+    assert kinds[0] == "init"
+    assert events[0].init.process_id >= 1
+    assert kinds[-1] == "exit"
+    assert events[-1].exit.exit_code == 3
+    assert b"".join(e.stdout for e in events if e.HasField("stdout")) == b"one\nthree\n"
+    assert b"".join(e.stderr for e in events if e.HasField("stderr")) == b"two\n"
+    assert set(kinds[1:-1]) <= {"stdout", "stderr"}
+
+
+async def test_start_chunks_are_bounded(make_runtime: object) -> None:
+    from grpc import aio
+
+    server = await make_runtime(stream_chunk_size=100)  # type: ignore[operator]
+    async with aio.insecure_channel(f"127.0.0.1:{server.ports['grpc']}") as channel:
+        client = ProcessClient(channel)
+        events = [e async for e in client.events(client.start("head", "-c", "1000", "/dev/zero"))]
+    chunks = [e.stdout for e in events if e.HasField("stdout")]
+    assert sum(map(len, chunks)) == 1000
+    assert max(map(len, chunks)) <= 100
+
+
+async def test_stdin_and_eof(grpc_client: ProcessClient) -> None:
+    call = grpc_client.start("cat")
+    it = grpc_client.events(call)
+    init = await anext(it)
+    pid = init.init.process_id
+    await grpc_client.write_stdin_call(pb.WriteStdinRequest(process_id=pid, input=b"hello\n"), timeout=10)
+    first = await anext(it)
+    assert first.stdout == b"hello\n"
+    await grpc_client.write_stdin_call(
+        pb.WriteStdinRequest(process_id=pid, eof=pb.process_pb2.google_dot_protobuf_dot_empty__pb2.Empty()),
+        timeout=10,
+    )
+    rest = [e async for e in it]
+    assert rest[-1].exit.exit_code == 0
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await grpc_client.write_stdin_call(pb.WriteStdinRequest(process_id=pid, input=b"x"), timeout=10)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_signal(runtime: RuntimeServer, grpc_client: ProcessClient) -> None:
+    call = grpc_client.start("/bin/sh", "-c", "sleep 300 & sleep 301")
+    it = grpc_client.events(call)
+    pid = (await anext(it)).init.process_id
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await grpc_client.send_signal_call(
+            pb.SendSignalRequest(process_id=pid, signal=pb.SIGNAL_UNSPECIFIED), timeout=10
+        )
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await grpc_client.send_signal_call(pb.SendSignalRequest(process_id=pid, signal=5), timeout=10)  # type: ignore[arg-type]
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await grpc_client.resize_call(pb.ResizeTTYRequest(process_id=pid, cols=10, rows=10), timeout=10)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    await grpc_client.send_signal_call(
+        pb.SendSignalRequest(process_id=pid, signal=pb.SIGNAL_SIGTERM), timeout=10
+    )
+    events = [e async for e in it]
+    assert events[-1].exit.exit_code == -1
+    assert await _gone(runtime.root)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await grpc_client.send_signal_call(
+            pb.SendSignalRequest(process_id=999, signal=pb.SIGNAL_SIGKILL), timeout=10
+        )
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_pty_size_and_resize(grpc_client: ProcessClient) -> None:
+    call = grpc_client.start("/bin/sh", pty=(100, 30))
+    it = grpc_client.events(call)
+    pid = (await anext(it)).init.process_id
+    output = b""
+
+    async def until(marker: bytes) -> None:
+        nonlocal output
+        while marker not in output:
+            output += (await anext(it)).stdout
+
+    await grpc_client.write_stdin_call(
+        pb.WriteStdinRequest(process_id=pid, input=b"stty size; echo m1\n"), timeout=10
+    )
+    await until(b"30 100\r\nm1")
+    await grpc_client.resize_call(pb.ResizeTTYRequest(process_id=pid, cols=120, rows=40), timeout=10)
+    # the shell is the terminal's foreground job, so it also gets SIGWINCH; stty reads the new size
+    await grpc_client.write_stdin_call(
+        pb.WriteStdinRequest(process_id=pid, input=b"stty size; tty; exit 5\n"), timeout=10
+    )
+    rest = [e async for e in it]
+    output += b"".join(e.stdout for e in rest)
+    assert b"40 120" in output
+    assert b"/dev/pts/" in output
+    assert rest[-1].exit.exit_code == 5
+
+
+async def test_cancelled_stream_kills_the_process(runtime: RuntimeServer, grpc_client: ProcessClient) -> None:
+    call = grpc_client.start("/bin/sh", "-c", "echo up; sleep 300")
+    it = grpc_client.events(call)
+    await anext(it)
+    assert (await anext(it)).stdout == b"up\n"
+    call.cancel()
+    assert await _gone(runtime.root)
+
+
+async def test_reflection_lists_the_service(runtime: RuntimeServer) -> None:
+    from grpc import aio
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    async with aio.insecure_channel(f"127.0.0.1:{runtime.ports['grpc']}") as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        responses = stub.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+        )
+        async for resp in responses:
+            names = {s.name for s in resp.list_services_response.service}
+            break
+    assert pb.SERVICE in names

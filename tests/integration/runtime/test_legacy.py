@@ -1,0 +1,311 @@
+"""The legacy protocol on a real server (spec §2.1): shapes, status codes, quirks, and our extensions."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+import yarl
+
+from agent_sandbox.runtime import RuntimeServer
+from tests.integration.runtime.conftest import MakeRuntime, url
+from tests.integration.runtime.helpers import leaked_processes
+
+pytestmark = pytest.mark.integration
+
+
+async def _execute(http: aiohttp.ClientSession, server: RuntimeServer, body: object) -> tuple[int, object]:
+    async with http.post(url(server, "legacy", "/execute"), data=orjson.dumps(body)) as resp:
+        return resp.status, await resp.json()
+
+
+async def test_health(runtime: RuntimeServer, http: aiohttp.ClientSession) -> None:
+    async with http.get(url(runtime, "legacy", "/")) as resp:
+        assert resp.status == 200
+        assert await resp.json() == {"status": "ok", "message": "Sandbox Runtime is active."}
+
+
+async def test_execute_runs_without_a_shell_in_the_root(
+    runtime: RuntimeServer, http: aiohttp.ClientSession
+) -> None:
+    status, body = await _execute(http, runtime, {"command": "echo hi"})
+    assert (status, body) == (
+        200,
+        {"stdout": "hi\n", "stderr": "", "exit_code": 0, "timed_out": False, "truncated": False},
+    )
+    # shlex quoting is honoured; $VAR and pipes are not interpreted (no shell)
+    status, body = await _execute(http, runtime, {"command": "echo 'a  b' $HOME | x"})
+    assert body["stdout"] == "a  b $HOME | x\n"
+    status, body = await _execute(http, runtime, {"command": "pwd"})
+    assert body["stdout"] == runtime.root + "\n"
+    status, body = await _execute(http, runtime, {"command": "sh -c 'echo out; echo err >&2; exit 3'"})
+    assert (body["stdout"], body["stderr"], body["exit_code"]) == ("out\n", "err\n", 3)
+
+
+@pytest.mark.parametrize(
+    ("command", "stderr"),
+    [
+        (
+            "no-such-program-xyz",
+            "Failed to execute command: [Errno 2] No such file or directory: 'no-such-program-xyz'",
+        ),
+        ("echo 'unclosed", "Failed to execute command: No closing quotation"),
+        ("", "Failed to execute command: empty command"),
+    ],
+)
+async def test_execution_problems_are_200_with_exit_code_1(
+    runtime: RuntimeServer, http: aiohttp.ClientSession, command: str, stderr: str
+) -> None:
+    status, body = await _execute(http, runtime, {"command": command})
+    assert status == 200
+    assert body == {"stdout": "", "stderr": stderr, "exit_code": 1, "timed_out": False, "truncated": False}
+
+
+async def test_timeout_kills_the_whole_process_group(
+    runtime: RuntimeServer, http: aiohttp.ClientSession
+) -> None:
+    started = time.monotonic()
+    status, body = await _execute(
+        http, runtime, {"command": "sh -c 'sleep 300 & sleep 301 & wait'", "timeout_seconds": 0.5}
+    )
+    assert time.monotonic() - started < 10
+    assert status == 200
+    assert body["timed_out"] is True
+    assert body["exit_code"] == 1
+    assert "timed out after 0.5 seconds" in body["stderr"]
+    for _ in range(50):
+        if not leaked_processes(runtime.root):
+            break
+        await asyncio.sleep(0.1)
+    assert leaked_processes(runtime.root) == []
+
+
+async def test_default_timeout_comes_from_the_config(
+    make_runtime: MakeRuntime, http: aiohttp.ClientSession
+) -> None:
+    server = await make_runtime(command_timeout=0.3)
+    _status, body = await _execute(http, server, {"command": "sleep 30"})
+    assert body["timed_out"] is True
+
+
+async def test_env_and_cwd_per_command(runtime: RuntimeServer, http: aiohttp.ClientSession) -> None:
+    Path(runtime.root, "sub").mkdir()
+    status, body = await _execute(
+        http, runtime, {"command": "sh -c 'echo $GREETING; pwd'", "env": {"GREETING": "hey"}, "cwd": "sub"}
+    )
+    assert body["stdout"] == f"hey\n{runtime.root}/sub\n"
+    status, body = await _execute(http, runtime, {"command": "pwd", "cwd": "../.."})
+    assert (status, body) == (403, {"message": "Access denied"})
+
+
+async def test_output_is_bounded_with_a_marker(
+    make_runtime: MakeRuntime, http: aiohttp.ClientSession
+) -> None:
+    server = await make_runtime(max_output_bytes=1000)
+    _status, body = await _execute(http, server, {"command": "head -c 5000 /dev/zero"})
+    assert body["truncated"] is True
+    assert body["stdout"].startswith("\0" * 1000)
+    assert body["stdout"].endswith("\n[output truncated: 4000 more bytes]\n")
+    assert body["exit_code"] == 0
+
+
+@pytest.mark.parametrize(
+    ("raw", "loc"),
+    [
+        (b"{bad json", ["body", 1]),
+        (b"{}", ["body", "command"]),
+        (b'{"command": 5}', ["body", "command"]),
+        (b"[1]", ["body"]),
+        (b'{"command": "true", "timeout_seconds": -1}', ["body", "timeout_seconds"]),
+        (b'{"command": "true", "timeout_seconds": "x"}', ["body", "timeout_seconds"]),
+        (b'{"command": "true", "env": {"A=B": "c"}}', ["body", "env"]),
+        (b'{"command": "true", "cwd": 3}', ["body", "cwd"]),
+    ],
+)
+async def test_malformed_execute_bodies_are_422(
+    runtime: RuntimeServer, http: aiohttp.ClientSession, raw: bytes, loc: list[object]
+) -> None:
+    async with http.post(url(runtime, "legacy", "/execute"), data=raw) as resp:
+        assert resp.status == 422
+        body = await resp.json()
+    assert body["detail"][0]["loc"] == loc
+
+
+async def test_oversized_json_body_is_413(make_runtime: MakeRuntime, http: aiohttp.ClientSession) -> None:
+    server = await make_runtime(max_json_body_bytes=1024)
+    status, body = await _execute(http, server, {"command": "echo " + "x" * 4096})
+    assert status == 413
+    assert "message" in body
+
+
+async def test_stream_execute_ndjson_events_in_order(
+    runtime: RuntimeServer, http: aiohttp.ClientSession
+) -> None:
+    body = {"command": "sh -c 'echo one; echo two >&2; sleep 0.2; echo three'"}
+    events = []
+    first_event_at = None
+    started = time.monotonic()
+    async with http.post(url(runtime, "legacy", "/execute/stream"), data=orjson.dumps(body)) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("application/x-ndjson")
+        async for line in resp.content:
+            events.append(orjson.loads(line))
+            if first_event_at is None and events[-1]["type"] == "stdout":
+                first_event_at = time.monotonic() - started
+    assert events[0]["type"] == "start"
+    assert events[-1] == {"type": "exit", "exit_code": 0, "timed_out": False}
+    out = "".join(e["data"] for e in events if e["type"] == "stdout")
+    err = "".join(e["data"] for e in events if e["type"] == "stderr")
+    assert (out, err) == ("one\nthree\n", "two\n")
+    assert first_event_at is not None
+
+
+async def test_stream_execute_timeout_and_spawn_failure(
+    runtime: RuntimeServer, http: aiohttp.ClientSession
+) -> None:
+    body = {"command": "sleep 30", "timeout_seconds": 0.3}
+    async with http.post(url(runtime, "legacy", "/execute/stream"), data=orjson.dumps(body)) as resp:
+        events = [orjson.loads(line) async for line in resp.content]
+    assert events[-1]["type"] == "exit"
+    assert events[-1]["timed_out"] is True
+    async with http.post(
+        url(runtime, "legacy", "/execute/stream"), data=b'{"command": "no-such-xyz"}'
+    ) as resp:
+        events = [orjson.loads(line) async for line in resp.content]
+    assert events[-1] == {"type": "exit", "exit_code": 1, "timed_out": False}
+    assert events[0]["data"].startswith("Failed to execute command: [Errno 2]")
+
+
+async def test_client_disconnect_kills_the_command(runtime: RuntimeServer) -> None:
+    body = orjson.dumps({"command": "sh -c 'echo started; sleep 300'"})
+    session = aiohttp.ClientSession()
+    async with session, session.post(url(runtime, "legacy", "/execute/stream"), data=body) as resp:
+        async for line in resp.content:
+            if b"started" in line:
+                break
+    for _ in range(100):
+        if not leaked_processes(runtime.root):
+            break
+        await asyncio.sleep(0.1)
+    assert leaked_processes(runtime.root) == []
+
+
+async def _upload(
+    http: aiohttp.ClientSession, server: RuntimeServer, filename: str, data: bytes
+) -> tuple[int, object]:
+    form = aiohttp.FormData(quote_fields=False)  # as requests/urllib3 send it (the upstream SDK)
+    form.add_field("file", data, filename=filename, content_type="application/octet-stream")
+    async with http.post(url(server, "legacy", "/upload"), data=form) as resp:
+        return resp.status, await resp.json()
+
+
+async def test_files_round_trip(runtime: RuntimeServer, http: aiohttp.ClientSession) -> None:
+    status, body = await _upload(http, runtime, "dir/sub/hello.txt", b"hi there")
+    assert (status, body) == (200, {"message": "File 'dir/sub/hello.txt' uploaded successfully."})
+    assert Path(runtime.root, "dir/sub/hello.txt").read_bytes() == b"hi there"
+    for path in ("dir%2Fsub%2Fhello.txt", "dir/sub/hello.txt"):
+        async with http.get(url(runtime, "legacy", f"/download/{path}")) as resp:
+            assert resp.status == 200
+            assert resp.headers["Content-Type"] == "application/octet-stream"
+            assert resp.headers["Content-Disposition"] == 'attachment; filename="dir/sub/hello.txt"'
+            assert await resp.read() == b"hi there"
+    async with http.get(url(runtime, "legacy", "/list/dir%2Fsub")) as resp:
+        entries = await resp.json()
+    assert [(e["name"], e["size"], e["type"]) for e in entries] == [("hello.txt", 8, "file")]
+    assert isinstance(entries[0]["mod_time"], float)
+    async with http.get(url(runtime, "legacy", "/list/")) as resp:
+        assert [(e["name"], e["type"]) for e in await resp.json()] == [("dir", "directory")]
+    async with http.get(url(runtime, "legacy", "/exists/dir%2Fsub%2Fhello.txt")) as resp:
+        assert await resp.json() == {"path": "dir/sub/hello.txt", "exists": True}
+    async with http.get(url(runtime, "legacy", "/exists/nope")) as resp:
+        assert await resp.json() == {"path": "nope", "exists": False}
+    # extension: delete (409 for a non-empty directory without recursive)
+    async with http.delete(url(runtime, "legacy", "/files/dir")) as resp:
+        assert resp.status == 409
+    async with http.delete(url(runtime, "legacy", "/files/dir%2Fsub%2Fhello.txt")) as resp:
+        assert resp.status == 200
+    async with http.delete(url(runtime, "legacy", "/files/dir?recursive=true")) as resp:
+        assert resp.status == 200
+    async with http.delete(url(runtime, "legacy", "/files/dir")) as resp:
+        assert resp.status == 404
+    assert os.listdir(runtime.root) == []
+
+
+async def test_not_found_shapes(runtime: RuntimeServer, http: aiohttp.ClientSession) -> None:
+    Path(runtime.root, "d").mkdir()
+    Path(runtime.root, "f").write_text("x")
+    for path, expected in (
+        ("/download/nope", "File not found"),
+        ("/download/d", "File not found"),
+        ("/list/f", "Path is not a directory"),
+        ("/list/nope", "Path is not a directory"),
+    ):
+        async with http.get(url(runtime, "legacy", path)) as resp:
+            assert (resp.status, await resp.json()) == (404, {"message": expected}), path
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/download/..%2F..%2Fetc%2Fpasswd",
+        "/download/%2E%2E/%2E%2E/etc/passwd",
+        "/list/..%2F",
+        "/exists/..%2F..%2Fetc",
+        "/download/link/passwd",
+        "/list/link",
+        "/download/abs-link",
+    ],
+)
+async def test_escapes_are_403(runtime: RuntimeServer, http: aiohttp.ClientSession, path: str) -> None:
+    os.symlink("/etc", Path(runtime.root, "link"))
+    os.symlink("/etc/passwd", Path(runtime.root, "abs-link"))
+    async with http.get(yarl.URL(url(runtime, "legacy", path), encoded=True)) as resp:
+        assert (resp.status, await resp.json()) == (403, {"message": "Access denied"})
+
+
+async def test_absolute_paths_are_relative_to_the_root(
+    runtime: RuntimeServer, http: aiohttp.ClientSession
+) -> None:
+    Path(runtime.root, "etc").mkdir()
+    Path(runtime.root, "etc", "passwd").write_text("mine")
+    async with http.get(url(runtime, "legacy", "/download/%2Fetc%2Fpasswd")) as resp:
+        assert await resp.read() == b"mine"
+
+
+async def test_upload_refusals(make_runtime: MakeRuntime, http: aiohttp.ClientSession) -> None:
+    server = await make_runtime(max_upload_bytes=100)
+    status, body = await _upload(http, server, "../escape.txt", b"x")
+    assert (status, body) == (403, {"message": "Access denied"})
+    status, body = await _upload(http, server, "big.bin", b"x" * 101)
+    assert status == 413
+    assert not Path(server.root, "big.bin").exists()
+    assert [n for n in os.listdir(server.root) if n.startswith(".sandboxd-tmp-")] == []
+    Path(server.root, "adir").mkdir()
+    status, body = await _upload(http, server, "adir", b"x")
+    assert status == 400
+    form = aiohttp.FormData(quote_fields=False)  # as requests/urllib3 send it (the upstream SDK)
+    form.add_field("other", b"x", filename="a.txt")
+    async with http.post(url(server, "legacy", "/upload"), data=form) as resp:
+        assert resp.status == 422
+    async with http.post(
+        url(server, "legacy", "/upload"),
+        data=b"garbage",
+        headers={"Content-Type": "multipart/form-data; boundary=zz"},
+    ) as resp:
+        assert resp.status == 400
+    async with http.post(url(server, "legacy", "/upload"), data=b"garbage") as resp:
+        assert resp.status == 400
+
+
+async def test_unknown_routes_are_json_404_and_405(
+    runtime: RuntimeServer, http: aiohttp.ClientSession
+) -> None:
+    async with http.get(url(runtime, "legacy", "/nope")) as resp:
+        assert (resp.status, await resp.json()) == (404, {"detail": "Not Found"})
+    async with http.get(url(runtime, "legacy", "/execute")) as resp:
+        assert (resp.status, await resp.json()) == (405, {"detail": "Method Not Allowed"})

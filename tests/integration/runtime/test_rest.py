@@ -1,0 +1,181 @@
+"""sandboxd's REST API on a real server (spec §2.2.1)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yarl
+
+from agent_sandbox.runtime import RuntimeServer
+from tests.integration.runtime.conftest import MakeRuntime, url
+
+pytestmark = pytest.mark.integration
+
+
+def files_url(server: RuntimeServer, path: str, query: str = "") -> yarl.URL:
+    return yarl.URL(url(server, "rest", "/v1/files/" + path) + query, encoded=True)
+
+
+async def test_put_get_head_delete(runtime: RuntimeServer, http: aiohttp.ClientSession) -> None:
+    async with http.put(files_url(runtime, "a%2Fb%2Fc.txt", "?mode=0600"), data=b"hello world") as resp:
+        assert resp.status == 204
+        assert await resp.read() == b""
+    target = Path(runtime.root, "a/b/c.txt")
+    assert target.read_bytes() == b"hello world"
+    assert oct(target.stat().st_mode & 0o777) == "0o600"
+    assert oct(target.parent.stat().st_mode & 0o777) == "0o755"
+    async with http.get(files_url(runtime, "a/b/c.txt")) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"] == "application/octet-stream"
+        assert "Last-Modified" in resp.headers
+        assert await resp.read() == b"hello world"
+        last_modified = resp.headers["Last-Modified"]
+    async with http.get(files_url(runtime, "a/b/c.txt"), headers={"Range": "bytes=6-"}) as resp:
+        assert (resp.status, await resp.read()) == (206, b"world")
+    async with http.get(
+        files_url(runtime, "a/b/c.txt"), headers={"If-Modified-Since": last_modified}
+    ) as resp:
+        assert resp.status == 304
+    async with http.head(files_url(runtime, "a%2Fb%2Fc.txt")) as resp:
+        assert resp.status == 200
+    async with http.head(files_url(runtime, "a%2Fb")) as resp:
+        assert resp.status == 200
+    async with http.head(files_url(runtime, "nope")) as resp:
+        assert resp.status == 404
+    async with http.delete(files_url(runtime, "a")) as resp:
+        assert (resp.status, (await resp.json())["code"]) == (409, "CONFLICT")
+    async with http.delete(files_url(runtime, "a", "?recursive=maybe")) as resp:
+        assert (resp.status, (await resp.json())["code"]) == (400, "INVALID_ARGUMENT")
+    async with http.delete(files_url(runtime, "a", "?recursive=true")) as resp:
+        assert resp.status == 204
+    async with http.delete(files_url(runtime, "a")) as resp:
+        assert (resp.status, await resp.json()) == (
+            404,
+            {"code": "NOT_FOUND", "message": "path does not exist within the sandbox"},
+        )
+
+
+async def test_put_multipart_and_overwrite(runtime: RuntimeServer, http: aiohttp.ClientSession) -> None:
+    form = aiohttp.FormData()
+    form.add_field("other", "ignored")
+    form.add_field("file", b"from multipart", filename="whatever")
+    async with http.put(files_url(runtime, "m.txt"), data=form) as resp:
+        assert resp.status == 204
+    assert Path(runtime.root, "m.txt").read_bytes() == b"from multipart"
+    async with http.put(files_url(runtime, "m.txt"), data=b"raw") as resp:
+        assert resp.status == 204
+    assert Path(runtime.root, "m.txt").read_bytes() == b"raw"
+    form = aiohttp.FormData(default_to_multipart=True)
+    form.add_field("nofile", "x")
+    async with http.put(files_url(runtime, "n.txt"), data=form) as resp:
+        assert resp.status == 400
+        assert "file" in (await resp.json())["message"]
+
+
+@pytest.mark.parametrize("mode", ["644", "0999", "00644", "abc", ""])
+async def test_put_invalid_mode(runtime: RuntimeServer, http: aiohttp.ClientSession, mode: str) -> None:
+    async with http.put(files_url(runtime, "x", f"?mode={mode}"), data=b"x") as resp:
+        assert resp.status == 400
+        assert (await resp.json())["code"] == "INVALID_ARGUMENT"
+
+
+async def test_put_onto_a_directory_and_too_large(
+    make_runtime: MakeRuntime, http: aiohttp.ClientSession
+) -> None:
+    server = await make_runtime(max_upload_bytes=10)
+    Path(server.root, "d").mkdir()
+    async with http.put(files_url(server, "d"), data=b"x") as resp:
+        assert (resp.status, await resp.json()) == (
+            400,
+            {"code": "INVALID_ARGUMENT", "message": "target path is a directory"},
+        )
+    async with http.put(files_url(server, "big"), data=b"x" * 11) as resp:
+        assert resp.status == 413
+    assert sorted(os.listdir(server.root)) == ["d"]
+
+
+async def test_directory_listing(runtime: RuntimeServer, http: aiohttp.ClientSession) -> None:
+    root = Path(runtime.root)
+    (root / "b.txt").write_bytes(b"12345")
+    (root / "a-dir").mkdir()
+    (root / "b.txt").chmod(0o640)
+    os.symlink("b.txt", root / "c-link")
+    os.symlink("/etc", root / "d-escaping")
+    os.symlink("missing", root / "e-dangling")
+    async with http.get(files_url(runtime, "")) as resp:
+        body = await resp.json()
+    assert body["path"] == "/"
+    assert [(e["name"], e["type"], e["size"], e["mode"]) for e in body["entries"]] == [
+        ("a-dir", "directory", (root / "a-dir").stat().st_size, "0755"),
+        ("b.txt", "file", 5, "0640"),
+        ("c-link", "file", 5, "0640"),
+    ]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", e["modified_at"]) for e in body["entries"])
+    async with http.get(files_url(runtime, "a-dir")) as resp:
+        assert await resp.json() == {"path": "/a-dir", "entries": []}
+
+
+async def test_root_prefix_and_escapes(runtime: RuntimeServer, http: aiohttp.ClientSession) -> None:
+    Path(runtime.root, "f").write_text("x")
+    # a path spelled with the configured root ("/workspace/f") means the same file
+    spelled = runtime.state.configured_root.replace("/", "%2F") + "%2Ff"
+    async with http.get(files_url(runtime, spelled)) as resp:
+        assert (resp.status, await resp.read()) == (200, b"x")
+    os.symlink("/etc", Path(runtime.root, "link"))
+    for path in ("%2E%2E%2F%2E%2E%2Fetc%2Fpasswd", "%2E%2E/x", "link/passwd", "link"):
+        async with http.get(files_url(runtime, path)) as resp:
+            assert (resp.status, await resp.json()) == (
+                403,
+                {"code": "PERMISSION_DENIED", "message": "path traversal outside sandbox root is forbidden"},
+            ), path
+        async with http.put(files_url(runtime, path + "-new"), data=b"x") as resp:
+            assert resp.status in (204, 403), path
+    assert not Path("/etc/passwd-new").exists()
+    async with http.get(files_url(runtime, "bad%ff")) as resp:
+        assert resp.status == 400
+
+
+async def test_delete_the_root(runtime: RuntimeServer, http: aiohttp.ClientSession) -> None:
+    Path(runtime.root, "x").mkdir()
+    Path(runtime.root, "x", "y").write_text("y")
+    async with http.delete(files_url(runtime, "")) as resp:
+        assert resp.status == 409
+    async with http.delete(files_url(runtime, "", "?recursive=true")) as resp:
+        assert resp.status == 204
+    assert Path(runtime.root).is_dir()
+    assert os.listdir(runtime.root) == []
+
+
+async def test_health_and_metadata(make_runtime: MakeRuntime, http: aiohttp.ClientSession) -> None:
+    env = {
+        "SANDBOX_NAME": "s1",
+        "SANDBOX_API_TOKEN": "x",
+        "SANDBOX_db_password": "x",
+        "SANDBOX_SSH_KEY": "x",
+        "OTHER": "y",
+    }
+    server = await make_runtime(command_env=env)
+    async with http.get(url(server, "rest", "/v1/health")) as resp:
+        body = await resp.json()
+    assert resp.status == 200
+    assert body["status"] == "ok"
+    assert isinstance(body["uptime_seconds"], int)
+    async with http.get(url(server, "rest", "/v1/metadata")) as resp:
+        assert await resp.json() == {"env": {"SANDBOX_NAME": "s1"}}
+    server.state.draining = True
+    async with http.get(url(server, "rest", "/v1/health")) as resp:
+        assert (resp.status, await resp.json()) == (
+            503,
+            {"code": "UNAVAILABLE", "message": "sandboxd is shutting down"},
+        )
+
+
+async def test_unknown_routes(runtime: RuntimeServer, http: aiohttp.ClientSession) -> None:
+    async with http.get(url(runtime, "rest", "/v2/nothing")) as resp:
+        assert (resp.status, (await resp.json())["code"]) == (404, "NOT_FOUND")
+    async with http.post(url(runtime, "rest", "/v1/files/x")) as resp:
+        assert (resp.status, (await resp.json())["code"]) == (405, "METHOD_NOT_ALLOWED")
