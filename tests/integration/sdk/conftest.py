@@ -1,4 +1,5 @@
-"""Fixtures for the SDK against the real control plane: the controller, a template and warm pool per test."""
+"""Fixtures for the SDK against the real control plane: the controller (the runner tests' fixture), the
+router, a template and warm pool per test."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from agent_sandbox.devcluster import DevCluster
-from agent_sandbox.devcluster.controller import start_controller
-from agent_sandbox.devcluster.processes import Started, stop
+from agent_sandbox.devcluster.processes import stop
+from tests.integration.devcluster.conftest import controller
 from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE
 
 __all__ = ["EXT", "RUNTIME_IMAGE", "apply_pool", "controller", "router"]
@@ -26,16 +27,6 @@ def router(cluster: DevCluster) -> Iterator[str]:
         url = router_url(cluster)
         assert url is not None
         yield url
-    finally:
-        stop(started)
-
-
-@pytest.fixture(scope="module")
-def controller(cluster: DevCluster) -> Iterator[Started]:
-    """One `agent-sandbox-controller` process for the module, stopped by PID afterwards."""
-    started = start_controller(cluster)
-    try:
-        yield started
     finally:
         stop(started)
 
