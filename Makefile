@@ -43,7 +43,7 @@ check-generated: install
 # Benchmarks (not part of `make test`): the `bench` extra adds matplotlib (plots) and py-spy (profiles).
 bench: install
 	$(BIN)/pip install -q -e '.[bench]'
-	$(BIN)/agent-sandbox bench all
+	$(BIN)/python -m benchmarks all
 
 down: install
 	$(BIN)/agent-sandbox dev down --all

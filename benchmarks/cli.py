@@ -1,4 +1,5 @@
-"""`agent-sandbox bench ...`: run scenarios, write results, regenerate docs/performance.md.
+"""`agent-sandbox bench ...` (= `python -m benchmarks ...` in the checkout): run scenarios, write results,
+regenerate docs/performance.md.
 
     agent-sandbox bench list
     agent-sandbox bench burst|sustained|refill|cold|scale [--smoke] [--set key=value ...] [--no-report]

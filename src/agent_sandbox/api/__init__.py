@@ -1,12 +1,16 @@
-"""agent_sandbox.api: typed models, constants, CRD generation and conversion (no I/O).
+"""agent_sandbox.api: the vocabulary of the four kinds, with no I/O.
 
-Controllers use the v1beta1 (hub) models re-exported here; v1alpha1 models live in
-:mod:`agent_sandbox.api.v1alpha1`, wire strings in :mod:`agent_sandbox.api.constants`.
+* `constants` - every wire string (labels, annotations, conditions, reasons, enums);
+* `kinds` - `ResourceKind` and the four kinds (REST addressing and CRD names);
+* `meta` - what code says about raw objects: conditions, times, ownership, references, label rules,
+  the resourceVersion order;
+* `naming` - the name hash and the selectors built from it;
+* typed models: v1beta1 (hub) re-exported here, v1alpha1 in `v1alpha1`; `crdgen`, `conversion`.
 """
 
 from __future__ import annotations
 
-from agent_sandbox.api import constants
+from agent_sandbox.api import constants, kinds, meta, naming
 from agent_sandbox.api._common import (
     ApiModel,
     Condition,
@@ -21,7 +25,7 @@ from agent_sandbox.api._common import (
     PodTemplate,
     find_condition,
 )
-from agent_sandbox.api.constants import name_hash
+from agent_sandbox.api.naming import name_hash
 from agent_sandbox.api.v1beta1 import (
     ClaimLifecycle,
     EnvVar,
@@ -79,5 +83,8 @@ __all__ = [
     "UpdateStrategy",
     "constants",
     "find_condition",
+    "kinds",
+    "meta",
     "name_hash",
+    "naming",
 ]

@@ -1,13 +1,11 @@
 """Every wire string of the agent-sandbox API, in one place.
 
-Owns: API groups, versions, kinds, plurals and CRD names; label and annotation keys;
-condition types and reasons; event reasons; the string enums used in specs; the
-finalizer list (empty); ownership rules (reserved prefixes, owner matching by group +
-kind, created-by normalisation); the webhook / certificate names; and the name hash
-(api spec §7.5, controllers spec §0.2).
+Owns: API groups, versions, kind names and plurals; label and annotation keys; condition types and
+reasons; event reasons; the string enums used in specs; the finalizer list (empty); the webhook /
+certificate names (api spec §7, controllers spec §0).
 
-Does not own: any I/O, defaults applied by controllers, or the CRD schemas themselves
-(see ``agent_sandbox.api.crdgen``). All values are copied verbatim from upstream
+Does not own logic: the kinds as types live in `api.kinds`, the name hash in `api.naming`, ownership,
+conditions, time and label rules in `api.meta`. All values are copied verbatim from upstream
 kubernetes-sigs/agent-sandbox; changing one breaks wire compatibility.
 """
 
@@ -15,8 +13,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 # ---------------------------------------------------------------------------
 # Groups, versions, kinds (api spec §1.1, controllers spec §0.1)
@@ -46,56 +43,6 @@ PLURAL_SANDBOX_TEMPLATES: Final = "sandboxtemplates"
 PLURAL_SANDBOX_CLAIMS: Final = "sandboxclaims"
 PLURAL_SANDBOX_WARM_POOLS: Final = "sandboxwarmpools"
 
-
-@dataclass(frozen=True, slots=True)
-class KindInfo:
-    """Names of one kind, as they appear in its CRD (api spec §1.1)."""
-
-    group: str
-    kind: str
-    plural: str
-    singular: str
-    list_kind: str
-    short_names: tuple[str, ...]
-
-    @property
-    def crd_name(self) -> str:
-        """``<plural>.<group>``, the CustomResourceDefinition object name."""
-        return f"{self.plural}.{self.group}"
-
-    def api_version(self, version: str = HUB_VERSION) -> str:
-        """``<group>/<version>`` for this kind."""
-        return f"{self.group}/{version}"
-
-
-SANDBOX: Final = KindInfo(GROUP, KIND_SANDBOX, PLURAL_SANDBOXES, "sandbox", "SandboxList", ("sandbox",))
-SANDBOX_TEMPLATE: Final = KindInfo(
-    EXTENSIONS_GROUP,
-    KIND_SANDBOX_TEMPLATE,
-    PLURAL_SANDBOX_TEMPLATES,
-    "sandboxtemplate",
-    "SandboxTemplateList",
-    ("sandboxtemplate",),
-)
-SANDBOX_CLAIM: Final = KindInfo(
-    EXTENSIONS_GROUP,
-    KIND_SANDBOX_CLAIM,
-    PLURAL_SANDBOX_CLAIMS,
-    "sandboxclaim",
-    "SandboxClaimList",
-    ("sandboxclaim",),
-)
-SANDBOX_WARM_POOL: Final = KindInfo(
-    EXTENSIONS_GROUP,
-    KIND_SANDBOX_WARM_POOL,
-    PLURAL_SANDBOX_WARM_POOLS,
-    "sandboxwarmpool",
-    "SandboxWarmPoolList",
-    ("swp",),
-)
-#: The four kinds in CRD-file order (core first, then extensions alphabetically by plural).
-ALL_KINDS: Final[tuple[KindInfo, ...]] = (SANDBOX, SANDBOX_CLAIM, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL)
-KINDS_BY_NAME: Final[Mapping[str, KindInfo]] = {k.kind: k for k in ALL_KINDS}
 
 # ---------------------------------------------------------------------------
 # String enums used in specs (api spec §3-§6). StrEnum members compare equal to the
@@ -195,7 +142,6 @@ CREATED_BY_GO_CLIENT: Final = "go-client"
 CREATED_BY_PYTHON_CLIENT: Final = "python-client"
 CREATED_BY_CONTROLLER: Final = "controller"
 CREATED_BY_UNKNOWN: Final = "unknown"
-_CREATED_BY_KNOWN: Final = frozenset({CREATED_BY_GO_CLIENT, CREATED_BY_PYTHON_CLIENT, CREATED_BY_CONTROLLER})
 
 # ---------------------------------------------------------------------------
 # Annotations (api spec §7.2)
@@ -323,130 +269,113 @@ WEBHOOK_CA_COMMON_NAME: Final = "agent-sandbox-conversion-webhook-ca"
 CONVERSION_REVIEW_VERSIONS: Final[tuple[str, ...]] = ("v1", "v1beta1")
 DEFAULT_CLUSTER_DOMAIN: Final = "cluster.local"
 
-# ---------------------------------------------------------------------------
-# Ownership rules (api spec §7.4, controllers spec §0.3-§0.4)
-# ---------------------------------------------------------------------------
-
-#: Label/annotation prefixes never copied from a user pod template onto a Pod.
-RESERVED_PREFIXES: Final[tuple[str, ...]] = (f"{GROUP}/", f"{EXTENSIONS_GROUP}/")
-#: Annotation keys additionally never copied onto a Pod.
-RESERVED_ANNOTATION_KEYS: Final = frozenset({ANNOTATION_TRACE_CONTEXT})
-
-
-def is_reserved_label(key: str) -> bool:
-    """True if a pod-template label key must not be propagated to the Pod."""
-    return key.startswith(RESERVED_PREFIXES)
-
-
-def is_reserved_annotation(key: str) -> bool:
-    """True if a pod-template annotation key must not be propagated to the Pod."""
-    return key.startswith(RESERVED_PREFIXES) or key in RESERVED_ANNOTATION_KEYS
-
-
-def normalize_created_by(value: str | None) -> str:
-    """Normalise a ``created-by`` label value for the Pod (controllers spec §0.3).
-
-    ``go-client``, ``python-client`` and ``controller`` pass through; anything else,
-    including a missing or empty value, becomes ``unknown``.
-    """
-    if value is not None and value in _CREATED_BY_KNOWN:
-        return value
-    return CREATED_BY_UNKNOWN
-
-
-def api_group(api_version: str) -> str:
-    """The group part of an ``apiVersion`` (``""`` for the core group ``v1``)."""
-    group, sep, _ = api_version.rpartition("/")
-    return group if sep else ""
-
-
-def owner_ref_matches(ref: Mapping[str, Any], group: str, kind: str) -> bool:
-    """True if an owner reference points at ``group``/``kind``, whatever its version.
-
-    Owner references keep the apiVersion current when they were written (a pool member
-    may still say ``extensions.agents.x-k8s.io/v1alpha1``), so upstream compares group and
-    kind only; so must we.
-    """
-    return ref.get("kind") == kind and api_group(str(ref.get("apiVersion", ""))) == group
-
-
-def controller_ref(metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The owner reference with ``controller: true`` in ``metadata``, if any."""
-    for ref in metadata.get("ownerReferences") or ():
-        if ref.get("controller") is True:
-            found: Mapping[str, Any] = ref
-            return found
-    return None
-
-
-class Ownership(enum.StrEnum):
-    """Classification of an object relative to a would-be owner (controllers spec §0.4)."""
-
-    OWNED = "owned"
-    UNOWNED = "unowned"
-    FOREIGN = "foreign"
-
-
-def classify_ownership(metadata: Mapping[str, Any], owner_uid: str) -> Ownership:
-    """Classify an object by its controller owner reference against ``owner_uid``."""
-    ref = controller_ref(metadata)
-    if ref is None:
-        return Ownership.UNOWNED
-    return Ownership.OWNED if ref.get("uid") == owner_uid else Ownership.FOREIGN
-
-
-def new_controller_ref(*, api_version: str, kind: str, name: str, uid: str) -> dict[str, Any]:
-    """A controller owner reference as every agent-sandbox controller writes it."""
-    return {
-        "apiVersion": api_version,
-        "kind": kind,
-        "name": name,
-        "uid": uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
 
 # ---------------------------------------------------------------------------
-# Name hash (api spec §7.5, controllers spec §0.2)
+# Moved out (logic, not wire strings). Still importable from here so code written against the old layout
+# keeps working; new code imports them from `api.meta`, `api.naming` or `api.kinds`.
 # ---------------------------------------------------------------------------
 
-_FNV32_OFFSET: Final = 0x811C9DC5
-_FNV32_PRIME: Final = 0x01000193
-
-#: Known-good vectors from the upstream spec; asserted by the unit tests.
-NAME_HASH_TEST_VECTORS: Final[Mapping[str, str]] = {
-    "": "811c9dc5",
-    "a": "e40c292c",
-    "pool": "91dd7983",
-    "my-sandbox": "374de8f5",
-    "sandbox-name": "ab179450",
-    "test-template": "69155462",
+_MOVED: Final[Mapping[str, str]] = {
+    **dict.fromkeys(
+        (
+            "RESERVED_ANNOTATION_KEYS",
+            "RESERVED_PREFIXES",
+            "Ownership",
+            "api_group",
+            "classify_ownership",
+            "controller_ref",
+            "is_reserved_annotation",
+            "is_reserved_label",
+            "new_controller_ref",
+            "normalize_created_by",
+            "owner_ref_matches",
+        ),
+        "agent_sandbox.api.meta",
+    ),
+    **dict.fromkeys(
+        ("NAME_HASH_TEST_VECTORS", "fnv1a_32", "name_hash", "sandbox_selector", "warm_pool_selector"),
+        "agent_sandbox.api.naming",
+    ),
+    **dict.fromkeys(
+        ("ALL_KINDS", "KINDS_BY_NAME", "SANDBOX", "SANDBOX_CLAIM", "SANDBOX_TEMPLATE", "SANDBOX_WARM_POOL"),
+        "agent_sandbox.api.kinds",
+    ),
 }
 
+if TYPE_CHECKING:  # explicit re-exports, so type checkers see the real signatures
+    from .kinds import (
+        ALL_KINDS as ALL_KINDS,
+    )
+    from .kinds import (
+        KINDS_BY_NAME as KINDS_BY_NAME,
+    )
+    from .kinds import (
+        SANDBOX as SANDBOX,
+    )
+    from .kinds import (
+        SANDBOX_CLAIM as SANDBOX_CLAIM,
+    )
+    from .kinds import (
+        SANDBOX_TEMPLATE as SANDBOX_TEMPLATE,
+    )
+    from .kinds import (
+        SANDBOX_WARM_POOL as SANDBOX_WARM_POOL,
+    )
+    from .meta import (
+        RESERVED_ANNOTATION_KEYS as RESERVED_ANNOTATION_KEYS,
+    )
+    from .meta import (
+        RESERVED_PREFIXES as RESERVED_PREFIXES,
+    )
+    from .meta import (
+        Ownership as Ownership,
+    )
+    from .meta import (
+        api_group as api_group,
+    )
+    from .meta import (
+        classify_ownership as classify_ownership,
+    )
+    from .meta import (
+        controller_ref as controller_ref,
+    )
+    from .meta import (
+        is_reserved_annotation as is_reserved_annotation,
+    )
+    from .meta import (
+        is_reserved_label as is_reserved_label,
+    )
+    from .meta import (
+        new_controller_ref as new_controller_ref,
+    )
+    from .meta import (
+        normalize_created_by as normalize_created_by,
+    )
+    from .meta import (
+        owner_ref_matches as owner_ref_matches,
+    )
+    from .naming import (
+        NAME_HASH_TEST_VECTORS as NAME_HASH_TEST_VECTORS,
+    )
+    from .naming import (
+        fnv1a_32 as fnv1a_32,
+    )
+    from .naming import (
+        name_hash as name_hash,
+    )
+    from .naming import (
+        sandbox_selector as sandbox_selector,
+    )
+    from .naming import (
+        warm_pool_selector as warm_pool_selector,
+    )
 
-def fnv1a_32(data: bytes) -> int:
-    """32-bit FNV-1a of ``data``."""
-    h = _FNV32_OFFSET
-    for byte in data:
-        h = ((h ^ byte) * _FNV32_PRIME) & 0xFFFFFFFF
-    return h
 
+def __getattr__(name: str) -> Any:
+    # Lazy: meta, naming and kinds import this module.
+    module = _MOVED.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-def name_hash(name: str) -> str:
-    """``NameHash``: FNV-1a 32 of the UTF-8 bytes, as 8 lowercase zero-padded hex digits.
-
-    Used as the value of ``sandbox-name-hash``, ``warm-pool-sandbox`` and
-    ``sandbox-template-ref-hash``; must match upstream bit for bit.
-    """
-    return f"{fnv1a_32(name.encode('utf-8')):08x}"
-
-
-def sandbox_selector(sandbox_name: str) -> str:
-    """Sandbox ``status.selector``: ``agents.x-k8s.io/sandbox-name-hash=<hash>``."""
-    return f"{LABEL_SANDBOX_NAME_HASH}={name_hash(sandbox_name)}"
-
-
-def warm_pool_selector(pool_name: str) -> str:
-    """SandboxWarmPool ``status.selector``: ``agents.x-k8s.io/warm-pool-sandbox=<hash>``."""
-    return f"{LABEL_WARM_POOL_SANDBOX}={name_hash(pool_name)}"
+    return getattr(importlib.import_module(module), name)

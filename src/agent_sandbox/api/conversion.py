@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api.kinds import KINDS_BY_NAME, ResourceKind
 
 Obj = dict[str, Any]
 
@@ -300,9 +301,9 @@ _FROM_HUB: dict[str, _Converter] = {
 }
 
 
-def _kind_info(obj: Obj) -> tuple[c.KindInfo, str]:
+def _kind_info(obj: Obj) -> tuple[ResourceKind, str]:
     kind = obj.get("kind")
-    info = c.KINDS_BY_NAME.get(str(kind))
+    info = KINDS_BY_NAME.get(str(kind))
     group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
     if info is None or group != info.group:
         raise ConversionError(f"unsupported kind {obj.get('apiVersion')}/{kind}")

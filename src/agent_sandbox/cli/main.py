@@ -7,8 +7,10 @@ packages it calls (devcluster, api, ...). argparse (stdlib) is enough for this s
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from agent_sandbox.cli.sandboxes import add_sandbox_commands
 from agent_sandbox.devcluster import (
@@ -87,18 +89,32 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(name=args.name)
 
 
-def _bench(args: argparse.Namespace) -> int:
-    """Run `benchmarks/` (a source-checkout directory, not part of the installed package)."""
-    from agent_sandbox.devcluster.controller import repo_root
+def find_checkout(start: Path) -> Path | None:
+    """The agent-sandbox source checkout containing `start` (it has `benchmarks/` and `pyproject.toml`)."""
+    for directory in (start, *start.parents):
+        if (directory / "benchmarks" / "__main__.py").is_file() and (directory / "pyproject.toml").is_file():
+            return directory
+    return None
 
-    root = str(repo_root())
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    try:
-        from benchmarks.cli import main as bench_main  # type: ignore[import-not-found,unused-ignore]
-    except ImportError as exc:
-        raise RuntimeError(f"benchmarks/ not found next to the sources ({root}): {exc}") from exc
-    return int(bench_main(args.bench_args))
+
+def _bench(args: argparse.Namespace) -> int:
+    """Become `python -m benchmarks ARGS` in the source checkout around the current directory.
+
+    The benchmarks are not part of the installed package (they write results and docs into the checkout),
+    so the CLI neither imports them nor puts the checkout on its own `sys.path`: outside a checkout it
+    says so and exits 2. `exec` (not a child process) keeps Ctrl-C handling, and so the benchmark's
+    cluster teardown, exactly as when run directly.
+    """
+    root = find_checkout(Path.cwd())
+    if root is None:
+        print(
+            "error: the benchmarks live in the agent-sandbox source checkout, not in the installed package: "
+            "run `agent-sandbox bench ...` (or `python -m benchmarks ...`) from inside a checkout",
+            file=sys.stderr,
+        )
+        return 2
+    os.chdir(root)
+    os.execv(sys.executable, [sys.executable, "-m", "benchmarks", *args.bench_args])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
-    if args.command == "bench":  # options belong to the benchmark's own parser (benchmarks/cli.py)
+    if args.command == "bench":  # options belong to the benchmarks' own parser (benchmarks/cli.py)
         args.bench_args = [*unknown, *args.bench_args]
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")

@@ -25,11 +25,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-__all__ = ["CALM_AFTER", "DEFAULT_HOLD", "ClaimPressure", "ClaimPressureCollector", "HeldWrites"]
+__all__ = [
+    "CALM_AFTER",
+    "DEFAULT_HOLD",
+    "ClaimPressure",
+    "ClaimPressureCollector",
+    "HeldWrites",
+    "HoldsWrites",
+]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +46,14 @@ DEFAULT_HOLD = 15.0
 
 CALM_AFTER = 1.0
 """Seconds without a claim arrival after which the system counts as calm again."""
+
+
+class HoldsWrites(Protocol):
+    """A site that defers writes behind arriving claims (the Sandbox, warm pool and claim reconcilers)."""
+
+    def held_writes(self) -> Mapping[str, int]:
+        """Writes this site holds right now, by write kind (the `write` label of the held gauge)."""
+        ...
 
 
 class ClaimPressure:
@@ -61,8 +77,7 @@ class ClaimPressure:
         self._timer: asyncio.TimerHandle | None = None
         self.arrivals = 0
         self.episodes = 0
-        self.held_sources: dict[str, Callable[[], int]] = {}
-        """What each deferring site holds right now, by write kind (exported by `ClaimPressureCollector`)."""
+        self._holders: list[HoldsWrites] = []
 
     @property
     def enabled(self) -> bool:
@@ -103,6 +118,18 @@ class ClaimPressure:
         """The clock `wait()` compares against (callers record first-deferral times with it)."""
         return self._clock()
 
+    def report_held(self, holder: HoldsWrites) -> None:
+        """Count what `holder` (a reconciler that defers writes) holds in `held_writes()` and the metrics."""
+        self._holders.append(holder)
+
+    def held_writes(self) -> dict[str, int]:
+        """Writes held behind arriving claims right now, by write kind."""
+        out: dict[str, int] = {}
+        for holder in self._holders:
+            for kind, count in holder.held_writes().items():
+                out[kind] = out.get(kind, 0) + count
+        return out
+
     def on_calm(self, listener: Callable[[], None]) -> None:
         """Call `listener` every time the system turns calm (re-enqueue deferred work there)."""
         self._calm_listeners.append(listener)
@@ -116,6 +143,10 @@ class ClaimPressure:
                 await self._calm.wait()
         except TimeoutError:
             pass
+
+    async def hold_event(self, age: float) -> None:
+        """Hold an Event `age` seconds old until calm, for what is left of the hold (`ManagerOptions.event_hold`)."""
+        await self.wait_calm(self.hold - age)
 
     # ------------------------------------------------------------------ calm detection
 
@@ -197,6 +228,6 @@ class ClaimPressureCollector:
             "Writes held behind arriving claims, by kind.",
             labels=["write"],
         )
-        for name, count in sorted(p.held_sources.items()):
-            held.add_metric([name], float(count()))
+        for kind, count in sorted(p.held_writes().items()):
+            held.add_metric([kind], float(count))
         yield held

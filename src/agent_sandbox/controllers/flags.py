@@ -12,7 +12,6 @@ raises `FlagError` (the caller prints it with the usage and exits 2); `-h`/`-hel
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -210,8 +209,3 @@ def _reason(exc: ValueError) -> str:
     if text.startswith(("invalid ", "could not convert", "invalid literal")) and "level" not in text:
         return "parse error"
     return text
-
-
-def is_finite_non_negative(x: float) -> bool:
-    """Helper for validations: not NaN, not infinite, >= 0."""
-    return not math.isnan(x) and not math.isinf(x) and x >= 0

@@ -5,10 +5,11 @@ Start-up sequence (§5.3): parse flags -> `--version` -> logging -> validation (
 probes, leader election, cache options) -> build info metric -> controllers and runnables
 (`setup_controllers`) -> run until SIGTERM/SIGINT, then drain and release the Lease; exit 0.
 
-Adding a controller or runnable is one entry in `SETUPS`: a name, a `setup(mgr, ctx)` function that
-wires it with `Builder(mgr)...complete(...)` / `mgr.add(...)`, and a predicate on the options saying when
-it is enabled. Order matters (§5.3 step 8: the warm pool controller registers an index the claim
-controller uses), so `SETUPS` is an ordered list.
+Adding a controller or runnable is one entry in `SETUPS`: a name, a `setup(mgr, ctx)` function (every
+kind package has one; `context.ControllerContext` is what it receives) that wires it with
+`Builder(mgr)...complete(...)` / `mgr.add(...)`, and a predicate on the options saying when it is
+enabled. The Sandbox controller comes first: it scopes the Pod and Service caches, which must happen
+before anything creates those informers.
 
 Exit codes: 0 clean stop or `--version`/`-h`; 2 malformed command line (Go's flag package); 1 validation
 failure, configuration error, lost leadership, or a runtime failure.
@@ -23,22 +24,15 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
 
 from .. import __version__
 from ..kube import (
-    POD,
-    SERVICE,
     ApiClient,
-    CacheOptions,
     ConfigError,
-    KindOptions,
     LeaderElectionLost,
     Manager,
     ManagerOptions,
-    Tracing,
     TracingError,
     configure_logging,
     load_config,
@@ -46,6 +40,7 @@ from ..kube import (
 )
 from . import claim, sandbox, template, warmpool, webhook
 from .claim_pressure import ClaimPressure, ClaimPressureCollector
+from .context import ControllerContext, Setup
 from .flags import FlagError, HelpRequested
 from .options import PROGRAM, Options, flag_set, parse_options, read_allowed_label_domains, validate
 from .version import register_build_info, version_text
@@ -55,29 +50,6 @@ __all__ = ["LEADER_ELECTION_ID", "SETUPS", "ControllerContext", "Setup", "build_
 log = logging.getLogger("agent_sandbox.controllers.main")
 
 LEADER_ELECTION_ID = "a3317529.agent-sandbox.x-k8s.io"
-TRACKING_LABEL = "agents.x-k8s.io/sandbox-name-hash"
-
-
-@dataclass
-class ControllerContext:
-    """What setup functions receive besides the manager."""
-
-    options: Options
-    tracing: Tracing
-    allowed_label_domains: list[str] = field(default_factory=list)
-    extras: dict[str, Any] = field(default_factory=dict)
-    """Shared state between setups (e.g. the warm-sandbox queue handed from one controller to another)."""
-    claim_pressure: ClaimPressure = field(default_factory=lambda: ClaimPressure(0.0))
-    """Recent claim arrivals; deferrable writes wait behind them (off without `--extensions`)."""
-
-
-@dataclass(frozen=True)
-class Setup:
-    """One registrable unit: `setup(mgr, ctx)` runs when `enabled(options)` is true."""
-
-    name: str
-    setup: Callable[[Manager, ControllerContext], None]
-    enabled: Callable[[Options], bool] = lambda _opts: True
 
 
 SETUPS: list[Setup] = [
@@ -85,7 +57,7 @@ SETUPS: list[Setup] = [
     Setup("webhook", webhook.setup, lambda o: o.enable_webhook),
     # Sandbox controller, always on:
     Setup("sandbox", sandbox.setup),
-    # With --extensions, in this order (the warm pool registers the template-name index first):
+    # With --extensions:
     Setup("sandboxwarmpool", warmpool.setup, lambda o: o.extensions),
     Setup("sandboxclaim", claim.setup, lambda o: o.extensions),
     Setup("sandboxtemplate", template.setup, lambda o: o.extensions),
@@ -101,13 +73,12 @@ def setup_controllers(mgr: Manager, ctx: ControllerContext, setups: Sequence[Set
             entry.setup(mgr, ctx)
 
 
-def manager_options(opts: Options) -> ManagerOptions:
-    """Map process flags to manager options (cache scoping of §5.5 included)."""
-    cache = CacheOptions()
-    if opts.cache_label_selectors:
-        # Existence selector: only objects carrying the tracking label (any value).
-        cache.by_kind[POD] = KindOptions(label_selector=TRACKING_LABEL)
-        cache.by_kind[SERVICE] = KindOptions(label_selector=TRACKING_LABEL)
+def manager_options(opts: Options, pressure: ClaimPressure | None = None) -> ManagerOptions:
+    """Map process flags to manager options.
+
+    The Pod/Service cache scoping of §5.5 is the Sandbox controller's (`sandbox.setup`). With claim
+    pressure, Events wait behind arriving claims, bounded by the hold.
+    """
     return ManagerOptions(
         metrics_bind_address=opts.metrics_bind_address,
         health_probe_bind_address=opts.health_probe_bind_address,
@@ -116,11 +87,11 @@ def manager_options(opts: Options) -> ManagerOptions:
         leader_election_namespace=opts.leader_election_namespace,
         enable_pprof=opts.pprof_enabled,
         enable_pprof_debug=opts.enable_pprof_debug,
-        cache=cache,
+        event_hold=pressure.hold_event if pressure is not None and pressure.enabled else None,
     )
 
 
-def build_manager(opts: Options) -> Manager:
+def build_manager(opts: Options, pressure: ClaimPressure | None = None) -> Manager:
     """API client + manager from the options.
 
     Raises:
@@ -135,7 +106,7 @@ def build_manager(opts: Options) -> Manager:
         separate_watch_connection=opts.separate_watch_connection,
         user_agent=f"{PROGRAM}/{__version__}",
     )
-    return Manager(api, manager_options(opts))
+    return Manager(api, manager_options(opts, pressure))
 
 
 async def run(
@@ -148,26 +119,25 @@ async def run(
     except TracingError as exc:
         log.error("unable to initialise tracing: %s", exc)
         return 1
-    allowed: list[str] = []
+    allowed: tuple[str, ...] = ()
     if opts.extensions:
         try:
-            allowed = read_allowed_label_domains()
+            allowed = tuple(read_allowed_label_domains())
         except OSError as exc:
             log.error("unable to read allowed label domains: %s", exc)
             return 1
+    pressure = ClaimPressure(opts.sandbox_claim_priority_hold if opts.extensions else 0.0)
     try:
-        mgr = build_manager(opts)
+        mgr = build_manager(opts, pressure)
     except (ConfigError, ValueError) as exc:
         log.error("unable to start manager: %s", exc)
         return 1
     stop = stop or _signal_stop()
     try:
         register_build_info()
-        pressure = ClaimPressure(opts.sandbox_claim_priority_hold if opts.extensions else 0.0)
         if pressure.enabled:
-            mgr.events.hold = lambda age: pressure.wait_calm(pressure.hold - age)
             mgr.options.registry.register(ClaimPressureCollector(pressure))
-        setup_controllers(mgr, ControllerContext(opts, tracing, allowed, claim_pressure=pressure), setups)
+        setup_controllers(mgr, ControllerContext(opts, tracing, allowed, pressure), setups)
         log.info("starting manager")
         await mgr.start(stop)
     except LeaderElectionLost as exc:

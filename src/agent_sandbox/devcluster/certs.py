@@ -1,27 +1,35 @@
 """PKI for the local control plane: a CA, serving and client certificates, the SA key pair.
 
-Owns: writing PEM files into a cluster's `pki/` directory. Generated with `cryptography` so the dev
-cluster needs no openssl binary. Keys are EC P-256 (fast to generate; every component accepts them)
-except the service-account signing key, which stays RSA-2048 as upstream's tooling expects.
+Owns: which certificates a cluster needs and writing them as PEM files into its `pki/` directory. They
+are made by the shared `kube.x509` helper (no openssl binary needed); keys are EC P-256 except the
+service-account signing key, which stays RSA-2048 as upstream's tooling expects.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from agent_sandbox.devcluster.config import PROVISIONER_USER
+from agent_sandbox.kube.x509 import (
+    CLIENT_AUTH,
+    SERVER_AUTH,
+    Issuer,
+    PrivateKey,
+    cert_pem,
+    issue,
+    key_pem,
+    name,
+    new_key,
+)
 
 _VALIDITY = dt.timedelta(days=3650)
-
-PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
+_BACKDATE = dt.timedelta(minutes=5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,71 +55,30 @@ class ClusterPki:
     sa_pub: Path
 
 
-def _name(cn: str, org: str | None = None) -> x509.Name:
-    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
-    if org:
-        attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
-    return x509.Name(attrs)
-
-
 def _write_key(key: PrivateKey, path: Path) -> None:
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    path.write_bytes(key_pem(key))
     path.chmod(0o600)
 
 
-def _write_cert(cert: x509.Certificate, path: Path) -> None:
-    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-
-
-def _builder(subject: x509.Name, issuer: x509.Name, key: PrivateKey) -> x509.CertificateBuilder:
-    now = dt.datetime.now(dt.UTC)
-    return (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + _VALIDITY)
-    )
-
-
-def make_ca(common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+def make_ca(common_name: str) -> tuple[x509.Certificate, PrivateKey]:
     """Create a self-signed CA certificate and key."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = _name(common_name)
-    cert = (
-        _builder(name, name, key)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
+    key = new_key()
+    now = dt.datetime.now(dt.UTC)
+    cert = issue(
+        name(common_name),
+        key,
+        issuer=None,
+        not_before=now - _BACKDATE,
+        not_after=now + _VALIDITY,
+        ca=True,
+        crl_sign=True,
+        key_identifiers=True,
     )
     return cert, key
 
 
 def make_leaf(
-    ca_cert: x509.Certificate,
-    ca_key: PrivateKey,
+    ca: Issuer,
     *,
     common_name: str,
     org: str | None = None,
@@ -119,52 +86,33 @@ def make_leaf(
     client: bool = False,
     dns_names: tuple[str, ...] = (),
     ips: tuple[str, ...] = (),
-) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+) -> tuple[x509.Certificate, PrivateKey]:
     """Create a leaf certificate signed by the CA, for serving and/or client auth."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    usages = []
-    if server:
-        usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
-    if client:
-        usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
-    builder = (
-        _builder(_name(common_name, org), ca_cert.subject, key)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=True,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-            critical=False,
-        )
+    key = new_key()
+    now = dt.datetime.now(dt.UTC)
+    cert = issue(
+        name(common_name, org),
+        key,
+        issuer=ca,
+        not_before=now - _BACKDATE,
+        not_after=now + _VALIDITY,
+        key_encipherment=True,
+        usages=[u for u, wanted in ((SERVER_AUTH, server), (CLIENT_AUTH, client)) if wanted],
+        hosts=(*dns_names, *ips),
+        key_identifiers=True,
     )
-    if dns_names or ips:
-        sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns_names]
-        sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
-        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    return builder.sign(ca_key, hashes.SHA256()), key
+    return cert, key
 
 
 def write_cluster_pki(directory: Path, *, service_ip: str) -> ClusterPki:
     """Generate the whole PKI of one dev cluster into `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_cert, ca_key = make_ca("agent-sandbox-dev-ca")
+    issuer = Issuer(ca_cert, ca_key)
 
-    def pair(name: str, cert: x509.Certificate, key: PrivateKey) -> CertPair:
-        p = CertPair(directory / f"{name}.crt", directory / f"{name}.key")
-        _write_cert(cert, p.cert)
+    def pair(file_name: str, cert: x509.Certificate, key: PrivateKey) -> CertPair:
+        p = CertPair(directory / f"{file_name}.crt", directory / f"{file_name}.key")
+        p.cert.write_bytes(cert_pem(cert))
         _write_key(key, p.key)
         return p
 
@@ -172,8 +120,7 @@ def write_cluster_pki(directory: Path, *, service_ip: str) -> ClusterPki:
     apiserver = pair(
         "apiserver",
         *make_leaf(
-            ca_cert,
-            ca_key,
+            issuer,
             common_name="kube-apiserver",
             server=True,
             dns_names=(
@@ -195,8 +142,8 @@ def write_cluster_pki(directory: Path, *, service_ip: str) -> ClusterPki:
         "volume-provisioner": (PROVISIONER_USER, None),
     }
     made = {
-        name: pair(name, *make_leaf(ca_cert, ca_key, common_name=cn, org=org, client=True))
-        for name, (cn, org) in clients.items()
+        file_name: pair(file_name, *make_leaf(issuer, common_name=cn, org=org, client=True))
+        for file_name, (cn, org) in clients.items()
     }
     sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     sa_key, sa_pub = directory / "sa.key", directory / "sa.pub"

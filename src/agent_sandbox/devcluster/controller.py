@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from agent_sandbox.api.constants import ALL_KINDS, KindInfo
+from agent_sandbox.api.kinds import ALL_KINDS, ResourceKind
 from agent_sandbox.devcluster.cluster import DevCluster
 from agent_sandbox.devcluster.processes import Started, component_error, is_ours
 from agent_sandbox.devcluster.rest import AdminRest, probe_http
@@ -133,7 +133,7 @@ _PROBE_SPECS: dict[str, dict[str, object]] = {
 }
 
 
-def _kind_served(admin: AdminRest, kind: KindInfo, webhook_url: str) -> bool:
+def _kind_served(admin: AdminRest, kind: ResourceKind, webhook_url: str) -> bool:
     status, body = admin.request(
         "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{kind.crd_name}"
     )

@@ -15,6 +15,7 @@ from ._informer import EventHandler, HandlerFuncs, IndexFunc, Informer, Transfor
 from ._leaderelection import LeaderElectionConfig, LeaderElectionLost, LeaderElector
 from ._logging import configure_logging
 from ._manager import Manager, ManagerOptions, Runnable, in_cluster_namespace
+from ._ownwrites import OwnWrites
 from ._patch import apply_json_patch, apply_merge_patch, create_merge_patch
 from ._predicates import (
     GENERATION_CHANGED,
@@ -37,7 +38,15 @@ from ._ratelimit import (
     TokenBucket,
     default_controller_rate_limiter,
 )
-from ._reconcile import Reconciler, ReconcilerFunc, Request, Result, TerminalError
+from ._reconcile import (
+    EXPECTED_ERRORS,
+    Reconciler,
+    ReconcilerFunc,
+    Request,
+    Result,
+    RetryLater,
+    TerminalError,
+)
 from ._resources import (
     CONFIG_MAP,
     CRD,
@@ -89,6 +98,7 @@ __all__ = [
     "CONFIG_MAP",
     "CRD",
     "EVENT",
+    "EXPECTED_ERRORS",
     "GENERATION_CHANGED",
     "LEASE",
     "NAMESPACE",
@@ -152,6 +162,7 @@ __all__ = [
     "NotFound",
     "NullEventRecorder",
     "Object",
+    "OwnWrites",
     "PatchType",
     "Predicate",
     "PredicateFuncs",
@@ -164,6 +175,7 @@ __all__ = [
     "Request",
     "ResourceKind",
     "Result",
+    "RetryLater",
     "Runnable",
     "ServerError",
     "StatusWriter",

@@ -30,9 +30,8 @@ from ._informer import Informer
 from ._logging import bind_reconcile
 from ._predicates import Predicate
 from ._ratelimit import RateLimiter
-from ._reconcile import Reconciler, Request, Result, TerminalError
+from ._reconcile import EXPECTED_ERRORS, Reconciler, Request, Result, TerminalError
 from ._workqueue import WorkQueue
-from .errors import KubeError
 from .metrics import (
     CONTROLLER_ACTIVE_WORKERS,
     CONTROLLER_MAX_CONCURRENT,
@@ -46,9 +45,6 @@ from .metrics import (
 __all__ = ["Controller", "Watch"]
 
 log = logging.getLogger("agent_sandbox.kube.controller")
-
-# Failures that are part of normal operation; anything else also counts as a "panic".
-_EXPECTED: tuple[type[BaseException], ...] = (KubeError, TimeoutError, ConnectionError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +203,7 @@ class Controller:
             if metrics:
                 self._m_errors.inc()
                 self._m_total["error"].inc()
-                if not isinstance(exc, _EXPECTED):
+                if not isinstance(exc, EXPECTED_ERRORS):
                     # A programming error (KeyError, TypeError, ...) is our analogue of a recovered Go panic.
                     self._m_panics.inc()
             log.error("reconciler error: %s", exc, exc_info=exc)

@@ -108,16 +108,23 @@ class EventBroadcaster:
 
     need_leader_election = False
 
-    def __init__(self, client: ApiClient, *, instance: str, buffer: int = 1000) -> None:
-        """Args: client to write with; instance: `reportingInstance` (controller identity)."""
+    def __init__(
+        self,
+        client: ApiClient,
+        *,
+        instance: str,
+        buffer: int = 1000,
+        hold: Callable[[float], Awaitable[None]] | None = None,
+    ) -> None:
+        """Args: client to write with; instance: `reportingInstance` (controller identity); hold: awaited
+        with an event's age (seconds) before it is written, to let a busier path go first."""
         self._client = client
         self._instance = instance
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue(maxsize=buffer)
         self._series: dict[tuple[str, ...], _Series] = {}
         self._spam: dict[str, TokenBucket] = {}
         self.dropped = 0
-        self.hold: Callable[[float], Awaitable[None]] | None = None
-        """Awaited with an event's age (seconds) before it is written: lets a busier path go first."""
+        self._hold = hold
 
     def recorder(self, controller: str) -> EventRecorder:
         """A recorder reporting as `controller`."""
@@ -143,8 +150,8 @@ class EventBroadcaster:
         try:
             while True:
                 pending = await self._queue.get()
-                if self.hold is not None:
-                    await self.hold(time.time() - pending.at)
+                if self._hold is not None:
+                    await self._hold(time.time() - pending.at)
                 await self._write(pending)
         finally:
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):

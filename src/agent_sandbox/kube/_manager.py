@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -81,6 +81,8 @@ class ManagerOptions:
     enable_pprof: bool = False
     enable_pprof_debug: bool = False
     registry: CollectorRegistry = REGISTRY
+    event_hold: Callable[[float], Awaitable[None]] | None = None
+    """Awaited with an Event's age before it is written (lets a busier write path go first)."""
     new_cache: Callable[[ApiClient, CacheOptions], Cache] | None = None
     new_elector: Callable[[ApiClient, LeaderElectionConfig], LeaderElector] | None = None
 
@@ -99,7 +101,7 @@ class Manager:
         self.identity = opts.identity or default_identity()
         self.cache = opts.new_cache(api, opts.cache) if opts.new_cache else Cache(api, opts.cache)
         self.client = CachedClient(self.cache, api)
-        self.events = EventBroadcaster(api, instance=self.identity)
+        self.events = EventBroadcaster(api, instance=self.identity, hold=opts.event_hold)
         self.metrics_server = MetricsServer(opts.metrics_bind_address, opts.registry)
         if opts.enable_pprof or opts.enable_pprof_debug:
             add_pprof_routes(self.metrics_server.app, debug=opts.enable_pprof_debug)

@@ -7,6 +7,10 @@ Owns the vocabulary every controller shares (controller-runtime `pkg/reconcile`,
 * `Result.requeue_after` > 0 asks for another pass after that delay, with the item's backoff reset.
 * Raising an exception means "retry with backoff": the `Result` is ignored and the key is re-added
   through the rate limiter (5 ms doubling to 1000 s, plus an overall 10 qps / 100 burst bucket).
+* Raising `RetryLater` (or a subclass) is the *expected* way to say "not now": retried with backoff,
+  counted as a reconcile error, never as a panic. `KubeError`, `TimeoutError` and `ConnectionError`
+  are expected too; anything else (a KeyError, a TypeError) also counts as a panic, our analogue of a
+  recovered Go panic (`controller_runtime_reconcile_panics_total`).
 * Raising `TerminalError` (or an exception wrapped in it) logs and counts the failure but never retries.
 """
 
@@ -16,7 +20,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["Reconciler", "ReconcilerFunc", "Request", "Result", "TerminalError"]
+from .errors import KubeError
+
+__all__ = [
+    "EXPECTED_ERRORS",
+    "Reconciler",
+    "ReconcilerFunc",
+    "Request",
+    "Result",
+    "RetryLater",
+    "TerminalError",
+]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -36,9 +50,14 @@ class Result:
 
     requeue_after: float | None = None
 
-    @property
-    def is_zero(self) -> bool:
-        return not self.requeue_after
+
+class RetryLater(Exception):
+    """An expected reconcile outcome: "the world is not ready yet, try again with backoff".
+
+    The base of every controller's "retry later" errors (a missing template, a foreign object in the way,
+    a pass that ended with API failures). The runtime retries it like any exception but never counts it
+    as a panic.
+    """
 
 
 class TerminalError(Exception):
@@ -46,6 +65,10 @@ class TerminalError(Exception):
 
     Wrap another exception with `raise TerminalError(exc) from exc`, or raise it directly with a message.
     """
+
+
+EXPECTED_ERRORS: tuple[type[BaseException], ...] = (RetryLater, KubeError, TimeoutError, ConnectionError)
+"""Failures that are part of normal operation; any other exception also counts as a panic."""
 
 
 class Reconciler(Protocol):

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api import kinds
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import install_crds
 from tests.helpers import wait_for
@@ -41,7 +42,7 @@ class LiveWebhook:
         import base64
 
         ca = base64.b64encode(self.ca_pem).decode()
-        for kind in c.ALL_KINDS:
+        for kind in kinds.ALL_KINDS:
             current = json.loads(
                 self.cluster.kubectl("get", "crd", kind.crd_name, "-o", "json", check=True).stdout
             )

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api import kinds, naming
 from agent_sandbox.devcluster import DevCluster
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ def _pod_with_tcp(spec: dict[str, Any]) -> dict[str, Any]:
 def test_create_as_v1alpha1_read_as_v1beta1_and_back(
     api: Api, kind: str, alpha_spec: dict[str, Any], beta_subset: dict[str, Any], alpha_back: dict[str, Any]
 ) -> None:
-    group = c.KINDS_BY_NAME[kind].group
+    group = kinds.KINDS_BY_NAME[kind].group
     api.create(obj(f"{group}/v1alpha1", kind, "rt", alpha_spec, labels={"keep": "me"}))
 
     beta = api.get(kind, "v1beta1", "rt")
@@ -227,13 +228,13 @@ def test_warm_pool_observed_generation_is_v1beta1_only(api: Api) -> None:
     status = {
         "replicas": 2,
         "readyReplicas": 1,
-        "selector": c.warm_pool_selector("wp"),
+        "selector": naming.warm_pool_selector("wp"),
         "observedGeneration": 1,
     }
     api.patch("SandboxWarmPool", "v1beta1", "wp", {"status": status}, status=True)
     alpha = api.get("SandboxWarmPool", "v1alpha1", "wp")
     assert alpha["spec"]["replicas"] == 1  # v1beta1 default
-    assert alpha["status"] == {"replicas": 2, "readyReplicas": 1, "selector": c.warm_pool_selector("wp")}
+    assert alpha["status"] == {"replicas": 2, "readyReplicas": 1, "selector": naming.warm_pool_selector("wp")}
 
 
 def test_deprecation_warning_is_returned(api: Api) -> None:

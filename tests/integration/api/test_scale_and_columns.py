@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api import naming
 from agent_sandbox.devcluster import DevCluster
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ def test_warm_pool_scale_subresource(crds: DevCluster, namespace: str) -> None:
     pool = json.loads(crds.kubectl("get", "swp", "pool", "-n", namespace, "-o", "json", check=True).stdout)
     assert pool["spec"]["replicas"] == 4
 
-    selector = c.warm_pool_selector("pool")
+    selector = naming.warm_pool_selector("pool")
     status = {"status": {"replicas": 3, "readyReplicas": 2, "selector": selector, "observedGeneration": 2}}
     crds.kubectl("patch", "swp", "pool", "-n", namespace, "--subresource=status", "--type=merge",
                  "-p", json.dumps(status), check=True)  # fmt: skip

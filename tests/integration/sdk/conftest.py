@@ -1,5 +1,5 @@
-"""Fixtures for the SDK against the real control plane: the controller (the runner tests' fixture), the
-router, a template and warm pool per test."""
+"""Fixtures for the SDK against the real control plane: the router, a template and warm pool per test
+(the controller fixture is tests/integration/conftest.py's)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ import pytest
 
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.processes import stop
-from tests.integration.devcluster.conftest import controller
 from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE
 
-__all__ = ["EXT", "RUNTIME_IMAGE", "apply_pool", "controller", "router"]
+__all__ = ["EXT", "RUNTIME_IMAGE", "apply_pool", "router"]
 
 EXT = "extensions.agents.x-k8s.io/v1beta1"
 

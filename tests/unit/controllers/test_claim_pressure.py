@@ -119,9 +119,17 @@ async def test_held_writes_hold_each_write_at_most_once_per_hold() -> None:
 async def test_collector_exports_hot_counters_and_held_writes() -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
+    class Site:
+        def __init__(self, held: dict[str, int]) -> None:
+            self.held = held
+
+        def held_writes(self) -> dict[str, int]:
+            return self.held
+
     p = ClaimPressure(10.0, calm_after=5.0)
-    p.held_sources["sandbox"] = lambda: 3
-    p.held_sources["pool_refill"] = lambda: 1
+    p.report_held(Site({"sandbox": 3}))
+    p.report_held(Site({"pool_refill": 1, "sandbox": 0}))
+    assert p.held_writes() == {"sandbox": 3, "pool_refill": 1}
     registry = CollectorRegistry()
     registry.register(ClaimPressureCollector(p))
     text = generate_latest(registry).decode()

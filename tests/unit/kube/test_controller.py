@@ -21,6 +21,7 @@ from agent_sandbox.kube import (
     ReconcilerFunc,
     Request,
     Result,
+    RetryLater,
     TerminalError,
     has_label,
     requests_for_owner,
@@ -120,6 +121,23 @@ async def test_programming_errors_count_as_panics_and_retry() -> None:
         REGISTRY.get_sample_value("controller_runtime_reconcile_panics_total", {"controller": "panic-test"})
         == 1
     )
+    assert c.queue.num_requeues(REQ) == 1
+
+
+async def test_retry_later_is_an_error_but_not_a_panic() -> None:
+    clock = FakeClock()
+
+    class NotYet(RetryLater):
+        pass
+
+    async def later(_: Request) -> Result:
+        raise NotYet("template not there yet")
+
+    c = _ctrl(ReconcilerFunc(later), clock, name="retry-later-test")
+    await c.process(REQ)
+    labels = {"controller": "retry-later-test"}
+    assert REGISTRY.get_sample_value("controller_runtime_reconcile_panics_total", labels) == 0
+    assert REGISTRY.get_sample_value("controller_runtime_reconcile_errors_total", labels) == 1
     assert c.queue.num_requeues(REQ) == 1
 
 

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_sandbox.api import constants as c
-from agent_sandbox.api import v1alpha1, v1beta1
+from agent_sandbox.api import kinds, v1alpha1, v1beta1
 from agent_sandbox.api._common import KubeObject
 from agent_sandbox.api.crdgen._models import JSONSchema, model_schema
+from agent_sandbox.api.kinds import ResourceKind
 
 _AGE = {"jsonPath": ".metadata.creationTimestamp", "name": "Age", "type": "date"}
 _READY_STATUS = {
@@ -54,20 +55,20 @@ class Version:
 class KindSpec:
     """A CRD: the kind's names plus its versions, hub first."""
 
-    info: c.KindInfo
+    info: ResourceKind
     versions: tuple[Version, ...] = field(default_factory=tuple)
 
 
 KIND_SPECS: tuple[KindSpec, ...] = (
     KindSpec(
-        c.SANDBOX,
+        kinds.SANDBOX,
         (
             Version(c.V1BETA1, v1beta1.Sandbox, status=True, columns=(_READY_STATUS, _READY_REASON, _AGE)),
             Version(c.V1ALPHA1, v1alpha1.Sandbox, status=True, scale=True),
         ),
     ),
     KindSpec(
-        c.SANDBOX_CLAIM,
+        kinds.SANDBOX_CLAIM,
         (
             Version(
                 c.V1BETA1,
@@ -84,14 +85,14 @@ KIND_SPECS: tuple[KindSpec, ...] = (
         ),
     ),
     KindSpec(
-        c.SANDBOX_TEMPLATE,
+        kinds.SANDBOX_TEMPLATE,
         (
             Version(c.V1BETA1, v1beta1.SandboxTemplate, status=False),
             Version(c.V1ALPHA1, v1alpha1.SandboxTemplate, status=False),
         ),
     ),
     KindSpec(
-        c.SANDBOX_WARM_POOL,
+        kinds.SANDBOX_WARM_POOL,
         (
             Version(c.V1BETA1, v1beta1.SandboxWarmPool, status=True, scale=True, columns=_POOL_COLUMNS),
             Version(c.V1ALPHA1, v1alpha1.SandboxWarmPool, status=True, scale=True, columns=_POOL_COLUMNS),
@@ -100,7 +101,7 @@ KIND_SPECS: tuple[KindSpec, ...] = (
 )
 
 
-def deprecation_warning(info: c.KindInfo, version: str) -> str:
+def deprecation_warning(info: ResourceKind, version: str) -> str:
     """The exact upstream ``deprecationWarning`` of a spoke version."""
     return f"{info.group}/{version} {info.kind} is deprecated; use {info.group}/{c.HUB_VERSION} {info.kind} instead"
 
@@ -116,7 +117,7 @@ def root_schema(model: type[KubeObject]) -> JSONSchema:
     return schema
 
 
-def _version(info: c.KindInfo, ver: Version) -> dict[str, Any]:
+def _version(info: ResourceKind, ver: Version) -> dict[str, Any]:
     out: dict[str, Any] = {
         "name": ver.name,
         "schema": {"openAPIV3Schema": root_schema(ver.model)},

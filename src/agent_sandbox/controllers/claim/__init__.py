@@ -9,13 +9,12 @@ upstream: docs/design/claim-quirks.md.
 from __future__ import annotations
 
 from .decide import Snapshot, decide_claim_metadata, decide_expiry, resolve, resolve_expired
-from .queue import Take, WarmQueue, pool_key
+from .queue import Take, WarmQueue
 from .reconciler import ClaimConfig, ClaimReconciler, ClaimRetry
-from .watches import CONTROLLER_NAME, WARM_QUEUE_KEY, setup
+from .watches import CONTROLLER_NAME, setup
 
 __all__ = [
     "CONTROLLER_NAME",
-    "WARM_QUEUE_KEY",
     "ClaimConfig",
     "ClaimReconciler",
     "ClaimRetry",
@@ -24,7 +23,6 @@ __all__ = [
     "WarmQueue",
     "decide_claim_metadata",
     "decide_expiry",
-    "pool_key",
     "resolve",
     "resolve_expired",
     "setup",

@@ -20,8 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api.kinds import SANDBOX_CLAIM, SANDBOX_WARM_POOL
+from agent_sandbox.api.meta import ReadOnlyObject, controlled_by, is_ready, sandbox_pool_name
+from agent_sandbox.api.naming import template_ref_hash
 
-from ..extensions_common import blueprint_matches, template_ref_hash, warm_pool_owner_name
+from ..blueprint import blueprint_matches
 from .metadata import additional_metadata, merge_no_override
 from .shape import apply_claim_labels, claim_owner_ref, desired_pod_metadata
 
@@ -32,13 +35,10 @@ __all__ = [
     "adoption_patch",
     "candidate_problem",
     "is_adoptable",
-    "is_ready",
     "judge_candidate",
-    "pool_name_of",
     "settle_contest",
 ]
 
-Obj = Mapping[str, Any]
 _POOL_ONLY_LABELS = (
     c.LABEL_WARM_POOL_SANDBOX,
     c.LABEL_SANDBOX_POD_TEMPLATE_HASH,
@@ -46,12 +46,7 @@ _POOL_ONLY_LABELS = (
 )
 
 
-def pool_name_of(sandbox: Obj) -> str | None:
-    """The pool a Sandbox belongs to (§4.2): its controller if a pool, else any pool-kind owner."""
-    return warm_pool_owner_name(sandbox.get("metadata") or {})
-
-
-def is_adoptable(sandbox: Obj | None) -> bool:
+def is_adoptable(sandbox: ReadOnlyObject | None) -> bool:
     """§4.2: not being deleted, both pool labels present, controlled by a SandboxWarmPool (any version)."""
     if sandbox is None:
         return False
@@ -61,27 +56,19 @@ def is_adoptable(sandbox: Obj | None) -> bool:
     labels = meta.get("labels") or {}
     if c.LABEL_WARM_POOL_SANDBOX not in labels or c.LABEL_SANDBOX_TEMPLATE_REF_HASH not in labels:
         return False
-    ref = c.controller_ref(meta)
-    return ref is not None and c.owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_WARM_POOL)
+    return controlled_by(sandbox, SANDBOX_WARM_POOL)
 
 
-def candidate_problem(sandbox: Obj, *, namespace: str, pool_name: str) -> str | None:
+def candidate_problem(sandbox: ReadOnlyObject, *, namespace: str, pool_name: str) -> str | None:
     """§4.5.1 candidate check for a claim in `namespace` drawing from `pool_name`; None when valid."""
     meta = sandbox.get("metadata") or {}
     if meta.get("namespace") != namespace:
         return "cross-namespace adoption forbidden"
     if not is_adoptable(sandbox):
         return "not adoptable"
-    if pool_name_of(sandbox) != pool_name:
-        return f"belongs to pool {pool_name_of(sandbox)!r}, not {pool_name!r}"
+    if sandbox_pool_name(sandbox) != pool_name:
+        return f"belongs to pool {sandbox_pool_name(sandbox)!r}, not {pool_name!r}"
     return None
-
-
-def is_ready(sandbox: Obj) -> bool:
-    for cond in (sandbox.get("status") or {}).get("conditions") or ():
-        if cond.get("type") == c.CONDITION_READY:
-            return bool(cond.get("status") == c.ConditionStatus.TRUE)
-    return False
 
 
 class Verdict(enum.Enum):
@@ -103,7 +90,7 @@ class RecreateGuard:
 
 
 def judge_candidate(
-    sandbox: Obj | None,
+    sandbox: ReadOnlyObject | None,
     *,
     namespace: str,
     pool_name: str,
@@ -141,7 +128,9 @@ def _pointer(*parts: str) -> str:
     return "/" + "/".join(p.replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-def adoption_patch(claim: Obj, sandbox: Obj, template: Obj | None) -> list[dict[str, Any]]:
+def adoption_patch(
+    claim: ReadOnlyObject, sandbox: ReadOnlyObject, template: ReadOnlyObject | None
+) -> list[dict[str, Any]]:
     """The JSON patch that moves `sandbox` (as cached) from its pool to `claim` (§4.6 step 3).
 
     Raises:
@@ -200,16 +189,13 @@ class Contest(enum.Enum):
     LOST = "lost"  # gone, deleting, taken by another claim, or no longer adoptable: try another candidate
 
 
-def settle_contest(fresh: Obj | None, *, claim_uid: str, namespace: str, pool_name: str) -> Contest:
+def settle_contest(
+    fresh: ReadOnlyObject | None, *, claim_uid: str, namespace: str, pool_name: str
+) -> Contest:
     """Classify the authoritative view of a contested candidate (§4.6 "authoritative resolution")."""
     if fresh is None:
         return Contest.LOST
-    ref = c.controller_ref(fresh.get("metadata") or {})
-    if (
-        ref is not None
-        and ref.get("uid") == claim_uid
-        and c.owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_CLAIM)
-    ):
+    if controlled_by(fresh, SANDBOX_CLAIM, claim_uid):
         return Contest.OURS
     if candidate_problem(fresh, namespace=namespace, pool_name=pool_name) is None:
         return Contest.RETRY

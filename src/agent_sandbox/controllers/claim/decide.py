@@ -17,15 +17,28 @@ Nothing here awaits, reads a clock or calls a client.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeAlias
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api.kinds import SANDBOX_CLAIM, SANDBOX_WARM_POOL
+from agent_sandbox.api.meta import (
+    ReadOnlyObject,
+    claim_pool_name,
+    claim_sandbox_name,
+    controlled_by,
+    format_rfc3339nano,
+    new_condition,
+    parse_time,
+    pool_key,
+    pool_template_name,
+    status_condition,
+)
+from agent_sandbox.api.naming import template_ref_hash
 from agent_sandbox.kube import create_merge_patch
 
-from ..extensions_common import semantic_equal, template_ref_hash
+from ..blueprint import semantic_equal
 from .adoption import adoption_patch, candidate_problem
 from .errors import (
     ClaimError,
@@ -35,10 +48,9 @@ from .errors import (
     WarmPoolNotFound,
 )
 from .metadata import has_additional_metadata, validate_additional_metadata
-from .observability import ReadyStep, format_rfc3339nano
-from .queue import pool_key
+from .observability import ReadyStep
 from .shape import build_cold_sandbox, claim_created_by, desired_pod_metadata
-from .status import CLAIM_EXPIRED_MESSAGE, condition, expiry, parse_time
+from .status import CLAIM_EXPIRED_MESSAGE, expiry
 
 __all__ = [
     "WARM_GRACE_SECONDS",
@@ -57,7 +69,6 @@ __all__ = [
     "Snapshot",
     "assigned_name",
     "bound_to_sandbox",
-    "controlled_by",
     "decide_claim_metadata",
     "decide_expiry",
     "legacy_policy_to_delete",
@@ -65,7 +76,6 @@ __all__ = [
     "resolve_expired",
 ]
 
-Obj = Mapping[str, Any]
 WARM_GRACE_SECONDS = 2.0
 """A claim younger than this waits (<= 500 ms at a time) for warm candidates to get Pod IPs (§4.5 step 5)."""
 _PENDING_POLL = 0.5
@@ -75,41 +85,24 @@ _PENDING_POLL = 0.5
 class Snapshot:
     """Everything one pass observed; Sandbox views are the freshest known (cache or our own write)."""
 
-    claim: Obj
+    claim: ReadOnlyObject
     now: datetime
-    status_sandbox: Obj | None = None  # named by status.sandbox.name
-    assigned: Obj | None = None  # named by the assignment annotation (or legacy label)
-    owned: tuple[Obj, ...] = ()  # controlled by this claim's UID
-    same_name: Obj | None = None  # named like the claim
-    pool: Obj | None = None
-    template: Obj | None = None
+    status_sandbox: ReadOnlyObject | None = None  # named by status.sandbox.name
+    assigned: ReadOnlyObject | None = None  # named by the assignment annotation (or legacy label)
+    owned: tuple[ReadOnlyObject, ...] = ()  # controlled by this claim's UID
+    same_name: ReadOnlyObject | None = None  # named like the claim
+    pool: ReadOnlyObject | None = None
+    template: ReadOnlyObject | None = None
     allowed_domains: tuple[str, ...] = ()
     warm_consulted: bool = False  # the queue was asked (candidate / pending below are meaningful)
-    candidate: Obj | None = None  # the reserved warm candidate
+    candidate: ReadOnlyObject | None = None  # the reserved warm candidate
     pending: int = 0  # warm candidates skipped for lack of Pod IPs
 
 
 # --------------------------------------------------------------------------- small readers
 
 
-def controlled_by(sandbox: Obj | None, claim_uid: str) -> bool:
-    """True if the Sandbox's controller owner is this claim (by UID; kind/group checked, version ignored)."""
-    if sandbox is None:
-        return False
-    ref = c.controller_ref(sandbox.get("metadata") or {})
-    return (
-        ref is not None
-        and ref.get("uid") == claim_uid
-        and c.owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_CLAIM)
-    )
-
-
-def _pool_controlled(sandbox: Obj) -> bool:
-    ref = c.controller_ref(sandbox.get("metadata") or {})
-    return ref is not None and c.owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_WARM_POOL)
-
-
-def assigned_name(claim: Obj) -> tuple[str, bool]:
+def assigned_name(claim: ReadOnlyObject) -> tuple[str, bool]:
     """(name, from_legacy_label): the assignment annotation, else the deprecated label of the same key."""
     meta = claim.get("metadata") or {}
     name = (meta.get("annotations") or {}).get(c.ANNOTATION_SANDBOX_NAME, "")
@@ -117,14 +110,6 @@ def assigned_name(claim: Obj) -> tuple[str, bool]:
         return name, False
     legacy = (meta.get("labels") or {}).get(c.LABEL_SANDBOX_NAME_LEGACY, "")
     return legacy, bool(legacy)
-
-
-def _status_name(claim: Obj) -> str:
-    return str(((claim.get("status") or {}).get("sandbox") or {}).get("name") or "")
-
-
-def _pool_name(claim: Obj) -> str:
-    return str(((claim.get("spec") or {}).get("warmPoolRef") or {}).get("name") or "")
 
 
 # --------------------------------------------------------------------------- stage 1: expiry (§4.3 steps 7-8)
@@ -156,22 +141,17 @@ class Continue:
     time_left: float | None
 
 
-def decide_expiry(claim: Obj, now: datetime) -> MarkExpired | DeleteClaim | Continue:
+def decide_expiry(claim: ReadOnlyObject, now: datetime) -> MarkExpired | DeleteClaim | Continue:
     exp = expiry(claim, now)
     if not exp.expired:
         return Continue(False, exp.time_left)
-    ready = condition((claim.get("status") or {}).get("conditions"), c.CONDITION_READY)
+    ready = status_condition(claim, c.CONDITION_READY)
     if ready is None or ready.get("reason") != c.REASON_CLAIM_EXPIRED:
         gen = (claim.get("metadata") or {}).get("generation")
-        cond = {
-            "type": c.CONDITION_READY,
-            "status": c.ConditionStatus.FALSE.value,
-            "reason": c.REASON_CLAIM_EXPIRED,
-            "message": CLAIM_EXPIRED_MESSAGE,
-        }
-        if gen is not None:
-            cond["observedGeneration"] = gen
-        return MarkExpired(cond)
+        false = c.ConditionStatus.FALSE.value
+        return MarkExpired(
+            new_condition(c.CONDITION_READY, false, c.REASON_CLAIM_EXPIRED, CLAIM_EXPIRED_MESSAGE, gen)
+        )
     policy = ((claim.get("spec") or {}).get("lifecycle") or {}).get(
         "shutdownPolicy"
     ) or c.ClaimShutdownPolicy.RETAIN
@@ -180,16 +160,9 @@ def decide_expiry(claim: Obj, now: datetime) -> MarkExpired | DeleteClaim | Cont
     return Continue(True, exp.time_left)
 
 
-def legacy_policy_to_delete(claim: Obj, policy: Obj | None) -> bool:
+def legacy_policy_to_delete(claim: ReadOnlyObject, policy: ReadOnlyObject | None) -> bool:
     """§4.3 step 2: the legacy per-claim NetworkPolicy is deleted only if this claim controls it."""
-    if policy is None:
-        return False
-    ref = c.controller_ref(policy.get("metadata") or {})
-    return (
-        ref is not None
-        and ref.get("uid") == claim["metadata"].get("uid")
-        and c.owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_CLAIM)
-    )
+    return controlled_by(policy, SANDBOX_CLAIM, claim["metadata"].get("uid") or "")
 
 
 # --------------------------------------------------------------------------- stage 2: resolution (§4.4-§4.5, §4.9)
@@ -208,7 +181,7 @@ class SandboxWrite:
 class Bound:
     """The claim has its Sandbox; `writes` repair it; `error` (if any) still shows in status."""
 
-    sandbox: Obj
+    sandbox: ReadOnlyObject
     writes: tuple[SandboxWrite, ...] = ()
     error: ClaimError | None = None
     drop_reference: bool = False
@@ -226,7 +199,7 @@ class NeedCandidate:
 class Adopt:
     """Take over `sandbox` (a pool member) with the guarded JSON patch `ops`."""
 
-    sandbox: Obj
+    sandbox: ReadOnlyObject
     ops: list[dict[str, Any]]
     drop_reference: bool = False
 
@@ -259,16 +232,17 @@ Resolution: TypeAlias = Bound | NeedCandidate | Adopt | Create | Pending | Faile
 
 def _lookup_error(s: Snapshot, prefix: str = "") -> ClaimError:
     if s.pool is None:
-        err: ClaimError = WarmPoolNotFound(_pool_name(s.claim))
+        err: ClaimError = WarmPoolNotFound(claim_pool_name(s.claim))
     else:
-        tname = ((s.pool.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name", "")
-        err = TemplateNotFound(tname)
+        err = TemplateNotFound(pool_template_name(s.pool))
     if prefix:
         err.args = (f"{prefix}{err}",)
     return err
 
 
-def bound_to_sandbox(s: Snapshot, sandbox: Obj, launch: str, *, drop_reference: bool = False) -> Bound:
+def bound_to_sandbox(
+    s: Snapshot, sandbox: ReadOnlyObject, launch: str, *, drop_reference: bool = False
+) -> Bound:
     """A bound Sandbox plus its repairs: launch-type label, metadata sync (§4.4 step 3), stray extras."""
     meta = sandbox["metadata"]
     labels_patch: dict[str, Any] = {}
@@ -299,18 +273,18 @@ def bound_to_sandbox(s: Snapshot, sandbox: Obj, launch: str, *, drop_reference: 
         patch["metadata"] = {"labels": labels_patch}
     writes: list[SandboxWrite] = [SandboxWrite(meta["name"], patch=patch)] if patch else []
     uid = s.claim["metadata"]["uid"]
-    if _status_name(s.claim) == meta["name"]:
+    if claim_sandbox_name(s.claim) == meta["name"]:
         # Only once the binding is persisted: any other Sandbox this claim controls is a stray from a
         # split-brain double adoption; release it so the pool (or the quota) gets the capacity back.
         writes.extend(
             SandboxWrite(o["metadata"]["name"], delete_uid=o["metadata"]["uid"])
             for o in s.owned
-            if o["metadata"]["name"] != meta["name"] and controlled_by(o, uid)
+            if o["metadata"]["name"] != meta["name"] and controlled_by(o, SANDBOX_CLAIM, uid)
         )
     return Bound(sandbox, tuple(writes), error, drop_reference)
 
 
-def _launch_of(sandbox: Obj, claim: Obj) -> str:
+def _launch_of(sandbox: ReadOnlyObject, claim: ReadOnlyObject) -> str:
     value = ((sandbox.get("metadata") or {}).get("labels") or {}).get(c.LABEL_LAUNCH_TYPE)
     if value:
         return str(value)
@@ -319,10 +293,10 @@ def _launch_of(sandbox: Obj, claim: Obj) -> str:
     )
 
 
-def _preferred(owned: tuple[Obj, ...], claim: Obj) -> Obj:
+def _preferred(owned: tuple[ReadOnlyObject, ...], claim: ReadOnlyObject) -> ReadOnlyObject:
     """Deterministic choice among several controlled Sandboxes: persisted binding, assignment, own name."""
     by_name = {o["metadata"]["name"]: o for o in owned}
-    for name in (_status_name(claim), assigned_name(claim)[0], claim["metadata"]["name"]):
+    for name in (claim_sandbox_name(claim), assigned_name(claim)[0], claim["metadata"]["name"]):
         if name and name in by_name:
             return by_name[name]
     return by_name[min(by_name)]
@@ -337,10 +311,10 @@ def resolve(s: Snapshot) -> Resolution:
         validate_additional_metadata(claim, s.allowed_domains)
     except ClaimError as exc:
         return Failed(exc)
-    status_name = _status_name(claim)
+    status_name = claim_sandbox_name(claim)
     assigned, _ = assigned_name(claim)
     # 1. Persisted binding.
-    if status_name and controlled_by(s.status_sandbox, uid):
+    if status_name and controlled_by(s.status_sandbox, SANDBOX_CLAIM, uid):
         assert s.status_sandbox is not None
         warm = assigned == status_name or status_name != cmeta["name"]
         return bound_to_sandbox(s, s.status_sandbox, c.LAUNCH_TYPE_WARM if warm else c.LAUNCH_TYPE_COLD)
@@ -348,13 +322,13 @@ def resolve(s: Snapshot) -> Resolution:
     drop = False
     if assigned:
         sb = s.assigned
-        if controlled_by(sb, uid):
+        if controlled_by(sb, SANDBOX_CLAIM, uid):
             assert sb is not None
             return bound_to_sandbox(s, sb, c.LAUNCH_TYPE_WARM)
         if (
             sb is not None
-            and _pool_controlled(sb)
-            and candidate_problem(sb, namespace=cmeta["namespace"], pool_name=_pool_name(claim)) is None
+            and controlled_by(sb, SANDBOX_WARM_POOL)
+            and candidate_problem(sb, namespace=cmeta["namespace"], pool_name=claim_pool_name(claim)) is None
         ):
             return _adopt(s, sb)  # finish the recorded adoption
         drop = True  # gone, foreign, or no longer a valid candidate
@@ -365,7 +339,7 @@ def resolve(s: Snapshot) -> Resolution:
         return bound_to_sandbox(s, sb, _launch_of(sb, claim), drop_reference=drop)
     # 4. A Sandbox named like the claim.
     if s.same_name is not None:
-        if not controlled_by(s.same_name, uid):
+        if not controlled_by(s.same_name, SANDBOX_CLAIM, uid):
             return Failed(
                 ReconcilerError(
                     f'sandbox "{cmeta["name"]}" is not controlled by claim "{cmeta["name"]}". '
@@ -378,7 +352,7 @@ def resolve(s: Snapshot) -> Resolution:
     # 5. env / volumeClaimTemplates force a cold start: a running warm Pod cannot take them.
     if not spec.get("env") and not spec.get("volumeClaimTemplates"):
         if not s.warm_consulted:
-            return NeedCandidate(pool_key(cmeta["namespace"], _pool_name(claim)), drop_reference=drop)
+            return NeedCandidate(pool_key(cmeta["namespace"], claim_pool_name(claim)), drop_reference=drop)
         if s.candidate is not None:
             return _adopt(s, s.candidate, drop_reference=drop)
         age = _age(claim, s.now)
@@ -393,14 +367,14 @@ def resolve(s: Snapshot) -> Resolution:
         return Failed(exc, drop_reference=drop)
 
 
-def _adopt(s: Snapshot, sandbox: Obj, *, drop_reference: bool = False) -> Adopt | Failed:
+def _adopt(s: Snapshot, sandbox: ReadOnlyObject, *, drop_reference: bool = False) -> Adopt | Failed:
     try:
         return Adopt(sandbox, adoption_patch(s.claim, sandbox, s.template), drop_reference)
     except ClaimError as exc:
         return Failed(exc, drop_reference=drop_reference)
 
 
-def _age(claim: Obj, now: datetime) -> float | None:
+def _age(claim: ReadOnlyObject, now: datetime) -> float | None:
     created = parse_time((claim.get("metadata") or {}).get("creationTimestamp"))
     return None if created is None else (now - created).total_seconds()
 
@@ -411,11 +385,11 @@ def resolve_expired(s: Snapshot) -> Failed | Bound:
     The Sandbox stays bound in status while it terminates and is cleared once it is gone.
     """
     claim = s.claim
-    target = _status_name(claim) or claim["metadata"]["name"]
-    sb = s.status_sandbox if _status_name(claim) else s.same_name
+    target = claim_sandbox_name(claim) or claim["metadata"]["name"]
+    sb = s.status_sandbox if claim_sandbox_name(claim) else s.same_name
     if sb is None:
         return Failed(None)  # already gone
-    if not controlled_by(sb, claim["metadata"]["uid"]):
+    if not controlled_by(sb, SANDBOX_CLAIM, claim["metadata"]["uid"]):
         owner = claim["metadata"]["name"]
         return Failed(SandboxNotOwned(f'sandbox "{target}" is not owned by claim "{owner}"'))
     if sb["metadata"].get("deletionTimestamp"):
@@ -448,9 +422,9 @@ class ClaimMetadataPatch:
 
 
 def decide_claim_metadata(
-    claim: Obj,
+    claim: ReadOnlyObject,
     *,
-    sandbox: Obj | None,
+    sandbox: ReadOnlyObject | None,
     ready_step: ReadyStep,
     now: datetime,
     first_observed: datetime,

@@ -33,7 +33,6 @@ __all__ = [
     "TemplateNotFound",
     "VolumeClaimTemplatesError",
     "WarmPoolNotFound",
-    "as_claim_error",
 ]
 
 
@@ -123,10 +122,3 @@ class ReconcilerError(ClaimError):
     @property
     def message(self) -> str:
         return f"{c.RECONCILER_ERROR_MESSAGE_PREFIX}{self}"
-
-
-def as_claim_error(exc: BaseException) -> ClaimError:
-    """`exc` itself if it is a `ClaimError`, else a `ReconcilerError` carrying its text."""
-    if isinstance(exc, ClaimError):
-        return exc
-    return ReconcilerError(str(exc) or type(exc).__name__)

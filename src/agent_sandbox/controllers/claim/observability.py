@@ -11,17 +11,20 @@ the `claim-first-ready-at` stamp, the latency arithmetic, and the Prometheus fam
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
 
 from prometheus_client import Counter, Histogram
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api.meta import (
+    ReadOnlyObject,
+    normalize_created_by,
+    parse_time,
+    status_condition,
+)
 from agent_sandbox.kube.metrics import REGISTRY
-
-from .status import parse_time
 
 __all__ = [
     "CLAIM_BUCKETS",
@@ -30,14 +33,12 @@ __all__ = [
     "Latencies",
     "ObservedTimes",
     "ReadyStep",
-    "format_rfc3339nano",
     "latencies",
     "launch_type_of",
     "readiness_step",
     "template_of",
 ]
 
-Obj = Mapping[str, Any]
 UNKNOWN_TEMPLATE: Final = "__unknown__"
 CLAIM_BUCKETS: Final = (
     100,
@@ -59,14 +60,6 @@ CLAIM_BUCKETS: Final = (
 CREATION_BUCKETS: Final = (
     50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000, 240000, 300000, 600000,
 )  # fmt: skip
-
-
-def format_rfc3339nano(t: datetime) -> str:
-    """Go's RFC3339Nano in UTC: fraction with trailing zeros trimmed (none when whole), 'Z' suffix."""
-    t = t.astimezone(UTC)
-    base = t.strftime("%Y-%m-%dT%H:%M:%S")
-    frac = f"{t.microsecond:06d}".rstrip("0")
-    return f"{base}.{frac}Z" if frac else f"{base}Z"
 
 
 class ObservedTimes:
@@ -115,7 +108,7 @@ def readiness_step(*, old_ready: bool, new_ready: bool, first_ready_stamped: boo
     return ReadyStep.RECORD
 
 
-def launch_type_of(sandbox: Obj | None) -> str:
+def launch_type_of(sandbox: ReadOnlyObject | None) -> str:
     """From the Sandbox label only: `warm`, else `cold`; `unknown` with no Sandbox."""
     if sandbox is None:
         return "unknown"
@@ -123,7 +116,7 @@ def launch_type_of(sandbox: Obj | None) -> str:
     return c.LAUNCH_TYPE_WARM if labels.get(c.LABEL_LAUNCH_TYPE) == c.LAUNCH_TYPE_WARM else c.LAUNCH_TYPE_COLD
 
 
-def template_of(sandbox: Obj | None) -> str:
+def template_of(sandbox: ReadOnlyObject | None) -> str:
     annotations = ((sandbox or {}).get("metadata") or {}).get("annotations") or {}
     return str(annotations.get(c.ANNOTATION_SANDBOX_TEMPLATE_REF) or UNKNOWN_TEMPLATE)
 
@@ -145,21 +138,16 @@ def _ms(start: datetime | None, end: datetime) -> float | None:
     return None if ms < 0 else float(int(ms))  # whole milliseconds; future/negative starts are skipped
 
 
-def latencies(claim: Obj, sandbox: Obj | None, *, now: datetime, first_observed: datetime) -> Latencies:
+def latencies(
+    claim: ReadOnlyObject, sandbox: ReadOnlyObject | None, *, now: datetime, first_observed: datetime
+) -> Latencies:
     """The latency samples of a claim's first Ready (§4.13)."""
     ann = (claim.get("metadata") or {}).get("annotations") or {}
     observed = parse_time(ann.get(c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT)) or first_observed
     creation: float | None = None
     if sandbox is not None:
         created = parse_time((sandbox.get("metadata") or {}).get("creationTimestamp"))
-        ready = next(
-            (
-                cd
-                for cd in (sandbox.get("status") or {}).get("conditions") or ()
-                if cd.get("type") == c.CONDITION_READY
-            ),
-            None,
-        )
+        ready = status_condition(sandbox, c.CONDITION_READY)
         ready_at = parse_time((ready or {}).get("lastTransitionTime"))
         if created is not None and ready_at is not None:
             creation = _ms(created, ready_at)
@@ -227,7 +215,7 @@ class ClaimMetrics:
         self.creation: Histogram = fam["creation"]
         self.created: Counter = fam["created"]
 
-    def record_ready(self, claim: Obj, sandbox: Obj | None, lat: Latencies) -> None:
+    def record_ready(self, claim: ReadOnlyObject, sandbox: ReadOnlyObject | None, lat: Latencies) -> None:
         launch, template = launch_type_of(sandbox), template_of(sandbox)
         for hist, value in ((self.webhook, lat.webhook_ms), (self.controller, lat.controller_ms)):
             if value is not None:
@@ -239,10 +227,17 @@ class ClaimMetrics:
             self.creation.labels(namespace, launch, template).observe(lat.creation_ms)
 
     def count_creation(
-        self, claim: Obj, sandbox: Obj, *, launch_type: str, pool: str, ready: bool, template: str
+        self,
+        claim: ReadOnlyObject,
+        sandbox: ReadOnlyObject,
+        *,
+        launch_type: str,
+        pool: str,
+        ready: bool,
+        template: str,
     ) -> None:
         meta = claim.get("metadata") or {}
-        created_by = c.normalize_created_by((meta.get("labels") or {}).get(c.LABEL_CREATED_BY))
+        created_by = normalize_created_by((meta.get("labels") or {}).get(c.LABEL_CREATED_BY))
         self.created.labels(
             meta.get("namespace", ""),
             template,

@@ -1,4 +1,4 @@
-"""The in-memory warm-candidate queue: per-pool, ordered, de-duplicated, with atomic take (controllers spec §4.2).
+"""The in-memory warm-candidate queue: per-pool (keyed by `api.meta.pool_key`), ordered, de-duplicated, with atomic take (controllers spec §4.2).
 
 Owns: which pool members a claim may adopt next, in what order (§4.5.2: node spread, then FIFO), and the
 reservation that makes a take exclusive. A process-local structure rebuilt from the Sandbox informer
@@ -24,12 +24,7 @@ from dataclasses import dataclass, field
 
 from .adoption import Verdict
 
-__all__ = ["Take", "WarmQueue", "pool_key"]
-
-
-def pool_key(namespace: str, pool: str) -> str:
-    """Queue name `<namespace>/<pool>`; names are always namespace-qualified."""
-    return f"{namespace}/{pool}"
+__all__ = ["Take", "WarmQueue"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api.meta import (
+    claim_pool_name,
+    claim_sandbox_name,
+    controlled_by,
+    find_condition,
+    is_ready,
+    normalize_created_by,
+    parse_time,
+    pool_key,
+    pool_template_name,
+    sandbox_pool_name,
+    upsert_condition,
+)
 from agent_sandbox.kube import (
     NETWORK_POLICY,
     SANDBOX,
@@ -45,14 +58,15 @@ from agent_sandbox.kube import (
     Reader,
     Request,
     Result,
+    RetryLater,
     Tracing,
 )
 
 from ..claim_pressure import ClaimPressure
+from ..indexes import INDEX_SANDBOX_CLAIM_UID
 from . import execute as ex
 from .adoption import (
     is_adoptable,
-    pool_name_of,
 )
 from .decide import (
     Adopt,
@@ -67,7 +81,6 @@ from .decide import (
     SandboxWrite,
     Snapshot,
     assigned_name,
-    controlled_by,
     decide_claim_metadata,
     decide_expiry,
     legacy_policy_to_delete,
@@ -82,19 +95,14 @@ from .errors import (
     WarmPoolNotFound,
 )
 from .observability import ClaimMetrics, ObservedTimes, ReadyStep, latencies, readiness_step, template_of
-from .queue import WarmQueue, pool_key
-from .status import compute_status, condition, expiry, parse_time, upsert_condition
+from .queue import WarmQueue
+from .status import compute_status, expiry
 from .store import Freshest, Store
 from .warm import WarmPath
 
-__all__ = ["INDEX_CLAIM_POOL", "INDEX_SANDBOX_CLAIM_UID", "ClaimConfig", "ClaimReconciler", "ClaimRetry"]
+__all__ = ["ClaimConfig", "ClaimReconciler", "ClaimRetry"]
 
 log = logging.getLogger("agent_sandbox.controllers.claim")
-
-INDEX_CLAIM_POOL = ".spec.warmPoolRef.name"
-"""SandboxClaim index: `spec.warmPoolRef.name` (§4.1)."""
-INDEX_SANDBOX_CLAIM_UID = "claim-controller-uid"
-"""Sandbox index: UID of the controlling SandboxClaim (how a claim finds what it already owns)."""
 
 REPORTER = "sandboxclaim-controller"
 _MISSING_REQUEUE = 60.0
@@ -102,7 +110,7 @@ _CREATE_PENDING_REQUEUE = 0.2
 _EXPIRED_REQUEUE = 0.001
 
 
-class ClaimRetry(Exception):
+class ClaimRetry(RetryLater):
     """A claim error that must be retried with backoff (wraps the `ClaimError`)."""
 
 
@@ -172,9 +180,9 @@ class ClaimReconciler:
         """
         self._retry = retry
 
-    def stamps_in_flight(self) -> int:
-        """Detached metadata patches not yet sent (most of them held behind arriving claims)."""
-        return len(self._stamping)
+    def held_writes(self) -> dict[str, int]:
+        """`claim_pressure.HoldsWrites`: detached metadata patches not yet sent (most held behind claims)."""
+        return {"claim_stamp": len(self._stamping)}
 
     # ------------------------------------------------------------------ entry
 
@@ -187,7 +195,7 @@ class ClaimReconciler:
         claim = self.fresh.view(SANDBOX_CLAIM, ns, name, cached) or cached
         ann = claim["metadata"].get("annotations") or {}
         created_by = (claim["metadata"].get("labels") or {}).get(c.LABEL_CREATED_BY)
-        attrs = {c.LABEL_CREATED_BY: c.normalize_created_by(created_by)} if created_by else {}
+        attrs = {c.LABEL_CREATED_BY: normalize_created_by(created_by)} if created_by else {}
         with self.tracing.start_span(
             "ReconcileSandboxClaim", parent=ann.get(c.ANNOTATION_TRACE_CONTEXT), attributes=attrs
         ):
@@ -224,7 +232,7 @@ class ClaimReconciler:
         if isinstance(resolution, Pending):
             # No status write: the claim is only waiting for a member's Pod IP (≤ 2 s); a member getting
             # networked wakes it sooner than the timer.
-            self.queue.wait(pool_key(ns, snap_pool(claim)), _request(claim))
+            self.queue.wait(pool_key(ns, claim_pool_name(claim)), _request(claim))
             return Result(resolution.delay)
         sandbox, error, drop = await self._apply(snap, resolution)
 
@@ -237,7 +245,7 @@ class ClaimReconciler:
             # over, mark the claim expired in this very pass (§4.3 steps 12 and 15).
             late = expiry({**claim, "status": new_status}, now)
             time_left = late.time_left
-            ready = condition(new_status.get("conditions"), c.CONDITION_READY) or {}
+            ready = find_condition(new_status.get("conditions"), c.CONDITION_READY) or {}
             if late.expired and ready.get("reason") != c.REASON_CLAIM_EXPIRED:
                 expired_status = compute_status(claim, sandbox, error, expired=True, now=now)
                 assert expired_status is not None
@@ -258,14 +266,14 @@ class ClaimReconciler:
     async def _observe(self, claim: Mapping[str, Any], now: datetime) -> Snapshot:
         meta = claim["metadata"]
         ns, uid = meta["namespace"], meta["uid"]
-        status_name = ((claim.get("status") or {}).get("sandbox") or {}).get("name") or ""
+        status_name = claim_sandbox_name(claim)
         assigned, _ = assigned_name(claim)
         owned = {
             o["metadata"]["name"]: o for o in self.store.by_index(SANDBOX, INDEX_SANDBOX_CLAIM_UID, uid, ns)
         }
         for sname in self.fresh.bound_to(uid):
             view = self._sandbox(ns, sname)
-            if controlled_by(view, uid):
+            if controlled_by(view, SANDBOX_CLAIM, uid):
                 assert view is not None
                 owned[sname] = view
         uncertain = self.fresh.take_uncertain(uid)
@@ -275,18 +283,18 @@ class ClaimReconciler:
                 fresh = await self.authoritative.get(SANDBOX, uncertain, namespace=ns)
             except NotFound:
                 fresh = None
-            if controlled_by(fresh, uid):
+            if controlled_by(fresh, SANDBOX_CLAIM, uid):
                 assert fresh is not None
                 self.fresh.remember(SANDBOX, fresh)
                 owned[uncertain] = fresh
             elif fresh is not None and is_adoptable(fresh):
                 # It did not apply: the member is still free, give it back to its queue.
                 node = (fresh.get("status") or {}).get("nodeName") or ""
-                self.queue.add(pool_key(ns, pool_name_of(fresh) or ""), uncertain, node)
+                self.queue.add(pool_key(ns, sandbox_pool_name(fresh) or ""), uncertain, node)
         owned = {k: (self._sandbox(ns, k) or v) for k, v in owned.items()}
-        pool_name = snap_pool(claim)
+        pool_name = claim_pool_name(claim)
         pool = self.store.get(SANDBOX_WARM_POOL, ns, pool_name) if pool_name else None
-        template_name = (((pool or {}).get("spec") or {}).get("sandboxTemplateRef") or {}).get("name", "")
+        template_name = pool_template_name(pool) if pool is not None else ""
         template = self.store.get(SANDBOX_TEMPLATE, ns, template_name) if template_name else None
         return Snapshot(
             claim=claim,
@@ -338,7 +346,7 @@ class ClaimReconciler:
                 claim,
                 created,
                 launch_type=c.LAUNCH_TYPE_COLD,
-                pool=snap_pool(claim),
+                pool=claim_pool_name(claim),
                 ready=False,
                 template=template_of(created),
             )
@@ -381,8 +389,8 @@ class ClaimReconciler:
         """Readiness metrics and the claim's metadata patch (§4.13); returns a stamp failure, if any."""
         meta = stored["metadata"]
         ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
-        old_ready = _is_ready(before.get("status"))
-        new_ready = _is_ready(new_status)
+        old_ready = is_ready(before)
+        new_ready = is_ready({"status": new_status})
         ann = meta.get("annotations") or {}
         step = readiness_step(
             old_ready=old_ready,
@@ -502,14 +510,5 @@ class ClaimReconciler:
         return Result(requeue)
 
 
-def snap_pool(claim: Mapping[str, Any]) -> str:
-    return str(((claim.get("spec") or {}).get("warmPoolRef") or {}).get("name") or "")
-
-
 def _request(claim: Mapping[str, Any]) -> Request:
     return Request(claim["metadata"]["namespace"], claim["metadata"]["name"])
-
-
-def _is_ready(status: Mapping[str, Any] | None) -> bool:
-    ready = condition((status or {}).get("conditions"), c.CONDITION_READY)
-    return ready is not None and ready.get("status") == c.ConditionStatus.TRUE

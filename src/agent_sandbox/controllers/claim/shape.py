@@ -13,8 +13,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api.meta import ReadOnlyObject, new_controller_ref
+from agent_sandbox.api.naming import template_ref_hash
 
-from ..extensions_common import apply_secure_defaults, blueprint, template_ref_hash
+from ..blueprint import apply_secure_defaults, blueprint
 from .errors import EnvVarsInjectionRejected, ReconcilerError, VolumeClaimTemplatesError
 from .metadata import additional_metadata, merge_no_override
 
@@ -27,23 +29,21 @@ __all__ = [
     "merge_volume_claim_templates",
 ]
 
-Obj = Mapping[str, Any]
 
-
-def claim_created_by(claim: Obj) -> str:
+def claim_created_by(claim: ReadOnlyObject) -> str:
     """The claim's raw `agents.x-k8s.io/created-by` label ("" when absent)."""
     return str(((claim.get("metadata") or {}).get("labels") or {}).get(c.LABEL_CREATED_BY) or "")
 
 
-def claim_owner_ref(claim: Obj) -> dict[str, Any]:
+def claim_owner_ref(claim: ReadOnlyObject) -> dict[str, Any]:
     """Controller owner reference to the claim (always written as v1beta1)."""
     meta = claim["metadata"]
-    return c.new_controller_ref(
+    return new_controller_ref(
         api_version=c.EXTENSIONS_API_VERSION, kind=c.KIND_SANDBOX_CLAIM, name=meta["name"], uid=meta["uid"]
     )
 
 
-def apply_claim_labels(labels: dict[str, str], claim: Obj, ref_hash: str | None) -> None:
+def apply_claim_labels(labels: dict[str, str], claim: ReadOnlyObject, ref_hash: str | None) -> None:
     """claim-uid, the created-by rule (claim's non-empty value, else removed) and the ref-hash, in place."""
     labels[c.LABEL_CLAIM_UID] = claim["metadata"]["uid"]
     created_by = claim_created_by(claim)
@@ -55,7 +55,7 @@ def apply_claim_labels(labels: dict[str, str], claim: Obj, ref_hash: str | None)
         labels[c.LABEL_SANDBOX_TEMPLATE_REF_HASH] = ref_hash
 
 
-def desired_pod_metadata(claim: Obj, template: Obj) -> dict[str, dict[str, str]]:
+def desired_pod_metadata(claim: ReadOnlyObject, template: ReadOnlyObject) -> dict[str, dict[str, str]]:
     """Pod template metadata of a claim's Sandbox built from `template` (§4.4 step 3, §4.6 step 3.8).
 
     Template pod labels/annotations + claim-uid + ref-hash + created-by rule + the claim's additional
@@ -79,7 +79,7 @@ def desired_pod_metadata(claim: Obj, template: Obj) -> dict[str, dict[str, str]]
 _ENV_REJECTED = "environment variable injection rejected"
 
 
-def inject_env(template_spec: Obj, pod_spec: dict[str, Any], env: list[Mapping[str, Any]]) -> None:
+def inject_env(template_spec: ReadOnlyObject, pod_spec: dict[str, Any], env: list[Mapping[str, Any]]) -> None:
     """Inject the claim's `spec.env` into `pod_spec` (a copy owned by the caller) per the template policy.
 
     Raises:
@@ -141,11 +141,11 @@ def _inject_into(container: dict[str, Any], entries: list[Mapping[str, Any]], po
 # --------------------------------------------------------------------------- volumeClaimTemplates (§4.7.4)
 
 
-def _vct_name(entry: Obj) -> str:
+def _vct_name(entry: ReadOnlyObject) -> str:
     return str((entry.get("metadata") or {}).get("name") or "")
 
 
-def _validate_vcts(entries: list[Obj]) -> str | None:
+def _validate_vcts(entries: list[ReadOnlyObject]) -> str | None:
     seen: set[str] = set()
     for index, entry in enumerate(entries):
         name = _vct_name(entry)
@@ -157,14 +157,16 @@ def _validate_vcts(entries: list[Obj]) -> str | None:
     return None
 
 
-def merge_volume_claim_templates(template_spec: Obj, claim_vcts: list[Obj]) -> list[Obj]:
+def merge_volume_claim_templates(
+    template_spec: ReadOnlyObject, claim_vcts: list[ReadOnlyObject]
+) -> list[ReadOnlyObject]:
     """The Sandbox's volumeClaimTemplates: the template's, merged with the claim's per policy.
 
     Raises:
         VolumeClaimTemplatesError: invalid lists, policy Disallowed, or a forbidden override.
         ReconcilerError: unknown policy value.
     """
-    tmpl: list[Obj] = list(template_spec.get("volumeClaimTemplates") or [])
+    tmpl: list[ReadOnlyObject] = list(template_spec.get("volumeClaimTemplates") or [])
     if not claim_vcts:
         problem = _validate_vcts(tmpl)
         if problem:
@@ -197,7 +199,7 @@ def merge_volume_claim_templates(template_spec: Obj, claim_vcts: list[Obj]) -> l
 # --------------------------------------------------------------------------- cold Sandbox (§4.7)
 
 
-def build_cold_sandbox(claim: Obj, template: Obj) -> dict[str, Any]:
+def build_cold_sandbox(claim: ReadOnlyObject, template: ReadOnlyObject) -> dict[str, Any]:
     """The Sandbox a cold start creates: named like the claim, built from the template's blueprint.
 
     Raises:
@@ -205,8 +207,8 @@ def build_cold_sandbox(claim: Obj, template: Obj) -> dict[str, Any]:
     """
     cmeta = claim["metadata"]
     tname = template["metadata"]["name"]
-    tspec: Obj = template.get("spec") or {}
-    claim_spec: Obj = claim.get("spec") or {}
+    tspec: ReadOnlyObject = template.get("spec") or {}
+    claim_spec: ReadOnlyObject = claim.get("spec") or {}
     spec = copy.deepcopy(blueprint(tspec))
     pod_template = spec["podTemplate"]
     pod_spec = apply_secure_defaults(tspec, copy.deepcopy(pod_template.get("spec") or {}))

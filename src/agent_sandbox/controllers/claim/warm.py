@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api.meta import claim_pool_name, is_ready, pool_update_strategy, sandbox_pool_name
 from agent_sandbox.kube import (
     SANDBOX,
     Client,
@@ -33,15 +34,13 @@ from agent_sandbox.kube import (
     Reader,
 )
 
-from ..extensions_common import blueprint_hash, effective_update_strategy
+from ..blueprint import blueprint_hash
 from . import execute as ex
 from .adoption import (
     Contest,
     RecreateGuard,
     adoption_patch,
-    is_ready,
     judge_candidate,
-    pool_name_of,
     settle_contest,
 )
 from .decide import Adopt, Failed, NeedCandidate, Resolution, Snapshot, bound_to_sandbox, resolve
@@ -51,10 +50,6 @@ from .queue import WarmQueue
 from .store import Freshest
 
 __all__ = ["WarmPath"]
-
-
-def _pool_of(claim: Mapping[str, Any]) -> str:
-    return str(((claim.get("spec") or {}).get("warmPoolRef") or {}).get("name") or "")
 
 
 class WarmPath:
@@ -119,13 +114,10 @@ class WarmPath:
     def _judge(self, snap: Snapshot) -> Callable[[str], Any]:
         claim = snap.claim
         ns = claim["metadata"]["namespace"]
-        pool_name = _pool_of(claim)
+        pool_name = claim_pool_name(claim)
         recreate: RecreateGuard | None = None
         unresolved = snap.pool is None
-        if (
-            snap.pool is not None
-            and effective_update_strategy(dict(snap.pool)) == c.UpdateStrategyType.RECREATE
-        ):
+        if snap.pool is not None and pool_update_strategy(snap.pool) == c.UpdateStrategyType.RECREATE:
             if snap.template is None:
                 unresolved = True
             else:
@@ -172,7 +164,10 @@ class WarmPath:
                     self.queue.release(queue_name, name, requeue=True)
                     raise
                 verdict = settle_contest(
-                    fresh, claim_uid=cmeta["uid"], namespace=cmeta["namespace"], pool_name=_pool_of(claim)
+                    fresh,
+                    claim_uid=cmeta["uid"],
+                    namespace=cmeta["namespace"],
+                    pool_name=claim_pool_name(claim),
                 )
                 if verdict is Contest.OURS:
                     assert fresh is not None
@@ -207,7 +202,7 @@ class WarmPath:
             claim,
             adopted,
             launch_type=c.LAUNCH_TYPE_WARM,
-            pool=pool_name_of(candidate) or "none",
+            pool=sandbox_pool_name(candidate) or "none",
             ready=is_ready(candidate),
             template=template_of(adopted),
         )

@@ -12,12 +12,18 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Hashable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api.meta import (
+    claim_sandbox_name,
+    is_ready,
+    pool_key,
+    sandbox_pool_name,
+    status_condition,
+)
 from agent_sandbox.kube import (
     NETWORK_POLICY,
     SANDBOX,
@@ -35,15 +41,21 @@ from agent_sandbox.kube import (
 )
 
 from ..claim_pressure import ClaimPressure
-from ..extensions_common import INDEX_POOL_TEMPLATE_REF, ensure_indexes
-from .adoption import is_adoptable, is_ready, pool_name_of
+from ..context import ControllerContext
+from ..indexes import (
+    CLAIM_BY_POOL,
+    INDEX_CLAIM_POOL,
+    INDEX_POOL_TEMPLATE_REF,
+    POOL_BY_TEMPLATE,
+    SANDBOX_BY_CLAIM_UID,
+    SANDBOX_BY_POOL,
+    ensure_indexes,
+)
+from .adoption import is_adoptable
 from .observability import ClaimMetrics, ObservedTimes
-from .queue import WarmQueue, pool_key
-from .reconciler import INDEX_CLAIM_POOL, INDEX_SANDBOX_CLAIM_UID, REPORTER, ClaimConfig, ClaimReconciler
+from .queue import WarmQueue
+from .reconciler import REPORTER, ClaimConfig, ClaimReconciler
 from .store import Freshest, InformerStore
-
-if TYPE_CHECKING:
-    from ..main import ControllerContext
 
 __all__ = [
     "CONTROLLER_NAME",
@@ -53,40 +65,14 @@ __all__ = [
     "ClaimLifecycleHandler",
     "PoolDeletionHandler",
     "WarmQueueFeeder",
-    "claim_pool_index",
     "map_pool_to_claims",
     "map_template_to_claims",
-    "sandbox_claim_uid_index",
     "sandbox_status_changed",
     "setup",
     "timing_predicate",
 ]
 
 CONTROLLER_NAME = "sandboxclaim"
-WARM_QUEUE_KEY = "claim.warm_queue"
-"""`ControllerContext.extras` key of the process's warm queue (exposed for diagnostics and tests)."""
-
-
-# --------------------------------------------------------------------------- indexes
-
-
-def claim_pool_index(obj: Object) -> list[str]:
-    """SandboxClaim index value: `spec.warmPoolRef.name` (none when empty)."""
-    name = ((obj.get("spec") or {}).get("warmPoolRef") or {}).get("name")
-    return [name] if name else []
-
-
-def sandbox_claim_uid_index(obj: Object) -> list[str]:
-    """Sandbox index value: the UID of its controlling SandboxClaim (group + kind, any version)."""
-    ref = c.controller_ref(obj["metadata"])
-    if (
-        ref is not None
-        and c.owner_ref_matches(ref, c.EXTENSIONS_GROUP, c.KIND_SANDBOX_CLAIM)
-        and ref.get("uid")
-    ):
-        return [ref["uid"]]
-    return []
-
 
 # --------------------------------------------------------------------------- predicates
 
@@ -107,15 +93,8 @@ def timing_predicate(observed: ObservedTimes, now: Callable[[], Any]) -> Predica
     return PredicateFuncs(on_create=seen, on_update=lambda _old, new: seen(new), on_delete=gone)
 
 
-def _cond(obj: Mapping[str, Any], type_: str) -> Any:
-    for cond in (obj.get("status") or {}).get("conditions") or ():
-        if cond.get("type") == type_:
-            return cond
-    return None
-
-
 def _mirrored_ready(obj: Mapping[str, Any]) -> Any:
-    cond = _cond(obj, c.CONDITION_READY)
+    cond = status_condition(obj, c.CONDITION_READY)
     if cond is None:
         return None
     return {k: v for k, v in cond.items() if k != "observedGeneration"}
@@ -134,7 +113,7 @@ def sandbox_status_changed(old: Object, new: Object) -> bool:
         return True
     if _mirrored_ready(old) != _mirrored_ready(new):
         return True
-    return bool(_cond(old, c.CONDITION_FINISHED) != _cond(new, c.CONDITION_FINISHED))
+    return bool(status_condition(old, c.CONDITION_FINISHED) != status_condition(new, c.CONDITION_FINISHED))
 
 
 SANDBOX_STATUS_CHANGED = PredicateFuncs(on_update=sandbox_status_changed)
@@ -161,8 +140,7 @@ def map_pool_to_claims(cache: Cache) -> Callable[[Object], list[Request]]:
         return [
             Request(ns, cl["metadata"]["name"])
             for cl in claims.by_index(INDEX_CLAIM_POOL, pool["metadata"]["name"], ns)
-            if not cl["metadata"].get("deletionTimestamp")
-            and not ((cl.get("status") or {}).get("sandbox") or {}).get("name")
+            if not cl["metadata"].get("deletionTimestamp") and not claim_sandbox_name(cl)
         ]
 
     return mapper
@@ -211,12 +189,12 @@ class WarmQueueFeeder:
     def on_update(self, old: Object | None, new: Object) -> None:
         if not is_adoptable(new):
             return  # a key that stopped being adoptable is discarded lazily when judged
-        pool = pool_name_of(new)
+        pool = sandbox_pool_name(new)
         if pool is None:
             return
         meta = new["metadata"]
         key = pool_key(meta.get("namespace", ""), pool)
-        if old is None or not is_adoptable(old) or pool_name_of(old) != pool or _node(old) != _node(new):
+        if old is None or not is_adoptable(old) or sandbox_pool_name(old) != pool or _node(old) != _node(new):
             self._queue.add(key, meta["name"], _node(new))
         if _networked(new) and (not _networked(old) or (is_ready(new) and not is_ready(old or {}))):
             for waiter in self._queue.pop_waiters(key):
@@ -225,7 +203,7 @@ class WarmQueueFeeder:
     def on_delete(self, obj: Object) -> None:
         meta = obj["metadata"]
         self._fresh.forget(SANDBOX, meta.get("namespace", ""), meta["name"])
-        pool = pool_name_of(obj)
+        pool = sandbox_pool_name(obj)
         if pool is not None:
             self._queue.remove(pool_key(meta.get("namespace", ""), pool), meta["name"])
 
@@ -256,8 +234,7 @@ class ClaimLifecycleHandler:
 
     def on_add(self, obj: Object) -> None:
         # A claim that still needs a Sandbox: bookkeeping writes elsewhere wait behind it (claim_pressure).
-        ready = (_cond(obj, c.CONDITION_READY) or {}).get("status")
-        if not obj["metadata"].get("deletionTimestamp") and ready != "True":
+        if not obj["metadata"].get("deletionTimestamp") and not is_ready(obj):
             self._pressure.note_arrival()
 
     def on_update(self, old: Object, new: Object) -> None:
@@ -272,21 +249,13 @@ class ClaimLifecycleHandler:
 # --------------------------------------------------------------------------- setup (§5.3 step 8)
 
 
-def _add_index(cache: Cache, kind: Any, name: str, fn: Callable[[Object], list[str]]) -> None:
-    with contextlib.suppress(ValueError):  # already registered (same name, same function)
-        cache.add_index(kind, name, fn)
-
-
 def setup(mgr: Manager, ctx: ControllerContext) -> None:
     """Build the claim controller and add it to `mgr` (a `main.SETUPS` entry, `--extensions`)."""
     opts = ctx.options
     cache = mgr.cache
-    ensure_indexes(cache)
-    _add_index(cache, SANDBOX_CLAIM, INDEX_CLAIM_POOL, claim_pool_index)
-    _add_index(cache, SANDBOX, INDEX_SANDBOX_CLAIM_UID, sandbox_claim_uid_index)
+    ensure_indexes(cache, SANDBOX_BY_POOL, POOL_BY_TEMPLATE, CLAIM_BY_POOL, SANDBOX_BY_CLAIM_UID)
     cache.informer(NETWORK_POLICY)  # legacy per-claim policy cleanup reads it (§4.3 step 2)
     queue = WarmQueue()
-    ctx.extras[WARM_QUEUE_KEY] = queue
     fresh = Freshest()
     observed = ObservedTimes()
     reconciler = ClaimReconciler(
@@ -299,7 +268,7 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
         events=NullEventRecorder() if opts.disable_claim_events else mgr.event_recorder(REPORTER),
         metrics=ClaimMetrics(),
         config=ClaimConfig(
-            allowed_label_domains=tuple(ctx.allowed_label_domains),
+            allowed_label_domains=ctx.allowed_label_domains,
             persist_observability=not opts.disable_claim_observability_annotations,
         ),
         tracing=ctx.tracing,
@@ -317,7 +286,7 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
     )
 
     reconciler.detach_metadata_writes(ctrl.queue.add_rate_limited)
-    ctx.claim_pressure.held_sources["claim_stamp"] = reconciler.stamps_in_flight
+    ctx.claim_pressure.report_held(reconciler)
 
     def wake(waiter: Hashable) -> None:
         if isinstance(waiter, Request):

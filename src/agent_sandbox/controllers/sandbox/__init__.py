@@ -3,30 +3,29 @@
 Layout (observe -> decide -> execute):
 
 * `decide` - pure decisions, `decide(snapshot, now) -> Plan`;
-* `_status` - pure conclusion of a pass: status patch, requeue, errors (`conclude`);
-* `_children` / `_conditions` - pure builders of child objects and of the §1.9 conditions;
+* `status` - pure conclusion of a pass: status patch, requeue, errors (`conclude`);
+* `children` / `conditions` - pure builders of child objects and of the §1.9 conditions;
 * `execute` - one API call per planned action;
 * `reconciler` - the I/O skeleton of a pass (cache reads, expectations, write-behind clock);
-* `watches` - manager wiring (`setup_sandbox_controller`), Pod cache transform, index;
+* `watches` - manager wiring (`setup`), Pod cache scoping and transform;
 * `metrics` - the `agent_sandboxes` collector.
 """
 
 from __future__ import annotations
 
-from ._conditions import ChildOutcome, compute_conditions, upsert_condition
-from ._expect import ChildExpectations
-from ._plan import Plan, PlanMode, Results, Snapshot, StepResult
-from ._status import Conclusion, conclude, status_patch
+from .conditions import ChildOutcome, compute_conditions
 from .decide import check_expiry, decide, plan_existing_pod
 from .execute import Executor, SandboxWriter
+from .expectations import ChildExpectations
 from .metrics import SandboxCollector, sandbox_metric_labels
-from .reconciler import POD_NAME_HASH_INDEX, SandboxReconcileError, SandboxReconciler
-from .watches import CONTROLLER_NAME, EVENT_REPORTER, pod_cache_transform, setup, setup_sandbox_controller
+from .plan import Plan, PlanMode, Results, Snapshot, StepResult
+from .reconciler import SandboxReconcileError, SandboxReconciler
+from .status import Conclusion, conclude, status_patch
+from .watches import CONTROLLER_NAME, EVENT_REPORTER, pod_cache_transform, setup
 
 __all__ = [
     "CONTROLLER_NAME",
     "EVENT_REPORTER",
-    "POD_NAME_HASH_INDEX",
     "ChildExpectations",
     "ChildOutcome",
     "Conclusion",
@@ -48,7 +47,5 @@ __all__ = [
     "pod_cache_transform",
     "sandbox_metric_labels",
     "setup",
-    "setup_sandbox_controller",
     "status_patch",
-    "upsert_condition",
 ]

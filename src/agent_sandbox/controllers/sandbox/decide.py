@@ -8,7 +8,7 @@ wants done leaves as typed actions in the `Plan`. The branch structure mirrors u
 * our own creations not yet in the cache -> wait for their watch events (expectations; see `reconciler`);
 * otherwise child reconciliation: PVCs (§1.4), then the Pod (§1.5-§1.7), then the Service (§1.8).
 
-How status follows from the plan and from what actually happened is `conclude` (in `_status`), also pure.
+How status follows from the plan and from what actually happened is `conclude` (in `status`), also pure.
 `plan_existing_pod` is public because the executor needs it when a create hits AlreadyExists (§1.5.1).
 """
 
@@ -27,14 +27,13 @@ from agent_sandbox.api.constants import (
     REASON_MULTIPLE_PODS,
     REASON_SANDBOX_EXPIRED,
     OperatingMode,
-    Ownership,
     ShutdownPolicy,
-    classify_ownership,
-    name_hash,
 )
+from agent_sandbox.api.meta import Ownership, classify_ownership, status_condition
+from agent_sandbox.api.naming import name_hash
 from agent_sandbox.kube import POD, PVC, SERVICE, Object, create_merge_patch
 
-from ._children import (
+from .children import (
     adoption_allowed,
     adoption_refusal,
     build_pod,
@@ -47,8 +46,7 @@ from ._children import (
     service_ports,
     service_ports_equal,
 )
-from ._conditions import find_condition
-from ._plan import (
+from .plan import (
     Action,
     CreateObject,
     DeleteObject,
@@ -73,7 +71,6 @@ __all__ = [
     "deferral",
     "multiple_pods_message",
     "plan_existing_pod",
-    "resolve_pod_name",
     "shutdown_time",
 ]
 
@@ -109,11 +106,6 @@ def check_expiry(deadline: datetime | None, now: datetime) -> tuple[bool, float 
     if now >= deadline:
         return True, None
     return False, max((deadline - now).total_seconds(), MIN_EXPIRY_REQUEUE)
-
-
-def resolve_pod_name(sandbox: Object) -> str:
-    """§1.5 step 2: the pod-name annotation if non-empty, else the Sandbox name."""
-    return _annotations(sandbox).get(ANNOTATION_POD_NAME) or _meta(sandbox)["name"]
 
 
 def multiple_pods_message(count: int) -> str:
@@ -449,7 +441,7 @@ def decide(snapshot: Snapshot, now: datetime) -> Plan:
     if _meta(sandbox).get("deletionTimestamp"):
         return Plan(PlanMode.IGNORE)
     trace = _plan_trace(snapshot)
-    ready = find_condition((sandbox.get("status") or {}).get("conditions"), CONDITION_READY)
+    ready = status_condition(sandbox, CONDITION_READY)
     ready_reason = (ready or {}).get("reason")
     expired, _ = check_expiry(shutdown_time(sandbox), now)
     if expired:

@@ -31,9 +31,9 @@ from agent_sandbox.kube import (
     ResourceKind,
 )
 
-from ._children import FIELD_MANAGER
-from ._expect import ChildExpectations
-from ._plan import (
+from .children import FIELD_MANAGER
+from .expectations import ChildExpectations
+from .plan import (
     Action,
     CreateObject,
     DeleteObject,

@@ -25,18 +25,14 @@ from prometheus_client.core import GaugeMetricFamily
 from agent_sandbox.api.constants import (
     ANNOTATION_SANDBOX_TEMPLATE_REF,
     CONDITION_READY,
-    EXTENSIONS_GROUP,
-    KIND_SANDBOX_CLAIM,
-    KIND_SANDBOX_WARM_POOL,
     LABEL_CREATED_BY,
     LABEL_LAUNCH_TYPE,
     LAUNCH_TYPE_COLD,
     LAUNCH_TYPE_WARM,
     REASON_SANDBOX_EXPIRED,
-    controller_ref,
-    normalize_created_by,
-    owner_ref_matches,
 )
+from agent_sandbox.api.kinds import SANDBOX_CLAIM, SANDBOX_WARM_POOL
+from agent_sandbox.api.meta import controlled_by, normalize_created_by, status_condition
 from agent_sandbox.kube import Informer, Object
 
 __all__ = ["SANDBOXES_METRIC", "SandboxCollector", "register_collector", "sandbox_metric_labels"]
@@ -60,17 +56,13 @@ def sandbox_metric_labels(sandbox: Object) -> tuple[str, ...]:
     meta: Mapping[str, Any] = sandbox.get("metadata") or {}
     labels: Mapping[str, str] = meta.get("labels") or {}
     annotations: Mapping[str, str] = meta.get("annotations") or {}
-    ready = None
-    for cond in (sandbox.get("status") or {}).get("conditions") or ():
-        if cond.get("type") == CONDITION_READY:
-            ready = cond
+    ready = status_condition(sandbox, CONDITION_READY)
     owned_by = "None"
-    ref = controller_ref(meta)
     # Version-agnostic: pool members adopted before the v1beta1 upgrade still say v1alpha1.
-    if ref is not None and owner_ref_matches(ref, EXTENSIONS_GROUP, KIND_SANDBOX_CLAIM):
-        owned_by = KIND_SANDBOX_CLAIM
-    elif ref is not None and owner_ref_matches(ref, EXTENSIONS_GROUP, KIND_SANDBOX_WARM_POOL):
-        owned_by = KIND_SANDBOX_WARM_POOL
+    if controlled_by(sandbox, SANDBOX_CLAIM):
+        owned_by = SANDBOX_CLAIM.kind
+    elif controlled_by(sandbox, SANDBOX_WARM_POOL):
+        owned_by = SANDBOX_WARM_POOL.kind
     return (
         meta.get("namespace") or "",
         "true" if ready is not None and ready.get("status") == "True" else "false",

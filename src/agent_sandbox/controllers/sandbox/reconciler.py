@@ -1,14 +1,14 @@
 """`SandboxReconciler`: observe -> decide -> execute -> conclude for one Sandbox (controllers spec §1.2).
 
 Owns the pass's I/O skeleton and the little state that must outlive a pass: the write-behind clock of
-§1.12 (first time a deferral was observed, per Sandbox), the child expectations (`_expect`) and the
-Sandbox's own-write overlay (`_ownwrites`). Reads come
+§1.12 (first time a deferral was observed, per Sandbox), the child expectations (`expectations`) and the
+Sandbox's read-your-writes overlay (`kube.OwnWrites`). Reads come
 from the informer cache (`IndexedReader`), writes go to the API server (`SandboxWriter`).
 
 Flow of one pass:
 
 1. read the Sandbox from the cache (NotFound: drop its in-memory state, done); if the cache still shows a
-   version older than this controller's own last write of it, use that write's answer (`_ownwrites`);
+   version older than this controller's own last write of it, use that write's answer (`kube.OwnWrites`);
 2. open the `ReconcileSandbox` span (continuing the trace in the Sandbox's annotation);
 3. observe the children into a `Snapshot` (cache reads only, plus expectations and the write-behind clock);
 4. `decide` -> `Plan`; run its steps: trace annotation (failure aborts), PVCs, Pod, Service or the expiry
@@ -24,7 +24,9 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from agent_sandbox.api.constants import LABEL_CREATED_BY, name_hash, normalize_created_by
+from agent_sandbox.api.constants import LABEL_CREATED_BY
+from agent_sandbox.api.meta import normalize_created_by, sandbox_pod_name
+from agent_sandbox.api.naming import name_hash
 from agent_sandbox.kube import (
     POD,
     PVC,
@@ -35,38 +37,35 @@ from agent_sandbox.kube import (
     KubeError,
     NotFound,
     Object,
+    OwnWrites,
     Request,
     ResourceKind,
     Result,
+    RetryLater,
     Tracing,
 )
 
 from ..claim_pressure import ClaimPressure
-from ._children import pvc_name
-from ._expect import ChildExpectations
-from ._ownwrites import OwnWrites
-from ._plan import Plan, PlanMode, Results, Snapshot, StepPlan, StepResult
-from ._status import conclude
-from .decide import decide, plan_existing_pod, resolve_pod_name
+from ..indexes import INDEX_POD_NAME_HASH
+from .children import pvc_name
+from .decide import decide, plan_existing_pod
 from .execute import Executor, SandboxWriter, error_text
+from .expectations import ChildExpectations
+from .plan import Plan, PlanMode, Results, Snapshot, StepPlan, StepResult
+from .status import conclude
 
-__all__ = ["POD_NAME_HASH_INDEX", "WRITE_BEHIND_BOUND", "SandboxReconcileError", "SandboxReconciler"]
+__all__ = ["WRITE_BEHIND_BOUND", "SandboxReconcileError", "SandboxReconciler"]
 
 log = logging.getLogger("agent_sandbox.controllers.sandbox")
 
-POD_NAME_HASH_INDEX = ".metadata.labels[agents.x-k8s.io/sandbox-name-hash]"
-"""Cache index over the Pods' tracking-label value (§1.1), same name as upstream's field index."""
 WRITE_BEHIND_BOUND = 1.0
 """Upper bound of the effective write-behind window (§1.12: limits how long safe-to-evict may linger)."""
 
 _CHILD_KINDS: tuple[ResourceKind, ...] = (POD, PVC, SERVICE)
 
 
-class SandboxReconcileError(KubeError):
-    """A pass ended with errors (API failures or refused children); retried with backoff.
-
-    Derives from `KubeError` so the runtime counts it as an ordinary reconcile error, not a crash.
-    """
+class SandboxReconcileError(RetryLater):
+    """A pass ended with errors (API failures or refused children); retried with backoff."""
 
 
 def _wall_clock() -> datetime:
@@ -92,7 +91,7 @@ class SandboxReconciler:
         """Create the reconciler.
 
         Args:
-            reader: cache reader with the `POD_NAME_HASH_INDEX` index on Pods.
+            reader: cache reader with the `INDEX_POD_NAME_HASH` index on Pods.
             writer: API client for writes (and the live read of §1.5.1).
             cluster_domain: `--cluster-domain`.
             write_behind_window: `--sandbox-write-behind-window` seconds (bounded by 1 s, §1.12).
@@ -119,16 +118,20 @@ class SandboxReconciler:
         """Sandboxes holding a deferred write (re-enqueued when claim pressure ends)."""
         return list(self._deferrals)
 
+    def held_writes(self) -> dict[str, int]:
+        """`claim_pressure.HoldsWrites`: Sandboxes whose Pod metadata or status write is deferred."""
+        return {"sandbox": len(self._deferrals)}
+
     async def reconcile(self, request: Request) -> Result:
         """One pass over the Sandbox `request` names (see module docstring)."""
         try:
             cached = await self.reader.get(SANDBOX, request.name, namespace=request.namespace)
         except NotFound:
             self._deferrals.pop(request, None)
-            self._own_writes.forget(request)
+            self._own_writes.forget(SANDBOX, request.namespace, request.name)
             self.expectations.forget(_CHILD_KINDS, request.namespace, request.name)
             return Result()
-        sandbox = self._own_writes.fresh(request, cached)
+        sandbox = self._own_writes.view(SANDBOX, request.namespace, request.name, cached) or cached
         labels = sandbox["metadata"].get("labels") or {}
         attributes = {"sandbox.name": request.name, "sandbox.namespace": request.namespace}
         if LABEL_CREATED_BY in labels:
@@ -140,8 +143,8 @@ class SandboxReconciler:
     async def observe(self, sandbox: Object, request: Request) -> Snapshot:
         """Read everything `decide` needs from the cache and the in-memory bookkeeping."""
         ns, name = request.namespace, request.name
-        pods = tuple(await self.reader.list_by_index(POD, POD_NAME_HASH_INDEX, name_hash(name), namespace=ns))
-        tracked = await self._cached(POD, resolve_pod_name(sandbox), ns)
+        pods = tuple(await self.reader.list_by_index(POD, INDEX_POD_NAME_HASH, name_hash(name), namespace=ns))
+        tracked = await self._cached(POD, sandbox_pod_name(sandbox), ns)
         service = await self._cached(SERVICE, name, ns)
         pvcs: dict[str, Object] = {}
         for template in (sandbox.get("spec") or {}).get("volumeClaimTemplates") or ():
@@ -183,7 +186,8 @@ class SandboxReconciler:
         try:
             return await self._run(request, snapshot, plan, executor, now)
         finally:
-            self._own_writes.record(request, sandbox, executor.sandbox_writes)
+            if executor.sandbox_writes:
+                self._own_writes.remember(SANDBOX, executor.sandbox_writes[-1])
 
     async def _run(
         self, request: Request, snapshot: Snapshot, plan: Plan, executor: Executor, now: datetime

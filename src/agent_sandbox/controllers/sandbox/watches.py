@@ -4,13 +4,10 @@ Owns: the Pod cache transform (the "Pod diet" of §1.1), the Pod/Service cache s
 `--cache-label-selectors`, the tracking-label index on Pods, the expectation handlers on the child
 informers, the watches (Sandbox itself; Pods and Services with the tracking label, mapped to their
 controlling Sandbox; PVCs are cached but not watched), the `agent_sandboxes` collector, and
-`setup_sandbox_controller`, the one call the controller process makes.
+`setup`, the one call the controller process makes.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from agent_sandbox.api.constants import LABEL_SANDBOX_NAME_HASH
 from agent_sandbox.kube import (
@@ -19,28 +16,23 @@ from agent_sandbox.kube import (
     SANDBOX,
     SERVICE,
     Builder,
-    Controller,
     KindOptions,
     Manager,
     Object,
-    Tracing,
     has_label,
 )
 
-from ..claim_pressure import ClaimPressure
-from ._expect import ChildExpectations
+from ..context import ControllerContext
+from ..indexes import POD_BY_SANDBOX_HASH, ensure_indexes
+from .expectations import ChildExpectations
 from .metrics import register_collector
-from .reconciler import POD_NAME_HASH_INDEX, SandboxReconciler
-
-if TYPE_CHECKING:
-    from ..main import ControllerContext
+from .reconciler import SandboxReconciler
 
 __all__ = [
     "CONTROLLER_NAME",
     "EVENT_REPORTER",
     "pod_cache_transform",
-    "pod_name_hash_index",
-    "setup_sandbox_controller",
+    "setup",
 ]
 
 CONTROLLER_NAME = "sandbox"
@@ -68,62 +60,36 @@ def pod_cache_transform(obj: Object) -> Object:
     return obj
 
 
-def pod_name_hash_index(obj: Object) -> Iterable[str]:
-    """Index function: the Pod's tracking-label value (no entry without the label)."""
-    value = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_SANDBOX_NAME_HASH)
-    return (value,) if value is not None else ()
+def setup(mgr: Manager, ctx: ControllerContext) -> None:
+    """Register the Sandbox controller (and the `agent_sandboxes` collector) with `mgr` (a `main.SETUPS` entry).
 
-
-def setup_sandbox_controller(
-    mgr: Manager,
-    *,
-    workers: int = 100,
-    cluster_domain: str = "cluster.local",
-    write_behind_window: float = 0.0,
-    cache_label_selectors: bool = False,
-    tracing: Tracing | None = None,
-    pressure: ClaimPressure | None = None,
-) -> Controller:
-    """Register the Sandbox controller (and the `agent_sandboxes` collector) with `mgr`.
-
-    Must run before anything else creates the Pod or Service informer (the cache options are per kind).
-
-    Args:
-        mgr: the manager (not started).
-        workers: `--sandbox-concurrent-workers`.
-        cluster_domain: `--cluster-domain`.
-        write_behind_window: `--sandbox-write-behind-window` in seconds.
-        cache_label_selectors: `--cache-label-selectors` (cache only Pods/Services with the tracking label).
-        tracing: span factory (`--enable-tracing`).
-        pressure: claim arrivals (`--sandbox-claim-priority-hold`); deferred writes are re-enqueued when
-            it calms down. None: nothing is ever deferred for claims.
-
-    Returns:
-        The controller (already added to the manager).
+    Scopes the Pod and Service caches (§1.1 Pod diet; `--cache-label-selectors`: only objects with the
+    tracking label), so it must run before anything else creates those informers.
 
     Raises:
         RuntimeError: the Pod or Service informer already exists.
     """
+    opts = ctx.options
     cache = mgr.cache
-    scope = LABEL_SANDBOX_NAME_HASH if cache_label_selectors else None
+    scope = LABEL_SANDBOX_NAME_HASH if opts.cache_label_selectors else None
     cache.set_kind_options(POD, KindOptions(label_selector=scope, transform=pod_cache_transform))
     if scope is not None:
         cache.set_kind_options(SERVICE, KindOptions(label_selector=scope))
-    cache.add_index(POD, POD_NAME_HASH_INDEX, pod_name_hash_index)
+    ensure_indexes(cache, POD_BY_SANDBOX_HASH)
     expectations = ChildExpectations()
     # Registered before the controller's own enqueue handlers, so a record is lowered before the
-    # reconcile its event triggers runs (see `_expect`).
+    # reconcile its event triggers runs (see `expectations`).
     for kind in (POD, PVC, SERVICE):
         cache.informer(kind).add_handler(expectations.handler(kind))
     reconciler = SandboxReconciler(
         mgr.client,
         mgr.api,
-        cluster_domain=cluster_domain,
-        write_behind_window=write_behind_window,
+        cluster_domain=opts.cluster_domain,
+        write_behind_window=opts.sandbox_write_behind_window,
         expectations=expectations,
         events=mgr.event_recorder(EVENT_REPORTER),
-        tracing=tracing,
-        pressure=pressure,
+        tracing=ctx.tracing,
+        pressure=ctx.claim_pressure,
     )
     tracked = has_label(LABEL_SANDBOX_NAME_HASH)
     controller = (
@@ -132,30 +98,14 @@ def setup_sandbox_controller(
         .owns(POD, tracked)
         .owns(SERVICE, tracked)
         .named(CONTROLLER_NAME)
-        .with_options(workers=workers)
+        .with_options(workers=opts.sandbox_concurrent_workers)
         .complete(reconciler)
     )
     register_collector(mgr.options.registry, cache.informer(SANDBOX))
-    if pressure is not None:
 
-        def requeue_deferred() -> None:
-            for request in reconciler.deferred():
-                controller.queue.add(request)
+    def requeue_deferred() -> None:
+        for request in reconciler.deferred():
+            controller.queue.add(request)
 
-        pressure.on_calm(requeue_deferred)
-        pressure.held_sources["sandbox"] = lambda: len(reconciler.deferred())
-    return controller
-
-
-def setup(mgr: Manager, ctx: ControllerContext) -> None:
-    """`main.SETUPS` entry: the Sandbox controller configured from the process flags (§5.1)."""
-    opts = ctx.options
-    setup_sandbox_controller(
-        mgr,
-        workers=opts.sandbox_concurrent_workers,
-        cluster_domain=opts.cluster_domain,
-        write_behind_window=opts.sandbox_write_behind_window,
-        cache_label_selectors=opts.cache_label_selectors,
-        tracing=ctx.tracing,
-        pressure=ctx.claim_pressure,
-    )
+    ctx.claim_pressure.on_calm(requeue_deferred)
+    ctx.claim_pressure.report_held(reconciler)

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api.meta import controlled_by, new_controller_ref
+from agent_sandbox.api.naming import template_ref_hash
 from agent_sandbox.kube import NETWORK_POLICY, SANDBOX_TEMPLATE, Object
 
-from ..extensions_common import semantic_equal, template_ref_hash
+from ..blueprint import semantic_equal
 
 __all__ = [
     "ROUTER_NAMESPACE",
@@ -31,7 +33,6 @@ __all__ = [
     "UpdatePolicy",
     "decide",
     "desired_policy_spec",
-    "is_controlled_by",
     "policy_name",
 ]
 
@@ -101,12 +102,6 @@ class TemplatePlan:
 def policy_name(template_name: str) -> str:
     """`<template>-network-policy` (§2 step 5)."""
     return f"{template_name}-network-policy"
-
-
-def is_controlled_by(obj: Mapping[str, Any], owner_uid: str) -> bool:
-    """metav1.IsControlledBy: the controller owner reference has `owner_uid`."""
-    ref = c.controller_ref(obj.get("metadata") or {})
-    return ref is not None and bool(owner_uid) and ref.get("uid") == owner_uid
 
 
 def _default_rules() -> tuple[list[Any], list[Any]]:
@@ -180,7 +175,7 @@ def _new_policy(template: Object, spec: dict[str, Any]) -> Object:
             "name": policy_name(meta["name"]),
             "namespace": meta["namespace"],
             "ownerReferences": [
-                c.new_controller_ref(
+                new_controller_ref(
                     api_version=SANDBOX_TEMPLATE.api_version,
                     kind=SANDBOX_TEMPLATE.kind,
                     name=meta["name"],
@@ -206,7 +201,7 @@ def decide(snap: TemplateSnapshot) -> TemplatePlan:
     management = (template.get("spec") or {}).get(
         "networkPolicyManagement"
     ) or c.NetworkPolicyManagement.MANAGED
-    controlled = policy is not None and is_controlled_by(policy, meta.get("uid", ""))
+    controlled = policy is not None and controlled_by(policy, uid=meta.get("uid", ""))
     if management == c.NetworkPolicyManagement.UNMANAGED:
         if policy is not None and controlled:
             actions.append(DeletePolicy(policy["metadata"]["name"], policy["metadata"].get("uid", "")))

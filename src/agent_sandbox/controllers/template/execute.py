@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 
-from agent_sandbox.kube import NETWORK_POLICY, SANDBOX_TEMPLATE, NotFound, Writer
+from agent_sandbox.kube import NETWORK_POLICY, SANDBOX_TEMPLATE, NotFound, RetryLater, Writer
 
 from .decide import (
     CreatePolicy,
@@ -24,7 +24,7 @@ from .decide import (
 __all__ = ["ForeignPolicyError", "execute"]
 
 
-class ForeignPolicyError(Exception):
+class ForeignPolicyError(RetryLater):
     """A NetworkPolicy named like the template's is controlled by something else (backoff, no write)."""
 
 

@@ -6,14 +6,10 @@ SandboxTemplate, group + kind match). Workers: `--sandbox-template-concurrent-wo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from agent_sandbox.kube import NETWORK_POLICY, SANDBOX_TEMPLATE, Builder, Manager
 
+from ..context import ControllerContext
 from .reconciler import TemplateReconciler
-
-if TYPE_CHECKING:
-    from ..main import ControllerContext
 
 __all__ = ["CONTROLLER_NAME", "setup"]
 

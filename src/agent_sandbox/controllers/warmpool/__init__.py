@@ -6,7 +6,7 @@ from .batch import slow_start_batch
 from .config import WarmPoolConfig
 from .decide import CreateMembers, DeleteMember, PatchMember, PoolPlan, PoolSnapshot, decide
 from .members import StalenessChecker, build_member, go_duration
-from .reconciler import TemplateLookupError, WarmPoolReconciler, pool_key
+from .reconciler import TemplateLookupError, WarmPoolReconciler
 from .shaping import ProgressTracker, RefillBuckets, ReplenishHold
 from .watches import CONTROLLER_NAME, EVENT_REPORTER, ExpectationsObserver, pools_for_template, setup
 
@@ -29,7 +29,6 @@ __all__ = [
     "build_member",
     "decide",
     "go_duration",
-    "pool_key",
     "pools_for_template",
     "setup",
     "slow_start_batch",

@@ -8,10 +8,9 @@ exit 1 instead).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-if TYPE_CHECKING:
-    from ..options import Options
+from ..options import Options
 
 __all__ = [
     "DEFAULT_MAX_BATCH_SIZE",

@@ -20,16 +20,23 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api import naming
+from agent_sandbox.api.meta import (
+    controlled_by,
+    controller_ref,
+    is_ready,
+    new_controller_ref,
+    parse_time,
+    pool_update_strategy,
+    sandbox_pod_name,
+)
 from agent_sandbox.kube import Object
 
-from ..extensions_common import blueprint_hash, effective_update_strategy, pod_template_hash
+from ..blueprint import blueprint_hash, pod_template_hash
 from .config import GRACE_REQUEUE_SLACK, WarmPoolConfig
 from .members import (
     StalenessChecker,
     build_member,
-    creation_time,
-    is_ready,
-    pod_name,
     pod_unschedulable,
 )
 
@@ -38,6 +45,7 @@ __all__ = [
     "DeleteMember",
     "PoolPlan",
     "PoolSnapshot",
+    "created_at",
     "decide",
     "pool_status",
 ]
@@ -124,12 +132,18 @@ class PoolPlan:
         return self.current + self.terminating
 
 
+def created_at(obj: Object) -> float | None:
+    """`metadata.creationTimestamp` as epoch seconds, None when absent or malformed."""
+    created = parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
+    return None if created is None else created.timestamp()
+
+
 def pool_status(pool: Object, active: list[Object]) -> dict[str, Any]:
     """The four status fields of §3.3 step 6 (zero values included, so they are written)."""
     return {
         "replicas": len(active),
         "readyReplicas": sum(1 for sb in active if is_ready(sb)),
-        "selector": c.warm_pool_selector(pool["metadata"]["name"]),
+        "selector": naming.warm_pool_selector(pool["metadata"]["name"]),
         "observedGeneration": pool["metadata"].get("generation", 0),
     }
 
@@ -151,7 +165,7 @@ def _adopt(sb: Object, pool: Object) -> PatchMember:
     meta = pool["metadata"]
     refs = [copy.deepcopy(r) for r in sb["metadata"].get("ownerReferences") or () if not r.get("controller")]
     refs.append(
-        c.new_controller_ref(
+        new_controller_ref(
             api_version=c.EXTENSIONS_API_VERSION,
             kind=c.KIND_SANDBOX_WARM_POOL,
             name=meta["name"],
@@ -188,7 +202,7 @@ def decide(snap: PoolSnapshot, now: float, config: WarmPoolConfig) -> PoolPlan:
         assert snap.template is not None
         bp_hash = blueprint_hash(snap.template.get("spec") or {})
         checker = StalenessChecker(snap.template, bp_hash)
-    recreate = effective_update_strategy(pool) == c.UpdateStrategyType.RECREATE
+    recreate = pool_update_strategy(pool) == c.UpdateStrategyType.RECREATE
 
     gc: list[DeleteMember] = []
     updates: list[PatchMember] = []
@@ -196,9 +210,8 @@ def decide(snap: PoolSnapshot, now: float, config: WarmPoolConfig) -> PoolPlan:
     terminating = 0
     for sb in snap.members:
         meta = sb["metadata"]
-        ref = c.controller_ref(meta)
-        orphan = ref is None
-        owned = ref is not None and bool(pool_uid) and ref.get("uid") == pool_uid
+        orphan = controller_ref(meta) is None
+        owned = controlled_by(sb, uid=pool_uid)
         if meta.get("deletionTimestamp"):
             terminating += owned
             continue
@@ -223,7 +236,7 @@ def decide(snap: PoolSnapshot, now: float, config: WarmPoolConfig) -> PoolPlan:
     unschedulable = 0
     grace_requeue = 0.0
     for sb in classified:
-        created = creation_time(sb)
+        created = created_at(sb)
         if is_ready(sb) or created is None:
             active.append(sb)
             continue
@@ -232,7 +245,7 @@ def decide(snap: PoolSnapshot, now: float, config: WarmPoolConfig) -> PoolPlan:
             remaining = grace - age + GRACE_REQUEUE_SLACK
             grace_requeue = remaining if grace_requeue == 0 else min(grace_requeue, remaining)
             active.append(sb)
-        elif pod_unschedulable(snap.pods.get(pod_name(sb))):
+        elif pod_unschedulable(snap.pods.get(sandbox_pod_name(sb))):
             unschedulable += 1  # a replacement would be just as unschedulable: hold it
             active.append(sb)
         else:

@@ -1,8 +1,8 @@
 """Pool members: their shape, staleness and health (controllers spec §3.5, §3.8).
 
 Owns: building the member Sandbox body once per pass (§3.8, created n times with `generateName`), the
-staleness test with its per-pass verdict cache (§3.8.2), the Ready test, the backing Pod name and the
-Pod-unschedulable test (§3.5), and the Go duration rendering used in the NotProgressing event (§3.10).
+staleness test with its per-pass verdict cache (§3.8.2), the Pod-unschedulable test (§3.5), and the Go
+duration rendering used in the NotProgressing event (§3.10).
 
 Pure functions over raw wire dicts; inputs are never mutated (cached objects are shared).
 """
@@ -11,66 +11,34 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api import naming
+from agent_sandbox.api.meta import new_controller_ref, pool_template_name, status_condition
+from agent_sandbox.api.naming import template_ref_hash
 from agent_sandbox.kube import SANDBOX, SANDBOX_WARM_POOL, Object
 
-from ..extensions_common import apply_secure_defaults, blueprint, blueprint_matches, template_ref_hash
+from ..blueprint import apply_secure_defaults, blueprint, blueprint_matches
 
 __all__ = [
     "StalenessChecker",
     "build_member",
-    "creation_time",
     "go_duration",
-    "is_ready",
-    "pod_name",
     "pod_unschedulable",
-    "template_ref_name",
 ]
-
-
-def template_ref_name(pool: Object) -> str:
-    """`spec.sandboxTemplateRef.name` of a pool ("" when unset)."""
-    return str(((pool.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name") or "")
-
-
-def is_ready(sandbox: Mapping[str, Any]) -> bool:
-    """The Sandbox's `Ready` condition is `True`."""
-    for cond in (sandbox.get("status") or {}).get("conditions") or ():
-        if cond.get("type") == c.CONDITION_READY:
-            return bool(cond.get("status") == c.ConditionStatus.TRUE)
-    return False
-
-
-def creation_time(obj: Mapping[str, Any]) -> float | None:
-    """`metadata.creationTimestamp` as epoch seconds, None when absent or malformed."""
-    ts = (obj.get("metadata") or {}).get("creationTimestamp")
-    if not ts:
-        return None
-    try:
-        return datetime.fromisoformat(str(ts).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def pod_name(sandbox: Mapping[str, Any]) -> str:
-    """The backing Pod: annotation `agents.x-k8s.io/pod-name` if non-empty, else the Sandbox name."""
-    meta = sandbox.get("metadata") or {}
-    return str((meta.get("annotations") or {}).get(c.ANNOTATION_POD_NAME) or meta.get("name", ""))
 
 
 def pod_unschedulable(pod: Mapping[str, Any] | None) -> bool:
     """First `PodScheduled` condition is `False` with reason `Unschedulable` (missing/deleting Pod: no)."""
     if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
         return False
-    for cond in (pod.get("status") or {}).get("conditions") or ():
-        if cond.get("type") == c.CONDITION_POD_SCHEDULED:
-            return bool(
-                cond.get("status") == c.ConditionStatus.FALSE and cond.get("reason") == "Unschedulable"
-            )
-    return False
+    cond = status_condition(pod, c.CONDITION_POD_SCHEDULED)
+    return (
+        cond is not None
+        and cond.get("status") == c.ConditionStatus.FALSE
+        and cond.get("reason") == "Unschedulable"
+    )
 
 
 def build_member(
@@ -84,9 +52,9 @@ def build_member(
     """The member Sandbox of §3.8 (generateName `<pool>-`, pool as controller owner, secure defaults)."""
     pool_meta = pool["metadata"]
     template_spec = template.get("spec") or {}
-    ref_name = template_ref_name(pool)
+    ref_name = pool_template_name(pool)
     hashes = {
-        c.LABEL_WARM_POOL_SANDBOX: c.name_hash(pool_meta["name"]),
+        c.LABEL_WARM_POOL_SANDBOX: naming.name_hash(pool_meta["name"]),
         c.LABEL_SANDBOX_TEMPLATE_REF_HASH: template_ref_hash(ref_name),
         c.LABEL_SANDBOX_POD_TEMPLATE_HASH: pod_template_hash,
         c.LABEL_SANDBOX_TEMPLATE_HASH: blueprint_hash,
@@ -116,7 +84,7 @@ def build_member(
             },
             "annotations": {c.ANNOTATION_SANDBOX_TEMPLATE_REF: ref_name},
             "ownerReferences": [
-                c.new_controller_ref(
+                new_controller_ref(
                     api_version=SANDBOX_WARM_POOL.api_version,
                     kind=SANDBOX_WARM_POOL.kind,
                     name=pool_meta["name"],

@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api import naming
+from agent_sandbox.api.meta import is_ready, pool_key, pool_template_name, sandbox_pod_name
 from agent_sandbox.kube import (
     POD,
     SANDBOX,
@@ -37,30 +39,26 @@ from agent_sandbox.kube import (
     RealClock,
     Request,
     Result,
+    RetryLater,
 )
 
 from ..claim_pressure import ClaimPressure, HeldWrites
-from ..extensions_common import INDEX_SANDBOX_WARM_POOL
+from ..indexes import INDEX_SANDBOX_WARM_POOL
 from .config import EXPECTATIONS_PENDING_REQUEUE, WarmPoolConfig
-from .decide import PoolPlan, PoolSnapshot, decide
+from .decide import PoolPlan, PoolSnapshot, created_at, decide
 from .execute import PoolClient, create_members, delete_excess, delete_members, patch_members
-from .members import creation_time, go_duration, is_ready, pod_name, template_ref_name
+from .members import go_duration
 from .shaping import ClaimYield, ProgressTracker, RefillBuckets, ReplenishHold
 
-__all__ = ["TemplateLookupError", "WarmPoolReconciler", "pool_key"]
+__all__ = ["TemplateLookupError", "WarmPoolReconciler"]
 
 log = logging.getLogger("agent_sandbox.controllers.warmpool")
 
 _KNOWN_STRATEGIES = frozenset(t.value for t in c.UpdateStrategyType)
 
 
-class TemplateLookupError(Exception):
+class TemplateLookupError(RetryLater):
     """The pool's template could not be read for a reason other than NotFound."""
-
-
-def pool_key(namespace: str, name: str) -> str:
-    """The key of a pool's in-memory records: "namespace/name"."""
-    return f"{namespace}/{name}"
 
 
 class WarmPoolReconciler:
@@ -105,6 +103,10 @@ class WarmPoolReconciler:
         self.buckets = RefillBuckets(self.config.max_refill_rate)
         self.progress = ProgressTracker()
 
+    def held_writes(self) -> dict[str, int]:
+        """`claim_pressure.HoldsWrites`: pools whose refill or status write waits behind claims."""
+        return {"pool_refill": len(self.claim_yield.held()), "pool_status": len(self.status_held.held())}
+
     def forget(self, key: str) -> None:
         """Drop every per-pool record (pool deleted or being deleted)."""
         self.expectations.forget(key)
@@ -122,17 +124,17 @@ class WarmPoolReconciler:
         ns = meta["namespace"]
         members = tuple(
             await self.client.list_by_index(
-                SANDBOX, INDEX_SANDBOX_WARM_POOL, c.name_hash(meta["name"]), namespace=ns
+                SANDBOX, INDEX_SANDBOX_WARM_POOL, naming.name_hash(meta["name"]), namespace=ns
             )
         )
         template: Object | None = None
         missing, error = False, None
         try:
-            template = await self.client.get(SANDBOX_TEMPLATE, template_ref_name(pool), namespace=ns)
+            template = await self.client.get(SANDBOX_TEMPLATE, pool_template_name(pool), namespace=ns)
         except NotFound:
             missing = True
         except Exception as exc:
-            error = f"failed to get sandbox template {template_ref_name(pool)!r}: {exc}"
+            error = f"failed to get sandbox template {pool_template_name(pool)!r}: {exc}"
         grace = self.config.readiness_grace_period
         pods: dict[str, Object] = {}
         pending: set[str] = set()
@@ -140,10 +142,10 @@ class WarmPoolReconciler:
             uid = sb["metadata"].get("uid", "")
             if self.expectations.is_pending_deletion(key, uid):
                 pending.add(uid)
-            created = creation_time(sb)
+            created = created_at(sb)
             # Only members past their grace period need their Pod looked at (§3.5).
             if created is not None and now - created > grace and not is_ready(sb):
-                name = pod_name(sb)
+                name = sandbox_pod_name(sb)
                 with contextlib.suppress(NotFound):
                     pods[name] = await self.client.get(POD, name, namespace=ns)
         return PoolSnapshot(pool, members, template, missing, error, pods, frozenset(pending))

@@ -10,14 +10,12 @@ Watches:
   already sees the lowered expectation (§3.6 ordering requirement);
 * SandboxTemplate: every pool of the template's namespace that references it (index lookup).
 
-Registers the two extension indexes (Sandbox by pool label, pool by template name); the claim controller
-relies on the second one, so this setup runs before the claim controller's (§5.3 step 8).
+Registers the indexes it reads (Sandbox by pool label, pool by template name; see `indexes`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from agent_sandbox.api.meta import controller_name, pool_key
 from agent_sandbox.kube import (
     SANDBOX,
     SANDBOX_TEMPLATE,
@@ -31,12 +29,10 @@ from agent_sandbox.kube import (
     Request,
 )
 
-from ..extensions_common import INDEX_POOL_TEMPLATE_REF, ensure_indexes, warm_pool_controller_name
+from ..context import ControllerContext
+from ..indexes import INDEX_POOL_TEMPLATE_REF, POOL_BY_TEMPLATE, SANDBOX_BY_POOL, ensure_indexes
 from .config import WarmPoolConfig
-from .reconciler import WarmPoolReconciler, pool_key
-
-if TYPE_CHECKING:
-    from ..main import ControllerContext
+from .reconciler import WarmPoolReconciler
 
 __all__ = ["CONTROLLER_NAME", "EVENT_REPORTER", "ExpectationsObserver", "pools_for_template", "setup"]
 
@@ -54,9 +50,8 @@ class ExpectationsObserver:
 
     @staticmethod
     def _key(obj: Object) -> str | None:
-        meta = obj.get("metadata") or {}
-        name = warm_pool_controller_name(meta)
-        return None if name is None else pool_key(meta.get("namespace", ""), name)
+        name = controller_name(obj, SANDBOX_WARM_POOL)
+        return None if name is None else pool_key((obj.get("metadata") or {}).get("namespace", ""), name)
 
     def on_add(self, obj: Object) -> None:
         key = self._key(obj)
@@ -88,7 +83,7 @@ def pools_for_template(pools: Informer) -> MapFunc:
 
 def setup(mgr: Manager, ctx: ControllerContext) -> None:
     """Build the controller and add it to `mgr` (a `main.SETUPS` entry)."""
-    ensure_indexes(mgr.cache)
+    ensure_indexes(mgr.cache, SANDBOX_BY_POOL, POOL_BY_TEMPLATE)
     expectations = Expectations()
     mgr.cache.informer(SANDBOX).add_handler(ExpectationsObserver(expectations))
     reconciler = WarmPoolReconciler(
@@ -114,5 +109,4 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
             controller.queue.add(Request(namespace, name))
 
     ctx.claim_pressure.on_calm(requeue_held)
-    ctx.claim_pressure.held_sources["pool_refill"] = lambda: len(reconciler.claim_yield.held())
-    ctx.claim_pressure.held_sources["pool_status"] = lambda: len(reconciler.status_held.held())
+    ctx.claim_pressure.report_held(reconciler)

@@ -14,7 +14,7 @@ controller process takes it from ``$AGENT_SANDBOX_WEBHOOK_URL`` (see ``setup``).
 
 from __future__ import annotations
 
-from agent_sandbox.controllers.webhook._certs import (
+from agent_sandbox.controllers.webhook.certs import (
     CertBundle,
     CertificateError,
     bundle_problem,
@@ -22,14 +22,14 @@ from agent_sandbox.controllers.webhook._certs import (
     generate_bundle,
     service_hosts,
 )
-from agent_sandbox.controllers.webhook._crds import ALL_CRD_NAMES, client_config, conversion_patch, patch_crds
-from agent_sandbox.controllers.webhook._server import (
+from agent_sandbox.controllers.webhook.crds import ALL_CRD_NAMES, client_config, conversion_patch, patch_crds
+from agent_sandbox.controllers.webhook.runnable import WEBHOOK_URL_ENV, WebhookRunnable, options_from, setup
+from agent_sandbox.controllers.webhook.server import (
     ConversionWebhook,
     WebhookError,
     WebhookOptions,
     build_app,
 )
-from agent_sandbox.controllers.webhook._setup import WEBHOOK_URL_ENV, WebhookRunnable, options_from, setup
 
 __all__ = [
     "ALL_CRD_NAMES",

@@ -16,11 +16,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api import naming
 from agent_sandbox.controllers.claim.observability import ClaimMetrics, ObservedTimes
 from agent_sandbox.controllers.claim.queue import WarmQueue
-from agent_sandbox.controllers.claim.reconciler import INDEX_SANDBOX_CLAIM_UID, ClaimConfig, ClaimReconciler
+from agent_sandbox.controllers.claim.reconciler import ClaimConfig, ClaimReconciler
 from agent_sandbox.controllers.claim.store import Freshest
-from agent_sandbox.controllers.claim.watches import WarmQueueFeeder, sandbox_claim_uid_index
+from agent_sandbox.controllers.claim.watches import WarmQueueFeeder
+from agent_sandbox.controllers.indexes import INDEX_SANDBOX_CLAIM_UID, sandbox_claim_uid_index
 from agent_sandbox.kube import (
     NETWORK_POLICY,
     SANDBOX,
@@ -119,8 +121,8 @@ def member(
 ) -> Object:
     """A warm pool member as the pool controller builds it (§3.8), with a Sandbox-controller status."""
     labels = {
-        c.LABEL_WARM_POOL_SANDBOX: c.name_hash(pool_name),
-        c.LABEL_SANDBOX_TEMPLATE_REF_HASH: c.name_hash(tmpl),
+        c.LABEL_WARM_POOL_SANDBOX: naming.name_hash(pool_name),
+        c.LABEL_SANDBOX_TEMPLATE_REF_HASH: naming.name_hash(tmpl),
         c.LABEL_LAUNCH_TYPE: c.LAUNCH_TYPE_WARM,
         c.LABEL_CREATED_BY: c.CREATED_BY_CONTROLLER,
         c.LABEL_SANDBOX_POD_TEMPLATE_HASH: "aaaa0000",

@@ -6,9 +6,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from agent_sandbox.api.constants import LABEL_SANDBOX_NAME_HASH, name_hash
+from agent_sandbox.api.constants import LABEL_SANDBOX_NAME_HASH
+from agent_sandbox.api.meta import sandbox_pod_name
+from agent_sandbox.api.naming import name_hash
 from agent_sandbox.controllers.sandbox import Snapshot
-from agent_sandbox.controllers.sandbox.decide import resolve_pod_name
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 NS = "ns"
@@ -244,7 +245,7 @@ def snap(
     indexed = tuple(
         p for p in pods if (p["metadata"].get("labels") or {}).get(LABEL_SANDBOX_NAME_HASH) == hash_
     )
-    tracked_name = resolve_pod_name(sb)
+    tracked_name = sandbox_pod_name(sb)
     tracked = next((p for p in pods if p["metadata"]["name"] == tracked_name), None)
     return Snapshot(
         sandbox=sb,

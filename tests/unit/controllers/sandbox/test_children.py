@@ -19,9 +19,9 @@ from agent_sandbox.api.constants import (
     LABEL_SANDBOX_NAME_HASH,
     LABEL_SANDBOX_TEMPLATE_REF_HASH,
     LABEL_WARM_POOL_SANDBOX,
-    name_hash,
 )
-from agent_sandbox.controllers.sandbox._children import (
+from agent_sandbox.api.naming import name_hash
+from agent_sandbox.controllers.sandbox.children import (
     adoption_allowed,
     build_pod,
     build_pvc,

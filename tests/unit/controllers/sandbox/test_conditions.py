@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from agent_sandbox.controllers.sandbox import ChildOutcome, compute_conditions, upsert_condition
-from agent_sandbox.controllers.sandbox._conditions import remove_condition
+from agent_sandbox.api.meta import remove_condition, upsert_condition
+from agent_sandbox.controllers.sandbox import ChildOutcome, compute_conditions
 from tests.unit.controllers.sandbox.builders import NOW, pod, sandbox, service
 
 pytestmark = pytest.mark.unit

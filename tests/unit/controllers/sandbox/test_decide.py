@@ -13,8 +13,10 @@ from agent_sandbox.api.constants import (
     LABEL_ADOPTABLE,
     LABEL_SANDBOX_NAME_HASH,
 )
+from agent_sandbox.api.meta import sandbox_pod_name
 from agent_sandbox.controllers.sandbox import PlanMode, check_expiry, decide
-from agent_sandbox.controllers.sandbox._plan import (
+from agent_sandbox.controllers.sandbox.decide import deferral
+from agent_sandbox.controllers.sandbox.plan import (
     Action,
     CreateObject,
     DeleteObject,
@@ -25,7 +27,6 @@ from agent_sandbox.controllers.sandbox._plan import (
     Plan,
     ServiceFields,
 )
-from agent_sandbox.controllers.sandbox.decide import deferral, resolve_pod_name
 from tests.unit.controllers.sandbox.builders import (
     HASH,
     NOW,
@@ -168,7 +169,7 @@ def test_expiry_teardown_skips_pod_whose_delete_is_in_flight() -> None:
     ids=["missing", "empty", "set"],
 )
 def test_resolve_pod_name(annotations: dict[str, str] | None, expected: str) -> None:
-    assert resolve_pod_name(sandbox(annotations=annotations)) == expected
+    assert sandbox_pod_name(sandbox(annotations=annotations)) == expected
 
 
 def test_trace_context_annotation_stamped_only_when_missing() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agent_sandbox.controllers.sandbox import ChildExpectations, Executor
-from agent_sandbox.controllers.sandbox._children import build_pvc
-from agent_sandbox.controllers.sandbox._plan import (
+from agent_sandbox.controllers.sandbox.children import build_pvc
+from agent_sandbox.controllers.sandbox.plan import (
     CreateObject,
     DeleteObject,
     DeleteSandbox,

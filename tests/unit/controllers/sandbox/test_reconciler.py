@@ -25,13 +25,8 @@ from agent_sandbox.api.constants import (
     LABEL_WARM_POOL_SANDBOX,
 )
 from agent_sandbox.controllers.claim_pressure import ClaimPressure
-from agent_sandbox.controllers.sandbox import (
-    POD_NAME_HASH_INDEX,
-    ChildExpectations,
-    SandboxReconcileError,
-    SandboxReconciler,
-)
-from agent_sandbox.controllers.sandbox.watches import pod_name_hash_index
+from agent_sandbox.controllers.indexes import INDEX_POD_NAME_HASH, pod_name_hash_index
+from agent_sandbox.controllers.sandbox import ChildExpectations, SandboxReconcileError, SandboxReconciler
 from agent_sandbox.kube import POD, PVC, SANDBOX, SERVICE, NotFound, Object, Request, Tracing
 from agent_sandbox.kube.testing import FakeClient, FakeClock
 from tests.unit.controllers.sandbox.builders import HASH, NOW, SB, SB_UID, pod, ref, sandbox, service, vct
@@ -60,7 +55,7 @@ class Clock:
 
 def fake(*objects: tuple[Any, Object]) -> FakeClient:
     client = FakeClient(*objects)
-    client.add_index(POD, POD_NAME_HASH_INDEX, lambda o: list(pod_name_hash_index(o)))
+    client.add_index(POD, INDEX_POD_NAME_HASH, lambda o: list(pod_name_hash_index(o)))
     return client
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from agent_sandbox.api.constants import ANNOTATION_POD_NAME, LABEL_SANDBOX_NAME_HASH
 from agent_sandbox.controllers.sandbox import Results, StepResult, conclude, decide, status_patch
-from agent_sandbox.controllers.sandbox._plan import Snapshot
+from agent_sandbox.controllers.sandbox.plan import Snapshot
 from tests.unit.controllers.sandbox.builders import HASH, NOW, SB, pod, sandbox, service, snap
 
 pytestmark = pytest.mark.unit

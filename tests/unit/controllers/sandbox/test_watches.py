@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from agent_sandbox.api.constants import LABEL_SANDBOX_NAME_HASH
+from agent_sandbox.controllers.indexes import pod_name_hash_index
 from agent_sandbox.controllers.sandbox import decide, pod_cache_transform
-from agent_sandbox.controllers.sandbox._plan import PatchObject
-from agent_sandbox.controllers.sandbox.watches import pod_name_hash_index
+from agent_sandbox.controllers.sandbox.plan import PatchObject
 from tests.unit.controllers.sandbox.builders import HASH, NOW, SB, pod, sandbox, snap
 
 pytestmark = pytest.mark.unit

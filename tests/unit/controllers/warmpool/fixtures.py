@@ -8,12 +8,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agent_sandbox.api import constants as c
-from agent_sandbox.controllers.extensions_common import (
-    INDEX_SANDBOX_WARM_POOL,
-    blueprint_hash,
-    pod_template_hash,
-    sandbox_warm_pool_index,
-)
+from agent_sandbox.controllers.blueprint import blueprint_hash, pod_template_hash
+from agent_sandbox.controllers.indexes import INDEX_SANDBOX_WARM_POOL, sandbox_warm_pool_index
 from agent_sandbox.controllers.warmpool.members import build_member
 from agent_sandbox.kube import SANDBOX, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL
 from agent_sandbox.kube.testing import FakeClient

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_sandbox.controllers.extensions_common import ensure_indexes
+from agent_sandbox.controllers.indexes import POOL_BY_TEMPLATE, SANDBOX_BY_POOL, ensure_indexes
 from agent_sandbox.controllers.warmpool import ExpectationsObserver, WarmPoolConfig, WarmPoolReconciler
 from agent_sandbox.kube import (
     POD,
@@ -44,7 +44,7 @@ class Harness:
     def __init__(self, fake: FakeClient, config: WarmPoolConfig | None = None) -> None:
         self.fake = fake
         self.cache = Cache(fake)
-        ensure_indexes(self.cache)
+        ensure_indexes(self.cache, SANDBOX_BY_POOL, POOL_BY_TEMPLATE)
         self.expectations = Expectations(clock=FakeClock())
         self.cache.informer(SANDBOX).add_handler(ExpectationsObserver(self.expectations))
         for kind in KINDS:

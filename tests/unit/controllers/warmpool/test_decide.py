@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api import naming
 from agent_sandbox.controllers.warmpool.config import WarmPoolConfig
 from agent_sandbox.controllers.warmpool.decide import PoolPlan, PoolSnapshot, decide
 
@@ -136,7 +137,7 @@ def test_status_counts_ready_active_members_and_generation() -> None:
     assert plan.status == {
         "replicas": 2,
         "readyReplicas": 1,
-        "selector": f"agents.x-k8s.io/warm-pool-sandbox={c.name_hash('pool')}",
+        "selector": f"agents.x-k8s.io/warm-pool-sandbox={naming.name_hash('pool')}",
         "observedGeneration": 7,
     }
     assert plan.status_changed
@@ -146,7 +147,7 @@ def test_status_zero_values_are_a_change_and_then_steady() -> None:
     written = {
         "replicas": 0,
         "readyReplicas": 0,
-        "selector": f"{c.LABEL_WARM_POOL_SANDBOX}={c.name_hash('pool')}",
+        "selector": f"{c.LABEL_WARM_POOL_SANDBOX}={naming.name_hash('pool')}",
         "observedGeneration": 1,
     }
     old = {**written, "replicas": 3, "readyReplicas": 3}

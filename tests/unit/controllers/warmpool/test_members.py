@@ -8,13 +8,14 @@ from typing import Any
 import pytest
 
 from agent_sandbox.api import constants as c
-from agent_sandbox.controllers.extensions_common import blueprint_hash, pod_template_hash, template_ref_hash
+from agent_sandbox.api import naming
+from agent_sandbox.api.meta import is_ready, sandbox_pod_name
+from agent_sandbox.api.naming import template_ref_hash
+from agent_sandbox.controllers.blueprint import blueprint_hash, pod_template_hash
 from agent_sandbox.controllers.warmpool.members import (
     StalenessChecker,
     build_member,
     go_duration,
-    is_ready,
-    pod_name,
     pod_unschedulable,
 )
 
@@ -44,7 +45,7 @@ def test_member_labels_annotations_and_owner() -> None:
     assert "name" not in meta
     assert meta["namespace"] == "ns"
     hashes = {
-        "agents.x-k8s.io/warm-pool-sandbox": c.name_hash("pool"),
+        "agents.x-k8s.io/warm-pool-sandbox": naming.name_hash("pool"),
         "agents.x-k8s.io/sandbox-template-ref-hash": template_ref_hash("tmpl"),
         "agents.x-k8s.io/sandbox-pod-template-hash": pod_template_hash(tmpl["spec"]),
         "agents.x-k8s.io/sandbox-template-hash": blueprint_hash(tmpl["spec"]),
@@ -164,12 +165,12 @@ def test_health_helpers() -> None:
     assert is_ready(sb)
     assert not is_ready(member("m", ready=False))
     assert not is_ready({"status": {}})
-    assert pod_name(sb) == "m"
+    assert sandbox_pod_name(sb) == "m"
     sb2 = copy.deepcopy(sb)
     sb2["metadata"]["annotations"][c.ANNOTATION_POD_NAME] = "real-pod"
-    assert pod_name(sb2) == "real-pod"
+    assert sandbox_pod_name(sb2) == "real-pod"
     sb2["metadata"]["annotations"][c.ANNOTATION_POD_NAME] = ""
-    assert pod_name(sb2) == "m"
+    assert sandbox_pod_name(sb2) == "m"
 
 
 def test_pod_unschedulable() -> None:

@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api import naming
+from agent_sandbox.controllers.blueprint import blueprint_hash
 from agent_sandbox.controllers.claim_pressure import ClaimPressure, HeldWrites
-from agent_sandbox.controllers.extensions_common import INDEX_POOL_TEMPLATE_REF, blueprint_hash
+from agent_sandbox.controllers.indexes import INDEX_POOL_TEMPLATE_REF
 from agent_sandbox.controllers.warmpool import (
     ExpectationsObserver,
     WarmPoolConfig,
@@ -64,7 +66,7 @@ async def test_fill_observe_ready_and_steady_state() -> None:
         assert h.pool_status() == {
             "replicas": 3,
             "readyReplicas": 0,
-            "selector": f"agents.x-k8s.io/warm-pool-sandbox={c.name_hash('pool')}",
+            "selector": f"agents.x-k8s.io/warm-pool-sandbox={naming.name_hash('pool')}",
             "observedGeneration": 1,
         }
         for sb in h.sandboxes():

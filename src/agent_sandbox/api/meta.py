@@ -1,0 +1,376 @@
+"""The object vocabulary: what every controller, the router, the runtime and the SDK say about raw objects.
+
+In the spirit of apimachinery's `meta` helpers, over decoded JSON (`Mapping`s, never mutated unless a
+function says so):
+
+* conditions: `find_condition` / `status_condition`, `is_condition_true`, `is_ready`, `new_condition`,
+  `upsert_condition` (apimachinery `SetStatusCondition`), `remove_condition`;
+* time: `format_time` (metav1.Time), `format_rfc3339nano` (Go's RFC3339Nano), `parse_time`;
+* ownership: `controller_ref`, `owner_ref_matches`, `controlled_by` / `controller_name` (controlled by a
+  kind, optionally a UID), `owner_name`, `classify_ownership`, `new_controller_ref`;
+* named references: `claim_pool_name`, `claim_sandbox_name`, `pool_template_name`, `sandbox_pod_name`,
+  `sandbox_pool_name`,  `pool_update_strategy`, `pool_key`;
+* label rules: reserved prefixes, `normalize_created_by`;
+* the resourceVersion policy of read-your-writes (`is_newer`, docs/design/resource-version-order.md).
+
+No I/O, no clock: callers pass `now`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, TypeAlias
+
+from .constants import (
+    ANNOTATION_POD_NAME,
+    ANNOTATION_TRACE_CONTEXT,
+    CONDITION_READY,
+    CREATED_BY_CONTROLLER,
+    CREATED_BY_GO_CLIENT,
+    CREATED_BY_PYTHON_CLIENT,
+    CREATED_BY_UNKNOWN,
+    EXTENSIONS_GROUP,
+    GROUP,
+    ConditionStatus,
+    UpdateStrategyType,
+)
+from .kinds import SANDBOX_WARM_POOL, ResourceKind
+
+__all__ = [
+    "RESERVED_ANNOTATION_KEYS",
+    "RESERVED_PREFIXES",
+    "Ownership",
+    "ReadOnlyObject",
+    "api_group",
+    "claim_pool_name",
+    "claim_sandbox_name",
+    "classify_ownership",
+    "compare_resource_versions",
+    "controlled_by",
+    "controller_name",
+    "controller_ref",
+    "find_condition",
+    "format_rfc3339nano",
+    "format_time",
+    "is_condition_true",
+    "is_newer",
+    "is_ready",
+    "is_reserved_annotation",
+    "is_reserved_label",
+    "new_condition",
+    "new_controller_ref",
+    "normalize_created_by",
+    "owner_name",
+    "owner_ref_matches",
+    "parse_time",
+    "pool_key",
+    "pool_template_name",
+    "pool_update_strategy",
+    "remove_condition",
+    "sandbox_pod_name",
+    "sandbox_pool_name",
+    "status_condition",
+    "upsert_condition",
+]
+
+ReadOnlyObject: TypeAlias = Mapping[str, Any]
+"""A decoded object we only read (cache objects are shared: never mutate them)."""
+
+# --------------------------------------------------------------------------- conditions
+
+
+def find_condition(conditions: object, type_: str) -> Mapping[str, Any] | None:
+    """The condition of `type_` in a raw `conditions` list (anything else counts as empty), or None."""
+    for cond in conditions if isinstance(conditions, list) else ():
+        if isinstance(cond, Mapping) and cond.get("type") == type_:
+            return cond
+    return None
+
+
+def status_condition(obj: ReadOnlyObject | None, type_: str) -> Mapping[str, Any] | None:
+    """The condition of `type_` in `obj.status.conditions`, or None."""
+    return find_condition(((obj or {}).get("status") or {}).get("conditions"), type_)
+
+
+def is_condition_true(obj: ReadOnlyObject | None, type_: str) -> bool:
+    """`obj.status.conditions[type_].status` is "True"."""
+    cond = status_condition(obj, type_)
+    return cond is not None and cond.get("status") == ConditionStatus.TRUE
+
+
+def is_ready(obj: ReadOnlyObject | None) -> bool:
+    """The object's `Ready` condition is "True"."""
+    return is_condition_true(obj, CONDITION_READY)
+
+
+def new_condition(
+    type_: str, status: str, reason: str, message: str, generation: object = None
+) -> dict[str, Any]:
+    """A condition to upsert; `observedGeneration` only when `generation` is not None."""
+    cond: dict[str, Any] = {"type": type_, "status": status, "reason": reason, "message": message}
+    if generation is not None:
+        cond["observedGeneration"] = generation
+    return cond
+
+
+def upsert_condition(conditions: list[dict[str, Any]], new: Mapping[str, Any], now: datetime) -> None:
+    """apimachinery `SetStatusCondition` on a raw list, in place (controllers spec §0.5).
+
+    Absent: append `new` (lastTransitionTime = `new`'s if given, else `now`). Present: a status change sets
+    lastTransitionTime the same way; reason and message are always overwritten; observedGeneration is
+    `new`'s, or removed when `new` has none; the list position is kept. The old condition dict is replaced,
+    never mutated (it may be shared with a cache).
+    """
+    stamp = new.get("lastTransitionTime") or format_time(now)
+    for i, cond in enumerate(conditions):
+        if cond.get("type") != new["type"]:
+            continue
+        updated = dict(cond)
+        if cond.get("status") != new["status"]:
+            updated["status"] = new["status"]
+            updated["lastTransitionTime"] = stamp
+        updated["reason"] = new["reason"]
+        updated["message"] = new["message"]
+        if new.get("observedGeneration") is not None:
+            updated["observedGeneration"] = new["observedGeneration"]
+        else:
+            updated.pop("observedGeneration", None)
+        conditions[i] = updated
+        return
+    conditions.append({**new, "lastTransitionTime": stamp})
+
+
+def remove_condition(conditions: list[dict[str, Any]], type_: str) -> None:
+    """Delete every condition of `type_`, in place."""
+    conditions[:] = [cond for cond in conditions if cond.get("type") != type_]
+
+
+# --------------------------------------------------------------------------- time
+
+
+def format_time(moment: datetime) -> str:
+    """`metav1.Time` wire form: RFC 3339, UTC, second precision."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_rfc3339nano(moment: datetime) -> str:
+    """Go's RFC3339Nano in UTC: fraction with trailing zeros trimmed (none when whole), 'Z' suffix."""
+    moment = moment.astimezone(UTC)
+    base = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    frac = f"{moment.microsecond:06d}".rstrip("0")
+    return f"{base}.{frac}Z" if frac else f"{base}Z"
+
+
+def parse_time(value: object) -> datetime | None:
+    """Parse an RFC 3339 / ISO 8601 timestamp (any fraction length, 'Z' or offset); None if unusable."""
+    if not isinstance(value, str) or not value:
+        return None
+    text = value.strip().replace("z", "Z")
+    if "." in text:  # Python parses at most 6 fractional digits; Go writes up to 9.
+        head, _, rest = text.partition(".")
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        text = f"{head}.{rest[:digits][:6].ljust(6, '0')}{rest[digits:]}"
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+# --------------------------------------------------------------------------- ownership
+
+
+def api_group(api_version: str) -> str:
+    """The group part of an `apiVersion` ("" for the core group `v1`)."""
+    group, sep, _ = api_version.rpartition("/")
+    return group if sep else ""
+
+
+def owner_ref_matches(ref: Mapping[str, Any], group: str, kind: str) -> bool:
+    """True if an owner reference points at `group`/`kind`, whatever its version.
+
+    Owner references keep the apiVersion current when they were written (a pool member may still say
+    `extensions.agents.x-k8s.io/v1alpha1`), so upstream compares group and kind only; so must we.
+    """
+    return ref.get("kind") == kind and api_group(str(ref.get("apiVersion", ""))) == group
+
+
+def controller_ref(metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The owner reference with `controller: true` in `metadata`, if any."""
+    for ref in metadata.get("ownerReferences") or ():
+        if ref.get("controller") is True:
+            found: Mapping[str, Any] = ref
+            return found
+    return None
+
+
+def _controller_of(obj: ReadOnlyObject | None, kind: ResourceKind | None) -> Mapping[str, Any] | None:
+    if obj is None:
+        return None
+    ref = controller_ref(obj.get("metadata") or {})
+    if ref is None or (kind is not None and not owner_ref_matches(ref, kind.group, kind.kind)):
+        return None
+    return ref
+
+
+def controlled_by(
+    obj: ReadOnlyObject | None, kind: ResourceKind | None = None, uid: str | None = None
+) -> bool:
+    """metav1.IsControlledBy, by kind and/or UID: `obj`'s controller reference is of `kind` (group + kind,
+    any version; None: any kind) and, when `uid` is given, has that non-empty UID."""
+    ref = _controller_of(obj, kind)
+    return ref is not None and (uid is None or (bool(uid) and ref.get("uid") == uid))
+
+
+def controller_name(obj: ReadOnlyObject | None, kind: ResourceKind) -> str | None:
+    """Name of `obj`'s controller if it is of `kind`, else None."""
+    ref = _controller_of(obj, kind)
+    return None if ref is None else str(ref.get("name", ""))
+
+
+def owner_name(obj: ReadOnlyObject | None, kind: ResourceKind) -> str | None:
+    """The controller's name if of `kind`, else the first owner of `kind` (controller or not), else None.
+
+    A warm-pool member that lost its controller flag still belongs to its pool (controllers spec §4.2).
+    """
+    name = controller_name(obj, kind)
+    if name is not None or obj is None:
+        return name
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if owner_ref_matches(ref, kind.group, kind.kind):
+            return str(ref.get("name", ""))
+    return None
+
+
+class Ownership(enum.StrEnum):
+    """Classification of an object relative to a would-be owner (controllers spec §0.4)."""
+
+    OWNED = "owned"
+    UNOWNED = "unowned"
+    FOREIGN = "foreign"
+
+
+def classify_ownership(metadata: Mapping[str, Any], owner_uid: str) -> Ownership:
+    """Classify an object by its controller owner reference against `owner_uid`."""
+    ref = controller_ref(metadata)
+    if ref is None:
+        return Ownership.UNOWNED
+    return Ownership.OWNED if ref.get("uid") == owner_uid else Ownership.FOREIGN
+
+
+def new_controller_ref(*, api_version: str, kind: str, name: str, uid: str) -> dict[str, Any]:
+    """A controller owner reference as every agent-sandbox controller writes it."""
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+# --------------------------------------------------------------------------- named references
+
+
+def claim_pool_name(claim: ReadOnlyObject) -> str:
+    """A claim's `spec.warmPoolRef.name` ("" when unset)."""
+    return str(((claim.get("spec") or {}).get("warmPoolRef") or {}).get("name") or "")
+
+
+def claim_sandbox_name(claim: ReadOnlyObject) -> str:
+    """The Sandbox a claim's status records as bound, `status.sandbox.name` ("" when none)."""
+    return str(((claim.get("status") or {}).get("sandbox") or {}).get("name") or "")
+
+
+def sandbox_pool_name(sandbox: ReadOnlyObject) -> str | None:
+    """The pool a Sandbox belongs to: its controller if a SandboxWarmPool, else any pool-kind owner (§4.2)."""
+    return owner_name(sandbox, SANDBOX_WARM_POOL)
+
+
+def pool_template_name(pool: ReadOnlyObject) -> str:
+    """A pool's `spec.sandboxTemplateRef.name` ("" when unset)."""
+    return str(((pool.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name") or "")
+
+
+def sandbox_pod_name(sandbox: ReadOnlyObject) -> str:
+    """The Pod backing a Sandbox: the `agents.x-k8s.io/pod-name` annotation if non-empty, else its name."""
+    meta = sandbox.get("metadata") or {}
+    return str((meta.get("annotations") or {}).get(ANNOTATION_POD_NAME) or meta.get("name", ""))
+
+
+def pool_update_strategy(pool: ReadOnlyObject) -> str:
+    """`Recreate` only if `spec.updateStrategy.type` is exactly that; anything else is `OnReplenish` (§3.4)."""
+    strategy = (pool.get("spec") or {}).get("updateStrategy") or {}
+    if strategy.get("type") == UpdateStrategyType.RECREATE:
+        return UpdateStrategyType.RECREATE.value
+    return UpdateStrategyType.ON_REPLENISH.value
+
+
+def pool_key(namespace: str, pool: str) -> str:
+    """`<namespace>/<pool>`: the key of a pool's in-memory records (warm queue, expectations, holds)."""
+    return f"{namespace}/{pool}"
+
+
+# --------------------------------------------------------------------------- label rules (api spec §7.4)
+
+#: Label/annotation prefixes never copied from a user pod template onto a Pod.
+RESERVED_PREFIXES: tuple[str, ...] = (f"{GROUP}/", f"{EXTENSIONS_GROUP}/")
+#: Annotation keys additionally never copied onto a Pod.
+RESERVED_ANNOTATION_KEYS = frozenset({ANNOTATION_TRACE_CONTEXT})
+_CREATED_BY_KNOWN = frozenset({CREATED_BY_GO_CLIENT, CREATED_BY_PYTHON_CLIENT, CREATED_BY_CONTROLLER})
+
+
+def is_reserved_label(key: str) -> bool:
+    """True if a pod-template label key must not be propagated to the Pod."""
+    return key.startswith(RESERVED_PREFIXES)
+
+
+def is_reserved_annotation(key: str) -> bool:
+    """True if a pod-template annotation key must not be propagated to the Pod."""
+    return key.startswith(RESERVED_PREFIXES) or key in RESERVED_ANNOTATION_KEYS
+
+
+def normalize_created_by(value: str | None) -> str:
+    """Normalise a `created-by` label value for the Pod (controllers spec §0.3).
+
+    `go-client`, `python-client` and `controller` pass through; anything else, including a missing or
+    empty value, becomes `unknown`.
+    """
+    if value is not None and value in _CREATED_BY_KNOWN:
+        return value
+    return CREATED_BY_UNKNOWN
+
+
+# --------------------------------------------------------------------------- resourceVersion order
+
+
+def compare_resource_versions(a: str, b: str) -> int | None:
+    """-1, 0 or 1 as `a` is older than, the same as, or newer than `b`; None when not comparable.
+
+    Kubernetes 1.35 (KEP-5504) makes the resourceVersions of one resource type served by kube-apiserver
+    (built-in kinds and CRDs) comparable as monotonically increasing integers. Only well-formed versions
+    compare (decimal digits, no sign, no leading zero); anything else (an aggregated API server's opaque
+    token, "" or "0") answers None, and the caller must then fall back to equality.
+    """
+    if not (_well_formed(a) and _well_formed(b)):
+        return None
+    if len(a) != len(b):
+        return -1 if len(a) < len(b) else 1
+    return (a > b) - (a < b)
+
+
+def _well_formed(rv: str) -> bool:
+    return rv.isascii() and rv.isdigit() and rv[0] != "0"
+
+
+def is_newer(a: ReadOnlyObject, b: ReadOnlyObject) -> bool:
+    """True if object `a` carries a strictly newer resourceVersion than `b` (same resource type).
+
+    Not comparable means not newer: a read-your-writes overlay then trusts the cache.
+    """
+    ra = str((a.get("metadata") or {}).get("resourceVersion") or "")
+    rb = str((b.get("metadata") or {}).get("resourceVersion") or "")
+    return compare_resource_versions(ra, rb) == 1

@@ -1,0 +1,218 @@
+"""Self-managed serving certificate of the conversion webhook (controllers spec §5.7, operations §4.1).
+
+Pure parts (no I/O): :func:`generate_bundle` makes (with the shared ``kube.x509`` helper) an ECDSA
+P-256 self-signed CA and a server certificate signed by it, exactly as upstream's ``tls.go`` (CN,
+serials, back-dated 1 h, 365 days, ``EC PRIVATE KEY`` PEM); :func:`bundle_problem` validates a stored
+bundle.
+
+I/O part: :func:`ensure_certificates` loads Secret ``agent-sandbox-webhook-certs`` (shared by
+all replicas) or creates it, resolving a create race by loading the winner's copy, and writes
+``tls.crt``/``tls.key`` into the cert directory.
+
+Deliberate differences from upstream (``docs/design/api-quirks.md``): a stored bundle that
+is expired, or whose server certificate does not cover the host names/IPs we need (e.g. the
+``127.0.0.1`` of dev mode), is replaced instead of reused; upstream only checks that the
+three PEM blocks parse.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from agent_sandbox.api import constants as c
+from agent_sandbox.kube import SECRET, AlreadyExists, Client, Conflict, NotFound
+from agent_sandbox.kube.x509 import SERVER_AUTH, Issuer, cert_pem, issue, key_pem, name, new_key
+
+log = logging.getLogger(__name__)
+
+CA_CERT_KEY = "ca.crt"
+TLS_CERT_KEY = "tls.crt"
+TLS_KEY_KEY = "tls.key"
+_VALIDITY = dt.timedelta(days=365)
+_BACKDATE = dt.timedelta(hours=1)
+
+
+class CertificateError(RuntimeError):
+    """The webhook certificate could not be loaded, created or stored."""
+
+
+@dataclass(frozen=True, slots=True)
+class CertBundle:
+    """PEM-encoded CA certificate, server certificate and server private key."""
+
+    ca_pem: bytes
+    cert_pem: bytes
+    key_pem: bytes
+
+    def to_secret_data(self) -> dict[str, str]:
+        """Base64 ``data`` of the Secret (keys ``ca.crt``, ``tls.crt``, ``tls.key``)."""
+        return {
+            CA_CERT_KEY: base64.b64encode(self.ca_pem).decode(),
+            TLS_CERT_KEY: base64.b64encode(self.cert_pem).decode(),
+            TLS_KEY_KEY: base64.b64encode(self.key_pem).decode(),
+        }
+
+    @classmethod
+    def from_secret(cls, secret: dict[str, Any]) -> CertBundle:
+        """Decode a Secret's ``data``.
+
+        Raises:
+            CertificateError: a key is missing or not base64.
+        """
+        data = secret.get("data") or {}
+        try:
+            return cls(
+                *(base64.b64decode(data[k], validate=True) for k in (CA_CERT_KEY, TLS_CERT_KEY, TLS_KEY_KEY))
+            )
+        except (KeyError, ValueError) as exc:
+            raise CertificateError(
+                f"Secret {c.WEBHOOK_CERTS_SECRET} is incomplete or not base64: {exc}"
+            ) from exc
+
+
+def service_hosts(service: str, namespace: str, cluster_domain: str) -> list[str]:
+    """DNS names of the webhook Service, in upstream's SAN order."""
+    return [
+        service,
+        f"{service}.{namespace}",
+        f"{service}.{namespace}.svc",
+        f"{service}.{namespace}.svc.{cluster_domain}",
+    ]
+
+
+def generate_bundle(
+    *, service: str, namespace: str, cluster_domain: str, extra_hosts: tuple[str, ...] = (), now: dt.datetime
+) -> CertBundle:
+    """A fresh self-signed CA plus a server certificate for the webhook Service.
+
+    Args:
+        service: Service name (``agent-sandbox-webhook-service``).
+        namespace: webhook namespace.
+        cluster_domain: cluster DNS domain for the fully qualified SAN.
+        extra_hosts: additional DNS names or IP addresses (dev mode: the URL host).
+        now: issue time (validity starts one hour earlier, as upstream).
+    """
+    not_before = now - _BACKDATE
+    not_after = not_before + _VALIDITY
+    ca_key = new_key()
+    ca_cert = issue(
+        name(c.WEBHOOK_CA_COMMON_NAME),
+        ca_key,
+        issuer=None,
+        not_before=not_before,
+        not_after=not_after,
+        serial=1,
+        ca=True,
+    )
+    key = new_key()
+    cert = issue(
+        name(f"{service}.{namespace}.svc"),
+        key,
+        issuer=Issuer(ca_cert, ca_key),
+        not_before=not_before,
+        not_after=not_after,
+        serial=2,
+        usages=[SERVER_AUTH],
+        hosts=[*service_hosts(service, namespace, cluster_domain), *extra_hosts],
+        basic_constraints=False,
+    )
+    return CertBundle(
+        ca_pem=cert_pem(ca_cert), cert_pem=cert_pem(cert), key_pem=key_pem(key, traditional=True)
+    )  # "EC PRIVATE KEY", as upstream
+
+
+def bundle_problem(bundle: CertBundle, *, hosts: list[str], now: dt.datetime) -> str | None:
+    """Why ``bundle`` is unusable for ``hosts`` at ``now``, or None if it is fine."""
+    try:
+        x509.load_pem_x509_certificate(bundle.ca_pem)
+        cert = x509.load_pem_x509_certificate(bundle.cert_pem)
+        serialization.load_pem_private_key(bundle.key_pem, password=None)
+    except ValueError as exc:
+        return f"PEM does not parse: {exc}"
+    if not cert.not_valid_before_utc <= now < cert.not_valid_after_utc:
+        return f"server certificate not valid at {now.isoformat()} (expires {cert.not_valid_after_utc.isoformat()})"
+    try:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return "server certificate has no SubjectAlternativeName"
+    covered = {str(n) for n in sans.get_values_for_type(x509.DNSName)}
+    covered |= {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}
+    missing = [h for h in hosts if h not in covered]
+    return f"server certificate does not cover {missing}" if missing else None
+
+
+def write_files(bundle: CertBundle, cert_dir: Path, cert_name: str, key_name: str) -> tuple[Path, Path]:
+    """Write the serving pair (dir 0755, files 0600); returns (cert path, key path)."""
+    cert_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(cert_dir, 0o755)
+    paths = (cert_dir / cert_name, cert_dir / key_name)
+    for path, data in zip(paths, (bundle.cert_pem, bundle.key_pem), strict=True):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(path, 0o600)
+    return paths
+
+
+async def ensure_certificates(
+    client: Client,
+    *,
+    namespace: str,
+    service: str,
+    cluster_domain: str,
+    extra_hosts: tuple[str, ...] = (),
+) -> CertBundle:
+    """Load the shared serving bundle from its Secret, or create (or replace) it.
+
+    Raises:
+        CertificateError: the Secret cannot be read or written.
+    """
+    hosts = [*service_hosts(service, namespace, cluster_domain), *extra_hosts]
+    name = c.WEBHOOK_CERTS_SECRET
+    for _ in range(5):  # a few rounds of create/replace races with other replicas
+        now = dt.datetime.now(dt.UTC)
+        try:
+            secret = await client.get(SECRET, name, namespace=namespace)
+        except NotFound:
+            secret = None
+        if secret is not None:
+            bundle = CertBundle.from_secret(secret)
+            problem = bundle_problem(bundle, hosts=hosts, now=now)
+            if problem is None:
+                return bundle
+            log.warning("replacing webhook certificate in Secret %s/%s: %s", namespace, name, problem)
+        fresh = generate_bundle(
+            service=service,
+            namespace=namespace,
+            cluster_domain=cluster_domain,
+            extra_hosts=extra_hosts,
+            now=now,
+        )
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "namespace": namespace},
+            "type": "Opaque",
+            "data": fresh.to_secret_data(),
+        }
+        try:
+            if secret is None:
+                await client.create(SECRET, body, namespace=namespace)
+            else:
+                body["metadata"]["resourceVersion"] = secret["metadata"]["resourceVersion"]
+                await client.update(SECRET, body)
+        except (AlreadyExists, Conflict):
+            log.info("another replica wrote Secret %s/%s first; loading its certificate", namespace, name)
+            continue
+        log.info("stored a new webhook certificate in Secret %s/%s", namespace, name)
+        return fresh
+    raise CertificateError(f"could not settle Secret {namespace}/{name} after repeated races")

@@ -1,0 +1,225 @@
+"""The conversion webhook server: ``POST /convert`` over TLS on port 9443 (controllers spec §5.7).
+
+:class:`ConversionWebhook` is self-contained: ``await start()`` obtains the serving
+certificate (shared Secret, or files from the cert dir when certificates are managed
+externally), binds the HTTPS listener, then points the CRDs at it; ``await stop()`` closes
+the listener. ``run(stop_event)`` does both around a wait. It runs on every replica (no
+leader election): the API server may call any of them.
+
+Conversion itself is the pure :func:`agent_sandbox.api.conversion.convert_review`. Large
+reviews (a v1alpha1 list of many objects) are converted in a worker thread so the event
+loop shared with the controllers is not blocked.
+
+Failure modes: :class:`WebhookError` when the certificate files are missing (unmanaged
+mode) or the listener cannot bind; API errors while loading the Secret or patching CRDs
+propagate (upstream exits with status 1 in both cases).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+from aiohttp import web
+
+from agent_sandbox.api import constants as c
+from agent_sandbox.api.conversion import convert_review
+from agent_sandbox.controllers.webhook.certs import ensure_certificates, write_files
+from agent_sandbox.controllers.webhook.crds import ALL_CRD_NAMES, patch_crds
+from agent_sandbox.kube import NAMESPACE, AlreadyExists, Client, NotFound
+
+log = logging.getLogger(__name__)
+
+#: Reviews with more objects than this are converted off the event loop.
+THREAD_THRESHOLD = 32
+_MAX_BODY = 64 * 1024 * 1024  # a v1alpha1 list of many large objects
+
+
+class WebhookError(RuntimeError):
+    """The webhook server could not start."""
+
+
+@dataclass(frozen=True)
+class WebhookOptions:
+    """Settings of the conversion webhook (flags of controllers spec §5.1 / operations §7.2).
+
+    Attributes:
+        host: listen address (``""`` = all interfaces; dev mode uses ``127.0.0.1``).
+        port: listen port (``--webhook-port``, 9443); 0 picks a free port.
+        namespace: namespace of the Service and the certificate Secret (``--webhook-namespace``).
+        service_name: Service the CRDs reference (``--webhook-service-name``).
+        cluster_domain: for the fully qualified certificate SAN (``--cluster-domain``).
+        cert_dir: where ``tls.crt``/``tls.key`` are written or read (``--webhook-cert-dir``).
+        cert_name: certificate file name (``--webhook-cert-name``).
+        key_name: key file name (``--webhook-key-name``).
+        manage_certs: create/load the Secret and patch the CRDs (``--manage-webhook-certs``).
+        webhook_url: dev mode: CRDs get ``clientConfig.url`` instead of the Service reference.
+            ``{port}`` is replaced by the bound port, so ``port=0`` works.
+        crd_names: CRDs to patch (all four by default; missing ones are skipped).
+    """
+
+    host: str = ""
+    port: int = c.WEBHOOK_PORT
+    namespace: str = c.WEBHOOK_NAMESPACE
+    service_name: str = c.WEBHOOK_SERVICE_NAME
+    cluster_domain: str = c.DEFAULT_CLUSTER_DOMAIN
+    cert_dir: Path = Path("/tmp/k8s-webhook-server/serving-certs")
+    cert_name: str = "tls.crt"
+    key_name: str = "tls.key"
+    manage_certs: bool = True
+    webhook_url: str | None = None
+    crd_names: tuple[str, ...] = field(default=ALL_CRD_NAMES)
+
+
+async def handle_convert(request: web.Request) -> web.Response:
+    """``POST /convert``: answer a ``ConversionReview``."""
+    try:
+        review = orjson.loads(await request.read())
+    except orjson.JSONDecodeError as exc:
+        return web.Response(status=400, text=f"invalid JSON: {exc}")
+    if not isinstance(review, dict) or not isinstance(review.get("request"), dict):
+        return web.Response(status=400, text="body is not a ConversionReview with a request")
+    if len(review["request"].get("objects") or ()) > THREAD_THRESHOLD:
+        answer = await asyncio.to_thread(convert_review, review)
+    else:
+        answer = convert_review(review)
+    result = answer["response"]["result"]
+    if result["status"] != "Success":
+        log.warning(
+            "conversion to %s failed: %s", review["request"].get("desiredAPIVersion"), result["message"]
+        )
+    return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+
+async def handle_healthz(_: web.Request) -> web.Response:
+    """``GET /healthz``: the listener is up."""
+    return web.Response(text="ok")
+
+
+def build_app() -> web.Application:
+    """The aiohttp application (routes only; no TLS, no I/O at construction)."""
+    app = web.Application(client_max_size=_MAX_BODY)
+    app.router.add_post(c.WEBHOOK_PATH, handle_convert)
+    app.router.add_get("/healthz", handle_healthz)
+    return app
+
+
+class ConversionWebhook:
+    """The conversion webhook as a runnable: ``start()``/``stop()`` or ``run(stop_event)``."""
+
+    #: Runs on every replica; the API server may call any of them.
+    need_leader_election = False
+
+    def __init__(self, client: Client, options: WebhookOptions | None = None) -> None:
+        """Args: client: API client for the Secret and CRDs; options: settings (defaults as upstream)."""
+        self._client = client
+        self.options = options or WebhookOptions()
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+        self.url: str | None = None
+        self.ca_pem: bytes | None = None
+
+    async def start(self) -> None:
+        """Obtain the certificate, start listening, then patch the CRDs (in that order).
+
+        Raises:
+            WebhookError: certificate files missing (unmanaged mode) or bind failure.
+        """
+        opts = self.options
+        cert_path, key_path = await self._certificate()
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)  # server side; no client certs requested
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(cert_path, key_path)
+        runner = web.AppRunner(build_app(), access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, opts.host or None, opts.port, ssl_context=ctx, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise WebhookError(f"cannot listen on {opts.host or '*'}:{opts.port}: {exc}") from exc
+        self._runner = runner
+        self.port = _bound_port(runner, opts.port)
+        self.url = opts.webhook_url.replace("{port}", str(self.port)) if opts.webhook_url else None
+        log.info("conversion webhook listening on %s:%d", opts.host or "*", self.port)
+        if opts.manage_certs and self.ca_pem is not None:
+            await patch_crds(
+                self._client,
+                ca_pem=self.ca_pem,
+                url=self.url,
+                service=opts.service_name,
+                namespace=opts.namespace,
+                crd_names=opts.crd_names,
+            )
+
+    async def stop(self) -> None:
+        """Stop listening (idempotent)."""
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+    async def run(self, stop_event: asyncio.Event) -> None:
+        """``start()``, wait for ``stop_event``, ``stop()``."""
+        await self.start()
+        try:
+            await stop_event.wait()
+        finally:
+            await self.stop()
+
+    async def _certificate(self) -> tuple[Path, Path]:
+        opts = self.options
+        if opts.manage_certs:
+            kwargs: dict[str, Any] = {
+                "namespace": opts.namespace,
+                "service": opts.service_name,
+                "cluster_domain": opts.cluster_domain,
+                "extra_hosts": _url_hosts(opts.webhook_url),
+            }
+            try:
+                bundle = await ensure_certificates(self._client, **kwargs)
+            except NotFound:
+                # The Secret's namespace is missing: only outside a cluster (dev mode), where the
+                # controller is not deployed into it. In-cluster this path is never taken, so the
+                # controller needs no RBAC on namespaces.
+                log.info("creating namespace %s for the webhook certificate Secret", opts.namespace)
+                await _ensure_namespace(self._client, opts.namespace)
+                bundle = await ensure_certificates(self._client, **kwargs)
+            self.ca_pem = bundle.ca_pem
+            return write_files(bundle, opts.cert_dir, opts.cert_name, opts.key_name)
+        cert, key = opts.cert_dir / opts.cert_name, opts.cert_dir / opts.key_name
+        if cert.is_file() and key.is_file():
+            return cert, key
+        combined = opts.cert_dir / "cert.pem"
+        defaults = (opts.cert_name, opts.key_name) == ("tls.crt", "tls.key")
+        if defaults and not cert.exists() and not key.exists() and combined.is_file():
+            return combined, combined  # one file holding both PEM blocks, as upstream accepts
+        raise WebhookError(
+            f"webhook certificate files {cert} and {key} are missing (--manage-webhook-certs=false)"
+        )
+
+
+async def _ensure_namespace(client: Client, name: str) -> None:
+    with contextlib.suppress(AlreadyExists):
+        await client.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+
+def _bound_port(runner: web.AppRunner, requested: int) -> int:
+    for server in runner.addresses:
+        if isinstance(server, tuple) and len(server) >= 2:
+            return int(server[1])
+    return requested
+
+
+def _url_hosts(url: str | None) -> tuple[str, ...]:
+    """Host of the dev-mode URL, which the serving certificate must also cover."""
+    if not url:
+        return ()
+    host = urlsplit(url.replace("{port}", "0")).hostname
+    return (host,) if host else ()

@@ -1,0 +1,359 @@
+"""SandboxClaim journeys on the real control plane, with the real `agent-sandbox-controller --extensions` process.
+
+No mocks: kube-apiserver + etcd store the objects, the controller process (Sandbox, SandboxWarmPool,
+SandboxTemplate and SandboxClaim controllers) reconciles them, kwok plays the kubelet, and
+kube-controller-manager's garbage collector deletes what a claim owned. Covers controllers spec §4 /
+api spec §5: the quickstart (template -> pool -> claim -> Ready warm, pool refills), missing pool /
+template reasons and Events, the label-domain allow-list, and the lifecycle policies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from agent_sandbox.api import constants as c
+from agent_sandbox.api.meta import controller_ref
+from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.devcluster.controller import start_controller
+from agent_sandbox.devcluster.processes import Started, stop
+from agent_sandbox.kube import (
+    EVENT,
+    POD,
+    SANDBOX,
+    SANDBOX_CLAIM,
+    SANDBOX_TEMPLATE,
+    SANDBOX_WARM_POOL,
+    ApiClient,
+    NotFound,
+    Object,
+)
+from tests.helpers import controller_metrics, eventually
+from tests.integration.controllers.builders import claim_body, pool_body, pool_members, template_body
+
+pytestmark = pytest.mark.integration
+
+DEMO = {"app": "demo"}
+
+
+@pytest.fixture(scope="module")
+def controller(cluster: DevCluster) -> Iterator[Started]:
+    """One controller process for the module (all four controllers), stopped by PID afterwards."""
+    started = start_controller(cluster, extra=("--sandbox-claim-concurrent-workers=8",))
+    try:
+        yield started
+    finally:
+        stop(started)
+
+
+async def maybe(kube: ApiClient, kind: Any, name: str, ns: str) -> Object | None:
+    try:
+        return await kube.get(kind, name, namespace=ns)
+    except NotFound:
+        return None
+
+
+def ready(obj: Object | None) -> dict[str, Any] | None:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or ():
+        if cond["type"] == "Ready":
+            found: dict[str, Any] = cond
+            return found
+    return None
+
+
+async def ready_members(kube: ApiClient, ns: str, pool: str = "pool") -> list[Object]:
+    members = await pool_members(kube, ns, pool)
+    return [m for m in members if (ready(m) or {}).get("status") == "True"]
+
+
+async def claim_reason(kube: ApiClient, ns: str, name: str) -> str:
+    return str((ready(await maybe(kube, SANDBOX_CLAIM, name, ns)) or {}).get("reason", ""))
+
+
+async def events_for(kube: ApiClient, ns: str, name: str) -> list[tuple[str, str, str]]:
+    return [
+        (e["reason"], e.get("action", ""), e.get("note", ""))
+        for e in await kube.list(EVENT, namespace=ns)
+        if e.get("regarding", {}).get("name") == name
+        and e.get("reportingController") == "sandboxclaim-controller"
+    ]
+
+
+async def test_quickstart_warm_claim_and_pool_refill(
+    kube: ApiClient, namespace: str, controller: Started
+) -> None:
+    ns = namespace
+    await kube.create(SANDBOX_TEMPLATE, template_body(labels=DEMO), namespace=ns)
+    await kube.create(SANDBOX_WARM_POOL, pool_body(replicas=5), namespace=ns)
+    members = await eventually(
+        lambda: _at_least(ready_members(kube, ns), 5), "5 Ready pool members", within=90
+    )
+    member_names = {m["metadata"]["name"] for m in members}
+    labels = {c.LABEL_CREATED_BY: "python-client"}
+    body = claim_body("my-claim", additionalPodMetadata={"labels": {"sandbox.users.io/team": "blue"}})
+    body["metadata"]["labels"] = labels
+    await kube.create(SANDBOX_CLAIM, body, namespace=ns)
+
+    claim = await eventually(
+        lambda: _when(
+            maybe(kube, SANDBOX_CLAIM, "my-claim", ns), lambda o: (ready(o) or {}).get("status") == "True"
+        ),
+        "claim Ready",
+    )
+    bound = claim["status"]["sandbox"]["name"]
+    assert bound in member_names  # warm: one of the pool's members, not a new Sandbox
+    assert claim["status"]["sandbox"]["podIPs"]
+    # The bookkeeping stamp follows Ready once no further claims arrive (claim priority, ~1 s).
+    claim = await eventually(
+        lambda: _when(
+            maybe(kube, SANDBOX_CLAIM, "my-claim", ns),
+            lambda o: c.ANNOTATION_CLAIM_FIRST_READY_AT in (o["metadata"].get("annotations") or {}),
+        ),
+        "claim bookkeeping annotations",
+        within=10,
+    )
+    assert claim["metadata"]["annotations"][c.ANNOTATION_SANDBOX_NAME] == bound
+    assert c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT in claim["metadata"]["annotations"]
+    sandbox = await kube.get(SANDBOX, bound, namespace=ns)
+    sb_labels = sandbox["metadata"]["labels"]
+    assert sb_labels[c.LABEL_LAUNCH_TYPE] == "warm"
+    assert sb_labels[c.LABEL_CLAIM_UID] == claim["metadata"]["uid"]
+    assert c.LABEL_WARM_POOL_SANDBOX not in sb_labels
+    owner = controller_ref(sandbox["metadata"])
+    assert owner is not None
+    assert (owner["kind"], owner["name"]) == ("SandboxClaim", "my-claim")
+    # The Pod was not restarted, and the claim's allowed label reached it.
+    pod = await eventually(
+        lambda: _when(
+            maybe(kube, POD, bound, ns), lambda p: "sandbox.users.io/team" in p["metadata"]["labels"]
+        ),
+        "claim label propagated to the Pod",
+    )
+    assert pod["metadata"]["labels"][c.LABEL_CREATED_BY] == "python-client"
+    assert c.LABEL_WARM_POOL_SANDBOX not in pod["metadata"]["labels"]
+    assert ("SandboxAdopted", "Adoption", f'Adopted warm pool Sandbox "{bound}"') in await eventually(
+        lambda: events_for(kube, ns, "my-claim"), "SandboxAdopted event"
+    )
+    # The pool refills to 5 with a new member; the adopted one is no longer counted.
+    refilled = await eventually(
+        lambda: _at_least(ready_members(kube, ns), 5), "pool refilled to 5 Ready members", within=90
+    )
+    assert bound not in {m["metadata"]["name"] for m in refilled}
+    # Deleting the claim deletes its Sandbox (and Pod) through ownership.
+    await kube.delete(SANDBOX_CLAIM, "my-claim", namespace=ns)
+    await eventually(lambda: _gone(maybe(kube, SANDBOX, bound, ns)), "claimed Sandbox garbage-collected")
+    await eventually(lambda: _gone(maybe(kube, POD, bound, ns)), "claimed Pod garbage-collected")
+
+
+async def test_bookkeeping_waits_while_claims_arrive_then_catches_up(
+    kube: ApiClient, namespace: str, controller: Started, cluster: DevCluster
+) -> None:
+    """Claim priority (docs/design/claim-priority.md) on the real cluster.
+
+    While claims keep arriving (one every 0.25 s, well inside the 1 s calm period), the first claim is Ready
+    but its Pod still carries the pool label, its Sandbox's Ready condition still has the old
+    observedGeneration and the claim has no bookkeeping stamp; once the stream stops, all of it is written
+    and the pool refills. (With `--sandbox-claim-priority-hold=0` the first assertion fails: checked.)
+    """
+    ns = namespace
+    await kube.create(SANDBOX_TEMPLATE, template_body(labels=DEMO), namespace=ns)
+    await kube.create(SANDBOX_WARM_POOL, pool_body(replicas=20), namespace=ns)
+    await eventually(lambda: _at_least(ready_members(kube, ns), 20), "20 Ready pool members", within=90)
+    names = [f"stream-{i}" for i in range(16)]
+
+    async def stream() -> None:
+        for name in names:
+            await kube.create(SANDBOX_CLAIM, claim_body(name), namespace=ns)
+            await asyncio.sleep(0.25)
+
+    sender = asyncio.create_task(stream())
+    try:
+        first = await eventually(
+            lambda: _when(
+                maybe(kube, SANDBOX_CLAIM, names[0], ns), lambda o: (ready(o) or {}).get("status") == "True"
+            ),
+            "first streamed claim Ready",
+            within=10,
+        )
+        await asyncio.sleep(1.5)
+        assert not sender.done(), "the claim stream ended before the deferral could be observed"
+        bound = first["status"]["sandbox"]["name"]
+        pod = await kube.get(POD, bound, namespace=ns)
+        sandbox = await kube.get(SANDBOX, bound, namespace=ns)
+        first = await kube.get(SANDBOX_CLAIM, names[0], namespace=ns)
+        assert c.LABEL_WARM_POOL_SANDBOX in pod["metadata"]["labels"]  # Pod metadata patch held
+        assert (ready(sandbox) or {}).get("observedGeneration") == 1 < sandbox["metadata"]["generation"]
+        assert c.ANNOTATION_CLAIM_FIRST_READY_AT not in (first["metadata"].get("annotations") or {})
+    finally:
+        await sender
+
+    async def stamped(name: str) -> Object | None:
+        claim = await maybe(kube, SANDBOX_CLAIM, name, ns)
+        annotations = (claim or {}).get("metadata", {}).get("annotations") or {}
+        return claim if c.ANNOTATION_CLAIM_FIRST_READY_AT in annotations else None
+
+    async def relabelled(bound: str) -> bool:
+        pod = await maybe(kube, POD, bound, ns)
+        return pod is not None and c.LABEL_WARM_POOL_SANDBOX not in pod["metadata"]["labels"]
+
+    async def caught_up(bound: str) -> bool:
+        sb = await maybe(kube, SANDBOX, bound, ns)
+        return sb is not None and (ready(sb) or {}).get("observedGeneration") == sb["metadata"]["generation"]
+
+    for name in names:
+        claim = await eventually(functools.partial(stamped, name), f"{name} stamped", within=20)
+        bound = claim["status"]["sandbox"]["name"]
+        await eventually(functools.partial(relabelled, bound), f"{name}'s Pod relabelled", within=20)
+        await eventually(
+            functools.partial(caught_up, bound), f"{name}'s Sandbox at its generation", within=20
+        )
+    await eventually(lambda: _at_least(ready_members(kube, ns), 20), "pool refilled to 20", within=90)
+    # The controller exports what it did (agent_sandbox_claim_priority_*).
+    body = await asyncio.to_thread(controller_metrics, cluster)
+    samples = {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in body.splitlines()
+        if line.startswith("agent_sandbox_claim_priority_")
+    }
+    assert samples["agent_sandbox_claim_priority_arrivals_total"] >= len(names)
+    assert samples["agent_sandbox_claim_priority_episodes_total"] >= 1
+    assert samples['agent_sandbox_claim_priority_held{write="sandbox"}'] == 0  # all written by now
+    assert samples['agent_sandbox_claim_priority_held{write="claim_stamp"}'] == 0
+
+
+async def test_missing_pool_then_template_then_cold_start(
+    kube: ApiClient, namespace: str, controller: Started
+) -> None:
+    ns = namespace
+    await kube.create(SANDBOX_CLAIM, claim_body("orphan", pool="later"), namespace=ns)
+    await eventually(lambda: _eq(claim_reason(kube, ns, "orphan"), "WarmPoolNotFound"), "WarmPoolNotFound")
+    claim = await kube.get(SANDBOX_CLAIM, "orphan", namespace=ns)
+    assert ready(claim)["message"] == 'SandboxWarmPool "later" not found'  # type: ignore[index]
+    await kube.create(SANDBOX_WARM_POOL, pool_body("later", replicas=0, template="tmpl-later"), namespace=ns)
+    await eventually(lambda: _eq(claim_reason(kube, ns, "orphan"), "TemplateNotFound"), "TemplateNotFound")
+    assert await maybe(kube, SANDBOX, "orphan", ns) is None
+    # The template's creation wakes the claim (no 1-minute wait): a pool of 0 means a cold start.
+    await kube.create(SANDBOX_TEMPLATE, template_body("tmpl-later", labels=DEMO), namespace=ns)
+    claim = await eventually(
+        lambda: _when(
+            maybe(kube, SANDBOX_CLAIM, "orphan", ns), lambda o: (ready(o) or {}).get("status") == "True"
+        ),
+        "cold claim Ready",
+        within=30,
+    )
+    assert claim["status"]["sandbox"]["name"] == "orphan"
+    sandbox = await kube.get(SANDBOX, "orphan", namespace=ns)
+    assert sandbox["metadata"]["labels"][c.LABEL_LAUNCH_TYPE] == "cold"
+    assert c.ANNOTATION_SANDBOX_NAME not in claim["metadata"].get("annotations", {})
+    events = await eventually(lambda: events_for(kube, ns, "orphan"), "claim events")
+    assert ("SandboxProvisioned", "Provisioning", 'Created Sandbox "orphan"') in events
+
+
+async def test_label_domain_allow_list(kube: ApiClient, namespace: str, controller: Started) -> None:
+    ns = namespace
+    await kube.create(SANDBOX_TEMPLATE, template_body(labels=DEMO), namespace=ns)
+    await kube.create(SANDBOX_WARM_POOL, pool_body(replicas=0), namespace=ns)
+    good = claim_body("good", additionalPodMetadata={"labels": {"eu.sandbox.users.io/tier": "gold"}})
+    bad = claim_body("bad", additionalPodMetadata={"labels": {"evil.example.com/tier": "gold"}})
+    spoof = claim_body("spoof", additionalPodMetadata={"labels": {"app": "sandbox-router"}})
+    for body in (good, bad, spoof):
+        await kube.create(SANDBOX_CLAIM, body, namespace=ns)
+    await eventually(lambda: _eq(claim_reason(kube, ns, "bad"), "InvalidMetadata"), "bad claim rejected")
+    await eventually(lambda: _eq(claim_reason(kube, ns, "spoof"), "InvalidMetadata"), "router spoof rejected")
+    bad_claim = await kube.get(SANDBOX_CLAIM, "bad", namespace=ns)
+    assert ready(bad_claim)["message"].startswith(  # type: ignore[index]
+        'invalid additionalPodMetadata: failed to validate label "evil.example.com/tier"'
+    )
+    pod = await eventually(
+        lambda: _when(
+            maybe(kube, POD, "good", ns), lambda p: "eu.sandbox.users.io/tier" in p["metadata"]["labels"]
+        ),
+        "allowed label on the Pod",
+    )
+    assert pod["metadata"]["labels"]["eu.sandbox.users.io/tier"] == "gold"
+    assert await maybe(kube, SANDBOX, "bad", ns) is None
+    assert await maybe(kube, SANDBOX, "spoof", ns) is None
+
+
+async def test_shutdown_time_and_policies(kube: ApiClient, namespace: str, controller: Started) -> None:
+    ns = namespace
+    await kube.create(SANDBOX_TEMPLATE, template_body(labels=DEMO), namespace=ns)
+    await kube.create(SANDBOX_WARM_POOL, pool_body(replicas=0), namespace=ns)
+    soon = (datetime.now(UTC) + timedelta(seconds=6)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for name, policy in (("retain", "Retain"), ("delete", "Delete"), ("foreground", "DeleteForeground")):
+        body = claim_body(name, lifecycle={"shutdownTime": soon, "shutdownPolicy": policy})
+        await kube.create(SANDBOX_CLAIM, body, namespace=ns)
+    for name in ("retain", "delete", "foreground"):
+        await eventually(lambda n=name: _eq(claim_reason(kube, ns, n), "DependenciesReady"), f"{name} Ready")
+    # Retain: the Sandbox goes, the claim stays with Ready=False/ClaimExpired.
+    await eventually(
+        lambda: _gone(maybe(kube, SANDBOX, "retain", ns)), "Retain deleted the Sandbox", within=60
+    )
+    retained = await eventually(
+        lambda: _when(
+            maybe(kube, SANDBOX_CLAIM, "retain", ns), lambda o: not (o.get("status") or {}).get("sandbox")
+        ),
+        "retained claim unbound",
+    )
+    assert ready(retained)["reason"] == "ClaimExpired"  # type: ignore[index]
+    # Delete / DeleteForeground: the claim itself goes, and its Sandbox with it.
+    for name in ("delete", "foreground"):
+        await eventually(
+            lambda n=name: _gone(maybe(kube, SANDBOX_CLAIM, n, ns)), f"{name} claim deleted", within=60
+        )
+        await eventually(
+            lambda n=name: _gone(maybe(kube, SANDBOX, n, ns)), f"{name} Sandbox deleted", within=60
+        )
+    notes = {e[2] for e in await events_for(kube, ns, "retain")}
+    assert "Claim expired" in notes
+
+
+async def test_ttl_after_finished(kube: ApiClient, namespace: str, controller: Started) -> None:
+    ns = namespace
+    pod = {"restartPolicy": "Never", "containers": [{"name": "job", "image": "busybox", "command": ["true"]}]}
+    await kube.create(SANDBOX_TEMPLATE, template_body(labels=DEMO, pod=pod), namespace=ns)
+    await kube.create(SANDBOX_WARM_POOL, pool_body(replicas=0), namespace=ns)
+    body = claim_body("job", lifecycle={"ttlSecondsAfterFinished": 2, "shutdownPolicy": "Retain"})
+    await kube.create(SANDBOX_CLAIM, body, namespace=ns)
+    finished = await eventually(
+        lambda: _when(maybe(kube, SANDBOX_CLAIM, "job", ns), lambda o: _has_finished(o)),
+        "claim mirrors Finished",
+    )
+    assert _has_finished(finished)
+    await eventually(lambda: _eq(claim_reason(kube, ns, "job"), "ClaimExpired"), "TTL expiry", within=30)
+    await eventually(lambda: _gone(maybe(kube, SANDBOX, "job", ns)), "Sandbox deleted after the TTL")
+    claim = await kube.get(SANDBOX_CLAIM, "job", namespace=ns)
+    assert _has_finished(claim)  # Finished is kept after the Sandbox is gone
+
+
+# --------------------------------------------------------------------------- small async predicates
+
+
+def _has_finished(obj: Object) -> bool:
+    return any(
+        cd["type"] == "Finished" and cd["status"] == "True"
+        for cd in (obj.get("status") or {}).get("conditions") or ()
+    )
+
+
+async def _at_least(items: Awaitable[list[Object]], n: int) -> list[Object] | None:
+    got = await items
+    return got if len(got) >= n else None
+
+
+async def _when(obj: Awaitable[Object | None], check: Callable[[Object], bool]) -> Object | None:
+    got = await obj
+    return got if got is not None and check(got) else None
+
+
+async def _gone(obj: Awaitable[Object | None]) -> bool:
+    return await obj is None
+
+
+async def _eq(value: Awaitable[str], want: str) -> bool:
+    return await value == want

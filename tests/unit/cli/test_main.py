@@ -1,0 +1,70 @@
+"""The installed CLI does not depend on a source checkout; `agent-sandbox bench` runs the checkout's benchmarks."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[3]
+PACKAGE = ROOT / "src" / "agent_sandbox"
+
+
+def _installed_copy(tmp_path: Path) -> Path:
+    """What a wheel installs: the package alone (pyproject: packages = ["src/agent_sandbox"])."""
+    site = tmp_path / "site-packages"
+    shutil.copytree(PACKAGE, site / "agent_sandbox", ignore=shutil.ignore_patterns("__pycache__"))
+    return site
+
+
+def _run_installed(tmp_path: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    site = _installed_copy(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    # -I: no current directory, no PYTHONPATH. The editable install's path entry (the checkout's src/) is
+    # removed too, so the only agent_sandbox is the installed copy, far from any checkout.
+    prelude = f"""
+import sys
+sys.path = [{str(site)!r}] + [p for p in sys.path if p != {str(ROOT / "src")!r}]
+before = list(sys.path)
+from agent_sandbox.cli.main import main
+code = main({argv!r})
+assert "benchmarks" not in sys.modules, "the CLI imported the checkout's benchmarks"
+assert sys.path == before, "the CLI changed sys.path"
+sys.exit(code)
+"""
+    return subprocess.run(
+        [sys.executable, "-I", "-c", prelude], cwd=elsewhere, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_installed_cli_help_works_without_a_checkout(tmp_path: Path) -> None:
+    done = _run_installed(tmp_path, ["--help"])
+    assert done.returncode == 0, done.stderr
+    assert "bench" in done.stdout
+
+
+def test_installed_cli_bench_outside_a_checkout_is_a_clear_error(tmp_path: Path) -> None:
+    done = _run_installed(tmp_path, ["bench", "list"])
+    assert done.returncode == 2, done.stderr
+    assert "source checkout" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_bench_inside_a_checkout_runs_python_m_benchmarks() -> None:
+    # From a subdirectory: the checkout is found by walking up.
+    done = subprocess.run(
+        [sys.executable, "-m", "agent_sandbox.cli.main", "bench", "list"],
+        cwd=ROOT / "docs",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "burst" in done.stdout
+    assert "sustained" in done.stdout

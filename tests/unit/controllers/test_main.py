@@ -1,0 +1,58 @@
+"""Process wiring: manager options from the flags, and the setups' view of the manager (no cluster)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from agent_sandbox.api.constants import LABEL_SANDBOX_NAME_HASH
+from agent_sandbox.controllers import sandbox
+from agent_sandbox.controllers.claim_pressure import ClaimPressure
+from agent_sandbox.controllers.context import ControllerContext
+from agent_sandbox.controllers.main import manager_options
+from agent_sandbox.controllers.options import Options
+from agent_sandbox.kube import POD, Manager, ManagerOptions
+from agent_sandbox.kube.testing import FakeClient
+
+pytestmark = pytest.mark.unit
+
+
+def test_event_hold_only_with_claim_pressure() -> None:
+    opts = Options(cache_label_selectors=True)
+    assert manager_options(opts).event_hold is None
+    assert manager_options(opts, ClaimPressure(0.0)).event_hold is None
+    assert manager_options(opts, ClaimPressure(15.0)).event_hold is not None
+    # Cache scoping is configured once, by the Sandbox controller's setup, not by the process options.
+    assert manager_options(opts).cache.by_kind == {}
+
+
+def _pod(name: str, labels: dict[str, str]) -> dict[str, object]:
+    return {
+        "metadata": {"name": name, "namespace": "ns", "labels": labels, "managedFields": [{"manager": "k"}]},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
+    }
+
+
+@pytest.mark.parametrize("scoped", [False, True])
+async def test_sandbox_setup_scopes_and_trims_the_pod_cache(scoped: bool) -> None:
+    fake = FakeClient((POD, _pod("tracked", {LABEL_SANDBOX_NAME_HASH: "h"})), (POD, _pod("other", {})))
+    mgr = Manager(
+        fake,  # type: ignore[arg-type]
+        ManagerOptions(metrics_bind_address="0", health_probe_bind_address="0", registry=CollectorRegistry()),
+    )
+    sandbox.setup(mgr, ControllerContext(Options(cache_label_selectors=scoped)))
+    pods = mgr.cache.informer(POD)
+    task = asyncio.create_task(pods.run())
+    try:
+        await asyncio.wait_for(pods.wait_for_sync(), 5)
+        cached = {p["metadata"]["name"]: p for p in pods.list()}
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert set(cached) == ({"tracked"} if scoped else {"tracked", "other"})
+    assert cached["tracked"]["spec"] == {"nodeName": "n1"}  # the Pod diet
+    assert "managedFields" not in cached["tracked"]["metadata"]
