@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Parallel test workers: one local control plane per worker.
 WORKERS ?= 2
 
-.PHONY: install demo test test-unit test-integration lint generate check-generated bench down clean
+.PHONY: install demo test test-unit test-integration lint generate check-generated release bench down clean
 
 # The project and its standalone Python SDK (clients/python, used by the CLI), both editable.
 $(STAMP): pyproject.toml clients/python/pyproject.toml
@@ -39,6 +39,12 @@ generate: install
 
 check-generated: install
 	$(BIN)/agent-sandbox generate --check
+
+# Release assets into release_assets/ (docs/install.md): make release TAG=v0.1.0 [REGISTRY=...]
+REGISTRY ?= registry.k8s.io/agent-sandbox
+release: install
+	@test -n "$(TAG)" || { echo "usage: make release TAG=vX.Y.Z [REGISTRY=...]"; exit 2; }
+	$(BIN)/agent-sandbox release --tag $(TAG) --registry $(REGISTRY)
 
 # Benchmarks (not part of `make test`): the `bench` extra adds matplotlib (plots) and py-spy (profiles).
 bench: install

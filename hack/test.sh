@@ -18,12 +18,16 @@ $BIN/ruff check src tests benchmarks clients/python
 $BIN/ruff format --check src tests benchmarks clients/python
 $BIN/mypy
 
-if [ -f src/agent_sandbox/api/crdgen.py ]; then
-  echo "==> generated CRDs are up to date"
-  $BIN/agent-sandbox generate --check
-fi
+echo "==> generated files (CRDs, controller RBAC, their Helm copies) are up to date"
+$BIN/agent-sandbox generate --check
+echo "==> release drift guard (k8s/kustomization.yaml lists exactly the install files)"
+$BIN/agent-sandbox release --check
 
 echo "==> tests (unit + integration + e2e, $WORKERS workers)"
+# Least privilege, proven: every controller the suite starts authenticates as the installed ServiceAccount
+# (token auth, RBAC on, exactly the grants of `kubectl kustomize k8s/`), not as the cluster admin.
+# AGENT_SANDBOX_CONTROLLER_IDENTITY=admin reverts to the admin identity (docs/install.md).
+export AGENT_SANDBOX_CONTROLLER_IDENTITY="${AGENT_SANDBOX_CONTROLLER_IDENTITY:-serviceaccount}"
 set +e
 $BIN/pytest -m "not bench" -n "$WORKERS" --timeout=600 --junitxml="$REPORT_DIR/junit.xml" "$@"
 code=$?

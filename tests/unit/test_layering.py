@@ -23,10 +23,11 @@ ALLOWED: dict[str, set[str]] = {
     "controllers": {"api", "kube"},
     "router": {"api", "kube"},
     "runtime": {"api"},
+    "manifests": {"api"},
     # devcluster's local runner serves the runtime for dev-cluster pods
-    "devcluster": {"api", "kube", "runtime"},
+    "devcluster": {"api", "kube", "runtime", "manifests"},
     # The Python SDK is its own distribution (clients/python, `agent_sandbox_sdk`): tests/unit/sdk.
-    "cli": {"api", "kube", "controllers", "router", "runtime", "devcluster"},
+    "cli": {"api", "kube", "controllers", "router", "runtime", "devcluster", "manifests"},
 }
 
 

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from agent_sandbox.cli.release import release_command
 from agent_sandbox.cli.sandboxes import add_sandbox_commands
 from agent_sandbox.devcluster import (
     BuildError,
@@ -78,9 +79,9 @@ def _dev_status(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from agent_sandbox.api import crdgen  # type: ignore[attr-defined,unused-ignore]
+    from agent_sandbox.manifests.generated import main as generate_main
 
-    return int(crdgen.main(["--check"] if args.check else []))
+    return generate_main(["--check"] if args.check else [])
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -153,9 +154,18 @@ def build_parser() -> argparse.ArgumentParser:
     status = dev_sub.add_parser("status", help="list dev clusters, their processes and memory")
     status.set_defaults(handler=_dev_status)
 
-    gen = sub.add_parser("generate", help="regenerate k8s/crds from the API models")
+    gen = sub.add_parser(
+        "generate", help="regenerate the CRDs and the controller RBAC in k8s/ and helm/ from their sources"
+    )
     gen.add_argument("--check", action="store_true", help="fail if the checked-in files differ")
     gen.set_defaults(handler=_generate)
+
+    rel = sub.add_parser("release", help="render the release assets (sandbox.yaml, extensions.yaml, ...)")
+    rel.add_argument("--tag", default="", help="release tag, e.g. v0.1.0 (the image tag)")
+    rel.add_argument("--registry", default="registry.k8s.io/agent-sandbox", help="image registry prefix")
+    rel.add_argument("--out", default="release_assets", help="output directory (default release_assets/)")
+    rel.add_argument("--check", action="store_true", help="only the kustomization drift guard")
+    rel.set_defaults(handler=release_command)
 
     demo = sub.add_parser("demo", help="the README journey on a local cluster")
     demo.add_argument("--name", default="demo")

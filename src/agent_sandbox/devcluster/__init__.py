@@ -3,6 +3,7 @@ kube-scheduler and kwok, built from the official Go modules and run as plain pro
 
 from agent_sandbox.devcluster.binaries import (
     ETCD_VERSION,
+    HELM_VERSION,
     KUBERNETES_VERSION,
     KWOK_VERSION,
     BuildError,
@@ -14,6 +15,7 @@ from agent_sandbox.devcluster.processes import ComponentError
 
 __all__ = [
     "ETCD_VERSION",
+    "HELM_VERSION",
     "KUBERNETES_VERSION",
     "KWOK_VERSION",
     "BuildError",

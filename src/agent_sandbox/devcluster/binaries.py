@@ -21,8 +21,10 @@ from pathlib import Path
 KUBERNETES_VERSION = "1.35.4"
 ETCD_VERSION = "3.6.5"
 KWOK_VERSION = "0.8.0"
+# Helm v3 for the chart tests (helm/); its k8s.io libraries are v0.35, like the control plane's.
+HELM_VERSION = "3.20.2"
 
-BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "etcd", "kwok")
+BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "etcd", "kwok", "helm")
 _SCRIPT = Path(__file__).with_name("build-control-plane.sh")
 
 
@@ -47,7 +49,13 @@ class Binaries:
 
     @property
     def complete(self) -> bool:
-        return all(os.access(self.path(b), os.X_OK) for b in BINARIES)
+        if not all(os.access(self.path(b), os.X_OK) for b in BINARIES):
+            return False
+        # helm is not in the directory key; its stamp says which version the binary is.
+        try:
+            return self.path("helm.version").read_text().strip() == HELM_VERSION
+        except OSError:
+            return False
 
 
 def _go_version(go: str) -> str:
@@ -102,11 +110,13 @@ def _build(directory: Path, log_path: Path, *, quiet: bool) -> None:
         "AGENT_SANDBOX_K8S_VERSION": KUBERNETES_VERSION,
         "AGENT_SANDBOX_ETCD_VERSION": ETCD_VERSION,
         "AGENT_SANDBOX_KWOK_VERSION": KWOK_VERSION,
+        "AGENT_SANDBOX_HELM_VERSION": HELM_VERSION,
         "AGENT_SANDBOX_CACHE": str(cache_root()),
     }
     print(
         f"building the local control plane (Kubernetes v{KUBERNETES_VERSION}, etcd v{ETCD_VERSION}, "
-        f"kwok v{KWOK_VERSION}) into {directory}; a cold build takes 15-30 minutes, log: {log_path}",
+        f"kwok v{KWOK_VERSION}, helm v{HELM_VERSION}) into {directory}; a cold build takes 15-30 minutes, "
+        f"log: {log_path}",
         file=sys.stderr,
         flush=True,
     )

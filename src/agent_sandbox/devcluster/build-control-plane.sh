@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the local control plane (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-# etcd, kwok) from the official Go modules into a cache keyed on versions + Go version.
+# etcd, kwok) and helm v3 from the official Go modules into a cache keyed on versions + Go version.
 # Usage: hack/build-control-plane.sh [OUT_DIR]
 # Why a script: it is plain `go` plumbing; the Python devcluster calls it and streams its output.
 set -euo pipefail
@@ -8,6 +8,7 @@ set -euo pipefail
 KV="${AGENT_SANDBOX_K8S_VERSION:-1.35.4}"
 ETCD_V="${AGENT_SANDBOX_ETCD_VERSION:-3.6.5}"
 KWOK_V="${AGENT_SANDBOX_KWOK_VERSION:-0.8.0}"
+HELM_V="${AGENT_SANDBOX_HELM_VERSION:-3.20.2}"
 CACHE="${AGENT_SANDBOX_CACHE:-$HOME/.cache/agent-sandbox}"
 GOV="$(go env GOVERSION)"
 OUT="${1:-$CACHE/bin/k8s-v$KV-etcd-v$ETCD_V-kwok-v$KWOK_V-$GOV-$(go env GOARCH)}"
@@ -72,6 +73,16 @@ fi
 if ! have kwok; then
   log "building kwok v$KWOK_V"
   GOBIN="$OUT" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_V"
+fi
+
+# helm is not part of the directory's key (adding it would rebuild everything); its version is stamped
+# next to it instead, so a pin bump rebuilds only helm.
+if ! have helm || [ "$(cat "$OUT/helm.version" 2>/dev/null)" != "$HELM_V" ]; then
+  log "building helm v$HELM_V (2-4 min cold; shares k8s.io modules with the build above)"
+  GOBIN="$OUT" go install -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_V -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
+    "helm.sh/helm/v3/cmd/helm@v$HELM_V"
+  echo "$HELM_V" > "$OUT/helm.version"
 fi
 
 log "done: $OUT"

@@ -53,6 +53,8 @@ from agent_sandbox.devcluster.simulation import ready_status, with_taint, withou
 _PORT_NAMES = ("etcd_client", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kwok", "runner")
 PROVISIONER = "volume-provisioner"
 _PROVISIONER_MODULE = "agent_sandbox.devcluster.provisioner"
+SERVICE_PROXY = "service-proxy"
+_SERVICE_PROXY_MODULE = "agent_sandbox.devcluster.serviceproxy"
 RUNNER = "runner"
 _RUNNER_MODULE = "agent_sandbox.devcluster.runner"
 
@@ -306,6 +308,8 @@ class DevCluster:
             cfg.ready_timeout,
         )
 
+        if cfg.service_proxy:
+            self._start_service_proxy(cfg)
         say(f"[{self.name}] starting kube-apiserver")
         apiserver = self._spawn("kube-apiserver", components.apiserver_argv(lay, cfg))
         # Started now so its Python start-up overlaps the apiserver's; it retries until the API (and its
@@ -375,6 +379,25 @@ class DevCluster:
             lambda: admin.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
             cfg.ready_timeout,
         )
+
+    def _start_service_proxy(self, cfg: ClusterConfig) -> None:
+        """The API server's route to Services (serviceproxy.py); it must listen before the API server starts."""
+        d = self.directory
+        socket_path, ready = d / components.SERVICE_PROXY_SOCKET, d / "service-proxy.ready"
+        (d / components.EGRESS_CONFIG).write_text(components.egress_selector_yaml(socket_path))
+        proxy = self._spawn(
+            SERVICE_PROXY,
+            [
+                sys.executable,
+                "-m",
+                _SERVICE_PROXY_MODULE,
+                f"--kubeconfig={self.kubeconfig}",
+                f"--socket={socket_path}",
+                f"--ready-file={ready}",
+            ],
+            identity=_SERVICE_PROXY_MODULE,
+        )
+        self._wait(proxy, "listening", ready.exists, cfg.ready_timeout)
 
     def _create_storage(self, cfg: ClusterConfig) -> None:
         """StorageClasses and the provisioner's RBAC, before the PV controller and scheduler start."""

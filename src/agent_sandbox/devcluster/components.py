@@ -14,6 +14,25 @@ from agent_sandbox.devcluster.binaries import Binaries
 from agent_sandbox.devcluster.certs import ClusterPki
 from agent_sandbox.devcluster.config import SERVICE_CIDR, ClusterConfig
 
+# Written by DevCluster when `ClusterConfig.service_proxy` is on (see serviceproxy.py).
+EGRESS_CONFIG = "egress-selector.yaml"
+SERVICE_PROXY_SOCKET = "service-proxy.sock"
+
+
+def egress_selector_yaml(socket_path: Path) -> str:
+    """kube-apiserver's EgressSelectorConfiguration: the ``cluster`` network via this proxy."""
+    return (
+        "apiVersion: apiserver.k8s.io/v1beta1\n"
+        "kind: EgressSelectorConfiguration\n"
+        "egressSelections:\n"
+        "- name: cluster\n"
+        "  connection:\n"
+        "    proxyProtocol: HTTPConnect\n"
+        "    transport:\n"
+        "      uds:\n"
+        f"        udsName: {socket_path}\n"
+    )
+
 
 @dataclass(frozen=True, slots=True)
 class Layout:
@@ -48,6 +67,7 @@ def etcd_argv(lay: Layout, cfg: ClusterConfig) -> list[str]:
 
 def apiserver_argv(lay: Layout, cfg: ClusterConfig) -> list[str]:
     pki = lay.pki
+    egress = [f"--egress-selector-config-file={lay.directory / EGRESS_CONFIG}"] if cfg.service_proxy else []
     return [
         str(lay.binaries.path("kube-apiserver")),
         f"--etcd-servers=http://127.0.0.1:{lay.ports['etcd_client']}",
@@ -68,6 +88,7 @@ def apiserver_argv(lay: Layout, cfg: ClusterConfig) -> list[str]:
         f"--max-mutating-requests-inflight={cfg.max_mutating_requests_inflight}",
         "--allow-privileged=true",
         f"--profiling={str(cfg.apiserver_profiling).lower()}",
+        *egress,
         "--v=1",
     ]
 

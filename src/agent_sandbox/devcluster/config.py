@@ -66,6 +66,9 @@ class ClusterConfig:
     apiserver_profiling: bool = False
     # Run the local runner: runtime pods (runtime image or annotation) really execute (docs/devcluster.md).
     runner: bool = True
+    # Route the API server's calls to Services (webhooks by Service reference) to Ready pods' 127.x IPs
+    # through the `service-proxy` component (devcluster/serviceproxy.py), as kube-proxy would on a node.
+    service_proxy: bool = False
 
 
 def kubeconfig_yaml(*, name: str, server: str, ca: Path, cert: Path, key: Path, user: str) -> str:

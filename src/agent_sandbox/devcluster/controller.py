@@ -16,6 +16,7 @@ import yaml
 
 from agent_sandbox.api.kinds import ALL_KINDS, ResourceKind
 from agent_sandbox.devcluster.cluster import DevCluster
+from agent_sandbox.devcluster.identity import controller_kubeconfig
 from agent_sandbox.devcluster.processes import Started, component_error, is_ours
 from agent_sandbox.devcluster.rest import AdminRest, probe_http
 
@@ -54,7 +55,12 @@ def install_crds(cluster: DevCluster) -> None:
     if out.returncode != 0:
         raise RuntimeError(f"installing CRDs failed:\n{out.stderr}")
     names = [f"crd/{doc['metadata']['name']}" for doc in docs]
-    wait = cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+    for _ in range(50):
+        wait = cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+        # A CRD created a moment ago may have no status yet; kubectl wait then fails at once.
+        if wait.returncode == 0 or "accessor error" not in wait.stderr:
+            break
+        time.sleep(0.1)
     if wait.returncode != 0:
         raise RuntimeError(f"CRDs not Established:\n{wait.stderr}")
 
@@ -89,7 +95,8 @@ def controller_argv(
     metrics, health, webhook = _controller_ports(cluster)
     argv = [
         *base,
-        f"--kubeconfig={cluster.kubeconfig}",
+        # The admin, or (AGENT_SANDBOX_CONTROLLER_IDENTITY=serviceaccount) the install's ServiceAccount.
+        f"--kubeconfig={controller_kubeconfig(cluster)}",
         f"--metrics-bind-address=127.0.0.1:{metrics}",
         f"--health-probe-bind-address=127.0.0.1:{health}",
         f"--webhook-port={webhook}",

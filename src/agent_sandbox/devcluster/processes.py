@@ -6,14 +6,18 @@ process we started (PIDs get reused), and stopping it (SIGTERM, then SIGKILL aft
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import os
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # Variables that would point a component at an in-cluster address: the dev cluster only talks to loopback.
 _SCRUBBED_ENV = (
@@ -148,4 +152,15 @@ def rss_bytes(pid: int) -> int:
                 return int(line.split()[1]) * 1024
     except OSError:
         pass
+    return 0
+
+
+def run_component(main: Coroutine[Any, Any, None]) -> int:
+    """Body of a Python component's `main()` (provisioner, service proxy): log lines to stdout (the log file
+    `spawn` gave it), run `main` until it returns or the process is interrupted."""
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main)
     return 0

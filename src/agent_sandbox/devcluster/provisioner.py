@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_sandbox.devcluster.config import HOST_PATH_ANNOTATION, PROVISIONER_NAME
+from agent_sandbox.devcluster.processes import run_component
 from agent_sandbox.kube import PVC, AlreadyExists, ApiClient, Gone, NotFound, Object, ResourceKind
 
 PV = ResourceKind("", "v1", "PersistentVolume", "persistentvolumes", namespaced=False)
@@ -341,12 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ready-file", default="", help="written once the first lists succeeded")
     args = parser.parse_args(argv)
     args.root = os.path.abspath(args.root)  # PVs carry absolute paths
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_main(args))
-    return 0
+    return run_component(_main(args))
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from ._client import ApiClient
 from ._ratelimit import TokenBucket
 from ._resources import EVENT
 from ._types import Object
-from .errors import KubeError, NotFound
+from .errors import Forbidden, KubeError, NotFound
 
 __all__ = ["EventBroadcaster", "EventRecorder", "EventSink", "NullEventRecorder"]
 
@@ -178,6 +178,9 @@ class EventBroadcaster:
                 self._series.pop(next(iter(self._series)))
         except NotFound:
             self._series.pop(key, None)  # the Event expired server-side; next repeat creates a new one
+        except Forbidden as exc:
+            # A missing RBAC grant is an installation problem: say so (client-go logs rejected events too).
+            log.warning("dropping event %s/%s: %s", p.reason, ref.get("name"), exc)
         except KubeError as exc:
             log.debug("dropping event %s/%s: %s", p.reason, ref.get("name"), exc)
 

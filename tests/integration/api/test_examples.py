@@ -15,6 +15,8 @@ pytestmark = pytest.mark.integration
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 FILES = sorted(EXAMPLES.rglob("*.yaml"))
+# Deleted after the test (the APF overlay would otherwise reshape this cluster's API traffic).
+CLUSTER_SCOPED = ("RuntimeClass", "FlowSchema", "PriorityLevelConfiguration")
 
 
 def test_examples_exist() -> None:
@@ -26,7 +28,7 @@ def test_example_is_accepted(crds: DevCluster, namespace: str, path: Path) -> No
     dry = crds.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(path))
     assert dry.returncode == 0, dry.stderr
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
-    cluster_scoped = [d for d in docs if d["kind"] == "RuntimeClass"]
+    cluster_scoped = [d for d in docs if d["kind"] in CLUSTER_SCOPED]
     try:
         real = crds.kubectl("apply", "-n", namespace, "-f", str(path))
         assert real.returncode == 0, real.stderr
@@ -40,7 +42,8 @@ def test_example_is_accepted(crds: DevCluster, namespace: str, path: Path) -> No
             assert _contains(sent, stored), doc["metadata"]["name"]
     finally:
         for doc in cluster_scoped:
-            crds.kubectl("delete", "runtimeclass", doc["metadata"]["name"], "--ignore-not-found")
+            resource = f"{doc['kind'].lower()}.{doc['apiVersion'].rpartition('/')[0]}".rstrip(".")
+            crds.kubectl("delete", resource, doc["metadata"]["name"], "--ignore-not-found")
 
 
 def _contains(small: Any, big: Any) -> bool:

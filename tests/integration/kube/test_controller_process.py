@@ -15,6 +15,7 @@ import pytest
 
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import install_crds
+from agent_sandbox.devcluster.identity import controller_kubeconfig
 from tests.helpers import wait_for
 from tests.integration.kube.helpers import free_port
 
@@ -92,7 +93,7 @@ def test_serves_probes_and_metrics_and_exits_0_on_sigterm(
     cluster: DevCluster, namespace: str, procs: list[Proc], tmp_path: Path
 ) -> None:
     p = Proc(
-        cluster.kubeconfig,
+        controller_kubeconfig(cluster),
         f"--leader-election-namespace={namespace}",
         "--extensions",
         log=tmp_path / "ctrl.log",
@@ -141,10 +142,10 @@ def test_second_replica_takes_over_within_2s_after_graceful_stop(
     cluster: DevCluster, namespace: str, procs: list[Proc], tmp_path: Path
 ) -> None:
     flags = (f"--leader-election-namespace={namespace}", "--zap-log-level=debug")
-    first = Proc(cluster.kubeconfig, *flags, log=tmp_path / "first.log")
+    first = Proc(controller_kubeconfig(cluster), *flags, log=tmp_path / "first.log")
     procs.append(first)
     wait_for(lambda: first.metric(LEASE_METRIC) == 1.0, what="first replica leads")
-    second = Proc(cluster.kubeconfig, *flags, log=tmp_path / "second.log")
+    second = Proc(controller_kubeconfig(cluster), *flags, log=tmp_path / "second.log")
     procs.append(second)
     wait_for(lambda: second.metric(LEASE_METRIC) == 0.0, what="second replica standing by")
     # Probes and metrics are served by the standby too.

@@ -11,6 +11,7 @@ import yaml
 
 from agent_sandbox.api import crdgen
 from agent_sandbox.api.v1beta1 import VCT_IMMUTABLE_MESSAGE, VCT_IMMUTABLE_RULE
+from agent_sandbox.manifests.generated import main as generate_main
 
 pytestmark = pytest.mark.unit
 
@@ -50,23 +51,25 @@ def test_generation_is_deterministic_and_checked_in() -> None:
         "extensions.agents.x-k8s.io_sandboxtemplates.yaml",
         "extensions.agents.x-k8s.io_sandboxwarmpools.yaml",
     ]
-    assert crdgen.check(CRD_DIR) == [], "k8s/crds drifted: run python -m agent_sandbox.api.crdgen"
+    for name, text in first.items():
+        assert (CRD_DIR / name).read_text() == text, f"k8s/crds/{name} drifted: run `agent-sandbox generate`"
 
 
 def test_check_cli_detects_drift(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert crdgen.main(["--check", "--out", str(tmp_path)]) == 1  # nothing written yet
-    assert crdgen.main(["--out", str(tmp_path)]) == 0
-    assert crdgen.main(["--check", "--out", str(tmp_path)]) == 0
-    target = tmp_path / "extensions.agents.x-k8s.io_sandboxwarmpools.yaml"
+    """`agent-sandbox generate [--check]` (manifests.generated) over a scratch checkout."""
+    assert generate_main(["--check", "--root", str(tmp_path)]) == 1  # nothing written yet
+    assert generate_main(["--root", str(tmp_path)]) == 0
+    assert generate_main(["--check", "--root", str(tmp_path)]) == 0
+    target = tmp_path / "k8s" / "crds" / "extensions.agents.x-k8s.io_sandboxwarmpools.yaml"
     target.write_text(target.read_text().replace("default: 1\n", "default: 2\n"))
     capsys.readouterr()
-    assert crdgen.main(["--check", "--out", str(tmp_path)]) == 1
+    assert generate_main(["--check", "--root", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert "-                default: 2" in out
     assert "+                default: 1" in out
-    crdgen.write(tmp_path)
-    (tmp_path / "stray.yaml").write_text("---\n")
-    assert crdgen.main(["--check", "--out", str(tmp_path)]) == 1
+    generate_main(["--root", str(tmp_path)])
+    (tmp_path / "helm" / "crds" / "stray.yaml").write_text("---\n")
+    assert generate_main(["--check", "--root", str(tmp_path)]) == 1
 
 
 def test_yaml_parses_back_to_the_objects() -> None:

@@ -1,8 +1,8 @@
 """Generate the four CRD manifests from the API models (the single source of truth).
 
-``generate()`` returns ``{file name: YAML text}``; ``write()`` puts them in ``k8s/crds/``;
-``check()`` diffs them against the checked-in files. ``python -m agent_sandbox.api.crdgen
-[--check] [--out DIR]`` (later ``agent-sandbox generate [--check]``) wraps these.
+``generate()`` returns ``{file name: YAML text}``. Writing them into ``k8s/crds/`` (and the Helm
+chart's copy) and checking the checked-in files for drift is ``agent-sandbox generate [--check]``
+(``agent_sandbox.manifests.generated``), one command for every generated install file.
 
 Output is deterministic: sorted keys (as controller-gen's JSON->YAML round trip produces),
 versions in declared order, no descriptions (upstream uses ``crd:maxDescLen=0``).
@@ -10,8 +10,6 @@ versions in declared order, no descriptions (upstream uses ``crd:maxDescLen=0``)
 
 from __future__ import annotations
 
-import difflib
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -20,23 +18,16 @@ from agent_sandbox.api.crdgen._crd import KIND_SPECS, build_crd, conversion_stan
 from agent_sandbox.api.crdgen._k8s import k8s_schema, kubernetes_version
 
 __all__ = [
-    "DEFAULT_OUT_DIR",
     "build_crd",
-    "check",
     "conversion_stanza",
     "crds",
     "file_name",
     "generate",
     "k8s_schema",
     "kubernetes_version",
-    "main",
     "render",
     "root_schema",
-    "write",
 ]
-
-#: ``k8s/crds`` of the source checkout (the package lives in ``src/agent_sandbox/api/crdgen``).
-DEFAULT_OUT_DIR = Path(__file__).resolve().parents[4] / "k8s" / "crds"
 
 _Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
@@ -64,65 +55,3 @@ def render(crd: dict[str, Any]) -> str:
 def generate() -> dict[str, str]:
     """``{file name: YAML}`` for every CRD."""
     return {file_name(crd): render(crd) for crd in crds()}
-
-
-def write(out_dir: Path = DEFAULT_OUT_DIR) -> list[Path]:
-    """Write all CRDs into ``out_dir``; returns the paths written."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, text in generate().items():
-        path = out_dir / name
-        path.write_text(text, encoding="utf-8")
-        paths.append(path)
-    return paths
-
-
-def check(out_dir: Path = DEFAULT_OUT_DIR) -> list[str]:
-    """Unified diffs between generated and checked-in CRDs (empty list = up to date).
-
-    Files in ``out_dir`` that the generator does not produce count as drift as well.
-    """
-    diffs: list[str] = []
-    expected = generate()
-    for name, text in expected.items():
-        path = out_dir / name
-        current = path.read_text(encoding="utf-8") if path.exists() else ""
-        if current != text:
-            diffs.append(
-                "".join(
-                    difflib.unified_diff(
-                        current.splitlines(keepends=True),
-                        text.splitlines(keepends=True),
-                        fromfile=f"{path} (checked in)",
-                        tofile=f"{path} (generated)",
-                    )
-                )
-                or f"{path}: differs\n"
-            )
-    if out_dir.is_dir():
-        for path in sorted(out_dir.glob("*.yaml")):
-            if path.name not in expected:
-                diffs.append(f"{path}: not produced by the generator\n")
-    return diffs
-
-
-def main(argv: list[str] | None = None) -> int:
-    """CLI: write the CRDs, or with ``--check`` exit 1 and print a diff when they drifted."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m agent_sandbox.api.crdgen", description=__doc__)
-    parser.add_argument("--check", action="store_true", help="fail with a diff if checked-in CRDs drifted")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT_DIR, help="output directory (k8s/crds)")
-    args = parser.parse_args(argv)
-    if args.check:
-        diffs = check(args.out)
-        for diff in diffs:
-            print(diff, end="")
-        if diffs:
-            print(f"CRDs in {args.out} are out of date; run `python -m agent_sandbox.api.crdgen`")
-            return 1
-        print(f"CRDs in {args.out} are up to date")
-        return 0
-    for path in write(args.out):
-        print(f"wrote {path}")
-    return 0

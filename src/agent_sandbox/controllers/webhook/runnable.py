@@ -9,6 +9,10 @@ so the loopback URL comes from the environment variable ``AGENT_SANDBOX_WEBHOOK_
 (e.g. ``https://127.0.0.1:{port}/convert``; ``{port}`` is filled with ``--webhook-port``).
 When set, the server binds to the URL's host and the CRDs get ``clientConfig.url`` instead of
 the Service reference, because Endpoints reject loopback addresses.
+
+``AGENT_SANDBOX_WEBHOOK_HOST`` only chooses the address the server binds (default: every interface, as
+upstream). The dev cluster's stand-in kubelet (``devcluster.podprocess``) sets it to the pod's 127.x IP
+when it runs an installed controller pod, which keeps the Service reference.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from agent_sandbox.controllers.webhook.server import ConversionWebhook, WebhookO
 from agent_sandbox.kube import Manager
 
 WEBHOOK_URL_ENV = "AGENT_SANDBOX_WEBHOOK_URL"
+WEBHOOK_HOST_ENV = "AGENT_SANDBOX_WEBHOOK_HOST"
 
 
 def options_from(opts: Options, environ: Mapping[str, str] = os.environ) -> WebhookOptions:
@@ -33,7 +38,7 @@ def options_from(opts: Options, environ: Mapping[str, str] = os.environ) -> Webh
     if url:
         url = url.replace("{port}", str(opts.webhook_port))
     return WebhookOptions(
-        host=(urlsplit(url).hostname or "") if url else "",
+        host=(urlsplit(url).hostname or "") if url else environ.get(WEBHOOK_HOST_ENV, ""),
         port=opts.webhook_port,
         namespace=opts.webhook_namespace,
         service_name=opts.webhook_service_name,

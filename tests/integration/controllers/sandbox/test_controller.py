@@ -30,6 +30,7 @@ from agent_sandbox.controllers.options import Options
 from agent_sandbox.controllers.sandbox import setup as setup_sandbox_controller
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import install_crds
+from agent_sandbox.devcluster.identity import controller_kubeconfig
 from agent_sandbox.kube import (
     POD,
     PVC,
@@ -54,8 +55,8 @@ def crds(cluster: DevCluster) -> None:
 
 @pytest.fixture
 async def manager(cluster: DevCluster, namespace: str, crds: None) -> AsyncIterator[Manager]:
-    """The Sandbox controller in this process, caching only `namespace`."""
-    api = await ApiClient.from_kubeconfig(str(cluster.kubeconfig))
+    """The Sandbox controller in this process, caching only `namespace` (as the controller's identity)."""
+    api = await ApiClient.from_kubeconfig(str(controller_kubeconfig(cluster)))
     options = ManagerOptions(
         metrics_bind_address="0",
         health_probe_bind_address="0",

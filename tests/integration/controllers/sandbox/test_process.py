@@ -24,6 +24,7 @@ import pytest
 from agent_sandbox.api.constants import ANNOTATION_POD_NAME
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import install_crds
+from agent_sandbox.devcluster.identity import controller_kubeconfig
 from agent_sandbox.kube import POD, PVC, SANDBOX, SERVICE, ApiClient, Object
 from tests import helpers
 
@@ -49,7 +50,7 @@ class Controller:
             sys.executable,
             "-m",
             "agent_sandbox.controllers.main",
-            f"--kubeconfig={cluster.kubeconfig}",
+            f"--kubeconfig={controller_kubeconfig(cluster)}",
             f"--metrics-bind-address=127.0.0.1:{self.metrics}",
             f"--health-probe-bind-address=127.0.0.1:{self.health}",
             "--enable-webhook=false",

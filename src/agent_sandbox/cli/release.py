@@ -1,0 +1,45 @@
+"""`agent-sandbox release`: render the release assets (operations spec §3), or only run the drift guard.
+
+The asset rules live in `agent_sandbox.manifests.release`; this module supplies `kubectl kustomize` (the
+control plane's own kubectl, built once and cached) and writes the files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from agent_sandbox.devcluster import ensure_binaries
+from agent_sandbox.manifests import REPO_ROOT, DriftError, check_drift, render_assets
+
+
+def release_command(args: argparse.Namespace) -> int:
+    """Render the assets into `args.out` (`--tag`, `--registry`), or with `args.check` only check drift."""
+    k8s = REPO_ROOT / "k8s"
+    try:
+        if args.check:
+            check_drift(k8s)
+            print("k8s/kustomization.yaml lists exactly the install files")
+            return 0
+        kubectl = ensure_binaries().path("kubectl")
+
+        def kustomize(directory: Path) -> str:
+            out = subprocess.run(
+                [str(kubectl), "kustomize", str(directory)], capture_output=True, text=True, check=False
+            )
+            if out.returncode != 0:
+                raise RuntimeError(f"kubectl kustomize {directory} failed: {out.stderr.strip()}")
+            return out.stdout
+
+        assets = render_assets(k8s, tag=args.tag, registry=args.registry, kustomize=kustomize)
+    except DriftError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in assets.files.items():
+        (out_dir / name).write_text(text, encoding="utf-8")
+        print(f"wrote {out_dir / name}")
+    return 0

@@ -1,0 +1,101 @@
+"""Every generated file of the install surfaces, and the check that the checked-in copies are current.
+
+Owns: the list of generated files (path relative to the source checkout -> text): the four CRDs in
+``k8s/crds/`` (from ``agent_sandbox.api.crdgen``) and their byte-identical copies in ``helm/crds/``; the two
+generated ClusterRoles (from ``rbac``) in ``k8s/`` and their byte-identical copies in ``helm/templates/``.
+``write`` regenerates them, ``check`` returns unified diffs (CI fails on any, via
+``agent-sandbox generate --check`` in ``hack/test.sh``).
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+from agent_sandbox.api.crdgen import generate as generate_crds
+from agent_sandbox.manifests.rbac import (
+    CONTROLLER_NAME,
+    CORE_RULES,
+    EXTENSIONS_NAME,
+    EXTENSIONS_RULES,
+    render_cluster_role,
+)
+
+__all__ = ["REPO_ROOT", "check", "generated_files", "write"]
+
+#: The source checkout (src layout: <root>/src/agent_sandbox/manifests/generated.py).
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+# Directories whose every *.yaml must be generated (a stray file there is drift too).
+_OWNED_DIRS = (Path("k8s/crds"), Path("helm/crds"))
+
+
+def generated_files() -> dict[Path, str]:
+    """``{path relative to the checkout: text}`` of every generated file."""
+    out: dict[Path, str] = {}
+    for name, text in generate_crds().items():
+        out[Path("k8s/crds") / name] = text
+        out[Path("helm/crds") / name] = text
+    roles = {
+        "rbac.generated.yaml": render_cluster_role(CONTROLLER_NAME, CORE_RULES),
+        "extensions-rbac.generated.yaml": render_cluster_role(EXTENSIONS_NAME, EXTENSIONS_RULES),
+    }
+    for name, text in roles.items():
+        out[Path("k8s") / name] = text
+        out[Path("helm/templates") / name] = text
+    return out
+
+
+def write(root: Path = REPO_ROOT) -> list[Path]:
+    """(Re)write every generated file under ``root``; returns the paths written."""
+    written = []
+    for rel, text in generated_files().items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def check(root: Path = REPO_ROOT) -> list[str]:
+    """Unified diffs between generated and checked-in files (empty list: up to date)."""
+    expected = generated_files()
+    diffs: list[str] = []
+    for rel, text in expected.items():
+        path = root / rel
+        current = path.read_text(encoding="utf-8") if path.exists() else ""
+        if current != text:
+            diff = difflib.unified_diff(
+                current.splitlines(keepends=True),
+                text.splitlines(keepends=True),
+                fromfile=f"{rel} (checked in)",
+                tofile=f"{rel} (generated)",
+            )
+            diffs.append("".join(diff) or f"{rel}: differs\n")
+    for directory in _OWNED_DIRS:
+        for path in sorted((root / directory).glob("*.yaml")):
+            if path.relative_to(root) not in expected:
+                diffs.append(f"{path.relative_to(root)}: not produced by the generator\n")
+    return diffs
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``agent-sandbox generate [--check]``: write the files, or exit 1 with a diff when they drifted."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="agent-sandbox generate", description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail with a diff if checked-in files drifted")
+    parser.add_argument("--root", type=Path, default=REPO_ROOT, help="source checkout (default: this one)")
+    args = parser.parse_args(argv)
+    if args.check:
+        diffs = check(args.root)
+        for diff in diffs:
+            print(diff, end="")
+        if diffs:
+            print(f"{len(diffs)} generated file(s) out of date; run `agent-sandbox generate`")
+            return 1
+        print(f"{len(generated_files())} generated files are up to date")
+        return 0
+    for path in write(args.root):
+        print(f"wrote {path}")
+    return 0

@@ -1,0 +1,148 @@
+"""The checked-in install manifests (k8s/) keep upstream's names, labels, ports and RBAC (operations §2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agent_sandbox.api import constants as c
+from agent_sandbox.manifests import REPO_ROOT, WEBHOOK_CERT_ROLE, check, role
+
+pytestmark = pytest.mark.unit
+
+K8S = REPO_ROOT / "k8s"
+NS = "agent-sandbox-system"
+NAME = "agent-sandbox-controller"
+
+
+def _docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def _one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name}: {len(found)} found"
+    return found[0]
+
+
+def test_generated_files_are_current() -> None:
+    """`agent-sandbox generate --check` in-process: CRDs, RBAC and their Helm copies match the sources."""
+    assert check() == []
+
+
+def test_controller_yaml_objects_and_identities() -> None:
+    docs = _docs(K8S / "controller.yaml")
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("Namespace", NS),
+        ("ServiceAccount", NAME),
+        ("ClusterRoleBinding", NAME),
+        ("Role", NAME),
+        ("RoleBinding", NAME),
+        ("Service", NAME),
+        ("Deployment", NAME),
+        ("Service", c.WEBHOOK_SERVICE_NAME),
+    ]
+    for doc in docs[1:]:
+        if doc["kind"] != "ClusterRoleBinding":
+            assert doc["metadata"]["namespace"] == NS, doc["kind"]
+    metrics = _one(docs, "Service", NAME)
+    assert metrics["spec"]["ports"] == [
+        {"name": "metrics", "port": 8080, "protocol": "TCP", "targetPort": "metrics"}
+    ]
+    assert metrics["spec"]["selector"] == {"app": NAME}
+    webhook = _one(docs, "Service", c.WEBHOOK_SERVICE_NAME)
+    assert webhook["spec"]["ports"][0]["port"] == 443
+    assert webhook["spec"]["ports"][0]["targetPort"] == "webhook"
+    assert webhook["spec"]["selector"] == {"app": NAME}
+
+
+def test_core_deployment_contract() -> None:
+    dep = _one(_docs(K8S / "controller.yaml"), "Deployment", NAME)
+    spec = dep["spec"]
+    assert spec["replicas"] == 1
+    assert spec["selector"]["matchLabels"] == {"app": NAME}
+    assert spec["template"]["metadata"]["labels"] == {"app": NAME}
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == NAME
+    (container,) = pod["containers"]
+    assert container["name"] == NAME
+    assert container["image"] == "ko://sigs.k8s.io/agent-sandbox/cmd/agent-sandbox-controller"
+    assert container["args"] == ["--leader-elect=true"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 8080, "healthz": 8081, "webhook": 9443}
+    assert "config-volume" not in {v["name"] for v in pod["volumes"]}  # core has no config volume (§2.2)
+    # Ours beyond upstream: probes on the health port and a non-root, read-only container.
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "healthz"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "healthz"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_extensions_deployment_differs_only_in_args_and_config_volume() -> None:
+    core = _one(_docs(K8S / "controller.yaml"), "Deployment", NAME)
+    ext = yaml.safe_load((K8S / "extensions.controller.yaml").read_text())
+    ext_pod, core_pod = ext["spec"]["template"]["spec"], core["spec"]["template"]["spec"]
+    assert ext_pod["containers"][0]["args"] == ["--leader-elect=true", "--extensions"]
+    assert {
+        "name": "config-volume",
+        "configMap": {"name": "agent-sandbox-config", "optional": True},
+    } in ext_pod["volumes"]
+    mount = {"name": "config-volume", "mountPath": "/etc/sandbox-config", "readOnly": True}
+    assert mount in ext_pod["containers"][0]["volumeMounts"]
+    # Everything else is the same object.
+    ext_pod["containers"][0]["args"] = core_pod["containers"][0]["args"]
+    ext_pod["containers"][0]["volumeMounts"].remove(mount)
+    ext_pod["volumes"] = [v for v in ext_pod["volumes"] if v["name"] != "config-volume"]
+    assert ext == core
+
+
+def test_webhook_cert_role_matches_the_rbac_source() -> None:
+    docs = _docs(K8S / "controller.yaml")
+    assert _one(docs, "Role", NAME) == role(NAME, NS, WEBHOOK_CERT_ROLE)
+
+
+def test_bindings_point_at_the_service_account() -> None:
+    subject = [{"kind": "ServiceAccount", "name": NAME, "namespace": NS}]
+    core = _one(_docs(K8S / "controller.yaml"), "ClusterRoleBinding", NAME)
+    ext = _one(_docs(K8S / "extensions.yaml"), "ClusterRoleBinding", "agent-sandbox-controller-extensions")
+    assert core["subjects"] == subject
+    assert core["roleRef"]["name"] == NAME
+    assert ext["subjects"] == subject
+    assert ext["roleRef"]["name"] == "agent-sandbox-controller-extensions"
+    assert _docs(K8S / "extensions.yaml") == [ext]  # the file holds only RBAC
+
+
+def test_router_component_names_and_labels() -> None:
+    router = K8S / "router"
+    kustomization = yaml.safe_load((router / "kustomization.yaml").read_text())
+    assert kustomization["kind"] == "Component"
+    docs = [d for name in kustomization["resources"] for d in _docs(router / name)]
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert kinds == {
+        ("ServiceAccount", "sandbox-router"),
+        ("ClusterRole", "sandbox-router"),
+        ("ClusterRoleBinding", "sandbox-router"),
+        ("Deployment", "sandbox-router"),
+        ("Service", "sandbox-router-svc"),
+        ("PodDisruptionBudget", "sandbox-router"),
+        ("NetworkPolicy", "sandbox-router"),
+    }
+    dep = _one(docs, "Deployment", "sandbox-router")
+    pod = dep["spec"]["template"]
+    # The template controller's managed NetworkPolicy admits exactly this label in this namespace.
+    assert pod["metadata"]["labels"]["app"] == "sandbox-router"
+    assert dep["metadata"]["namespace"] == NS
+    (container,) = pod["spec"]["containers"]
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
+        "proxy": 8080,
+        "metrics": 9090,
+        "healthz": 8081,
+    }
+    svc = _one(docs, "Service", "sandbox-router-svc")
+    assert svc["spec"]["ports"] == [{"name": "proxy", "port": 8080, "protocol": "TCP", "targetPort": "proxy"}]
+    assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+    cache = _one(docs, "ClusterRole", "sandbox-router")
+    assert cache["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
