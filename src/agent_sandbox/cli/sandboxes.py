@@ -75,10 +75,8 @@ def _dev_cluster(name: str) -> tuple[str, str | None]:
         raise ValueError(
             f"no dev cluster named {name!r}; start one with `agent-sandbox dev up --name {name}`"
         )
-    try:
-        from agent_sandbox.devcluster.router import router_url  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:  # a dev cluster without router support (issue 14): Kubernetes-only commands work
-        return str(cluster.kubeconfig), None
+    from agent_sandbox.devcluster.router import router_url
+
     url = router_url(cluster)
     return str(cluster.kubeconfig), url
 
