@@ -8,10 +8,11 @@ WORKERS ?= 2
 
 .PHONY: install demo test test-unit test-integration test-go lint generate check-generated release bench down clean
 
-$(STAMP): pyproject.toml
+# The project and its standalone Python SDK (clients/python, used by the CLI), both editable.
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e 'clients/python[grpc]' -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -33,8 +34,8 @@ test-go: install
 	bash clients/go/hack/test.sh
 
 lint: install
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks clients/python
+	$(BIN)/ruff format --check src tests benchmarks clients/python
 	$(BIN)/mypy
 
 generate: install

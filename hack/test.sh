@@ -15,8 +15,8 @@ echo "==> control plane binaries (built once, cached under ~/.cache/agent-sandbo
 $BIN/python -c 'from agent_sandbox.devcluster import ensure_binaries; print(ensure_binaries().directory)'
 
 echo "==> lint and type check"
-$BIN/ruff check src tests benchmarks
-$BIN/ruff format --check src tests benchmarks
+$BIN/ruff check src tests benchmarks clients/python
+$BIN/ruff format --check src tests benchmarks clients/python
 $BIN/mypy
 
 echo "==> generated files (CRDs, controller RBAC, their Helm copies) are up to date"
