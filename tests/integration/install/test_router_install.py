@@ -5,14 +5,12 @@ the metrics port serves the router's metrics."""
 
 from __future__ import annotations
 
-import tomllib
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from agent_sandbox.devcluster.install import apply, kustomize
-from agent_sandbox.manifests import REPO_ROOT
 from tests.integration.install.conftest import RAW_SELECTOR, Installed, write_overlay
 
 pytestmark = pytest.mark.integration
@@ -20,14 +18,6 @@ pytestmark = pytest.mark.integration
 ROUTER = {"app.kubernetes.io/name": "sandbox-router", "app.kubernetes.io/component": "sandbox-router"}
 
 
-def _router_available() -> bool:
-    scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    return "agent-sandbox-router" in scripts
-
-
-@pytest.mark.skipif(
-    not _router_available(), reason="agent-sandbox-router has not landed in this checkout yet"
-)
 def test_router_component_runs_ready(installed: Installed, tmp_path: Path) -> None:
     overlay = write_overlay(tmp_path / "overlay", ["router"])
     apply(installed.cluster, kustomize(installed.cluster, overlay))
