@@ -1,4 +1,4 @@
-"""The five benchmark scenarios of docs/performance.md, each on its own gate-tuned local cluster.
+"""The six benchmark scenarios of docs/performance.md, each on its own gate-tuned local cluster.
 
 | scenario | what | upstream anchor (operations spec §9) |
 |---|---|---|
@@ -7,6 +7,7 @@
 | refill | one pool scaled 0 -> 300, time to all Ready and creates/s | pool 0 -> 300 Ready in ~6.4 s |
 | cold | 1000 Sandboxes without a pool, time to all Ready (`benchmarks/sandbox_cold.py`) | - |
 | scale | 5000 idle Sandboxes: controller RSS/CPU idle, CPU per reconcile of a no-op event | capacity-cliff snapshots |
+| overload | Poisson over 4 pools at 2 x the knee (30/s) for 60 s, leader election on (`benchmarks/overload.py`) | issue 11: lease kept, every claim completes |
 
 Parameters have defaults (full size), a smoke preset (`--smoke`: minutes, not tens of minutes), and are
 overridable by environment (`BENCH_<KEY>=value`, e.g. `BENCH_RATE=20`) and by `--set key=value`.
@@ -745,6 +746,15 @@ async def run_scale(p: Params) -> dict[str, Any]:
         }
 
 
+# --------------------------------------------------------------------------- overload (benchmarks/overload.py)
+
+
+async def run_overload(p: Params) -> dict[str, Any]:
+    from .overload import run_overload as run  # imports this module's helpers: import on use
+
+    return await run(p)
+
+
 # --------------------------------------------------------------------------- registry
 
 _COMMON = {
@@ -831,6 +841,25 @@ SCENARIOS: dict[str, Scenario] = {
             },
             {**_SMOKE_COMMON, "count": 100, "idle_s": 5.0, "quiesce_s": 30.0, "touch": 50},
             run_scale,
+        ),
+        Scenario(
+            "overload",
+            "Poisson over 4 pools at 2 x the knee for 60 s, leader election on: P50/P99, completed, lease",
+            {
+                **_COMMON,
+                "pools": 4,
+                "knee": 15.0,
+                "factor": 2.0,
+                "seconds": 60.0,
+                "dwell_s": 5.0,
+                "headroom_s": 10.0,
+                "min_pool": 20,
+                "seed": 20261201,
+                "pool_timeout": 900.0,
+                "ready_timeout": 900.0,
+            },
+            {**_SMOKE_COMMON, "knee": 4.0, "seconds": 10.0, "min_pool": 10, "ready_timeout": 120.0},
+            run_overload,
         ),
     )
 }
