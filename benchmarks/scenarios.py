@@ -28,6 +28,7 @@ from agent_sandbox.kube import SANDBOX, KubeError, Object
 
 from . import apiserver_profile, promtext
 from . import profile as prof
+from .client_watch import ClientWatchProcess
 from .harness import (
     CLAIM_HIST,
     CLIENT_HIST,
@@ -302,6 +303,16 @@ def analyse_claims(
     }
 
 
+def _process_view(tracker: ClaimTracker, seen: Mapping[str, tuple[float, float | None]]) -> list[float]:
+    """Create sent -> Ready seen by the separate watcher process (`client_watch`), in seconds."""
+    out = []
+    for key, rec in tracker.records.items():
+        ready, requested = seen.get(key, (None, None))
+        if ready is not None:
+            out.append(ready - (requested if requested is not None else rec.sent))
+    return out
+
+
 def _profile_path(scenario: str, label: str) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return RESULTS / "profiles" / f"{scenario}-{label}-{stamp}.txt"
@@ -353,12 +364,18 @@ async def claim_phase(
             RESULTS / "profiles" / f"{_profile_path(bench.cluster.name, profile_label).stem}-apiserver.pprof"
         )
         api_profile = asyncio.create_task(apiserver_profile.capture(bench.cluster, duration + 3.0, api_path))
-    t_start = time.time()
-    t0 = await tracker.drive(arrivals, targets, prefix=prefix)
-    await tracker.wait_sent()
-    complete = await tracker.wait_ready(len(arrivals), ready_timeout)
-    t_done = time.time()
-    await tracker.wait_annotations(10.0)
+    watcher = ClientWatchProcess(str(bench.cluster.kubeconfig), bench.cluster.directory / "client-watch")
+    if not await watcher.wait_watching():
+        bench.notes.append("client watch process did not start: no client_process view")
+    try:
+        t_start = time.time()
+        t0 = await tracker.drive(arrivals, targets, prefix=prefix)
+        await tracker.wait_sent()
+        complete = await tracker.wait_ready(len(arrivals), ready_timeout)
+        t_done = time.time()
+        await tracker.wait_annotations(10.0)
+    finally:
+        seen_elsewhere = await watcher.stop()
     after = await _scrape(bench)
     await finish_profiler(profiler)
     api_profile_path = await api_profile if api_profile is not None else None
@@ -368,6 +385,7 @@ async def claim_phase(
             await asyncio.sleep(0.2)
     await tracker.stop()
     result = analyse_claims(tracker, t0, before, after)
+    result["latency_ms"]["client_process"] = summarize(_ms(_process_view(tracker, seen_elsewhere)))
     result["complete"] = complete
     result["usage"] = bench.sampler.between(t_start, t_done)
     result["baseline_cores"] = baseline.get("cpu_cores", {})

@@ -24,7 +24,7 @@ from .harness import RESULTS
 
 __all__ = ["VIEWS", "load_runs", "phase_of", "render", "spread", "writes_per_claim"]
 
-VIEWS = ("controller_histogram", "client_watch", "controller_annotations")
+VIEWS = ("controller_histogram", "client_watch", "client_process", "controller_annotations")
 PERCENTILES = ("p50", "p90", "p99")
 
 
