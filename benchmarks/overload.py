@@ -87,7 +87,11 @@ def _controller_alive(bench: Bench) -> bool:
 
 
 async def run_overload(p: dict[str, Any]) -> dict[str, Any]:
-    from .scenarios import _tuning, claim_phase  # scenarios registers this module: import on use
+    from .scenarios import (  # scenarios registers this module: import on use
+        _tuning,
+        claim_phase,
+        create_pools,
+    )
 
     npools = int(p["pools"])
     rate = float(p["knee"]) * float(p["factor"])
@@ -99,12 +103,7 @@ async def run_overload(p: dict[str, Any]) -> dict[str, Any]:
         lease = LeaseWatch(bench.api)
         poller = asyncio.create_task(lease.run())
         try:
-            for ns, pool in pools:
-                await bench.ensure_namespace(ns)
-                await bench.create_template(ns)
-                await bench.create_pool(ns, pool, replicas)
-            await bench.wait_pools_ready(pools, float(p["pool_timeout"]), label="overload pools")
-            await asyncio.sleep(float(p["settle"]))
+            await create_pools(bench, pools, replicas, p, label="overload pools")
             arrivals = poisson_arrivals(rate, float(p["seconds"]), int(p["seed"]))
             targets = [(ns, "warmpool-0") for ns in round_robin(len(arrivals), [ns for ns, _ in pools])]
             log(

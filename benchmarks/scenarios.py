@@ -433,6 +433,18 @@ def _gate_ok(phase: Mapping[str, Any], threshold_ms: float) -> bool:
     return bool(phase["complete"] and not phase["create_errors"] and p99 is not None and p99 <= threshold_ms)
 
 
+async def create_pools(
+    bench: Bench, pools: Sequence[tuple[str, str]], replicas: int, p: Params, *, label: str
+) -> None:
+    """One namespace, template and pool of `replicas` per (namespace, pool); wait Ready, then settle."""
+    for ns, pool in pools:
+        await bench.ensure_namespace(ns)
+        await bench.create_template(ns)
+        await bench.create_pool(ns, pool, replicas)
+    await bench.wait_pools_ready(pools, float(p["pool_timeout"]), label=label)
+    await asyncio.sleep(float(p["settle"]))
+
+
 async def _resize_pools(
     bench: Bench, pools: Sequence[tuple[str, str]], replicas: int, within: float
 ) -> float:
@@ -460,12 +472,7 @@ async def run_sustained(p: Params) -> dict[str, Any]:
     threshold = float(p["knee_p99_ms"])
     async with Bench.up("bench-sustained", tuning) as bench:
         replicas = pool_replicas(float(p["rate"]), npools, headroom, minimum=int(p["min_pool"]))
-        for ns, pool in pools:
-            await bench.ensure_namespace(ns)
-            await bench.create_template(ns)
-            await bench.create_pool(ns, pool, replicas)
-        await bench.wait_pools_ready(pools, float(p["pool_timeout"]), label="sustained pools")
-        await asyncio.sleep(float(p["settle"]))
+        await create_pools(bench, pools, replicas, p, label="sustained pools")
         phases: list[dict[str, Any]] = []
         up = [float(x) for x in str(p["steps"]).split(",") if x.strip()]
         down = [float(x) for x in str(p["down_steps"]).split(",") if x.strip()]
