@@ -415,6 +415,7 @@ async def run_burst(p: Params) -> dict[str, Any]:
             prefix="burst",
             dwell=None,
             ready_timeout=float(p["ready_timeout"]),
+            quiesce_s=float(p["quiesce_s"]),
             profile_label="burst" if p["profile"] or p["apiserver_profile"] else None,
             controller_profile=bool(p["profile"]),
         )
@@ -805,6 +806,9 @@ SCENARIOS: dict[str, Scenario] = {
                 "seconds": 10.0,
                 "pool_timeout": 900.0,
                 "ready_timeout": 300.0,
+                # Seconds to wait for the controller to go quiet after the pool reports Ready (0: start the
+                # burst `settle` s after Ready, as upstream's gate and users do - issue 20).
+                "quiesce_s": 120.0,
             },
             {**_SMOKE_COMMON, "pool": 60, "rate": 10.0, "seconds": 5.0},
             run_burst,
