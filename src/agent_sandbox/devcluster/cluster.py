@@ -38,6 +38,7 @@ from agent_sandbox.devcluster.config import (
     NOT_READY_LABEL,
     SERVICE_IP,
     ClusterConfig,
+    audit_policy_yaml,
     kubeconfig_yaml,
     kwok_stages_yaml,
     node_manifest,
@@ -162,6 +163,11 @@ class DevCluster:
         return ClusterConfig(**{k: v for k, v in self.state.config.items() if k in known})
 
     @property
+    def audit_log(self) -> Path:
+        """kube-apiserver's audit log (JSON lines; written only with `ClusterConfig.audit_log`)."""
+        return self.logs / components.AUDIT_LOG
+
+    @property
     def volumes(self) -> Path:
         """Directory holding one sub-directory per provisioned PersistentVolume."""
         return self.directory / "volumes"
@@ -254,15 +260,56 @@ class DevCluster:
             cluster._save()
             return cluster
 
-    def _spawn(self, name: str, argv: Sequence[str], *, identity: str | None = None) -> Started:
+    def _spawn(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        identity: str | None = None,
+        env: dict[str, str] | None = None,
+        replace: int | None = None,
+    ) -> Started:
+        """Start a process and record it (with its argv and env, so `respawn` can repeat it exactly).
+
+        `replace`: the index of the recorded entry this process takes the place of (start order kept).
+        """
         started = processes.spawn(
-            name, argv, log=self.logs / f"{name}.log", cwd=self.directory, identity=identity
+            name, argv, log=self.logs / f"{name}.log", env=env, cwd=self.directory, identity=identity
         )
-        self.state.processes.append(
-            {"name": started.name, "pid": started.pid, "exe": started.exe, "log": str(started.log)}
-        )
+        entry = {
+            "name": started.name,
+            "pid": started.pid,
+            "exe": started.exe,
+            "log": str(started.log),
+            "argv": list(argv),
+            "env": dict(env or {}),
+        }
+        if replace is None:
+            self.state.processes.append(entry)
+        else:
+            self.state.processes[replace] = entry
         self._save()
         return started
+
+    def respawn(self, name: str) -> Started:
+        """Start the recorded process `name` again with the same argv and env (same ports, same data).
+
+        The caller stops the old one first (`devcluster.faults.restart_component` does both and waits
+        for readiness). The new PID takes the old entry's place, so `down` keeps the start order.
+
+        Raises:
+            ClusterError: no process of that name was recorded with its argv, or it is still running.
+        """
+        for index in range(len(self.state.processes) - 1, -1, -1):
+            entry = self.state.processes[index]
+            if entry["name"] != name:
+                continue
+            if "argv" not in entry:
+                raise ClusterError(f"{name}: recorded without its argv (started by an older version)")
+            if processes.is_ours(entry["pid"], entry["exe"]):
+                raise ClusterError(f"{name} (pid {entry['pid']}) is still running; stop it first")
+            return self._spawn(name, entry["argv"], identity=entry["exe"], env=entry["env"], replace=index)
+        raise ClusterError(f"cluster {self.name!r} has no process {name!r}")
 
     def _wait(self, started: Started, what: str, ready: Callable[[], bool], timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -297,6 +344,8 @@ class DevCluster:
             )
         (d / "scheduler-config.yaml").write_text(scheduler_config_yaml(d / "scheduler.kubeconfig", cfg))
         (d / "kwok-stages.yaml").write_text(kwok_stages_yaml(cfg))
+        if cfg.audit_log:
+            (d / components.AUDIT_POLICY).write_text(audit_policy_yaml())
         lay = components.Layout(d, p, self.binaries, pki, self.state.pod_cidr)
 
         say(f"[{self.name}] starting etcd")
@@ -429,12 +478,7 @@ class DevCluster:
 
     def add_process(self, name: str, argv: Sequence[str], *, env: dict[str, str] | None = None) -> Started:
         """Start an extra process owned by this cluster (e.g. the controller); `down` stops it."""
-        started = processes.spawn(name, argv, log=self.logs / f"{name}.log", env=env, cwd=self.directory)
-        self.state.processes.append(
-            {"name": started.name, "pid": started.pid, "exe": started.exe, "log": str(started.log)}
-        )
-        self._save()
-        return started
+        return self._spawn(name, argv, env=env)
 
     def reserve_port(self, name: str) -> int:
         """A free loopback port recorded in this cluster's state (so parallel clusters never share it)."""
