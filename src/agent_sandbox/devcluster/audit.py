@@ -20,7 +20,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-__all__ = ["WRITE_VERBS", "AuditEvent", "AuditLog", "parse_event", "sandbox_creates", "writes"]
+__all__ = [
+    "WRITE_VERBS",
+    "AuditEvent",
+    "AuditLog",
+    "ownership_transfers",
+    "parse_event",
+    "sandbox_creates",
+    "writes",
+]
 
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 _CREDENTIAL_ID = "authentication.kubernetes.io/credential-id"
@@ -49,6 +57,7 @@ class AuditEvent:
     received: float  # epoch seconds, when the API server received the request
     completed: float  # epoch seconds, when it finished
     response: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    request: Any = field(default=None, compare=False, repr=False)  # the body (a patch, for patches)
 
     @property
     def succeeded(self) -> bool:
@@ -93,6 +102,7 @@ def parse_event(raw: dict[str, Any]) -> AuditEvent | None:
         received=_epoch(raw.get("requestReceivedTimestamp")),
         completed=_epoch(raw.get("stageTimestamp")),
         response=raw.get("responseObject"),
+        request=raw.get("requestObject"),
     )
 
 
@@ -157,3 +167,47 @@ def sandbox_creates(events: Iterable[AuditEvent], namespace: str) -> list[AuditE
         and e.namespace == namespace
         and e.succeeded
     ]
+
+
+def _new_controller(request: Any) -> dict[str, Any] | None:
+    """The controlling owner reference a patch or update body sets, if it sets `ownerReferences`."""
+    refs: Any = None
+    if isinstance(request, list):  # JSON patch
+        for op in request:
+            if (
+                isinstance(op, dict)
+                and op.get("path") == "/metadata/ownerReferences"
+                and op.get("op")
+                in (
+                    "add",
+                    "replace",
+                )
+            ):
+                refs = op.get("value")
+    elif isinstance(request, dict):  # merge patch or full update
+        refs = (request.get("metadata") or {}).get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else ():
+        if isinstance(ref, dict) and ref.get("controller"):
+            return ref
+    return None
+
+
+def ownership_transfers(
+    events: Iterable[AuditEvent], namespace: str, owner_kind: str
+) -> list[tuple[str, str]]:
+    """(Sandbox, owner name) for every successful write that made an `owner_kind` the Sandbox's controller.
+
+    A claim's takeover of a warm member is such a write (a guarded JSON patch); a second one for the same
+    Sandbox, or a second Sandbox for the same claim, would be a double binding. Updates that merely repeat
+    an unchanged owner (a full-object update by the same controller) count too, so callers compare names.
+    """
+    out: list[tuple[str, str]] = []
+    for e in events:
+        if e.resource != "sandboxes" or e.namespace != namespace or e.verb not in ("patch", "update"):
+            continue
+        if e.subresource or not e.succeeded:
+            continue
+        ref = _new_controller(e.request)
+        if ref is not None and ref.get("kind") == owner_kind:
+            out.append((e.name, str(ref.get("name") or "")))
+    return out

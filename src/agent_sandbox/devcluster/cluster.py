@@ -19,6 +19,7 @@ import builtins
 import contextlib
 import fcntl
 import json
+import random
 import shutil
 import socket
 import subprocess
@@ -80,8 +81,34 @@ def _allocation_lock() -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def _listen_ports() -> range:
+    """Ports for the cluster's listeners: below the kernel's ephemeral range when there is room.
+
+    A port from the ephemeral range can be handed to some client as its source port while its listener
+    is down (during an in-place restart, devcluster/faults.py); a client connecting to a free local
+    port can even connect to itself. Either makes the restarted listener fail with "address in use".
+    """
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    return range(max(1024, low - 12768), low) if low > 2048 else range(0)
+
+
 def _free_port(taken: set[int]) -> int:
-    while True:
+    candidates = _listen_ports()
+    for _ in range(200 if candidates else 0):
+        port = random.choice(candidates)
+        if port in taken:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        taken.add(port)
+        return port
+    while True:  # no room below the ephemeral range: let the kernel choose
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))
             port = int(s.getsockname()[1])

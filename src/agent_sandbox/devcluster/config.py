@@ -143,8 +143,10 @@ AUDIT_IGNORED_USERS = ("kwok",)
 
 def audit_policy_yaml() -> str:
     """kube-apiserver's audit Policy: every write at Metadata level (verb, object, user, user agent,
-    response code), Sandbox creates with their response (a generated name and the owner are known only
-    then); reads, Events, node Leases and kwok are left out. Rules match top-down, first match wins."""
+    response code); Sandbox creates with their response (a generated name and the owner are known only
+    then) and Sandbox patches/updates with their request (a claim's takeover of a warm member is a JSON
+    patch of `ownerReferences`); reads, Events, node Leases and kwok are left out. Rules match top-down,
+    first match wins."""
     doc = {
         "apiVersion": "audit.k8s.io/v1",
         "kind": "Policy",
@@ -161,6 +163,11 @@ def audit_policy_yaml() -> str:
             {
                 "level": "RequestResponse",
                 "verbs": ["create"],
+                "resources": [{"group": "agents.x-k8s.io", "resources": ["sandboxes"]}],
+            },
+            {
+                "level": "Request",
+                "verbs": ["patch", "update"],
                 "resources": [{"group": "agents.x-k8s.io", "resources": ["sandboxes"]}],
             },
             {"level": "Metadata"},

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from agent_sandbox.devcluster.cluster import ClusterError, DevCluster
-from agent_sandbox.devcluster.processes import Started, is_ours, stop
+from agent_sandbox.devcluster.processes import Started, component_error, is_ours, log_tail, stop
 from agent_sandbox.devcluster.rest import probe_http
 
 __all__ = ["RESTARTABLE", "Restart", "restart_component"]
@@ -86,8 +86,16 @@ def restart_component(
     deadline = time.monotonic() + timeout
     while not ready(cluster):
         if not is_ours(new.pid, new.exe):
-            raise ClusterError(f"{component} exited after the restart; log: {new.log}")
+            if "address already in use" in log_tail(new.log, 3) and time.monotonic() < deadline:
+                # A client took the port while the listener was down (clusters listen below the
+                # ephemeral range to avoid this, cluster._listen_ports); such sockets are short-lived.
+                time.sleep(0.5)
+                new = cluster.respawn(component)
+                continue
+            raise ClusterError(str(component_error(component, new.log, "exited after the restart")))
         if time.monotonic() > deadline:
-            raise ClusterError(f"{component} not ready within {timeout:.0f}s of its restart; log: {new.log}")
+            raise ClusterError(
+                str(component_error(component, new.log, f"not ready {timeout:.0f}s after the restart"))
+            )
         time.sleep(0.05)
     return Restart(component, old.pid, new, stopped_at, time.monotonic())

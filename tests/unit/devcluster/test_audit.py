@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agent_sandbox.devcluster.audit import AuditLog, parse_event, sandbox_creates, writes
+from agent_sandbox.devcluster.audit import AuditLog, ownership_transfers, parse_event, sandbox_creates, writes
 
 pytestmark = pytest.mark.unit
 
@@ -81,3 +81,25 @@ def test_incremental_reads_skip_a_half_written_line(tmp_path: Path) -> None:
     assert [e.verb for e in log.since(mark)] == ["delete"]
     assert writes(events, user_agent_prefix="kubectl") == []
     assert len(writes(events, namespace="ns", resource="sandboxes")) == 2
+
+
+def test_ownership_transfers_from_json_and_merge_patches() -> None:
+    claim_ref = {"kind": "SandboxClaim", "name": "c1", "controller": True}
+    takeover = [
+        {"op": "test", "path": "/metadata/ownerReferences", "value": []},
+        {"op": "replace", "path": "/metadata/ownerReferences", "value": [claim_ref]},
+    ]
+
+    def on(name: str, **extra: str) -> dict[str, str]:
+        return {"resource": "sandboxes", "namespace": "ns", "name": name, **extra}
+
+    events = [
+        parse_event(line(objectRef=on("m1"), requestObject=takeover)),
+        parse_event(line(objectRef=on("m2"), requestObject={"metadata": {"ownerReferences": [claim_ref]}})),
+        parse_event(line(objectRef=on("m3"), requestObject=takeover, responseStatus={"code": 422})),
+        parse_event(line(objectRef=on("m4"), requestObject={"metadata": {"labels": {"a": "b"}}})),
+        parse_event(line(objectRef=on("m5", subresource="status"), requestObject=takeover)),
+    ]
+    transfers = ownership_transfers([e for e in events if e is not None], "ns", "SandboxClaim")
+    assert transfers == [("m1", "c1"), ("m2", "c1")]
+    assert ownership_transfers([e for e in events if e is not None], "ns", "SandboxWarmPool") == []
