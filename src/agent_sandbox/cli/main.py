@@ -12,7 +12,9 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from agent_sandbox.api.errortext import describe_error
 from agent_sandbox.cli.release import release_command
+from agent_sandbox.cli.sandboxes import add_sandbox_commands
 from agent_sandbox.devcluster import (
     BuildError,
     ClusterConfig,
@@ -206,6 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("bench_args", nargs=argparse.REMAINDER)
     bench.set_defaults(handler=_bench)
+
+    add_sandbox_commands(
+        sub
+    )  # create, list, get, exec, cp, suspend, resume, delete, pools (cli/sandboxes.py)
     return parser
 
 
@@ -220,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except (BuildError, ComponentError, ClusterError, FileNotFoundError, RuntimeError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {describe_error(err)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -26,6 +26,7 @@ from typing import Any
 
 import httptools
 
+from ..api.errortext import describe_error
 from ._accesslog import AccessLog
 from ._metrics import RouterMetrics
 from ._resolve import Resolver, Target
@@ -322,7 +323,7 @@ class Proxy:
                     extra={
                         "sandbox_id": route.sandbox_id,
                         "sandbox_namespace": route.namespace,
-                        "error": str(exc),
+                        "error": describe_error(exc),
                     },
                 )
                 self.metrics.upstream_error(route.namespace, "timeout" if timed_out else "dial")
