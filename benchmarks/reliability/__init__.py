@@ -6,8 +6,8 @@
   double binding, creates == replicas + refills + cold claims, no write from a deposed leader);
 * `controllers`: start, SIGKILL and restart the controller, or run replicas with leader election, each
   with its own ServiceAccount token (so the audit log tells them apart);
-* `trials` / `cli`: the long, repeated trials (`python -m benchmarks reliability ...`, `make reliability`),
-  results as JSON + markdown in `benchmarks/results/`.
+* `crash`: one trial of SIGKILLs at random moments during a burst; `__main__` repeats it
+  (`python -m benchmarks.reliability crash`), results as JSON in `benchmarks/results/`.
 
 The quick, deterministic versions of the same checks run in CI (`tests/integration/reliability/`).
 """

@@ -22,11 +22,18 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
 
 from agent_sandbox.api import constants as c
 from agent_sandbox.api.meta import controller_ref
-from agent_sandbox.devcluster.audit import AuditEvent, ownership_transfers, sandbox_creates, writes
+from agent_sandbox.devcluster.audit import (
+    AuditEvent,
+    interrupted_sandbox_creates,
+    ownership_transfers,
+    sandbox_creates,
+    writes,
+)
 from agent_sandbox.kube import Object
 
 from .burst import Settled, is_ready
@@ -47,6 +54,7 @@ class BurstCheck:
     pool_creates: int = 0
     cold_creates: int = 0
     other_creates: int = 0
+    interrupted_creates_applied: int = 0  # logged as failed (the client died), yet the Sandbox exists
     expected_creates: int = 0
     transfers: int = 0
     controller_sandbox_deletes: int = 0
@@ -99,6 +107,16 @@ def check_burst(
     names = [e.created_name() for e in creates]
     bad.extend(f"Sandbox {n} created {k} times" for n, k in Counter(names).items() if k > 1)
     kinds = {e.created_name(): e.created_owner_kind() for e in creates}
+    # Creates cut short by a dying client are logged as failures though the write may have applied: each
+    # Sandbox with no logged create must be explained by one of them, else it came from nowhere.
+    applied = _applied_interrupted(
+        {n: sb for n, sb in by_name.items() if n not in kinds}, interrupted_sandbox_creates(events, namespace)
+    )
+    out.interrupted_creates_applied = len(applied)
+    kinds.update(applied)
+    bad.extend(
+        f"Sandbox {n} exists but the audit log has no create for it" for n in by_name if n not in kinds
+    )
     pool_created = {n for n, k in kinds.items() if k == "SandboxWarmPool"}
     cold_created = {n for n, k in kinds.items() if k == "SandboxClaim"}
     out.pool_creates, out.cold_creates = len(pool_created), len(cold_created)
@@ -146,9 +164,9 @@ def check_burst(
     if len(members) != replicas or out.pool_ready != replicas:
         bad.append(f"pool has {len(members)} members ({out.pool_ready} Ready), wants {replicas}")
     out.expected_creates = replicas + out.warm + out.cold
-    if len(creates) != out.expected_creates:
+    if len(kinds) != out.expected_creates:
         bad.append(
-            f"{len(creates)} Sandbox creates, expected {out.expected_creates} "
+            f"{len(kinds)} Sandbox creates, expected {out.expected_creates} "
             f"(replicas {replicas} + refills {out.warm} + cold {out.cold})"
         )
 
@@ -161,6 +179,31 @@ def check_burst(
     if deletes:
         bad.append(f"controller deleted {len(deletes)} Sandboxes: {[e.name for e in deletes][:max_listed]}")
     return out
+
+
+def _applied_interrupted(unlogged: dict[str, Object], interrupted: Sequence[AuditEvent]) -> dict[str, str]:
+    """Match Sandboxes without a logged create to interrupted creates (name or generateName prefix, and a
+    creationTimestamp within the request's lifetime); each create explains at most one. Name -> owner kind.
+    """
+    out: dict[str, str] = {}
+    left = list(interrupted)
+    for name, sb in sorted(unlogged.items()):
+        created = _epoch(sb["metadata"].get("creationTimestamp"))
+        for event in left:
+            want, prefix = event.requested_name()
+            if (name == want or (prefix and not want and name.startswith(prefix))) and (
+                event.received - 1.0 <= created <= event.completed + 5.0
+            ):
+                out[name] = event.created_owner_kind()
+                left.remove(event)
+                break
+    return out
+
+
+def _epoch(value: str | None) -> float:
+    if not value:
+        return 0.0
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
 def writes_after(

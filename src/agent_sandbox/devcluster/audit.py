@@ -24,6 +24,7 @@ __all__ = [
     "WRITE_VERBS",
     "AuditEvent",
     "AuditLog",
+    "interrupted_sandbox_creates",
     "ownership_transfers",
     "parse_event",
     "sandbox_creates",
@@ -74,11 +75,21 @@ class AuditEvent:
         return str(((self.response or {}).get("metadata") or {}).get("name") or "")
 
     def created_owner_kind(self) -> str:
-        """Kind of the controlling owner of a created object ("" when unknown or none)."""
-        for ref in ((self.response or {}).get("metadata") or {}).get("ownerReferences") or ():
+        """Kind of the controlling owner of a created object ("" when unknown or none).
+
+        From the response; from the request body when there is no response (an interrupted create).
+        """
+        body = self.response if self.response is not None else self.request
+        meta = body.get("metadata") if isinstance(body, dict) else None
+        for ref in (meta or {}).get("ownerReferences") or ():
             if ref.get("controller"):
                 return str(ref.get("kind") or "")
         return ""
+
+    def requested_name(self) -> tuple[str, str]:
+        """(name, generateName) of the object a create asked for, from the request body."""
+        meta = (self.request.get("metadata") if isinstance(self.request, dict) else None) or {}
+        return str(meta.get("name") or self.name or ""), str(meta.get("generateName") or "")
 
 
 def parse_event(raw: dict[str, Any]) -> AuditEvent | None:
@@ -166,6 +177,24 @@ def sandbox_creates(events: Iterable[AuditEvent], namespace: str) -> list[AuditE
         and not e.subresource
         and e.namespace == namespace
         and e.succeeded
+    ]
+
+
+def interrupted_sandbox_creates(events: Iterable[AuditEvent], namespace: str) -> list[AuditEvent]:
+    """Sandbox creates in `namespace` that did not answer success because the request was cut short.
+
+    When a client dies mid-request (a SIGKILLed controller), kube-apiserver stops waiting for the storage
+    write and logs the request as failed (a 5xx, or no code), but the write may still be applied: such a
+    create may or may not have made an object, and only the objects can tell.
+    """
+    return [
+        e
+        for e in events
+        if e.verb == "create"
+        and e.resource == "sandboxes"
+        and not e.subresource
+        and e.namespace == namespace
+        and (e.code == 0 or e.code >= 500)
     ]
 
 

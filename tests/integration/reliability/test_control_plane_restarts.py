@@ -8,7 +8,7 @@ twice, no claim bound twice, creates == replicas + refills + cold claims, no San
 
 After an API server restart the controller's watches resume from resourceVersions the new watch cache
 does not have: they must end in 410 and a relist (the controller logs each), not in a stuck informer.
-The long version (more trials, 500 claims) is `python -m benchmarks reliability restarts`.
+Each run is one trial per component (there is no long version yet).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ which replica sent each write. Lease timings are upstream's fixed 15 s / 10 s / 
   down (exit).
 
 A graceful stop (SIGTERM) releasing the Lease at once is `tests/integration/kube/test_controller_process.py::
-test_second_replica_takes_over_within_2s_after_graceful_stop`; the long version of these trials is
-`python -m benchmarks reliability leader`.
+test_second_replica_takes_over_within_2s_after_graceful_stop`. Each run of this module is one trial of
+each kind (there is no long version yet).
 """
 
 from __future__ import annotations

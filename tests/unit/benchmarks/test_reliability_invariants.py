@@ -117,3 +117,21 @@ def test_writes_after_a_leader_change_are_found_by_credential() -> None:
     t = events[0].received + 2
     assert [e.name for e in writes_after(events, credential="JTI=old", after=t)] == ["y"]
     assert writes_after(events, credential="JTI=old", after=t, exclude_resources=("sandboxes",)) == []
+
+
+def test_an_interrupted_create_that_applied_explains_one_sandbox_only() -> None:
+    """A create cut short by a dying client is logged as failed though the Sandbox exists (counted once)."""
+    settled, events = clean()
+    settled.sandboxes[1] = sandbox("pool-x1", "SandboxWarmPool", "pool")
+    settled.sandboxes[1]["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    body = {"metadata": {"generateName": "pool-", "ownerReferences": owner("SandboxWarmPool", "pool")}}
+    cut = event("create", "", code=504, requestObject=body, stageTimestamp="2026-01-01T00:00:01Z")
+    events[2] = cut
+    check = check_burst(settled, events, namespace=NS, replicas=1)
+    assert check.violations == []
+    assert (check.interrupted_creates_applied, check.pool_creates, check.expected_creates) == (1, 2, 3)
+    # A second Sandbox of the pool with no create of its own is not explained by the same request.
+    settled.sandboxes.append(sandbox("pool-x2", "SandboxWarmPool", "pool"))
+    settled.sandboxes[-1]["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    check = check_burst(settled, events, namespace=NS, replicas=1)
+    assert "Sandbox pool-x2 exists but the audit log has no create for it" in check.violations

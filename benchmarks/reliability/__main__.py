@@ -1,0 +1,100 @@
+"""`python -m benchmarks.reliability crash [--trials N] [--claims N] ...`: the long fault trials.
+
+Brings up its own cluster (audit log on; torn down afterwards), runs `--trials` crash trials
+(benchmarks/reliability/crash.py), each in a fresh namespace with a fresh seed, and writes
+`benchmarks/results/reliability-crash-<UTC timestamp>.json` with every trial's kills and invariant counts,
+plus the totals that docs/reliability.md reports. Run it under `flock /tmp/agent-sandbox-bench.lock`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import sys
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from agent_sandbox.devcluster import ClusterConfig, DevCluster
+from agent_sandbox.devcluster.processes import stop
+from agent_sandbox.kube import ApiClient
+
+from ..harness import host_info, log, write_result
+from . import controllers
+from .crash import crash_trial
+
+
+def _namespace(cluster: DevCluster) -> str:
+    name = f"crash-{uuid.uuid4().hex[:8]}"
+    status, body = cluster.admin().request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+    if status != 201:
+        raise RuntimeError(f"create namespace {name}: {status} {body}")
+    return name
+
+
+async def crash(args: argparse.Namespace) -> dict[str, Any]:
+    name = f"rel-crash-{os.getpid()}"
+    cluster = DevCluster.up(ClusterConfig(name=name, nodes=args.nodes, audit_log=True), log=log)
+    trials: list[dict[str, Any]] = []
+    try:
+        with controllers.as_serviceaccount():
+            controller = controllers.start(cluster)
+        api = await ApiClient.from_kubeconfig(str(cluster.kubeconfig))
+        try:
+            for index in range(args.trials):
+                seed = random.randrange(1 << 30)
+                ns = _namespace(cluster)
+                trial, controller = await crash_trial(
+                    cluster, api, ns, controller,
+                    claims=args.claims, replicas=args.replicas, kills=args.kills, window_s=args.window,
+                    rng=random.Random(seed),
+                )  # fmt: skip
+                row = {"trial": index, "seed": seed, **trial.as_dict()}
+                trials.append(row)
+                log(f"trial {index}: kills {[(k.at_s, k.ready_claims) for k in trial.kills]}, "
+                    f"settled {trial.settle_s:.1f}s, ok={trial.check.ok} {trial.check.violations[:3]}")  # fmt: skip
+                cluster.admin().request("DELETE", f"/api/v1/namespaces/{ns}")
+        finally:
+            await api.close()
+            stop(controller)
+    finally:
+        cluster.down(quiet=True)
+    totals = {
+        "trials": len(trials),
+        "kills": sum(len(t["kills"]) for t in trials),
+        "claims": sum(t["claims"] for t in trials),
+        "ready": sum(t["check"]["ready"] for t in trials),
+        "trials_ok": sum(t["check"]["ok"] for t in trials),
+        "violations": sum(len(t["check"]["violations"]) for t in trials),
+        "sandbox_creates": sum(t["check"]["pool_creates"] + t["check"]["cold_creates"] for t in trials),
+        "expected_creates": sum(t["check"]["expected_creates"] for t in trials),
+        "settle_s": sorted(t["settle_s"] for t in trials),
+    }
+    return {"params": vars(args), "host": host_info(), "totals": totals, "trials": trials}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.reliability", description=__doc__.splitlines()[0]
+    )
+    sub = parser.add_subparsers(dest="what", required=True)
+    p = sub.add_parser("crash", help="SIGKILL the controller at random moments during claim bursts")
+    p.add_argument("--trials", type=int, default=10)
+    p.add_argument("--claims", type=int, default=500)
+    p.add_argument("--replicas", type=int, default=100, help="warm pool size")
+    p.add_argument("--kills", type=int, default=2, help="SIGKILLs per trial")
+    p.add_argument(
+        "--window", type=float, default=8.0, help="kills land within this many seconds of the start"
+    )
+    p.add_argument("--nodes", type=int, default=2)
+    args = parser.parse_args(argv)
+    data = asyncio.run(crash(args))
+    path = write_result(f"reliability-{args.what}", data)
+    log(f"{data['totals']} -> {path}")
+    return 0 if data["totals"]["trials_ok"] == data["totals"]["trials"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
