@@ -77,9 +77,10 @@ class AuditEvent:
     def created_owner_kind(self) -> str:
         """Kind of the controlling owner of a created object ("" when unknown or none).
 
-        From the response; from the request body when there is no response (an interrupted create).
+        From the response; from the request body when the request did not succeed (an interrupted create
+        answers a Status, though its write may have applied).
         """
-        body = self.response if self.response is not None else self.request
+        body = self.response if self.succeeded else self.request
         meta = body.get("metadata") if isinstance(body, dict) else None
         for ref in (meta or {}).get("ownerReferences") or ():
             if ref.get("controller"):

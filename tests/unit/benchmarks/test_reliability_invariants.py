@@ -125,7 +125,9 @@ def test_an_interrupted_create_that_applied_explains_one_sandbox_only() -> None:
     settled.sandboxes[1] = sandbox("pool-x1", "SandboxWarmPool", "pool")
     settled.sandboxes[1]["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
     body = {"metadata": {"generateName": "pool-", "ownerReferences": owner("SandboxWarmPool", "pool")}}
-    cut = event("create", "", code=504, requestObject=body, stageTimestamp="2026-01-01T00:00:01Z")
+    status = {"kind": "Status", "status": "Failure", "reason": "Timeout", "code": 504}
+    cut = event("create", "", code=504, requestObject=body, responseObject=status,
+                stageTimestamp="2026-01-01T00:00:01Z")  # fmt: skip
     events[2] = cut
     check = check_burst(settled, events, namespace=NS, replicas=1)
     assert check.violations == []
