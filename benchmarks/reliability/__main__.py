@@ -1,9 +1,13 @@
-"""`python -m benchmarks.reliability crash [--trials N] [--claims N] ...`: the long fault trials.
+"""`python -m benchmarks.reliability crash|soak|streams [...]`: the long fault trials and the load runs.
 
-Brings up its own cluster (audit log on; torn down afterwards), runs `--trials` crash trials
-(benchmarks/reliability/crash.py), each in a fresh namespace with a fresh seed, and writes
-`benchmarks/results/reliability-crash-<UTC timestamp>.json` with every trial's kills and invariant counts,
-plus the totals that docs/reliability.md reports. Run it under `flock /tmp/agent-sandbox-bench.lock`.
+* `crash`: brings up its own cluster (audit log on; torn down afterwards), runs `--trials` crash trials
+  (benchmarks/reliability/crash.py), each in a fresh namespace with a fresh seed;
+* `soak`: its own cluster, the controller as its ServiceAccount, standing Sandboxes plus a claim stream
+  (benchmarks/reliability/soak.py);
+* `streams`: the router process under concurrent long-lived streams (benchmarks/reliability/router_streams.py).
+
+Each writes `benchmarks/results/reliability-<what>-<UTC timestamp>.json` (the numbers docs/reliability.md
+reports). Run them under `flock /tmp/agent-sandbox-bench.lock`.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from agent_sandbox.kube import ApiClient
 from ..harness import host_info, log, write_result
 from . import controllers
 from .crash import crash_trial
+from .router_streams import run_streams
+from .soak import soak
 
 
 def _namespace(cluster: DevCluster) -> str:
@@ -75,6 +81,29 @@ async def crash(args: argparse.Namespace) -> dict[str, Any]:
     return {"params": vars(args), "host": host_info(), "totals": totals, "trials": trials}
 
 
+async def soak_run(args: argparse.Namespace) -> dict[str, Any]:
+    live = args.sandboxes + args.replicas + int(args.per_minute)  # claims live for 30 s: < one minute's worth
+    nodes = max(2, -(-live // 900))
+    cluster = DevCluster.up(ClusterConfig(name=f"rel-soak-{os.getpid()}", nodes=nodes), log=log)
+    try:
+        with controllers.as_serviceaccount():
+            controller = controllers.start(cluster)
+        argv = controllers.recorded_argv(cluster, controller)
+        metrics = int(next(a.rsplit(":", 1)[1] for a in argv if a.startswith("--metrics-bind-address=")))
+        api = await ApiClient.from_kubeconfig(str(cluster.kubeconfig))
+        try:
+            run = await soak(
+                api, controller, metrics, sandboxes=args.sandboxes, per_minute=args.per_minute,
+                minutes=args.minutes, replicas=args.replicas, namespaces=(_namespace(cluster), _namespace(cluster)),
+            )  # fmt: skip
+        finally:
+            await api.close()
+            stop(controller)
+    finally:
+        cluster.down(quiet=True)
+    return {"host": host_info(), "nodes": nodes, **run.as_dict()}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.reliability", description=__doc__.splitlines()[0]
@@ -89,11 +118,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--window", type=float, default=8.0, help="kills land within this many seconds of the start"
     )
     p.add_argument("--nodes", type=int, default=2)
+    p = sub.add_parser("soak", help="standing Sandboxes plus a claim stream: RSS, queue depth, errors, P99")
+    p.add_argument("--sandboxes", type=int, default=5000)
+    p.add_argument("--per-minute", type=float, default=1000.0)
+    p.add_argument("--minutes", type=float, default=10.0)
+    p.add_argument("--replicas", type=int, default=100, help="warm pool size")
+    p = sub.add_parser("streams", help="the router under concurrent long-lived streams: RSS and fds")
+    p.add_argument("--streams", type=int, default=1000)
+    p.add_argument("--hold", type=float, default=20.0, help="seconds each stream lasts")
+    p.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
-    data = asyncio.run(crash(args))
+    if args.what == "crash":
+        data = asyncio.run(crash(args))
+        ok = data["totals"]["trials_ok"] == data["totals"]["trials"]
+        summary: Any = data["totals"]
+    elif args.what == "soak":
+        data = asyncio.run(soak_run(args))
+        ok = data["error_lines"] == 0 and data["drained_s"] is not None
+        summary = {k: v for k, v in data.items() if k not in ("minutes", "host")}
+    else:
+        run = asyncio.run(run_streams(streams=args.streams, hold_s=args.hold, rounds=args.rounds))
+        data = {"host": host_info(), **run.as_dict()}
+        ok = all(r.failed == 0 for r in run.rounds)
+        summary = {k: v for k, v in data.items() if k != "host"}
     path = write_result(f"reliability-{args.what}", data)
-    log(f"{data['totals']} -> {path}")
-    return 0 if data["totals"]["trials_ok"] == data["totals"]["trials"] else 1
+    log(f"{summary} -> {path}")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
