@@ -28,7 +28,7 @@ from agent_sandbox.controllers.webhook.server import build_app
 pytestmark = pytest.mark.integration
 
 FUZZ = settings(
-    max_examples=int(os.environ.get("CONVERSION_FUZZ_EXAMPLES", "150")),
+    max_examples=int(os.environ.get("CONVERSION_FUZZ_EXAMPLES", "80")),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     database=None,
