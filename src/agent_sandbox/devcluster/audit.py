@@ -168,17 +168,13 @@ def writes(
     ]
 
 
+def _is_sandbox_create(e: AuditEvent, namespace: str) -> bool:
+    return e.verb == "create" and e.resource == "sandboxes" and not e.subresource and e.namespace == namespace
+
+
 def sandbox_creates(events: Iterable[AuditEvent], namespace: str) -> list[AuditEvent]:
     """Successful Sandbox creates in `namespace` (each carries its response: name and owner)."""
-    return [
-        e
-        for e in events
-        if e.verb == "create"
-        and e.resource == "sandboxes"
-        and not e.subresource
-        and e.namespace == namespace
-        and e.succeeded
-    ]
+    return [e for e in events if _is_sandbox_create(e, namespace) and e.succeeded]
 
 
 def interrupted_sandbox_creates(events: Iterable[AuditEvent], namespace: str) -> list[AuditEvent]:
@@ -188,15 +184,7 @@ def interrupted_sandbox_creates(events: Iterable[AuditEvent], namespace: str) ->
     write and logs the request as failed (a 5xx, or no code), but the write may still be applied: such a
     create may or may not have made an object, and only the objects can tell.
     """
-    return [
-        e
-        for e in events
-        if e.verb == "create"
-        and e.resource == "sandboxes"
-        and not e.subresource
-        and e.namespace == namespace
-        and (e.code == 0 or e.code >= 500)
-    ]
+    return [e for e in events if _is_sandbox_create(e, namespace) and (e.code == 0 or e.code >= 500)]
 
 
 def _new_controller(request: Any) -> dict[str, Any] | None:

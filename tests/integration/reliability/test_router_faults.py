@@ -92,11 +92,15 @@ class Stream:
         return "".join(e["data"] for e in self.events if e["type"] == "stdout").count("\n")
 
 
-async def stream(router: Router, ns: str, sandbox: str, out: Stream, *, within: float = 60.0) -> None:
+async def stream_through(
+    router: Router, routing: dict[str, str], out: Stream, *, within: float = 60.0
+) -> None:
+    """Stream a command's output (`POST /execute/stream`) through the router with these routing headers."""
     command = f"sh -c 'for i in $(seq 1 {LINES}); do echo $i; sleep 0.1; done'"
     body = json.dumps({"command": command}).encode()
+    headers = "".join(f"{k}: {v}\r\n" for k, v in routing.items())
     head = (
-        f"POST /execute/stream HTTP/1.1\r\nHost: r\r\nX-Sandbox-ID: {sandbox}\r\nX-Sandbox-Namespace: {ns}\r\n"
+        f"POST /execute/stream HTTP/1.1\r\nHost: r\r\n{headers}"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port or 0)
@@ -113,6 +117,10 @@ async def stream(router: Router, ns: str, sandbox: str, out: Stream, *, within: 
     finally:
         out.ended_at = time.monotonic()
         writer.close()
+
+
+async def stream(router: Router, ns: str, sandbox: str, out: Stream, *, within: float = 60.0) -> None:
+    await stream_through(router, {"X-Sandbox-ID": sandbox, "X-Sandbox-Namespace": ns}, out, within=within)
 
 
 def runtime_sandbox(name: str) -> Object:

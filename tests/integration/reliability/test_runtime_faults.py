@@ -30,7 +30,7 @@ import aiohttp
 import pytest
 
 from agent_sandbox.router import Router, load_router_config
-from tests.integration.reliability.test_router_faults import LINES, Stream
+from tests.integration.reliability.test_router_faults import LINES, Stream, stream_through
 from tests.integration.runtime.helpers import leaked_processes
 
 pytestmark = pytest.mark.integration
@@ -170,30 +170,8 @@ async def router() -> AsyncIterator[Router]:
 
 
 async def stream_via(router: Router, rt: Runtime, out: Stream, *, within: float = 60.0) -> None:
-    import json
-
-    import httptools
-
-    command = f"sh -c 'for i in $(seq 1 {LINES}); do echo $i; sleep 0.1; done'"
-    body = json.dumps({"command": command}).encode()
-    head = (
-        f"POST /execute/stream HTTP/1.1\r\nHost: r\r\nX-Sandbox-ID: sb\r\nX-Sandbox-Pod-IP: {rt.host}\r\n"
-        f"X-Sandbox-Port: {rt.legacy}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port or 0)
-    parser = httptools.HttpResponseParser(out)
-    try:
-        writer.write(head.encode() + body)
-        async with asyncio.timeout(within):
-            while not out.complete:
-                chunk = await reader.read(65536)
-                if not chunk:
-                    break
-                parser.feed_data(chunk)
-                out.status = parser.get_status_code()
-    finally:
-        out.ended_at = time.monotonic()
-        writer.close()
+    routing = {"X-Sandbox-ID": "sb", "X-Sandbox-Pod-IP": rt.host, "X-Sandbox-Port": str(rt.legacy)}
+    await stream_through(router, routing, out, within=within)
 
 
 async def test_killed_mid_stream_through_the_router(

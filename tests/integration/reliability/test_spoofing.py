@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -28,9 +27,10 @@ from agent_sandbox.api.naming import name_hash
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.processes import Started, stop
-from agent_sandbox.kube import POD, SANDBOX, SANDBOX_CLAIM, ApiClient, NotFound, Object
+from agent_sandbox.kube import POD, SANDBOX, SANDBOX_CLAIM, ApiClient, Object
 from tests.helpers import eventually, is_ready
 from tests.integration.controllers.builders import claim_body, create_template_and_pool, pool_members
+from tests.integration.controllers.claim.test_journeys import maybe as get
 
 pytestmark = pytest.mark.integration
 
@@ -42,13 +42,6 @@ def controller(cluster: DevCluster) -> Iterator[Started]:
         yield started
     finally:
         stop(started)
-
-
-async def get(kube: ApiClient, kind: Any, name: str, ns: str) -> Object | None:
-    try:
-        return await kube.get(kind, name, namespace=ns)
-    except NotFound:
-        return None
 
 
 def reason(obj: Object | None) -> str:
