@@ -113,9 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=10)
     p.add_argument("--claims", type=int, default=500)
     p.add_argument("--replicas", type=int, default=100, help="warm pool size")
-    p.add_argument("--kills", type=int, default=2, help="SIGKILLs per trial")
+    p.add_argument("--kills", type=int, default=3, help="SIGKILLs per trial")
     p.add_argument(
-        "--window", type=float, default=8.0, help="kills land within this many seconds of the start"
+        "--window", type=float, default=60.0, help="kills land within this many seconds of the start"
     )
     p.add_argument("--nodes", type=int, default=2)
     p = sub.add_parser("soak", help="standing Sandboxes plus a claim stream: RSS, queue depth, errors, P99")

@@ -49,7 +49,7 @@ async def test_sigkill_at_random_moments_mid_burst(
     seed = random.randrange(1 << 30)
     trial, controller[0] = await crash_trial(
         fault_cluster, fault_kube, fault_namespace, controller[0],
-        claims=CLAIMS, replicas=POOL, kills=KILLS, window_s=4.0, rng=random.Random(seed), settle_within=240,
+        claims=CLAIMS, replicas=POOL, kills=KILLS, window_s=15.0, rng=random.Random(seed), settle_within=240,
     )  # fmt: skip
     print(f"seed {seed}: {trial.as_dict()}")
     assert len(trial.kills) == KILLS
