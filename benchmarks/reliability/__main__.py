@@ -74,6 +74,7 @@ async def crash(args: argparse.Namespace) -> dict[str, Any]:
         "ready": sum(t["check"]["ready"] for t in trials),
         "trials_ok": sum(t["check"]["ok"] for t in trials),
         "violations": sum(len(t["check"]["violations"]) for t in trials),
+        "unplanned_exits": sum(t["unplanned_exits"] for t in trials),
         "sandbox_creates": sum(t["check"]["pool_creates"] + t["check"]["cold_creates"] for t in trials),
         "expected_creates": sum(t["check"]["expected_creates"] for t in trials),
         "settle_s": sorted(t["settle_s"] for t in trials),

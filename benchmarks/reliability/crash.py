@@ -8,6 +8,10 @@ of many trials (`python -m benchmarks.reliability crash`, results in benchmarks/
 The kill moments are drawn uniformly from the window in which the burst is being created and bound, and
 each kill records how many claims were Ready at that moment, so a report shows the kills landed
 mid-burst rather than before or after it.
+
+A controller that exits on its own during a trial is started again at once, as its Deployment would be,
+and counted (`unplanned_exits`): e.g. under heavy load the start-up CRD patch of the conversion webhook
+can time out (504), and the manager exits with status 1 as upstream's does.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.audit import AuditLog
-from agent_sandbox.devcluster.processes import Started
+from agent_sandbox.devcluster.processes import Started, is_ours, stop
 from agent_sandbox.kube import ApiClient
 
 from . import controllers
@@ -48,6 +52,7 @@ class CrashTrial:
     kills: list[Kill] = field(default_factory=list)
     settle_s: float = 0.0
     complete: bool = False
+    unplanned_exits: int = 0
     check: BurstCheck = field(default_factory=BurstCheck)
 
     def as_dict(self) -> dict[str, Any]:
@@ -57,6 +62,7 @@ class CrashTrial:
             "kills": [asdict(k) for k in self.kills],
             "settle_s": round(self.settle_s, 2),
             "complete": self.complete,
+            "unplanned_exits": self.unplanned_exits,
             "check": self.check.as_dict(),
         }
 
@@ -81,22 +87,54 @@ async def crash_trial(
     audit = AuditLog(cluster.audit_log)
     mark = audit.mark()
     trial = CrashTrial(claims=claims, replicas=replicas)
-    await create_template_and_pool(api, namespace, replicas)
-    await settle(api, namespace, claims=0, replicas=replicas, within=settle_within)
-
-    names = [f"c-{i:04d}" for i in range(claims)]
-    started = time.monotonic()
-    burst = asyncio.create_task(create_claims(api, namespace, names))
-    for at in sorted(rng.uniform(0.2, window_s) for _ in range(kills)):
-        await asyncio.sleep(max(0.0, started + at - time.monotonic()))
-        killed = time.monotonic()
-        ready = await ready_count(api, namespace)
-        controllers.sigkill(controller)
-        controller = await asyncio.to_thread(controllers.respawn, cluster)
-        trial.kills.append(Kill(round(killed - started, 2), ready, round(time.monotonic() - killed, 2)))
-    await burst
-    settled = await settle(api, namespace, claims=claims, replicas=replicas, within=settle_within)
+    keeper = _Keeper(cluster, controller)
+    watching = asyncio.create_task(keeper.watch())
+    try:
+        await create_template_and_pool(api, namespace, replicas)
+        await settle(api, namespace, claims=0, replicas=replicas, within=settle_within)
+        names = [f"c-{i:04d}" for i in range(claims)]
+        started = time.monotonic()
+        burst = asyncio.create_task(create_claims(api, namespace, names))
+        for at in sorted(rng.uniform(0.2, window_s) for _ in range(kills)):
+            await asyncio.sleep(max(0.0, started + at - time.monotonic()))
+            killed = time.monotonic()
+            ready = await ready_count(api, namespace)
+            await keeper.kill_and_respawn()
+            trial.kills.append(Kill(round(killed - started, 2), ready, round(time.monotonic() - killed, 2)))
+        await burst
+        settled = await settle(api, namespace, claims=claims, replicas=replicas, within=settle_within)
+    finally:
+        watching.cancel()
     trial.settle_s = time.monotonic() - started
     trial.complete = settled.complete
+    trial.unplanned_exits = keeper.unplanned_exits
     trial.check = check_burst(settled, audit.since(mark), namespace=namespace, replicas=replicas)
-    return trial, controller
+    return trial, keeper.current
+
+
+class _Keeper:
+    """Keeps one controller running: planned SIGKILLs, and a restart when it exits on its own."""
+
+    def __init__(self, cluster: DevCluster, controller: Started) -> None:
+        self.cluster = cluster
+        self.current = controller
+        self.unplanned_exits = 0
+        self._turn = asyncio.Lock()
+
+    async def kill_and_respawn(self) -> None:
+        async with self._turn:
+            controllers.sigkill(self.current)
+            self.current = await asyncio.to_thread(controllers.respawn, self.cluster)
+
+    async def watch(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            async with self._turn:
+                if is_ours(self.current.pid, self.current.exe):
+                    continue
+                stop(self.current)  # reap it
+                self.unplanned_exits += 1
+                try:
+                    self.current = await asyncio.to_thread(controllers.respawn, self.cluster)
+                except Exception:  # it died again while starting: the next turn tries again
+                    await asyncio.sleep(2)
