@@ -146,7 +146,9 @@ def test_baselines_and_free_text_annotation_values_are_accepted(crds: DevCluster
         # Over etcd's 1.5 MiB request limit, under the API server's: kube-apiserver answers etcd's refusal
         # as a 500 with a clear message (upstream behaviour, not ours to change; docs/reliability.md).
         (1700 << 10, 500, "etcdserver: request is too large"),
-        (4 << 20, 413, "Request entity too large"),  # over the API server's 3 MiB body limit
+        # Just over the API server's 3 MiB body limit: it stops reading at the limit, answers 413 and closes;
+        # a body far over it would still be in flight then (the client sees a reset, not the answer).
+        ((3 << 20) + (64 << 10), 413, "Request entity too large"),
     ],
     ids=["over the storage limit", "over the request limit"],
 )
@@ -156,7 +158,10 @@ def test_oversize_object_is_refused(
     env = [{"name": f"V{i}", "value": "x" * (64 << 10)} for i in range(size // (64 << 10))]
     obj = named(sandbox(), "huge")
     obj["spec"]["podTemplate"]["spec"]["containers"][0]["env"] = env
-    status, body = crds.admin().request("POST", path(namespace, obj, dry_run=False), obj, timeout=60)
+    for _ in range(3):  # status 0: the answer was lost to the close racing the tail of our upload; again
+        status, body = crds.admin().request("POST", path(namespace, obj, dry_run=False), obj, timeout=60)
+        if status:
+            break
     print(status, str(body)[:300])
     assert status == code, (status, str(body)[:500])
     assert message in str(body), str(body)[:500]
