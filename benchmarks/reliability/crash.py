@@ -79,10 +79,13 @@ async def crash_trial(
     window_s: float,
     rng: random.Random,
     settle_within: float = 600.0,
+    at_ready_share: bool = False,
 ) -> tuple[CrashTrial, Started]:
     """Run one trial in `namespace` (empty, on a cluster with the audit log on); returns the running controller.
 
     `controller` must have been started by `controllers.start` (recorded argv, so it can be respawned).
+    Kills land at random moments within `window_s` seconds of the burst's start, or with `at_ready_share`
+    when a random share (10-80 %) of the claims is Ready (mid-burst however fast the machine is).
     """
     audit = AuditLog(cluster.audit_log)
     mark = audit.mark()
@@ -95,10 +98,18 @@ async def crash_trial(
         names = [f"c-{i:04d}" for i in range(claims)]
         started = time.monotonic()
         burst = asyncio.create_task(create_claims(api, namespace, names))
-        for at in sorted(rng.uniform(0.2, window_s) for _ in range(kills)):
-            await asyncio.sleep(max(0.0, started + at - time.monotonic()))
+        moments = [(rng.uniform(0.2, window_s), rng.uniform(0.1, 0.8)) for _ in range(kills)]
+        for at, share in sorted(moments, key=lambda m: m[1] if at_ready_share else m[0]):
+            if at_ready_share:  # when that share of the claims is Ready (progress, whatever the speed)
+                while True:
+                    ready = await ready_count(api, namespace)
+                    if ready >= share * claims:
+                        break
+                    await asyncio.sleep(0.2)
+            else:  # at that many seconds after the burst started
+                await asyncio.sleep(max(0.0, started + at - time.monotonic()))
+                ready = await ready_count(api, namespace)
             killed = time.monotonic()
-            ready = await ready_count(api, namespace)
             await keeper.kill_and_respawn()
             trial.kills.append(Kill(round(killed - started, 2), ready, round(time.monotonic() - killed, 2)))
         await burst

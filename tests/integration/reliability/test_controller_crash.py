@@ -50,9 +50,11 @@ async def test_sigkill_at_random_moments_mid_burst(
     trial, controller[0] = await crash_trial(
         fault_cluster, fault_kube, fault_namespace, controller[0],
         claims=CLAIMS, replicas=POOL, kills=KILLS, window_s=15.0, rng=random.Random(seed), settle_within=240,
+        at_ready_share=True,
     )  # fmt: skip
     print(f"seed {seed}: {trial.as_dict()}")
     assert len(trial.kills) == KILLS
+    assert all(k.ready_claims < CLAIMS for k in trial.kills), "a kill landed after the burst"
     assert is_ours(controller[0].pid, controller[0].exe)
     assert trial.complete, trial.check.violations
     assert trial.check.ok, trial.check.violations
