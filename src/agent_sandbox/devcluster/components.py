@@ -79,7 +79,9 @@ def apiserver_argv(lay: Layout, cfg: ClusterConfig) -> list[str]:
             # Blocking: an event is written before the response is sent, so none is ever dropped (batch
             # mode drops events when its buffer fills, which would make counts wrong).
             "--audit-log-mode=blocking",
-            "--audit-log-maxsize=0",
+            # Never rotate (the reader follows one file by byte offset). 0 does not mean "no limit": the
+            # rotating writer reads 0 as its default, 100 MB, which a 500-claim trial passes.
+            "--audit-log-maxsize=1000000",
         ]
         if cfg.audit_log
         else []

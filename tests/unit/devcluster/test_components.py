@@ -59,4 +59,6 @@ def test_audit_log_flags_only_when_asked(layout: components.Layout) -> None:
     argv = components.apiserver_argv(layout, ClusterConfig(audit_log=True))
     assert f"--audit-policy-file={layout.directory / components.AUDIT_POLICY}" in argv
     assert f"--audit-log-path={layout.directory / 'logs' / components.AUDIT_LOG}" in argv
+    # No rotation: 0 would mean the writer's default, 100 MB, and the reader follows one file.
+    assert "--audit-log-maxsize=1000000" in argv
     assert "--audit-log-mode=blocking" in argv  # batch mode drops events under load: counts would lie
