@@ -138,7 +138,8 @@ def test_archive_keeps_identity_and_spec_and_restores_running() -> None:
     assert archive["spec"]["sandboxUID"] == "old-uid"
     assert archive["spec"]["children"] == children
     kept = archive["spec"]["sandbox"]["metadata"]["annotations"]
-    assert ANNOTATION_POD_NAME not in kept and lc.ANNOTATION_HIBERNATE not in kept
+    assert ANNOTATION_POD_NAME not in kept
+    assert lc.ANNOTATION_HIBERNATE not in kept
     assert lc.restore_requested(archive) is None
     assert lc.archive_auto_resume(archive, None)
 
@@ -152,4 +153,5 @@ def test_archive_keeps_identity_and_spec_and_restores_running() -> None:
     assert annotations["user"] == "kept"
     assert annotations[lc.ANNOTATION_RESUME_REASON] == "Request"
     assert lc.ANNOTATION_SUSPEND_REASON not in annotations
-    assert "uid" not in restored["metadata"] and "resourceVersion" not in restored["metadata"]
+    assert "uid" not in restored["metadata"]
+    assert "resourceVersion" not in restored["metadata"]
