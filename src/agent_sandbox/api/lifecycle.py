@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import math
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -55,9 +56,12 @@ __all__ = [
     "archive_auto_resume",
     "archive_body",
     "archived_sandbox",
+    "claim_env_annotation",
+    "claim_env_containers",
     "decode_claim_env",
     "encode_claim_env",
     "lifecycle_policy",
+    "projects_claim_env",
     "restore_request_patch",
     "restore_requested",
     "resume_patch",
@@ -224,6 +228,56 @@ def decode_claim_env(text: str | bytes) -> dict[str, str]:
         if not isinstance(item, str) or "\x00" in item:
             raise ValueError(f"variable {name!r}: want a string value")
     return value
+
+
+def _downward_items(volume: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The downward API items of a `downwardAPI` or `projected` volume."""
+    items = list((volume.get("downwardAPI") or {}).get("items") or [])
+    for source in (volume.get("projected") or {}).get("sources") or []:
+        items += (source.get("downwardAPI") or {}).get("items") or []
+    return items
+
+
+def _claim_env_files(pod_spec: Mapping[str, Any], container: Mapping[str, Any]) -> list[str]:
+    """Paths (inside `container`) of files projecting the claim env annotation."""
+    volumes = {str(v.get("name")): v for v in pod_spec.get("volumes") or []}
+    paths = []
+    for mount in container.get("volumeMounts") or []:
+        volume = volumes.get(str(mount.get("name")))
+        if volume is None:
+            continue
+        base = posixpath.join(str(mount.get("mountPath", "")), str(mount.get("subPath") or ""))
+        for item in _downward_items(volume):
+            if (item.get("fieldRef") or {}).get("fieldPath") == CLAIM_ENV_FIELD_PATH:
+                paths.append(posixpath.normpath(posixpath.join(base, str(item.get("path", "")))))
+    return paths
+
+
+def projects_claim_env(pod_spec: Mapping[str, Any], container: Mapping[str, Any], path: str) -> bool:
+    """`path` inside `container` is a downward API file of the claim env annotation."""
+    return bool(path) and posixpath.normpath(path) in _claim_env_files(pod_spec, container)
+
+
+def claim_env_containers(pod_spec: Mapping[str, Any]) -> frozenset[str]:
+    """Names of the (regular) containers that see the claim env annotation through a downward API file.
+
+    A template opts into warm claims with env by projecting it (docs/lifecycle.md).
+    """
+    return frozenset(
+        str(c.get("name", "")) for c in pod_spec.get("containers") or [] if _claim_env_files(pod_spec, c)
+    )
+
+
+def claim_env_annotation(env: list[Mapping[str, Any]], pod_spec: Mapping[str, Any]) -> str | None:
+    """The claim env annotation of a claimed Sandbox's pod template, or None when its template does not
+    project it (then the claim's env goes into the pod spec, upstream's cold start).
+
+    Written for every claim of an opted-in template, `{}` when the claim has no env, so the runtime can tell
+    "delivered, empty" from "not delivered yet".
+    """
+    if not claim_env_containers(pod_spec):
+        return None
+    return encode_claim_env({str(e["name"]): str(e.get("value") or "") for e in env})
 
 
 # --------------------------------------------------------------------------- patches every caller sends

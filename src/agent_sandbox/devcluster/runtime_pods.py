@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agent_sandbox.api.lifecycle import CLAIM_ENV_FIELD_PATH
+from agent_sandbox.api.lifecycle import projects_claim_env
 
 if TYPE_CHECKING:
     from agent_sandbox.runtime import RuntimeConfig
@@ -32,7 +32,6 @@ __all__ = [
     "RuntimePod",
     "image_name",
     "is_runtime_pod",
-    "projects_claim_env",
     "runtime_pod",
     "runtime_pod_jq",
 ]
@@ -154,34 +153,6 @@ def _claim_at(pod: Pod, container: Mapping[str, Any], root: str) -> tuple[str | 
     return None, ""
 
 
-def _downward_items(volume: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The downward API items of a `downwardAPI` or `projected` volume."""
-    items = list((volume.get("downwardAPI") or {}).get("items") or [])
-    for source in (volume.get("projected") or {}).get("sources") or []:
-        items += (source.get("downwardAPI") or {}).get("items") or []
-    return items
-
-
-def projects_claim_env(pod: Pod, container: Mapping[str, Any], path: str) -> bool:
-    """`path` (in `container`) is a downward API file of the claim env annotation (docs/lifecycle.md)."""
-    if not path:
-        return False
-    volumes = {str(v.get("name")): v for v in (pod.get("spec") or {}).get("volumes") or []}
-    for mount in container.get("volumeMounts") or []:
-        volume = volumes.get(str(mount.get("name")))
-        if volume is None:
-            continue
-        base = posixpath.join(str(mount.get("mountPath", "")), str(mount.get("subPath") or ""))
-        for item in _downward_items(volume):
-            if (item.get("fieldRef") or {}).get("fieldPath") != CLAIM_ENV_FIELD_PATH:
-                continue
-            if posixpath.normpath(posixpath.join(base, str(item.get("path", "")))) == posixpath.normpath(
-                path
-            ):
-                return True
-    return False
-
-
 def runtime_pod(pod: Pod, *, base_env: Mapping[str, str]) -> RuntimePod:
     """Read the runtime container of a pod that `is_runtime_pod`."""
     from agent_sandbox.runtime import parse_args  # the runtime (aiohttp, grpc) only where it runs
@@ -203,7 +174,7 @@ def runtime_pod(pod: Pod, *, base_env: Mapping[str, str]) -> RuntimePod:
         claim=claim,
         sub_path=sub_path,
         problems=problems,
-        claim_env=projects_claim_env(pod, container, config.claim_env_file),
+        claim_env=projects_claim_env(pod.get("spec") or {}, container, config.claim_env_file),
     )
 
 
