@@ -9,8 +9,6 @@ own process environment (the pod spec) does not carry the claim's variables.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import aiohttp
 import pytest
 
@@ -31,12 +29,6 @@ from tests.integration.lifecycle.helpers import (
 pytestmark = pytest.mark.integration
 
 ENV = [{"name": "API_KEY", "value": "k-123"}, {"name": "MODE", "value": "fast mode"}]
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
-        yield session
 
 
 async def _ready_pool_member(kube: ApiClient, ns: str, pool: str) -> str:

@@ -47,6 +47,7 @@ from .errors import (
     TemplateNotFound,
     WarmPoolNotFound,
 )
+from .hibernated import SandboxHibernated, hibernated_sandbox
 from .metadata import has_additional_metadata, validate_additional_metadata
 from .observability import ReadyStep
 from .shape import build_cold_sandbox, claim_created_by, desired_pod_metadata
@@ -349,6 +350,9 @@ def resolve(s: Snapshot) -> Resolution:
                 drop_reference=drop,
             )
         return bound_to_sandbox(s, s.same_name, c.LAUNCH_TYPE_COLD, drop_reference=drop)
+    # Ours: a hibernated Sandbox is neither replaced nor missing (`hibernated`).
+    if hibernated_sandbox(claim):
+        return Failed(SandboxHibernated(hibernated_sandbox(claim)), drop_reference=drop)
     spec = claim.get("spec") or {}
     # 5. env / volumeClaimTemplates force a cold start: a running warm Pod cannot take them (ours: env can
     #    when the template delivers it through the runtime, `warmenv`).
