@@ -128,7 +128,7 @@ class Cause(enum.StrEnum):
     REQUEST = "Request"
     """Resumed or restored by a request through the router."""
     MANUAL = "Manual"
-    """Resumed or restored by the CLI / SDK (`resume` by name)."""
+    """By the CLI / SDK: resumed or restored (`resume` by name), or suspended (`suspend`)."""
     OTHER = "Other"
     """Resumed by someone else (operatingMode flipped without our annotation)."""
 
