@@ -55,6 +55,8 @@ class PodEntry:
     ready: bool
     warm: bool
     """An unclaimed warm-pool member (reachable by UID only)."""
+    pod_uid: str = ""
+    """The Pod's own UID (tells a recreated pod from the one a dial just failed on)."""
 
 
 def entry_for(pod: Object) -> PodEntry | None:
@@ -86,6 +88,7 @@ def entry_for(pod: Object) -> PodEntry | None:
         uid=str(owner["uid"]),
         ready=ready,
         warm=LABEL_WARM_POOL_SANDBOX in labels,
+        pod_uid=str(meta.get("uid", "")),
     )
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import httptools
 
 from ._accesslog import AccessLog
+from ._lifecycle import RETRY_AFTER, ResumeFailed, RouterLifecycle
 from ._metrics import RouterMetrics
 from ._resolve import Resolver, Target
 from ._responses import HEALTHZ_BODY, json_response, status_line
@@ -77,6 +78,7 @@ _TRACE_HEADERS = frozenset({b"traceparent", b"tracestate"})
 _REPLAY_LIMIT = 64 * 1024
 _HOST_DEAD = frozenset({errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN})
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_MAX_HOLDS = 2  # a request waits for its Sandbox's resume at most this often (a replaced pod: twice)
 _INTERNAL = "An internal error occurred in the proxy."
 
 
@@ -153,6 +155,7 @@ class Proxy:
         access_log_enabled: bool = True,
         tracer: Any = None,
         propagator: Any = None,
+        lifecycle: RouterLifecycle | None = None,
     ) -> None:
         self.settings = settings
         self.resolver = resolver
@@ -165,6 +168,7 @@ class Proxy:
         self.propagator = propagator
         self.inflight = 0
         self.tunnels: set[Tunnel] = set()
+        self.lifecycle = lifecycle
 
     # ------------------------------------------------------------------ entry point
 
@@ -254,6 +258,11 @@ class Proxy:
         )
         # A client that states how long it will wait (X-Sandbox-Timeout) also waits that long for headers.
         header_timeout = settings.response_header_timeout if route.timeout is None else timeout
+        if self.lifecycle is not None:
+            # Ours (docs/lifecycle.md): activity of a Sandbox with an idle timeout; written first when due.
+            urgent = self.lifecycle.record(route.namespace, route.sandbox_id)
+            if urgent is not None:
+                await urgent
         if req.expect_continue and not body.done:
             conn.write(_CONTINUE)
         client_key = ""
@@ -287,6 +296,7 @@ class Proxy:
         resolver = self.resolver
         delay = settings.retry_initial
         retries = 0
+        holds = 0
         fresh = False
         while True:
             target: Target | None = None
@@ -311,6 +321,17 @@ class Proxy:
                     and resolver.invalidate(target, by_uid=target.source == "cache")
                 ):
                     self.metrics.cache_invalidation(route.namespace)
+                if self.lifecycle is not None and holds < _MAX_HOLDS and loop.time() < deadline:
+                    # Ours: a Sandbox that resumes on request is resumed (or waited for) instead of failing.
+                    holds += 1
+                    try:
+                        if await self.lifecycle.hold(route, deadline, target.entry if target else None):
+                            retries, delay = 0, settings.retry_initial
+                            continue
+                    except ResumeFailed as refused:
+                        retry_after = b"Retry-After: %d\r\n" % RETRY_AFTER
+                        self._reply(conn, out, refused.status, refused.detail, req, extra=retry_after)
+                        return
                 if retries < settings.max_retries and loop.time() + delay < deadline:
                     retries += 1
                     self.metrics.upstream_retry(route.namespace)

@@ -78,3 +78,37 @@ async def execute(http: aiohttp.ClientSession, ip: str, command: str, port: int 
         assert resp.status == 200, await resp.text()
         body: dict[str, Any] = await resp.json()
         return body
+
+
+async def through(
+    http: aiohttp.ClientSession,
+    router: Any,
+    sandbox: str,
+    namespace: str,
+    command: str = "sh -c 'echo $HOSTNAME'",
+) -> tuple[int, Any]:
+    """Legacy `POST /execute` through a router by Sandbox name: (status, JSON body)."""
+    headers = {"X-Sandbox-ID": sandbox, "X-Sandbox-Namespace": namespace}
+    url = f"http://127.0.0.1:{router.http_port}/execute"
+    async with http.post(url, data=orjson.dumps({"command": command}), headers=headers) as resp:
+        return resp.status, await resp.json(content_type=None)
+
+
+async def router_metrics(router: Any) -> str:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{router.metrics_port}/metrics") as resp,
+    ):
+        return await resp.text()
+
+
+def metric_value(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples of `name` whose labels include `labels` (0 when none)."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        head, _, value = line.rpartition(" ")
+        if all(f'{k}="{v}"' in head for k, v in labels.items()):
+            total += float(value)
+    return total
