@@ -6,12 +6,13 @@ STAMP := $(VENV)/.installed
 # Parallel test workers: one local control plane per worker.
 WORKERS ?= 2
 
-.PHONY: install demo test test-unit test-integration lint generate check-generated release bench down clean
+.PHONY: install demo test test-unit test-integration test-go lint generate check-generated release bench down clean
 
-$(STAMP): pyproject.toml
+# The project and its standalone Python SDK (clients/python, used by the CLI), both editable.
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e 'clients/python[grpc]' -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -28,9 +29,13 @@ test-unit: install
 test-integration: install
 	$(BIN)/pytest -m 'integration or e2e' -n $(WORKERS) -q
 
+# The Go SDK (clients/go): stub drift check, go vet, staticcheck, go test -race (unit + e2e).
+test-go: install
+	bash clients/go/hack/test.sh
+
 lint: install
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks clients/python
+	$(BIN)/ruff format --check src tests benchmarks clients/python
 	$(BIN)/mypy
 
 generate: install

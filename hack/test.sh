@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite as CI runs it (called by `make test`, which `.ci/run` calls).
 # Order: build/cache the control plane (fails loudly if it cannot) -> lint + types -> generated files
-# up to date -> all tests (unit + integration + e2e) in parallel workers, one local cluster per worker.
+# up to date -> the Go SDK's checks (clients/go/hack/test.sh) -> all tests (unit + integration + e2e) in
+# parallel workers, one local cluster per worker.
 # Fails if no integration test ran: a green run without a real control plane is not a green run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,14 +15,17 @@ echo "==> control plane binaries (built once, cached under ~/.cache/agent-sandbo
 $BIN/python -c 'from agent_sandbox.devcluster import ensure_binaries; print(ensure_binaries().directory)'
 
 echo "==> lint and type check"
-$BIN/ruff check src tests benchmarks
-$BIN/ruff format --check src tests benchmarks
+$BIN/ruff check src tests benchmarks clients/python
+$BIN/ruff format --check src tests benchmarks clients/python
 $BIN/mypy
 
 echo "==> generated files (CRDs, controller RBAC, their Helm copies) are up to date"
 $BIN/agent-sandbox generate --check
 echo "==> release drift guard (k8s/kustomization.yaml lists exactly the install files)"
 $BIN/agent-sandbox release --check
+
+echo "==> Go SDK (clients/go): stub drift, gofmt, vet, staticcheck, go test -race (unit + e2e)"
+bash clients/go/hack/test.sh
 
 echo "==> tests (unit + integration + e2e, $WORKERS workers)"
 # Least privilege, proven: every controller the suite starts authenticates as the installed ServiceAccount

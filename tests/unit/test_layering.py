@@ -23,11 +23,11 @@ ALLOWED: dict[str, set[str]] = {
     "controllers": {"api", "kube"},
     "router": {"api", "kube"},
     "runtime": {"api"},
-    "sdk": {"api", "kube"},
     "manifests": {"api"},
     # devcluster's local runner serves the runtime for dev-cluster pods
     "devcluster": {"api", "kube", "runtime", "manifests"},
-    "cli": {"api", "kube", "controllers", "router", "runtime", "sdk", "devcluster", "manifests"},
+    # The Python SDK is its own distribution (clients/python, `agent_sandbox_sdk`): tests/unit/sdk.
+    "cli": {"api", "kube", "controllers", "router", "runtime", "devcluster", "manifests"},
 }
 
 

@@ -1,163 +1,224 @@
-"""`make demo`: the README journey on a local cluster (grows as capabilities land).
+"""`make demo`: the whole user journey on a local cluster, each step timed.
 
-Idempotent: a running demo cluster (and its controller) is reused, so `make demo` twice in a row works.
+Control plane + controller + router + local runner -> a SandboxTemplate (this project's runtime image, a
+PVC-backed /workspace) and a warm pool -> through the Python SDK: create a sandbox, run a command (time to
+first instruction = create -> first command output), write and read a file, stream a command's output,
+suspend and resume (the file is still there: it lives on the sandbox's volume), terminate.
+
+Idempotent: a running demo cluster, controller, router, template and pool are reused, so `make demo`
+twice in a row works and the second run is faster. It stops nothing it did not start in this run and
+deletes nothing but the sandbox it created; the last lines say how to look around and how to stop.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import sys
 import time
-from datetime import UTC, datetime
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 from agent_sandbox.devcluster import ClusterConfig, DevCluster
 from agent_sandbox.devcluster.controller import CONTROLLER, start_controller
 from agent_sandbox.devcluster.processes import is_ours
 from agent_sandbox.devcluster.router import ROUTER, router_url, start_router
 
+T = TypeVar("T")
+
+DEMO_NS = "demo"
+TEMPLATE = "demo-template"
+POOL = "demo-pool"
+POOL_SIZE = 2
+EXT = "extensions.agents.x-k8s.io/v1beta1"
+#: The runner serves pods of this image with `agent-sandbox-runtime` (docs/devcluster.md "Local runner").
+RUNTIME_IMAGE = "ghcr.io/agent-sandbox/agent-sandbox-runtime:dev"
+
 
 def _say(msg: str) -> None:
     print(msg, flush=True)
 
 
+@contextmanager
+def step(title: str) -> Iterator[Callable[[str], None]]:
+    """Print `title ... 123 ms  detail` when the block ends (the block reports its detail via the callback)."""
+    details: list[str] = []
+    start = time.perf_counter()
+    yield details.append
+    took = (time.perf_counter() - start) * 1000
+    _say(f"  {title:<44} {took:8.0f} ms  {'; '.join(details)}")
+
+
+def _timed(fn: Callable[[], T]) -> tuple[T, float]:
+    start = time.perf_counter()
+    value = fn()
+    return value, (time.perf_counter() - start) * 1000
+
+
+# ----------------------------------------------------------------------------------------- platform
+
+
 def ensure_cluster(name: str) -> DevCluster:
-    """The running cluster `name`, or a freshly started one."""
+    """The running cluster `name`, or a freshly started one (2 kwok nodes, local runner on)."""
     cluster = DevCluster.load(name)
-    # The controller is judged separately (see `ensure_controller`): a stopped one must not force a rebuild.
-    if cluster is not None and all(
-        up for part, up in cluster.running().items() if part not in (CONTROLLER, ROUTER)
-    ):
-        _say(f"reusing running cluster {name!r}")
-        return cluster
+    if cluster is not None:
+        core = {part: up for part, up in cluster.running().items() if part not in (CONTROLLER, ROUTER)}
+        if all(core.values()):
+            if "runner" not in core:
+                raise RuntimeError(
+                    f"dev cluster {name!r} runs without the local runner (sandboxes could not execute); "
+                    f"stop it with `agent-sandbox dev down --name {name}` and run `make demo` again"
+                )
+            return cluster
     return DevCluster.up(ClusterConfig(name=name, nodes=2))
 
 
-def run_demo(*, name: str = "demo") -> int:
-    cluster = ensure_cluster(name)
-    _say(cluster.describe())
-    nodes = cluster.kubectl("get", "nodes", "-o", "wide")
-    _say(nodes.stdout or nodes.stderr)
-    if nodes.returncode != 0:
-        return 1
-    ensure_controller(cluster)
-    ensure_router(cluster)
-    code = asyncio.run(claim_journey(cluster))
-    _say(f"KUBECONFIG={cluster.kubeconfig} kubectl get sandboxclaims,sandboxes -n {DEMO_NS}")
-    _say(f"stop it with: .venv/bin/agent-sandbox dev down --name {name}")
-    return code
+def _ours_running(cluster: DevCluster, name: str) -> bool:
+    return any(s.name == name and is_ours(s.pid, s.exe) for s in cluster.state.started)
 
 
-def ensure_router(cluster: DevCluster) -> None:
-    """Reuse the demo's running `agent-sandbox-router` (Pod cache on), or start one."""
-    url = router_url(cluster)
-    if url is None:
-        started = start_router(cluster)
-        url = router_url(cluster)
-        _say(f"router started (pid {started.pid}, log {started.log})")
-    _say(f"router: {url}  (agent-sandbox dev router-url --name {cluster.name})")
-
-
-# --------------------------------------------------------------------------- warm pool + claim journey
-
-DEMO_NS = "demo"
-EXT = "extensions.agents.x-k8s.io/v1beta1"
-
-
-def ensure_controller(cluster: DevCluster) -> None:
-    """Reuse the demo's running `agent-sandbox-controller --extensions`, or start one."""
-    if any(s.name == CONTROLLER and is_ours(s.pid, s.exe) for s in cluster.state.started):
-        _say("reusing the running controller")
-        return
+def ensure_controller(cluster: DevCluster) -> str:
+    if _ours_running(cluster, CONTROLLER):
+        return "reused"
     started = start_controller(cluster)
-    _say(f"controller started (pid {started.pid}, log {started.log})")
+    return f"started (pid {started.pid})"
 
 
-async def _retry(call: Any, *args: Any, **kw: Any) -> Any:
-    """Retry while the API server rebuilds the CRDs' storage after the controller patched them (503/429)."""
-    from agent_sandbox.kube import ServerError, TooManyRequests
+def ensure_router(cluster: DevCluster) -> str:
+    url = router_url(cluster)
+    if url is not None:
+        return url
+    start_router(cluster, extra=("--enable-h2c",))
+    url = router_url(cluster)
+    assert url is not None
+    return url
 
+
+def _create(cluster: DevCluster, path: str, body: dict[str, Any]) -> str:
+    """POST unless it exists; retried while the API server (re)builds CRD storage (503/429/0)."""
+    admin = cluster.admin()
     deadline = time.monotonic() + 30
     while True:
-        try:
-            return await call(*args, **kw)
-        except (ServerError, TooManyRequests):
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.2)
+        status, out = admin.request("POST", path, body)
+        if status in (201, 409):
+            return "created" if status == 201 else "reused"
+        if status not in (0, 429, 503, 404) or time.monotonic() > deadline:
+            raise RuntimeError(f"creating {path} failed: HTTP {status}: {out}")
+        time.sleep(0.2)
 
 
-async def claim_journey(cluster: DevCluster) -> int:
-    """Template -> warm pool of 2 -> claim; prints the claim's time to Ready and its launch type."""
-    from agent_sandbox.kube import (
-        NAMESPACE,
-        SANDBOX,
-        SANDBOX_CLAIM,
-        SANDBOX_TEMPLATE,
-        SANDBOX_WARM_POOL,
-        AlreadyExists,
-        ApiClient,
-    )
-
-    def ready(obj: dict[str, Any]) -> bool:
-        conds = (obj.get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
-
-    async with await ApiClient.from_kubeconfig(str(cluster.kubeconfig)) as api:
-        template = {
-            "apiVersion": EXT,
-            "kind": "SandboxTemplate",
-            "metadata": {"name": "demo-template"},
-            "spec": {
-                "podTemplate": {"spec": {"containers": [{"name": "main", "image": "python:3.12-slim"}]}}
+def ensure_pool(cluster: DevCluster) -> str:
+    """Namespace, template (runtime image, 1Gi workspace PVC at /workspace) and a warm pool of 2, all Ready."""
+    _create(cluster, "/api/v1/namespaces", {"metadata": {"name": DEMO_NS}})
+    template = {
+        "apiVersion": EXT,
+        "kind": "SandboxTemplate",
+        "metadata": {"name": TEMPLATE},
+        "spec": {
+            "podTemplate": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "runtime",
+                            "image": RUNTIME_IMAGE,
+                            "ports": [{"containerPort": 8888}],
+                            "volumeMounts": [{"name": "workspace", "mountPath": "/workspace"}],
+                        }
+                    ]
+                }
             },
-        }
-        pool = {
-            "apiVersion": EXT,
-            "kind": "SandboxWarmPool",
-            "metadata": {"name": "demo-pool"},
-            "spec": {"replicas": 2, "sandboxTemplateRef": {"name": "demo-template"}},
-        }
-        namespace = {"metadata": {"name": DEMO_NS}}
-        for kind, body, ns in ((NAMESPACE, namespace, None), (SANDBOX_TEMPLATE, template, DEMO_NS)):
-            with contextlib.suppress(AlreadyExists):
-                await _retry(api.create, kind, body, namespace=ns)
-        with contextlib.suppress(AlreadyExists):
-            await _retry(api.create, SANDBOX_WARM_POOL, pool, namespace=DEMO_NS)
-        for old in await _retry(api.list, SANDBOX_CLAIM, namespace=DEMO_NS):  # the previous run's claim
-            await api.delete(SANDBOX_CLAIM, old["metadata"]["name"], namespace=DEMO_NS)
-        deadline = time.monotonic() + 120
-        while True:
-            members = await api.list(
-                SANDBOX, namespace=DEMO_NS, label_selector="agents.x-k8s.io/warm-pool-sandbox"
-            )
-            if sum(ready(m) for m in members) >= 2:
-                break
-            if time.monotonic() > deadline:
-                _say("the warm pool did not become Ready within 120 s")
-                return 1
-            await asyncio.sleep(0.2)
-        _say("template demo-template, warm pool demo-pool: 2/2 members Ready")
-        name = "demo-claim-" + datetime.now(UTC).strftime("%H%M%S")
-        claim = {
-            "apiVersion": EXT,
-            "kind": "SandboxClaim",
-            "metadata": {"name": name},
-            "spec": {"warmPoolRef": {"name": "demo-pool"}},
-        }
-        start = time.monotonic()
-        await api.create(SANDBOX_CLAIM, claim, namespace=DEMO_NS)
-        while not ready(got := await api.get(SANDBOX_CLAIM, name, namespace=DEMO_NS)):
-            if time.monotonic() - start > 60:
-                _say(f"claim {name} not Ready within 60 s: {got.get('status')}")
-                return 1
-            await asyncio.sleep(0.005)
-        elapsed_ms = (time.monotonic() - start) * 1000
-        bound = got["status"]["sandbox"]["name"]
-        sandbox = await api.get(SANDBOX, bound, namespace=DEMO_NS)
-        launch = (sandbox["metadata"].get("labels") or {}).get("agents.x-k8s.io/launch-type", "unknown")
-        _say(f"claim {name}: Ready in {elapsed_ms:.0f} ms, launch type {launch}, sandbox {bound}")
+            "volumeClaimTemplates": [
+                {
+                    "metadata": {"name": "workspace"},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+                }
+            ],
+        },
+    }
+    pool = {
+        "apiVersion": EXT,
+        "kind": "SandboxWarmPool",
+        "metadata": {"name": POOL},
+        "spec": {"replicas": POOL_SIZE, "sandboxTemplateRef": {"name": TEMPLATE}},
+    }
+    made = _create(cluster, f"/apis/{EXT}/namespaces/{DEMO_NS}/sandboxtemplates", template)
+    _create(cluster, f"/apis/{EXT}/namespaces/{DEMO_NS}/sandboxwarmpools", pool)
+    deadline = time.monotonic() + 120
+    while True:
+        status, body = cluster.admin().request(
+            "GET", f"/apis/{EXT}/namespaces/{DEMO_NS}/sandboxwarmpools/{POOL}"
+        )
+        ready = int(((body or {}).get("status") or {}).get("readyReplicas") or 0) if status == 200 else 0
+        if ready >= POOL_SIZE:
+            return f"{made}; {ready}/{POOL_SIZE} members Ready"
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"warm pool {DEMO_NS}/{POOL} not Ready within 120 s ({ready}/{POOL_SIZE})")
+        time.sleep(0.2)
+
+
+# ----------------------------------------------------------------------------------------- journey
+
+
+def sdk_journey(cluster: DevCluster, router: str) -> None:
+    """The user's part, through the SDK; each step timed."""
+    from agent_sandbox_sdk import SandboxClient, SandboxDirectConnectionConfig
+
+    config = SandboxDirectConnectionConfig(api_url=router)
+    with SandboxClient(config, kubeconfig=cluster.kubeconfig) as client:
+        start = time.perf_counter()
+        with step("create_sandbox (claim from the warm pool)") as note:
+            sandbox = client.create_sandbox(POOL, DEMO_NS, sandbox_ready_timeout=120)
+            note(f"claim {sandbox.claim_name}")
+        commands, files = sandbox.commands, sandbox.files
+        assert commands is not None
+        assert files is not None
+        with step("commands.run (first command)") as note:
+            result = commands.run("echo 'hello from the sandbox'")
+            first = (time.perf_counter() - start) * 1000
+            note(f"{result.stdout.strip()!r}, exit {result.exit_code}")
+        _say(f"  {'time to first instruction (create -> output)':<44} {first:8.0f} ms")
+        with step("files.write + files.read") as note:
+            files.write("notes/hello.txt", "written before suspend\n")
+            note(f"{files.read('notes/hello.txt').decode().strip()!r}")
+        with step("commands.stream (output as it happens)") as note:
+            t0 = time.perf_counter()
+            for event in commands.stream("sh -c 'for i in 1 2 3; do echo tick $i; sleep 0.2; done'"):
+                if event.type == "stdout":
+                    for line in event.text.splitlines():
+                        note(f"{line} @{(time.perf_counter() - t0) * 1000:.0f} ms")
+                elif event.type == "exit":
+                    note(f"exit {event.exit_code}")
+        with step("suspend (pod deleted, volume kept)"):
+            sandbox.suspend(timeout=120)
+        with step("resume (new pod, same volume)") as note:
+            sandbox.resume(timeout=120)
+            note(f"pod IP {sandbox.get_pod_ip()}")
+        with step("files.read after resume") as note:
+            note(f"{files.read('notes/hello.txt').decode().strip()!r} (still there)")
+        with step("terminate (claim deleted)"):
+            sandbox.terminate()
+
+
+def run_demo(*, name: str = "demo") -> int:
+    _say(f"agent-sandbox demo on the local dev cluster {name!r}")
+    with step("local control plane + runner") as note:
+        cluster = ensure_cluster(name)
+        note(f"{len(cluster.state.nodes)} nodes, pod CIDR {cluster.state.pod_cidr}")
+    with step("controller") as note:
+        note(ensure_controller(cluster))
+    with step("router") as note:
+        router = ensure_router(cluster)
+        note(router)
+    with step(f"template {TEMPLATE} + warm pool {POOL}") as note:
+        note(ensure_pool(cluster))
+    sdk_journey(cluster, router)
+    _say("")
+    _say("look around:")
+    _say(f"  export KUBECONFIG={cluster.kubeconfig} AGENT_SANDBOX_ROUTER_URL={router}")
+    _say(
+        f"  .venv/bin/agent-sandbox pools -n {DEMO_NS}        # and: create {POOL} -n {DEMO_NS}, exec, cp, list"
+    )
+    _say(f"  kubectl get sandboxtemplates,sandboxwarmpools,sandboxclaims,sandboxes,pods -n {DEMO_NS}")
+    _say(f"the cluster keeps running; stop it with: .venv/bin/agent-sandbox dev down --name {name}")
     return 0
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from agent_sandbox.cli.release import release_command
+from agent_sandbox.cli.sandboxes import add_sandbox_commands
 from agent_sandbox.devcluster import (
     BuildError,
     ClusterConfig,
@@ -206,6 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("bench_args", nargs=argparse.REMAINDER)
     bench.set_defaults(handler=_bench)
+
+    add_sandbox_commands(
+        sub
+    )  # create, list, get, exec, cp, suspend, resume, delete, pools (cli/sandboxes.py)
     return parser
 
 

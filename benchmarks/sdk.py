@@ -1,0 +1,218 @@
+"""SDK benchmark: time to first instruction from a warm pool through the router.
+
+    flock /tmp/agent-sandbox-bench.lock .venv/bin/python -m benchmarks.sdk [--rounds 3] [--sequential 100] [--concurrent 20]
+
+Brings up its own dev cluster (controller, router, local runner; torn down afterwards) with a warm pool of
+runtime sandboxes, and measures what a user of the Python SDK sees:
+
+* **time to first instruction** = `create_sandbox(pool)` called -> the first command's output received
+  (`commands.run("echo ready")` through the router), split into `create` (claim POST -> bound and Ready,
+  watched) and `first command`;
+* `--sequential` creates one after the other (sync `SandboxClient`), then `--concurrent` creates at once
+  (`AsyncSandboxClient`, one client, `asyncio.gather`) — `--rounds` times each, the pool refilled and
+  Ready before each batch, claims deleted after.
+
+Reported per round (p50/p99/max) and over rounds (min/median/max of the per-round p50 and p99), with the
+machine's load average before and after each round. Writes `benchmarks/results/sdk-<UTC time>.json` and `.md`.
+Target (issue 15): p50 <= 100 ms, p99 <= 250 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import time
+from typing import Any
+
+from agent_sandbox.devcluster import ClusterConfig, DevCluster
+from agent_sandbox.devcluster.controller import start_controller
+from agent_sandbox.devcluster.router import router_url, start_router
+from agent_sandbox_sdk import AsyncSandboxClient, SandboxClient, SandboxDirectConnectionConfig
+
+from .harness import host_info, log, write_result_with_markdown
+from .stats import summarize
+
+EXT = "extensions.agents.x-k8s.io/v1beta1"
+RUNTIME_IMAGE = "ghcr.io/agent-sandbox/agent-sandbox-runtime:dev"
+NAMESPACE = "bench"
+
+
+def _apply_pool(cluster: DevCluster, replicas: int) -> None:
+    admin = cluster.admin()
+    admin.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+    template = {
+        "apiVersion": EXT,
+        "kind": "SandboxTemplate",
+        "metadata": {"name": "rt"},
+        "spec": {"podTemplate": {"spec": {"containers": [{"name": "runtime", "image": RUNTIME_IMAGE}]}}},
+    }
+    pool = {
+        "apiVersion": EXT,
+        "kind": "SandboxWarmPool",
+        "metadata": {"name": "pool"},
+        "spec": {"replicas": replicas, "sandboxTemplateRef": {"name": "rt"}},
+    }
+    for plural, body in (("sandboxtemplates", template), ("sandboxwarmpools", pool)):
+        deadline = time.monotonic() + 60
+        while True:
+            status, out = admin.request("POST", f"/apis/{EXT}/namespaces/{NAMESPACE}/{plural}", body)
+            if status in (201, 409):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"creating {plural}: HTTP {status}: {out}")
+            time.sleep(0.5)
+
+
+def _wait_pool_ready(cluster: DevCluster, replicas: int, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    path = f"/apis/{EXT}/namespaces/{NAMESPACE}/sandboxwarmpools/pool"
+    while True:
+        status, body = cluster.admin().request("GET", path)
+        ready = int(((body or {}).get("status") or {}).get("readyReplicas") or 0) if status == 200 else 0
+        if ready >= replicas:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"warm pool not Ready: {ready}/{replicas} after {timeout:.0f} s")
+        time.sleep(0.5)
+
+
+def sequential(cluster: DevCluster, router: str, n: int) -> list[dict[str, float]]:
+    """`n` creates one after the other; per sandbox: create, first command, total (ms)."""
+    samples = []
+    with SandboxClient(
+        SandboxDirectConnectionConfig(api_url=router), kubeconfig=cluster.kubeconfig
+    ) as client:
+        for _ in range(n):
+            t0 = time.perf_counter()
+            sandbox = client.create_sandbox("pool", NAMESPACE, sandbox_ready_timeout=120)
+            t1 = time.perf_counter()
+            assert sandbox.commands is not None
+            out = sandbox.commands.run("echo ready")
+            t2 = time.perf_counter()
+            if out.stdout != "ready\n":
+                raise RuntimeError(f"unexpected output {out!r}")
+            samples.append(
+                {"create": (t1 - t0) * 1000, "first_command": (t2 - t1) * 1000, "ttfi": (t2 - t0) * 1000}
+            )
+            sandbox.terminate()
+    return samples
+
+
+async def concurrent(cluster: DevCluster, router: str, n: int) -> list[dict[str, float]]:
+    """`n` creates at once from one async client."""
+    config = SandboxDirectConnectionConfig(api_url=router)
+    async with AsyncSandboxClient(config, kubeconfig=cluster.kubeconfig) as client:
+
+        async def one() -> dict[str, float]:
+            t0 = time.perf_counter()
+            sandbox = await client.create_sandbox("pool", NAMESPACE, sandbox_ready_timeout=120)
+            t1 = time.perf_counter()
+            assert sandbox.commands is not None
+            out = await sandbox.commands.run("echo ready")
+            t2 = time.perf_counter()
+            if out.stdout != "ready\n":
+                raise RuntimeError(f"unexpected output {out!r}")
+            return {"create": (t1 - t0) * 1000, "first_command": (t2 - t1) * 1000, "ttfi": (t2 - t0) * 1000}
+
+        return list(await asyncio.gather(*(one() for _ in range(n))))
+
+
+def _summary(samples: list[dict[str, float]]) -> dict[str, Any]:
+    return {key: summarize([s[key] for s in samples]) for key in ("ttfi", "create", "first_command")}
+
+
+def _over_rounds(rounds: list[dict[str, Any]], batch: str) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for q in ("p50", "p99"):
+        values = [r[batch]["ttfi"][q] for r in rounds]
+        out[q] = {"min": min(values), "median": statistics.median(values), "max": max(values)}
+    return out
+
+
+def _markdown(report: dict[str, Any]) -> str:
+    lines = [
+        "Time to first instruction (ms) = `create_sandbox` -> first command output, warm pool, through the router.",
+        f"Machine: {report['host'].get('cpus')} CPUs; load average before/after each round in the JSON.",
+        "",
+        "| batch | p50 over rounds (min / median / max) | p99 over rounds (min / median / max) | target |",
+        "|---|---|---|---|",
+    ]
+    for batch in ("sequential", "concurrent"):
+        s = report["over_rounds"][batch]
+        cell = " / ".join(f"{s[q][k]:.0f}" for q in ("p50",) for k in ("min", "median", "max"))
+        cell99 = " / ".join(f"{s['p99'][k]:.0f}" for k in ("min", "median", "max"))
+        lines.append(
+            f"| {batch} ({report['params'][batch]} creates) | {cell} | {cell99} | p50 <= 100, p99 <= 250 |"
+        )
+    lines += [
+        "",
+        "Per round (ms): ttfi p50/p99/max, create p50, first command p50, load average before -> after",
+        "",
+    ]
+    for i, r in enumerate(report["rounds"], 1):
+        for batch in ("sequential", "concurrent"):
+            t, c, f = r[batch]["ttfi"], r[batch]["create"], r[batch]["first_command"]
+            lines.append(
+                f"- round {i} {batch}: {t['p50']:.0f}/{t['p99']:.0f}/{t['max']:.0f}, create {c['p50']:.0f}, "
+                f"first command {f['p50']:.0f}, load {r['load_before'][0]:.1f} -> {r['load_after'][0]:.1f}"
+            )
+    return "\n".join(lines)
+
+
+def run(rounds: int, n_seq: int, n_conc: int) -> dict[str, Any]:
+    name = f"bench-sdk-{os.getpid()}"
+    cluster = DevCluster.up(ClusterConfig(name=name, nodes=2))
+    try:
+        start_controller(cluster)
+        start_router(cluster)
+        router = router_url(cluster)
+        assert router is not None
+        pool_size = max(n_conc, 10)
+        _apply_pool(cluster, pool_size)
+        results = []
+        for i in range(rounds):
+            log(f"round {i + 1}/{rounds}")
+            load_before = os.getloadavg()
+            _wait_pool_ready(cluster, pool_size)
+            seq: list[dict[str, float]] = []
+            while len(seq) < n_seq:  # in chunks the pool can serve warm
+                seq += sequential(cluster, router, min(pool_size, n_seq - len(seq)))
+                _wait_pool_ready(cluster, pool_size)
+            conc = asyncio.run(concurrent(cluster, router, n_conc))
+            results.append(
+                {
+                    "sequential": _summary(seq),
+                    "concurrent": _summary(conc),
+                    "load_before": load_before,
+                    "load_after": os.getloadavg(),
+                }
+            )
+    finally:
+        cluster.down(quiet=True)
+    report: dict[str, Any] = {
+        "scenario": "sdk",
+        "host": host_info(),
+        "params": {"rounds": rounds, "sequential": n_seq, "concurrent": n_conc, "pool": pool_size},
+        "rounds": results,
+        "over_rounds": {b: _over_rounds(results, b) for b in ("sequential", "concurrent")},
+    }
+    report["markdown"] = _markdown(report)
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sequential", type=int, default=100)
+    parser.add_argument("--concurrent", type=int, default=20)
+    args = parser.parse_args()
+    report = run(args.rounds, args.sequential, args.concurrent)
+    path = write_result_with_markdown("sdk", report)
+    print(report["markdown"])
+    print(f"\nwritten {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+// Command basic claims a sandbox from a warm pool, runs a command, writes and reads a file, and deletes
+// the claim. Usage:
+//
+//	go run ./examples/basic -pool python-pool -namespace default -router http://127.0.0.1:8080
+//
+// Without -router the SDK port-forwards to the router Service (sandbox-router-svc) through the API server.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"time"
+
+	"agent-sandbox.invalid/clients/go/sandbox"
+)
+
+func main() {
+	pool := flag.String("pool", "python-pool", "SandboxWarmPool to claim from")
+	namespace := flag.String("namespace", "default", "namespace of the claim")
+	router := flag.String("router", "", "router URL (direct mode); empty: port-forward to sandbox-router-svc")
+	flag.Parse()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	client, err := sandbox.NewClient(ctx, sandbox.Options{APIURL: *router, Namespace: *namespace})
+	if err != nil {
+		log.Fatal(err)
+	}
+	stop := client.EnableAutoCleanup() // delete the claims on Ctrl-C
+	defer stop()
+	defer func() {
+		if err := client.DeleteAll(context.Background()); err != nil {
+			log.Print(err)
+		}
+	}()
+
+	sb, err := client.CreateSandbox(ctx, *pool, *namespace)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("claim %s -> sandbox %s (pod %s)\n", sb.ClaimName(), sb.SandboxName(), sb.PodName())
+
+	res, err := sb.Run(ctx, "echo 'Hello from Agent Sandbox!'")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(res.Stdout)
+
+	if err := sb.Write(ctx, "hello.txt", []byte("hi")); err != nil {
+		log.Fatal(err)
+	}
+	content, err := sb.Read(ctx, "hello.txt")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("hello.txt: %s\n", content)
+}

@@ -1,0 +1,211 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"sync"
+	"syscall"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Client creates and tracks sandboxes that share one set of options and Kubernetes clients.
+type Client struct {
+	opts Options
+	k8s  *K8sHelper
+
+	mu      sync.Mutex
+	tracked map[Key]*Sandbox
+}
+
+// NewClient validates opts (WarmPoolName may be empty here) and builds the Kubernetes clients.
+func NewClient(ctx context.Context, opts Options) (*Client, error) {
+	_ = ctx
+	opts, k, err := prepare(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{opts: opts, k8s: k, tracked: map[Key]*Sandbox{}}, nil
+}
+
+func (c *Client) optionsFor(warmPool, namespace string) (Options, error) {
+	o := c.opts
+	if warmPool != "" {
+		o.WarmPoolName = warmPool
+	}
+	if namespace != "" {
+		o.Namespace = namespace
+		if c.opts.RouterNamespace == c.opts.Namespace {
+			o.RouterNamespace = namespace
+		}
+	}
+	o.ClaimName = ""
+	if err := o.validate(); err != nil {
+		return Options{}, fmt.Errorf("sandbox: %w", err)
+	}
+	return o, nil
+}
+
+// CreateSandbox claims a sandbox from warmPoolName in namespace ("" for the client's defaults), waits until
+// it is Ready, connects, and tracks it.
+func (c *Client) CreateSandbox(ctx context.Context, warmPoolName, namespace string) (*Sandbox, error) {
+	o, err := c.optionsFor(warmPoolName, namespace)
+	if err != nil {
+		return nil, err
+	}
+	sb := newSandbox(o, c.k8s)
+	if err := sb.Open(ctx); err != nil {
+		return nil, err
+	}
+	c.track(sb)
+	return sb, nil
+}
+
+func (c *Client) track(sb *Sandbox) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.tracked[Key{Namespace: sb.opts.Namespace, ClaimName: sb.ClaimName()}] = sb
+}
+
+// GetSandbox returns a handle for an existing claim: the tracked handle if it is connected, otherwise a new
+// one that waits (SandboxReadyTimeout) for the claim's Sandbox to be Ready and connects to it.
+func (c *Client) GetSandbox(ctx context.Context, claimName, namespace string) (*Sandbox, error) {
+	o, err := c.optionsFor("", namespace)
+	if err != nil {
+		return nil, err
+	}
+	key := Key{Namespace: o.Namespace, ClaimName: claimName}
+	c.mu.Lock()
+	sb := c.tracked[key]
+	c.mu.Unlock()
+	if sb != nil && sb.IsReady() {
+		return sb, nil
+	}
+	if sb != nil {
+		_ = sb.Disconnect(ctx)
+	}
+	if !isDNSSubdomain(claimName) {
+		return nil, fmt.Errorf("sandbox: %w", invalidf("claim name %q is not a valid Kubernetes name", claimName))
+	}
+	sb = newSandbox(o, c.k8s)
+	sb.claimName, sb.attach = claimName, true
+	if err := sb.Open(ctx); err != nil {
+		return nil, err
+	}
+	c.track(sb)
+	return sb, nil
+}
+
+// ListActiveSandboxes returns the tracked sandboxes whose transport is connected, sorted.
+func (c *Client) ListActiveSandboxes() []Key {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var keys []Key
+	for k, sb := range c.tracked {
+		if sb.IsReady() {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].Namespace != keys[j].Namespace {
+			return keys[i].Namespace < keys[j].Namespace
+		}
+		return keys[i].ClaimName < keys[j].ClaimName
+	})
+	return keys
+}
+
+// ListAllSandboxes returns the names of all SandboxClaims in namespace ("" for the client's default).
+func (c *Client) ListAllSandboxes(ctx context.Context, namespace string) ([]string, error) {
+	if namespace == "" {
+		namespace = c.opts.Namespace
+	}
+	list, err := c.k8s.claims(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: listing claims in %s: %w", namespace, err)
+	}
+	names := make([]string, 0, len(list.Items))
+	for _, item := range list.Items {
+		names = append(names, item.GetName())
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// DeleteSandbox closes the tracked handle (which deletes its claim), or deletes the claim directly.
+func (c *Client) DeleteSandbox(ctx context.Context, claimName, namespace string) error {
+	if namespace == "" {
+		namespace = c.opts.Namespace
+	}
+	key := Key{Namespace: namespace, ClaimName: claimName}
+	c.mu.Lock()
+	sb := c.tracked[key]
+	c.mu.Unlock()
+	if sb != nil {
+		if err := sb.Close(ctx); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		delete(c.tracked, key)
+		c.mu.Unlock()
+		return nil
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.CleanupTimeout)
+	defer cancel()
+	if err := c.k8s.deleteClaim(dctx, namespace, claimName, ""); err != nil {
+		return wrapErr(namespace, claimName, fmt.Errorf("deleting claim: %w", err))
+	}
+	return nil
+}
+
+// DeleteAll closes every tracked sandbox; it returns the failures joined (those stay tracked).
+func (c *Client) DeleteAll(ctx context.Context) error {
+	c.mu.Lock()
+	all := make(map[Key]*Sandbox, len(c.tracked))
+	for k, sb := range c.tracked {
+		all[k] = sb
+	}
+	c.mu.Unlock()
+	var errs []error
+	for k, sb := range all {
+		if err := sb.Close(ctx); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.mu.Lock()
+		delete(c.tracked, k)
+		c.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// EnableAutoCleanup deletes all tracked sandboxes on SIGINT or SIGTERM and then re-raises the signal with
+// its default action. The returned stop function removes the handler.
+func (c *Client) EnableAutoCleanup() (stop func()) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	var once sync.Once
+	go func() {
+		select {
+		case sig := <-ch:
+			_ = c.DeleteAll(context.Background())
+			signal.Stop(ch)
+			signal.Reset(sig)
+			if p, err := os.FindProcess(os.Getpid()); err == nil {
+				_ = p.Signal(sig)
+			}
+		case <-done:
+		}
+	}()
+	return func() {
+		once.Do(func() {
+			signal.Stop(ch)
+			close(done)
+		})
+	}
+}

@@ -1,0 +1,132 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinel errors. Every error the SDK returns wraps one of them (or is an [*HTTPError] /
+// [*ConditionError]) and carries a "sandbox[<namespace>/<claim>]:" prefix; test with errors.Is / errors.As.
+var (
+	// ErrNotReady: the sandbox is not open, or its transport died (see ErrPortForwardDied). Call Open.
+	ErrNotReady = errors.New("sandbox is not ready")
+	// ErrTimeout: the sandbox, the Gateway or a tunnel did not become ready in time.
+	ErrTimeout = errors.New("operation timed out")
+	// ErrClaimFailed: the SandboxClaim was rejected by the API server, or its Ready condition carries a
+	// terminal reason (then the error is also a *ConditionError).
+	ErrClaimFailed = errors.New("claim failed")
+	// ErrTemplateNotFound: the claim's Ready condition has reason TemplateNotFound (also ErrClaimFailed).
+	ErrTemplateNotFound = errors.New("sandbox template not found")
+	// ErrWarmPoolNotFound: a claim condition has reason WarmPoolNotFound (also ErrClaimFailed).
+	ErrWarmPoolNotFound = errors.New("sandbox warm pool not found")
+	// ErrPortForwardDied: the port-forward tunnel dropped; returned wrapped in ErrNotReady.
+	ErrPortForwardDied = errors.New("port-forward connection lost")
+	// ErrAlreadyOpen: Open on a connected sandbox.
+	ErrAlreadyOpen = errors.New("sandbox is already open; call Close or Disconnect first")
+	// ErrOrphanedClaim: a claim could not be deleted or verified; call Close to retry the deletion.
+	ErrOrphanedClaim = errors.New("orphaned claim; call Close to retry deletion")
+	// ErrRetriesExhausted: every attempt of a call failed; wraps the last error.
+	ErrRetriesExhausted = errors.New("retries exhausted")
+	// ErrSandboxDeleted: the claim or the Sandbox disappeared.
+	ErrSandboxDeleted = errors.New("sandbox was deleted")
+	// ErrGatewayDeleted: the Gateway was deleted during address discovery.
+	ErrGatewayDeleted = errors.New("gateway was deleted during address discovery")
+	// ErrResponseTooLarge: a response body exceeded its limit.
+	ErrResponseTooLarge = errors.New("response exceeded the size limit")
+	// ErrUnsupportedByRuntime: the operation needs a runtime feature the selected runtime lacks.
+	ErrUnsupportedByRuntime = errors.New("operation not supported by this runtime")
+	// ErrNoService: in-cluster-service connectivity but the Sandbox has no status.serviceFQDN.
+	ErrNoService = errors.New("sandbox has no service (status.serviceFQDN is empty)")
+	// ErrInvalidArgument: an option, path or argument failed validation before anything was sent.
+	ErrInvalidArgument = errors.New("invalid argument")
+)
+
+// Claim Ready reasons the SDK treats as terminal (spec 0.2, Python SDK 1.0.8); any other reason keeps the
+// wait going. WarmPoolNotFound is terminal on any condition type, the others only on Ready=False.
+var terminalReasons = map[string]bool{
+	"TemplateNotFound":          true,
+	"InvalidMetadata":           true,
+	"EnvVarsInjectionRejected":  true,
+	"VolumeClaimTemplatesError": true,
+	"ClaimExpired":              true,
+	"SandboxExpired":            true,
+	"InvalidConfiguration":      true,
+	"PodFailed":                 true,
+	"PodSucceeded":              true,
+}
+
+const reasonWarmPoolNotFound = "WarmPoolNotFound"
+
+// ConditionError reports a terminal condition on the SandboxClaim (or, once bound, on the Sandbox): the
+// object, the condition type and its reason and message. It matches ErrClaimFailed, and also
+// ErrTemplateNotFound / ErrWarmPoolNotFound for those reasons.
+type ConditionError struct {
+	Kind      string // "SandboxClaim" or "Sandbox"
+	Namespace string
+	Name      string
+	Type      string // condition type, usually "Ready"
+	Reason    string
+	Message   string
+}
+
+func (e *ConditionError) Error() string {
+	msg := fmt.Sprintf("%s %s/%s: %s condition reason %s", e.Kind, e.Namespace, e.Name, e.Type, e.Reason)
+	if e.Message != "" {
+		msg += ": " + e.Message
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrClaimFailed) true for every ConditionError, and the reason-specific
+// sentinels true for their reasons.
+func (e *ConditionError) Is(target error) bool {
+	switch target {
+	case ErrClaimFailed:
+		return true
+	case ErrTemplateNotFound:
+		return e.Reason == "TemplateNotFound"
+	case ErrWarmPoolNotFound:
+		return e.Reason == reasonWarmPoolNotFound
+	}
+	return false
+}
+
+// maxErrorBody is how much of an error response HTTPError keeps; Error() shows at most half of it.
+const maxErrorBody = 512
+
+// HTTPError is a non-2xx answer from the router or the runtime that was not retried (or was the last of
+// the retries, then wrapped in ErrRetriesExhausted).
+type HTTPError struct {
+	StatusCode int
+	// Body is the start of the response body (at most 512 bytes); sandboxd's {"code","message"} errors are
+	// rendered "CODE: message", the router's {"detail"} and the legacy runtime's {"message"} as the text.
+	Body string
+	// Operation names the SDK call and wire request, e.g. "read (GET download/a.txt)".
+	Operation string
+}
+
+func (e *HTTPError) Error() string {
+	body := e.Body
+	if len(body) > 256 {
+		body = body[:256] + "... [truncated]"
+	}
+	return fmt.Sprintf("%s returned status %d: %s", e.Operation, e.StatusCode, body)
+}
+
+// invalidf returns an ErrInvalidArgument with a message naming what was wrong.
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
+}
+
+// wrapErr prefixes err with the sandbox identity ("sandbox[ns/claim]: ..."), once.
+func wrapErr(namespace, claim string, err error) error {
+	if err == nil {
+		return nil
+	}
+	prefix := fmt.Sprintf("sandbox[%s/%s]", namespace, claim)
+	if strings.HasPrefix(err.Error(), "sandbox[") {
+		return err
+	}
+	return fmt.Errorf("%s: %w", prefix, err)
+}

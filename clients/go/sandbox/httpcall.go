@@ -1,0 +1,359 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	mathrand "math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Router header names, spelled as the spec spells them (set without Go's canonicalisation).
+const (
+	headerSandboxID        = "X-Sandbox-ID"
+	headerSandboxNamespace = "X-Sandbox-Namespace"
+	headerSandboxPort      = "X-Sandbox-Port"
+	headerSandboxPodIP     = "X-Sandbox-Pod-IP"
+	headerSandboxTimeout   = "X-Sandbox-Timeout"
+	headerRequestID        = "X-Request-ID"
+)
+
+const (
+	defaultFileAttempts = 6
+	defaultRunAttempts  = 1
+	maxRunResponse      = 16 << 20 // legacy /execute JSON
+	maxListResponse     = 8 << 20  // listings and exists answers
+	backoffFirst        = 500 * time.Millisecond
+	backoffCap          = 8 * time.Second
+	backoffJitter       = 0.25
+	commandTimeoutSlack = 10 * time.Second
+)
+
+// endpoint is where runtime requests of one connection go.
+type endpoint struct {
+	restBase   *url.URL // base URL; may carry a path prefix
+	grpcTarget string   // host:port of process.v1; "" when this transport has none
+	router     bool     // send X-Sandbox-* routing headers
+	sandboxID  string
+	namespace  string
+	serverPort int
+	podIP      string // X-Sandbox-Pod-IP; "" when unknown or disabled
+}
+
+// httpCaller sends runtime requests: headers, per-attempt header timeout, retries with backoff, redirects
+// refused, non-2xx turned into *HTTPError. It holds no per-sandbox state.
+type httpCaller struct {
+	client  *http.Client
+	opts    *Options
+	tracing *tracing
+	// sleep and jitter are replaced by tests.
+	sleep  func(ctx context.Context, d time.Duration) error
+	jitter func() float64 // in [0, 1)
+}
+
+func newHTTPCaller(opts *Options, tr *tracing) *httpCaller {
+	rt := opts.HTTPTransport
+	if rt == nil {
+		rt = defaultTransport(opts.PerAttemptTimeout)
+	}
+	return &httpCaller{
+		client: &http.Client{
+			Transport: rt,
+			// Redirects are never followed (spec 4.7.2): the 3xx comes back and becomes an *HTTPError.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		opts:    opts,
+		tracing: tr,
+		sleep:   sleepCtx,
+		jitter:  mathrand.Float64,
+	}
+}
+
+func defaultTransport(dialTimeout time.Duration) *http.Transport {
+	dialer := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           dialer.DialContext,
+		MaxIdleConns:          100,
+		MaxIdleConnsPerHost:   10,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// wireRequest is one logical call; do() may send it several times.
+type wireRequest struct {
+	op          string // SDK operation for errors and spans, e.g. "read"
+	method      string
+	path        string // already-encoded path relative to the base, e.g. "download/a%2Fb"
+	query       url.Values
+	body        func() (io.Reader, error) // called once per attempt; nil = no body
+	contentType string
+	accept      func(status int) bool // success statuses besides 2xx (e.g. 404 for HEAD)
+	maxAttempts int
+	// headerTimeout bounds the wait for response headers of one attempt (0: PerAttemptTimeout).
+	headerTimeout time.Duration
+}
+
+func (r *wireRequest) describe() string {
+	return fmt.Sprintf("%s (%s %s)", r.op, r.method, r.path)
+}
+
+// backoff is the wait before attempt n (n >= 2): 0, 500 ms, 1 s, 2 s, 4 s, 8 s, 8 s, ... with +-25 % jitter.
+func backoff(n int, jitter float64) time.Duration {
+	if n <= 2 {
+		return 0
+	}
+	d := float64(backoffFirst) * math.Pow(2, float64(n-3))
+	if d > float64(backoffCap) {
+		d = float64(backoffCap)
+	}
+	return time.Duration(d * (1 - backoffJitter + 2*backoffJitter*jitter))
+}
+
+func retryableStatus(code int) bool {
+	switch code {
+	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable,
+		http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+func newRequestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// timeoutHeader is X-Sandbox-Timeout: the seconds left in the call ("" when the call has no deadline, a
+// stream started without one). Not capped at the per-attempt timeout as upstream's Go SDK does: this
+// project's router, like upstream's Python router, bounds the whole exchange by it, so a cap would cut
+// long downloads and streams (docs/sdk/go.md).
+func timeoutHeader(ctx context.Context) string {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return ""
+	}
+	left := time.Until(dl)
+	if left < time.Millisecond {
+		left = time.Millisecond
+	}
+	return strconv.FormatFloat(left.Seconds(), 'f', 3, 64)
+}
+
+// errHeaderTimeout marks an attempt that got no response headers in time (retryable like a dial error).
+var errHeaderTimeout = errors.New("no response headers within the per-attempt timeout")
+
+// do sends r until it succeeds, fails for good, or runs out of attempts. On success the caller owns the
+// response body (closing it releases the attempt).
+func (c *httpCaller) do(ctx context.Context, ep *endpoint, r wireRequest) (*http.Response, error) {
+	attempts := r.maxAttempts
+	if attempts <= 0 {
+		attempts = 1
+	}
+	if r.headerTimeout <= 0 {
+		r.headerTimeout = c.opts.PerAttemptTimeout
+	}
+	reqID := newRequestID()
+	var last error
+	for n := 1; n <= attempts; n++ {
+		if n > 1 {
+			if err := c.sleep(ctx, backoff(n, c.jitter())); err != nil {
+				return nil, callContextError(ctx, r.describe(), last)
+			}
+		}
+		resp, err := c.attempt(ctx, ep, &r, reqID)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, callContextError(ctx, r.describe(), err)
+			}
+			var invalid *invalidBodyError
+			if errors.As(err, &invalid) {
+				return nil, invalid.err
+			}
+			last = fmt.Errorf("%s: %w", r.describe(), err)
+			continue
+		}
+		if (resp.StatusCode >= 200 && resp.StatusCode < 300) || (r.accept != nil && r.accept(resp.StatusCode)) {
+			return resp, nil
+		}
+		httpErr := readHTTPError(resp, r.describe())
+		if !retryableStatus(resp.StatusCode) {
+			return nil, httpErr
+		}
+		last = httpErr
+	}
+	if attempts == 1 {
+		return nil, last
+	}
+	return nil, fmt.Errorf("%w after %d attempts: %w", ErrRetriesExhausted, attempts, last)
+}
+
+// callContextError reports a call whose context ended: ErrTimeout for a deadline (also matching
+// context.DeadlineExceeded), the context's error for a cancel.
+func callContextError(ctx context.Context, what string, last error) error {
+	cause := ctx.Err()
+	if errors.Is(cause, context.DeadlineExceeded) {
+		if last != nil {
+			return fmt.Errorf("%s: %w (%w); last error: %v", what, ErrTimeout, cause, last)
+		}
+		return fmt.Errorf("%s: %w (%w)", what, ErrTimeout, cause)
+	}
+	return fmt.Errorf("%s: %w", what, cause)
+}
+
+type invalidBodyError struct{ err error }
+
+func (e *invalidBodyError) Error() string { return e.err.Error() }
+
+// attempt sends one request. The attempt's context is cancelled when the body is closed, or at once if no
+// response headers arrive within the header timeout.
+func (c *httpCaller) attempt(ctx context.Context, ep *endpoint, r *wireRequest, reqID string) (*http.Response, error) {
+	target := strings.TrimSuffix(ep.restBase.String(), "/") + "/" + r.path
+	if r.query != nil {
+		target += "?" + r.query.Encode()
+	}
+	var body io.Reader
+	if r.body != nil {
+		b, err := r.body()
+		if err != nil {
+			return nil, &invalidBodyError{err: err}
+		}
+		body = b
+	}
+	actx, cancel := context.WithCancel(ctx)
+	req, err := http.NewRequestWithContext(actx, r.method, target, body)
+	if err != nil {
+		cancel()
+		return nil, &invalidBodyError{err: fmt.Errorf("%s: %w", r.describe(), err)}
+	}
+	for k, vs := range c.opts.Headers {
+		req.Header[k] = append([]string(nil), vs...)
+	}
+	if r.contentType != "" {
+		req.Header.Set("Content-Type", r.contentType)
+	}
+	req.Header[headerRequestID] = []string{reqID}
+	if ep.router {
+		req.Header[headerSandboxID] = []string{ep.sandboxID}
+		req.Header[headerSandboxNamespace] = []string{ep.namespace}
+		req.Header[headerSandboxPort] = []string{strconv.Itoa(ep.serverPort)}
+		if t := timeoutHeader(ctx); t != "" {
+			req.Header[headerSandboxTimeout] = []string{t}
+		}
+		if ep.podIP != "" {
+			req.Header[headerSandboxPodIP] = []string{ep.podIP}
+		}
+	}
+	c.tracing.inject(ctx, req.Header)
+
+	timedOut := make(chan struct{})
+	timer := time.AfterFunc(r.headerTimeout, func() { close(timedOut); cancel() })
+	resp, err := c.client.Do(req)
+	if !timer.Stop() {
+		// the timer fired: whatever Do returned belongs to a cancelled attempt
+		if resp != nil {
+			_ = resp.Body.Close()
+		}
+		<-timedOut
+		cancel()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w (%s)", errHeaderTimeout, r.headerTimeout)
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
+}
+
+// readHTTPError turns an unsuccessful response into *HTTPError (and closes the body).
+func readHTTPError(resp *http.Response, op string) *HTTPError {
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return &HTTPError{StatusCode: resp.StatusCode, Body: renderErrorBody(raw), Operation: op}
+}
+
+// renderErrorBody shows the known JSON error shapes as text: sandboxd {"code","message"} as
+// "CODE: message", the router's {"detail"} and the legacy runtime's {"message"} as their text.
+func renderErrorBody(raw []byte) string {
+	var shaped struct {
+		Code    string          `json:"code"`
+		Message string          `json:"message"`
+		Detail  json.RawMessage `json:"detail"`
+	}
+	text := string(raw)
+	if json.Unmarshal(raw, &shaped) == nil {
+		var detail string
+		switch {
+		case shaped.Code != "" && shaped.Message != "":
+			text = shaped.Code + ": " + shaped.Message
+		case len(shaped.Detail) > 0 && json.Unmarshal(shaped.Detail, &detail) == nil:
+			text = detail
+		case shaped.Message != "":
+			text = shaped.Message
+		}
+	}
+	if len(text) > maxErrorBody {
+		text = text[:maxErrorBody]
+	}
+	return text
+}
+
+// readLimited reads the whole body, failing with ErrResponseTooLarge past limit bytes.
+func readLimited(body io.Reader, limit int64, what string) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(body, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: reading response: %w", what, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s: %w (%d bytes)", what, ErrResponseTooLarge, limit)
+	}
+	return b, nil
+}
+
+// bytesBody makes a per-attempt body from bytes (each attempt reads from the start).
+func bytesBody(b []byte) func() (io.Reader, error) {
+	return func() (io.Reader, error) { return bytes.NewReader(b), nil }
+}

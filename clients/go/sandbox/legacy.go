@@ -1,0 +1,381 @@
+package sandbox
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// legacyRuntime speaks the python-runtime HTTP protocol (spec 2.1 and 4.7.5), plus this project's runtime
+// extensions: env / cwd / timeout_seconds in /execute, NDJSON streaming at /execute/stream, and
+// DELETE /files/{path}.
+type legacyRuntime struct {
+	http *httpCaller
+	opts *Options
+}
+
+// executeBody is the JSON body of /execute and /execute/stream.
+type executeBody struct {
+	Command        string            `json:"command"`
+	TimeoutSeconds float64           `json:"timeout_seconds,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	Cwd            string            `json:"cwd,omitempty"`
+}
+
+func newExecuteBody(command string, o *callOptions) ([]byte, error) {
+	body := executeBody{Command: command, Env: o.env, Cwd: o.cwd}
+	if o.commandTimeout > 0 {
+		body.TimeoutSeconds = o.commandTimeout.Seconds()
+	}
+	return json.Marshal(body)
+}
+
+// headerTimeoutFor is how long a command call waits for response headers: the legacy /execute answers only
+// when the command ends, so a command timeout extends it (Python SDK: max(timeout, command_timeout + 10)).
+func headerTimeoutFor(opts *Options, o *callOptions) time.Duration {
+	t := opts.PerAttemptTimeout
+	if o.commandTimeout > 0 && o.commandTimeout+commandTimeoutSlack > t {
+		t = o.commandTimeout + commandTimeoutSlack
+	}
+	return t
+}
+
+func (l *legacyRuntime) run(ctx context.Context, ep *endpoint, command string, o *callOptions) (*ExecutionResult, error) {
+	body, err := newExecuteBody(command, o)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := l.http.do(ctx, ep, wireRequest{
+		op: "run", method: http.MethodPost, path: "execute", body: bytesBody(body),
+		contentType: "application/json", maxAttempts: attemptsOr(o, defaultRunAttempts),
+		headerTimeout: headerTimeoutFor(l.opts, o),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := readLimited(resp.Body, maxRunResponse, "run (POST execute)")
+	if err != nil {
+		return nil, err
+	}
+	var decoded struct {
+		Stdout    string `json:"stdout"`
+		Stderr    string `json:"stderr"`
+		ExitCode  *int   `json:"exit_code"`
+		TimedOut  bool   `json:"timed_out"`
+		Truncated bool   `json:"truncated"`
+	}
+	if err := json.Unmarshal(raw, &decoded); err != nil {
+		return nil, fmt.Errorf("run (POST execute): response is not the expected JSON: %w", err)
+	}
+	res := &ExecutionResult{Stdout: decoded.Stdout, Stderr: decoded.Stderr, ExitCode: -1,
+		TimedOut: decoded.TimedOut, Truncated: decoded.Truncated}
+	if decoded.ExitCode != nil {
+		res.ExitCode = *decoded.ExitCode
+	}
+	return res, nil
+}
+
+func attemptsOr(o *callOptions, def int) int {
+	if o.maxAttempts > 0 {
+		return o.maxAttempts
+	}
+	return def
+}
+
+// start runs a command through POST /execute/stream (this project's runtime; upstream's python-runtime
+// has no such route and answers 404, reported as ErrUnsupportedByRuntime).
+func (l *legacyRuntime) start(ctx context.Context, ep *endpoint, command string, o *callOptions,
+	release func()) (*Process, error) {
+	if o.stdin != nil || o.pty != nil {
+		return nil, fmt.Errorf("stdin and PTY need the sandboxd runtime: %w", ErrUnsupportedByRuntime)
+	}
+	body, err := newExecuteBody(command, o)
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	resp, err := l.http.do(sctx, ep, wireRequest{
+		op: "start", method: http.MethodPost, path: "execute/stream", body: bytesBody(body),
+		contentType: "application/json", maxAttempts: attemptsOr(o, defaultRunAttempts),
+	})
+	if err != nil {
+		cancel()
+		var he *HTTPError
+		if errors.As(err, &he) && (he.StatusCode == http.StatusNotFound || he.StatusCode == http.StatusMethodNotAllowed) {
+			return nil, fmt.Errorf("streaming execution (POST execute/stream) needs this project's runtime: %w: %w",
+				ErrUnsupportedByRuntime, err)
+		}
+		return nil, err
+	}
+	b := &ndjsonProcess{body: resp.Body, lines: bufio.NewReaderSize(resp.Body, 64<<10), cancel: cancel}
+	first, err := b.next()
+	if err != nil {
+		b.stop()
+		return nil, err
+	}
+	id := 0
+	if first.Type == "start" {
+		id = first.Pid
+	} else {
+		b.pending = &first
+	}
+	return newProcess(id, b, release), nil
+}
+
+// streamLine is one NDJSON object of /execute/stream.
+type streamLine struct {
+	Type     string `json:"type"` // start | stdout | stderr | exit
+	Pid      int    `json:"pid"`
+	Data     string `json:"data"`
+	ExitCode *int   `json:"exit_code"`
+	TimedOut bool   `json:"timed_out"`
+}
+
+type ndjsonProcess struct {
+	body    io.ReadCloser
+	lines   *bufio.Reader
+	cancel  context.CancelFunc
+	pending *streamLine
+}
+
+const maxStreamLine = 16 << 20
+
+func (n *ndjsonProcess) next() (streamLine, error) {
+	var line []byte
+	for {
+		chunk, isPrefix, err := n.lines.ReadLine()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return streamLine{}, fmt.Errorf("execute/stream: %w", io.ErrUnexpectedEOF)
+			}
+			return streamLine{}, fmt.Errorf("execute/stream: %w", err)
+		}
+		line = append(line, chunk...)
+		if len(line) > maxStreamLine {
+			return streamLine{}, fmt.Errorf("execute/stream: %w (line over %d bytes)", ErrResponseTooLarge, maxStreamLine)
+		}
+		if isPrefix {
+			continue
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			line = line[:0]
+			continue
+		}
+		var sl streamLine
+		if err := json.Unmarshal(line, &sl); err != nil {
+			return streamLine{}, fmt.Errorf("execute/stream: malformed line %q: %w", truncate(string(line), 120), err)
+		}
+		return sl, nil
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+func (n *ndjsonProcess) recv() (Event, error) {
+	for {
+		var sl streamLine
+		if n.pending != nil {
+			sl, n.pending = *n.pending, nil
+		} else {
+			var err error
+			if sl, err = n.next(); err != nil {
+				return Event{}, err
+			}
+		}
+		switch sl.Type {
+		case "stdout":
+			return Event{Type: EventStdout, Data: []byte(sl.Data)}, nil
+		case "stderr":
+			return Event{Type: EventStderr, Data: []byte(sl.Data)}, nil
+		case "exit":
+			code := -1
+			if sl.ExitCode != nil {
+				code = *sl.ExitCode
+			}
+			return Event{Type: EventExit, ExitCode: code, TimedOut: sl.TimedOut}, nil
+		}
+		// "start" (again) or a type added later: skip
+	}
+}
+
+func (n *ndjsonProcess) writeStdin(context.Context, []byte, bool) error {
+	return fmt.Errorf("stdin needs the sandboxd runtime: %w", ErrUnsupportedByRuntime)
+}
+
+func (n *ndjsonProcess) signal(context.Context, Signal) error {
+	return fmt.Errorf("signals need the sandboxd runtime (close the process to kill it): %w", ErrUnsupportedByRuntime)
+}
+
+func (n *ndjsonProcess) resize(context.Context, uint32, uint32) error {
+	return fmt.Errorf("a PTY needs the sandboxd runtime: %w", ErrUnsupportedByRuntime)
+}
+
+func (n *ndjsonProcess) stop() {
+	n.cancel()
+	_ = n.body.Close()
+}
+
+// write streams an upload as multipart part "file" whose filename is the (sanitised) path.
+func (l *legacyRuntime) write(ctx context.Context, ep *endpoint, path string, src *uploadSource, o *callOptions) error {
+	clean, err := sanitizeFilePath(path)
+	if err != nil {
+		return err
+	}
+	boundary := multipart.NewWriter(io.Discard).Boundary()
+	// each attempt gets a pipe fed by a goroutine; a retry first stops the previous one, so only one
+	// goroutine ever reads the source
+	var prev *io.PipeReader
+	var prevDone chan struct{}
+	defer func() {
+		if prev != nil {
+			_ = prev.Close()
+			<-prevDone
+		}
+	}()
+	body := func() (io.Reader, error) {
+		if prev != nil {
+			_ = prev.Close()
+			<-prevDone
+		}
+		content, err := src.open()
+		if err != nil {
+			return nil, err
+		}
+		pr, pw := io.Pipe()
+		done := make(chan struct{})
+		prev, prevDone = pr, done
+		go func() {
+			defer close(done)
+			mw := multipart.NewWriter(pw)
+			_ = mw.SetBoundary(boundary)
+			part, err := mw.CreateFormFile("file", clean)
+			if err == nil {
+				_, err = io.Copy(part, content)
+			}
+			if err == nil {
+				err = mw.Close()
+			}
+			pw.CloseWithError(err)
+		}()
+		return pr, nil
+	}
+	resp, err := l.http.do(ctx, ep, wireRequest{
+		op: "write", method: http.MethodPost, path: "upload", body: body,
+		contentType: "multipart/form-data; boundary=" + boundary,
+		maxAttempts: src.attempts(attemptsOr(o, defaultFileAttempts)),
+	})
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	return resp.Body.Close()
+}
+
+func (l *legacyRuntime) readTo(ctx context.Context, ep *endpoint, path string, w io.Writer, o *callOptions) (int64, error) {
+	clean, err := sanitizeFilePath(path)
+	if err != nil {
+		return 0, err
+	}
+	p := "download/" + legacyPathParam(clean)
+	resp, err := l.http.do(ctx, ep, wireRequest{
+		op: "read", method: http.MethodGet, path: p, maxAttempts: attemptsOr(o, defaultFileAttempts),
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	return copyLimited(w, resp.Body, l.opts.MaxDownloadSize, "read (GET "+p+")")
+}
+
+func (l *legacyRuntime) list(ctx context.Context, ep *endpoint, path string, o *callOptions) ([]FileEntry, error) {
+	p := "list/" + legacyPathParam(path)
+	raw, err := l.getJSON(ctx, ep, "list", p, o)
+	if err != nil {
+		return nil, err
+	}
+	var entries []struct {
+		Name    string   `json:"name"`
+		Size    int64    `json:"size"`
+		Type    FileType `json:"type"`
+		ModTime float64  `json:"mod_time"`
+	}
+	if err := json.Unmarshal(raw, &entries); err != nil {
+		return nil, fmt.Errorf("list (GET %s): response is not a JSON array of entries: %w", p, err)
+	}
+	out := make([]FileEntry, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, FileEntry{Name: e.Name, Size: e.Size, Type: e.Type, ModTime: epochToTime(e.ModTime)})
+	}
+	return out, nil
+}
+
+func epochToTime(sec float64) time.Time {
+	whole, frac := math.Modf(sec)
+	return time.Unix(int64(whole), int64(frac*1e9)).UTC()
+}
+
+func (l *legacyRuntime) exists(ctx context.Context, ep *endpoint, path string, o *callOptions) (bool, error) {
+	p := "exists/" + legacyPathParam(path)
+	raw, err := l.getJSON(ctx, ep, "exists", p, o)
+	if err != nil {
+		return false, err
+	}
+	var decoded struct {
+		Exists *bool `json:"exists"`
+	}
+	if err := json.Unmarshal(raw, &decoded); err != nil || decoded.Exists == nil {
+		return false, fmt.Errorf("exists (GET %s): response has no boolean \"exists\": %s", p, truncate(string(raw), 120))
+	}
+	return *decoded.Exists, nil
+}
+
+func (l *legacyRuntime) getJSON(ctx context.Context, ep *endpoint, op, p string, o *callOptions) ([]byte, error) {
+	resp, err := l.http.do(ctx, ep, wireRequest{
+		op: op, method: http.MethodGet, path: p, maxAttempts: attemptsOr(o, defaultFileAttempts),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return readLimited(resp.Body, maxListResponse, op+" (GET "+p+")")
+}
+
+// delete uses this project's DELETE /files/{path} extension (upstream's python-runtime has none: its 404 /
+// 405 for the route is reported as ErrUnsupportedByRuntime).
+func (l *legacyRuntime) delete(ctx context.Context, ep *endpoint, path string, recursive bool, o *callOptions) error {
+	if path == "" {
+		return invalidf("path must not be empty")
+	}
+	p := "files/" + legacyPathParam(path)
+	var q url.Values
+	if recursive {
+		q = url.Values{"recursive": {"true"}}
+	}
+	resp, err := l.http.do(ctx, ep, wireRequest{
+		op: "delete", method: http.MethodDelete, path: p, query: q, maxAttempts: attemptsOr(o, defaultFileAttempts),
+	})
+	if err != nil {
+		var he *HTTPError
+		if errors.As(err, &he) && (he.StatusCode == http.StatusMethodNotAllowed ||
+			(he.StatusCode == http.StatusNotFound && he.Body == "Not Found")) {
+			return fmt.Errorf("delete needs this project's runtime or sandboxd: %w: %w", ErrUnsupportedByRuntime, err)
+		}
+		return err
+	}
+	return resp.Body.Close()
+}

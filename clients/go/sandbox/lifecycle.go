@@ -1,0 +1,303 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+var getOpts = metav1.GetOptions{}
+
+func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
+
+// buildClaim is the SandboxClaim a new sandbox asks for (spec 4.5 step 1, plus this project's extras).
+func buildClaim(o *Options, now time.Time, traceContext string) *unstructured.Unstructured {
+	labels := map[string]any{}
+	for k, v := range o.Labels {
+		labels[k] = v
+	}
+	labels[CreatedByLabel] = "go-client"
+	annotations := map[string]any{FirstRequestedAtAnnotation: now.UTC().Format(time.RFC3339Nano)}
+	if traceContext != "" {
+		annotations[TraceContextAnnotation] = traceContext
+	}
+	meta := map[string]any{"labels": labels, "annotations": annotations}
+	if o.ClaimName != "" {
+		meta["name"] = o.ClaimName
+	} else {
+		meta["generateName"] = "sandbox-claim-"
+	}
+	spec := map[string]any{"warmPoolRef": map[string]any{"name": o.WarmPoolName}}
+	if o.ShutdownAfter > 0 {
+		at := now.Add(o.ShutdownAfter).UTC().Truncate(time.Second)
+		spec["lifecycle"] = map[string]any{"shutdownTime": at.Format(time.RFC3339), "shutdownPolicy": "Delete"}
+	}
+	if len(o.PodLabels) > 0 || len(o.PodAnnotations) > 0 {
+		apm := map[string]any{}
+		if len(o.PodLabels) > 0 {
+			apm["labels"] = stringMap(o.PodLabels)
+		}
+		if len(o.PodAnnotations) > 0 {
+			apm["annotations"] = stringMap(o.PodAnnotations)
+		}
+		spec["additionalPodMetadata"] = apm
+	}
+	if len(o.Env) > 0 {
+		env := make([]any, 0, len(o.Env))
+		for _, e := range o.Env {
+			m := map[string]any{"name": e.Name, "value": e.Value}
+			if e.ContainerName != "" {
+				m["containerName"] = e.ContainerName
+			}
+			env = append(env, m)
+		}
+		spec["env"] = env
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": claimsGVR.GroupVersion().String(),
+		"kind":       "SandboxClaim",
+		"metadata":   meta,
+		"spec":       spec,
+	}}
+}
+
+func stringMap(m map[string]string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func (k *K8sHelper) createClaim(ctx context.Context, ns string, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	return k.claims(ns).Create(ctx, obj, metav1.CreateOptions{})
+}
+
+func (k *K8sHelper) getClaim(ctx context.Context, ns, name string) (*unstructured.Unstructured, error) {
+	return k.claims(ns).Get(ctx, name, getOpts)
+}
+
+// waitReady resolves the claim's Sandbox and waits until it is Ready, within SandboxReadyTimeout (spec 4.5
+// steps 2-4). Terminal claim or Sandbox conditions end the wait with a *ConditionError.
+func (s *Sandbox) waitReady(ctx context.Context, claim string) (string, sandboxInfo, error) {
+	o := &s.opts
+	ctx, cancel := context.WithTimeout(ctx, o.SandboxReadyTimeout)
+	defer cancel()
+	var last lastSeen
+
+	var name string
+	err := s.k8s.observe(ctx, claimsGVR, o.Namespace, claim, func(obj *unstructured.Unstructured) (bool, error) {
+		last.set("SandboxClaim", obj)
+		if s.claimUIDChanged(obj) {
+			return false, fmt.Errorf("claim %s was replaced (new UID): %w", claim, ErrSandboxDeleted)
+		}
+		if obj.GetDeletionTimestamp() != nil {
+			return false, fmt.Errorf("claim %s is being deleted: %w", claim, ErrSandboxDeleted)
+		}
+		if ce := claimTerminal(obj); ce != nil {
+			return false, ce
+		}
+		name = claimSandboxName(obj)
+		return name != "", nil
+	})
+	if err != nil {
+		return "", sandboxInfo{}, s.waitError(ctx, err, "SandboxClaim", claim, &last)
+	}
+
+	var info sandboxInfo
+	err = s.k8s.observe(ctx, sandboxesGVR, o.Namespace, name, func(obj *unstructured.Unstructured) (bool, error) {
+		last.set("Sandbox", obj)
+		ready := findCondition(conditionsOf(obj), "Ready")
+		if ready != nil && ready.Status == "False" && sandboxTerminalReasons[ready.Reason] {
+			return false, &ConditionError{Kind: "Sandbox", Namespace: obj.GetNamespace(), Name: obj.GetName(),
+				Type: "Ready", Reason: ready.Reason, Message: ready.Message}
+		}
+		if ready == nil || ready.Status != "True" {
+			return false, nil
+		}
+		info = readSandboxInfo(obj)
+		return true, nil
+	})
+	if err != nil {
+		return "", sandboxInfo{}, s.waitError(ctx, err, "Sandbox", name, &last)
+	}
+	return name, info, nil
+}
+
+func (s *Sandbox) claimUIDChanged(obj *unstructured.Unstructured) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.claimUID != "" && obj.GetUID() != s.claimUID
+}
+
+// lastSeen keeps the conditions of the object last observed, for timeout messages.
+type lastSeen struct {
+	mu    sync.Mutex
+	kind  string
+	conds []condition
+}
+
+func (l *lastSeen) set(kind string, obj *unstructured.Unstructured) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.kind, l.conds = kind, conditionsOf(obj)
+}
+
+func (l *lastSeen) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.kind == "" {
+		return "nothing observed"
+	}
+	return l.kind + " " + describeConditions(l.conds)
+}
+
+func (s *Sandbox) waitError(ctx context.Context, err error, kind, name string, last *lastSeen) error {
+	switch {
+	case errors.Is(err, errObjectGone):
+		return fmt.Errorf("%s %s disappeared: %w", kind, name, ErrSandboxDeleted)
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
+		return fmt.Errorf("%s %s not ready within SandboxReadyTimeout (%s); last seen: %s: %w",
+			kind, name, s.opts.SandboxReadyTimeout, last, ErrTimeout)
+	}
+	return err
+}
+
+// Status is the Sandbox's state as the API server reports it.
+type Status struct {
+	// Ready is the Sandbox's Ready condition (False while suspended).
+	Ready   bool
+	Reason  string
+	Message string
+	// OperatingMode is spec.operatingMode ("Running" or "Suspended"; empty means Running).
+	OperatingMode string
+	// Suspended is the Suspended condition: True once the Pod is gone.
+	Suspended bool
+	PodName   string
+	PodIP     string
+}
+
+// Status reads the bound Sandbox (ErrSandboxDeleted if it is gone).
+func (s *Sandbox) Status(ctx context.Context) (*Status, error) {
+	name, err := s.boundName()
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	obj, err := s.k8s.sandboxes(s.opts.Namespace).Get(ctx, name, getOpts)
+	if err != nil {
+		if isNotFound(err) {
+			return nil, s.wrap(fmt.Errorf("Sandbox %s: %w", name, ErrSandboxDeleted))
+		}
+		return nil, s.wrap(err)
+	}
+	return statusOf(obj), nil
+}
+
+func statusOf(obj *unstructured.Unstructured) *Status {
+	info := readSandboxInfo(obj)
+	st := &Status{OperatingMode: info.mode, PodName: info.podName, PodIP: info.podIP}
+	conds := conditionsOf(obj)
+	if c := findCondition(conds, "Ready"); c != nil {
+		st.Ready, st.Reason, st.Message = c.Status == "True", c.Reason, c.Message
+	}
+	if c := findCondition(conds, "Suspended"); c != nil {
+		st.Suspended = c.Status == "True"
+	}
+	return st
+}
+
+func (s *Sandbox) boundName() (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sandboxName == "" {
+		return "", fmt.Errorf("%w: no Sandbox is bound (call Open)", ErrNotReady)
+	}
+	return s.sandboxName, nil
+}
+
+func (s *Sandbox) setMode(ctx context.Context, name, mode string) error {
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"operatingMode": mode}})
+	_, err := s.k8s.sandboxes(s.opts.Namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if isNotFound(err) {
+		return fmt.Errorf("Sandbox %s: %w", name, ErrSandboxDeleted)
+	}
+	return err
+}
+
+// Suspend sets the Sandbox's spec.operatingMode to Suspended (the controller deletes the Pod and keeps the
+// Sandbox, its volumes and Service), closes the transport, and waits (SandboxReadyTimeout) until the
+// Suspended condition is True. The claim stays; Resume brings the sandbox back.
+func (s *Sandbox) Suspend(ctx context.Context) (err error) {
+	ctx, span := s.tracing.start(ctx, "suspend")
+	defer func() { endSpan(span, err) }()
+	name, err := s.boundName()
+	if err != nil {
+		return s.wrap(err)
+	}
+	if err := s.setMode(ctx, name, "Suspended"); err != nil {
+		return s.wrap(fmt.Errorf("suspend: %w", err))
+	}
+	_ = s.Disconnect(ctx)
+	wctx, cancel := context.WithTimeout(ctx, s.opts.SandboxReadyTimeout)
+	defer cancel()
+	var last lastSeen
+	err = s.k8s.observe(wctx, sandboxesGVR, s.opts.Namespace, name, func(obj *unstructured.Unstructured) (bool, error) {
+		last.set("Sandbox", obj)
+		return statusOf(obj).Suspended, nil
+	})
+	if err != nil {
+		return s.wrap(fmt.Errorf("suspend: %w", s.waitError(wctx, err, "Sandbox", name, &last)))
+	}
+	s.mu.Lock()
+	s.info.podIP, s.info.podName = "", ""
+	s.mu.Unlock()
+	return nil
+}
+
+// Resume sets spec.operatingMode back to Running, waits until the Sandbox is Ready again (a new Pod, same
+// volumes) and reconnects the transport to it.
+func (s *Sandbox) Resume(ctx context.Context) (err error) {
+	ctx, span := s.tracing.start(ctx, "resume")
+	defer func() { endSpan(span, err) }()
+	name, err := s.boundName()
+	if err != nil {
+		return s.wrap(err)
+	}
+	if err := s.setMode(ctx, name, "Running"); err != nil {
+		return s.wrap(fmt.Errorf("resume: %w", err))
+	}
+	_ = s.Disconnect(ctx)
+	wctx, cancel := context.WithTimeout(ctx, s.opts.SandboxReadyTimeout)
+	defer cancel()
+	var last lastSeen
+	var info sandboxInfo
+	err = s.k8s.observe(wctx, sandboxesGVR, s.opts.Namespace, name, func(obj *unstructured.Unstructured) (bool, error) {
+		last.set("Sandbox", obj)
+		st := statusOf(obj)
+		if st.Ready && st.PodIP != "" {
+			info = readSandboxInfo(obj)
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		return s.wrap(fmt.Errorf("resume: %w", s.waitError(wctx, err, "Sandbox", name, &last)))
+	}
+	conn, err := s.connect(ctx, name, info)
+	if err != nil {
+		return s.wrap(fmt.Errorf("resume: %w", err))
+	}
+	s.mu.Lock()
+	s.info, s.conn = info, conn
+	s.mu.Unlock()
+	s.watchTunnel(conn)
+	return nil
+}

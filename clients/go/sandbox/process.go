@@ -1,0 +1,210 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"sync"
+)
+
+// EventType says what an Event carries.
+type EventType int
+
+const (
+	// EventStdout carries a chunk of standard output (all output, with a PTY).
+	EventStdout EventType = iota + 1
+	// EventStderr carries a chunk of standard error.
+	EventStderr
+	// EventExit is the last event: the exit code (and TimedOut).
+	EventExit
+)
+
+func (t EventType) String() string {
+	switch t {
+	case EventStdout:
+		return "stdout"
+	case EventStderr:
+		return "stderr"
+	case EventExit:
+		return "exit"
+	}
+	return fmt.Sprintf("EventType(%d)", int(t))
+}
+
+// Event is one thing a running command reported, in the order it happened.
+type Event struct {
+	Type     EventType
+	Data     []byte // EventStdout / EventStderr
+	ExitCode int    // EventExit; -1 when the program was killed by a signal
+	TimedOut bool   // EventExit: killed by WithCommandTimeout
+}
+
+// processBackend is what a runtime provides for a started command.
+type processBackend interface {
+	// recv returns the next event; after EventExit it is not called again.
+	recv() (Event, error)
+	writeStdin(ctx context.Context, data []byte, eof bool) error
+	signal(ctx context.Context, sig Signal) error
+	resize(ctx context.Context, cols, rows uint32) error
+	// stop ends the stream (the runtime kills the command if it still runs).
+	stop()
+}
+
+// Process is a command started with Start: read its events with Recv (or collect them with Wait), talk to
+// it with WriteStdin / CloseStdin / Signal / ResizeTTY (sandboxd), and end it early with Close. Recv and
+// Wait must be called from one goroutine; the other methods may be called from any.
+type Process struct {
+	id      int
+	backend processBackend
+	release func() // ends the sandbox's in-flight accounting, once
+
+	mu       sync.Mutex
+	finished bool
+	closed   bool
+	exit     *Event
+}
+
+func newProcess(id int, b processBackend, release func()) *Process {
+	return &Process{id: id, backend: b, release: release}
+}
+
+// ID is the runtime's id of the process (sandboxd's process_id; the legacy runtime's pid).
+func (p *Process) ID() int { return p.id }
+
+// Recv returns the next event. After EventExit it returns io.EOF; after Close, or when the stream breaks,
+// an error.
+func (p *Process) Recv() (Event, error) {
+	p.mu.Lock()
+	if p.finished {
+		p.mu.Unlock()
+		return Event{}, io.EOF
+	}
+	if p.closed {
+		p.mu.Unlock()
+		return Event{}, errProcessClosed
+	}
+	p.mu.Unlock()
+	ev, err := p.backend.recv()
+	if err != nil {
+		p.finish()
+		return Event{}, err
+	}
+	if ev.Type == EventExit {
+		p.mu.Lock()
+		p.exit = &ev
+		p.mu.Unlock()
+		p.finish()
+	}
+	return ev, nil
+}
+
+var errProcessClosed = errors.New("process stream closed")
+
+func (p *Process) finish() {
+	p.mu.Lock()
+	already := p.finished
+	p.finished = true
+	p.mu.Unlock()
+	if !already {
+		p.backend.stop()
+		p.release()
+	}
+}
+
+// Events iterates over the remaining events (ending after EventExit); a broken stream yields its error
+// last. Breaking out of the loop leaves the process running: Close it.
+//
+//	for ev, err := range p.Events() { ... }
+func (p *Process) Events() iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		for {
+			ev, err := p.Recv()
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			if !yield(ev, err) || err != nil {
+				return
+			}
+		}
+	}
+}
+
+// Wait reads the remaining events and returns the result. Output already consumed by Recv is not in it;
+// output for which a writer is given goes to that writer instead.
+func (p *Process) Wait() (*ExecutionResult, error) {
+	return p.collect(nil, nil)
+}
+
+func (p *Process) collect(stdout, stderr io.Writer) (*ExecutionResult, error) {
+	var outBuf, errBuf bytes.Buffer
+	if stdout == nil {
+		stdout = &outBuf
+	}
+	if stderr == nil {
+		stderr = &errBuf
+	}
+	for {
+		ev, err := p.Recv()
+		if errors.Is(err, io.EOF) {
+			p.mu.Lock()
+			exit := p.exit
+			p.mu.Unlock()
+			if exit == nil {
+				return nil, fmt.Errorf("process %d: stream ended without an exit event", p.id)
+			}
+			return &ExecutionResult{
+				Stdout: outBuf.String(), Stderr: errBuf.String(), ExitCode: exit.ExitCode, TimedOut: exit.TimedOut,
+			}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		var werr error
+		switch ev.Type {
+		case EventStdout:
+			_, werr = stdout.Write(ev.Data)
+		case EventStderr:
+			_, werr = stderr.Write(ev.Data)
+		case EventExit:
+			return &ExecutionResult{
+				Stdout: outBuf.String(), Stderr: errBuf.String(), ExitCode: ev.ExitCode, TimedOut: ev.TimedOut,
+			}, nil
+		}
+		if werr != nil {
+			_ = p.Close()
+			return nil, fmt.Errorf("process %d: writing output: %w", p.id, werr)
+		}
+	}
+}
+
+// WriteStdin writes data to the command's standard input (sandboxd).
+func (p *Process) WriteStdin(ctx context.Context, data []byte) error {
+	return p.backend.writeStdin(ctx, data, false)
+}
+
+// CloseStdin closes the command's standard input (sandboxd).
+func (p *Process) CloseStdin(ctx context.Context) error {
+	return p.backend.writeStdin(ctx, nil, true)
+}
+
+// Signal sends sig to the command's process group (sandboxd).
+func (p *Process) Signal(ctx context.Context, sig Signal) error {
+	return p.backend.signal(ctx, sig)
+}
+
+// ResizeTTY changes the terminal size of a command started WithPTY (sandboxd).
+func (p *Process) ResizeTTY(ctx context.Context, cols, rows uint32) error {
+	return p.backend.resize(ctx, cols, rows)
+}
+
+// Close ends the stream; a command still running is killed by the runtime. Safe to call more than once.
+func (p *Process) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.finish()
+	return nil
+}

@@ -1,0 +1,617 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Sandbox is one claim and its transport. Create one with New (or through a Client), then Open it. All
+// methods are safe for concurrent use.
+type Sandbox struct {
+	opts     Options
+	k8s      *K8sHelper
+	http     *httpCaller
+	tracing  *tracing
+	legacy   *legacyRuntime
+	sandboxd *sandboxdRuntime
+
+	mu          sync.Mutex
+	claimName   string
+	claimUID    types.UID
+	explicit    bool // the user named the claim: never deleted by a rollback
+	attach      bool // the claim exists already (GetSandbox): Open reconnects, waiting for readiness
+	orphaned    bool
+	sandboxName string
+	info        sandboxInfo
+	conn        *liveConn
+	inflight    int
+}
+
+// New validates opts and returns an unopened handle. It talks to nothing yet.
+func New(ctx context.Context, opts Options) (*Sandbox, error) {
+	_ = ctx
+	opts, k, err := prepare(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newSandbox(opts, k), nil
+}
+
+// prepare fills in defaults, validates, and builds (or takes) the Kubernetes helper.
+func prepare(opts Options) (Options, *K8sHelper, error) {
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return Options{}, nil, fmt.Errorf("sandbox: %w", err)
+	}
+	k := opts.K8sHelper
+	if k == nil {
+		var err error
+		if k, err = NewK8sHelper(opts.RestConfig, opts.Logger); err != nil {
+			return Options{}, nil, fmt.Errorf("sandbox: %w", err)
+		}
+	}
+	opts.K8sHelper = k
+	return opts, k, nil
+}
+
+func newSandbox(opts Options, k *K8sHelper) *Sandbox {
+	opts.Headers = opts.Headers.Clone()
+	tr := newTracing(opts.TracerProvider, opts.TraceServiceName)
+	hc := newHTTPCaller(&opts, tr)
+	s := &Sandbox{opts: opts, k8s: k, http: hc, tracing: tr}
+	s.legacy = &legacyRuntime{http: hc, opts: &s.opts}
+	s.sandboxd = &sandboxdRuntime{http: hc, opts: &s.opts}
+	s.http.opts = &s.opts
+	if opts.ClaimName != "" {
+		s.claimName, s.explicit = opts.ClaimName, true
+	}
+	return s
+}
+
+// ClaimName is the SandboxClaim's name ("" before Open and after a successful Close).
+func (s *Sandbox) ClaimName() string { s.mu.Lock(); defer s.mu.Unlock(); return s.claimName }
+
+// SandboxName is the bound Sandbox's name (the router's X-Sandbox-ID).
+func (s *Sandbox) SandboxName() string { s.mu.Lock(); defer s.mu.Unlock(); return s.sandboxName }
+
+// PodName is the Pod backing the Sandbox (annotation agents.x-k8s.io/pod-name, or the Sandbox name).
+func (s *Sandbox) PodName() string { s.mu.Lock(); defer s.mu.Unlock(); return s.info.podName }
+
+// PodIP is the Pod's address as last read (first IPv4, else the first valid IP).
+func (s *Sandbox) PodIP() string { s.mu.Lock(); defer s.mu.Unlock(); return s.info.podIP }
+
+// Namespace is the claim's namespace.
+func (s *Sandbox) Namespace() string { return s.opts.Namespace }
+
+// Annotations are the Sandbox's annotations as last read (a copy).
+func (s *Sandbox) Annotations() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.info.annotations)
+}
+
+// IsReady says whether the transport is connected (and, for tunnels, still alive).
+func (s *Sandbox) IsReady() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conn != nil && s.conn.dead() == nil
+}
+
+func (s *Sandbox) wrap(err error) error {
+	s.mu.Lock()
+	claim := s.claimName
+	s.mu.Unlock()
+	if claim == "" {
+		claim = "<unclaimed>"
+	}
+	return wrapErr(s.opts.Namespace, claim, err)
+}
+
+// Open creates the claim, waits until its Sandbox is Ready and connects the transport; on a handle that
+// already has a claim (after Disconnect, or from Client.GetSandbox) it verifies the claim and reconnects.
+// A failed Open of a new, auto-named claim deletes the claim again.
+func (s *Sandbox) Open(ctx context.Context) (err error) {
+	ctx, span := s.tracing.start(ctx, "open", attribute.String("sandbox.namespace", s.opts.Namespace))
+	defer func() { endSpan(span, err) }()
+	s.mu.Lock()
+	switch {
+	case s.conn != nil:
+		s.mu.Unlock()
+		return s.wrap(ErrAlreadyOpen)
+	case s.orphaned:
+		s.mu.Unlock()
+		return s.wrap(ErrOrphanedClaim)
+	}
+	existing := s.claimName != "" && (!s.explicit || s.attach || s.sandboxName != "")
+	s.mu.Unlock()
+	if existing {
+		return s.wrap(s.reconnect(ctx))
+	}
+	return s.wrap(s.create(ctx))
+}
+
+func (s *Sandbox) create(ctx context.Context) error {
+	o := &s.opts
+	if err := validateWarmPoolName(o.WarmPoolName); err != nil {
+		return err
+	}
+	obj := buildClaim(o, time.Now(), s.tracing.annotation(ctx))
+	created, err := s.k8s.createClaim(ctx, o.Namespace, obj)
+	if err != nil {
+		return fmt.Errorf("%w: creating SandboxClaim from warm pool %q: %w", ErrClaimFailed, o.WarmPoolName, err)
+	}
+	s.mu.Lock()
+	s.claimName, s.claimUID, s.explicit = created.GetName(), created.GetUID(), o.ClaimName != ""
+	s.mu.Unlock()
+	o.Logger.V(1).Info("claim created", "namespace", o.Namespace, "claim", created.GetName())
+
+	name, info, err := s.waitReady(ctx, created.GetName())
+	var conn *liveConn
+	if err == nil {
+		conn, err = s.connect(ctx, name, info)
+	}
+	if err != nil {
+		return s.rollback(ctx, err)
+	}
+	s.mu.Lock()
+	s.sandboxName, s.info, s.conn = name, info, conn
+	s.mu.Unlock()
+	s.watchTunnel(conn)
+	return nil
+}
+
+// rollback deletes an auto-named claim after a failed Open (explicit names are kept). If the deletion fails
+// too, the handle keeps the claim name and reports ErrOrphanedClaim until Close succeeds.
+func (s *Sandbox) rollback(ctx context.Context, cause error) error {
+	s.mu.Lock()
+	claim, uid, explicit := s.claimName, s.claimUID, s.explicit
+	s.mu.Unlock()
+	if explicit {
+		// kept: the next Open attaches to it (waiting for readiness) instead of creating it again
+		s.mu.Lock()
+		s.attach = true
+		s.mu.Unlock()
+		return cause
+	}
+	if err := s.deleteClaim(ctx, claim, uid); err != nil {
+		return fmt.Errorf("%w; deleting the claim failed too (%v): %w", cause, err, ErrOrphanedClaim)
+	}
+	s.mu.Lock()
+	s.claimName, s.claimUID = "", ""
+	s.mu.Unlock()
+	return cause
+}
+
+// deleteClaim deletes the claim within CleanupTimeout, even when ctx is already cancelled; a failure
+// marks the handle orphaned (Open refuses, Close retries).
+func (s *Sandbox) deleteClaim(ctx context.Context, claim string, uid types.UID) error {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CleanupTimeout)
+	defer cancel()
+	err := s.k8s.deleteClaim(dctx, s.opts.Namespace, claim, uid)
+	if err != nil {
+		s.mu.Lock()
+		s.orphaned = true
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// reconnect re-opens the transport of an existing claim (spec 4.5 "Reconnect").
+func (s *Sandbox) reconnect(ctx context.Context) error {
+	s.mu.Lock()
+	claim, attach := s.claimName, s.attach
+	s.mu.Unlock()
+	var name string
+	var info sandboxInfo
+	if attach {
+		// a handle made by GetSandbox: the claim may still be provisioning, so wait like a new one
+		var err error
+		if name, info, err = s.waitReady(ctx, claim); err != nil {
+			if errors.Is(err, ErrSandboxDeleted) {
+				s.forget()
+			}
+			return err
+		}
+	} else {
+		obj, err := s.k8s.getClaim(ctx, s.opts.Namespace, claim)
+		if err != nil {
+			if isNotFound(err) {
+				s.forget()
+				return fmt.Errorf("claim %s: %w", claim, ErrSandboxDeleted)
+			}
+			return fmt.Errorf("verifying claim %s: %v: %w", claim, err, ErrOrphanedClaim)
+		}
+		if name = claimSandboxName(obj); name == "" {
+			return fmt.Errorf("claim %s has no bound Sandbox: %w", claim, ErrOrphanedClaim)
+		}
+		sb, err := s.k8s.sandboxes(s.opts.Namespace).Get(ctx, name, getOpts)
+		if err != nil {
+			return fmt.Errorf("verifying Sandbox %s: %v: %w", name, err, ErrOrphanedClaim)
+		}
+		info = readSandboxInfo(sb)
+		if info.mode == "Suspended" {
+			return fmt.Errorf("%w: Sandbox %s is suspended; call Resume", ErrNotReady, name)
+		}
+		if c := findCondition(conditionsOf(sb), "Ready"); c == nil || c.Status != "True" {
+			return fmt.Errorf("Sandbox %s is not Ready (%s): %w", name, describeConditions(conditionsOf(sb)),
+				ErrOrphanedClaim)
+		}
+	}
+	conn, err := s.connect(ctx, name, info)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.sandboxName, s.info, s.conn, s.attach = name, info, conn, false
+	s.mu.Unlock()
+	s.watchTunnel(conn)
+	return nil
+}
+
+// forget clears the local state of a claim that no longer exists.
+func (s *Sandbox) forget() {
+	s.mu.Lock()
+	s.claimName, s.claimUID, s.sandboxName, s.info, s.attach = "", "", "", sandboxInfo{}, false
+	s.mu.Unlock()
+}
+
+// watchTunnel logs when a tunnel dies; calls then fail with ErrNotReady wrapping ErrPortForwardDied.
+func (s *Sandbox) watchTunnel(c *liveConn) {
+	if c.died == nil {
+		return
+	}
+	go func() {
+		<-c.died
+		s.mu.Lock()
+		current := s.conn == c
+		s.mu.Unlock()
+		if current {
+			s.opts.Logger.Info("port-forward tunnel lost; call Open to reconnect", "error", fmt.Sprint(c.dead()))
+		}
+	}()
+}
+
+// Disconnect closes the transport and keeps the claim; Open reconnects.
+func (s *Sandbox) Disconnect(ctx context.Context) error {
+	_ = ctx
+	s.mu.Lock()
+	conn := s.conn
+	s.conn = nil
+	s.mu.Unlock()
+	if conn != nil {
+		conn.close()
+	}
+	return nil
+}
+
+// Close closes the transport, lets in-flight calls finish (at most half of CleanupTimeout) and deletes the
+// claim (a claim already gone is fine). If the deletion fails the claim name is kept so Close can be
+// retried. Close on a handle without a claim does nothing.
+func (s *Sandbox) Close(ctx context.Context) (err error) {
+	ctx, span := s.tracing.start(ctx, "close")
+	defer func() { endSpan(span, err) }()
+	s.mu.Lock()
+	conn, claim, uid := s.conn, s.claimName, s.claimUID
+	s.conn = nil
+	s.mu.Unlock()
+	if conn != nil {
+		conn.close()
+	}
+	s.drain(s.opts.CleanupTimeout / 2)
+	if claim == "" {
+		return nil
+	}
+	if err := s.deleteClaim(ctx, claim, uid); err != nil {
+		return s.wrap(fmt.Errorf("deleting claim %s: %v: %w", claim, err, ErrOrphanedClaim))
+	}
+	s.mu.Lock()
+	s.claimName, s.claimUID, s.sandboxName, s.orphaned, s.attach = "", "", "", false, false
+	s.explicit = false
+	s.mu.Unlock()
+	return nil
+}
+
+// drain waits until no call is in flight, at most d.
+func (s *Sandbox) drain(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for {
+		s.mu.Lock()
+		n := s.inflight
+		s.mu.Unlock()
+		if n == 0 || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// begin registers an in-flight call on the current transport; release must be called when it ends.
+func (s *Sandbox) begin() (*liveConn, func(), error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return nil, nil, ErrNotReady
+	}
+	if err := s.conn.dead(); err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrNotReady, err)
+	}
+	s.inflight++
+	var once sync.Once
+	return s.conn, func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.inflight--
+			s.mu.Unlock()
+		})
+	}, nil
+}
+
+// callContext bounds a call: WithTimeout, else RequestTimeout when ctx has no deadline (raised to fit a
+// command timeout).
+func (s *Sandbox) callContext(ctx context.Context, o *callOptions) (context.Context, context.CancelFunc) {
+	if o.timeout > 0 {
+		return context.WithTimeout(ctx, o.timeout)
+	}
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	d := s.opts.RequestTimeout
+	if o.commandTimeout > 0 && o.commandTimeout+commandTimeoutSlack > d {
+		d = o.commandTimeout + commandTimeoutSlack
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// op runs one SDK call: options, span, deadline, in-flight accounting, error prefix.
+func (s *Sandbox) op(ctx context.Context, name string, opts []CallOption, fileCall bool,
+	fn func(ctx context.Context, c *liveConn, o *callOptions) error) (err error) {
+	o := buildCallOptions(opts)
+	if fileCall && o.execSet {
+		return s.wrap(fmt.Errorf("%s: %w", name, invalidf("command options (env, cwd, stdin, ...) only apply to Run and Start")))
+	}
+	if err := o.validateExec(); err != nil {
+		return s.wrap(fmt.Errorf("%s: %w", name, err))
+	}
+	ctx, span := s.tracing.start(ctx, name, attribute.String("sandbox.namespace", s.opts.Namespace))
+	defer func() { endSpan(span, err) }()
+	ctx, cancel := s.callContext(ctx, &o)
+	defer cancel()
+	c, release, err := s.begin()
+	if err != nil {
+		return s.wrap(fmt.Errorf("%s: %w", name, err))
+	}
+	defer release()
+	return s.wrap(fn(ctx, c, &o))
+}
+
+// Run runs command (a shell command line on sandboxd; split without a shell by the legacy runtime) and
+// returns its output and exit code; a non-zero exit is not an error. One attempt unless WithMaxAttempts.
+// WithStdout / WithStderr / WithStdin / WithPTY stream through Start.
+func (s *Sandbox) Run(ctx context.Context, command string, opts ...CallOption) (*ExecutionResult, error) {
+	var res *ExecutionResult
+	err := s.op(ctx, "run", opts, false, func(ctx context.Context, c *liveConn, o *callOptions) error {
+		var err error
+		if o.streaming() {
+			res, err = s.runStreaming(ctx, c, command, o)
+			return err
+		}
+		if s.opts.Runtime == RuntimeSandboxd {
+			if c.proc == nil {
+				return fmt.Errorf("run: %w: this transport has no gRPC target (APIURL with RuntimeSandboxd)", ErrNotReady)
+			}
+			res, err = s.sandboxd.run(ctx, c.proc, command, o)
+			return err
+		}
+		res, err = s.legacy.run(ctx, &c.ep, command, o)
+		return err
+	})
+	return res, err
+}
+
+func (s *Sandbox) runStreaming(ctx context.Context, c *liveConn, command string, o *callOptions) (*ExecutionResult, error) {
+	p, err := s.startOn(ctx, c, command, o, func() {})
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	if o.stdin != nil {
+		go func() {
+			buf := make([]byte, 32<<10)
+			for {
+				n, rerr := o.stdin.Read(buf)
+				if n > 0 {
+					if err := p.WriteStdin(ctx, buf[:n]); err != nil {
+						return
+					}
+				}
+				if rerr != nil {
+					_ = p.CloseStdin(ctx)
+					return
+				}
+			}
+		}()
+	}
+	res, err := p.collect(o.stdout, o.stderr)
+	if err != nil && ctx.Err() != nil {
+		return nil, callContextError(ctx, "run (streamed)", err)
+	}
+	return res, err
+}
+
+// Start starts command and returns at once; its output and exit arrive as Events (see Process). The
+// process lives until it exits, ctx ends, or Process.Close; RequestTimeout does not apply (WithTimeout
+// does). The legacy runtime streams through this project's POST /execute/stream; stdin, signals and a PTY
+// need sandboxd.
+func (s *Sandbox) Start(ctx context.Context, command string, opts ...CallOption) (*Process, error) {
+	o := buildCallOptions(opts)
+	if err := o.validateExec(); err != nil {
+		return nil, s.wrap(fmt.Errorf("start: %w", err))
+	}
+	var cancel context.CancelFunc = func() {}
+	if o.timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, o.timeout)
+	}
+	c, release, err := s.begin()
+	if err != nil {
+		cancel()
+		return nil, s.wrap(fmt.Errorf("start: %w", err))
+	}
+	p, err := s.startOn(ctx, c, command, &o, func() { cancel(); release() })
+	if err != nil {
+		cancel()
+		release()
+		return nil, s.wrap(err)
+	}
+	return p, nil
+}
+
+func (s *Sandbox) startOn(ctx context.Context, c *liveConn, command string, o *callOptions, release func()) (*Process, error) {
+	if s.opts.Runtime == RuntimeSandboxd {
+		if c.proc == nil {
+			return nil, fmt.Errorf("start: %w: this transport has no gRPC target (APIURL with RuntimeSandboxd)", ErrNotReady)
+		}
+		return s.sandboxd.start(ctx, c.proc, command, o, release)
+	}
+	return s.legacy.start(ctx, &c.ep, command, o, release)
+}
+
+// fileRuntime is the file half of a runtime protocol (legacyRuntime, sandboxdRuntime).
+type fileRuntime interface {
+	write(ctx context.Context, ep *endpoint, path string, src *uploadSource, o *callOptions) error
+	readTo(ctx context.Context, ep *endpoint, path string, w io.Writer, o *callOptions) (int64, error)
+	list(ctx context.Context, ep *endpoint, path string, o *callOptions) ([]FileEntry, error)
+	exists(ctx context.Context, ep *endpoint, path string, o *callOptions) (bool, error)
+	delete(ctx context.Context, ep *endpoint, path string, recursive bool, o *callOptions) error
+}
+
+func (s *Sandbox) files() fileRuntime {
+	if s.opts.Runtime == RuntimeSandboxd {
+		return s.sandboxd
+	}
+	return s.legacy
+}
+
+// Write stores content at path (relative to the runtime root; parent directories are created). The path
+// must not be empty or contain ".." segments.
+func (s *Sandbox) Write(ctx context.Context, path string, content []byte, opts ...CallOption) error {
+	if int64(len(content)) > s.opts.MaxUploadSize {
+		return s.wrap(invalidf("write %s: %d bytes exceed MaxUploadSize (%d)", path, len(content), s.opts.MaxUploadSize))
+	}
+	return s.op(ctx, "write", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) error {
+		return s.files().write(ctx, &c.ep, path, bytesSource(content), o)
+	})
+}
+
+// WriteFrom streams r to path without holding it in memory; past MaxUploadSize bytes the upload is
+// aborted with ErrInvalidArgument. A reader that is also an io.Seeker is rewound for retries; any other
+// reader is sent in a single attempt.
+func (s *Sandbox) WriteFrom(ctx context.Context, path string, r io.Reader, opts ...CallOption) error {
+	src, err := newUploadSource(r, s.opts.MaxUploadSize)
+	if err != nil {
+		return s.wrap(fmt.Errorf("write %s: %w", path, err))
+	}
+	return s.op(ctx, "write", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) error {
+		return s.files().write(ctx, &c.ep, path, src, o)
+	})
+}
+
+// Read returns the content of the file at path (at most MaxDownloadSize bytes).
+func (s *Sandbox) Read(ctx context.Context, path string, opts ...CallOption) ([]byte, error) {
+	var buf bytes.Buffer
+	if _, err := s.ReadTo(ctx, path, &buf, opts...); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// ReadTo streams the file at path into w and returns the bytes written. More than MaxDownloadSize bytes
+// fail with ErrResponseTooLarge (w has then received the first MaxDownloadSize bytes).
+func (s *Sandbox) ReadTo(ctx context.Context, path string, w io.Writer, opts ...CallOption) (n int64, err error) {
+	err = s.op(ctx, "read", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) (err error) {
+		n, err = s.files().readTo(ctx, &c.ep, path, w, o)
+		return err
+	})
+	return n, err
+}
+
+// List returns the children of the directory at path ("" or "." is the root).
+func (s *Sandbox) List(ctx context.Context, path string, opts ...CallOption) (out []FileEntry, err error) {
+	err = s.op(ctx, "list", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) (err error) {
+		out, err = s.files().list(ctx, &c.ep, path, o)
+		return err
+	})
+	return out, err
+}
+
+// Exists says whether a file or directory exists at path.
+func (s *Sandbox) Exists(ctx context.Context, path string, opts ...CallOption) (out bool, err error) {
+	err = s.op(ctx, "exists", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) (err error) {
+		out, err = s.files().exists(ctx, &c.ep, path, o)
+		return err
+	})
+	return out, err
+}
+
+// Delete removes the file or directory at path (a non-empty directory needs recursive). sandboxd, or this
+// project's legacy runtime (upstream's python-runtime: ErrUnsupportedByRuntime).
+func (s *Sandbox) Delete(ctx context.Context, path string, recursive bool, opts ...CallOption) error {
+	return s.op(ctx, "delete", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) error {
+		return s.files().delete(ctx, &c.ep, path, recursive, o)
+	})
+}
+
+// Commands groups the command calls of a Sandbox.
+type Commands struct{ s *Sandbox }
+
+// Commands returns the command engine.
+func (s *Sandbox) Commands() Commands { return Commands{s} }
+
+// Run is Sandbox.Run.
+func (c Commands) Run(ctx context.Context, command string, opts ...CallOption) (*ExecutionResult, error) {
+	return c.s.Run(ctx, command, opts...)
+}
+
+// Start is Sandbox.Start.
+func (c Commands) Start(ctx context.Context, command string, opts ...CallOption) (*Process, error) {
+	return c.s.Start(ctx, command, opts...)
+}
+
+// Files groups the file calls of a Sandbox.
+type Files struct{ s *Sandbox }
+
+// Files returns the file engine.
+func (s *Sandbox) Files() Files { return Files{s} }
+
+// Write is Sandbox.Write.
+func (f Files) Write(ctx context.Context, path string, content []byte, opts ...CallOption) error {
+	return f.s.Write(ctx, path, content, opts...)
+}
+
+// Read is Sandbox.Read.
+func (f Files) Read(ctx context.Context, path string, opts ...CallOption) ([]byte, error) {
+	return f.s.Read(ctx, path, opts...)
+}
+
+// List is Sandbox.List.
+func (f Files) List(ctx context.Context, path string, opts ...CallOption) ([]FileEntry, error) {
+	return f.s.List(ctx, path, opts...)
+}
+
+// Exists is Sandbox.Exists.
+func (f Files) Exists(ctx context.Context, path string, opts ...CallOption) (bool, error) {
+	return f.s.Exists(ctx, path, opts...)
+}
+
+// Delete is Sandbox.Delete.
+func (f Files) Delete(ctx context.Context, path string, recursive bool, opts ...CallOption) error {
+	return f.s.Delete(ctx, path, recursive, opts...)
+}

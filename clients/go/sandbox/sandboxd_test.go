@@ -1,0 +1,351 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	processv1 "agent-sandbox.invalid/clients/go/internal/processv1"
+)
+
+// fakeProcessService is an in-memory process.v1 server: Execute echoes its request; Start streams a script
+// driven by WriteStdin / SendSignal / ResizeTTY.
+type fakeProcessService struct {
+	processv1.UnimplementedProcessServiceServer
+	mu       sync.Mutex
+	execReqs []*processv1.ExecuteRequest
+	startReq *processv1.StartRequest
+	stdin    chan []byte // nil entry = EOF
+	signals  chan processv1.Signal
+	resized  chan [2]uint32
+	block    bool // Execute blocks until the client gives up
+	execErr  error
+}
+
+func newFakeProcessService() *fakeProcessService {
+	return &fakeProcessService{stdin: make(chan []byte, 16), signals: make(chan processv1.Signal, 4),
+		resized: make(chan [2]uint32, 4)}
+}
+
+func (f *fakeProcessService) Execute(ctx context.Context, req *processv1.ExecuteRequest) (*processv1.ExecuteResponse, error) {
+	f.mu.Lock()
+	f.execReqs = append(f.execReqs, req)
+	block, execErr := f.block, f.execErr
+	f.mu.Unlock()
+	if block {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	if execErr != nil {
+		return nil, execErr
+	}
+	return &processv1.ExecuteResponse{ExitCode: 7, Stdout: []byte("out:" + strings.Join(req.GetConfig().GetCommand(), "|")),
+		Stderr: []byte("err")}, nil
+}
+
+// Start: init(5), "hello" on stdout, then echoes stdin to stdout until EOF (exit 0), or exits -1 on a
+// signal; a resize is reported on stderr.
+func (f *fakeProcessService) Start(req *processv1.StartRequest, stream grpc.ServerStreamingServer[processv1.StartResponse]) error {
+	f.mu.Lock()
+	f.startReq = req
+	f.mu.Unlock()
+	send := func(r *processv1.StartResponse) error { return stream.Send(r) }
+	if err := send(&processv1.StartResponse{Event: &processv1.StartResponse_Init{Init: &processv1.InitEvent{ProcessId: 5}}}); err != nil {
+		return err
+	}
+	if err := send(&processv1.StartResponse{Event: &processv1.StartResponse_Stdout{Stdout: []byte("hello")}}); err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		case b := <-f.stdin:
+			if b == nil {
+				return send(&processv1.StartResponse{Event: &processv1.StartResponse_Exit{Exit: &processv1.ExitEvent{ExitCode: 0}}})
+			}
+			if err := send(&processv1.StartResponse{Event: &processv1.StartResponse_Stdout{Stdout: b}}); err != nil {
+				return err
+			}
+		case <-f.signals:
+			return send(&processv1.StartResponse{Event: &processv1.StartResponse_Exit{Exit: &processv1.ExitEvent{ExitCode: -1}}})
+		case sz := <-f.resized:
+			msg := fmt.Sprintf("%dx%d", sz[0], sz[1])
+			if err := send(&processv1.StartResponse{Event: &processv1.StartResponse_Stderr{Stderr: []byte(msg)}}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (f *fakeProcessService) WriteStdin(_ context.Context, req *processv1.WriteStdinRequest) (*processv1.WriteStdinResponse, error) {
+	if req.GetProcessId() != 5 {
+		return nil, status.Error(codes.NotFound, "no such process")
+	}
+	if req.GetEof() != nil {
+		f.stdin <- nil
+	} else {
+		f.stdin <- req.GetInput()
+	}
+	return &processv1.WriteStdinResponse{}, nil
+}
+
+func (f *fakeProcessService) SendSignal(_ context.Context, req *processv1.SendSignalRequest) (*processv1.SendSignalResponse, error) {
+	if req.GetSignal() == processv1.Signal_SIGNAL_UNSPECIFIED {
+		return nil, status.Error(codes.InvalidArgument, "signal is required")
+	}
+	f.signals <- req.GetSignal()
+	return &processv1.SendSignalResponse{}, nil
+}
+
+func (f *fakeProcessService) ResizeTTY(_ context.Context, req *processv1.ResizeTTYRequest) (*processv1.ResizeTTYResponse, error) {
+	f.resized <- [2]uint32{req.GetCols(), req.GetRows()}
+	return &processv1.ResizeTTYResponse{}, nil
+}
+
+func sandboxdTestSandbox(t *testing.T, f *fakeProcessService, rest string) *Sandbox {
+	t.Helper()
+	if rest == "" {
+		rest = "http://127.0.0.1:1"
+	}
+	return openTestSandbox(t, Options{Runtime: RuntimeSandboxd}, rest, false, startGRPC(t, f))
+}
+
+func TestSandboxdRunWrapsCommandInShell(t *testing.T) {
+	f := newFakeProcessService()
+	s := sandboxdTestSandbox(t, f, "")
+	res, err := s.Run(context.Background(), "echo $HOME", WithEnv(map[string]string{"K": "v"}), WithCwd("sub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stdout != "out:/bin/sh|-c|echo $HOME" || res.Stderr != "err" || res.ExitCode != 7 {
+		t.Errorf("result = %+v", res)
+	}
+	cfg := f.execReqs[0].GetConfig()
+	if cfg.GetEnvVars()["K"] != "v" || cfg.GetCwd() != "sub" {
+		t.Errorf("config = %v", cfg)
+	}
+	if _, err := s.Run(context.Background(), "true"); err != nil {
+		t.Fatal(err)
+	}
+	if f.execReqs[1].GetConfig().Cwd != nil {
+		t.Error("cwd sent although not set")
+	}
+}
+
+func TestSandboxdCommandTimeoutIsATimedOutResult(t *testing.T) {
+	f := newFakeProcessService()
+	f.block = true
+	s := sandboxdTestSandbox(t, f, "")
+	res, err := s.Run(context.Background(), "sleep 100", WithCommandTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 124 || !res.TimedOut || res.Stderr != "Command timed out after 0.2 seconds" {
+		t.Errorf("result = %+v", res)
+	}
+}
+
+func TestSandboxdCallDeadlineIsAnError(t *testing.T) {
+	f := newFakeProcessService()
+	f.block = true
+	s := sandboxdTestSandbox(t, f, "")
+	_, err := s.Run(context.Background(), "sleep 100", WithTimeout(150*time.Millisecond))
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestSandboxdGRPCErrorsKeepTheStatus(t *testing.T) {
+	f := newFakeProcessService()
+	f.execErr = status.Error(codes.NotFound, "program not found")
+	s := sandboxdTestSandbox(t, f, "")
+	_, err := s.Run(context.Background(), "nope")
+	if status.Code(errors.Unwrap(errors.Unwrap(err))) != codes.NotFound && !strings.Contains(err.Error(), "(NotFound)") {
+		t.Fatalf("err = %v", err)
+	}
+	var st interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &st) || st.GRPCStatus().Code() != codes.NotFound {
+		t.Fatalf("gRPC status not reachable with errors.As: %v", err)
+	}
+	// Unavailable is retried only with WithMaxAttempts
+	f.execErr = status.Error(codes.Unavailable, "down")
+	recordedSleeps(s)
+	_, err = s.Run(context.Background(), "x", WithMaxAttempts(3))
+	if !errors.Is(err, ErrRetriesExhausted) || len(f.execReqs) != 4 {
+		t.Fatalf("err = %v after %d requests", err, len(f.execReqs))
+	}
+}
+
+func TestSandboxdStartStdinSignalResize(t *testing.T) {
+	f := newFakeProcessService()
+	s := sandboxdTestSandbox(t, f, "")
+	ctx := context.Background()
+	p, err := s.Start(ctx, "cat", WithPTY(80, 24))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.ID() != 5 || f.startReq.GetPty().GetCols() != 80 || f.startReq.GetPty().GetRows() != 24 {
+		t.Fatalf("id %d start %v", p.ID(), f.startReq)
+	}
+	next := func() Event {
+		t.Helper()
+		ev, err := p.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	if ev := next(); ev.Type != EventStdout || string(ev.Data) != "hello" {
+		t.Fatalf("first event %+v", ev)
+	}
+	if err := p.WriteStdin(ctx, []byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(); string(ev.Data) != "ping" {
+		t.Fatalf("echo %+v", ev)
+	}
+	if err := p.ResizeTTY(ctx, 100, 40); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(); ev.Type != EventStderr || string(ev.Data) != "100x40" {
+		t.Fatalf("resize %+v", ev)
+	}
+	if err := p.Signal(ctx, SignalTerminate); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(); ev.Type != EventExit || ev.ExitCode != -1 {
+		t.Fatalf("exit %+v", ev)
+	}
+	if _, err := p.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after exit: %v", err)
+	}
+	if s.inflight != 0 {
+		t.Errorf("in-flight = %d after exit", s.inflight)
+	}
+}
+
+func TestSandboxdRunWithStdin(t *testing.T) {
+	f := newFakeProcessService()
+	s := sandboxdTestSandbox(t, f, "")
+	var out bytes.Buffer
+	res, err := s.Run(context.Background(), "cat", WithStdin(strings.NewReader("data")), WithStdout(&out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "hellodata" || res.ExitCode != 0 {
+		t.Fatalf("out %q result %+v", out.String(), res)
+	}
+}
+
+func TestSandboxdStartCommandTimeout(t *testing.T) {
+	f := newFakeProcessService()
+	s := sandboxdTestSandbox(t, f, "")
+	res, err := s.Run(context.Background(), "cat", WithStdout(io.Discard), WithCommandTimeout(150*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 124 || !res.TimedOut {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+func TestSandboxdProcessCloseEndsStream(t *testing.T) {
+	f := newFakeProcessService()
+	s := sandboxdTestSandbox(t, f, "")
+	p, err := s.Start(context.Background(), "cat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Close()
+	if _, err := p.Recv(); err == nil {
+		t.Fatal("Recv after Close succeeded")
+	}
+	if s.inflight != 0 {
+		t.Errorf("in-flight = %d after Close", s.inflight)
+	}
+}
+
+func TestSandboxdRESTWire(t *testing.T) {
+	type seen struct{ method, rawPath, query, ctype, body string }
+	var got []seen
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got = append(got, seen{r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header.Get("Content-Type"), string(b)})
+		switch {
+		case r.Method == http.MethodPut, r.Method == http.MethodDelete:
+			w.WriteHeader(http.StatusNoContent)
+		case r.Method == http.MethodHead && strings.Contains(r.URL.EscapedPath(), "missing"):
+			w.WriteHeader(http.StatusNotFound)
+		case r.Method == http.MethodHead:
+		case strings.HasSuffix(r.URL.EscapedPath(), "dir"):
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"path":"/dir","entries":[`+
+				`{"name":"a","size":1,"type":"file","modified_at":"2024-05-01T10:00:00Z","mode":"0644"},`+
+				`{"name":"l","size":0,"type":"symlink","modified_at":"2024-05-01T10:00:00Z","mode":"0777"},`+
+				`{"name":"d","size":0,"type":"directory","modified_at":"2024-05-01T10:00:01Z","mode":"0755"}]}`)
+		case strings.HasSuffix(r.URL.EscapedPath(), "plainfile"):
+			_, _ = io.WriteString(w, "plain file")
+		default:
+			_, _ = io.WriteString(w, "file bytes")
+		}
+	})
+	s := sandboxdTestSandbox(t, newFakeProcessService(), srv.URL)
+	ctx := context.Background()
+	if err := s.Write(ctx, "dir/a b?.txt", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := s.Read(ctx, "dir/a b?.txt"); err != nil || string(b) != "file bytes" {
+		t.Fatal(b, err)
+	}
+	entries, err := s.List(ctx, "dir")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 2 || entries[0].Mode != "0644" || entries[1].Type != FileTypeDirectory ||
+		!entries[1].ModTime.Equal(time.Date(2024, 5, 1, 10, 0, 1, 0, time.UTC)) {
+		t.Errorf("entries = %+v", entries)
+	}
+	if _, err := s.List(ctx, "plainfile"); err == nil {
+		t.Error("listing a file succeeded")
+	}
+	if ok, err := s.Exists(ctx, "missing"); err != nil || ok {
+		t.Errorf("Exists(missing) = %v, %v", ok, err)
+	}
+	if ok, err := s.Exists(ctx, "."); err != nil || !ok {
+		t.Errorf("Exists(.) = %v, %v", ok, err)
+	}
+	if err := s.Delete(ctx, "dir/..", true); err != nil {
+		t.Fatal(err)
+	}
+	want := []seen{
+		{"PUT", "/v1/files/dir%2Fa%20b%3F.txt", "", "application/octet-stream", "x"},
+		{"GET", "/v1/files/dir%2Fa%20b%3F.txt", "", "", ""},
+		{"GET", "/v1/files/dir", "", "", ""},
+		{"GET", "/v1/files/plainfile", "", "", ""},
+		{"HEAD", "/v1/files/missing", "", "", ""},
+		{"HEAD", "/v1/files/%2E", "", "", ""},
+		{"DELETE", "/v1/files/dir%2F%2E%2E", "recursive=true", "", ""},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("requests:\n got %q\nwant %q", got, want)
+	}
+}
+
+func TestSandboxdWithoutGRPCTargetIsNotReady(t *testing.T) {
+	s := openTestSandbox(t, Options{Runtime: RuntimeSandboxd}, "http://127.0.0.1:1", false, nil)
+	if _, err := s.Run(context.Background(), "true"); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("err = %v", err)
+	}
+}

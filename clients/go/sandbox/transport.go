@@ -1,0 +1,242 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	processv1 "agent-sandbox.invalid/clients/go/internal/processv1"
+)
+
+// ConnectionStrategy produces the base URL runtime requests go to, and releases what it holds on Close.
+// DirectStrategy is the trivial one; the SDK's other modes (gateway, port-forward, in-cluster) are internal.
+type ConnectionStrategy interface {
+	Connect(ctx context.Context) (baseURL string, err error)
+	Close() error
+}
+
+// DirectStrategy connects to a fixed URL (Options.APIURL).
+type DirectStrategy struct{ URL string }
+
+// Connect returns the URL.
+func (d DirectStrategy) Connect(context.Context) (string, error) { return d.URL, nil }
+
+// Close does nothing.
+func (DirectStrategy) Close() error { return nil }
+
+// liveConn is an open transport: where requests go, the gRPC client when there is one, how to close it,
+// and (for tunnels) a channel closed when it dies.
+type liveConn struct {
+	ep       endpoint
+	grpcConn *grpc.ClientConn
+	proc     processv1.ProcessServiceClient
+	died     <-chan struct{}
+	dieErr   func() error
+	closers  []func()
+	closeOne sync.Once
+}
+
+func (c *liveConn) close() {
+	c.closeOne.Do(func() {
+		if c.grpcConn != nil {
+			_ = c.grpcConn.Close()
+		}
+		for i := len(c.closers) - 1; i >= 0; i-- {
+			c.closers[i]()
+		}
+	})
+}
+
+// dead reports a tunnel that died (nil while alive or for transports that cannot die).
+func (c *liveConn) dead() error {
+	if c.died == nil {
+		return nil
+	}
+	select {
+	case <-c.died:
+		err := c.dieErr()
+		if err == nil {
+			return ErrPortForwardDied
+		}
+		return fmt.Errorf("%w: %v", ErrPortForwardDied, err)
+	default:
+		return nil
+	}
+}
+
+func hostURL(scheme, host string, port int) string {
+	if port > 0 {
+		host = net.JoinHostPort(host, strconv.Itoa(port))
+	} else if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	return scheme + "://" + host
+}
+
+// connect opens the transport of the sandbox's mode (spec 4.6 + the in-cluster modes).
+func (s *Sandbox) connect(ctx context.Context, sandboxName string, info sandboxInfo) (*liveConn, error) {
+	o := &s.opts
+	c := &liveConn{ep: endpoint{
+		router: o.routerHeaders(), sandboxID: sandboxName, namespace: o.Namespace, serverPort: o.ServerPort,
+	}}
+	if c.ep.router && !o.DisablePodIPRouting {
+		c.ep.podIP = info.podIP
+	}
+	var base string
+	switch o.mode() {
+	case modeDirect:
+		var err error
+		if base, err = (DirectStrategy{URL: o.APIURL}).Connect(ctx); err != nil {
+			return nil, err
+		}
+	case modeGateway:
+		addr, err := s.gatewayAddress(ctx)
+		if err != nil {
+			return nil, err
+		}
+		base = hostURL(o.GatewayScheme, addr, 0)
+	case modeRouterPortForward:
+		pod, err := s.routerPod(ctx)
+		if err != nil {
+			return nil, err
+		}
+		pf, err := startPortForward(ctx, s.k8s, o.RouterNamespace, pod, []int{RouterPort}, o.PortForwardReadyTimeout)
+		if err != nil {
+			return nil, err
+		}
+		c.closers = append(c.closers, pf.close)
+		c.died, c.dieErr = pf.done, pf.err
+		base = hostURL("http", "127.0.0.1", pf.local[0])
+	case modeSandboxdPortForward:
+		pf, err := startPortForward(ctx, s.k8s, o.Namespace, info.podName,
+			[]int{o.SandboxdRESTPort, o.SandboxdGRPCPort}, o.PortForwardReadyTimeout)
+		if err != nil {
+			return nil, err
+		}
+		c.closers = append(c.closers, pf.close)
+		c.died, c.dieErr = pf.done, pf.err
+		base = hostURL("http", "127.0.0.1", pf.local[0])
+		c.ep.grpcTarget = net.JoinHostPort("127.0.0.1", strconv.Itoa(pf.local[1]))
+	case modeInClusterPodIP, modeInClusterService:
+		host := info.podIP
+		if o.mode() == modeInClusterService {
+			if info.serviceFQDN == "" {
+				return nil, ErrNoService
+			}
+			host = info.serviceFQDN
+		} else if host == "" {
+			return nil, fmt.Errorf("%w: the Sandbox has no pod IP yet", ErrNotReady)
+		}
+		if o.Runtime == RuntimeSandboxd {
+			base = hostURL("http", host, o.SandboxdRESTPort)
+			c.ep.grpcTarget = net.JoinHostPort(host, strconv.Itoa(o.SandboxdGRPCPort))
+		} else {
+			base = hostURL("http", host, o.ServerPort)
+		}
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		c.close()
+		return nil, fmt.Errorf("base URL %q: %w", base, err)
+	}
+	u.RawQuery, u.Fragment = "", ""
+	c.ep.restBase = u
+	if o.Runtime == RuntimeSandboxd && c.ep.grpcTarget != "" {
+		conn, err := grpc.NewClient("passthrough:///"+c.ep.grpcTarget,
+			grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			c.close()
+			return nil, fmt.Errorf("gRPC client for %s: %w", c.ep.grpcTarget, err)
+		}
+		c.grpcConn = conn
+		c.proc = processv1.NewProcessServiceClient(conn)
+	}
+	return c, nil
+}
+
+// gatewayAddress waits (GatewayReadyTimeout) for the Gateway's first usable status address.
+func (s *Sandbox) gatewayAddress(ctx context.Context) (string, error) {
+	o := &s.opts
+	ctx, cancel := context.WithTimeout(ctx, o.GatewayReadyTimeout)
+	defer cancel()
+	var addr string
+	err := s.k8s.observe(ctx, gatewaysGVR, o.GatewayNamespace, o.GatewayName,
+		func(obj *unstructured.Unstructured) (bool, error) {
+			addr = gatewayAddressOf(obj)
+			return addr != "", nil
+		})
+	switch {
+	case err == nil:
+		return addr, nil
+	case errors.Is(err, errObjectGone):
+		return "", fmt.Errorf("gateway %s/%s: %w", o.GatewayNamespace, o.GatewayName, ErrGatewayDeleted)
+	case errors.Is(err, context.DeadlineExceeded):
+		return "", fmt.Errorf("gateway %s/%s has no address after %s: %w", o.GatewayNamespace, o.GatewayName,
+			o.GatewayReadyTimeout, ErrTimeout)
+	}
+	return "", fmt.Errorf("gateway %s/%s: %w", o.GatewayNamespace, o.GatewayName, err)
+}
+
+// gatewayAddressOf is status.addresses[0].value once it is an IP or a hostname without / ? # @.
+func gatewayAddressOf(obj *unstructured.Unstructured) string {
+	addrs, _, _ := unstructured.NestedSlice(obj.Object, "status", "addresses")
+	if len(addrs) == 0 {
+		return ""
+	}
+	m, _ := addrs[0].(map[string]any)
+	v, _ := m["value"].(string)
+	if v == "" || strings.ContainsAny(v, "/?#@ ") {
+		return ""
+	}
+	if net.ParseIP(v) != nil {
+		return v
+	}
+	if strings.Contains(v, ":") { // not an IP, and a hostname has no colon
+		return ""
+	}
+	return v
+}
+
+// routerPod finds a ready endpoint of the router Service through its EndpointSlices and returns its Pod.
+func (s *Sandbox) routerPod(ctx context.Context) (string, error) {
+	ns := s.opts.RouterNamespace
+	list, err := s.k8s.Dynamic.Resource(endpointSlicesGVR).Namespace(ns).List(ctx, metav1.ListOptions{
+		LabelSelector: "kubernetes.io/service-name=" + RouterServiceName,
+	})
+	if err != nil {
+		return "", fmt.Errorf("listing EndpointSlices of %s/%s: %w", ns, RouterServiceName, err)
+	}
+	for _, slice := range list.Items {
+		if pod := readyEndpointPod(&slice); pod != "" {
+			return pod, nil
+		}
+	}
+	return "", fmt.Errorf("%w: service %s/%s has no ready endpoint backed by a Pod", ErrNotReady, ns, RouterServiceName)
+}
+
+func readyEndpointPod(slice *unstructured.Unstructured) string {
+	eps, _, _ := unstructured.NestedSlice(slice.Object, "endpoints")
+	for _, e := range eps {
+		m, _ := e.(map[string]any)
+		ready, found, _ := unstructured.NestedBool(m, "conditions", "ready")
+		if found && !ready {
+			continue
+		}
+		kind, _, _ := unstructured.NestedString(m, "targetRef", "kind")
+		name, _, _ := unstructured.NestedString(m, "targetRef", "name")
+		if kind == "Pod" && name != "" {
+			return name
+		}
+	}
+	return ""
+}

@@ -1,0 +1,164 @@
+"""One HTTP call to a sandbox: target resolution, headers, the retry policy and status checking (spec §3.8).
+
+Retry policy (both drivers, one implementation):
+- a request that certainly never reached the server (connect failure) is retried whatever the method;
+- GET/HEAD/PUT/DELETE are also retried on a dropped connection and on 500/502/503/504;
+- POST (execute, upload) is never retried once sent; timeouts are never retried (the caller's budget is spent);
+- up to 5 retries, waiting 0.5 * 2^attempt s, as upstream. After the last try a 5xx is returned to the
+  status check (so it raises `SandboxRequestError` with that status), not a "retries exhausted" error.
+After a 5xx or a transport failure the connection forgets its cached pod IP and tunnel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from ._connection import Connection, Target
+from ._steps import Flow, HttpRequest, HttpResponse, Open, ReadChunk, Send, Sleep, StreamHandle, Upload
+from .exceptions import SandboxRequestError, SandboxRequestTimeoutError
+
+__all__ = ["MAX_RETRIES", "call", "check", "error_detail", "open_stream"]
+
+MAX_RETRIES = 5
+#: Seconds before the first retry; doubles per attempt.
+BACKOFF_BASE = 0.5
+RETRY_STATUS = frozenset({500, 502, 503, 504})
+IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
+
+
+def error_detail(resp: HttpResponse) -> str:
+    """The human part of an error body: router `detail`, legacy `message`, sandboxd `code: message`."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text.strip()[:300]
+    if isinstance(body, Mapping):
+        if "code" in body and "message" in body:
+            return f"{body['code']}: {body['message']}"
+        for key in ("detail", "message", "error"):
+            if key in body:
+                return str(body[key])[:300]
+    return resp.text.strip()[:300]
+
+
+def check(resp: HttpResponse, *, allow: Collection[int] = ()) -> HttpResponse:
+    """`resp` if it succeeded (or its status is in `allow`); else `SandboxRequestError`."""
+    code = resp.status_code
+    if code in allow or 200 <= code < 300:
+        return resp
+    where = f"{resp.method} {resp.url}"
+    if 300 <= code < 400:
+        raise SandboxRequestError(
+            f"{where}: redirect {code} to {resp.headers.get('location', '?')} not followed", code, resp
+        )
+    detail = error_detail(resp)
+    raise SandboxRequestError(f"{where}: HTTP {code}" + (f": {detail}" if detail else ""), code, resp)
+
+
+def _request(
+    target: Target,
+    method: str,
+    path: str,
+    *,
+    timeout: float | None,
+    headers: Mapping[str, str] | None,
+    **kw: Any,
+) -> HttpRequest:
+    return HttpRequest(
+        method,
+        target.base_url + path,
+        headers=target.http_headers(dict(headers or {}), timeout),
+        timeout=timeout,
+        tls=target.tls,
+        **kw,
+    )
+
+
+def call(
+    conn: Connection,
+    method: str,
+    path: str,
+    *,
+    timeout: float | None,
+    headers: Mapping[str, str] | None = None,
+    allow: Collection[int] = (),
+    json: Any = None,
+    content: bytes | None = None,
+    upload: Upload | None = None,
+    params: Mapping[str, str] | None = None,
+) -> Flow[HttpResponse]:
+    """Send one request to the sandbox (retrying as the module docstring says) and check its status."""
+    replayable = upload is None or upload.source.seekable()
+    start = upload.source.tell() if upload is not None and replayable else 0
+    attempt = 0
+    while True:
+        target: Target = yield from conn.resolve()
+        if upload is not None and attempt and replayable:
+            upload.source.seek(start)
+        req = _request(
+            target,
+            method,
+            path,
+            timeout=timeout,
+            headers=headers,
+            json=json,
+            content=content,
+            upload=upload,
+            params=params,
+        )
+        try:
+            resp: HttpResponse = yield Send(req)
+        except SandboxRequestTimeoutError:
+            conn.failed()
+            raise
+        except SandboxRequestError as err:
+            conn.failed()
+            safe = not err.request_sent or method in IDEMPOTENT
+            if attempt < MAX_RETRIES and safe and replayable:
+                yield Sleep(BACKOFF_BASE * 2**attempt)
+                attempt += 1
+                continue
+            raise
+        if resp.status_code >= 500:
+            conn.failed()
+            if (
+                resp.status_code in RETRY_STATUS
+                and method in IDEMPOTENT
+                and attempt < MAX_RETRIES
+                and replayable
+            ):
+                yield Sleep(BACKOFF_BASE * 2**attempt)
+                attempt += 1
+                continue
+        return check(resp, allow=allow)
+
+
+def open_stream(
+    conn: Connection,
+    method: str,
+    path: str,
+    *,
+    timeout: float | None,
+    headers: Mapping[str, str] | None = None,
+    json: Any = None,
+) -> Flow[StreamHandle]:
+    """Open a streamed response (read with `ReadLine`/`ReadChunk`); a non-2xx status raises after reading it.
+
+    Not retried: streaming calls are either POSTs (exec) or reads whose caller may already hold bytes.
+    """
+    target: Target = yield from conn.resolve()
+    req = _request(target, method, path, timeout=timeout, headers=headers, json=json)
+    try:
+        handle: StreamHandle = yield Open(req)
+    except SandboxRequestError:
+        conn.failed()
+        raise
+    if not 200 <= handle.status_code < 300:
+        if handle.status_code >= 500:
+            conn.failed()
+        body = b""
+        while (chunk := (yield ReadChunk(handle))) is not None and len(body) < 65536:
+            body += chunk
+        check(HttpResponse(handle.status_code, handle.headers, body, method, req.url))
+    return handle

@@ -1,0 +1,293 @@
+"""Command flows for both runtimes: `run` (one result) and `stream` (events as they happen) (spec §3.5).
+
+| | legacy runtime (HTTP :8888) | sandboxd (gRPC :9090) |
+|---|---|---|
+| run | `POST /execute` `{command, timeout_seconds?, env?, cwd?}` | `Execute(["/bin/sh","-c",command], env_vars, cwd)`, deadline = the command's limit |
+| stream | `POST /execute/stream`, NDJSON `start`/`stdout`/`stderr`/`exit` (this project's runtime) | `Start` (+ `WriteStdin`, `SendSignal`, `ResizeTTY`, PTY) |
+
+`env`/`cwd` on the legacy runtime are this project's runtime extension (upstream's python-runtime ignores
+unknown keys, and upstream's SDK refuses them): the SDK sends them and checks that the runtime
+acknowledged the extended protocol (it answers `truncated`), so a runtime that would silently ignore them
+raises instead of running the command in the wrong place.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from . import _process
+from ._calls import call, open_stream
+from ._connection import Connection, Target
+from ._steps import Emit, Flow, GrpcCall, GrpcFailure, GrpcOpen, GrpcRead, ReadLine
+from .exceptions import SandboxError, SandboxRequestError, SandboxRequestTimeoutError
+from .models import CommandEvent, ExecutionResult
+
+__all__ = [
+    "STARTED",
+    "ProcessRef",
+    "Started",
+    "check_process_options",
+    "run_command",
+    "signal_process",
+    "stream_command",
+]
+
+TIMED_OUT_EXIT_CODE = 124
+
+
+def check_process_options(env: Mapping[str, str] | None, cwd: str | None) -> None:
+    """`ValueError` for env names that are empty or contain `=` / NUL, or a cwd with NUL."""
+    for name, value in (env or {}).items():
+        if not isinstance(name, str) or not name or "=" in name or "\x00" in name:
+            raise ValueError(f"invalid environment variable name {name!r}: must be non-empty, without '='")
+        if not isinstance(value, str) or "\x00" in value:
+            raise ValueError(f"environment variable {name!r}: the value must be a str without NUL")
+    if cwd is not None and (not isinstance(cwd, str) or "\x00" in cwd):
+        raise ValueError(f"invalid cwd {cwd!r}")
+
+
+def _read_timeout(timeout: float, command_timeout: float | None) -> float:
+    return max(timeout, command_timeout + 10) if command_timeout else timeout
+
+
+def _legacy_body(
+    command: str, command_timeout: float | None, env: Mapping[str, str] | None, cwd: str | None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"command": command}
+    if command_timeout is not None:
+        body["timeout_seconds"] = command_timeout
+    if env:
+        body["env"] = dict(env)
+    if cwd is not None:
+        body["cwd"] = cwd
+    return body
+
+
+def _grpc_error(err: GrpcFailure) -> SandboxRequestError:
+    return SandboxRequestError(f"sandboxd process service failed ({err.code}): {err.details}")
+
+
+def _grpc_metadata(target: Target) -> tuple[tuple[str, str], ...]:
+    if target.grpc_target is None:
+        raise SandboxError("this connection has no gRPC target for the sandboxd process API")
+    return target.grpc_metadata
+
+
+def run_command(
+    conn: Connection,
+    command: str,
+    *,
+    timeout: float,
+    command_timeout: float | None,
+    env: Mapping[str, str] | None,
+    cwd: str | None,
+) -> Flow[ExecutionResult]:
+    """Run `command` to completion; a non-zero exit is a result, not an error."""
+    if not isinstance(command, str) or not command:
+        raise ValueError("command must be a non-empty string")
+    check_process_options(env, cwd)
+    if conn.runtime == "legacy":
+        resp = yield from call(
+            conn,
+            "POST",
+            "/execute",
+            timeout=_read_timeout(timeout, command_timeout),
+            json=_legacy_body(command, command_timeout, env, cwd),
+        )
+        try:
+            body = resp.json()
+        except ValueError as err:
+            raise SandboxRequestError(
+                f"/execute answered non-JSON: {resp.text[:200]!r}", resp.status_code, resp
+            ) from err
+        if not isinstance(body, dict):
+            raise SandboxRequestError(
+                f"/execute answered {type(body).__name__}, not an object", resp.status_code, resp
+            )
+        if (env or cwd is not None) and "truncated" not in body:
+            raise SandboxError(
+                "the runtime ignored env/cwd: it does not speak this project's extended /execute "
+                "(an upstream python-runtime?); run without env/cwd or use the sandboxd runtime"
+            )
+        fields = {
+            k: body[k] for k in ("stdout", "stderr", "exit_code", "timed_out") if body.get(k) is not None
+        }
+        return ExecutionResult(**fields)
+    target = yield from conn.resolve()
+    pb = _process.messages()
+    request = pb.ExecuteRequest(config=_process.config(command, env, cwd))
+    deadline = command_timeout or timeout
+    try:
+        reply = yield GrpcCall(
+            target.grpc_target or "",
+            _process.EXECUTE,
+            request,
+            pb.ExecuteResponse,
+            deadline,
+            _grpc_metadata(target),
+        )
+    except GrpcFailure as err:
+        if err.code == "DEADLINE_EXCEEDED":
+            if command_timeout:
+                return ExecutionResult(
+                    stderr=f"Command timed out after {command_timeout:g} seconds",
+                    exit_code=TIMED_OUT_EXIT_CODE,
+                    timed_out=True,
+                )
+            raise SandboxRequestTimeoutError(
+                f"sandboxd Execute did not finish within {deadline:g} s"
+            ) from err
+        if err.code == "UNAVAILABLE":
+            conn.failed()
+        raise _grpc_error(err) from err
+    return ExecutionResult(
+        stdout=reply.stdout.decode("utf-8", errors="replace"),
+        stderr=reply.stderr.decode("utf-8", errors="replace"),
+        exit_code=reply.exit_code,
+    )
+
+
+class Started:
+    """Emitted once the process runs (sandboxd `init`, legacy `start`); the command streams consume it."""
+
+
+STARTED = Started()
+
+
+@dataclass
+class ProcessRef:
+    """The server-side id of a streamed sandboxd process, known once its `init` event arrived."""
+
+    process_id: int | None = None
+    target: Target | None = None
+
+
+def stream_command(
+    conn: Connection,
+    command: str,
+    *,
+    timeout: float | None,
+    env: Mapping[str, str] | None,
+    cwd: str | None,
+    stdin: bytes | None,
+    pty: tuple[int, int] | None,
+    ref: ProcessRef,
+) -> Flow[None]:
+    """Emit `CommandEvent`s (stdout/stderr chunks, then one `exit`) while the command runs."""
+    if not isinstance(command, str) or not command:
+        raise ValueError("command must be a non-empty string")
+    check_process_options(env, cwd)
+    if conn.runtime == "legacy":
+        if stdin is not None or pty is not None:
+            raise NotImplementedError("stdin and PTY need the sandboxd runtime (gRPC Start)")
+        yield from _stream_legacy(conn, command, timeout=timeout, env=env, cwd=cwd)
+        return
+    target = yield from conn.resolve()
+    ref.target = target
+    pb = _process.messages()
+    request = pb.StartRequest(config=_process.config(command, env, cwd))
+    if pty is not None:
+        request.pty.CopyFrom(pb.PTY(cols=pty[0], rows=pty[1]))
+    handle = yield GrpcOpen(
+        target.grpc_target or "", _process.START, request, pb.StartResponse, timeout, _grpc_metadata(target)
+    )
+    try:
+        while (event := (yield GrpcRead(handle))) is not None:
+            kind = event.WhichOneof("event")
+            if kind == "init":
+                ref.process_id = event.init.process_id
+                if stdin is not None:
+                    yield from write_stdin(ref, stdin)
+                    yield from write_stdin(ref, None)
+                yield Emit(STARTED)
+            elif kind in ("stdout", "stderr"):
+                yield Emit(CommandEvent(type=kind, data=bytes(getattr(event, kind))))
+            elif kind == "exit":
+                yield Emit(CommandEvent(type="exit", exit_code=event.exit.exit_code))
+                return
+    except GrpcFailure as err:
+        if err.code == "DEADLINE_EXCEEDED":
+            yield Emit(CommandEvent(type="exit", exit_code=TIMED_OUT_EXIT_CODE, timed_out=True))
+            return
+        if err.code == "UNAVAILABLE":
+            conn.failed()
+        raise _grpc_error(err) from err
+    raise SandboxRequestError("sandboxd Start stream ended without an exit event")
+
+
+def _stream_legacy(
+    conn: Connection, command: str, *, timeout: float | None, env: Mapping[str, str] | None, cwd: str | None
+) -> Flow[None]:
+    body = _legacy_body(command, timeout, env, cwd)
+    read_timeout = timeout + 10 if timeout else None
+    handle = yield from open_stream(conn, "POST", "/execute/stream", timeout=read_timeout, json=body)
+    while (line := (yield ReadLine(handle))) is not None:
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError as err:
+            raise SandboxRequestError(
+                f"/execute/stream sent a line that is not JSON: {line[:200]!r}"
+            ) from err
+        kind = event.get("type")
+        if kind == "start":
+            yield Emit(STARTED)
+        elif kind in ("stdout", "stderr"):
+            yield Emit(CommandEvent(type=kind, data=str(event.get("data", "")).encode()))
+        elif kind == "exit":
+            yield Emit(
+                CommandEvent(
+                    type="exit",
+                    exit_code=int(event.get("exit_code", -1)),
+                    timed_out=bool(event.get("timed_out")),
+                )
+            )
+            return
+    raise SandboxRequestError("/execute/stream ended without an exit event")
+
+
+def _control(
+    ref: ProcessRef, method: str, request: Any, response_type: Any, *, gone_ok: bool = False
+) -> Flow[None]:
+    """One control call on a running process. `gone_ok`: a process that already exited (NOT_FOUND) is fine
+    (closing stdin or signalling races with the process ending on its own)."""
+    if ref.process_id is None or ref.target is None:
+        raise SandboxError("the process has not started yet (no init event received)")
+    try:
+        yield GrpcCall(
+            ref.target.grpc_target or "", method, request, response_type, 30.0, ref.target.grpc_metadata
+        )
+    except GrpcFailure as err:
+        if gone_ok and err.code == "NOT_FOUND":
+            return
+        raise _grpc_error(err) from err
+
+
+def write_stdin(ref: ProcessRef, data: bytes | None) -> Flow[None]:
+    """Write bytes to the process's stdin, or close it (`data=None`)."""
+    pb = _process.messages()
+    if data is None:
+        request = pb.WriteStdinRequest(process_id=ref.process_id or 0, eof=_process.empty())
+    else:
+        request = pb.WriteStdinRequest(process_id=ref.process_id or 0, input=data)
+    yield from _control(ref, _process.WRITE_STDIN, request, pb.WriteStdinResponse, gone_ok=data is None)
+
+
+def signal_process(ref: ProcessRef, signal: int) -> Flow[None]:
+    """Send SIGINT (2), SIGKILL (9) or SIGTERM (15) to the process group."""
+    if signal not in (2, 9, 15):
+        raise ValueError(f"signal must be 2 (SIGINT), 9 (SIGKILL) or 15 (SIGTERM), got {signal}")
+    pb = _process.messages()
+    request = pb.SendSignalRequest(process_id=ref.process_id or 0, signal=signal)
+    yield from _control(ref, _process.SEND_SIGNAL, request, pb.SendSignalResponse, gone_ok=True)
+
+
+def resize_tty(ref: ProcessRef, cols: int, rows: int) -> Flow[None]:
+    """Resize the process's terminal (PTY processes only)."""
+    pb = _process.messages()
+    request = pb.ResizeTTYRequest(process_id=ref.process_id or 0, cols=cols, rows=rows)
+    yield from _control(ref, _process.RESIZE_TTY, request, pb.ResizeTTYResponse)

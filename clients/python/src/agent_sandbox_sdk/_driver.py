@@ -1,0 +1,434 @@
+"""The two drivers that execute flows (`_steps.py`): `SyncDriver` (blocking) and `AsyncDriver` (asyncio).
+
+Owns: the httpx2 clients (one for the Kubernetes API with its auth/TLS, one per TLS setting for sandbox
+traffic, each pooling connections across every sandbox of the client), the gRPC channels (one per
+target), the translation of transport exceptions into the SDK's tree, and closing whatever a flow opened.
+
+Connection pools are sized for many sandboxes per client: 100 concurrent handles on one `AsyncDriver`
+share one pool of up to `max_connections` sockets without any thread pool (gRPC's asyncio API included).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import ssl
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Generic, TypeVar
+
+import httpx2
+
+from ._kubeconfig import KubeEndpoint
+from ._steps import (
+    Close,
+    Emit,
+    Flow,
+    GrpcCall,
+    GrpcFailure,
+    GrpcOpen,
+    GrpcRead,
+    HttpRequest,
+    HttpResponse,
+    Open,
+    ReadChunk,
+    ReadLine,
+    Send,
+    Sleep,
+    Step,
+    StreamHandle,
+    TlsSettings,
+    Upload,
+)
+from .exceptions import SandboxConnectionError, SandboxRequestError, SandboxRequestTimeoutError
+
+__all__ = ["AsyncDriver", "SyncDriver", "import_grpc"]
+
+T = TypeVar("T")
+CONNECT_TIMEOUT = 10.0
+
+
+def import_grpc() -> Any:
+    """The `grpc` module, or an ImportError that says how to install it."""
+    try:
+        return importlib.import_module("grpc")
+    except ImportError as err:
+        raise ImportError(
+            "the sandboxd runtime needs gRPC: pip install 'agent-sandbox-sdk[grpc]' (grpcio, protobuf)"
+        ) from err
+
+
+class _Result(Generic[T]):
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value: Any = None
+
+
+def _timeout(seconds: float | None) -> httpx2.Timeout:
+    if seconds is None:
+        return httpx2.Timeout(None, connect=CONNECT_TIMEOUT)
+    return httpx2.Timeout(seconds, connect=min(seconds, CONNECT_TIMEOUT))
+
+
+def _sync_body(upload: Upload) -> Iterator[bytes]:
+    if upload.prefix:
+        yield upload.prefix
+    while chunk := upload.source.read(upload.chunk_size):
+        yield bytes(chunk)
+    if upload.suffix:
+        yield upload.suffix
+
+
+async def _async_body(upload: Upload) -> AsyncIterator[bytes]:
+    for chunk in _sync_body(upload):
+        yield chunk
+
+
+def _transport_error(request: HttpRequest, err: httpx2.TransportError) -> SandboxRequestError:
+    """httpx2 transport failures -> the SDK's tree; `request_sent` says whether a retry could repeat it."""
+    where = f"{request.method} {request.url}"
+    if isinstance(err, httpx2.TimeoutException):
+        sent = not isinstance(err, httpx2.ConnectTimeout | httpx2.PoolTimeout)
+        out: SandboxRequestError = SandboxRequestTimeoutError(f"{where}: timed out ({type(err).__name__})")
+    else:
+        sent = not isinstance(err, httpx2.ConnectError)
+        out = SandboxConnectionError(f"{where}: no response ({type(err).__name__}: {err})")
+    out.request_sent = sent
+    return out
+
+
+class _DriverBase:
+    """What both drivers share: request building, client keys, the limits."""
+
+    def __init__(
+        self,
+        kube: KubeEndpoint | None,
+        *,
+        max_connections: int = 1000,
+        max_keepalive: int = 200,
+        transport: Any = None,
+    ) -> None:
+        self.kube = kube
+        self._limits = httpx2.Limits(max_connections=max_connections, max_keepalive_connections=max_keepalive)
+        self._transport = transport  # a test seam (httpx2.MockTransport); None = the network
+        self._clients: dict[Any, Any] = {}
+        self._channels: dict[str, Any] = {}
+
+    def _client_kwargs(self, request: HttpRequest) -> tuple[Any, dict[str, Any]]:
+        if request.kube:
+            if self.kube is None:
+                raise ValueError("this client has no Kubernetes configuration")
+            kw: dict[str, Any] = {
+                "base_url": self.kube.base_url,
+                "verify": self.kube.verify,
+                "auth": self.kube.auth,
+            }
+            key: Any = "kube"
+        else:
+            tls = request.tls or TlsSettings()
+            verify: ssl.SSLContext | bool = True
+            if tls.ca_cert or tls.client_cert:
+                verify = ssl.create_default_context(cafile=tls.ca_cert)
+                if tls.client_cert:
+                    verify.load_cert_chain(*tls.client_cert)
+            kw = {"verify": verify}
+            key = tls
+        kw.update(limits=self._limits, follow_redirects=False, timeout=_timeout(60.0))
+        if self._transport is not None:
+            kw["transport"] = self._transport
+        return key, kw
+
+    @staticmethod
+    def _request_kwargs(request: HttpRequest) -> dict[str, Any]:
+        kw: dict[str, Any] = {"params": request.params, "headers": dict(request.headers)}
+        if request.json is not None:
+            kw["json"] = request.json
+        elif request.content is not None:
+            kw["content"] = request.content
+        return kw
+
+    def _grpc_stub(self, step: GrpcCall | GrpcOpen, *, aio: bool, streaming: bool) -> Any:
+        grpc = import_grpc()
+        # A router pins an h2c connection to the sandbox its first stream named, so every sandbox reached
+        # through a router gets its own channel and its own connection (no global subchannel sharing).
+        key = f"{'aio' if aio else 'sync'} {step.target} {step.metadata}"
+        channel = self._channels.get(key)
+        if channel is None:
+            factory = importlib.import_module("grpc.aio").insecure_channel if aio else grpc.insecure_channel
+            options = [("grpc.use_local_subchannel_pool", 1)] if step.metadata else None
+            channel = self._channels[key] = factory(step.target, options=options)
+        kind = channel.unary_stream if streaming else channel.unary_unary
+        return kind(
+            step.method,
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=step.response_type.FromString,
+        )
+
+    @staticmethod
+    def _grpc_failure(err: Any) -> GrpcFailure:
+        code = err.code() if callable(getattr(err, "code", None)) else None
+        details = err.details() if callable(getattr(err, "details", None)) else str(err)
+        return GrpcFailure(getattr(code, "name", str(code)), details or "")
+
+
+class SyncDriver(_DriverBase):
+    """Runs flows with blocking I/O (httpx2.Client, grpc channels)."""
+
+    def _client(self, request: HttpRequest) -> httpx2.Client:
+        key, kw = self._client_kwargs(request)
+        client = self._clients.get(key)
+        if client is None:
+            client = self._clients[key] = httpx2.Client(**kw)
+        return client
+
+    def run(self, flow: Flow[T]) -> T:
+        """Run a flow to completion and return its result."""
+        box: _Result[T] = _Result()
+        for value in self._drive(flow, box):
+            raise RuntimeError(f"internal error: a non-streaming flow emitted {value!r}")
+        return box.value  # type: ignore[no-any-return]
+
+    def iterate(self, flow: Flow[Any]) -> Iterator[Any]:
+        """Run a streaming flow, yielding what it emits."""
+        return self._drive(flow, _Result())
+
+    def _drive(self, flow: Flow[Any], box: _Result[Any]) -> Iterator[Any]:
+        opened: list[Any] = []
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            while True:
+                try:
+                    step = flow.throw(error) if error is not None else flow.send(value)
+                except StopIteration as stop:
+                    box.value = stop.value
+                    return
+                value, error = None, None
+                if isinstance(step, Emit):
+                    yield step.value
+                    continue
+                try:
+                    value = self._execute(step, opened)
+                except (SandboxRequestError, GrpcFailure) as err:
+                    error = err
+        finally:
+            flow.close()
+            for handle in reversed(opened):
+                self._release(handle)
+
+    def _execute(self, step: Step, opened: list[Any]) -> Any:
+        if isinstance(step, Send | Open):
+            return self._http(step.request, stream=isinstance(step, Open), opened=opened)
+        if isinstance(step, ReadLine | ReadChunk):
+            return self._read(step)
+        if isinstance(step, Close):
+            self._release(step.handle)
+            return None
+        if isinstance(step, Sleep):
+            time.sleep(max(0.0, step.seconds))
+            return None
+        if isinstance(step, GrpcCall):
+            try:
+                return self._grpc_stub(step, aio=False, streaming=False)(
+                    step.request, timeout=step.timeout, metadata=step.metadata or None
+                )
+            except import_grpc().RpcError as err:
+                raise self._grpc_failure(err) from err
+        if isinstance(step, GrpcOpen):
+            call = self._grpc_stub(step, aio=False, streaming=True)(
+                step.request, timeout=step.timeout, metadata=step.metadata or None
+            )
+            opened.append(call)
+            return call
+        if isinstance(step, GrpcRead):
+            try:
+                return next(step.handle, None)
+            except import_grpc().RpcError as err:
+                raise self._grpc_failure(err) from err
+        raise TypeError(f"unknown step {step!r}")
+
+    def _http(self, request: HttpRequest, *, stream: bool, opened: list[Any]) -> Any:
+        client = self._client(request)
+        kw = self._request_kwargs(request)
+        if request.upload is not None:
+            kw["content"] = _sync_body(request.upload)
+        req = client.build_request(request.method, request.url, timeout=_timeout(request.timeout), **kw)
+        try:
+            resp = client.send(req, stream=stream)
+            if not stream:
+                return HttpResponse(
+                    resp.status_code, dict(resp.headers), resp.content, request.method, request.url
+                )
+        except httpx2.TransportError as err:
+            raise _transport_error(request, err) from err
+        handle = StreamHandle(
+            resp.status_code, dict(resp.headers), request.method, request.url, [resp, None, None]
+        )
+        opened.append(handle)
+        return handle
+
+    def _read(self, step: ReadLine | ReadChunk) -> Any:
+        state = step.handle.raw
+        resp: httpx2.Response = state[0]
+        try:
+            if isinstance(step, ReadLine):
+                if state[1] is None:
+                    state[1] = resp.iter_lines()
+                return next(state[1], None)
+            if state[2] is None:
+                state[2] = resp.iter_bytes()
+            return next(state[2], None)
+        except httpx2.TransportError as err:
+            raise _transport_error(HttpRequest(step.handle.method, step.handle.url), err) from err
+
+    @staticmethod
+    def _release(handle: Any) -> None:
+        try:
+            if isinstance(handle, StreamHandle):
+                handle.raw[0].close()
+            elif hasattr(handle, "cancel"):
+                handle.cancel()
+        except Exception:  # closing is best effort; the flow's own error matters more
+            pass
+
+    def close(self) -> None:
+        """Close every pooled connection and channel; the driver stays usable (it reopens lazily)."""
+        clients, self._clients = self._clients, {}
+        for client in clients.values():
+            client.close()
+        channels, self._channels = self._channels, {}
+        for channel in channels.values():
+            channel.close()
+
+
+class AsyncDriver(_DriverBase):
+    """Runs flows with asyncio I/O (httpx2.AsyncClient, grpc.aio channels)."""
+
+    def _client(self, request: HttpRequest) -> httpx2.AsyncClient:
+        key, kw = self._client_kwargs(request)
+        client = self._clients.get(key)
+        if client is None:
+            client = self._clients[key] = httpx2.AsyncClient(**kw)
+        return client
+
+    async def run(self, flow: Flow[T]) -> T:
+        """Run a flow to completion and return its result."""
+        box: _Result[T] = _Result()
+        async for value in self._drive(flow, box):
+            raise RuntimeError(f"internal error: a non-streaming flow emitted {value!r}")
+        return box.value  # type: ignore[no-any-return]
+
+    def iterate(self, flow: Flow[Any]) -> AsyncIterator[Any]:
+        """Run a streaming flow, yielding what it emits."""
+        return self._drive(flow, _Result())
+
+    async def _drive(self, flow: Flow[Any], box: _Result[Any]) -> AsyncIterator[Any]:
+        opened: list[Any] = []
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            while True:
+                try:
+                    step = flow.throw(error) if error is not None else flow.send(value)
+                except StopIteration as stop:
+                    box.value = stop.value
+                    return
+                value, error = None, None
+                if isinstance(step, Emit):
+                    yield step.value
+                    continue
+                try:
+                    value = await self._execute(step, opened)
+                except (SandboxRequestError, GrpcFailure) as err:
+                    error = err
+        finally:
+            flow.close()
+            for handle in reversed(opened):
+                await self._release(handle)
+
+    async def _execute(self, step: Step, opened: list[Any]) -> Any:
+        if isinstance(step, Send | Open):
+            return await self._http(step.request, stream=isinstance(step, Open), opened=opened)
+        if isinstance(step, ReadLine | ReadChunk):
+            return await self._read(step)
+        if isinstance(step, Close):
+            await self._release(step.handle)
+            return None
+        if isinstance(step, Sleep):
+            await asyncio.sleep(max(0.0, step.seconds))
+            return None
+        if isinstance(step, GrpcCall):
+            try:
+                return await self._grpc_stub(step, aio=True, streaming=False)(
+                    step.request, timeout=step.timeout, metadata=step.metadata or None
+                )
+            except import_grpc().RpcError as err:
+                raise self._grpc_failure(err) from err
+        if isinstance(step, GrpcOpen):
+            call = self._grpc_stub(step, aio=True, streaming=True)(
+                step.request, timeout=step.timeout, metadata=step.metadata or None
+            )
+            opened.append(call)
+            return call
+        if isinstance(step, GrpcRead):
+            grpc = import_grpc()
+            try:
+                message = await step.handle.read()
+            except grpc.RpcError as err:
+                raise self._grpc_failure(err) from err
+            return None if message is importlib.import_module("grpc.aio").EOF else message
+        raise TypeError(f"unknown step {step!r}")
+
+    async def _http(self, request: HttpRequest, *, stream: bool, opened: list[Any]) -> Any:
+        client = self._client(request)
+        kw = self._request_kwargs(request)
+        if request.upload is not None:
+            kw["content"] = _async_body(request.upload)
+        req = client.build_request(request.method, request.url, timeout=_timeout(request.timeout), **kw)
+        try:
+            resp = await client.send(req, stream=stream)
+            if not stream:
+                return HttpResponse(
+                    resp.status_code, dict(resp.headers), resp.content, request.method, request.url
+                )
+        except httpx2.TransportError as err:
+            raise _transport_error(request, err) from err
+        handle = StreamHandle(
+            resp.status_code, dict(resp.headers), request.method, request.url, [resp, None, None]
+        )
+        opened.append(handle)
+        return handle
+
+    async def _read(self, step: ReadLine | ReadChunk) -> Any:
+        state = step.handle.raw
+        resp: httpx2.Response = state[0]
+        try:
+            if isinstance(step, ReadLine):
+                if state[1] is None:
+                    state[1] = resp.aiter_lines()
+                return await anext(state[1], None)
+            if state[2] is None:
+                state[2] = resp.aiter_bytes()
+            return await anext(state[2], None)
+        except httpx2.TransportError as err:
+            raise _transport_error(HttpRequest(step.handle.method, step.handle.url), err) from err
+
+    @staticmethod
+    async def _release(handle: Any) -> None:
+        try:
+            if isinstance(handle, StreamHandle):
+                await handle.raw[0].aclose()
+            elif hasattr(handle, "cancel"):
+                handle.cancel()
+        except Exception:  # closing is best effort; the flow's own error matters more
+            pass
+
+    async def aclose(self) -> None:
+        """Close every pooled connection and channel; the driver stays usable (it reopens lazily)."""
+        clients, self._clients = self._clients, {}
+        for client in clients.values():
+            await client.aclose()
+        channels, self._channels = self._channels, {}
+        for channel in channels.values():
+            await channel.close()

@@ -1,0 +1,176 @@
+"""File flows for both runtimes (spec §3.5, §2.1, §2.2.1). Paths are relative to the runtime root.
+
+| op | legacy runtime | sandboxd REST |
+|---|---|---|
+| write | `POST /upload` multipart part `file`, filename = path | `PUT /v1/files/<enc>` raw body |
+| read / read_to | `GET /download/<enc>` | `GET /v1/files/<enc>` |
+| list | `GET /list/<enc>` -> array | `GET /v1/files/<enc>` -> `{"entries": [...]}` |
+| exists | `GET /exists/<enc>` -> `{"exists"}` | `HEAD /v1/files/<enc>` -> 200 / 404 |
+| delete | `DELETE /files/<enc>[?recursive=true]` (this project's runtime) | `DELETE /v1/files/<enc>[?recursive=true]` |
+
+Bodies of file objects are streamed in 64 KiB chunks (never read whole); `read_to` streams to its
+destination and stops at `max_bytes`.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from typing import IO, Any
+
+from ._calls import call, open_stream
+from ._connection import Connection
+from ._paths import legacy_path, sandboxd_path, sanitize_path
+from ._steps import Flow, ReadChunk, Upload
+from .exceptions import SandboxError, SandboxRequestError
+from .models import FileEntry
+
+__all__ = ["Content", "delete_path", "exists", "list_dir", "read", "read_to", "write"]
+
+#: What `write` accepts.
+Content = bytes | bytearray | memoryview | str | IO[bytes]
+
+
+def _files_path(conn: Connection, path: str, legacy_prefix: str) -> str:
+    if conn.runtime == "legacy":
+        return f"/{legacy_prefix}/{legacy_path(path)}"
+    return f"/v1/files/{sandboxd_path(path)}"
+
+
+def _multipart_framing(filename: str) -> tuple[bytes, bytes, str]:
+    boundary = secrets.token_hex(16)
+    quoted = filename.replace("\\", "\\\\").replace('"', "%22").replace("\r", "%0D").replace("\n", "%0A")
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{quoted}"\r\n'
+        "Content-Type: application/octet-stream\r\n\r\n"
+    ).encode()
+    return head, f"\r\n--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
+
+
+def write(
+    conn: Connection, path: str, content: Content, *, timeout: float, allow_unsafe_paths: bool
+) -> Flow[None]:
+    """Create or replace the file at `path` (parents created)."""
+    if not allow_unsafe_paths:
+        path = sanitize_path(path)
+    elif not path:
+        raise ValueError("path must not be empty")
+    data: bytes | None = None
+    source: IO[bytes] | None = None
+    if isinstance(content, str):
+        data = content.encode("utf-8")
+    elif isinstance(content, bytes | bytearray | memoryview):
+        data = bytes(content)
+    elif hasattr(content, "read"):
+        source = content
+    else:
+        raise TypeError(f"content must be bytes, str or a binary file object, not {type(content).__name__}")
+    if conn.runtime == "legacy":
+        head, tail, ctype = _multipart_framing(path)
+        headers = {"Content-Type": ctype}
+        if data is not None:
+            yield from call(
+                conn, "POST", "/upload", timeout=timeout, headers=headers, content=head + data + tail
+            )
+        else:
+            assert source is not None
+            upload = Upload(source, head, tail)
+            yield from call(conn, "POST", "/upload", timeout=timeout, headers=headers, upload=upload)
+        return
+    headers = {"Content-Type": "application/octet-stream"}
+    url = _files_path(conn, path, "")
+    if data is not None:
+        yield from call(conn, "PUT", url, timeout=timeout, headers=headers, content=data)
+    else:
+        assert source is not None
+        yield from call(conn, "PUT", url, timeout=timeout, headers=headers, upload=Upload(source))
+
+
+def read(conn: Connection, path: str, *, timeout: float, allow_unsafe_paths: bool) -> Flow[bytes]:
+    """The whole file."""
+    if not allow_unsafe_paths:
+        path = sanitize_path(path)
+    resp = yield from call(conn, "GET", _files_path(conn, path, "download"), timeout=timeout)
+    return resp.content
+
+
+def read_to(
+    conn: Connection,
+    path: str,
+    destination: str | os.PathLike[str] | IO[bytes],
+    *,
+    timeout: float,
+    allow_unsafe_paths: bool,
+    max_bytes: int | None,
+) -> Flow[int]:
+    """Stream the file into `destination` (a path, created/truncated, or a writable binary file); bytes written.
+
+    Over `max_bytes` -> `SandboxError` (a path destination is then removed, a file object keeps what was written).
+    """
+    if not allow_unsafe_paths:
+        path = sanitize_path(path)
+    if max_bytes is not None and max_bytes < 0:
+        raise ValueError("max_bytes must be >= 0")
+    handle = yield from open_stream(conn, "GET", _files_path(conn, path, "download"), timeout=timeout)
+    length = handle.headers.get("content-length")
+    if max_bytes is not None and length is not None and length.isdigit() and int(length) > max_bytes:
+        raise SandboxError(f"{path}: {length} bytes exceed max_bytes={max_bytes}")
+    is_path = isinstance(destination, str | os.PathLike)
+    # A path is opened here and closed in the finally below.
+    sink: IO[bytes] = open(destination, "wb") if isinstance(destination, str | os.PathLike) else destination  # noqa: SIM115
+    written = 0
+    ok = False
+    try:
+        while (chunk := (yield ReadChunk(handle))) is not None:
+            written += len(chunk)
+            if max_bytes is not None and written > max_bytes:
+                raise SandboxError(f"{path}: more than max_bytes={max_bytes} bytes")
+            sink.write(chunk)
+        ok = True
+    finally:
+        if is_path:
+            sink.close()
+            if not ok:
+                os.unlink(destination)  # type: ignore[arg-type]  # a path when is_path
+    return written
+
+
+def _entries(conn: Connection, body: Any) -> list[FileEntry]:
+    if conn.runtime == "legacy":
+        if not isinstance(body, list):
+            raise SandboxError(f"/list answered {type(body).__name__}, expected an array")
+        return [FileEntry.from_legacy(e) for e in body]
+    if not isinstance(body, dict) or not isinstance(body.get("entries"), list):
+        raise SandboxError("sandboxd listing is not an object with 'entries' (is the path a file?)")
+    return [FileEntry.from_sandboxd(e) for e in body["entries"] if e.get("type") in ("file", "directory")]
+
+
+def list_dir(conn: Connection, path: str, *, timeout: float) -> Flow[list[FileEntry]]:
+    """Direct children of the directory `path` (`""` or `"."` = the root)."""
+    resp = yield from call(conn, "GET", _files_path(conn, path, "list"), timeout=timeout)
+    try:
+        return _entries(conn, resp.json())
+    except (ValueError, KeyError, TypeError) as err:
+        raise SandboxError(f"unreadable directory listing of {path!r}: {err}") from err
+
+
+def exists(conn: Connection, path: str, *, timeout: float) -> Flow[bool]:
+    """Whether a file or directory exists at `path`."""
+    if conn.runtime == "legacy":
+        resp = yield from call(conn, "GET", _files_path(conn, path, "exists"), timeout=timeout)
+        body = resp.json()
+        if not isinstance(body, dict) or not isinstance(body.get("exists"), bool):
+            raise SandboxRequestError(f"/exists answered {resp.text[:200]!r}", resp.status_code, resp)
+        return bool(body["exists"])
+    resp = yield from call(conn, "HEAD", _files_path(conn, path, ""), timeout=timeout, allow=(404,))
+    return resp.status_code != 404
+
+
+def delete_path(conn: Connection, path: str, *, recursive: bool, timeout: float) -> Flow[None]:
+    """Remove a file, or a directory (non-empty ones only with `recursive=True`)."""
+    if not path:
+        raise ValueError(
+            "path must not be empty (delete the root's entries one by one, or pass '.' with recursive)"
+        )
+    params = {"recursive": "true"} if recursive else None
+    yield from call(conn, "DELETE", _files_path(conn, path, "files"), timeout=timeout, params=params)

@@ -1,0 +1,97 @@
+"""Listing flows beyond upstream's (ours): claims joined with their Sandboxes, warm pool state, and the
+replicas-0 pool behind `create_sandbox_from_template` (a cold start from a template, spec §5.3.1)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from . import _kube
+from ._claims import ClaimView, SandboxView, validate_claim_name
+from ._steps import Flow
+from .constants import OPERATING_MODE_SUSPENDED
+from .exceptions import SandboxTemplateNotFoundError
+from .models import SandboxInfo, WarmPoolInfo
+
+__all__ = ["cold_pool_name", "ensure_cold_pool", "list_sandboxes", "list_warm_pools"]
+
+COLD_POOL_SUFFIX = "-cold"
+
+
+def _created(obj: dict[str, Any]) -> datetime | None:
+    stamp = (obj.get("metadata") or {}).get("creationTimestamp")
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
+
+
+def sandbox_info(claim: dict[str, Any], sandboxes: dict[str, dict[str, Any]]) -> SandboxInfo:
+    """One `SandboxInfo` from a claim and the namespace's Sandboxes by name (readiness from the Sandbox)."""
+    view = ClaimView.of(claim)
+    sandbox = sandboxes.get(view.sandbox_name or "")
+    sview = SandboxView.of(sandbox) if sandbox else None
+    return SandboxInfo(
+        claim_name=view.name,
+        namespace=view.namespace,
+        warm_pool=view.warmpool,
+        sandbox_id=view.sandbox_name,
+        # The bound Sandbox's own condition when there is one: the claim mirrors it, a moment later.
+        ready=sview.ready if sview else view.ready,
+        reason=(sview.reason if sview else view.reason),
+        message=(sview.message if sview else view.message),
+        pod_ip=(sview.pod_ip if sview else None) or view.pod_ip,
+        suspended=bool(sview and sview.operating_mode == OPERATING_MODE_SUSPENDED),
+        created=_created(claim),
+    )
+
+
+def list_sandboxes(namespace: str, label_selector: str | None) -> Flow[list[SandboxInfo]]:
+    claims = yield from _kube.list_objects(_kube.CLAIMS, namespace, label_selector=label_selector)
+    boxes = yield from _kube.list_objects(_kube.SANDBOXES, namespace)
+    by_name = {str((s.get("metadata") or {}).get("name")): s for s in boxes}
+    return sorted((sandbox_info(c, by_name) for c in claims), key=lambda i: i.claim_name)
+
+
+def warm_pool_info(obj: dict[str, Any]) -> WarmPoolInfo:
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    return WarmPoolInfo(
+        name=str(meta.get("name") or ""),
+        namespace=str(meta.get("namespace") or ""),
+        template=(spec.get("sandboxTemplateRef") or {}).get("name"),
+        replicas=int(spec.get("replicas", 1) or 0),
+        ready_replicas=int(status.get("readyReplicas") or 0),
+        current_replicas=int(status.get("replicas") or 0),
+    )
+
+
+def list_warm_pools(namespace: str) -> Flow[list[WarmPoolInfo]]:
+    pools = yield from _kube.list_objects(_kube.WARM_POOLS, namespace)
+    return sorted((warm_pool_info(p) for p in pools), key=lambda p: p.name)
+
+
+def cold_pool_name(template: str) -> str:
+    return f"{template}{COLD_POOL_SUFFIX}"
+
+
+def ensure_cold_pool(namespace: str, template: str) -> Flow[str]:
+    """The name of a `replicas: 0` warm pool on `template` (created if missing): claims on it start cold."""
+    validate_claim_name(template)
+    if (yield from _kube.get(_kube.TEMPLATES, namespace, template)) is None:
+        raise SandboxTemplateNotFoundError(f"SandboxTemplate {namespace}/{template} not found")
+    name = cold_pool_name(template)
+    existing = yield from _kube.get(_kube.WARM_POOLS, namespace, name)
+    if existing is None:
+        body = {
+            "apiVersion": f"{_kube.WARM_POOLS.group}/{_kube.WARM_POOLS.version}",
+            "kind": "SandboxWarmPool",
+            "metadata": {"name": name},
+            "spec": {"replicas": 0, "sandboxTemplateRef": {"name": template}},
+        }
+        resp = yield from _kube.create(_kube.WARM_POOLS, namespace, body)
+        if resp.status_code != 409:
+            _kube.check_kube(resp, f"create sandboxwarmpools {namespace}/{name}")
+        existing = yield from _kube.get(_kube.WARM_POOLS, namespace, name)
+    ref = ((existing or {}).get("spec") or {}).get("sandboxTemplateRef") or {}
+    if ref.get("name") != template:
+        raise ValueError(
+            f"warm pool {namespace}/{name} exists but uses template {ref.get('name')!r}, not {template!r}"
+        )
+    return name

@@ -1,0 +1,213 @@
+"""The few Kubernetes API calls the SDK makes, as flows (spec §5.2): claims, sandboxes, pools, templates.
+
+Hand-written REST on the shared httpx2 stack rather than a generated client: nine verbs on four
+resources, and the same flow then runs sync and async. API errors become `SandboxRequestError` with the
+server's `Status.message`; 404 is returned as None where "absent" is a normal answer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import quote
+
+from ._steps import Flow, HttpRequest, HttpResponse, Open, ReadLine, Send, Sleep
+from .constants import (
+    CLAIM_API_GROUP,
+    CLAIM_API_VERSION,
+    CLAIM_PLURAL_NAME,
+    SANDBOX_API_GROUP,
+    SANDBOX_API_VERSION,
+    SANDBOX_PLURAL_NAME,
+)
+from .exceptions import SandboxConnectionError, SandboxRequestError, SandboxRequestTimeoutError
+
+__all__ = [
+    "KubeResource",
+    "check_kube",
+    "create",
+    "delete",
+    "get",
+    "list_objects",
+    "merge_patch",
+    "pod_logs",
+    "watch_one",
+]
+
+#: Kubernetes API calls are small; a stuck one should not hang a user for a minute.
+KUBE_TIMEOUT = 30.0
+
+
+class KubeResource:
+    """A namespaced resource collection: `/apis/<group>/<version>/namespaces/<ns>/<plural>`."""
+
+    def __init__(self, group: str, version: str, plural: str) -> None:
+        self.group, self.version, self.plural = group, version, plural
+
+    def path(self, namespace: str, name: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}/namespaces/{quote(namespace, safe='')}/{self.plural}"
+        return f"{base}/{quote(name, safe='')}" if name else base
+
+
+CLAIMS = KubeResource(CLAIM_API_GROUP, CLAIM_API_VERSION, CLAIM_PLURAL_NAME)
+SANDBOXES = KubeResource(SANDBOX_API_GROUP, SANDBOX_API_VERSION, SANDBOX_PLURAL_NAME)
+WARM_POOLS = KubeResource(CLAIM_API_GROUP, CLAIM_API_VERSION, "sandboxwarmpools")
+TEMPLATES = KubeResource(CLAIM_API_GROUP, CLAIM_API_VERSION, "sandboxtemplates")
+
+
+def _status_message(resp: HttpResponse) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text[:300]
+    if isinstance(body, Mapping):
+        return str(body.get("message") or body.get("reason") or body)[:500]
+    return resp.text[:300]
+
+
+def check_kube(resp: HttpResponse, what: str) -> Any:
+    """The decoded body of a 2xx answer; otherwise `SandboxRequestError` naming `what` and the server's message."""
+    if resp.is_success:
+        return resp.json() if resp.content else None
+    raise SandboxRequestError(
+        f"Kubernetes API {what}: HTTP {resp.status_code}: {_status_message(resp)}", resp.status_code, resp
+    )
+
+
+def _req(method: str, path: str, **kw: Any) -> Send:
+    kw.setdefault("timeout", KUBE_TIMEOUT)
+    return Send(HttpRequest(method, path, kube=True, **kw))
+
+
+def create(res: KubeResource, namespace: str, body: Mapping[str, Any]) -> Flow[HttpResponse]:
+    """POST the object; returns the raw response (callers treat 409 themselves)."""
+    resp: HttpResponse = yield _req("POST", res.path(namespace), json=dict(body))
+    return resp
+
+
+def get(res: KubeResource, namespace: str, name: str) -> Flow[dict[str, Any] | None]:
+    """The object, or None if it does not exist."""
+    resp: HttpResponse = yield _req("GET", res.path(namespace, name))
+    if resp.status_code == 404:
+        return None
+    return check_kube(resp, f"get {res.plural} {namespace}/{name}")  # type: ignore[no-any-return]
+
+
+def list_objects(
+    res: KubeResource, namespace: str, *, label_selector: str | None = None
+) -> Flow[list[dict[str, Any]]]:
+    """Every object of the collection (paged with `continue`)."""
+    items: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        params = {"limit": "500"}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if token:
+            params["continue"] = token
+        resp: HttpResponse = yield _req("GET", res.path(namespace), params=params)
+        body = check_kube(resp, f"list {res.plural} in {namespace}")
+        items.extend(body.get("items") or [])
+        token = (body.get("metadata") or {}).get("continue")
+        if not token:
+            return items
+
+
+def delete(res: KubeResource, namespace: str, name: str, *, uid: str | None = None) -> Flow[bool]:
+    """DELETE (with a UID precondition when given); True if it existed, False on 404."""
+    body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}} if uid else None
+    resp: HttpResponse = yield _req("DELETE", res.path(namespace, name), json=body)
+    if resp.status_code == 404:
+        return False
+    check_kube(resp, f"delete {res.plural} {namespace}/{name}")
+    return True
+
+
+def merge_patch(
+    res: KubeResource, namespace: str, name: str, patch: Mapping[str, Any]
+) -> Flow[dict[str, Any]]:
+    """JSON merge patch; the updated object."""
+    resp: HttpResponse = yield _req(
+        "PATCH",
+        res.path(namespace, name),
+        content=json.dumps(patch).encode(),
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    return check_kube(resp, f"patch {res.plural} {namespace}/{name}")  # type: ignore[no-any-return]
+
+
+def pod_logs(namespace: str, pod: str, *, container: str | None, tail_lines: int | None) -> Flow[str]:
+    """The pod's log (core/v1 `pods/log`); `SandboxRequestError` with the server's message when unavailable."""
+    params = {k: str(v) for k, v in (("container", container), ("tailLines", tail_lines)) if v is not None}
+    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}/log"
+    resp: HttpResponse = yield _req("GET", path, params=params or None)
+    if not resp.is_success:
+        check_kube(resp, f"logs of pod {namespace}/{pod}")
+    return resp.text
+
+
+def watch_one(
+    res: KubeResource,
+    namespace: str,
+    name: str,
+    *,
+    resource_version: str | None,
+    deadline: float,
+    decide: Callable[[str, dict[str, Any]], Any],
+) -> Flow[tuple[Any, str | None]]:
+    """Watch one object (field selector on its name) until `decide(event_type, obj)` returns non-None.
+
+    Returns (that value, None) or, when `deadline` (time.monotonic) passes first, (None, last rv).
+    `decide` may raise to stop. 410 Gone restarts from `0` (the current state, as ADDED); a dropped
+    connection reconnects after 0.5 s; `ERROR` events other than 410 raise `SandboxRequestError`.
+    """
+    rv = resource_version or "0"
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None, rv
+        params = {
+            "watch": "true",
+            "fieldSelector": f"metadata.name={name}",
+            "resourceVersion": rv,
+            "timeoutSeconds": str(max(1, math.ceil(remaining))),
+            "allowWatchBookmarks": "false",
+        }
+        request = HttpRequest("GET", res.path(namespace), kube=True, params=params, timeout=remaining + 5)
+        opened_at = time.monotonic()
+        events = 0
+        try:
+            handle = yield Open(request)
+            if handle.status_code == 410:
+                rv = "0"
+                continue
+            if handle.status_code != 200:
+                raise SandboxRequestError(
+                    f"Kubernetes API watch {res.plural} {namespace}/{name}: HTTP {handle.status_code}",
+                    handle.status_code,
+                )
+            while (line := (yield ReadLine(handle))) is not None:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    if obj.get("code") == 410:
+                        rv = "0"
+                        break
+                    raise SandboxRequestError(
+                        f"Kubernetes API watch {res.plural} {namespace}/{name}: {obj.get('message')}",
+                        obj.get("code"),
+                    )
+                events += 1
+                rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                verdict = decide(str(event.get("type")), obj)
+                if verdict is not None:
+                    return verdict, rv
+            if not events and time.monotonic() - opened_at < 1.0:
+                yield Sleep(0.1)  # a server that ends empty watches at once must not make this spin
+        except (SandboxConnectionError, SandboxRequestTimeoutError):
+            yield Sleep(0.5)

@@ -1,0 +1,135 @@
+"""Where the Kubernetes API is and how to authenticate: kubeconfig / in-cluster -> `KubeEndpoint`.
+
+lightkube parses kubeconfigs (contexts, relative paths, inline data, service accounts) and supplies
+`httpx2.Auth` objects (static and file tokens, exec plugins) that work for both sync and async clients;
+the SDK builds its own httpx2 clients from the result (docs/design/sdk-http-stack.md).
+
+Resolution order, as the main project's controller (controller-runtime's `GetConfig`): an explicit
+`kubeconfig` path or `api_client`, then `$KUBECONFIG`, then the in-cluster service account, then
+`~/.kube/config`. Upstream's SDK tries in-cluster before `$KUBECONFIG`; we let an explicit `$KUBECONFIG`
+win (a deliberate difference, docs/sdk/python.md).
+
+`api_client` may be a kubeconfig path, a lightkube `KubeConfig`/`SingleConfig`, a `KubeEndpoint`, or a
+`kubernetes` / `kubernetes_asyncio` `ApiClient` (read by duck typing through its `.configuration`), so code
+that passed upstream an `ApiClient` keeps working without the `kubernetes` package being ours.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from lightkube.config import client_adapter
+from lightkube.config.kubeconfig import KubeConfig, SingleConfig
+from lightkube.core.exceptions import ConfigError
+
+__all__ = ["KubeEndpoint", "load_kube_endpoint"]
+
+_SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+@dataclass(frozen=True)
+class KubeEndpoint:
+    """A Kubernetes API server: URL, TLS verification, authentication, the context's namespace."""
+
+    base_url: str
+    verify: ssl.SSLContext | bool
+    auth: httpx2.Auth | None = None
+    namespace: str = "default"
+    source: str = ""
+
+
+def _from_single(config: SingleConfig, source: str) -> KubeEndpoint:
+    if config.user is None:
+        raise ValueError(f"kubeconfig {source}: the context has no user")
+    verify = client_adapter.verify_cluster(config.cluster, config.user, config.abs_file)
+    return KubeEndpoint(
+        base_url=config.cluster.server.rstrip("/"),
+        verify=verify,
+        auth=client_adapter.user_auth(config.user),
+        namespace=config.namespace or "default",
+        source=source,
+    )
+
+
+def _from_file(path: str | os.PathLike[str], context: str | None) -> KubeEndpoint:
+    try:
+        single = KubeConfig.from_file(path).get(context_name=context)
+    except (ConfigError, OSError) as err:
+        raise ValueError(f"cannot load kubeconfig {os.fspath(path)}: {err}") from err
+    if single is None:
+        raise ValueError(f"kubeconfig {os.fspath(path)}: no context {context or '(current)'}")
+    return _from_single(single, os.fspath(path))
+
+
+def _from_api_client(client: Any) -> KubeEndpoint:
+    """A `kubernetes[_asyncio].client.ApiClient` (or its `Configuration`), read by duck typing."""
+    cfg = getattr(client, "configuration", client)
+    host = getattr(cfg, "host", None)
+    if not isinstance(host, str) or not host:
+        raise TypeError(
+            f"api_client {client!r}: expected a kubeconfig path, KubeConfig or kubernetes ApiClient"
+        )
+    verify: ssl.SSLContext | bool
+    if getattr(cfg, "verify_ssl", True) is False:
+        verify = False
+    else:
+        ca = getattr(cfg, "ssl_ca_cert", None)
+        verify = ssl.create_default_context(cafile=ca) if ca else ssl.create_default_context()
+        cert, key = getattr(cfg, "cert_file", None), getattr(cfg, "key_file", None)
+        if cert:
+            verify.load_cert_chain(cert, key)
+    auth: httpx2.Auth | None = None
+    token = (getattr(cfg, "api_key", None) or {}).get("authorization") or (
+        getattr(cfg, "api_key", None) or {}
+    ).get("BearerToken")
+    if token:
+        prefix = (getattr(cfg, "api_key_prefix", None) or {}).get("authorization", "")
+        value = f"{prefix} {token}".strip() if prefix else token
+        if not value.lower().startswith("bearer "):
+            value = f"Bearer {value}"
+        auth = client_adapter.BearerAuth(value.split(" ", 1)[1])
+    return KubeEndpoint(base_url=host.rstrip("/"), verify=verify, auth=auth, source="api_client")
+
+
+def load_kube_endpoint(
+    api_client: object | None = None,
+    *,
+    kubeconfig: str | os.PathLike[str] | None = None,
+    context: str | None = None,
+) -> KubeEndpoint:
+    """Resolve the Kubernetes API endpoint (order in the module docstring); `ValueError` if none is usable."""
+    if isinstance(api_client, KubeEndpoint):
+        return api_client
+    if isinstance(api_client, SingleConfig):
+        return _from_single(api_client, "SingleConfig")
+    if isinstance(api_client, KubeConfig):
+        single = api_client.get(context_name=context)
+        if single is None:
+            raise ValueError(f"KubeConfig has no context {context or '(current)'}")
+        return _from_single(single, "KubeConfig")
+    if isinstance(api_client, str | os.PathLike):
+        return _from_file(api_client, context)
+    if api_client is not None:
+        return _from_api_client(api_client)
+    if kubeconfig is not None:
+        return _from_file(kubeconfig, context)
+    env = os.environ.get("KUBECONFIG", "")
+    for entry in env.split(os.pathsep):
+        if entry and Path(entry).expanduser().exists():
+            return _from_file(Path(entry).expanduser(), context)
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and (_SERVICE_ACCOUNT / "token").exists():
+        single = KubeConfig.from_service_account(_SERVICE_ACCOUNT).get()
+        assert single is not None
+        return _from_single(single, "in-cluster service account")
+    default = Path("~/.kube/config").expanduser()
+    if default.exists():
+        return _from_file(default, context)
+    raise ValueError(
+        "no Kubernetes configuration: pass kubeconfig=/api_client=, set KUBECONFIG, run in a pod, "
+        "or create ~/.kube/config"
+    )

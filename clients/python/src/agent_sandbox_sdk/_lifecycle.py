@@ -1,0 +1,260 @@
+"""Claim and Sandbox lifecycle flows: create + wait for Ready, resolve, delete, suspend/resume (spec §3.7).
+
+Waiting is a watch on the one claim (field selector on its name) from the create response's
+resourceVersion, so the Ready event arrives as soon as the controller writes it. A wait that runs out
+raises `SandboxTimeoutError` naming the claim's last Ready condition (reason and message); terminal
+reasons raise at once (`ClaimView.failure`). An auto-named claim is deleted (UID precondition) when
+creation fails after the POST; explicit names are never rolled back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import _kube
+from ._claims import ClaimView, SandboxView, build_claim, check_adoption, new_claim_name
+from ._steps import Flow, HttpResponse
+from .constants import OPERATING_MODE_RUNNING, OPERATING_MODE_SUSPENDED
+from .exceptions import (
+    SandboxError,
+    SandboxMetadataError,
+    SandboxNotFoundError,
+    SandboxRequestError,
+    SandboxTimeoutError,
+)
+
+__all__ = [
+    "CreatedClaim",
+    "create_and_wait",
+    "delete_claim",
+    "resolve_claim",
+    "set_operating_mode",
+    "wait_claim_ready",
+]
+
+
+@dataclass(frozen=True)
+class CreatedClaim:
+    """A claim that is bound and Ready."""
+
+    view: ClaimView
+    auto_named: bool
+
+
+def _claim_decider(
+    namespace: str, name: str, expect_uid: str | None, last: list[ClaimView], *, need_ready: bool
+) -> Any:
+    def decide(event_type: str, obj: dict[str, Any]) -> ClaimView | None:
+        if event_type == "DELETED":
+            raise SandboxMetadataError(f"SandboxClaim {namespace}/{name} was deleted while waiting for it")
+        view = ClaimView.of(obj)
+        last[:] = [view]
+        if expect_uid and view.uid and view.uid != expect_uid:
+            raise SandboxNotFoundError(f"SandboxClaim {namespace}/{name} was replaced (uid changed)")
+        if view.deleting:
+            raise SandboxNotFoundError(f"SandboxClaim {namespace}/{name} is being deleted")
+        if need_ready:
+            if (failure := view.failure()) is not None:
+                raise failure
+            return view if view.bound_and_ready else None
+        return view if view.sandbox_name else None
+
+    return decide
+
+
+def wait_claim_ready(
+    namespace: str,
+    name: str,
+    *,
+    timeout: float,
+    resource_version: str | None,
+    initial: dict[str, Any] | None = None,
+    expect_uid: str | None = None,
+    need_ready: bool = True,
+) -> Flow[ClaimView]:
+    """Wait until the claim is bound and Ready (or, with `need_ready=False`, only bound)."""
+    deadline = time.monotonic() + timeout
+    last: list[ClaimView] = []
+    decide = _claim_decider(namespace, name, expect_uid, last, need_ready=need_ready)
+    if initial is not None and (early := decide("ADDED", initial)) is not None:
+        return early  # type: ignore[no-any-return]
+    found, _rv = yield from _kube.watch_one(
+        _kube.CLAIMS, namespace, name, resource_version=resource_version, deadline=deadline, decide=decide
+    )
+    if found is not None:
+        return found  # type: ignore[no-any-return]
+    state = last[0] if last else None
+    what = "Ready" if need_ready else "bound to a Sandbox"
+    raise SandboxTimeoutError(
+        f"SandboxClaim {namespace}/{name} was not {what} within {timeout:g} s: "
+        + (state.describe() if state else "no status seen"),
+        reason=state.reason if state else None,
+        condition_message=state.message if state else None,
+    )
+
+
+def create_and_wait(
+    *,
+    warmpool: str,
+    namespace: str,
+    timeout: float,
+    labels: Mapping[str, str] | None,
+    shutdown_after_seconds: int | None,
+    volume_claim_templates: Sequence[Mapping[str, Any]] | None,
+    pod_labels: Mapping[str, str] | None,
+    pod_annotations: Mapping[str, str] | None,
+    env: Mapping[str, str] | None,
+    claim_name: str | None,
+    adopt_existing: bool,
+) -> Flow[CreatedClaim]:
+    """POST a claim (or adopt an existing one), then wait for it to be Ready (spec §3.7 steps 2-9)."""
+    auto = claim_name is None
+    name = claim_name or new_claim_name()
+    body = build_claim(
+        name=name,
+        warmpool=warmpool,
+        labels=labels,
+        shutdown_after_seconds=shutdown_after_seconds,
+        volume_claim_templates=volume_claim_templates,
+        pod_labels=pod_labels,
+        pod_annotations=pod_annotations,
+        env=env,
+    )
+    resp: HttpResponse = yield from _kube.create(_kube.CLAIMS, namespace, body)
+    if resp.status_code == 409:
+        if not adopt_existing:
+            raise SandboxRequestError(
+                f"SandboxClaim {namespace}/{name} already exists; pass adopt_existing=True to use it",
+                409,
+                resp,
+            )
+        existing = yield from _kube.get(_kube.CLAIMS, namespace, name)
+        view = check_adoption(existing, name, warmpool)
+        ready = yield from wait_claim_ready(
+            namespace,
+            name,
+            timeout=timeout,
+            resource_version=view.resource_version,
+            initial=existing,
+            expect_uid=view.uid,
+        )
+        return CreatedClaim(ready, auto_named=False)
+    created = _kube.check_kube(resp, f"create sandboxclaims {namespace}/{name}")
+    uid = (created.get("metadata") or {}).get("uid")
+    try:
+        ready = yield from wait_claim_ready(
+            namespace,
+            name,
+            timeout=timeout,
+            resource_version=(created.get("metadata") or {}).get("resourceVersion"),
+            initial=None if auto else created,
+            expect_uid=uid if not auto else None,
+        )
+    except BaseException:
+        if auto:
+            # The original failure matters more than a failed rollback (the claim is then left, not hidden).
+            with contextlib.suppress(SandboxRequestError):
+                yield from _kube.delete(_kube.CLAIMS, namespace, name, uid=uid)
+        raise
+    return CreatedClaim(ready, auto_named=auto)
+
+
+def resolve_claim(
+    namespace: str, name: str, *, timeout: float, warmpool: str | None = None
+) -> Flow[tuple[ClaimView, SandboxView]]:
+    """An existing claim's bound Sandbox (no Ready requirement); any failure -> `SandboxNotFoundError`.
+
+    `warmpool`: refuse (`ValueError`) a claim that draws from another pool.
+    """
+    try:
+        obj = yield from _kube.get(_kube.CLAIMS, namespace, name)
+        if obj is None:
+            raise SandboxNotFoundError(f"SandboxClaim {namespace}/{name} not found")
+        view = ClaimView.of(obj)
+        if warmpool is not None and view.warmpool != warmpool:
+            raise ValueError(
+                f"SandboxClaim {namespace}/{name} uses warm pool {view.warmpool!r}, not {warmpool!r}; "
+                "refusing to attach"
+            )
+        if not view.sandbox_name:
+            view = yield from wait_claim_ready(
+                namespace,
+                name,
+                timeout=timeout,
+                resource_version=view.resource_version,
+                initial=obj,
+                need_ready=False,
+            )
+        sandbox = yield from _kube.get(_kube.SANDBOXES, namespace, view.sandbox_name or "")
+    except SandboxNotFoundError:
+        raise
+    except SandboxError as err:
+        raise SandboxNotFoundError(f"SandboxClaim {namespace}/{name}: {err}") from err
+    if sandbox is None:
+        raise SandboxNotFoundError(f"Sandbox {namespace}/{view.sandbox_name} of claim {name} not found")
+    return view, SandboxView.of(sandbox)
+
+
+def delete_claim(namespace: str, name: str) -> Flow[bool]:
+    """DELETE the claim; True if it existed (404 is success: terminate is idempotent)."""
+    existed: bool = yield from _kube.delete(_kube.CLAIMS, namespace, name)
+    return existed
+
+
+def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, Mapping) and cond.get("type") == kind:
+            return cond
+    return None
+
+
+def set_operating_mode(
+    namespace: str, sandbox: str, *, suspended: bool, wait: bool, timeout: float
+) -> Flow[SandboxView]:
+    """Patch `spec.operatingMode`; with `wait`, return once the controller confirms the new state.
+
+    Suspended = condition `Suspended=True` (the pod is gone; volumes stay). Running = `Ready=True`. Both
+    must be observed for the patched generation, so a stale condition is never mistaken for the answer.
+    """
+    mode = OPERATING_MODE_SUSPENDED if suspended else OPERATING_MODE_RUNNING
+    patched = yield from _kube.merge_patch(
+        _kube.SANDBOXES, namespace, sandbox, {"spec": {"operatingMode": mode}}
+    )
+    if not wait:
+        return SandboxView.of(patched)
+    generation = int((patched.get("metadata") or {}).get("generation") or 0)
+    want = "Suspended" if suspended else "Ready"
+    last: list[Mapping[str, Any]] = [patched]
+
+    def decide(event_type: str, obj: dict[str, Any]) -> SandboxView | None:
+        if event_type == "DELETED":
+            raise SandboxNotFoundError(f"Sandbox {namespace}/{sandbox} was deleted")
+        last[:] = [obj]
+        cond = _condition(obj, want)
+        if cond and cond.get("status") == "True" and int(cond.get("observedGeneration") or 0) >= generation:
+            return SandboxView.of(obj)
+        return None
+
+    if (done := decide("MODIFIED", patched)) is not None:
+        return done
+    found, _ = yield from _kube.watch_one(
+        _kube.SANDBOXES,
+        namespace,
+        sandbox,
+        resource_version=(patched.get("metadata") or {}).get("resourceVersion"),
+        deadline=time.monotonic() + timeout,
+        decide=decide,
+    )
+    if found is None:
+        cond = _condition(last[0], want) or {}
+        raise SandboxTimeoutError(
+            f"Sandbox {namespace}/{sandbox} not {mode} within {timeout:g} s: "
+            f"{want}={cond.get('status', 'unknown')}, reason {cond.get('reason')}: {cond.get('message')}",
+            reason=cond.get("reason"),
+            condition_message=cond.get("message"),
+        )
+    return found  # type: ignore[no-any-return]

@@ -1,0 +1,111 @@
+"""State shared by the sync and async front-ends: the handle's identity and connection, the client's
+registry of handles, default configuration. No I/O here; the front-ends only add `run`/`await run`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._claims import SandboxView
+from ._connection import Connection
+from ._kubeconfig import KubeEndpoint, load_kube_endpoint
+from .constants import ROUTER_URL_ENV
+from .models import (
+    SandboxConnectionConfig,
+    SandboxDirectConnectionConfig,
+    SandboxLocalTunnelConnectionConfig,
+    SandboxTracerConfig,
+)
+
+__all__ = ["HandleState", "Registry", "default_connection_config", "kube_endpoint", "log"]
+
+log = logging.getLogger("agent_sandbox_sdk")
+
+
+def default_connection_config(*, async_client: bool) -> SandboxConnectionConfig:
+    """No config given: the router at `$AGENT_SANDBOX_ROUTER_URL` if set, else upstream's default
+    (a kubectl tunnel to the router Service; the async client, like upstream's, has none)."""
+    url = os.environ.get(ROUTER_URL_ENV)
+    if url:
+        return SandboxDirectConnectionConfig(api_url=url)
+    if async_client:
+        raise ValueError(
+            f"AsyncSandboxClient needs a connection_config (or {ROUTER_URL_ENV}=<router URL>); "
+            "the kubectl tunnel mode is sync-only"
+        )
+    return SandboxLocalTunnelConnectionConfig()
+
+
+def kube_endpoint(
+    api_client: object | None, kubeconfig: str | os.PathLike[str] | None, context: str | None
+) -> KubeEndpoint:
+    return load_kube_endpoint(api_client, kubeconfig=kubeconfig, context=context)
+
+
+@dataclass
+class HandleState:
+    """Identity and transport of one sandbox handle."""
+
+    claim_name: str | None
+    sandbox_id: str
+    namespace: str
+    connection: Connection
+    tracer_config: SandboxTracerConfig
+    #: Created by this client under a generated name (deleted on cleanup; explicit names are only disconnected).
+    auto_named: bool = False
+    active: bool = True
+    pod_name: str | None = None
+    name_hash: str | None = None
+
+    def remember(self, view: SandboxView) -> None:
+        self.pod_name = view.pod_name
+        self.name_hash = view.name_hash
+
+    def close(self) -> None:
+        self.active = False
+        self.connection.close()
+
+
+def new_state(
+    *,
+    claim_name: str | None,
+    sandbox_id: str,
+    namespace: str,
+    config: SandboxConnectionConfig,
+    tracer_config: SandboxTracerConfig | None,
+    kube: KubeEndpoint | None,
+    pod_ip: str | None = None,
+    auto_named: bool = False,
+) -> HandleState:
+    kubeconfig_path = kube.source if kube is not None and os.path.isfile(kube.source) else None
+    conn = Connection(
+        config, sandbox_id=sandbox_id, namespace=namespace, pod_ip=pod_ip, kubeconfig_path=kubeconfig_path
+    )
+    return HandleState(
+        claim_name, sandbox_id, namespace, conn, tracer_config or SandboxTracerConfig(), auto_named=auto_named
+    )
+
+
+@dataclass
+class Registry:
+    """The client's handles, keyed by (namespace, claim name)."""
+
+    handles: dict[tuple[str, str], Any] = field(default_factory=dict)
+
+    def add(self, namespace: str, claim: str, handle: Any) -> None:
+        self.handles[(namespace, claim)] = handle
+
+    def get_active(self, namespace: str, claim: str) -> Any:
+        handle = self.handles.get((namespace, claim))
+        return handle if handle is not None and handle.is_active else None
+
+    def pop(self, namespace: str, claim: str) -> Any:
+        return self.handles.pop((namespace, claim), None)
+
+    def active_keys(self) -> list[tuple[str, str]]:
+        for key in [k for k, h in self.handles.items() if not h.is_active]:
+            del self.handles[key]
+        return list(self.handles)

@@ -1,0 +1,398 @@
+"""The asyncio sandbox handle and its engines: `AsyncSandbox`, `AsyncCommandExecutor`, `AsyncFilesystem`,
+`AsyncCommandStream` — the twins of `sandbox.py`, running the same flows on an `AsyncDriver`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping
+from types import TracebackType
+from typing import IO, Any
+
+from . import _commands, _files, _kube, _lifecycle, metrics
+from ._claims import SandboxView
+from ._driver import AsyncDriver
+from ._shared import HandleState, kube_endpoint, new_state
+from .exceptions import SandboxNotReadyError
+from .models import CommandEvent, ExecutionResult, FileEntry, SandboxConnectionConfig, SandboxTracerConfig
+
+__all__ = ["AsyncCommandExecutor", "AsyncCommandStream", "AsyncFilesystem", "AsyncSandbox"]
+
+
+class AsyncCommandStream:
+    """A running command's events (`CommandEvent`: stdout/stderr chunks, then `exit`).
+
+    Iterate it, or call `wait()`/`result()`. On sandboxd, `send_stdin`, `close_stdin`, `send_signal` and
+    `resize` reach the running process. Leaving a `with` block early cancels the command.
+    """
+
+    def __init__(self, driver: AsyncDriver, state: HandleState, flow: Any, ref: _commands.ProcessRef) -> None:
+        self._driver = driver
+        self._state = state
+        self._ref = ref
+        self._events = driver.iterate(flow)
+        self._early: list[CommandEvent] = []  # output that arrived while waiting for the start
+        self._started = False
+        self.exit_code: int | None = None
+        self.timed_out = False
+        self._out: list[bytes] = []
+        self._err: list[bytes] = []
+
+    async def _pull(self) -> CommandEvent | _commands.Started | None:
+        """The next item of the flow (None at the end), with the bookkeeping of start and exit."""
+        async for item in self._events:
+            if isinstance(item, _commands.Started):
+                self._started = True
+            elif item.type == "exit":
+                self.exit_code, self.timed_out = item.exit_code, item.timed_out
+            return item  # type: ignore[no-any-return]
+        return None
+
+    def __aiter__(self) -> AsyncIterator[CommandEvent]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[CommandEvent]:
+        while self._early:
+            yield self._early.pop(0)
+        while (item := await self._pull()) is not None:
+            if not isinstance(item, _commands.Started):
+                yield item
+
+    async def wait_started(self) -> None:
+        """Wait until the process runs (output arriving meanwhile is kept for iteration)."""
+        while not self._started:
+            item = await self._pull()
+            if item is None:
+                return
+            if not isinstance(item, _commands.Started):
+                self._early.append(item)
+
+    async def __aenter__(self) -> AsyncCommandStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.cancel()
+
+    async def cancel(self) -> None:
+        """Stop reading; a still-running command is killed by the runtime when the stream closes."""
+        aclose = getattr(self._events, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+    async def wait(self) -> int:
+        """Read to the end (collecting output for `result()`); the exit code."""
+        async for event in self:
+            if event.type == "stdout":
+                self._out.append(event.data)
+            elif event.type == "stderr":
+                self._err.append(event.data)
+        return self.exit_code if self.exit_code is not None else -1
+
+    async def result(self) -> ExecutionResult:
+        """`wait()`, then everything as one `ExecutionResult`."""
+        code = await self.wait()
+        return ExecutionResult(
+            stdout=b"".join(self._out).decode("utf-8", errors="replace"),
+            stderr=b"".join(self._err).decode("utf-8", errors="replace"),
+            exit_code=code,
+            timed_out=self.timed_out,
+        )
+
+    @property
+    def process_id(self) -> int | None:
+        """sandboxd's id of the process (known after the first event); None on the legacy runtime."""
+        return self._ref.process_id
+
+    async def send_stdin(self, data: bytes | str) -> None:
+        """Write to the process's stdin (sandboxd); waits for the process to start first."""
+        await self.wait_started()
+        payload = data.encode() if isinstance(data, str) else bytes(data)
+        await self._driver.run(_commands.write_stdin(self._ref, payload))
+
+    async def close_stdin(self) -> None:
+        """Close the process's stdin (EOF) (sandboxd); a no-op once the process has exited."""
+        await self.wait_started()
+        await self._driver.run(_commands.write_stdin(self._ref, None))
+
+    async def send_signal(self, signal: int) -> None:
+        """Signal the process group: 2 (SIGINT), 9 (SIGKILL) or 15 (SIGTERM) (sandboxd); no-op once exited."""
+        await self.wait_started()
+        await self._driver.run(_commands.signal_process(self._ref, signal))
+
+    async def resize(self, cols: int, rows: int) -> None:
+        """Resize the PTY (sandboxd, `pty=` given)."""
+        await self.wait_started()
+        await self._driver.run(_commands.resize_tty(self._ref, cols, rows))
+
+
+class AsyncCommandExecutor:
+    """`sandbox.commands`: run commands in the sandbox."""
+
+    def __init__(self, driver: AsyncDriver, state: HandleState) -> None:
+        self._driver = driver
+        self._state = state
+
+    async def run(
+        self,
+        command: str,
+        timeout: int | float = 60,
+        command_timeout: int | float | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> ExecutionResult:
+        """Run `command` (through `/bin/sh -c` on sandboxd; shell-like split without a shell on the legacy
+        runtime) and return its output and exit code.
+
+        `timeout`: seconds to wait for the answer. `command_timeout`: the runtime kills the command after
+        this many seconds and answers `timed_out=True` (exit code 124 on sandboxd). `env`/`cwd`: per command.
+        """
+        flow = _commands.run_command(
+            self._state.connection,
+            command,
+            timeout=timeout,
+            command_timeout=command_timeout,
+            env=env,
+            cwd=cwd,
+        )
+        return await self._driver.run(flow)
+
+    def stream(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        stdin: bytes | str | None = None,
+        pty: tuple[int, int] | None = None,
+    ) -> AsyncCommandStream:
+        """Start `command` and stream its output as it happens (ours).
+
+        `timeout`: the command's limit (then an `exit` event with `timed_out=True`). `stdin`: bytes written
+        once the process starts, then EOF (sandboxd). `pty=(cols, rows)`: run under a terminal (sandboxd).
+        """
+        ref = _commands.ProcessRef()
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        flow = _commands.stream_command(
+            self._state.connection, command, timeout=timeout, env=env, cwd=cwd, stdin=data, pty=pty, ref=ref
+        )
+        return AsyncCommandStream(self._driver, self._state, flow, ref)
+
+
+class AsyncFilesystem:
+    """`sandbox.files`: files under the runtime's root directory."""
+
+    def __init__(self, driver: AsyncDriver, state: HandleState) -> None:
+        self._driver = driver
+        self._state = state
+
+    async def write(
+        self, path: str, content: _files.Content, timeout: int | float = 60, allow_unsafe_paths: bool = False
+    ) -> None:
+        """Create or replace `path` with `content` (bytes, str as UTF-8, or a binary file object, streamed)."""
+        conn = self._state.connection
+        await self._driver.run(
+            _files.write(conn, path, content, timeout=timeout, allow_unsafe_paths=allow_unsafe_paths)
+        )
+
+    async def read(self, path: str, timeout: int | float = 60, allow_unsafe_paths: bool = False) -> bytes:
+        """The content of `path`."""
+        conn = self._state.connection
+        return await self._driver.run(
+            _files.read(conn, path, timeout=timeout, allow_unsafe_paths=allow_unsafe_paths)
+        )
+
+    async def read_to(
+        self,
+        path: str,
+        destination: str | os.PathLike[str] | IO[bytes],
+        timeout: int | float = 60,
+        allow_unsafe_paths: bool = False,
+        max_bytes: int | None = None,
+    ) -> int:
+        """Stream `path` into `destination` (a local path or a writable binary file); the bytes written."""
+        flow = _files.read_to(
+            self._state.connection,
+            path,
+            destination,
+            timeout=timeout,
+            allow_unsafe_paths=allow_unsafe_paths,
+            max_bytes=max_bytes,
+        )
+        return await self._driver.run(flow)
+
+    async def list(self, path: str, timeout: int | float = 60) -> list[FileEntry]:
+        """Entries of the directory `path` (`""` or `"."`: the root)."""
+        return await self._driver.run(_files.list_dir(self._state.connection, path, timeout=timeout))
+
+    async def exists(self, path: str, timeout: int | float = 60) -> bool:
+        """Whether `path` exists (file or directory)."""
+        return await self._driver.run(_files.exists(self._state.connection, path, timeout=timeout))
+
+    async def delete(self, path: str, recursive: bool = False, timeout: int | float = 60) -> None:
+        """Remove `path`; a non-empty directory needs `recursive=True`."""
+        await self._driver.run(
+            _files.delete_path(self._state.connection, path, recursive=recursive, timeout=timeout)
+        )
+
+
+class AsyncSandbox:
+    """A handle on one claimed sandbox: identity, status, `commands`, `files`, suspend/resume, terminate."""
+
+    def __init__(
+        self,
+        claim_name: str | None,
+        sandbox_id: str,
+        namespace: str = "default",
+        connection_config: SandboxConnectionConfig | None = None,
+        tracer_config: SandboxTracerConfig | None = None,
+        k8s_helper: Any = None,
+        *,
+        pod_ip: str | None = None,
+    ) -> None:
+        from ._shared import default_connection_config
+
+        if isinstance(k8s_helper, AsyncDriver):
+            driver = k8s_helper
+        else:
+            driver = AsyncDriver(kube_endpoint(k8s_helper, None, None))
+        self._driver = driver
+        self._state = new_state(
+            claim_name=claim_name,
+            sandbox_id=sandbox_id,
+            namespace=namespace,
+            config=connection_config or default_connection_config(async_client=True),
+            tracer_config=tracer_config,
+            kube=driver.kube,
+            pod_ip=pod_ip,
+        )
+        self._commands: AsyncCommandExecutor | None = AsyncCommandExecutor(driver, self._state)
+        self._files: AsyncFilesystem | None = AsyncFilesystem(driver, self._state)
+
+    # ------------------------------------------------------------------------------------ identity
+
+    @property
+    def claim_name(self) -> str | None:
+        """The SandboxClaim's name (None after `terminate()`)."""
+        return self._state.claim_name
+
+    @property
+    def sandbox_id(self) -> str:
+        """The AsyncSandbox's name (the router's `X-AsyncSandbox-ID`)."""
+        return self._state.sandbox_id
+
+    @property
+    def namespace(self) -> str:
+        return self._state.namespace
+
+    @property
+    def commands(self) -> AsyncCommandExecutor | None:
+        """The command engine (None once the connection is closed)."""
+        return self._commands
+
+    @property
+    def files(self) -> AsyncFilesystem | None:
+        """The file engine (None once the connection is closed)."""
+        return self._files
+
+    @property
+    def is_active(self) -> bool:
+        return self._state.active and self._commands is not None
+
+    def __repr__(self) -> str:
+        return f"AsyncSandbox(claim_name={self.claim_name!r}, sandbox_id={self.sandbox_id!r}, namespace={self.namespace!r})"
+
+    # ------------------------------------------------------------------------------------ status
+
+    async def _view(self) -> SandboxView | None:
+        return await self._driver.run(self._state.connection.sandbox())
+
+    async def status(self) -> tuple[str, str]:
+        """(`SandboxReady`|`SandboxNotReady`|`SandboxNotFound`, message), read from the AsyncSandbox object."""
+        view = await self._view()
+        if view is None:
+            return "SandboxNotFound", "AsyncSandbox object not found in Kubernetes."
+        return view.status_pair()
+
+    async def get_pod_ip(self) -> str | None:
+        """The pod's IP (first IPv4, else first valid), read now."""
+        view = await self._view()
+        return view.pod_ip if view else None
+
+    async def get_pod_name(self) -> str:
+        """The pod's name (legacy annotation, else the AsyncSandbox name); cached."""
+        if self._state.pod_name is None:
+            view = await self._view()
+            if view is None:
+                return self.sandbox_id
+            self._state.remember(view)
+        return self._state.pod_name or self.sandbox_id
+
+    async def get_sandbox_name_hash(self) -> str | None:
+        """The `agents.x-k8s.io/sandbox-name-hash` value from `status.selector`; cached."""
+        if self._state.name_hash is None and (view := await self._view()) is not None:
+            self._state.remember(view)
+        return self._state.name_hash
+
+    async def get_logs(self, container: str | None = None, tail_lines: int | None = None) -> str:
+        """The sandbox pod's log (ours; Kubernetes `pods/log`, where the cluster serves it)."""
+        pod = await self.get_pod_name()
+        return await self._driver.run(
+            _kube.pod_logs(self.namespace, pod, container=container, tail_lines=tail_lines)
+        )
+
+    async def get_service_fqdn(self) -> str | None:
+        """`status.serviceFQDN` (templates with `spec.service: true`)."""
+        view = await self._view()
+        return view.service_fqdn if view else None
+
+    # ------------------------------------------------------------------------------------ lifecycle
+
+    async def suspend(self, *, wait: bool = True, timeout: float = 120) -> None:
+        """Suspend (ours): the pod is deleted, volumes (PVC-backed files) stay. `wait`: until confirmed."""
+        self._require_active()
+        flow = _lifecycle.set_operating_mode(
+            self.namespace, self.sandbox_id, suspended=True, wait=wait, timeout=timeout
+        )
+        with metrics.timed("sandbox_client_suspend_latency_ms"):
+            await self._driver.run(flow)
+        self._state.connection.set_pod_ip(None)
+
+    async def resume(self, *, wait: bool = True, timeout: float = 120) -> None:
+        """Resume (ours): a new pod starts with the same volumes. `wait`: until Ready (then commands work)."""
+        self._require_active()
+        flow = _lifecycle.set_operating_mode(
+            self.namespace, self.sandbox_id, suspended=False, wait=wait, timeout=timeout
+        )
+        with metrics.timed("sandbox_client_resume_latency_ms"):
+            view = await self._driver.run(flow)
+        self._state.connection.set_pod_ip(view.pod_ip if wait else None)
+
+    def _require_active(self) -> None:
+        if not self._state.active:
+            raise SandboxNotReadyError(f"the handle of sandbox {self.sandbox_id} was closed")
+
+    async def close_connection(self) -> None:
+        """Close the transport (tunnel); the claim and sandbox stay. Idempotent."""
+        self._state.close()
+        self._commands = None
+        self._files = None
+
+    async def terminate(self) -> None:
+        """Close the connection and delete the claim (the controller then deletes the sandbox). Idempotent."""
+        await self.close_connection()
+        if self._state.claim_name is not None:
+            await self._driver.run(_lifecycle.delete_claim(self.namespace, self._state.claim_name))
+            self._state.claim_name = None
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await self.terminate()

@@ -1,0 +1,277 @@
+"""`AsyncSandboxClient`: the asyncio twin of `AsyncSandboxClient` (spec §3.9), running the same flows.
+
+One client serves many concurrent sandboxes: its driver pools connections for all of them (no thread
+pool). Like upstream, `connection_config` is required unless `$AGENT_SANDBOX_ROUTER_URL` is set, and
+`cleanup=True` is the default (auto-named claims are deleted at interpreter exit, synchronously).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, ClassVar
+
+from . import _inventory, _kube, _lifecycle, metrics
+from ._claims import validate_create_args
+from ._driver import AsyncDriver, SyncDriver
+from ._shared import Registry, default_connection_config, kube_endpoint, log
+from .async_sandbox import AsyncSandbox
+from .exceptions import SandboxError, SandboxMetadataError, SandboxNotFoundError
+from .models import SandboxConnectionConfig, SandboxInfo, SandboxTracerConfig, WarmPoolInfo
+
+__all__ = ["AsyncSandboxClient"]
+
+
+class AsyncSandboxClient:
+    """Creates sandboxes from warm pools and tracks their handles.
+
+    `connection_config`: how handles reach sandboxes (default: the router at `$AGENT_SANDBOX_ROUTER_URL`,
+    else a kubectl tunnel to the router Service). `api_client`: Kubernetes access (a kubeconfig path, a
+    lightkube `KubeConfig`, or a `kubernetes` `ApiClient`); default `$KUBECONFIG`, in-cluster, `~/.kube/config`.
+    `transport`: an httpx2 transport for every HTTP request (tests, custom networking).
+    `cleanup=True`: at interpreter exit, delete auto-named claims this client created (explicit names are
+    only disconnected).
+    """
+
+    sandbox_class: ClassVar[type[AsyncSandbox]] = AsyncSandbox
+
+    def __init__(
+        self,
+        connection_config: SandboxConnectionConfig | None = None,
+        tracer_config: SandboxTracerConfig | None = None,
+        cleanup: bool = True,
+        api_client: Any = None,
+        *,
+        kubeconfig: str | os.PathLike[str] | None = None,
+        context: str | None = None,
+        transport: Any = None,
+    ) -> None:
+        self.connection_config = connection_config or default_connection_config(async_client=True)
+        self.tracer_config = tracer_config or SandboxTracerConfig()
+        self._driver = AsyncDriver(kube_endpoint(api_client, kubeconfig, context), transport=transport)
+        self._registry = Registry()
+        if cleanup:
+            atexit.register(self._cleanup_at_exit)
+
+    async def __aenter__(self) -> AsyncSandboxClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await self._cleanup()
+
+    async def close(self) -> None:
+        """Disconnect every handle and close pooled connections (claims stay)."""
+        for handle in list(self._registry.handles.values()):
+            await handle.close_connection()
+        await self._driver.aclose()
+
+    def _cleanup_at_exit(self) -> None:
+        """Delete tracked auto-named claims with a synchronous driver (no event loop at exit)."""
+        driver = SyncDriver(self._driver.kube)
+        try:
+            for (namespace, claim), handle in list(self._registry.handles.items()):
+                if handle._state.auto_named and handle.claim_name is not None:
+                    try:
+                        driver.run(_lifecycle.delete_claim(namespace, claim))
+                    except SandboxError as err:
+                        log.error("deleting SandboxClaim %s/%s at exit failed: %s", namespace, claim, err)
+        finally:
+            driver.close()
+
+    async def _cleanup(self) -> None:
+        for (namespace, claim), handle in list(self._registry.handles.items()):
+            if handle._state.auto_named:
+                await self.delete_sandbox(claim, namespace)
+            else:
+                await handle.close_connection()
+        await self._driver.aclose()
+
+    def _track(
+        self,
+        claim: str,
+        sandbox_id: str,
+        namespace: str,
+        *,
+        pod_ip: str | None = None,
+        auto_named: bool = False,
+    ) -> AsyncSandbox:
+        handle = self.sandbox_class(
+            claim,
+            sandbox_id,
+            namespace,
+            self.connection_config,
+            self.tracer_config,
+            self._driver,
+            pod_ip=pod_ip,
+        )
+        handle._state.auto_named = auto_named
+        self._registry.add(namespace, claim, handle)
+        return handle
+
+    # ------------------------------------------------------------------------------------ create
+
+    async def create_sandbox(
+        self,
+        warmpool: str,
+        namespace: str = "default",
+        sandbox_ready_timeout: int | float = 180,
+        labels: Mapping[str, str] | None = None,
+        *,
+        shutdown_after_seconds: int | None = None,
+        volume_claim_templates: Sequence[Mapping[str, Any]] | None = None,
+        pod_labels: Mapping[str, str] | None = None,
+        pod_annotations: Mapping[str, str] | None = None,
+        claim_name: str | None = None,
+        adopt_existing: bool = False,
+        env: Mapping[str, str] | None = None,
+    ) -> AsyncSandbox:
+        """Claim a sandbox from the warm pool `warmpool` and wait until it is Ready.
+
+        Raises `SandboxWarmPoolNotFoundError` / `SandboxTemplateNotFoundError` / `SandboxClaimFailedError`
+        as soon as the claim reports so, and `SandboxTimeoutError` (a `TimeoutError`) naming the claim's
+        last condition after `sandbox_ready_timeout` seconds. An auto-named claim is deleted on failure.
+        """
+        validate_create_args(
+            warmpool=warmpool,
+            namespace=namespace,
+            labels=labels,
+            pod_labels=pod_labels,
+            pod_annotations=pod_annotations,
+            shutdown_after_seconds=shutdown_after_seconds,
+            claim_name=claim_name,
+            adopt_existing=adopt_existing,
+            sandbox_ready_timeout=sandbox_ready_timeout,
+        )
+        with metrics.timed("sandbox_client_create_latency_ms"):
+            created = await self._driver.run(
+                _lifecycle.create_and_wait(
+                    warmpool=warmpool,
+                    namespace=namespace,
+                    timeout=sandbox_ready_timeout,
+                    labels=labels,
+                    shutdown_after_seconds=shutdown_after_seconds,
+                    volume_claim_templates=volume_claim_templates,
+                    pod_labels=pod_labels,
+                    pod_annotations=pod_annotations,
+                    env=env,
+                    claim_name=claim_name,
+                    adopt_existing=adopt_existing,
+                )
+            )
+        view = created.view
+        return self._track(
+            view.name,
+            view.sandbox_name or view.name,
+            namespace,
+            pod_ip=view.pod_ip,
+            auto_named=created.auto_named,
+        )
+
+    async def create_sandbox_from_template(
+        self,
+        template: str,
+        namespace: str = "default",
+        sandbox_ready_timeout: int | float = 180,
+        **kwargs: Any,
+    ) -> AsyncSandbox:
+        """Cold-start a sandbox from a SandboxTemplate (ours): claims from a `replicas: 0` warm pool
+        `<template>-cold`, created on first use. Keywords as `create_sandbox`."""
+        pool = await self._driver.run(_inventory.ensure_cold_pool(namespace, template))
+        return await self.create_sandbox(pool, namespace, sandbox_ready_timeout, **kwargs)
+
+    # ------------------------------------------------------------------------------------ find
+
+    async def get_sandbox(
+        self,
+        claim_name: str,
+        namespace: str = "default",
+        resolve_timeout: int | float = 30,
+        warmpool_name: str | None = None,
+    ) -> AsyncSandbox:
+        """A handle on an existing claim (this process's tracked one if still active); `SandboxNotFoundError`.
+
+        `warmpool_name`: refuse (`ValueError`) a claim that draws from another warm pool.
+        """
+        try:
+            claim, sandbox = await self._driver.run(
+                _lifecycle.resolve_claim(
+                    namespace, claim_name, timeout=resolve_timeout, warmpool=warmpool_name
+                )
+            )
+        except SandboxNotFoundError:
+            if (stale := self._registry.get_active(namespace, claim_name)) is not None:
+                await stale.close_connection()
+            raise
+        tracked = self._registry.get_active(namespace, claim_name)
+        if tracked is not None and tracked.sandbox_id == sandbox.name:
+            return tracked  # type: ignore[no-any-return]
+        return self._track(claim_name, sandbox.name, namespace, pod_ip=sandbox.pod_ip or claim.pod_ip)
+
+    async def list_active_sandboxes(self) -> list[tuple[str, str]]:
+        """(namespace, claim name) of this client's handles that are still connected."""
+        return self._registry.active_keys()
+
+    async def list_all_sandboxes(
+        self, namespace: str = "default", label_selector: str | None = None
+    ) -> list[str]:
+        """Names of every SandboxClaim in `namespace` (optionally filtered by labels)."""
+        claims = await self._driver.run(
+            _kube.list_objects(_kube.CLAIMS, namespace, label_selector=label_selector)
+        )
+        return [str(c["metadata"]["name"]) for c in claims]
+
+    async def list_sandboxes(
+        self, namespace: str = "default", label_selector: str | None = None
+    ) -> list[SandboxInfo]:
+        """Every claim in `namespace` with its AsyncSandbox's state (ours)."""
+        return await self._driver.run(_inventory.list_sandboxes(namespace, label_selector))
+
+    async def list_warm_pools(self, namespace: str = "default") -> list[WarmPoolInfo]:
+        """Every SandboxWarmPool in `namespace` with desired and ready members (ours)."""
+        return await self._driver.run(_inventory.list_warm_pools(namespace))
+
+    async def get_sandbox_claim_warmpool_name(self, claim_name: str, namespace: str) -> str:
+        """The claim's `spec.warmPoolRef.name`."""
+        claim = await self._driver.run(_kube.get(_kube.CLAIMS, namespace, claim_name))
+        if claim is None:
+            raise SandboxNotFoundError(f"SandboxClaim {namespace}/{claim_name} not found")
+        pool = ((claim.get("spec") or {}).get("warmPoolRef") or {}).get("name")
+        if not pool:
+            raise SandboxMetadataError(f"SandboxClaim {namespace}/{claim_name} has no spec.warmPoolRef.name")
+        return str(pool)
+
+    # ------------------------------------------------------------------------------------ delete
+
+    async def delete_sandbox(self, claim_name: str, namespace: str = "default") -> None:
+        """Terminate the tracked handle, else delete the claim; errors are logged, not raised."""
+        handle = self._registry.pop(namespace, claim_name)
+        try:
+            if handle is not None:
+                await handle.terminate()
+            else:
+                await self._driver.run(_lifecycle.delete_claim(namespace, claim_name))
+        except SandboxError as err:
+            log.error("deleting SandboxClaim %s/%s failed: %s", namespace, claim_name, err)
+
+    async def delete_claim(self, claim_name: str, namespace: str = "default") -> bool:
+        """Delete a claim by name (ours): True if it existed, False if not; other errors raise.
+
+        A tracked handle for it is disconnected first. Unlike `delete_sandbox`, errors are not swallowed.
+        """
+        handle = self._registry.pop(namespace, claim_name)
+        if handle is not None:
+            await handle.close_connection()
+        existed: bool = await self._driver.run(_lifecycle.delete_claim(namespace, claim_name))
+        return existed
+
+    async def delete_all(self) -> None:
+        """`delete_sandbox` for every tracked handle."""
+        for namespace, claim in list(self._registry.handles):
+            await self.delete_sandbox(claim, namespace)

@@ -1,0 +1,135 @@
+"""The SDK's exceptions: upstream's tree (spec §3.10) plus a few more specific leaves.
+
+```
+SandboxError (RuntimeError)
+├── SandboxNotReadyError             sandbox address not known yet (no pod IP)
+├── SandboxNoServiceError            in-cluster-service mode without status.serviceFQDN
+│                                    (alias SandboxServiceUnavailableError)
+├── SandboxNotFoundError             claim/sandbox missing, deleted, replaced, terminating
+├── SnapshotNotFoundError            (GKE snapshot extension; kept for import compatibility)
+├── SandboxTemplateNotFoundError     claim reason TemplateNotFound
+├── SandboxWarmPoolNotFoundError     claim reason WarmPoolNotFound
+├── SandboxClaimFailedError          terminal claim reason (InvalidMetadata, PodFailed, ...)
+├── SandboxPortForwardError          kubectl tunnel crashed / router Service missing
+├── SandboxMetadataError             claim deleted while waiting; claim missing fields
+├── SandboxTimeoutError              (also TimeoutError) a wait ran out: names the last condition
+└── SandboxRequestError              an HTTP/gRPC call failed; .status_code, .response
+    ├── SandboxConnectionError       no response at all (status_code None)
+    └── SandboxRequestTimeoutError   (also TimeoutError) no response within the call's timeout
+```
+
+Usage mistakes stay outside the tree: `ValueError` (validation), `NotImplementedError` (a runtime that
+cannot do an operation), `ImportError` (missing `grpc` extra). Errors raised while waiting for a claim
+carry the claim condition's `reason` and `condition_message` when there is one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "SandboxClaimFailedError",
+    "SandboxConnectionError",
+    "SandboxError",
+    "SandboxMetadataError",
+    "SandboxNoServiceError",
+    "SandboxNotFoundError",
+    "SandboxNotReadyError",
+    "SandboxPortForwardError",
+    "SandboxRequestError",
+    "SandboxRequestTimeoutError",
+    "SandboxServiceUnavailableError",
+    "SandboxTemplateNotFoundError",
+    "SandboxTimeoutError",
+    "SandboxWarmPoolNotFoundError",
+    "SnapshotNotFoundError",
+]
+
+
+class SandboxError(RuntimeError):
+    """Base class of every error the SDK raises about a sandbox (not about the caller's arguments).
+
+    `reason` / `condition_message`: the SandboxClaim `Ready` condition that explains the error, if any.
+    """
+
+    def __init__(self, message: str, *, reason: str | None = None, condition_message: str | None = None):
+        super().__init__(message)
+        self.reason = reason
+        self.condition_message = condition_message
+
+
+class SandboxNotReadyError(SandboxError):
+    """The sandbox cannot be reached yet (no pod IP published)."""
+
+
+class SandboxNoServiceError(SandboxError):
+    """`in-cluster-service` mode, but the Sandbox has no `status.serviceFQDN`."""
+
+
+#: Deprecated upstream alias of `SandboxNoServiceError`.
+SandboxServiceUnavailableError = SandboxNoServiceError
+
+
+class SandboxNotFoundError(SandboxError):
+    """The claim or sandbox does not exist, was deleted, replaced, or is terminating."""
+
+
+class SnapshotNotFoundError(SandboxError):
+    """A requested snapshot does not exist (upstream's GKE extension; never raised here)."""
+
+
+class SandboxTemplateNotFoundError(SandboxError):
+    """The claim reports `TemplateNotFound`: the warm pool names a template that does not exist."""
+
+
+class SandboxWarmPoolNotFoundError(SandboxError):
+    """The claim reports `WarmPoolNotFound`: `spec.warmPoolRef.name` names no warm pool."""
+
+
+class SandboxClaimFailedError(SandboxError):
+    """The claim reports a terminal `Ready=False` reason; it will not become Ready without user action."""
+
+
+class SandboxPortForwardError(SandboxError):
+    """The `kubectl port-forward` tunnel crashed, or the router Service does not exist."""
+
+
+class SandboxMetadataError(SandboxError):
+    """The claim was deleted while waiting for it, or lacks a field the SDK needs."""
+
+
+class SandboxTimeoutError(SandboxError, TimeoutError):
+    """A wait ran out of time. Also a `TimeoutError`, as upstream raises the builtin."""
+
+
+class SandboxRequestError(SandboxError):
+    """An HTTP (or gRPC) call to the sandbox, router or Kubernetes API failed.
+
+    Attributes:
+        status_code: the HTTP status, or None when no response arrived.
+        response: the response (`agent_sandbox_sdk.HttpResponse`), or None.
+        request_sent: False only when the request certainly never reached the server (connect failure),
+            i.e. when repeating it is safe whatever the method.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        status_code: int | None = None,
+        response: Any = None,
+        *,
+        reason: str | None = None,
+        condition_message: str | None = None,
+    ) -> None:
+        super().__init__(message, reason=reason, condition_message=condition_message)
+        self.status_code = status_code
+        self.response = response
+        self.request_sent = True
+
+
+class SandboxConnectionError(SandboxRequestError):
+    """No response: connection refused/reset, DNS failure, TLS failure."""
+
+
+class SandboxRequestTimeoutError(SandboxRequestError, TimeoutError):
+    """No (complete) response within the call's timeout."""

@@ -1,0 +1,223 @@
+"""The SDK's flows against an in-memory API/router/runtime (fakes.py), through both drivers.
+
+Checks request shapes (claim body, watch parameters, routing headers), the retry policy and the error
+mapping. Every scenario runs once with `SandboxClient` and once with `AsyncSandboxClient`: they share
+the flows, and these tests keep it so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from agent_sandbox_sdk import (
+    AsyncSandboxClient,
+    SandboxClient,
+    SandboxDirectConnectionConfig,
+    SandboxError,
+    SandboxRequestError,
+    SandboxTimeoutError,
+    SandboxWarmPoolNotFoundError,
+    _calls,
+)
+
+from .fakes import ROUTER, FakeCluster, endpoint, ready_condition
+
+pytestmark = pytest.mark.unit
+
+CONFIG = SandboxDirectConnectionConfig(api_url=ROUTER)
+
+
+@pytest.fixture(autouse=True)
+def fast_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_calls, "BACKOFF_BASE", 0.001)
+
+
+def sync_client(fake: FakeCluster) -> SandboxClient:
+    return SandboxClient(CONFIG, api_client=endpoint(), transport=fake.transport())
+
+
+def run_async(fake: FakeCluster, body: Callable[[AsyncSandboxClient], Any]) -> Any:
+    async def main() -> Any:
+        client = AsyncSandboxClient(CONFIG, api_client=endpoint(), transport=fake.transport(), cleanup=False)
+        try:
+            return await body(client)
+        finally:
+            await client.close()
+
+    return asyncio.run(main())
+
+
+def create(mode: str, fake: FakeCluster, pool: str, **kw: Any) -> Any:
+    if mode == "sync":
+        return sync_client(fake).create_sandbox(pool, **kw)
+    return run_async(fake, lambda c: c.create_sandbox(pool, **kw))
+
+
+def _check_create_and_run(fake: FakeCluster, sandbox: Any, result: Any) -> None:
+    post = fake.find(lambda r: r.method == "POST" and r.url.path.endswith("/sandboxclaims"))[0]
+    body = json.loads(post.content)
+    assert body["spec"] == {"warmPoolRef": {"name": "python-pool"}}
+    assert body["metadata"]["labels"] == {"agents.x-k8s.io/created-by": "python-client"}
+    watch = fake.find(lambda r: r.url.params.get("watch") == "true")[0]
+    assert watch.url.params["fieldSelector"] == f"metadata.name={sandbox.claim_name}"
+    assert watch.url.params["resourceVersion"] == fake_rv_after_create(fake)
+    execute = fake.find(lambda r: r.url.path == "/execute")[0]
+    assert execute.headers["X-Sandbox-ID"] == sandbox.sandbox_id
+    assert execute.headers["X-Sandbox-Namespace"] == "default"
+    assert execute.headers["X-Sandbox-Port"] == "8888"
+    assert execute.headers["X-Sandbox-Pod-IP"] == "127.10.0.5"  # taken from the claim: no extra GET
+    assert execute.headers["X-Sandbox-Timeout"] == "60"
+    assert json.loads(execute.content) == {"command": "echo hi"}
+    assert not fake.find(lambda r: r.method == "GET" and "/sandboxes/" in r.url.path)
+    assert result.stdout == "ran echo hi\n"
+    assert result.exit_code == 0
+
+
+def fake_rv_after_create(fake: FakeCluster) -> str:
+    post = fake.find(lambda r: r.method == "POST" and r.url.path.endswith("/sandboxclaims"))[0]
+    return str(101 if post else 0)
+
+
+def test_create_run_terminate_sync() -> None:
+    fake = FakeCluster()
+    with sync_client(fake) as client:
+        sandbox = client.create_sandbox("python-pool")
+        assert sandbox.commands is not None
+        result = sandbox.commands.run("echo hi")
+        _check_create_and_run(fake, sandbox, result)
+        assert client.list_active_sandboxes() == [("default", sandbox.claim_name)]
+        claim = sandbox.claim_name
+        sandbox.terminate()
+        sandbox.terminate()  # idempotent
+        assert claim not in fake.claims
+        assert sandbox.commands is None
+        assert not sandbox.is_active
+
+
+def test_create_run_terminate_async() -> None:
+    fake = FakeCluster()
+
+    async def body(client: AsyncSandboxClient) -> None:
+        sandbox = await client.create_sandbox("python-pool")
+        assert sandbox.commands is not None
+        result = await sandbox.commands.run("echo hi")
+        _check_create_and_run(fake, sandbox, result)
+        claim = sandbox.claim_name
+        await sandbox.terminate()
+        await sandbox.terminate()
+        assert claim not in fake.claims
+
+    run_async(fake, body)
+
+
+def test_context_exit_deletes_auto_named_claims_only() -> None:
+    fake = FakeCluster()
+    with sync_client(fake) as client:
+        auto = client.create_sandbox("python-pool")
+        named = client.create_sandbox("python-pool", claim_name="keep-me")
+    assert auto.claim_name not in fake.claims
+    assert "keep-me" in fake.claims
+    assert not named.is_active
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_wrong_pool_raises_at_once_and_rolls_the_claim_back(mode: str) -> None:
+    fake = FakeCluster(
+        claim_conditions=[ready_condition("False", "WarmPoolNotFound", "warm pool nope not found")],
+        bind=False,
+    )
+    with pytest.raises(SandboxWarmPoolNotFoundError, match="nope") as info:
+        create(mode, fake, "nope", sandbox_ready_timeout=30)
+    assert info.value.reason == "WarmPoolNotFound"
+    assert fake.claims == {}
+    delete = fake.find(lambda r: r.method == "DELETE")[0]
+    assert json.loads(delete.content)["preconditions"]["uid"].startswith("uid-sandbox-claim-")
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_timeout_names_the_last_condition(mode: str) -> None:
+    fake = FakeCluster(
+        claim_conditions=[ready_condition("False", "SandboxNotReady", "0/2 nodes are available")], bind=False
+    )
+    with pytest.raises(SandboxTimeoutError, match="0/2 nodes are available") as info:
+        create(mode, fake, "python-pool", sandbox_ready_timeout=0.3)
+    assert isinstance(info.value, TimeoutError)
+    assert info.value.reason == "SandboxNotReady"
+    assert fake.claims == {}
+
+
+def test_idempotent_reads_are_retried_on_5xx_but_execute_is_not() -> None:
+    fake = FakeCluster()
+    client = sync_client(fake)
+    sandbox = client.create_sandbox("python-pool")
+    assert sandbox.files is not None
+    assert sandbox.commands is not None
+    sandbox.files.write("dir/a.txt", "hello")
+    fake.faults["/download/"] = [503, 502]
+    assert sandbox.files.read("dir/a.txt") == b"hello"
+    assert len(fake.find(lambda r: r.url.path.startswith("/download/"))) == 3
+    fake.faults["/execute"] = [502]
+    with pytest.raises(SandboxRequestError, match="fault for /execute") as info:
+        sandbox.commands.run("true")
+    assert info.value.status_code == 502
+    assert len(fake.find(lambda r: r.url.path == "/execute")) == 1
+    # A 5xx drops the cached pod IP: the next call looks it up again from the Sandbox.
+    sandbox.commands.run("true")
+    assert fake.find(lambda r: r.method == "GET" and "/sandboxes/" in r.url.path)
+
+
+def test_files_wire_shapes() -> None:
+    fake = FakeCluster()
+    sandbox = sync_client(fake).create_sandbox("python-pool")
+    files = sandbox.files
+    assert files is not None
+    files.write("/dir/hello.txt", b"\x00bin\r\n--x")
+    assert fake.files == {"dir/hello.txt": b"\x00bin\r\n--x"}
+    download = fake.find(lambda r: r.method == "POST" and r.url.path == "/upload")[0]
+    assert download.headers["X-Sandbox-ID"] == sandbox.sandbox_id
+    assert files.exists("dir/hello.txt") is True
+    assert fake.requests[-1].url.raw_path == b"/exists/dir%2Fhello.txt"
+    assert files.exists("nope") is False
+    with pytest.raises(ValueError, match=r"'\.\.' segment"):
+        files.read("../etc/passwd")
+    with pytest.raises(SandboxRequestError) as info:
+        files.read("missing")
+    assert info.value.status_code == 404
+
+
+def test_env_on_a_runtime_that_ignores_it_raises() -> None:
+    fake = FakeCluster(execute_extra={})  # an upstream python-runtime: no `truncated` in the answer
+    sandbox = sync_client(fake).create_sandbox("python-pool")
+    assert sandbox.commands is not None
+    assert sandbox.commands.run("true").exit_code == 0
+    with pytest.raises(SandboxError, match="ignored env/cwd"):
+        sandbox.commands.run("env", env={"A": "1"})
+
+
+def test_suspend_and_resume_wait_for_the_new_generation() -> None:
+    fake = FakeCluster()
+    sandbox = sync_client(fake).create_sandbox("python-pool")
+    sandbox.suspend()
+    assert fake.sandboxes[sandbox.sandbox_id]["spec"]["operatingMode"] == "Suspended"
+    sandbox.resume()
+    assert fake.sandboxes[sandbox.sandbox_id]["spec"]["operatingMode"] == "Running"
+
+
+def test_get_sandbox_reuses_the_tracked_handle_and_unknown_claims_raise() -> None:
+    fake = FakeCluster()
+    client = sync_client(fake)
+    sandbox = client.create_sandbox("python-pool")
+    assert client.get_sandbox(sandbox.claim_name or "") is sandbox
+    from agent_sandbox_sdk import SandboxNotFoundError
+
+    with pytest.raises(SandboxNotFoundError, match="not found"):
+        client.get_sandbox("nobody")
+    assert client.get_sandbox_claim_warmpool_name(sandbox.claim_name or "", "default") == "python-pool"
+    assert client.list_all_sandboxes() == [sandbox.claim_name]
+    infos = client.list_sandboxes()
+    assert [(i.claim_name, i.ready, i.pod_ip) for i in infos] == [(sandbox.claim_name, True, "127.10.0.5")]

@@ -1,0 +1,78 @@
+"""Connection configs and result models validate like upstream's (spec §3.5, §3.6)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from pydantic import ValidationError
+
+from agent_sandbox_sdk import (
+    CommandEvent,
+    FileEntry,
+    SandboxdDirectConnectionConfig,
+    SandboxdInClusterConnectionConfig,
+    SandboxDirectConnectionConfig,
+    SandboxLocalTunnelConnectionConfig,
+)
+from agent_sandbox_sdk._connection import runtime_of
+from agent_sandbox_sdk.models import SandboxInClusterConnectionConfig
+
+pytestmark = pytest.mark.unit
+
+
+def test_direct_config_rejects_reserved_headers_and_tls_without_https() -> None:
+    with pytest.raises(ValidationError, match="reserved"):
+        SandboxDirectConnectionConfig(api_url="http://r", extra_headers={"X-Sandbox-ID": "x"})
+    with pytest.raises(ValidationError, match="https"):
+        SandboxDirectConnectionConfig(api_url="http://r", ca_cert="/ca.pem")
+    with pytest.raises(ValidationError, match="api_url"):
+        SandboxDirectConnectionConfig(api_url="r:8080")
+    cfg = SandboxDirectConnectionConfig(api_url="https://r", extra_headers={"Authorization": "Bearer s"})
+    assert "Bearer" not in repr(cfg)
+    assert cfg.server_port == 8888
+
+
+def test_ports_are_validated() -> None:
+    with pytest.raises(ValidationError, match="65535"):
+        SandboxDirectConnectionConfig(api_url="http://r", server_port=70000)
+    with pytest.raises(ValidationError, match="different"):
+        SandboxdInClusterConnectionConfig(mode="in-cluster-pod-ip", rest_port=9090, grpc_port=9090)
+    with pytest.raises(ValidationError, match="different"):
+        SandboxdDirectConnectionConfig(api_url="http://r", rest_port=1, grpc_port=1)
+
+
+def test_old_in_cluster_mode_names_are_accepted_with_a_warning() -> None:
+    with pytest.warns(DeprecationWarning, match="in-cluster-pod-ip"):
+        cfg = SandboxdInClusterConnectionConfig(mode="pod-ip")  # type: ignore[arg-type]
+    assert cfg.mode == "in-cluster-pod-ip"
+
+
+def test_tunnel_namespace_is_a_dns_label() -> None:
+    with pytest.raises(ValidationError, match="namespace"):
+        SandboxLocalTunnelConnectionConfig(router_namespace="Bad_NS")
+
+
+def test_runtime_follows_the_config_class() -> None:
+    assert runtime_of(SandboxDirectConnectionConfig(api_url="http://r")) == "legacy"
+    assert runtime_of(SandboxInClusterConnectionConfig()) == "legacy"
+    assert runtime_of(SandboxdDirectConnectionConfig(api_url="http://r")) == "sandboxd"
+    assert runtime_of(SandboxdInClusterConnectionConfig(mode="in-cluster-service")) == "sandboxd"
+
+
+def test_file_entries_from_both_runtimes() -> None:
+    legacy = FileEntry.from_legacy({"name": "a", "size": 3, "type": "file", "mod_time": 1700000000.5})
+    assert legacy.modified == datetime.fromtimestamp(1700000000.5, tz=UTC)
+    assert legacy.mode is None
+    no_time = FileEntry.from_legacy({"name": "d", "size": 0, "type": "directory"})
+    assert no_time.modified == datetime.fromtimestamp(0, tz=UTC)
+    sandboxd = FileEntry.from_sandboxd(
+        {"name": "b", "size": 4, "type": "file", "modified_at": "2026-01-02T03:04:05Z", "mode": "0644"}
+    )
+    assert sandboxd.modified == datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    assert sandboxd.mode == "0644"
+
+
+def test_command_event_text() -> None:
+    assert CommandEvent(type="stdout", data="é\n".encode()).text == "é\n"
+    assert CommandEvent(type="stderr", data=b"\xff").text == "\ufffd"

@@ -1,0 +1,108 @@
+"""CLI output: `-o table|json|yaml` rendering and a progress line for waits.
+
+Tables and progress are for people; json/yaml are for programs and keep field names stable (the SDK
+models' field names). Progress is drawn on stderr only when stderr is a terminal, so piped output stays
+clean.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+import yaml
+
+__all__ = ["FORMATS", "age", "progress", "render"]
+
+FORMATS = ("table", "json", "yaml")
+
+
+def age(stamp: datetime | None, now: datetime | None = None) -> str:
+    """kubectl-style age: `45s`, `12m`, `3h`, `2d`."""
+    if stamp is None:
+        return "-"
+    seconds = int(((now or datetime.now(UTC)) - stamp).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{max(seconds, 0)}s"
+
+
+def _plain(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    return dump(mode="json") if callable(dump) else value
+
+
+def render(
+    data: Any,
+    fmt: str,
+    *,
+    columns: Sequence[tuple[str, Any]] = (),
+    out: TextIO | None = None,
+) -> None:
+    """Print `data` (a model, a dict, or a list of them) as `fmt`.
+
+    `columns`: (header, function of one row -> cell) for the table form.
+    """
+    out = out or sys.stdout
+    rows = data if isinstance(data, list) else [data]
+    if fmt == "json":
+        out.write(
+            json.dumps(_plain(data) if not isinstance(data, list) else [_plain(r) for r in rows], indent=2)
+        )
+        out.write("\n")
+        return
+    if fmt == "yaml":
+        plain = _plain(data) if not isinstance(data, list) else [_plain(r) for r in rows]
+        out.write(yaml.safe_dump(plain, sort_keys=False))
+        return
+    if not rows:
+        out.write("No resources found.\n")
+        return
+    table = [[h for h, _ in columns]] + [[_cell(fn(r)) for _, fn in columns] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(columns))]
+    for row in table:
+        out.write("   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
+
+
+def _cell(value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@contextmanager
+def progress(message: str, *, stream: TextIO | None = None) -> Iterator[None]:
+    """`message ... 1.2s` redrawn on a terminal while the block runs; nothing when not a terminal."""
+    stream = stream or sys.stderr
+    if not stream.isatty():
+        yield
+        return
+    done = threading.Event()
+    start = time.monotonic()
+
+    def draw() -> None:
+        frames = "|/-\\"
+        i = 0
+        while not done.wait(0.1):
+            stream.write(f"\r{frames[i % 4]} {message} {time.monotonic() - start:5.1f}s")
+            stream.flush()
+            i += 1
+
+    thread = threading.Thread(target=draw, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        stream.write("\r\033[K")
+        stream.flush()

@@ -1,0 +1,380 @@
+"""`agent-sandbox create|list|get|exec|cp|suspend|resume|delete|pools|logs`: sandboxes from the command line.
+
+Every command is a thin layer over the Python SDK (`agent_sandbox_sdk.SandboxClient`). Common options:
+`-o table|json|yaml`, `-n/--namespace`, `--kubeconfig`, `--router-url` (default `$AGENT_SANDBOX_ROUTER_URL`),
+`--dev-cluster NAME` (a local dev cluster's kubeconfig and router).
+
+Exit codes: 0 success; `exec` exits with the command's own code (124 when it timed out); 1 an error from
+the cluster, router or sandbox; 2 invalid usage or input; 3 not found; 4 timed out waiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agent_sandbox_sdk import (
+    CommandEvent,
+    ExecutionResult,
+    Sandbox,
+    SandboxClient,
+    SandboxDirectConnectionConfig,
+    SandboxError,
+    SandboxInfo,
+    SandboxNotFoundError,
+    SandboxTemplateNotFoundError,
+    SandboxTimeoutError,
+    SandboxWarmPoolNotFoundError,
+    WarmPoolInfo,
+)
+from agent_sandbox_sdk.constants import ROUTER_URL_ENV
+
+from .output import FORMATS, age, progress, render
+
+__all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_TIMEOUT", "EXIT_USAGE", "add_sandbox_commands"]
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+EXIT_TIMEOUT = 4
+
+Handler = Callable[[argparse.Namespace], int]
+
+SANDBOX_COLUMNS: list[tuple[str, Callable[[SandboxInfo], Any]]] = [
+    ("CLAIM", lambda i: i.claim_name),
+    ("POOL", lambda i: i.warm_pool),
+    ("SANDBOX", lambda i: i.sandbox_id),
+    ("READY", lambda i: i.ready),
+    ("REASON", lambda i: i.reason),
+    ("POD IP", lambda i: i.pod_ip),
+    ("SUSPENDED", lambda i: i.suspended),
+    ("AGE", lambda i: age(i.created)),
+]
+POOL_COLUMNS: list[tuple[str, Callable[[WarmPoolInfo], Any]]] = [
+    ("NAME", lambda p: p.name),
+    ("TEMPLATE", lambda p: p.template),
+    ("READY", lambda p: f"{p.ready_replicas}/{p.replicas}"),
+    ("CURRENT", lambda p: p.current_replicas),
+]
+
+
+# ----------------------------------------------------------------------------------------- setup
+
+
+def _dev_cluster(name: str) -> tuple[str, str | None]:
+    """(kubeconfig, router URL or None) of a local dev cluster."""
+    from agent_sandbox.devcluster import DevCluster
+
+    cluster = DevCluster.load(name)
+    if cluster is None:
+        raise ValueError(
+            f"no dev cluster named {name!r}; start one with `agent-sandbox dev up --name {name}`"
+        )
+    from agent_sandbox.devcluster.router import router_url
+
+    url = router_url(cluster)
+    return str(cluster.kubeconfig), url
+
+
+def make_client(args: argparse.Namespace) -> SandboxClient:
+    """The SDK client the common options describe."""
+    kubeconfig = args.kubeconfig
+    router_url = args.router_url or os.environ.get(ROUTER_URL_ENV)
+    if args.dev_cluster:
+        dev_kubeconfig, dev_router = _dev_cluster(args.dev_cluster)
+        kubeconfig = kubeconfig or dev_kubeconfig
+        router_url = router_url or dev_router
+    config = SandboxDirectConnectionConfig(api_url=router_url) if router_url else None
+    return SandboxClient(config, kubeconfig=kubeconfig)
+
+
+def _info(client: SandboxClient, namespace: str, claim: str) -> SandboxInfo:
+    for info in client.list_sandboxes(namespace):
+        if info.claim_name == claim:
+            return info
+    raise SandboxNotFoundError(f"SandboxClaim {namespace}/{claim} not found")
+
+
+def _split_remote(spec: str) -> tuple[str, str] | None:
+    """`claim:path` -> (claim, path); a local path (no colon before any slash) -> None."""
+    head, sep, tail = spec.partition(":")
+    if not sep or "/" in head or not head:
+        return None
+    return head, tail
+
+
+# ----------------------------------------------------------------------------------------- commands
+
+
+def _create(args: argparse.Namespace) -> int:
+    client = make_client(args)
+    labels = dict(_pairs(args.label, "--label"))
+    env = dict(_pairs(args.env, "--env"))
+    kw: dict[str, Any] = {
+        "labels": labels or None,
+        "env": env or None,
+        "claim_name": args.name,
+        "shutdown_after_seconds": args.shutdown_after,
+    }
+    source = f"template {args.template}" if args.template else f"warm pool {args.pool}"
+    with progress(f"creating a sandbox from {source} in {args.namespace}"):
+        if args.template:
+            sandbox = client.create_sandbox_from_template(args.template, args.namespace, args.timeout, **kw)
+        else:
+            sandbox = client.create_sandbox(args.pool, args.namespace, args.timeout, **kw)
+    render(_info(client, args.namespace, sandbox.claim_name or ""), args.output, columns=SANDBOX_COLUMNS)
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    infos = make_client(args).list_sandboxes(args.namespace, args.selector)
+    render(infos, args.output, columns=SANDBOX_COLUMNS)
+    return 0
+
+
+def _get(args: argparse.Namespace) -> int:
+    render(_info(make_client(args), args.namespace, args.claim), args.output, columns=SANDBOX_COLUMNS)
+    return 0
+
+
+def _handle(client: SandboxClient, args: argparse.Namespace) -> Sandbox:
+    return client.get_sandbox(args.claim, args.namespace)
+
+
+def _exec(args: argparse.Namespace) -> int:
+    argv = list(args.argv)
+    if (
+        argv and argv[0].startswith("-") and "--" in argv
+    ):  # `exec CLAIM -n ns -- cmd`: options after the claim
+        cut = argv.index("--")
+        args.exec_parser.parse_args([*argv[:cut], args.claim], namespace=args)
+        argv = argv[cut + 1 :]
+    if not argv:
+        raise ValueError("exec needs a command: agent-sandbox exec CLAIM -- COMMAND [ARGS...]")
+    command = argv[0] if len(argv) == 1 else shlex.join(argv)
+    env = dict(_pairs(args.env, "--env"))
+    sandbox = _handle(make_client(args), args)
+    assert sandbox.commands is not None
+    if args.output != "table":
+        result = sandbox.commands.run(
+            command,
+            timeout=(args.timeout or 60) + 10,
+            command_timeout=args.timeout,
+            env=env or None,
+            cwd=args.cwd,
+        )
+        render(result, args.output)
+        return _exit_code(result)
+    stream = sandbox.commands.stream(command, timeout=args.timeout, env=env or None, cwd=args.cwd)
+    exit_event: CommandEvent | None = None
+    for event in stream:
+        if event.type == "exit":
+            exit_event = event
+            continue
+        target = sys.stdout.buffer if event.type == "stdout" else sys.stderr.buffer
+        target.write(event.data)
+        target.flush()
+    if exit_event is None:
+        raise SandboxError("the command stream ended without an exit code")
+    if exit_event.timed_out:
+        print(f"error: the command timed out after {args.timeout:g} s", file=sys.stderr)
+    return _exit_code(ExecutionResult(exit_code=exit_event.exit_code or 0, timed_out=exit_event.timed_out))
+
+
+def _exit_code(result: ExecutionResult) -> int:
+    if result.timed_out:
+        return 124
+    return result.exit_code if 0 <= result.exit_code <= 255 else EXIT_ERROR
+
+
+def _cp(args: argparse.Namespace) -> int:
+    src, dst = _split_remote(args.src), _split_remote(args.dst)
+    if (src is None) == (dst is None):
+        raise ValueError("cp copies between a local path and CLAIM:PATH (exactly one side remote)")
+    client = make_client(args)
+    if dst is not None:
+        local = Path(args.src)
+        if not local.is_file():
+            raise ValueError(f"{local}: not a file (directories are not copied)")
+        claim, path = dst
+        path = path or local.name
+        if path.endswith("/"):
+            path += local.name
+        sandbox = client.get_sandbox(claim, args.namespace)
+        assert sandbox.files is not None
+        with local.open("rb") as fh:
+            sandbox.files.write(path, fh, timeout=args.timeout)
+        print(f"{local} -> {claim}:{path} ({local.stat().st_size} bytes)", file=sys.stderr)
+        return 0
+    assert src is not None
+    claim, path = src
+    if not path:
+        raise ValueError("cp needs a file path after CLAIM:")
+    target = Path(args.dst)
+    if target.is_dir():
+        target = target / Path(path).name
+    sandbox = client.get_sandbox(claim, args.namespace)
+    assert sandbox.files is not None
+    written = sandbox.files.read_to(path, target, timeout=args.timeout)
+    print(f"{claim}:{path} -> {target} ({written} bytes)", file=sys.stderr)
+    return 0
+
+
+def _suspend_resume(suspend: bool) -> Handler:
+    def handler(args: argparse.Namespace) -> int:
+        client = make_client(args)
+        sandbox = _handle(client, args)
+        verb = "suspending" if suspend else "resuming"
+        with progress(f"{verb} {args.namespace}/{args.claim}"):
+            if suspend:
+                sandbox.suspend(wait=not args.no_wait, timeout=args.timeout)
+            else:
+                sandbox.resume(wait=not args.no_wait, timeout=args.timeout)
+        render(_info(client, args.namespace, args.claim), args.output, columns=SANDBOX_COLUMNS)
+        return 0
+
+    return handler
+
+
+def _delete(args: argparse.Namespace) -> int:
+    client = make_client(args)
+    missing = 0
+    for claim in args.claims:
+        existed = client.delete_claim(claim, args.namespace)
+        print(
+            f"sandboxclaim {args.namespace}/{claim} {'deleted' if existed else 'not found'}", file=sys.stderr
+        )
+        missing += not existed
+    return EXIT_NOT_FOUND if missing and not args.ignore_not_found else 0
+
+
+def _pools(args: argparse.Namespace) -> int:
+    render(make_client(args).list_warm_pools(args.namespace), args.output, columns=POOL_COLUMNS)
+    return 0
+
+
+def _logs(args: argparse.Namespace) -> int:
+    sandbox = _handle(make_client(args), args)
+    sys.stdout.write(sandbox.get_logs(container=args.container, tail_lines=args.tail))
+    return 0
+
+
+def _pairs(values: list[str] | None, flag: str) -> list[tuple[str, str]]:
+    out = []
+    for value in values or []:
+        key, sep, val = value.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{flag} {value!r}: expected KEY=VALUE")
+        out.append((key, val))
+    return out
+
+
+def _guard(handler: Handler) -> Handler:
+    """Errors -> one `error:` line and the exit codes of the module docstring."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except (SandboxNotFoundError, SandboxWarmPoolNotFoundError, SandboxTemplateNotFoundError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return EXIT_NOT_FOUND
+        except SandboxTimeoutError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return EXIT_TIMEOUT
+        except SandboxError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return EXIT_ERROR
+        except (ValueError, FileNotFoundError, IsADirectoryError, NotImplementedError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return EXIT_USAGE
+
+    return run
+
+
+# ----------------------------------------------------------------------------------------- parser
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "-o", "--output", choices=FORMATS, default="table", help="output format (default table)"
+    )
+    common.add_argument("-n", "--namespace", default="default", help="namespace (default: default)")
+    common.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)"
+    )
+    common.add_argument("--router-url", help=f"sandbox router URL (default: ${ROUTER_URL_ENV})")
+    common.add_argument(
+        "--dev-cluster", metavar="NAME", help="use the local dev cluster NAME (kubeconfig + router)"
+    )
+    return common
+
+
+def add_sandbox_commands(sub: Any) -> None:
+    """Register the sandbox commands on the top-level subparsers."""
+    common = _common()
+
+    def add(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = sub.add_parser(
+            name, parents=[common], help=help_text, description=help_text
+        )
+        parser.set_defaults(handler=_guard(handler))
+        return parser
+
+    create = add(
+        "create", _create, "claim a sandbox from a warm pool (or cold from a template) and wait until Ready"
+    )
+    source = create.add_mutually_exclusive_group(required=True)
+    source.add_argument("pool", nargs="?", help="warm pool name")
+    source.add_argument("--template", help="cold start from this SandboxTemplate (via a replicas-0 pool)")
+    create.add_argument("--name", help="claim name (default: sandbox-claim-<8 hex>)")
+    create.add_argument("--timeout", type=float, default=180, help="seconds to wait for Ready (default 180)")
+    create.add_argument("--label", action="append", metavar="KEY=VALUE", help="claim label (repeatable)")
+    create.add_argument(
+        "--env", action="append", metavar="KEY=VALUE", help="environment variable (repeatable)"
+    )
+    create.add_argument(
+        "--shutdown-after", type=int, metavar="SECONDS", help="delete the claim after this long"
+    )
+
+    lst = add("list", _list, "list claimed sandboxes")
+    lst.add_argument("-l", "--selector", help="label selector on claims")
+
+    get = add("get", _get, "show one claimed sandbox")
+    get.add_argument("claim")
+
+    exe = add("exec", _exec, "run a command in a sandbox, streaming its output; exits with its exit code")
+    exe.add_argument("claim")
+    exe.add_argument("argv", nargs=argparse.REMAINDER, metavar="[OPTIONS] -- COMMAND [ARGS...]")
+    exe.add_argument("--timeout", type=float, help="kill the command after this many seconds (exit 124)")
+    exe.add_argument("--env", action="append", metavar="KEY=VALUE", help="environment variable (repeatable)")
+    exe.add_argument("--cwd", help="working directory, relative to the sandbox root")
+    exe.set_defaults(exec_parser=exe)
+
+    cp = add("cp", _cp, "copy a file to or from a sandbox (CLAIM:PATH on one side)")
+    cp.add_argument("src")
+    cp.add_argument("dst")
+    cp.add_argument("--timeout", type=float, default=300, help="seconds (default 300)")
+
+    for name, suspend in (("suspend", True), ("resume", False)):
+        what = "suspend a sandbox (its pod goes, volumes stay)" if suspend else "resume a suspended sandbox"
+        p = add(name, _suspend_resume(suspend), what)
+        p.add_argument("claim")
+        p.add_argument("--timeout", type=float, default=120, help="seconds to wait (default 120)")
+        p.add_argument("--no-wait", action="store_true", help="return once the change is requested")
+
+    delete = add("delete", _delete, "delete claimed sandboxes (the controller then deletes the sandbox)")
+    delete.add_argument("claims", nargs="+", metavar="CLAIM")
+    delete.add_argument("--ignore-not-found", action="store_true", help="exit 0 when a claim does not exist")
+
+    add("pools", _pools, "warm pools with ready/desired members")
+
+    logs = add("logs", _logs, "the sandbox pod's log (where the cluster serves pod logs)")
+    logs.add_argument("claim")
+    logs.add_argument("-c", "--container", help="container name (default: the pod's only one)")
+    logs.add_argument("--tail", type=int, help="last N lines")

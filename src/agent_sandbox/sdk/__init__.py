@@ -1,1 +1,0 @@
-"""agent_sandbox.sdk."""

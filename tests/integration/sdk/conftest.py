@@ -1,0 +1,46 @@
+"""Fixtures for the SDK against the real control plane: the router, a template and warm pool per test
+(the controller fixture is tests/integration/conftest.py's)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.devcluster.processes import stop
+from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE
+
+__all__ = ["EXT", "RUNTIME_IMAGE", "apply_pool", "router"]
+
+EXT = "extensions.agents.x-k8s.io/v1beta1"
+
+
+@pytest.fixture(scope="module")
+def router(cluster: DevCluster) -> Iterator[str]:
+    """The dev cluster's router (h2c on for sandboxd's gRPC), its URL; stopped by PID afterwards."""
+    from agent_sandbox.devcluster.router import router_url, start_router
+
+    started = start_router(cluster, extra=("--enable-h2c",))
+    try:
+        url = router_url(cluster)
+        assert url is not None
+        yield url
+    finally:
+        stop(started)
+
+
+def apply_pool(
+    cluster: DevCluster, namespace: str, *, pool: str = "pool", replicas: int = 2, **pod: object
+) -> None:
+    """A SandboxTemplate `tmpl` and a warm pool `pool` on it, created through the admin REST client."""
+    spec = {"containers": [{"name": "main", "image": "busybox"}], **pod}  # `containers=` overrides
+    admin = cluster.admin()
+    for plural, body in (
+        ("sandboxtemplates", {"apiVersion": EXT, "kind": "SandboxTemplate", "metadata": {"name": "tmpl"},
+                              "spec": {"podTemplate": {"spec": spec}}}),
+        ("sandboxwarmpools", {"apiVersion": EXT, "kind": "SandboxWarmPool", "metadata": {"name": pool},
+                              "spec": {"replicas": replicas, "sandboxTemplateRef": {"name": "tmpl"}}}),
+    ):  # fmt: skip
+        status, out = admin.request("POST", f"/apis/{EXT}/namespaces/{namespace}/{plural}", body)
+        assert status in (201, 409), out

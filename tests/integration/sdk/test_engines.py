@@ -1,0 +1,163 @@
+"""Commands and files through the SDK against real runtimes: sandboxes from a warm pool whose pods the dev
+cluster's local runner serves (`agent-sandbox-runtime` bound to each pod's 127.x IP), in every connection
+mode that can work on this machine, sync and async.
+
+| mode | config | path |
+|---|---|---|
+| legacy, pod IP | `SandboxInClusterConnectionConfig` | `http://<pod IP>:8888` |
+| sandboxd, pod IP | `SandboxdInClusterConnectionConfig(mode="in-cluster-pod-ip")` | REST `<pod IP>:8080`, gRPC `<pod IP>:9090` |
+
+Router modes are in test_router.py. Modes that cannot work here (and why) are listed in docs/sdk/python.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from pathlib import Path
+
+import pytest
+
+from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.devcluster.processes import Started
+from agent_sandbox_sdk import (
+    AsyncSandboxClient,
+    SandboxClient,
+    SandboxConnectionError,
+    SandboxdInClusterConnectionConfig,
+    SandboxInClusterConnectionConfig,
+    SandboxRequestError,
+)
+from agent_sandbox_sdk.models import SandboxConnectionConfig
+
+from .conftest import RUNTIME_IMAGE, apply_pool
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+
+MODES: dict[str, SandboxConnectionConfig] = {
+    "legacy-pod-ip": SandboxInClusterConnectionConfig(),
+    "sandboxd-pod-ip": SandboxdInClusterConnectionConfig(mode="in-cluster-pod-ip"),
+}
+
+
+@pytest.fixture
+def pool(cluster: DevCluster, namespace: str, controller: Started) -> str:
+    apply_pool(cluster, namespace, replicas=2, containers=[{"name": "runtime", "image": RUNTIME_IMAGE}])
+    return namespace
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_commands_and_files_sync(cluster: DevCluster, pool: str, mode: str, tmp_path: Path) -> None:
+    sandboxd = mode.startswith("sandboxd")
+    with SandboxClient(MODES[mode], kubeconfig=cluster.kubeconfig) as client:
+        sandbox = client.create_sandbox("pool", pool, sandbox_ready_timeout=90)
+        commands, files = sandbox.commands, sandbox.files
+        assert commands is not None
+        assert files is not None
+
+        result = commands.run("echo hello")
+        assert (result.stdout, result.stderr, result.exit_code, result.timed_out) == ("hello\n", "", 0, False)
+        assert commands.run("ls /definitely-missing").exit_code != 0
+        assert commands.run("printenv GREETING", env={"GREETING": "hi"}).stdout == "hi\n"
+        files.write("sub/marker", b"")
+        assert commands.run("pwd", cwd="sub").stdout.strip().endswith("/sub")
+        slow = commands.run("sleep 5", timeout=30, command_timeout=1)
+        assert slow.timed_out
+        assert slow.exit_code != 0
+
+        files.write("dir/hello.txt", "hi")
+        assert files.read("dir/hello.txt") == b"hi"
+        assert files.exists("dir/hello.txt")
+        assert not files.exists("dir/nope.txt")
+        big = bytes(range(256)) * 8192  # 2 MiB, streamed from a file object
+        files.write("dir/big.bin", io.BytesIO(big))
+        assert files.read_to("dir/big.bin", tmp_path / "big.bin") == len(big)
+        assert (tmp_path / "big.bin").read_bytes() == big
+        with pytest.raises(Exception, match="max_bytes"):
+            files.read_to("dir/big.bin", tmp_path / "cut.bin", max_bytes=1000)
+        assert not (tmp_path / "cut.bin").exists()
+        entries = {e.name: e for e in files.list("dir")}
+        assert entries["hello.txt"].size == 2
+        assert entries["hello.txt"].type == "file"
+        assert entries["big.bin"].modified.tzinfo is not None
+        assert (entries["hello.txt"].mode is not None) == sandboxd
+        assert "dir" in {e.name for e in files.list(".")}
+        files.delete("dir/hello.txt")
+        assert not files.exists("dir/hello.txt")
+        with pytest.raises(SandboxRequestError) as info:
+            files.delete("dir")  # not empty
+        assert info.value.status_code == 409
+        files.delete("dir", recursive=True)
+        assert not files.exists("dir")
+        with pytest.raises(SandboxRequestError) as missing:
+            files.read("dir/hello.txt")
+        assert missing.value.status_code == 404
+
+        events = list(
+            commands.stream("echo out; echo err >&2; exit 3" if sandboxd else "sh -c 'echo out; exit 3'")
+        )
+        assert events[-1].type == "exit"
+        assert events[-1].exit_code == 3
+        assert b"".join(e.data for e in events if e.type == "stdout") == b"out\n"
+        sandbox.terminate()
+
+
+def test_sandboxd_stream_with_stdin_pty_and_signals(cluster: DevCluster, pool: str) -> None:
+    with SandboxClient(MODES["sandboxd-pod-ip"], kubeconfig=cluster.kubeconfig) as client:
+        sandbox = client.create_sandbox("pool", pool, sandbox_ready_timeout=90)
+        commands = sandbox.commands
+        assert commands is not None
+        assert commands.stream("cat", stdin=b"piped\n").result().stdout == "piped\n"
+        tty = commands.stream("stty size; test -t 0 && echo tty", pty=(100, 30)).result()
+        assert "30 100" in tty.stdout
+        assert "tty" in tty.stdout
+        with commands.stream("echo ready; sleep 30") as proc:
+            events = iter(proc)
+            first = next(events)
+            assert (first.type, first.data) == ("stdout", b"ready\n")
+            assert proc.process_id is not None
+            proc.send_signal(15)
+            rest = list(events)
+        assert rest[-1].type == "exit"
+        assert rest[-1].exit_code != 0
+        interactive = commands.stream("read line; echo got $line")
+        interactive.send_stdin(b"abc\n")  # waits for the process to start
+        interactive.close_stdin()
+        assert interactive.result().stdout == "got abc\n"
+        assert commands.stream("sleep 10", timeout=1).result().timed_out
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_commands_and_files_async(cluster: DevCluster, pool: str, mode: str) -> None:
+    async def main() -> None:
+        async with AsyncSandboxClient(MODES[mode], kubeconfig=cluster.kubeconfig) as client:
+            sandbox = await client.create_sandbox("pool", pool, sandbox_ready_timeout=90)
+            assert sandbox.commands is not None
+            assert sandbox.files is not None
+            results = await asyncio.gather(*(sandbox.commands.run(f"echo {i}") for i in range(10)))
+            assert [r.stdout for r in results] == [f"{i}\n" for i in range(10)]
+            await sandbox.files.write("a.txt", "async")
+            assert await sandbox.files.read("a.txt") == b"async"
+            assert await sandbox.files.exists("a.txt")
+            events = [e async for e in sandbox.commands.stream("echo streamed")]
+            assert events[0].data == b"streamed\n"
+            assert events[-1].exit_code == 0
+            await sandbox.terminate()
+            await sandbox.terminate()
+
+    asyncio.run(main())
+
+
+def test_closed_connection_refuses_and_a_dead_address_is_a_connection_error(
+    cluster: DevCluster, pool: str
+) -> None:
+    with SandboxClient(
+        SandboxInClusterConnectionConfig(server_port=1), kubeconfig=cluster.kubeconfig
+    ) as client:
+        sandbox = client.create_sandbox("pool", pool, sandbox_ready_timeout=90)
+        assert sandbox.commands is not None
+        with pytest.raises(SandboxConnectionError):
+            sandbox.commands.run("true")
+        sandbox.close_connection()
+        assert sandbox.commands is None

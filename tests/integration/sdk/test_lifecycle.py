@@ -1,0 +1,133 @@
+"""The SDK's Kubernetes side on the real control plane + controller (no router or runtime needed):
+create from a warm pool and from a template, find, list, suspend/resume, terminate, and the errors a
+user sees for a wrong pool and for a sandbox that cannot become Ready. Sync and async clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.devcluster.processes import Started
+from agent_sandbox_sdk import (
+    AsyncSandboxClient,
+    SandboxClient,
+    SandboxDirectConnectionConfig,
+    SandboxNotFoundError,
+    SandboxTimeoutError,
+    SandboxWarmPoolNotFoundError,
+)
+
+from .conftest import apply_pool
+
+pytestmark = pytest.mark.integration
+
+# Nothing listens here: these tests never reach a sandbox, only the Kubernetes API.
+UNUSED_ROUTER = SandboxDirectConnectionConfig(api_url="http://127.0.0.1:9")
+
+
+def client(cluster: DevCluster) -> SandboxClient:
+    return SandboxClient(UNUSED_ROUTER, kubeconfig=cluster.kubeconfig)
+
+
+def test_create_find_list_terminate(cluster: DevCluster, namespace: str, controller: Started) -> None:
+    apply_pool(cluster, namespace)
+    with client(cluster) as c:
+        sandbox = c.create_sandbox("pool", namespace, sandbox_ready_timeout=90, labels={"team": "sdk"})
+        claim = sandbox.claim_name
+        assert claim is not None
+        assert claim.startswith("sandbox-claim-")
+        assert sandbox.status()[0] == "SandboxReady"
+        ip = sandbox.get_pod_ip()
+        assert ip is not None
+        assert ip.startswith("127.")
+        assert sandbox.get_pod_name() == sandbox.sandbox_id
+        assert sandbox.get_sandbox_name_hash()
+        assert c.list_all_sandboxes(namespace) == [claim]
+        assert c.list_all_sandboxes(namespace, label_selector="team=other") == []
+        info = c.list_sandboxes(namespace)[0]
+        assert (info.claim_name, info.warm_pool, info.sandbox_id, info.ready) == (
+            claim,
+            "pool",
+            sandbox.sandbox_id,
+            True,
+        )
+        assert c.get_sandbox_claim_warmpool_name(claim, namespace) == "pool"
+        # Another client (another process, in real life) re-attaches by claim name.
+        with client(cluster) as other:
+            again = other.get_sandbox(claim, namespace)
+            assert again.sandbox_id == sandbox.sandbox_id
+            with pytest.raises(ValueError, match="warm pool 'pool', not 'x'"):
+                other.get_sandbox(claim, namespace, warmpool_name="x")
+        sandbox.terminate()
+        sandbox.terminate()  # idempotent
+        assert c.list_all_sandboxes(namespace) == []
+        with pytest.raises(SandboxNotFoundError):
+            c.get_sandbox(claim, namespace, resolve_timeout=2)
+
+
+def test_wrong_pool_names_the_reason_quickly(
+    cluster: DevCluster, namespace: str, controller: Started
+) -> None:
+    start = time.monotonic()
+    with client(cluster) as c, pytest.raises(SandboxWarmPoolNotFoundError) as info:
+        c.create_sandbox("no-such-pool", namespace, sandbox_ready_timeout=60)
+    assert time.monotonic() - start < 30
+    assert info.value.reason == "WarmPoolNotFound"
+    assert "no-such-pool" in str(info.value)
+    with client(cluster) as c:
+        assert c.list_all_sandboxes(namespace) == []  # the auto-named claim was rolled back
+
+
+def test_unschedulable_times_out_naming_the_condition(
+    cluster: DevCluster, namespace: str, controller: Started
+) -> None:
+    apply_pool(cluster, namespace, replicas=0, nodeSelector={"no-such-node-label": "x"})
+    with client(cluster) as c, pytest.raises(SandboxTimeoutError) as info:
+        c.create_sandbox("pool", namespace, sandbox_ready_timeout=8)
+    assert isinstance(info.value, TimeoutError)
+    assert info.value.reason  # the claim's Ready reason, e.g. SandboxNotReady
+    assert "not Ready within 8 s" in str(info.value)
+    assert info.value.reason in str(info.value)
+
+
+def test_cold_start_from_a_template_and_suspend_resume(
+    cluster: DevCluster, namespace: str, controller: Started
+) -> None:
+    apply_pool(cluster, namespace, replicas=0)
+    with client(cluster) as c:
+        sandbox = c.create_sandbox_from_template("tmpl", namespace, sandbox_ready_timeout=90)
+        assert c.get_sandbox_claim_warmpool_name(sandbox.claim_name or "", namespace) == "tmpl-cold"
+        sandbox.suspend(timeout=60)
+        info = c.list_sandboxes(namespace)[0]
+        assert info.suspended
+        assert sandbox.get_pod_ip() is None
+        sandbox.resume(timeout=60)
+        assert sandbox.status()[0] == "SandboxReady"
+        assert sandbox.get_pod_ip() is not None
+
+
+def test_twenty_sandboxes_in_parallel_from_one_async_client(
+    cluster: DevCluster, namespace: str, controller: Started
+) -> None:
+    apply_pool(cluster, namespace, replicas=10)
+
+    async def main() -> None:
+        async with AsyncSandboxClient(UNUSED_ROUTER, kubeconfig=cluster.kubeconfig) as c:
+            sandboxes = await asyncio.gather(
+                *(c.create_sandbox("pool", namespace, sandbox_ready_timeout=120) for _ in range(20))
+            )
+            assert len({s.sandbox_id for s in sandboxes}) == 20
+            assert sorted(await c.list_active_sandboxes()) == sorted(
+                (namespace, s.claim_name) for s in sandboxes
+            )
+            statuses = await asyncio.gather(*(s.status() for s in sandboxes))
+            assert {st for st, _ in statuses} == {"SandboxReady"}
+        # Leaving the `async with` deleted the 20 auto-named claims.
+        async with AsyncSandboxClient(UNUSED_ROUTER, kubeconfig=cluster.kubeconfig, cleanup=False) as c:
+            assert await c.list_all_sandboxes(namespace) == []
+
+    asyncio.run(main())

@@ -1,0 +1,144 @@
+"""The SDK through the real router (`agent-sandbox-router`, dev mode: Pod cache on, loopback pod IPs only
+as a sandbox's, h2c on) to runtimes the local runner serves — and the published upstream SDK 1.0.8,
+unchanged, on the same path (`SandboxDirectConnectionConfig(api_url=<router URL>)`).
+
+| mode | config | path |
+|---|---|---|
+| legacy via router | `SandboxDirectConnectionConfig(api_url)` | router :HTTP + `X-Sandbox-*` -> pod :8888 |
+| sandboxd via router | `SandboxdDirectConnectionConfig(api_url)` | REST via router -> pod :8080; gRPC via the router's h2c pass-through -> pod :9090 |
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+import pytest
+
+from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.devcluster.processes import Started
+from agent_sandbox_sdk import (
+    AsyncSandboxClient,
+    SandboxClient,
+    SandboxdDirectConnectionConfig,
+    SandboxDirectConnectionConfig,
+    SandboxRequestError,
+)
+from tests.upstream_sdk import ensure_upstream_sdk, run_script
+
+from .conftest import RUNTIME_IMAGE, apply_pool
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+@pytest.fixture
+def pool(cluster: DevCluster, namespace: str, controller: Started) -> str:
+    apply_pool(cluster, namespace, replicas=2, containers=[{"name": "runtime", "image": RUNTIME_IMAGE}])
+    return namespace
+
+
+SANDBOXD_H2C_FLAKE = pytest.mark.xfail(
+    strict=False,
+    reason="known flake (about 1 run in 2 in a full module run, never alone): the first gRPC call through the "
+    "router's h2c pass-through right after the claim is Ready can end with UNAVAILABLE 'Stream removed (Socket "
+    "closed)'; suspected: the router refuses before its Pod cache sees the claimed pod (the HTTP path answers "
+    "403) and the h2c refusal is not read as a gRPC status. Reported to the router/lead; not an SDK retry case",
+)
+
+
+@pytest.mark.parametrize("runtime", ["legacy", pytest.param("sandboxd", marks=SANDBOXD_H2C_FLAKE)])
+def test_commands_files_and_streams_through_the_router(
+    cluster: DevCluster, pool: str, router: str, runtime: str
+) -> None:
+    config = (
+        SandboxDirectConnectionConfig(api_url=router)
+        if runtime == "legacy"
+        else SandboxdDirectConnectionConfig(api_url=router)
+    )
+    with SandboxClient(config, kubeconfig=cluster.kubeconfig) as client:
+        sandbox = client.create_sandbox("pool", pool, sandbox_ready_timeout=90)
+        assert sandbox.commands is not None
+        assert sandbox.files is not None
+        result = sandbox.commands.run("echo routed")
+        assert (result.stdout, result.exit_code) == ("routed\n", 0)
+        assert sandbox.commands.run("printenv X", env={"X": "y"}).stdout == "y\n"
+        sandbox.files.write("r/a.txt", b"through the router")
+        assert sandbox.files.read("r/a.txt") == b"through the router"
+        assert [e.name for e in sandbox.files.list("r")] == ["a.txt"]
+        assert sandbox.files.exists("r/a.txt")
+        events = list(sandbox.commands.stream("sh -c 'echo one; sleep 0.2; echo two'"))
+        assert b"".join(e.data for e in events if e.type == "stdout") == b"one\ntwo\n"
+        assert events[-1].exit_code == 0
+        sandbox.suspend(timeout=60)
+        sandbox.resume(timeout=60)
+        # New pod, new IP: the SDK re-reads it; the router accepts it (its cache follows the resume).
+        assert sandbox.commands.run("echo back").stdout == "back\n"
+        sandbox.terminate()
+
+
+def test_router_errors_reach_the_caller(cluster: DevCluster, pool: str, router: str) -> None:
+    """A sandbox the router cannot resolve: its JSON `detail` arrives in the SDK's error, status kept."""
+    with SandboxClient(
+        SandboxDirectConnectionConfig(api_url=router), kubeconfig=cluster.kubeconfig
+    ) as client:
+        ghost = client.sandbox_class(
+            "ghost-claim", "never-existed", pool, client.connection_config, k8s_helper=client._driver
+        )
+        assert ghost.commands is not None
+        with pytest.raises(SandboxRequestError) as info:
+            ghost.commands.run("true", timeout=20)
+        assert info.value.status_code == 502
+        assert "Could not connect to the backend sandbox: never-existed" in str(info.value)
+
+
+def test_twenty_concurrent_sandboxes_through_the_router_async(
+    cluster: DevCluster, namespace: str, controller: Started, router: str
+) -> None:
+    apply_pool(cluster, namespace, replicas=20, containers=[{"name": "runtime", "image": RUNTIME_IMAGE}])
+
+    async def main() -> None:
+        config = SandboxDirectConnectionConfig(api_url=router)
+        async with AsyncSandboxClient(config, kubeconfig=cluster.kubeconfig) as client:
+            sandboxes = await asyncio.gather(
+                *(client.create_sandbox("pool", namespace, sandbox_ready_timeout=120) for _ in range(20))
+            )
+            assert len({s.sandbox_id for s in sandboxes}) == 20
+            # 100 calls in flight on one client (5 per sandbox): one connection pool, no thread pool.
+            calls = [(i, sandboxes[i % 20]) for i in range(100)]
+            outs = await asyncio.gather(*(s.commands.run(f"echo {i}") for i, s in calls))  # type: ignore[union-attr]
+            assert [o.stdout for o in outs] == [f"{i}\n" for i in range(100)]
+
+    asyncio.run(main())
+
+
+_UPSTREAM = r"""
+import json, sys
+from k8s_agent_sandbox import SandboxClient
+from k8s_agent_sandbox.models import SandboxDirectConnectionConfig
+ns, url = sys.argv[1], sys.argv[2]
+client = SandboxClient(connection_config=SandboxDirectConnectionConfig(api_url=url))
+sb = client.create_sandbox("pool", namespace=ns, sandbox_ready_timeout=90)
+out = {"claim": sb.claim_name}
+r = sb.commands.run("echo hello")
+out["run"] = [r.stdout, r.exit_code]
+sb.files.write("dir/hello.txt", "hi")
+out["read"] = sb.files.read("dir/hello.txt").decode()
+out["exists"] = sb.files.exists("dir/hello.txt")
+sb.terminate()
+print(json.dumps(out))
+"""
+
+
+async def test_published_upstream_sdk_through_the_router(cluster: DevCluster, pool: str, router: str) -> None:
+    """The reference client: k8s-agent-sandbox==1.0.8 from PyPI, in its own virtualenv, unchanged."""
+    python = ensure_upstream_sdk()
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    out = json.loads(await run_script(python, _UPSTREAM, pool, router, env=env, timeout=180))
+    assert out["run"] == ["hello\n", 0]
+    assert out["read"] == "hi"
+    assert out["exists"] is True
+    with SandboxClient(
+        SandboxDirectConnectionConfig(api_url=router), kubeconfig=cluster.kubeconfig
+    ) as client:
+        assert out["claim"] not in client.list_all_sandboxes(pool)  # terminate deleted the claim
