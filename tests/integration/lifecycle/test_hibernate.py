@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 
 from agent_sandbox.api import lifecycle as lc
+from agent_sandbox.cli.lifecycle import NoSuchSandbox, ResumeOutcome, hibernate, resume
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.processes import Started
 from agent_sandbox.kube import (
@@ -25,7 +26,6 @@ from agent_sandbox.kube import (
     ApiClient,
     Object,
 )
-from agent_sandbox.sdk.lifecycle import NoSuchSandbox, ResumeOutcome, hibernate, resume
 from tests.helpers import controller_metrics, eventually, is_ready
 from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE
 from tests.integration.lifecycle.helpers import (

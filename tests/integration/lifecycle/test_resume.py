@@ -18,9 +18,9 @@ import aiohttp
 import pytest
 
 from agent_sandbox.api import lifecycle as lc
+from agent_sandbox.cli.lifecycle import hibernate
 from agent_sandbox.kube import POD, SANDBOX, ApiClient, Object
 from agent_sandbox.router import Router
-from agent_sandbox.sdk.lifecycle import hibernate
 from tests.helpers import eventually
 from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE
 from tests.integration.lifecycle.helpers import (
