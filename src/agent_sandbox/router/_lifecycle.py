@@ -47,6 +47,7 @@ RETRY_AFTER = 5
 _URGENT_WRITE_TIMEOUT = 2.0
 _FLUSH_PERIOD = 1.0
 _WAKE = 1.0  # a held request re-checks at least this often
+_SLOW_HOLD = 5.0  # holds longer than this are logged
 
 
 class ResumeFailed(RouteError):
@@ -176,7 +177,18 @@ class RouterLifecycle:
             outcome = "failed" if loop.time() < min(deadline, start + self.resume_timeout) else "timeout"
             raise
         finally:
-            self.metrics.lifecycle_resume_wait(route.namespace, outcome, loop.time() - start)
+            held = loop.time() - start
+            self.metrics.lifecycle_resume_wait(route.namespace, outcome, held)
+            if held > _SLOW_HOLD or outcome != "ready":
+                log.info(
+                    "request held %.2fs for %s/%s (%s): %s",
+                    held,
+                    key[0],
+                    key[1],
+                    action,
+                    outcome,
+                    extra={"sandbox_namespace": key[0], "sandbox_id": key[1]},
+                )
 
     def _action(self, key: Key) -> str | None:
         """What a held request for `key` needs: "resume", "restore", "wait", or None (not ours to hold)."""

@@ -19,7 +19,7 @@ import pytest
 
 from agent_sandbox.api import lifecycle as lc
 from agent_sandbox.cli.lifecycle import hibernate
-from agent_sandbox.kube import POD, SANDBOX, ApiClient, Object
+from agent_sandbox.kube import POD, SANDBOX, ApiClient, Object, ResourceKind
 from agent_sandbox.router import Router
 from tests.helpers import eventually
 from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE
@@ -34,6 +34,7 @@ from tests.integration.lifecycle.helpers import (
 pytestmark = pytest.mark.integration
 
 StartRouter = Callable[..., Awaitable[Router]]
+RESOURCE_QUOTA = ResourceKind("", "v1", "ResourceQuota", "resourcequotas")
 AUTO = {lc.ANNOTATION_AUTO_RESUME: "true"}
 
 
@@ -198,3 +199,31 @@ async def test_activity_is_recorded_at_a_bounded_rate(
     # No idle timeout, no writes.
     quiet = await kube.get(SANDBOX, "quiet-flag", namespace=namespace)
     assert lc.ANNOTATION_LAST_ACTIVITY not in (quiet["metadata"].get("annotations") or {})
+
+
+async def test_a_quota_refusal_is_named_in_the_503(
+    kube: ApiClient, namespace: str, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    router = await start_router()
+    body = runtime_sandbox("over-quota", AUTO)
+    body["spec"]["operatingMode"] = "Suspended"
+    await kube.create(SANDBOX, body, namespace=namespace)
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-pods"},
+        "spec": {"hard": {"pods": "0"}},
+    }
+    await kube.create(RESOURCE_QUOTA, quota, namespace=namespace)
+
+    async def enforced() -> bool:
+        rq = await kube.get(RESOURCE_QUOTA, "no-pods", namespace=namespace)
+        return "hard" in (rq.get("status") or {})
+
+    await eventually(enforced, "the quota enforced")
+    status, detail = await through(http, router, "over-quota", namespace)
+    assert status == 503
+    assert detail["detail"].startswith(
+        f"Sandbox {namespace}/over-quota could not be resumed: ReconcilerError: "
+    )
+    assert "exceeded quota" in detail["detail"]
