@@ -65,5 +65,6 @@ def test_lifecycle_components_run_with_their_grants(
     with urllib.request.urlopen(request, timeout=90) as resp:
         assert resp.status == 200
         assert json.loads(resp.read())["stdout"] == "wake\n"
-    sb = installed.sandbox(install_ns, "wake")
+    status, sb = admin.request("GET", f"/apis/agents.x-k8s.io/v1beta1/namespaces/{install_ns}/sandboxes/wake")
+    assert status == 200, sb
     assert sb["metadata"]["annotations"][lc.ANNOTATION_RESUME_REASON] == "Request"
