@@ -58,6 +58,7 @@ from agent_sandbox.kube import (
 from agent_sandbox.router import Router, load_router_config
 
 from .harness import Bench, Tuning, host_info, is_ready, log, write_result_with_markdown
+from .stats import summarize
 
 NS = "lifecycle-bench"
 IMAGE = "ghcr.io/agent-sandbox/agent-sandbox-runtime:bench"
@@ -74,22 +75,8 @@ CLAIM_ENV_VOLUME = {
 }
 
 
-def _percentiles(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {}
-    ordered = sorted(values)
-
-    def pct(p: float) -> float:
-        return round(ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))], 3)
-
-    return {
-        "n": len(ordered),
-        "min": round(ordered[0], 3),
-        "p50": pct(50),
-        "p90": pct(90),
-        "p99": pct(99),
-        "max": round(ordered[-1], 3),
-    }
+def _percentiles(values: list[float]) -> dict[str, float | int | None]:
+    return summarize(values, digits=3)
 
 
 def _row(label: str, values: list[float], rounds: list[float] | None = None) -> str:
@@ -97,7 +84,7 @@ def _row(label: str, values: list[float], rounds: list[float] | None = None) -> 
     spread = ""
     if rounds:
         spread = f" | {statistics.median(rounds):.2f} ({min(rounds):.2f}-{max(rounds):.2f})"
-    return f"| {label} | {p['n']} | {p['p50']:.2f} | {p['p90']:.2f} | {p['p99']:.2f} | {p['min']:.2f}-{p['max']:.2f}{spread} |"
+    return f"| {label} | {p['count']} | {p['p50']:.2f} | {p['p90']:.2f} | {p['p99']:.2f} | {p['min']:.2f}-{p['max']:.2f}{spread} |"
 
 
 async def _get(api: ApiClient, kind: Any, name: str) -> Object | None:

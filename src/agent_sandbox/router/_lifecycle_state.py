@@ -26,6 +26,7 @@ from ..api import constants as c
 from ..api import lifecycle as lc
 from ..api.meta import parse_time
 from ..kube import SANDBOX, SANDBOX_TEMPLATE, HandlerFuncs, Informer, ListWatcher, Object
+from ._changes import Changes
 
 __all__ = ["SYNC_ERROR", "ArchiveView", "LifecycleState", "SandboxView"]
 
@@ -174,7 +175,7 @@ class LifecycleState:
         self.sandboxes: dict[tuple[str, str], SandboxView] = {}
         self.archives: dict[tuple[str, str], ArchiveView] = {}
         self.templates: dict[tuple[str, str], Mapping[str, str]] = {}
-        self._waiters: list[asyncio.Future[None]] = []
+        self._changes = Changes()
         ns = namespace or None
         self._informers = [
             self._informer(lw, SANDBOX, ns, _diet_sandbox, self.sandboxes, sandbox_view),
@@ -190,12 +191,12 @@ class LifecycleState:
         def upsert(obj: Object) -> None:
             meta = obj["metadata"]
             into[(meta.get("namespace", ""), meta["name"])] = view(obj)
-            self._notify()
+            self._changes.notify()
 
         def delete(obj: Object) -> None:
             meta = obj["metadata"]
             into.pop((meta.get("namespace", ""), meta["name"]), None)
-            self._notify()
+            self._changes.notify()
 
         informer.add_handler(HandlerFuncs(add=upsert, update=lambda _old, new: upsert(new), delete=delete))
         return informer
@@ -209,21 +210,9 @@ class LifecycleState:
         for informer in self._informers:
             await informer.wait_for_sync()
 
-    def _notify(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
-
     async def wait_changed(self) -> None:
         """Return at the next change of any view (bound it with `asyncio.timeout`)."""
-        fut = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
-        try:
-            await fut
-        finally:
-            if fut in self._waiters:
-                self._waiters.remove(fut)
+        await self._changes.wait()
 
     def policy(self, namespace: str, own: Mapping[str, str], template: str | None) -> lc.LifecyclePolicy:
         """The effective settings of a Sandbox (or archive) in `namespace`: its own, else its template's."""
