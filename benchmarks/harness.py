@@ -119,6 +119,10 @@ class Tuning:
     serve_v1alpha1: bool = True
     # Serve kube-apiserver's pprof so a phase can profile it (`apiserver_profile`).
     apiserver_profiling: bool = False
+    # Pods start at once: the KWOK gate runs kwok's instant pod-ready stage, so the benchmarks measure the
+    # controller, not a simulated container start (the dev cluster's default is ~1 s, docs/devcluster.md).
+    pod_start_delay_ms: int = 0
+    pod_start_jitter_ms: int = 0
 
     def cluster_config(self, name: str) -> ClusterConfig:
         return ClusterConfig(
@@ -132,6 +136,8 @@ class Tuning:
             controller_manager_qps=self.controller_manager_qps,
             controller_manager_burst=self.controller_manager_burst,
             apiserver_profiling=self.apiserver_profiling,
+            pod_start_delay_ms=self.pod_start_delay_ms,
+            pod_start_jitter_ms=self.pod_start_jitter_ms,
         )
 
     def controller_flags(self) -> tuple[str, ...]:

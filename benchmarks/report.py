@@ -183,11 +183,21 @@ def _machine(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
             f"--max-mutating-requests-inflight={cfg.get('max_mutating_requests_inflight', '?')}, etcd "
             f"{'--unsafe-no-fsync' if cfg.get('etcd_unsafe_no_fsync') else 'with fsync'}, scheduler QPS "
             f"{cfg.get('scheduler_qps', '?')}/{cfg.get('scheduler_burst', '?')}, controller-manager QPS "
-            f"{cfg.get('controller_manager_qps', '?')}/{cfg.get('controller_manager_burst', '?')}",
+            f"{cfg.get('controller_manager_qps', '?')}/{cfg.get('controller_manager_burst', '?')}"
+            + _pod_start(cfg),
         ),
         ("controller flags", "`" + " ".join(cluster.get("controller_flags") or []) + "`"),
     ]
     return ["### Machine, versions, flags", "", *_table(["", ""], rows), ""]
+
+
+def _pod_start(cfg: Mapping[str, Any]) -> str:
+    delay, jitter = cfg.get("pod_start_delay_ms"), cfg.get("pod_start_jitter_ms")
+    if delay is None:  # results from before the knob existed: pods started at once
+        return ""
+    if not delay and not jitter:
+        return ", pods Ready at once (kwok's instant pod-ready, as the KWOK gate)"
+    return f", pod start {delay}-{delay + (jitter or 0)} ms"
 
 
 def _claim_views(phase: Mapping[str, Any]) -> list[Sequence[str]]:

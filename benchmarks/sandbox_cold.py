@@ -237,8 +237,14 @@ def main() -> None:
     args = parser.parse_args()
 
     load_before = os.getloadavg()[0]
+    # Instant pod start (kwok's pod-ready without delay), as in upstream's KWOK gate: the controller is measured.
     config = ClusterConfig(
-        name=args.name, nodes=args.nodes, max_requests_inflight=3000, max_mutating_requests_inflight=1500
+        name=args.name,
+        nodes=args.nodes,
+        max_requests_inflight=3000,
+        max_mutating_requests_inflight=1500,
+        pod_start_delay_ms=0,
+        pod_start_jitter_ms=0,
     )
     cluster = DevCluster.up(config)
     try:

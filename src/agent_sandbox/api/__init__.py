@@ -25,6 +25,7 @@ from agent_sandbox.api._common import (
     PodTemplate,
     find_condition,
 )
+from agent_sandbox.api.errortext import describe_error
 from agent_sandbox.api.naming import name_hash
 from agent_sandbox.api.v1beta1 import (
     ClaimLifecycle,
@@ -82,6 +83,7 @@ __all__ = [
     "SandboxWarmPoolStatus",
     "UpdateStrategy",
     "constants",
+    "describe_error",
     "find_condition",
     "kinds",
     "meta",

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from agent_sandbox.api.errortext import describe_error
 from agent_sandbox.cli.lifecycle import add_lifecycle_commands
 from agent_sandbox.cli.release import release_command
 from agent_sandbox.cli.sandboxes import add_sandbox_commands
@@ -233,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except (BuildError, ComponentError, ClusterError, FileNotFoundError, RuntimeError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {describe_error(err)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from agent_sandbox.api.errortext import describe_error
 from agent_sandbox.devcluster import ensure_binaries
 from agent_sandbox.manifests import REPO_ROOT, DriftError, check_drift, render_assets
 
@@ -35,7 +36,7 @@ def release_command(args: argparse.Namespace) -> int:
 
         assets = render_assets(k8s, tag=args.tag, registry=args.registry, kustomize=kustomize)
     except DriftError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {describe_error(err)}", file=sys.stderr)
         return 1
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)

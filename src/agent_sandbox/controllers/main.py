@@ -27,6 +27,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
+from ..api.errortext import describe_error
 from ..kube import (
     ApiClient,
     ConfigError,
@@ -118,20 +119,20 @@ async def run(
         # Building the provider does no network I/O; the exporter's own 10 s timeout bounds its calls.
         tracing = setup_tracing(opts.enable_tracing, timeout=10.0)
     except TracingError as exc:
-        log.error("unable to initialise tracing: %s", exc)
+        log.error("unable to initialise tracing: %s", describe_error(exc))
         return 1
     allowed: tuple[str, ...] = ()
     if opts.extensions:
         try:
             allowed = tuple(read_allowed_label_domains())
         except OSError as exc:
-            log.error("unable to read allowed label domains: %s", exc)
+            log.error("unable to read allowed label domains: %s", describe_error(exc))
             return 1
     pressure = ClaimPressure(opts.sandbox_claim_priority_hold if opts.extensions else 0.0)
     try:
         mgr = build_manager(opts, pressure)
     except (ConfigError, ValueError) as exc:
-        log.error("unable to start manager: %s", exc)
+        log.error("unable to start manager: %s", describe_error(exc))
         return 1
     stop = stop or _signal_stop()
     try:
@@ -142,10 +143,10 @@ async def run(
         log.info("starting manager")
         await mgr.start(stop)
     except LeaderElectionLost as exc:
-        log.error("%s", exc)
+        log.error("%s", describe_error(exc))
         return 1
     except Exception as exc:
-        log.error("problem running manager: %s", exc, exc_info=exc)
+        log.error("problem running manager: %s", describe_error(exc), exc_info=exc)
         return 1
     finally:
         await mgr.api.close()

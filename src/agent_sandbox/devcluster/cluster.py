@@ -48,7 +48,7 @@ from agent_sandbox.devcluster.config import (
 from agent_sandbox.devcluster.processes import ComponentError, Started, component_error
 from agent_sandbox.devcluster.provisioner import volume_host_path
 from agent_sandbox.devcluster.rest import AdminRest, probe_http
-from agent_sandbox.devcluster.simulation import ready_status, with_taint, without_taint
+from agent_sandbox.devcluster.simulation import pod_readiness_status, ready_status, with_taint, without_taint
 
 _PORT_NAMES = ("etcd_client", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kwok", "runner")
 PROVISIONER = "volume-provisioner"
@@ -448,28 +448,39 @@ class DevCluster:
         return port
 
     # -- simulations (docs/devcluster.md) -----------------------------------------------------------------
-    def _update_node(self, name: str, change: Callable[[dict[str, Any]], dict[str, Any] | None]) -> Any:
-        """Merge-patch node `name` with `change(node)` under optimistic concurrency (conflicts are retried).
+    def _patch_guarded(
+        self,
+        path: str,
+        what: str,
+        change: Callable[[dict[str, Any]], dict[str, Any] | None],
+        *,
+        subresource: str = "",
+    ) -> Any:
+        """Merge-patch the object at `path` with `change(object)` under optimistic concurrency.
 
-        `change` returns the patch (None: nothing to do); the node's resourceVersion guards it, so a
-        concurrent writer (the node lifecycle controller adds taints too) is never overwritten.
+        `change` returns the patch (None: nothing to do); the object's resourceVersion guards it and
+        conflicts are retried, so a concurrent writer (the node lifecycle controller adds taints too, kwok
+        writes pod status) is never overwritten.
         """
         admin = self.admin()
-        path = f"/api/v1/nodes/{name}"
         for _ in range(50):
-            status, node = admin.request("GET", path)
+            status, obj = admin.request("GET", path)
             if status != 200:
-                raise ClusterError(f"node {name!r}: HTTP {status}: {node}")
-            patch = change(node)
+                raise ClusterError(f"{what}: HTTP {status}: {obj}")
+            patch = change(obj)
             if patch is None:
-                return node
-            patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"]["resourceVersion"]
-            status, body = admin.request("PATCH", path, patch)
+                return obj
+            patch.setdefault("metadata", {})["resourceVersion"] = obj["metadata"]["resourceVersion"]
+            status, body = admin.request("PATCH", f"{path}/{subresource}" if subresource else path, patch)
             if status == 200:
                 return body
             if status != 409:
-                raise ClusterError(f"patching node {name!r} failed: HTTP {status}: {body}")
-        raise ClusterError(f"node {name!r} kept changing; gave up after 50 conflicts")
+                raise ClusterError(f"patching {what} failed: HTTP {status}: {body}")
+        raise ClusterError(f"{what} kept changing; gave up after 50 conflicts")
+
+    def _update_node(self, name: str, change: Callable[[dict[str, Any]], dict[str, Any] | None]) -> Any:
+        """Merge-patch node `name` with `change(node)` (see `_patch_guarded`)."""
+        return self._patch_guarded(f"/api/v1/nodes/{name}", f"node {name!r}", change)
 
     def add_node(self, name: str, *, timeout: float = 30.0) -> None:
         """Create one more kwok-managed node (capacity from the cluster's config) and wait until it is Ready.
@@ -531,6 +542,29 @@ class DevCluster:
         )
         if wait:
             self._wait_ready(name, "True" if ready else "False", timeout)
+
+    def set_pod_ready(self, namespace: str, name: str, ready: bool) -> dict[str, Any]:
+        """Report a Running pod's containers ready (or not), as a kubelet does when a readiness probe flips.
+
+        For pods whose readiness kwok leaves alone (annotation `devcluster.agents.x-k8s.io/readiness:
+        external`, see docs/devcluster.md "Pod start"): e.g. a local runner calls this once the pod's
+        server answers. The status write is guarded by the pod's resourceVersion (conflicts are retried).
+
+        Raises:
+            ClusterError: no such pod, it is not Running, or the API refused the write.
+        """
+
+        def readiness(pod: dict[str, Any]) -> dict[str, Any]:
+            try:
+                return {"status": pod_readiness_status(pod, ready)}
+            except ValueError as exc:
+                raise ClusterError(str(exc)) from None
+
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        result: dict[str, Any] = self._patch_guarded(
+            path, f"pod {namespace}/{name}", readiness, subresource="status"
+        )
+        return result
 
     def volume_path(self, namespace: str, claim: str) -> Path | None:
         """Host directory backing the PVC `namespace/claim`, None while it is unbound."""

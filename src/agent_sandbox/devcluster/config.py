@@ -23,6 +23,9 @@ NODE_ANNOTATION = "kwok.x-k8s.io/node"
 SIM_PREFIX = "devcluster.agents.x-k8s.io/"
 EXIT_CODE_ANNOTATION = SIM_PREFIX + "exit-code"
 EXIT_AFTER_ANNOTATION = SIM_PREFIX + "exit-after"
+START_AFTER_ANNOTATION = SIM_PREFIX + "start-after"
+READINESS_ANNOTATION = SIM_PREFIX + "readiness"
+READINESS_EXTERNAL = "external"
 TERMINATE_AT_ANNOTATION = SIM_PREFIX + "terminate-at"
 NOT_READY_LABEL = SIM_PREFIX + "not-ready"
 HOST_PATH_ANNOTATION = SIM_PREFIX + "host-path"
@@ -54,6 +57,11 @@ class ClusterConfig:
     kwok_burst: int = 1000
     # Bound for each component to become ready, in seconds.
     ready_timeout: float = 90.0
+    # A scheduled pod's containers start (Running, Ready) after pod_start_delay_ms plus a uniformly random
+    # 0..pod_start_jitter_ms, unless its start-after annotation says otherwise. 0/0 is kwok's instant start
+    # (what upstream's KWOK scalability gate measures; the benchmarks use it).
+    pod_start_delay_ms: int = 800
+    pod_start_jitter_ms: int = 400
     # A deleted pod stays Terminating for min(its grace period, this cap) before its containers stop.
     pod_grace_period_cap_ms: int = 1000
     # Delay before a pod marked to exit (exit-code annotation or `exit N` command) completes, unless the pod's
@@ -100,14 +108,42 @@ def scheduler_config_yaml(kubeconfig: Path, cfg: ClusterConfig) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def stage_placeholders(cfg: ClusterConfig) -> dict[str, str]:
-    """`@@NAME@@` markers in stages/*.yaml and the ClusterConfig values that replace them."""
+# jq over a pod: "ready" while its Ready or ContainersReady condition is True or any container is ready, else
+# "not-ready". pod-not-ready-on-delete acts on "ready" deleted pods and pod-terminating on "not-ready" ones:
+# one expression for both keeps the two selectors exclusive (kwok picks at random among matching stages).
+POD_READINESS_EXPRESSION = (
+    'if ([.status.conditions[]? | select(.type == "Ready" or .type == "ContainersReady") | .status == "True"]'
+    ' + [.status.containerStatuses[]? | .ready == true] | any) then "ready" else "not-ready" end'
+)
+
+
+def readiness_held_jq() -> str:
+    """jq over a pod: "held" when something outside kwok decides its readiness, else "kwok".
+
+    Held: a runtime pod (`runtime_pods.is_runtime_pod`: the local runner sets it Ready once its runtime
+    answers) or a pod annotated `devcluster.agents.x-k8s.io/readiness: external` (any other component,
+    `DevCluster.set_pod_ready`). pod-ready starts "kwok" pods Ready; pod-start-held starts "held" ones not
+    Ready. One expression for both keeps them exclusive.
+    """
     from agent_sandbox.devcluster.runtime_pods import runtime_pod_jq
 
+    return (
+        f'if (({runtime_pod_jq()}) == "yes") '
+        f'or ((.metadata.annotations // {{}})["{READINESS_ANNOTATION}"] == "{READINESS_EXTERNAL}") '
+        'then "held" else "kwok" end'
+    )
+
+
+def stage_placeholders(cfg: ClusterConfig) -> dict[str, str]:
+    """`@@NAME@@` markers in stages/*.yaml and the ClusterConfig values that replace them."""
     return {
-        "RUNTIME_POD_JQ": runtime_pod_jq(),
+        "POD_READINESS_HELD_JQ": readiness_held_jq(),
         "POD_GRACE_PERIOD_CAP_MS": str(int(cfg.pod_grace_period_cap_ms)),
         "POD_EXIT_DELAY_MS": str(int(cfg.pod_exit_delay_ms)),
+        "POD_START_DELAY_MS": str(int(cfg.pod_start_delay_ms)),
+        # kwok draws a stage's delay uniformly from [durationMilliseconds, jitterDurationMilliseconds).
+        "POD_START_DELAY_MAX_MS": str(int(cfg.pod_start_delay_ms) + int(cfg.pod_start_jitter_ms)),
+        "POD_READINESS_EXPRESSION": POD_READINESS_EXPRESSION,
     }
 
 
@@ -117,8 +153,9 @@ def kwok_stages_yaml(cfg: ClusterConfig) -> str:
     Raises:
         ValueError: a stage file holds a `@@NAME@@` marker that no knob fills (a typo in a stage).
     """
-    if cfg.pod_grace_period_cap_ms < 0 or cfg.pod_exit_delay_ms < 0:
-        raise ValueError("pod_grace_period_cap_ms and pod_exit_delay_ms must be >= 0")
+    for knob in ("pod_grace_period_cap_ms", "pod_exit_delay_ms", "pod_start_delay_ms", "pod_start_jitter_ms"):
+        if getattr(cfg, knob) < 0:
+            raise ValueError(f"{knob} must be >= 0, not {getattr(cfg, knob)}")
     docs: list[str] = []
     values = stage_placeholders(cfg)
     stage_dir = resources.files("agent_sandbox.devcluster") / "stages"

@@ -134,28 +134,47 @@ def is_ours(pid: int, exe: str) -> bool:
     return exe.encode() in args[:3]
 
 
-def _reap(pid: int) -> None:
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
+def _reap(pid: int, *, within: float = 0.0) -> None:
+    """Collect `pid`'s exit status if it is our exited child; wait up to `within` s for it to finish exiting."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except (ChildProcessError, OSError):
+            return  # not our child (any more)
+        if done or time.monotonic() >= deadline:
+            return
+        time.sleep(0.01)
+
+
+def _gone(started: Started) -> bool:
+    """True once the process is not running any more, reaping it if it was our child.
+
+    Reap *after* seeing it gone, and give it a moment: an exiting process loses its command line before it
+    becomes a zombie, and a child not reaped stays a zombie in the process table of whoever started the
+    cluster (a test process) until that one exits.
+    """
+    if is_ours(started.pid, started.exe):
+        return False
+    _reap(started.pid, within=1.0)
+    return True
 
 
 def stop(started: Started, *, grace: float = 10.0) -> None:
     """SIGTERM the process (and its session), SIGKILL after `grace` seconds; no-op when already gone."""
-    if not is_ours(started.pid, started.exe):
+    if _gone(started):
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(started.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
-        _reap(started.pid)
-        if not is_ours(started.pid, started.exe):
+        if _gone(started):
             return
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
         os.kill(started.pid, signal.SIGKILL)
     for _ in range(100):
-        _reap(started.pid)
-        if not is_ours(started.pid, started.exe):
+        if _gone(started):
             return
         time.sleep(0.05)
 

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agent_sandbox.api.errortext import describe_error
 from agent_sandbox.devcluster.config import HOST_PATH_ANNOTATION, PROVISIONER_NAME
 from agent_sandbox.devcluster.processes import run_component
 from agent_sandbox.kube import PVC, AlreadyExists, ApiClient, Gone, NotFound, Object, ResourceKind
@@ -222,10 +223,10 @@ class Provisioner:
             except Exception as exc:  # a daemon: any failure (API, transport, decoding) means relist
                 if not self._synced[tag].is_set():
                     # Started alongside the API server: poll quickly and quietly until it answers.
-                    log.debug("list %s not possible yet: %s", kind.plural, exc)
+                    log.debug("list %s not possible yet: %s", kind.plural, describe_error(exc))
                     await asyncio.sleep(0.1)
                     continue
-                log.warning("watch %s failed (%s); relisting in 1s", kind.plural, exc)
+                log.warning("watch %s failed (%s); relisting in 1s", kind.plural, describe_error(exc))
                 await asyncio.sleep(1.0)
 
     async def _resync(self) -> None:
@@ -257,7 +258,7 @@ class Provisioner:
                     await self._sync_volume(key)
                 self._backoff.pop(item, None)
             except Exception as exc:  # a daemon: log, back off, retry this object
-                log.warning("%s %s: %s (retrying)", tag, key, exc)
+                log.warning("%s %s: %s (retrying)", tag, key, describe_error(exc))
                 self._later(item)
 
     async def _sync_claim(self, key: str) -> None:

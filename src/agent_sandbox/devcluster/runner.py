@@ -1,7 +1,7 @@
 """The dev cluster's local runner: makes runtime pods really execute (docs/devcluster.md "Local runner").
 
 kwok pods run nothing. For each runtime pod (`runtime_pods.is_runtime_pod`) that kwok has started (Running,
-with a 127.x pod IP, held not Ready by the `pod-runtime-start` stage), this one process serves an
+with a 127.x pod IP, held not Ready by the `pod-start-held` stage), this one process serves an
 `agent_sandbox.runtime.RuntimeServer` bound to the pod IP, with the pod's PVC directory (or a per-pod
 directory) as workspace, then sets the pod Ready once the runtime answers its health check. When the pod
 terminates the runtime is drained (SIGTERM to its commands, SIGKILL after the grace); a per-pod workspace is

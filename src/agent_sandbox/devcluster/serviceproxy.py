@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent_sandbox.api.errortext import describe_error
 from agent_sandbox.devcluster.processes import run_component
 from agent_sandbox.kube import POD, SERVICE, ApiClient
 
@@ -168,12 +169,12 @@ class ServiceProxy:
             target = await self.target(host, port)
             up_reader, up_writer = await asyncio.open_connection(target.host, target.port)
         except ProxyRefused as exc:
-            log.warning("refused: %s", exc)
+            log.warning("refused: %s", describe_error(exc))
             writer.write(f"HTTP/1.1 {exc.status} {exc}\r\n\r\n".encode())
             await _close(writer)
             return
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
-            log.warning("connect failed: %s", exc)
+            log.warning("connect failed: %s", describe_error(exc))
             writer.write(b"HTTP/1.1 502 Bad Gateway\r\n\r\n")
             await _close(writer)
             return

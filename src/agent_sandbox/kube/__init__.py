@@ -8,11 +8,12 @@ from ._client import ApiClient, selector_string
 from ._clock import Clock, RealClock
 from ._config import ClusterConfig, ConfigError, load_config
 from ._controller import Controller, Watch
+from ._electionthread import ThreadedLeaderElector
 from ._events import EventBroadcaster, EventRecorder, EventSink, NullEventRecorder
 from ._expectations import Expectations
 from ._handlers import EnqueueHandler, MapFunc, request_for_object, requests_for_owner
 from ._informer import EventHandler, HandlerFuncs, IndexFunc, Informer, Transform, strip_managed_fields
-from ._leaderelection import LeaderElectionConfig, LeaderElectionLost, LeaderElector
+from ._leaderelection import Elector, LeaderElectionConfig, LeaderElectionLost, LeaderElector, RenewalRound
 from ._logging import configure_logging
 from ._manager import Manager, ManagerOptions, Runnable, in_cluster_namespace
 from ._ownwrites import OwnWrites
@@ -133,6 +134,7 @@ __all__ = [
     "ConfigError",
     "Conflict",
     "Controller",
+    "Elector",
     "EnqueueHandler",
     "EventBroadcaster",
     "EventHandler",
@@ -172,6 +174,7 @@ __all__ = [
     "RealClock",
     "Reconciler",
     "ReconcilerFunc",
+    "RenewalRound",
     "Request",
     "ResourceKind",
     "Result",
@@ -180,6 +183,7 @@ __all__ = [
     "ServerError",
     "StatusWriter",
     "TerminalError",
+    "ThreadedLeaderElector",
     "Timeout",
     "TokenBucket",
     "TooManyRequests",

@@ -31,6 +31,7 @@ import orjson
 from yarl import URL
 
 from .. import __version__
+from ..api.errortext import describe_error
 from ._config import ClusterConfig, load_config
 from ._protocols import StatusViaSubresource
 from ._ratelimit import TokenBucket
@@ -116,11 +117,13 @@ class ApiClient(StatusViaSubresource):
             user_agent
             or f"agent-sandbox/{__version__} ({platform.system().lower()}/{platform.machine()}) python"
         )
+        self._user_agent = ua
         self._base_headers = {"Accept": _JSON, "User-Agent": ua}
         # sock_connect, not connect: aiohttp's `connect` also counts waiting for a free pooled connection,
         # which under a burst (hundreds of requests in flight) is queueing, not a dead server.
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout)
         self._connect_timeout = connect_timeout
+        self._request_timeout = request_timeout
         self._closed = False
         self._metric_children: dict[tuple[str, str], Any] = {}
         self._duration_children: dict[str, Any] = {}
@@ -139,6 +142,33 @@ class ApiClient(StatusViaSubresource):
             ConfigError: no usable configuration.
         """
         return cls(load_config(path, context=context), **kwargs)
+
+    def clone(
+        self, *, qps: float, burst: int, user_agent_suffix: str = "", request_timeout: float | None = None
+    ) -> ApiClient:
+        """A client for the same server and credentials with its own connection pool and token bucket.
+
+        Nothing is shared but the configuration (TLS context, credentials), so the clone's requests never
+        queue behind this client's: the leader elector renews its Lease through one (controller-runtime
+        builds its leader-election client from a copy of the rest config the same way). Its session opens
+        lazily in the loop that first uses it, so a clone may serve another thread's event loop.
+
+        Args:
+            qps: the clone's own requests/s (<= 0: unthrottled).
+            burst: the clone's own token-bucket burst.
+            user_agent_suffix: appended as "/<suffix>" to this client's User-Agent (client-go's
+                `rest.AddUserAgent`), so the API server's logs and audit tell the clone's traffic apart.
+            request_timeout: whole-request timeout in seconds (default: this client's).
+        """
+        ua = f"{self._user_agent}/{user_agent_suffix}" if user_agent_suffix else self._user_agent
+        return ApiClient(
+            self.config,
+            qps=qps,
+            burst=burst,
+            user_agent=ua,
+            request_timeout=self._request_timeout if request_timeout is None else request_timeout,
+            connect_timeout=self._connect_timeout,
+        )
 
     @property
     def server(self) -> str:
@@ -263,13 +293,13 @@ class ApiClient(StatusViaSubresource):
                     dropped = True
                     continue
                 self._observe(method, "<error>", loop.time() - start)
-                raise TransportError(f"{method} {path}: {exc}") from exc
+                raise TransportError(f"{method} {path}: {describe_error(exc)}") from exc
             except TimeoutError as exc:
                 self._observe(method, "<error>", loop.time() - start)
                 raise Timeout(f"{method} {path}: timed out") from exc
             except aiohttp.ClientError as exc:
                 self._observe(method, "<error>", loop.time() - start)
-                raise TransportError(f"{method} {path}: {exc}") from exc
+                raise TransportError(f"{method} {path}: {describe_error(exc)}") from exc
             self._observe(method, str(status), loop.time() - start)
             if status < 400:
                 return data
@@ -433,7 +463,7 @@ class ApiClient(StatusViaSubresource):
         except TimeoutError as exc:
             raise Timeout(f"watch {path}: read timed out") from exc
         except aiohttp.ClientError as exc:
-            raise TransportError(f"watch {path}: {exc}") from exc
+            raise TransportError(f"watch {path}: {describe_error(exc)}") from exc
 
     # ----------------------------------------------------------------- writes
 

@@ -108,7 +108,18 @@ class ExecAuth:
         self._api_version = api_version
         self._value: str | None = None
         self._expires: float | None = None
-        self._lock = asyncio.Lock()
+        # One lock per event loop: a client cloned for the leader-election thread shares this Auth, and an
+        # asyncio.Lock that ever made a waiter wait is bound to that waiter's loop. Keyed strongly (a process
+        # has one or two loops; uvloop's loop may not be weak-referenceable).
+        self._locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+
+    @property
+    def _lock(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        lock = self._locks.get(loop)
+        if lock is None:
+            lock = self._locks[loop] = asyncio.Lock()
+        return lock
 
     async def _run(self) -> None:
         env = dict(self._env)

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..api.errortext import describe_error
 from ._clock import REAL_CLOCK, Clock
 from ._handlers import EnqueueHandler, MapFunc
 from ._informer import Informer
@@ -197,7 +198,7 @@ class Controller:
                 self._m_terminal.inc()
                 self._m_errors.inc()
                 self._m_total["error"].inc()
-            log.error("terminal reconciler error: %s", exc, exc_info=exc)
+            log.error("terminal reconciler error: %s", describe_error(exc), exc_info=exc)
         except Exception as exc:
             queue.add_rate_limited(req)
             if metrics:
@@ -206,7 +207,7 @@ class Controller:
                 if not isinstance(exc, EXPECTED_ERRORS):
                     # A programming error (KeyError, TypeError, ...) is our analogue of a recovered Go panic.
                     self._m_panics.inc()
-            log.error("reconciler error: %s", exc, exc_info=exc)
+            log.error("reconciler error: %s", describe_error(exc), exc_info=exc)
         else:
             queue.forget(req)
             if result.requeue_after and result.requeue_after > 0:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
+from ..api.errortext import describe_error
 from ._client import ApiClient
 from ._ratelimit import TokenBucket
 from ._resources import EVENT
@@ -180,9 +181,9 @@ class EventBroadcaster:
             self._series.pop(key, None)  # the Event expired server-side; next repeat creates a new one
         except Forbidden as exc:
             # A missing RBAC grant is an installation problem: say so (client-go logs rejected events too).
-            log.warning("dropping event %s/%s: %s", p.reason, ref.get("name"), exc)
+            log.warning("dropping event %s/%s: %s", p.reason, ref.get("name"), describe_error(exc))
         except KubeError as exc:
-            log.debug("dropping event %s/%s: %s", p.reason, ref.get("name"), exc)
+            log.debug("dropping event %s/%s: %s", p.reason, ref.get("name"), describe_error(exc))
 
     def _body(self, p: _Pending) -> Object:
         ref = p.regarding

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..api.errortext import describe_error
 from ._clock import REAL_CLOCK, Clock
 from ._protocols import ListWatcher
 from ._resources import ResourceKind
@@ -342,7 +343,9 @@ class Informer:
                     self._rv = None
                 except KubeError as exc:
                     delay = backoff * (1 + random.random() * 0.5)
-                    log.warning("informer %s: %s; retrying in %.1fs", self.kind.kind, exc, delay)
+                    log.warning(
+                        "informer %s: %s; retrying in %.1fs", self.kind.kind, describe_error(exc), delay
+                    )
                     await self._clock.sleep(delay)
                     backoff = min(backoff * 2, 30.0)
         finally:

@@ -13,8 +13,17 @@ Fast hand-over: while waiting, a candidate also watches its Lease; a release (ho
 immediately instead of at the next retry tick, so a successor takes over well within 2 s of a graceful
 stop. A crashed leader is replaced after the lease duration.
 
+Renewal (client-go's fast path): the leader renews optimistically with one PUT of the Lease it last
+wrote, as long as that lease is still valid on its own clock; only a failed PUT falls back to the read-
+then-write slow path.
+
+Where it runs: `LeaderElector` runs on whatever loop awaits it, with the client it is given. The manager
+runs it through `ThreadedLeaderElector` (`_electionthread`): its own thread, event loop and API client,
+so reconcile work can neither starve nor throttle renewals.
+
 Failure modes: `hold()` raises `LeaderElectionLost` when renewals keep failing for `renew_deadline`;
-the manager then stops (and the process exits non-zero, as controller-runtime does).
+the manager then stops (and the process exits non-zero, as controller-runtime does). Every failed
+attempt is logged with what failed (`describe_error`; a timed-out attempt says how long it waited).
 """
 
 from __future__ import annotations
@@ -25,17 +34,26 @@ import logging
 import random
 import socket
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
+from ..api.errortext import describe_error
 from ._client import ApiClient
 from ._clock import REAL_CLOCK, Clock
 from ._resources import LEASE
 from .errors import Conflict, KubeError, NotFound
 from .metrics import LEADER_ELECTION_STATUS
 
-__all__ = ["LeaderElectionConfig", "LeaderElectionLost", "LeaderElector", "default_identity"]
+__all__ = [
+    "Elector",
+    "LeaderElectionConfig",
+    "LeaderElectionLost",
+    "LeaderElector",
+    "RenewalRound",
+    "default_identity",
+]
 
 log = logging.getLogger("agent_sandbox.kube.leaderelection")
 
@@ -62,6 +80,51 @@ class LeaderElectionConfig:
     release_on_cancel: bool = True
 
 
+class Elector(Protocol):
+    """What the manager needs from a leader elector (`LeaderElector`, `ThreadedLeaderElector`)."""
+
+    config: LeaderElectionConfig
+    identity: str
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    async def acquire(self) -> None:
+        """Block until this candidate holds the Lease."""
+        ...
+
+    async def hold(self) -> None:
+        """Keep renewing until cancelled; raise `LeaderElectionLost` when renewal fails for too long."""
+        ...
+
+    async def release(self) -> bool:
+        """Give the Lease up at once (graceful stop); False when not leading or the write failed."""
+        ...
+
+    async def close(self) -> None:
+        """Free what the elector owns (after `release`)."""
+        ...
+
+
+# How many renewal rounds `LeaderElector.renew_rounds` keeps.
+_ROUNDS_KEPT = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class RenewalRound:
+    """One successful renewal round, on the elector's clock (monotonic seconds)."""
+
+    started: float
+    """When the round began: the retry-period sleep after the previous round ended."""
+    finished: float
+    """When the renewal write succeeded."""
+
+    @property
+    def seconds(self) -> float:
+        """How long the round took; a round reaching `renew_deadline` loses leadership."""
+        return self.finished - self.started
+
+
 def _micro_time(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -77,12 +140,16 @@ class LeaderElector:
         self.identity = config.identity or default_identity()
         self._clock = clock
         self._observed_spec: dict[str, Any] | None = None
+        self._observed_lease: dict[str, Any] | None = None
         self._observed_rv: str | None = None
+        self._why_not = ""
         self._observed_at = 0.0
         self._leader = False
         self._changed = asyncio.Event()
         self._status = LEADER_ELECTION_STATUS.labels(config.name)
         self._status.set(0)
+        self.renew_rounds: deque[RenewalRound] = deque(maxlen=_ROUNDS_KEPT)
+        """The latest successful renewal rounds, oldest first (for tests and benchmarks)."""
 
     @property
     def is_leader(self) -> bool:
@@ -110,11 +177,47 @@ class LeaderElector:
         if spec != self._observed_spec:
             self._observed_spec = spec
             self._observed_at = self._clock.now()
+        self._observed_lease = lease
         self._observed_rv = lease["metadata"]["resourceVersion"]
 
+    def _lease_valid(self, duration: float) -> bool:
+        return self._observed_at + duration > self._clock.now()
+
+    async def _renew_optimistically(self) -> bool:
+        """client-go's fast path: PUT the lease we last wrote, renewed, without reading it first."""
+        lease, spec = self._observed_lease, self._observed_spec or {}
+        if lease is None or spec.get("holderIdentity") != self.identity:
+            return False
+        if not self._lease_valid(float(spec.get("leaseDurationSeconds") or self.config.lease_duration)):
+            return False
+        renewed = {
+            **lease,
+            "spec": self._record(
+                transitions=int(spec.get("leaseTransitions") or 0), acquire_time=spec.get("acquireTime")
+            ),
+        }
+        try:
+            updated = await self._client.update(LEASE, renewed)
+        except KubeError as exc:
+            cfg = self.config
+            log.info(
+                "failed to update lease %s/%s optimistically: %s; falling back to slow path",
+                cfg.namespace,
+                cfg.name,
+                describe_error(exc),
+            )
+            return False
+        self._observe(updated)
+        return True
+
     async def try_acquire_or_renew(self) -> bool:
-        """One attempt: create the Lease, renew it, or take it over if free/expired. Returns success."""
+        """One attempt: create the Lease, renew it, or take it over if free/expired. Returns success.
+
+        When it returns False, `why_not` says why (the holder, or the write that lost a race).
+        """
         cfg = self.config
+        if await self._renew_optimistically():
+            return True
         try:
             lease = await self._client.get(LEASE, cfg.name, namespace=cfg.namespace)
         except NotFound:
@@ -127,6 +230,7 @@ class LeaderElector:
             try:
                 created = await self._client.create(LEASE, body)
             except Conflict:  # AlreadyExists: another candidate created it first
+                self._why_not = "another candidate created the Lease first"
                 return False
             self._observe(created)
             return True
@@ -134,8 +238,8 @@ class LeaderElector:
         spec = self._observed_spec or {}
         holder = spec.get("holderIdentity") or ""
         duration = float(spec.get("leaseDurationSeconds") or cfg.lease_duration)
-        valid = self._observed_at + duration > self._clock.now()
-        if holder and holder != self.identity and valid:
+        if holder and holder != self.identity and self._lease_valid(duration):
+            self._why_not = f"the Lease is held by {holder}"
             return False
         mine = holder == self.identity
         # client-go: keep acquireTime/transitions while renewing, count a transition on takeover.
@@ -145,10 +249,16 @@ class LeaderElector:
         )
         try:
             updated = await self._client.update(LEASE, lease)
-        except Conflict:
+        except Conflict as exc:
+            self._why_not = f"the Lease changed while we wrote it ({describe_error(exc)})"
             return False
         self._observe(updated)
         return True
+
+    @property
+    def why_not(self) -> str:
+        """Why the last `try_acquire_or_renew` returned False."""
+        return self._why_not
 
     # ------------------------------------------------------------------ campaign
 
@@ -164,7 +274,7 @@ class LeaderElector:
                 ):
                     self._changed.set()
             except KubeError as exc:
-                log.debug("lease watch ended: %s", exc)
+                log.debug("lease watch ended: %s", describe_error(exc))
                 await self._clock.sleep(cfg.retry_period)
 
     async def acquire(self) -> None:
@@ -179,7 +289,9 @@ class LeaderElector:
                     if await self.try_acquire_or_renew():
                         break
                 except KubeError as exc:
-                    log.warning("error acquiring lease %s/%s: %s", cfg.namespace, cfg.name, exc)
+                    log.warning(
+                        "error acquiring lease %s/%s: %s", cfg.namespace, cfg.name, describe_error(exc)
+                    )
                 # Wake on the next Lease change or after a jittered retry period, whichever first.
                 delay = cfg.retry_period * (1 + random.random() * 0.2)
                 with contextlib.suppress(TimeoutError):
@@ -195,24 +307,47 @@ class LeaderElector:
         )
 
     async def hold(self) -> None:
-        """Renew every retry period until cancelled; raise `LeaderElectionLost` if renewal fails too long."""
+        """Renew every retry period until cancelled; raise `LeaderElectionLost` if renewal fails too long.
+
+        One round (client-go `renew`): retry every `retry_period` until a renewal succeeds, each attempt
+        bounded by what is left of `renew_deadline`; a round that reaches the deadline loses leadership.
+        """
         cfg = self.config
         while True:
             await self._clock.sleep(cfg.retry_period)
-            deadline = self._clock.now() + cfg.renew_deadline
+            started = self._clock.now()
+            deadline = started + cfg.renew_deadline
+            last_error = ""
             while True:
+                budget = max(0.1, deadline - self._clock.now())
                 ok = False
                 try:
-                    async with asyncio.timeout(max(0.1, deadline - self._clock.now())):
+                    async with asyncio.timeout(budget):
                         ok = await self.try_acquire_or_renew()
-                except (KubeError, TimeoutError) as exc:
-                    log.warning("failed to renew lease %s/%s: %s", cfg.namespace, cfg.name, exc)
+                    if not ok:
+                        last_error = self._why_not
+                except TimeoutError:
+                    last_error = describe_error(
+                        TimeoutError(f"renewal attempt timed out after {budget:.1f}s")
+                    )
+                except KubeError as exc:
+                    last_error = describe_error(exc)
                 if ok:
+                    done = RenewalRound(started, self._clock.now())
+                    self.renew_rounds.append(done)
+                    # client-go logs this at V(4); `--zap-log-level=debug` shows every renewal and its time.
+                    log.debug(
+                        "successfully renewed lease %s/%s in %.3fs", cfg.namespace, cfg.name, done.seconds
+                    )
                     break
+                log.warning("failed to renew lease %s/%s: %s", cfg.namespace, cfg.name, last_error)
                 if self._clock.now() >= deadline:
                     self._leader = False
                     self._status.set(0)
-                    raise LeaderElectionLost(f"leader election lost: lease {cfg.namespace}/{cfg.name}")
+                    raise LeaderElectionLost(
+                        f"leader election lost: lease {cfg.namespace}/{cfg.name} not renewed within the "
+                        f"{cfg.renew_deadline:g}s renew deadline (last error: {last_error})"
+                    )
                 await self._clock.sleep(min(cfg.retry_period, max(0.0, deadline - self._clock.now())))
 
     async def release(self) -> bool:
@@ -238,7 +373,10 @@ class LeaderElector:
         try:
             await self._client.update(LEASE, lease)
         except KubeError as exc:
-            log.error("failed to release lease %s/%s: %s", cfg.namespace, cfg.name, exc)
+            log.error("failed to release lease %s/%s: %s", cfg.namespace, cfg.name, describe_error(exc))
             return False
         log.info("released lease %s/%s", cfg.namespace, cfg.name)
         return True
+
+    async def close(self) -> None:
+        """Nothing to free: the client belongs to the caller."""

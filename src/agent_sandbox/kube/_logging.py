@@ -19,6 +19,8 @@ from typing import Any
 
 import orjson
 
+from ..api.errortext import describe_error
+
 __all__ = [
     "LEVELS",
     "STACKTRACE_LEVELS",
@@ -144,7 +146,7 @@ class JsonFormatter(logging.Formatter):
         }
         entry.update(_fields(record))
         if record.exc_info and record.exc_info[1] is not None:
-            entry["error"] = str(record.exc_info[1])
+            entry["error"] = describe_error(record.exc_info[1])
             if record.levelno >= self._stack_level:
                 entry["stacktrace"] = "".join(traceback.format_exception(*record.exc_info))
         return orjson.dumps(entry, default=str).decode()
@@ -169,7 +171,7 @@ class ConsoleFormatter(logging.Formatter):
             if record.levelno >= self._stack_level:
                 line += "\n" + "".join(traceback.format_exception(*record.exc_info))
             else:
-                line += f"\terror={record.exc_info[1]}"
+                line += f"\terror={describe_error(record.exc_info[1])}"
         return line
 
 

@@ -8,6 +8,11 @@ Start order (controller-runtime `manager`, controllers spec §5.3-5.4):
 3. leader election (if enabled): block until the Lease is held, keep renewing it in the background;
 4. leader-gated runnables (controllers).
 
+Leader election runs on its own thread, event loop and API client (`ThreadedLeaderElector` with
+`ApiClient.clone`): its own connection and token bucket (`LEASE_CLIENT_QPS`/`LEASE_CLIENT_BURST`,
+independent of `--kube-api-qps`), so neither a busy event loop nor a throttled or saturated shared
+client can delay a renewal past the renew deadline.
+
 Everything runs in one `asyncio.TaskGroup`. When `stop` is set: leader-gated runnables are cancelled
 first and drain their in-flight work (bounded by `graceful_shutdown_timeout`), then the Lease is released
 (a successor takes over at once), then caches and servers stop. If any runnable fails, or leadership is
@@ -28,17 +33,31 @@ from prometheus_client import CollectorRegistry
 
 from ._cache import Cache, CachedClient, CacheOptions
 from ._client import ApiClient
+from ._electionthread import ThreadedLeaderElector
 from ._events import EventBroadcaster, EventRecorder
-from ._leaderelection import LeaderElectionConfig, LeaderElector, default_identity
+from ._leaderelection import Elector, LeaderElectionConfig, default_identity
 from ._pprof import add_pprof_routes
 from ._servers import Check, HealthServer, MetricsServer
 from .metrics import REGISTRY
 
-__all__ = ["Manager", "ManagerOptions", "Runnable", "in_cluster_namespace"]
+__all__ = [
+    "LEASE_CLIENT_BURST",
+    "LEASE_CLIENT_QPS",
+    "Manager",
+    "ManagerOptions",
+    "Runnable",
+    "in_cluster_namespace",
+]
 
 log = logging.getLogger("agent_sandbox.kube.manager")
 
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+# The leader-election client's own budget. A leader makes one request per retry period (a PUT; a GET
+# too on the slow path), so client-go's default 5 qps / 10 burst is ample, and a renewal never waits
+# for tokens the reconcilers spent.
+LEASE_CLIENT_QPS = 5.0
+LEASE_CLIENT_BURST = 10
 
 
 class Runnable(Protocol):
@@ -84,7 +103,7 @@ class ManagerOptions:
     event_hold: Callable[[float], Awaitable[None]] | None = None
     """Awaited with an Event's age before it is written (lets a busier write path go first)."""
     new_cache: Callable[[ApiClient, CacheOptions], Cache] | None = None
-    new_elector: Callable[[ApiClient, LeaderElectionConfig], LeaderElector] | None = None
+    new_elector: Callable[[ApiClient, LeaderElectionConfig], Elector] | None = None
 
 
 class Manager:
@@ -106,14 +125,14 @@ class Manager:
         if opts.enable_pprof or opts.enable_pprof_debug:
             add_pprof_routes(self.metrics_server.app, debug=opts.enable_pprof_debug)
         self.health_server = HealthServer(opts.health_probe_bind_address)
-        self.elector: LeaderElector | None = None
+        self.elector: Elector | None = None
         if opts.leader_election:
             self.elector = self._new_elector(opts)
         self.elected = asyncio.Event()
         """Set once leader-gated runnables may run (immediately when leader election is off)."""
         self._runnables: list[Runnable] = [self.events]
 
-    def _new_elector(self, opts: ManagerOptions) -> LeaderElector:
+    def _new_elector(self, opts: ManagerOptions) -> Elector:
         if not opts.leader_election_id:
             raise ValueError("leader election requires a leader election id")
         namespace = opts.leader_election_namespace or in_cluster_namespace()
@@ -131,7 +150,15 @@ class Manager:
             retry_period=opts.retry_period,
             release_on_cancel=opts.leader_election_release_on_cancel,
         )
-        return opts.new_elector(self.api, cfg) if opts.new_elector else LeaderElector(self.api, cfg)
+        if opts.new_elector:
+            return opts.new_elector(self.api, cfg)
+        lease_client = self.api.clone(
+            qps=LEASE_CLIENT_QPS,
+            burst=LEASE_CLIENT_BURST,
+            user_agent_suffix="leader-election",
+            request_timeout=opts.renew_deadline,
+        )
+        return ThreadedLeaderElector(lease_client, cfg)
 
     def add(self, runnable: Runnable) -> None:
         """Register a runnable (before `start`)."""
@@ -195,10 +222,13 @@ class Manager:
             starting.cancel()
             await self._stop_tasks(leader_tasks, self.options.graceful_shutdown_timeout)
             await self._stop_tasks(hold, 1.0)
-            if self.elector is not None and self.options.leader_election_release_on_cancel:
+            if self.elector is not None:
+                if self.options.leader_election_release_on_cancel:
+                    with contextlib.suppress(Exception):
+                        async with asyncio.timeout(2.0):
+                            await self.elector.release()
                 with contextlib.suppress(Exception):
-                    async with asyncio.timeout(2.0):
-                        await self.elector.release()
+                    await self.elector.close()
             await self._stop_tasks(background, 5.0)
             log.info("manager stopped")
 

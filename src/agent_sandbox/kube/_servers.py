@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from ..api.errortext import describe_error
+
 __all__ = ["Check", "HealthServer", "HttpServer", "MetricsServer", "parse_bind_address"]
 
 log = logging.getLogger("agent_sandbox.kube.servers")
@@ -119,7 +121,7 @@ class HealthServer(HttpServer):
                     passed = bool(await result) if inspect.isawaitable(result) else bool(result)
                 except Exception as exc:
                     passed = False
-                    log.warning("health check %s failed: %s", name, exc)
+                    log.warning("health check %s failed: %s", name, describe_error(exc))
                 ok &= passed
                 lines.append(f"[{'+' if passed else '-'}]{name} {'ok' if passed else 'failed'}")
             if ok and "verbose" not in request.query:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from ..api.errortext import describe_error
 from ._resolve import Target
 from ._routing import Route, RouteError, parse_route
 from ._server import ClientConnection
@@ -154,7 +155,7 @@ class _Session:
         try:
             frames, blocks = self.frames.feed(data)
         except Exception as exc:  # hpack errors, malformed frames
-            log.info("h2c: malformed client frames: %s", exc)
+            log.info("h2c: malformed client frames: %s", describe_error(exc))
             self._goaway()
             return
         for stream, headers in blocks:

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..api.errortext import describe_error
 from ..kube import ConfigError as KubeConfigError
 from ..kube import TracingError
 from ..kube.buildinfo import version_text
@@ -59,7 +60,7 @@ async def run(config: RouterConfig, argv: Sequence[str] = ()) -> int:
     try:
         await router.start()
     except (StartupError, KubeConfigError, TracingError, OSError) as exc:
-        log.error("router failed to start", extra={"error": str(exc)})
+        log.error("router failed to start", extra={"error": describe_error(exc)})
         print(f"{PROGRAM}: {exc}", file=sys.stderr)
         return 1
     publisher = None

@@ -26,6 +26,7 @@ from typing import Any
 
 import httptools
 
+from ..api.errortext import describe_error
 from ._accesslog import AccessLog
 from ._lifecycle import RETRY_AFTER, ResumeFailed, RouterLifecycle
 from ._metrics import RouterMetrics
@@ -343,7 +344,7 @@ class Proxy:
                     extra={
                         "sandbox_id": route.sandbox_id,
                         "sandbox_namespace": route.namespace,
-                        "error": str(exc),
+                        "error": describe_error(exc),
                     },
                 )
                 self.metrics.upstream_error(route.namespace, "timeout" if timed_out else "dial")

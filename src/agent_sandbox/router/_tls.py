@@ -19,6 +19,8 @@ import os
 import ssl
 from collections.abc import Callable
 
+from ..api.errortext import describe_error
+
 __all__ = ["ReloadingTLS", "build_context"]
 
 log = logging.getLogger("agent_sandbox.router.tls")
@@ -81,7 +83,10 @@ class ReloadingTLS:
             trial.load_cert_chain(self.cert_file, self.key_file)
             self.context.load_cert_chain(self.cert_file, self.key_file)
         except (OSError, ssl.SSLError) as exc:
-            log.error("TLS certificate reload failed; keeping the previous one", extra={"error": str(exc)})
+            log.error(
+                "TLS certificate reload failed; keeping the previous one",
+                extra={"error": describe_error(exc)},
+            )
             ok = False
         else:
             log.info("TLS certificate reloaded", extra={"cert": self.cert_file})

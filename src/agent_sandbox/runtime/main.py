@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 
+from ..api.errortext import describe_error
 from .config import RuntimeConfig, parse_args
 from .server import RuntimeServer
 
@@ -54,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         asyncio.run(serve(config))
     except OSError as err:
-        log.error("cannot serve: %s", err)
+        log.error("cannot serve: %s", describe_error(err))
         return 1
     return 0
 

@@ -11,9 +11,13 @@ from typing import Any
 import pytest
 
 from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.devcluster.cluster import ClusterError
 from agent_sandbox.devcluster.config import (
     EXIT_AFTER_ANNOTATION,
     EXIT_CODE_ANNOTATION,
+    READINESS_ANNOTATION,
+    READINESS_EXTERNAL,
+    START_AFTER_ANNOTATION,
     STORAGE_CLASS_IMMEDIATE,
     STORAGE_CLASS_WFFC,
 )
@@ -96,6 +100,81 @@ def _unschedulable(cluster: DevCluster, namespace: str, name: str) -> dict[str, 
 
     got: dict[str, Any] = wait_for(check, what=f"pod {name} Unschedulable")
     return got
+
+
+# -- pod start and readiness ---------------------------------------------------------------------------------
+def _conditions(pod: dict[str, Any]) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}
+
+
+def _scheduled_then_ready(cluster: DevCluster, namespace: str, name: str) -> tuple[float, dict[str, Any]]:
+    """Seconds from first seeing the pod scheduled (still not started) to first seeing it Ready."""
+    scheduled = wait_for(
+        lambda: (lambda p: p if p and p["spec"].get("nodeName") else None)(
+            _get(cluster, _pod_path(namespace, name))
+        ),
+        what=f"pod {name} scheduled",
+        interval=0.02,
+    )
+    seen_at = time.monotonic()
+    assert scheduled["status"].get("phase") == "Pending"
+    assert _conditions(scheduled).get("Ready") != "True"
+    ready = _wait_ready(cluster, namespace, name)
+    return time.monotonic() - seen_at, ready
+
+
+def test_a_scheduled_pod_starts_after_its_start_delay(cluster: DevCluster, namespace: str) -> None:
+    cfg = cluster.config
+    assert cfg.pod_start_delay_ms > 0  # the test cluster keeps the ~1 s default
+    # Timed from the first poll that saw the pod scheduled: at most ~0.3 s after it was.
+    _create(cluster, _pod_path(namespace), _pod("default"))
+    took, ready = _scheduled_then_ready(cluster, namespace, "default")
+    assert took >= cfg.pod_start_delay_ms / 1000 - 0.3, f"Ready {took:.2f}s after scheduling"
+    status = ready["status"]["containerStatuses"][0]
+    assert (status["ready"], status["started"], "running" in status["state"]) == (True, True, True)
+    # A pod's own start-after annotation replaces the configured delay (and its jitter).
+    _create(cluster, _pod_path(namespace), _pod("slow", annotations={START_AFTER_ANNOTATION: "2500ms"}))
+    slow_took, _ = _scheduled_then_ready(cluster, namespace, "slow")
+    assert slow_took >= 2.5 - 0.3, f"the start-after pod was Ready {slow_took:.2f}s after scheduling"
+
+
+def test_a_pod_with_external_readiness_runs_not_ready_until_reported(
+    cluster: DevCluster, namespace: str
+) -> None:
+    annotations = {READINESS_ANNOTATION: READINESS_EXTERNAL, START_AFTER_ANNOTATION: "200ms"}
+    _create(cluster, _pod_path(namespace), _pod("held", annotations=annotations))
+    running = wait_for(
+        lambda: (lambda p: p if p and p["status"].get("phase") == "Running" else None)(
+            _get(cluster, _pod_path(namespace, "held"))
+        ),
+        what="held pod Running",
+    )
+    assert _conditions(running)["Ready"] == "False"
+    assert _conditions(running)["ContainersReady"] == "False"
+    ready_cond = next(c for c in running["status"]["conditions"] if c["type"] == "Ready")
+    assert ready_cond["reason"] == "ContainersNotReady"
+    assert ready_cond["message"] == "containers with unready status: [main]"
+    container = running["status"]["containerStatuses"][0]
+    assert (container["ready"], container["started"], "running" in container["state"]) == (False, True, True)
+    assert running["status"]["podIP"].startswith("127.")
+    # kwok leaves it alone: still not Ready well after the start delay.
+    time.sleep(1.5)
+    assert _conditions(_get(cluster, _pod_path(namespace, "held")))["Ready"] == "False"
+    # The outside component (a local runner) reports readiness, then its loss.
+    cluster.set_pod_ready(namespace, "held", True)
+    assert _ready(_get(cluster, _pod_path(namespace, "held")))
+    cluster.set_pod_ready(namespace, "held", False)
+    again = _get(cluster, _pod_path(namespace, "held"))
+    assert _conditions(again)["Ready"] == "False"
+    assert again["status"]["containerStatuses"][0]["ready"] is False
+    # A pod that is not running cannot be reported ready.
+    _create(cluster, _pod_path(namespace), _pod("later", annotations={START_AFTER_ANNOTATION: "60s"}))
+    wait_for(
+        lambda: (_get(cluster, _pod_path(namespace, "later")) or {}).get("spec", {}).get("nodeName"),
+        what="scheduled",
+    )
+    with pytest.raises(ClusterError, match="not Running"):
+        cluster.set_pod_ready(namespace, "later", True)
 
 
 # -- storage -------------------------------------------------------------------------------------------------
@@ -304,6 +383,42 @@ def test_deleted_pod_stays_terminating_for_its_capped_grace_period(
     # The pod's 30 s grace period is capped by the cluster's knob: gone well before 30 s.
     _wait_gone(cluster, _pod_path(namespace, "web"), timeout=cap + 15)
     assert time.monotonic() - start >= cap * 0.8
+
+
+def test_a_deleted_ready_pod_turns_not_ready_at_once_then_finishes_its_grace_period(
+    cluster: DevCluster, namespace: str
+) -> None:
+    _create(cluster, _pod_path(namespace), _pod("web"))
+    _wait_ready(cluster, namespace, "web")
+    assert cluster.admin().request("DELETE", _pod_path(namespace, "web"))[0] == 200
+    # Sample until the pod is gone: (phase, Ready, ContainersReady, containers ready, containers running).
+    states: list[tuple[Any, ...]] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        pod = _get(cluster, _pod_path(namespace, "web"))
+        if pod is None:
+            break
+        conds = _conditions(pod)
+        containers = pod["status"].get("containerStatuses", [])
+        state = (
+            pod["status"].get("phase"),
+            conds.get("Ready"),
+            conds.get("ContainersReady"),
+            tuple(c["ready"] for c in containers),
+            tuple("running" in c["state"] for c in containers),
+        )
+        if not states or states[-1] != state:
+            states.append(state)
+        time.sleep(0.02)
+    else:
+        pytest.fail(f"pod not gone after 30s: {states}")
+    not_ready = ("Running", "False", "False", (False,), (True,))
+    # NotReady while its containers still run, then killed at the end of the grace period, then gone.
+    assert not_ready in states, states
+    assert all(
+        s == ("Running", "True", "True", (True,), (True,)) for s in states[: states.index(not_ready)]
+    ), states
+    assert all(s[0] == "Failed" for s in states[states.index(not_ready) + 1 :]), states
 
 
 def test_finalizer_keeps_a_deleted_pod_until_it_is_removed(cluster: DevCluster, namespace: str) -> None:

@@ -77,11 +77,14 @@ class Installed:
         *,
         count: int = 1,
         image: str | None = None,
+        args: list[str] | None = None,
         namespace: str = SYSTEM_NS,
         timeout: float = 90.0,
     ) -> list[dict[str, Any]]:
         """Wait until exactly `count` pods of `selector` (of `image`, when given) run a process that passes
-        the pod's readinessProbe, and no other pod of `selector` has one (a rollout has finished)."""
+        the pod's readinessProbe, and no other pod of `selector` has one (a rollout has finished). `image` and
+        `args` pick the pods of one Deployment revision: right after an apply the old pod is still the only
+        ready one until the Deployment controller has started its replacement."""
         deadline = time.monotonic() + timeout
         while True:
             pods = [
@@ -96,6 +99,7 @@ class Installed:
                 for p in pods
                 if self.pods.ready(p["metadata"]["uid"])
                 and (image is None or p["spec"]["containers"][0]["image"] == image)
+                and (args is None or p["spec"]["containers"][0].get("args") == args)
             ]
             if len(ready) == count and len(pods) == count:
                 return ready

@@ -30,7 +30,7 @@ IMAGE_SCRIPTS = {
 
 @pytest.fixture(scope="module")
 def wheel_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A virtualenv holding only the wheel; its dependencies come from this venv's site-packages."""
+    """A virtualenv holding only the wheels (project + SDK); other dependencies come from this venv's site-packages."""
     tmp = tmp_path_factory.mktemp("wheel")
     build = subprocess.run(
         [
@@ -43,17 +43,19 @@ def wheel_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "-w",
             str(tmp / "dist"),
             str(REPO_ROOT),
+            str(REPO_ROOT / "clients" / "python"),  # the CLI's SDK, a dependency that is not on PyPI
         ],
         capture_output=True,
         text=True,
     )
     assert build.returncode == 0, build.stderr
-    (wheel,) = (tmp / "dist").glob("agent_sandbox-*.whl")
+    wheels = sorted(str(w) for w in (tmp / "dist").glob("agent_sandbox*.whl"))
+    assert len(wheels) == 2, wheels
     env = tmp / "venv"
     venv.create(env, with_pip=False)
     python = env / "bin" / "python"
     install = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--quiet", str(wheel)],
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--quiet", *wheels],
         capture_output=True,
         text=True,
     )

@@ -176,16 +176,32 @@ async def test_suspend_and_resume_re_resolve(cached_router: Router, kube: ApiCli
     await eventually(unreachable, "suspended gamma unreachable")
     # kwok hands a freed address out again soon; plain pods (no sandbox's, no runtime) take addresses until
     # one holds the old one, so the resumed pod gets a new address and the old one answers nothing.
-    holder = await _hold_address(kube, namespace, old_ip)
+    # (Another test's pod may take it first: the check below asks who holds it then.)
+    await _hold_address(kube, namespace, old_ip)
     await kube.patch(SANDBOX, "gamma", {"spec": {"operatingMode": "Running"}}, namespace=namespace)
+    # The resumed pod has another address (waited for, so the stale-IP case below is always exercised).
     await sandbox_pod(kube, namespace, "gamma", not_ip=old_ip)
     await eventually(reachable, "resumed gamma reachable by name")
-    # A client still holding the old pod IP is re-resolved to the resumed pod (nothing listens on the old
-    # address any more, so a 200 means the router did not dial it).
-    assert holder is not None, (
-        f"no plain pod got the freed address {old_ip}; the stale-IP case is not exercised"
+    # A client still holding the old pod IP: while no sandbox holds that address it is re-resolved to the
+    # resumed pod ("gamma" means the old address was not dialled); once another sandbox's pod holds it
+    # (a parallel test's), it is refused as that sandbox's, never proxied to it.
+    stale = {**headers, "X-Sandbox-Pod-IP": old_ip}
+    if await _sandbox_holding(kube, old_ip):
+        assert await execute(cached_router, stale) == (
+            403,
+            {"detail": f"X-Sandbox-Pod-IP {old_ip} does not belong to sandbox {namespace}/gamma."},
+        )
+    else:
+        assert await answered_by(cached_router, stale) == "gamma"
+
+
+async def _sandbox_holding(kube: ApiClient, ip: str) -> bool:
+    """Whether a Sandbox's pod (in any namespace) has `ip` now."""
+    return any(
+        (pod.get("status") or {}).get("podIP") == ip
+        and any(o.get("kind") == "Sandbox" for o in pod["metadata"].get("ownerReferences") or [])
+        for pod in await kube.list(POD)
     )
-    assert await answered_by(cached_router, {**headers, "X-Sandbox-Pod-IP": old_ip}) == "gamma"
 
 
 async def _hold_address(kube: ApiClient, namespace: str, ip: str, attempts: int = 6) -> str | None:

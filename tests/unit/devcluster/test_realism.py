@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +16,19 @@ from agent_sandbox.devcluster.config import (
     EXIT_CODE_ANNOTATION,
     HOST_PATH_ANNOTATION,
     NOT_READY_LABEL,
+    POD_READINESS_EXPRESSION,
     PROVISIONER_NAME,
     PROVISIONER_USER,
+    READINESS_ANNOTATION,
+    READINESS_EXTERNAL,
+    START_AFTER_ANNOTATION,
     STORAGE_CLASS_IMMEDIATE,
     STORAGE_CLASS_WFFC,
     TERMINATE_AT_ANNOTATION,
     ClusterConfig,
     kwok_stages_yaml,
     provisioner_binding_manifest,
+    readiness_held_jq,
     storage_class_manifests,
 )
 from agent_sandbox.devcluster.provisioner import (
@@ -33,7 +39,8 @@ from agent_sandbox.devcluster.provisioner import (
     should_delete,
     should_provision,
 )
-from agent_sandbox.devcluster.simulation import ready_status, with_taint, without_taint
+from agent_sandbox.devcluster.runtime_pods import runtime_pod_jq
+from agent_sandbox.devcluster.simulation import pod_readiness_status, ready_status, with_taint, without_taint
 
 pytestmark = pytest.mark.unit
 
@@ -44,6 +51,10 @@ def _stages(cfg: ClusterConfig | None = None) -> dict[str, Any]:
 
 def _selector(stage: dict[str, Any]) -> dict[str, str]:
     return {e["key"]: e["operator"] for e in stage["spec"]["selector"]["matchExpressions"]}
+
+
+def _values(stage: dict[str, Any]) -> dict[str, list[str] | None]:
+    return {e["key"]: e.get("values") for e in stage["spec"]["selector"]["matchExpressions"]}
 
 
 # -- kwok stages --------------------------------------------------------------------------------------------
@@ -57,7 +68,61 @@ def test_stage_knobs_are_filled_from_the_config() -> None:
     assert "min (mul $grace 1000) 4321" in terminating["template"]
 
 
-@pytest.mark.parametrize("field", ["pod_grace_period_cap_ms", "pod_exit_delay_ms"])
+def test_pod_start_waits_the_configured_delay_plus_jitter_or_the_pods_own_start_after() -> None:
+    start = _stages(ClusterConfig(pod_start_delay_ms=700, pod_start_jitter_ms=250))["pod-ready"]
+    delay = start["spec"]["delay"]
+    # kwok draws the delay uniformly from [durationMilliseconds, jitterDurationMilliseconds).
+    assert (delay["durationMilliseconds"], delay["jitterDurationMilliseconds"]) == (700, 950)
+    # The annotation sets both bounds, so a pod that names its start delay gets exactly that.
+    own = f'.metadata.annotations["{START_AFTER_ANNOTATION}"]'
+    assert delay["durationFrom"]["expressionFrom"] == own
+    assert delay["jitterDurationFrom"]["expressionFrom"] == own
+    instant = _stages(ClusterConfig(pod_start_delay_ms=0, pod_start_jitter_ms=0))["pod-ready"]["spec"][
+        "delay"
+    ]
+    assert (instant["durationMilliseconds"], instant["jitterDurationMilliseconds"]) == (0, 0)
+
+
+def test_defaults_start_pods_in_about_a_second() -> None:
+    cfg = ClusterConfig()
+    assert 500 <= cfg.pod_start_delay_ms <= cfg.pod_start_delay_ms + cfg.pod_start_jitter_ms <= 1500
+
+
+def test_pods_whose_readiness_is_decided_elsewhere_start_running_but_not_ready() -> None:
+    stages = _stages(ClusterConfig(pod_start_delay_ms=700, pod_start_jitter_ms=250))
+    ready, held = stages["pod-ready"], stages["pod-start-held"]
+    held_jq = readiness_held_jq()
+    # One expression splits pending pods between the two stages: never both, never neither.
+    assert _values(ready)[held_jq] == ["kwok"]
+    assert _values(held)[held_jq] == ["held"]
+    assert f'["{READINESS_ANNOTATION}"] == "{READINESS_EXTERNAL}"' in held_jq
+    assert runtime_pod_jq() in held_jq  # runtime pods are held for the local runner
+    assert held["spec"]["delay"] == ready["spec"]["delay"]  # both start after the same delay
+    template = held["spec"]["next"]["statusTemplate"]
+    assert template.count("reason: ContainersNotReady") == 2
+    assert "ready: false" in template
+    assert "ContainersNotReady" not in ready["spec"]["next"]["statusTemplate"]  # kwok's pods start Ready
+
+
+def test_a_deleted_ready_pod_turns_not_ready_before_its_grace_period_starts() -> None:
+    stages = _stages()
+    not_ready, terminating = stages["pod-not-ready-on-delete"], stages["pod-terminating"]
+    for stage in (not_ready, terminating):
+        assert _selector(stage)[".metadata.deletionTimestamp"] == "Exists"
+        assert _selector(stage)[f'.metadata.annotations["{TERMINATE_AT_ANNOTATION}"]'] == "DoesNotExist"
+    # The same readiness expression splits deleted pods between the two stages: never both (kwok would pick
+    # one at random), never neither.
+    assert _values(not_ready)[POD_READINESS_EXPRESSION] == ["ready"]
+    assert _values(terminating)[POD_READINESS_EXPRESSION] == ["not-ready"]
+    template = not_ready["spec"]["next"]["statusTemplate"]
+    assert template.count('status: "False"') == 2  # Ready and ContainersReady
+    assert '$_ := set $status "ready" false' in template
+    assert "phase" not in template  # containers keep running until the grace period ends
+
+
+@pytest.mark.parametrize(
+    "field", ["pod_grace_period_cap_ms", "pod_exit_delay_ms", "pod_start_delay_ms", "pod_start_jitter_ms"]
+)
 def test_negative_delays_are_rejected(field: str) -> None:
     with pytest.raises(ValueError, match=field):
         kwok_stages_yaml(ClusterConfig(**{field: -1}))  # type: ignore[arg-type]
@@ -313,3 +378,51 @@ def test_cluster_state_remembers_its_config(tmp_path: Path) -> None:
     # A state written before a knob existed (or with one since removed) still loads.
     state.config = {"name": "x", "gone_knob": 1}
     assert DevCluster(state).config == ClusterConfig(name="x")
+
+
+def _running_pod(ready: bool) -> dict[str, Any]:
+    value = "True" if ready else "False"
+    return {
+        "metadata": {"name": "p", "namespace": "ns"},
+        "spec": {"containers": [{"name": "main"}, {"name": "side"}]},
+        "status": {
+            "phase": "Running",
+            "conditions": [
+                {"type": "Initialized", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                {"type": "Ready", "status": value, "lastTransitionTime": "2026-01-01T00:00:01Z"},
+                {"type": "ContainersReady", "status": value, "lastTransitionTime": "2026-01-01T00:00:01Z"},
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            ],
+            "containerStatuses": [
+                {"name": "main", "ready": ready, "started": True, "state": {"running": {"startedAt": "x"}}},
+                {"name": "side", "ready": ready, "started": True, "state": {"running": {"startedAt": "x"}}},
+            ],
+        },
+    }
+
+
+def test_pod_readiness_status_flips_ready_conditions_and_containers_and_keeps_the_rest() -> None:
+    now = datetime(2026, 1, 2, tzinfo=UTC)
+    ready = pod_readiness_status(_running_pod(False), True, now=now)
+    conds = {c["type"]: c for c in ready["conditions"]}
+    assert set(conds) == {"Initialized", "PodScheduled", "Ready", "ContainersReady"}
+    assert conds["Initialized"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+    assert conds["Ready"] == {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-02T00:00:00Z"}
+    assert [c["ready"] for c in ready["containerStatuses"]] == [True, True]
+    assert ready["containerStatuses"][0]["state"] == {"running": {"startedAt": "x"}}
+
+    not_ready = pod_readiness_status(_running_pod(True), False, now=now)
+    cond = {c["type"]: c for c in not_ready["conditions"]}["ContainersReady"]
+    assert cond["reason"] == "ContainersNotReady"
+    assert cond["message"] == "containers with unready status: [main side]"
+    assert [c["ready"] for c in not_ready["containerStatuses"]] == [False, False]
+    # No change of status: the transition time stays.
+    same = pod_readiness_status(_running_pod(True), True, now=now)
+    assert {c["type"]: c for c in same["conditions"]}["Ready"]["lastTransitionTime"] == "2026-01-01T00:00:01Z"
+
+
+def test_only_a_running_pod_can_be_reported_ready() -> None:
+    pod = _running_pod(False)
+    pod["status"]["phase"] = "Pending"
+    with pytest.raises(ValueError, match="ns/p is Pending, not Running"):
+        pod_readiness_status(pod, True)

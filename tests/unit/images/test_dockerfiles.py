@@ -85,7 +85,7 @@ def test_dockerfile_rules(image: str) -> None:
     ]
     for copy in copies_from_context:
         for source in copy.value[:-1]:
-            assert source.rstrip("/") in ("pyproject.toml", "README.md", "src"), (
+            assert source.rstrip("/") in ("pyproject.toml", "README.md", "src", "clients/python"), (
                 f"{source} is not in the build context (.dockerignore)"
             )
 
@@ -121,4 +121,4 @@ def test_entry_point_is_a_console_script_of_the_wheel(image: str) -> None:
 def test_dockerignore_keeps_the_build_context_small() -> None:
     lines = [ln for ln in (ROOT / ".dockerignore").read_text().splitlines() if ln and not ln.startswith("#")]
     assert lines[0] == "*"
-    assert {"!pyproject.toml", "!README.md", "!src/"} <= set(lines)
+    assert {"!pyproject.toml", "!README.md", "!src/", "!clients/python/"} <= set(lines)

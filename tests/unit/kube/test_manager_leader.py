@@ -123,20 +123,77 @@ async def test_release_lets_a_candidate_acquire_immediately() -> None:
     assert not await a.release()  # not leader any more: nothing to release
 
 
-async def test_renewal_failures_past_the_deadline_lose_leadership() -> None:
+async def test_renewal_failures_past_the_deadline_lose_leadership(caplog: pytest.LogCaptureFixture) -> None:
     fake, clock = FakeClient(), FakeClock()
     a = _elector(fake, clock, "a")
     await a.acquire()
-    fake.inject_error("get", ServerError(500, "InternalError", "etcd down"), kind=LEASE, times=1000)
+    # Every Lease call fails: the optimistic PUT and the slow path's GET alike.
+    fake.inject_error("*", ServerError(500, "InternalError", "etcd down"), kind=LEASE, times=1000)
     hold = asyncio.create_task(a.hold())
     for _ in range(20):
         clock.advance(1.0)
         await settle()
         if hold.done():
             break
-    with pytest.raises(LeaderElectionLost):
+    with pytest.raises(
+        LeaderElectionLost, match=r"within the 10s renew deadline.*ServerError: 500 InternalError"
+    ):
         await hold
     assert not a.is_leader
+    assert "failed to renew lease ns/lease: ServerError: 500 InternalError: etcd down" in caplog.text
+
+
+async def test_the_leader_renews_with_one_write_and_falls_back_to_a_read_when_it_fails() -> None:
+    fake, clock = FakeClient(), FakeClock()
+    a = _elector(fake, clock, "a")
+    await a.acquire()
+    fake.actions.clear()
+    assert await a.try_acquire_or_renew()
+    assert [verb for verb, *_ in fake.actions] == ["update"]  # client-go's fast path: no GET
+
+    # Someone else wrote the Lease (our cached resourceVersion is stale): the optimistic PUT conflicts, the
+    # slow path reads the current Lease and renews it.
+    lease: Any = await fake.get(LEASE, "lease", namespace="ns")
+    lease["metadata"]["annotations"] = {"touched": "yes"}
+    await fake.update(LEASE, lease)
+    fake.actions.clear()
+    assert await a.try_acquire_or_renew()
+    assert [verb for verb, *_ in fake.actions] == ["update", "get", "update"]
+    lease = await fake.get(LEASE, "lease", namespace="ns")
+    assert lease["spec"]["holderIdentity"] == "a"
+    assert lease["spec"]["leaseTransitions"] == 0
+
+
+async def test_a_leader_whose_own_lease_expired_does_not_renew_blindly() -> None:
+    fake, clock = FakeClient(), FakeClock()
+    a = _elector(fake, clock, "a")
+    await a.acquire()
+    clock.advance(16)  # past lease duration on our own clock: take the slow path and look first
+    fake.actions.clear()
+    assert await a.try_acquire_or_renew()
+    assert [verb for verb, *_ in fake.actions] == ["get", "update"]
+
+
+async def test_a_timed_out_renewal_says_so_in_the_log_and_the_loss(caplog: pytest.LogCaptureFixture) -> None:
+    class Hanging(FakeClient):
+        hang = False
+
+        async def update(self, *args: Any, **kwargs: Any) -> Any:
+            if self.hang:
+                await asyncio.Event().wait()
+            return await super().update(*args, **kwargs)
+
+    fake = Hanging()
+    # Real (small) timings: the per-attempt bound is an asyncio timeout on the loop's clock.
+    cfg = LeaderElectionConfig(
+        name="lease", namespace="ns", identity="a", lease_duration=0.6, renew_deadline=0.4, retry_period=0.05
+    )
+    a = LeaderElector(fake, cfg)  # type: ignore[arg-type]
+    await a.acquire()
+    fake.hang = True
+    with pytest.raises(LeaderElectionLost, match="TimeoutError: renewal attempt timed out after"):
+        await asyncio.wait_for(a.hold(), 5)
+    assert "failed to renew lease ns/lease: TimeoutError: renewal attempt timed out after 0." in caplog.text
 
 
 async def test_successful_renewals_keep_holding() -> None:

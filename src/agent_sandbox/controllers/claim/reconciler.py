@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api.errortext import describe_error
 from agent_sandbox.api.meta import (
     claim_pool_name,
     claim_sandbox_name,
@@ -479,7 +480,7 @@ class ClaimReconciler:
             try:
                 await ex.delete_policy(self.api, policy)
             except KubeError as exc:
-                log.info("deleting legacy network policy failed: %s", exc)
+                log.info("deleting legacy network policy failed: %s", describe_error(exc))
 
     def _remember_claim(self, written: ex.StatusWrite) -> None:
         if (

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from agent_sandbox.api.errortext import describe_error
 from agent_sandbox.kube import (
     POD,
     SANDBOX,
@@ -154,7 +155,7 @@ class Executor:
                 return await self._existing_pod(index, action, on_pod_exists)
             except KubeError as exc:
                 self._abandon_creations(step.actions[index:])
-                log.info("sandbox %s/%s: %s: %s", self._ns, self._name, action.what, exc)
+                log.info("sandbox %s/%s: %s: %s", self._ns, self._name, action.what, describe_error(exc))
                 return StepResult(index, f"{action.what}: {error_text(exc)}")
             if isinstance(action, CreateObject):
                 created = answer

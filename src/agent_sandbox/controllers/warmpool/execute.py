@@ -21,6 +21,7 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
+from agent_sandbox.api.errortext import describe_error
 from agent_sandbox.kube import (
     SANDBOX,
     Conflict,
@@ -67,7 +68,7 @@ async def _delete_one(
     except Exception as exc:
         if d.owned:
             exp.deletion_observed(key, d.uid)
-        log.error("deleting %s member %s/%s failed: %s", d.reason, namespace, d.name, exc)
+        log.error("deleting %s member %s/%s failed: %s", d.reason, namespace, d.name, describe_error(exc))
         return exc
     log.info("deleted %s member %s/%s", d.reason, namespace, d.name)
     return None
@@ -90,7 +91,7 @@ async def patch_members(
         try:
             await client.patch(SANDBOX, u.name, u.patch, namespace=namespace)
         except Exception as exc:
-            log.error("%s patch of %s/%s failed: %s", u.reason, namespace, u.name, exc)
+            log.error("%s patch of %s/%s failed: %s", u.reason, namespace, u.name, describe_error(exc))
             return exc
         return None
 
