@@ -87,8 +87,13 @@ class RouterLifecycle:
 
     # ------------------------------------------------------------------ activity
 
-    def record(self, namespace: str, name: str) -> Awaitable[None] | None:
-        """Note a request to `namespace/name`; an awaitable when its activity must be written first."""
+    def record(self, namespace: str, name: str) -> Awaitable[bool] | None:
+        """Note a request to `namespace/name`; an awaitable when its activity must be written first.
+
+        The awaitable's result is True when the write found the Sandbox Suspended although this router still
+        saw it Running: the lifecycle controller suspended it just before (the race docs/lifecycle.md
+        describes), so its pod is about to go and the request should wait for the resumed one.
+        """
         if self.activity_interval <= 0:
             return None
         key = (namespace, name)
@@ -108,17 +113,23 @@ class RouterLifecycle:
             self._pending[key] = now
         return None
 
-    async def _write_activity(self, key: Key, when: float, *, bound: float | None = None) -> None:
+    async def _write_activity(self, key: Key, when: float, *, bound: float | None = None) -> bool:
+        """Write `last-activity`; True when the written Sandbox is Suspended."""
         stamp = format_rfc3339nano(datetime.fromtimestamp(when, UTC))
         patch = {"metadata": {"annotations": {lc.ANNOTATION_LAST_ACTIVITY: stamp}}}
         try:
             async with asyncio.timeout(bound):
-                await self.api.patch(SANDBOX, key[1], patch, namespace=key[0])
+                written = await self.api.patch(SANDBOX, key[1], patch, namespace=key[0])
         except (KubeError, TimeoutError, OSError) as exc:
             self.metrics.lifecycle_activity_write(key[0], False)
             log.info("activity record of %s/%s not written: %s", key[0], key[1], exc)
-            return
+            return False
         self.metrics.lifecycle_activity_write(key[0], True)
+        return (written.get("spec") or {}).get("operatingMode") == OperatingMode.SUSPENDED
+
+    def current_pod(self, route: Route) -> PodEntry | None:
+        """The Ready pod the Pod cache has for the route's Sandbox now (one a suspend is about to delete)."""
+        return self.cache.by_name.get((route.namespace, route.sandbox_id))
 
     async def run(self) -> None:
         """Write the noted activity in the background (one patch per Sandbox per flush, at most)."""
@@ -163,11 +174,7 @@ class RouterLifecycle:
         start = loop.time()
         task = self._resuming.get(key)
         if task is None or task.done():
-            task = asyncio.create_task(self._resume(key, action), name=f"resume {key[0]}/{key[1]}")
-            self._resuming[key] = task
-            task.add_done_callback(
-                lambda t: self._resuming.pop(key, None) if self._resuming.get(key) is t else None
-            )
+            task = self._start_resume(key, action)
         outcome = "timeout"
         try:
             await self._wait_ready(key, min(deadline, start + self.resume_timeout), task, failed, start)
@@ -189,6 +196,15 @@ class RouterLifecycle:
                     outcome,
                     extra={"sandbox_namespace": key[0], "sandbox_id": key[1]},
                 )
+
+    def _start_resume(self, key: Key, action: str) -> asyncio.Task[str]:
+        """The one resume of `key` in this router, shared by every request held meanwhile."""
+        task = asyncio.create_task(self._resume(key, action), name=f"resume {key[0]}/{key[1]}")
+        self._resuming[key] = task
+        task.add_done_callback(
+            lambda t: self._resuming.pop(key, None) if self._resuming.get(key) is t else None
+        )
+        return task
 
     def _action(self, key: Key) -> str | None:
         """What a held request for `key` needs: "resume", "restore", "wait", or None (not ours to hold)."""
@@ -260,6 +276,17 @@ class RouterLifecycle:
                 return
             if task.done() and not task.cancelled() and task.exception() is not None:
                 raise ResumeFailed(f"Sandbox {ns}/{name} could not be resumed: {task.exception()}")
+            if task.done() and not task.cancelled() and task.result() == "waited":
+                # We waited for a Sandbox that looked Running (its pod being deleted by a suspend whose
+                # write we had not seen yet): now that it shows Suspended (or archived), resume it.
+                action = self._action(key)
+                if action in ("resume", "restore"):
+                    shared = self._resuming.get(key)
+                    task = (
+                        shared
+                        if shared is not None and not shared.done()
+                        else self._start_resume(key, action)
+                    )
             view = self.state.sandboxes.get(key)
             if view is not None and not view.suspended and view.blocker:
                 raise ResumeFailed(f"Sandbox {ns}/{name} could not be resumed: {view.blocker}")

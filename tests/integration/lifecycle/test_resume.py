@@ -19,9 +19,10 @@ import pytest
 
 from agent_sandbox.api import lifecycle as lc
 from agent_sandbox.cli.lifecycle import hibernate
+from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.kube import POD, SANDBOX, ApiClient, Object, ResourceKind
 from agent_sandbox.router import Router
-from tests.helpers import eventually
+from tests.helpers import controller_metrics, eventually
 from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE
 from tests.integration.lifecycle.helpers import (
     get_or_none,
@@ -115,6 +116,36 @@ async def test_request_while_the_sandbox_is_being_suspended_is_served(
     assert (status, body["stdout"]) == (200, "racing\n")
     second = await kube.get(POD, "racing", namespace=namespace)
     assert second["metadata"]["uid"] != first["metadata"]["uid"]  # served by the resumed pod
+
+
+async def test_requests_around_the_controllers_idle_suspend_are_all_served(
+    kube: ApiClient,
+    namespace: str,
+    cluster: DevCluster,
+    start_router: StartRouter,
+    http: aiohttp.ClientSession,
+) -> None:
+    """The race with the real controller: requests that arrive just before, while and after it suspends.
+
+    The gaps straddle the 2 s idle timeout, so some requests meet a Sandbox the controller is deciding to
+    suspend (the router's activity write must win or the request be held), some a pod being deleted, some a
+    suspended Sandbox; every one of them must be served.
+    """
+    router = await start_router()
+    annotations = {**AUTO, lc.ANNOTATION_IDLE_TIMEOUT: "2s"}
+    await kube.create(SANDBOX, runtime_sandbox("edge", annotations), namespace=namespace)
+    await ready_ip(kube, namespace, "edge")
+    before = metric_value(controller_metrics(cluster), "agent_sandbox_lifecycle_suspends_total", cause="Idle")
+    for gap in (1.9, 2.0, 2.1, 2.2, 2.4, 2.0, 2.1, 3.0):
+        await asyncio.sleep(gap)
+        status, body = await through(http, router, "edge", namespace)
+        assert (status, body.get("stdout")) == (200, "edge\n"), f"after {gap}s without requests: {body}"
+    suspends = metric_value(
+        controller_metrics(cluster), "agent_sandbox_lifecycle_suspends_total", cause="Idle"
+    )
+    resumed = metric_value(await router_metrics(router), "sandbox_router_lifecycle_resumes_total")
+    assert suspends - before >= 1  # the controller did suspend it in between
+    assert resumed >= 1  # and requests resumed it
 
 
 async def test_hibernated_sandbox_is_restored_on_request(

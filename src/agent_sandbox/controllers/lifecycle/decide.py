@@ -15,7 +15,9 @@ One object name, three possible states, one decision per pass:
 
 Activity, for the idle clock, is the latest of: the Sandbox's creation, its last Ready transition (a resume
 ends with one), the routers' `last-activity` record, our `resumed-at`, and its claim's creation (a warm
-member is adopted long after it was created). Before suspending, the runtime is asked (`Probe`): running
+member is adopted long after it was created). A start (creation or resume) is not over until the Sandbox is
+Ready: while it is not Ready yet (for up to `START_GRACE` after the start) it is not suspended, however short
+its timeout; requests a router holds for it would otherwise wait for a pod that never comes. Before suspending, the runtime is asked (`Probe`): running
 commands or newer activity (traffic that bypassed the router) postpone the suspend. The suspend patch
 carries the Sandbox's resourceVersion, so a router that records activity in between wins (409, decided
 again).
@@ -38,6 +40,7 @@ from agent_sandbox.api.meta import (
     ReadOnlyObject,
     controlled_by,
     controller_name,
+    is_ready,
     parse_time,
     status_condition,
 )
@@ -62,6 +65,8 @@ RESTORE_POLL = 0.5
 """Seconds between looks while an archived Sandbox is still being deleted (its children being orphaned)."""
 BUSY_RECHECK = 60.0
 """Longest wait before asking a busy runtime again."""
+START_GRACE = 300.0
+"""Seconds after creation or `resumed-at` during which a Sandbox that is not Ready yet is not idle-suspended."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +263,26 @@ def decide(s: Snapshot) -> Plan:
     return _running(s, sb, policy.idle_timeout, policy.problems)
 
 
+def _start_grace_left(sb: ReadOnlyObject, now: datetime) -> float | None:
+    """Seconds left during which a created or resumed Sandbox not Ready yet is still starting (None: not)."""
+    if is_ready(sb):
+        return None
+    starts = [
+        parse_time(_meta(sb).get("creationTimestamp")),
+        parse_time(_annotations(sb).get(lc.ANNOTATION_RESUMED_AT)),
+    ]
+    started = max((t for t in starts if t is not None), default=None)
+    if started is None:
+        return None
+    left = (started + timedelta(seconds=START_GRACE) - now).total_seconds()
+    return left if left > 0 else None
+
+
 def _running(s: Snapshot, sb: ReadOnlyObject, timeout: float, problems: tuple[str, ...]) -> Plan:
+    starting = _start_grace_left(sb, s.now)
+    if starting is not None:
+        # Its Ready transition (an event) restarts the idle clock; the requeue bounds a Sandbox never Ready.
+        return Nothing(starting, problems)
     since = idle_since(sb, s.claim) or s.now
     due = since + timedelta(seconds=timeout)
     if s.now < due:

@@ -82,7 +82,7 @@ def test_nothing_asked_nothing_done() -> None:
 
 
 def test_idle_clock_waits_for_the_deadline() -> None:
-    plan = decide(snap(sandbox(annotations=IDLE), now=T0 + timedelta(minutes=4)))
+    plan = decide(snap(sandbox(annotations=IDLE, ready_at=T0), now=T0 + timedelta(minutes=4)))
     assert plan == Nothing(pytest.approx(360.0))
 
 
@@ -134,6 +134,26 @@ def test_every_activity_source_moves_the_idle_clock() -> None:
     assert idle_since(sb, None) == T0 + timedelta(minutes=4)
     # A warm member adopted long after its creation: the claim's times count.
     assert idle_since(sb, claim) == T0 + timedelta(minutes=6, seconds=0.5)
+
+
+def test_a_start_is_not_idle_until_the_sandbox_is_ready() -> None:
+    # Resumed at T0 with a 2 s timeout; its pod is still starting 10 s later (requests held for it).
+    annotations = {lc.ANNOTATION_IDLE_TIMEOUT: "2s", lc.ANNOTATION_RESUMED_AT: format_time(T0)}
+    starting = sandbox(annotations=annotations, created=T0 - timedelta(hours=1))
+    plan = decide(snap(starting, now=T0 + timedelta(seconds=10), probe_enabled=False))
+    assert plan == Nothing(290.0)
+    # Ready again: the clock runs from its Ready transition.
+    ready = sandbox(
+        annotations=annotations, created=T0 - timedelta(hours=1), ready_at=T0 + timedelta(seconds=9)
+    )
+    assert decide(snap(ready, now=T0 + timedelta(seconds=10), probe_enabled=False)) == Nothing(1.0)
+    assert isinstance(decide(snap(ready, now=T0 + timedelta(seconds=12), probe_enabled=False)), Suspend)
+    # Never Ready within the grace: idle-suspended as any other.
+    late = T0 + timedelta(seconds=301)
+    assert isinstance(decide(snap(starting, now=late, probe_enabled=False)), Suspend)
+    # A new Sandbox whose pod is slow to start: the same.
+    new = sandbox(annotations={lc.ANNOTATION_IDLE_TIMEOUT: "2s"}, created=T0)
+    assert decide(snap(new, now=T0 + timedelta(seconds=5), probe_enabled=False)) == Nothing(295.0)
 
 
 def test_pool_members_deleting_and_expired_sandboxes_are_left_alone() -> None:
