@@ -33,10 +33,11 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
 async def start_router(
     cluster: DevCluster, controller: Started
 ) -> AsyncIterator[Callable[..., Awaitable[Router]]]:
-    """In-process routers with the Pod cache and `--sandbox-lifecycle`, on ephemeral loopback ports."""
+    """In-process routers with the Pod cache and `--sandbox-lifecycle` (unless `lifecycle=False`), on ephemeral
+    loopback ports."""
     routers: list[Router] = []
 
-    async def start(*flags: str) -> Router:
+    async def start(*flags: str, lifecycle: bool = True) -> Router:
         args = [
             "--http-bind-address=127.0.0.1:0",
             "--metrics-bind-address=127.0.0.1:0",
@@ -44,7 +45,7 @@ async def start_router(
             "--allow-loopback-pod-ip",
             "--cache-enabled",
             f"--kubeconfig={cluster.kubeconfig}",
-            "--sandbox-lifecycle",
+            *(["--sandbox-lifecycle"] if lifecycle else []),
             "--upstream-retry-initial-delay=50ms",
             "--upstream-retry-max-delay=100ms",
             *flags,

@@ -1,5 +1,5 @@
-"""Every lifecycle feature is off unless asked for (docs/lifecycle.md): with the default flags of the real
-controller and the real router, a Sandbox that carries every lifecycle annotation is never suspended,
+"""Every lifecycle feature is off unless asked for (docs/lifecycle.md): with the real controller and the real
+router both without `--sandbox-lifecycle` (their default), a Sandbox that carries every lifecycle annotation is never suspended,
 hibernated or resumed, no activity is written on it, and no lifecycle metric appears.
 
 The opposite half (the component installed, a Sandbox that did not ask) is
@@ -10,7 +10,7 @@ Sandbox.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import aiohttp
 import pytest
@@ -20,7 +20,7 @@ from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.processes import Started, stop
 from agent_sandbox.kube import POD, SANDBOX, ApiClient, Object
-from agent_sandbox.router import Router, load_router_config
+from agent_sandbox.router import Router
 from tests.helpers import controller_metrics, eventually
 from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE
 from tests.integration.lifecycle.helpers import get_or_none, ready_ip, router_metrics, through
@@ -44,27 +44,6 @@ def controller(cluster: DevCluster) -> Iterator[Started]:
         stop(started)
 
 
-@pytest.fixture
-async def default_router(cluster: DevCluster, controller: Started) -> AsyncIterator[Router]:
-    """A router without `--sandbox-lifecycle`: loopback binds, the kubeconfig and the Pod cache (the dev
-    cluster has no cluster DNS) are the only flags."""
-    args = [
-        "--http-bind-address=127.0.0.1:0",
-        "--metrics-bind-address=127.0.0.1:0",
-        "--health-probe-bind-address=127.0.0.1:0",
-        "--allow-loopback-pod-ip",
-        "--cache-enabled",
-        f"--kubeconfig={cluster.kubeconfig}",
-    ]
-    config, _ = load_router_config(args, {})
-    router = Router(config)
-    await router.start()
-    try:
-        yield router
-    finally:
-        await router.shutdown()
-
-
 def asking_sandbox(name: str) -> Object:
     return {
         "apiVersion": "agents.x-k8s.io/v1beta1",
@@ -78,9 +57,10 @@ async def test_default_flags_mean_no_lifecycle_behaviour(
     kube: ApiClient,
     namespace: str,
     cluster: DevCluster,
-    default_router: Router,
+    start_router: Callable[..., Awaitable[Router]],
     http: aiohttp.ClientSession,
 ) -> None:
+    default_router = await start_router(lifecycle=False)  # the Pod cache on: the dev cluster has no DNS
     await kube.create(SANDBOX, asking_sandbox("asks"), namespace=namespace)
     await ready_ip(kube, namespace, "asks")
     status, body = await through(http, default_router, "asks", namespace)
