@@ -193,6 +193,31 @@ async def test_a_sandbox_that_cannot_start_gets_a_clear_503(
     assert "Insufficient cpu" in detail
 
 
+async def test_a_held_request_is_bounded_by_its_own_timeout(
+    kube: ApiClient, namespace: str, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    router = await start_router()
+    body = runtime_sandbox("slow", AUTO)
+    body["spec"]["operatingMode"] = "Suspended"
+    # Its pod, once resumed, takes 30 s to start (the dev cluster's per-pod start delay).
+    body["spec"]["podTemplate"]["metadata"] = {
+        "annotations": {"devcluster.agents.x-k8s.io/start-after": "30s"}
+    }
+    await kube.create(SANDBOX, body, namespace=namespace)
+    headers = {"X-Sandbox-ID": "slow", "X-Sandbox-Namespace": namespace, "X-Sandbox-Timeout": "2"}
+    start = time.monotonic()
+    async with http.post(
+        f"http://127.0.0.1:{router.http_port}/execute", data=b'{"command": "true"}', headers=headers
+    ) as resp:
+        status, detail = resp.status, (await resp.json())["detail"]
+    assert time.monotonic() - start < 10  # the client's 2 s, not the router's 60 s resume timeout
+    assert (status, detail) == (503, f"Sandbox {namespace}/slow is resuming but was not Ready within 2s")
+    sandbox = await kube.get(SANDBOX, "slow", namespace=namespace)
+    assert sandbox["spec"]["operatingMode"] == "Running"  # the resume goes on for the next request
+    metrics = await router_metrics(router)
+    assert metric_value(metrics, "sandbox_router_resume_wait_seconds_count", outcome="timeout") == 1
+
+
 async def test_sandboxes_that_did_not_ask_keep_upstream_behaviour(
     kube: ApiClient, namespace: str, start_router: StartRouter, http: aiohttp.ClientSession
 ) -> None:
