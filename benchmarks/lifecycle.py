@@ -1,7 +1,7 @@
 """Lifecycle beyond upstream (docs/lifecycle.md): resume on request, warm claims with env, archive and
 activity costs.
 
-    flock /tmp/agent-sandbox-bench.lock .venv/bin/python -m benchmarks.lifecycle [--part all] [--rounds 3]
+    flock /tmp/agent-sandbox-bench.lock .venv/bin/python -m benchmarks.lifecycle [--part all|resume,warm-env,...] [--rounds 3]
 
 One fresh dev cluster (`bench-lifecycle`, 2 kwok nodes, the local runner, the controller with
 `--sandbox-lifecycle`, an in-process router with `--sandbox-lifecycle`), then the parts:
@@ -73,6 +73,9 @@ CLAIM_ENV_VOLUME = {
     "name": "claim-env",
     "downwardAPI": {"items": [{"path": "claim-env", "fieldRef": {"fieldPath": lc.CLAIM_ENV_FIELD_PATH}}]},
 }
+
+
+PARTS = ("resume", "warm-env", "archive", "activity")
 
 
 def _percentiles(values: list[float]) -> dict[str, float | int | None]:
@@ -491,7 +494,7 @@ async def part_activity(bench: Bench, sandboxes: int, rate: float, seconds: floa
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     load_before = [round(x, 2) for x in os.getloadavg()]
-    parts = {"resume", "warm-env", "archive", "activity"} if args.part == "all" else {args.part}
+    parts = set(PARTS) if args.part == "all" else set(args.part.split(","))
     tuning = Tuning(nodes=2, extra_flags=("--sandbox-lifecycle",))
     report: dict[str, Any] = {"scenario": "lifecycle", "parts": {}}
     async with Bench.up("bench-lifecycle", tuning) as bench:
@@ -610,7 +613,9 @@ def main() -> None:
     )
     logging.getLogger("agent_sandbox.router.proxy").setLevel(logging.INFO)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=["all", "resume", "warm-env", "archive", "activity"], default="all")
+    parser.add_argument(
+        "--part", default="all", help=f"all, or a comma-separated list of: {', '.join(PARTS)} (one cluster)"
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sandboxes", type=int, default=8, help="PVC-backed Sandboxes resumed per round")
     parser.add_argument("--claims", type=int, default=8, help="claims per kind per round (warm-env)")
@@ -619,6 +624,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=50.0, help="activity writes per second")
     parser.add_argument("--seconds", type=float, default=20.0, help="activity measurement window")
     args = parser.parse_args()
+    unknown = set(args.part.split(",")) - {"all", *PARTS}
+    if unknown:
+        parser.error(f"--part: unknown {', '.join(sorted(unknown))} (known: all, {', '.join(PARTS)})")
     report = asyncio.run(run(args))
     path = write_result_with_markdown("lifecycle", report)
     print(report["markdown"])
