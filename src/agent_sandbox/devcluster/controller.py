@@ -55,15 +55,24 @@ def install_crds(cluster: DevCluster) -> None:
     out = cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=bundle)
     if out.returncode != 0:
         raise RuntimeError(f"installing CRDs failed:\n{out.stderr}")
-    names = [f"crd/{doc['metadata']['name']}" for doc in docs]
-    for _ in range(50):
-        wait = cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
-        # A CRD created a moment ago may have no status yet; kubectl wait then fails at once.
-        if wait.returncode == 0 or "accessor error" not in wait.stderr:
-            break
-        time.sleep(0.1)
-    if wait.returncode != 0:
-        raise RuntimeError(f"CRDs not Established:\n{wait.stderr}")
+    # Polled from the API rather than `kubectl wait`: a CRD created a moment ago has no status yet, and
+    # kubectl wait fails at once on it ("accessor error") instead of waiting.
+    pending = {doc["metadata"]["name"] for doc in docs}
+    deadline = time.monotonic() + 60
+    while pending:
+        for name in sorted(pending):
+            status, live = cluster.admin().request(
+                "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+            )
+            conditions = ((live or {}).get("status") or {}).get("conditions") or []
+            if status == 200 and any(
+                c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+            ):
+                pending.discard(name)
+        if pending and time.monotonic() > deadline:
+            raise RuntimeError(f"CRDs not Established after 60 s: {', '.join(sorted(pending))}")
+        if pending:
+            time.sleep(0.1)
 
 
 _PORT_NAMES = ("controller_metrics", "controller_health", "controller_webhook")

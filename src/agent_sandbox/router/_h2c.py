@@ -9,7 +9,9 @@ targets) and sending the routing headers as request metadata (`x-sandbox-id`, `x
 How: the router answers the client's preface with an empty SETTINGS frame (and later drops the client's
 ACK of it, which the sandbox must not see); the connection preface and frames are buffered until the first HEADERS block (with its
 CONTINUATIONs) is complete; it is HPACK-decoded, the routing headers are validated, authorized and
-resolved exactly as for HTTP/1.1, and the router dials the sandbox and replays the buffered bytes. From
+resolved exactly as for HTTP/1.1, and the router dials the sandbox (dial-phase failures retried with
+re-resolution as for HTTP/1.1, see `_Session._dial`; the sandbox's own SETTINGS, which it sends on accept and
+which may be read before the tunnel is attached, are kept for it) and replays the buffered bytes. From
 then on frames are relayed unchanged, but every later HEADERS block from the client is still decoded
 (HPACK state is per connection): a connection is pinned to one sandbox, and a stream that names other
 routing headers (or a credential that no longer verifies) ends the connection with a GOAWAY naming
@@ -35,6 +37,7 @@ from ._resolve import Target
 from ._routing import Route, RouteError, parse_route
 from ._server import ClientConnection
 from ._tunnel import Tunnel
+from ._upstream import UpstreamConnection
 
 if TYPE_CHECKING:
     from ._proxy import Proxy
@@ -207,34 +210,23 @@ class _Session:
             self._refuse(stream, grpc, exc)
             return
         try:
-            target: Target | None = proxy.resolver.resolve_fast(route)
-            if target is None:
-                async with asyncio.timeout(proxy.settings.proxy_timeout):
-                    target = await proxy.resolver.resolve(route)
-            loop = asyncio.get_running_loop()
-            upstream = await proxy.pool.dial(
-                target.host, target.port, deadline=loop.time() + proxy.settings.response_header_timeout
-            )
+            upstream = await self._dial(route)
         except RouteError as exc:
             self._refuse(stream, grpc, exc)
-            return
-        except (OSError, TimeoutError):
-            proxy.metrics.upstream_error(route.namespace, "dial")
-            self._refuse(
-                stream, grpc, RouteError(502, f"Could not connect to the backend sandbox: {route.sandbox_id}")
-            )
             return
         if self.conn.closed:
             upstream.close()
             return
         replay = b"".join(self.pending)
         self.pending.clear()
+        early, upstream.early = bytes(upstream.early or b""), None
+        loop = asyncio.get_running_loop()
         start = loop.time()
         tunnel = Tunnel(
             self.conn,
             upstream,
             client_tail=replay,
-            upstream_tail=b"",
+            upstream_tail=early,
             limits=proxy.tunnel_limits,
             websocket=False,
         )
@@ -246,6 +238,59 @@ class _Session:
         finally:
             proxy.tunnels.discard(tunnel)
             proxy.metrics.observe_request("PRI", 200, route.namespace, loop.time() - start)
+
+    async def _dial(self, route: Route) -> UpstreamConnection:
+        """Resolve and dial the sandbox, retrying dial-phase failures as the HTTP/1.1 path does.
+
+        A refused connection, a sandbox the cache has no Ready pod for yet, or a connection the sandbox
+        closed before the router relayed a byte (a runtime shutting down) is retried with
+        re-resolution and backoff (`--upstream-max-retries`, `--upstream-retry-*-delay`): nothing has
+        reached the sandbox, so a just-Ready or just-resumed sandbox is reached instead of failing.
+
+        Raises:
+            RouteError: 403 from the resolver, or 502 once the retries are spent or a dial timed out.
+        """
+        proxy = self.proxy
+        settings = proxy.settings
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + settings.proxy_timeout
+        delay = settings.retry_initial
+        retries = 0
+        while True:
+            retryable = True
+            try:
+                target: Target | None = proxy.resolver.resolve_fast(route)
+                if target is None:
+                    async with asyncio.timeout_at(deadline):
+                        target = await proxy.resolver.resolve(route)
+                upstream = await proxy.pool.dial(
+                    target.host,
+                    target.port,
+                    deadline=min(deadline, loop.time() + settings.response_header_timeout),
+                    server_speaks_first=True,
+                )
+                if not upstream.closed:
+                    return upstream
+                error = f"{target.host}:{target.port} closed the connection before any byte was relayed"
+            except TimeoutError:
+                retryable, error = False, "timed out"
+            except OSError as exc:
+                error = str(exc)
+            if not retryable or retries >= settings.max_retries or loop.time() + delay >= deadline:
+                log.info(
+                    "upstream dial failed",
+                    extra={
+                        "sandbox_id": route.sandbox_id,
+                        "sandbox_namespace": route.namespace,
+                        "error": error,
+                    },
+                )
+                proxy.metrics.upstream_error(route.namespace, "dial")
+                raise RouteError(502, f"Could not connect to the backend sandbox: {route.sandbox_id}")
+            retries += 1
+            proxy.metrics.upstream_retry(route.namespace)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, settings.retry_max)
 
     def _same_target(self, headers: list[tuple[str, str]]) -> bool:
         routing, dups, authorization = _routing(headers)

@@ -56,9 +56,14 @@ class ResponseSink(Protocol):
 class UpstreamConnection(asyncio.Protocol):
     """One keep-alive HTTP/1.1 connection to a sandbox."""
 
-    def __init__(self, pool: UpstreamPool, key: tuple[str, int]) -> None:
+    def __init__(
+        self, pool: UpstreamPool, key: tuple[str, int], *, server_speaks_first: bool = False
+    ) -> None:
         self.pool = pool
         self.key = key
+        self.early: bytearray | None = bytearray() if server_speaks_first else None
+        """Bytes the server sent before anyone took the connection (h2c: the server's SETTINGS), kept
+        for the tunnel; None for HTTP/1.1, where an unsolicited byte makes the connection unusable."""
         self.transport: asyncio.Transport | None = None
         self.sink: ResponseSink | None = None
         self.closed = False
@@ -91,6 +96,11 @@ class UpstreamConnection(asyncio.Protocol):
             return
         sink = self.sink
         if sink is None:
+            if self.early is not None:
+                # A server that speaks first (HTTP/2 sends SETTINGS on accept) may do so before the
+                # dialling coroutine resumes and attaches its tunnel: keep the bytes for it.
+                self.early += data
+                return
             # A server speaking out of turn on an idle connection: it cannot be reused safely.
             self.close()
             return
@@ -254,8 +264,13 @@ class UpstreamPool:
                 return conn
         return None
 
-    async def dial(self, host: str, port: int, *, deadline: float) -> UpstreamConnection:
+    async def dial(
+        self, host: str, port: int, *, deadline: float, server_speaks_first: bool = False
+    ) -> UpstreamConnection:
         """Open a new connection (by the loop-time `deadline` and within the dial timeout).
+
+        `server_speaks_first`: for a tunnel whose protocol lets the server send before the client's
+        first request is relayed (h2c); what arrives before the tunnel is attached waits in `early`.
 
         Raises:
             OSError: refused, unreachable, ...
@@ -264,7 +279,9 @@ class UpstreamPool:
         loop = asyncio.get_running_loop()
         key = (host, port)
         async with asyncio.timeout_at(min(deadline, loop.time() + self.dial_timeout)):
-            _, conn = await loop.create_connection(lambda: UpstreamConnection(self, key), host, port)
+            _, conn = await loop.create_connection(
+                lambda: UpstreamConnection(self, key, server_speaks_first=server_speaks_first), host, port
+            )
         return conn
 
     def put(self, conn: UpstreamConnection) -> None:

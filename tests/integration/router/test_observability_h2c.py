@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -15,6 +17,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from agent_sandbox.kube import Tracing
 from agent_sandbox.router import Router
+from agent_sandbox.router._upstream import UpstreamPool
 from tests.helpers import eventually
 
 from .conftest import Backend, fresh_ip
@@ -54,10 +57,8 @@ async def test_request_span_and_propagation(
     assert forwarded["traceparent"] == f"00-0af7651916cd43dd8448eb211c80319c-{span.context.span_id:016x}-01"
 
 
-@pytest.fixture
-async def grpc_backend() -> AsyncIterator[tuple[str, int]]:
-    """A real gRPC server (generic handler, raw bytes) on its own loopback address."""
-    ip = fresh_ip()
+def echo_server(ip: str, port: int = 0) -> tuple[grpc.aio.Server, int]:
+    """A real gRPC server (generic handler, raw bytes) bound to `ip:port`, not started."""
 
     async def say(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
         meta = dict(context.invocation_metadata() or ())
@@ -71,7 +72,14 @@ async def grpc_backend() -> AsyncIterator[tuple[str, int]]:
             ),
         )
     )
-    port = server.add_insecure_port(f"{ip}:0")
+    return server, server.add_insecure_port(f"{ip}:{port}")
+
+
+@pytest.fixture
+async def grpc_backend() -> AsyncIterator[tuple[str, int]]:
+    """A started `echo_server` on its own loopback address."""
+    ip = fresh_ip()
+    server, port = echo_server(ip)
     await server.start()
     try:
         yield ip, port
@@ -140,3 +148,69 @@ async def test_h2c_is_off_by_default(router: Router) -> None:
         grpc.StatusCode.INTERNAL,
         grpc.StatusCode.UNKNOWN,
     )
+
+
+@pytest.mark.parametrize("server_speaks_first", [True, False])
+async def test_what_a_server_sends_before_the_tunnel_attaches(server_speaks_first: bool) -> None:
+    """An HTTP/2 server sends its SETTINGS as soon as it accepts. On a busy router those bytes can be
+    read before the coroutine that dialled resumes and attaches the tunnel: an h2c dial keeps them for
+    the tunnel (it used to close the connection, and the client saw "Socket closed"); an HTTP/1.1
+    connection still refuses a server that speaks out of turn."""
+    preface = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # an empty SETTINGS frame
+
+    async def speak_first(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(preface)
+        await reader.read()  # hold the connection until the router closes it
+        writer.close()
+
+    server = await asyncio.start_server(speak_first, fresh_ip(), 0)
+    host, port = server.sockets[0].getsockname()[:2]
+    loop = asyncio.get_running_loop()
+    upstream = await UpstreamPool().dial(
+        host, port, deadline=loop.time() + 10, server_speaks_first=server_speaks_first
+    )
+    try:
+
+        async def settled() -> bool:  # the loop runs other work before anything attaches to the connection
+            return upstream.closed or bytes(upstream.early or b"") == preface
+
+        await eventually(settled, "the server's first bytes read", within=10, interval=0.05)
+        if server_speaks_first:
+            assert not upstream.closed
+            assert upstream.early == preface
+        else:
+            assert upstream.closed
+    finally:
+        upstream.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_grpc_reaches_a_sandbox_that_starts_listening_late(
+    start_router: Callable[..., Awaitable[Router]],
+) -> None:
+    """A just-Ready (or just-resumed) sandbox whose gRPC port is not open yet: the h2c dial is retried
+    with backoff like an HTTP/1.1 dial, so the call succeeds instead of ending UNAVAILABLE."""
+    ip = fresh_ip()
+    with socket.socket() as probe:  # a port on the sandbox's address that nothing listens on yet
+        probe.bind((ip, 0))
+        port = probe.getsockname()[1]
+    router = await start_router("--enable-h2c")
+    retries = {"sandbox_namespace": "default"}
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{router.http_port}") as channel:
+        call = asyncio.ensure_future(
+            channel.unary_unary("/echo.Echo/Say")(b"late", metadata=metadata(ip, port), timeout=15)
+        )
+
+        async def refused_once() -> bool:
+            value = router.metrics.registry.get_sample_value("sandbox_router_upstream_retries_total", retries)
+            return bool(value)
+
+        await eventually(refused_once, "a refused dial retried", within=10, interval=0.02)
+        server, bound = echo_server(ip, port)
+        assert bound == port
+        await server.start()
+        try:
+            assert await call == b"echo:late for sb"
+        finally:
+            await server.stop(None)

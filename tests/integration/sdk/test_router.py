@@ -38,16 +38,7 @@ def pool(cluster: DevCluster, namespace: str, controller: Started) -> str:
     return namespace
 
 
-SANDBOXD_H2C_FLAKE = pytest.mark.xfail(
-    strict=False,
-    reason="known flake (about 1 run in 2 in a full module run, never alone): the first gRPC call through the "
-    "router's h2c pass-through right after the claim is Ready can end with UNAVAILABLE 'Stream removed (Socket "
-    "closed)'; suspected: the router refuses before its Pod cache sees the claimed pod (the HTTP path answers "
-    "403) and the h2c refusal is not read as a gRPC status. Reported to the router/lead; not an SDK retry case",
-)
-
-
-@pytest.mark.parametrize("runtime", ["legacy", pytest.param("sandboxd", marks=SANDBOXD_H2C_FLAKE)])
+@pytest.mark.parametrize("runtime", ["legacy", "sandboxd"])
 def test_commands_files_and_streams_through_the_router(
     cluster: DevCluster, pool: str, router: str, runtime: str
 ) -> None:
