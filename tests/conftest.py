@@ -38,9 +38,23 @@ def cluster() -> Iterator[DevCluster]:
             started.down(quiet=True)
 
 
-@pytest.fixture
-def namespace(cluster: DevCluster) -> Iterator[str]:
-    """A fresh namespace (with its `default` ServiceAccount), deleted after the test."""
+@pytest.fixture(scope="session")
+def fault_cluster() -> Iterator[DevCluster]:
+    """A second control plane for destructive tests (component restarts, lost nodes), audit log on.
+
+    Separate from `cluster` so a restart never disturbs other tests' clients. Modules using it carry
+    `pytest.mark.xdist_group("faults")` (the suite runs with `--dist loadgroup`), so one worker hosts it.
+    """
+    started = DevCluster.up(ClusterConfig(name=f"{_cluster_name()}-faults", nodes=2, audit_log=True))
+    try:
+        yield started
+    finally:
+        if os.environ.get("AGENT_SANDBOX_KEEP_CLUSTER") != "1":
+            started.down(quiet=True)
+
+
+def new_namespace(cluster: DevCluster) -> str:
+    """Create a namespace (and wait for its `default` ServiceAccount); the caller deletes it."""
     name = f"t-{uuid.uuid4().hex[:10]}"
     admin = cluster.admin()
     status, body = admin.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
@@ -49,10 +63,39 @@ def namespace(cluster: DevCluster) -> Iterator[str]:
         lambda: admin.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")[0] == 200,
         what=f"default ServiceAccount in {name}",
     )
+    return name
+
+
+@pytest.fixture
+def namespace(cluster: DevCluster) -> Iterator[str]:
+    """A fresh namespace (with its `default` ServiceAccount), deleted after the test."""
+    name = new_namespace(cluster)
     try:
         yield name
     finally:
-        admin.request("DELETE", f"/api/v1/namespaces/{name}")
+        cluster.admin().request("DELETE", f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture
+def fault_namespace(fault_cluster: DevCluster) -> Iterator[str]:
+    """`namespace`, on the fault cluster."""
+    name = new_namespace(fault_cluster)
+    try:
+        yield name
+    finally:
+        fault_cluster.admin().request("DELETE", f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture(scope="session")
+async def fault_kube(fault_cluster: DevCluster) -> AsyncIterator[ApiClient]:
+    """`kube`, for the fault cluster."""
+    from agent_sandbox.kube import ApiClient
+
+    client = await ApiClient.from_kubeconfig(str(fault_cluster.kubeconfig))
+    try:
+        yield client
+    finally:
+        await client.close()
 
 
 @pytest.fixture(scope="session")

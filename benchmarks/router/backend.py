@@ -1,7 +1,8 @@
 """A small REST backend for the router benchmark (`python -m benchmarks.router.backend IP PORT`).
 
 aiohttp on uvloop, one process: `GET /` -> 11-byte JSON, `GET|POST /4k` -> 4 KiB body (the request body is
-read), `GET /hold/<seconds>` -> answers after that long (open streams for the RSS measurement).
+read), `GET /hold/<seconds>` -> answers after that long (open streams for the RSS measurement), `GET /stream/<seconds>`
+-> a chunked body, one line every 0.5 s for that long (long-lived streams, benchmarks/reliability/router_streams.py).
 """
 
 from __future__ import annotations
@@ -29,11 +30,23 @@ async def hold(request: web.Request) -> web.Response:
     return web.Response(body=_SMALL, content_type="application/json")
 
 
+async def stream(request: web.Request) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+    await resp.prepare(request)
+    end = asyncio.get_running_loop().time() + float(request.match_info["seconds"])
+    while asyncio.get_running_loop().time() < end:
+        await resp.write(_SMALL + b"\n")
+        await asyncio.sleep(0.5)
+    await resp.write_eof()
+    return resp
+
+
 def app() -> web.Application:
     application = web.Application()
     application.router.add_get("/", small)
     application.router.add_route("*", "/4k", four_k)
     application.router.add_get("/hold/{seconds}", hold)
+    application.router.add_get("/stream/{seconds}", stream)
     return application
 
 

@@ -34,6 +34,9 @@ The controller's arguments (operations spec §5.2): a named flag is emitted only
 - {{ printf "--webhook-service-name=%s" . | quote }}
 {{- end }}
 - {{ printf "--webhook-namespace=%s" (include "agent-sandbox.namespace" .) | quote }}
+{{- if .Values.lifecycle.enabled }}
+- "--sandbox-lifecycle"
+{{- end }}
 {{- range $c.extraArgs }}
 - {{ . | quote }}
 {{- end }}

@@ -356,7 +356,9 @@ def convert_review(review: Obj) -> Obj:
     desired = str(request.get("desiredAPIVersion", ""))
     response: Obj = {"uid": request.get("uid", "")}
     try:
-        response["convertedObjects"] = [convert(o, desired) for o in request.get("objects") or ()]
+        response["convertedObjects"] = [
+            _convert_one(i, o, desired) for i, o in enumerate(request.get("objects") or ())
+        ]
         response["result"] = {"status": "Success"}
     except ConversionError as exc:
         response["convertedObjects"] = []
@@ -366,3 +368,22 @@ def convert_review(review: Obj) -> Obj:
         "kind": "ConversionReview",
         "response": response,
     }
+
+
+def _convert_one(index: int, obj: Any, desired: str) -> Obj:
+    """`convert` one object of a review; an object whose fields have the wrong shapes is a Failure.
+
+    The API server only sends objects it stored or validated, but the webhook is reachable by anything
+    that can reach its Service: a malformed review must get an answer (Failure), never a crash.
+    """
+    if not isinstance(obj, dict):
+        raise ConversionError(f"objects[{index}]: not an object")
+    try:
+        return convert(obj, desired)
+    except ConversionError:
+        raise
+    except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
+        name = obj.get("metadata", {}).get("name") if isinstance(obj.get("metadata"), dict) else None
+        raise ConversionError(
+            f"objects[{index}] ({obj.get('kind')} {name}): malformed: {type(exc).__name__}: {exc}"
+        ) from exc

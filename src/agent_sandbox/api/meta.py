@@ -19,6 +19,7 @@ No I/O, no clock: callers pass `now`.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeAlias
@@ -64,6 +65,7 @@ __all__ = [
     "normalize_created_by",
     "owner_name",
     "owner_ref_matches",
+    "parse_duration",
     "parse_time",
     "pool_key",
     "pool_template_name",
@@ -177,6 +179,42 @@ def parse_time(value: object) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+_DURATION_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+_DURATION_RE = re.compile(r"(\d*\.?\d*)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_duration(text: str) -> float:
+    """Parse a Go duration ("1h2m3.5s", "-250ms", "0") into seconds.
+
+    Raises:
+        ValueError: not a Go duration (e.g. "5" without a unit, "5x").
+    """
+    s = text.strip()
+    sign = -1.0 if s.startswith("-") else 1.0
+    s = s.lstrip("+-")
+    if s == "0":
+        return 0.0
+    if not s:
+        raise ValueError(f"invalid duration {text!r}")
+    pos, total = 0, 0.0
+    while pos < len(s):
+        m = _DURATION_RE.match(s, pos)
+        if not m or m.group(1) in ("", "."):
+            raise ValueError(f"invalid duration {text!r}")
+        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        pos = m.end()
+    return sign * total
 
 
 # --------------------------------------------------------------------------- ownership

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from agent_sandbox.api.errortext import describe_error
+from agent_sandbox.cli.lifecycle import add_lifecycle_commands
 from agent_sandbox.cli.release import release_command
 from agent_sandbox.cli.sandboxes import add_sandbox_commands
 from agent_sandbox.devcluster import (
@@ -41,12 +42,13 @@ def _dev_up(args: argparse.Namespace) -> int:
     if args.controller:
         from agent_sandbox.devcluster.controller import start_controller
 
-        started = start_controller(cluster, extensions=True)
+        lifecycle = ("--sandbox-lifecycle",) if args.lifecycle else ()
+        started = start_controller(cluster, extensions=True, extra=lifecycle)
         print(f"controller running (pid {started.pid}), log: {started.log}", file=sys.stderr)
     if args.router:
         from agent_sandbox.devcluster.router import router_url, start_router
 
-        routed = start_router(cluster)
+        routed = start_router(cluster, extra=("--sandbox-lifecycle",) if args.lifecycle else ())
         print(f"router at {router_url(cluster)} (pid {routed.pid}), log: {routed.log}", file=sys.stderr)
     print(cluster.describe(), file=sys.stderr)
     print(f"\nuse it:  KUBECONFIG={cluster.kubeconfig} kubectl get nodes", file=sys.stderr)
@@ -157,6 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--router", action="store_true", help="run agent-sandbox-router (Pod cache on) on a loopback port"
     )
+    up.add_argument(
+        "--lifecycle",
+        action="store_true",
+        help="with --controller/--router: idle suspend, hibernation, resume on request (docs/lifecycle.md)",
+    )
     up.add_argument("--max-requests-inflight", type=int, default=_DEFAULTS.max_requests_inflight)
     up.add_argument(
         "--max-mutating-requests-inflight", type=int, default=_DEFAULTS.max_mutating_requests_inflight
@@ -212,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sandbox_commands(
         sub
     )  # create, list, get, exec, cp, suspend, resume, delete, pools (cli/sandboxes.py)
+    add_lifecycle_commands(sub)  # lifecycle resume|suspend|hibernate SANDBOX (cli/lifecycle.py)
     return parser
 
 

@@ -7,6 +7,7 @@
 | `POOL_BY_TEMPLATE` | SandboxWarmPool | `spec.sandboxTemplateRef.name` | warm pool, claim (template events) |
 | `CLAIM_BY_POOL` | SandboxClaim | `spec.warmPoolRef.name` | claim (pool events) |
 | `SANDBOX_BY_CLAIM_UID` | Sandbox | UID of the controlling SandboxClaim | claim (what a claim owns) |
+| `SANDBOX_BY_TEMPLATE` | Sandbox | `sandbox-template-ref` annotation | lifecycle (template settings change) |
 
 A setup registers the indexes it reads with `ensure_indexes`; registering one twice (two controllers
 sharing it) is a no-op. Index functions are pure.
@@ -29,17 +30,20 @@ __all__ = [
     "INDEX_POD_NAME_HASH",
     "INDEX_POOL_TEMPLATE_REF",
     "INDEX_SANDBOX_CLAIM_UID",
+    "INDEX_SANDBOX_TEMPLATE_REF",
     "INDEX_SANDBOX_WARM_POOL",
     "POD_BY_SANDBOX_HASH",
     "POOL_BY_TEMPLATE",
     "SANDBOX_BY_CLAIM_UID",
     "SANDBOX_BY_POOL",
+    "SANDBOX_BY_TEMPLATE",
     "Index",
     "claim_pool_index",
     "ensure_indexes",
     "pod_name_hash_index",
     "pool_template_ref_index",
     "sandbox_claim_uid_index",
+    "sandbox_template_index",
     "sandbox_warm_pool_index",
 ]
 
@@ -53,6 +57,8 @@ INDEX_CLAIM_POOL: Final = ".spec.warmPoolRef.name"
 """SandboxClaims by `spec.warmPoolRef.name` (none when empty)."""
 INDEX_SANDBOX_CLAIM_UID: Final = "claim-controller-uid"
 """Sandboxes by the UID of their controlling SandboxClaim (how a claim finds what it already owns)."""
+INDEX_SANDBOX_TEMPLATE_REF: Final = "sandbox-template-ref"
+"""Sandboxes by the SandboxTemplate they were built from (the `sandbox-template-ref` annotation)."""
 
 
 def pod_name_hash_index(obj: Object) -> Iterable[str]:
@@ -87,6 +93,12 @@ def sandbox_claim_uid_index(obj: Object) -> list[str]:
     return []
 
 
+def sandbox_template_index(obj: Object) -> list[str]:
+    """The template a Sandbox was built from (`agents.x-k8s.io/sandbox-template-ref`), if any."""
+    name = (obj["metadata"].get("annotations") or {}).get(c.ANNOTATION_SANDBOX_TEMPLATE_REF)
+    return [name] if name else []
+
+
 @dataclass(frozen=True, slots=True)
 class Index:
     """One cache index: on `kind`, named `name`, computed by `fn`."""
@@ -101,6 +113,7 @@ SANDBOX_BY_POOL: Final = Index(SANDBOX, INDEX_SANDBOX_WARM_POOL, sandbox_warm_po
 POOL_BY_TEMPLATE: Final = Index(SANDBOX_WARM_POOL, INDEX_POOL_TEMPLATE_REF, pool_template_ref_index)
 CLAIM_BY_POOL: Final = Index(SANDBOX_CLAIM, INDEX_CLAIM_POOL, claim_pool_index)
 SANDBOX_BY_CLAIM_UID: Final = Index(SANDBOX, INDEX_SANDBOX_CLAIM_UID, sandbox_claim_uid_index)
+SANDBOX_BY_TEMPLATE: Final = Index(SANDBOX, INDEX_SANDBOX_TEMPLATE_REF, sandbox_template_index)
 
 
 def ensure_indexes(cache: Cache, *indexes: Index) -> None:

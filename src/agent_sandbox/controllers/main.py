@@ -39,7 +39,7 @@ from ..kube import (
     setup_tracing,
 )
 from ..kube.flags import FlagError, HelpRequested, configure_logging_from_flags
-from . import claim, sandbox, template, warmpool, webhook
+from . import claim, lifecycle, sandbox, template, warmpool, webhook
 from .claim_pressure import ClaimPressure, ClaimPressureCollector
 from .context import ControllerContext, Setup
 from .options import PROGRAM, Options, flag_set, parse_options, read_allowed_label_domains, validate
@@ -61,6 +61,8 @@ SETUPS: list[Setup] = [
     Setup("sandboxwarmpool", warmpool.setup, lambda o: o.extensions),
     Setup("sandboxclaim", claim.setup, lambda o: o.extensions),
     Setup("sandboxtemplate", template.setup, lambda o: o.extensions),
+    # Ours (docs/lifecycle.md), with --sandbox-lifecycle:
+    Setup("sandboxlifecycle", lifecycle.setup, lambda o: o.sandbox_lifecycle),
 ]
 """Ordered controller/runnable registry; see the module docstring."""
 

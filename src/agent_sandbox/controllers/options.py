@@ -132,6 +132,25 @@ FLAGS: tuple[Flag, ...] = (
         15.0,
         "While claims arrive, writes that do not make a claim Ready wait up to this long; 0 = never.",
     ),
+    # Ours, not upstream's (docs/lifecycle.md): off unless asked for.
+    Flag(
+        "sandbox-lifecycle",
+        "bool",
+        False,
+        "Idle auto-suspend, hibernation and restore of Sandboxes that ask for it (needs the SandboxArchive CRD).",
+    ),
+    Flag(
+        "sandbox-lifecycle-concurrent-workers",
+        "int",
+        10,
+        "Concurrent reconciles of the lifecycle controller.",
+    ),
+    Flag(
+        "sandbox-lifecycle-runtime-port",
+        "int",
+        8080,
+        "Port of the runtime's GET /v1/activity, asked before an idle suspend; 0 = never ask.",
+    ),
     Flag("enable-webhook", "bool", True, "Run the webhook server and register conversion webhooks."),
     Flag("webhook-port", "int", 9443, "Webhook server port."),
     Flag(
@@ -202,6 +221,9 @@ class Options:
     disable_claim_observability_annotations: bool = False
     sandbox_write_behind_window: float = 0.0
     sandbox_claim_priority_hold: float = 15.0
+    sandbox_lifecycle: bool = False
+    sandbox_lifecycle_concurrent_workers: int = 10
+    sandbox_lifecycle_runtime_port: int = 8080
     enable_webhook: bool = True
     webhook_port: int = 9443
     webhook_cert_dir: str = "/tmp/k8s-webhook-server/serving-certs"
@@ -286,6 +308,10 @@ def validate(opts: Options) -> tuple[list[str], list[str]]:
         errors.append("--sandbox-write-behind-window must be >= 0")
     if opts.sandbox_claim_priority_hold < 0:
         errors.append("--sandbox-claim-priority-hold must be >= 0")
+    if opts.sandbox_lifecycle_concurrent_workers <= 0:
+        errors.append("--sandbox-lifecycle-concurrent-workers must be > 0")
+    if not 0 <= opts.sandbox_lifecycle_runtime_port <= 65535:
+        errors.append("--sandbox-lifecycle-runtime-port must be within 0-65535")
     if opts.kube_api_burst <= 0:
         errors.append("--kube-api-burst must be > 0")
     if opts.api_connections < 1:

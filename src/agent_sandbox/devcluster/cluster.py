@@ -19,6 +19,7 @@ import builtins
 import contextlib
 import fcntl
 import json
+import random
 import shutil
 import socket
 import subprocess
@@ -38,6 +39,7 @@ from agent_sandbox.devcluster.config import (
     NOT_READY_LABEL,
     SERVICE_IP,
     ClusterConfig,
+    audit_policy_yaml,
     kubeconfig_yaml,
     kwok_stages_yaml,
     node_manifest,
@@ -79,8 +81,34 @@ def _allocation_lock() -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def _listen_ports() -> range:
+    """Ports for the cluster's listeners: below the kernel's ephemeral range when there is room.
+
+    A port from the ephemeral range can be handed to some client as its source port while its listener
+    is down (during an in-place restart, devcluster/faults.py); a client connecting to a free local
+    port can even connect to itself. Either makes the restarted listener fail with "address in use".
+    """
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    return range(max(1024, low - 12768), low) if low > 2048 else range(0)
+
+
 def _free_port(taken: set[int]) -> int:
-    while True:
+    candidates = _listen_ports()
+    for _ in range(200 if candidates else 0):
+        port = random.choice(candidates)
+        if port in taken:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        taken.add(port)
+        return port
+    while True:  # no room below the ephemeral range: let the kernel choose
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))
             port = int(s.getsockname()[1])
@@ -160,6 +188,11 @@ class DevCluster:
         """The configuration this cluster was started with (defaults for knobs an older state lacks)."""
         known = {f.name for f in fields(ClusterConfig)}
         return ClusterConfig(**{k: v for k, v in self.state.config.items() if k in known})
+
+    @property
+    def audit_log(self) -> Path:
+        """kube-apiserver's audit log (JSON lines; written only with `ClusterConfig.audit_log`)."""
+        return self.logs / components.AUDIT_LOG
 
     @property
     def volumes(self) -> Path:
@@ -254,15 +287,56 @@ class DevCluster:
             cluster._save()
             return cluster
 
-    def _spawn(self, name: str, argv: Sequence[str], *, identity: str | None = None) -> Started:
+    def _spawn(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        identity: str | None = None,
+        env: dict[str, str] | None = None,
+        replace: int | None = None,
+    ) -> Started:
+        """Start a process and record it (with its argv and env, so `respawn` can repeat it exactly).
+
+        `replace`: the index of the recorded entry this process takes the place of (start order kept).
+        """
         started = processes.spawn(
-            name, argv, log=self.logs / f"{name}.log", cwd=self.directory, identity=identity
+            name, argv, log=self.logs / f"{name}.log", env=env, cwd=self.directory, identity=identity
         )
-        self.state.processes.append(
-            {"name": started.name, "pid": started.pid, "exe": started.exe, "log": str(started.log)}
-        )
+        entry = {
+            "name": started.name,
+            "pid": started.pid,
+            "exe": started.exe,
+            "log": str(started.log),
+            "argv": list(argv),
+            "env": dict(env or {}),
+        }
+        if replace is None:
+            self.state.processes.append(entry)
+        else:
+            self.state.processes[replace] = entry
         self._save()
         return started
+
+    def respawn(self, name: str) -> Started:
+        """Start the recorded process `name` again with the same argv and env (same ports, same data).
+
+        The caller stops the old one first (`devcluster.faults.restart_component` does both and waits
+        for readiness). The new PID takes the old entry's place, so `down` keeps the start order.
+
+        Raises:
+            ClusterError: no process of that name was recorded with its argv, or it is still running.
+        """
+        for index in range(len(self.state.processes) - 1, -1, -1):
+            entry = self.state.processes[index]
+            if entry["name"] != name:
+                continue
+            if "argv" not in entry:
+                raise ClusterError(f"{name}: recorded without its argv (started by an older version)")
+            if processes.is_ours(entry["pid"], entry["exe"]):
+                raise ClusterError(f"{name} (pid {entry['pid']}) is still running; stop it first")
+            return self._spawn(name, entry["argv"], identity=entry["exe"], env=entry["env"], replace=index)
+        raise ClusterError(f"cluster {self.name!r} has no process {name!r}")
 
     def _wait(self, started: Started, what: str, ready: Callable[[], bool], timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -297,6 +371,8 @@ class DevCluster:
             )
         (d / "scheduler-config.yaml").write_text(scheduler_config_yaml(d / "scheduler.kubeconfig", cfg))
         (d / "kwok-stages.yaml").write_text(kwok_stages_yaml(cfg))
+        if cfg.audit_log:
+            (d / components.AUDIT_POLICY).write_text(audit_policy_yaml())
         lay = components.Layout(d, p, self.binaries, pki, self.state.pod_cidr)
 
         say(f"[{self.name}] starting etcd")
@@ -429,12 +505,7 @@ class DevCluster:
 
     def add_process(self, name: str, argv: Sequence[str], *, env: dict[str, str] | None = None) -> Started:
         """Start an extra process owned by this cluster (e.g. the controller); `down` stops it."""
-        started = processes.spawn(name, argv, log=self.logs / f"{name}.log", env=env, cwd=self.directory)
-        self.state.processes.append(
-            {"name": started.name, "pid": started.pid, "exe": started.exe, "log": str(started.log)}
-        )
-        self._save()
-        return started
+        return self._spawn(name, argv, env=env)
 
     def reserve_port(self, name: str) -> int:
         """A free loopback port recorded in this cluster's state (so parallel clusters never share it)."""

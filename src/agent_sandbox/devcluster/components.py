@@ -17,6 +17,9 @@ from agent_sandbox.devcluster.config import SERVICE_CIDR, ClusterConfig
 # Written by DevCluster when `ClusterConfig.service_proxy` is on (see serviceproxy.py).
 EGRESS_CONFIG = "egress-selector.yaml"
 SERVICE_PROXY_SOCKET = "service-proxy.sock"
+# Written by DevCluster when `ClusterConfig.audit_log` is on (config.audit_policy_yaml).
+AUDIT_POLICY = "audit-policy.yaml"
+AUDIT_LOG = "audit.log"
 
 
 def egress_selector_yaml(socket_path: Path) -> str:
@@ -68,6 +71,21 @@ def etcd_argv(lay: Layout, cfg: ClusterConfig) -> list[str]:
 def apiserver_argv(lay: Layout, cfg: ClusterConfig) -> list[str]:
     pki = lay.pki
     egress = [f"--egress-selector-config-file={lay.directory / EGRESS_CONFIG}"] if cfg.service_proxy else []
+    audit = (
+        [
+            f"--audit-policy-file={lay.directory / AUDIT_POLICY}",
+            f"--audit-log-path={lay.directory / 'logs' / AUDIT_LOG}",
+            "--audit-log-format=json",
+            # Blocking: an event is written before the response is sent, so none is ever dropped (batch
+            # mode drops events when its buffer fills, which would make counts wrong).
+            "--audit-log-mode=blocking",
+            # Never rotate (the reader follows one file by byte offset). 0 does not mean "no limit": the
+            # rotating writer reads 0 as its default, 100 MB, which a 500-claim trial passes.
+            "--audit-log-maxsize=1000000",
+        ]
+        if cfg.audit_log
+        else []
+    )
     return [
         str(lay.binaries.path("kube-apiserver")),
         f"--etcd-servers=http://127.0.0.1:{lay.ports['etcd_client']}",
@@ -89,6 +107,7 @@ def apiserver_argv(lay: Layout, cfg: ClusterConfig) -> list[str]:
         "--allow-privileged=true",
         f"--profiling={str(cfg.apiserver_profiling).lower()}",
         *egress,
+        *audit,
         "--v=1",
     ]
 

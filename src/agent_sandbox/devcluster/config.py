@@ -77,6 +77,9 @@ class ClusterConfig:
     # Route the API server's calls to Services (webhooks by Service reference) to Ready pods' 127.x IPs
     # through the `service-proxy` component (devcluster/serviceproxy.py), as kube-proxy would on a node.
     service_proxy: bool = False
+    # Write kube-apiserver's audit log (`logs/audit.log`, JSON lines, policy `audit_policy_yaml`): every
+    # write with who sent it, counted from outside the controller (`devcluster/audit.py` reads it).
+    audit_log: bool = False
 
 
 def kubeconfig_yaml(*, name: str, server: str, ca: Path, cert: Path, key: Path, user: str) -> str:
@@ -168,6 +171,46 @@ def kwok_stages_yaml(cfg: ClusterConfig) -> str:
                 raise ValueError(f"stage {entry.name} has an unknown @@ placeholder")
             docs.append(text.strip())
     return "\n---\n".join(docs) + "\n"
+
+
+# Users whose writes the audit log leaves out: kwok heartbeats and pod status writes dwarf everything else
+# and say nothing about the controller.
+AUDIT_IGNORED_USERS = ("kwok",)
+
+
+def audit_policy_yaml() -> str:
+    """kube-apiserver's audit Policy: every write at Metadata level (verb, object, user, user agent,
+    response code); Sandbox creates with their response (a generated name and the owner are known only
+    then) and Sandbox patches/updates with their request (a claim's takeover of a warm member is a JSON
+    patch of `ownerReferences`); reads, Events, node Leases and kwok are left out. Rules match top-down,
+    first match wins."""
+    doc = {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived"],
+        "omitManagedFields": True,
+        "rules": [
+            {"level": "None", "verbs": ["get", "list", "watch"]},
+            {"level": "None", "users": list(AUDIT_IGNORED_USERS)},
+            {"level": "None", "namespaces": ["kube-node-lease"]},
+            {
+                "level": "None",
+                "resources": [{"group": "", "resources": ["events"]}, {"group": "events.k8s.io"}],
+            },
+            {
+                "level": "RequestResponse",
+                "verbs": ["create"],
+                "resources": [{"group": "agents.x-k8s.io", "resources": ["sandboxes"]}],
+            },
+            {
+                "level": "Request",
+                "verbs": ["patch", "update"],
+                "resources": [{"group": "agents.x-k8s.io", "resources": ["sandboxes"]}],
+            },
+            {"level": "Metadata"},
+        ],
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
 
 
 def storage_class_manifests(cfg: ClusterConfig) -> list[dict[str, Any]]:

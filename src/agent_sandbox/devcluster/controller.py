@@ -17,6 +17,7 @@ import yaml
 from agent_sandbox.api.kinds import ALL_KINDS, ResourceKind
 from agent_sandbox.devcluster.cluster import DevCluster
 from agent_sandbox.devcluster.identity import controller_kubeconfig
+from agent_sandbox.devcluster.lifecycle import install_lifecycle, lifecycle_requested
 from agent_sandbox.devcluster.processes import Started, component_error, is_ours, wait_ready
 from agent_sandbox.devcluster.rest import AdminRest
 
@@ -122,6 +123,8 @@ def start_controller(
 ) -> Started:
     """Install CRDs, start the controller, wait for its /readyz."""
     install_crds(cluster)
+    if lifecycle_requested(extra):
+        install_lifecycle(cluster)
     argv = controller_argv(cluster, extensions=extensions, extra=extra)
     webhook = cluster.state.extra_ports["controller_webhook"]
     # Endpoints reject loopback IPs, so in the dev cluster the CRDs reach the conversion webhook by URL.

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from .cluster import DevCluster
+from .lifecycle import install_lifecycle, lifecycle_requested
 from .processes import Started, is_ours, wait_ready
 
 __all__ = ["ROUTER", "router_argv", "router_url", "start_router"]
@@ -48,6 +49,8 @@ def start_router(cluster: DevCluster, *, extra: tuple[str, ...] = (), timeout: f
     Raises:
         ComponentError: the router exited or did not become ready in time (with its last log lines).
     """
+    if lifecycle_requested(extra):
+        install_lifecycle(cluster)
     started = cluster.add_process(ROUTER, router_argv(cluster, extra=extra))
     health = cluster.state.extra_ports["router_health"]
     wait_ready(started, f"http://127.0.0.1:{health}/readyz", deadline=time.monotonic() + timeout)

@@ -34,6 +34,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from agent_sandbox.api.lifecycle import ANNOTATION_CLAIM_ENV
 from agent_sandbox.devcluster.provisioner import PV, volume_host_path
 from agent_sandbox.devcluster.runtime_pods import RuntimePod, is_runtime_pod, runtime_pod
 from agent_sandbox.kube import POD, PVC, ApiClient, HandlerFuncs, Informer, NotFound, Object, PatchType
@@ -68,6 +69,7 @@ class PodRuntime:
     message: str = ""
     not_before: float = 0.0  # monotonic time before which it is not (re)started
     started_at: str = ""
+    claim_env_file: Path | None = None  # host file of the downward API projection of the claim env
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -84,6 +86,23 @@ class PodRuntime:
             "ports": dict(self.server.ports) if self.server else {},
             "processes": self.server.state.supervisor.running if self.server else 0,
         }
+
+
+def _project_claim_env(path: Path, pod: Mapping[str, Any]) -> None:
+    """Keep the downward API file of the claim env annotation current, as a kubelet does (atomic swap).
+
+    A missing annotation is an empty file (the kubelet writes "" for an absent key).
+    """
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_CLAIM_ENV, "")
+    data = str(value).encode()
+    try:
+        if path.read_bytes() == data:
+            return
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
 
 
 def _now() -> str:
@@ -169,6 +188,8 @@ class Runner:
             rt = await self._prepare(pod, key, ip)
             if rt is None:
                 return
+        if rt.claim_env_file is not None:
+            await asyncio.to_thread(_project_claim_env, rt.claim_env_file, pod)
         if rt.server is None:
             wait = rt.not_before - time.monotonic()
             if wait > 0:
@@ -192,6 +213,8 @@ class Runner:
         else:
             workspace, owned = self.directory / meta["namespace"] / f"{meta['name']}-{meta['uid'][:8]}", True
         rt = PodRuntime(meta["namespace"], meta["name"], meta["uid"], ip, spec, workspace, owned)
+        if spec.claim_env:
+            rt.claim_env_file = self.directory / ".downward" / meta["namespace"] / meta["uid"] / "claim-env"
         self.runtimes[key] = rt
         return rt
 
@@ -213,6 +236,8 @@ class Runner:
             client_root=str(rt.spec.config.root_dir),
             listen_host=rt.ip,
             command_env=rt.spec.env,
+            # Never the container path on this host: only a projection the runner keeps current.
+            claim_env_file=str(rt.claim_env_file or ""),
         )
         server = RuntimeServer(config)
         try:
@@ -302,6 +327,8 @@ class Runner:
             self.runtimes.pop(key, None)
             if rt.owned_workspace:
                 await asyncio.to_thread(shutil.rmtree, rt.workspace, True)
+            if rt.claim_env_file is not None:
+                await asyncio.to_thread(shutil.rmtree, rt.claim_env_file.parent, True)
             log.info("%s: runtime of pod %s removed", key, rt.uid)
 
     # -- simulated crash ----------------------------------------------------------------------------------
@@ -354,6 +381,8 @@ class Runner:
             if not self.directory.is_dir():
                 return
             for ns_dir in self.directory.iterdir():
+                if ns_dir.name.startswith("."):  # .downward: claim env projections, kept per live pod UID
+                    continue
                 for entry in ns_dir.iterdir() if ns_dir.is_dir() else ():
                     if f"{ns_dir.name}/{entry.name}" not in live:
                         shutil.rmtree(entry, ignore_errors=True)

@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agent_sandbox.api.lifecycle import projects_claim_env
+
 if TYPE_CHECKING:
     from agent_sandbox.runtime import RuntimeConfig
 
@@ -88,6 +90,7 @@ class RuntimePod:
     claim: str | None  # PVC mounted at the root directory, if any
     sub_path: str = ""
     problems: list[str] = field(default_factory=list)  # flags the runner could not use (logged)
+    claim_env: bool = False  # the runtime's --claim-env-file is a downward API projection of the claim env
 
 
 def _runtime_container(pod: Pod) -> Mapping[str, Any]:
@@ -171,6 +174,7 @@ def runtime_pod(pod: Pod, *, base_env: Mapping[str, str]) -> RuntimePod:
         claim=claim,
         sub_path=sub_path,
         problems=problems,
+        claim_env=projects_claim_env(pod.get("spec") or {}, container, config.claim_env_file),
     )
 
 

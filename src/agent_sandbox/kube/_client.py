@@ -21,7 +21,7 @@ import asyncio
 import itertools
 import os
 import platform
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Self
 from urllib.parse import quote, urlsplit
@@ -125,6 +125,7 @@ class ApiClient(StatusViaSubresource):
         self._connect_timeout = connect_timeout
         self._request_timeout = request_timeout
         self._closed = False
+        self._write_gate: Callable[[], None] | None = None
         self._metric_children: dict[tuple[str, str], Any] = {}
         self._duration_children: dict[str, Any] = {}
 
@@ -251,6 +252,14 @@ class ApiClient(StatusViaSubresource):
             headers["Content-Type"] = content_type
         return headers
 
+    def set_write_gate(self, gate: Callable[[], None] | None) -> None:
+        """Call `gate()` before sending every write (any method but GET); it raises to refuse the write.
+
+        The manager installs one that raises `NotLeader` when leadership is not current. Clones do not
+        inherit it (the leader elector's own clone must always be able to renew).
+        """
+        self._write_gate = gate
+
     async def request(
         self,
         method: str,
@@ -279,6 +288,8 @@ class ApiClient(StatusViaSubresource):
         throttled = 0
         while True:
             headers = await self._headers(content_type)
+            if method != "GET" and self._write_gate is not None:
+                self._write_gate()  # as late as possible: after every wait, right before sending
             start = loop.time()
             try:
                 async with self._session().request(

@@ -15,6 +15,7 @@ Semantics (kept close to the API server where controllers can observe the differ
 * `watch()` replays the event log after the given resourceVersion, then follows new writes; `compact()`
   makes older resourceVersions raise `Gone`; `WatchControl.close_all()` ends open watches.
 * `inject_error(verb, ...)` makes the next matching call raise; `actions` records every call.
+* `set_write_gate(gate)`: as `ApiClient`, `gate()` runs before every write and may refuse it by raising.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ class FakeClient(StatusViaSubresource):
         self._watchers: dict[_TypeKey, list[asyncio.Queue[WatchEvent | BaseException | None]]] = {}
         self._indexes: dict[tuple[_TypeKey, str], Callable[[Object], list[str]]] = {}
         self._injected: list[_Injected] = []
+        self._write_gate: Callable[[], None] | None = None
         self.actions: list[tuple[str, str, str | None, str | None]] = []
         self.watch_control = WatchControl()
         for kind, obj in objects:
@@ -122,7 +124,19 @@ class FakeClient(StatusViaSubresource):
         tk = _type_key(kind)
         return [copy.deepcopy(o) for k, o in self._store.items() if k[:2] == tk]
 
+    def set_write_gate(self, gate: Callable[[], None] | None) -> None:
+        """Run `gate()` before every write (see `ApiClient.set_write_gate`)."""
+        self._write_gate = gate
+
     def _record(self, verb: str, kind: ResourceKind, namespace: str | None, name: str | None) -> None:
+        if self._write_gate is not None and verb in (
+            "create",
+            "update",
+            "patch",
+            "delete",
+            "deletecollection",
+        ):
+            self._write_gate()
         self.actions.append((verb, kind.kind, namespace, name))
         for inj in self._injected:
             if inj.verb in (verb, "*") and inj.kind in (None, kind) and inj.name in (None, name):

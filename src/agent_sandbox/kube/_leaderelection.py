@@ -21,7 +21,15 @@ Where it runs: `LeaderElector` runs on whatever loop awaits it, with the client 
 runs it through `ThreadedLeaderElector` (`_electionthread`): its own thread, event loop and API client,
 so reconcile work can neither starve nor throttle renewals.
 
-Failure modes: `hold()` raises `LeaderElectionLost` when renewals keep failing for `renew_deadline`;
+Leadership is bounded in time: `is_leader` is true only until `renew_deadline` after the start of the
+last successful acquire/renew attempt. A successor can take over only `lease_duration` (> renew deadline)
+after it saw that write, so while `is_leader` holds, no successor can have started; the manager refuses
+writes once it no longer holds (`kube.NotLeader`), e.g. in a process that was frozen (SIGSTOP, a long
+pause) past its lease and runs again. A renewal that finds the Lease held by someone else steps down at
+once instead of retrying until the deadline.
+
+Failure modes: `hold()` raises `LeaderElectionLost` when renewals keep failing for `renew_deadline`, or
+at once when another candidate holds the Lease;
 the manager then stops (and the process exits non-zero, as controller-runtime does). Every failed
 attempt is logged with what failed (`describe_error`; a timed-out attempt says how long it waited).
 """
@@ -53,6 +61,7 @@ __all__ = [
     "LeaderElector",
     "RenewalRound",
     "default_identity",
+    "next_attempt_delay",
 ]
 
 log = logging.getLogger("agent_sandbox.kube.leaderelection")
@@ -129,6 +138,19 @@ def _micro_time(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def next_attempt_delay(retry_period: float, expires_in: float | None, jitter: float) -> float:
+    """How long a candidate waits before its next attempt (unless the Lease changes first).
+
+    client-go waits a retry period with up to 20% jitter (`jitter` in [0, 1)), so a successor could take
+    up to 2.4 s after the holder's Lease expired; waking just after the expiry instead bounds the hand-over
+    after a crash by the time one attempt takes.
+    """
+    delay = retry_period * (1 + jitter * 0.2)
+    if expires_in is not None:
+        delay = min(delay, max(0.0, expires_in) + 0.01)
+    return delay
+
+
 class LeaderElector:
     """Campaigns for one Lease. Use `await acquire()`, then `await hold()`; `await release()` on stop."""
 
@@ -143,8 +165,10 @@ class LeaderElector:
         self._observed_lease: dict[str, Any] | None = None
         self._observed_rv: str | None = None
         self._why_not = ""
+        self._held_by_other = ""
         self._observed_at = 0.0
         self._leader = False
+        self._valid_until = 0.0
         self._changed = asyncio.Event()
         self._status = LEADER_ELECTION_STATUS.labels(config.name)
         self._status.set(0)
@@ -153,7 +177,8 @@ class LeaderElector:
 
     @property
     def is_leader(self) -> bool:
-        return self._leader
+        """Holding the Lease now: acquired, not released or lost, and renewed within the renew deadline."""
+        return self._leader and self._clock.now() < self._valid_until
 
     @property
     def observed_holder(self) -> str:
@@ -216,6 +241,17 @@ class LeaderElector:
         When it returns False, `why_not` says why (the holder, or the write that lost a race).
         """
         cfg = self.config
+        sent = self._clock.now()
+        self._held_by_other = ""
+        if await self._try_acquire_or_renew():
+            # Nobody can take over before `lease_duration` after they saw this write, which was sent
+            # after `sent`: the renew deadline (shorter) bounds how long this success proves leadership.
+            self._valid_until = sent + cfg.renew_deadline
+            return True
+        return False
+
+    async def _try_acquire_or_renew(self) -> bool:
+        cfg = self.config
         if await self._renew_optimistically():
             return True
         try:
@@ -240,6 +276,7 @@ class LeaderElector:
         duration = float(spec.get("leaseDurationSeconds") or cfg.lease_duration)
         if holder and holder != self.identity and self._lease_valid(duration):
             self._why_not = f"the Lease is held by {holder}"
+            self._held_by_other = holder
             return False
         mine = holder == self.identity
         # client-go: keep acquireTime/transitions while renewing, count a transition on takeover.
@@ -254,6 +291,14 @@ class LeaderElector:
             return False
         self._observe(updated)
         return True
+
+    def _expires_in(self) -> float | None:
+        """Seconds until another holder's Lease expires on our clock (None: not held by another)."""
+        if not self._held_by_other:
+            return None
+        spec = self._observed_spec or {}
+        duration = float(spec.get("leaseDurationSeconds") or self.config.lease_duration)
+        return self._observed_at + duration - self._clock.now()
 
     @property
     def why_not(self) -> str:
@@ -292,8 +337,9 @@ class LeaderElector:
                     log.warning(
                         "error acquiring lease %s/%s: %s", cfg.namespace, cfg.name, describe_error(exc)
                     )
-                # Wake on the next Lease change or after a jittered retry period, whichever first.
-                delay = cfg.retry_period * (1 + random.random() * 0.2)
+                # Wake on the next Lease change, after a jittered retry period, or when the holder's
+                # Lease expires on our clock, whichever comes first.
+                delay = next_attempt_delay(cfg.retry_period, self._expires_in(), random.random())
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), delay)
         finally:
@@ -341,6 +387,14 @@ class LeaderElector:
                     )
                     break
                 log.warning("failed to renew lease %s/%s: %s", cfg.namespace, cfg.name, last_error)
+                if self._held_by_other and self._leader:
+                    # It only gets the Lease after ours expired on its clock: we are not the leader,
+                    # whatever our renew deadline says (e.g. this process was frozen meanwhile).
+                    self._leader = False
+                    self._status.set(0)
+                    raise LeaderElectionLost(
+                        f"leader election lost: lease {cfg.namespace}/{cfg.name} is held by {self._held_by_other}"
+                    )
                 if self._clock.now() >= deadline:
                     self._leader = False
                     self._status.set(0)

@@ -38,6 +38,7 @@ from ._events import EventBroadcaster, EventRecorder
 from ._leaderelection import Elector, LeaderElectionConfig, default_identity
 from ._pprof import add_pprof_routes
 from ._servers import Check, HealthServer, MetricsServer
+from .errors import NotLeader
 from .metrics import REGISTRY
 
 __all__ = [
@@ -131,6 +132,22 @@ class Manager:
         self.elected = asyncio.Event()
         """Set once leader-gated runnables may run (immediately when leader election is off)."""
         self._runnables: list[Runnable] = [self.events]
+        if self.elector is not None:
+            api.set_write_gate(self._leadership_gate)
+
+    def _leadership_gate(self) -> None:
+        """Refuse a write once this process has led and cannot prove it still does (`NotLeader`).
+
+        Before the first election nothing is refused (a standby's webhook writes its CRD patches); after
+        it, a write goes out only while the elector holds the Lease within its renew deadline, so a
+        deposed leader (frozen past its lease, partitioned, stepping down) writes nothing once a
+        successor may have started.
+        """
+        if self.elected.is_set() and self.elector is not None and not self.elector.is_leader:
+            raise NotLeader(
+                "refusing to write: this process no longer holds the leader Lease "
+                "(lost, released, or not renewed within the renew deadline)"
+            )
 
     def _new_elector(self, opts: ManagerOptions) -> Elector:
         if not opts.leader_election_id:

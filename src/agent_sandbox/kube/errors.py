@@ -13,8 +13,9 @@ KubeError
 │   ├── Invalid             422
 │   ├── TooManyRequests     429
 │   └── ServerError         5xx
-└── TransportError                                       no (complete) answer from the server
-    └── Timeout
+├── TransportError                                       no (complete) answer from the server
+│   └── Timeout
+└── NotLeader                                            write refused locally: leadership not current
 ```
 
 `AlreadyExists` derives from `Conflict` because both are HTTP 409 and many callers treat them alike; a
@@ -42,6 +43,7 @@ __all__ = [
     "Invalid",
     "KubeError",
     "NotFound",
+    "NotLeader",
     "ServerError",
     "Timeout",
     "TooManyRequests",
@@ -131,6 +133,15 @@ class TransportError(KubeError):
 
 class Timeout(TransportError):
     """The request or stream read timed out on the client side."""
+
+
+class NotLeader(KubeError):
+    """A write was refused before it was sent: this process cannot prove it still holds the leader Lease.
+
+    Raised by the manager's write gate (`ApiClient.set_write_gate`) once the last successful renewal is
+    older than the renew deadline, or after leadership was lost or released, so a deposed leader (a
+    frozen process resuming, a partitioned one) never writes after its successor may have started.
+    """
 
 
 _BY_STATUS: dict[int, type[ApiError]] = {

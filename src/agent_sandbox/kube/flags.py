@@ -12,11 +12,11 @@ raises `FlagError` (the caller prints it with the usage and exits 2); `-h`/`-hel
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..api.meta import parse_duration
 from ._logging import STACKTRACE_LEVELS, TIME_ENCODINGS, configure_logging, parse_zap_level
 
 __all__ = [
@@ -38,33 +38,6 @@ class FlagError(ValueError):
 
 class HelpRequested(Exception):
     """-h / -help / --help was given."""
-
-
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DUR_RE = re.compile(r"(\d*\.?\d*)(ns|us|µs|μs|ms|s|m|h)")
-
-
-def parse_duration(text: str) -> float:
-    """Parse a Go duration ("1h2m3.5s", "-250ms", "0") into seconds.
-
-    Raises:
-        ValueError: not a Go duration (e.g. "5" without a unit, "5x").
-    """
-    s = text.strip()
-    sign = -1.0 if s.startswith("-") else 1.0
-    s = s.lstrip("+-")
-    if s == "0":
-        return 0.0
-    if not s:
-        raise ValueError(f"invalid duration {text!r}")
-    pos, total = 0, 0.0
-    while pos < len(s):
-        m = _DUR_RE.match(s, pos)
-        if not m or m.group(1) in ("", "."):
-            raise ValueError(f"invalid duration {text!r}")
-        total += float(m.group(1)) * _UNITS[m.group(2)]
-        pos = m.end()
-    return sign * total
 
 
 def format_duration(seconds: float) -> str:

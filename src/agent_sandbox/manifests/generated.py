@@ -12,7 +12,14 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
+from agent_sandbox.api.crdgen import archive_crd, file_name, render
 from agent_sandbox.api.crdgen import generate as generate_crds
+from agent_sandbox.manifests.lifecycle import (
+    LIFECYCLE_NAME,
+    LIFECYCLE_RULES,
+    ROUTER_LIFECYCLE_NAME,
+    ROUTER_LIFECYCLE_RULES,
+)
 from agent_sandbox.manifests.rbac import (
     CONTROLLER_NAME,
     CORE_RULES,
@@ -36,6 +43,24 @@ def generated_files() -> dict[Path, str]:
     for name, text in generate_crds().items():
         out[Path("k8s/crds") / name] = text
         out[Path("helm/crds") / name] = text
+    # Ours: the lifecycle component's CRD (docs/lifecycle.md); in Helm only with lifecycle.enabled.
+    archive = render(archive_crd())
+    out[Path("k8s/lifecycle") / file_name(archive_crd())] = archive
+    out[Path("helm/templates/lifecycle/crd.yaml")] = (
+        "{{- if .Values.lifecycle.enabled }}\n" + archive + "{{- end }}\n"
+    )
+    lifecycle_role = render_cluster_role(LIFECYCLE_NAME, LIFECYCLE_RULES)
+    router_role = render_cluster_role(ROUTER_LIFECYCLE_NAME, ROUTER_LIFECYCLE_RULES)
+    out[Path("k8s/lifecycle/rbac.generated.yaml")] = lifecycle_role
+    out[Path("k8s/router/lifecycle/rbac.generated.yaml")] = router_role
+    out[Path("helm/templates/lifecycle/rbac.generated.yaml")] = (
+        "{{- if .Values.lifecycle.enabled }}\n" + lifecycle_role + "{{- end }}\n"
+    )
+    out[Path("helm/templates/router/lifecycle-rbac.generated.yaml")] = (
+        "{{- if and .Values.router.enabled .Values.router.lifecycle.enabled }}\n"
+        + router_role
+        + "{{- end }}\n"
+    )
     roles = {
         "rbac.generated.yaml": render_cluster_role(CONTROLLER_NAME, CORE_RULES),
         "extensions-rbac.generated.yaml": render_cluster_role(EXTENSIONS_NAME, EXTENSIONS_RULES),

@@ -26,6 +26,9 @@ from ..kube import ApiClient, Tracing, load_config, setup_tracing
 from ..kube._servers import HttpServer, MetricsServer, parse_bind_address
 from ._authz import AllowAll, Authorizer, ScopedToken, TokenReview
 from ._config import RouterConfig, read_scoped_secret
+from ._lifecycle import RouterLifecycle
+from ._lifecycle_state import SYNC_ERROR as LIFECYCLE_SYNC_ERROR
+from ._lifecycle_state import LifecycleState
 from ._metrics import RouterMetrics
 from ._podcache import INITIAL_SYNC_ERROR, PodCache
 from ._proxy import Proxy, ProxySettings
@@ -80,6 +83,7 @@ class Router:
         self.connections: set[ClientConnection] = set()
         self.cache: PodCache | None = None
         self.proxy: Proxy | None = None
+        self.lifecycle: RouterLifecycle | None = None
         self.tls: ReloadingTLS | None = None
         self._kube = kube_client
         self._owns_kube = kube_client is None
@@ -145,6 +149,10 @@ class Router:
                     await self.cache.wait_synced()
             except TimeoutError:
                 raise StartupError(INITIAL_SYNC_ERROR) from None
+        if config.sandbox_lifecycle:
+            assert self._kube is not None
+            assert self.cache is not None
+            await self._start_lifecycle(self._kube, self.cache)
         authorizer = self._authorizer()
         resolver = Resolver(
             cluster_domain=config.cluster_domain,
@@ -176,6 +184,7 @@ class Router:
             access_log_enabled=config.access_log,
             tracer=self._tracing.tracer,
             propagator=self._tracing.propagator,
+            lifecycle=self.lifecycle,
         )
         await self._bind_all()
         self._tasks.append(asyncio.create_task(DeadlineSweeper(self.connections).run(), name="deadlines"))
@@ -186,6 +195,26 @@ class Router:
             "sandbox router ready",
             extra={"http_port": self.http_port, "https_port": self.https_port, "cache": config.cache_enabled},
         )
+
+    async def _start_lifecycle(self, kube: ApiClient, cache: PodCache) -> None:
+        """Sandbox/template/archive state (synced like the Pod cache) and the activity writer."""
+        config = self.config
+        state = LifecycleState(kube, namespace=config.cache_namespace or None)
+        self._tasks.append(asyncio.create_task(state.run(), name="lifecycle-state"))
+        try:
+            async with asyncio.timeout(CACHE_SYNC_TIMEOUT):
+                await state.wait_synced()
+        except TimeoutError:
+            raise StartupError(LIFECYCLE_SYNC_ERROR) from None
+        self.lifecycle = RouterLifecycle(
+            kube,
+            state,
+            cache,
+            self.metrics,
+            resume_timeout=config.sandbox_lifecycle_resume_timeout,
+            activity_interval=config.sandbox_lifecycle_activity_interval,
+        )
+        self._tasks.append(asyncio.create_task(self.lifecycle.run(), name="lifecycle-activity"))
 
     def _authorizer(self) -> Authorizer:
         config = self.config
@@ -307,6 +336,8 @@ class Router:
             self.proxy.pool.close_all()
             if self.proxy.access_log is not None:
                 self.proxy.access_log.flush()
+        if self.lifecycle is not None:
+            await self.lifecycle.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -91,6 +91,24 @@ FLAGS: tuple[Flag, ...] = (
     Flag("trusted-proxy-cidrs", "string", "", "[ours] CIDRs whose X-Forwarded-For names the client."),
     Flag("enable-h2c", "bool", False, "[ours] Accept prior-knowledge h2c (gRPC) on the HTTP listener."),
     Flag("workers", "int", 1, "[ours] Proxy worker processes sharing the listeners (SO_REUSEPORT)."),
+    Flag(
+        "sandbox-lifecycle",
+        "bool",
+        False,
+        "[ours] Resume suspended/hibernated Sandboxes on request and record activity (docs/lifecycle.md).",
+    ),
+    Flag(
+        "sandbox-lifecycle-resume-timeout",
+        "duration",
+        60.0,
+        "[ours] Longest a request is held while its Sandbox resumes (also bounded by the request deadline).",
+    ),
+    Flag(
+        "sandbox-lifecycle-activity-interval",
+        "duration",
+        60.0,
+        "[ours] Least time between two activity writes per Sandbox; 0 = never write activity.",
+    ),
     *ZAP_FLAGS,
 )
 
@@ -164,6 +182,9 @@ class RouterConfig:
     trusted_proxy_cidrs: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     enable_h2c: bool = False
     workers: int = 1
+    sandbox_lifecycle: bool = False
+    sandbox_lifecycle_resume_timeout: float = 60.0
+    sandbox_lifecycle_activity_interval: float = 60.0
     zap_devel: bool = False
     zap_encoder: str = ""
     zap_log_level: str = ""
@@ -326,6 +347,7 @@ def validate(config: RouterConfig) -> None:
         "websocket_idle_timeout",
         "websocket_max_lifetime",
         "websocket_max_connections_per_client",
+        "sandbox_lifecycle_activity_interval",
     )
     for name in non_negative:
         if getattr(config, name) < 0:
@@ -338,6 +360,10 @@ def validate(config: RouterConfig) -> None:
         problems.append("--websocket-max-message-bytes must be > 0")
     if config.workers < 1:
         problems.append("--workers must be >= 1")
+    if config.sandbox_lifecycle and not config.cache_enabled:
+        problems.append("--sandbox-lifecycle requires --cache-enabled")
+    if not config.sandbox_lifecycle_resume_timeout > 0:
+        problems.append("--sandbox-lifecycle-resume-timeout must be > 0")
     if config.authz_tokenreview_ttl <= 0:
         problems.append("--authz-tokenreview-ttl must be > 0")
     if config.authz_tokenreview_cache_size <= 0:

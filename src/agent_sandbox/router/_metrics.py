@@ -13,9 +13,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..kube.buildinfo import build_info
 
-__all__ = ["DURATION_BUCKETS", "RouterMetrics", "method_label"]
+__all__ = ["DURATION_BUCKETS", "RESUME_BUCKETS", "RouterMetrics", "method_label"]
 
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 180)
+RESUME_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 180)
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
 
 
@@ -76,6 +77,26 @@ class RouterMetrics:
             ["outcome"],
             registry=r,
         )
+        # Ours (docs/lifecycle.md), only with --sandbox-lifecycle.
+        self.lifecycle_resumes = Counter(
+            "sandbox_router_lifecycle_resumes_total",
+            "Resumes this router caused on request: resumed, restored (archive), joined (another resumer wrote).",
+            ["sandbox_namespace", "result"],
+            registry=r,
+        )
+        self.resume_wait = Histogram(
+            "sandbox_router_resume_wait_seconds",
+            "Time a request was held while its Sandbox resumed, by outcome (ready, failed, timeout).",
+            ["sandbox_namespace", "outcome"],
+            buckets=RESUME_BUCKETS,
+            registry=r,
+        )
+        self.activity_writes = Counter(
+            "sandbox_router_lifecycle_activity_writes_total",
+            "Coalesced last-activity annotation writes, by result (ok, error).",
+            ["sandbox_namespace", "result"],
+            registry=r,
+        )
         info = build_info()
         build = Gauge("sandbox_router_build_info", "Build information.", list(info), registry=r)
         build.labels(**info).set(1)
@@ -113,6 +134,15 @@ class RouterMetrics:
 
     def authz_decision(self, namespace: str, allowed: bool) -> None:
         self._child(self.authz_decisions, (namespace or "-", "allow" if allowed else "deny")).inc()
+
+    def lifecycle_resume(self, namespace: str, result: str) -> None:
+        self._child(self.lifecycle_resumes, (namespace or "-", result)).inc()
+
+    def lifecycle_resume_wait(self, namespace: str, outcome: str, seconds: float) -> None:
+        self._child(self.resume_wait, (namespace or "-", outcome)).observe(seconds)
+
+    def lifecycle_activity_write(self, namespace: str, ok: bool) -> None:
+        self._child(self.activity_writes, (namespace or "-", "ok" if ok else "error")).inc()
 
     def cert_reload(self, ok: bool) -> None:
         self._child(self.cert_reloads, ("success" if ok else "failure",)).inc()

@@ -25,13 +25,13 @@ delivered yet can wait for it instead of failing.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
 
 from ..api.constants import GROUP, LABEL_SANDBOX_NAME_HASH, LABEL_WARM_POOL_SANDBOX
 from ..kube import POD, HandlerFuncs, Informer, ListWatcher, Object
+from ._changes import Changes
 
 __all__ = ["INITIAL_SYNC_ERROR", "PodCache", "PodEntry"]
 
@@ -55,6 +55,8 @@ class PodEntry:
     ready: bool
     warm: bool
     """An unclaimed warm-pool member (reachable by UID only)."""
+    pod_uid: str = ""
+    """The Pod's own UID (tells a recreated pod from the one a dial just failed on)."""
 
 
 def entry_for(pod: Object) -> PodEntry | None:
@@ -86,6 +88,7 @@ def entry_for(pod: Object) -> PodEntry | None:
         uid=str(owner["uid"]),
         ready=ready,
         warm=LABEL_WARM_POOL_SANDBOX in labels,
+        pod_uid=str(meta.get("uid", "")),
     )
 
 
@@ -109,7 +112,7 @@ class PodCache:
         self.known: dict[tuple[str, str], int] = {}
         self.former: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._pods: dict[tuple[str, str], PodEntry] = {}
-        self._waiters: list[asyncio.Future[None]] = []
+        self._changes = Changes()
 
     async def run(self) -> None:
         await self.informer.run()
@@ -134,13 +137,7 @@ class PodCache:
 
     async def wait_changed(self) -> None:
         """Return at the next change of the cache (bound it with `asyncio.timeout`)."""
-        fut = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
-        try:
-            await fut
-        finally:
-            if fut in self._waiters:
-                self._waiters.remove(fut)
+        await self._changes.wait()
 
     # ------------------------------------------------------------------ invalidation
 
@@ -163,12 +160,6 @@ class PodCache:
         return True
 
     # ------------------------------------------------------------------ informer events
-
-    def _notify(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
 
     def _remove(self, key: tuple[str, str]) -> None:
         old = self._pods.pop(key, None)
@@ -209,7 +200,7 @@ class PodCache:
                 if not entry.warm:
                     self.by_name[name_key] = entry
         if changed:
-            self._notify()
+            self._changes.notify()
 
     def _update(self, _old: Object, new: Object) -> None:
         self._upsert(new)
@@ -217,4 +208,4 @@ class PodCache:
     def _delete(self, pod: Object) -> None:
         meta = pod.get("metadata") or {}
         self._remove((str(meta.get("namespace", "")), str(meta.get("name", ""))))
-        self._notify()
+        self._changes.notify()

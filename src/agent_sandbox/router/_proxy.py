@@ -28,7 +28,9 @@ import httptools
 
 from ..api.errortext import describe_error
 from ._accesslog import AccessLog
+from ._lifecycle import RETRY_AFTER, ResumeFailed, RouterLifecycle
 from ._metrics import RouterMetrics
+from ._podcache import PodEntry
 from ._resolve import Resolver, Target
 from ._responses import HEALTHZ_BODY, json_response, status_line
 from ._routing import Route, RouteError, parse_route
@@ -78,6 +80,7 @@ _TRACE_HEADERS = frozenset({b"traceparent", b"tracestate"})
 _REPLAY_LIMIT = 64 * 1024
 _HOST_DEAD = frozenset({errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN})
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_MAX_HOLDS = 2  # a request waits for its Sandbox's resume at most this often (a replaced pod: twice)
 _INTERNAL = "An internal error occurred in the proxy."
 
 
@@ -154,6 +157,7 @@ class Proxy:
         access_log_enabled: bool = True,
         tracer: Any = None,
         propagator: Any = None,
+        lifecycle: RouterLifecycle | None = None,
     ) -> None:
         self.settings = settings
         self.resolver = resolver
@@ -166,6 +170,7 @@ class Proxy:
         self.propagator = propagator
         self.inflight = 0
         self.tunnels: set[Tunnel] = set()
+        self.lifecycle = lifecycle
 
     # ------------------------------------------------------------------ entry point
 
@@ -255,6 +260,12 @@ class Proxy:
         )
         # A client that states how long it will wait (X-Sandbox-Timeout) also waits that long for headers.
         header_timeout = settings.response_header_timeout if route.timeout is None else timeout
+        suspending = False
+        if self.lifecycle is not None:
+            # Ours (docs/lifecycle.md): activity of a Sandbox with an idle timeout; written first when due.
+            urgent = self.lifecycle.record(route.namespace, route.sandbox_id)
+            if urgent is not None:
+                suspending = await urgent
         if req.expect_continue and not body.done:
             conn.write(_CONTINUE)
         client_key = ""
@@ -268,10 +279,32 @@ class Proxy:
                 )
                 return
         try:
-            await self._forward(conn, req, route, out, start + timeout, header_timeout, span)
+            await self._forward(conn, req, route, out, start + timeout, header_timeout, span, suspending)
         finally:
             if req.upgrade:
                 self.tunnel_limits.release(client_key)
+
+    async def _hold(
+        self,
+        conn: ClientConnection,
+        out: _Outcome,
+        req: Request,
+        route: Route,
+        deadline: float,
+        failed: PodEntry | None,
+    ) -> bool | None:
+        """Ours: hold the request while its Sandbox resumes (`RouterLifecycle.hold`).
+
+        Returns True when a Ready pod is there (dial again), False when this Sandbox is not held, None when
+        it cannot resume and the 503 was sent.
+        """
+        assert self.lifecycle is not None
+        try:
+            return await self.lifecycle.hold(route, deadline, failed)
+        except ResumeFailed as refused:
+            retry_after = b"Retry-After: %d\r\n" % RETRY_AFTER
+            self._reply(conn, out, refused.status, refused.detail, req, extra=retry_after)
+            return None
 
     async def _forward(
         self,
@@ -282,13 +315,20 @@ class Proxy:
         deadline: float,
         header_timeout: float,
         span: Any,
+        suspending: bool = False,
     ) -> None:
         settings = self.settings
         loop = asyncio.get_running_loop()
         resolver = self.resolver
         delay = settings.retry_initial
         retries = 0
+        holds = 0
         fresh = False
+        if suspending and self.lifecycle is not None:
+            # Ours: the activity write found the Sandbox just suspended: not to its dying pod, wait for the next.
+            holds += 1
+            if await self._hold(conn, out, req, route, deadline, self.lifecycle.current_pod(route)) is None:
+                return
         while True:
             target: Target | None = None
             try:
@@ -312,6 +352,15 @@ class Proxy:
                     and resolver.invalidate(target, by_uid=target.source == "cache")
                 ):
                     self.metrics.cache_invalidation(route.namespace)
+                if self.lifecycle is not None and holds < _MAX_HOLDS and loop.time() < deadline:
+                    # Ours: a Sandbox that resumes on request is resumed (or waited for) instead of failing.
+                    holds += 1
+                    held = await self._hold(conn, out, req, route, deadline, target.entry if target else None)
+                    if held is None:
+                        return
+                    if held:
+                        retries, delay = 0, settings.retry_initial
+                        continue
                 if retries < settings.max_retries and loop.time() + delay < deadline:
                     retries += 1
                     self.metrics.upstream_retry(route.namespace)

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent_sandbox.api.lifecycle import DEFAULT_CLAIM_ENV_FILE
+
 __all__ = ["DEFAULT_EXEC_TIMEOUT", "RuntimeConfig", "parse_args", "parse_seconds"]
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,10 @@ class RuntimeConfig:
     # The root as clients name it, when it differs from root_dir (the runner serves "/workspace" from a host
     # directory); sandboxd strips this prefix from paths.
     client_root: str | None = None
+    # A claim's env, projected from the pod annotation by the downward API ("" = none); how long a command
+    # waits for it to be delivered (runtime/claimenv.py).
+    claim_env_file: str = DEFAULT_CLAIM_ENV_FILE
+    claim_env_wait: float = 30.0
 
     def validate(self) -> None:
         """Reject values the server cannot run with (ValueError naming the flag)."""
@@ -86,6 +92,7 @@ class RuntimeConfig:
             "max_processes",
             "max_json_body_bytes",
             "max_upload_bytes",
+            "claim_env_wait",
         )
         for name in positive:
             value = getattr(self, name)
@@ -157,6 +164,18 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     add("max-processes", type=int, default=64, help="concurrent commands per server")
     add("max-json-body-bytes", type=int, default=1 << 20, help="largest JSON request body")
     add("max-upload-bytes", type=int, default=1 << 30, help="largest uploaded file")
+    add(
+        "claim-env-file",
+        default=DEFAULT_CLAIM_ENV_FILE,
+        help="file holding a warm claim's env (a downward API projection of the pod annotation "
+        f"runtime.agents.x-k8s.io/claim-env); '' disables (default {DEFAULT_CLAIM_ENV_FILE})",
+    )
+    add(
+        "claim-env-wait",
+        type=_seconds,
+        default=30.0,
+        help="how long a command waits for the claim env to be delivered (default 30s)",
+    )
     add("log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--version", "-version", action="store_true", help="print the version and exit")
     return p
@@ -204,6 +223,8 @@ def parse_args(
         max_processes=ns.max_processes,
         max_json_body_bytes=ns.max_json_body_bytes,
         max_upload_bytes=ns.max_upload_bytes,
+        claim_env_file=ns.claim_env_file,
+        claim_env_wait=ns.claim_env_wait,
     )
     try:
         config.validate()

@@ -32,6 +32,7 @@ _SPAWN_CODES = {
     "not_found": grpc.StatusCode.NOT_FOUND,
     "permission": grpc.StatusCode.PERMISSION_DENIED,
     "invalid": grpc.StatusCode.INVALID_ARGUMENT,
+    "unavailable": grpc.StatusCode.UNAVAILABLE,
     "internal": grpc.StatusCode.INTERNAL,
 }
 _SIGNALS = {

@@ -338,7 +338,8 @@ def legacy_app(state: RuntimeState) -> web.Application:
     """The aiohttp application of the legacy protocol for one server."""
     h = _Legacy(state)
     app = web.Application(
-        client_max_size=state.config.max_json_body_bytes, middlewares=[error_middleware(_legacy_error)]
+        client_max_size=state.config.max_json_body_bytes,
+        middlewares=[state.activity.middleware(), error_middleware(_legacy_error)],
     )
     app.router.add_get("/", h.health)
     app.router.add_post("/execute", h.execute)

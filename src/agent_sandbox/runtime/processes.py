@@ -20,8 +20,10 @@ import signal
 import struct
 import subprocess
 import termios
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
+
+from .claimenv import ClaimEnv, ClaimEnvUnavailable
 
 __all__ = [
     "BoundedOutput",
@@ -38,7 +40,7 @@ _DRAIN_AFTER_EXIT = 10.0  # upstream's WaitDelay: output pipes a background chil
 
 
 class SpawnError(Exception):
-    """The program could not be started; `kind` is not_found, permission, invalid or internal."""
+    """The program could not be started; `kind` is not_found, permission, invalid, unavailable or internal."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
@@ -343,10 +345,27 @@ def _popen(
 class Supervisor:
     """The processes of one server: ids, the concurrency limit, and what shutdown must kill."""
 
-    def __init__(self, *, max_processes: int, chunk_size: int, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        max_processes: int,
+        chunk_size: int,
+        env: Mapping[str, str] | None = None,
+        claim_env: ClaimEnv | None = None,
+        on_activity: Callable[[], None] | None = None,
+    ) -> None:
+        """Args:
+        max_processes: concurrent commands (TooManyProcesses beyond).
+        chunk_size: largest output event.
+        env: the commands' base environment (default: the server's own).
+        claim_env: a claim's env, added to every command (after waiting for its delivery).
+        on_activity: called when a command starts or ends (activity for idle detection).
+        """
         self.max_processes = max_processes
         self.chunk_size = chunk_size
         self._env = dict(os.environ if env is None else env)
+        self.claim_env = claim_env
+        self._on_activity = on_activity
         self._ids = itertools.count(1)
         self._running: dict[int, Process] = {}
         self._groups: set[int] = set()  # groups started here that may still have members
@@ -383,6 +402,15 @@ class Supervisor:
             raise SpawnError("invalid", "command is required")
         if any("\x00" in a for a in argv):
             raise SpawnError("invalid", "command contains a NUL byte")
+        if self.claim_env is not None:
+            try:
+                claim = await self.claim_env.wait()
+            except ClaimEnvUnavailable as err:
+                raise SpawnError("unavailable", str(err)) from None
+            if claim:
+                env = {**claim, **(env or {})}
+            if self.closed:
+                raise TooManyProcesses("runtime is shutting down")
         full_env = self.environment(env)
         if any("\x00" in k or "=" in k or not k or "\x00" in v for k, v in full_env.items()):
             raise SpawnError("invalid", "environment names must be non-empty without '=' or NUL")
@@ -425,6 +453,8 @@ class Supervisor:
         proc = Process(ident, popen, exited, readers, writer, terminal, self.chunk_size)
         self._running[ident] = proc
         exited.add_done_callback(lambda _f: self._forget(ident))
+        if self._on_activity is not None:
+            self._on_activity()
         return proc
 
     @staticmethod
@@ -438,6 +468,8 @@ class Supervisor:
         proc = self._running.pop(ident, None)
         if proc is None:
             return
+        if self._on_activity is not None:
+            self._on_activity()
         if not _group_alive(proc.pid):
             self._groups.discard(proc.pid)
         # Prune groups whose background members have all gone, so a recycled id is never signalled.

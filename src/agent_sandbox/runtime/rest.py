@@ -166,6 +166,9 @@ class _Rest:
     async def metadata(self, request: web.Request) -> web.Response:
         return json_response({"env": self.state.metadata()})
 
+    async def activity(self, request: web.Request) -> web.Response:
+        return json_response(self.state.activity.report(self.state.supervisor.running))
+
 
 async def _body_chunks(request: web.Request) -> AsyncIterator[bytes]:
     """The raw body, or the `file` part of a multipart/form-data body (ValueError when it is missing)."""
@@ -180,10 +183,11 @@ async def _body_chunks(request: web.Request) -> AsyncIterator[bytes]:
 def rest_app(state: RuntimeState) -> web.Application:
     """The aiohttp application of sandboxd's REST API for one server."""
     h = _Rest(state)
-    app = web.Application(middlewares=[error_middleware(_error_body)])
+    app = web.Application(middlewares=[state.activity.middleware(), error_middleware(_error_body)])
     app.router.add_get(_PREFIX + "{path:.*}", h.get)  # also HEAD
     app.router.add_put(_PREFIX + "{path:.*}", h.put)
     app.router.add_delete(_PREFIX + "{path:.*}", h.delete)
     app.router.add_get("/v1/health", h.health)
     app.router.add_get("/v1/metadata", h.metadata)
+    app.router.add_get("/v1/activity", h.activity)  # ours: docs/lifecycle.md
     return app

@@ -6,6 +6,8 @@ import os
 import time
 from collections.abc import Mapping
 
+from .activity import Activity
+from .claimenv import ClaimEnv
 from .config import RuntimeConfig
 from .paths import confine, real_root
 from .processes import Supervisor
@@ -35,8 +37,16 @@ class RuntimeState:
         self.configured_root = config.client_root or os.path.abspath(os.fspath(config.root_dir))
         self.root = real_root(config.root_dir)
         env = dict(os.environ if config.command_env is None else config.command_env)
+        self.activity = Activity()
+        self.claim_env = (
+            ClaimEnv(config.claim_env_file, config.claim_env_wait) if config.claim_env_file else None
+        )
         self.supervisor = Supervisor(
-            max_processes=config.max_processes, chunk_size=config.stream_chunk_size, env=env
+            max_processes=config.max_processes,
+            chunk_size=config.stream_chunk_size,
+            env=env,
+            claim_env=self.claim_env,
+            on_activity=self.activity.touch,
         )
         self.started = time.monotonic()
         self.draining = False

@@ -42,6 +42,10 @@ INSTALL_OBJECTS = (
     "clusterrolebinding/sandbox-router",
     "clusterrolebinding/sandbox-router-auth-delegator",
     "clusterrole/sandbox-router",
+    "clusterrolebinding/agent-sandbox-controller-lifecycle",
+    "clusterrole/agent-sandbox-controller-lifecycle",
+    "clusterrolebinding/sandbox-router-lifecycle",
+    "clusterrole/sandbox-router-lifecycle",
 )
 
 

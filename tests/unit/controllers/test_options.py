@@ -71,8 +71,13 @@ SPEC_DEFAULTS = {
 }
 
 
-# Flags of ours beyond upstream's set, with their defaults (docs/design/claim-priority.md).
-OUR_DEFAULTS: dict[str, Any] = {"sandbox-claim-priority-hold": 15}
+# Flags of ours beyond upstream's set, with their defaults (docs/design/claim-priority.md, docs/lifecycle.md).
+OUR_DEFAULTS: dict[str, Any] = {
+    "sandbox-claim-priority-hold": 15,
+    "sandbox-lifecycle": False,
+    "sandbox-lifecycle-concurrent-workers": 10,
+    "sandbox-lifecycle-runtime-port": 8080,
+}
 
 
 def test_every_spec_flag_exists_with_its_default() -> None:

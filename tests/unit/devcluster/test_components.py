@@ -52,3 +52,13 @@ def test_apiserver_runs_rbac_and_the_configured_inflight_limits(layout: componen
 def test_etcd_fsync_knob(layout: components.Layout) -> None:
     assert "--unsafe-no-fsync" in components.etcd_argv(layout, ClusterConfig(etcd_unsafe_no_fsync=True))
     assert "--unsafe-no-fsync" not in components.etcd_argv(layout, ClusterConfig(etcd_unsafe_no_fsync=False))
+
+
+def test_audit_log_flags_only_when_asked(layout: components.Layout) -> None:
+    assert not [a for a in components.apiserver_argv(layout, ClusterConfig()) if a.startswith("--audit")]
+    argv = components.apiserver_argv(layout, ClusterConfig(audit_log=True))
+    assert f"--audit-policy-file={layout.directory / components.AUDIT_POLICY}" in argv
+    assert f"--audit-log-path={layout.directory / 'logs' / components.AUDIT_LOG}" in argv
+    # No rotation: 0 would mean the writer's default, 100 MB, and the reader follows one file.
+    assert "--audit-log-maxsize=1000000" in argv
+    assert "--audit-log-mode=blocking" in argv  # batch mode drops events under load: counts would lie

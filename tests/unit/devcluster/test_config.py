@@ -104,3 +104,14 @@ def test_spawned_processes_do_not_inherit_in_cluster_addresses(tmp_path: Path) -
     finally:
         del os.environ["KUBERNETES_SERVICE_HOST"]
     assert (tmp_path / "p.log").read_text().strip() == "unset"
+
+
+def test_audit_policy_keeps_writes_and_sandbox_creates_with_their_response() -> None:
+    from agent_sandbox.devcluster.config import audit_policy_yaml
+
+    rules = yaml.safe_load(audit_policy_yaml())["rules"]
+    assert rules[0] == {"level": "None", "verbs": ["get", "list", "watch"]}
+    creates = next(r for r in rules if r["level"] == "RequestResponse")
+    assert creates["verbs"] == ["create"]
+    assert creates["resources"] == [{"group": "agents.x-k8s.io", "resources": ["sandboxes"]}]
+    assert rules[-1] == {"level": "Metadata"}  # every other write, whoever sends it

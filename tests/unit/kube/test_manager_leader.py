@@ -18,6 +18,7 @@ from agent_sandbox.kube import (
     LeaderElector,
     Manager,
     ManagerOptions,
+    NotLeader,
     ServerError,
 )
 from agent_sandbox.kube.testing import FakeClient, FakeClock
@@ -212,6 +213,87 @@ async def test_successful_renewals_keep_holding() -> None:
     assert len(renews) >= 10
 
 
+async def test_leadership_lapses_at_the_renew_deadline_without_a_renewal() -> None:
+    fake, clock = FakeClient(), FakeClock()
+    a = _elector(fake, clock, "a")
+    await a.acquire()
+    clock.advance(9.9)
+    assert a.is_leader
+    clock.advance(0.2)  # 10 s since the acquiring write was sent: a successor may be 5 s from starting
+    assert not a.is_leader
+    assert await a.try_acquire_or_renew()  # nobody took it: a renewal proves leadership again
+    assert a.is_leader
+
+
+async def test_a_renewal_that_finds_another_holder_steps_down_at_once() -> None:
+    fake, clock = FakeClient(), FakeClock()
+    a, b = _elector(fake, clock, "a"), _elector(fake, clock, "b")
+    await a.acquire()
+    assert not await b.try_acquire_or_renew()  # b sees a's Lease: its clock starts
+    # a is frozen past its lease (none of its code runs) and b takes over.
+    clock.advance(16)
+    assert await b.try_acquire_or_renew()
+    hold = asyncio.create_task(a.hold())  # a runs again
+    await settle()
+    clock.advance(2)  # its retry period ends: its first look at the Lease shows b
+    for _ in range(5):
+        await settle()
+    assert hold.done()  # not 10 s of retries while b already leads
+    with pytest.raises(LeaderElectionLost, match="is held by b"):
+        await hold
+    assert not a.is_leader
+
+
+async def test_the_manager_refuses_writes_once_leadership_is_not_current() -> None:
+    fake = FakeClient()
+
+    class Elector:
+        config = LeaderElectionConfig(name="lease", namespace="ns")
+        identity = "me"
+        is_leader = False
+
+        async def acquire(self) -> None:
+            self.is_leader = True
+
+        async def hold(self) -> None:
+            await asyncio.Event().wait()
+
+        async def release(self) -> bool:
+            self.is_leader = False
+            return True
+
+        async def close(self) -> None:
+            return None
+
+    elector = Elector()
+    opts = ManagerOptions(
+        metrics_bind_address="0",
+        health_probe_bind_address="0",
+        leader_election=True,
+        leader_election_id="lease",
+        leader_election_namespace="ns",
+        new_elector=lambda _api, _cfg: elector,  # type: ignore[arg-type,return-value]
+        new_cache=lambda _api, o: Cache(fake, o),
+    )
+    mgr = Manager(fake, opts)  # type: ignore[arg-type]
+    cm = {"metadata": {"name": "c", "namespace": "ns"}}
+    await mgr.client.create(CONFIG_MAP, cm)  # before any election: a standby's writes (webhook) pass
+    stop = asyncio.Event()
+    task = asyncio.create_task(mgr.start(stop))
+    await asyncio.wait_for(mgr.elected.wait(), 5)
+    await mgr.client.patch(CONFIG_MAP, "c", {"data": {"a": "1"}}, namespace="ns")  # leading: written
+    elector.is_leader = False  # the renew deadline passed, or the Lease was lost
+    fake.actions.clear()
+    with pytest.raises(NotLeader):
+        await mgr.client.patch(CONFIG_MAP, "c", {"data": {"a": "2"}}, namespace="ns")
+    with pytest.raises(NotLeader):
+        await mgr.api.delete(CONFIG_MAP, "c", namespace="ns")
+    assert fake.actions == []  # nothing was sent
+    assert (await mgr.client.get(CONFIG_MAP, "c", namespace="ns")) is not None  # reads still work
+    stop.set()
+    await asyncio.wait_for(task, 5)
+
+
 async def test_cache_options_by_kind_scope_informers() -> None:
     fake = FakeClient(
         (CONFIG_MAP, {"metadata": {"name": "a", "namespace": "ns", "labels": {"t": "1"}}}),
@@ -230,3 +312,25 @@ async def test_cache_options_by_kind_scope_informers() -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def test_a_candidate_wakes_when_the_holders_lease_expires() -> None:
+    from agent_sandbox.kube._leaderelection import next_attempt_delay
+
+    assert next_attempt_delay(2.0, None, 0.0) == 2.0
+    assert next_attempt_delay(2.0, None, 0.999) == pytest.approx(2.3996)  # client-go's jitter
+    assert next_attempt_delay(2.0, 0.7, 0.999) == pytest.approx(0.71)  # not 2.4 s: the Lease expires first
+    assert next_attempt_delay(2.0, -3.0, 0.5) == pytest.approx(0.01)
+    assert next_attempt_delay(2.0, 9.0, 0.5) == pytest.approx(2.2)
+
+
+async def test_the_delay_follows_the_observed_holders_expiry() -> None:
+    fake, clock = FakeClient(), FakeClock()
+    a, b = _elector(fake, clock, "a"), _elector(fake, clock, "b")
+    await a.acquire()
+    assert not await b.try_acquire_or_renew()
+    clock.advance(14.5)
+    assert b._expires_in() == pytest.approx(0.5)
+    clock.advance(1.0)
+    assert await b.try_acquire_or_renew()
+    assert b._expires_in() is None  # it holds the Lease itself now

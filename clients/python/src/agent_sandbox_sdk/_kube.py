@@ -16,9 +16,12 @@ from urllib.parse import quote
 
 from ._steps import Flow, HttpRequest, HttpResponse, Open, ReadLine, Send, Sleep
 from .constants import (
+    ARCHIVE_PLURAL_NAME,
     CLAIM_API_GROUP,
     CLAIM_API_VERSION,
     CLAIM_PLURAL_NAME,
+    LIFECYCLE_API_GROUP,
+    LIFECYCLE_API_VERSION,
     SANDBOX_API_GROUP,
     SANDBOX_API_VERSION,
     SANDBOX_PLURAL_NAME,
@@ -56,6 +59,7 @@ CLAIMS = KubeResource(CLAIM_API_GROUP, CLAIM_API_VERSION, CLAIM_PLURAL_NAME)
 SANDBOXES = KubeResource(SANDBOX_API_GROUP, SANDBOX_API_VERSION, SANDBOX_PLURAL_NAME)
 WARM_POOLS = KubeResource(CLAIM_API_GROUP, CLAIM_API_VERSION, "sandboxwarmpools")
 TEMPLATES = KubeResource(CLAIM_API_GROUP, CLAIM_API_VERSION, "sandboxtemplates")
+ARCHIVES = KubeResource(LIFECYCLE_API_GROUP, LIFECYCLE_API_VERSION, ARCHIVE_PLURAL_NAME)
 
 
 def _status_message(resp: HttpResponse) -> str:

@@ -13,12 +13,19 @@ import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from . import _kube
 from ._claims import ClaimView, SandboxView, build_claim, check_adoption, new_claim_name
 from ._steps import Flow, HttpResponse
-from .constants import OPERATING_MODE_RUNNING, OPERATING_MODE_SUSPENDED
+from .constants import (
+    HIBERNATED_SANDBOX_ANNOTATION,
+    OPERATING_MODE_RUNNING,
+    OPERATING_MODE_SUSPENDED,
+    RESUME_REASON_ANNOTATION,
+    RESUMED_AT_ANNOTATION,
+)
 from .exceptions import (
     SandboxError,
     SandboxMetadataError,
@@ -190,6 +197,17 @@ def resolve_claim(
                 need_ready=False,
             )
         sandbox = yield from _kube.get(_kube.SANDBOXES, namespace, view.sandbox_name or "")
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        if (
+            sandbox is None
+            and view.sandbox_name
+            and annotations.get(HIBERNATED_SANDBOX_ANNOTATION) == view.sandbox_name
+        ):
+            # Ours: hibernated (docs/lifecycle.md); presented as suspended, `resume()` restores it.
+            sandbox = {
+                "metadata": {"name": view.sandbox_name},
+                "spec": {"operatingMode": OPERATING_MODE_SUSPENDED},
+            }
     except SandboxNotFoundError:
         raise
     except SandboxError as err:
@@ -212,6 +230,26 @@ def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
     return None
 
 
+def _restore(namespace: str, sandbox: str) -> Flow[dict[str, Any]]:
+    """Ours: ask the lifecycle controller to restore a hibernated Sandbox (its SandboxArchive)."""
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    try:
+        yield from _kube.merge_patch(
+            _kube.ARCHIVES,
+            namespace,
+            sandbox,
+            {"spec": {"restore": {"cause": "Manual", "requestedAt": stamp}}},
+        )
+    except SandboxRequestError as err:
+        if err.status_code == 404:
+            raise SandboxNotFoundError(
+                f"no Sandbox or hibernated Sandbox named {namespace}/{sandbox}"
+            ) from err
+        raise
+    # Until the controller recreates it, the Sandbox is absent: wait from "nothing" (generation 0).
+    return {"metadata": {"name": sandbox, "generation": 0}, "spec": {"operatingMode": OPERATING_MODE_RUNNING}}
+
+
 def set_operating_mode(
     namespace: str, sandbox: str, *, suspended: bool, wait: bool, timeout: float
 ) -> Flow[SandboxView]:
@@ -221,9 +259,16 @@ def set_operating_mode(
     must be observed for the patched generation, so a stale condition is never mistaken for the answer.
     """
     mode = OPERATING_MODE_SUSPENDED if suspended else OPERATING_MODE_RUNNING
-    patched = yield from _kube.merge_patch(
-        _kube.SANDBOXES, namespace, sandbox, {"spec": {"operatingMode": mode}}
-    )
+    body: dict[str, Any] = {"spec": {"operatingMode": mode}}
+    if not suspended:  # ours: say who resumed it (docs/lifecycle.md)
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        body["metadata"] = {"annotations": {RESUME_REASON_ANNOTATION: "Manual", RESUMED_AT_ANNOTATION: stamp}}
+    try:
+        patched = yield from _kube.merge_patch(_kube.SANDBOXES, namespace, sandbox, body)
+    except SandboxRequestError as err:
+        if suspended or err.status_code != 404:
+            raise
+        patched = yield from _restore(namespace, sandbox)
     if not wait:
         return SandboxView.of(patched)
     generation = int((patched.get("metadata") or {}).get("generation") or 0)

@@ -52,6 +52,14 @@ REASON_SANDBOX_SUSPENDED: Final = "SandboxSuspended"
 OPERATING_MODE_RUNNING: Final = "Running"
 OPERATING_MODE_SUSPENDED: Final = "Suspended"
 
+# Ours (docs/lifecycle.md): hibernated Sandboxes live in a SandboxArchive until restored.
+LIFECYCLE_API_GROUP: Final = "lifecycle.agents.x-k8s.io"
+LIFECYCLE_API_VERSION: Final = "v1alpha1"
+ARCHIVE_PLURAL_NAME: Final = "sandboxarchives"
+HIBERNATED_SANDBOX_ANNOTATION: Final = "lifecycle.agents.x-k8s.io/hibernated-sandbox"
+RESUME_REASON_ANNOTATION: Final = "lifecycle.agents.x-k8s.io/resume-reason"
+RESUMED_AT_ANNOTATION: Final = "lifecycle.agents.x-k8s.io/resumed-at"
+
 #: Router request headers (spec §1.2).
 HEADER_SANDBOX_ID: Final = "X-Sandbox-ID"
 HEADER_SANDBOX_NAMESPACE: Final = "X-Sandbox-Namespace"

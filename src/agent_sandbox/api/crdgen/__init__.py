@@ -14,10 +14,12 @@ from typing import Any
 
 import yaml
 
+from agent_sandbox.api.crdgen._archive import archive_crd
 from agent_sandbox.api.crdgen._crd import KIND_SPECS, build_crd, conversion_stanza, root_schema
 from agent_sandbox.api.crdgen._k8s import k8s_schema, kubernetes_version
 
 __all__ = [
+    "archive_crd",
     "build_crd",
     "conversion_stanza",
     "crds",

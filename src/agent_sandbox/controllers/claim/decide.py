@@ -48,10 +48,12 @@ from .errors import (
     TemplateNotFound,
     WarmPoolNotFound,
 )
+from .hibernated import SandboxHibernated, hibernated_sandbox
 from .metadata import has_additional_metadata, validate_additional_metadata
 from .observability import ReadyStep
 from .shape import build_cold_sandbox, claim_created_by, desired_pod_metadata
 from .status import CLAIM_EXPIRED_MESSAGE, expiry
+from .warmenv import warm_env_possible
 
 __all__ = [
     "WARM_GRACE_SECONDS",
@@ -350,9 +352,13 @@ def resolve(s: Snapshot) -> Resolution:
                 drop_reference=drop,
             )
         return bound_to_sandbox(s, s.same_name, c.LAUNCH_TYPE_COLD, drop_reference=drop)
+    # Ours: a hibernated Sandbox is neither replaced nor missing (`hibernated`).
+    if hibernated_sandbox(claim):
+        return Failed(SandboxHibernated(hibernated_sandbox(claim)), drop_reference=drop)
     spec = claim.get("spec") or {}
-    # 5. env / volumeClaimTemplates force a cold start: a running warm Pod cannot take them.
-    if not spec.get("env") and not spec.get("volumeClaimTemplates"):
+    # 5. env / volumeClaimTemplates force a cold start: a running warm Pod cannot take them (ours: env can
+    #    when the template delivers it through the runtime, `warmenv`).
+    if not spec.get("volumeClaimTemplates") and (not spec.get("env") or warm_env_possible(claim, s.template)):
         if not s.warm_consulted:
             return NeedCandidate(pool_key(cmeta["namespace"], claim_pool_name(claim)), drop_reference=drop)
         if s.candidate is not None:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api.lifecycle import ANNOTATION_CLAIM_ENV, claim_env_annotation
 from agent_sandbox.api.meta import ReadOnlyObject, new_controller_ref
 from agent_sandbox.api.naming import template_ref_hash
 
@@ -68,10 +69,18 @@ def desired_pod_metadata(claim: ReadOnlyObject, template: ReadOnlyObject) -> dic
     labels = dict(pod_meta.get("labels") or {})
     annotations = dict(pod_meta.get("annotations") or {})
     apply_claim_labels(labels, claim, template_ref_hash(template["metadata"]["name"]))
+    # Ours (docs/lifecycle.md): a template that projects the claim env annotation gets it on every claim.
+    env = claim_env_annotation(list((claim.get("spec") or {}).get("env") or []), _pod_spec(template))
+    if env is not None:
+        annotations[ANNOTATION_CLAIM_ENV] = env
     extra_labels, extra_annotations = additional_metadata(claim)
     merge_no_override(labels, extra_labels, what="label")
     merge_no_override(annotations, extra_annotations, what="annotation")
     return {"labels": labels, "annotations": annotations}
+
+
+def _pod_spec(template: ReadOnlyObject) -> ReadOnlyObject:
+    return ((template.get("spec") or {}).get("podTemplate") or {}).get("spec") or {}
 
 
 # --------------------------------------------------------------------------- env injection (§4.7.3)

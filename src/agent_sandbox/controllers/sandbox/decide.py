@@ -29,6 +29,7 @@ from agent_sandbox.api.constants import (
     OperatingMode,
     ShutdownPolicy,
 )
+from agent_sandbox.api.lifecycle import ANNOTATION_CLAIM_ENV
 from agent_sandbox.api.meta import Ownership, classify_ownership, status_condition
 from agent_sandbox.api.naming import name_hash
 from agent_sandbox.kube import POD, PVC, SERVICE, Object, create_merge_patch
@@ -258,7 +259,8 @@ def plan_existing_pod(
             # Ownership changes are never deferred and are optimistic (resourceVersion precondition).
             patch_meta["ownerReferences"] = owner_refs_with_controller(pod, sandbox)
             patch_meta["resourceVersion"] = meta.get("resourceVersion")
-        else:
+        elif ANNOTATION_CLAIM_ENV not in (patch_meta.get("annotations") or {}):
+            # A claim's env (ours) is on the claim's critical path: never deferred.
             deferred_wait = deferral(snapshot.write_behind_window, snapshot.deferral_since, now)
         if deferred_wait is None:
             actions.append(

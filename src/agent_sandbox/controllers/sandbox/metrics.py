@@ -15,6 +15,7 @@ SandboxClaim controller (§4.13); `agent_sandbox_build_info` by the process.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -101,15 +102,17 @@ class SandboxCollector:
         yield family
 
 
-_registered: dict[int, SandboxCollector] = {}
+# Weakly keyed by the registry itself: keyed by id(), a registry collected and a new one allocated at the
+# same address would find (and try to unregister) a collector it never held.
+_registered: weakref.WeakKeyDictionary[CollectorRegistry, SandboxCollector] = weakref.WeakKeyDictionary()
 
 
 def register_collector(registry: CollectorRegistry, informer: Informer) -> SandboxCollector:
     """Register (or re-register, replacing an earlier one in the same registry) the collector."""
-    previous = _registered.pop(id(registry), None)
+    previous = _registered.pop(registry, None)
     if previous is not None:
         registry.unregister(previous)
     collector = SandboxCollector(informer)
     registry.register(collector)
-    _registered[id(registry)] = collector
+    _registered[registry] = collector
     return collector

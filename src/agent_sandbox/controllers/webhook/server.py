@@ -86,6 +86,8 @@ async def handle_convert(request: web.Request) -> web.Response:
         return web.Response(status=400, text=f"invalid JSON: {exc}")
     if not isinstance(review, dict) or not isinstance(review.get("request"), dict):
         return web.Response(status=400, text="body is not a ConversionReview with a request")
+    if problem := _shape_problem(review):
+        return web.Response(status=400, text=problem)
     if len(review["request"].get("objects") or ()) > THREAD_THRESHOLD:
         answer = await asyncio.to_thread(convert_review, review)
     else:
@@ -96,6 +98,20 @@ async def handle_convert(request: web.Request) -> web.Response:
             "conversion to %s failed: %s", review["request"].get("desiredAPIVersion"), result["message"]
         )
     return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+
+def _shape_problem(review: dict[str, Any]) -> str | None:
+    """What is wrong with the shape of a review's fields (None when each has its type)."""
+    request = review["request"]
+    for where, value, types in (
+        ("apiVersion", review.get("apiVersion", ""), str),
+        ("request.uid", request.get("uid", ""), str),
+        ("request.desiredAPIVersion", request.get("desiredAPIVersion", ""), str),
+        ("request.objects", request.get("objects") or [], list),
+    ):
+        if not isinstance(value, types):
+            return f"{where}: expected {types.__name__}, got {type(value).__name__}"
+    return None
 
 
 async def handle_healthz(_: web.Request) -> web.Response:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
@@ -102,3 +103,16 @@ def test_collector_emits_nothing_before_sync() -> None:
     registry = CollectorRegistry()
     registry.register(SandboxCollector(_Store([sandbox()], synced=False)))  # type: ignore[arg-type]
     assert _samples(registry) == {}
+
+
+def test_a_dropped_registry_leaves_no_collector_behind() -> None:
+    """A collected registry's entry goes with it: an entry keyed by id() outlived it, and the next registry
+    allocated at that address tried to unregister a collector it never held (KeyError in a test run)."""
+    from agent_sandbox.controllers.sandbox import metrics
+
+    registry = CollectorRegistry()
+    register_collector(registry, _Store([]))  # type: ignore[arg-type]
+    before = len(metrics._registered)
+    del registry
+    gc.collect()
+    assert len(metrics._registered) == before - 1

@@ -1,0 +1,151 @@
+"""`python -m benchmarks.reliability crash|soak|streams [...]`: the long fault trials and the load runs.
+
+* `crash`: brings up its own cluster (audit log on; torn down afterwards), runs `--trials` crash trials
+  (benchmarks/reliability/crash.py), each in a fresh namespace with a fresh seed;
+* `soak`: its own cluster, the controller as its ServiceAccount, standing Sandboxes plus a claim stream
+  (benchmarks/reliability/soak.py);
+* `streams`: the router process under concurrent long-lived streams (benchmarks/reliability/router_streams.py).
+
+Each writes `benchmarks/results/reliability-<what>-<UTC timestamp>.json` (the numbers docs/reliability.md
+reports). Run them under `flock /tmp/agent-sandbox-bench.lock`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import sys
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from agent_sandbox.devcluster import ClusterConfig, DevCluster
+from agent_sandbox.devcluster.processes import stop
+from agent_sandbox.kube import ApiClient
+
+from ..harness import host_info, log, write_result
+from . import controllers
+from .crash import crash_trial
+from .router_streams import run_streams
+from .soak import soak
+
+
+def _namespace(cluster: DevCluster) -> str:
+    name = f"crash-{uuid.uuid4().hex[:8]}"
+    status, body = cluster.admin().request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+    if status != 201:
+        raise RuntimeError(f"create namespace {name}: {status} {body}")
+    return name
+
+
+async def crash(args: argparse.Namespace) -> dict[str, Any]:
+    name = f"rel-crash-{os.getpid()}"
+    cluster = DevCluster.up(ClusterConfig(name=name, nodes=args.nodes, audit_log=True), log=log)
+    trials: list[dict[str, Any]] = []
+    try:
+        with controllers.as_serviceaccount():
+            controller = controllers.start(cluster)
+        api = await ApiClient.from_kubeconfig(str(cluster.kubeconfig))
+        try:
+            for index in range(args.trials):
+                seed = random.randrange(1 << 30)
+                ns = _namespace(cluster)
+                trial, controller = await crash_trial(
+                    cluster, api, ns, controller,
+                    claims=args.claims, replicas=args.replicas, kills=args.kills, window_s=args.window,
+                    rng=random.Random(seed),
+                )  # fmt: skip
+                row = {"trial": index, "seed": seed, **trial.as_dict()}
+                trials.append(row)
+                log(f"trial {index}: kills {[(k.at_s, k.ready_claims) for k in trial.kills]}, "
+                    f"settled {trial.settle_s:.1f}s, ok={trial.check.ok} {trial.check.violations[:3]}")  # fmt: skip
+                cluster.admin().request("DELETE", f"/api/v1/namespaces/{ns}")
+        finally:
+            await api.close()
+            stop(controller)
+    finally:
+        cluster.down(quiet=True)
+    totals = {
+        "trials": len(trials),
+        "kills": sum(len(t["kills"]) for t in trials),
+        "claims": sum(t["claims"] for t in trials),
+        "ready": sum(t["check"]["ready"] for t in trials),
+        "trials_ok": sum(t["check"]["ok"] for t in trials),
+        "violations": sum(len(t["check"]["violations"]) for t in trials),
+        "unplanned_exits": sum(t["unplanned_exits"] for t in trials),
+        "sandbox_creates": sum(t["check"]["pool_creates"] + t["check"]["cold_creates"] for t in trials),
+        "expected_creates": sum(t["check"]["expected_creates"] for t in trials),
+        "settle_s": sorted(t["settle_s"] for t in trials),
+    }
+    return {"params": vars(args), "host": host_info(), "totals": totals, "trials": trials}
+
+
+async def soak_run(args: argparse.Namespace) -> dict[str, Any]:
+    live = args.sandboxes + args.replicas + int(args.per_minute)  # claims live for 30 s: < one minute's worth
+    nodes = max(2, -(-live // 900))
+    cluster = DevCluster.up(ClusterConfig(name=f"rel-soak-{os.getpid()}", nodes=nodes), log=log)
+    try:
+        with controllers.as_serviceaccount():
+            controller = controllers.start(cluster)
+        argv = controllers.recorded_argv(cluster, controller)
+        metrics = int(next(a.rsplit(":", 1)[1] for a in argv if a.startswith("--metrics-bind-address=")))
+        api = await ApiClient.from_kubeconfig(str(cluster.kubeconfig))
+        try:
+            run = await soak(
+                api, controller, metrics, sandboxes=args.sandboxes, per_minute=args.per_minute,
+                minutes=args.minutes, replicas=args.replicas, namespaces=(_namespace(cluster), _namespace(cluster)),
+            )  # fmt: skip
+        finally:
+            await api.close()
+            stop(controller)
+    finally:
+        cluster.down(quiet=True)
+    return {"host": host_info(), "nodes": nodes, **run.as_dict()}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.reliability", description=__doc__.splitlines()[0]
+    )
+    sub = parser.add_subparsers(dest="what", required=True)
+    p = sub.add_parser("crash", help="SIGKILL the controller at random moments during claim bursts")
+    p.add_argument("--trials", type=int, default=10)
+    p.add_argument("--claims", type=int, default=500)
+    p.add_argument("--replicas", type=int, default=100, help="warm pool size")
+    p.add_argument("--kills", type=int, default=3, help="SIGKILLs per trial")
+    p.add_argument(
+        "--window", type=float, default=60.0, help="kills land within this many seconds of the start"
+    )
+    p.add_argument("--nodes", type=int, default=2)
+    p = sub.add_parser("soak", help="standing Sandboxes plus a claim stream: RSS, queue depth, errors, P99")
+    p.add_argument("--sandboxes", type=int, default=5000)
+    p.add_argument("--per-minute", type=float, default=1000.0)
+    p.add_argument("--minutes", type=float, default=10.0)
+    p.add_argument("--replicas", type=int, default=100, help="warm pool size")
+    p = sub.add_parser("streams", help="the router under concurrent long-lived streams: RSS and fds")
+    p.add_argument("--streams", type=int, default=1000)
+    p.add_argument("--hold", type=float, default=20.0, help="seconds each stream lasts")
+    p.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    if args.what == "crash":
+        data = asyncio.run(crash(args))
+        ok = data["totals"]["trials_ok"] == data["totals"]["trials"]
+        summary: Any = data["totals"]
+    elif args.what == "soak":
+        data = asyncio.run(soak_run(args))
+        ok = data["error_lines"] == 0 and data["drained_s"] is not None
+        summary = {k: v for k, v in data.items() if k not in ("minutes", "host")}
+    else:
+        run = asyncio.run(run_streams(streams=args.streams, hold_s=args.hold, rounds=args.rounds))
+        data = {"host": host_info(), **run.as_dict()}
+        ok = all(r.failed == 0 for r in run.rounds)
+        summary = {k: v for k, v in data.items() if k != "host"}
+    path = write_result(f"reliability-{args.what}", data)
+    log(f"{summary} -> {path}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""Soak: many standing Sandboxes plus a steady stream of claims, watching the controller for leaks.
+
+Owns: one soak run on a cluster it is handed -- `sandboxes` bare Sandboxes created first (they stay), a
+template and a warm pool, then claims at `per_minute` for `minutes`, each claim expiring 30 s after it
+was made (`shutdownPolicy: Delete`), so the controller binds, refills, expires and deletes all the time
+while the number of live objects stays level. Every 10 s: the controller's RSS and open fds, the sum of
+its work queues' depth (`workqueue_depth`), and its claim startup histogram. At the end: RSS per minute
+(a leak shows as minute 10 above minute 2), queue depth once the stream stops (must drain to 0), the
+claim P99 per minute from the controller's own histogram (the figure the burst gate uses), claims made
+vs claims observed Ready, and the controller's error log lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from agent_sandbox.devcluster.processes import Started, rss_bytes
+from agent_sandbox.kube import SANDBOX, SANDBOX_CLAIM, ApiClient
+
+from .. import promtext
+from ..harness import CLAIM_HIST
+from ..stats import diff_buckets, histogram_summary
+from .burst import EXT, create_template_and_pool, retrying, settle
+
+__all__ = ["Sample", "Soak", "error_lines", "soak"]
+
+EXPIRY_S = 30.0
+ERROR_LEVELS = frozenset({"error", "dpanic", "panic", "fatal"})
+
+
+@dataclass
+class Sample:
+    """One look at the controller, `at_s` seconds after the claim stream started."""
+
+    at_s: float
+    rss_mib: float
+    fds: int
+    queue_depth: float
+    claim_buckets: list[tuple[float, float]] = field(repr=False)
+
+
+@dataclass
+class Soak:
+    """What a soak run measured (see the module docstring)."""
+
+    params: dict[str, Any]
+    sandboxes_ready_s: float = 0.0
+    claims_sent: int = 0
+    claims_failed: int = 0
+    samples: list[Sample] = field(default_factory=list)
+    drained_s: float | None = None
+    errors: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        by_minute: dict[int, list[Sample]] = {}
+        for s in self.samples:
+            by_minute.setdefault(int(s.at_s // 60) + 1, []).append(s)
+        minutes = []
+        prev: list[tuple[float, float]] = self.samples[0].claim_buckets if self.samples else []
+        for minute, samples in sorted(by_minute.items()):
+            last = samples[-1]
+            window = diff_buckets(last.claim_buckets, prev)
+            prev = last.claim_buckets
+            minutes.append({
+                "minute": minute,
+                "rss_mib_max": max(s.rss_mib for s in samples),
+                "fds_max": max(s.fds for s in samples),
+                "queue_depth_max": max(s.queue_depth for s in samples),
+                "claims": histogram_summary(window),
+            })  # fmt: skip
+        total = (
+            diff_buckets(self.samples[-1].claim_buckets, self.samples[0].claim_buckets)
+            if self.samples
+            else []
+        )
+        return {
+            "params": self.params,
+            "sandboxes_ready_s": round(self.sandboxes_ready_s, 1),
+            "claims_sent": self.claims_sent,
+            "claims_failed": self.claims_failed,
+            "claims_observed_ready": histogram_summary(total)["count"],
+            "claim_latency_ms": histogram_summary(total),
+            "drained_s": self.drained_s,
+            "error_lines": len(self.errors),
+            "first_errors": self.errors[:5],
+            "minutes": minutes,
+        }
+
+
+def error_lines(log: Path, offset: int = 0) -> list[str]:
+    """Lines of a controller log (JSON or console) at level error or worse, from byte `offset`."""
+    out: list[str] = []
+    with log.open("rb") as fh:
+        fh.seek(offset)
+        for raw in fh:
+            line = raw.decode(errors="replace").rstrip()
+            try:
+                entry = orjson.loads(line)
+                level = str(entry.get("level", "")).lower() if isinstance(entry, dict) else ""
+            except orjson.JSONDecodeError:
+                parts = line.split()
+                level = parts[1].lower() if len(parts) > 1 else ""
+            if level in ERROR_LEVELS:
+                out.append(line[:400])
+    return out
+
+
+def _scrape(metrics_port: int) -> list[promtext.Sample]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as resp:
+        return promtext.parse(resp.read().decode())
+
+
+def _look(controller: Started, metrics_port: int, at_s: float) -> Sample:
+    samples = _scrape(metrics_port)
+    return Sample(
+        at_s=round(at_s, 1),
+        rss_mib=round(rss_bytes(controller.pid) / 2**20, 1),
+        fds=len(os.listdir(f"/proc/{controller.pid}/fd")),
+        queue_depth=promtext.scalar(samples, "workqueue_depth") or 0.0,
+        claim_buckets=promtext.histogram(samples, CLAIM_HIST),
+    )
+
+
+async def _create_sandboxes(api: ApiClient, namespace: str, count: int, concurrency: int = 40) -> None:
+    gate = asyncio.Semaphore(concurrency)
+    body = {"containers": [{"name": "main", "image": "busybox"}]}
+
+    async def one(i: int) -> None:
+        obj = {"apiVersion": SANDBOX.api_version, "kind": "Sandbox", "metadata": {"name": f"s-{i:05d}"},
+               "spec": {"podTemplate": {"spec": body}}}  # fmt: skip
+        async with gate:
+            await retrying(lambda: api.create(SANDBOX, obj, namespace=namespace), what=f"sandbox {i}")
+
+    await asyncio.gather(*(one(i) for i in range(count)))
+
+
+async def _all_ready(api: ApiClient, namespace: str, count: int, within: float) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        items = await retrying(lambda: api.list(SANDBOX, namespace=namespace), what="list sandboxes")
+        ready = sum(
+            any(cd.get("type") == "Ready" and cd.get("status") == "True"
+                for cd in (sb.get("status") or {}).get("conditions") or ())
+            for sb in items
+        )  # fmt: skip
+        if ready >= count:
+            return
+        await asyncio.sleep(5)
+    raise TimeoutError(f"{count} Sandboxes not Ready within {within:.0f}s")
+
+
+async def soak(
+    api: ApiClient,
+    controller: Started,
+    metrics_port: int,
+    *,
+    sandboxes: int,
+    per_minute: float,
+    minutes: float,
+    replicas: int,
+    namespaces: tuple[str, str],
+) -> Soak:
+    """Run one soak (see the module docstring) in two empty namespaces: (standing, claims)."""
+    standing, claims_ns = namespaces
+    out = Soak(params={"sandboxes": sandboxes, "per_minute": per_minute, "minutes": minutes,
+                       "replicas": replicas, "expiry_s": EXPIRY_S})  # fmt: skip
+    t0 = time.monotonic()
+    await _create_sandboxes(api, standing, sandboxes)
+    await _all_ready(api, standing, sandboxes, within=1800)
+    out.sandboxes_ready_s = time.monotonic() - t0
+    await create_template_and_pool(api, claims_ns, replicas)
+    await settle(api, claims_ns, claims=0, replicas=replicas, within=600)
+    log_offset = controller.log.stat().st_size
+
+    start = time.monotonic()
+    stop_at = start + minutes * 60
+    interval = 60.0 / per_minute
+    inflight: set[asyncio.Task[None]] = set()
+
+    async def claim(i: int) -> None:
+        expire = (datetime.now(UTC) + timedelta(seconds=EXPIRY_S)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {"apiVersion": EXT, "kind": "SandboxClaim", "metadata": {"name": f"c-{i:06d}"},
+                "spec": {"warmPoolRef": {"name": "pool"},
+                         "lifecycle": {"shutdownTime": expire, "shutdownPolicy": "Delete"}}}  # fmt: skip
+        try:
+            await api.create(SANDBOX_CLAIM, body, namespace=claims_ns)
+        except Exception:  # counted; a soak keeps going
+            out.claims_failed += 1
+
+    async def sampler() -> None:
+        while True:
+            out.samples.append(
+                await asyncio.to_thread(_look, controller, metrics_port, time.monotonic() - start)
+            )
+            await asyncio.sleep(10)
+
+    sampling = asyncio.create_task(sampler())
+    i = 0
+    while (now := time.monotonic()) < stop_at:
+        due = start + i * interval
+        if due > now:
+            await asyncio.sleep(due - now)
+        task = asyncio.create_task(claim(i))
+        inflight.add(task)
+        task.add_done_callback(inflight.discard)
+        out.claims_sent += 1
+        i += 1
+    await asyncio.gather(*inflight)
+    # The stream stopped: the work queues must drain (claims still expire for EXPIRY_S, then nothing).
+    stopped = time.monotonic()
+    while time.monotonic() - stopped < EXPIRY_S + 120:
+        await asyncio.sleep(5)
+        if out.samples[-1].at_s > stopped - start + EXPIRY_S and out.samples[-1].queue_depth == 0:
+            out.drained_s = round(time.monotonic() - stopped, 1)
+            break
+    sampling.cancel()
+    out.samples.append(await asyncio.to_thread(_look, controller, metrics_port, time.monotonic() - start))
+    out.errors = error_lines(controller.log, log_offset)
+    return out

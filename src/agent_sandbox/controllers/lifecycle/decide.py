@@ -1,0 +1,380 @@
+"""Lifecycle decisions (ours, docs/lifecycle.md): idle auto-suspend, hibernation, restore. Pure.
+
+One object name, three possible states, one decision per pass:
+
+| Sandbox | SandboxArchive | decision |
+|---|---|---|
+| Running, idle timeout set | - | idle for the timeout (and the runtime agrees) -> suspend (`Idle`); else look again at the deadline |
+| Running, `hibernate: "true"` | - | suspend (`Hibernate`) |
+| Suspended and its Pod gone, `hibernate-after` due or `hibernate: "true"` | - | archive: create the archive, hand the volumes (and Service) to it, mark the claim, delete the Sandbox keeping its children (`Orphan`) |
+| the archived one (same UID) | exists | archiving in progress: finish it (idempotent steps) |
+| - | restore asked for | restore: create the Sandbox (Running, same name), take the volumes back from the archive, unmark the claim, delete the archive |
+| a new one (other UID) | restore asked for | restore in progress: finish it |
+| a new one, no restore asked for | exists | someone created a Sandbox with an archived name: reported, left alone |
+| - | exists, no restore | hibernated: nothing |
+
+Activity, for the idle clock, is the latest of: the Sandbox's creation, its last Ready transition (a resume
+ends with one), the routers' `last-activity` record, our `resumed-at`, and its claim's creation (a warm
+member is adopted long after it was created). A start (creation or resume) is not over until the Sandbox is
+Ready: while it is not Ready yet (for up to `START_GRACE` after the start) it is not suspended, however short
+its timeout; requests a router holds for it would otherwise wait for a pod that never comes. Before suspending, the runtime is asked (`Probe`): running
+commands or newer activity (traffic that bypassed the router) postpone the suspend. The suspend patch
+carries the Sandbox's resourceVersion, so a router that records activity in between wins (409, decided
+again).
+
+Never touched: Sandboxes being deleted, unclaimed warm-pool members (the pool owns their lifecycle), and
+Sandboxes whose `shutdownTime` has passed (expiry owns them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, TypeAlias
+
+from agent_sandbox.api import constants as c
+from agent_sandbox.api import lifecycle as lc
+from agent_sandbox.api.kinds import SANDBOX_CLAIM, SANDBOX_WARM_POOL
+from agent_sandbox.api.meta import (
+    ReadOnlyObject,
+    controlled_by,
+    controller_name,
+    is_ready,
+    parse_time,
+    status_condition,
+)
+
+__all__ = [
+    "ArchiveSteps",
+    "Nothing",
+    "Plan",
+    "Probe",
+    "RestoreSteps",
+    "RuntimeActivity",
+    "Snapshot",
+    "Suspend",
+    "adopt_child_patch",
+    "archive_owner_ref",
+    "decide",
+    "idle_since",
+    "release_child_patch",
+]
+
+RESTORE_POLL = 0.5
+"""Seconds between looks while an archived Sandbox is still being deleted (its children being orphaned)."""
+BUSY_RECHECK = 60.0
+"""Longest wait before asking a busy runtime again."""
+START_GRACE = 300.0
+"""Seconds after creation or `resumed-at` during which a Sandbox that is not Ready yet is not idle-suspended."""
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeActivity:
+    """What the sandbox's runtime said (`GET /v1/activity`), or that it could not be asked."""
+
+    reachable: bool
+    idle_seconds: float = 0.0
+    running_commands: int = 0
+    inflight_requests: int = 0
+
+    @property
+    def busy(self) -> bool:
+        return self.running_commands > 0 or self.inflight_requests > 0
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one pass observed (cache reads, plus the runtime's answer when asked)."""
+
+    now: datetime
+    sandbox: ReadOnlyObject | None = None
+    archive: ReadOnlyObject | None = None
+    template_annotations: Mapping[str, str] | None = None
+    """The annotations of the Sandbox's (or archived Sandbox's) SandboxTemplate, if any."""
+    claim: ReadOnlyObject | None = None
+    """The SandboxClaim controlling the Sandbox (or named by the archive), if cached."""
+    children: tuple[ReadOnlyObject, ...] = ()
+    """The Sandbox's PVCs and Service (cached), or the archive's while hibernated."""
+    activity: RuntimeActivity | None = None
+    probe_enabled: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Nothing:
+    """Nothing to do now; look again after `requeue_after` seconds (None: only on events)."""
+
+    requeue_after: float | None = None
+    problems: tuple[str, ...] = ()
+    conflict: str = ""
+    """An archived name taken by a new Sandbox (reported once as an Event)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """Ask the runtime at `ip` for its activity, then decide again."""
+
+    ip: str
+
+
+@dataclass(frozen=True, slots=True)
+class Suspend:
+    """Suspend the Sandbox (guarded by `resource_version`)."""
+
+    cause: lc.Cause
+    resource_version: str
+    idle_for: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveSteps:
+    """Archive a suspended Sandbox, in order; each step is skipped when already done."""
+
+    cause: lc.Cause
+    archive: dict[str, Any] | None
+    """The archive to create (None: it exists)."""
+    children: tuple[ReadOnlyObject, ...]
+    """Children still to be handed to the archive (owner reference added)."""
+    claim_name: str | None
+    """Claim to mark `hibernated-sandbox` (None: no claim, or already marked)."""
+    delete_uid: str
+    """The Sandbox UID to delete with propagation Orphan."""
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreSteps:
+    """Restore an archived Sandbox, in order; each step is skipped when already done."""
+
+    cause: lc.Cause
+    requested_at: datetime | None
+    create: dict[str, Any] | None
+    """The Sandbox to create (None: it exists)."""
+    children: tuple[ReadOnlyObject, ...]
+    """Children whose archive owner reference is to be removed."""
+    claim_name: str | None
+    """Claim whose `hibernated-sandbox` mark is to be removed."""
+    archive_uid: str
+
+
+Plan: TypeAlias = Nothing | Probe | Suspend | ArchiveSteps | RestoreSteps
+
+
+# --------------------------------------------------------------------------- small readers
+
+
+def _meta(obj: ReadOnlyObject) -> Mapping[str, Any]:
+    meta: Mapping[str, Any] = obj.get("metadata") or {}
+    return meta
+
+
+def _annotations(obj: ReadOnlyObject | None) -> Mapping[str, str]:
+    return (_meta(obj).get("annotations") or {}) if obj is not None else {}
+
+
+def _mode(sandbox: ReadOnlyObject) -> str:
+    return str((sandbox.get("spec") or {}).get("operatingMode") or c.OperatingMode.RUNNING)
+
+
+def _condition_time(obj: ReadOnlyObject, type_: str, status: str = "True") -> datetime | None:
+    cond = status_condition(obj, type_)
+    if cond is None or cond.get("status") != status:
+        return None
+    return parse_time(cond.get("lastTransitionTime"))
+
+
+def archive_owner_ref(archive: ReadOnlyObject) -> dict[str, Any]:
+    """The owner reference the archive puts on the children it keeps (not a controller reference)."""
+    return {
+        "apiVersion": lc.ARCHIVE.api_version,
+        "kind": lc.ARCHIVE.kind,
+        "name": _meta(archive)["name"],
+        "uid": _meta(archive).get("uid", ""),
+        "controller": False,
+        "blockOwnerDeletion": False,
+    }
+
+
+def _has_owner_uid(obj: ReadOnlyObject, uid: str) -> bool:
+    return any(ref.get("uid") == uid for ref in _meta(obj).get("ownerReferences") or [])
+
+
+def idle_since(sandbox: ReadOnlyObject, claim: ReadOnlyObject | None) -> datetime | None:
+    """The latest activity the control plane knows of (module docstring); None without any time."""
+    meta = _meta(sandbox)
+    ann = meta.get("annotations") or {}
+    times = [
+        parse_time(meta.get("creationTimestamp")),
+        _condition_time(sandbox, c.CONDITION_READY),
+        parse_time(ann.get(lc.ANNOTATION_LAST_ACTIVITY)),
+        parse_time(ann.get(lc.ANNOTATION_RESUMED_AT)),
+    ]
+    if claim is not None:
+        cmeta = _meta(claim)
+        times += [
+            parse_time(cmeta.get("creationTimestamp")),
+            parse_time((cmeta.get("annotations") or {}).get(c.ANNOTATION_CLAIM_FIRST_READY_AT)),
+        ]
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
+
+
+def _suspended_since(sandbox: ReadOnlyObject) -> datetime | None:
+    """When the Pod was confirmed gone (Suspended=True), or our own suspend time if later."""
+    confirmed = _condition_time(sandbox, c.CONDITION_SUSPENDED)
+    if confirmed is None:
+        return None
+    ours = parse_time(_annotations(sandbox).get(lc.ANNOTATION_SUSPENDED_AT))
+    return max(confirmed, ours) if ours else confirmed
+
+
+def _expired(sandbox: ReadOnlyObject, now: datetime) -> bool:
+    deadline = parse_time((sandbox.get("spec") or {}).get("shutdownTime"))
+    return deadline is not None and now >= deadline
+
+
+def _claim_name(obj: ReadOnlyObject) -> str | None:
+    return controller_name(obj, SANDBOX_CLAIM) or None
+
+
+def _seconds(delta: timedelta) -> float:
+    return max(delta.total_seconds(), 0.001)
+
+
+# --------------------------------------------------------------------------- decide
+
+
+def decide(s: Snapshot) -> Plan:
+    """The one thing to do for this name now (module docstring)."""
+    sb, archive = s.sandbox, s.archive
+    if archive is not None:
+        return _with_archive(s, archive)
+    if sb is None:
+        return Nothing()
+    if _meta(sb).get("deletionTimestamp") or controlled_by(sb, SANDBOX_WARM_POOL) or _expired(sb, s.now):
+        return Nothing()
+    policy = lc.lifecycle_policy(_annotations(sb), s.template_annotations)
+    hibernate_now = _annotations(sb).get(lc.ANNOTATION_HIBERNATE) == "true"
+    if _mode(sb) == c.OperatingMode.SUSPENDED:
+        return _suspended(s, sb, policy, hibernate_now)
+    if hibernate_now:
+        return Suspend(lc.Cause.HIBERNATE, _meta(sb).get("resourceVersion", ""))
+    if policy.idle_timeout is None:
+        return Nothing(problems=policy.problems)
+    return _running(s, sb, policy.idle_timeout, policy.problems)
+
+
+def _start_grace_left(sb: ReadOnlyObject, now: datetime) -> float | None:
+    """Seconds left during which a created or resumed Sandbox not Ready yet is still starting (None: not)."""
+    if is_ready(sb):
+        return None
+    starts = [
+        parse_time(_meta(sb).get("creationTimestamp")),
+        parse_time(_annotations(sb).get(lc.ANNOTATION_RESUMED_AT)),
+    ]
+    started = max((t for t in starts if t is not None), default=None)
+    if started is None:
+        return None
+    left = (started + timedelta(seconds=START_GRACE) - now).total_seconds()
+    return left if left > 0 else None
+
+
+def _running(s: Snapshot, sb: ReadOnlyObject, timeout: float, problems: tuple[str, ...]) -> Plan:
+    starting = _start_grace_left(sb, s.now)
+    if starting is not None:
+        # Its Ready transition (an event) restarts the idle clock; the requeue bounds a Sandbox never Ready.
+        return Nothing(starting, problems)
+    since = idle_since(sb, s.claim) or s.now
+    due = since + timedelta(seconds=timeout)
+    if s.now < due:
+        return Nothing(_seconds(due - s.now), problems)
+    act = s.activity
+    if act is None:
+        ips = (sb.get("status") or {}).get("podIPs") or []
+        if s.probe_enabled and ips:
+            return Probe(str(ips[0]))
+    elif act.reachable:
+        if act.busy:
+            return Nothing(min(timeout, BUSY_RECHECK), problems)
+        if act.idle_seconds < timeout:
+            return Nothing(max(timeout - act.idle_seconds, 0.001), problems)
+    idle_for = (s.now - since).total_seconds()
+    if act is not None and act.reachable:
+        idle_for = min(idle_for, act.idle_seconds)
+    return Suspend(lc.Cause.IDLE, _meta(sb).get("resourceVersion", ""), idle_for)
+
+
+def _suspended(s: Snapshot, sb: ReadOnlyObject, policy: lc.LifecyclePolicy, hibernate_now: bool) -> Plan:
+    since = _suspended_since(sb)
+    if since is None:
+        return Nothing(problems=policy.problems)  # the Pod is still going away; its events wake us
+    if hibernate_now:
+        cause = lc.Cause.REQUESTED
+    elif policy.hibernate_after is not None:
+        due = since + timedelta(seconds=policy.hibernate_after)
+        if s.now < due:
+            return Nothing(_seconds(due - s.now), policy.problems)
+        cause = lc.Cause.AFTER
+    else:
+        return Nothing(problems=policy.problems)
+    body = lc.archive_body(
+        sb,
+        cause=cause,
+        now=s.now,
+        children=[{"kind": str(ch.get("kind", "")), "name": _meta(ch)["name"]} for ch in s.children],
+    )
+    return ArchiveSteps(cause, body, s.children, _claim_name(sb), _meta(sb).get("uid", ""))
+
+
+def _with_archive(s: Snapshot, archive: ReadOnlyObject) -> Plan:
+    spec = archive.get("spec") or {}
+    archived_uid = str(spec.get("sandboxUID") or "")
+    archive_uid = str(_meta(archive).get("uid") or "")
+    sb = s.sandbox
+    requested = lc.restore_requested(archive)
+    claim = s.claim
+    claim_marked = claim is not None and bool(_annotations(claim).get(lc.ANNOTATION_HIBERNATED_SANDBOX))
+    claim_name = _meta(claim)["name"] if claim is not None else None
+    if sb is not None and _meta(sb).get("uid") == archived_uid:
+        if _meta(sb).get("deletionTimestamp"):
+            # Its children are being orphaned; a restore must wait until the old object is gone.
+            return Nothing(RESTORE_POLL if requested else None)
+        try:
+            cause = lc.Cause(str(spec.get("reason") or lc.Cause.AFTER))
+        except ValueError:
+            cause = lc.Cause.AFTER
+        pending = tuple(ch for ch in s.children if not _has_owner_uid(ch, archive_uid))
+        return ArchiveSteps(
+            cause, None, pending, None if claim_marked else _claim_name(sb), _meta(sb).get("uid", "")
+        )
+    if requested is None:
+        if sb is not None:
+            return Nothing(
+                conflict=f"a new Sandbox named {_meta(archive)['name']!r} exists while it is hibernated"
+            )
+        return Nothing()
+    cause, requested_at = requested
+    create = None if sb is not None else lc.archived_sandbox(archive, cause=cause, now=s.now)
+    keeping = tuple(ch for ch in s.children if _has_owner_uid(ch, archive_uid))
+    return RestoreSteps(
+        cause,
+        requested_at,
+        create,
+        keeping,
+        claim_name if claim_marked else None,
+        archive_uid,
+    )
+
+
+def adopt_child_patch(child: ReadOnlyObject, archive: ReadOnlyObject) -> dict[str, Any]:
+    """Merge patch adding the archive's (non-controller) owner reference to a child."""
+    refs = [dict(r) for r in _meta(child).get("ownerReferences") or []]
+    refs.append(archive_owner_ref(archive))
+    return {"metadata": {"resourceVersion": _meta(child).get("resourceVersion"), "ownerReferences": refs}}
+
+
+def release_child_patch(child: ReadOnlyObject, archive_uid: str) -> dict[str, Any]:
+    """Merge patch removing the archive's owner reference from a child (the restored Sandbox adopts it)."""
+    refs = [dict(r) for r in _meta(child).get("ownerReferences") or [] if r.get("uid") != archive_uid]
+    return {
+        "metadata": {"resourceVersion": _meta(child).get("resourceVersion"), "ownerReferences": refs or None}
+    }

@@ -1,0 +1,271 @@
+"""`LifecycleReconciler`: observe -> decide -> execute for one name (a Sandbox and/or its SandboxArchive).
+
+Observe reads the cache only (Sandbox, archive, template, claim, PVCs, Service), plus the runtime's activity
+when `decide` asks for it (`Probe`, then decide again). Execute makes one API call per step, in the order
+the plan gives; a step that is already done is not in the plan, so a pass interrupted anywhere (crash,
+conflict, restart) is finished by the next one. Conflicts (409: someone changed the object since we read
+it) and NotFound are expected: the pass ends and the object's next event (or a short requeue) decides
+again. Everything else is raised for backoff.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from agent_sandbox.api import lifecycle as lc
+from agent_sandbox.api.meta import controller_name
+from agent_sandbox.kube import (
+    PVC,
+    SANDBOX,
+    SANDBOX_CLAIM,
+    SANDBOX_TEMPLATE,
+    SERVICE,
+    AlreadyExists,
+    Client,
+    Conflict,
+    EventSink,
+    NotFound,
+    Object,
+    Request,
+    ResourceKind,
+    Result,
+)
+
+from .decide import (
+    ArchiveSteps,
+    Nothing,
+    Plan,
+    Probe,
+    RestoreSteps,
+    Snapshot,
+    Suspend,
+    adopt_child_patch,
+    decide,
+    release_child_patch,
+)
+from .metrics import LifecycleMetrics
+from .probe import ActivityProbe
+
+__all__ = ["LifecycleReconciler"]
+
+log = logging.getLogger("agent_sandbox.controllers.lifecycle")
+
+_CHILD_KINDS: Mapping[str, ResourceKind] = {"PersistentVolumeClaim": PVC, "Service": SERVICE}
+_RETRY_SOON = 0.2
+
+
+def _wall_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+class LifecycleReconciler:
+    """The lifecycle controller's `Reconciler` (name `sandboxlifecycle`)."""
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        probe: ActivityProbe | None,
+        events: EventSink,
+        metrics: LifecycleMetrics,
+        extensions: bool = True,
+        now: Callable[[], datetime] = _wall_clock,
+    ) -> None:
+        """Args:
+        client: reads from the cache, writes to the API server.
+        probe: asks runtimes for their activity before an idle suspend (None: never asked).
+        events: Events on Sandboxes (suspended, hibernated, restored, bad settings).
+        metrics: counters and timers.
+        extensions: templates and claims are cached (`--extensions`); without, neither is read.
+        now: wall clock.
+        """
+        self._client = client
+        self._probe = probe
+        self._events = events
+        self.metrics = metrics
+        self._extensions = extensions
+        self._now = now
+        self._reported: dict[str, frozenset[str]] = {}
+
+    # ------------------------------------------------------------------ observe
+
+    async def _get(self, kind: ResourceKind, name: str, namespace: str) -> Object | None:
+        try:
+            return await self._client.get(kind, name, namespace=namespace)
+        except NotFound:
+            return None
+
+    async def _observe(self, request: Request) -> Snapshot:
+        ns, name = request.namespace, request.name
+        sandbox = await self._get(SANDBOX, name, ns)
+        archive = await self._get(lc.ARCHIVE, name, ns)
+        subject = (archive.get("spec") or {}).get("sandbox") if archive is not None else sandbox
+        template_annotations: Mapping[str, str] | None = None
+        claim: Object | None = None
+        if self._extensions and subject is not None:
+            template_name = lc.template_name_of(subject)
+            if template_name:
+                template = await self._get(SANDBOX_TEMPLATE, template_name, ns)
+                if template is not None:
+                    template_annotations = template["metadata"].get("annotations") or {}
+            claim_name = controller_name(subject, SANDBOX_CLAIM)
+            if claim_name:
+                claim = await self._get(SANDBOX_CLAIM, claim_name, ns)
+        return Snapshot(
+            now=self._now(),
+            sandbox=sandbox,
+            archive=archive,
+            template_annotations=template_annotations,
+            claim=claim,
+            children=await self._children(sandbox, archive, ns),
+            probe_enabled=self._probe is not None,
+        )
+
+    async def _children(self, sandbox: Object | None, archive: Object | None, ns: str) -> tuple[Object, ...]:
+        """The archive's children while one exists, else the PVCs and Service the Sandbox controls."""
+        if archive is not None:
+            wanted = [
+                (str(ch.get("kind")), str(ch.get("name"))) for ch in archive["spec"].get("children") or []
+            ]
+            found = []
+            for kind, name in wanted:
+                if (
+                    kind in _CHILD_KINDS
+                    and (obj := await self._get(_CHILD_KINDS[kind], name, ns)) is not None
+                ):
+                    found.append({**obj, "kind": kind})
+            return tuple(found)
+        if sandbox is None:
+            return ()
+        name, uid = sandbox["metadata"]["name"], sandbox["metadata"].get("uid")
+        names = [
+            (PVC, f"{(t.get('metadata') or {}).get('name')}-{name}")
+            for t in sandbox["spec"].get("volumeClaimTemplates") or []
+        ]
+        names.append((SERVICE, name))
+        found = []
+        for child_kind, child in names:
+            obj = await self._get(child_kind, child, ns)
+            if obj is None:
+                continue
+            ref = next((r for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
+            if ref is not None and ref.get("uid") == uid:
+                found.append({**obj, "kind": child_kind.kind})
+        return tuple(found)
+
+    # ------------------------------------------------------------------ reconcile
+
+    async def reconcile(self, request: Request) -> Result:
+        snap = await self._observe(request)
+        plan = decide(snap)
+        if isinstance(plan, Probe):
+            assert self._probe is not None
+            activity = await self._probe.ask(plan.ip)
+            result = "unreachable" if not activity.reachable else "busy" if activity.busy else "idle"
+            self.metrics.probes.labels(result).inc()
+            plan = decide(replace(snap, activity=activity))
+        try:
+            return await self._execute(request, snap, plan)
+        except Conflict:
+            return Result(requeue_after=_RETRY_SOON)  # someone wrote first: decide again on fresh data
+
+    async def _execute(self, request: Request, snap: Snapshot, plan: Plan) -> Result:
+        if isinstance(plan, Nothing):
+            self._report(snap, plan)
+            return Result(requeue_after=plan.requeue_after)
+        if isinstance(plan, Suspend):
+            return await self._suspend(request, snap, plan)
+        if isinstance(plan, ArchiveSteps):
+            return await self._archive(request, snap, plan)
+        if isinstance(plan, RestoreSteps):
+            return await self._restore(request, snap, plan)
+        raise AssertionError(f"unexpected plan {plan!r}")
+
+    def _report(self, snap: Snapshot, plan: Nothing) -> None:
+        """One Warning Event per distinct problem set of a Sandbox (not again on every pass)."""
+        subject = snap.sandbox
+        if subject is None:
+            return
+        uid = str(subject["metadata"].get("uid") or "")
+        problems = frozenset((*plan.problems, plan.conflict) if plan.conflict else plan.problems)
+        if self._reported.get(uid, frozenset()) == problems:
+            return
+        self._reported[uid] = problems
+        for problem in sorted(problems):
+            reason = "HibernationConflict" if problem == plan.conflict else "InvalidLifecycleSettings"
+            self._events.event(dict(subject), "Warning", reason, "Lifecycle", problem)
+
+    async def _suspend(self, request: Request, snap: Snapshot, plan: Suspend) -> Result:
+        assert snap.sandbox is not None
+        patch = lc.suspend_patch(plan.cause, snap.now, plan.resource_version)
+        await self._client.patch(SANDBOX, request.name, patch, namespace=request.namespace)
+        self.metrics.suspends.labels(str(plan.cause)).inc()
+        note = (
+            f"Suspended after {plan.idle_for:.0f}s without activity"
+            if plan.idle_for is not None
+            else "Suspended to be hibernated"
+        )
+        self._events.event(dict(snap.sandbox), "Normal", "Suspended", "Suspend", note)
+        log.info("suspended %s (%s)", request, plan.cause)
+        return Result()
+
+    async def _archive(self, request: Request, snap: Snapshot, plan: ArchiveSteps) -> Result:
+        ns = request.namespace
+        archive = snap.archive
+        if plan.archive is not None:
+            try:
+                archive = await self._client.create(lc.ARCHIVE, plan.archive, namespace=ns)
+            except AlreadyExists:
+                return Result(requeue_after=_RETRY_SOON)  # the cache will show it (ours from a lost pass)
+        assert archive is not None
+        for child in plan.children:
+            kind = _CHILD_KINDS[str(child.get("kind"))]
+            await self._client.patch(
+                kind, child["metadata"]["name"], adopt_child_patch(child, archive), namespace=ns
+            )
+        if plan.claim_name:
+            mark = {"metadata": {"annotations": {lc.ANNOTATION_HIBERNATED_SANDBOX: request.name}}}
+            with contextlib.suppress(NotFound):
+                await self._client.patch(SANDBOX_CLAIM, plan.claim_name, mark, namespace=ns)
+        with contextlib.suppress(NotFound):
+            await self._client.delete(
+                SANDBOX, request.name, namespace=ns, propagation_policy="Orphan", uid=plan.delete_uid
+            )
+        if plan.archive is not None:  # counted once, by the pass that archived it
+            self.metrics.hibernations.labels(str(plan.cause)).inc()
+            if snap.sandbox is not None:
+                note = f"Archived ({plan.cause}); volumes kept"
+                self._events.event(dict(snap.sandbox), "Normal", "Hibernated", "Hibernate", note)
+        log.info("hibernated %s (%s)", request, plan.cause)
+        return Result()
+
+    async def _restore(self, request: Request, snap: Snapshot, plan: RestoreSteps) -> Result:
+        ns = request.namespace
+        if plan.create is not None:
+            try:
+                created = await self._client.create(SANDBOX, plan.create, namespace=ns)
+            except AlreadyExists:
+                return Result(requeue_after=_RETRY_SOON)
+            self.metrics.restore_started(
+                created["metadata"]["uid"], plan.requested_at or snap.now, plan.cause
+            )
+            self.metrics.restores.labels(str(plan.cause)).inc()
+            self._events.event(
+                created, "Normal", "Restored", "Restore", f"Restored from its archive ({plan.cause})"
+            )
+            log.info("restored %s (%s)", request, plan.cause)
+        for child in plan.children:
+            kind = _CHILD_KINDS[str(child.get("kind"))]
+            patch = release_child_patch(child, plan.archive_uid)
+            await self._client.patch(kind, child["metadata"]["name"], patch, namespace=ns)
+        if plan.claim_name:
+            unmark = {"metadata": {"annotations": {lc.ANNOTATION_HIBERNATED_SANDBOX: None}}}
+            with contextlib.suppress(NotFound):
+                await self._client.patch(SANDBOX_CLAIM, plan.claim_name, unmark, namespace=ns)
+        with contextlib.suppress(NotFound):
+            await self._client.delete(lc.ARCHIVE, request.name, namespace=ns, uid=plan.archive_uid)
+        return Result()

@@ -1,0 +1,316 @@
+"""The router's part in sandbox lifecycle (`--sandbox-lifecycle`, ours, docs/lifecycle.md).
+
+Two jobs, both only for Sandboxes that asked for them (`lifecycle.agents.x-k8s.io/*` on the Sandbox or its
+template); every other request is proxied exactly as without the flag.
+
+**Activity.** A proxied request to a Sandbox with an idle timeout is activity. The router keeps it in memory
+and writes the `last-activity` annotation at most once per `--sandbox-lifecycle-activity-interval` (capped at
+a quarter of the Sandbox's idle timeout) per Sandbox, in the background. When the recorded activity is older
+than half the idle timeout, the write is made before the request is proxied, so a lifecycle controller about
+to suspend the Sandbox sees it first (its suspend is guarded by the resourceVersion this write changes).
+
+**Resume on request.** A request that finds no Ready pod for a Sandbox with `auto-resume: "true"` is held:
+a suspended Sandbox is set Running (`resume-reason: Request`), a hibernated one (only its SandboxArchive
+exists) gets a restore request, a Sandbox already starting is waited for. One resume per Sandbox per router
+is shared by every request that arrives meanwhile, and the write is guarded by the resourceVersion the
+router saw, so of several routers exactly one writes and the others wait. The request waits until a Ready
+pod appears in the Pod cache, bounded by `--sandbox-lifecycle-resume-timeout` and by the request's own
+deadline, then goes on as any request. When the Sandbox cannot start (its pod is Unschedulable, or its
+controller reports an error such as a quota refusal) or the wait runs out, the request gets a 503 JSON
+`{"detail": ...}` naming the Sandbox and the reason, with `Retry-After`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from ..api import lifecycle as lc
+from ..api.constants import OperatingMode
+from ..api.meta import format_rfc3339nano
+from ..kube import SANDBOX, ApiClient, Conflict, KubeError, NotFound
+from ._lifecycle_state import LifecycleState
+from ._metrics import RouterMetrics
+from ._podcache import PodCache, PodEntry
+from ._routing import Route, RouteError
+
+__all__ = ["ResumeFailed", "RouterLifecycle"]
+
+log = logging.getLogger("agent_sandbox.router.lifecycle")
+
+RETRY_AFTER = 5
+_URGENT_WRITE_TIMEOUT = 2.0
+_FLUSH_PERIOD = 1.0
+_WAKE = 1.0  # a held request re-checks at least this often
+_SLOW_HOLD = 5.0  # holds longer than this are logged
+
+
+class ResumeFailed(RouteError):
+    """503: the Sandbox could not be resumed (the detail says why); sent with `Retry-After`."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(503, detail)
+
+
+Key = tuple[str, str]
+
+
+class RouterLifecycle:
+    """Activity records and resume on request for one router process."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        state: LifecycleState,
+        cache: PodCache,
+        metrics: RouterMetrics,
+        *,
+        resume_timeout: float,
+        activity_interval: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.api = api
+        self.state = state
+        self.cache = cache
+        self.metrics = metrics
+        self.resume_timeout = resume_timeout
+        self.activity_interval = activity_interval
+        self._clock = clock
+        self._pending: dict[Key, float] = {}
+        self._written: dict[Key, float] = {}
+        self._resuming: dict[Key, asyncio.Task[str]] = {}
+
+    # ------------------------------------------------------------------ activity
+
+    def record(self, namespace: str, name: str) -> Awaitable[bool] | None:
+        """Note a request to `namespace/name`; an awaitable when its activity must be written first.
+
+        The awaitable's result is True when the write found the Sandbox Suspended although this router still
+        saw it Running: the lifecycle controller suspended it just before (the race docs/lifecycle.md
+        describes), so its pod is about to go and the request should wait for the resumed one.
+        """
+        if self.activity_interval <= 0:
+            return None
+        key = (namespace, name)
+        view = self.state.sandboxes.get(key)
+        if view is None or view.suspended:
+            return None
+        timeout = self.state.policy(namespace, view.annotations, view.template).idle_timeout
+        if timeout is None:
+            return None
+        now = self._clock()
+        age = now - max(view.last_activity or 0.0, self._written.get(key, 0.0))
+        if age >= timeout / 2:
+            self._pending.pop(key, None)
+            self._written[key] = now
+            return self._write_activity(key, now, bound=_URGENT_WRITE_TIMEOUT)
+        if age >= min(self.activity_interval, timeout / 4):
+            self._pending[key] = now
+        return None
+
+    async def _write_activity(self, key: Key, when: float, *, bound: float | None = None) -> bool:
+        """Write `last-activity`; True when the written Sandbox is Suspended."""
+        stamp = format_rfc3339nano(datetime.fromtimestamp(when, UTC))
+        patch = {"metadata": {"annotations": {lc.ANNOTATION_LAST_ACTIVITY: stamp}}}
+        try:
+            async with asyncio.timeout(bound):
+                written = await self.api.patch(SANDBOX, key[1], patch, namespace=key[0])
+        except (KubeError, TimeoutError, OSError) as exc:
+            self.metrics.lifecycle_activity_write(key[0], False)
+            log.info("activity record of %s/%s not written: %s", key[0], key[1], exc)
+            return False
+        self.metrics.lifecycle_activity_write(key[0], True)
+        return (written.get("spec") or {}).get("operatingMode") == OperatingMode.SUSPENDED
+
+    def current_pod(self, route: Route) -> PodEntry | None:
+        """The Ready pod the Pod cache has for the route's Sandbox now (one a suspend is about to delete)."""
+        return self.cache.by_name.get((route.namespace, route.sandbox_id))
+
+    async def run(self) -> None:
+        """Write the noted activity in the background (one patch per Sandbox per flush, at most)."""
+        while True:
+            await asyncio.sleep(_FLUSH_PERIOD)
+            due, self._pending = self._pending, {}
+            for key, when in due.items():
+                self._written[key] = when
+                await self._write_activity(key, when)
+            self._prune()
+
+    def _prune(self) -> None:
+        """Forget our writes once the informer shows them (or the Sandbox is gone)."""
+        for key, when in list(self._written.items()):
+            view = self.state.sandboxes.get(key)
+            if view is None or (view.last_activity or 0.0) >= when - 0.001:
+                del self._written[key]
+
+    # ------------------------------------------------------------------ resume on request
+
+    async def hold(self, route: Route, deadline: float, failed: PodEntry | None = None) -> bool:
+        """Hold a request that found no usable pod while its Sandbox resumes.
+
+        Args:
+            route: the request's route.
+            deadline: the request's deadline (event loop time).
+            failed: the cache entry a dial just failed on (a pod being deleted); a pod replacing it is
+                awaited, not that one.
+
+        Returns:
+            True when a Ready pod is there now (resolve and dial again); False when this Sandbox does not
+            resume on request (the caller goes on as without lifecycle).
+
+        Raises:
+            ResumeFailed: it cannot start, or did not become Ready in time.
+        """
+        key = (route.namespace, route.sandbox_id)
+        action = self._action(key)
+        if action is None:
+            return False
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        task = self._resuming.get(key)
+        if task is None or task.done():
+            task = self._start_resume(key, action)
+        outcome = "timeout"
+        try:
+            await self._wait_ready(key, min(deadline, start + self.resume_timeout), task, failed, start)
+            outcome = "ready"
+            return True
+        except ResumeFailed:
+            outcome = "failed" if loop.time() < min(deadline, start + self.resume_timeout) else "timeout"
+            raise
+        finally:
+            held = loop.time() - start
+            self.metrics.lifecycle_resume_wait(route.namespace, outcome, held)
+            if held > _SLOW_HOLD or outcome != "ready":
+                log.info(
+                    "request held %.2fs for %s/%s (%s): %s",
+                    held,
+                    key[0],
+                    key[1],
+                    action,
+                    outcome,
+                    extra={"sandbox_namespace": key[0], "sandbox_id": key[1]},
+                )
+
+    def _start_resume(self, key: Key, action: str) -> asyncio.Task[str]:
+        """The one resume of `key` in this router, shared by every request held meanwhile."""
+        task = asyncio.create_task(self._resume(key, action), name=f"resume {key[0]}/{key[1]}")
+        self._resuming[key] = task
+        task.add_done_callback(
+            lambda t: self._resuming.pop(key, None) if self._resuming.get(key) is t else None
+        )
+        return task
+
+    def _action(self, key: Key) -> str | None:
+        """What a held request for `key` needs: "resume", "restore", "wait", or None (not ours to hold)."""
+        view = self.state.sandboxes.get(key)
+        if view is not None and not view.deleting:
+            if not self.state.policy(key[0], view.annotations, view.template).auto_resume:
+                return None
+            return "resume" if view.suspended else "wait"
+        archive = self.state.archives.get(key)
+        if archive is None or archive.deleting:
+            return None
+        if not self.state.policy(key[0], archive.annotations, archive.template).auto_resume:
+            return None
+        return "restore"
+
+    async def _resume(self, key: Key, action: str) -> str:
+        """The one write a resume needs (guarded, so one router of many writes); returns what it did."""
+        now = datetime.now(UTC)
+        ns, name = key
+        if action == "resume":
+            view = self.state.sandboxes.get(key)
+            rv = view.resource_version if view is not None else None
+            for _attempt in range(3):
+                try:
+                    await self.api.patch(
+                        SANDBOX, name, lc.resume_patch(lc.Cause.REQUEST, now, rv), namespace=ns
+                    )
+                except Conflict:
+                    fresh = await self.api.get(SANDBOX, name, namespace=ns)
+                    if (fresh.get("spec") or {}).get("operatingMode") != OperatingMode.SUSPENDED:
+                        self.metrics.lifecycle_resume(ns, "joined")
+                        return "joined"  # another router (or the CLI) resumed it
+                    rv = fresh["metadata"]["resourceVersion"]
+                    continue
+                except NotFound:
+                    action = "restore"  # archived meanwhile
+                    break
+                self.metrics.lifecycle_resume(ns, "resumed")
+                log.info("resumed %s/%s on request", ns, name)
+                return "resumed"
+            else:
+                raise RuntimeError(f"Sandbox {ns}/{name} kept changing while resuming")
+        if action == "restore":
+            archive = self.state.archives.get(key)
+            if archive is not None and archive.restore_requested:
+                self.metrics.lifecycle_resume(ns, "joined")
+                return "joined"
+            patch = lc.restore_request_patch(lc.Cause.REQUEST, now)
+            if archive is not None:
+                patch["metadata"] = {"resourceVersion": archive.resource_version}
+            try:
+                await self.api.patch(lc.ARCHIVE, name, patch, namespace=ns)
+            except Conflict:
+                self.metrics.lifecycle_resume(ns, "joined")
+                return "joined"  # another router asked first (or the controller is restoring it)
+            self.metrics.lifecycle_resume(ns, "restored")
+            log.info("asked to restore %s/%s on request", ns, name)
+            return "restored"
+        return "waited"
+
+    async def _wait_ready(
+        self, key: Key, until: float, task: asyncio.Task[str], failed: PodEntry | None, start: float
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        ns, name = key
+        while True:
+            entry = self.cache.by_name.get(key)
+            if entry is not None and (failed is None or entry.pod_uid != failed.pod_uid):
+                return
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise ResumeFailed(f"Sandbox {ns}/{name} could not be resumed: {task.exception()}")
+            if task.done() and not task.cancelled() and task.result() == "waited":
+                # We waited for a Sandbox that looked Running (its pod being deleted by a suspend whose
+                # write we had not seen yet): now that it shows Suspended (or archived), resume it.
+                action = self._action(key)
+                if action in ("resume", "restore"):
+                    shared = self._resuming.get(key)
+                    task = (
+                        shared
+                        if shared is not None and not shared.done()
+                        else self._start_resume(key, action)
+                    )
+            view = self.state.sandboxes.get(key)
+            if view is not None and not view.suspended and view.blocker:
+                raise ResumeFailed(f"Sandbox {ns}/{name} could not be resumed: {view.blocker}")
+            remaining = until - loop.time()
+            if remaining <= 0:
+                waited = loop.time() - start
+                raise ResumeFailed(f"Sandbox {ns}/{name} is resuming but was not Ready within {waited:.0f}s")
+            waits = [
+                asyncio.ensure_future(self.cache.wait_changed()),
+                asyncio.ensure_future(self.state.wait_changed()),
+            ]
+            watched: list[asyncio.Future[Any]] = [*waits]
+            if not task.done():
+                watched.append(task)
+            try:
+                await asyncio.wait(
+                    watched, timeout=min(remaining, _WAKE), return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                for fut in waits:
+                    fut.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await fut
+
+    async def close(self) -> None:
+        for task in list(self._resuming.values()):
+            task.cancel()

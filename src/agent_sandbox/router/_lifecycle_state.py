@@ -1,0 +1,225 @@
+"""What a lifecycle router knows about Sandboxes (`--sandbox-lifecycle`, docs/lifecycle.md).
+
+Owns three informers, each keeping only what the router reads (a few hundred bytes per object):
+
+- Sandboxes: operatingMode, generation, resourceVersion, being deleted, our `lifecycle.agents.x-k8s.io/*`
+  annotations and the template reference, and why a resumed Sandbox cannot start (a PodScheduled=False
+  `Unschedulable`, or a Ready=False `ReconcilerError` such as a quota refusal) for its current generation;
+- SandboxTemplates: our annotations (template-level settings);
+- SandboxArchives: our annotations of the archived Sandbox, its template, and whether a restore was asked.
+
+Views are rebuilt on every event, so a request pays a dict lookup; `wait_changed` wakes waiters on any
+change (a request held for a resume watches the Sandbox's conditions through it).
+
+Failure modes: the informers must sync within the router's 60 s start-up bound; the archive kind only exists
+with the lifecycle component installed, hence `SYNC_ERROR` names both the CRD and the grant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..api import constants as c
+from ..api import lifecycle as lc
+from ..api.meta import parse_time
+from ..kube import SANDBOX, SANDBOX_TEMPLATE, HandlerFuncs, Informer, ListWatcher, Object
+from ._changes import Changes
+
+__all__ = ["SYNC_ERROR", "ArchiveView", "LifecycleState", "SandboxView"]
+
+SYNC_ERROR = (
+    "sandbox lifecycle state failed initial sync (is the SandboxArchive CRD installed (k8s/lifecycle)? "
+    "check RBAC: k8s/router/lifecycle grants get/list/watch on sandboxes, sandboxtemplates, sandboxarchives)"
+)
+_OURS = f"{lc.LIFECYCLE_GROUP}/"
+
+
+def _ours(annotations: Mapping[str, Any] | None) -> dict[str, str]:
+    out = {k: str(v) for k, v in (annotations or {}).items() if k.startswith(_OURS)}
+    ref = (annotations or {}).get(c.ANNOTATION_SANDBOX_TEMPLATE_REF)
+    if ref:
+        out[c.ANNOTATION_SANDBOX_TEMPLATE_REF] = str(ref)
+    return out
+
+
+def _diet_sandbox(obj: Object) -> Object:
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    keep = ("name", "namespace", "uid", "resourceVersion", "generation", "deletionTimestamp")
+    return {
+        "metadata": {
+            **{k: meta[k] for k in keep if k in meta},
+            "annotations": _ours(meta.get("annotations")),
+        },
+        "spec": {"operatingMode": (obj.get("spec") or {}).get("operatingMode")},
+        "status": {
+            "conditions": [
+                cond
+                for cond in status.get("conditions") or []
+                if cond.get("type") in (c.CONDITION_READY, c.CONDITION_POD_SCHEDULED)
+            ]
+        },
+    }
+
+
+def _diet_template(obj: Object) -> Object:
+    meta = obj.get("metadata") or {}
+    keep = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta}
+    return {"metadata": {**keep, "annotations": _ours(meta.get("annotations"))}}
+
+
+def _diet_archive(obj: Object) -> Object:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    kept = ((spec.get("sandbox") or {}).get("metadata") or {}).get("annotations")
+    keep = {
+        k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp") if k in meta
+    }
+    return {
+        "metadata": keep,
+        "spec": {"sandbox": {"metadata": {"annotations": _ours(kept)}}, "restore": spec.get("restore")},
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxView:
+    """One Sandbox as the router needs it."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    generation: int
+    suspended: bool
+    deleting: bool
+    annotations: Mapping[str, str]
+    last_activity: float | None
+    """`last-activity` as epoch seconds."""
+    blocker: str
+    """Why the current generation cannot start ("" when nothing says so)."""
+
+    @property
+    def template(self) -> str | None:
+        return self.annotations.get(c.ANNOTATION_SANDBOX_TEMPLATE_REF)
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveView:
+    """One SandboxArchive as the router needs it."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    annotations: Mapping[str, str]
+    restore_requested: bool
+    deleting: bool
+
+    @property
+    def template(self) -> str | None:
+        return self.annotations.get(c.ANNOTATION_SANDBOX_TEMPLATE_REF)
+
+
+def _blocker(obj: Object, generation: int) -> str:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("observedGeneration") not in (None, generation):
+            continue
+        kind, status, reason = cond.get("type"), cond.get("status"), cond.get("reason") or ""
+        if kind == c.CONDITION_POD_SCHEDULED and status == "False" and reason == "Unschedulable":
+            return f"{reason}: {cond.get('message') or ''}".rstrip(": ")
+        if kind == c.CONDITION_READY and status == "False" and reason == c.REASON_RECONCILER_ERROR:
+            return f"{reason}: {cond.get('message') or ''}".rstrip(": ")
+    return ""
+
+
+def sandbox_view(obj: Object) -> SandboxView:
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    generation = int(meta.get("generation") or 0)
+    activity = parse_time(annotations.get(lc.ANNOTATION_LAST_ACTIVITY))
+    return SandboxView(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        generation=generation,
+        suspended=(obj.get("spec") or {}).get("operatingMode") == c.OperatingMode.SUSPENDED,
+        deleting=bool(meta.get("deletionTimestamp")),
+        annotations=annotations,
+        last_activity=activity.timestamp() if activity else None,
+        blocker=_blocker(obj, generation),
+    )
+
+
+def archive_view(obj: Object) -> ArchiveView:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    return ArchiveView(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        annotations=((spec.get("sandbox") or {}).get("metadata") or {}).get("annotations") or {},
+        restore_requested=bool(spec.get("restore")),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+class LifecycleState:
+    """Sandboxes, templates and archives, as views; run with `await state.run()`."""
+
+    def __init__(self, lw: ListWatcher, *, namespace: str | None = None) -> None:
+        self.sandboxes: dict[tuple[str, str], SandboxView] = {}
+        self.archives: dict[tuple[str, str], ArchiveView] = {}
+        self.templates: dict[tuple[str, str], Mapping[str, str]] = {}
+        self._changes = Changes()
+        ns = namespace or None
+        self._informers = [
+            self._informer(lw, SANDBOX, ns, _diet_sandbox, self.sandboxes, sandbox_view),
+            self._informer(lw, SANDBOX_TEMPLATE, ns, _diet_template, self.templates, _template_annotations),
+            self._informer(lw, lc.ARCHIVE, ns, _diet_archive, self.archives, archive_view),
+        ]
+
+    def _informer(
+        self, lw: ListWatcher, kind: Any, ns: str | None, diet: Any, into: dict[Any, Any], view: Any
+    ) -> Informer:
+        informer = Informer(lw, kind, namespace=ns, transform=diet)
+
+        def upsert(obj: Object) -> None:
+            meta = obj["metadata"]
+            into[(meta.get("namespace", ""), meta["name"])] = view(obj)
+            self._changes.notify()
+
+        def delete(obj: Object) -> None:
+            meta = obj["metadata"]
+            into.pop((meta.get("namespace", ""), meta["name"]), None)
+            self._changes.notify()
+
+        informer.add_handler(HandlerFuncs(add=upsert, update=lambda _old, new: upsert(new), delete=delete))
+        return informer
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            for informer in self._informers:
+                tg.create_task(informer.run())
+
+    async def wait_synced(self) -> None:
+        for informer in self._informers:
+            await informer.wait_for_sync()
+
+    async def wait_changed(self) -> None:
+        """Return at the next change of any view (bound it with `asyncio.timeout`)."""
+        await self._changes.wait()
+
+    def policy(self, namespace: str, own: Mapping[str, str], template: str | None) -> lc.LifecyclePolicy:
+        """The effective settings of a Sandbox (or archive) in `namespace`: its own, else its template's."""
+        inherited = self.templates.get((namespace, template)) if template else None
+        return lc.lifecycle_policy(own, inherited)
+
+
+def _template_annotations(obj: Object) -> Mapping[str, str]:
+    annotations: Mapping[str, str] = (obj.get("metadata") or {}).get("annotations") or {}
+    return annotations

@@ -1,0 +1,61 @@
+"""Fixtures of the lifecycle tests: the real controller with `--sandbox-lifecycle` (one per module)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+import aiohttp
+import pytest
+
+from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.devcluster.controller import start_controller
+from agent_sandbox.devcluster.processes import Started, stop
+from agent_sandbox.router import Router, load_router_config
+
+
+@pytest.fixture(scope="module")
+def controller(cluster: DevCluster) -> Iterator[Started]:
+    """The controller with the lifecycle controller on (installs the SandboxArchive CRD and grants)."""
+    started = start_controller(cluster, extra=("--sandbox-lifecycle",))
+    try:
+        yield started
+    finally:
+        stop(started)
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        yield session
+
+
+@pytest.fixture
+async def start_router(
+    cluster: DevCluster, controller: Started
+) -> AsyncIterator[Callable[..., Awaitable[Router]]]:
+    """In-process routers with the Pod cache and `--sandbox-lifecycle` (unless `lifecycle=False`), on ephemeral
+    loopback ports."""
+    routers: list[Router] = []
+
+    async def start(*flags: str, lifecycle: bool = True) -> Router:
+        args = [
+            "--http-bind-address=127.0.0.1:0",
+            "--metrics-bind-address=127.0.0.1:0",
+            "--health-probe-bind-address=127.0.0.1:0",
+            "--allow-loopback-pod-ip",
+            "--cache-enabled",
+            f"--kubeconfig={cluster.kubeconfig}",
+            *(["--sandbox-lifecycle"] if lifecycle else []),
+            "--upstream-retry-initial-delay=50ms",
+            "--upstream-retry-max-delay=100ms",
+            *flags,
+        ]
+        config, _ = load_router_config(args, {})
+        router = Router(config)
+        await router.start()
+        routers.append(router)
+        return router
+
+    yield start
+    for router in routers:
+        await router.shutdown()

@@ -1,0 +1,285 @@
+"""Resume on request through the real router (`--sandbox-lifecycle`) on the real control plane.
+
+A request to a suspended Sandbox that asked for `auto-resume` is held until the Sandbox is Ready again, then
+served: the client sees one slower response, never an error. Concurrent requests, and requests through two
+routers, share one resume. A request that arrives while the Sandbox is being suspended is served too. A
+hibernated Sandbox is restored the same way. A Sandbox that cannot start gives a 503 naming the reason; one
+that did not ask for it keeps upstream's behaviour (502). Activity is recorded at a bounded rate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+
+from agent_sandbox.api import lifecycle as lc
+from agent_sandbox.cli.lifecycle import hibernate
+from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.kube import POD, SANDBOX, ApiClient, Object, ResourceKind
+from agent_sandbox.router import Router
+from tests.helpers import controller_metrics, eventually
+from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE
+from tests.integration.lifecycle.helpers import (
+    get_or_none,
+    metric_value,
+    ready_ip,
+    router_metrics,
+    through,
+)
+
+pytestmark = pytest.mark.integration
+
+StartRouter = Callable[..., Awaitable[Router]]
+RESOURCE_QUOTA = ResourceKind("", "v1", "ResourceQuota", "resourcequotas")
+AUTO = {lc.ANNOTATION_AUTO_RESUME: "true"}
+
+
+def runtime_sandbox(name: str, annotations: dict[str, str], **container: Any) -> Object:
+    return {
+        "apiVersion": "agents.x-k8s.io/v1beta1",
+        "kind": "Sandbox",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "podTemplate": {
+                "spec": {"containers": [{"name": "runtime", "image": RUNTIME_IMAGE, **container}]}
+            }
+        },
+    }
+
+
+async def suspend_and_wait(kube: ApiClient, ns: str, name: str) -> None:
+    await kube.patch(SANDBOX, name, {"spec": {"operatingMode": "Suspended"}}, namespace=ns)
+
+    async def pod_gone() -> bool:
+        return await get_or_none(kube, POD, name, ns) is None
+
+    await eventually(pod_gone, f"{name}'s pod gone")
+
+
+async def test_request_resumes_a_suspended_sandbox(
+    kube: ApiClient, namespace: str, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    router = await start_router()
+    await kube.create(SANDBOX, runtime_sandbox("wake", AUTO), namespace=namespace)
+    await ready_ip(kube, namespace, "wake")
+    await suspend_and_wait(kube, namespace, "wake")
+    start = time.monotonic()
+    status, body = await through(http, router, "wake", namespace)
+    assert (status, body["stdout"]) == (200, "wake\n")
+    assert time.monotonic() - start < 60
+    sandbox = await kube.get(SANDBOX, "wake", namespace=namespace)
+    assert sandbox["spec"]["operatingMode"] == "Running"
+    assert sandbox["metadata"]["annotations"][lc.ANNOTATION_RESUME_REASON] == "Request"
+    metrics = await router_metrics(router)
+    assert metric_value(metrics, "sandbox_router_lifecycle_resumes_total", result="resumed") == 1
+    assert metric_value(metrics, "sandbox_router_resume_wait_seconds_count", outcome="ready") == 1
+
+
+async def test_concurrent_requests_through_two_routers_share_one_resume(
+    kube: ApiClient, namespace: str, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    routers = [await start_router(), await start_router()]
+    await kube.create(SANDBOX, runtime_sandbox("shared", AUTO), namespace=namespace)
+    await ready_ip(kube, namespace, "shared")
+    await suspend_and_wait(kube, namespace, "shared")
+    results = await asyncio.gather(*(through(http, routers[i % 2], "shared", namespace) for i in range(8)))
+    assert [status for status, _ in results] == [200] * 8
+    assert {body["stdout"] for _, body in results} == {"shared\n"}
+    texts = [await router_metrics(r) for r in routers]
+    resumed = sum(metric_value(t, "sandbox_router_lifecycle_resumes_total", result="resumed") for t in texts)
+    assert resumed == 1  # exactly one write; the other router joined or just waited
+    held = sum(metric_value(t, "sandbox_router_resume_wait_seconds_count", outcome="ready") for t in texts)
+    assert held == 8
+
+
+async def test_request_while_the_sandbox_is_being_suspended_is_served(
+    kube: ApiClient, namespace: str, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    router = await start_router()
+    await kube.create(SANDBOX, runtime_sandbox("racing", AUTO), namespace=namespace)
+    await ready_ip(kube, namespace, "racing")
+    first = await kube.get(POD, "racing", namespace=namespace)
+    # As the controller's suspend does; the request goes out while the pod is still terminating.
+    await kube.patch(SANDBOX, "racing", {"spec": {"operatingMode": "Suspended"}}, namespace=namespace)
+
+    async def terminating() -> bool:
+        pod = await get_or_none(kube, POD, "racing", namespace)
+        return pod is None or bool(pod["metadata"].get("deletionTimestamp"))
+
+    await eventually(terminating, "the pod terminating")
+    status, body = await through(http, router, "racing", namespace)
+    assert (status, body["stdout"]) == (200, "racing\n")
+    second = await kube.get(POD, "racing", namespace=namespace)
+    assert second["metadata"]["uid"] != first["metadata"]["uid"]  # served by the resumed pod
+
+
+async def test_requests_around_the_controllers_idle_suspend_are_all_served(
+    kube: ApiClient,
+    namespace: str,
+    cluster: DevCluster,
+    start_router: StartRouter,
+    http: aiohttp.ClientSession,
+) -> None:
+    """The race with the real controller: requests that arrive just before, while and after it suspends.
+
+    The gaps straddle the 2 s idle timeout, so some requests meet a Sandbox the controller is deciding to
+    suspend (the router's activity write must win or the request be held), some a pod being deleted, some a
+    suspended Sandbox; every one of them must be served.
+    """
+    router = await start_router()
+    annotations = {**AUTO, lc.ANNOTATION_IDLE_TIMEOUT: "2s"}
+    await kube.create(SANDBOX, runtime_sandbox("edge", annotations), namespace=namespace)
+    await ready_ip(kube, namespace, "edge")
+    before = metric_value(controller_metrics(cluster), "agent_sandbox_lifecycle_suspends_total", cause="Idle")
+    for gap in (1.9, 2.0, 2.1, 2.2, 2.4, 2.0, 2.1, 3.0):
+        await asyncio.sleep(gap)
+        status, body = await through(http, router, "edge", namespace)
+        assert (status, body.get("stdout")) == (200, "edge\n"), f"after {gap}s without requests: {body}"
+    suspends = metric_value(
+        controller_metrics(cluster), "agent_sandbox_lifecycle_suspends_total", cause="Idle"
+    )
+    resumed = metric_value(await router_metrics(router), "sandbox_router_lifecycle_resumes_total")
+    assert suspends - before >= 1  # the controller did suspend it in between
+    assert resumed >= 1  # and requests resumed it
+
+
+async def test_hibernated_sandbox_is_restored_on_request(
+    kube: ApiClient, namespace: str, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    router = await start_router()
+    await kube.create(SANDBOX, runtime_sandbox("sleeper", AUTO), namespace=namespace)
+    await ready_ip(kube, namespace, "sleeper")
+    await hibernate(kube, "sleeper", namespace)
+
+    async def archived() -> bool:
+        gone = await get_or_none(kube, SANDBOX, "sleeper", namespace) is None
+        return gone and await get_or_none(kube, lc.ARCHIVE, "sleeper", namespace) is not None
+
+    await eventually(archived, "sleeper hibernated")
+    status, body = await through(http, router, "sleeper", namespace)
+    assert (status, body["stdout"]) == (200, "sleeper\n")
+    restored = await kube.get(SANDBOX, "sleeper", namespace=namespace)
+    assert restored["metadata"]["annotations"][lc.ANNOTATION_RESUME_REASON] == "Request"
+    assert (
+        metric_value(
+            await router_metrics(router), "sandbox_router_lifecycle_resumes_total", result="restored"
+        )
+        == 1
+    )
+
+
+async def test_a_sandbox_that_cannot_start_gets_a_clear_503(
+    kube: ApiClient, namespace: str, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    router = await start_router()
+    huge = {"resources": {"requests": {"cpu": "1000"}}}  # fits no node
+    body = runtime_sandbox("toobig", {**AUTO}, **huge)
+    body["spec"]["operatingMode"] = "Suspended"
+    await kube.create(SANDBOX, body, namespace=namespace)
+    headers = {"X-Sandbox-ID": "toobig", "X-Sandbox-Namespace": namespace}
+    async with http.post(
+        f"http://127.0.0.1:{router.http_port}/execute", data=b'{"command": "true"}', headers=headers
+    ) as resp:
+        assert resp.status == 503
+        assert resp.headers["Retry-After"] == "5"
+        assert resp.headers["Content-Type"] == "application/json"
+        detail = (await resp.json())["detail"]
+    assert detail.startswith(f"Sandbox {namespace}/toobig could not be resumed: Unschedulable: ")
+    assert "Insufficient cpu" in detail
+
+
+async def test_a_held_request_is_bounded_by_its_own_timeout(
+    kube: ApiClient, namespace: str, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    router = await start_router()
+    body = runtime_sandbox("slow", AUTO)
+    body["spec"]["operatingMode"] = "Suspended"
+    # Its pod, once resumed, takes 30 s to start (the dev cluster's per-pod start delay).
+    body["spec"]["podTemplate"]["metadata"] = {
+        "annotations": {"devcluster.agents.x-k8s.io/start-after": "30s"}
+    }
+    await kube.create(SANDBOX, body, namespace=namespace)
+    headers = {"X-Sandbox-ID": "slow", "X-Sandbox-Namespace": namespace, "X-Sandbox-Timeout": "2"}
+    start = time.monotonic()
+    async with http.post(
+        f"http://127.0.0.1:{router.http_port}/execute", data=b'{"command": "true"}', headers=headers
+    ) as resp:
+        status, detail = resp.status, (await resp.json())["detail"]
+    assert time.monotonic() - start < 10  # the client's 2 s, not the router's 60 s resume timeout
+    assert (status, detail) == (503, f"Sandbox {namespace}/slow is resuming but was not Ready within 2s")
+    sandbox = await kube.get(SANDBOX, "slow", namespace=namespace)
+    assert sandbox["spec"]["operatingMode"] == "Running"  # the resume goes on for the next request
+    metrics = await router_metrics(router)
+    assert metric_value(metrics, "sandbox_router_resume_wait_seconds_count", outcome="timeout") == 1
+
+
+async def test_sandboxes_that_did_not_ask_keep_upstream_behaviour(
+    kube: ApiClient, namespace: str, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    router = await start_router()
+    await kube.create(SANDBOX, runtime_sandbox("plain", {}), namespace=namespace)
+    await ready_ip(kube, namespace, "plain")
+    await suspend_and_wait(kube, namespace, "plain")
+    status, body = await through(http, router, "plain", namespace)
+    assert (status, body) == (502, {"detail": "Could not connect to the backend sandbox: plain"})
+    assert (await kube.get(SANDBOX, "plain", namespace=namespace))["spec"]["operatingMode"] == "Suspended"
+
+
+async def test_activity_is_recorded_at_a_bounded_rate(
+    kube: ApiClient, namespace: str, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    router = await start_router("--sandbox-lifecycle-activity-interval=1s")
+    annotations = {lc.ANNOTATION_IDLE_TIMEOUT: "8s"}
+    await kube.create(SANDBOX, runtime_sandbox("chatty", annotations), namespace=namespace)
+    await ready_ip(kube, namespace, "chatty")
+    await kube.create(SANDBOX, runtime_sandbox("quiet-flag", {}), namespace=namespace)
+    await ready_ip(kube, namespace, "quiet-flag")
+    start = time.monotonic()
+    requests = 0
+    while time.monotonic() - start < 4:
+        assert (await through(http, router, "chatty", namespace, "true"))[0] == 200
+        assert (await through(http, router, "quiet-flag", namespace, "true"))[0] == 200
+        requests += 1
+    await asyncio.sleep(1.5)  # the last batch is flushed
+    metrics = await router_metrics(router)
+    writes = metric_value(metrics, "sandbox_router_lifecycle_activity_writes_total", result="ok")
+    assert requests >= 8
+    assert 1 <= writes <= 6  # about one per interval (1 s) over 4 s, whatever the request rate
+    sandbox = await kube.get(SANDBOX, "chatty", namespace=namespace)
+    assert lc.ANNOTATION_LAST_ACTIVITY in sandbox["metadata"]["annotations"]
+    # No idle timeout, no writes.
+    quiet = await kube.get(SANDBOX, "quiet-flag", namespace=namespace)
+    assert lc.ANNOTATION_LAST_ACTIVITY not in (quiet["metadata"].get("annotations") or {})
+
+
+async def test_a_quota_refusal_is_named_in_the_503(
+    kube: ApiClient, namespace: str, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    router = await start_router()
+    body = runtime_sandbox("over-quota", AUTO)
+    body["spec"]["operatingMode"] = "Suspended"
+    await kube.create(SANDBOX, body, namespace=namespace)
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-pods"},
+        "spec": {"hard": {"pods": "0"}},
+    }
+    await kube.create(RESOURCE_QUOTA, quota, namespace=namespace)
+
+    async def enforced() -> bool:
+        rq = await kube.get(RESOURCE_QUOTA, "no-pods", namespace=namespace)
+        return "hard" in (rq.get("status") or {})
+
+    await eventually(enforced, "the quota enforced")
+    status, detail = await through(http, router, "over-quota", namespace)
+    assert status == 503
+    assert detail["detail"].startswith(
+        f"Sandbox {namespace}/over-quota could not be resumed: ReconcilerError: "
+    )
+    assert "exceeded quota" in detail["detail"]
