@@ -68,6 +68,13 @@ def _headline(name: str, data: dict[str, object]) -> str:
             f"client {lat['client_watch'].get('p50')}/{lat['client_watch'].get('p90')}/"
             f"{lat['client_watch'].get('p99')} ms; gate {report.gate_verdict(lat['controller_histogram'])}"
         )
+    if name == "overload":
+        lat, lease = res["latency_ms"]["client_watch"], res.get("lease") or {}
+        return (
+            f"client P50/P99 {lat.get('p50')}/{lat.get('p99')} ms, ready {res.get('ready')}/{res.get('claims')}, "
+            f"{res.get('launch_types')}, lease renewals {lease.get('renewals')} (max gap {lease.get('max_gap_s')} s, "
+            f"holder changes {lease.get('holder_changes')}), controller alive {res.get('controller_alive')}"
+        )
     if name == "sustained":
         return f"knee {res.get('knee_per_s')}/s (first failing {res.get('broke_at_per_s')}/s)"
     if name == "refill":

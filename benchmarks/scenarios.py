@@ -1,4 +1,4 @@
-"""The five benchmark scenarios of docs/performance.md, each on its own gate-tuned local cluster.
+"""The six benchmark scenarios of docs/performance.md, each on its own gate-tuned local cluster.
 
 | scenario | what | upstream anchor (operations spec §9) |
 |---|---|---|
@@ -7,6 +7,7 @@
 | refill | one pool scaled 0 -> 300, time to all Ready and creates/s | pool 0 -> 300 Ready in ~6.4 s |
 | cold | 1000 Sandboxes without a pool, time to all Ready (`benchmarks/sandbox_cold.py`) | - |
 | scale | 5000 idle Sandboxes: controller RSS/CPU idle, CPU per reconcile of a no-op event | capacity-cliff snapshots |
+| overload | Poisson over 4 pools at 2 x the knee (30/s) for 60 s, leader election on (`benchmarks/overload.py`) | issue 11: lease kept, every claim completes |
 
 Parameters have defaults (full size), a smoke preset (`--smoke`: minutes, not tens of minutes), and are
 overridable by environment (`BENCH_<KEY>=value`, e.g. `BENCH_RATE=20`) and by `--set key=value`.
@@ -27,6 +28,7 @@ from agent_sandbox.kube import SANDBOX, KubeError, Object
 
 from . import apiserver_profile, promtext
 from . import profile as prof
+from .client_watch import ClientWatchProcess
 from .harness import (
     CLAIM_HIST,
     CLIENT_HIST,
@@ -301,6 +303,16 @@ def analyse_claims(
     }
 
 
+def _process_view(tracker: ClaimTracker, seen: Mapping[str, tuple[float, float | None]]) -> list[float]:
+    """Create sent -> Ready seen by the separate watcher process (`client_watch`), in seconds."""
+    out = []
+    for key, rec in tracker.records.items():
+        ready, requested = seen.get(key, (None, None))
+        if ready is not None:
+            out.append(ready - (requested if requested is not None else rec.sent))
+    return out
+
+
 def _profile_path(scenario: str, label: str) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return RESULTS / "profiles" / f"{scenario}-{label}-{stamp}.txt"
@@ -352,12 +364,18 @@ async def claim_phase(
             RESULTS / "profiles" / f"{_profile_path(bench.cluster.name, profile_label).stem}-apiserver.pprof"
         )
         api_profile = asyncio.create_task(apiserver_profile.capture(bench.cluster, duration + 3.0, api_path))
-    t_start = time.time()
-    t0 = await tracker.drive(arrivals, targets, prefix=prefix)
-    await tracker.wait_sent()
-    complete = await tracker.wait_ready(len(arrivals), ready_timeout)
-    t_done = time.time()
-    await tracker.wait_annotations(10.0)
+    watcher = ClientWatchProcess(str(bench.cluster.kubeconfig), bench.cluster.directory / "client-watch")
+    if not await watcher.wait_watching():
+        bench.notes.append("client watch process did not start: no client_process view")
+    try:
+        t_start = time.time()
+        t0 = await tracker.drive(arrivals, targets, prefix=prefix)
+        await tracker.wait_sent()
+        complete = await tracker.wait_ready(len(arrivals), ready_timeout)
+        t_done = time.time()
+        await tracker.wait_annotations(10.0)
+    finally:
+        seen_elsewhere = await watcher.stop()
     after = await _scrape(bench)
     await finish_profiler(profiler)
     api_profile_path = await api_profile if api_profile is not None else None
@@ -367,6 +385,7 @@ async def claim_phase(
             await asyncio.sleep(0.2)
     await tracker.stop()
     result = analyse_claims(tracker, t0, before, after)
+    result["latency_ms"]["client_process"] = summarize(_ms(_process_view(tracker, seen_elsewhere)))
     result["complete"] = complete
     result["usage"] = bench.sampler.between(t_start, t_done)
     result["baseline_cores"] = baseline.get("cpu_cores", {})
@@ -396,6 +415,7 @@ async def run_burst(p: Params) -> dict[str, Any]:
             prefix="burst",
             dwell=None,
             ready_timeout=float(p["ready_timeout"]),
+            quiesce_s=float(p["quiesce_s"]),
             profile_label="burst" if p["profile"] or p["apiserver_profile"] else None,
             controller_profile=bool(p["profile"]),
         )
@@ -412,6 +432,18 @@ async def run_burst(p: Params) -> dict[str, Any]:
 def _gate_ok(phase: Mapping[str, Any], threshold_ms: float) -> bool:
     p99 = phase["latency_ms"]["client_watch"].get("p99")
     return bool(phase["complete"] and not phase["create_errors"] and p99 is not None and p99 <= threshold_ms)
+
+
+async def create_pools(
+    bench: Bench, pools: Sequence[tuple[str, str]], replicas: int, p: Params, *, label: str
+) -> None:
+    """One namespace, template and pool of `replicas` per (namespace, pool); wait Ready, then settle."""
+    for ns, pool in pools:
+        await bench.ensure_namespace(ns)
+        await bench.create_template(ns)
+        await bench.create_pool(ns, pool, replicas)
+    await bench.wait_pools_ready(pools, float(p["pool_timeout"]), label=label)
+    await asyncio.sleep(float(p["settle"]))
 
 
 async def _resize_pools(
@@ -441,12 +473,7 @@ async def run_sustained(p: Params) -> dict[str, Any]:
     threshold = float(p["knee_p99_ms"])
     async with Bench.up("bench-sustained", tuning) as bench:
         replicas = pool_replicas(float(p["rate"]), npools, headroom, minimum=int(p["min_pool"]))
-        for ns, pool in pools:
-            await bench.ensure_namespace(ns)
-            await bench.create_template(ns)
-            await bench.create_pool(ns, pool, replicas)
-        await bench.wait_pools_ready(pools, float(p["pool_timeout"]), label="sustained pools")
-        await asyncio.sleep(float(p["settle"]))
+        await create_pools(bench, pools, replicas, p, label="sustained pools")
         phases: list[dict[str, Any]] = []
         up = [float(x) for x in str(p["steps"]).split(",") if x.strip()]
         down = [float(x) for x in str(p["down_steps"]).split(",") if x.strip()]
@@ -745,6 +772,15 @@ async def run_scale(p: Params) -> dict[str, Any]:
         }
 
 
+# --------------------------------------------------------------------------- overload (benchmarks/overload.py)
+
+
+async def run_overload(p: Params) -> dict[str, Any]:
+    from .overload import run_overload as run  # imports this module's helpers: import on use
+
+    return await run(p)
+
+
 # --------------------------------------------------------------------------- registry
 
 _COMMON = {
@@ -770,6 +806,9 @@ SCENARIOS: dict[str, Scenario] = {
                 "seconds": 10.0,
                 "pool_timeout": 900.0,
                 "ready_timeout": 300.0,
+                # Seconds to wait for the controller to go quiet after the pool reports Ready (0: start the
+                # burst `settle` s after Ready, as upstream's gate and users do - issue 20).
+                "quiesce_s": 120.0,
             },
             {**_SMOKE_COMMON, "pool": 60, "rate": 10.0, "seconds": 5.0},
             run_burst,
@@ -831,6 +870,25 @@ SCENARIOS: dict[str, Scenario] = {
             },
             {**_SMOKE_COMMON, "count": 100, "idle_s": 5.0, "quiesce_s": 30.0, "touch": 50},
             run_scale,
+        ),
+        Scenario(
+            "overload",
+            "Poisson over 4 pools at 2 x the knee for 60 s, leader election on: P50/P99, completed, lease",
+            {
+                **_COMMON,
+                "pools": 4,
+                "knee": 15.0,
+                "factor": 2.0,
+                "seconds": 60.0,
+                "dwell_s": 5.0,
+                "headroom_s": 10.0,
+                "min_pool": 20,
+                "seed": 20261201,
+                "pool_timeout": 900.0,
+                "ready_timeout": 900.0,
+            },
+            {**_SMOKE_COMMON, "knee": 4.0, "seconds": 10.0, "min_pool": 10, "ready_timeout": 120.0},
+            run_overload,
         ),
     )
 }

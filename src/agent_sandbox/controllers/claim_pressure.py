@@ -12,10 +12,11 @@ bookkeeping behind the claims, for a bounded time:
 * when the system turns calm, `on_calm` listeners run (they re-enqueue what they deferred) and
   `wait_calm()` returns.
 
-Deferrable (docs/design/claim-priority.md): the Sandbox controller's Pod metadata patch and its
-observedGeneration-only status patch, the claim's post-Ready metadata patch, Events, and warm-pool refill
-while the pool still has Ready headroom. Never deferred: creates, ownership changes, takeovers, any status
-write that changes a condition, a Sandbox's Pod creation, deletes.
+Deferrable (docs/design/claim-priority.md, which also says why each is safe for clients): the Sandbox
+controller's Pod metadata patch and its observedGeneration-only status patch, the claim's post-Ready
+first-ready stamp, Events, and warm-pool refill while the pool still has Ready headroom. Never deferred:
+creates, ownership changes, takeovers, the claim's metadata that must precede its status, any status
+write that changes a condition or a count (the pool's `readyReplicas`), a Sandbox's Pod creation, deletes.
 
 With `hold <= 0` (`--sandbox-claim-priority-hold=0`) nothing is ever hot and every write is synchronous.
 """
@@ -35,7 +36,6 @@ __all__ = [
     "DEFAULT_HOLD",
     "ClaimPressure",
     "ClaimPressureCollector",
-    "HeldWrites",
     "HoldsWrites",
 ]
 
@@ -167,37 +167,6 @@ class ClaimPressure:
                 listener()
             except Exception:  # a listener's bug must not stop the others from re-enqueueing
                 log.exception("claim pressure: calm listener failed")
-
-
-class HeldWrites:
-    """First-deferral clocks of one kind of deferrable write, per key (a pool, a Sandbox, ...).
-
-    `wait(key)` answers "write now?" for the key's pending write and starts its clock on the first
-    deferral; `written(key)` stops it once the write went out, so the next change is held afresh (each
-    write waits at most one hold). Keys with a running clock are what a calm listener re-enqueues.
-    """
-
-    def __init__(self, pressure: ClaimPressure) -> None:
-        self.pressure = pressure
-        self._since: dict[str, float] = {}
-
-    def wait(self, key: str) -> float:
-        """Seconds the key's write should still wait; 0: write now."""
-        since = self._since.get(key)
-        wait = self.pressure.wait(since)
-        if wait is None:
-            if not self.pressure.hot():
-                self._since.pop(key, None)
-            return 0.0
-        if since is None:
-            self._since[key] = self.pressure.now()
-        return wait
-
-    def written(self, key: str) -> None:
-        self._since.pop(key, None)
-
-    def held(self) -> list[str]:
-        return list(self._since)
 
 
 class ClaimPressureCollector:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from agent_sandbox.controllers.claim_pressure import ClaimPressure, ClaimPressureCollector, HeldWrites
+from agent_sandbox.controllers.claim_pressure import ClaimPressure, ClaimPressureCollector
 from agent_sandbox.kube.testing import FakeClock
 
 pytestmark = pytest.mark.unit
@@ -93,27 +93,6 @@ async def test_a_failing_listener_does_not_stop_the_others() -> None:
     await p.wait_calm(1.0)
     await asyncio.sleep(0)
     assert calls == ["ok"]
-
-
-async def test_held_writes_hold_each_write_at_most_once_per_hold() -> None:
-    clock = FakeClock()
-    p = ClaimPressure(10.0, clock=clock.now)
-    held = HeldWrites(p)
-    assert held.wait("a") == 0  # calm: write now
-    p.note_arrival()
-    assert held.wait("a") == 10.0
-    assert held.held() == ["a"]
-    clock.advance(6)
-    p.note_arrival()
-    assert held.wait("a") == pytest.approx(4.0)
-    clock.advance(4.5)
-    p.note_arrival()
-    assert held.wait("a") == 0  # its hold is spent: write now, although still hot
-    held.written("a")
-    assert held.wait("a") == 10.0  # the next change is held afresh
-    clock.advance(2)  # calm
-    assert held.wait("a") == 0
-    assert held.held() == []
 
 
 async def test_collector_exports_hot_counters_and_held_writes() -> None:

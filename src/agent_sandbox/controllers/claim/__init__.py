@@ -8,7 +8,14 @@ upstream: docs/design/claim-quirks.md.
 
 from __future__ import annotations
 
-from .decide import Snapshot, decide_claim_metadata, decide_expiry, resolve, resolve_expired
+from .decide import (
+    Snapshot,
+    decide_claim_intent,
+    decide_expiry,
+    decide_first_ready,
+    resolve,
+    resolve_expired,
+)
 from .queue import Take, WarmQueue
 from .reconciler import ClaimConfig, ClaimReconciler, ClaimRetry
 from .watches import CONTROLLER_NAME, setup
@@ -21,8 +28,9 @@ __all__ = [
     "Snapshot",
     "Take",
     "WarmQueue",
-    "decide_claim_metadata",
+    "decide_claim_intent",
     "decide_expiry",
+    "decide_first_ready",
     "resolve",
     "resolve_expired",
     "setup",

@@ -8,9 +8,10 @@ what the previous write achieved (a lost takeover, an AlreadyExists, a conflicti
    bound, maybe with a metadata fix), a warm takeover, a cold create, or a failure (§4.4, §4.5, §4.9).
    When a warm candidate is needed, `resolve` says so (`NeedCandidate`); the reconciler takes one from
    the queue atomically and calls `resolve` again with it.
-3. `decide_claim_metadata` - after the status write, the claim's own annotations/labels to persist in a
-   single merge patch: first-observed time, trace context, the warm assignment record, the first-ready
-   stamp, legacy-label migration (§4.13, §4.5 step 2).
+3. `decide_claim_intent` - before the status write, the claim's own metadata upstream has in place by
+   then, in one merge patch: first-observed time, trace context, the warm assignment record, legacy-label
+   migration (§4.3 step 5, §4.5 step 2, §4.6 step 2); `decide_first_ready` - after it, the first-ready
+   stamp (§4.13).
 
 Nothing here awaits, reads a clock or calls a client.
 """
@@ -71,8 +72,9 @@ __all__ = [
     "Snapshot",
     "assigned_name",
     "bound_to_sandbox",
-    "decide_claim_metadata",
+    "decide_claim_intent",
     "decide_expiry",
+    "decide_first_ready",
     "legacy_policy_to_delete",
     "resolve",
     "resolve_expired",
@@ -427,23 +429,27 @@ class ClaimMetadataPatch:
         return {"metadata": meta}
 
 
-def decide_claim_metadata(
+def decide_claim_intent(
     claim: ReadOnlyObject,
     *,
     sandbox: ReadOnlyObject | None,
-    ready_step: ReadyStep,
-    now: datetime,
     first_observed: datetime,
     persist_observed: bool,
     trace_context: str = "",
     drop_reference: bool = False,
 ) -> ClaimMetadataPatch:
-    """The claim's own metadata to persist after an authoritative status write.
+    """The claim's metadata upstream has in place before the claim's status names its Sandbox.
+
+    Upstream stamps `controller-first-observed-at` (and the trace context) before any status write
+    (§4.3 step 5) and records `sandbox-name` before it takes a warm Sandbox (§4.6 step 2); stale references
+    and the legacy label are settled during resolution (§4.5 step 2), also before the status. A CRD's
+    `/status` write ignores metadata, so this patch is its own write, sent before the status write (on the
+    warm path alongside the takeover) and never deferred: a client reading a claim that shows a status
+    (Ready or not) finds these keys, as with upstream.
 
     Args:
-        claim: the claim as stored (after the status write).
-        sandbox: the bound Sandbox, if any.
-        ready_step: from `observability.readiness_step`.
+        claim: the freshest view of the claim.
+        sandbox: the Sandbox the status is about to name (bound, or the warm candidate being taken).
         persist_observed: False with `--disable-claim-observability-annotations` (kept in memory only).
         trace_context: the pass's trace context annotation ("" when tracing is off).
         drop_reference: the assignment record names a Sandbox that is gone or not ours.
@@ -457,7 +463,7 @@ def decide_claim_metadata(
         out_ann[c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT] = format_rfc3339nano(first_observed)
     if persist_observed and trace_context and not ann.get(c.ANNOTATION_TRACE_CONTEXT):
         out_ann[c.ANNOTATION_TRACE_CONTEXT] = trace_context
-    # The warm assignment record (api spec §5.5): written after the fact, from the bound Sandbox.
+    # The warm assignment record (api spec §5.5).
     current = ann.get(c.ANNOTATION_SANDBOX_NAME, "")
     bound = sandbox["metadata"]["name"] if sandbox is not None else ""
     warm = sandbox is not None and (
@@ -471,8 +477,19 @@ def decide_claim_metadata(
     if labels.get(c.LABEL_SANDBOX_NAME_LEGACY) and (drop_reference or sandbox is not None):
         # Deprecated label: migrated to the annotation above when it names the bound Sandbox, else stale.
         out_labels[c.LABEL_SANDBOX_NAME_LEGACY] = None
+    return ClaimMetadataPatch(out_ann, out_labels)
+
+
+def decide_first_ready(claim: ReadOnlyObject, *, ready_step: ReadyStep, now: datetime) -> ClaimMetadataPatch:
+    """The `claim-first-ready-at` stamp due after an authoritative status write (§4.13).
+
+    Upstream writes it after the status that made the claim Ready, so a claim is Ready before it carries
+    the stamp; ours may wait behind arriving claims (docs/design/claim-priority.md).
+    """
+    ann = (claim.get("metadata") or {}).get("annotations") or {}
+    out: dict[str, str | None] = {}
     if ready_step is ReadyStep.RECORD and not ann.get(c.ANNOTATION_CLAIM_FIRST_READY_AT):
-        out_ann[c.ANNOTATION_CLAIM_FIRST_READY_AT] = format_rfc3339nano(now)
+        out[c.ANNOTATION_CLAIM_FIRST_READY_AT] = format_rfc3339nano(now)
     elif ready_step is ReadyStep.DRAIN_BACKFILL and not ann.get(c.ANNOTATION_CLAIM_FIRST_READY_AT):
-        out_ann[c.ANNOTATION_CLAIM_FIRST_READY_AT] = c.CLAIM_FIRST_READY_UNKNOWN
-    return ClaimMetadataPatch(out_ann, out_labels, ready_step)
+        out[c.ANNOTATION_CLAIM_FIRST_READY_AT] = c.CLAIM_FIRST_READY_UNKNOWN
+    return ClaimMetadataPatch(out, {}, ready_step)

@@ -2,17 +2,21 @@
 
 Per pass: read the claim and everything it refers to from the cache (plus our own not-yet-observed
 writes, `store.Freshest`); `decide_expiry`; `resolve` the binding and execute its single write (warm
-takeover via `warm.WarmPath`, cold create, or a repair of the bound Sandbox); compute the status and
-write it (one guarded merge patch); then persist the claim's own metadata in one merge patch and record
-the latency metrics.
+takeover via `warm.WarmPath`, cold create, or a repair of the bound Sandbox); make sure the claim carries
+the metadata upstream has on it before its status names a Sandbox (`decide_claim_intent`: first-observed
+time, assignment record); compute the status and write it (one guarded merge patch); then record the
+latency metrics and stamp `claim-first-ready-at`.
 
-Warm path write count (a Ready member, first pass): takeover patch, status patch, claim metadata patch -
-three writes, two of them before the claim shows Ready. docs/design/claim-adoption.md explains why this
-is safe without upstream's claim-side "intent" update.
+Warm path write count (a Ready member, first pass): the claim's intent patch and the takeover patch, sent
+together; then the status patch; then the first-ready stamp - four writes, two round trips before the
+claim shows Ready. The intent patch always lands before the status write, because a CRD's `/status`
+write ignores metadata: a client that sees the claim Ready reads its `sandbox-name` and
+`controller-first-observed-at`, as with upstream (issue 11; docs/design/claim-priority.md).
+docs/design/claim-adoption.md explains why the takeover itself needs no claim-side lock.
 
-In the controller process (`detach_metadata_writes`) the claim metadata patch runs off the worker: the
+In the controller process (`detach_metadata_writes`) the first-ready stamp runs off the worker: the
 worker is free after the status write, so under a slow API server a worker serves a claim in two round
-trips instead of three (docs/performance.md). One patch per claim is in flight at a time; a failure
+trips instead of three (docs/performance.md). One stamp per claim is in flight at a time; a failure
 re-enqueues the claim with backoff, and that pass backfills exactly as a failed synchronous stamp would.
 
 Result mapping (§4.3 step 16): pool/template missing -> requeue 1 min; cold-create cache lag -> 200 ms;
@@ -82,8 +86,9 @@ from .decide import (
     SandboxWrite,
     Snapshot,
     assigned_name,
-    decide_claim_metadata,
+    decide_claim_intent,
     decide_expiry,
+    decide_first_ready,
     legacy_policy_to_delete,
     resolve,
     resolve_expired,
@@ -97,7 +102,7 @@ from .errors import (
 )
 from .observability import ClaimMetrics, ObservedTimes, ReadyStep, latencies, readiness_step, template_of
 from .queue import WarmQueue
-from .status import compute_status, expiry
+from .status import compute_status, expiry, status_equal
 from .store import Freshest, Store
 from .warm import WarmPath
 
@@ -169,6 +174,7 @@ class ClaimReconciler:
             metrics=metrics,
             sandbox=self._sandbox,
             attempts=config.takeover_attempts,
+            before_takeover=self._intent_for_candidate,
         )
         self._retry: Callable[[Request], None] | None = None
         self._stamping: dict[str, asyncio.Task[None]] = {}  # claim UID -> its in-flight metadata patch
@@ -182,7 +188,7 @@ class ClaimReconciler:
         self._retry = retry
 
     def held_writes(self) -> dict[str, int]:
-        """`claim_pressure.HoldsWrites`: detached metadata patches not yet sent (most held behind claims)."""
+        """`claim_pressure.HoldsWrites`: detached first-ready stamps not yet sent (most held behind claims)."""
         return {"claim_stamp": len(self._stamping)}
 
     # ------------------------------------------------------------------ entry
@@ -215,7 +221,10 @@ class ClaimReconciler:
             conditions = list(status.get("conditions") or [])
             upsert_condition(conditions, step.ready, now)
             status["conditions"] = conditions
-            self._remember_claim(await ex.write_status(self.api, claim, status))
+            current = await self._ensure_intent(claim, None)
+            if current is None:
+                return Result()  # the claim is gone
+            self._remember_claim(await ex.write_status(self.api, current, status))
             self._event(claim, c.EVENT_CLAIM_EXPIRED, "Claim Expired", "Claim expired")
             return Result(_EXPIRED_REQUEUE)
         if isinstance(step, DeleteClaim):
@@ -240,6 +249,9 @@ class ClaimReconciler:
         new_status = compute_status(claim, sandbox, error, expired=step.expired, now=now)
         if new_status is None:
             return self._result(step.time_left, step.expired, error, None)
+        current = await self._ensure_intent(claim, sandbox, drop_reference=drop)
+        if current is None:
+            return Result()  # the claim is gone
         time_left = step.time_left
         if not step.expired:
             # A Finished condition mirrored just now may start a TTL: schedule it, or, if it is already
@@ -250,16 +262,16 @@ class ClaimReconciler:
             if late.expired and ready.get("reason") != c.REASON_CLAIM_EXPIRED:
                 expired_status = compute_status(claim, sandbox, error, expired=True, now=now)
                 assert expired_status is not None
-                written = await ex.write_status(self.api, claim, expired_status)
+                written = await ex.write_status(self.api, current, expired_status)
                 self._remember_claim(written)
                 self._event(claim, c.EVENT_CLAIM_EXPIRED, "Claim Expired", "Claim expired")
                 return Result(_EXPIRED_REQUEUE)
 
-        written = await ex.write_status(self.api, claim, new_status)
+        written = await ex.write_status(self.api, current, new_status)
         self._remember_claim(written)
         metrics_error: Exception | None = None
         if written.authoritative:
-            metrics_error = await self._finalize(claim, written.claim, new_status, sandbox, drop)
+            metrics_error = await self._finalize(claim, written.claim, new_status, sandbox)
         return self._result(time_left, step.expired, error, metrics_error)
 
     # ------------------------------------------------------------------ observe
@@ -377,6 +389,60 @@ class ClaimReconciler:
             return error or ReconcilerError(f'failed to update sandbox "{write.name}": {exc}')
         return error
 
+    # ------------------------------------------------------------------ before the status write
+
+    async def _ensure_intent(
+        self,
+        claim: Mapping[str, Any],
+        sandbox: Mapping[str, Any] | None,
+        *,
+        drop_reference: bool = False,
+    ) -> Mapping[str, Any] | None:
+        """Write the claim's intent metadata (`decide_claim_intent`) unless it is there; never deferred.
+
+        Returns the claim to base the status write on: the patch's answer while it carries the status this
+        pass decided from (so the status write's resourceVersion guard still catches anyone else's status
+        write), else `claim`. None: the claim is gone.
+        """
+        meta = claim["metadata"]
+        ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
+        view = self.fresh.view(SANDBOX_CLAIM, ns, name, self.store.get(SANDBOX_CLAIM, ns, name))
+        if view is None or view["metadata"].get("uid") != uid:
+            view = dict(claim)
+        patch = decide_claim_intent(
+            view,
+            sandbox=sandbox,
+            first_observed=self._first_observed(view),
+            persist_observed=self.config.persist_observability,
+            trace_context=self.tracing.current_context_annotation() if self.tracing.enabled else "",
+            drop_reference=drop_reference,
+        )
+        if not patch.empty:
+            body = patch.body()
+            body["metadata"]["uid"] = uid  # never lands on a recreated claim of the same name (422)
+            updated = await ex.patch_claim_metadata(self.api, view, body)
+            if updated is None:
+                return None
+            self.fresh.remember(SANDBOX_CLAIM, updated)
+            view = updated
+        if view is claim or not status_equal(view.get("status") or {}, claim.get("status") or {}):
+            return claim
+        return view
+
+    async def _intent_for_candidate(self, claim: Mapping[str, Any], candidate: Mapping[str, Any]) -> None:
+        """`WarmPath` hook: record the candidate on the claim while its takeover is in flight."""
+        if await self._ensure_intent(claim, candidate) is None:
+            raise NotFound(404, "NotFound", f'sandboxclaims "{claim["metadata"]["name"]}" not found')
+
+    def _first_observed(self, claim: Mapping[str, Any]) -> datetime:
+        meta = claim["metadata"]
+        ann = meta.get("annotations") or {}
+        return (
+            self.observed.get(meta["namespace"], meta["name"], meta["uid"])
+            or parse_time(ann.get(c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT))
+            or self.now()
+        )
+
     # ------------------------------------------------------------------ after the status write
 
     async def _finalize(
@@ -385,9 +451,8 @@ class ClaimReconciler:
         stored: Mapping[str, Any],
         new_status: Mapping[str, Any],
         sandbox: Mapping[str, Any] | None,
-        drop_reference: bool,
     ) -> Exception | None:
-        """Readiness metrics and the claim's metadata patch (§4.13); returns a stamp failure, if any."""
+        """Readiness metrics and the first-ready stamp (§4.13); returns a stamp failure, if any."""
         meta = stored["metadata"]
         ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
         old_ready = is_ready(before)
@@ -399,32 +464,19 @@ class ClaimReconciler:
             first_ready_stamped=bool(ann.get(c.ANNOTATION_CLAIM_FIRST_READY_AT)),
         )
         now = self.now()
-        first_observed = (
-            self.observed.get(ns, name, uid)
-            or parse_time(ann.get(c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT))
-            or now
-        )
+        first_observed = self._first_observed(stored)
         if step is ReadyStep.RECORD:
             self.metrics.record_ready(
                 stored, sandbox, latencies(stored, sandbox, now=now, first_observed=first_observed)
             )
         if step is not ReadyStep.NOTHING:
             self.observed.drain(ns, name, uid)
-        patch = decide_claim_metadata(
-            stored,
-            sandbox=sandbox,
-            ready_step=step,
-            now=now,
-            first_observed=first_observed,
-            persist_observed=self.config.persist_observability,
-            trace_context=self.tracing.current_context_annotation() if self.tracing.enabled else "",
-            drop_reference=drop_reference,
-        )
+        patch = decide_first_ready(stored, ready_step=step, now=now)
         if patch.empty:
             return None
         if self._retry is not None:
             if uid not in self._stamping:  # else: the write in flight carries it; its event re-runs us
-                # The UID makes a patch that waited (claim pressure) fail on a deleted-and-recreated claim
+                # The UID makes a stamp that waited (claim pressure) fail on a deleted-and-recreated claim
                 # (422 "field is immutable") instead of stamping the new one; its retry pass settles it.
                 body = patch.body()
                 body["metadata"]["uid"] = uid

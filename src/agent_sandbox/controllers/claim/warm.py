@@ -12,11 +12,17 @@ failed or that got no answer:
 
 After `attempts` lost candidates the pass reports `AdoptionConflict` (backoff). Decisions stay in
 `decide.resolve`; this module only sequences the calls.
+
+`before_takeover` (the reconciler's claim intent patch: `sandbox-name` = the candidate, first-observed time)
+runs concurrently with each candidate's takeover and is awaited before the outcome is returned, so the
+claim's status - written after this returns - never names a Sandbox the claim's metadata does not.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -66,10 +72,12 @@ class WarmPath:
         metrics: ClaimMetrics,
         sandbox: Callable[[str, str], Object | None],
         attempts: int = 3,
+        before_takeover: Callable[[Mapping[str, Any], Mapping[str, Any]], Awaitable[None]] | None = None,
     ) -> None:
         """Args:
         sandbox: the freshest view of a Sandbox by (namespace, name) (cache + our own writes).
         attempts: candidates tried per pass before reporting AdoptionConflict.
+        before_takeover: `(claim, candidate)` write sent alongside each takeover (module docstring).
         """
         self.api = api
         self.authoritative = authoritative
@@ -79,6 +87,7 @@ class WarmPath:
         self.metrics = metrics
         self._sandbox = sandbox
         self.attempts = attempts
+        self.before_takeover = before_takeover
         self._hashes: dict[tuple[str, str], str] = {}
 
     async def resolve(self, snap: Snapshot, first: NeedCandidate | Adopt) -> Resolution:
@@ -144,6 +153,23 @@ class WarmPath:
         return value
 
     async def _take_over(self, snap: Snapshot, adopt: Adopt, queue_name: str) -> Resolution | None:
+        """Run one candidate's takeover to a verdict, with `before_takeover` alongside it."""
+        if self.before_takeover is None:
+            return await self._take_over_alone(snap, adopt, queue_name)
+        intent = asyncio.ensure_future(self.before_takeover(snap.claim, adopt.sandbox))
+        try:
+            outcome = await self._take_over_alone(snap, adopt, queue_name)
+        except BaseException:
+            intent.cancel()  # the pass fails anyway; whether the intent landed does not matter
+            with contextlib.suppress(BaseException):
+                await intent
+            raise
+        # A failed intent fails the pass: a won takeover is remembered (`Freshest.bind`), so the retry
+        # finds the Sandbox by ownership and writes the intent again before any status.
+        await intent
+        return outcome
+
+    async def _take_over_alone(self, snap: Snapshot, adopt: Adopt, queue_name: str) -> Resolution | None:
         """Run one candidate's takeover to a verdict: the bound result, or None when it was lost."""
         claim = snap.claim
         cmeta = claim["metadata"]

@@ -42,7 +42,7 @@ from agent_sandbox.kube import (
     RetryLater,
 )
 
-from ..claim_pressure import ClaimPressure, HeldWrites
+from ..claim_pressure import ClaimPressure
 from ..indexes import INDEX_SANDBOX_WARM_POOL
 from .config import EXPECTATIONS_PENDING_REQUEUE, WarmPoolConfig
 from .decide import PoolPlan, PoolSnapshot, created_at, decide
@@ -86,8 +86,7 @@ class WarmPoolReconciler:
             clock: monotonic time for the hold and the refill bucket.
             wall_clock: epoch seconds, compared with members' creationTimestamps.
             rng: jitter source in [0, 1).
-            pressure: claim arrivals; refill (`shaping.ClaimYield`), status writes and passes yield to them
-                (None: never).
+            pressure: claim arrivals; refill (`shaping.ClaimYield`) and passes yield to them (None: never).
         """
         clock = clock or RealClock()
         self.client = client
@@ -99,20 +98,18 @@ class WarmPoolReconciler:
         self._rng = rng
         self.hold = ReplenishHold(self.config.replenish_delay)
         self.claim_yield = ClaimYield(pressure or ClaimPressure(0.0))
-        self.status_held = HeldWrites(self.claim_yield.pressure)
         self.buckets = RefillBuckets(self.config.max_refill_rate)
         self.progress = ProgressTracker()
 
     def held_writes(self) -> dict[str, int]:
-        """`claim_pressure.HoldsWrites`: pools whose refill or status write waits behind claims."""
-        return {"pool_refill": len(self.claim_yield.held()), "pool_status": len(self.status_held.held())}
+        """`claim_pressure.HoldsWrites`: pools whose refill waits behind claims."""
+        return {"pool_refill": len(self.claim_yield.held())}
 
     def forget(self, key: str) -> None:
         """Drop every per-pool record (pool deleted or being deleted)."""
         self.expectations.forget(key)
         self.hold.forget(key)
         self.claim_yield.forget(key)
-        self.status_held.written(key)
         self.buckets.forget(key)
         self.progress.forget(key)
 
@@ -236,14 +233,12 @@ class WarmPoolReconciler:
                 )
             raise errors[0]
         if plan.status_changed:
-            held = self.status_held.wait(key)  # bookkeeping: waits behind arriving claims, bounded
-            if held > 0:
-                delays.append(held)
-            else:
-                await self.client.patch_status(
-                    SANDBOX_WARM_POOL, pool["metadata"]["name"], {"status": plan.status}, namespace=ns
-                )
-                self.status_held.written(key)
+            # Never held behind claims (issue 11): a client must see `readyReplicas` drop when a claim takes
+            # a member, before its replacement is Ready, as with upstream. While claims arrive, passes (and
+            # so these writes) are at most one per PASS_INTERVAL_WHILE_HOT.
+            await self.client.patch_status(
+                SANDBOX_WARM_POOL, pool["metadata"]["name"], {"status": plan.status}, namespace=ns
+            )
         positive = [d for d in delays if d > 0]
         return Result(requeue_after=min(positive)) if positive else Result()
 

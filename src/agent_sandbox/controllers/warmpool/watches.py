@@ -104,7 +104,7 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
     )
 
     def requeue_held() -> None:
-        for key in {*reconciler.claim_yield.held(), *reconciler.status_held.held()}:
+        for key in reconciler.claim_yield.held():
             namespace, _, name = key.partition("/")
             controller.queue.add(Request(namespace, name))
 

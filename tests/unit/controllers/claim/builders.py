@@ -299,14 +299,21 @@ def standard(
     return objs
 
 
+def is_first_ready_stamp(kind: Any, body: Any, **kw: Any) -> bool:
+    """Whether a patch call is the claim's post-Ready `claim-first-ready-at` stamp."""
+    if kind is not SANDBOX_CLAIM or kw.get("subresource") is not None or not isinstance(body, dict):
+        return False
+    return c.ANNOTATION_CLAIM_FIRST_READY_AT in ((body.get("metadata") or {}).get("annotations") or {})
+
+
 def fail_metadata_once(world: World) -> None:
-    """Make the next claim metadata patch (not the status write) fail once with a 500."""
+    """Make the next first-ready stamp (a claim metadata patch after the status write) fail once with a 500."""
     real = world.fake.patch
     failed = False
 
     async def patch(kind: Any, name: str, body: Any, **kw: Any) -> Any:
         nonlocal failed
-        if kind is SANDBOX_CLAIM and not failed and kw.get("subresource") is None and "status" not in body:
+        if not failed and is_first_ready_stamp(kind, body, **kw):
             failed = True
             raise ServerError(500, "InternalError", "stamp failed")
         return await real(kind, name, body, **kw)

@@ -21,8 +21,9 @@ from agent_sandbox.controllers.claim.decide import (
     NeedCandidate,
     Pending,
     Snapshot,
-    decide_claim_metadata,
+    decide_claim_intent,
     decide_expiry,
+    decide_first_ready,
     legacy_policy_to_delete,
     resolve,
     resolve_expired,
@@ -283,17 +284,13 @@ def test_readiness_step(old: bool, new: bool, stamped: bool, want: ReadyStep) ->
     assert readiness_step(old_ready=old, new_ready=new, first_ready_stamped=stamped) is want
 
 
-def test_first_warm_pass_persists_everything_in_one_patch() -> None:
+def test_first_warm_pass_records_the_candidate_and_first_observed_before_the_status() -> None:
     cl = claim()
-    sb = owned_by(member("pool-a"), cl)
-    patch = decide_claim_metadata(
-        cl, sandbox=sb, ready_step=ReadyStep.RECORD, now=T0 + timedelta(milliseconds=40), first_observed=T0,
-        persist_observed=True,
-    )  # fmt: skip
+    candidate = member("pool-a")  # still the pool's: the intent goes out alongside its takeover
+    patch = decide_claim_intent(cl, sandbox=candidate, first_observed=T0, persist_observed=True)
     assert patch.body() == {
         "metadata": {
             "annotations": {
-                c.ANNOTATION_CLAIM_FIRST_READY_AT: "2026-01-01T12:00:00.04Z",
                 c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT: "2026-01-01T12:00:00Z",
                 c.ANNOTATION_SANDBOX_NAME: "pool-a",
             }
@@ -301,13 +298,22 @@ def test_first_warm_pass_persists_everything_in_one_patch() -> None:
     }
 
 
+def test_first_ready_stamp_is_the_only_write_after_the_status() -> None:
+    cl = claim(annotations={c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT: "x", c.ANNOTATION_SANDBOX_NAME: "p"})
+    patch = decide_first_ready(cl, ready_step=ReadyStep.RECORD, now=T0 + timedelta(milliseconds=40))
+    assert patch.body() == {
+        "metadata": {"annotations": {c.ANNOTATION_CLAIM_FIRST_READY_AT: "2026-01-01T12:00:00.04Z"}}
+    }
+    assert decide_first_ready(cl, ready_step=ReadyStep.NOTHING, now=T0).empty
+    assert decide_first_ready(cl, ready_step=ReadyStep.DRAIN, now=T0).empty
+
+
 def test_observability_disabled_keeps_first_observed_in_memory_only() -> None:
     cl = claim()
     sb = owned_by(member("pool-a"), cl)
-    patch = decide_claim_metadata(
-        cl, sandbox=sb, ready_step=ReadyStep.NOTHING, now=T0, first_observed=T0, persist_observed=False,
-        trace_context='{"traceparent":"x"}',
-    )  # fmt: skip
+    patch = decide_claim_intent(
+        cl, sandbox=sb, first_observed=T0, persist_observed=False, trace_context='{"traceparent":"x"}'
+    )
     assert patch.annotations == {c.ANNOTATION_SANDBOX_NAME: "pool-a"}
 
 
@@ -320,22 +326,15 @@ def test_nothing_to_persist_on_a_settled_claim() -> None:
         }
     )
     sb = owned_by(member("pool-a"), cl)
-    assert decide_claim_metadata(
-        cl, sandbox=sb, ready_step=ReadyStep.DRAIN_BACKFILL, now=T0, first_observed=T0, persist_observed=True
-    ).empty
+    assert decide_claim_intent(cl, sandbox=sb, first_observed=T0, persist_observed=True).empty
+    assert decide_first_ready(cl, ready_step=ReadyStep.DRAIN_BACKFILL, now=T0).empty
 
 
 def test_cold_claims_get_no_assignment_record_and_backfill_unknown() -> None:
     cl = claim(annotations={c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT: "x"})
     cold = owned_by(member("c1"), cl, cold=True)
-    patch = decide_claim_metadata(
-        cl,
-        sandbox=cold,
-        ready_step=ReadyStep.DRAIN_BACKFILL,
-        now=T0,
-        first_observed=T0,
-        persist_observed=True,
-    )
+    assert decide_claim_intent(cl, sandbox=cold, first_observed=T0, persist_observed=True).empty
+    patch = decide_first_ready(cl, ready_step=ReadyStep.DRAIN_BACKFILL, now=T0)
     assert patch.annotations == {c.ANNOTATION_CLAIM_FIRST_READY_AT: "unknown"}
 
 
@@ -343,19 +342,16 @@ def test_stale_references_removed_and_legacy_label_migrated() -> None:
     cl = claim(
         annotations={c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT: "x", c.ANNOTATION_SANDBOX_NAME: "gone"}
     )
-    patch = decide_claim_metadata(
-        cl, sandbox=None, ready_step=ReadyStep.NOTHING, now=T0, first_observed=T0, persist_observed=True,
-        drop_reference=True,
-    )  # fmt: skip
+    patch = decide_claim_intent(
+        cl, sandbox=None, first_observed=T0, persist_observed=True, drop_reference=True
+    )
     assert patch.body() == {"metadata": {"annotations": {c.ANNOTATION_SANDBOX_NAME: None}}}
     legacy = claim(
         labels={c.LABEL_SANDBOX_NAME_LEGACY: "pool-a"},
         annotations={c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT: "x"},
     )
     sb = owned_by(member("pool-a"), legacy)
-    patch = decide_claim_metadata(
-        legacy, sandbox=sb, ready_step=ReadyStep.NOTHING, now=T0, first_observed=T0, persist_observed=True
-    )
+    patch = decide_claim_intent(legacy, sandbox=sb, first_observed=T0, persist_observed=True)
     assert patch.body() == {
         "metadata": {
             "annotations": {c.ANNOTATION_SANDBOX_NAME: "pool-a"},

@@ -1,8 +1,9 @@
-"""The post-Ready claim metadata patch sent off the worker (`ClaimReconciler.detach_metadata_writes`).
+"""The post-Ready first-ready stamp sent off the worker (`ClaimReconciler.detach_metadata_writes`).
 
 The controller process frees the worker right after the status write; the stamp follows from a background
-task. These pin what must not change with it: the same three writes and annotations, one stamp in flight
-per claim, a failure re-enqueued and backfilled exactly like the synchronous path.
+task. These pin what must not change with it: the same writes and annotations, one stamp in flight per
+claim, a failure re-enqueued and backfilled exactly like the synchronous path - and that only the stamp is
+detached or held: the claim's intent metadata is on it before its status shows Ready.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tests.unit.controllers.claim.builders import (
     claim,
     claim_ready,
     fail_metadata_once,
+    is_first_ready_stamp,
     member,
     sample,
     standard,
@@ -46,7 +48,7 @@ async def test_pass_returns_after_the_status_write_and_the_stamp_follows() -> No
     real = world.fake.patch
 
     async def slow_metadata(kind: Any, name: str, patch: Any, **kw: Any) -> Any:
-        if kind is SANDBOX_CLAIM and kw.get("subresource") is None:
+        if is_first_ready_stamp(kind, patch, **kw):
             await gate.wait()
         return await real(kind, name, patch, **kw)
 
@@ -56,6 +58,7 @@ async def test_pass_returns_after_the_status_write_and_the_stamp_follows() -> No
     cl = world.get(SANDBOX_CLAIM, "c1")
     assert claim_ready(cl)["status"] == "True"  # type: ignore[index]
     assert c.ANNOTATION_CLAIM_FIRST_READY_AT not in (cl["metadata"].get("annotations") or {})
+    assert cl["metadata"]["annotations"][c.ANNOTATION_SANDBOX_NAME] == "pool-a"
     assert sample(CTRL_COUNT, launch_type="warm", sandbox_template="tmpl") == before + 1
 
     await world.reconcile()  # a pass while the stamp is in flight sends no second (backfill) patch
@@ -66,8 +69,9 @@ async def test_pass_returns_after_the_status_write_and_the_stamp_follows() -> No
     assert ann[c.ANNOTATION_SANDBOX_NAME] == "pool-a"
     assert ann[c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT] == "2026-01-01T12:00:00Z"
     assert [w for w in world.writes() if w[1] == "SandboxClaim"] == [
+        ("patch", "SandboxClaim", "c1"),  # intent: assignment, first-observed
         ("patch", "SandboxClaim", "c1"),  # status
-        ("patch", "SandboxClaim", "c1"),  # metadata, once
+        ("patch", "SandboxClaim", "c1"),  # first-ready stamp, once
     ]
     assert retried == []
     world.clear_actions()
@@ -103,7 +107,7 @@ async def test_detached_stamp_waits_while_claims_arrive_and_carries_the_claim_ui
     real = world.fake.patch
 
     async def record(kind: Any, name: str, patch: Any, **kw: Any) -> Any:
-        if kind is SANDBOX_CLAIM and kw.get("subresource") is None:
+        if is_first_ready_stamp(kind, patch, **kw):
             sent.append(patch)
         return await real(kind, name, patch, **kw)
 
@@ -113,6 +117,9 @@ async def test_detached_stamp_waits_while_claims_arrive_and_carries_the_claim_ui
     assert claim_ready(world.get(SANDBOX_CLAIM, "c1"))["status"] == "True"  # type: ignore[index]
     await asyncio.sleep(0.05)
     assert sent == []  # still hot: the bookkeeping write waits
+    ann = world.get(SANDBOX_CLAIM, "c1")["metadata"]["annotations"]
+    assert ann[c.ANNOTATION_SANDBOX_NAME] == "pool-a"  # ... but the intent never does
+    assert c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT in ann
     await pressure.wait_calm(5.0)
     await _drain()
     assert len(sent) == 1
@@ -133,6 +140,6 @@ async def test_a_claim_deleted_while_its_stamp_waits_is_not_patched() -> None:
     await world.fake.delete(SANDBOX_CLAIM, "c1", namespace=NS)
     await pressure.wait_calm(5.0)
     await _drain()
-    assert [w for w in world.writes() if w[0] == "patch"] == []
+    assert [w for w in world.writes() if w[0] == "patch"] == []  # no stamp
     assert retried == []
     assert world.reconciler._stamping == {}

@@ -15,6 +15,7 @@ import pytest
 from agent_sandbox.api import constants as c
 from agent_sandbox.api.meta import controller_ref, new_controller_ref
 from agent_sandbox.controllers.claim.reconciler import ClaimConfig, ClaimRetry
+from agent_sandbox.controllers.claim_pressure import ClaimPressure
 from agent_sandbox.kube import (
     NETWORK_POLICY,
     SANDBOX,
@@ -60,17 +61,21 @@ def owners(world: World) -> dict[str, str]:
 # --------------------------------------------------------------------------- warm path
 
 
-async def test_warm_adoption_writes_three_times_and_is_ready_in_one_pass() -> None:
+async def test_warm_adoption_writes_four_times_and_is_ready_in_one_pass() -> None:
     world = World(*standard(member("pool-a")), (SANDBOX_CLAIM, claim()))
     world.observed.record(NS, "c1", "c1-uid", T0)
     before = sample(CTRL_COUNT, launch_type="warm", sandbox_template="tmpl")
     adopted = sample(CREATED, namespace=NS, sandbox_template="tmpl", launch_type="warm", warmpool_name="pool",
                      pod_condition="ready", created_by="unknown")  # fmt: skip
     assert (await world.reconcile()).requeue_after is None
-    assert world.writes() == [
-        ("patch", "Sandbox", "pool-a"),  # the takeover (guarded JSON patch)
+    writes = world.writes()
+    assert sorted(writes[:2]) == [
+        ("patch", "Sandbox", "pool-a"),  # the takeover (guarded JSON patch) ...
+        ("patch", "SandboxClaim", "c1"),  # ... alongside the intent: assignment, first-observed
+    ]
+    assert writes[2:] == [
         ("patch", "SandboxClaim", "c1"),  # status: bound + Ready
-        ("patch", "SandboxClaim", "c1"),  # metadata: assignment, first-observed, first-ready
+        ("patch", "SandboxClaim", "c1"),  # first-ready stamp
     ]
     cl = world.get(SANDBOX_CLAIM, "c1")
     assert cl["status"]["sandbox"] == {"name": "pool-a", "podIPs": ["10.0.0.1"]}
@@ -87,6 +92,48 @@ async def test_warm_adoption_writes_three_times_and_is_ready_in_one_pass() -> No
     world.clear_actions()
     await world.reconcile()  # settled: the next pass writes nothing
     assert world.writes() == []
+
+
+async def test_status_is_written_only_once_the_claim_carries_its_intent() -> None:
+    """Issue 11 part 1: a CRD's /status write ignores metadata, so the intent must already be stored."""
+    world = World(*standard(member("pool-a")), (SANDBOX_CLAIM, claim()))
+    world.reconciler.pressure = ClaimPressure(30.0, calm_after=5.0)
+    world.reconciler.pressure.note_arrival()  # hot: the first-ready stamp is held, the intent is not
+    world.reconciler.detach_metadata_writes(lambda _request: None)
+    stored_at_status_write: list[dict[str, Any]] = []
+    real = world.fake.patch_status
+
+    async def spy(kind: Any, name: str, patch: Any, **kw: Any) -> Any:
+        if kind is SANDBOX_CLAIM:
+            live = next(o for o in world.fake.objects(SANDBOX_CLAIM) if o["metadata"]["name"] == name)
+            stored_at_status_write.append(copy.deepcopy(live["metadata"].get("annotations") or {}))
+        return await real(kind, name, patch, **kw)
+
+    world.fake.patch_status = spy  # type: ignore[method-assign]
+    await world.reconcile()
+    assert claim_ready(world.get(SANDBOX_CLAIM, "c1"))["status"] == "True"  # type: ignore[index]
+    assert len(stored_at_status_write) == 1
+    ann = stored_at_status_write[0]
+    assert ann[c.ANNOTATION_SANDBOX_NAME] == "pool-a"
+    assert c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT in ann
+    assert c.ANNOTATION_CLAIM_FIRST_READY_AT not in world.get(SANDBOX_CLAIM, "c1")["metadata"]["annotations"]
+    for task in list(world.reconciler._stamping.values()):
+        task.cancel()
+
+
+async def test_a_failed_intent_fails_the_pass_and_the_retry_writes_it_before_the_status() -> None:
+    world = World(*standard(member("pool-a")), (SANDBOX_CLAIM, claim()))
+    world.fake.inject_error("patch", ServerError(500, "InternalError", "nope"), kind=SANDBOX_CLAIM)
+    with pytest.raises(ServerError):
+        await world.reconcile()
+    assert owners(world) == {"pool-a": "c1"}  # the takeover went through alongside
+    assert "status" not in world.get(SANDBOX_CLAIM, "c1")  # but no status without the intent
+    world.clear_actions()
+    await world.reconcile()
+    assert world.writes()[:2] == [("patch", "SandboxClaim", "c1"), ("patch", "SandboxClaim", "c1")]
+    cl = world.get(SANDBOX_CLAIM, "c1")
+    assert cl["status"]["sandbox"]["name"] == "pool-a"
+    assert cl["metadata"]["annotations"][c.ANNOTATION_SANDBOX_NAME] == "pool-a"
 
 
 async def test_json_patch_is_the_only_sandbox_write() -> None:
@@ -196,7 +243,9 @@ async def test_lost_candidate_moves_on_to_the_next_one() -> None:
         await world.fake.patch(SANDBOX, "pool-a", {"metadata": {"ownerReferences": stolen}}, namespace=NS)
         await world.reconcile()
     assert owners(world) == {"pool-a": "c2", "pool-b": "c1"}
-    assert world.get(SANDBOX_CLAIM, "c1")["status"]["sandbox"]["name"] == "pool-b"
+    cl = world.get(SANDBOX_CLAIM, "c1")
+    assert cl["status"]["sandbox"]["name"] == "pool-b"
+    assert cl["metadata"]["annotations"][c.ANNOTATION_SANDBOX_NAME] == "pool-b"  # re-recorded
     assert world.queue.names("ns/pool") == []
 
 
@@ -363,11 +412,20 @@ async def test_spec_errors_are_reported_without_retry() -> None:
 async def test_stale_status_patch_conflict_is_dropped_without_metrics() -> None:
     world = World(*standard(member("pool-a")), (SANDBOX_CLAIM, claim()))
     before = sample(CTRL_COUNT, launch_type="warm", sandbox_template="tmpl")
-    with world.lag():  # someone updates the claim; our view (and status patch precondition) is stale
-        await world.fake.patch(SANDBOX_CLAIM, "c1", {"metadata": {"labels": {"x": "y"}}}, namespace=NS)
+    foreign = {
+        "type": "Foreign",
+        "status": "True",
+        "reason": "X",
+        "message": "",
+        "lastTransitionTime": ts(T0),
+    }
+    with world.lag():  # someone writes the claim's status; our view (and status patch precondition) is stale
+        await world.fake.patch_status(
+            SANDBOX_CLAIM, "c1", {"status": {"conditions": [foreign]}}, namespace=NS
+        )
         result = await world.reconcile()
     assert result.requeue_after is None
-    assert "status" not in world.get(SANDBOX_CLAIM, "c1")
+    assert world.get(SANDBOX_CLAIM, "c1")["status"] == {"conditions": [foreign]}  # ours was not applied
     assert sample(CTRL_COUNT, launch_type="warm", sandbox_template="tmpl") == before
     await world.reconcile()  # the update event's pass: binds the owned Sandbox, records once
     assert world.get(SANDBOX_CLAIM, "c1")["status"]["sandbox"]["name"] == "pool-a"
@@ -376,19 +434,29 @@ async def test_stale_status_patch_conflict_is_dropped_without_metrics() -> None:
     assert sample(CTRL_COUNT, launch_type="warm", sandbox_template="tmpl") == before + 1
 
 
-async def test_status_patch_carries_the_resource_version() -> None:
+async def test_status_patch_carries_the_resource_version_the_intent_patch_returned() -> None:
     world = World(*standard(), (SANDBOX_CLAIM, claim()))
     bodies: list[Any] = []
-    real = world.fake.patch_status
+    intent_rvs: list[str] = []
+    real_status, real_patch = world.fake.patch_status, world.fake.patch
 
-    async def spy(kind: Any, name: str, patch: Any, **kw: Any) -> Any:
+    async def spy_status(kind: Any, name: str, patch: Any, **kw: Any) -> Any:
         bodies.append(copy.deepcopy(patch))
-        return await real(kind, name, patch, **kw)
+        return await real_status(kind, name, patch, **kw)
 
-    world.fake.patch_status = spy  # type: ignore[method-assign]
+    async def spy_patch(kind: Any, name: str, patch: Any, **kw: Any) -> Any:
+        out = await real_patch(kind, name, patch, **kw)
+        if kind is SANDBOX_CLAIM and kw.get("subresource") is None:
+            intent_rvs.append(out["metadata"]["resourceVersion"])
+        return out
+
+    world.fake.patch_status = spy_status  # type: ignore[method-assign]
+    world.fake.patch = spy_patch  # type: ignore[method-assign]
     rv = world.get(SANDBOX_CLAIM, "c1")["metadata"]["resourceVersion"]
     await world.reconcile()
-    assert bodies[0]["metadata"] == {"resourceVersion": rv}
+    assert len(intent_rvs) == 1
+    assert intent_rvs[0] != rv  # first-observed went out first
+    assert bodies[0]["metadata"] == {"resourceVersion": intent_rvs[0]}
 
 
 async def test_failed_first_ready_stamp_is_an_error_and_never_double_counts() -> None:
@@ -404,12 +472,12 @@ async def test_failed_first_ready_stamp_is_an_error_and_never_double_counts() ->
     assert sample(CTRL_COUNT, launch_type="warm", sandbox_template="tmpl") == before + 1
 
 
-async def test_observability_annotations_disabled_still_three_writes() -> None:
+async def test_observability_annotations_disabled_still_four_writes() -> None:
     world = World(
         *standard(member("pool-a")), (SANDBOX_CLAIM, claim()), config=ClaimConfig(persist_observability=False)
     )
     await world.reconcile()
-    assert len(world.writes()) == 3
+    assert len(world.writes()) == 4  # intent (assignment only), takeover, status, first-ready
     ann = world.get(SANDBOX_CLAIM, "c1")["metadata"]["annotations"]
     assert c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT not in ann
     assert set(ann) == {c.ANNOTATION_SANDBOX_NAME, c.ANNOTATION_CLAIM_FIRST_READY_AT}
