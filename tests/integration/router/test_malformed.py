@@ -150,6 +150,12 @@ async def test_malformed(hardened: Router, name: str, data: bytes, status: int, 
     assert ok.status == 200
 
 
+def _bearer(key: bytes, namespace: str, name: str, ttl: int, *, age: float = 0) -> Callable[[], str]:
+    """An Authorization value minted when the test runs: minted at collection, a 600 s token had expired by
+    the time a 20-minute suite reached the test."""
+    return lambda: "Bearer " + mint_scoped_token(key, namespace, name, ttl, now=time.time() - age)
+
+
 @pytest.fixture
 async def scoped(start_router: Callable[..., Awaitable[Router]], tmp_path: Path) -> Router:
     secret = tmp_path / "secret"
@@ -165,36 +171,36 @@ async def scoped(start_router: Callable[..., Awaitable[Router]], tmp_path: Path)
         ("garbage token", "Bearer not.a.token", {}, 401, "unauthenticated"),
         (
             "expired",
-            "Bearer " + mint_scoped_token(SECRET, "default", "sb", 1, now=time.time() - 60),
+            _bearer(SECRET, "default", "sb", 1, age=60),
             {},
             401,
             "unauthenticated",
         ),
         (
             "wrong key",
-            "Bearer " + mint_scoped_token(b"o" * 40, "default", "sb", 600),
+            _bearer(b"o" * 40, "default", "sb", 600),
             {},
             401,
             "unauthenticated",
         ),
         (
             "other sandbox",
-            "Bearer " + mint_scoped_token(SECRET, "default", "other", 600),
+            _bearer(SECRET, "default", "other", 600),
             {},
             403,
             "forbidden",
         ),
-        ("other namespace", "Bearer " + mint_scoped_token(SECRET, "team", "sb", 600), {}, 403, "forbidden"),
+        ("other namespace", _bearer(SECRET, "team", "sb", 600), {}, 403, "forbidden"),
         (
             "pod ip with scoped token",
-            "Bearer " + mint_scoped_token(SECRET, "default", "sb", 600),
+            _bearer(SECRET, "default", "sb", 600),
             {"X-Sandbox-Pod-IP": "10.0.0.1"},
             403,
             "forbidden",
         ),
         (
             "uid with scoped token",
-            "Bearer " + mint_scoped_token(SECRET, "default", "sb", 600),
+            _bearer(SECRET, "default", "sb", 600),
             {"X-Sandbox-UID": "u"},
             403,
             "forbidden",
@@ -202,11 +208,16 @@ async def scoped(start_router: Callable[..., Awaitable[Router]], tmp_path: Path)
     ],
 )
 async def test_scoped_token_refusals(
-    scoped: Router, name: str, auth: str | None, extra: dict[str, str], status: int, detail: str
+    scoped: Router,
+    name: str,
+    auth: str | Callable[[], str] | None,
+    extra: dict[str, str],
+    status: int,
+    detail: str,
 ) -> None:
     headers = {"X-Sandbox-ID": "sb", **extra}
     if auth:
-        headers["Authorization"] = auth
+        headers["Authorization"] = auth() if callable(auth) else auth
     resp = await raw_request(scoped.http_port or 0, request_bytes("GET", "/", headers))
     assert (resp.status, json.loads(resp.body)) == (status, {"detail": detail}), name
 
