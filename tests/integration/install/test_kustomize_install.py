@@ -203,8 +203,11 @@ def test_release_assets_install_in_order(installed: Installed, install_ns: str, 
         "sandbox-router.yaml",
     }
     cluster = installed.cluster
+    # --force-conflicts as docs/install.md says for CRDs that already exist: the assets carry the CRDs, and on
+    # this shared cluster an earlier test's controller (Helm, another namespace) may still own their
+    # conversion webhook's service reference.
     for asset in ("sandbox.yaml", "extensions.yaml"):
-        out = cluster.kubectl("apply", "--server-side", "-f", str(tmp_path / asset))
+        out = cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(tmp_path / asset))
         assert out.returncode == 0, f"{asset}: {out.stderr}"
     (pod,) = installed.controller_pods(RAW_SELECTOR, args=["--leader-elect=true", "--extensions"])
     container = pod["spec"]["containers"][0]
