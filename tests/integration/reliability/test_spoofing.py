@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -95,10 +96,14 @@ async def test_reserved_keys_written_by_a_user_are_ineffective(
             "spec": {"containers": [{"name": "main", "image": "busybox"}]}}},
     }  # fmt: skip
     await kube.create(SANDBOX, mallory, namespace=ns)
+
     # 4. A hand-made Sandbox of another image wearing the pool's labels (no pool owner), then a claim on
     #    the pool. (An orphan identical to the template is adopted by the pool, as upstream does: it is
     #    what the pool would have made. One that differs is stale: deleted, never handed to a claim.)
-    member = next(m for m in await pool_members(kube, ns) if controller_ref(m["metadata"]))
+    async def owned_member() -> Any:  # the victim's claim took one; its replacement may not exist yet
+        return next((m for m in await pool_members(kube, ns) if controller_ref(m["metadata"])), None)
+
+    member = await eventually(owned_member, "a pool member the pool owns")
     spec = copy.deepcopy(member["spec"])
     spec["podTemplate"]["spec"]["containers"][0]["image"] = "attacker.example/evil:latest"
     planted = {
