@@ -119,7 +119,9 @@ async def crash_trial(
     trial.settle_s = time.monotonic() - started
     trial.complete = settled.complete
     trial.unplanned_exits = keeper.unplanned_exits
-    trial.check = check_burst(settled, audit.since(mark), namespace=namespace, replicas=replicas)
+    trial.check = check_burst(
+        settled, audit.since(mark, unfinished=True), namespace=namespace, replicas=replicas
+    )
     return trial, keeper.current
 
 

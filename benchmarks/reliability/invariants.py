@@ -110,7 +110,9 @@ def check_burst(
     # Creates cut short by a dying client are logged as failures though the write may have applied: each
     # Sandbox with no logged create must be explained by one of them, else it came from nowhere.
     applied = _applied_interrupted(
-        {n: sb for n, sb in by_name.items() if n not in kinds}, interrupted_sandbox_creates(events, namespace)
+        {n: sb for n, sb in by_name.items() if n not in kinds},
+        interrupted_sandbox_creates(events, namespace),
+        pool=pool,
     )
     out.interrupted_creates_applied = len(applied)
     kinds.update(applied)
@@ -181,20 +183,33 @@ def check_burst(
     return out
 
 
-def _applied_interrupted(unlogged: dict[str, Object], interrupted: Sequence[AuditEvent]) -> dict[str, str]:
+def _applied_interrupted(
+    unlogged: dict[str, Object], interrupted: Sequence[AuditEvent], *, pool: str
+) -> dict[str, str]:
     """Match Sandboxes without a logged create to interrupted creates (name or generateName prefix, and a
     creationTimestamp within the request's lifetime); each create explains at most one. Name -> owner kind.
+
+    A create kube-apiserver died in has no body logged (it is decoded after RequestReceived): any name
+    matches it, and the owner is told from the object: the pool names its members with generateName
+    `<pool>-`, a claim names its cold Sandbox itself.
     """
     out: dict[str, str] = {}
     left = list(interrupted)
     for name, sb in sorted(unlogged.items()):
-        created = _epoch(sb["metadata"].get("creationTimestamp"))
+        meta = sb["metadata"]
+        created = _epoch(meta.get("creationTimestamp"))
         for event in left:
             want, prefix = event.requested_name()
-            if (name == want or (prefix and not want and name.startswith(prefix))) and (
-                event.received - 1.0 <= created <= event.completed + 5.0
-            ):
-                out[name] = event.created_owner_kind()
+            if event.request is None:
+                named = not event.name or event.name == name
+            else:
+                named = name == want or bool(prefix and not want and name.startswith(prefix))
+            if named and event.received - 1.0 <= created <= event.completed + 5.0:
+                if event.request is None:
+                    generated = meta.get("generateName") == f"{pool}-"
+                    out[name] = "SandboxWarmPool" if generated else "SandboxClaim"
+                else:
+                    out[name] = event.created_owner_kind()
                 left.remove(event)
                 break
     return out

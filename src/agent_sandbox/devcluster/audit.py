@@ -3,7 +3,9 @@
 Owns: parsing `logs/audit.log` (JSON lines, written with `ClusterConfig(audit_log=True)`, policy in
 `config.audit_policy_yaml`) into `AuditEvent`s, reading it incrementally (`AuditLog.mark()` /
 `AuditLog.since(mark)`), and the selections reliability checks need (writes by a client, Sandbox creates
-with their owner). Only `ResponseComplete` events are kept: one per finished request.
+with their owner). `ResponseComplete` events are kept, one per finished request; a request logged at
+`RequestReceived` (Sandbox creates only, by the policy) that never finished is reported only when asked
+(`since(mark, unfinished=True)`): kube-apiserver was killed while it was in flight.
 
 Attribution: `user` is the authenticated user (`admin` for the admin certificate, a ServiceAccount name
 for token clients), `user_agent` the client's User-Agent (the controller sends `agent-sandbox-controller/...`),
@@ -43,7 +45,7 @@ def _epoch(value: str | None) -> float:
 
 @dataclass(frozen=True, slots=True)
 class AuditEvent:
-    """One finished API request (stage ResponseComplete)."""
+    """One API request: finished (stage ResponseComplete), or received and never finished (code 0)."""
 
     verb: str
     group: str
@@ -59,6 +61,8 @@ class AuditEvent:
     completed: float  # epoch seconds, when it finished
     response: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     request: Any = field(default=None, compare=False, repr=False)  # the body (a patch, for patches)
+    audit_id: str = field(default="", compare=False, repr=False)
+    finished: bool = True  # False: logged at RequestReceived, no ResponseComplete (the server died)
 
     @property
     def succeeded(self) -> bool:
@@ -93,9 +97,14 @@ class AuditEvent:
         return str(meta.get("name") or self.name or ""), str(meta.get("generateName") or "")
 
 
+_STAGES = frozenset({"ResponseComplete", "RequestReceived"})
+
+
 def parse_event(raw: dict[str, Any]) -> AuditEvent | None:
-    """An `AuditEvent` from one decoded log line; None for other stages."""
-    if raw.get("stage") != "ResponseComplete":
+    """An `AuditEvent` from one decoded log line (ResponseComplete, or RequestReceived with
+    `finished=False`); None for other stages."""
+    stage = raw.get("stage")
+    if stage not in _STAGES:
         return None
     ref = raw.get("objectRef") or {}
     user = raw.get("user") or {}
@@ -115,6 +124,8 @@ def parse_event(raw: dict[str, Any]) -> AuditEvent | None:
         completed=_epoch(raw.get("stageTimestamp")),
         response=raw.get("responseObject"),
         request=raw.get("requestObject"),
+        audit_id=str(raw.get("auditID") or ""),
+        finished=stage == "ResponseComplete",
     )
 
 
@@ -131,9 +142,18 @@ class AuditLog:
         except FileNotFoundError:
             return 0
 
-    def since(self, offset: int = 0) -> list[AuditEvent]:
-        """Every finished request logged after byte `offset`, in log order."""
-        return list(self._read(offset))
+    def since(self, offset: int = 0, *, unfinished: bool = False) -> list[AuditEvent]:
+        """Every finished request logged after byte `offset`, in log order; with `unfinished`, then every
+        request received after `offset` that has no response logged (yet: one still in flight counts)."""
+        pending: dict[str, AuditEvent] = {}
+        out: list[AuditEvent] = []
+        for event in self._read(offset):
+            if event.finished:
+                pending.pop(event.audit_id, None)
+                out.append(event)
+            else:
+                pending[event.audit_id] = event
+        return out + list(pending.values()) if unfinished else out
 
     def _read(self, offset: int) -> Iterator[AuditEvent]:
         try:
@@ -182,7 +202,8 @@ def interrupted_sandbox_creates(events: Iterable[AuditEvent], namespace: str) ->
 
     When a client dies mid-request (a SIGKILLed controller), kube-apiserver stops waiting for the storage
     write and logs the request as failed (a 5xx, or no code), but the write may still be applied: such a
-    create may or may not have made an object, and only the objects can tell.
+    create may or may not have made an object, and only the objects can tell. A create kube-apiserver
+    itself died in (`finished=False`, read with `since(unfinished=True)`) is the same case, without a body.
     """
     return [e for e in events if _is_sandbox_create(e, namespace) and (e.code == 0 or e.code >= 500)]
 

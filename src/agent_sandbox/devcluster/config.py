@@ -183,11 +183,15 @@ def audit_policy_yaml() -> str:
     response code); Sandbox creates with their response (a generated name and the owner are known only
     then) and Sandbox patches/updates with their request (a claim's takeover of a warm member is a JSON
     patch of `ownerReferences`); reads, Events, node Leases and kwok are left out. Rules match top-down,
-    first match wins."""
+    first match wins.
+
+    Only Sandbox creates are also logged at RequestReceived: a SIGKILLed kube-apiserver can commit a
+    create to etcd and die before it logs the response, and the (blocking-mode) RequestReceived line,
+    written before the request is handled, is then the only trace that the create was in flight.
+    A per-rule `omitStages` adds to the policy-wide one, so the omission is per rule."""
     doc = {
         "apiVersion": "audit.k8s.io/v1",
         "kind": "Policy",
-        "omitStages": ["RequestReceived"],
         "omitManagedFields": True,
         "rules": [
             {"level": "None", "verbs": ["get", "list", "watch"]},
@@ -206,8 +210,9 @@ def audit_policy_yaml() -> str:
                 "level": "Request",
                 "verbs": ["patch", "update"],
                 "resources": [{"group": "agents.x-k8s.io", "resources": ["sandboxes"]}],
+                "omitStages": ["RequestReceived"],
             },
-            {"level": "Metadata"},
+            {"level": "Metadata", "omitStages": ["RequestReceived"]},
         ],
     }
     return yaml.safe_dump(doc, sort_keys=False)

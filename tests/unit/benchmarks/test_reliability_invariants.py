@@ -137,3 +137,25 @@ def test_an_interrupted_create_that_applied_explains_one_sandbox_only() -> None:
     settled.sandboxes[-1]["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
     check = check_burst(settled, events, namespace=NS, replicas=1)
     assert "Sandbox pool-x2 exists but the audit log has no create for it" in check.violations
+
+
+def test_a_create_the_api_server_died_in_explains_one_sandbox_by_its_generate_name() -> None:
+    """kube-apiserver SIGKILLed after committing a create: only its RequestReceived line is logged (no body,
+    no response), so the owner is told from the object (the pool's members use generateName `pool-`)."""
+    settled, events = clean()
+    settled.sandboxes[1] = sandbox("pool-x1", "SandboxWarmPool", "pool")
+    settled.sandboxes[1]["metadata"].update(creationTimestamp="2026-01-01T00:00:00Z", generateName="pool-")
+    died_in = parse_event({
+        "stage": "RequestReceived", "verb": "create", "userAgent": CTRL, "auditID": "a1",
+        "objectRef": {"resource": "sandboxes", "namespace": NS},
+        "requestReceivedTimestamp": "2026-01-01T00:00:00Z", "stageTimestamp": "2026-01-01T00:00:00Z",
+    })  # fmt: skip
+    assert died_in is not None
+    assert (died_in.finished, died_in.code) == (False, 0)
+    events[2] = died_in
+    check = check_burst(settled, events, namespace=NS, replicas=1)
+    assert check.violations == []
+    assert (check.interrupted_creates_applied, check.pool_creates, check.cold_creates) == (1, 2, 1)
+    # Without the trace, the same Sandbox came from nowhere.
+    check = check_burst(settled, [e for e in events if e.finished], namespace=NS, replicas=1)
+    assert "Sandbox pool-x1 exists but the audit log has no create for it" in check.violations

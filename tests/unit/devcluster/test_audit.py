@@ -103,3 +103,19 @@ def test_ownership_transfers_from_json_and_merge_patches() -> None:
     transfers = ownership_transfers([e for e in events if e is not None], "ns", "SandboxClaim")
     assert transfers == [("m1", "c1"), ("m2", "c1")]
     assert ownership_transfers([e for e in events if e is not None], "ns", "SandboxWarmPool") == []
+
+
+def test_a_received_request_without_a_response_is_reported_only_when_asked(tmp_path: Path) -> None:
+    """The server died between RequestReceived and ResponseComplete: the request stays unfinished."""
+    path = tmp_path / "audit.log"
+    received = {"stage": "RequestReceived", "verb": "create", "responseStatus": None}
+    lines = [
+        line(**received, auditID="done"),
+        line(verb="create", auditID="done", responseStatus={"code": 201}),
+        line(**received, auditID="died"),
+    ]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    log = AuditLog(path)
+    assert [(e.audit_id, e.finished) for e in log.since(0)] == [("done", True)]
+    events = log.since(0, unfinished=True)
+    assert [(e.audit_id, e.finished, e.code) for e in events] == [("done", True, 201), ("died", False, 0)]

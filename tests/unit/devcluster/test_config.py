@@ -114,4 +114,6 @@ def test_audit_policy_keeps_writes_and_sandbox_creates_with_their_response() -> 
     creates = next(r for r in rules if r["level"] == "RequestResponse")
     assert creates["verbs"] == ["create"]
     assert creates["resources"] == [{"group": "agents.x-k8s.io", "resources": ["sandboxes"]}]
-    assert rules[-1] == {"level": "Metadata"}  # every other write, whoever sends it
+    assert "omitStages" not in creates  # RequestReceived kept: the trace of a create the server died in
+    assert rules[-1] == {"level": "Metadata", "omitStages": ["RequestReceived"]}  # every other write
+    assert "omitStages" not in yaml.safe_load(audit_policy_yaml())  # per rule, or it would cover creates
