@@ -130,9 +130,9 @@ def check_burst(
     out.transfers = len(transfers)
     per_sandbox: dict[str, set[str]] = defaultdict(set)
     per_claim: dict[str, set[str]] = defaultdict(set)
-    for sandbox, claim in transfers:
-        per_sandbox[sandbox].add(claim)
-        per_claim[claim].add(sandbox)
+    for sandbox, taker in transfers:
+        per_sandbox[sandbox].add(taker)
+        per_claim[taker].add(sandbox)
     bad.extend(f"Sandbox {s} taken over by {sorted(cl)}" for s, cl in per_sandbox.items() if len(cl) > 1)
     bad.extend(f"claim {cl} took over {sorted(s)}" for cl, s in per_claim.items() if len(s) > 1)
     bad.extend(

@@ -23,11 +23,12 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import pytest
 from benchmarks.reliability import controllers
-from benchmarks.reliability.burst import create_claims, create_template_and_pool, ready_count, settle
+from benchmarks.reliability.burst import Settled, create_claims, create_template_and_pool, ready_count, settle
 from benchmarks.reliability.invariants import check_burst, writes_after
 
 from agent_sandbox.devcluster import DevCluster
@@ -73,7 +74,24 @@ def lease_writes(events: list[AuditEvent], namespace: str, credential: str) -> l
     ]  # fmt: skip
 
 
-async def start_burst(api: ApiClient, ns: str) -> None:
+@dataclass
+class Handover:
+    """A burst the leader failed in the middle of: where the audit log starts, when the fault hit, the
+    settled objects."""
+
+    audit: AuditLog
+    mark: int
+    faulted_at: float
+    settled: Settled
+
+
+async def burst_with_a_failing_leader(
+    cluster: DevCluster, api: ApiClient, ns: str, standby: controllers.Replica, fault: Callable[[], float]
+) -> Handover:
+    """Half the burst sent and partly Ready, then `fault` (returns when it hit) on the leader, then the
+    other half; returns once the standby leads and every claim settled."""
+    audit = AuditLog(cluster.audit_log)
+    mark = audit.mark()
     await create_template_and_pool(api, ns, POOL)
     await settle(api, ns, claims=0, replicas=POOL, within=120)
     await create_claims(api, ns, [f"c-{i:03d}" for i in range(CLAIMS // 2)])
@@ -82,6 +100,16 @@ async def start_burst(api: ApiClient, ns: str) -> None:
         return n if (n := await ready_count(api, ns)) >= 5 else None
 
     await eventually(some_ready, "the first claims Ready", within=120)
+    faulted_at = fault()
+    await create_claims(api, ns, [f"c-{i:03d}" for i in range(CLAIMS // 2, CLAIMS)])
+    await asyncio.to_thread(wait_for, lambda: standby.leading, what="the standby leads", timeout=60)
+    settled = await settle(api, ns, claims=CLAIMS, replicas=POOL, within=240)
+    return Handover(audit, mark, faulted_at, settled)
+
+
+def freeze(pid: int) -> float:
+    os.kill(pid, signal.SIGSTOP)
+    return time.time()
 
 
 def handover(events: list[AuditEvent], ns: str, old: str, new: str) -> tuple[float, float]:
@@ -99,22 +127,16 @@ async def test_sigkill_of_the_leader_mid_burst(
 ) -> None:
     api, ns = fault_kube, fault_namespace
     a, b = replicas
-    audit = AuditLog(fault_cluster.audit_log)
-    mark = audit.mark()
-    await start_burst(api, ns)
-    killed_at = controllers.sigkill(a.started)
-    await create_claims(api, ns, [f"c-{i:03d}" for i in range(CLAIMS // 2, CLAIMS)])
-    await asyncio.to_thread(wait_for, lambda: b.leading, what="replica b leads", timeout=60)
-    settled = await settle(api, ns, claims=CLAIMS, replicas=POOL, within=240)
+    run = await burst_with_a_failing_leader(fault_cluster, api, ns, b, lambda: controllers.sigkill(a.started))
 
-    events = audit.since(mark)
+    events = run.audit.since(run.mark)
     expiry, acquired = handover(events, ns, a.credential, b.credential)
-    print(f"killed {killed_at - (expiry - LEASE_DURATION):.2f}s after the last renewal; "
+    print(f"killed {run.faulted_at - (expiry - LEASE_DURATION):.2f}s after the last renewal; "
           f"b acquired {acquired - expiry:+.2f}s after expiry")  # fmt: skip
     assert acquired - expiry <= HANDOVER_BOUND
     assert acquired >= expiry - 0.5, "the standby took a Lease that had not expired"
     assert writes_after(events, credential=a.credential, after=acquired) == []
-    check = check_burst(settled, events, namespace=ns, replicas=POOL)
+    check = check_burst(run.settled, events, namespace=ns, replicas=POOL)
     assert check.ok, check.violations
 
 
@@ -126,13 +148,7 @@ async def test_a_frozen_leader_writes_nothing_once_replaced(
 ) -> None:
     api, ns = fault_kube, fault_namespace
     a, b = replicas
-    audit = AuditLog(fault_cluster.audit_log)
-    mark = audit.mark()
-    await start_burst(api, ns)
-    os.kill(a.started.pid, signal.SIGSTOP)
-    await create_claims(api, ns, [f"c-{i:03d}" for i in range(CLAIMS // 2, CLAIMS)])
-    await asyncio.to_thread(wait_for, lambda: b.leading, what="replica b leads", timeout=60)
-    settled = await settle(api, ns, claims=CLAIMS, replicas=POOL, within=240)
+    run = await burst_with_a_failing_leader(fault_cluster, api, ns, b, lambda: freeze(a.started.pid))
     # Wake the old leader while the new one is busy (claims to bind, a pool to refill).
     await create_claims(api, ns, [f"late-{i:03d}" for i in range(10)])
     os.kill(a.started.pid, signal.SIGCONT)
@@ -142,7 +158,7 @@ async def test_a_frozen_leader_writes_nothing_once_replaced(
     await asyncio.to_thread(wait_for, lambda: not a.alive(), what="the old leader to exit", timeout=30)
     print(f"old leader exited {time.time() - resumed:.1f}s after it resumed")
 
-    events = audit.since(mark)
+    events = run.audit.since(run.mark)
     expiry, acquired = handover(events, ns, a.credential, b.credential)
     print(f"b acquired {acquired - expiry:+.2f}s after expiry; a resumed {resumed - acquired:.1f}s later")
     late = writes_after(events, credential=a.credential, after=acquired)
