@@ -77,6 +77,7 @@ __all__ = [
     "host_info",
     "is_ready",
     "parse_rfc3339",
+    "process_cpu_seconds",
     "write_result",
 ]
 
@@ -250,6 +251,12 @@ def _proc_cpu_rss(pid: int) -> tuple[float, int] | None:
     cpu = (int(stat[11]) + int(stat[12])) / _TICKS
     rss = int(stat[21]) * os.sysconf("SC_PAGE_SIZE")
     return cpu, rss
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds the process has used so far (None when it is gone)."""
+    sample = _proc_cpu_rss(pid)
+    return sample[0] if sample else None
 
 
 def peak_rss_mib(pid: int) -> float | None:

@@ -15,6 +15,14 @@ runtime sandboxes, and measures what a user of the Python SDK sees:
 Reported per round (p50/p99/max) and over rounds (min/median/max of the per-round p50 and p99), with the
 machine's load average before and after each round. Writes `benchmarks/results/sdk-<UTC time>.json` and `.md`.
 Target (issue 15): p50 <= 100 ms, p99 <= 250 ms.
+
+Where a concurrent create's time goes (per claim, from the claim's own wall-clock stamps, all on this host):
+`to_post` = `create_sandbox` called -> the SDK stamps `client-first-requested-at` just before its POST;
+`to_observed` -> the controller's `controller-first-observed-at`; `to_ready` -> its `claim-first-ready-at`
+(when it decided the claim Ready); `to_sdk` -> `create_sandbox` returned (the Ready event delivered by the
+API server's watch and parsed); then `first_command`. And the CPU each component used during the batch
+(`/proc`, this process = the SDK): on 2 shared cores the concurrent batch is CPU-bound, so this says who
+spends it.
 """
 
 from __future__ import annotations
@@ -31,10 +39,14 @@ from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.router import router_url, start_router
 from agent_sandbox_sdk import AsyncSandboxClient, SandboxClient, SandboxDirectConnectionConfig
 
-from .harness import host_info, log, write_result_with_markdown
+from .harness import host_info, log, parse_rfc3339, process_cpu_seconds, write_result_with_markdown
 from .stats import summarize
 
 EXT = "extensions.agents.x-k8s.io/v1beta1"
+REQUESTED = "agents.x-k8s.io/client-first-requested-at"
+OBSERVED = "agents.x-k8s.io/controller-first-observed-at"
+FIRST_READY = "agents.x-k8s.io/claim-first-ready-at"
+PHASES = ("to_post", "to_observed", "to_ready", "to_sdk", "first_command")
 RUNTIME_IMAGE = "ghcr.io/agent-sandbox/agent-sandbox-runtime:dev"
 NAMESPACE = "bench"
 
@@ -100,23 +112,78 @@ def sequential(cluster: DevCluster, router: str, n: int) -> list[dict[str, float
     return samples
 
 
-async def concurrent(cluster: DevCluster, router: str, n: int) -> list[dict[str, float]]:
-    """`n` creates at once from one async client."""
+def _cpu_by_component(cluster: DevCluster) -> dict[str, float]:
+    pids = {started.name: started.pid for started in cluster.state.started}
+    pids["sdk (this process)"] = os.getpid()
+    return {name: cpu for name, pid in pids.items() if (cpu := process_cpu_seconds(pid)) is not None}
+
+
+def _claim_stamps(cluster: DevCluster, claim: str) -> dict[str, float | None]:
+    status, body = cluster.admin().request("GET", f"/apis/{EXT}/namespaces/{NAMESPACE}/sandboxclaims/{claim}")
+    ann = ((body or {}).get("metadata") or {}).get("annotations") or {} if status == 200 else {}
+    return {key: parse_rfc3339(ann.get(key)) for key in (REQUESTED, OBSERVED, FIRST_READY)}
+
+
+def _wait_first_ready(
+    cluster: DevCluster, claims: list[str], timeout: float = 10.0
+) -> dict[str, dict[str, float | None]]:
+    deadline = time.monotonic() + timeout
+    stamps = {claim: _claim_stamps(cluster, claim) for claim in claims}
+    while time.monotonic() < deadline and (late := [c for c, s in stamps.items() if s[FIRST_READY] is None]):
+        time.sleep(0.2)
+        stamps.update({claim: _claim_stamps(cluster, claim) for claim in late})
+    return stamps
+
+
+def _phases(t0: float, t1: float, stamps: dict[str, float | None]) -> dict[str, float] | None:
+    """Consecutive phases of one create (ms), or None when a stamp is missing."""
+    points = [t0, stamps[REQUESTED], stamps[OBSERVED], stamps[FIRST_READY], t1]
+    if any(p is None for p in points):
+        return None
+    times = [p for p in points if p is not None]
+    return {name: (b - a) * 1000 for name, a, b in zip(PHASES, times, times[1:], strict=False)}
+
+
+async def concurrent(
+    cluster: DevCluster, router: str, n: int
+) -> tuple[list[dict[str, float]], dict[str, Any]]:
+    """`n` creates at once from one async client; the samples, and where their time and CPU went."""
     config = SandboxDirectConnectionConfig(api_url=router)
     async with AsyncSandboxClient(config, kubeconfig=cluster.kubeconfig) as client:
 
-        async def one() -> dict[str, float]:
-            t0 = time.perf_counter()
+        async def one() -> tuple[dict[str, float], tuple[str, float, float]]:
+            w0, t0 = time.time(), time.perf_counter()
             sandbox = await client.create_sandbox("pool", NAMESPACE, sandbox_ready_timeout=120)
-            t1 = time.perf_counter()
+            w1, t1 = time.time(), time.perf_counter()
             assert sandbox.commands is not None
             out = await sandbox.commands.run("echo ready")
             t2 = time.perf_counter()
             if out.stdout != "ready\n":
                 raise RuntimeError(f"unexpected output {out!r}")
-            return {"create": (t1 - t0) * 1000, "first_command": (t2 - t1) * 1000, "ttfi": (t2 - t0) * 1000}
+            sample = {"create": (t1 - t0) * 1000, "first_command": (t2 - t1) * 1000, "ttfi": (t2 - t0) * 1000}
+            return sample, (sandbox.claim_name or "", w0, w1)
 
-        return list(await asyncio.gather(*(one() for _ in range(n))))
+        cpu_before, started = _cpu_by_component(cluster), time.perf_counter()
+        results = await asyncio.gather(*(one() for _ in range(n)))
+        wall = time.perf_counter() - started
+        cpu_after = _cpu_by_component(cluster)
+        samples = [sample for sample, _ in results]
+        # `claim-first-ready-at` is bookkeeping held while claims arrive (docs/design/claim-priority.md):
+        # read the stamps once it is there, before the client's exit deletes the claims.
+        stamps = _wait_first_ready(cluster, [claim for _, (claim, _, _) in results])
+        phases = [
+            {**split, "first_command": sample["first_command"]}
+            for (sample, (claim, w0, w1)) in results
+            if (split := _phases(w0, w1, stamps[claim])) is not None
+        ]
+    cpu = {name: round((cpu_after[name] - cpu_before.get(name, 0.0)) * 1000) for name in cpu_after}
+    detail = {
+        "phases_ms": {name: summarize([p[name] for p in phases]) for name in PHASES},
+        "phases_count": len(phases),
+        "batch_wall_ms": round(wall * 1000),
+        "cpu_ms": {name: ms for name, ms in sorted(cpu.items(), key=lambda kv: -kv[1]) if ms > 0},
+    }
+    return samples, detail
 
 
 def _summary(samples: list[dict[str, float]]) -> dict[str, Any]:
@@ -158,6 +225,23 @@ def _markdown(report: dict[str, Any]) -> str:
                 f"- round {i} {batch}: {t['p50']:.0f}/{t['p99']:.0f}/{t['max']:.0f}, create {c['p50']:.0f}, "
                 f"first command {f['p50']:.0f}, load {r['load_before'][0]:.1f} -> {r['load_after'][0]:.1f}"
             )
+    lines += [
+        "",
+        "Concurrent creates, where the time goes (ms, p50 / max over the batch's claims): create_sandbox called"
+        " -> POST sent (`to_post`) -> controller first observed (`to_observed`) -> controller decided Ready"
+        " (`to_ready`) -> create_sandbox returned (`to_sdk`) -> `first_command`; CPU ms per component during"
+        " the batch (2 cores = 2000 ms of CPU per second of wall time)",
+        "",
+    ]
+    for i, r in enumerate(report["rounds"], 1):
+        d = r["concurrent_detail"]
+        split = ", ".join(
+            f"{name} {d['phases_ms'][name]['p50']:.0f}/{d['phases_ms'][name]['max']:.0f}"
+            for name in PHASES
+            if d["phases_ms"][name]["count"]
+        )
+        cpu = ", ".join(f"{name} {ms}" for name, ms in d["cpu_ms"].items())
+        lines.append(f"- round {i}: {split}; batch {d['batch_wall_ms']} ms wall, CPU: {cpu}")
     return "\n".join(lines)
 
 
@@ -180,11 +264,12 @@ def run(rounds: int, n_seq: int, n_conc: int) -> dict[str, Any]:
             while len(seq) < n_seq:  # in chunks the pool can serve warm
                 seq += sequential(cluster, router, min(pool_size, n_seq - len(seq)))
                 _wait_pool_ready(cluster, pool_size)
-            conc = asyncio.run(concurrent(cluster, router, n_conc))
+            conc, detail = asyncio.run(concurrent(cluster, router, n_conc))
             results.append(
                 {
                     "sequential": _summary(seq),
                     "concurrent": _summary(conc),
+                    "concurrent_detail": detail,
                     "load_before": load_before,
                     "load_after": os.getloadavg(),
                 }

@@ -23,7 +23,9 @@ def no_proxy_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def _verify(driver: _driver.AsyncDriver | _driver.SyncDriver, url: str, tls: TlsSettings | None = None) -> object:
+def _verify(
+    driver: _driver.AsyncDriver | _driver.SyncDriver, url: str, tls: TlsSettings | None = None
+) -> object:
     _key, kw = driver._client_kwargs(HttpRequest("GET", url, tls=tls))
     return kw["verify"]
 
@@ -33,7 +35,8 @@ def test_plain_http_loads_no_ca_bundle_and_stays_fail_closed(driver_class: type)
     verify = _verify(driver_class(None), "http://127.0.0.1:8080/execute")
     assert isinstance(verify, ssl.SSLContext)
     assert verify.cert_store_stats()["x509_ca"] == 0  # nothing loaded
-    assert verify.verify_mode == ssl.CERT_REQUIRED and verify.check_hostname  # so it could trust nothing
+    assert verify.verify_mode == ssl.CERT_REQUIRED  # so it could trust nothing
+    assert verify.check_hostname
 
 
 def test_plain_http_shares_one_pool_whatever_the_tls_settings() -> None:
