@@ -34,6 +34,7 @@ import statistics
 import time
 from typing import Any
 
+import agent_sandbox_sdk
 from agent_sandbox.devcluster import ClusterConfig, DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.router import router_url, start_router
@@ -280,6 +281,7 @@ def run(rounds: int, n_seq: int, n_conc: int) -> dict[str, Any]:
         "scenario": "sdk",
         "host": host_info(),
         "params": {"rounds": rounds, "sequential": n_seq, "concurrent": n_conc, "pool": pool_size},
+        "sdk_module": agent_sandbox_sdk.__file__,  # which SDK ran (an A/B may put another first on the path)
         "rounds": results,
         "over_rounds": {b: _over_rounds(results, b) for b in ("sequential", "concurrent")},
     }
