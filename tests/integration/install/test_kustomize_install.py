@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -220,3 +221,66 @@ def test_release_assets_install_in_order(installed: Installed, install_ns: str, 
     )
     assert out.returncode == 0, out.stderr
     assert [p["metadata"]["uid"] for p in installed.controller_pods(RAW_SELECTOR)] == [pod["metadata"]["uid"]]
+
+
+def test_v1beta1_only_component_unserves_v1alpha1_and_changes_nothing_else(tmp_path: Path) -> None:
+    overlay = write_overlay(tmp_path / "overlay", ["v1beta1-only"])
+    docs = [d for d in yaml.safe_load_all(_kubectl("kustomize", str(overlay)).stdout) if d]
+    standard = [d for d in yaml.safe_load_all(_kubectl("kustomize", str(REPO_ROOT / "k8s")).stdout) if d]
+    crds = {d["metadata"]["name"]: d for d in docs if d["kind"] == "CustomResourceDefinition"}
+    assert set(crds) == set(CRDS)
+    for crd in crds.values():
+        versions = {v["name"]: (v["served"], v["storage"]) for v in crd["spec"]["versions"]}
+        assert versions == {"v1beta1": (True, True), "v1alpha1": (False, False)}
+        assert (
+            crd["spec"]["conversion"]["strategy"] == "Webhook"
+        )  # v1alpha1 objects stored earlier still read
+    for crd in crds.values():  # only the served flag differs from the standard install
+        crd["spec"]["versions"][1]["served"] = True
+    assert sorted(docs, key=str) == sorted(standard, key=str)
+
+
+def _conversions(installed: Installed) -> float:
+    """How many objects kube-apiserver has sent through a CRD conversion webhook (all four CRDs)."""
+    total = 0.0
+    for line in installed.cluster.admin().get_bytes("/metrics").decode().splitlines():
+        if line.startswith("apiserver_crd_conversion_webhook_duration_seconds_count{") and any(
+            f'crd_name="{crd}"' in line for crd in CRDS
+        ):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_v1beta1_only_install_converts_nothing_on_writes(
+    installed: Installed, install_ns: str, tmp_path: Path
+) -> None:
+    """With v1alpha1 served, kube-apiserver's v1alpha1 watch cache sends every stored change of a Sandbox
+    through the webhook although no client asked for v1alpha1 (kubernetes/kubernetes#129979); with the
+    component it sends none. Both halves are measured here, on the same Sandbox."""
+    cluster, admin = installed.cluster, installed.cluster.admin()
+    apply(cluster, kustomize(cluster, write_overlay(tmp_path / "overlay", ["v1beta1-only"])))
+    installed.controller_pods(RAW_SELECTOR)
+    alpha = f"/apis/agents.x-k8s.io/v1alpha1/namespaces/{install_ns}/sandboxes"
+    beta = f"/apis/agents.x-k8s.io/v1beta1/namespaces/{install_ns}/sandboxes"
+    wait_for(lambda: admin.request("GET", alpha)[0] == 404, what="v1alpha1 no longer served")
+
+    def write_labels(value: str) -> None:
+        for i in range(5):
+            patch = {"metadata": {"labels": {"round": f"{value}-{i}"}}}
+            status, body = admin.request("PATCH", f"{beta}/unserved", patch)
+            assert status == 200, body
+
+    before = _conversions(installed)
+    installed.sandbox(install_ns, "unserved")  # create, pod-name annotation, status writes
+    write_labels("a")
+    time.sleep(2)  # a watch cache would have converted them by now (the other half shows it does)
+    assert _conversions(installed) == before
+
+    # The standard install serves v1alpha1 again: the same writes now go through the webhook.
+    apply(cluster, kustomize(cluster, REPO_ROOT / "k8s"))
+    installed.wait_conversion(install_ns)
+    served = _conversions(installed)
+    write_labels("b")
+    wait_for(
+        lambda: _conversions(installed) >= served + 5, what="the 5 writes converted for v1alpha1's cache"
+    )
