@@ -21,7 +21,6 @@ import asyncio
 import collections
 import dataclasses
 import itertools
-import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -32,7 +31,7 @@ from agent_sandbox.devcluster.audit import AuditEvent, AuditLog
 from agent_sandbox.kube import SANDBOX_CLAIM
 
 from . import apiserver_profile, promtext
-from .harness import Bench, Tuning
+from .harness import Bench, Tuning, process_cpu_seconds
 
 NAMESPACE, POOL = "bench-burst", "warmpool-0"
 # kube-apiserver counters the `metrics` probe diffs (everything else in /metrics is left out).
@@ -52,12 +51,6 @@ class AuditedTuning(Tuning):
 
     def cluster_config(self, name: str) -> ClusterConfig:
         return dataclasses.replace(super().cluster_config(name), audit_log=True)
-
-
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _second(t: float, origin: float) -> int:
@@ -100,7 +93,8 @@ async def probe_writes(bench: Bench, pool: int) -> None:
 
     async def sample() -> None:
         while True:
-            samples.append((time.time(), _cpu_seconds(api_pid)))
+            if (cpu := process_cpu_seconds(api_pid)) is not None:
+                samples.append((time.time(), cpu))
             await asyncio.sleep(1.0)
 
     sampler = asyncio.create_task(sample())
@@ -133,7 +127,7 @@ async def probe_metrics(bench: Bench, pool: int) -> None:
     pids = {s.name: s.pid for s in bench.cluster.state.started} | {"controller": bench.controller.pid}
 
     def cpu() -> dict[str, float]:
-        return {n: _cpu_seconds(p) for n, p in pids.items() if os.path.exists(f"/proc/{p}")}
+        return {n: cpu for n, p in pids.items() if (cpu := process_cpu_seconds(p)) is not None}
 
     ready = await _fill(bench, pool)
     prev, prev_cpu, prev_t = await _counters(bench), cpu(), time.time()

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from benchmarks import promtext
 from cryptography import x509
 
 from agent_sandbox.cli.main import main as cli_main
@@ -242,13 +243,9 @@ def test_v1beta1_only_component_unserves_v1alpha1_and_changes_nothing_else(tmp_p
 
 def _conversions(installed: Installed) -> float:
     """How many objects kube-apiserver has sent through a CRD conversion webhook (all four CRDs)."""
-    total = 0.0
-    for line in installed.cluster.admin().get_bytes("/metrics").decode().splitlines():
-        if line.startswith("apiserver_crd_conversion_webhook_duration_seconds_count{") and any(
-            f'crd_name="{crd}"' in line for crd in CRDS
-        ):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    samples = promtext.parse(installed.cluster.admin().get_bytes("/metrics").decode())
+    name = "apiserver_crd_conversion_webhook_duration_seconds_count"
+    return sum(promtext.scalar(samples, name, crd_name=crd) or 0.0 for crd in CRDS)
 
 
 def test_v1beta1_only_install_converts_nothing_on_writes(
