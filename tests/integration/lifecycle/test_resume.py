@@ -112,6 +112,14 @@ async def test_request_while_the_sandbox_is_being_suspended_is_served(
         return pod is None or bool(pod["metadata"].get("deletionTimestamp"))
 
     await eventually(terminating, "the pod terminating")
+
+    async def router_saw_suspend() -> bool:
+        # The router's Sandbox watch may lag the direct read above; before it sees the suspend, a request is
+        # (rightly) proxied to the still-running old pod, which is not the race this test is about.
+        view = router.lifecycle.state.sandboxes.get((namespace, "racing")) if router.lifecycle else None
+        return view is not None and view.suspended
+
+    await eventually(router_saw_suspend, "the router seeing the suspend")
     status, body = await through(http, router, "racing", namespace)
     assert (status, body["stdout"]) == (200, "racing\n")
     second = await kube.get(POD, "racing", namespace=namespace)
