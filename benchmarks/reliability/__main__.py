@@ -1,9 +1,12 @@
-"""`python -m benchmarks.reliability crash|soak|streams [...]`: the long fault trials and the load runs.
+"""`python -m benchmarks.reliability crash|soak|churn|streams [...]`: the long fault trials and the load runs.
 
 * `crash`: brings up its own cluster (audit log on; torn down afterwards), runs `--trials` crash trials
   (benchmarks/reliability/crash.py), each in a fresh namespace with a fresh seed;
 * `soak`: its own cluster, the controller as its ServiceAccount, standing Sandboxes plus a claim stream
   (benchmarks/reliability/soak.py);
+* `churn`: its own cluster, the controller with tracemalloc and a heap probe, thousands of claim
+  create -> Ready -> delete cycles; heap and map sizes compared between checkpoints (a leak hunt,
+  benchmarks/reliability/churn.py; also writes `.md`);
 * `streams`: the router process under concurrent long-lived streams (benchmarks/reliability/router_streams.py).
 
 Each writes `benchmarks/results/reliability-<what>-<UTC timestamp>.json` (the numbers docs/reliability.md
@@ -17,6 +20,7 @@ import asyncio
 import os
 import random
 import sys
+import urllib.request
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -25,8 +29,9 @@ from agent_sandbox.devcluster import ClusterConfig, DevCluster
 from agent_sandbox.devcluster.processes import stop
 from agent_sandbox.kube import ApiClient
 
-from ..harness import host_info, log, write_result
+from ..harness import host_info, log, write_result, write_result_with_markdown
 from . import controllers
+from .churn import churn, markdown, probe_env
 from .crash import crash_trial
 from .router_streams import run_streams
 from .soak import soak
@@ -105,6 +110,38 @@ async def soak_run(args: argparse.Namespace) -> dict[str, Any]:
     return {"host": host_info(), "nodes": nodes, **run.as_dict()}
 
 
+async def churn_run(args: argparse.Namespace) -> dict[str, Any]:
+    cluster = DevCluster.up(ClusterConfig(name=f"rel-churn-{os.getpid()}", nodes=1), log=log)
+    try:
+        dump_dir = cluster.directory / "heap-probe"
+        dump_dir.mkdir(exist_ok=True)
+        with controllers.as_serviceaccount(), probe_env(dump_dir, frames=args.frames):
+            controller = controllers.start(cluster, extra=("--enable-pprof", "--enable-pprof-debug"))
+        argv = controllers.recorded_argv(cluster, controller)
+        metrics = int(next(a.rsplit(":", 1)[1] for a in argv if a.startswith("--metrics-bind-address=")))
+        api = await ApiClient.from_kubeconfig(str(cluster.kubeconfig))
+        try:
+            run = await churn(
+                api, controller, metrics, dump_dir, namespace=_namespace(cluster), cycles=args.cycles,
+                marks=tuple(int(m) for m in args.checkpoints.split(",")), rate=args.rate, workers=args.workers, replicas=args.replicas,
+            )  # fmt: skip
+            # The product's own view (--enable-pprof-debug): tracemalloc's top allocation sites.
+            heap = await asyncio.to_thread(_get_text, f"http://127.0.0.1:{metrics}/debug/pprof/heap")
+        finally:
+            await api.close()
+            stop(controller)
+    finally:
+        cluster.down(quiet=True)
+    data = {"host": host_info(), **run.as_dict(), "pprof_heap_top": heap.splitlines()[:15]}
+    data["markdown"] = markdown(data)
+    return data
+
+
+def _get_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=60) as resp:
+        return str(resp.read().decode())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.reliability", description=__doc__.splitlines()[0]
@@ -124,6 +161,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--per-minute", type=float, default=1000.0)
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--replicas", type=int, default=100, help="warm pool size")
+    p = sub.add_parser("churn", help="claim create/Ready/delete cycles: controller heap growth by site")
+    p.add_argument("--cycles", type=int, default=3000)
+    p.add_argument(
+        "--checkpoints",
+        default="500,1500,3000",
+        help="cycle counts after which the heap is probed (first = baseline)",
+    )
+    p.add_argument("--rate", type=float, default=8.0, help="cycle starts per second (at most)")
+    p.add_argument("--workers", type=int, default=8, help="cycles in flight (at most)")
+    p.add_argument("--replicas", type=int, default=20, help="warm pool size")
+    p.add_argument("--frames", type=int, default=1, help="tracemalloc frames per allocation")
     p = sub.add_parser("streams", help="the router under concurrent long-lived streams: RSS and fds")
     p.add_argument("--streams", type=int, default=1000)
     p.add_argument("--hold", type=float, default=20.0, help="seconds each stream lasts")
@@ -137,6 +185,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = asyncio.run(soak_run(args))
         ok = data["error_lines"] == 0 and data["drained_s"] is not None
         summary = {k: v for k, v in data.items() if k not in ("minutes", "host")}
+    elif args.what == "churn":
+        data = asyncio.run(churn_run(args))
+        ok = data["cycles_failed"] == 0
+        summary = {k: v for k, v in data.items() if k in ("cycles_done", "cycles_failed", "checkpoints")}
+        path = write_result_with_markdown(f"reliability-{args.what}", data)
+        log(f"{summary} -> {path}")
+        return 0 if ok else 1
     else:
         run = asyncio.run(run_streams(streams=args.streams, hold_s=args.hold, rounds=args.rounds))
         data = {"host": host_info(), **run.as_dict()}
