@@ -90,6 +90,11 @@ def _summary(report: dict[str, Any]) -> dict[str, Any]:
         "traced_mib": round(report.get("traced_current", 0) / 2**20, 2),
         "tracemalloc_overhead_mib": round(report.get("tracemalloc_overhead", 0) / 2**20, 1),
         "malloc_mib": {k: round(v / 2**20, 1) for k, v in report.get("malloc", {}).items()},
+        # pymalloc arenas are 1 MiB each (CPython >= 3.10); blocks = what live small objects use of them.
+        "pymalloc_mib": {
+            "arenas": report.get("pymalloc", {}).get("arenas_current", 0),
+            "in_blocks": round(report.get("pymalloc", {}).get("allocated_blocks", 0) / 2**20, 1),
+        },
         "gc_objects": report["gc_objects"],
         "types": report["types"][:15],
     }

@@ -51,6 +51,44 @@ def _malloc() -> dict[str, int]:
     return {"arena": info.arena, "mmap": info.hblkhd, "in_use": info.uordblks, "free": info.fordblks}
 
 
+def _pymalloc() -> dict[str, int]:
+    """pymalloc's arenas (mmap'd directly, so not in mallinfo): allocated vs. used, from _debugmallocstats.
+
+    That function prints to the C stderr only; fd 2 is pointed at a scratch file for the call (a log line
+    the controller writes in that instant lands there instead of its log).
+    """
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryFile() as scratch:
+        saved = os.dup(2)
+        try:
+            os.dup2(scratch.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        scratch.seek(0)
+        text = scratch.read().decode(errors="replace")
+    wanted = {
+        "# arenas allocated current": "arenas_current",
+        "# bytes in allocated blocks": "allocated_blocks",
+        "# bytes in available blocks": "available_blocks",
+        "# bytes lost to pool headers": "pool_headers",
+        "# bytes lost to quantization": "quantization",
+        "Total": "total",
+    }
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        head, _, value = line.rpartition("=")
+        key = wanted.get(head.strip())
+        if key:
+            out[key] = int(value.strip().replace(",", ""))
+        elif "unused pools" in head:
+            out["unused_pools_bytes"] = int(value.strip().replace(",", ""))
+    return out
+
+
 def _attributes(obj: object) -> dict[str, Any]:
     attrs: dict[str, Any] = {}
     own = getattr(obj, "__dict__", None)
@@ -108,6 +146,7 @@ def _dump(label: str, directory: str) -> None:
         "rss_kib": rss_before,
         "gc_collected": collected,
         "malloc": _malloc(),
+        "pymalloc": _pymalloc(),
         "gc_objects": len(objects),
         "types": Counter(type(o).__name__ for o in objects).most_common(40),
         "containers": _containers(objects),

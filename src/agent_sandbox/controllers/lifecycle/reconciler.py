@@ -89,7 +89,14 @@ class LifecycleReconciler:
         self.metrics = metrics
         self._extensions = extensions
         self._now = now
-        self._reported: dict[str, frozenset[str]] = {}
+        # (namespace, name) -> (uid, problem set) last reported; pruned once the Sandbox is gone, so deleted
+        # Sandboxes do not pile up here (keyed by name: the request of a deleted object carries no UID).
+        self._reported: dict[tuple[str, str], tuple[str, frozenset[str]]] = {}
+
+    @property
+    def reported(self) -> int:
+        """Sandboxes (or archives) whose current problem set has been reported as an Event."""
+        return len(self._reported)
 
     # ------------------------------------------------------------------ observe
 
@@ -161,6 +168,8 @@ class LifecycleReconciler:
 
     async def reconcile(self, request: Request) -> Result:
         snap = await self._observe(request)
+        if snap.sandbox is None:  # gone (deleted, or hibernated into its archive): nothing left to report on
+            self._reported.pop((request.namespace, request.name), None)
         plan = decide(snap)
         if isinstance(plan, Probe):
             assert self._probe is not None
@@ -190,11 +199,13 @@ class LifecycleReconciler:
         subject = snap.sandbox
         if subject is None:
             return
-        uid = str(subject["metadata"].get("uid") or "")
+        meta = subject["metadata"]
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        uid = str(meta.get("uid") or "")
         problems = frozenset((*plan.problems, plan.conflict) if plan.conflict else plan.problems)
-        if self._reported.get(uid, frozenset()) == problems:
+        if self._reported.get(key, (uid, frozenset())) == (uid, problems):
             return
-        self._reported[uid] = problems
+        self._reported[key] = (uid, problems)
         for problem in sorted(problems):
             reason = "HibernationConflict" if problem == plan.conflict else "InvalidLifecycleSettings"
             self._events.event(dict(subject), "Warning", reason, "Lifecycle", problem)
