@@ -115,7 +115,10 @@ async def churn_run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         dump_dir = cluster.directory / "heap-probe"
         dump_dir.mkdir(exist_ok=True)
-        with controllers.as_serviceaccount(), probe_env(dump_dir, frames=args.frames):
+        with (
+            controllers.as_serviceaccount(),
+            probe_env(dump_dir, frames=args.frames, extra=dict(kv.split("=", 1) for kv in args.env)),
+        ):
             controller = controllers.start(cluster, extra=("--enable-pprof", "--enable-pprof-debug"))
         argv = controllers.recorded_argv(cluster, controller)
         metrics = int(next(a.rsplit(":", 1)[1] for a in argv if a.startswith("--metrics-bind-address=")))
@@ -123,7 +126,8 @@ async def churn_run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             run = await churn(
                 api, controller, metrics, dump_dir, namespace=_namespace(cluster), cycles=args.cycles,
-                marks=tuple(int(m) for m in args.checkpoints.split(",")), rate=args.rate, workers=args.workers, replicas=args.replicas,
+                marks=tuple(int(m) for m in args.checkpoints.split(",")), rate=args.rate, workers=args.workers,
+                replicas=args.replicas, expire_s=args.expire,
             )  # fmt: skip
             # The product's own view (--enable-pprof-debug): tracemalloc's top allocation sites.
             heap = await asyncio.to_thread(_get_text, f"http://127.0.0.1:{metrics}/debug/pprof/heap")
@@ -132,7 +136,8 @@ async def churn_run(args: argparse.Namespace) -> dict[str, Any]:
             stop(controller)
     finally:
         cluster.down(quiet=True)
-    data = {"host": host_info(), **run.as_dict(), "pprof_heap_top": heap.splitlines()[:15]}
+    data = {"host": host_info(), "controller_env": args.env, **run.as_dict(),
+            "pprof_heap_top": heap.splitlines()[:15]}  # fmt: skip
     data["markdown"] = markdown(data)
     return data
 
@@ -171,7 +176,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=8.0, help="cycle starts per second (at most)")
     p.add_argument("--workers", type=int, default=8, help="cycles in flight (at most)")
     p.add_argument("--replicas", type=int, default=20, help="warm pool size")
-    p.add_argument("--frames", type=int, default=1, help="tracemalloc frames per allocation")
+    p.add_argument(
+        "--expire", type=float, default=0.0, help="claims expire (controller deletes) after S s; 0: we delete"
+    )
+    p.add_argument("--frames", type=int, default=1, help="tracemalloc frames per allocation (0: off)")
+    p.add_argument("--env", action="append", default=[], help="KEY=VALUE for the controller (repeatable)")
     p = sub.add_parser("streams", help="the router under concurrent long-lived streams: RSS and fds")
     p.add_argument("--streams", type=int, default=1000)
     p.add_argument("--hold", type=float, default=20.0, help="seconds each stream lasts")

@@ -2,7 +2,8 @@
 
 Owns: one leak experiment on a cluster it is handed. A template and a warm pool of `replicas`, then
 `cycles` claim cycles (create -> Ready -> delete, every claim a new name; at most `workers` in flight,
-started at most `rate` per second), so the controller binds, refills and forgets thousands of claims,
+started at most `rate` per second; with `expire_s` the claims carry a shutdownTime that far ahead with
+`shutdownPolicy: Delete` and the controller deletes them, as in the soak), so the controller binds, refills and forgets thousands of claims,
 Sandboxes and Pods while the number of live objects stays level. The controller runs with tracemalloc on
 and the heap probe `churn_hook/sitecustomize.py` loaded; at each checkpoint (after each cycle count in `marks`,
 after the last cycle, and after the cluster has drained and every TTL-held entry has expired) the probe reports
@@ -22,6 +23,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +42,17 @@ SETTLE_S = 45.0  # > the 30 s TTL of the read-your-writes overlays: what they st
 
 
 @contextlib.contextmanager
-def probe_env(dump_dir: Path, frames: int = 1) -> Iterator[None]:
-    """Processes started inside trace allocations (`frames` deep) and load the heap probe."""
-    saved = {k: os.environ.get(k) for k in ("PYTHONTRACEMALLOC", "PYTHONPATH", "CHURN_HOOK_DIR")}
-    os.environ["PYTHONTRACEMALLOC"] = str(frames)
+def probe_env(dump_dir: Path, frames: int = 1, extra: dict[str, str] | None = None) -> Iterator[None]:
+    """Processes started inside load the heap probe, trace allocations `frames` deep (0: no tracing, the
+    production setting: RSS and allocator figures only) and get `extra` variables (e.g. MALLOC_ARENA_MAX)."""
+    extra = extra or {}
+    keys = ("PYTHONTRACEMALLOC", "PYTHONPATH", "CHURN_HOOK_DIR", *extra)
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ.update(extra)
+    if frames > 0:
+        os.environ["PYTHONTRACEMALLOC"] = str(frames)
+    else:
+        os.environ.pop("PYTHONTRACEMALLOC", None)
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(HOOK_DIR), saved["PYTHONPATH"]) if p)
     os.environ["CHURN_HOOK_DIR"] = str(dump_dir)
     try:
@@ -116,9 +125,12 @@ def growth(first: dict[str, Any], last: dict[str, Any], top: int = 25) -> dict[s
         b = first["containers"].get(key, {"items": 0})["items"]
         a = last["containers"].get(key, {"items": 0})["items"]
         if a != b:
-            maps.append({"map": key, "before": b, "after": a})
+            sample = last["containers"].get(key, {}).get("sample", [])
+            maps.append({"map": key, "before": b, "after": a, "sample": sample})
     maps.sort(key=lambda m: -(m["after"] - m["before"]))
     traced = last.get("traced_current", 0) - first.get("traced_current", 0)
+    heap_a, heap_b = first.get("malloc", {}), last.get("malloc", {})
+    py_a, py_b = first.get("pymalloc", {}), last.get("pymalloc", {})
     return {
         "from": first["label"],
         "to": last["label"],
@@ -126,6 +138,9 @@ def growth(first: dict[str, Any], last: dict[str, Any], top: int = 25) -> dict[s
         "rss_mib": round((last["rss_kib"] - first["rss_kib"]) / 1024, 1),
         "traced_mib": round(traced / 2**20, 2),
         "traced_bytes_per_cycle": round(traced / cycles, 1),
+        "malloc_in_use_mib": round((heap_b.get("in_use", 0) - heap_a.get("in_use", 0)) / 2**20, 1),
+        "malloc_free_mib": round((heap_b.get("free", 0) - heap_a.get("free", 0)) / 2**20, 1),
+        "pymalloc_arenas_mib": py_b.get("arenas_current", 0) - py_a.get("arenas_current", 0),
         "gc_objects": last["gc_objects"] - first["gc_objects"],
         "top_sites": deltas[:top],
         "top_shrinking_sites": sorted(deltas, key=lambda d: d["bytes"])[:5],
@@ -193,10 +208,12 @@ async def churn(
     rate: float,
     workers: int,
     replicas: int,
+    expire_s: float = 0.0,
 ) -> Churn:
     """Run one churn experiment (module docstring) in an empty namespace."""
     out = Churn(params={"cycles": cycles, "checkpoints": list(marks), "rate_per_s": rate,
-                        "workers": workers, "replicas": replicas, "settle_s": SETTLE_S})  # fmt: skip
+                        "workers": workers, "replicas": replicas, "settle_s": SETTLE_S,
+                        "expire_s": expire_s})  # fmt: skip
     await create_template_and_pool(api, namespace, replicas)
     await settle(api, namespace, claims=0, replicas=replicas, within=300)
     waiting: dict[str, asyncio.Future[None]] = {}
@@ -216,15 +233,20 @@ async def churn(
     async def cycle(i: int) -> None:
         name = f"churn-{i:06d}"
         fut = waiting[name] = asyncio.get_running_loop().create_future()
+        body = claim_body(name)
+        if expire_s > 0:  # the soak's way: the controller deletes the claim at its shutdownTime
+            at = (datetime.now(UTC) + timedelta(seconds=expire_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
+            body["spec"]["lifecycle"] = {"shutdownTime": at, "shutdownPolicy": "Delete"}
         try:
-            await retrying(lambda: api.create(SANDBOX_CLAIM, claim_body(name), namespace=namespace))
+            await retrying(lambda: api.create(SANDBOX_CLAIM, body, namespace=namespace))
             await asyncio.wait_for(fut, timeout=120)
         except (TimeoutError, KubeError):
             out.cycles_failed += 1
         finally:
             waiting.pop(name, None)
-            with contextlib.suppress(NotFound):
-                await retrying(lambda: api.delete(SANDBOX_CLAIM, name, namespace=namespace))
+            if expire_s <= 0:
+                with contextlib.suppress(NotFound):
+                    await retrying(lambda: api.delete(SANDBOX_CLAIM, name, namespace=namespace))
         out.cycles_done += 1
         if out.cycles_done in marks:
             out.checkpoints.append(await _probe(dump_dir, f"after-{out.cycles_done}", out.cycles_done))
@@ -269,7 +291,9 @@ def markdown(data: dict[str, Any]) -> str:
         lines += [
             "",
             f"From {g['from']} to {g['to']} ({g['cycles']} cycles): RSS {g['rss_mib']:+} MiB, traced "
-            f"{g['traced_mib']:+} MiB ({g['traced_bytes_per_cycle']:+} B/cycle), gc objects {g['gc_objects']:+}.",
+            f"{g['traced_mib']:+} MiB ({g['traced_bytes_per_cycle']:+} B/cycle), glibc heap in use "
+            f"{g['malloc_in_use_mib']:+} MiB and free {g['malloc_free_mib']:+} MiB, pymalloc arenas "
+            f"{g['pymalloc_arenas_mib']:+} MiB, gc objects {g['gc_objects']:+}.",
             "",
             "| growing site | bytes | blocks |",
             "|---|---|---|",
@@ -278,4 +302,6 @@ def markdown(data: dict[str, Any]) -> str:
                   for s in g["top_sites"][:15]]  # fmt: skip
         lines += ["", "| map (class.attribute) | items before | items after |", "|---|---|---|"]
         lines += [f"| `{m['map']}` | {m['before']} | {m['after']} |" for m in g["maps"][:15]]
+        lines += ["", "Some keys left in the growing maps at the end:", ""]
+        lines += [f"- `{m['map']}`: {', '.join(m['sample'][:3])}" for m in g["maps"][:5] if m.get("sample")]
     return "\n".join(lines)

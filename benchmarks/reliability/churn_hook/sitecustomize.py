@@ -104,8 +104,8 @@ def _attributes(obj: object) -> dict[str, Any]:
     return attrs
 
 
-def _containers(objects: list[object]) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
+def _containers(objects: list[object]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
     for obj in objects:
         cls = type(obj)
         module = getattr(cls, "__module__", "")
@@ -117,9 +117,13 @@ def _containers(objects: list[object]) -> dict[str, dict[str, int]]:
             continue
         for name, value in attrs.items():
             if isinstance(value, _CONTAINERS):
-                row = out.setdefault(f"{module}.{cls.__qualname__}.{name}", {"instances": 0, "items": 0})
+                row = out.setdefault(
+                    f"{module}.{cls.__qualname__}.{name}", {"instances": 0, "items": 0, "sample": []}
+                )
                 row["instances"] += 1
                 row["items"] += len(value)
+                if len(row["sample"]) < 5 and len(value) and module.startswith("agent_sandbox"):
+                    row["sample"].extend(repr(k)[:160] for k in list(value)[: 5 - len(row["sample"])])
     return out
 
 
