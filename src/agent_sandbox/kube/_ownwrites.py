@@ -9,6 +9,9 @@ How: `remember` keeps the object a write returned; `view` answers with it while 
 strictly older, and drops it (answering with the cache) as soon as the cache shows the same or a newer
 version, when the versions are not comparable, after `ttl` seconds (an informer event that never came),
 or on `forget` (a delete event). Losing the overlay (a restart) only costs the redundant writes it avoids.
+Expired answers are also swept from `remember` once per `ttl`: an answer that arrives after its object's
+delete event (the write's response and the watch event travel on different connections) is never read
+or forgotten again, and without the sweep such answers - whole objects - piled up until `max_entries`.
 
 The one resourceVersion rule: versions of one resource type are compared as integers (KEP-5504,
 Kubernetes 1.35, `api.meta.compare_resource_versions`); a version that is not comparable means "not
@@ -35,11 +38,13 @@ class OwnWrites:
     def __init__(
         self, *, ttl: float = 30.0, clock: Callable[[], float] = time.monotonic, max_entries: int = 4096
     ) -> None:
-        """Args: ttl: seconds an answer may stand in for the cache; clock: monotonic; max_entries: sweep above."""
+        """Args: ttl: seconds an answer may stand in for the cache; clock: monotonic; max_entries: sweep above
+        (besides the sweep every `ttl` seconds)."""
         self._ttl = ttl
         self._clock = clock
         self._max = max_entries
         self._objects: dict[_Key, tuple[Object, float]] = {}
+        self._swept_at = clock()
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -65,7 +70,7 @@ class OwnWrites:
             return
         now = self._clock()
         self._objects[key] = (obj, now)
-        if len(self._objects) > self._max:
+        if len(self._objects) > self._max or now - self._swept_at > self._ttl:
             self.sweep(now)
 
     def view(self, kind: ResourceKind, namespace: str, name: str, cached: Object | None) -> Object | None:
@@ -89,5 +94,6 @@ class OwnWrites:
 
     def sweep(self, now: float) -> None:
         """Drop every answer older than `ttl` (bounds memory when events never came)."""
+        self._swept_at = now
         for key in [k for k, (_, at) in self._objects.items() if now - at > self._ttl]:
             del self._objects[key]

@@ -83,3 +83,18 @@ def test_sweep_bounds_memory() -> None:
     clock.t += 2
     ow.remember(SANDBOX, obj("1", name="c"))  # over the bound: expired entries go
     assert len(ow) == 1
+
+
+def test_answers_never_read_again_expire_without_reaching_the_bound() -> None:
+    # A write's answer can arrive after the object's delete event (other connection): nothing reads or
+    # forgets it again. Such answers must go once expired, not pile up until max_entries (whole objects).
+    clock = Clock()
+    ow = OwnWrites(ttl=30.0, clock=clock)
+    for i in range(1000):
+        ow.remember(SANDBOX_CLAIM, obj("5", name=f"deleted-{i}"))
+        clock.t += 0.01
+    assert len(ow) == 1000  # all younger than the ttl: kept
+    clock.t += 31
+    ow.remember(SANDBOX_CLAIM, obj("5", name="live"))
+    assert len(ow) == 1
+    assert ow.view(SANDBOX_CLAIM, "ns", "live", None) == obj("5", name="live")
