@@ -94,6 +94,7 @@ from .errors import (
     error_from_status,
     ignore_already_exists,
     ignore_not_found,
+    may_have_applied,
 )
 
 __all__ = [
@@ -212,6 +213,7 @@ __all__ = [
     "in_cluster_namespace",
     "label_selector_predicate",
     "load_config",
+    "may_have_applied",
     "not_",
     "object_key",
     "object_predicate",

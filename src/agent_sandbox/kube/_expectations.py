@@ -59,13 +59,20 @@ class Expectations:
         self._records[key] = _Record(count, set(), self._clock.now())
         return True
 
-    def lower_creations(self, key: Hashable, count: int = 1) -> None:
-        """Record `count` observed (or abandoned) creations; floor at 0."""
+    def lower_creations(self, key: Hashable, count: int = 1, *, raised: object | None = None) -> None:
+        """Record `count` observed (or abandoned) creations; floor at 0.
+
+        `raised` (a `current_record` token): only if the record is still that one, not a later batch's.
+        """
         rec = self._records.get(key)
-        if rec is None:
+        if rec is None or (raised is not None and rec is not raised):
             return
         rec.creations = max(0, rec.creations - count)
         self._drop_if_idle(key, rec)
+
+    def current_record(self, key: Hashable) -> object | None:
+        """An opaque token for `key`'s record, for a deferred `lower_creations(..., raised=token)`."""
+        return self._records.get(key)
 
     def creation_observed(self, key: Hashable) -> None:
         """One created child was seen in the cache."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
 import orjson
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "error_from_status",
     "ignore_already_exists",
     "ignore_not_found",
+    "may_have_applied",
 ]
 
 
@@ -142,6 +144,17 @@ class NotLeader(KubeError):
     older than the renew deadline, or after leadership was lost or released, so a deposed leader (a
     frozen process resuming, a partitioned one) never writes after its successor may have started.
     """
+
+
+def may_have_applied(exc: BaseException) -> bool:
+    """Whether a failed write may still have been applied: its answer was lost, not a refusal.
+
+    A timeout, a connection dropped after the request was sent, or a 5xx (the server failed, perhaps
+    after committing) are ambiguous; a connection that was never made and every 4xx are not.
+    """
+    if isinstance(exc, TransportError):
+        return not isinstance(exc.__cause__, aiohttp.ClientConnectorError)
+    return isinstance(exc, ServerError)
 
 
 _BY_STATUS: dict[int, type[ApiError]] = {

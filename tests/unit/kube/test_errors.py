@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import aiohttp
 import orjson
 import pytest
+from aiohttp.client_reqrep import ConnectionKey
 
 from agent_sandbox.kube import errors as e
 
@@ -91,3 +93,34 @@ def test_ignore_helpers() -> None:
     assert e.ignore_not_found(None) is None
     assert e.ignore_already_exists(ae) is None
     assert e.ignore_already_exists(other) is other
+
+
+def _caused(exc: Exception, cause: BaseException) -> Exception:
+    exc.__cause__ = cause
+    return exc
+
+
+@pytest.mark.parametrize(
+    ("exc", "maybe"),
+    [
+        (e.ServerError(500, "InternalError", "etcd timeout"), True),
+        (e.ServerError(503, "ServiceUnavailable", "x"), True),
+        (e.Timeout("POST /x: timed out"), True),
+        (_caused(e.TransportError("POST /x: reset"), ConnectionResetError()), True),
+        (
+            _caused(
+                e.TransportError("POST /x: refused"),
+                aiohttp.ClientConnectorError(
+                    ConnectionKey("h", 1, False, True, None, None, None), OSError(111, "refused")
+                ),
+            ),
+            False,
+        ),
+        (e.Forbidden(403, "Forbidden", "quota"), False),
+        (e.AlreadyExists(409, "AlreadyExists", "x"), False),
+        (e.TooManyRequests(429, "TooManyRequests", "x"), False),
+        (ValueError("x"), False),
+    ],
+)
+def test_may_have_applied(exc: Exception, maybe: bool) -> None:
+    assert e.may_have_applied(exc) is maybe

@@ -258,9 +258,9 @@ class ClaimReconciler:
         if isinstance(resolution, Create) and not self.admission.admit(
             _request(claim), (self._first_observed(claim), ns, meta["name"])
         ):
-            # No write, as for a claim still in the workqueue; a freed slot or a usable warm member wakes it,
-            # the requeue only covers slots freed by `max_hold` expiry.
-            self.queue.wait(pool_key(ns, claim_pool_name(claim)), _request(claim))
+            # No write, as for a claim still in the workqueue. A freed slot wakes the oldest waiters, whose
+            # pass tries the warm queue first; the requeue only covers slots freed by `max_hold` expiry. (Not
+            # a warm-queue waiter: a usable member would wake every waiting claim of the pool at once.)
             return Result(self.admission.max_hold)
         sandbox, error, drop = await self._apply(snap, resolution)
         if not isinstance(resolution, Create) and (sandbox is None or past_scheduling(sandbox)):

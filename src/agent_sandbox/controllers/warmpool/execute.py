@@ -5,8 +5,9 @@ Owns the expectation bookkeeping that must surround each write (§3.6):
 * a deletion of a pool-owned member is recorded (`expect_deletion`) *before* the call, because the
   delete event can arrive before the response, and rolled back (`deletion_observed`) at once when the
   call fails or finds nothing to delete;
-* creates run under an expectation raised by the caller (`try_expect_creations`); creates that did not
-  happen are lowered here so the pool is not blocked until the 5 min expiry.
+* creates run under an expectation raised by the caller (`try_expect_creations`); creates that were
+  refused are lowered here so the pool is not blocked until the 5 min expiry, creates whose answer was lost
+  only after `AMBIGUOUS_CREATE_HOLD` (they may have applied: `create_members`).
 
 Deletes carry uid + resourceVersion preconditions taken from the cache: a member that changed since
 (typically: just adopted by a claim, which re-parents it) is never deleted on a stale view; the 409 is
@@ -17,6 +18,7 @@ changed it re-enqueues the pool.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Sequence
 from typing import Protocol
@@ -31,14 +33,26 @@ from agent_sandbox.kube import (
     Object,
     StatusWriter,
     Writer,
+    may_have_applied,
 )
 
 from .batch import slow_start_batch
 from .decide import DeleteMember, PatchMember
 
-__all__ = ["PoolClient", "create_members", "delete_excess", "delete_members", "patch_members"]
+__all__ = [
+    "AMBIGUOUS_CREATE_HOLD",
+    "PoolClient",
+    "create_members",
+    "delete_excess",
+    "delete_members",
+    "patch_members",
+]
 
 log = logging.getLogger("agent_sandbox.controllers.warmpool")
+
+AMBIGUOUS_CREATE_HOLD = 30.0
+"""Seconds a create whose answer was lost keeps its expectation up (room for an API server restart and the
+informer's relist), unless the member shows up sooner."""
 
 
 class PoolClient(IndexedReader, Writer, StatusWriter, Protocol):
@@ -105,15 +119,30 @@ async def create_members(
     """Create `count` copies of `body` with slow-start batching under an already-raised expectation.
 
     The same body dict is sent every time (the client only serialises it); the API server assigns each
-    copy its name from `generateName`.
+    copy its name from `generateName`. Creates that were refused are lowered at once. A create whose answer
+    was lost (timeout, dropped connection, 5xx: `may_have_applied`) may have made a member the cache has
+    not shown yet, and with generateName a retry cannot find out by name: its expectation stays up for
+    `AMBIGUOUS_CREATE_HOLD` seconds, so the pool creates again only if the member did not appear by then
+    (else an API server restart mid-create leaves a surplus member that is deleted again).
     """
+    ambiguous = 0
 
     async def one(_: int) -> None:
-        await client.create(SANDBOX, body, namespace=namespace)
+        nonlocal ambiguous
+        try:
+            await client.create(SANDBOX, body, namespace=namespace)
+        except Exception as exc:
+            ambiguous += may_have_applied(exc)
+            raise
 
     successes, error = await slow_start_batch(count, one)
     if count > successes:
-        exp.lower_creations(key, count - successes)  # creates that never happened produce no event
+        exp.lower_creations(key, count - successes - ambiguous)  # refused creates produce no event
+    if ambiguous:
+        raised = exp.current_record(key)
+        asyncio.get_running_loop().call_later(
+            AMBIGUOUS_CREATE_HOLD, functools.partial(exp.lower_creations, key, ambiguous, raised=raised)
+        )
     if error is not None:
         log.error("creating pool members in %s failed after %d/%d: %s", key, successes, count, error)
     else:

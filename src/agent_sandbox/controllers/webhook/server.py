@@ -6,9 +6,13 @@ externally), binds the HTTPS listener, then points the CRDs at it; ``await stop(
 the listener. ``run(stop_event)`` does both around a wait. It runs on every replica (no
 leader election): the API server may call any of them.
 
-Conversion itself is the pure :func:`agent_sandbox.api.conversion.convert_review`. Large
-reviews (a v1alpha1 list of many objects) are converted in a worker thread so the event
-loop shared with the controllers is not blocked.
+Conversion itself is the pure :func:`agent_sandbox.api.conversion.convert_review`. The listener
+runs on its **own thread and event loop** (:class:`_ServingThread`): while v1alpha1 is served the API
+server's watch cache sends every change of a Sandbox or claim through this webhook, one at a time per
+resource, so each answer's latency bounds how fast *every* watcher (our own informers included) sees
+changes. On the controllers' loop that latency was the loop's backlog under load (docs/performance.md,
+"conversion webhook on its own thread"). Large reviews (a v1alpha1 list of many objects) are converted in
+a worker thread so even that loop is not blocked.
 
 Failure modes: :class:`WebhookError` when the certificate files are missing (unmanaged
 mode) or the listener cannot bind; API errors while loading the Secret or patching CRDs
@@ -21,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,6 +132,71 @@ def build_app() -> web.Application:
     return app
 
 
+class _ServingThread:
+    """The aiohttp listener on a dedicated thread with its own event loop."""
+
+    def __init__(self, host: str | None, port: int, ssl_context: ssl.SSLContext) -> None:
+        self._host, self._port, self._ssl = host, port, ssl_context
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._error: BaseException | None = None
+        self.port = port
+        self._thread = threading.Thread(target=self._main, name="conversion-webhook", daemon=True)
+
+    def start(self) -> int:
+        """Start listening; returns the bound port. Blocks until the listener is up or failed."""
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            self._thread.join()
+            raise self._error
+        return self.port
+
+    def stop(self) -> None:
+        """Close the listener and end the thread (blocks until it has)."""
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None and self._thread.is_alive():
+            with contextlib.suppress(RuntimeError):  # the loop already closed
+                loop.call_soon_threadsafe(stop.set)
+        self._thread.join()
+
+    def _main(self) -> None:
+        try:  # the loop the controller process runs on (`controllers.main`), when installed
+            import uvloop  # type: ignore[import-not-found,unused-ignore]
+
+            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        except ImportError:
+            loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve())
+        finally:
+            loop.close()
+
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+        runner = web.AppRunner(build_app(), access_log=None, handle_signals=False)
+        try:
+            await runner.setup()
+            site = web.TCPSite(runner, self._host, self._port, ssl_context=self._ssl, reuse_address=True)
+            await site.start()
+        except OSError as exc:
+            self._error = WebhookError(f"cannot listen on {self._host or '*'}:{self._port}: {exc}")
+        except BaseException as exc:
+            self._error = exc
+        if self._error is not None:
+            await runner.cleanup()
+            self._ready.set()
+            return
+        self.port = _bound_port(runner, self._port)
+        self._ready.set()
+        try:
+            await self._stop.wait()
+        finally:
+            await runner.cleanup()
+
+
 class ConversionWebhook:
     """The conversion webhook as a runnable: ``start()``/``stop()`` or ``run(stop_event)``."""
 
@@ -137,7 +207,7 @@ class ConversionWebhook:
         """Args: client: API client for the Secret and CRDs; options: settings (defaults as upstream)."""
         self._client = client
         self.options = options or WebhookOptions()
-        self._runner: web.AppRunner | None = None
+        self._server: _ServingThread | None = None
         self.port: int | None = None
         self.url: str | None = None
         self.ca_pem: bytes | None = None
@@ -153,16 +223,9 @@ class ConversionWebhook:
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)  # server side; no client certs requested
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.load_cert_chain(cert_path, key_path)
-        runner = web.AppRunner(build_app(), access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, opts.host or None, opts.port, ssl_context=ctx, reuse_address=True)
-        try:
-            await site.start()
-        except OSError as exc:
-            await runner.cleanup()
-            raise WebhookError(f"cannot listen on {opts.host or '*'}:{opts.port}: {exc}") from exc
-        self._runner = runner
-        self.port = _bound_port(runner, opts.port)
+        server = _ServingThread(opts.host or None, opts.port, ctx)
+        self.port = await asyncio.to_thread(server.start)
+        self._server = server
         self.url = opts.webhook_url.replace("{port}", str(self.port)) if opts.webhook_url else None
         log.info("conversion webhook listening on %s:%d", opts.host or "*", self.port)
         if opts.manage_certs and self.ca_pem is not None:
@@ -177,9 +240,9 @@ class ConversionWebhook:
 
     async def stop(self) -> None:
         """Stop listening (idempotent)."""
-        if self._runner is not None:
-            runner, self._runner = self._runner, None
-            await runner.cleanup()
+        if self._server is not None:
+            server, self._server = self._server, None
+            await asyncio.to_thread(server.stop)
 
     async def run(self, stop_event: asyncio.Event) -> None:
         """``start()``, wait for ``stop_event``, ``stop()``."""

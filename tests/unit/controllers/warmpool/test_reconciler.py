@@ -18,6 +18,7 @@ from agent_sandbox.controllers.warmpool import (
     WarmPoolReconciler,
     pools_for_template,
 )
+from agent_sandbox.controllers.warmpool import execute as pool_execute
 from agent_sandbox.controllers.warmpool.config import (
     DEFAULT_READINESS_GRACE_PERIOD,
     DEFAULT_UNSCHEDULABLE_RECHECK_INTERVAL,
@@ -30,10 +31,13 @@ from agent_sandbox.kube import (
     SANDBOX_WARM_POOL,
     Conflict,
     Expectations,
+    Forbidden,
     NotFound,
     Request,
     Result,
     ServerError,
+    Timeout,
+    TransportError,
 )
 from agent_sandbox.kube.testing import FakeClient, FakeClock
 
@@ -191,13 +195,51 @@ async def test_excess_delete_not_found_lowers_the_expectation_at_once() -> None:
 
 async def test_errors_skip_the_status_write_and_are_raised() -> None:
     fake = standard(2)
-    fake.inject_error("create", ServerError(500, "InternalError", "boom"), kind=SANDBOX)
+    fake.inject_error("create", Forbidden(403, "Forbidden", "quota"), kind=SANDBOX)
     rec = WarmPoolReconciler(fake, config=WarmPoolConfig(grace_jitter=0))
-    with pytest.raises(ServerError):
+    with pytest.raises(Forbidden):
         await rec.reconcile(Request(NS, "pool"))
     assert "status" not in fake.objects(SANDBOX_WARM_POOL)[0]
     assert fake.objects(SANDBOX) == []  # slow start: the first batch of one failed, nothing more tried
-    assert rec.expectations.satisfied("ns/pool")  # failed creates were lowered
+    assert rec.expectations.satisfied("ns/pool")  # refused creates were lowered at once
+
+
+@pytest.mark.parametrize(
+    "lost",
+    [
+        ServerError(500, "InternalError", "etcd timeout"),
+        TransportError("POST: connection reset"),
+        Timeout("t"),
+    ],
+)
+async def test_a_create_whose_answer_was_lost_keeps_its_expectation_for_the_hold(
+    lost: Exception, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It may have applied (generateName: no name to look up): no replacement until the hold has passed."""
+    monkeypatch.setattr(pool_execute, "AMBIGUOUS_CREATE_HOLD", 0.05)
+    fake = standard(2)
+    fake.inject_error("create", lost, kind=SANDBOX)
+    rec = WarmPoolReconciler(fake, config=WarmPoolConfig(grace_jitter=0))
+    with pytest.raises(type(lost)):
+        await rec.reconcile(Request(NS, "pool"))
+    assert not rec.expectations.satisfied("ns/pool")
+    result = await rec.reconcile(Request(NS, "pool"))
+    assert fake.objects(SANDBOX) == []  # still waiting for the member the lost create may have made
+    assert result.requeue_after
+    await asyncio.sleep(0.1)
+    assert rec.expectations.satisfied("ns/pool")
+    await rec.reconcile(Request(NS, "pool"))
+    assert len(fake.objects(SANDBOX)) == 2
+
+
+def test_a_deferred_lowering_never_touches_a_later_batch() -> None:
+    exp = Expectations()
+    assert exp.try_expect_creations("k", 1)
+    token = exp.current_record("k")
+    exp.creation_observed("k")  # the lost create had applied
+    assert exp.try_expect_creations("k", 3)  # the next batch
+    exp.lower_creations("k", 1, raised=token)  # the first batch's deferred lowering fires late
+    assert exp.pending("k") == (3, frozenset())
 
 
 async def test_quiet_cluster_grace_requeue_then_hold_with_one_event() -> None:

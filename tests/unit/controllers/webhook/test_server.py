@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime as dt
 import ssl
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -151,3 +153,49 @@ async def test_unmanaged_mode_needs_files(tmp_path: Path) -> None:
         assert "caBundle" not in crd_after["spec"]["conversion"]["webhook"]["clientConfig"]  # not managed
     finally:
         await webhook.stop()
+
+
+async def test_conversion_is_answered_while_the_controllers_loop_is_blocked(tmp_path: Path) -> None:
+    """The listener has its own thread and loop: a busy controller loop does not delay conversions.
+
+    The API server converts watch-cache events one at a time through the webhook, so a conversion waiting
+    behind reconcile work delays every watcher. Here the test's (the controllers') loop is blocked outright
+    while another thread converts; on the shared loop that request could not be answered until the block ends.
+    """
+    b = generate_bundle(service="s", namespace="n", cluster_domain="cluster.local", extra_hosts=("127.0.0.1",),
+                        now=dt.datetime.now(dt.UTC))  # fmt: skip
+    (tmp_path / "tls.crt").write_bytes(b.cert_pem)
+    (tmp_path / "tls.key").write_bytes(b.key_pem)
+    opts = WebhookOptions(host="127.0.0.1", port=0, manage_certs=False, cert_dir=tmp_path)
+    webhook = ConversionWebhook(FakeClient(), opts)
+    await webhook.start()
+    review = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "ConversionReview",
+        "request": {"uid": "u", "desiredAPIVersion": "agents.x-k8s.io/v1alpha1", "objects": []},
+    }
+    answered_during_block = threading.Event()
+    outcome: list[object] = []
+
+    def convert_from_another_thread() -> None:
+        async def go() -> tuple[int, Any]:
+            return await asyncio.wait_for(
+                _post(f"https://127.0.0.1:{webhook.port}/convert", orjson.dumps(review), b.ca_pem), 20
+            )
+
+        try:
+            outcome.append(asyncio.run(go()))
+        except Exception as exc:
+            outcome.append(exc)
+        answered_during_block.set()
+
+    try:
+        caller = threading.Thread(target=convert_from_another_thread)
+        caller.start()
+        # Block this loop (as a long synchronous stretch of reconcile work would) until answered, at most 20 s.
+        answered = answered_during_block.wait(20)
+        caller.join()
+    finally:
+        await webhook.stop()
+    assert answered, "no answer while the controllers' loop was blocked"
+    assert outcome[0][0] == 200, outcome  # type: ignore[index]
