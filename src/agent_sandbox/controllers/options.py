@@ -132,13 +132,6 @@ FLAGS: tuple[Flag, ...] = (
         15.0,
         "While claims arrive, writes that do not make a claim Ready wait up to this long; 0 = never.",
     ),
-    # Ours, not upstream's (docs/design/cold-start-admission.md).
-    Flag(
-        "sandbox-claim-cold-start-limit",
-        "int",
-        0,
-        "Cold starts for SandboxClaims in flight until their Pod is scheduled; the rest wait oldest first. 0 = no limit.",
-    ),
     # Ours, not upstream's (docs/lifecycle.md): off unless asked for.
     Flag(
         "sandbox-lifecycle",
@@ -228,7 +221,6 @@ class Options:
     disable_claim_observability_annotations: bool = False
     sandbox_write_behind_window: float = 0.0
     sandbox_claim_priority_hold: float = 15.0
-    sandbox_claim_cold_start_limit: int = 0
     sandbox_lifecycle: bool = False
     sandbox_lifecycle_concurrent_workers: int = 10
     sandbox_lifecycle_runtime_port: int = 8080
@@ -314,8 +306,6 @@ def validate(opts: Options) -> tuple[list[str], list[str]]:
         errors.append("--sandbox-warm-pool-max-refill-rate must be finite and >= 0")
     if opts.sandbox_write_behind_window < 0:
         errors.append("--sandbox-write-behind-window must be >= 0")
-    if opts.sandbox_claim_cold_start_limit < 0:
-        errors.append("--sandbox-claim-cold-start-limit must be >= 0")
     if opts.sandbox_claim_priority_hold < 0:
         errors.append("--sandbox-claim-priority-hold must be >= 0")
     if opts.sandbox_lifecycle_concurrent_workers <= 0:

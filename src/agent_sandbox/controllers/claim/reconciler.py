@@ -70,7 +70,6 @@ from agent_sandbox.kube import (
 from ..claim_pressure import ClaimPressure
 from ..indexes import INDEX_SANDBOX_CLAIM_UID
 from . import execute as ex
-from .admission import ColdStartAdmission, past_scheduling
 from .adoption import (
     is_adoptable,
 )
@@ -147,14 +146,12 @@ class ClaimReconciler:
         config: ClaimConfig,
         tracing: Tracing | None = None,
         pressure: ClaimPressure | None = None,
-        admission: ColdStartAdmission | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         """Args:
         store: synchronous cache reads. api: writes. authoritative: uncached reads (settling contests).
         queue / observed / fresh: the controller's in-memory state. pressure: claim arrivals (a detached
-        metadata patch waits behind them, bounded by its hold). admission: the cold-start gate
-        (`admission.py`; default: no limit). now: wall clock (tests inject one).
+        metadata patch waits behind them, bounded by its hold). now: wall clock (tests inject one).
         """
         self.store = store
         self.api = api
@@ -167,7 +164,6 @@ class ClaimReconciler:
         self.config = config
         self.tracing = tracing or Tracing()
         self.pressure = pressure or ClaimPressure(0.0)
-        self.admission = admission or ColdStartAdmission(0)
         self.now = now
         self.warm = WarmPath(
             api=api,
@@ -181,7 +177,6 @@ class ClaimReconciler:
             before_takeover=self._intent_for_candidate,
         )
         self._retry: Callable[[Request], None] | None = None
-        self._wake: Callable[[Request], None] = lambda _request: None
         self._stamping: dict[str, asyncio.Task[None]] = {}  # claim UID -> its in-flight metadata patch
 
     def detach_metadata_writes(self, retry: Callable[[Request], None]) -> None:
@@ -191,10 +186,6 @@ class ClaimReconciler:
         when a detached patch fails. Without this call the patch is awaited in the pass (unit tests).
         """
         self._retry = retry
-
-    def wake_admitted(self, wake: Callable[[Request], None]) -> None:
-        """`wake` enqueues a claim a freed cold-start slot now admits (the controller's `queue.add`)."""
-        self._wake = wake
 
     def held_writes(self) -> dict[str, int]:
         """`claim_pressure.HoldsWrites`: detached first-ready stamps not yet sent (most held behind claims)."""
@@ -207,7 +198,6 @@ class ClaimReconciler:
         cached = self.store.get(SANDBOX_CLAIM, ns, name)
         if cached is None:
             self.observed.drain(ns, name)
-            self._settle(request)
             return Result()
         claim = self.fresh.view(SANDBOX_CLAIM, ns, name, cached) or cached
         ann = claim["metadata"].get("annotations") or {}
@@ -223,7 +213,6 @@ class ClaimReconciler:
         ns = meta["namespace"]
         await self._legacy_policy(claim)
         if meta.get("deletionTimestamp"):
-            self._settle(_request(claim))
             return Result()  # garbage collection removes the Sandbox
         now = self.now()
         step = decide_expiry(claim, now)
@@ -255,16 +244,7 @@ class ClaimReconciler:
             # networked wakes it sooner than the timer.
             self.queue.wait(pool_key(ns, claim_pool_name(claim)), _request(claim))
             return Result(resolution.delay)
-        if isinstance(resolution, Create) and not self.admission.admit(
-            _request(claim), (self._first_observed(claim), ns, meta["name"])
-        ):
-            # No write, as for a claim still in the workqueue. A freed slot wakes the oldest waiters, whose
-            # pass tries the warm queue first; the requeue only covers slots freed by `max_hold` expiry. (Not
-            # a warm-queue waiter: a usable member would wake every waiting claim of the pool at once.)
-            return Result(self.admission.max_hold)
         sandbox, error, drop = await self._apply(snap, resolution)
-        if not isinstance(resolution, Create) and (sandbox is None or past_scheduling(sandbox)):
-            self._settle(_request(claim))
 
         new_status = compute_status(claim, sandbox, error, expired=step.expired, now=now)
         if new_status is None:
@@ -553,10 +533,6 @@ class ClaimReconciler:
                 await ex.delete_policy(self.api, policy)
             except KubeError as exc:
                 log.info("deleting legacy network policy failed: %s", describe_error(exc))
-
-    def _settle(self, request: Request) -> None:
-        for admitted in self.admission.settle(request):
-            self._wake(admitted)
 
     def _remember_claim(self, written: ex.StatusWrite) -> None:
         if (

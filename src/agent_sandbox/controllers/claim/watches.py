@@ -19,7 +19,6 @@ from typing import Any
 from agent_sandbox.api import constants as c
 from agent_sandbox.api.meta import (
     claim_sandbox_name,
-    controller_name,
     is_ready,
     pool_key,
     sandbox_pool_name,
@@ -52,7 +51,6 @@ from ..indexes import (
     SANDBOX_BY_POOL,
     ensure_indexes,
 )
-from .admission import ColdStartAdmission, ColdStartAdmissionCollector, past_scheduling
 from .adoption import is_adoptable
 from .observability import ClaimMetrics, ObservedTimes
 from .queue import WarmQueue
@@ -210,32 +208,6 @@ class WarmQueueFeeder:
             self._queue.remove(pool_key(meta.get("namespace", ""), pool), meta["name"])
 
 
-class ColdStartReleaser:
-    """Sandbox informer handler: a claim's cold Sandbox whose Pod got scheduled frees its admission slot.
-
-    Done here rather than in a claim pass so the slot frees without one (the claim's owned-Sandbox filter
-    does not pass PodScheduled changes; on a real cluster the kubelet's start can take far longer).
-    """
-
-    def __init__(self, admission: ColdStartAdmission, wake: Callable[[Request], None]) -> None:
-        self._admission = admission
-        self._wake = wake
-
-    def on_add(self, obj: Object) -> None:
-        self.on_update(None, obj)
-
-    def on_update(self, old: Object | None, new: Object) -> None:
-        if not self._admission.in_flight or not past_scheduling(new):
-            return
-        claim = controller_name(new, SANDBOX_CLAIM)
-        if claim:
-            for request in self._admission.settle(Request(new["metadata"].get("namespace", ""), claim)):
-                self._wake(request)
-
-    def on_delete(self, obj: Object) -> None:
-        return None
-
-
 class PoolDeletionHandler:
     """A deleted SandboxWarmPool takes its whole in-memory queue with it."""
 
@@ -286,7 +258,6 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
     queue = WarmQueue()
     fresh = Freshest()
     observed = ObservedTimes()
-    admission = ColdStartAdmission(opts.sandbox_claim_cold_start_limit)
     reconciler = ClaimReconciler(
         store=InformerStore(cache),
         api=mgr.client,
@@ -302,7 +273,6 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
         ),
         tracing=ctx.tracing,
         pressure=ctx.claim_pressure,
-        admission=admission,
     )
     ctrl: Controller = (
         Builder(mgr)
@@ -323,9 +293,5 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
             ctrl.queue.add(waiter)
 
     cache.informer(SANDBOX).add_handler(WarmQueueFeeder(queue, fresh, wake))
-    if admission.limit > 0:
-        reconciler.wake_admitted(ctrl.queue.add)
-        cache.informer(SANDBOX).add_handler(ColdStartReleaser(admission, ctrl.queue.add))
-        mgr.options.registry.register(ColdStartAdmissionCollector(admission))
     cache.informer(SANDBOX_WARM_POOL).add_handler(PoolDeletionHandler(queue))
     cache.informer(SANDBOX_CLAIM).add_handler(ClaimLifecycleHandler(fresh, ctx.claim_pressure))
