@@ -10,8 +10,8 @@ Conversion itself is the pure :func:`agent_sandbox.api.conversion.convert_review
 runs on its **own thread and event loop** (:class:`_ServingThread`): while v1alpha1 is served the API
 server's watch cache sends every change of a Sandbox or claim through this webhook, one at a time per
 resource, so each answer's latency bounds how fast *every* watcher (our own informers included) sees
-changes. On the controllers' loop that latency was the loop's backlog under load (docs/performance.md,
-"conversion webhook on its own thread"). Large reviews (a v1alpha1 list of many objects) are converted in
+changes. On the controllers' loop that latency included the loop's backlog under load
+(docs/design/webhook-thread.md). Large reviews (a v1alpha1 list of many objects) are converted in
 a worker thread so even that loop is not blocked.
 
 Failure modes: :class:`WebhookError` when the certificate files are missing (unmanaged
