@@ -138,8 +138,8 @@ async def create_members(
     successes, error = await slow_start_batch(count, one)
     if count > successes:
         exp.lower_creations(key, count - successes - ambiguous)  # refused creates produce no event
-    if ambiguous:
-        raised = exp.current_record(key)
+    raised = exp.current_record(key) if ambiguous else None
+    if raised is not None:  # None: everything pending was observed already (the lost creates had applied)
         asyncio.get_running_loop().call_later(
             AMBIGUOUS_CREATE_HOLD, functools.partial(exp.lower_creations, key, ambiguous, raised=raised)
         )

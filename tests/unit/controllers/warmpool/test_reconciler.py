@@ -562,3 +562,22 @@ async def test_claim_pressure_holds_refill_not_status_and_coalesces_passes() -> 
         assert h.creates() == 5
         assert h.pool_status()["replicas"] == 3  # observed before the refill member shows up
         assert h.pool_status()["readyReplicas"] == 3
+
+
+async def test_a_lost_create_the_cache_already_showed_defers_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The member's add event beat the lost answer: nothing is pending, so no lowering may be deferred
+    (it would land on the next batch's record)."""
+    monkeypatch.setattr(pool_execute, "AMBIGUOUS_CREATE_HOLD", 0.01)
+    exp = Expectations()
+    assert exp.try_expect_creations("ns/pool", 1)
+
+    class ObservedThenLost:
+        async def create(self, kind: Any, body: Any, *, namespace: str | None = None) -> Any:
+            exp.creation_observed("ns/pool")
+            raise TransportError("POST: connection reset")
+
+    created, err = await pool_execute.create_members(ObservedThenLost(), exp, "ns/pool", NS, {}, 1)  # type: ignore[arg-type]
+    assert (created, isinstance(err, TransportError)) == (0, True)
+    assert exp.try_expect_creations("ns/pool", 2)
+    await asyncio.sleep(0.05)
+    assert exp.pending("ns/pool") == (2, frozenset())
