@@ -21,6 +21,7 @@ __all__ = [
     "error_middleware",
     "find_part",
     "json_response",
+    "media_type",
     "multipart_reader",
     "part_chunks",
     "path_tail",
@@ -110,6 +111,15 @@ def error_middleware(shape: ErrorShape) -> Middleware:
 
 # What aiohttp's multipart parser raises on a malformed body (bad boundary, header bytes, encodings).
 _MALFORMED = (HttpProcessingError, AssertionError, LookupError, ValueError, UnicodeError)
+
+
+def media_type(request: web.Request) -> str:
+    """The request's media type, lower-cased, without parameters ("" when absent).
+
+    Not `request.content_type`: aiohttp parses that with the stdlib email parser, which raises IndexError
+    on some malformed values (`;0*`) - a 500 instead of the answer a bad header deserves.
+    """
+    return request.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
 
 
 async def multipart_reader(request: web.Request) -> MultipartReader:

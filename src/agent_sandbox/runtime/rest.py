@@ -16,6 +16,7 @@ from ._http import (
     error_middleware,
     find_part,
     json_response,
+    media_type,
     multipart_reader,
     part_chunks,
     path_tail,
@@ -172,7 +173,7 @@ class _Rest:
 
 async def _body_chunks(request: web.Request) -> AsyncIterator[bytes]:
     """The raw body, or the `file` part of a multipart/form-data body (ValueError when it is missing)."""
-    if request.content_type != "multipart/form-data":
+    if media_type(request) != "multipart/form-data":
         return request.content.iter_chunked(_CHUNK)
     part = await find_part(await multipart_reader(request), "file")
     if part is None:
