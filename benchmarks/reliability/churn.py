@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import os
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -34,6 +33,7 @@ from agent_sandbox.kube import SANDBOX, SANDBOX_CLAIM, ApiClient, KubeError, Not
 
 from .. import promtext
 from .burst import claim_body, create_template_and_pool, is_ready, retrying, settle
+from .soak import scrape_controller
 
 __all__ = ["HOOK_DIR", "Churn", "churn", "probe_env"]
 
@@ -164,9 +164,7 @@ async def _probe(dump_dir: Path, label: str, cycles: int, within: float = 180.0)
 
 
 def _depth(metrics_port: int) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as resp:
-        samples = promtext.parse(resp.read().decode())
-    return promtext.scalar(samples, "workqueue_depth") or 0.0
+    return promtext.scalar(scrape_controller(metrics_port), "workqueue_depth") or 0.0
 
 
 async def _ready_watcher(api: ApiClient, namespace: str, waiting: dict[str, asyncio.Future[None]]) -> None:

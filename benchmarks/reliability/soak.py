@@ -31,7 +31,7 @@ from ..harness import CLAIM_HIST
 from ..stats import diff_buckets, histogram_summary
 from .burst import EXT, create_template_and_pool, retrying, settle
 
-__all__ = ["Sample", "Soak", "error_lines", "soak"]
+__all__ = ["Sample", "Soak", "error_lines", "scrape_controller", "soak"]
 
 EXPIRY_S = 30.0
 ERROR_LEVELS = frozenset({"error", "dpanic", "panic", "fatal"})
@@ -114,13 +114,14 @@ def error_lines(log: Path, offset: int = 0) -> list[str]:
     return out
 
 
-def _scrape(metrics_port: int) -> list[promtext.Sample]:
+def scrape_controller(metrics_port: int) -> list[promtext.Sample]:
+    """The controller's /metrics on `metrics_port`, parsed (blocking: call it in a thread from async code)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as resp:
         return promtext.parse(resp.read().decode())
 
 
 def _look(controller: Started, metrics_port: int, at_s: float) -> Sample:
-    samples = _scrape(metrics_port)
+    samples = scrape_controller(metrics_port)
     return Sample(
         at_s=round(at_s, 1),
         rss_mib=round(rss_bytes(controller.pid) / 2**20, 1),
