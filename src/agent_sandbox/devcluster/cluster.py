@@ -372,7 +372,7 @@ class DevCluster:
         (d / "scheduler-config.yaml").write_text(scheduler_config_yaml(d / "scheduler.kubeconfig", cfg))
         (d / "kwok-stages.yaml").write_text(kwok_stages_yaml(cfg))
         if cfg.audit_log:
-            (d / components.AUDIT_POLICY).write_text(audit_policy_yaml())
+            (d / components.AUDIT_POLICY).write_text(audit_policy_yaml(bodies=cfg.audit_bodies))
         lay = components.Layout(d, p, self.binaries, pki, self.state.pod_cidr)
 
         say(f"[{self.name}] starting etcd")

@@ -80,6 +80,8 @@ class ClusterConfig:
     # Write kube-apiserver's audit log (`logs/audit.log`, JSON lines, policy `audit_policy_yaml`): every
     # write with who sent it, counted from outside the controller (`devcluster/audit.py` reads it).
     audit_log: bool = False
+    # With `audit_log`: every write's request body and Events too (probes that ask what each write changed).
+    audit_bodies: bool = False
 
 
 def kubeconfig_yaml(*, name: str, server: str, ca: Path, cert: Path, key: Path, user: str) -> str:
@@ -178,7 +180,7 @@ def kwok_stages_yaml(cfg: ClusterConfig) -> str:
 AUDIT_IGNORED_USERS = ("kwok",)
 
 
-def audit_policy_yaml() -> str:
+def audit_policy_yaml(*, bodies: bool = False) -> str:
     """kube-apiserver's audit Policy: every write at Metadata level (verb, object, user, user agent,
     response code); Sandbox creates with their response (a generated name and the owner are known only
     then) and Sandbox patches/updates with their request (a claim's takeover of a warm member is a JSON
@@ -188,33 +190,33 @@ def audit_policy_yaml() -> str:
     Only Sandbox creates are also logged at RequestReceived: a SIGKILLed kube-apiserver can commit a
     create to etcd and die before it logs the response, and the (blocking-mode) RequestReceived line,
     written before the request is handled, is then the only trace that the create was in flight.
-    A per-rule `omitStages` adds to the policy-wide one, so the omission is per rule."""
-    doc = {
-        "apiVersion": "audit.k8s.io/v1",
-        "kind": "Policy",
-        "omitManagedFields": True,
-        "rules": [
-            {"level": "None", "verbs": ["get", "list", "watch"]},
-            {"level": "None", "users": list(AUDIT_IGNORED_USERS)},
-            {"level": "None", "namespaces": ["kube-node-lease"]},
-            {
-                "level": "None",
-                "resources": [{"group": "", "resources": ["events"]}, {"group": "events.k8s.io"}],
-            },
-            {
-                "level": "RequestResponse",
-                "verbs": ["create"],
-                "resources": [{"group": "agents.x-k8s.io", "resources": ["sandboxes"]}],
-            },
-            {
-                "level": "Request",
-                "verbs": ["patch", "update"],
-                "resources": [{"group": "agents.x-k8s.io", "resources": ["sandboxes"]}],
-                "omitStages": ["RequestReceived"],
-            },
-            {"level": "Metadata", "omitStages": ["RequestReceived"]},
-        ],
-    }
+    A per-rule `omitStages` adds to the policy-wide one, so the omission is per rule.
+
+    `bodies`: Events are logged too, and every write at Request level (what each write changed)."""
+    events_none: list[dict[str, Any]] = [
+        {"level": "None", "resources": [{"group": "", "resources": ["events"]}, {"group": "events.k8s.io"}]}
+    ]
+    every_body: list[dict[str, Any]] = [{"level": "Request", "omitStages": ["RequestReceived"]}]
+    rules: list[dict[str, Any]] = [
+        {"level": "None", "verbs": ["get", "list", "watch"]},
+        {"level": "None", "users": list(AUDIT_IGNORED_USERS)},
+        {"level": "None", "namespaces": ["kube-node-lease"]},
+        *([] if bodies else events_none),
+        {
+            "level": "RequestResponse",
+            "verbs": ["create"],
+            "resources": [{"group": "agents.x-k8s.io", "resources": ["sandboxes"]}],
+        },
+        {
+            "level": "Request",
+            "verbs": ["patch", "update"],
+            "resources": [{"group": "agents.x-k8s.io", "resources": ["sandboxes"]}],
+            "omitStages": ["RequestReceived"],
+        },
+        *(every_body if bodies else []),
+        {"level": "Metadata", "omitStages": ["RequestReceived"]},
+    ]
+    doc = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitManagedFields": True, "rules": rules}
     return yaml.safe_dump(doc, sort_keys=False)
 
 
