@@ -4,8 +4,8 @@
         [--unserve] [--flag=--disable-claim-events ...] [--tag T]
 
 Same cluster and controller as the burst benchmark (`Tuning()` = the KWOK gate settings) with kube-apiserver's
-audit log on. One pool of `--pool` members; per window, 10 s of idle baseline, then `--claims` claims at 1/s,
-each deleted 5 s after it is Ready (as the sustained scenario does), far below the knee so nothing queues, then
+audit log on. One pool of `--pool` members; per window, 10 s of idle baseline, then `--claims` claims at `--rate`/s (default 1),
+each deleted 5 s after it is Ready (as the sustained scenario does), by default far below the knee so nothing queues, then
 until the pool is whole again and the writes stop. Per window: writes per claim cycle by client and verb/resource
 (counted from the audit log) and CPU per cycle by process net of the idle baseline. `--bodies` logs every write's
 body and prints the first window's patch shapes (which fields each write set) and the time-ordered writes of one
@@ -76,8 +76,8 @@ def _shape(e: AuditEvent) -> str:
     return f"{_client(e)} {e.verb} {_what(e)}"
 
 
-async def _claim(bench: Bench, i: int, start: float, names: dict[str, str]) -> None:
-    await asyncio.sleep(max(0.0, start + i - time.time()))
+async def _claim(bench: Bench, i: int, at: float, names: dict[str, str]) -> None:
+    await asyncio.sleep(max(0.0, at - time.time()))
     name = f"cycle-{i:03d}"
     body = {
         "apiVersion": f"{c.EXTENSIONS_GROUP}/v1beta1",
@@ -153,8 +153,10 @@ async def _watchers(bench: Bench) -> str:
     return ", ".join(f"{k} {n}" for k, n in sorted(counts.items()) if "sandbox" in k or k == "pods")
 
 
-async def _window(bench: Bench, log: AuditLog, claims: int, profile: bool, detail: bool) -> dict[str, Any]:
-    """One measured window: idle baseline, `claims` cycles at 1/s, settle; writes and CPU per cycle."""
+async def _window(
+    bench: Bench, log: AuditLog, claims: int, rate: float, *, profile: bool, detail: bool
+) -> dict[str, Any]:
+    """One measured window: idle baseline, `claims` cycles at `rate`/s, settle; writes and CPU per cycle."""
     await _settle(bench, log)
     idle0, t_idle = _cpu(bench), time.monotonic()
     await asyncio.sleep(10.0)
@@ -166,8 +168,8 @@ async def _window(bench: Bench, log: AuditLog, claims: int, profile: bool, detai
     prof = None
     if profile:
         out = Path(f"benchmarks/results/tmp/cycle-writes-{int(start)}.pprof")
-        prof = asyncio.create_task(apiserver_profile.capture(bench.cluster, claims + 5, out))
-    await asyncio.gather(*(_claim(bench, i, start, names) for i in range(claims)))
+        prof = asyncio.create_task(apiserver_profile.capture(bench.cluster, claims / rate + 5, out))
+    await asyncio.gather(*(_claim(bench, i, start + i / rate, names) for i in range(claims)))
     await bench.wait_pools_ready([(NAMESPACE, POOL)], 300)
     await _settle(bench, log)
     end, t1 = _cpu(bench), time.monotonic()
@@ -179,6 +181,7 @@ async def _window(bench: Bench, log: AuditLog, claims: int, profile: bool, detai
     by_kind = collections.Counter(f"{_client(e)} {e.verb} {_what(e)}" for e in writes)
     window = {
         "claims": claims,
+        "rate": rate,
         "seconds": round(t1 - t0, 1),
         "load1": [round(load0, 2), round(os.getloadavg()[0], 2)],
         "writes_per_cycle": round(len(writes) / claims, 2),
@@ -212,7 +215,14 @@ async def run(args: argparse.Namespace) -> None:
         await bench.wait_pools_ready([(NAMESPACE, POOL)], 300)
         log = AuditLog(bench.cluster.audit_log)
         windows = [
-            await _window(bench, log, args.claims, args.profile and i == 0, args.bodies and i == 0)
+            await _window(
+                bench,
+                log,
+                args.claims,
+                args.rate,
+                profile=args.profile and i == 0,
+                detail=args.bodies and i == 0,
+            )
             for i in range(args.windows)
         ]
         print(f"watches: {await _watchers(bench)}")
@@ -237,6 +247,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--claims", type=int, default=30)
     parser.add_argument("--pool", type=int, default=20)
+    parser.add_argument("--rate", type=float, default=1.0, help="claims per second (evenly spaced)")
     parser.add_argument("--windows", type=int, default=3, help="measured windows on the one cluster")
     parser.add_argument("--profile", action="store_true", help="kube-apiserver's pprof over the first window")
     parser.add_argument(
