@@ -21,7 +21,7 @@ from typing import Any
 from . import _process
 from ._calls import call, open_stream
 from ._connection import Connection, Target
-from ._steps import Emit, Flow, GrpcCall, GrpcFailure, GrpcOpen, GrpcRead, ReadLine
+from ._steps import Emit, Flow, GrpcCall, GrpcFailure, GrpcOpen, GrpcRead, ReadLine, Trace
 from .exceptions import SandboxError, SandboxRequestError, SandboxRequestTimeoutError
 from .models import CommandEvent, ExecutionResult
 
@@ -76,6 +76,14 @@ def _grpc_metadata(target: Target) -> tuple[tuple[str, str], ...]:
     return target.grpc_metadata
 
 
+def executable_name(command: object) -> str:
+    """The span attribute `sandbox.command.executable`: the first word that is not `NAME=value`, basename."""
+    for word in command.split() if isinstance(command, str) else ():
+        if "=" not in word:
+            return word.split("/")[-1]
+    return ""
+
+
 def run_command(
     conn: Connection,
     command: str,
@@ -85,7 +93,24 @@ def run_command(
     env: Mapping[str, str] | None,
     cwd: str | None,
 ) -> Flow[ExecutionResult]:
-    """Run `command` to completion; a non-zero exit is a result, not an error."""
+    """Run `command` to completion; a non-zero exit is a result, not an error. Span `run` (upstream's)."""
+    yield Trace("run", {"sandbox.command.executable": executable_name(command)})
+    result = yield from _run_command(
+        conn, command, timeout=timeout, command_timeout=command_timeout, env=env, cwd=cwd
+    )
+    yield Trace(None, {"sandbox.exit_code": result.exit_code})
+    return result
+
+
+def _run_command(
+    conn: Connection,
+    command: str,
+    *,
+    timeout: float,
+    command_timeout: float | None,
+    env: Mapping[str, str] | None,
+    cwd: str | None,
+) -> Flow[ExecutionResult]:
     if not isinstance(command, str) or not command:
         raise ValueError("command must be a non-empty string")
     check_process_options(env, cwd)
@@ -176,7 +201,8 @@ def stream_command(
     pty: tuple[int, int] | None,
     ref: ProcessRef,
 ) -> Flow[None]:
-    """Emit `CommandEvent`s (stdout/stderr chunks, then one `exit`) while the command runs."""
+    """Emit `CommandEvent`s (stdout/stderr chunks, then one `exit`) while the command runs. Span `stream`."""
+    yield Trace("stream", {"sandbox.command.executable": executable_name(command)})
     if not isinstance(command, str) or not command:
         raise ValueError("command must be a non-empty string")
     check_process_options(env, cwd)

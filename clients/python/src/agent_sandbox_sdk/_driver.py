@@ -40,8 +40,10 @@ from ._steps import (
     Step,
     StreamHandle,
     TlsSettings,
+    Trace,
     Upload,
 )
+from ._tracing import FlowTrace, Tracing
 from .exceptions import SandboxConnectionError, SandboxRequestError, SandboxRequestTimeoutError
 
 __all__ = ["AsyncDriver", "SyncDriver", "import_grpc"]
@@ -133,8 +135,11 @@ class _DriverBase:
         max_connections: int = 1000,
         max_keepalive: int = 200,
         transport: Any = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.kube = kube
+        #: Spans for the flows' `Trace` steps (None: tracing off, `Trace` answers {} at once).
+        self.tracing = tracing
         self._limits = httpx2.Limits(max_connections=max_connections, max_keepalive_connections=max_keepalive)
         self._transport = transport  # a test seam (httpx2.MockTransport); None = the network
         self._clients: dict[Any, Any] = {}
@@ -227,6 +232,7 @@ class SyncDriver(_DriverBase):
         opened: list[Any] = []
         value: Any = None
         error: BaseException | None = None
+        spans = FlowTrace(self.tracing) if self.tracing is not None else None
         try:
             while True:
                 try:
@@ -238,11 +244,22 @@ class SyncDriver(_DriverBase):
                 if isinstance(step, Emit):
                     yield step.value
                     continue
+                if isinstance(step, Trace):
+                    value = spans.step(step) if spans is not None else {}
+                    continue
+                if spans is not None and isinstance(step, Send | Open):
+                    step = type(step)(spans.stamp(step.request))
                 try:
                     value = self._execute(step, opened)
                 except (SandboxRequestError, GrpcFailure) as err:
                     error = err
+        except BaseException as failure:
+            if spans is not None:
+                spans.finish(failure)
+            raise
         finally:
+            if spans is not None:
+                spans.finish(None)
             flow.close()
             for handle in reversed(opened):
                 self._release(handle)
@@ -357,6 +374,7 @@ class AsyncDriver(_DriverBase):
         opened: list[Any] = []
         value: Any = None
         error: BaseException | None = None
+        spans = FlowTrace(self.tracing) if self.tracing is not None else None
         try:
             while True:
                 try:
@@ -368,11 +386,22 @@ class AsyncDriver(_DriverBase):
                 if isinstance(step, Emit):
                     yield step.value
                     continue
+                if isinstance(step, Trace):
+                    value = spans.step(step) if spans is not None else {}
+                    continue
+                if spans is not None and isinstance(step, Send | Open):
+                    step = type(step)(spans.stamp(step.request))
                 try:
                     value = await self._execute(step, opened)
                 except (SandboxRequestError, GrpcFailure) as err:
                     error = err
+        except BaseException as failure:
+            if spans is not None:
+                spans.finish(failure)
+            raise
         finally:
+            if spans is not None:
+                spans.finish(None)
             flow.close()
             for handle in reversed(opened):
                 await self._release(handle)

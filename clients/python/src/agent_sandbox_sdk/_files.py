@@ -21,7 +21,7 @@ from typing import IO, Any
 from ._calls import call, open_stream
 from ._connection import Connection
 from ._paths import legacy_path, sandboxd_path, sanitize_path
-from ._steps import Flow, ReadChunk, Upload
+from ._steps import Flow, ReadChunk, Trace, Upload
 from .exceptions import SandboxError, SandboxRequestError
 from .models import FileEntry
 
@@ -47,7 +47,7 @@ def _multipart_framing(filename: str) -> tuple[bytes, bytes, str]:
     return head, f"\r\n--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
 
 
-def write(
+def _write(
     conn: Connection, path: str, content: Content, *, timeout: float, allow_unsafe_paths: bool
 ) -> Flow[None]:
     """Create or replace the file at `path` (parents created)."""
@@ -86,7 +86,7 @@ def write(
         yield from call(conn, "PUT", url, timeout=timeout, headers=headers, upload=Upload(source))
 
 
-def read(conn: Connection, path: str, *, timeout: float, allow_unsafe_paths: bool) -> Flow[bytes]:
+def _read(conn: Connection, path: str, *, timeout: float, allow_unsafe_paths: bool) -> Flow[bytes]:
     """The whole file."""
     if not allow_unsafe_paths:
         path = sanitize_path(path)
@@ -94,7 +94,7 @@ def read(conn: Connection, path: str, *, timeout: float, allow_unsafe_paths: boo
     return resp.content
 
 
-def read_to(
+def _read_to(
     conn: Connection,
     path: str,
     destination: str | os.PathLike[str] | IO[bytes],
@@ -145,7 +145,7 @@ def _entries(conn: Connection, body: Any) -> list[FileEntry]:
     return [FileEntry.from_sandboxd(e) for e in body["entries"] if e.get("type") in ("file", "directory")]
 
 
-def list_dir(conn: Connection, path: str, *, timeout: float) -> Flow[list[FileEntry]]:
+def _list_dir(conn: Connection, path: str, *, timeout: float) -> Flow[list[FileEntry]]:
     """Direct children of the directory `path` (`""` or `"."` = the root)."""
     resp = yield from call(conn, "GET", _files_path(conn, path, "list"), timeout=timeout)
     try:
@@ -154,7 +154,7 @@ def list_dir(conn: Connection, path: str, *, timeout: float) -> Flow[list[FileEn
         raise SandboxError(f"unreadable directory listing of {path!r}: {err}") from err
 
 
-def exists(conn: Connection, path: str, *, timeout: float) -> Flow[bool]:
+def _exists(conn: Connection, path: str, *, timeout: float) -> Flow[bool]:
     """Whether a file or directory exists at `path`."""
     if conn.runtime == "legacy":
         resp = yield from call(conn, "GET", _files_path(conn, path, "exists"), timeout=timeout)
@@ -166,7 +166,7 @@ def exists(conn: Connection, path: str, *, timeout: float) -> Flow[bool]:
     return resp.status_code != 404
 
 
-def delete_path(conn: Connection, path: str, *, recursive: bool, timeout: float) -> Flow[None]:
+def _delete_path(conn: Connection, path: str, *, recursive: bool, timeout: float) -> Flow[None]:
     """Remove a file, or a directory (non-empty ones only with `recursive=True`)."""
     if not path:
         raise ValueError(
@@ -174,3 +174,70 @@ def delete_path(conn: Connection, path: str, *, recursive: bool, timeout: float)
         )
     params = {"recursive": "true"} if recursive else None
     yield from call(conn, "DELETE", _files_path(conn, path, "files"), timeout=timeout, params=params)
+
+
+# The public flows: upstream's spans (`write`, `read`, `read_to`, `list`, `exists`, `delete`) and attributes.
+
+
+def write(
+    conn: Connection, path: str, content: Content, *, timeout: float, allow_unsafe_paths: bool
+) -> Flow[None]:
+    """Create or replace the file at `path` (parents created)."""
+    attributes: dict[str, str | int] = {"sandbox.file.path": path}
+    if isinstance(content, str | bytes | bytearray | memoryview):
+        attributes["sandbox.file.size"] = len(
+            content.encode("utf-8") if isinstance(content, str) else content
+        )
+    yield Trace("write", attributes)
+    yield from _write(conn, path, content, timeout=timeout, allow_unsafe_paths=allow_unsafe_paths)
+
+
+def read(conn: Connection, path: str, *, timeout: float, allow_unsafe_paths: bool) -> Flow[bytes]:
+    """The whole file."""
+    yield Trace("read", {"sandbox.file.path": path})
+    data = yield from _read(conn, path, timeout=timeout, allow_unsafe_paths=allow_unsafe_paths)
+    yield Trace(None, {"sandbox.file.size": len(data)})
+    return data
+
+
+def read_to(
+    conn: Connection,
+    path: str,
+    destination: str | os.PathLike[str] | IO[bytes],
+    *,
+    timeout: float,
+    allow_unsafe_paths: bool,
+    max_bytes: int | None,
+) -> Flow[int]:
+    """Stream the file into `destination` (a path, created/truncated, or a writable binary file); bytes written.
+
+    Over `max_bytes` -> `SandboxError` (a path destination is then removed, a file object keeps what was written).
+    """
+    yield Trace("read_to", {"sandbox.file.path": path})
+    written = yield from _read_to(
+        conn, path, destination, timeout=timeout, allow_unsafe_paths=allow_unsafe_paths, max_bytes=max_bytes
+    )
+    yield Trace(None, {"sandbox.file.size": written})
+    return written
+
+
+def list_dir(conn: Connection, path: str, *, timeout: float) -> Flow[list[FileEntry]]:
+    """Direct children of the directory `path` (`""` or `"."` = the root)."""
+    yield Trace("list", {"sandbox.file.path": path})
+    entries = yield from _list_dir(conn, path, timeout=timeout)
+    yield Trace(None, {"sandbox.file.count": len(entries)})
+    return entries
+
+
+def exists(conn: Connection, path: str, *, timeout: float) -> Flow[bool]:
+    """Whether a file or directory exists at `path`."""
+    yield Trace("exists", {"sandbox.file.path": path})
+    found = yield from _exists(conn, path, timeout=timeout)
+    yield Trace(None, {"sandbox.file.exists": found})
+    return found
+
+
+def delete_path(conn: Connection, path: str, *, recursive: bool, timeout: float) -> Flow[None]:
+    """Remove a file, or a directory (non-empty ones only with `recursive=True`)."""
+    yield Trace("delete", {"sandbox.file.path": path})
+    yield from _delete_path(conn, path, recursive=recursive, timeout=timeout)

@@ -10,6 +10,7 @@ creation fails after the POST; explicit names are never rolled back.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,13 +19,14 @@ from typing import Any
 
 from . import _kube
 from ._claims import ClaimView, SandboxView, build_claim, check_adoption, new_claim_name
-from ._steps import Flow, HttpResponse
+from ._steps import Flow, HttpResponse, Trace
 from .constants import (
     HIBERNATED_SANDBOX_ANNOTATION,
     OPERATING_MODE_RUNNING,
     OPERATING_MODE_SUSPENDED,
     RESUME_REASON_ANNOTATION,
     RESUMED_AT_ANNOTATION,
+    TRACE_CONTEXT_ANNOTATION,
 )
 from .exceptions import (
     SandboxError,
@@ -131,6 +133,13 @@ def create_and_wait(
         pod_annotations=pod_annotations,
         env=env,
     )
+    span = {"sandbox.claim.name": name}
+    if lifecycle := body["spec"].get("lifecycle"):
+        span["sandbox.lifecycle.shutdown_time"] = lifecycle["shutdownTime"]
+        span["sandbox.lifecycle.shutdown_policy"] = lifecycle["shutdownPolicy"]
+    # The create span's trace context goes on the claim (upstream: JSON of traceparent/tracestate).
+    if trace_context := (yield Trace("create_claim", span)):
+        body["metadata"]["annotations"][TRACE_CONTEXT_ANNOTATION] = json.dumps(trace_context)
     resp: HttpResponse = yield from _kube.create(_kube.CLAIMS, namespace, body)
     if resp.status_code == 409:
         if not adopt_existing:
@@ -141,6 +150,7 @@ def create_and_wait(
             )
         existing = yield from _kube.get(_kube.CLAIMS, namespace, name)
         view = check_adoption(existing, name, warmpool)
+        yield Trace("wait_for_claim_ready")
         ready = yield from wait_claim_ready(
             namespace,
             name,
@@ -152,6 +162,8 @@ def create_and_wait(
         return CreatedClaim(ready, auto_named=False)
     created = _kube.check_kube(resp, f"create sandboxclaims {namespace}/{name}")
     uid = (created.get("metadata") or {}).get("uid")
+    # A failed wait's rollback DELETE stays in this span, which records the failure.
+    yield Trace("wait_for_claim_ready")
     try:
         ready = yield from wait_claim_ready(
             namespace,
@@ -218,7 +230,8 @@ def resolve_claim(
 
 
 def delete_claim(namespace: str, name: str) -> Flow[bool]:
-    """DELETE the claim; True if it existed (404 is success: terminate is idempotent)."""
+    """DELETE the claim; True if it existed (404 is success: terminate is idempotent). Span `delete_claim`."""
+    yield Trace("delete_claim", {"sandbox.claim.name": name})
     existed: bool = yield from _kube.delete(_kube.CLAIMS, namespace, name)
     return existed
 

@@ -35,6 +35,7 @@ __all__ = [
     "Step",
     "StreamHandle",
     "TlsSettings",
+    "Trace",
     "Upload",
 ]
 
@@ -196,6 +197,18 @@ class Emit:
     value: Any
 
 
-Step = Send | Open | ReadLine | ReadChunk | Close | Sleep | GrpcCall | GrpcOpen | GrpcRead | Emit
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """Mark the flow's span (`_tracing.py`) -> the open span's W3C trace-context carrier ({} when untraced).
+
+    `op` given: end the flow's open span and start `<trace_service_name>.<op>` with `attributes`.
+    `op` None: add `attributes` to the open span. Drivers without tracing answer {} at once.
+    """
+
+    op: str | None
+    attributes: Mapping[str, str | int | float | bool] = field(default_factory=dict)
+
+
+Step = Send | Open | ReadLine | ReadChunk | Close | Sleep | GrpcCall | GrpcOpen | GrpcRead | Emit | Trace
 #: A flow: yields steps, receives their results, returns the operation's result.
 Flow = Generator[Step, Any, T]

@@ -13,6 +13,7 @@ from . import _commands, _files, _kube, _lifecycle, metrics
 from ._claims import SandboxView
 from ._driver import AsyncDriver
 from ._shared import HandleState, kube_endpoint, new_state
+from ._tracing import tracing_for
 from .exceptions import SandboxNotReadyError
 from .models import CommandEvent, ExecutionResult, FileEntry, SandboxConnectionConfig, SandboxTracerConfig
 
@@ -256,7 +257,10 @@ class AsyncSandbox:
         if isinstance(k8s_helper, AsyncDriver):
             driver = k8s_helper
         else:
-            driver = AsyncDriver(kube_endpoint(k8s_helper, None, None))
+            driver = AsyncDriver(
+                kube_endpoint(k8s_helper, None, None),
+                tracing=tracing_for(tracer_config or SandboxTracerConfig()),
+            )
         self._driver = driver
         self._state = new_state(
             claim_name=claim_name,

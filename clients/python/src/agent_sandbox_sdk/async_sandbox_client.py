@@ -17,6 +17,7 @@ from . import _inventory, _kube, _lifecycle, metrics
 from ._claims import validate_create_args
 from ._driver import AsyncDriver, SyncDriver
 from ._shared import Registry, default_connection_config, kube_endpoint, log
+from ._tracing import tracing_for
 from .async_sandbox import AsyncSandbox
 from .exceptions import SandboxError, SandboxMetadataError, SandboxNotFoundError
 from .models import SandboxConnectionConfig, SandboxInfo, SandboxTracerConfig, WarmPoolInfo
@@ -50,7 +51,11 @@ class AsyncSandboxClient:
     ) -> None:
         self.connection_config = connection_config or default_connection_config(async_client=True)
         self.tracer_config = tracer_config or SandboxTracerConfig()
-        self._driver = AsyncDriver(kube_endpoint(api_client, kubeconfig, context), transport=transport)
+        self._driver = AsyncDriver(
+            kube_endpoint(api_client, kubeconfig, context),
+            transport=transport,
+            tracing=tracing_for(self.tracer_config),
+        )
         self._registry = Registry()
         if cleanup:
             atexit.register(self._cleanup_at_exit)

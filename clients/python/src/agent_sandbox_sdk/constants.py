@@ -26,6 +26,8 @@ GATEWAY_PLURAL: Final = "gateways"
 
 CLIENT_REQUEST_TIME_ANNOTATION: Final = "agents.x-k8s.io/client-first-requested-at"
 POD_NAME_ANNOTATION: Final = "agents.x-k8s.io/pod-name"
+#: JSON {"traceparent": ..., "tracestate": ...} of the create span, only when tracing is on (spec §3.12).
+TRACE_CONTEXT_ANNOTATION: Final = "opentelemetry.io/trace-context"
 CREATED_BY_LABEL: Final = "agents.x-k8s.io/created-by"
 CREATED_BY_VALUE: Final = "python-client"
 SANDBOX_NAME_HASH_LABEL: Final = "agents.x-k8s.io/sandbox-name-hash"

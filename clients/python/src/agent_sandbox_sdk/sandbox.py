@@ -15,6 +15,7 @@ from . import _commands, _files, _kube, _lifecycle, metrics
 from ._claims import SandboxView
 from ._driver import SyncDriver
 from ._shared import HandleState, kube_endpoint, new_state
+from ._tracing import tracing_for
 from .exceptions import SandboxNotReadyError
 from .models import CommandEvent, ExecutionResult, FileEntry, SandboxConnectionConfig, SandboxTracerConfig
 
@@ -255,7 +256,10 @@ class Sandbox:
         if isinstance(k8s_helper, SyncDriver):
             driver = k8s_helper
         else:
-            driver = SyncDriver(kube_endpoint(k8s_helper, None, None))
+            driver = SyncDriver(
+                kube_endpoint(k8s_helper, None, None),
+                tracing=tracing_for(tracer_config or SandboxTracerConfig()),
+            )
         self._driver = driver
         self._state = new_state(
             claim_name=claim_name,

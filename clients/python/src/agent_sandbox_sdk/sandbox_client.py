@@ -16,6 +16,7 @@ from . import _inventory, _kube, _lifecycle, metrics
 from ._claims import validate_create_args
 from ._driver import SyncDriver
 from ._shared import Registry, default_connection_config, kube_endpoint, log
+from ._tracing import tracing_for
 from .exceptions import SandboxError, SandboxMetadataError, SandboxNotFoundError
 from .models import SandboxConnectionConfig, SandboxInfo, SandboxTracerConfig, WarmPoolInfo
 from .sandbox import Sandbox
@@ -49,7 +50,11 @@ class SandboxClient:
     ) -> None:
         self.connection_config = connection_config or default_connection_config(async_client=False)
         self.tracer_config = tracer_config or SandboxTracerConfig()
-        self._driver = SyncDriver(kube_endpoint(api_client, kubeconfig, context), transport=transport)
+        self._driver = SyncDriver(
+            kube_endpoint(api_client, kubeconfig, context),
+            transport=transport,
+            tracing=tracing_for(self.tracer_config),
+        )
         self._registry = Registry()
         if cleanup:
             atexit.register(self._cleanup)
