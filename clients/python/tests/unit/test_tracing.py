@@ -66,7 +66,8 @@ def exporter(module_exporter: InMemorySpanExporter) -> Iterator[InMemorySpanExpo
 def journey_sync(fake: FakeCluster, tracer_config: SandboxTracerConfig) -> str:
     with SandboxClient(CONFIG, tracer_config, api_client=endpoint(), transport=fake.transport()) as client:
         sandbox = client.create_sandbox("python-pool")
-        assert sandbox.commands is not None and sandbox.files is not None
+        assert sandbox.commands is not None
+        assert sandbox.files is not None
         assert sandbox.commands.run("LANG=C /usr/bin/python3 -c 'print(1)'").exit_code == 0
         sandbox.files.write("notes.txt", "hello")
         assert sandbox.files.read("notes.txt") == b"hello"
@@ -84,7 +85,8 @@ def journey_async(fake: FakeCluster, tracer_config: SandboxTracerConfig) -> str:
         )
         try:
             sandbox = await client.create_sandbox("python-pool")
-            assert sandbox.commands is not None and sandbox.files is not None
+            assert sandbox.commands is not None
+            assert sandbox.files is not None
             assert (await sandbox.commands.run("LANG=C /usr/bin/python3 -c 'print(1)'")).exit_code == 0
             await sandbox.files.write("notes.txt", "hello")
             assert await sandbox.files.read("notes.txt") == b"hello"
@@ -121,9 +123,12 @@ def test_spans_names_parents_attributes_annotation_and_headers(
     root = caller.get_span_context()
     for op in ops:
         span = spans[f"agent-x.{op}"]
-        assert span.parent is not None and span.parent.span_id == root.span_id, op
-        assert span.context is not None and span.context.trace_id == root.trace_id, op
-        assert span.instrumentation_scope is not None and span.instrumentation_scope.name == "agent_x"
+        assert span.parent is not None, op
+        assert span.parent.span_id == root.span_id, op
+        assert span.context is not None, op
+        assert span.context.trace_id == root.trace_id, op
+        assert span.instrumentation_scope is not None
+        assert span.instrumentation_scope.name == "agent_x"
         assert span.status.status_code == trace.StatusCode.UNSET, op
     order = sorted(ops, key=lambda op: spans[f"agent-x.{op}"].start_time or 0)
     assert order == ops
@@ -179,7 +184,8 @@ def test_a_failed_operation_ends_its_span_with_the_error(exporter: InMemorySpanE
             sandbox.files.read("missing.txt")
     read = next(s for s in exporter.get_finished_spans() if s.name == "agent-x.read")
     assert read.status.status_code == trace.StatusCode.ERROR
-    assert read.status.description is not None and "404" in read.status.description
+    assert read.status.description is not None
+    assert "404" in read.status.description
     assert [e.name for e in read.events] == ["exception"]
 
 
