@@ -112,7 +112,7 @@ def setup_tracing(enabled: bool, *, service_name: str = SERVICE_NAME, timeout: f
 
 def _exporter(timeout: float) -> Any:
     try:
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # type: ignore[import-not-found]
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # type: ignore[import-not-found,unused-ignore]
             OTLPSpanExporter,
         )
 

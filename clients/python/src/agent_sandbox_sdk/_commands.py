@@ -95,56 +95,56 @@ def run_command(
 ) -> Flow[ExecutionResult]:
     """Run `command` to completion; a non-zero exit is a result, not an error. Span `run` (upstream's)."""
     yield Trace("run", {"sandbox.command.executable": executable_name(command)})
-    result = yield from _run_command(
-        conn, command, timeout=timeout, command_timeout=command_timeout, env=env, cwd=cwd
-    )
-    yield Trace(None, {"sandbox.exit_code": result.exit_code})
-    return result
-
-
-def _run_command(
-    conn: Connection,
-    command: str,
-    *,
-    timeout: float,
-    command_timeout: float | None,
-    env: Mapping[str, str] | None,
-    cwd: str | None,
-) -> Flow[ExecutionResult]:
     if not isinstance(command, str) or not command:
         raise ValueError("command must be a non-empty string")
     check_process_options(env, cwd)
     if conn.runtime == "legacy":
-        resp = yield from call(
-            conn,
-            "POST",
-            "/execute",
-            timeout=_read_timeout(timeout, command_timeout),
-            json=_legacy_body(command, command_timeout, env, cwd),
+        body = _legacy_body(command, command_timeout, env, cwd)
+        extended = bool(env) or cwd is not None
+        result = yield from _run_legacy(conn, body, _read_timeout(timeout, command_timeout), extended)
+    else:
+        config = _process.config(command, env, cwd)
+        result = yield from _run_sandboxd(
+            conn, config, deadline=command_timeout or timeout, limit=command_timeout
         )
-        try:
-            body = resp.json()
-        except ValueError as err:
-            raise SandboxRequestError(
-                f"/execute answered non-JSON: {resp.text[:200]!r}", resp.status_code, resp
-            ) from err
-        if not isinstance(body, dict):
-            raise SandboxRequestError(
-                f"/execute answered {type(body).__name__}, not an object", resp.status_code, resp
-            )
-        if (env or cwd is not None) and "truncated" not in body:
-            raise SandboxError(
-                "the runtime ignored env/cwd: it does not speak this project's extended /execute "
-                "(an upstream python-runtime?); run without env/cwd or use the sandboxd runtime"
-            )
-        fields = {
-            k: body[k] for k in ("stdout", "stderr", "exit_code", "timed_out") if body.get(k) is not None
-        }
-        return ExecutionResult(**fields)
+    yield Trace(None, {"sandbox.exit_code": result.exit_code})
+    return result
+
+
+def _run_legacy(
+    conn: Connection, body: dict[str, Any], read_timeout: float, extended: bool
+) -> Flow[ExecutionResult]:
+    """POST /execute; `extended`: env/cwd were asked for, which only this project's runtime honours."""
+    resp = yield from call(conn, "POST", "/execute", timeout=read_timeout, json=body)
+    try:
+        answer = resp.json()
+    except ValueError as err:
+        raise SandboxRequestError(
+            f"/execute answered non-JSON: {resp.text[:200]!r}", resp.status_code, resp
+        ) from err
+    if not isinstance(answer, dict):
+        raise SandboxRequestError(
+            f"/execute answered {type(answer).__name__}, not an object", resp.status_code, resp
+        )
+    if extended and "truncated" not in answer:
+        raise SandboxError(
+            "the runtime ignored env/cwd: it does not speak this project's extended /execute "
+            "(an upstream python-runtime?); run without env/cwd or use the sandboxd runtime"
+        )
+    fields = {
+        k: answer[k] for k in ("stdout", "stderr", "exit_code", "timed_out") if answer.get(k) is not None
+    }
+    return ExecutionResult(**fields)
+
+
+def _run_sandboxd(
+    conn: Connection, config: Any, *, deadline: float, limit: float | None
+) -> Flow[ExecutionResult]:
+    """gRPC Execute with `deadline`; `limit` (the caller's command_timeout) turns an exceeded deadline into
+    a timed-out result instead of an error."""
     target = yield from conn.resolve()
     pb = _process.messages()
-    request = pb.ExecuteRequest(config=_process.config(command, env, cwd))
-    deadline = command_timeout or timeout
+    request = pb.ExecuteRequest(config=config)
     try:
         reply = yield GrpcCall(
             target.grpc_target or "",
@@ -156,9 +156,9 @@ def _run_command(
         )
     except GrpcFailure as err:
         if err.code == "DEADLINE_EXCEEDED":
-            if command_timeout:
+            if limit:
                 return ExecutionResult(
-                    stderr=f"Command timed out after {command_timeout:g} seconds",
+                    stderr=f"Command timed out after {limit:g} seconds",
                     exit_code=TIMED_OUT_EXIT_CODE,
                     timed_out=True,
                 )

@@ -47,10 +47,16 @@ def _multipart_framing(filename: str) -> tuple[bytes, bytes, str]:
     return head, f"\r\n--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
 
 
-def _write(
+def write(
     conn: Connection, path: str, content: Content, *, timeout: float, allow_unsafe_paths: bool
 ) -> Flow[None]:
-    """Create or replace the file at `path` (parents created)."""
+    """Create or replace the file at `path` (parents created). Span `write`."""
+    attributes: dict[str, str | int] = {"sandbox.file.path": path}
+    if isinstance(content, str | bytes | bytearray | memoryview):
+        attributes["sandbox.file.size"] = len(
+            content.encode("utf-8") if isinstance(content, str) else content
+        )
+    yield Trace("write", attributes)
     if not allow_unsafe_paths:
         path = sanitize_path(path)
     elif not path:
@@ -86,15 +92,17 @@ def _write(
         yield from call(conn, "PUT", url, timeout=timeout, headers=headers, upload=Upload(source))
 
 
-def _read(conn: Connection, path: str, *, timeout: float, allow_unsafe_paths: bool) -> Flow[bytes]:
-    """The whole file."""
+def read(conn: Connection, path: str, *, timeout: float, allow_unsafe_paths: bool) -> Flow[bytes]:
+    """The whole file. Span `read`."""
+    yield Trace("read", {"sandbox.file.path": path})
     if not allow_unsafe_paths:
         path = sanitize_path(path)
     resp = yield from call(conn, "GET", _files_path(conn, path, "download"), timeout=timeout)
+    yield Trace(None, {"sandbox.file.size": len(resp.content)})
     return resp.content
 
 
-def _read_to(
+def read_to(
     conn: Connection,
     path: str,
     destination: str | os.PathLike[str] | IO[bytes],
@@ -106,7 +114,9 @@ def _read_to(
     """Stream the file into `destination` (a path, created/truncated, or a writable binary file); bytes written.
 
     Over `max_bytes` -> `SandboxError` (a path destination is then removed, a file object keeps what was written).
+    Span `read_to`.
     """
+    yield Trace("read_to", {"sandbox.file.path": path})
     if not allow_unsafe_paths:
         path = sanitize_path(path)
     if max_bytes is not None and max_bytes < 0:
@@ -132,6 +142,7 @@ def _read_to(
             sink.close()
             if not ok:
                 os.unlink(destination)  # type: ignore[arg-type]  # a path when is_path
+    yield Trace(None, {"sandbox.file.size": written})
     return written
 
 
@@ -145,99 +156,40 @@ def _entries(conn: Connection, body: Any) -> list[FileEntry]:
     return [FileEntry.from_sandboxd(e) for e in body["entries"] if e.get("type") in ("file", "directory")]
 
 
-def _list_dir(conn: Connection, path: str, *, timeout: float) -> Flow[list[FileEntry]]:
-    """Direct children of the directory `path` (`""` or `"."` = the root)."""
+def list_dir(conn: Connection, path: str, *, timeout: float) -> Flow[list[FileEntry]]:
+    """Direct children of the directory `path` (`""` or `"."` = the root). Span `list`."""
+    yield Trace("list", {"sandbox.file.path": path})
     resp = yield from call(conn, "GET", _files_path(conn, path, "list"), timeout=timeout)
     try:
-        return _entries(conn, resp.json())
+        entries = _entries(conn, resp.json())
     except (ValueError, KeyError, TypeError) as err:
         raise SandboxError(f"unreadable directory listing of {path!r}: {err}") from err
+    yield Trace(None, {"sandbox.file.count": len(entries)})
+    return entries
 
 
-def _exists(conn: Connection, path: str, *, timeout: float) -> Flow[bool]:
-    """Whether a file or directory exists at `path`."""
+def exists(conn: Connection, path: str, *, timeout: float) -> Flow[bool]:
+    """Whether a file or directory exists at `path`. Span `exists`."""
+    yield Trace("exists", {"sandbox.file.path": path})
     if conn.runtime == "legacy":
         resp = yield from call(conn, "GET", _files_path(conn, path, "exists"), timeout=timeout)
         body = resp.json()
         if not isinstance(body, dict) or not isinstance(body.get("exists"), bool):
             raise SandboxRequestError(f"/exists answered {resp.text[:200]!r}", resp.status_code, resp)
-        return bool(body["exists"])
-    resp = yield from call(conn, "HEAD", _files_path(conn, path, ""), timeout=timeout, allow=(404,))
-    return resp.status_code != 404
+        found = bool(body["exists"])
+    else:
+        resp = yield from call(conn, "HEAD", _files_path(conn, path, ""), timeout=timeout, allow=(404,))
+        found = resp.status_code != 404
+    yield Trace(None, {"sandbox.file.exists": found})
+    return found
 
 
-def _delete_path(conn: Connection, path: str, *, recursive: bool, timeout: float) -> Flow[None]:
-    """Remove a file, or a directory (non-empty ones only with `recursive=True`)."""
+def delete_path(conn: Connection, path: str, *, recursive: bool, timeout: float) -> Flow[None]:
+    """Remove a file, or a directory (non-empty ones only with `recursive=True`). Span `delete`."""
+    yield Trace("delete", {"sandbox.file.path": path})
     if not path:
         raise ValueError(
             "path must not be empty (delete the root's entries one by one, or pass '.' with recursive)"
         )
     params = {"recursive": "true"} if recursive else None
     yield from call(conn, "DELETE", _files_path(conn, path, "files"), timeout=timeout, params=params)
-
-
-# The public flows: upstream's spans (`write`, `read`, `read_to`, `list`, `exists`, `delete`) and attributes.
-
-
-def write(
-    conn: Connection, path: str, content: Content, *, timeout: float, allow_unsafe_paths: bool
-) -> Flow[None]:
-    """Create or replace the file at `path` (parents created)."""
-    attributes: dict[str, str | int] = {"sandbox.file.path": path}
-    if isinstance(content, str | bytes | bytearray | memoryview):
-        attributes["sandbox.file.size"] = len(
-            content.encode("utf-8") if isinstance(content, str) else content
-        )
-    yield Trace("write", attributes)
-    yield from _write(conn, path, content, timeout=timeout, allow_unsafe_paths=allow_unsafe_paths)
-
-
-def read(conn: Connection, path: str, *, timeout: float, allow_unsafe_paths: bool) -> Flow[bytes]:
-    """The whole file."""
-    yield Trace("read", {"sandbox.file.path": path})
-    data = yield from _read(conn, path, timeout=timeout, allow_unsafe_paths=allow_unsafe_paths)
-    yield Trace(None, {"sandbox.file.size": len(data)})
-    return data
-
-
-def read_to(
-    conn: Connection,
-    path: str,
-    destination: str | os.PathLike[str] | IO[bytes],
-    *,
-    timeout: float,
-    allow_unsafe_paths: bool,
-    max_bytes: int | None,
-) -> Flow[int]:
-    """Stream the file into `destination` (a path, created/truncated, or a writable binary file); bytes written.
-
-    Over `max_bytes` -> `SandboxError` (a path destination is then removed, a file object keeps what was written).
-    """
-    yield Trace("read_to", {"sandbox.file.path": path})
-    written = yield from _read_to(
-        conn, path, destination, timeout=timeout, allow_unsafe_paths=allow_unsafe_paths, max_bytes=max_bytes
-    )
-    yield Trace(None, {"sandbox.file.size": written})
-    return written
-
-
-def list_dir(conn: Connection, path: str, *, timeout: float) -> Flow[list[FileEntry]]:
-    """Direct children of the directory `path` (`""` or `"."` = the root)."""
-    yield Trace("list", {"sandbox.file.path": path})
-    entries = yield from _list_dir(conn, path, timeout=timeout)
-    yield Trace(None, {"sandbox.file.count": len(entries)})
-    return entries
-
-
-def exists(conn: Connection, path: str, *, timeout: float) -> Flow[bool]:
-    """Whether a file or directory exists at `path`."""
-    yield Trace("exists", {"sandbox.file.path": path})
-    found = yield from _exists(conn, path, timeout=timeout)
-    yield Trace(None, {"sandbox.file.exists": found})
-    return found
-
-
-def delete_path(conn: Connection, path: str, *, recursive: bool, timeout: float) -> Flow[None]:
-    """Remove a file, or a directory (non-empty ones only with `recursive=True`)."""
-    yield Trace("delete", {"sandbox.file.path": path})
-    yield from _delete_path(conn, path, recursive=recursive, timeout=timeout)
