@@ -154,8 +154,9 @@ class FlowTrace:
         return replace(request, headers={**request.headers, **self.headers})
 
     def finish(self, error: BaseException | None) -> None:
-        """End the open span when the flow ends; an `Exception` marks it failed (closing early does not)."""
+        """End the open span when the flow ends; an error (cancellation included) marks it failed, a stream
+        closed early by its reader (`GeneratorExit`) does not."""
         if self._span is not None:
-            self.tracing.end(self._span, error if isinstance(error, Exception) else None)
+            self.tracing.end(self._span, None if isinstance(error, GeneratorExit) else error)
             self._span = None
             self.headers = {}

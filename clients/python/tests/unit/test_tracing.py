@@ -315,3 +315,34 @@ def test_trace_steps_cost_no_import_and_answer_empty_without_tracing() -> None:
         return first, second
 
     assert SyncDriver(None).run(flow()) == ({}, {})
+
+
+def test_a_stream_closed_early_is_not_an_error_but_a_cancelled_call_is(
+    exporter: InMemorySpanExporter,
+) -> None:
+    from agent_sandbox_sdk._driver import AsyncDriver, SyncDriver
+    from agent_sandbox_sdk._steps import Emit, Flow, Sleep, Trace
+    from agent_sandbox_sdk._tracing import Tracing
+
+    def chunks() -> Flow[None]:
+        yield Trace("stream")
+        for n in range(3):
+            yield Emit(n)
+
+    events = SyncDriver(None, tracing=Tracing("unit")).iterate(chunks())
+    assert next(events) == 0
+    events.close()  # type: ignore[attr-defined]  # the reader stops early
+
+    def slow() -> Flow[None]:
+        yield Trace("run")
+        yield Sleep(30)
+
+    async def cancelled() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(AsyncDriver(None, tracing=Tracing("unit")).run(slow()), 0.05)
+
+    asyncio.run(cancelled())
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert spans["unit.stream"].status.status_code == trace.StatusCode.UNSET
+    assert spans["unit.run"].status.status_code == trace.StatusCode.ERROR
+    assert "CancelledError" in (spans["unit.run"].status.description or "")
