@@ -173,6 +173,13 @@ class ClaimYield:
     pool down to `HEADROOM` of its desired members, so a small pool starts replacing before it runs dry.
     Whatever the lag, creates keep at least `HEADROOM` of the members in place, and everything due is
     released when the claims stop.
+
+    A lag moves writes in time, it does not remove any: under a stream that outlasts the hold it would only
+    keep the pool at its floor for as long as the claims keep coming, and a refill that slows down (a busy
+    cluster) then lets the pool run dry and claims go cold. So the hold bounds the episode, not each member
+    (the never-re-arm rule of the other held writes): once the episode is one hold old the lag winds down to
+    zero over one more hold - the pool climbs back to full at about 1.5x the consumption rate rather than in
+    one batch - and from then on members are replaced as they leave, as upstream's pool does.
     """
 
     def __init__(self, pressure: ClaimPressure) -> None:
@@ -195,13 +202,27 @@ class ClaimYield:
         if self.pressure.hot():
             self._last_pass[key] = self.pressure.now()
 
+    def _lag(self, ep: _Episode, now: float) -> float:
+        """The episode's lag at `now`: fixed for its first hold, then winding down to 0 over one more."""
+        hold = self.pressure.hold
+        lag = hold if ep.lag is None else ep.lag
+        over = now - ep.started - hold
+        if over <= 0:
+            return lag
+        return lag * max(0.0, 1.0 - over / hold) if hold > 0 else 0.0
+
     def observe(self, key: str, *, current: int, ready: int, desired: int) -> tuple[float, int | None]:
         """Refill of pool `key` now: (seconds to wait, cap on creates); `(0, None)` = refill freely."""
-        if current >= desired or not self.pressure.hot():
+        if not self.pressure.hot():
             self._episodes.pop(key, None)
             return 0.0, None
         now = self.pressure.now()
         ep = self._episodes.get(key)
+        if current >= desired:
+            # Whole again while claims still arrive: the episode (and its age) goes on.
+            if ep is not None:
+                ep.baseline, ep.consumed = current, deque()
+            return 0.0, None
         if ep is None:  # the pool was whole before the claims came (else no episode would be needed)
             ep = self._episodes[key] = _Episode(started=now, baseline=desired)
         left = max(0, ep.baseline - current)
@@ -216,7 +237,7 @@ class ClaimYield:
             ep.lag = min(self.pressure.hold, age + max(0, ready - floor) / rate)
         if not ep.consumed:
             return 0.0, None
-        lag = self.pressure.hold if ep.lag is None else ep.lag
+        lag = self._lag(ep, now)
         due = sum(1 for t in ep.consumed if now - t >= lag)
         allowed = max(due, floor - current)
         if allowed > 0:
@@ -237,8 +258,8 @@ class ClaimYield:
         ep = self._episodes.get(key)
         if ep is None or not ep.consumed:
             return 0.0
-        lag = self.pressure.hold if ep.lag is None else ep.lag
-        return max(0.0, ep.consumed[0] + lag - self.pressure.now())
+        now = self.pressure.now()
+        return max(0.0, ep.consumed[0] + self._lag(ep, now) - now)
 
     def held(self) -> list[str]:
         """Pools with replacements held back (re-enqueued when the claims stop)."""
