@@ -117,3 +117,23 @@ def test_audit_policy_keeps_writes_and_sandbox_creates_with_their_response() -> 
     assert "omitStages" not in creates  # RequestReceived kept: the trace of a create the server died in
     assert rules[-1] == {"level": "Metadata", "omitStages": ["RequestReceived"]}  # every other write
     assert "omitStages" not in yaml.safe_load(audit_policy_yaml())  # per rule, or it would cover creates
+
+
+def test_audit_policy_with_bodies_logs_every_write_at_request_level_and_events() -> None:
+    from agent_sandbox.devcluster.config import audit_policy_yaml
+
+    def events_ignored(rules: list[dict[str, object]]) -> bool:
+        return any(r["level"] == "None" and "resources" in r for r in rules)
+
+    plain = yaml.safe_load(audit_policy_yaml())["rules"]
+    bodies = yaml.safe_load(audit_policy_yaml(bodies=True))["rules"]
+    assert events_ignored(plain)
+    assert not events_ignored(bodies)
+    assert bodies[-2] == {
+        "level": "Request",
+        "omitStages": ["RequestReceived"],
+    }  # before the Metadata catch-all
+    assert bodies[-1] == plain[-1]
+    assert [r for r in plain if r["level"] != "None" or "resources" not in r] == [
+        r for r in bodies if r != bodies[-2]
+    ]
