@@ -35,7 +35,7 @@ from agent_sandbox.kube import SANDBOX_CLAIM, NotFound
 
 from . import apiserver_profile
 from .fill_tail import AuditedTuning
-from .harness import Bench, host_info, is_ready, process_cpu_seconds, write_result
+from .harness import Bench, host_info, is_ready, write_result
 
 NAMESPACE, POOL = "bench-cycle", "warmpool-0"
 
@@ -138,12 +138,6 @@ async def _settle(bench: Bench, log: AuditLog, quiet: float = 5.0, within: float
         offset = log.mark()
 
 
-def _cpu(bench: Bench) -> dict[str, float]:
-    pids = {s.name: s.pid for s in bench.cluster.state.started}
-    pids.setdefault(bench.controller.name, bench.controller.pid)
-    return {n: cpu for n, p in pids.items() if (cpu := process_cpu_seconds(p)) is not None}
-
-
 async def _watchers(bench: Bench) -> str:
     counts = collections.Counter(
         f"{s.labels.get('resource')}" for s in await bench.scrape_apiserver()
@@ -158,9 +152,9 @@ async def _window(
 ) -> dict[str, Any]:
     """One measured window: idle baseline, `claims` cycles at `rate`/s, settle; writes and CPU per cycle."""
     await _settle(bench, log)
-    idle0, t_idle = _cpu(bench), time.monotonic()
+    idle0, t_idle = bench.cpu_seconds(), time.monotonic()
     await asyncio.sleep(10.0)
-    idle1, t0 = _cpu(bench), time.monotonic()
+    idle1, t0 = bench.cpu_seconds(), time.monotonic()
     idle = {n: (idle1[n] - idle0.get(n, 0.0)) / (t0 - t_idle) for n in idle1}
     mark, load0 = log.mark(), os.getloadavg()[0]
     names: dict[str, str] = {}
@@ -172,7 +166,7 @@ async def _window(
     await asyncio.gather(*(_claim(bench, i, start + i / rate, names) for i in range(claims)))
     await bench.wait_pools_ready([(NAMESPACE, POOL)], 300)
     await _settle(bench, log)
-    end, t1 = _cpu(bench), time.monotonic()
+    end, t1 = bench.cpu_seconds(), time.monotonic()
     events = log.since(mark)
     if detail:
         _report(events, claims, dict(sorted(names.items())))

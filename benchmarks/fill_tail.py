@@ -124,11 +124,7 @@ async def _counters(bench: Bench) -> collections.Counter[str]:
 
 
 async def probe_metrics(bench: Bench, pool: int) -> None:
-    pids = {s.name: s.pid for s in bench.cluster.state.started} | {"controller": bench.controller.pid}
-
-    def cpu() -> dict[str, float]:
-        return {n: cpu for n, p in pids.items() if (cpu := process_cpu_seconds(p)) is not None}
-
+    cpu = bench.cpu_seconds
     ready = await _fill(bench, pool)
     prev, prev_cpu, prev_t = await _counters(bench), cpu(), time.time()
     for _ in range(8):

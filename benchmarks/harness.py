@@ -740,6 +740,10 @@ class Bench:
         }
 
     # -- metrics
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds used so far by each process of the cluster and the controller (not the harness)."""
+        return {n: v for n, v in self.sampler.sample()["cpu"].items() if n != "bench-harness"}
+
     def scrape_text(self) -> str:
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=30) as resp:
