@@ -20,9 +20,11 @@ import asyncio
 import json
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 from . import plots, report
+from . import series as series_spread
 from .harness import RESULTS, log, write_result
 from .scenarios import SCENARIOS, resolve_params, run_scenario
 
@@ -30,6 +32,8 @@ __all__ = ["main", "regenerate_report"]
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "performance.md"
+# One run is one draw from a shared machine (issue 20): a full-size measurement is this many, back to back.
+DEFAULT_RUNS = 5
 PLOTS = ROOT / "docs" / "performance"
 
 
@@ -88,28 +92,46 @@ def _headline(name: str, data: dict[str, object]) -> str:
 
 
 def run(
-    names: Sequence[str], *, smoke: bool, overrides: dict[str, str], write_report: bool, tag: str = ""
+    names: Sequence[str],
+    *,
+    smoke: bool,
+    overrides: dict[str, str],
+    write_report: bool,
+    tag: str = "",
+    runs: int = 1,
 ) -> int:
+    """Run each scenario `runs` times back to back; a series of several runs also gets a spread file."""
     code = 0
     for name in names:
         scenario = SCENARIOS[name]
         # Overrides that a scenario does not know are skipped for `all` (e.g. `pool` only means burst).
         known = {k: v for k, v in overrides.items() if k in scenario.defaults or len(names) == 1}
         params = resolve_params(scenario, smoke=smoke, overrides=known)
-        log(f"scenario {name}: {json.dumps(params, sort_keys=True)}")
-        try:
-            data = asyncio.run(run_scenario(scenario, params))
-        except Exception as exc:
-            log(f"scenario {name} failed: {type(exc).__name__}: {exc}")
-            code = 1
-            continue
-        # Smoke runs go to results/tmp/ (git-ignored); only full-size runs are kept and reported.
-        if tag:
-            data["tag"] = tag
-        path = write_result(
-            f"{name}-{tag}" if tag else name, data, directory=RESULTS / "tmp" if smoke else None
-        )
-        log(f"scenario {name}: {_headline(name, data)} -> {path}")
+        log(f"scenario {name}: {runs} run(s), {json.dumps(params, sort_keys=True)}")
+        # One id for the runs taken together, so the report and `benchmarks.spread` find them again.
+        series = f"{name}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}" if runs > 1 else ""
+        written: list[Path] = []
+        for index in range(runs):
+            try:
+                data = asyncio.run(run_scenario(scenario, params))
+            except Exception as exc:
+                log(f"scenario {name} run {index + 1}/{runs} failed: {type(exc).__name__}: {exc}")
+                code = 1
+                continue
+            if tag:
+                data["tag"] = tag
+            if series:
+                data["series"] = {"id": series, "run": index + 1, "of": runs}
+            # Smoke runs go to results/tmp/ (git-ignored); only full-size runs are kept and reported.
+            path = write_result(
+                f"{name}-{tag}" if tag else name, data, directory=RESULTS / "tmp" if smoke else None
+            )
+            written.append(path)
+            log(f"scenario {name} run {index + 1}/{runs}: {_headline(name, data)} -> {path}")
+        if series and len(written) > 1:
+            log(
+                f"scenario {name}: spread -> {series_spread.write_series(name, written, series, smoke=smoke)}"
+            )
     if write_report and not smoke:
         log(f"report: {regenerate_report()}")
     elif smoke:
@@ -129,6 +151,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--tag", default="", help="label an experiment (e.g. before/after a fix): kept out of the main tables"
     )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=None,
+        help="back-to-back runs per scenario (default 5, smoke 1); their spread goes to <scenario>-spread-*",
+    )
     args = parser.parse_args(argv)
     if args.scenario == "list":
         for s in SCENARIOS.values():
@@ -139,12 +167,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(regenerate_report(include_smoke=args.include_smoke))
         return 0
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    runs = args.runs if args.runs is not None else (1 if args.smoke else DEFAULT_RUNS)
+    if runs < 1:
+        parser.error("--runs must be >= 1")
     return run(
         names,
         smoke=args.smoke,
         overrides=_overrides(args.overrides),
         write_report=not args.no_report,
         tag=args.tag,
+        runs=runs,
     )
 
 

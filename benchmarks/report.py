@@ -67,8 +67,8 @@ def latest(paths: Iterable[Path], *, include_smoke: bool = False) -> dict[str, d
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if not isinstance(data, dict) or "scenario" not in data:
-            continue
+        if not isinstance(data, dict) or "scenario" not in data or data["scenario"] == "spread":
+            continue  # spread records summarize runs; `series.latest_spreads` picks those
         if (data.get("smoke") and not include_smoke) or data.get("tag"):
             continue  # smoke runs and tagged experiments (before/after) stay out of the main tables
         data.setdefault("_file", path.name)
