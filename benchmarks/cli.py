@@ -42,7 +42,8 @@ def regenerate_report(*, include_smoke: bool = False) -> Path:
     paths = [*RESULTS.glob("*.json"), *(RESULTS.glob("tmp/*.json") if include_smoke else [])]
     results = report.latest(paths, include_smoke=include_smoke)
     drawn = plots.render_all(results, PLOTS, DOC.parent) if results else {}
-    text = report.render(results, drawn, report.tagged(RESULTS.glob("*.json")))
+    spreads = series_spread.latest_spreads(paths, include_smoke=include_smoke)
+    text = report.render(results, drawn, report.tagged(RESULTS.glob("*.json")), spreads)
     if results and not drawn:
         text += "\n_(plots skipped: matplotlib is not installed; `pip install -e '.[bench]'`)_\n"
     doc = DOC.read_text() if DOC.exists() else "# Performance\n"
@@ -130,7 +131,7 @@ def run(
             log(f"scenario {name} run {index + 1}/{runs}: {_headline(name, data)} -> {path}")
         if series and len(written) > 1:
             log(
-                f"scenario {name}: spread -> {series_spread.write_series(name, written, series, smoke=smoke)}"
+                f"scenario {name}: spread -> {series_spread.write_series(name, written, series, smoke=smoke, directory=written[0].parent)}"
             )
     if write_report and not smoke:
         log(f"report: {regenerate_report()}")

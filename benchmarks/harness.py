@@ -206,6 +206,10 @@ def write_result(scenario: str, report: dict[str, Any], *, directory: Path | Non
     out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     path = out / f"{scenario}-{stamp}.json"
+    n = 1
+    while path.exists():  # two results within one second (smoke runs, a series' spread): never overwrite
+        n += 1
+        path = out / f"{scenario}-{stamp}.{n}.json"
     path.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
     return path
 

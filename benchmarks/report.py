@@ -21,6 +21,7 @@ __all__ = [
     "latest",
     "render",
     "replace_block",
+    "spreads_section",
     "tagged",
 ]
 
@@ -509,16 +510,46 @@ def _profiles(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return (["### Profiles (py-spy, controller process)", "", *lines]) if lines else []
 
 
+def spreads_section(spreads: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The newest series of each scenario: its spread (min / median / max across back-to-back runs)."""
+    if not spreads:
+        return []
+    lines = [
+        "### Run-to-run spread (newest series of each scenario)",
+        "",
+        "Each scenario run back to back (`agent-sandbox bench <scenario> --runs 5`), as a user would, without",
+        "waiting for a quiet machine. The single-run sections below show the newest run's detail.",
+        "",
+    ]
+    order = ["burst", "sustained", "overload", "refill", "cold", "scale"]
+
+    def rank(key: str) -> tuple[int, str]:
+        base = key.split(" ", 1)[0]
+        return (order.index(base) if base in order else len(order), key)
+
+    for name in sorted(spreads, key=rank):
+        record = spreads[name]
+        lines += [
+            f"#### {name} (`{record.get('_file', '')}`)",
+            "",
+            str(record.get("markdown", "")).rstrip(),
+            "",
+        ]
+    return lines
+
+
 def render(
     results: Mapping[str, Mapping[str, Any]],
     plots: Mapping[str, str] | None = None,
     tagged_runs: Sequence[Mapping[str, Any]] = (),
+    spreads: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
-    """The generated report section for the given latest results (scenario -> result JSON)."""
+    """The generated report section: spreads of the newest series, then the latest result per scenario."""
     plots = plots or {}
     if not results:
         return "_No benchmark results yet: run `make bench` (or `agent-sandbox bench <scenario>`)._\n"
     lines: list[str] = _machine(results)
+    lines += spreads_section(spreads or {})
     renderers = {
         "burst": lambda r: _burst(r, plots),
         "sustained": lambda r: _sustained(r, plots),

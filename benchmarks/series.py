@@ -170,7 +170,7 @@ def summarize(
     scenario: str, runs: Sequence[tuple[str, Mapping[str, Any]]], series: str = ""
 ) -> dict[str, Any]:
     """The spread record of `runs` ((file name, data), oldest first) of one scenario."""
-    per_run = []
+    per_run: list[dict[str, Any]] = []
     for name, data in runs:
         target = TARGETS.get(scenario)
         per_run.append(
@@ -183,9 +183,11 @@ def summarize(
         )
     keys = list(dict.fromkeys(k for r in per_run for k in r["metrics"]))
     holds = [r["holds"] for r in per_run if r["holds"] is not None]
+    tag = str((runs[0][1].get("tag") or "") if runs else "")
     return {
         "scenario": "spread",
         "of": scenario,
+        "tag": tag,
         "series": series,
         "runs": per_run,
         "params": dict(runs[0][1].get("params") or {}) if runs else {},
@@ -209,8 +211,9 @@ def _f(value: Any) -> str:
 def render(record: Mapping[str, Any]) -> str:
     """Markdown for one spread record: target line, metric table (min / median / max), load, runs."""
     runs = record.get("runs") or []
+    tag = f", experiment `{record['tag']}`" if record.get("tag") else ""
     lines = [
-        f"{len(runs)} back-to-back runs of `{record.get('of')}` (series `{record.get('series') or '-'}`)."
+        f"{len(runs)} back-to-back runs of `{record.get('of')}` (series `{record.get('series') or '-'}`{tag})."
     ]
     target = record.get("target")
     if target:
@@ -233,20 +236,25 @@ def render(record: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_series(scenario: str, paths: Sequence[Path], series: str, *, smoke: bool = False) -> Path:
-    """Reduce the runs in `paths` and write `spread-<scenario>-<stamp>.json` + `.md`; returns the JSON."""
+def write_series(
+    scenario: str, paths: Sequence[Path], series: str, *, smoke: bool = False, directory: Path | None = None
+) -> Path:
+    """Reduce the runs in `paths` and write `spread-<scenario>-<stamp>.json` + `.md`; returns the JSON.
+
+    Written next to the runs (`directory`, default benchmarks/results/, or its tmp/ for smoke runs)."""
     runs = [(p.name, json.loads(p.read_text())) for p in paths]
     record = summarize(scenario, runs, series)
     record["markdown"] = render(record)
     if smoke:
         record["smoke"] = True
-    path = write_result(f"spread-{scenario}", record, directory=(RESULTS / "tmp") if smoke else None)
+    where = directory or (RESULTS / "tmp" if smoke else RESULTS)
+    path = write_result(f"spread-{scenario}", record, directory=where)
     path.with_suffix(".md").write_text(f"# spread of {scenario} ({series})\n\n{record['markdown']}")
     return path
 
 
 def latest_spreads(paths: Iterable[Path], *, include_smoke: bool = False) -> dict[str, dict[str, Any]]:
-    """Newest spread record per scenario (by file name), smoke ones only if asked."""
+    """Newest spread record per scenario and experiment tag (key `burst`, `burst (tag)`); smoke only if asked."""
     out: dict[str, dict[str, Any]] = {}
     for path in sorted(paths):
         if not path.name.startswith("spread-"):
@@ -261,7 +269,7 @@ def latest_spreads(paths: Iterable[Path], *, include_smoke: bool = False) -> dic
             and (include_smoke or not data.get("smoke"))
         ):
             data.setdefault("_file", path.name)
-            out[str(data.get("of"))] = data
+            out[f"{data.get('of')} ({data['tag']})" if data.get("tag") else str(data.get("of"))] = data
     return out
 
 
