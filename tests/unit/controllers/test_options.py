@@ -74,7 +74,6 @@ SPEC_DEFAULTS = {
 # Flags of ours beyond upstream's set, with their defaults (docs/design/claim-priority.md, docs/lifecycle.md).
 OUR_DEFAULTS: dict[str, Any] = {
     "sandbox-claim-priority-hold": 15,
-    "sandbox-claim-adopt-booting": False,
     "sandbox-lifecycle": False,
     "sandbox-lifecycle-concurrent-workers": 10,
     "sandbox-lifecycle-runtime-port": 8080,
