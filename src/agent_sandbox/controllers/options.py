@@ -132,13 +132,6 @@ FLAGS: tuple[Flag, ...] = (
         15.0,
         "While claims arrive, writes that do not make a claim Ready wait up to this long; 0 = never.",
     ),
-    # Ours, not upstream's (docs/design/adopt-booting.md): off unless asked for.
-    Flag(
-        "sandbox-claim-adopt-booting",
-        "bool",
-        False,
-        "After the 2 s warm grace, a claim takes the pool member that started booting first instead of a cold start.",
-    ),
     # Ours, not upstream's (docs/lifecycle.md): off unless asked for.
     Flag(
         "sandbox-lifecycle",
@@ -228,7 +221,6 @@ class Options:
     disable_claim_observability_annotations: bool = False
     sandbox_write_behind_window: float = 0.0
     sandbox_claim_priority_hold: float = 15.0
-    sandbox_claim_adopt_booting: bool = False
     sandbox_lifecycle: bool = False
     sandbox_lifecycle_concurrent_workers: int = 10
     sandbox_lifecycle_runtime_port: int = 8080

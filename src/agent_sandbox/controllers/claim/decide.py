@@ -76,7 +76,6 @@ __all__ = [
     "decide_expiry",
     "decide_first_ready",
     "legacy_policy_to_delete",
-    "past_warm_grace",
     "resolve",
     "resolve_expired",
 ]
@@ -374,12 +373,6 @@ def resolve(s: Snapshot) -> Resolution:
         return Create(build_cold_sandbox(claim, s.template), drop_reference=drop)
     except ClaimError as exc:
         return Failed(exc, drop_reference=drop)
-
-
-def past_warm_grace(s: Snapshot) -> bool:
-    """The claim is older than the warm grace (§4.5 step 5): booting candidates no longer make it wait."""
-    age = _age(s.claim, s.now)
-    return age is not None and age >= WARM_GRACE_SECONDS
 
 
 def _adopt(s: Snapshot, sandbox: ReadOnlyObject, *, drop_reference: bool = False) -> Adopt | Failed:

@@ -121,19 +121,16 @@ class WarmQueue:
         """Drop a whole pool (its SandboxWarmPool was deleted)."""
         self._pools.pop(queue, None)
 
-    def take(self, queue: str, judge: Callable[[str], Verdict], *, accept_pending: bool = False) -> Take:
+    def take(self, queue: str, judge: Callable[[str], Verdict]) -> Take:
         """Judge keys in pick order and reserve the first Ready one (else the first networked one).
 
-        With `accept_pending`, when neither exists the first member still booting (no Pod IPs yet) is
-        reserved instead (`--sandbox-claim-adopt-booting`). Discarded keys are dropped; pending and kept keys
-        stay where they are. Synchronous: atomic.
+        Discarded keys are dropped; pending and kept keys stay where they are. Synchronous: atomic.
         """
         pool = self._pools.get(queue)
         if pool is None:
             return Take(None)
         chosen: str | None = None
         fallback: str | None = None
-        booting: str | None = None
         pending = 0
         dropped: list[str] = []
         for name in pool.order():
@@ -145,12 +142,11 @@ class WarmQueue:
                 fallback = fallback or name
             elif verdict is Verdict.PENDING:
                 pending += 1
-                booting = booting or name
             elif verdict is Verdict.DISCARD:
                 dropped.append(name)
         for name in dropped:
             pool.discard(name)
-        pick = chosen or fallback or (booting if accept_pending else None)
+        pick = chosen or fallback
         if pick is None:
             return Take(None, pending)
         pool.reserved[pick] = (pool.seq_of[pick], pool.node_of[pick])

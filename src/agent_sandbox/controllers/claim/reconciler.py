@@ -127,9 +127,6 @@ class ClaimConfig:
     allowed_label_domains: tuple[str, ...] = ()
     persist_observability: bool = True  # False: --disable-claim-observability-annotations
     takeover_attempts: int = 3
-    # Ours (--sandbox-claim-adopt-booting): once the warm grace is over, take the pool member that started
-    # booting first instead of starting a cold Sandbox next to it.
-    adopt_booting: bool = False
 
 
 class ClaimReconciler:
@@ -178,7 +175,6 @@ class ClaimReconciler:
             sandbox=self._sandbox,
             attempts=config.takeover_attempts,
             before_takeover=self._intent_for_candidate,
-            adopt_booting=config.adopt_booting,
         )
         self._retry: Callable[[Request], None] | None = None
         self._stamping: dict[str, asyncio.Task[None]] = {}  # claim UID -> its in-flight metadata patch

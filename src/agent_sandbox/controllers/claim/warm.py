@@ -49,16 +49,7 @@ from .adoption import (
     judge_candidate,
     settle_contest,
 )
-from .decide import (
-    Adopt,
-    Failed,
-    NeedCandidate,
-    Resolution,
-    Snapshot,
-    bound_to_sandbox,
-    past_warm_grace,
-    resolve,
-)
+from .decide import Adopt, Failed, NeedCandidate, Resolution, Snapshot, bound_to_sandbox, resolve
 from .errors import AdoptionConflict, ClaimError
 from .observability import ClaimMetrics, template_of
 from .queue import WarmQueue
@@ -82,13 +73,11 @@ class WarmPath:
         sandbox: Callable[[str, str], Object | None],
         attempts: int = 3,
         before_takeover: Callable[[Mapping[str, Any], Mapping[str, Any]], Awaitable[None]] | None = None,
-        adopt_booting: bool = False,
     ) -> None:
         """Args:
         sandbox: the freshest view of a Sandbox by (namespace, name) (cache + our own writes).
         attempts: candidates tried per pass before reporting AdoptionConflict.
         before_takeover: `(claim, candidate)` write sent alongside each takeover (module docstring).
-        adopt_booting: past the warm grace, take a member that is still booting rather than go cold.
         """
         self.api = api
         self.authoritative = authoritative
@@ -99,7 +88,6 @@ class WarmPath:
         self._sandbox = sandbox
         self.attempts = attempts
         self.before_takeover = before_takeover
-        self.adopt_booting = adopt_booting
         self._hashes: dict[tuple[str, str], str] = {}
 
     async def resolve(self, snap: Snapshot, first: NeedCandidate | Adopt) -> Resolution:
@@ -113,9 +101,7 @@ class WarmPath:
             taken: str | None = None
             if isinstance(step, NeedCandidate):
                 queue_name = step.queue
-                take = self.queue.take(
-                    queue_name, self._judge(snap), accept_pending=self.adopt_booting and past_warm_grace(snap)
-                )
+                take = self.queue.take(queue_name, self._judge(snap))
                 taken = take.name
                 candidate = self._sandbox(snap.claim["metadata"]["namespace"], taken) if taken else None
                 snap = replace(snap, warm_consulted=True, candidate=candidate, pending=take.pending)

@@ -270,7 +270,6 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
         config=ClaimConfig(
             allowed_label_domains=ctx.allowed_label_domains,
             persist_observability=not opts.disable_claim_observability_annotations,
-            adopt_booting=opts.sandbox_claim_adopt_booting,
         ),
         tracing=ctx.tracing,
         pressure=ctx.claim_pressure,

@@ -9,7 +9,7 @@ import pytest
 
 from agent_sandbox.api.meta import pool_key
 from agent_sandbox.controllers.claim.adoption import Verdict
-from agent_sandbox.controllers.claim.queue import Take, WarmQueue
+from agent_sandbox.controllers.claim.queue import WarmQueue
 
 pytestmark = pytest.mark.unit
 
@@ -105,27 +105,6 @@ def test_take_falls_back_to_first_networked_unready_and_reports_pending() -> Non
     took = q.take(Q, {"p1": Verdict.PENDING, "u2": Verdict.KEEP, "p2": Verdict.PENDING}.__getitem__)
     assert (took.name, took.pending) == (None, 2)
     assert q.names(Q) == ["p1", "u2", "p2"]
-
-
-def test_take_reserves_the_first_booting_member_only_when_asked() -> None:
-    q = WarmQueue()
-    for name in ("p1", "k1", "p2"):
-        q.add(Q, name)
-    verdicts = {"p1": Verdict.PENDING, "k1": Verdict.KEEP, "p2": Verdict.PENDING}
-    assert q.take(Q, verdicts.__getitem__) == Take(None, 2)
-    took = q.take(Q, verdicts.__getitem__, accept_pending=True)
-    assert (took.name, took.pending) == ("p1", 2)  # the one that started booting first
-    assert q.names(Q) == ["k1", "p2"]
-    # A networked member still beats a booting one.
-    q.add(Q, "u1")
-    assert (
-        q.take(
-            Q,
-            {"k1": Verdict.KEEP, "p2": Verdict.PENDING, "u1": Verdict.FALLBACK}.__getitem__,
-            accept_pending=True,
-        ).name
-        == "u1"
-    )
 
 
 def test_reserved_keys_are_invisible_until_released() -> None:

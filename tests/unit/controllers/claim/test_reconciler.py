@@ -330,32 +330,6 @@ async def test_grace_over_cold_starts() -> None:
     assert owners(world) == {"c1": "c1"}
 
 
-async def test_grace_over_adopts_the_booting_member_when_asked_and_is_ready_once_it_is() -> None:
-    world = World(
-        *standard(member("noip", ips=(), ready=False)),
-        (SANDBOX_CLAIM, claim()),
-        config=ClaimConfig(adopt_booting=True),
-    )
-    world.now = T0 + timedelta(seconds=2, milliseconds=1)
-    await world.reconcile()
-    assert owners(world) == {"noip": "c1"}  # no cold Sandbox next to the member that is already booting
-    assert (claim_ready(world.get(SANDBOX_CLAIM, "c1")) or {}).get("status") != "True"
-    await world.fake.patch_status(
-        SANDBOX, "noip", {"status": {"podIPs": ["10.0.0.5"], "conditions": [ready_cond()]}}, namespace=NS
-    )
-    await world.reconcile()
-    assert (claim_ready(world.get(SANDBOX_CLAIM, "c1")) or {}).get("status") == "True"
-
-
-async def test_young_claim_still_waits_for_a_booting_member_when_adopting_booting() -> None:
-    world = World(
-        *standard(member("noip", ips=())), (SANDBOX_CLAIM, claim()), config=ClaimConfig(adopt_booting=True)
-    )
-    result = await world.reconcile()
-    assert result.requeue_after == 0.5
-    assert world.writes() == []
-
-
 async def test_recreate_pool_without_template_keeps_candidates_queued() -> None:
     world = World(
         (SANDBOX_WARM_POOL, pool(strategy="Recreate")), (SANDBOX, member("pool-a")), (SANDBOX_CLAIM, claim())
