@@ -280,7 +280,8 @@ def _series_files(series: str, directory: Path) -> list[Path]:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if isinstance(data, dict) and (data.get("series") or {}).get("id") == series:
+        tagged = data.get("series") if isinstance(data, dict) else None  # spread records carry a plain id
+        if isinstance(tagged, dict) and tagged.get("id") == series:
             found.append(path)
     return found
 

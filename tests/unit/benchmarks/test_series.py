@@ -118,3 +118,12 @@ def test_cli_runs_a_scenario_back_to_back_and_writes_one_spread(
     record = json.loads(spread_file.read_text())
     assert record["series"] == ids.pop()
     assert record["target"]["held"] == 2
+
+
+def test_a_series_is_found_again_by_its_id_next_to_spread_records(tmp_path: Path) -> None:
+    run = {**_burst(50, 300, 300, 1.0), "series": {"id": "burst-s9", "run": 1, "of": 1}}
+    (tmp_path / "burst-20261201.json").write_text(json.dumps(run))
+    (tmp_path / "burst-20261202.json").write_text(json.dumps(_burst(50, 300, 300, 1.0)))
+    series.write_series("burst", [tmp_path / "burst-20261201.json"], "burst-s9", directory=tmp_path)
+    found = series._series_files("burst-s9", tmp_path)  # the spread record's plain-string id is skipped
+    assert [p.name for p in found] == ["burst-20261201.json"]
