@@ -282,6 +282,18 @@ def _socket_count(pid: int) -> int:
     return count
 
 
+def host_cpu_seconds() -> tuple[float, float] | None:
+    """(busy, stolen) CPU seconds of the whole host so far, summed over its CPUs (/proc/stat).
+
+    Busy counts every process, ours or not; stolen is time the hypervisor gave to other guests. Together
+    with our processes' own CPU they say whether a slow run had less machine than a fast one."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+        user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+        return (user + nice + system + irq + softirq) / _TICKS, steal / _TICKS
+    return None
+
+
 class ProcSampler:
     """Samples CPU seconds and RSS of the given processes (and the host load) every `interval` seconds."""
 
@@ -292,7 +304,13 @@ class ProcSampler:
         self._task: asyncio.Task[None] | None = None
 
     def sample(self) -> dict[str, Any]:
-        row: dict[str, Any] = {"t": time.time(), "load1": os.getloadavg()[0], "cpu": {}, "rss": {}}
+        row: dict[str, Any] = {
+            "t": time.time(),
+            "load1": os.getloadavg()[0],
+            "host": host_cpu_seconds(),
+            "cpu": {},
+            "rss": {},
+        }
         for name, pid in self.processes.items():
             got = _proc_cpu_rss(pid)
             if got is not None:
@@ -333,6 +351,15 @@ class ProcSampler:
         loads = [r["load1"] for r in rows]
         sockets = [r["sockets"] for r in rows if "sockets" in r]
         cpu_s = {n: round(last["cpu"][n] - first["cpu"][n], 2) for n in last["cpu"] if n in first["cpu"]}
+        host: dict[str, float] = {}
+        if first.get("host") and last.get("host"):
+            busy = (last["host"][0] - first["host"][0]) / span
+            host = {
+                "host_busy_cores": round(busy, 2),
+                # Busy time of processes that are not ours (other work on the box), and hypervisor steal.
+                "other_cores": round(max(busy - sum(cores.values()), 0.0), 2),
+                "steal_cores": round((last["host"][1] - first["host"][1]) / span, 2),
+            }
         return {
             "seconds": round(span, 1),
             "controller_sockets_max": max(sockets) if sockets else None,
@@ -342,6 +369,7 @@ class ProcSampler:
             "rss_peak_mib": peak,
             "load1_min": round(min(loads), 2),
             "load1_max": round(max(loads), 2),
+            **host,
         }
 
     def series(self, name: str, t0: float) -> list[tuple[float, float, float]]:

@@ -40,6 +40,10 @@ def _f(value: Any, digits: int = 0, unit: str = "") -> str:
     return str(value)
 
 
+def _g(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, int | float) else "?"
+
+
 def _ppp(stats: Mapping[str, Any] | None) -> str:
     if not stats or not stats.get("count"):
         return "-"
@@ -117,12 +121,15 @@ def experiments(results: Sequence[Mapping[str, Any]]) -> list[str]:
         res = r.get("result") or {}
         par = r.get("params") or {}
         if "latency_ms" in res:
-            workload = f"{r['scenario']} {par.get('rate', '?'):g}/s x {par.get('seconds', '?'):g} s, pool {par.get('pool', '?')}"
+            # An overload run keeps its rate and pools in the result, not in the parameters.
+            rate, seconds = res.get("rate", par.get("rate")), res.get("seconds", par.get("seconds"))
+            pool = res.get("pool_replicas", par.get("pool", "?"))
+            workload = f"{r['scenario']} {_g(rate)}/s x {_g(seconds)} s, pool {pool}"
             rows.append(_experiment_row(r, workload, res))
         for phase in res.get("phases") or ():
             if "latency_ms" in phase:
                 workload = (
-                    f"{r['scenario']} {phase.get('rate', '?'):g}/s x {phase.get('seconds', '?'):g} s, "
+                    f"{r['scenario']} {_g(phase.get('rate'))}/s x {_g(phase.get('seconds'))} s, "
                     f"pools {par.get('pools', '?')} x {phase.get('pool_replicas', '?')}"
                 )
                 rows.append(_experiment_row(r, workload, phase))

@@ -160,6 +160,13 @@ def _load1(data: Mapping[str, Any]) -> float | None:
     return round(max(have), 2) if have else None
 
 
+def _box(data: Mapping[str, Any]) -> dict[str, float]:
+    """Other processes' CPU and hypervisor steal during the measured phase (cores), when recorded."""
+    res = data.get("result") or {}
+    usage = (((res.get("phases") or [None])[0]) or res).get("usage") or {}
+    return {k: float(usage[k]) for k in ("other_cores", "steal_cores") if _num(usage.get(k)) is not None}
+
+
 def run_metrics(scenario: str, data: Mapping[str, Any]) -> Metrics:
     """The headline metrics of one result file's data (empty for a scenario without a reducer)."""
     reduce = METRICS.get(scenario)
@@ -177,6 +184,7 @@ def summarize(
             {
                 "file": name,
                 "load1_max": _load1(data),
+                "box": _box(data),
                 "metrics": run_metrics(scenario, data),
                 "holds": target[1](data.get("result") or {}) if target else None,
             }
@@ -232,7 +240,10 @@ def render(record: Mapping[str, Any]) -> str:
     for r in runs:
         held = "" if r.get("holds") is None else (" - holds" if r["holds"] else " - fails")
         shown = ", ".join(f"{k} {_f(v)}" for k, v in list(r["metrics"].items())[:6])
-        lines.append(f"- `{r['file']}` (load {_f(r.get('load1_max'))}){held}: {shown}")
+        box = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in (r.get("box") or {}).items())
+        lines.append(
+            f"- `{r['file']}` (load {_f(r.get('load1_max'))}{', ' + box if box else ''}){held}: {shown}"
+        )
     return "\n".join(lines) + "\n"
 
 

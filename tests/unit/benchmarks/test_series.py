@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from benchmarks import cli, report, series
+from benchmarks.harness import ProcSampler
 from benchmarks.scenarios import SCENARIOS
 
 
@@ -127,3 +128,18 @@ def test_a_series_is_found_again_by_its_id_next_to_spread_records(tmp_path: Path
     series.write_series("burst", [tmp_path / "burst-20261201.json"], "burst-s9", directory=tmp_path)
     found = series._series_files("burst-s9", tmp_path)  # the spread record's plain-string id is skipped
     assert [p.name for p in found] == ["burst-20261201.json"]
+
+
+def test_the_sampler_reports_other_work_and_steal_on_the_box() -> None:
+    sampler = ProcSampler({"ours": 1})
+    sampler.samples = [
+        {"t": 0.0, "load1": 1.0, "host": (100.0, 5.0), "cpu": {"ours": 10.0}, "rss": {"ours": 0}},
+        {"t": 10.0, "load1": 2.0, "host": (118.0, 6.0), "cpu": {"ours": 20.0}, "rss": {"ours": 0}},
+    ]
+    usage = sampler.between(0.0, 10.0)
+    assert (usage["host_busy_cores"], usage["other_cores"], usage["steal_cores"]) == (1.8, 0.8, 0.1)
+    run = {**_burst(50, 300, 300, 1.0)}
+    run["result"]["usage"].update(other_cores=0.8, steal_cores=0.1)
+    record = series.summarize("burst", [("a.json", run)])
+    assert record["runs"][0]["box"] == {"other_cores": 0.8, "steal_cores": 0.1}
+    assert "other cores 0.8, steal cores 0.1" in series.render(record)
