@@ -166,8 +166,25 @@ def _git(*args: str) -> str:
     return out.stdout.strip()
 
 
+def cpu_probe_ms(reps: int = 5) -> float:
+    """Milliseconds one fixed pure-Python workload takes (fastest of `reps`): how fast this CPU is right now.
+
+    A shared virtual machine can get slower without showing it as load or steal (a neighbour's cache and
+    memory pressure, frequency): the same claim cycle then costs more CPU time. Taken before a run's cluster
+    starts, it lets two runs' results be compared for the machine they had (December 2: the same overload
+    took a third more API-server CPU per write in one hour than in the next)."""
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        acc = 0
+        for i in range(200_000):
+            acc = (acc + i * i) % 1_000_003
+        best = min(best, time.perf_counter() - t0)
+    return round(best * 1000, 2)
+
+
 def host_info() -> dict[str, Any]:
-    """The machine, software versions and the current load (recorded in every result)."""
+    """The machine, software versions, the current load and CPU speed (recorded in every result)."""
     cpu_model = ""
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -197,6 +214,7 @@ def host_info() -> dict[str, Any]:
         "git_commit": _git("rev-parse", "--short", "HEAD"),
         "git_dirty": bool(_git("status", "--porcelain", "--", "src")),
         "loadavg": list(os.getloadavg()),
+        "cpu_probe_ms": cpu_probe_ms(),
     }
 
 

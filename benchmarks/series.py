@@ -161,10 +161,13 @@ def _load1(data: Mapping[str, Any]) -> float | None:
 
 
 def _box(data: Mapping[str, Any]) -> dict[str, float]:
-    """Other processes' CPU and hypervisor steal during the measured phase (cores), when recorded."""
+    """Other processes' CPU and hypervisor steal during the measured phase (cores), and the CPU probe taken
+    before the run (`harness.cpu_probe_ms`), when recorded."""
     res = data.get("result") or {}
     usage = (((res.get("phases") or [None])[0]) or res).get("usage") or {}
-    return {k: float(usage[k]) for k in ("other_cores", "steal_cores") if _num(usage.get(k)) is not None}
+    box = {k: float(usage[k]) for k in ("other_cores", "steal_cores") if _num(usage.get(k)) is not None}
+    probe = _num((data.get("host") or {}).get("cpu_probe_ms"))
+    return {**box, "cpu_probe_ms": probe} if probe is not None else box
 
 
 def run_metrics(scenario: str, data: Mapping[str, Any]) -> Metrics:

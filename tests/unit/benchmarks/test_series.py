@@ -143,3 +143,5 @@ def test_the_sampler_reports_other_work_and_steal_on_the_box() -> None:
     record = series.summarize("burst", [("a.json", run)])
     assert record["runs"][0]["box"] == {"other_cores": 0.8, "steal_cores": 0.1}
     assert "other cores 0.8, steal cores 0.1" in series.render(record)
+    probed = {**run, "host": {"cpu_probe_ms": 21.5}}
+    assert series.summarize("burst", [("a.json", probed)])["runs"][0]["box"]["cpu_probe_ms"] == 21.5
