@@ -210,9 +210,11 @@ async def settle(
         await asyncio.sleep(interval)
 
 
-async def ready_count(api: ApiClient, namespace: str) -> int:
-    """How many claims in the namespace are Ready (0 while the API is unreachable)."""
+async def ready_count(api: ApiClient, namespace: str, names: Sequence[str] | None = None) -> int:
+    """How many claims in the namespace (or of `names`) are Ready (0 while the API is unreachable)."""
+    wanted = set(names) if names is not None else None
     try:
-        return sum(1 for cl in await api.list(SANDBOX_CLAIM, namespace=namespace) if is_ready(cl))
+        listed = await api.list(SANDBOX_CLAIM, namespace=namespace)
     except KubeError:
         return 0
+    return sum(1 for cl in listed if is_ready(cl) and (wanted is None or cl["metadata"]["name"] in wanted))

@@ -41,6 +41,7 @@ class Kill:
     at_s: float
     ready_claims: int
     restart_s: float
+    created_claims: int = 0  # claims of the burst created by then (Ready < created: work was outstanding)
 
 
 @dataclass
@@ -85,7 +86,10 @@ async def crash_trial(
 
     `controller` must have been started by `controllers.start` (recorded argv, so it can be respawned).
     Kills land at random moments within `window_s` seconds of the burst's start, or with `at_ready_share`
-    when a random share (10-80 %) of the claims is Ready (mid-burst however fast the machine is).
+    mid-burst however fast the machine is: the burst is created in `kills + 1` chunks, each after the
+    previous kill's restart, and kill k lands when a random share (10-80 %) of chunk k is Ready. (Triggering
+    on a share of the whole burst let a kill land after it: a restarted controller finishes everything that
+    was in flight at once, so the Ready count can jump from a third to all of the claims between two looks.)
     """
     audit = AuditLog(cluster.audit_log)
     mark = audit.mark()
@@ -97,22 +101,37 @@ async def crash_trial(
         await settle(api, namespace, claims=0, replicas=replicas, within=settle_within)
         names = [f"c-{i:04d}" for i in range(claims)]
         started = time.monotonic()
-        burst = asyncio.create_task(create_claims(api, namespace, names))
-        moments = [(rng.uniform(0.2, window_s), rng.uniform(0.1, 0.8)) for _ in range(kills)]
-        for at, share in sorted(moments, key=lambda m: m[1] if at_ready_share else m[0]):
-            if at_ready_share:  # when that share of the claims is Ready (progress, whatever the speed)
-                while True:
-                    ready = await ready_count(api, namespace)
-                    if ready >= share * claims:
+        if at_ready_share:
+            chunks = [
+                names[i * claims // (kills + 1) : (i + 1) * claims // (kills + 1)] for i in range(kills + 1)
+            ]
+            created = 0
+            for chunk in chunks[:kills]:
+                await create_claims(api, namespace, chunk)
+                created += len(chunk)
+                share = rng.uniform(0.1, 0.8)
+                while True:  # polling the API server is the point: the kill follows observed progress
+                    if await ready_count(api, namespace, chunk) >= share * len(chunk):
                         break
-                    await asyncio.sleep(0.2)
-            else:  # at that many seconds after the burst started
+                    await asyncio.sleep(0.1)
+                ready = await ready_count(api, namespace)
+                killed = time.monotonic()
+                await keeper.kill_and_respawn()
+                trial.kills.append(
+                    Kill(round(killed - started, 2), ready, round(time.monotonic() - killed, 2), created)
+                )
+            await create_claims(api, namespace, chunks[kills])
+        else:
+            burst = asyncio.create_task(create_claims(api, namespace, names))
+            for at in sorted(rng.uniform(0.2, window_s) for _ in range(kills)):  # seconds after the start
                 await asyncio.sleep(max(0.0, started + at - time.monotonic()))
                 ready = await ready_count(api, namespace)
-            killed = time.monotonic()
-            await keeper.kill_and_respawn()
-            trial.kills.append(Kill(round(killed - started, 2), ready, round(time.monotonic() - killed, 2)))
-        await burst
+                killed = time.monotonic()
+                await keeper.kill_and_respawn()
+                trial.kills.append(
+                    Kill(round(killed - started, 2), ready, round(time.monotonic() - killed, 2), claims)
+                )
+            await burst
         settled = await settle(api, namespace, claims=claims, replicas=replicas, within=settle_within)
     finally:
         watching.cancel()
