@@ -109,7 +109,7 @@ def run(
         known = {k: v for k, v in overrides.items() if k in scenario.defaults or len(names) == 1}
         params = resolve_params(scenario, smoke=smoke, overrides=known)
         log(f"scenario {name}: {runs} run(s), {json.dumps(params, sort_keys=True)}")
-        # One id for the runs taken together, so the report and `benchmarks.spread` find them again.
+        # One id for the runs taken together, so the report and `benchmarks.series` find them again.
         series = f"{name}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}" if runs > 1 else ""
         written: list[Path] = []
         for index in range(runs):
@@ -156,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--runs",
         type=int,
         default=None,
-        help="back-to-back runs per scenario (default 5, smoke 1); their spread goes to <scenario>-spread-*",
+        help="back-to-back runs per scenario (default 5, smoke 1); their spread goes to spread-<scenario>-*",
     )
     args = parser.parse_args(argv)
     if args.scenario == "list":
