@@ -210,11 +210,17 @@ async def settle(
         await asyncio.sleep(interval)
 
 
-async def ready_count(api: ApiClient, namespace: str, names: Sequence[str] | None = None) -> int:
-    """How many claims in the namespace (or of `names`) are Ready (0 while the API is unreachable)."""
-    wanted = set(names) if names is not None else None
+async def ready_count(api: ApiClient, namespace: str) -> int:
+    """How many claims in the namespace are Ready (0 while the API is unreachable)."""
+    return (await ready_counts(api, namespace, ()))[0]
+
+
+async def ready_counts(api: ApiClient, namespace: str, names: Sequence[str]) -> tuple[int, int]:
+    """Ready claims in the namespace, and how many of them are among `names`, from one list (0, 0 on error)."""
     try:
         listed = await api.list(SANDBOX_CLAIM, namespace=namespace)
     except KubeError:
-        return 0
-    return sum(1 for cl in listed if is_ready(cl) and (wanted is None or cl["metadata"]["name"] in wanted))
+        return 0, 0
+    ready = [cl["metadata"]["name"] for cl in listed if is_ready(cl)]
+    wanted = set(names)
+    return len(ready), sum(1 for name in ready if name in wanted)

@@ -28,7 +28,7 @@ from agent_sandbox.devcluster.processes import Started, is_ours, stop
 from agent_sandbox.kube import ApiClient
 
 from . import controllers
-from .burst import create_claims, create_template_and_pool, ready_count, settle
+from .burst import create_claims, create_template_and_pool, ready_count, ready_counts, settle
 from .invariants import BurstCheck, check_burst
 
 __all__ = ["CrashTrial", "Kill", "crash_trial"]
@@ -86,8 +86,9 @@ async def crash_trial(
 
     `controller` must have been started by `controllers.start` (recorded argv, so it can be respawned).
     Kills land at random moments within `window_s` seconds of the burst's start, or with `at_ready_share`
-    mid-burst however fast the machine is: the burst is created in `kills + 1` chunks, each after the
-    previous kill's restart, and kill k lands when a random share (10-80 %) of chunk k is Ready. (Triggering
+    mid-burst however fast the machine is: the burst is created in `2 * kills + 1` chunks, one after the
+    other, and a kill lands when a random share (10-80 %) of the current chunk is Ready and some of it is
+    not (a chunk seen all Ready at once is skipped while enough chunks remain). (Triggering
     on a share of the whole burst let a kill land after it: a restarted controller finishes everything that
     was in flight at once, so the Ready count can jump from a third to all of the claims between two looks.)
     """
@@ -102,25 +103,29 @@ async def crash_trial(
         names = [f"c-{i:04d}" for i in range(claims)]
         started = time.monotonic()
         if at_ready_share:
-            chunks = [
-                names[i * claims // (kills + 1) : (i + 1) * claims // (kills + 1)] for i in range(kills + 1)
-            ]
+            # More chunks than kills: a chunk that finishes between two looks (a restarted controller, or
+            # cold starts released together, can make all of it Ready at once) gets no kill, the next does.
+            parts = 2 * kills + 1
+            chunks = [names[i * claims // parts : (i + 1) * claims // parts] for i in range(parts)]
             created = 0
-            for chunk in chunks[:kills]:
+            for index, chunk in enumerate(chunks):
                 await create_claims(api, namespace, chunk)
                 created += len(chunk)
+                if len(trial.kills) == kills:
+                    continue
                 share = rng.uniform(0.1, 0.8)
                 while True:  # polling the API server is the point: the kill follows observed progress
-                    if await ready_count(api, namespace, chunk) >= share * len(chunk):
+                    ready, in_chunk = await ready_counts(api, namespace, chunk)
+                    if in_chunk >= share * len(chunk):
                         break
                     await asyncio.sleep(0.1)
-                ready = await ready_count(api, namespace)
+                if in_chunk == len(chunk) and len(chunks) - index - 1 >= kills - len(trial.kills):
+                    continue  # all of it Ready already: not mid-burst; a later chunk takes this kill
                 killed = time.monotonic()
                 await keeper.kill_and_respawn()
                 trial.kills.append(
                     Kill(round(killed - started, 2), ready, round(time.monotonic() - killed, 2), created)
                 )
-            await create_claims(api, namespace, chunks[kills])
         else:
             burst = asyncio.create_task(create_claims(api, namespace, names))
             for at in sorted(rng.uniform(0.2, window_s) for _ in range(kills)):  # seconds after the start

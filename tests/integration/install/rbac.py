@@ -83,3 +83,8 @@ def revoke(cluster: DevCluster, grants: tuple[Grant, ...]) -> None:
         for grant in grants:
             role["rules"] = without(role["rules"], grant)
     apply(cluster, roles, field_manager="agent-sandbox-identity")
+    # The RBAC authorizer reads roles from an informer, so the revocation takes effect a moment after the
+    # write (a loaded CI box once answered the SubjectAccessReview right after it with the old rule).
+    deadline = time.monotonic() + 15
+    while any(allowed(cluster, grant, "") for grant in grants) and time.monotonic() < deadline:
+        time.sleep(0.05)
