@@ -201,6 +201,7 @@ async def run(args: argparse.Namespace) -> None:
         apiserver_profiling=args.profile,
         serve_v1alpha1=not args.unserve,
         extra_flags=tuple(args.flag),
+        pod_deletion=args.pod_deletion,
     )
     async with Bench.up("bench-cycle", tuning) as bench:
         await bench.ensure_namespace(NAMESPACE)
@@ -248,6 +249,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--bodies", action="store_true", help="log write bodies; print the first window's detail"
     )
     parser.add_argument("--unserve", action="store_true", help="v1alpha1 served: false on the four CRDs")
+    parser.add_argument(
+        "--pod-deletion",
+        choices=("graceful", "instant"),
+        default="graceful",
+        help="how kwok ends a deleted pod",
+    )
     parser.add_argument("--flag", action="append", default=[], help="extra controller flag (repeatable)")
     parser.add_argument("--tag", default="")
     args = parser.parse_args(argv)

@@ -124,6 +124,9 @@ class Tuning:
     # controller, not a simulated container start (the dev cluster's default is ~1 s, docs/devcluster.md).
     pod_start_delay_ms: int = 0
     pod_start_jitter_ms: int = 0
+    # How kwok ends a deleted pod: "graceful" (the dev cluster's kubelet-like NotReady, grace period and status
+    # writes) or "instant" (kwok's fast pod-delete stage, as the KWOK gate runs it). docs/devcluster.md.
+    pod_deletion: str = "graceful"
 
     def cluster_config(self, name: str) -> ClusterConfig:
         return ClusterConfig(
@@ -139,6 +142,7 @@ class Tuning:
             apiserver_profiling=self.apiserver_profiling,
             pod_start_delay_ms=self.pod_start_delay_ms,
             pod_start_jitter_ms=self.pod_start_jitter_ms,
+            pod_deletion=self.pod_deletion,
         )
 
     def controller_flags(self) -> tuple[str, ...]:

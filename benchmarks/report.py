@@ -204,8 +204,13 @@ def _pod_start(cfg: Mapping[str, Any]) -> str:
     if delay is None:  # results from before the knob existed: pods started at once
         return ""
     if not delay and not jitter:
-        return ", pods Ready at once (kwok's instant pod-ready, as the KWOK gate)"
-    return f", pod start {delay}-{delay + (jitter or 0)} ms"
+        start = ", pods Ready at once (kwok's instant pod-ready, as the KWOK gate)"
+    else:
+        start = f", pod start {delay}-{delay + (jitter or 0)} ms"
+    # Results from before the pod_deletion knob had the graceful deletion.
+    if cfg.get("pod_deletion") == "instant":
+        return start + ", deleted pods removed at once (kwok's fast pod-delete, as the KWOK gate)"
+    return start + ", graceful pod deletion (NotReady, capped grace period, terminated status, as a kubelet)"
 
 
 def _claim_views(phase: Mapping[str, Any]) -> list[Sequence[str]]:

@@ -30,6 +30,16 @@ TERMINATE_AT_ANNOTATION = SIM_PREFIX + "terminate-at"
 NOT_READY_LABEL = SIM_PREFIX + "not-ready"
 HOST_PATH_ANNOTATION = SIM_PREFIX + "host-path"
 
+# ClusterConfig.pod_deletion values, and the stage files each one leaves out (docs/devcluster.md).
+POD_DELETION_GRACEFUL = "graceful"
+POD_DELETION_INSTANT = "instant"
+_DELETION_STAGES = {
+    POD_DELETION_GRACEFUL: frozenset({"pod-delete-instant.yaml"}),
+    POD_DELETION_INSTANT: frozenset(
+        {"pod-not-ready-on-delete.yaml", "pod-terminating.yaml", "pod-terminated.yaml", "pod-delete.yaml"}
+    ),
+}
+
 # Storage: one provisioner name, two classes (docs/devcluster.md "Storage").
 PROVISIONER_NAME = "devcluster.agents.x-k8s.io/hostpath"
 STORAGE_CLASS_IMMEDIATE = "standard"
@@ -64,6 +74,10 @@ class ClusterConfig:
     pod_start_jitter_ms: int = 400
     # A deleted pod stays Terminating for min(its grace period, this cap) before its containers stop.
     pod_grace_period_cap_ms: int = 1000
+    # How kwok ends a deleted pod: POD_DELETION_GRACEFUL (NotReady at once, Terminating for the capped grace
+    # period, terminated status, then removed: a kubelet's writes) or POD_DELETION_INSTANT (removed at once,
+    # kwok's fast pod-delete stage as upstream's KWOK gate runs it: one DELETE, no status writes).
+    pod_deletion: str = "graceful"
     # Delay before a pod marked to exit (exit-code annotation or `exit N` command) completes, unless the pod's
     # exit-after annotation says otherwise.
     pod_exit_delay_ms: int = 1000
@@ -156,8 +170,12 @@ def kwok_stages_yaml(cfg: ClusterConfig) -> str:
     """The kwok Stage documents the dev cluster runs (see docs/devcluster.md for each behaviour).
 
     Raises:
-        ValueError: a stage file holds a `@@NAME@@` marker that no knob fills (a typo in a stage).
+        ValueError: a stage file holds a `@@NAME@@` marker that no knob fills (a typo in a stage), a negative
+            delay, or an unknown `pod_deletion`.
     """
+    if cfg.pod_deletion not in _DELETION_STAGES:
+        raise ValueError(f"pod_deletion must be one of {sorted(_DELETION_STAGES)}, not {cfg.pod_deletion!r}")
+    left_out = _DELETION_STAGES[cfg.pod_deletion]
     for knob in ("pod_grace_period_cap_ms", "pod_exit_delay_ms", "pod_start_delay_ms", "pod_start_jitter_ms"):
         if getattr(cfg, knob) < 0:
             raise ValueError(f"{knob} must be >= 0, not {getattr(cfg, knob)}")
@@ -165,7 +183,7 @@ def kwok_stages_yaml(cfg: ClusterConfig) -> str:
     values = stage_placeholders(cfg)
     stage_dir = resources.files("agent_sandbox.devcluster") / "stages"
     for entry in sorted(stage_dir.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".yaml"):
+        if entry.name.endswith(".yaml") and entry.name not in left_out:
             text = entry.read_text()
             for key, value in values.items():
                 text = text.replace(f"@@{key}@@", value)

@@ -15,11 +15,14 @@ from agent_sandbox.devcluster.cluster import ClusterError
 from agent_sandbox.devcluster.config import (
     EXIT_AFTER_ANNOTATION,
     EXIT_CODE_ANNOTATION,
+    POD_DELETION_INSTANT,
     READINESS_ANNOTATION,
     READINESS_EXTERNAL,
     START_AFTER_ANNOTATION,
     STORAGE_CLASS_IMMEDIATE,
     STORAGE_CLASS_WFFC,
+    TERMINATE_AT_ANNOTATION,
+    ClusterConfig,
 )
 from tests.helpers import wait_for
 
@@ -452,6 +455,47 @@ def test_force_delete_is_immediate(cluster: DevCluster, namespace: str) -> None:
     out = cluster.kubectl("delete", "pod", "doomed", "-n", namespace, "--grace-period=0", "--force")
     assert out.returncode == 0, out.stderr
     assert cluster.admin().request("GET", _pod_path(namespace, "doomed"))[0] == 404
+
+
+def test_instant_pod_deletion_removes_a_ready_pod_at_once_without_a_status_write() -> None:
+    """`pod_deletion="instant"` (benchmarks that match upstream's KWOK gate): kwok's fast pod-delete, no
+    NotReady step, no grace period, no terminated status; a finalizer still keeps the pod."""
+    cluster = DevCluster.up(
+        ClusterConfig(name=f"instant-{uuid.uuid4().hex[:6]}", nodes=1, pod_deletion=POD_DELETION_INSTANT)
+    )
+    try:
+        admin, namespace = cluster.admin(), "default"
+        _create(cluster, _pod_path(namespace), _pod("quick"))
+        guarded = _pod("guarded")
+        guarded["metadata"]["finalizers"] = ["example.com/keep"]
+        _create(cluster, _pod_path(namespace), guarded)
+        _wait_ready(cluster, namespace, "quick")
+        _wait_ready(cluster, namespace, "guarded")
+        start = time.monotonic()
+        assert admin.request("DELETE", _pod_path(namespace, "quick"))[0] == 200
+        seen: list[dict[str, Any]] = []
+        while (pod := _get(cluster, _pod_path(namespace, "quick"))) is not None:
+            seen.append(pod)
+            assert time.monotonic() - start < 10, "a deleted pod outlived 10 s"
+            time.sleep(0.01)
+        # Its 30 s grace period (capped at 1 s in graceful mode) is not waited for, and every version seen
+        # until it was gone is the Ready one: nothing wrote its status or a terminate-at stamp.
+        assert time.monotonic() - start < cluster.config.pod_grace_period_cap_ms / 1000
+        assert all(_ready(p) for p in seen), [p["status"] for p in seen if not _ready(p)]
+        assert not any(TERMINATE_AT_ANNOTATION in (p["metadata"].get("annotations") or {}) for p in seen)
+
+        assert admin.request("DELETE", _pod_path(namespace, "guarded"))[0] == 200
+        time.sleep(2)
+        still = _get(cluster, _pod_path(namespace, "guarded"))
+        assert still is not None
+        assert still["metadata"]["finalizers"] == ["example.com/keep"]
+        assert (
+            admin.request("PATCH", _pod_path(namespace, "guarded"), {"metadata": {"finalizers": None}})[0]
+            == 200
+        )
+        _wait_gone(cluster, _pod_path(namespace, "guarded"))
+    finally:
+        cluster.down(quiet=True)
 
 
 # -- scheduling pressure -------------------------------------------------------------------------------------

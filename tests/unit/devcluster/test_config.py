@@ -57,6 +57,33 @@ def test_kwok_stages_are_valid_yaml_and_pod_delete_honours_finalizers() -> None:
     keys = {e["key"]: e["operator"] for e in delete["spec"]["selector"]["matchExpressions"]}
     assert keys[".metadata.finalizers"] == "DoesNotExist"
     assert "finalizers" not in delete["spec"]["next"]
+    assert "pod-delete-instant" not in names
+
+
+_GRACEFUL = {"pod-not-ready-on-delete", "pod-terminating", "pod-terminated", "pod-delete"}
+
+
+def test_instant_pod_deletion_swaps_the_graceful_stages_for_one_delete_that_keeps_finalizers() -> None:
+    docs = list(yaml.safe_load_all(kwok_stages_yaml(ClusterConfig(pod_deletion="instant"))))
+    names = {d["metadata"]["name"] for d in docs}
+    assert "pod-delete-instant" in names
+    assert not names & _GRACEFUL
+    assert {"pod-ready", "pod-exit", "node-initialize"} <= names
+    delete = next(d for d in docs if d["metadata"]["name"] == "pod-delete-instant")
+    keys = {e["key"]: e["operator"] for e in delete["spec"]["selector"]["matchExpressions"]}
+    assert keys == {
+        ".metadata.deletionTimestamp": "Exists",
+        ".metadata.finalizers": "DoesNotExist",
+        ".metadata.deletionGracePeriodSeconds | tostring": "NotIn",
+    }
+    assert delete["spec"]["next"] == {"delete": True}
+    graceful = {d["metadata"]["name"] for d in yaml.safe_load_all(kwok_stages_yaml(ClusterConfig()))}
+    assert graceful >= _GRACEFUL
+
+
+def test_an_unknown_pod_deletion_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="pod_deletion"):
+        kwok_stages_yaml(ClusterConfig(pod_deletion="fast"))
 
 
 def test_node_manifest_is_managed_by_kwok_and_reports_capacity() -> None:
