@@ -124,9 +124,10 @@ class Tuning:
     # controller, not a simulated container start (the dev cluster's default is ~1 s, docs/devcluster.md).
     pod_start_delay_ms: int = 0
     pod_start_jitter_ms: int = 0
-    # How kwok ends a deleted pod: "graceful" (the dev cluster's kubelet-like NotReady, grace period and status
-    # writes) or "instant" (kwok's fast pod-delete stage, as the KWOK gate runs it). docs/devcluster.md.
-    pod_deletion: str = "graceful"
+    # Deleted pods are removed at once, as the KWOK gate's kwok (fast pod-delete stage) does: one DELETE. The dev
+    # cluster's default, "graceful", adds a kubelet's NotReady, terminate-at and terminated writes per deleted
+    # pod (~13 % of the API server's CPU per claim cycle, docs/performance.md). docs/devcluster.md.
+    pod_deletion: str = "instant"
 
     def cluster_config(self, name: str) -> ClusterConfig:
         return ClusterConfig(

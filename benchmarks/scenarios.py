@@ -109,7 +109,7 @@ def _tuning(p: Params, **changes: Any) -> Tuning:
         nodes=int(p["nodes"]),
         serve_v1alpha1=bool(p.get("serve_v1alpha1", True)),
         apiserver_profiling=bool(p.get("apiserver_profile", False)),
-        pod_deletion=str(p.get("pod_deletion", "graceful")),
+        pod_deletion=str(p.get("pod_deletion", "instant")),
     )
     flags = tuple(f for f in str(p.get("controller_flags", "")).split() if f)
     return replace(base, extra_flags=flags, **changes)
@@ -791,7 +791,7 @@ _COMMON = {
     "apiserver_profile": False,
     "controller_flags": "",
     "serve_v1alpha1": True,
-    "pod_deletion": "graceful",
+    "pod_deletion": "instant",
 }
 _SMOKE_COMMON = {"nodes": 10, "settle": 1.0}
 
