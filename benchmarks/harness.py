@@ -45,7 +45,7 @@ from agent_sandbox.devcluster import (
     DevCluster,
 )
 from agent_sandbox.devcluster.binaries import cache_root
-from agent_sandbox.devcluster.controller import repo_root, start_controller
+from agent_sandbox.devcluster.controller import repo_root, start_binary_controller, start_controller
 from agent_sandbox.devcluster.processes import Started, is_ours
 from agent_sandbox.kube import (
     CRD,
@@ -128,6 +128,9 @@ class Tuning:
     # cluster's default, "graceful", adds a kubelet's NotReady, terminate-at and terminated writes per deleted
     # pod (~13 % of the API server's CPU per claim cycle, docs/performance.md). docs/devcluster.md.
     pod_deletion: str = "instant"
+    # Another controller binary in place of ours (upstream's Go controller, same flags) for a same-machine A/B;
+    # it serves no conversion webhook, so v1alpha1 is unserved whatever serve_v1alpha1 says.
+    controller_binary: str = ""
 
     def cluster_config(self, name: str) -> ClusterConfig:
         return ClusterConfig(
@@ -764,12 +767,22 @@ class Bench:
         sampler: ProcSampler | None = None
         failed = True
         try:
-            started = await asyncio.to_thread(
-                start_controller, cluster, extensions=extensions, extra=tuning.controller_flags()
-            )
+            if tuning.controller_binary:
+                started = await asyncio.to_thread(
+                    start_binary_controller,
+                    cluster,
+                    tuning.controller_binary,
+                    extensions=extensions,
+                    extra=tuning.controller_flags(),
+                )
+            else:
+                started = await asyncio.to_thread(
+                    start_controller, cluster, extensions=extensions, extra=tuning.controller_flags()
+                )
             api = await ApiClient.from_kubeconfig(str(cluster.kubeconfig), connections=4)
-            await _await_conversion_webhook(api)
-            if not tuning.serve_v1alpha1:
+            if not tuning.controller_binary:
+                await _await_conversion_webhook(api)
+            if not tuning.serve_v1alpha1 or tuning.controller_binary:
                 await _unserve_v1alpha1(api)
             procs = {s.name: s.pid for s in cluster.state.started if is_ours(s.pid, s.exe)}
             procs["bench-harness"] = os.getpid()  # the load generator shares the same cores

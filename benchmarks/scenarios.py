@@ -110,6 +110,7 @@ def _tuning(p: Params, **changes: Any) -> Tuning:
         serve_v1alpha1=bool(p.get("serve_v1alpha1", True)),
         apiserver_profiling=bool(p.get("apiserver_profile", False)),
         pod_deletion=str(p.get("pod_deletion", "instant")),
+        controller_binary=str(p.get("controller_binary", "")),
     )
     flags = tuple(f for f in str(p.get("controller_flags", "")).split() if f)
     return replace(base, extra_flags=flags, **changes)
@@ -792,6 +793,8 @@ _COMMON = {
     "controller_flags": "",
     "serve_v1alpha1": True,
     "pod_deletion": "instant",
+    # Path of another controller build to run instead of ours (upstream's Go binary; docs/performance.md).
+    "controller_binary": "",
 }
 _SMOKE_COMMON = {"nodes": 10, "settle": 1.0}
 

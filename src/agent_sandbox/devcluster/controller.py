@@ -138,6 +138,35 @@ def start_controller(
     return started
 
 
+def start_binary_controller(
+    cluster: DevCluster,
+    binary: str,
+    *,
+    extensions: bool = True,
+    extra: tuple[str, ...] = (),
+    timeout: float = 60.0,
+) -> Started:
+    """Install CRDs and start another build of the controller (upstream's Go binary) for a same-machine A/B.
+
+    It gets our controller's process name, ports and identity and upstream's flag names (which ours share). It
+    serves no conversion webhook: run it with v1alpha1 unserved, so the API server never needs one.
+    """
+    install_crds(cluster)
+    metrics, health, _ = _controller_ports(cluster)
+    argv = [
+        binary,
+        f"--kubeconfig={controller_kubeconfig(cluster)}",
+        f"--metrics-bind-address=127.0.0.1:{metrics}",
+        f"--health-probe-bind-address=127.0.0.1:{health}",
+        "--leader-elect=false",
+        *(["--extensions"] if extensions else []),
+        *extra,
+    ]
+    started = cluster.add_process(CONTROLLER, argv)
+    wait_ready(started, f"http://127.0.0.1:{health}/readyz", deadline=time.monotonic() + timeout)
+    return started
+
+
 # A minimal valid v1beta1 spec per kind, for dry-run writes that prove the kind is served.
 _PROBE_SPECS: dict[str, dict[str, object]] = {
     "Sandbox": {"podTemplate": {"spec": {"containers": [{"name": "m", "image": "x"}]}}},
