@@ -202,6 +202,7 @@ async def run(args: argparse.Namespace) -> None:
         serve_v1alpha1=not args.unserve,
         extra_flags=tuple(args.flag),
         pod_deletion=args.pod_deletion,
+        controller_binary=args.controller_binary,
     )
     async with Bench.up("bench-cycle", tuning) as bench:
         await bench.ensure_namespace(NAMESPACE)
@@ -254,6 +255,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         choices=("graceful", "instant"),
         default="graceful",
         help="how kwok ends a deleted pod",
+    )
+    parser.add_argument(
+        "--controller-binary",
+        default="",
+        help="another controller build in place of ours (upstream's Go binary)",
     )
     parser.add_argument("--flag", action="append", default=[], help="extra controller flag (repeatable)")
     parser.add_argument("--tag", default="")
