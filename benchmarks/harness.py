@@ -45,6 +45,7 @@ from agent_sandbox.devcluster import (
     DevCluster,
 )
 from agent_sandbox.devcluster.binaries import cache_root
+from agent_sandbox.devcluster.config import POD_DELETION_INSTANT
 from agent_sandbox.devcluster.controller import repo_root, start_binary_controller, start_controller
 from agent_sandbox.devcluster.processes import Started, is_ours
 from agent_sandbox.kube import (
@@ -127,7 +128,7 @@ class Tuning:
     # Deleted pods are removed at once, as the KWOK gate's kwok (fast pod-delete stage) does: one DELETE. The dev
     # cluster's default, "graceful", adds a kubelet's NotReady, terminate-at and terminated writes per deleted
     # pod (~13 % of the API server's CPU per claim cycle, docs/performance.md). docs/devcluster.md.
-    pod_deletion: str = "instant"
+    pod_deletion: str = POD_DELETION_INSTANT
     # Another controller binary in place of ours (upstream's Go controller, same flags) for a same-machine A/B;
     # it serves no conversion webhook, so v1alpha1 is unserved whatever serve_v1alpha1 says.
     controller_binary: str = ""

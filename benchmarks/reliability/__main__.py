@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent_sandbox.devcluster import ClusterConfig, DevCluster
+from agent_sandbox.devcluster.config import POD_DELETION_INSTANT
 from agent_sandbox.devcluster.processes import stop
 from agent_sandbox.kube import ApiClient
 
@@ -94,7 +95,7 @@ async def soak_run(args: argparse.Namespace) -> dict[str, Any]:
     config = ClusterConfig(name=f"rel-soak-{os.getpid()}", nodes=nodes)
     if args.gate_pods:  # kwok's fast stages, as upstream's KWOK gate and the claim benchmarks run them
         config = dataclasses.replace(
-            config, pod_start_delay_ms=0, pod_start_jitter_ms=0, pod_deletion="instant"
+            config, pod_start_delay_ms=0, pod_start_jitter_ms=0, pod_deletion=POD_DELETION_INSTANT
         )
     cluster = DevCluster.up(config, log=log)
     try:

@@ -77,7 +77,7 @@ class ClusterConfig:
     # How kwok ends a deleted pod: POD_DELETION_GRACEFUL (NotReady at once, Terminating for the capped grace
     # period, terminated status, then removed: a kubelet's writes) or POD_DELETION_INSTANT (removed at once,
     # kwok's fast pod-delete stage as upstream's KWOK gate runs it: one DELETE, no status writes).
-    pod_deletion: str = "graceful"
+    pod_deletion: str = POD_DELETION_GRACEFUL
     # Delay before a pod marked to exit (exit-code annotation or `exit N` command) completes, unless the pod's
     # exit-after annotation says otherwise.
     pod_exit_delay_ms: int = 1000
