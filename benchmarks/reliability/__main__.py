@@ -114,7 +114,7 @@ async def soak_run(args: argparse.Namespace) -> dict[str, Any]:
             stop(controller)
     finally:
         cluster.down(quiet=True)
-    return {"host": host_info(), "nodes": nodes, **run.as_dict()}
+    return {"host": host_info(), "nodes": nodes, "gate_pods": args.gate_pods, **run.as_dict()}
 
 
 async def churn_run(args: argparse.Namespace) -> dict[str, Any]:
