@@ -30,6 +30,7 @@ from typing import Any
 
 from agent_sandbox.api import constants as c
 from agent_sandbox.devcluster.audit import AuditEvent, AuditLog
+from agent_sandbox.devcluster.config import POD_DELETION_GRACEFUL, POD_DELETION_INSTANT
 from agent_sandbox.devcluster.identity import IDENTITY_ENV
 from agent_sandbox.kube import SANDBOX_CLAIM, NotFound
 
@@ -252,9 +253,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--unserve", action="store_true", help="v1alpha1 served: false on the four CRDs")
     parser.add_argument(
         "--pod-deletion",
-        choices=("graceful", "instant"),
-        default="graceful",
-        help="how kwok ends a deleted pod",
+        choices=(POD_DELETION_GRACEFUL, POD_DELETION_INSTANT),
+        default=POD_DELETION_INSTANT,  # as Tuning and the scenarios
+        help="how kwok ends a deleted pod (default: the other benchmarks' choice)",
     )
     parser.add_argument(
         "--controller-binary",

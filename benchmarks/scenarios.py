@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from agent_sandbox.devcluster.config import POD_DELETION_INSTANT
 from agent_sandbox.kube import SANDBOX, KubeError, Object
 
 from . import apiserver_profile, promtext
@@ -109,7 +110,7 @@ def _tuning(p: Params, **changes: Any) -> Tuning:
         nodes=int(p["nodes"]),
         serve_v1alpha1=bool(p.get("serve_v1alpha1", True)),
         apiserver_profiling=bool(p.get("apiserver_profile", False)),
-        pod_deletion=str(p.get("pod_deletion", "instant")),
+        pod_deletion=str(p.get("pod_deletion", POD_DELETION_INSTANT)),
         controller_binary=str(p.get("controller_binary", "")),
     )
     flags = tuple(f for f in str(p.get("controller_flags", "")).split() if f)
@@ -792,7 +793,7 @@ _COMMON = {
     "apiserver_profile": False,
     "controller_flags": "",
     "serve_v1alpha1": True,
-    "pod_deletion": "instant",
+    "pod_deletion": POD_DELETION_INSTANT,
     # Path of another controller build to run instead of ours (upstream's Go binary; docs/performance.md).
     "controller_binary": "",
 }
