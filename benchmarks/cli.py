@@ -25,8 +25,10 @@ from pathlib import Path
 
 from . import plots, report
 from . import series as series_spread
-from .harness import RESULTS, log, write_result
-from .scenarios import SCENARIOS, resolve_params, run_scenario
+from .log import log
+from .result_files import RESULTS, write_result
+from .scenario_params import resolve_params
+from .scenarios import SCENARIOS, run_scenario
 
 __all__ = ["main", "regenerate_report"]
 

@@ -1,6 +1,6 @@
 """The client view from a separate process (issue 20): create sent -> Ready seen, by a process of its own.
 
-The harness's own watch (`harness.ClaimTracker`) shares an event loop and a core with the load generator,
+The harness's own watch (`trackers.ClaimTracker`) shares an event loop and a core with the load generator,
 so its Ready times can be early or late relative to a user's. This process does what a user's client
 does: one watch over SandboxClaims in every namespace, and for each claim the first version it sees
 with Ready=True. The latency is that moment minus the claim's `client-first-requested-at` annotation (the
@@ -29,7 +29,7 @@ from typing import Any
 from agent_sandbox.api import constants as c
 from agent_sandbox.kube import SANDBOX_CLAIM, ApiClient, Gone, KubeError
 
-from .harness import parse_rfc3339
+from .objects import parse_rfc3339
 
 __all__ = ["ClientWatchProcess", "read_ready", "watch_claims"]
 

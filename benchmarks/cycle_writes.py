@@ -35,8 +35,11 @@ from agent_sandbox.devcluster.identity import IDENTITY_ENV
 from agent_sandbox.kube import SANDBOX_CLAIM, NotFound
 
 from . import apiserver_profile
+from .cluster import Bench
 from .fill_tail import AuditedTuning
-from .harness import Bench, host_info, is_ready, write_result
+from .host import host_info
+from .objects import is_ready
+from .result_files import write_result
 
 NAMESPACE, POOL = "bench-cycle", "warmpool-0"
 

@@ -31,7 +31,9 @@ from agent_sandbox.devcluster.audit import AuditEvent, AuditLog
 from agent_sandbox.kube import SANDBOX_CLAIM
 
 from . import apiserver_profile, promtext
-from .harness import Bench, Tuning, process_cpu_seconds
+from .cluster import Bench
+from .proc_sampling import process_cpu_seconds
+from .tuning import Tuning
 
 NAMESPACE, POOL = "bench-burst", "warmpool-0"
 # kube-apiserver counters the `metrics` probe diffs (everything else in /metrics is left out).

@@ -52,7 +52,9 @@ from agent_sandbox.kube import (
     Result,
 )
 
-from .harness import host_info, log, write_result
+from .host import host_info
+from .log import log
+from .result_files import write_result
 from .stats import summarize
 
 __all__ = ["Load", "Saturated", "in_loop_elector", "saturated_controller"]

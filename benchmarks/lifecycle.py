@@ -20,8 +20,8 @@ One fresh dev cluster (`bench-lifecycle`, 2 kwok nodes, the local runner, the co
   the annotation patched at a fixed rate; CPU of every component during the writes minus an idle baseline of
   the same length, per write.
 
-Writes `benchmarks/results/lifecycle-<UTC>.json` and `.md`; every latency is reported as p50/p90/p99 with
-min/max over all samples, plus the per-round medians (spread).
+Writes `benchmarks/results/lifecycle-<UTC>.json` and `.md` (rendered by `lifecycle_report.py`); every
+latency is reported as p50/p90/p99 with min/max over all samples, plus the per-round medians (spread).
 """
 
 from __future__ import annotations
@@ -57,8 +57,13 @@ from agent_sandbox.kube import (
 )
 from agent_sandbox.router import Router, load_router_config
 
-from .harness import Bench, Tuning, host_info, is_ready, log, write_result_with_markdown
-from .stats import summarize
+from .cluster import Bench
+from .host import host_info
+from .lifecycle_report import markdown, percentiles
+from .log import log
+from .objects import is_ready
+from .result_files import write_result_with_markdown
+from .tuning import Tuning
 
 NS = "lifecycle-bench"
 IMAGE = "ghcr.io/agent-sandbox/agent-sandbox-runtime:bench"
@@ -76,18 +81,6 @@ CLAIM_ENV_VOLUME = {
 
 
 PARTS = ("resume", "warm-env", "archive", "activity")
-
-
-def _percentiles(values: list[float]) -> dict[str, float | int | None]:
-    return summarize(values, digits=3)
-
-
-def _row(label: str, values: list[float], rounds: list[float] | None = None) -> str:
-    p = _percentiles(values)
-    spread = ""
-    if rounds:
-        spread = f" | {statistics.median(rounds):.2f} ({min(rounds):.2f}-{max(rounds):.2f})"
-    return f"| {label} | {p['count']} | {p['p50']:.2f} | {p['p90']:.2f} | {p['p99']:.2f} | {p['min']:.2f}-{p['max']:.2f}{spread} |"
 
 
 async def _get(api: ApiClient, kind: Any, name: str) -> Object | None:
@@ -180,7 +173,7 @@ async def part_resume(api: ApiClient, router: Router, sandboxes: int, rounds: in
     return {
         "sandboxes": sandboxes,
         "rounds": rounds,
-        "latency_s": {k: _percentiles(v) for k, v in out.items()},
+        "latency_s": {k: percentiles(v) for k, v in out.items()},
         "round_medians_s": per_round,
         "samples_s": out,
     }
@@ -284,7 +277,7 @@ async def part_warm_env(api: ApiClient, claims: int, rounds: int) -> dict[str, A
     return {
         "claims_per_round": claims,
         "rounds": rounds,
-        "latency_s": {k: {m: _percentiles(v) for m, v in d.items()} for k, d in results.items()},
+        "latency_s": {k: {m: percentiles(v) for m, v in d.items()} for k, d in results.items()},
         "round_medians_total_s": per_round,
     }
 
@@ -535,73 +528,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "args": vars(args),
     }
     report["host"] = host_info()
-    report["markdown"] = _markdown(report)
+    report["markdown"] = markdown(report)
     return report
-
-
-def _markdown(report: dict[str, Any]) -> str:
-    meta = report["meta"]
-    md = [f"Load {meta['load_before']} -> {meta['load_after']} (2 cores shared with other work).", ""]
-    parts = report["parts"]
-    if "resume" in parts:
-        r = parts["resume"]
-        md += [
-            f"**Resume on request** ({r['sandboxes']} PVC-backed Sandboxes, {r['rounds']} rounds; seconds, client-side):",
-            "",
-            "| request to | n | p50 | p90 | p99 | min-max | round medians |",
-            "|---|---|---|---|---|---|---|",
-            _row("a running Sandbox (baseline)", r["samples_s"]["running"]),
-            _row(
-                "a suspended Sandbox, one at a time",
-                r["samples_s"]["sequential"],
-                r["round_medians_s"]["sequential"],
-            ),
-            _row(
-                f"{r['sandboxes']} suspended Sandboxes at once",
-                r["samples_s"]["concurrent"],
-                r["round_medians_s"]["concurrent"],
-            ),
-            "",
-        ]
-    if "warm_env" in parts:
-        w = parts["warm_env"]
-        md += [
-            f"**Claim with env** ({w['claims_per_round']} claims per kind per round, {w['rounds']} rounds; seconds):",
-            "",
-            "| claim | phase | p50 | p90 | p99 | min-max |",
-            "|---|---|---|---|---|---|",
-        ]
-        for kind, label in (
-            ("warm", "warm (template projects the claim env)"),
-            ("cold", "forced cold (upstream)"),
-        ):
-            for phase in ("ready", "first_command", "total"):
-                p = w["latency_s"][kind][phase]
-                md.append(
-                    f"| {label} | {phase} | {p['p50']:.3f} | {p['p90']:.3f} | {p['p99']:.3f} | {p['min']:.3f}-{p['max']:.3f} |"
-                )
-        md += [
-            "",
-            f"Round medians of the total, warm {w['round_medians_total_s']['warm']}, cold {w['round_medians_total_s']['cold']}.",
-            "",
-        ]
-    if "archive" in parts:
-        a = parts["archive"]
-        md += [
-            f"**{a['archives']} hibernated Sandboxes**: etcd in use +{(a['etcd_in_use_bytes']['after_archives'] - a['etcd_in_use_bytes']['before']) / 2**20:.1f} MiB "
-            f"({a['etcd_bytes_per_archive']} bytes per archive; the same JSON as ConfigMaps: {a['etcd_bytes_per_configmap']} bytes each); "
-            f"archive JSON {a['archive_json_bytes']} bytes; created in {a['create_seconds']['archives']} s; "
-            f"RSS before/after: {a['rss_mib_before']} -> {a['rss_mib_after_archives']} MiB.",
-            "",
-        ]
-    if "activity" in parts:
-        c = parts["activity"]
-        md += [
-            f"**Activity writes** ({c['writes']} `last-activity` patches at {c['rate_per_s']}/s over {c['sandboxes']} Running Sandboxes): "
-            f"{c['cpu_ms_per_write_net_total']} ms CPU per write net of idle, by component {c['cpu_ms_per_write_net']}.",
-            "",
-        ]
-    return "\n".join(md)
 
 
 def main() -> None:

@@ -26,7 +26,11 @@ from typing import Any
 
 from agent_sandbox.kube import LEASE, ApiClient, KubeError
 
-from .harness import Bench, log, parse_rfc3339
+from .claim_phase import claim_phase, create_pools
+from .cluster import Bench
+from .log import log
+from .objects import parse_rfc3339
+from .scenario_params import tuning_from_params
 from .schedule import poisson_arrivals, pool_replicas, round_robin
 
 __all__ = ["LEASE_NAMESPACE", "LeaseWatch", "run_overload"]
@@ -87,16 +91,10 @@ def _controller_alive(bench: Bench) -> bool:
 
 
 async def run_overload(p: dict[str, Any]) -> dict[str, Any]:
-    from .scenarios import (  # scenarios registers this module: import on use
-        _tuning,
-        claim_phase,
-        create_pools,
-    )
-
     npools = int(p["pools"])
     rate = float(p["knee"]) * float(p["factor"])
     flags = f"{p['controller_flags']} --leader-elect=true --leader-election-namespace={LEASE_NAMESPACE}"
-    tuning = _tuning({**p, "controller_flags": flags}, warm_pool_workers=max(npools, 1))
+    tuning = tuning_from_params({**p, "controller_flags": flags}, warm_pool_workers=max(npools, 1))
     pools = [(f"bench-overload-{i}", "warmpool-0") for i in range(npools)]
     replicas = pool_replicas(float(p["knee"]), npools, float(p["headroom_s"]), minimum=int(p["min_pool"]))
     async with Bench.up("bench-overload", tuning) as bench:

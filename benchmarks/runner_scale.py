@@ -30,7 +30,8 @@ from agent_sandbox.devcluster import ClusterConfig, DevCluster
 from agent_sandbox.devcluster.runtime_pods import RUNTIME_ANNOTATION
 from agent_sandbox.kube import NAMESPACE, POD, ApiClient
 
-from .harness import host_info, write_result_with_markdown
+from .host import host_info
+from .result_files import write_result_with_markdown
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 NS = "runner-scale"

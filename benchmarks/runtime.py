@@ -37,7 +37,8 @@ from grpc import aio
 
 from agent_sandbox.api import processv1 as pb
 
-from .harness import host_info, write_result_with_markdown
+from .host import host_info
+from .result_files import write_result_with_markdown
 
 CONCURRENCY = (1, 10, 50)
 SIZES = {"1MB": 1 << 20, "100MB": 100 << 20}

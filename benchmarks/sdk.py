@@ -40,7 +40,11 @@ from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.router import router_url, start_router
 from agent_sandbox_sdk import AsyncSandboxClient, SandboxClient, SandboxDirectConnectionConfig
 
-from .harness import host_info, log, parse_rfc3339, process_cpu_seconds, write_result_with_markdown
+from .host import host_info
+from .log import log
+from .objects import parse_rfc3339
+from .proc_sampling import process_cpu_seconds
+from .result_files import write_result_with_markdown
 from .stats import summarize
 
 EXT = "extensions.agents.x-k8s.io/v1beta1"

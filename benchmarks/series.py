@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .harness import RESULTS, write_result
 from .report import gate_verdict
+from .result_files import RESULTS, write_result
 from .spread import spread
 
 __all__ = ["METRICS", "TARGETS", "latest_spreads", "render", "run_metrics", "summarize", "write_series"]
@@ -159,7 +159,7 @@ def _load1(data: Mapping[str, Any]) -> float | None:
 
 def _box(data: Mapping[str, Any]) -> dict[str, float]:
     """Other processes' CPU and hypervisor steal during the measured phase (cores), and the CPU probe taken
-    before the run (`harness.cpu_probe_ms`), when recorded."""
+    before the run (`host.cpu_probe_ms`), when recorded."""
     res = data.get("result") or {}
     usage = (((res.get("phases") or [None])[0]) or res).get("usage") or {}
     box = {k: float(usage[k]) for k in ("other_cores", "steal_cores") if _num(usage.get(k)) is not None}

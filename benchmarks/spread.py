@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .harness import RESULTS
+from .result_files import RESULTS
 
 __all__ = ["VIEWS", "load_runs", "phase_of", "render", "spread", "writes_per_claim"]
 

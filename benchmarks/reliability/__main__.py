@@ -31,7 +31,9 @@ from agent_sandbox.devcluster.config import POD_DELETION_INSTANT
 from agent_sandbox.devcluster.processes import stop
 from agent_sandbox.kube import ApiClient
 
-from ..harness import host_info, log, write_result, write_result_with_markdown
+from ..host import host_info
+from ..log import log
+from ..result_files import write_result, write_result_with_markdown
 from . import controllers
 from .churn import churn, markdown, probe_env
 from .crash import crash_trial

@@ -27,7 +27,7 @@ from agent_sandbox.devcluster.processes import Started, rss_bytes
 from agent_sandbox.kube import SANDBOX, SANDBOX_CLAIM, ApiClient
 
 from .. import promtext
-from ..harness import CLAIM_HIST
+from ..claim_analysis import CLAIM_HIST
 from ..stats import diff_buckets, histogram_summary
 from .burst import EXT, create_template_and_pool, retrying, settle
 

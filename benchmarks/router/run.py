@@ -36,7 +36,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..harness import host_info, log, write_result
+from ..host import host_info
+from ..log import log
+from ..result_files import write_result
 from . import report
 from .processes import Proc, cpu_seconds, rss_kib, start_backend, start_router, wrk
 

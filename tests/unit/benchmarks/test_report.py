@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 from benchmarks import report
-from benchmarks.scenarios import SCENARIOS, resolve_params
+from benchmarks.scenario_params import resolve_params
+from benchmarks.scenarios import SCENARIOS
 
 pytestmark = pytest.mark.unit
 

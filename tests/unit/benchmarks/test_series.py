@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from benchmarks import cli, report, series
-from benchmarks.harness import ProcSampler
+from benchmarks.proc_sampling import ProcSampler
 from benchmarks.scenarios import SCENARIOS
 
 
