@@ -7,6 +7,9 @@ handler writes zap-style JSON lines, `configure_logging`), lines are built direc
 same layout as `JsonFormatter` and written in batches (at most every 50 ms, or 64 KiB), instead of one
 LogRecord, one formatting pass and one write system call per request. Any other configuration (console
 encoder, extra handlers, tests capturing records) goes through `logging` unchanged.
+
+Owns: the fields of a line, taken from a finished request and its `Outcome` (`log_request`), and writing
+lines (`AccessLog`).
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from typing import IO, Any
 import orjson
 
 from ..kube._logging import JsonFormatter, format_time
+from ._outcome import Outcome
+from ._server import ClientConnection, Request
 
-__all__ = ["ACCESS_LOGGER", "AccessLog"]
+__all__ = ["ACCESS_LOGGER", "AccessLog", "log_request"]
 
 ACCESS_LOGGER = "sandbox-router.access"
 _FLUSH_DELAY = 0.05
@@ -103,3 +108,34 @@ class AccessLog:
             self._stream.flush()
         except (OSError, ValueError):
             pass  # a closed or broken log stream must not break request handling
+
+
+def log_request(
+    access: AccessLog,
+    conn: ClientConnection,
+    req: Request,
+    out: Outcome,
+    elapsed: float,
+    span: Any,
+) -> None:
+    """Write the access-log line of one finished request (none for `/healthz`, `/readyz`, `/metrics`)."""
+    path = req.path
+    if path in (b"/healthz", b"/readyz", b"/metrics"):
+        return
+    ua = next((v for lname, _, v in req.headers if lname == b"user-agent"), b"")
+    fields: dict[str, Any] = {
+        "method": req.method,
+        "path": path.decode("latin-1"),
+        "status": out.status,
+        "duration_ms": round(elapsed * 1000, 3),
+        "client_ip": conn.client_ip,
+        "sandbox_id": req.routing.get(b"x-sandbox-id", b"").decode("latin-1"),
+        "sandbox_namespace": req.routing.get(b"x-sandbox-namespace", b"").decode("latin-1"),
+        "bytes_out": out.bytes_out,
+        "user_agent": ua.decode("latin-1"),
+    }
+    if span is not None:
+        ctx = span.get_span_context()
+        fields["trace_id"] = format(ctx.trace_id, "032x")
+        fields["span_id"] = format(ctx.span_id, "016x")
+    access.write(fields)

@@ -2,7 +2,7 @@
 
 Owns: the byte layout of router-generated responses (`{"detail": ...}` bodies with `Content-Type:
 application/json`, router spec §1.6), the status-line cache, and the once-a-second `Date` value.
-Does not own which error applies (the proxy decides) or upstream responses (copied by `_proxy`).
+Does not own which error applies (the proxy decides) or upstream responses (copied by `_exchange`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ as Go's transport). Go keeps at most 16 idle connections per host; at 50 concurr
 sandbox that closes and re-dials connections all the time, so we keep up to 256 per host (1,024 in total;
 docs/design/router-performance.md).
 
-Does not own: what a response means (the exchange in `_proxy` decides) or retries (`_proxy`).
+Does not own: what a response means (`_exchange.Exchange` decides) or retries (`_proxy`).
 
 Failure modes: a connection that receives bytes while idle, or whose peer closes, leaves the pool; a
 parse error or close during an exchange is reported to the exchange (`ResponseSink.upstream_failed`),

@@ -1,0 +1,296 @@
+"""One attempt of a proxied request: the request written to one upstream connection, its response relayed.
+
+Owns: streaming the request body to the sandbox as it arrives (chunked bodies re-framed, never buffered)
+and the response to the client as it arrives, with flow control both ways (a full write buffer pauses
+the reading side), so memory per request is bounded whatever the body size; the response head rewritten
+for the client (hop-by-hop headers dropped, chunked or close framing, `101` passed on only to an upgrade
+request); the per-attempt timers (`--response-header-timeout` from the end of the request body, the
+request's deadline before and after it); and what an upstream failure means for this attempt: "retry"
+(a pooled keep-alive connection found dead before any response byte, with the whole request still in
+hand), 502/504 before the response head, or closing the client connection after it.
+
+Does not own: dialling, retries of dial failures and the hand-off of an upgraded connection (`_proxy`),
+parsing the sandbox's responses (`_upstream`), or the request head (`_headers`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from ._headers import DROP_RESPONSE_HEADERS, request_head
+from ._outcome import Outcome, connect_error, reply, timeout_error
+from ._resolve import Target
+from ._responses import status_line
+from ._routing import Route
+from ._server import ClientConnection, Request
+from ._upstream import UpstreamConnection
+
+if TYPE_CHECKING:
+    from ._proxy import Proxy
+
+__all__ = ["Exchange"]
+
+_REPLAY_LIMIT = 64 * 1024
+
+
+class Exchange:
+    """One attempt: a request written to one upstream connection and its response relayed to the client.
+
+    Implements `_upstream.ResponseSink`; the upstream connection calls it as response bytes arrive.
+    """
+
+    def __init__(
+        self,
+        proxy: Proxy,
+        conn: ClientConnection,
+        req: Request,
+        route: Route,
+        out: Outcome,
+        upstream: UpstreamConnection,
+        target: Target,
+    ) -> None:
+        self.proxy = proxy
+        self.conn = conn
+        self.req = req
+        self.route = route
+        self.out = out
+        self.upstream = upstream
+        self.target = target
+        self.upgrade_tail = b""
+        self._fut: asyncio.Future[str] | None = None
+        self._chunked_out = False
+        self._close_client = False
+        self._body_sent = False
+        self._replayable = False
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._deadline_timer: asyncio.TimerHandle | None = None
+        self._head_seen = False
+        self._pending: list[bytes] = []
+        self._deadline = 0.0
+        self._header_timeout = 0.0
+        self._deadline_due = False
+
+    async def run(self, deadline: float, header_timeout: float, span: Any) -> str:
+        """Send the request and relay the response; returns "done", "retry" or "upgraded"."""
+        loop = asyncio.get_running_loop()
+        conn, req, upstream = self.conn, self.req, self.upstream
+        self._fut = fut = loop.create_future()
+        upstream.begin(self, head_only=req.method == "HEAD")
+        head = request_head(conn, req, self.target, span, self.proxy.propagator)
+        body = req.body
+        assert body is not None
+        has_body = req.chunked or bool(req.content_length)
+        if not has_body:
+            self._body_sent = True
+            self._replayable = upstream.reused
+            upstream.write(head)
+        else:
+            data = body.take_buffered()
+            if req.chunked and data:
+                data = b"%x\r\n%b\r\n" % (len(data), data)
+            if body.done:
+                payload = head + data + (b"0\r\n\r\n" if req.chunked else b"")
+                self._body_sent = True
+                self._replayable = upstream.reused and len(payload) <= _REPLAY_LIMIT
+                upstream.write(payload)
+            else:
+                upstream.write(head + data if data else head)
+                body.attach(self._body_chunk, self._body_done)
+        conn.on_write_pause = self._client_write_pause
+        if conn.write_paused:
+            self._client_write_pause(True)
+        # Timers (one armed at a time in the common case): the response-header timeout runs from the end of
+        # the request body (Go's ResponseHeaderTimeout); until then, and after the head, the deadline.
+        self._deadline = deadline
+        self._header_timeout = header_timeout
+        if self._body_sent:
+            self._start_header_timer()
+        else:
+            self._deadline_timer = loop.call_at(deadline, self._timed_out)
+        try:
+            result: str = await fut
+            return result
+        finally:
+            self._cancel_timers()
+            body.detach()
+            conn.on_write_pause = None
+            conn.resume_reading_for_body("upstream")
+            if not fut.done() or fut.cancelled() or (fut.result() != "upgraded" and upstream.sink is self):
+                upstream.abort()
+
+    # ------------------------------------------------------------------ request body
+
+    def _body_chunk(self, chunk: bytes) -> None:
+        if self.req.chunked:
+            self.upstream.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+        else:
+            self.upstream.write(chunk)
+
+    def _body_done(self) -> None:
+        if self.req.chunked:
+            self.upstream.write(b"0\r\n\r\n")
+        self._body_sent = True
+        if not self._head_seen:
+            self._start_header_timer()
+
+    def _start_header_timer(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._header_timer = loop.call_at(
+            min(loop.time() + self._header_timeout, self._deadline), self._timed_out
+        )
+
+    def upstream_pause_writing(self) -> None:
+        self.conn.pause_reading_for_body("upstream")
+
+    def upstream_resume_writing(self) -> None:
+        self.conn.resume_reading_for_body("upstream")
+
+    def _client_write_pause(self, paused: bool) -> None:
+        transport = self.upstream.transport
+        if transport is None or self.upstream.closed:
+            return
+        if paused:
+            transport.pause_reading()
+        else:
+            transport.resume_reading()
+
+    # ------------------------------------------------------------------ response (ResponseSink)
+
+    def response_head(self, status: int, headers: list[tuple[bytes, bytes]], streamed: bool) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+            self._deadline_due = True  # armed by flush() only if the response is not complete by then
+        self._head_seen = True
+        conn, req, out = self.conn, self.req, self.out
+        if status == 101 and not req.upgrade:
+            self._fail_request(
+                502,
+                "Backend attempted a WebSocket upgrade over HTTP. Connect using the WebSocket protocol instead.",
+                "other",
+            )
+            return
+        tokens: tuple[bytes, ...] = ()
+        for name, value in headers:
+            if name.lower() == b"connection":
+                tokens += tuple(t.strip().lower() for t in value.split(b",") if t.strip())
+        parts = [status_line(status)]
+        upgrade_value = b""
+        for name, value in headers:
+            lname = name.lower()
+            if lname in DROP_RESPONSE_HEADERS or (tokens and lname in tokens):
+                if lname == b"upgrade":
+                    upgrade_value = value
+                continue
+            parts += (name, b": ", value, b"\r\n")
+        keep = out.keep_alive and not conn.draining
+        if status == 101:
+            parts += (b"Connection: Upgrade\r\nUpgrade: ", upgrade_value, b"\r\n")
+        else:
+            if streamed:
+                if req.version == "1.1":
+                    self._chunked_out = True
+                    parts.append(b"Transfer-Encoding: chunked\r\n")
+                else:
+                    keep = False
+            if not keep:
+                parts.append(b"Connection: close\r\n")
+            elif req.version == "1.0":
+                parts.append(b"Connection: keep-alive\r\n")
+        parts.append(b"\r\n")
+        out.keep_alive = keep
+        out.status = status
+        data = b"".join(parts)
+        out.bytes_out += len(data)
+        conn.response_started = True
+        self._pending.append(data)
+
+    def response_body(self, chunk: bytes) -> None:
+        self.out.bytes_out += len(chunk)
+        if self._chunked_out:
+            self._pending.append(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+        else:
+            self._pending.append(chunk)
+
+    def flush(self) -> None:
+        """Write what one read from the sandbox produced in a single send (head + body + end)."""
+        pending = self._pending
+        if pending:
+            self.conn.write(pending[0] if len(pending) == 1 else b"".join(pending))
+            pending.clear()
+        if self._deadline_due:
+            self._deadline_due = False
+            fut = self._fut
+            if fut is not None and not fut.done() and self._deadline_timer is None:
+                self._deadline_timer = asyncio.get_running_loop().call_at(self._deadline, self._timed_out)
+
+    def response_complete(self, reusable: bool) -> None:
+        fut = self._fut
+        if fut is None or fut.done():
+            return
+        if self._chunked_out:
+            self._pending.append(b"0\r\n\r\n")
+        if not self._body_sent:
+            # The sandbox answered before taking the whole body: neither side can be reused.
+            self.out.keep_alive = False
+            self.upstream.close()
+        elif reusable:
+            self.proxy.pool.put(self.upstream)
+        else:
+            self.upstream.close()
+        fut.set_result("done")
+
+    def response_upgraded(self, tail: bytes) -> None:
+        fut = self._fut
+        if fut is None or fut.done():
+            return
+        self.upgrade_tail = tail
+        self.flush()
+        fut.set_result("upgraded")
+
+    def upstream_failed(self, reason: str, error: BaseException | None) -> None:
+        fut = self._fut
+        if fut is None or fut.done():
+            return
+        if not self._head_seen and self._replayable:
+            # A pooled keep-alive connection the sandbox had already closed: send again on a fresh one.
+            fut.set_result("retry")
+            return
+        self.proxy.metrics.upstream_error(self.route.namespace, reason)
+        if self.conn.response_started:
+            self.out.keep_alive = False
+            self.flush()
+            self.conn.abort()
+            fut.set_result("done")
+        else:
+            self._fail_request(502, connect_error(self.route), None)
+
+    def _timed_out(self) -> None:
+        fut = self._fut
+        if fut is None or fut.done():
+            return
+        self.proxy.metrics.upstream_error(self.route.namespace, "timeout")
+        if self.conn.response_started:
+            self.out.keep_alive = False
+            self.upstream.abort()
+            self.conn.abort()
+            fut.set_result("done")
+        else:
+            self._fail_request(504, timeout_error(self.route), None)
+
+    def _fail_request(self, status: int, detail: str, reason: str | None) -> None:
+        fut = self._fut
+        assert fut is not None
+        if reason is not None:
+            self.proxy.metrics.upstream_error(self.route.namespace, reason)
+        self.upstream.abort()
+        reply(self.conn, self.out, status, detail, self.req)
+        if not fut.done():
+            fut.set_result("done")
+
+    def _cancel_timers(self) -> None:
+        for timer in (self._header_timer, self._deadline_timer):
+            if timer is not None:
+                timer.cancel()
+        self._header_timer = self._deadline_timer = None

@@ -1,0 +1,71 @@
+"""What one proxied request ended as, and the replies the router writes itself to settle it.
+
+Owns: the per-request `Outcome` record (status, namespace, Sandbox, bytes out, keep-alive, upgraded; read
+by metrics, the access log and the connection's keep-alive decision), the router-generated replies on the
+proxy port (JSON `{"detail": ...}` errors, router spec §1.6, and `/healthz`) with the keep-alive rule that
+goes with them, and the detail texts of the 502/504 a failed dial or exchange answers with.
+
+Does not own: the byte layout of those replies (`_responses`) or which error applies (`_proxy` and
+`_exchange` decide). A failure after the response head was sent cannot be replied to: the caller closes
+the client connection instead.
+"""
+
+from __future__ import annotations
+
+from ._responses import HEALTHZ_BODY, json_response
+from ._routing import Route
+from ._server import ClientConnection, Request
+
+__all__ = ["Outcome", "connect_error", "healthz", "reply", "timeout_error"]
+
+
+def connect_error(route: Route) -> str:
+    return f"Could not connect to the backend sandbox: {route.sandbox_id}"
+
+
+def timeout_error(route: Route) -> str:
+    return f"Timed out waiting for the backend sandbox: {route.sandbox_id}"
+
+
+class Outcome:
+    """What one request ended as (read by metrics, access log and keep-alive)."""
+
+    __slots__ = ("bytes_out", "keep_alive", "namespace", "sandbox_id", "status", "upgraded")
+
+    def __init__(self) -> None:
+        self.status = 0
+        self.namespace = ""
+        self.sandbox_id = ""
+        self.bytes_out = 0
+        self.keep_alive = True
+        self.upgraded = False
+
+
+def reply(
+    conn: ClientConnection,
+    out: Outcome,
+    status: int,
+    detail: str,
+    req: Request,
+    extra: bytes = b"",
+) -> None:
+    """Answer `req` with a router-generated JSON error (`extra`: raw header lines, each ending in CRLF)."""
+    body_left = req.body is not None and not req.body.done
+    keep = out.keep_alive and not body_left and not req.upgrade and not conn.draining
+    data = json_response(
+        status, {"detail": detail}, keep_alive=keep, head_only=req.method == "HEAD", extra_headers=extra
+    )
+    conn.response_started = True
+    conn.write(data)
+    out.status = status
+    out.keep_alive = keep
+    out.bytes_out += len(data)
+
+
+def healthz(conn: ClientConnection, req: Request, out: Outcome) -> None:
+    """Answer `/healthz` on the proxy port."""
+    keep = out.keep_alive and not conn.draining and (req.body is None or req.body.done)
+    conn.response_started = True
+    conn.write(json_response(200, HEALTHZ_BODY, keep_alive=keep, head_only=req.method == "HEAD"))
+    out.keep_alive = keep
+    # Probes are not counted or logged (router spec §1.14); status stays 0.
