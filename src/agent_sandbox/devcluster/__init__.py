@@ -9,9 +9,10 @@ from agent_sandbox.devcluster.binaries import (
     BuildError,
     ensure_binaries,
 )
-from agent_sandbox.devcluster.cluster import ClusterError, DevCluster
+from agent_sandbox.devcluster.cluster import DevCluster
 from agent_sandbox.devcluster.config import ClusterConfig
 from agent_sandbox.devcluster.processes import ComponentError
+from agent_sandbox.devcluster.state import ClusterError
 
 __all__ = [
     "ETCD_VERSION",

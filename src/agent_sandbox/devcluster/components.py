@@ -1,8 +1,8 @@
 """Command lines of the control-plane components (etcd, kube-apiserver, controller-manager, scheduler, kwok).
 
 Owns: the flags each component runs with, as pure functions of the cluster's layout and `ClusterConfig`.
-Starting, waiting and stopping live in `cluster.py`; the flags are kept here so they can be read (and
-tested) in one place.
+Starting and waiting live in `startup.py`, stopping in `cluster.py`; the flags are kept here so they can be
+read (and tested) in one place.
 """
 
 from __future__ import annotations

@@ -18,9 +18,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent_sandbox.devcluster.cluster import ClusterError, DevCluster
+from agent_sandbox.devcluster.cluster import DevCluster
 from agent_sandbox.devcluster.processes import Started, component_error, is_ours, log_tail, stop
 from agent_sandbox.devcluster.rest import probe_http
+from agent_sandbox.devcluster.state import ClusterError
 
 __all__ = ["RESTARTABLE", "Restart", "restart_component"]
 
@@ -88,7 +89,7 @@ def restart_component(
         if not is_ours(new.pid, new.exe):
             if "address already in use" in log_tail(new.log, 3) and time.monotonic() < deadline:
                 # A client took the port while the listener was down (clusters listen below the
-                # ephemeral range to avoid this, cluster._listen_ports); such sockets are short-lived.
+                # ephemeral range to avoid this, allocation._listen_ports); such sockets are short-lived.
                 time.sleep(0.5)
                 new = cluster.respawn(component)
                 continue

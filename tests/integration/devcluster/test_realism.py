@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from agent_sandbox.devcluster import DevCluster
-from agent_sandbox.devcluster.cluster import ClusterError
+from agent_sandbox.devcluster import ClusterError, DevCluster
 from agent_sandbox.devcluster.config import (
     EXIT_AFTER_ANNOTATION,
     EXIT_CODE_ANNOTATION,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agent_sandbox.devcluster.cluster import ClusterState, DevCluster
+from agent_sandbox.devcluster.cluster import DevCluster
 from agent_sandbox.devcluster.config import (
     EXIT_AFTER_ANNOTATION,
     EXIT_CODE_ANNOTATION,
@@ -41,6 +41,7 @@ from agent_sandbox.devcluster.provisioner import (
 )
 from agent_sandbox.devcluster.runtime_pods import runtime_pod_jq
 from agent_sandbox.devcluster.simulation import pod_readiness_status, ready_status, with_taint, without_taint
+from agent_sandbox.devcluster.state import ClusterState
 
 pytestmark = pytest.mark.unit
 
