@@ -62,7 +62,7 @@ from .host import host_info
 from .lifecycle_report import markdown, percentiles
 from .log import log
 from .objects import is_ready
-from .result_files import write_result_with_markdown
+from .result_files import RESULTS, write_result_with_markdown
 from .tuning import Tuning
 
 NS = "lifecycle-bench"
@@ -534,8 +534,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     # The router runs in this process: keep its lifecycle log (slow holds, failures) next to the result.
+    log_file = RESULTS / "tmp" / "lifecycle-router.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(
-        filename="benchmarks/results/tmp/lifecycle-router.log",
+        filename=log_file,
         level=logging.INFO,
         format="%(asctime)s %(name)s %(message)s",
     )

@@ -8,7 +8,7 @@ recorded in `state.json`, then removes the directory) and `describe`. Several cl
 allocation happens under a file lock and skips every port and CIDR recorded by other live clusters.
 
 `DevCluster` is composed of its bases: the recorded state, paths and processes (state.py), the start-up
-sequence (startup.py), the simulations (simulator.py) and the local runner's control calls (runner_client.py).
+sequence (startup.py), the simulations (node_controls.py) and the local runner's control calls (runner_client.py).
 
 Failure modes: `BuildError` (binaries), `ComponentError` (a component exits or is not ready in time; names the
 component, its log and the log's last lines), `ClusterError` (name taken, unknown cluster).
@@ -30,13 +30,13 @@ from agent_sandbox.devcluster import processes
 from agent_sandbox.devcluster.allocation import PORT_NAMES, allocation_lock, free_port
 from agent_sandbox.devcluster.binaries import KUBERNETES_VERSION, Binaries, cache_root, ensure_binaries
 from agent_sandbox.devcluster.config import ClusterConfig
+from agent_sandbox.devcluster.node_controls import ClusterControls
 from agent_sandbox.devcluster.runner_client import RunnerClient
-from agent_sandbox.devcluster.simulator import ClusterSimulator
 from agent_sandbox.devcluster.startup import RUNNER, ClusterStartup
 from agent_sandbox.devcluster.state import ClusterError, ClusterState, clusters_root
 
 
-class DevCluster(ClusterStartup, ClusterSimulator, RunnerClient):
+class DevCluster(ClusterStartup, ClusterControls, RunnerClient):
     """Handle to one local control plane (running or not). Use `up()`, `load()`, `down()`."""
 
     # -- lifecycle ------------------------------------------------------------------------------------

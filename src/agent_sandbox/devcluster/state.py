@@ -4,7 +4,7 @@ Owns: `ClusterState` (ports, pod CIDR, kubeconfig, nodes, the processes started 
 `ClusterConfig` it was started with), where clusters live (`clusters_root`), the paths and admin clients
 derived from a state, and recording each process started for the cluster (`add_process`, `respawn`) so
 `down` can later stop exactly those PIDs. `ClusterHandle` is the base `DevCluster` (cluster.py) is built
-on; the start-up sequence (startup.py), the simulations (simulator.py) and the runner's control calls
+on; the start-up sequence (startup.py), the simulations (node_controls.py) and the runner's control calls
 (runner_client.py) are written against it.
 
 Failure modes: `ClusterError` (misuse: unknown process, still running, name taken, unknown cluster).

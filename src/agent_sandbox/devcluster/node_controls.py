@@ -22,7 +22,7 @@ from agent_sandbox.devcluster.simulation import pod_readiness_status, ready_stat
 from agent_sandbox.devcluster.state import ClusterError, ClusterHandle
 
 
-class ClusterSimulator(ClusterHandle):
+class ClusterControls(ClusterHandle):
     """Node, pod and volume simulations on a running cluster (a base of `DevCluster`)."""
 
     def _patch_guarded(
