@@ -171,16 +171,22 @@ async def test_suspend_and_resume_re_resolve(cached_router: Router, kube: ApiCli
         return await status_of(cached_router, headers) == 502
 
     await eventually(reachable, "gamma reachable")
-    # Suspend: the pod goes away; by name it is now a connect failure (after retries), not a stale dial.
-    await kube.patch(SANDBOX, "gamma", {"spec": {"operatingMode": "Suspended"}}, namespace=namespace)
-    await eventually(unreachable, "suspended gamma unreachable")
     # kwok hands a freed address out again soon; plain pods (no sandbox's, no runtime) take addresses until
-    # one holds the old one, so the resumed pod gets a new address and the old one answers nothing.
-    # (Another test's pod may take it first: the check below asks who holds it then.)
-    await _hold_address(kube, namespace, old_ip)
-    await kube.patch(SANDBOX, "gamma", {"spec": {"operatingMode": "Running"}}, namespace=namespace)
-    # The resumed pod has another address (waited for, so the stale-IP case below is always exercised).
-    await sandbox_pod(kube, namespace, "gamma", not_ip=old_ip)
+    # one holds the old one, so the resumed pod gets a new address and the old one answers nothing. Another
+    # test's pod may take the address first and free it again before the resume (seen in the parallel
+    # suite): then the resumed pod gets the old address back, and the cycle is repeated so the stale-IP case
+    # below is always exercised.
+    for attempt in range(3):
+        # Suspend: the pod goes away; by name it is now a connect failure (after retries), not a stale dial.
+        await kube.patch(SANDBOX, "gamma", {"spec": {"operatingMode": "Suspended"}}, namespace=namespace)
+        await eventually(unreachable, "suspended gamma unreachable")
+        await _hold_address(kube, namespace, old_ip, prefix=f"placeholder-{attempt}")
+        await kube.patch(SANDBOX, "gamma", {"spec": {"operatingMode": "Running"}}, namespace=namespace)
+        resumed = await sandbox_pod(kube, namespace, "gamma")
+        if resumed["status"]["podIP"] != old_ip:
+            break
+    else:
+        pytest.fail(f"the resumed pod got the old address {old_ip} back in 3 suspend/resume cycles")
     await eventually(reachable, "resumed gamma reachable by name")
     # A client still holding the old pod IP: while no sandbox holds that address it is re-resolved to the
     # resumed pod ("gamma" means the old address was not dialled); once another sandbox's pod holds it
@@ -204,10 +210,12 @@ async def _sandbox_holding(kube: ApiClient, ip: str) -> bool:
     )
 
 
-async def _hold_address(kube: ApiClient, namespace: str, ip: str, attempts: int = 6) -> str | None:
+async def _hold_address(
+    kube: ApiClient, namespace: str, ip: str, attempts: int = 6, *, prefix: str = "placeholder"
+) -> str | None:
     """Create plain pods until one gets `ip`; returns its name (None if another pod took the address)."""
     for i in range(attempts):
-        name = f"placeholder-{i}"
+        name = f"{prefix}-{i}"
         spec = {"containers": [{"name": "c", "image": "busybox"}]}
         await kube.create(POD, {"metadata": {"name": name}, "spec": spec}, namespace=namespace)
 
