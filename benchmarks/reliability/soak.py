@@ -4,8 +4,8 @@ Owns: one soak run on a cluster it is handed -- `sandboxes` bare Sandboxes creat
 template and a warm pool, then claims at `per_minute` for `minutes`, each claim expiring 30 s after it
 was made (`shutdownPolicy: Delete`), so the controller binds, refills, expires and deletes all the time
 while the number of live objects stays level. Every 10 s: the controller's RSS and open fds, the sum of
-its work queues' depth (`workqueue_depth`), and its claim startup histogram. At the end: RSS per minute
-(a leak shows as minute 10 above minute 2), queue depth once the stream stops (must drain to 0), the
+its work queues' depth (`workqueue_depth`), the Sandboxes in its cache (RSS follows what is cached, so a
+rise is read against it), and its claim startup histogram. At the end: RSS per minute (a leak shows as minute 10 above minute 2), queue depth once the stream stops (must drain to 0), the
 claim P99 per minute from the controller's own histogram (the figure the burst gate uses), claims made
 vs claims observed Ready, and the controller's error log lines.
 """
@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from agent_sandbox.controllers.sandbox.metrics import SANDBOXES_METRIC
 from agent_sandbox.devcluster.processes import Started, rss_bytes
 from agent_sandbox.kube import SANDBOX, SANDBOX_CLAIM, ApiClient
 
@@ -45,6 +46,7 @@ class Sample:
     rss_mib: float
     fds: int
     queue_depth: float
+    sandboxes_cached: float  # `agent_sandboxes` summed: the Sandboxes in the controller's informer
     claim_buckets: list[tuple[float, float]] = field(repr=False)
 
 
@@ -75,6 +77,7 @@ class Soak:
                 "rss_mib_max": max(s.rss_mib for s in samples),
                 "fds_max": max(s.fds for s in samples),
                 "queue_depth_max": max(s.queue_depth for s in samples),
+                "sandboxes_cached_max": max(s.sandboxes_cached for s in samples),
                 "claims": histogram_summary(window),
             })  # fmt: skip
         total = (
@@ -127,6 +130,7 @@ def _look(controller: Started, metrics_port: int, at_s: float) -> Sample:
         rss_mib=round(rss_bytes(controller.pid) / 2**20, 1),
         fds=len(os.listdir(f"/proc/{controller.pid}/fd")),
         queue_depth=promtext.scalar(samples, "workqueue_depth") or 0.0,
+        sandboxes_cached=promtext.scalar(samples, SANDBOXES_METRIC) or 0.0,
         claim_buckets=promtext.histogram(samples, CLAIM_HIST),
     )
 

@@ -23,3 +23,19 @@ def test_error_lines_in_json_and_console_logs(tmp_path: Path) -> None:
     found = error_lines(log)
     assert len(found) == 3
     assert error_lines(log, offset=log.stat().st_size) == []
+
+
+def test_minutes_report_rss_against_the_sandboxes_cached() -> None:
+    from benchmarks.reliability.soak import Sample, Soak
+
+    buckets = [(float("inf"), 0.0)]
+    run = Soak(params={}, samples=[
+        Sample(at_s=0.0, rss_mib=100.0, fds=10, queue_depth=0.0, sandboxes_cached=5000.0, claim_buckets=buckets),
+        Sample(at_s=50.0, rss_mib=101.0, fds=11, queue_depth=3.0, sandboxes_cached=5400.0, claim_buckets=buckets),
+        Sample(at_s=70.0, rss_mib=102.5, fds=11, queue_depth=0.0, sandboxes_cached=5200.0, claim_buckets=buckets),
+    ])  # fmt: skip
+    minutes = run.as_dict()["minutes"]
+    assert [(m["minute"], m["rss_mib_max"], m["sandboxes_cached_max"]) for m in minutes] == [
+        (1, 101.0, 5400.0),
+        (2, 102.5, 5200.0),
+    ]
