@@ -81,7 +81,7 @@ async def _await_conversion_webhook(api: ApiClient, within: float = 60.0) -> Non
     log("conversion webhook not configured on every CRD; continuing")
 
 
-async def _unserve_v1alpha1(api: ApiClient) -> None:
+async def unserve_v1alpha1(api: ApiClient) -> None:
     """Set `served: false` on the v1alpha1 version of every CRD (then let the storage rebuild settle)."""
     for name in _CRDS:
         crd = await api.get(CRD, name)
@@ -170,7 +170,7 @@ class Bench:
             if not tuning.controller_binary:
                 await _await_conversion_webhook(api)
             if not tuning.serve_v1alpha1 or tuning.controller_binary:
-                await _unserve_v1alpha1(api)
+                await unserve_v1alpha1(api)
             procs = {s.name: s.pid for s in cluster.state.started if is_ours(s.pid, s.exe)}
             procs["bench-harness"] = os.getpid()  # the load generator shares the same cores
             sampler = ProcSampler(procs)

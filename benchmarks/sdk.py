@@ -38,8 +38,10 @@ import agent_sandbox_sdk
 from agent_sandbox.devcluster import ClusterConfig, DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.router import router_url, start_router
+from agent_sandbox.kube import ApiClient
 from agent_sandbox_sdk import AsyncSandboxClient, SandboxClient, SandboxDirectConnectionConfig
 
+from .cluster import unserve_v1alpha1
 from .host import host_info
 from .log import log
 from .objects import parse_rfc3339
@@ -207,6 +209,12 @@ def _markdown(report: dict[str, Any]) -> str:
     lines = [
         "Time to first instruction (ms) = `create_sandbox` -> first command output, warm pool, through the router.",
         f"Machine: {report['host'].get('cpus')} CPUs; load average before/after each round in the JSON.",
+        "v1alpha1 "
+        + (
+            "served (default install)"
+            if report["params"].get("serve_v1alpha1", True)
+            else "unserved (v1beta1-only)"
+        ),
         "",
         "| batch | p50 over rounds (min / median / max) | p99 over rounds (min / median / max) | target |",
         "|---|---|---|---|",
@@ -250,11 +258,21 @@ def _markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(rounds: int, n_seq: int, n_conc: int) -> dict[str, Any]:
+async def _unserve(cluster: DevCluster) -> None:
+    api = await ApiClient.from_kubeconfig(str(cluster.kubeconfig))
+    try:
+        await unserve_v1alpha1(api)
+    finally:
+        await api.close()
+
+
+def run(rounds: int, n_seq: int, n_conc: int, *, serve_v1alpha1: bool = True) -> dict[str, Any]:
     name = f"bench-sdk-{os.getpid()}"
     cluster = DevCluster.up(ClusterConfig(name=name, nodes=2))
     try:
         start_controller(cluster)
+        if not serve_v1alpha1:  # as `k8s/v1beta1-only`: no conversions for a v1alpha1 watch cache
+            asyncio.run(_unserve(cluster))
         start_router(cluster)
         router = router_url(cluster)
         assert router is not None
@@ -284,7 +302,13 @@ def run(rounds: int, n_seq: int, n_conc: int) -> dict[str, Any]:
     report: dict[str, Any] = {
         "scenario": "sdk",
         "host": host_info(),
-        "params": {"rounds": rounds, "sequential": n_seq, "concurrent": n_conc, "pool": pool_size},
+        "params": {
+            "rounds": rounds,
+            "sequential": n_seq,
+            "concurrent": n_conc,
+            "pool": pool_size,
+            "serve_v1alpha1": serve_v1alpha1,
+        },
         "sdk_module": agent_sandbox_sdk.__file__,  # which SDK ran (an A/B may put another first on the path)
         "rounds": results,
         "over_rounds": {b: _over_rounds(results, b) for b in ("sequential", "concurrent")},
@@ -298,8 +322,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sequential", type=int, default=100)
     parser.add_argument("--concurrent", type=int, default=20)
+    parser.add_argument(
+        "--unserve-v1alpha1", action="store_true", help="as the k8s/v1beta1-only install (default: served)"
+    )
     args = parser.parse_args()
-    report = run(args.rounds, args.sequential, args.concurrent)
+    report = run(args.rounds, args.sequential, args.concurrent, serve_v1alpha1=not args.unserve_v1alpha1)
     path = write_result_with_markdown("sdk", report)
     print(report["markdown"])
     print(f"\nwritten {path}")
