@@ -47,6 +47,7 @@ from ._reconcile import (
     Result,
     RetryLater,
     TerminalError,
+    Waiting,
 )
 from ._resources import (
     CONFIG_MAP,
@@ -195,6 +196,7 @@ __all__ = [
     "Transform",
     "TransportError",
     "Unauthorized",
+    "Waiting",
     "Watch",
     "WatchEvent",
     "WorkQueue",

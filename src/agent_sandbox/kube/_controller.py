@@ -6,7 +6,8 @@ Owns the worker loop semantics of controller-runtime (`pkg/internal/controller`)
 * outcome switch: exception -> `add_rate_limited` (unless `TerminalError`: logged, counted, forgotten);
   `requeue_after` > 0 -> `forget` + `add_after`; otherwise -> `forget`;
 * exceptions are contained at the worker boundary, logged with a reconcile id, and counted
-  (`controller_runtime_reconcile_*` metrics, result label success / error / requeue_after);
+  (`controller_runtime_reconcile_*` metrics, result label success / error / requeue_after); a `Waiting`
+  (an expected wait, ours) is retried the same way but logged at info and counted as `requeue`;
 * start order: wait for the sources' informers to sync (bounded by `cache_sync_timeout`), register the
   event handlers (existing objects are replayed as adds), launch the workers;
 * on cancellation: shut the queue (waiting keys are dropped, no new keys accepted), let in-flight
@@ -31,7 +32,7 @@ from ._informer import Informer
 from ._logging import bind_reconcile
 from ._predicates import Predicate
 from ._ratelimit import RateLimiter
-from ._reconcile import EXPECTED_ERRORS, Reconciler, Request, Result, TerminalError
+from ._reconcile import EXPECTED_ERRORS, Reconciler, Request, Result, TerminalError, Waiting
 from ._workqueue import WorkQueue
 from .metrics import (
     CONTROLLER_ACTIVE_WORKERS,
@@ -106,7 +107,7 @@ class Controller:
         self._started = False
         if metrics:
             self._m_total = {
-                r: RECONCILE_TOTAL.labels(name, r) for r in ("success", "error", "requeue_after")
+                r: RECONCILE_TOTAL.labels(name, r) for r in ("success", "error", "requeue", "requeue_after")
             }
             self._m_errors = RECONCILE_ERRORS.labels(name)
             self._m_terminal = RECONCILE_TERMINAL_ERRORS.labels(name)
@@ -199,6 +200,11 @@ class Controller:
                 self._m_errors.inc()
                 self._m_total["error"].inc()
             log.error("terminal reconciler error: %s", describe_error(exc), exc_info=exc)
+        except Waiting as exc:
+            queue.add_rate_limited(req)
+            if metrics:
+                self._m_total["requeue"].inc()
+            log.info("waiting: %s", describe_error(exc))
         except Exception as exc:
             queue.add_rate_limited(req)
             if metrics:

@@ -30,6 +30,7 @@ __all__ = [
     "Result",
     "RetryLater",
     "TerminalError",
+    "Waiting",
 ]
 
 
@@ -57,6 +58,16 @@ class RetryLater(Exception):
     The base of every controller's "retry later" errors (a missing template, a foreign object in the way,
     a pass that ended with API failures). The runtime retries it like any exception but never counts it
     as a panic.
+    """
+
+
+class Waiting(RetryLater):
+    """A wait on another object's progress that is part of normal operation, retried like `RetryLater`.
+
+    For a state that resolves by itself and that an operator should not be paged for (a deleted
+    predecessor's Pod still terminating under a reused name): the runtime logs it at info and counts the
+    pass as `result="requeue"`, not as a reconcile error. Whatever the controller reports on the object
+    (conditions) is unchanged.
     """
 
 

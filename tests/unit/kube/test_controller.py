@@ -23,6 +23,7 @@ from agent_sandbox.kube import (
     Result,
     RetryLater,
     TerminalError,
+    Waiting,
     has_label,
     requests_for_owner,
 )
@@ -86,6 +87,27 @@ async def test_terminal_error_is_not_retried() -> None:
     labels = {"controller": "terminal-test"}
     assert REGISTRY.get_sample_value("controller_runtime_terminal_reconcile_errors_total", labels) == 1
     assert REGISTRY.get_sample_value("controller_runtime_reconcile_total", {**labels, "result": "error"}) == 1
+
+
+async def test_waiting_retries_with_backoff_logged_at_info_not_counted_as_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock()
+
+    async def wait(_: Request) -> Result:
+        raise Waiting("pod x is still terminating")
+
+    c = _ctrl(ReconcilerFunc(wait), clock, name="waiting-test")
+    with caplog.at_level("INFO"):
+        await c.process(REQ)
+    assert c.queue.num_requeues(REQ) == 1
+    assert clock.next_deadline() == pytest.approx(clock.now() + 0.005)
+    labels = {"controller": "waiting-test"}
+    assert REGISTRY.get_sample_value("controller_runtime_reconcile_total", {**labels, "result": "requeue"}) == 1
+    assert REGISTRY.get_sample_value("controller_runtime_reconcile_total", {**labels, "result": "error"}) == 0
+    assert REGISTRY.get_sample_value("controller_runtime_reconcile_errors_total", labels) == 0
+    waits = [r for r in caplog.records if "still terminating" in r.getMessage()]
+    assert [r.levelname for r in waits] == ["INFO"]
 
 
 async def test_requeue_after_forgets_and_delays() -> None:

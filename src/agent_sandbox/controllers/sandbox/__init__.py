@@ -19,7 +19,7 @@ from .execute import Executor, SandboxWriter
 from .expectations import ChildExpectations
 from .metrics import SandboxCollector, sandbox_metric_labels
 from .plan import Plan, PlanMode, Results, Snapshot, StepResult
-from .reconciler import SandboxReconcileError, SandboxReconciler
+from .reconciler import SandboxReconcileError, SandboxReconciler, SandboxWaiting
 from .status import Conclusion, conclude, status_patch
 from .watches import CONTROLLER_NAME, EVENT_REPORTER, pod_cache_transform, setup
 
@@ -36,6 +36,7 @@ __all__ = [
     "SandboxCollector",
     "SandboxReconcileError",
     "SandboxReconciler",
+    "SandboxWaiting",
     "SandboxWriter",
     "Snapshot",
     "StepResult",

@@ -21,6 +21,7 @@ from agent_sandbox.api.constants import (
     ANNOTATION_PROPAGATED_ANNOTATIONS,
     ANNOTATION_PROPAGATED_LABELS,
     EXTENSIONS_GROUP,
+    GROUP,
     KIND_SANDBOX,
     LABEL_ADOPTABLE,
     LABEL_CREATED_BY,
@@ -51,6 +52,7 @@ __all__ = [
     "extension_pod_labels",
     "foreign_owner_error",
     "merge_volume_claim_volumes",
+    "owned_by_predecessor",
     "owner_refs_with_controller",
     "pvc_name",
     "repair_pod_metadata",
@@ -128,6 +130,22 @@ def foreign_owner_error(kind: str, obj: Object, sandbox_name: str) -> str:
     return (
         f"{kind} {_q(_meta(obj).get('name', ''))} is owned by {ref.get('kind', '')}/{ref.get('name', '')} "
         f"(UID: {ref.get('uid', '')}), not by sandbox {_q(sandbox_name)}"
+    )
+
+
+def owned_by_predecessor(obj: Object, sandbox_name: str) -> bool:
+    """Whether a foreign `obj` belongs to an earlier Sandbox of the same name (deleted, its children going).
+
+    Children are named after their Sandbox, and a warm pool's generated names are reused over time (five
+    random characters), so a new member can meet the Pod, Service or PVC of a deleted namesake that has
+    not finished terminating, or that the garbage collector has not reached yet. Such an object is still
+    foreign (never adopted; the pass reports the §1.6 error) but it goes away by itself: a wait, not a fault.
+    """
+    ref = controller_ref(_meta(obj)) or {}
+    return (
+        ref.get("kind") == KIND_SANDBOX
+        and api_group(str(ref.get("apiVersion", ""))) == GROUP
+        and ref.get("name") == sandbox_name
     )
 
 

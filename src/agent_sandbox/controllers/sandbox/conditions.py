@@ -53,6 +53,7 @@ class ChildOutcome:
         pod_error: error of the Pod step, including the multiple-Pods error (drives the "Unknown" rows).
         multiple_pods: the Pod step stopped because several Pods are controlled by this Sandbox.
         errors: condition errors in order (PVC, Pod, Service), excluding the multiple-Pods error.
+        waiting: `errors` is not empty and every one is a wait on a deleted namesake's child.
         service: the Service the pass ended with (None: no Service, or the Service step failed/skipped).
     """
 
@@ -61,6 +62,7 @@ class ChildOutcome:
     pod_error: str | None = None
     multiple_pods: bool = False
     errors: tuple[str, ...] = ()
+    waiting: bool = False
     service: Object | None = None
 
 

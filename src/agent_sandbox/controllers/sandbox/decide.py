@@ -41,6 +41,7 @@ from .children import (
     build_pvc,
     build_service,
     foreign_owner_error,
+    owned_by_predecessor,
     owner_refs_with_controller,
     pvc_name,
     repair_pod_metadata,
@@ -176,7 +177,9 @@ def _plan_pvcs(snapshot: Snapshot, hash_: str) -> StepPlan:
         if ownership is Ownership.OWNED:
             continue
         if ownership is Ownership.FOREIGN:
-            return StepPlan(tuple(actions), foreign_owner_error("PVC", pvc, name))
+            return StepPlan(
+                tuple(actions), foreign_owner_error("PVC", pvc, name), waiting=owned_by_predecessor(pvc, name)
+            )
         if not adoption_allowed(pvc, hash_):
             return StepPlan(tuple(actions), adoption_refusal("PVC", claim))
         # resourceVersion makes the adoption optimistic: never overwrite an owner set concurrently.
@@ -245,7 +248,11 @@ def plan_existing_pod(
     if ownership is Ownership.FOREIGN:
         if annotated:
             actions.append(_remove_pod_name())
-        return PodPlan(tuple(actions), error=foreign_owner_error("pod", pod, sb_name))
+        return PodPlan(
+            tuple(actions),
+            error=foreign_owner_error("pod", pod, sb_name),
+            waiting=owned_by_predecessor(pod, sb_name),
+        )
     adopting = ownership is Ownership.UNOWNED
     if adopting and not adoption_allowed(pod, hash_):
         return PodPlan(tuple(actions), error=adoption_refusal("pod", meta["name"]))
@@ -347,7 +354,11 @@ def _plan_service(snapshot: Snapshot, hash_: str) -> ServicePlan:
             return ServicePlan((delete,))
         return ServicePlan()
     if ownership is Ownership.FOREIGN:
-        return ServicePlan(error=foreign_owner_error("service", svc, sb_name), fields=ServiceFields.KEEP)
+        return ServicePlan(
+            error=foreign_owner_error("service", svc, sb_name),
+            fields=ServiceFields.KEEP,
+            waiting=owned_by_predecessor(svc, sb_name),
+        )
     ports = service_ports(sandbox)
     if ownership is Ownership.UNOWNED:
         if desired is None:

@@ -141,10 +141,15 @@ Action: TypeAlias = (
 
 @dataclass(frozen=True, slots=True)
 class StepPlan:
-    """Actions of one step plus an error decided without I/O (e.g. a foreign owner)."""
+    """Actions of one step plus an error decided without I/O (e.g. a foreign owner).
+
+    `waiting`: the error is a wait on a deleted namesake's child going away (`owned_by_predecessor`),
+    expected in normal operation; the status reports it all the same.
+    """
 
     actions: tuple[Action, ...] = ()
     error: str | None = None
+    waiting: bool = False
 
 
 @dataclass(frozen=True, slots=True)

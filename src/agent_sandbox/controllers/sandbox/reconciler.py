@@ -43,6 +43,7 @@ from agent_sandbox.kube import (
     Result,
     RetryLater,
     Tracing,
+    Waiting,
 )
 
 from ..claim_pressure import ClaimPressure
@@ -54,7 +55,7 @@ from .expectations import ChildExpectations
 from .plan import Plan, PlanMode, Results, Snapshot, StepPlan, StepResult
 from .status import conclude
 
-__all__ = ["WRITE_BEHIND_BOUND", "SandboxReconcileError", "SandboxReconciler"]
+__all__ = ["WRITE_BEHIND_BOUND", "SandboxReconcileError", "SandboxReconciler", "SandboxWaiting"]
 
 log = logging.getLogger("agent_sandbox.controllers.sandbox")
 
@@ -66,6 +67,10 @@ _CHILD_KINDS: tuple[ResourceKind, ...] = (POD, PVC, SERVICE)
 
 class SandboxReconcileError(RetryLater):
     """A pass ended with errors (API failures or refused children); retried with backoff."""
+
+
+class SandboxWaiting(SandboxReconcileError, Waiting):
+    """A pass whose only errors are children of a deleted namesake still going away; logged at info."""
 
 
 def _wall_clock() -> datetime:
@@ -211,6 +216,8 @@ class SandboxReconciler:
             except KubeError as exc:
                 errors.append(f"failed to patch sandbox status: {error_text(exc)}")
         if errors:
+            if conclusion.waiting and len(errors) == len(conclusion.errors):
+                raise SandboxWaiting("\n".join(errors))
             raise SandboxReconcileError("\n".join(errors))
         return Result(requeue_after=conclusion.requeue_after)
 

@@ -40,6 +40,7 @@ class Conclusion:
         status_patch: `{"status": ...}` merge patch for the status subresource; None: nothing to write.
         requeue_after: seconds until the next pass (None: event driven).
         errors: returned errors (-> exponential backoff); the status is still written first.
+        waiting: every error is a wait on a deleted namesake's child (`StepPlan.waiting`): not a fault.
         sandbox_deleted: the Sandbox was deleted by expiry (no status write).
         clear_deferral: drop the write-behind clock entry of this Sandbox.
         status_deferred: an observedGeneration-only status write was held back (claim pressure); start
@@ -50,6 +51,7 @@ class Conclusion:
     status_patch: Object | None = None
     requeue_after: float | None = None
     errors: tuple[str, ...] = ()
+    waiting: bool = False
     sandbox_deleted: bool = False
     clear_deferral: bool = False
     status_deferred: bool = False
@@ -103,27 +105,42 @@ def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Object | Non
 def child_outcome(plan: Plan, results: Results) -> tuple[ChildOutcome, ServiceFields, PodPlan]:
     """Fold step results into the outcome: a failed action replaces the step's planned result."""
     pvc_error = plan.pvcs.error if results.pvcs.ok else results.pvcs.error
+    pvc_wait = results.pvcs.ok and plan.pvcs.waiting
     pod_plan = results.pod.replanned or plan.pod
     if results.pod.ok:
         pod = results.pod.created or pod_plan.pod
         owned, pod_error, multiple = pod_plan.owned, pod_plan.error, pod_plan.multiple
+        pod_wait = pod_plan.waiting
     else:
         assert results.pod.failed_at is not None
         keeps = pod_plan.actions[results.pod.failed_at].keeps_pod
         pod = pod_plan.pod if keeps else None
-        owned, pod_error, multiple = pod_plan.owned and keeps, results.pod.error, False
+        owned, pod_error, multiple, pod_wait = pod_plan.owned and keeps, results.pod.error, False, False
     service: Object | None = None
     fields = ServiceFields.KEEP
     service_error: str | None = None
+    service_wait = False
     if plan.service is not None:
         if results.service.ok:
             service = results.service.created or plan.service.service
             fields, service_error = plan.service.fields, plan.service.error
+            service_wait = plan.service.waiting
         else:
             service_error = results.service.error
-    errors = tuple(e for e in (pvc_error, None if multiple else pod_error, service_error) if e)
+    steps = (
+        (pvc_error, pvc_wait),
+        (None if multiple else pod_error, pod_wait),
+        (service_error, service_wait),
+    )
+    errors = tuple(e for e, _ in steps if e)
     outcome = ChildOutcome(
-        pod=pod, pod_owned=owned, pod_error=pod_error, multiple_pods=multiple, errors=errors, service=service
+        pod=pod,
+        pod_owned=owned,
+        pod_error=pod_error,
+        multiple_pods=multiple,
+        errors=errors,
+        waiting=bool(errors) and all(wait for e, wait in steps if e),
+        service=service,
     )
     return outcome, fields, pod_plan
 
@@ -242,6 +259,7 @@ def conclude(snapshot: Snapshot, plan: Plan, results: Results, now: datetime) ->
         status_patch=patch,
         requeue_after=requeue,
         errors=outcome.errors,
+        waiting=outcome.waiting,
         clear_deferral=clear,
         status_deferred=status_wait is not None,
         outcome=outcome,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -368,3 +369,39 @@ async def test_many_sandboxes_each_get_exactly_one_pod(
         await ready_sandbox(kube, n, namespace)
     pods = await kube.list(POD, namespace=namespace)
     assert sorted(p["metadata"]["name"] for p in pods) == sorted(names)
+
+
+async def test_a_reused_name_waits_for_the_predecessors_pod_without_error_logs(
+    manager: Manager, kube: ApiClient, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A warm pool's generated names are reused over time; the new member can meet its deleted namesake's
+    # Pod still terminating (held here by a finalizer). Expected: the §1.6 refusal on the condition, a
+    # wait logged at info (not an error), and our own Pod once the old one is gone.
+    caplog.set_level(logging.INFO, logger="agent_sandbox.kube.controller")
+    await kube.create(SANDBOX, sandbox_manifest("sb"), namespace=namespace)
+    old_uid = (await ready_sandbox(kube, "sb", namespace))["metadata"]["uid"]
+    hold = {"metadata": {"finalizers": ["example.com/hold"]}}
+    await kube.patch(POD, "sb", hold, namespace=namespace)
+    await kube.delete(SANDBOX, "sb", namespace=namespace)
+    await gone(kube, SANDBOX, "sb", namespace)
+
+    async def terminating() -> bool:
+        return bool((await kube.get(POD, "sb", namespace=namespace))["metadata"].get("deletionTimestamp"))
+
+    await eventually(terminating, "the old Pod terminating")
+    new_uid = (await kube.create(SANDBOX, sandbox_manifest("sb"), namespace=namespace))["metadata"]["uid"]
+
+    async def refused() -> tuple[str, str, str] | None:
+        ready = condition(await kube.get(SANDBOX, "sb", namespace=namespace), "Ready")
+        return ready if ready is not None and ready[1] == "ReconcilerError" else None
+
+    ready = await eventually(refused, "Ready=ReconcilerError naming the old owner")
+    assert f'pod "sb" is owned by Sandbox/sb (UID: {old_uid})' in ready[2]
+    await kube.patch(POD, "sb", {"metadata": {"finalizers": None}}, namespace=namespace)
+    await ready_sandbox(kube, "sb", namespace)
+    assert (await kube.get(POD, "sb", namespace=namespace))["metadata"]["ownerReferences"][0][
+        "uid"
+    ] == new_uid
+    about = [r for r in caplog.records if f"Sandbox/sb (UID: {old_uid})" in r.getMessage()]
+    assert about, "the wait was never logged"
+    assert {r.levelname for r in about} == {"INFO"}

@@ -311,6 +311,29 @@ def test_foreign_pod_is_refused_and_annotation_cleared(owner: dict[str, Any]) ->
     assert plan.pod.pod is None
     assert plan.pod.error is not None
     assert "is owned by" in plan.pod.error
+    # Only a deleted namesake's Pod is a wait (it goes away by itself); another controller's is a fault.
+    assert plan.pod.waiting is (owner is OLD_INCARNATION)
+
+
+@pytest.mark.parametrize(
+    ("owner", "waiting"),
+    [
+        (OLD_INCARNATION, True),
+        (FOREIGN, False),
+        (ref(name="other-sb", uid="uid-other"), False),  # another Sandbox's child under our name
+        (ref(uid="uid-sb-previous", api_version="example.com/v1"), False),  # a Sandbox kind of another group
+    ],
+    ids=["namesake", "other-controller", "other-sandbox", "other-group"],
+)
+def test_children_of_a_deleted_namesake_are_waits(owner: dict[str, Any], waiting: bool) -> None:
+    sb = sandbox(vcts=[vct("data")], service=True)
+    plan = decide(snap(sb, pods=[pod(owner=owner)], svc=service(owner=owner), pvcs=[pvc(owner=owner)]), NOW)
+    assert plan.pvcs.error is not None
+    assert plan.pod.error is not None
+    assert (plan.pvcs.waiting, plan.pod.waiting) == (waiting, waiting)
+    assert plan.service is not None
+    assert plan.service.error is not None
+    assert plan.service.waiting is waiting
 
 
 def test_missing_tracked_pod_with_owned_survivor_repairs_annotation_instead_of_creating() -> None:

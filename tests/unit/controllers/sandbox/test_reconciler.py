@@ -26,7 +26,12 @@ from agent_sandbox.api.constants import (
 )
 from agent_sandbox.controllers.claim_pressure import ClaimPressure
 from agent_sandbox.controllers.indexes import INDEX_POD_NAME_HASH, pod_name_hash_index
-from agent_sandbox.controllers.sandbox import ChildExpectations, SandboxReconcileError, SandboxReconciler
+from agent_sandbox.controllers.sandbox import (
+    ChildExpectations,
+    SandboxReconcileError,
+    SandboxReconciler,
+    SandboxWaiting,
+)
 from agent_sandbox.kube import POD, PVC, SANDBOX, SERVICE, NotFound, Object, Request, Tracing
 from agent_sandbox.kube.testing import FakeClient, FakeClock
 from tests.unit.controllers.sandbox.builders import HASH, NOW, SB, SB_UID, pod, ref, sandbox, service, vct
@@ -146,6 +151,27 @@ async def test_refused_child_is_an_error_but_status_is_written_first() -> None:
         await reconciler(client).reconcile(REQ)
     assert cond(await get(client, SANDBOX), "Ready")[1] == "ReconcilerError"  # type: ignore[index]
     assert (await get(client, POD))["metadata"]["ownerReferences"][0]["uid"] == "uid-rs"
+
+
+async def test_a_deleted_namesakes_pod_is_a_wait_with_the_same_status() -> None:
+    # A reused generated name: the earlier Sandbox "sb" is gone, its Pod still terminating.
+    predecessor = pod(owner=ref(uid="uid-sb-previous"), deleting=True)
+    client = fake((SANDBOX, sandbox()), (POD, predecessor))
+    with pytest.raises(SandboxWaiting, match='pod "sb" is owned by Sandbox/sb \\(UID: uid-sb-previous\\)'):
+        await reconciler(client).reconcile(REQ)
+    assert cond(await get(client, SANDBOX), "Ready")[1] == "ReconcilerError"  # type: ignore[index]
+    # Once it is gone the next pass creates our own Pod, as after any foreign object.
+    await client.delete(POD, SB, namespace="ns")
+    await reconciler(client).reconcile(REQ)
+    assert (await get(client, POD))["metadata"]["ownerReferences"][0]["uid"] == SB_UID
+
+
+async def test_another_controllers_pod_is_not_a_wait() -> None:
+    foreign = pod(owner=ref("ReplicaSet", "rs", "uid-rs", api_version="apps/v1"))
+    client = fake((SANDBOX, sandbox()), (POD, foreign))
+    with pytest.raises(SandboxReconcileError) as raised:
+        await reconciler(client).reconcile(REQ)
+    assert not isinstance(raised.value, SandboxWaiting)
 
 
 async def test_missing_sandbox_is_done() -> None:
