@@ -103,7 +103,9 @@ async def test_waiting_retries_with_backoff_logged_at_info_not_counted_as_an_err
     assert c.queue.num_requeues(REQ) == 1
     assert clock.next_deadline() == pytest.approx(clock.now() + 0.005)
     labels = {"controller": "waiting-test"}
-    assert REGISTRY.get_sample_value("controller_runtime_reconcile_total", {**labels, "result": "requeue"}) == 1
+    assert (
+        REGISTRY.get_sample_value("controller_runtime_reconcile_total", {**labels, "result": "requeue"}) == 1
+    )
     assert REGISTRY.get_sample_value("controller_runtime_reconcile_total", {**labels, "result": "error"}) == 0
     assert REGISTRY.get_sample_value("controller_runtime_reconcile_errors_total", labels) == 0
     waits = [r for r in caplog.records if "still terminating" in r.getMessage()]
