@@ -93,8 +93,11 @@ async def crash(args: argparse.Namespace) -> dict[str, Any]:
 
 async def soak_run(args: argparse.Namespace) -> dict[str, Any]:
     live = args.sandboxes + args.replicas + int(args.per_minute)  # claims live for 30 s: < one minute's worth
-    nodes = max(2, -(-live // 900))
-    config = ClusterConfig(name=f"rel-soak-{os.getpid()}", nodes=nodes)
+    # Room for twice the live Pods: Terminating Pods keep their node's capacity until kwok deletes them, and an
+    # overloaded API server delays that (a pool-sized soak left 3,300 refill Pods unschedulable on 900/node).
+    config = ClusterConfig(name=f"rel-soak-{os.getpid()}")
+    nodes = max(2, -(-2 * live // config.node_pods))
+    config = dataclasses.replace(config, nodes=nodes)
     if args.gate_pods:  # kwok's fast stages, as upstream's KWOK gate and the claim benchmarks run them
         config = dataclasses.replace(
             config, pod_start_delay_ms=0, pod_start_jitter_ms=0, pod_deletion=POD_DELETION_INSTANT
