@@ -1,13 +1,14 @@
 """Soak: many standing Sandboxes plus a steady stream of claims, watching the controller for leaks.
 
 Owns: one soak run on a cluster it is handed -- `sandboxes` bare Sandboxes created first (they stay), a
-template and a warm pool, then claims at `per_minute` for `minutes`, each claim expiring 30 s after it
-was made (`shutdownPolicy: Delete`), so the controller binds, refills, expires and deletes all the time
-while the number of live objects stays level. Every 10 s: the controller's RSS and open fds, the sum of
-its work queues' depth (`workqueue_depth`), the Sandboxes in its cache (RSS follows what is cached, so a
-rise is read against it), and its claim startup histogram. At the end: RSS per minute (a leak shows as minute 10 above minute 2), queue depth once the stream stops (must drain to 0), the
-claim P99 per minute from the controller's own histogram (the figure the burst gate uses), claims made
-vs claims observed Ready, and the controller's error log lines.
+template and a warm pool, then claims at `per_minute` for `minutes`, each claim expiring 30 s after it was
+made (`shutdownPolicy: Delete`), so the controller binds, refills, expires and deletes all the time while the
+number of live objects stays level. Every 10 s: the controller's RSS and open fds, the sum of its work queues'
+depth (`workqueue_depth`), the Sandboxes and Pods in its cache (RSS follows what is cached, so a rise is read
+against it), and its claim startup histogram. At the end: RSS per minute (a leak shows as minute 10 above
+minute 2), queue depth once the stream stops (must drain to 0), the claim P99 per minute from the controller's
+own histogram (the figure the burst gate uses), claims made vs claims observed Ready, and the controller's
+error log lines.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from typing import Any
 
 import orjson
 
-from agent_sandbox.controllers.sandbox.metrics import SANDBOXES_METRIC
 from agent_sandbox.devcluster.processes import Started, rss_bytes
 from agent_sandbox.kube import SANDBOX, SANDBOX_CLAIM, ApiClient
+from agent_sandbox.kube._cachemetrics import CACHED_OBJECTS_METRIC
 
 from .. import promtext
 from ..claim_analysis import CLAIM_HIST
@@ -35,6 +36,7 @@ from .burst import EXT, create_template_and_pool, retrying, settle
 __all__ = ["Sample", "Soak", "error_lines", "scrape_controller", "soak"]
 
 EXPIRY_S = 30.0
+SANDBOX_RESOURCE = f"{SANDBOX.plural}.{SANDBOX.group}"
 ERROR_LEVELS = frozenset({"error", "dpanic", "panic", "fatal"})
 
 
@@ -46,7 +48,8 @@ class Sample:
     rss_mib: float
     fds: int
     queue_depth: float
-    sandboxes_cached: float  # `agent_sandboxes` summed: the Sandboxes in the controller's informer
+    sandboxes_cached: float  # `agent_sandbox_cached_objects`: the Sandboxes in the controller's informer
+    pods_cached: float  # and its Pods (Terminating and Pending ones included)
     claim_buckets: list[tuple[float, float]] = field(repr=False)
 
 
@@ -78,6 +81,7 @@ class Soak:
                 "fds_max": max(s.fds for s in samples),
                 "queue_depth_max": max(s.queue_depth for s in samples),
                 "sandboxes_cached_max": max(s.sandboxes_cached for s in samples),
+                "pods_cached_max": max(s.pods_cached for s in samples),
                 "claims": histogram_summary(window),
             })  # fmt: skip
         total = (
@@ -130,7 +134,8 @@ def _look(controller: Started, metrics_port: int, at_s: float) -> Sample:
         rss_mib=round(rss_bytes(controller.pid) / 2**20, 1),
         fds=len(os.listdir(f"/proc/{controller.pid}/fd")),
         queue_depth=promtext.scalar(samples, "workqueue_depth") or 0.0,
-        sandboxes_cached=promtext.scalar(samples, SANDBOXES_METRIC) or 0.0,
+        sandboxes_cached=promtext.scalar(samples, CACHED_OBJECTS_METRIC, resource=SANDBOX_RESOURCE) or 0.0,
+        pods_cached=promtext.scalar(samples, CACHED_OBJECTS_METRIC, resource="pods") or 0.0,
         claim_buckets=promtext.histogram(samples, CLAIM_HIST),
     )
 

@@ -32,6 +32,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry
 
 from ._cache import Cache, CachedClient, CacheOptions
+from ._cachemetrics import CACHED_OBJECTS_METRIC, CachedObjectsCollector
 from ._client import ApiClient
 from ._electionthread import ThreadedLeaderElector
 from ._events import EventBroadcaster, EventRecorder
@@ -39,7 +40,7 @@ from ._leaderelection import Elector, LeaderElectionConfig, default_identity
 from ._pprof import add_pprof_routes
 from ._servers import Check, HealthServer, MetricsServer
 from .errors import NotLeader
-from .metrics import REGISTRY
+from .metrics import REGISTRY, register_replacing
 
 __all__ = [
     "LEASE_CLIENT_BURST",
@@ -122,6 +123,7 @@ class Manager:
         self.cache = opts.new_cache(api, opts.cache) if opts.new_cache else Cache(api, opts.cache)
         self.client = CachedClient(self.cache, api)
         self.events = EventBroadcaster(api, instance=self.identity, hold=opts.event_hold)
+        register_replacing(opts.registry, CACHED_OBJECTS_METRIC, CachedObjectsCollector(self.cache))
         self.metrics_server = MetricsServer(opts.metrics_bind_address, opts.registry)
         if opts.enable_pprof or opts.enable_pprof_debug:
             add_pprof_routes(self.metrics_server.app, debug=opts.enable_pprof_debug)

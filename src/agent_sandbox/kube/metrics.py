@@ -22,10 +22,13 @@ attribute lookup and an addition.
 
 from __future__ import annotations
 
+import weakref
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
 
 # Go's client_golang exposes no `*_created` series; match the upstream /metrics surface exactly.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -49,6 +52,7 @@ __all__ = [
     "WORKQUEUE_RETRIES",
     "WORKQUEUE_UNFINISHED_WORK",
     "WORKQUEUE_WORK_DURATION",
+    "register_replacing",
 ]
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -169,3 +173,22 @@ LEADER_ELECTION_STATUS = Gauge(
     ["name"],
     registry=REGISTRY,
 )
+
+
+# Weakly keyed by the registry itself: keyed by id(), a registry collected and a new one allocated at the
+# same address would find (and try to unregister) a collector it never held.
+_slots: weakref.WeakKeyDictionary[CollectorRegistry, dict[str, Collector]] = weakref.WeakKeyDictionary()
+
+
+def register_replacing(registry: CollectorRegistry, slot: str, collector: Collector) -> None:
+    """Register `collector` in `registry` as `slot`, unregistering what an earlier call put in that slot.
+
+    For collectors bound to objects a process may build more than once (a manager re-created after a lost
+    lease, the tests' managers on the shared registry): the newest one answers, none is registered twice.
+    """
+    slots = _slots.setdefault(registry, {})
+    previous = slots.pop(slot, None)
+    if previous is not None:
+        registry.unregister(previous)
+    registry.register(collector)
+    slots[slot] = collector

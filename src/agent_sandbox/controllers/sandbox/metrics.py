@@ -15,7 +15,6 @@ SandboxClaim controller (§4.13); `agent_sandbox_build_info` by the process.
 from __future__ import annotations
 
 import logging
-import weakref
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -35,6 +34,7 @@ from agent_sandbox.api.constants import (
 from agent_sandbox.api.kinds import SANDBOX_CLAIM, SANDBOX_WARM_POOL
 from agent_sandbox.api.meta import controlled_by, normalize_created_by, status_condition
 from agent_sandbox.kube import Informer, Object
+from agent_sandbox.kube.metrics import register_replacing
 
 __all__ = ["SANDBOXES_METRIC", "SandboxCollector", "register_collector", "sandbox_metric_labels"]
 
@@ -102,17 +102,8 @@ class SandboxCollector:
         yield family
 
 
-# Weakly keyed by the registry itself: keyed by id(), a registry collected and a new one allocated at the
-# same address would find (and try to unregister) a collector it never held.
-_registered: weakref.WeakKeyDictionary[CollectorRegistry, SandboxCollector] = weakref.WeakKeyDictionary()
-
-
 def register_collector(registry: CollectorRegistry, informer: Informer) -> SandboxCollector:
     """Register (or re-register, replacing an earlier one in the same registry) the collector."""
-    previous = _registered.pop(registry, None)
-    if previous is not None:
-        registry.unregister(previous)
     collector = SandboxCollector(informer)
-    registry.register(collector)
-    _registered[registry] = collector
+    register_replacing(registry, SANDBOXES_METRIC, collector)
     return collector

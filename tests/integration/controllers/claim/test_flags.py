@@ -94,6 +94,11 @@ async def test_disabled_events_and_annotations_and_claim_metrics(
     assert emitted == []
 
     after = controller_metrics(cluster)
+    # What the informers hold (ours, not upstream's): at least this test's claims and their Sandboxes' Pods.
+    cached = "agent_sandbox_cached_objects"
+    assert sample(after, cached, resource="sandboxclaims.extensions.agents.x-k8s.io") >= 2
+    assert sample(after, cached, resource="sandboxes.agents.x-k8s.io") >= 2
+    assert sample(after, cached, resource="pods") >= 2
     for launch in ("warm", "cold"):
         name = "agent_sandbox_claim_controller_startup_latency_ms_count"
         assert sample(after, name, launch_type=launch, sandbox_template="tmpl") == (

@@ -108,11 +108,11 @@ def test_collector_emits_nothing_before_sync() -> None:
 def test_a_dropped_registry_leaves_no_collector_behind() -> None:
     """A collected registry's entry goes with it: an entry keyed by id() outlived it, and the next registry
     allocated at that address tried to unregister a collector it never held (KeyError in a test run)."""
-    from agent_sandbox.controllers.sandbox import metrics
+    from agent_sandbox.kube import metrics
 
     registry = CollectorRegistry()
     register_collector(registry, _Store([]))  # type: ignore[arg-type]
-    before = len(metrics._registered)
+    before = len(metrics._slots)
     del registry
     gc.collect()
-    assert len(metrics._registered) == before - 1
+    assert len(metrics._slots) == before - 1
