@@ -25,8 +25,14 @@ from typing import Any
 import orjson
 
 from agent_sandbox.devcluster.processes import Started, rss_bytes
-from agent_sandbox.kube import SANDBOX, SANDBOX_CLAIM, ApiClient
-from agent_sandbox.kube._cachemetrics import CACHED_OBJECTS_METRIC
+from agent_sandbox.kube import (
+    CACHED_OBJECTS_METRIC,
+    POD,
+    SANDBOX,
+    SANDBOX_CLAIM,
+    ApiClient,
+    cached_resource_label,
+)
 
 from .. import promtext
 from ..claim_analysis import CLAIM_HIST
@@ -36,7 +42,6 @@ from .burst import EXT, create_template_and_pool, retrying, settle
 __all__ = ["Sample", "Soak", "error_lines", "scrape_controller", "soak"]
 
 EXPIRY_S = 30.0
-SANDBOX_RESOURCE = f"{SANDBOX.plural}.{SANDBOX.group}"
 ERROR_LEVELS = frozenset({"error", "dpanic", "panic", "fatal"})
 
 
@@ -134,8 +139,12 @@ def _look(controller: Started, metrics_port: int, at_s: float) -> Sample:
         rss_mib=round(rss_bytes(controller.pid) / 2**20, 1),
         fds=len(os.listdir(f"/proc/{controller.pid}/fd")),
         queue_depth=promtext.scalar(samples, "workqueue_depth") or 0.0,
-        sandboxes_cached=promtext.scalar(samples, CACHED_OBJECTS_METRIC, resource=SANDBOX_RESOURCE) or 0.0,
-        pods_cached=promtext.scalar(samples, CACHED_OBJECTS_METRIC, resource="pods") or 0.0,
+        sandboxes_cached=promtext.scalar(
+            samples, CACHED_OBJECTS_METRIC, resource=cached_resource_label(SANDBOX)
+        )
+        or 0.0,
+        pods_cached=promtext.scalar(samples, CACHED_OBJECTS_METRIC, resource=cached_resource_label(POD))
+        or 0.0,
         claim_buckets=promtext.histogram(samples, CLAIM_HIST),
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ._builder import Builder
 from ._cache import Cache, CachedClient, CacheOptions, KindOptions
+from ._cachemetrics import CACHED_OBJECTS_METRIC, cached_resource_label
 from ._client import ApiClient, selector_string
 from ._clock import Clock, RealClock
 from ._config import ClusterConfig, ConfigError, load_config
@@ -99,6 +100,7 @@ from .errors import (
 )
 
 __all__ = [
+    "CACHED_OBJECTS_METRIC",
     "CONFIG_MAP",
     "CRD",
     "EVENT",
@@ -204,6 +206,7 @@ __all__ = [
     "and_",
     "apply_json_patch",
     "apply_merge_patch",
+    "cached_resource_label",
     "compile_selector",
     "configure_logging",
     "create_merge_patch",

@@ -13,11 +13,17 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily
 
 from ._cache import Cache
+from ._resources import ResourceKind
 
-__all__ = ["CACHED_OBJECTS_METRIC", "CachedObjectsCollector"]
+__all__ = ["CACHED_OBJECTS_METRIC", "CachedObjectsCollector", "cached_resource_label"]
 
 CACHED_OBJECTS_METRIC = "agent_sandbox_cached_objects"
 _HELP = "Objects held by the controller's informer cache, per resource (plural.group)."
+
+
+def cached_resource_label(kind: ResourceKind) -> str:
+    """The `resource` label of `kind`: "plural.group", or the plural alone for the core group."""
+    return f"{kind.plural}.{kind.group}" if kind.group else kind.plural
 
 
 class CachedObjectsCollector:
@@ -33,6 +39,5 @@ class CachedObjectsCollector:
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(CACHED_OBJECTS_METRIC, _HELP, labels=["resource"])
         for kind, informer in sorted(self._cache.informers.items(), key=lambda kv: kv[0].plural):
-            resource = f"{kind.plural}.{kind.group}" if kind.group else kind.plural
-            family.add_metric([resource], float(len(informer)))
+            family.add_metric([cached_resource_label(kind)], float(len(informer)))
         yield family
