@@ -49,6 +49,33 @@ _CONNS_PER_SHARD = 100
 _MAX_429_RETRIES = 10
 
 
+class _GatedConnector(aiohttp.TCPConnector):
+    """A TCP connector that asks the client's write gate once a write's connection is in hand.
+
+    Waiting for a free pooled connection or a TLS handshake can span a freeze (SIGSTOP, a long pause):
+    a write that passed the gate before it must not go out after leadership lapsed. Acquiring the
+    connection is the last await before the request's bytes are written.
+    """
+
+    def __init__(self, check_write: Callable[[str], None], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._check_write = check_write
+
+    async def connect(
+        self,
+        req: aiohttp.ClientRequest,
+        traces: list[aiohttp.tracing.Trace],
+        timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109 - aiohttp's signature
+    ) -> aiohttp.connector.Connection:
+        conn = await super().connect(req, traces, timeout)
+        try:
+            self._check_write(req.method)
+        except BaseException:
+            conn.release()  # nothing was written on it: back to the pool
+            raise
+        return conn
+
+
 def selector_string(selector: LabelSelector | None) -> str | None:
     """Render a label selector (string or equality map) in the API's string syntax."""
     if selector is None or isinstance(selector, str):
@@ -204,8 +231,12 @@ class ApiClient(StatusViaSubresource):
     # ----------------------------------------------------------------- transport
 
     def _new_session(self) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(
-            limit=0, limit_per_host=_CONNS_PER_SHARD, ssl=self.config.ssl or False, keepalive_timeout=60.0
+        connector = _GatedConnector(
+            self._check_write,
+            limit=0,
+            limit_per_host=_CONNS_PER_SHARD,
+            ssl=self.config.ssl or False,
+            keepalive_timeout=60.0,
         )
         # json_serialize is unused (we send bytes) but set for any helper that might use it.
         return aiohttp.ClientSession(
@@ -252,8 +283,13 @@ class ApiClient(StatusViaSubresource):
             headers["Content-Type"] = content_type
         return headers
 
+    def _check_write(self, method: str) -> None:
+        if method != "GET" and self._write_gate is not None:
+            self._write_gate()
+
     def set_write_gate(self, gate: Callable[[], None] | None) -> None:
-        """Call `gate()` before sending every write (any method but GET); it raises to refuse the write.
+        """Call `gate()` before every write (any method but GET), and again once its connection is
+        acquired, right before it is sent; the gate raises to refuse the write.
 
         The manager installs one that raises `NotLeader` when leadership is not current. Clones do not
         inherit it (the leader elector's own clone must always be able to renew).
@@ -288,8 +324,9 @@ class ApiClient(StatusViaSubresource):
         throttled = 0
         while True:
             headers = await self._headers(content_type)
-            if method != "GET" and self._write_gate is not None:
-                self._write_gate()  # as late as possible: after every wait, right before sending
+            # Asked here (no connection is taken for a write that cannot go out) and again by the
+            # connector once the connection is in hand (`_GatedConnector`).
+            self._check_write(method)
             start = loop.time()
             try:
                 async with self._session().request(

@@ -1,0 +1,109 @@
+"""The API client's write gate against a real HTTP server on loopback: when is a write refused?
+
+The deposed-leader case the manager's gate exists for: a write passes the gate, then waits for a pooled
+connection while the process is frozen past its lease; when it runs again it must not go out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+
+from agent_sandbox.kube import ApiClient, NotLeader
+from agent_sandbox.kube import _client as client_module
+from agent_sandbox.kube._config import ClusterConfig, NoAuth
+from agent_sandbox.kube._resources import CONFIG_MAP
+
+
+class Server:
+    """Records every request it receives; GET /hold/... blocks until `release` is set."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+        self.holding = asyncio.Event()
+        self.release = asyncio.Event()
+        self.url = ""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.seen.append((request.method, request.path))
+        if request.path.startswith("/hold"):
+            self.holding.set()
+            await self.release.wait()
+        body = await request.read()
+        return web.Response(body=body or b"{}", content_type="application/json")
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[Server]:
+    srv = Server()
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", srv.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    srv.url = f"http://127.0.0.1:{port}"
+    yield srv
+    srv.release.set()
+    await runner.cleanup()
+
+
+class Leadership:
+    def __init__(self) -> None:
+        self.current = True
+        self.asked = 0
+        self.was_asked = asyncio.Event()
+
+    def gate(self) -> None:
+        self.asked += 1
+        self.was_asked.set()
+        if not self.current:
+            raise NotLeader("refusing to write: not leading")
+
+
+def new_client(server: Server, leadership: Leadership) -> ApiClient:
+    api = ApiClient(ClusterConfig(server=server.url, ssl=None, auth=NoAuth()))
+    api.set_write_gate(leadership.gate)
+    return api
+
+
+CM = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "default"}}
+
+
+async def test_a_write_that_waited_for_a_connection_is_refused_if_leadership_lapsed_meanwhile(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(client_module, "_CONNS_PER_SHARD", 1)  # one socket: the write must queue for it
+    leadership = Leadership()
+    async with new_client(server, leadership) as api:
+        held = asyncio.create_task(api.request("GET", "/hold/it"))
+        await asyncio.wait_for(server.holding.wait(), 5)
+        write = asyncio.create_task(api.create(CONFIG_MAP, CM))
+        await asyncio.wait_for(leadership.was_asked.wait(), 5)  # passed the first check; waits for the socket
+        leadership.current = False  # the process "froze" past its lease while the write waited
+        server.release.set()
+        await asyncio.wait_for(held, 5)
+        with pytest.raises(NotLeader):
+            await asyncio.wait_for(write, 5)
+        assert leadership.asked == 2
+        assert [m for m, _ in server.seen] == ["GET"]  # the refused write never reached the server
+        # The socket went back to the pool: reads (never gated) still flow through it.
+        await asyncio.wait_for(api.request("GET", "/after"), 5)
+        assert server.seen[-1] == ("GET", "/after")
+
+
+async def test_writes_go_out_while_leading_and_reads_are_never_gated(server: Server) -> None:
+    leadership = Leadership()
+    async with new_client(server, leadership) as api:
+        await api.create(CONFIG_MAP, CM)
+        assert leadership.asked == 2  # before taking a connection and once it is in hand
+        leadership.current = False
+        with pytest.raises(NotLeader):
+            await api.create(CONFIG_MAP, CM)
+        assert leadership.asked == 3  # refused before any connection was taken
+        await api.request("GET", "/read")
+    assert [m for m, _ in server.seen] == ["POST", "GET"]
