@@ -26,7 +26,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from .. import __version__
+from .. import __version__, glibc_malloc
 from ..api.errortext import describe_error
 from ..kube import (
     ApiClient,
@@ -197,6 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(version_text(PROGRAM))
         return _exit(0, argv)
     configure_logging_from_flags(opts)
+    if tuned := glibc_malloc.tune():
+        log.info("glibc malloc thresholds fixed: %s", tuned)
     if rest:
         log.warning("ignoring positional arguments: %s", " ".join(rest))
     errors, warnings = validate(opts)
