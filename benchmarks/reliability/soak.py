@@ -55,6 +55,7 @@ class Sample:
     queue_depth: float
     sandboxes_cached: float  # `agent_sandbox_cached_objects`: the Sandboxes in the controller's informer
     pods_cached: float  # and its Pods (Terminating and Pending ones included)
+    cpu_s: float  # the controller's process_cpu_seconds_total
     claim_buckets: list[tuple[float, float]] = field(repr=False)
 
 
@@ -76,10 +77,14 @@ class Soak:
             by_minute.setdefault(int(s.at_s // 60) + 1, []).append(s)
         minutes = []
         prev: list[tuple[float, float]] = self.samples[0].claim_buckets if self.samples else []
+        prev_sample = self.samples[0] if self.samples else None
         for minute, samples in sorted(by_minute.items()):
             last = samples[-1]
             window = diff_buckets(last.claim_buckets, prev)
             prev = last.claim_buckets
+            elapsed = last.at_s - prev_sample.at_s if prev_sample else 0.0
+            cores = (last.cpu_s - prev_sample.cpu_s) / elapsed if prev_sample and elapsed > 0 else None
+            prev_sample = last
             minutes.append({
                 "minute": minute,
                 "rss_mib_max": max(s.rss_mib for s in samples),
@@ -87,6 +92,7 @@ class Soak:
                 "queue_depth_max": max(s.queue_depth for s in samples),
                 "sandboxes_cached_max": max(s.sandboxes_cached for s in samples),
                 "pods_cached_max": max(s.pods_cached for s in samples),
+                "controller_cores": None if cores is None else round(cores, 3),
                 "claims": histogram_summary(window),
             })  # fmt: skip
         total = (
@@ -145,6 +151,7 @@ def _look(controller: Started, metrics_port: int, at_s: float) -> Sample:
         or 0.0,
         pods_cached=promtext.scalar(samples, CACHED_OBJECTS_METRIC, resource=cached_resource_label(POD))
         or 0.0,
+        cpu_s=promtext.scalar(samples, "process_cpu_seconds_total") or 0.0,
         claim_buckets=promtext.histogram(samples, CLAIM_HIST),
     )
 
