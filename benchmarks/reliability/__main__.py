@@ -97,7 +97,7 @@ async def soak_run(args: argparse.Namespace) -> dict[str, Any]:
     # overloaded API server delays that (a pool-sized soak left 3,300 refill Pods unschedulable on 900/node).
     config = ClusterConfig(name=f"rel-soak-{os.getpid()}")
     nodes = max(2, -(-2 * live // config.node_pods))
-    config = dataclasses.replace(config, nodes=nodes)
+    config = dataclasses.replace(config, nodes=nodes, kwok_pod_parallelism=args.kwok_pod_parallelism)
     if args.gate_pods:  # kwok's fast stages, as upstream's KWOK gate and the claim benchmarks run them
         config = dataclasses.replace(
             config, pod_start_delay_ms=0, pod_start_jitter_ms=0, pod_deletion=POD_DELETION_INSTANT
@@ -119,7 +119,13 @@ async def soak_run(args: argparse.Namespace) -> dict[str, Any]:
             stop(controller)
     finally:
         cluster.down(quiet=True)
-    return {"host": host_info(), "nodes": nodes, "gate_pods": args.gate_pods, **run.as_dict()}
+    return {
+        "host": host_info(),
+        "nodes": nodes,
+        "gate_pods": args.gate_pods,
+        "kwok_pod_parallelism": args.kwok_pod_parallelism,
+        **run.as_dict(),
+    }
 
 
 async def churn_run(args: argparse.Namespace) -> dict[str, Any]:
@@ -182,6 +188,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--gate-pods",
         action="store_true",
         help="pods start and are deleted at once (the KWOK gate's kwok) instead of the dev cluster's ~1 s / graceful",
+    )
+    p.add_argument(
+        "--kwok-pod-parallelism",
+        type=int,
+        default=ClusterConfig().kwok_pod_parallelism,
+        help="pod stage plays kwok runs at once (kwok's default 4: one queue for every simulated kubelet)",
     )
     p = sub.add_parser("churn", help="claim create/Ready/delete cycles: controller heap growth by site")
     p.add_argument("--cycles", type=int, default=3000)

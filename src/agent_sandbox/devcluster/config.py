@@ -63,8 +63,11 @@ class ClusterConfig:
     scheduler_burst: int = 400
     controller_manager_qps: float = 200.0
     controller_manager_burst: int = 400
-    kwok_qps: float = 500.0
-    kwok_burst: int = 1000
+    # Pod stage plays kwok runs at once (its `podPlayStageParallelism`, default 4; kwok's client is not
+    # rate-limited). Every simulated kubelet write - a pod turning Ready, a deleted pod going away - waits for
+    # one of these, so under a busy API server 4 of them become a queue that no real cluster has (one kubelet
+    # per node): the soak's pods took 4-9 s to start with instant stages (docs/reliability.md).
+    kwok_pod_parallelism: int = 4
     # Bound for each component to become ready, in seconds.
     ready_timeout: float = 90.0
     # A scheduled pod's containers start (Running, Ready) after pod_start_delay_ms plus a uniformly random
@@ -166,8 +169,17 @@ def stage_placeholders(cfg: ClusterConfig) -> dict[str, str]:
     }
 
 
+def _kwok_configuration(cfg: ClusterConfig) -> str:
+    doc = {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokConfiguration",
+        "options": {"podPlayStageParallelism": cfg.kwok_pod_parallelism},
+    }
+    return yaml.safe_dump(doc, sort_keys=False).strip()
+
+
 def kwok_stages_yaml(cfg: ClusterConfig) -> str:
-    """The kwok Stage documents the dev cluster runs (see docs/devcluster.md for each behaviour).
+    """kwok's configuration and the Stage documents the dev cluster runs (docs/devcluster.md: each behaviour).
 
     Raises:
         ValueError: a stage file holds a `@@NAME@@` marker that no knob fills (a typo in a stage), a negative
@@ -179,7 +191,9 @@ def kwok_stages_yaml(cfg: ClusterConfig) -> str:
     for knob in ("pod_grace_period_cap_ms", "pod_exit_delay_ms", "pod_start_delay_ms", "pod_start_jitter_ms"):
         if getattr(cfg, knob) < 0:
             raise ValueError(f"{knob} must be >= 0, not {getattr(cfg, knob)}")
-    docs: list[str] = []
+    if cfg.kwok_pod_parallelism < 1:
+        raise ValueError(f"kwok_pod_parallelism must be >= 1, not {cfg.kwok_pod_parallelism}")
+    docs: list[str] = [_kwok_configuration(cfg)]
     values = stage_placeholders(cfg)
     stage_dir = resources.files("agent_sandbox.devcluster") / "stages"
     for entry in sorted(stage_dir.iterdir(), key=lambda e: e.name):

@@ -6,6 +6,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -49,8 +50,12 @@ def test_scheduler_config_carries_client_qps_and_disables_leader_election(tmp_pa
     assert doc["leaderElection"] == {"leaderElect": False}
 
 
+def _stage_docs(cfg: ClusterConfig) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(kwok_stages_yaml(cfg)) if d["kind"] == "Stage"]
+
+
 def test_kwok_stages_are_valid_yaml_and_pod_delete_honours_finalizers() -> None:
-    docs = list(yaml.safe_load_all(kwok_stages_yaml(ClusterConfig(pod_grace_period_cap_ms=250))))
+    docs = _stage_docs(ClusterConfig(pod_grace_period_cap_ms=250))
     names = {d["metadata"]["name"] for d in docs}
     assert {"node-initialize", "pod-ready", "pod-delete"} <= names
     delete = next(d for d in docs if d["metadata"]["name"] == "pod-delete")
@@ -64,7 +69,7 @@ _GRACEFUL = {"pod-not-ready-on-delete", "pod-terminating", "pod-terminated", "po
 
 
 def test_instant_pod_deletion_swaps_the_graceful_stages_for_one_delete_that_keeps_finalizers() -> None:
-    docs = list(yaml.safe_load_all(kwok_stages_yaml(ClusterConfig(pod_deletion="instant"))))
+    docs = _stage_docs(ClusterConfig(pod_deletion="instant"))
     names = {d["metadata"]["name"] for d in docs}
     assert "pod-delete-instant" in names
     assert not names & _GRACEFUL
@@ -77,8 +82,22 @@ def test_instant_pod_deletion_swaps_the_graceful_stages_for_one_delete_that_keep
         ".metadata.deletionGracePeriodSeconds | tostring": "NotIn",
     }
     assert delete["spec"]["next"] == {"delete": True}
-    graceful = {d["metadata"]["name"] for d in yaml.safe_load_all(kwok_stages_yaml(ClusterConfig()))}
+    graceful = {d["metadata"]["name"] for d in _stage_docs(ClusterConfig())}
     assert graceful >= _GRACEFUL
+
+
+def test_kwoks_configuration_comes_first_with_its_pod_parallelism() -> None:
+    docs = list(yaml.safe_load_all(kwok_stages_yaml(ClusterConfig(kwok_pod_parallelism=24))))
+    assert docs[0] == {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokConfiguration",
+        "options": {"podPlayStageParallelism": 24},
+    }
+    assert [d["kind"] for d in docs[1:]] == ["Stage"] * (len(docs) - 1)
+    default = next(yaml.safe_load_all(kwok_stages_yaml(ClusterConfig())))
+    assert default["options"] == {"podPlayStageParallelism": 4}  # kwok's own default
+    with pytest.raises(ValueError, match="kwok_pod_parallelism"):
+        kwok_stages_yaml(ClusterConfig(kwok_pod_parallelism=0))
 
 
 def test_an_unknown_pod_deletion_is_refused_by_name() -> None:

@@ -47,7 +47,8 @@ pytestmark = pytest.mark.unit
 
 
 def _stages(cfg: ClusterConfig | None = None) -> dict[str, Any]:
-    return {d["metadata"]["name"]: d for d in yaml.safe_load_all(kwok_stages_yaml(cfg or ClusterConfig()))}
+    docs = yaml.safe_load_all(kwok_stages_yaml(cfg or ClusterConfig()))
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == "Stage"}
 
 
 def _selector(stage: dict[str, Any]) -> dict[str, str]:
