@@ -169,11 +169,29 @@ def stage_placeholders(cfg: ClusterConfig) -> dict[str, str]:
     }
 
 
+# kwok v0.8.0 applies its option defaults only when no KwokConfiguration is given (config/vars.go), so ours
+# restates every defaulted option (v1alpha1/zz_generated.defaults.go; a missing nodeLeaseParallelism made
+# kwok exit). Flags on kwok's command line (components.kwok_argv) still override these.
+_KWOK_DEFAULT_OPTIONS: dict[str, Any] = {
+    "cidr": "10.0.0.0/24",
+    "manageAllNodes": False,
+    "enableDebuggingHandlers": True,
+    "enableContentionProfiling": False,
+    "enableProfilingHandler": True,
+    "podPlayStageParallelism": 4,
+    "nodePlayStageParallelism": 4,
+    "nodeLeaseParallelism": 4,
+    "podsOnNodeSyncParallelism": 1,
+    "enablePodsOnNodeSyncListPager": True,
+    "enablePodsOnNodeSyncStreamWatch": False,
+}
+
+
 def _kwok_configuration(cfg: ClusterConfig) -> str:
     doc = {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
         "kind": "KwokConfiguration",
-        "options": {"podPlayStageParallelism": cfg.kwok_pod_parallelism},
+        "options": {**_KWOK_DEFAULT_OPTIONS, "podPlayStageParallelism": cfg.kwok_pod_parallelism},
     }
     return yaml.safe_dump(doc, sort_keys=False).strip()
 

@@ -88,14 +88,14 @@ def test_instant_pod_deletion_swaps_the_graceful_stages_for_one_delete_that_keep
 
 def test_kwoks_configuration_comes_first_with_its_pod_parallelism() -> None:
     docs = list(yaml.safe_load_all(kwok_stages_yaml(ClusterConfig(kwok_pod_parallelism=24))))
-    assert docs[0] == {
-        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
-        "kind": "KwokConfiguration",
-        "options": {"podPlayStageParallelism": 24},
-    }
+    assert (docs[0]["apiVersion"], docs[0]["kind"]) == ("config.kwok.x-k8s.io/v1alpha1", "KwokConfiguration")
+    assert docs[0]["options"]["podPlayStageParallelism"] == 24
     assert [d["kind"] for d in docs[1:]] == ["Stage"] * (len(docs) - 1)
-    default = next(yaml.safe_load_all(kwok_stages_yaml(ClusterConfig())))
-    assert default["options"] == {"podPlayStageParallelism": 4}  # kwok's own default
+    default = next(yaml.safe_load_all(kwok_stages_yaml(ClusterConfig())))["options"]
+    # kwok skips its own defaults once given a configuration: every parallelism must be stated (> 0).
+    assert default["podPlayStageParallelism"] == 4
+    assert default["nodePlayStageParallelism"] == default["nodeLeaseParallelism"] == 4
+    assert default["podsOnNodeSyncParallelism"] == 1
     with pytest.raises(ValueError, match="kwok_pod_parallelism"):
         kwok_stages_yaml(ClusterConfig(kwok_pod_parallelism=0))
 
