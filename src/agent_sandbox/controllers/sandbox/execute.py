@@ -7,6 +7,7 @@ read the Pod live and let `decide.plan_existing_pod` handle it, §1.5.1), Events
 
 Does not own any decision: what to write comes from `decide`/`conclude`. NotFound on a delete is success;
 so is a UID-precondition Conflict (the object we meant to delete is already gone, a namesake replaced it).
+NotFound on a write to the Sandbox itself ends the pass (`SandboxGone`).
 """
 
 from __future__ import annotations
@@ -47,9 +48,15 @@ from .plan import (
     StepResult,
 )
 
-__all__ = ["Executor", "SandboxWriter", "error_text"]
+__all__ = ["Executor", "SandboxGone", "SandboxWriter", "error_text"]
 
 log = logging.getLogger("agent_sandbox.controllers.sandbox")
+
+
+class SandboxGone(Exception):
+    """A write to the Sandbox itself answered NotFound: it was deleted mid-pass, so the pass has nothing
+    left to do (its children go with it by owner reference). Not a reconcile error, as a status patch's
+    NotFound is not one; the reconciler ends the pass as if the cache had not shown the Sandbox."""
 
 
 class SandboxWriter(Protocol):
@@ -198,7 +205,10 @@ class Executor:
         if isinstance(action, PatchObject):
             return await writer.patch(action.kind, action.name, action.patch, namespace=ns)
         if isinstance(action, PatchSandboxMetadata):
-            answer = await writer.patch(SANDBOX, self._name, action.patch, namespace=ns)
+            try:
+                answer = await writer.patch(SANDBOX, self._name, action.patch, namespace=ns)
+            except NotFound as exc:
+                raise SandboxGone(f"{action.what}: {error_text(exc)}") from exc
             self._record_sandbox(answer)
             return answer
         if isinstance(action, DeleteObject):

@@ -7,8 +7,9 @@ from the informer cache (`IndexedReader`), writes go to the API server (`Sandbox
 
 Flow of one pass:
 
-1. read the Sandbox from the cache (NotFound: drop its in-memory state, done); if the cache still shows a
-   version older than this controller's own last write of it, use that write's answer (`kube.OwnWrites`);
+1. read the Sandbox from the cache (NotFound, or later a write to it answering NotFound: drop its in-memory
+   state, done); if the cache still shows a version older than this controller's own last write of it,
+   use that write's answer (`kube.OwnWrites`);
 2. open the `ReconcileSandbox` span (continuing the trace in the Sandbox's annotation);
 3. observe the children into a `Snapshot` (cache reads only, plus expectations and the write-behind clock);
 4. `decide` -> `Plan`; run its steps: trace annotation (failure aborts), PVCs, Pod, Service or the expiry
@@ -50,7 +51,7 @@ from ..claim_pressure import ClaimPressure
 from ..indexes import INDEX_POD_NAME_HASH
 from .children import pvc_name
 from .decide import decide, plan_existing_pod
-from .execute import Executor, SandboxWriter, error_text
+from .execute import Executor, SandboxGone, SandboxWriter, error_text
 from .expectations import ChildExpectations
 from .plan import Plan, PlanMode, Results, Snapshot, StepPlan, StepResult
 from .status import conclude
@@ -132,10 +133,7 @@ class SandboxReconciler:
         try:
             cached = await self.reader.get(SANDBOX, request.name, namespace=request.namespace)
         except NotFound:
-            self._deferrals.pop(request, None)
-            self._own_writes.forget(SANDBOX, request.namespace, request.name)
-            self.expectations.forget(_CHILD_KINDS, request.namespace, request.name)
-            return Result()
+            return self._gone(request)
         sandbox = self._own_writes.view(SANDBOX, request.namespace, request.name, cached) or cached
         labels = sandbox["metadata"].get("labels") or {}
         attributes = {"sandbox.name": request.name, "sandbox.namespace": request.namespace}
@@ -144,6 +142,12 @@ class SandboxReconciler:
         parent = (sandbox["metadata"].get("annotations") or {}).get("opentelemetry.io/trace-context")
         with self.tracing.start_span("ReconcileSandbox", parent=parent, attributes=attributes):
             return await self._pass(request, sandbox)
+
+    def _gone(self, request: Request) -> Result:
+        self._deferrals.pop(request, None)
+        self._own_writes.forget(SANDBOX, request.namespace, request.name)
+        self.expectations.forget(_CHILD_KINDS, request.namespace, request.name)
+        return Result()
 
     async def observe(self, sandbox: Object, request: Request) -> Snapshot:
         """Read everything `decide` needs from the cache and the in-memory bookkeeping."""
@@ -190,6 +194,10 @@ class SandboxReconciler:
         executor = Executor(self.writer, sandbox, self.expectations, self.events)
         try:
             return await self._run(request, snapshot, plan, executor, now)
+        except SandboxGone as gone:
+            log.info("sandbox %s/%s deleted mid-pass (%s)", request.namespace, request.name, gone)
+            executor.sandbox_writes.clear()
+            return self._gone(request)
         finally:
             if executor.sandbox_writes:
                 self._own_writes.remember(SANDBOX, executor.sandbox_writes[-1])

@@ -7,6 +7,7 @@ in which case a second FakeClient is the stale reader.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -176,6 +177,21 @@ async def test_another_controllers_pod_is_not_a_wait() -> None:
 
 async def test_missing_sandbox_is_done() -> None:
     assert (await reconciler(fake()).reconcile(REQ)).requeue_after is None
+
+
+async def test_a_sandbox_deleted_mid_pass_ends_the_pass_without_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The cache still shows it; the write to it (here: the pod-name annotation) answers NotFound.
+    client = fake((SANDBOX, sandbox()))
+    client.inject_error("patch", NotFound(404, "NotFound", f'sandboxes "{SB}" not found'), kind=SANDBOX)
+    expectations = ChildExpectations()
+    caplog.set_level(logging.INFO, logger="agent_sandbox.controllers.sandbox")
+    result = await reconciler(client, expectations=expectations).reconcile(REQ)
+    assert result.requeue_after is None
+    assert writes(client, "patch", "Sandbox") == 1  # the refused one: no status write after it
+    assert not expectations.pending((POD, PVC, SERVICE), "ns", SB)  # its state is forgotten
+    assert any("deleted mid-pass" in r.getMessage() and r.levelno == logging.INFO for r in caplog.records)
 
 
 # --------------------------------------------------------------------------- expiry
