@@ -36,7 +36,13 @@ def test_minutes_report_rss_against_the_sandboxes_cached() -> None:
     ])  # fmt: skip
     minutes = run.as_dict()["minutes"]
     assert [
-        (m["minute"], m["rss_mib_max"], m["sandboxes_cached_max"], m["pods_cached_max"], m["controller_cores"])
+        (
+            m["minute"],
+            m["rss_mib_max"],
+            m["sandboxes_cached_max"],
+            m["pods_cached_max"],
+            m["controller_cores"],
+        )
         for m in minutes
     ] == [
         (1, 101.0, 5400.0, 5600.0, 0.5),  # 25 CPU seconds over the minute's 50 s
