@@ -47,6 +47,8 @@ _COMMON = {
     "controller_flags": "",
     "serve_v1alpha1": True,
     "pod_deletion": POD_DELETION_INSTANT,
+    # kwok's pod stage workers (its default 4, as kwokctl runs the upstream KWOK gate; docs/devcluster.md).
+    "kwok_pod_parallelism": 4,
     # Path of another controller build to run instead of ours (upstream's Go binary; docs/performance.md).
     "controller_binary": "",
 }

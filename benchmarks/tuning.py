@@ -49,6 +49,8 @@ class Tuning:
     # cluster's default, "graceful", adds a kubelet's NotReady, terminate-at and terminated writes per deleted
     # pod (~13 % of the API server's CPU per claim cycle, docs/performance.md). docs/devcluster.md.
     pod_deletion: str = POD_DELETION_INSTANT
+    # kwok's pod stage workers: its default 4, as kwokctl runs the KWOK gate (docs/devcluster.md).
+    kwok_pod_parallelism: int = 4
     # Another controller binary in place of ours (upstream's Go controller, same flags) for a same-machine A/B;
     # it serves no conversion webhook, so v1alpha1 is unserved whatever serve_v1alpha1 says.
     controller_binary: str = ""
@@ -68,6 +70,7 @@ class Tuning:
             pod_start_delay_ms=self.pod_start_delay_ms,
             pod_start_jitter_ms=self.pod_start_jitter_ms,
             pod_deletion=self.pod_deletion,
+            kwok_pod_parallelism=self.kwok_pod_parallelism,
         )
 
     def controller_flags(self) -> tuple[str, ...]:
