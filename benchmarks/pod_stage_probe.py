@@ -22,6 +22,8 @@ import orjson
 
 from agent_sandbox.kube import POD, ApiClient, Gone, KubeError, WatchEvent
 
+from .stats import percentile
+
 __all__ = ["PodStages", "main"]
 
 WINDOW_S = 10.0
@@ -47,10 +49,7 @@ class _Pod:
 
 
 def _quantile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
+    return round(percentile(values, q), 2) if values else None
 
 
 @dataclass
@@ -100,7 +99,7 @@ class PodStages:
             "t": round(time.time()),
             "counts": dict(self.counts),
             "by_namespace": by_namespace,
-            **{k: (_quantile(v, 0.5), _quantile(v, 0.9)) for k, v in self.waits.items()},
+            **{k: (_quantile(v, 50), _quantile(v, 90)) for k, v in self.waits.items()},
         }
         self.counts = dict.fromkeys(_COUNTS, 0)
         self.waits = {k: [] for k in _WAITS}

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agent_sandbox.devcluster.config import POD_DELETION_INSTANT
+from agent_sandbox.devcluster.config import KWOK_POD_PARALLELISM, POD_DELETION_INSTANT
 
 from .tuning import Tuning
 
@@ -76,7 +76,7 @@ def tuning_from_params(p: Params, **changes: Any) -> Tuning:
         serve_v1alpha1=bool(p.get("serve_v1alpha1", True)),
         apiserver_profiling=bool(p.get("apiserver_profile", False)),
         pod_deletion=str(p.get("pod_deletion", POD_DELETION_INSTANT)),
-        kwok_pod_parallelism=int(p.get("kwok_pod_parallelism", 4)),
+        kwok_pod_parallelism=int(p.get("kwok_pod_parallelism", KWOK_POD_PARALLELISM)),
         controller_binary=str(p.get("controller_binary", "")),
     )
     flags = tuple(f for f in str(p.get("controller_flags", "")).split() if f)

@@ -25,7 +25,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from agent_sandbox.devcluster.config import POD_DELETION_INSTANT
+from agent_sandbox.devcluster.config import KWOK_POD_PARALLELISM, POD_DELETION_INSTANT
 
 from .burst import run_burst
 from .cold import run_cold
@@ -48,7 +48,7 @@ _COMMON = {
     "serve_v1alpha1": True,
     "pod_deletion": POD_DELETION_INSTANT,
     # kwok's pod stage workers (its default 4, as kwokctl runs the upstream KWOK gate; docs/devcluster.md).
-    "kwok_pod_parallelism": 4,
+    "kwok_pod_parallelism": KWOK_POD_PARALLELISM,
     # Path of another controller build to run instead of ours (upstream's Go binary; docs/performance.md).
     "controller_binary": "",
 }

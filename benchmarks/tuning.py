@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent_sandbox.devcluster import ClusterConfig
-from agent_sandbox.devcluster.config import POD_DELETION_INSTANT
+from agent_sandbox.devcluster.config import KWOK_POD_PARALLELISM, POD_DELETION_INSTANT
 
 __all__ = ["Tuning"]
 
@@ -50,7 +50,7 @@ class Tuning:
     # pod (~13 % of the API server's CPU per claim cycle, docs/performance.md). docs/devcluster.md.
     pod_deletion: str = POD_DELETION_INSTANT
     # kwok's pod stage workers: its default 4, as kwokctl runs the KWOK gate (docs/devcluster.md).
-    kwok_pod_parallelism: int = 4
+    kwok_pod_parallelism: int = KWOK_POD_PARALLELISM
     # Another controller binary in place of ours (upstream's Go controller, same flags) for a same-machine A/B;
     # it serves no conversion webhook, so v1alpha1 is unserved whatever serve_v1alpha1 says.
     controller_binary: str = ""

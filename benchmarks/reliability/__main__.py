@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent_sandbox.devcluster import ClusterConfig, DevCluster
-from agent_sandbox.devcluster.config import POD_DELETION_INSTANT
+from agent_sandbox.devcluster.config import KWOK_POD_PARALLELISM, POD_DELETION_INSTANT
 from agent_sandbox.devcluster.processes import stop
 from agent_sandbox.kube import ApiClient
 
@@ -192,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--kwok-pod-parallelism",
         type=int,
-        default=ClusterConfig().kwok_pod_parallelism,
+        default=KWOK_POD_PARALLELISM,
         help="pod stage plays kwok runs at once (kwok's default 4: one queue for every simulated kubelet)",
     )
     p = sub.add_parser("churn", help="claim create/Ready/delete cycles: controller heap growth by site")

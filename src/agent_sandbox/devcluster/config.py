@@ -46,6 +46,9 @@ STORAGE_CLASS_IMMEDIATE = "standard"
 STORAGE_CLASS_WFFC = "standard-wffc"
 PROVISIONER_USER = "agent-sandbox:volume-provisioner"
 
+# kwok's own default pod stage parallelism (what kwokctl runs upstream's KWOK gate with).
+KWOK_POD_PARALLELISM = 4
+
 
 @dataclass(frozen=True, slots=True)
 class ClusterConfig:
@@ -66,8 +69,9 @@ class ClusterConfig:
     # Pod stage plays kwok runs at once (its `podPlayStageParallelism`, default 4; kwok's client is not
     # rate-limited). Every simulated kubelet write - a pod turning Ready, a deleted pod going away - waits for
     # one of these, so under a busy API server 4 of them become a queue that no real cluster has (one kubelet
-    # per node): the soak's pods took 4-9 s to start with instant stages (docs/reliability.md).
-    kwok_pod_parallelism: int = 4
+    # per node): the soak's pods took a median 2.9 s (up to 13 s) to start with instant stages
+    # (docs/reliability.md).
+    kwok_pod_parallelism: int = KWOK_POD_PARALLELISM
     # Bound for each component to become ready, in seconds.
     ready_timeout: float = 90.0
     # A scheduled pod's containers start (Running, Ready) after pod_start_delay_ms plus a uniformly random
@@ -178,7 +182,7 @@ _KWOK_DEFAULT_OPTIONS: dict[str, Any] = {
     "enableDebuggingHandlers": True,
     "enableContentionProfiling": False,
     "enableProfilingHandler": True,
-    "podPlayStageParallelism": 4,
+    "podPlayStageParallelism": KWOK_POD_PARALLELISM,
     "nodePlayStageParallelism": 4,
     "nodeLeaseParallelism": 4,
     "podsOnNodeSyncParallelism": 1,
