@@ -43,6 +43,7 @@ COUNTERS = (
     "apiserver_watch_cache_events_received_total",
     "apiserver_watch_cache_events_dispatched_total",
     "apiserver_crd_conversion_webhook_duration_seconds_count",
+    "apiserver_crd_conversion_webhook_duration_seconds_sum",  # reported in ms: sum / count = mean latency
     "go_gc_duration_seconds_count",
 )
 
@@ -114,14 +115,15 @@ def _counter_key(s: promtext.Sample) -> str:
         sub = f"/{lab['subresource']}" if lab.get("subresource") else ""
         return f"requests {lab.get('verb')} {lab.get('resource')}{sub} {lab.get('code')}"
     keep = ("resource", "group", "crd_name", "from_version", "to_version")
-    return s.name + "{" + ",".join(f"{k}={lab[k]}" for k in keep if lab.get(k)) + "}"
+    name = s.name.replace("_seconds_sum", "_ms_sum")
+    return name + "{" + ",".join(f"{k}={lab[k]}" for k in keep if lab.get(k)) + "}"
 
 
 async def _counters(bench: Bench) -> collections.Counter[str]:
     out: collections.Counter[str] = collections.Counter()
     for s in await bench.scrape_apiserver():
         if s.name in COUNTERS:
-            out[_counter_key(s)] += int(s.value)
+            out[_counter_key(s)] += int(s.value * 1000 if s.name.endswith("_seconds_sum") else s.value)
     return out
 
 
