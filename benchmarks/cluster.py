@@ -48,7 +48,7 @@ from .log import log
 from .proc_sampling import ProcSampler
 from .tuning import Tuning
 
-__all__ = ["Bench", "isolate_clusters", "retry_503"]
+__all__ = ["Bench", "await_conversion_webhook", "isolate_clusters", "retry_503", "unserve_v1alpha1"]
 
 T = TypeVar("T")
 
@@ -61,7 +61,7 @@ _CRDS = (
 )
 
 
-async def _await_conversion_webhook(api: ApiClient, within: float = 60.0) -> None:
+async def await_conversion_webhook(api: ApiClient, within: float = 60.0) -> None:
     """Wait until the controller has pointed every CRD at its conversion webhook, then let it settle.
 
     The controller patches the CRDs right after it starts; the API server then rebuilds each CRD's storage
@@ -168,7 +168,7 @@ class Bench:
                 )
             api = await ApiClient.from_kubeconfig(str(cluster.kubeconfig), connections=4)
             if not tuning.controller_binary:
-                await _await_conversion_webhook(api)
+                await await_conversion_webhook(api)
             if not tuning.serve_v1alpha1 or tuning.controller_binary:
                 await unserve_v1alpha1(api)
             procs = {s.name: s.pid for s in cluster.state.started if is_ours(s.pid, s.exe)}

@@ -31,6 +31,7 @@ from agent_sandbox.devcluster.config import KWOK_POD_PARALLELISM, POD_DELETION_I
 from agent_sandbox.devcluster.processes import stop
 from agent_sandbox.kube import ApiClient
 
+from ..cluster import await_conversion_webhook, unserve_v1alpha1
 from ..host import host_info
 from ..log import log
 from ..result_files import write_result, write_result_with_markdown
@@ -110,6 +111,9 @@ async def soak_run(args: argparse.Namespace) -> dict[str, Any]:
         metrics = int(next(a.rsplit(":", 1)[1] for a in argv if a.startswith("--metrics-bind-address=")))
         api = await ApiClient.from_kubeconfig(str(cluster.kubeconfig))
         try:
+            if args.unserve_v1alpha1:
+                await await_conversion_webhook(api)  # the controller's CRD patch first, then ours
+                await unserve_v1alpha1(api)
             run = await soak(
                 api, controller, metrics, sandboxes=args.sandboxes, per_minute=args.per_minute,
                 minutes=args.minutes, replicas=args.replicas, namespaces=(_namespace(cluster), _namespace(cluster)),
@@ -124,6 +128,7 @@ async def soak_run(args: argparse.Namespace) -> dict[str, Any]:
         "nodes": nodes,
         "gate_pods": args.gate_pods,
         "kwok_pod_parallelism": args.kwok_pod_parallelism,
+        "serve_v1alpha1": not args.unserve_v1alpha1,
         **run.as_dict(),
     }
 
@@ -194,6 +199,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=int,
         default=KWOK_POD_PARALLELISM,
         help="pod stage plays kwok runs at once (kwok's default 4: one queue for every simulated kubelet)",
+    )
+    p.add_argument(
+        "--unserve-v1alpha1",
+        action="store_true",
+        help="mark v1alpha1 `served: false` on the CRDs (the k8s/v1beta1-only install): no conversion per write",
     )
     p = sub.add_parser("churn", help="claim create/Ready/delete cycles: controller heap growth by site")
     p.add_argument("--cycles", type=int, default=3000)
