@@ -115,15 +115,18 @@ def _counter_key(s: promtext.Sample) -> str:
         sub = f"/{lab['subresource']}" if lab.get("subresource") else ""
         return f"requests {lab.get('verb')} {lab.get('resource')}{sub} {lab.get('code')}"
     keep = ("resource", "group", "crd_name", "from_version", "to_version")
-    name = s.name.replace("_seconds_sum", "_ms_sum")
-    return name + "{" + ",".join(f"{k}={lab[k]}" for k in keep if lab.get(k)) + "}"
+    return s.name + "{" + ",".join(f"{k}={lab[k]}" for k in keep if lab.get(k)) + "}"
 
 
 async def _counters(bench: Bench) -> collections.Counter[str]:
     out: collections.Counter[str] = collections.Counter()
     for s in await bench.scrape_apiserver():
-        if s.name in COUNTERS:
-            out[_counter_key(s)] += int(s.value * 1000 if s.name.endswith("_seconds_sum") else s.value)
+        if s.name not in COUNTERS:
+            continue
+        if s.name.endswith("_seconds_sum"):  # latency sums read in ms, so sum / count is the mean in ms
+            out[_counter_key(s).replace("_seconds_sum", "_ms_sum")] += int(s.value * 1000)
+        else:
+            out[_counter_key(s)] += int(s.value)
     return out
 
 
