@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent_sandbox.api import constants as c
-from agent_sandbox.controllers.webhook.app import build_app
+from agent_sandbox.controllers.webhook.server import build_app
 
 pytestmark = pytest.mark.integration
 

@@ -13,14 +13,11 @@ the Service reference, because Endpoints reject loopback addresses.
 ``AGENT_SANDBOX_WEBHOOK_HOST`` only chooses the address the server binds (default: every interface, as
 upstream). The dev cluster's stand-in kubelet (``devcluster.podprocess``) sets it to the pod's 127.x IP
 when it runs an installed controller pod, which keeps the Service reference.
-
-``AGENT_SANDBOX_WEBHOOK_LISTENER=thread`` serves conversions from a thread of the controller process
-instead of a child process (the default, ``process``; docs/design/webhook-process.md) — for a
-platform where a container may not start a second process.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,23 +25,15 @@ from urllib.parse import urlsplit
 
 from agent_sandbox.controllers.context import ControllerContext
 from agent_sandbox.controllers.options import Options
-from agent_sandbox.controllers.webhook.server import ConversionWebhook, WebhookError, WebhookOptions
+from agent_sandbox.controllers.webhook.server import ConversionWebhook, WebhookOptions
 from agent_sandbox.kube import Manager
 
 WEBHOOK_URL_ENV = "AGENT_SANDBOX_WEBHOOK_URL"
 WEBHOOK_HOST_ENV = "AGENT_SANDBOX_WEBHOOK_HOST"
-WEBHOOK_LISTENER_ENV = "AGENT_SANDBOX_WEBHOOK_LISTENER"
 
 
 def options_from(opts: Options, environ: Mapping[str, str] = os.environ) -> WebhookOptions:
-    """Webhook settings from the process flags (and the dev-mode URL and listener from ``environ``).
-
-    Raises:
-        WebhookError: ``AGENT_SANDBOX_WEBHOOK_LISTENER`` is neither ``process`` nor ``thread``.
-    """
-    listener = environ.get(WEBHOOK_LISTENER_ENV) or "process"
-    if listener not in ("process", "thread"):
-        raise WebhookError(f"{WEBHOOK_LISTENER_ENV}={listener!r}: expected 'process' or 'thread'")
+    """Webhook settings from the process flags (and the dev-mode URL from ``environ``)."""
     url = environ.get(WEBHOOK_URL_ENV) or None
     if url:
         url = url.replace("{port}", str(opts.webhook_port))
@@ -59,7 +48,6 @@ def options_from(opts: Options, environ: Mapping[str, str] = os.environ) -> Webh
         key_name=opts.webhook_key_name,
         manage_certs=opts.manage_webhook_certs,
         webhook_url=url,
-        listener="thread" if listener == "thread" else "process",
     )
 
 
@@ -77,7 +65,7 @@ class WebhookRunnable:
         """Block until cancelled; start-up errors propagate (the process exits 1, as upstream)."""
         await self.webhook.start()
         try:
-            await self.webhook.serving()
+            await asyncio.Event().wait()
         finally:
             await self.webhook.stop()
 

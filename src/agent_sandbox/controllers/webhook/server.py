@@ -6,20 +6,17 @@ externally), binds the HTTPS listener, then points the CRDs at it; ``await stop(
 the listener. ``run(stop_event)`` does both around a wait. It runs on every replica (no
 leader election): the API server may call any of them.
 
-Conversion itself is the pure :func:`agent_sandbox.api.conversion.convert_review`, served by the
-routes of :mod:`.app`. The listener runs in a **child process** (:class:`.listener.ListenerProcess`),
-or with ``listener="thread"`` on its own thread and event loop (:class:`_ServingThread`): while
-v1alpha1 is served the API server's watch cache sends every change of a Sandbox or claim through this
-webhook, one at a time per resource, so each answer's latency bounds how fast *every* watcher (our own
-informers included) sees changes. On the controllers' loop that latency included the loop's backlog
-under load (docs/design/webhook-thread.md); on a thread, the GIL hand-overs
-(docs/design/webhook-process.md). Large reviews (a v1alpha1 list of many objects) are converted in a
-worker thread so even the listener's loop is not blocked.
+Conversion itself is the pure :func:`agent_sandbox.api.conversion.convert_review`. The listener
+runs on its **own thread and event loop** (:class:`_ServingThread`): while v1alpha1 is served the API
+server's watch cache sends every change of a Sandbox or claim through this webhook, one at a time per
+resource, so each answer's latency bounds how fast *every* watcher (our own informers included) sees
+changes. On the controllers' loop that latency included the loop's backlog under load
+(docs/design/webhook-thread.md). Large reviews (a v1alpha1 list of many objects) are converted in
+a worker thread so even that loop is not blocked.
 
 Failure modes: :class:`WebhookError` when the certificate files are missing (unmanaged
-mode), the listener cannot bind, or (from :meth:`ConversionWebhook.serving`) the listener process
-ends unasked; API errors while loading the Secret or patching CRDs propagate (upstream exits with
-status 1 in all these cases).
+mode) or the listener cannot bind; API errors while loading the Secret or patching CRDs
+propagate (upstream exits with status 1 in both cases).
 """
 
 from __future__ import annotations
@@ -27,22 +24,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
+import orjson
+from aiohttp import web
+
 from agent_sandbox.api import constants as c
-from agent_sandbox.controllers.webhook.app import WebhookError, listen, new_event_loop, server_tls
+from agent_sandbox.api.conversion import convert_review
 from agent_sandbox.controllers.webhook.certs import ensure_certificates, write_files
 from agent_sandbox.controllers.webhook.crds import ALL_CRD_NAMES, patch_crds
-from agent_sandbox.controllers.webhook.listener import ListenerProcess
 from agent_sandbox.kube import NAMESPACE, AlreadyExists, Client, NotFound
 
-__all__ = ["ConversionWebhook", "WebhookError", "WebhookOptions"]
-
 log = logging.getLogger(__name__)
+
+#: Reviews with more objects than this are converted off the event loop.
+THREAD_THRESHOLD = 32
+_MAX_BODY = 64 * 1024 * 1024  # a v1alpha1 list of many large objects
+
+
+class WebhookError(RuntimeError):
+    """The webhook server could not start."""
 
 
 @dataclass(frozen=True)
@@ -62,8 +68,6 @@ class WebhookOptions:
         webhook_url: dev mode: CRDs get ``clientConfig.url`` instead of the Service reference.
             ``{port}`` is replaced by the bound port, so ``port=0`` works.
         crd_names: CRDs to patch (all four by default; missing ones are skipped).
-        listener: ``"process"`` serves from a child process (the default), ``"thread"`` from a thread
-            of this process (``AGENT_SANDBOX_WEBHOOK_LISTENER``; docs/design/webhook-process.md).
     """
 
     host: str = ""
@@ -77,52 +81,94 @@ class WebhookOptions:
     manage_certs: bool = True
     webhook_url: str | None = None
     crd_names: tuple[str, ...] = field(default=ALL_CRD_NAMES)
-    listener: Literal["process", "thread"] = "process"
+
+
+async def handle_convert(request: web.Request) -> web.Response:
+    """``POST /convert``: answer a ``ConversionReview``."""
+    try:
+        review = orjson.loads(await request.read())
+    except orjson.JSONDecodeError as exc:
+        return web.Response(status=400, text=f"invalid JSON: {exc}")
+    if not isinstance(review, dict) or not isinstance(review.get("request"), dict):
+        return web.Response(status=400, text="body is not a ConversionReview with a request")
+    if problem := _shape_problem(review):
+        return web.Response(status=400, text=problem)
+    if len(review["request"].get("objects") or ()) > THREAD_THRESHOLD:
+        answer = await asyncio.to_thread(convert_review, review)
+    else:
+        answer = convert_review(review)
+    result = answer["response"]["result"]
+    if result["status"] != "Success":
+        log.warning(
+            "conversion to %s failed: %s", review["request"].get("desiredAPIVersion"), result["message"]
+        )
+    return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+
+def _shape_problem(review: dict[str, Any]) -> str | None:
+    """What is wrong with the shape of a review's fields (None when each has its type)."""
+    request = review["request"]
+    for where, value, types in (
+        ("apiVersion", review.get("apiVersion", ""), str),
+        ("request.uid", request.get("uid", ""), str),
+        ("request.desiredAPIVersion", request.get("desiredAPIVersion", ""), str),
+        ("request.objects", request.get("objects") or [], list),
+    ):
+        if not isinstance(value, types):
+            return f"{where}: expected {types.__name__}, got {type(value).__name__}"
+    return None
+
+
+async def handle_healthz(_: web.Request) -> web.Response:
+    """``GET /healthz``: the listener is up."""
+    return web.Response(text="ok")
+
+
+def build_app() -> web.Application:
+    """The aiohttp application (routes only; no TLS, no I/O at construction)."""
+    app = web.Application(client_max_size=_MAX_BODY)
+    app.router.add_post(c.WEBHOOK_PATH, handle_convert)
+    app.router.add_get("/healthz", handle_healthz)
+    return app
 
 
 class _ServingThread:
-    """The listener on a dedicated thread with its own event loop (``listener="thread"``)."""
+    """The aiohttp listener on a dedicated thread with its own event loop."""
 
-    def __init__(self, host: str | None, port: int, cert_path: Path, key_path: Path) -> None:
-        self._host, self._port, self._tls = host, port, server_tls(cert_path, key_path)
+    def __init__(self, host: str | None, port: int, ssl_context: ssl.SSLContext) -> None:
+        self._host, self._port, self._ssl = host, port, ssl_context
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._error: BaseException | None = None
-        self._stopped = asyncio.Event()
+        self.port = port
         self._thread = threading.Thread(target=self._main, name="conversion-webhook", daemon=True)
 
-    async def start(self) -> int:
-        """Start listening; returns the bound port."""
-        return await asyncio.to_thread(self._start)
-
-    async def wait(self) -> None:
-        """Return once stopped (the thread has no other way to end)."""
-        await self._stopped.wait()
-
-    async def stop(self) -> None:
-        """Close the listener and end the thread."""
-        await asyncio.to_thread(self._stop_and_join)
-        self._stopped.set()
-
-    def _start(self) -> int:
+    def start(self) -> int:
+        """Start listening; returns the bound port. Blocks until the listener is up or failed."""
         self._thread.start()
         self._ready.wait()
         if self._error is not None:
             self._thread.join()
             raise self._error
-        return self._port
+        return self.port
 
-    def _stop_and_join(self) -> None:
+    def stop(self) -> None:
+        """Close the listener and end the thread (blocks until it has)."""
         loop, stop = self._loop, self._stop
         if loop is not None and stop is not None and self._thread.is_alive():
             with contextlib.suppress(RuntimeError):  # the loop already closed
                 loop.call_soon_threadsafe(stop.set)
-        if self._thread.ident is not None:
-            self._thread.join()
+        self._thread.join()
 
     def _main(self) -> None:
-        self._loop = loop = new_event_loop()
+        try:  # the loop the controller process runs on (`controllers.main`), when installed
+            import uvloop  # type: ignore[import-not-found,unused-ignore]
+
+            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        except ImportError:
+            loop = asyncio.new_event_loop()
+        self._loop = loop
         try:
             loop.run_until_complete(self._serve())
         finally:
@@ -130,12 +176,20 @@ class _ServingThread:
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
+        runner = web.AppRunner(build_app(), access_log=None, handle_signals=False)
         try:
-            runner, self._port = await listen(self._host, self._port, self._tls)
+            await runner.setup()
+            site = web.TCPSite(runner, self._host, self._port, ssl_context=self._ssl, reuse_address=True)
+            await site.start()
+        except OSError as exc:
+            self._error = WebhookError(f"cannot listen on {self._host or '*'}:{self._port}: {exc}")
         except BaseException as exc:
             self._error = exc
+        if self._error is not None:
+            await runner.cleanup()
             self._ready.set()
             return
+        self.port = _bound_port(runner, self._port)
         self._ready.set()
         try:
             await self._stop.wait()
@@ -153,7 +207,7 @@ class ConversionWebhook:
         """Args: client: API client for the Secret and CRDs; options: settings (defaults as upstream)."""
         self._client = client
         self.options = options or WebhookOptions()
-        self._server: ListenerProcess | _ServingThread | None = None
+        self._server: _ServingThread | None = None
         self.port: int | None = None
         self.url: str | None = None
         self.ca_pem: bytes | None = None
@@ -166,9 +220,11 @@ class ConversionWebhook:
         """
         opts = self.options
         cert_path, key_path = await self._certificate()
-        listener_type = ListenerProcess if opts.listener == "process" else _ServingThread
-        server = listener_type(opts.host or None, opts.port, cert_path, key_path)
-        self.port = await server.start()
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)  # server side; no client certs requested
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(cert_path, key_path)
+        server = _ServingThread(opts.host or None, opts.port, ctx)
+        self.port = await asyncio.to_thread(server.start)
         self._server = server
         self.url = opts.webhook_url.replace("{port}", str(self.port)) if opts.webhook_url else None
         log.info("conversion webhook listening on %s:%d", opts.host or "*", self.port)
@@ -182,20 +238,11 @@ class ConversionWebhook:
                 crd_names=opts.crd_names,
             )
 
-    async def serving(self) -> None:
-        """Wait while the listener serves: returns once :meth:`stop` closed it.
-
-        Raises:
-            WebhookError: the listener process ended without being asked to.
-        """
-        if self._server is not None:
-            await self._server.wait()
-
     async def stop(self) -> None:
         """Stop listening (idempotent)."""
         if self._server is not None:
             server, self._server = self._server, None
-            await server.stop()
+            await asyncio.to_thread(server.stop)
 
     async def run(self, stop_event: asyncio.Event) -> None:
         """``start()``, wait for ``stop_event``, ``stop()``."""
@@ -240,6 +287,13 @@ class ConversionWebhook:
 async def _ensure_namespace(client: Client, name: str) -> None:
     with contextlib.suppress(AlreadyExists):
         await client.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+
+def _bound_port(runner: web.AppRunner, requested: int) -> int:
+    for server in runner.addresses:
+        if isinstance(server, tuple) and len(server) >= 2:
+            return int(server[1])
+    return requested
 
 
 def _url_hosts(url: str | None) -> tuple[str, ...]:

@@ -155,11 +155,8 @@ async def test_unmanaged_mode_needs_files(tmp_path: Path) -> None:
         await webhook.stop()
 
 
-@pytest.mark.parametrize("listener", ["process", "thread"])
-async def test_conversion_is_answered_while_the_controllers_loop_is_blocked(
-    tmp_path: Path, listener: str
-) -> None:
-    """The listener has its own process (or thread) and loop: a busy controller loop does not delay them.
+async def test_conversion_is_answered_while_the_controllers_loop_is_blocked(tmp_path: Path) -> None:
+    """The listener has its own thread and loop: a busy controller loop does not delay conversions.
 
     The API server converts watch-cache events one at a time through the webhook, so a conversion waiting
     behind reconcile work delays every watcher. Here the test's (the controllers') loop is blocked outright
@@ -169,8 +166,7 @@ async def test_conversion_is_answered_while_the_controllers_loop_is_blocked(
                         now=dt.datetime.now(dt.UTC))  # fmt: skip
     (tmp_path / "tls.crt").write_bytes(b.cert_pem)
     (tmp_path / "tls.key").write_bytes(b.key_pem)
-    opts = WebhookOptions(host="127.0.0.1", port=0, manage_certs=False, cert_dir=tmp_path,
-                          listener="process" if listener == "process" else "thread")  # fmt: skip
+    opts = WebhookOptions(host="127.0.0.1", port=0, manage_certs=False, cert_dir=tmp_path)
     webhook = ConversionWebhook(FakeClient(), opts)
     await webhook.start()
     review = {
