@@ -37,9 +37,10 @@ class Api:
     def create(self, obj: dict[str, Any]) -> None:
         self.cluster.kubectl("create", "-n", self.ns, "-f", "-", input=json.dumps(obj), check=True)
 
-    def get(self, kind: str, version: str, name: str) -> dict[str, Any]:
+    def get(self, kind: str, version: str, name: str, *, managed_fields: bool = False) -> dict[str, Any]:
+        extra = ["--show-managed-fields"] if managed_fields else []
         out = self.cluster.kubectl("get", RESOURCE[kind].format(v=version), name, "-n", self.ns, "-o", "json",
-                                   check=True)  # fmt: skip
+                                   *extra, check=True)  # fmt: skip
         obj: dict[str, Any] = json.loads(out.stdout)
         return obj
 
@@ -131,6 +132,13 @@ def test_create_as_v1alpha1_read_as_v1beta1_and_back(
     assert alpha["apiVersion"] == f"{group}/v1alpha1"
     assert alpha["spec"] == _pod_with_tcp(alpha_back)
     assert c.STATE_ANNOTATIONS[kind] not in annotations(alpha)
+    # The webhook answers with name, namespace, uid, labels and annotations only; the API server restores
+    # the rest of the metadata from the stored object (docs/design/webhook-process.md).
+    restored = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields")
+    alpha_meta = api.get(kind, "v1alpha1", "rt", managed_fields=True)["metadata"]
+    beta_meta = api.get(kind, "v1beta1", "rt", managed_fields=True)["metadata"]
+    assert alpha_meta["managedFields"]
+    assert {k: alpha_meta.get(k) for k in restored} == {k: beta_meta.get(k) for k in restored}
 
     # ... and back: writing the unchanged v1alpha1 object is lossless and leaves the stored
     # v1beta1 object as it was (same spec, same snapshot, no new generation).

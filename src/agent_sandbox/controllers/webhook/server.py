@@ -102,7 +102,27 @@ async def handle_convert(request: web.Request) -> web.Response:
         log.warning(
             "conversion to %s failed: %s", review["request"].get("desiredAPIVersion"), result["message"]
         )
+    else:
+        _keep_read_metadata(answer["response"]["convertedObjects"])
     return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+
+#: All kube-apiserver reads of a converted object's metadata: it checks name, namespace and uid against the
+#: object it sent, takes labels and annotations, and restores every other field from the stored object
+#: (apiextensions-apiserver `validateConvertedObject` / `restoreObjectMeta`).
+_READ_METADATA = ("name", "namespace", "uid", "labels", "annotations")
+
+
+def _keep_read_metadata(objects: list[dict[str, Any]]) -> None:
+    """Cut each object's metadata to what the API server reads (docs/design/webhook-answer-metadata.md).
+
+    The rest - managedFields above all - is bytes it would decode and drop, once per review of the serial
+    chain that refills its v1alpha1 watch cache.
+    """
+    for obj in objects:
+        meta = obj.get("metadata")
+        if isinstance(meta, dict):
+            obj["metadata"] = {key: meta[key] for key in _READ_METADATA if key in meta}
 
 
 def _shape_problem(review: dict[str, Any]) -> str | None:

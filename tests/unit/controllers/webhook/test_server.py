@@ -199,3 +199,41 @@ async def test_conversion_is_answered_while_the_controllers_loop_is_blocked(tmp_
         await webhook.stop()
     assert answered, "no answer while the controllers' loop was blocked"
     assert outcome[0][0] == 200, outcome  # type: ignore[index]
+
+
+async def test_answers_carry_only_the_metadata_the_api_server_keeps(tmp_path: Path) -> None:
+    """Name, namespace and uid (which it checks) plus labels and annotations (which it takes); nothing else.
+
+    kube-apiserver restores every other metadata field from the stored object (`restoreObjectMeta`), so the
+    rest would only be bytes it must decode for each of the serial watch-cache conversions.
+    """
+    b = generate_bundle(service="s", namespace="n", cluster_domain="cluster.local", extra_hosts=("127.0.0.1",),
+                        now=dt.datetime.now(dt.UTC))  # fmt: skip
+    (tmp_path / "tls.crt").write_bytes(b.cert_pem)
+    (tmp_path / "tls.key").write_bytes(b.key_pem)
+    webhook = ConversionWebhook(FakeClient(), WebhookOptions(host="127.0.0.1", port=0, manage_certs=False,
+                                                             cert_dir=tmp_path))  # fmt: skip
+    metadata = {
+        "name": "s", "namespace": "ns", "uid": "u-1", "resourceVersion": "42", "generation": 3,
+        "creationTimestamp": "2026-12-03T00:00:00Z", "labels": {"a": "b"}, "annotations": {"x": "y"},
+        "finalizers": ["f"], "ownerReferences": [{"apiVersion": "v1", "kind": "K", "name": "o", "uid": "o-1"}],
+        "managedFields": [{"manager": "m", "operation": "Update", "apiVersion": "agents.x-k8s.io/v1beta1",
+                           "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}],
+    }  # fmt: skip
+    sandbox = {"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox", "metadata": metadata,
+               "spec": {"podTemplate": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}}  # fmt: skip
+    review = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+              "request": {"uid": "r", "desiredAPIVersion": "agents.x-k8s.io/v1alpha1", "objects": [sandbox]}}  # fmt: skip
+    await webhook.start()
+    try:
+        assert webhook.port is not None
+        status, answer = await _post(
+            f"https://127.0.0.1:{webhook.port}/convert", orjson.dumps(review), b.ca_pem
+        )
+    finally:
+        await webhook.stop()
+    assert status == 200
+    converted = answer["response"]["convertedObjects"][0]
+    assert converted["metadata"] == {"name": "s", "namespace": "ns", "uid": "u-1", "labels": {"a": "b"},
+                                     "annotations": {"x": "y"}}  # fmt: skip
+    assert converted["spec"]["replicas"] == 1
