@@ -133,7 +133,7 @@ def test_create_as_v1alpha1_read_as_v1beta1_and_back(
     assert alpha["spec"] == _pod_with_tcp(alpha_back)
     assert c.STATE_ANNOTATIONS[kind] not in annotations(alpha)
     # The webhook answers with name, namespace, uid, labels and annotations only; the API server restores
-    # the rest of the metadata from the stored object (docs/design/webhook-process.md).
+    # the rest of the metadata from the stored object (docs/design/webhook-answer-metadata.md).
     restored = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields")
     alpha_meta = api.get(kind, "v1alpha1", "rt", managed_fields=True)["metadata"]
     beta_meta = api.get(kind, "v1beta1", "rt", managed_fields=True)["metadata"]

@@ -88,6 +88,16 @@ async def _post(url: str, body: bytes, ca_pem: bytes) -> tuple[int, Any]:
         return resp.status, (await resp.json() if resp.content_type == "application/json" else text)
 
 
+def _webhook_on_own_files(tmp_path: Path) -> tuple[ConversionWebhook, bytes]:
+    """A loopback webhook serving a fresh pair from `tmp_path` (unmanaged certificates); returns it and its CA."""
+    b = generate_bundle(service="s", namespace="n", cluster_domain="cluster.local", extra_hosts=("127.0.0.1",),
+                        now=dt.datetime.now(dt.UTC))  # fmt: skip
+    (tmp_path / "tls.crt").write_bytes(b.cert_pem)
+    (tmp_path / "tls.key").write_bytes(b.key_pem)
+    opts = WebhookOptions(host="127.0.0.1", port=0, manage_certs=False, cert_dir=tmp_path)
+    return ConversionWebhook(FakeClient(), opts), b.ca_pem
+
+
 async def test_webhook_serves_conversion_over_tls_and_patches_crds(tmp_path: Path) -> None:
     client = FakeClient(*((CRD, crd(n)) for n in ("sandboxes.agents.x-k8s.io",
                                                   "sandboxwarmpools.extensions.agents.x-k8s.io")))  # fmt: skip
@@ -162,12 +172,7 @@ async def test_conversion_is_answered_while_the_controllers_loop_is_blocked(tmp_
     behind reconcile work delays every watcher. Here the test's (the controllers') loop is blocked outright
     while another thread converts; on the shared loop that request could not be answered until the block ends.
     """
-    b = generate_bundle(service="s", namespace="n", cluster_domain="cluster.local", extra_hosts=("127.0.0.1",),
-                        now=dt.datetime.now(dt.UTC))  # fmt: skip
-    (tmp_path / "tls.crt").write_bytes(b.cert_pem)
-    (tmp_path / "tls.key").write_bytes(b.key_pem)
-    opts = WebhookOptions(host="127.0.0.1", port=0, manage_certs=False, cert_dir=tmp_path)
-    webhook = ConversionWebhook(FakeClient(), opts)
+    webhook, ca_pem = _webhook_on_own_files(tmp_path)
     await webhook.start()
     review = {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -180,7 +185,7 @@ async def test_conversion_is_answered_while_the_controllers_loop_is_blocked(tmp_
     def convert_from_another_thread() -> None:
         async def go() -> tuple[int, Any]:
             return await asyncio.wait_for(
-                _post(f"https://127.0.0.1:{webhook.port}/convert", orjson.dumps(review), b.ca_pem), 20
+                _post(f"https://127.0.0.1:{webhook.port}/convert", orjson.dumps(review), ca_pem), 20
             )
 
         try:
@@ -207,12 +212,7 @@ async def test_answers_carry_only_the_metadata_the_api_server_keeps(tmp_path: Pa
     kube-apiserver restores every other metadata field from the stored object (`restoreObjectMeta`), so the
     rest would only be bytes it must decode for each of the serial watch-cache conversions.
     """
-    b = generate_bundle(service="s", namespace="n", cluster_domain="cluster.local", extra_hosts=("127.0.0.1",),
-                        now=dt.datetime.now(dt.UTC))  # fmt: skip
-    (tmp_path / "tls.crt").write_bytes(b.cert_pem)
-    (tmp_path / "tls.key").write_bytes(b.key_pem)
-    webhook = ConversionWebhook(FakeClient(), WebhookOptions(host="127.0.0.1", port=0, manage_certs=False,
-                                                             cert_dir=tmp_path))  # fmt: skip
+    webhook, ca_pem = _webhook_on_own_files(tmp_path)
     metadata = {
         "name": "s", "namespace": "ns", "uid": "u-1", "resourceVersion": "42", "generation": 3,
         "creationTimestamp": "2026-12-03T00:00:00Z", "labels": {"a": "b"}, "annotations": {"x": "y"},
@@ -228,7 +228,7 @@ async def test_answers_carry_only_the_metadata_the_api_server_keeps(tmp_path: Pa
     try:
         assert webhook.port is not None
         status, answer = await _post(
-            f"https://127.0.0.1:{webhook.port}/convert", orjson.dumps(review), b.ca_pem
+            f"https://127.0.0.1:{webhook.port}/convert", orjson.dumps(review), ca_pem
         )
     finally:
         await webhook.stop()
