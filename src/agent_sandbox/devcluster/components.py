@@ -105,6 +105,9 @@ def apiserver_argv(lay: Layout, cfg: ClusterConfig) -> list[str]:
         f"--max-requests-inflight={cfg.max_requests_inflight}",
         f"--max-mutating-requests-inflight={cfg.max_mutating_requests_inflight}",
         "--allow-privileged=true",
+        # pods/log reaches the "kubelet" (kwok's server, below) at the node's InternalIP, 127.0.0.1; never a
+        # name to resolve. No --kubelet-certificate-authority: kwok serves a self-signed certificate.
+        "--kubelet-preferred-address-types=InternalIP",
         f"--profiling={str(cfg.apiserver_profiling).lower()}",
         *egress,
         *audit,
@@ -161,5 +164,9 @@ def kwok_argv(lay: Layout) -> list[str]:
         "--node-ip=127.0.0.1",
         "--node-lease-duration-seconds=40",
         f"--server-address=127.0.0.1:{lay.ports['kwok']}",
+        # The kubelet port its nodes report, so the API server's pods/log reaches the server above; it serves
+        # the logs named by `Logs` objects (the runner's, devcluster/pod_logs.py; CRD in kwok-crds/).
+        f"--node-port={lay.ports['kwok']}",
+        "--enable-crds=Logs",
         f"--config={lay.directory / 'kwok-stages.yaml'}",
     ]

@@ -35,10 +35,22 @@ import aiohttp
 from aiohttp import web
 
 from agent_sandbox.api.lifecycle import ANNOTATION_CLAIM_ENV
+from agent_sandbox.devcluster.pod_logs import LOGS, ContainerLog, RoutingHandler, logs_object
 from agent_sandbox.devcluster.provisioner import PV, volume_host_path
 from agent_sandbox.devcluster.runtime_pods import RuntimePod, is_runtime_pod, runtime_pod
-from agent_sandbox.kube import POD, PVC, ApiClient, HandlerFuncs, Informer, NotFound, Object, PatchType
+from agent_sandbox.kube import (
+    POD,
+    PVC,
+    ApiClient,
+    ApiError,
+    HandlerFuncs,
+    Informer,
+    NotFound,
+    Object,
+    PatchType,
+)
 from agent_sandbox.runtime import RuntimeServer
+from agent_sandbox.runtime.main import LOG_FORMAT
 
 __all__ = ["Runner", "main"]
 
@@ -70,6 +82,9 @@ class PodRuntime:
     not_before: float = 0.0  # monotonic time before which it is not (re)started
     started_at: str = ""
     claim_env_file: Path | None = None  # host file of the downward API projection of the claim env
+    log: ContainerLog | None = (
+        None  # the runtime container's log files (pod_logs.py), when the runner keeps them
+    )
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -105,6 +120,10 @@ def _project_claim_env(path: Path, pod: Mapping[str, Any]) -> None:
     tmp.replace(path)
 
 
+def _logging_to(rt: PodRuntime) -> contextlib.AbstractContextManager[None]:
+    return rt.log.active() if rt.log is not None else contextlib.nullcontext()
+
+
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -120,9 +139,17 @@ def _ready_condition(pod: Mapping[str, Any]) -> str | None:
 class Runner:
     """Serve every runtime pod of one cluster; `await run()` until cancelled."""
 
-    def __init__(self, client: ApiClient, directory: Path, *, base_env: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        client: ApiClient,
+        directory: Path,
+        *,
+        base_env: Mapping[str, str],
+        pod_logs: Path | None = None,
+    ) -> None:
         self.client = client
         self.directory = directory  # per-pod workspaces live in <directory>/<namespace>/<pod>-<uid>
+        self.pod_logs = pod_logs  # container logs live in <pod_logs>/<namespace>_<pod>_<uid>/<container>/
         self.base_env = dict(base_env)
         self.pods = Informer(client, POD)
         self.runtimes: dict[str, PodRuntime] = {}
@@ -179,7 +206,8 @@ class Runner:
                 grace = min(float(meta.get("deletionGracePeriodSeconds") or 1), _MAX_GRACE)
                 rt.state, rt.healthy = "terminating", False
                 server, rt.server = rt.server, None
-                await server.stop(grace)
+                with _logging_to(rt):
+                    await server.stop(grace)
             return
         ip = status.get("podIP")
         if status.get("phase") != "Running" or not ip:
@@ -215,6 +243,8 @@ class Runner:
         rt = PodRuntime(meta["namespace"], meta["name"], meta["uid"], ip, spec, workspace, owned)
         if spec.claim_env:
             rt.claim_env_file = self.directory / ".downward" / meta["namespace"] / meta["uid"] / "claim-env"
+        if self.pod_logs is not None:
+            rt.log = ContainerLog(self.pod_logs, meta["namespace"], meta["name"], meta["uid"], spec.container)
         self.runtimes[key] = rt
         return rt
 
@@ -241,7 +271,10 @@ class Runner:
         )
         server = RuntimeServer(config)
         try:
-            await server.start()
+            if rt.log is not None:
+                await self._publish_log(rt)
+            with _logging_to(rt):
+                await server.start()
         except OSError as err:
             rt.state, rt.message = "failed", f"cannot listen on {rt.ip}: {err.strerror or err}"
             log.warning("%s: %s; retrying in %.0fs", key, rt.message, _RETRY)
@@ -254,6 +287,26 @@ class Runner:
         if not rt.healthy:
             self.schedule(key, _RETRY)
         log.info("%s: runtime on %s (%s) in %s: %s", key, rt.ip, server.ports, rt.workspace, rt.state)
+
+    async def _publish_log(self, rt: PodRuntime) -> None:
+        """Start the log file of this instance and point kwok's `Logs` object for the pod at it."""
+        assert rt.log is not None
+        pod = self.pods.get(f"{rt.namespace}/{rt.name}")
+        if pod is None:
+            return
+        try:
+            await asyncio.to_thread(rt.log.start_instance, rt.restarts)
+            await self.client.patch(
+                LOGS,
+                rt.name,
+                logs_object(pod, rt.log),
+                namespace=rt.namespace,
+                patch_type=PatchType.APPLY,
+                field_manager="devcluster-runner",
+                force=True,
+            )
+        except (OSError, ApiError) as err:  # the runtime still starts; only `kubectl logs` misses it
+            log.warning("%s/%s: cannot publish the container log: %s", rt.namespace, rt.name, err)
 
     async def _healthy(self, rt: PodRuntime) -> bool:
         """Ask the runtime over its pod IP, as a kubelet's probe would: sandboxd health and legacy GET /."""
@@ -322,13 +375,16 @@ class Runner:
     async def _retire(self, key: str, rt: PodRuntime, *, gone: bool) -> None:
         if rt.server is not None:
             server, rt.server = rt.server, None
-            await server.stop(1.0)
+            with _logging_to(rt):
+                await server.stop(1.0)
         if gone:
             self.runtimes.pop(key, None)
             if rt.owned_workspace:
                 await asyncio.to_thread(shutil.rmtree, rt.workspace, True)
             if rt.claim_env_file is not None:
                 await asyncio.to_thread(shutil.rmtree, rt.claim_env_file.parent, True)
+            if rt.log is not None:  # its `Logs` object goes with the pod (owner reference)
+                await asyncio.to_thread(rt.log.remove)
             log.info("%s: runtime of pod %s removed", key, rt.uid)
 
     # -- simulated crash ----------------------------------------------------------------------------------
@@ -340,7 +396,8 @@ class Runner:
         server, rt.server = rt.server, None
         rt.healthy, rt.state, rt.restarts = False, "crashed", rt.restarts + 1
         rt.message = "runtime crashed; restarting"
-        await server.stop(0.0)
+        with _logging_to(rt):
+            await server.stop(0.0)
         rt.not_before = time.monotonic() + _RESTART_BACKOFF
         pod = self.pods.get(key)
         if pod is not None:
@@ -371,13 +428,22 @@ class Runner:
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     async def _sweep_orphan_workspaces(self) -> None:
-        """Per-pod workspaces whose pod no longer exists (deleted while the runner was down)."""
+        """Per-pod workspaces and container logs whose pod no longer exists (deleted while the runner was down)."""
         live = {
             f"{p['metadata']['namespace']}/{p['metadata']['name']}-{p['metadata']['uid'][:8]}"
             for p in self.pods.list()
         }
 
+        live_logs = {
+            f"{p['metadata']['namespace']}_{p['metadata']['name']}_{p['metadata']['uid']}"
+            for p in self.pods.list()
+        }
+
         def sweep() -> None:
+            if self.pod_logs is not None and self.pod_logs.is_dir():
+                for entry in self.pod_logs.iterdir():
+                    if entry.name not in live_logs:
+                        shutil.rmtree(entry, ignore_errors=True)
             if not self.directory.is_dir():
                 return
             for ns_dir in self.directory.iterdir():
@@ -416,9 +482,18 @@ class Runner:
             await self._http.close()
 
 
+def _pod_log_handler() -> logging.Handler:
+    handler = RoutingHandler()
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))  # the runtime's own format (runtime/main.py)
+    return handler
+
+
 async def _main(args: argparse.Namespace) -> None:
     client = await ApiClient.from_kubeconfig(args.kubeconfig, qps=-1.0, burst=200)
-    runner = Runner(client, Path(args.workspaces), base_env=os.environ)
+    pod_logs = Path(args.pod_logs) if args.pod_logs else None
+    if pod_logs is not None:  # the runtime's records also go to the log file of the pod they serve
+        logging.getLogger("agent_sandbox.runtime").addHandler(_pod_log_handler())
+    runner = Runner(client, Path(args.workspaces), base_env=os.environ, pod_logs=pod_logs)
     task = asyncio.create_task(
         runner.run(
             control_port=args.control_port, ready_file=Path(args.ready_file) if args.ready_file else None
@@ -440,10 +515,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workspaces", required=True, help="directory of the per-pod workspaces")
     parser.add_argument("--control-port", type=int, required=True, help="127.0.0.1 port of /runtimes")
     parser.add_argument("--ready-file", default="", help="written once the pod list is synced")
+    parser.add_argument("--pod-logs", default="", help="directory of the runtime pods' container logs")
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, format=LOG_FORMAT)
     asyncio.run(_main(args))
     return 0
 

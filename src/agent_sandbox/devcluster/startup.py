@@ -16,6 +16,10 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
+import yaml
 
 from agent_sandbox.devcluster import components, processes
 from agent_sandbox.devcluster.certs import ClusterPki, write_cluster_pki
@@ -40,6 +44,14 @@ SERVICE_PROXY = "service-proxy"
 _SERVICE_PROXY_MODULE = "agent_sandbox.devcluster.serviceproxy"
 RUNNER = "runner"
 _RUNNER_MODULE = "agent_sandbox.devcluster.runner"
+_CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def _established(status: int, crd: Any) -> bool:
+    if status != 200:
+        return False
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
 
 class ClusterStartup(ClusterHandle):
@@ -129,6 +141,7 @@ class ClusterStartup(ClusterHandle):
                     f"--workspaces={self.workspaces}",
                     f"--control-port={p['runner']}",
                     f"--ready-file={runner_ready}",
+                    f"--pod-logs={self.pod_logs}",
                 ],
                 identity=_RUNNER_MODULE,
             )
@@ -140,6 +153,7 @@ class ClusterStartup(ClusterHandle):
             cfg.ready_timeout,
         )
         self._create_storage(cfg)
+        self._create_kwok_crds(cfg)
 
         say(f"[{self.name}] starting kube-controller-manager, kube-scheduler, kwok")
         kcm = self._spawn("kube-controller-manager", components.controller_manager_argv(lay, cfg))
@@ -198,6 +212,23 @@ class ClusterStartup(ClusterHandle):
             status, body = admin.request("POST", path, obj)
             if status not in (201, 409):
                 raise ComponentError(f"creating {path} failed: HTTP {status}: {body}")
+
+    def _create_kwok_crds(self, cfg: ClusterConfig) -> None:
+        """kwok's CRDs that `kwok_argv` enables (`--enable-crds`), Established before kwok lists them."""
+        admin = self.admin()
+        crd_dir = resources.files("agent_sandbox.devcluster") / "kwok-crds"
+        for entry in sorted(crd_dir.iterdir(), key=lambda e: e.name):
+            if not entry.name.endswith(".yaml"):
+                continue
+            crd = yaml.safe_load(entry.read_text())
+            status, body = admin.request("POST", _CRDS, crd)
+            if status not in (201, 409):
+                raise ComponentError(f"creating CRD {crd['metadata']['name']} failed: HTTP {status}: {body}")
+            name, deadline = crd["metadata"]["name"], time.monotonic() + cfg.ready_timeout
+            while not _established(*admin.request("GET", f"{_CRDS}/{name}")):
+                if time.monotonic() > deadline:
+                    raise ComponentError(f"CRD {name} not Established within {cfg.ready_timeout:.0f}s")
+                time.sleep(0.1)
 
     def _create_nodes(self, cfg: ClusterConfig) -> None:
         admin = self.admin()

@@ -88,6 +88,11 @@ class ClusterHandle:
         return self.directory / "logs"
 
     @property
+    def pod_logs(self) -> Path:
+        """The runtime pods' container logs the runner keeps (devcluster/pod_logs.py)."""
+        return self.logs / "pods"
+
+    @property
     def binaries(self) -> Binaries:
         return Binaries(Path(self.state.binaries))
 

@@ -13,29 +13,21 @@ from ..api.errortext import describe_error
 from .config import RuntimeConfig, parse_args
 from .server import RuntimeServer
 
-__all__ = ["main", "serve"]
+__all__ = ["LOG_FORMAT", "main", "serve"]
 
 log = logging.getLogger("agent_sandbox.runtime")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 async def serve(config: RuntimeConfig) -> None:
     """Run one server until SIGTERM or SIGINT, then stop it within the shutdown timeout."""
     server = RuntimeServer(config)
     await server.start()
-    log.info(
-        "serving %s on %s: legacy %d, rest %d, grpc %d",
-        server.root,
-        config.listen_host,
-        server.ports["legacy"],
-        server.ports["rest"],
-        server.ports["grpc"],
-    )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    log.info("draining (shutdown timeout %.1fs)", config.shutdown_timeout)
     await server.stop()
 
 
@@ -51,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.version:
         print(f"agent-sandbox-runtime {_version()}")
         return 0
-    logging.basicConfig(level=ns.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=ns.log_level.upper(), format=LOG_FORMAT)
     try:
         asyncio.run(serve(config))
     except OSError as err:

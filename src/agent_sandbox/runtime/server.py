@@ -58,6 +58,15 @@ class RuntimeServer:
         except BaseException:
             await self._close_listeners(0)
             raise
+        # The container's log (`kubectl logs`): the dev cluster's runner routes it to the pod's log file.
+        log.info(
+            "serving %s on %s: legacy %d, rest %d, grpc %d",
+            self.config.client_root or self.root,
+            self.config.listen_host,
+            self.ports["legacy"],
+            self.ports["rest"],
+            self.ports["grpc"],
+        )
 
     async def _start_http(self, name: str, app: web.Application, port: int) -> None:
         runner = web.AppRunner(
@@ -95,6 +104,7 @@ class RuntimeServer:
         if self._stopped.is_set():
             return
         deadline = self.config.shutdown_timeout if grace is None else grace
+        log.info("draining (shutdown timeout %.1fs)", deadline)
         self.state.draining = True
         children = asyncio.ensure_future(self.state.supervisor.shutdown(min(_CHILD_GRACE, deadline)))
         await self._close_listeners(deadline)
