@@ -29,6 +29,7 @@ STEPS = [
     "suspend (pod deleted, volume kept)",
     "resume (new pod, same volume)",
     "files.read after resume",
+    "get_logs (the runtime's log: kubectl logs)",
     "terminate (claim deleted)",
 ]
 
@@ -53,6 +54,7 @@ def test_make_demo_twice_then_down() -> None:
         assert "tick 1 @" in first
         assert "tick 3 @" in first
         assert "'written before suspend' (still there)" in first
+        assert "INFO agent_sandbox.runtime.server: serving /workspace on 127." in first  # the resumed pod's
         assert f"agent-sandbox dev down --name {name}" in first
         second = _demo(name)
         assert re.search(r"^  controller\s+\d+ ms  reused", second, re.M)

@@ -194,6 +194,9 @@ def sdk_journey(cluster: DevCluster, router: str) -> None:
             note(f"pod IP {sandbox.get_pod_ip()}")
         with step("files.read after resume") as note:
             note(f"{files.read('notes/hello.txt').decode().strip()!r} (still there)")
+        with step("get_logs (the runtime's log: kubectl logs)") as note:
+            last = sandbox.get_logs(tail_lines=1).strip()
+            note(last.split(" ", 2)[-1])  # without the date and time
         with step("terminate (claim deleted)"):
             sandbox.terminate()
 
@@ -215,7 +218,7 @@ def run_demo(*, name: str = "demo") -> int:
     _say("look around:")
     _say(f"  export KUBECONFIG={cluster.kubeconfig} AGENT_SANDBOX_ROUTER_URL={router}")
     _say(
-        f"  .venv/bin/agent-sandbox pools -n {DEMO_NS}        # and: create {POOL} -n {DEMO_NS}, exec, cp, list"
+        f"  .venv/bin/agent-sandbox pools -n {DEMO_NS}        # and: create {POOL} -n {DEMO_NS}, exec, cp, list, logs"
     )
     _say(f"  kubectl get sandboxtemplates,sandboxwarmpools,sandboxclaims,sandboxes,pods -n {DEMO_NS}")
     _say(f"the cluster keeps running; stop it with: .venv/bin/agent-sandbox dev down --name {name}")
