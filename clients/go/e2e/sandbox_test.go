@@ -453,34 +453,44 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// The port-forward modes need a kubelet streaming server on the Pod's node; the dev cluster's kwok nodes
-// have none, and its 127.x pod IPs are refused in EndpointSlices, so the router Service has no endpoints.
-// Both modes must then fail Open with a clear error, quickly, and roll the claim back (docs/sdk/go.md).
-func TestPortForwardModesFailClearlyWithoutAKubelet(t *testing.T) {
+// Sandboxd through a SPDY port-forward to the sandbox Pod: the API server's pods/portforward reaches kwok,
+// the dev cluster's kubelet, which forwards each runtime port to the runtime the local runner serves on the
+// pod IP (devcluster/kubelet_api.py) - the whole tunnel path of a real cluster.
+func TestSandboxdPodPortForward(t *testing.T) {
+	t.Parallel()
+	opts := baseOptions()
+	opts.Runtime = sandbox.RuntimeSandboxd
+	opts.PortForwardReadyTimeout = 30 * time.Second
+	sb := open(t, opts)
+	exerciseCommon(t, sb)
+	ctx := ctxFor(t, time.Minute)
+	res, err := sb.Run(ctx, "cat", sandbox.WithStdin(strings.NewReader("through the tunnel")))
+	if err != nil || res.Stdout != "through the tunnel" || res.ExitCode != 0 {
+		t.Errorf("stdin through the tunnel: %+v, %v", res, err)
+	}
+}
+
+// Router port-forward needs a ready Pod behind sandbox-router-svc; the dev cluster's router is a host
+// process and its 127.x addresses are refused in EndpointSlices, so the Service has no endpoints. Open must
+// fail clearly, quickly, and roll the claim back (docs/sdk/go.md).
+func TestRouterPortForwardFailsClearlyWithoutARouterPod(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 2*time.Minute)
-	for name, opts := range map[string]sandbox.Options{
-		"router":       {},
-		"sandboxd-pod": {Runtime: sandbox.RuntimeSandboxd, PortForwardReadyTimeout: 10 * time.Second},
-	} {
-		base := baseOptions()
-		base.Runtime, base.PortForwardReadyTimeout = opts.Runtime, opts.PortForwardReadyTimeout
-		sb, err := sandbox.New(ctx, base)
-		if err != nil {
-			t.Fatal(err)
-		}
-		start := time.Now()
-		err = sb.Open(ctx)
-		t.Logf("%s port-forward: %v (after %s)", name, err, time.Since(start).Round(time.Millisecond))
-		if err == nil {
-			_ = sb.Close(ctx)
-			t.Fatalf("%s port-forward opened on a cluster without kubelets", name)
-		}
-		if name == "router" && !errors.Is(err, sandbox.ErrNotReady) {
-			t.Errorf("router port-forward: %v, want ErrNotReady (no ready endpoint)", err)
-		}
-		if sb.ClaimName() != "" {
-			t.Errorf("%s: claim %s not rolled back", name, sb.ClaimName())
-		}
+	sb, err := sandbox.New(ctx, baseOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = sb.Open(ctx)
+	t.Logf("router port-forward: %v (after %s)", err, time.Since(start).Round(time.Millisecond))
+	if err == nil {
+		_ = sb.Close(ctx)
+		t.Fatal("router port-forward opened without a router Pod")
+	}
+	if !errors.Is(err, sandbox.ErrNotReady) {
+		t.Errorf("router port-forward: %v, want ErrNotReady (no ready endpoint)", err)
+	}
+	if sb.ClaimName() != "" {
+		t.Errorf("claim %s not rolled back", sb.ClaimName())
 	}
 }

@@ -164,9 +164,10 @@ def kwok_argv(lay: Layout) -> list[str]:
         "--node-ip=127.0.0.1",
         "--node-lease-duration-seconds=40",
         f"--server-address=127.0.0.1:{lay.ports['kwok']}",
-        # The kubelet port its nodes report, so the API server's pods/log reaches the server above; it serves
-        # the logs named by `Logs` objects (the runner's, devcluster/pod_logs.py; CRD in kwok-crds/).
+        # The kubelet port its nodes report, so the API server's pods/log and pods/portforward reach the server
+        # above; it serves what the runner's `Logs` and `PortForward` objects name (devcluster/kubelet_api.py;
+        # CRDs in kwok-crds/).
         f"--node-port={lay.ports['kwok']}",
-        "--enable-crds=Logs",
+        "--enable-crds=Logs,PortForward",
         f"--config={lay.directory / 'kwok-stages.yaml'}",
     ]

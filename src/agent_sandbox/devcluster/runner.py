@@ -35,7 +35,14 @@ import aiohttp
 from aiohttp import web
 
 from agent_sandbox.api.lifecycle import ANNOTATION_CLAIM_ENV
-from agent_sandbox.devcluster.pod_logs import LOGS, ContainerLog, RoutingHandler, logs_object
+from agent_sandbox.devcluster.kubelet_api import (
+    LOGS,
+    PORT_FORWARD,
+    ContainerLog,
+    RoutingHandler,
+    logs_object,
+    port_forward_object,
+)
 from agent_sandbox.devcluster.provisioner import PV, volume_host_path
 from agent_sandbox.devcluster.runtime_pods import RuntimePod, is_runtime_pod, runtime_pod
 from agent_sandbox.kube import (
@@ -83,7 +90,7 @@ class PodRuntime:
     started_at: str = ""
     claim_env_file: Path | None = None  # host file of the downward API projection of the claim env
     log: ContainerLog | None = (
-        None  # the runtime container's log files (pod_logs.py), when the runner keeps them
+        None  # the runtime container's log files (kubelet_api.py), when the runner keeps them
     )
 
     def describe(self) -> dict[str, Any]:
@@ -270,9 +277,13 @@ class Runner:
             claim_env_file=str(rt.claim_env_file or ""),
         )
         server = RuntimeServer(config)
+        if rt.log is not None:  # this instance's file, before the runtime logs its start there
+            try:
+                await asyncio.to_thread(rt.log.start_instance, rt.restarts)
+            except OSError as err:
+                log.warning("%s: no container log (%s)", key, err)
+                rt.log = None
         try:
-            if rt.log is not None:
-                await self._publish_log(rt)
             with _logging_to(rt):
                 await server.start()
         except OSError as err:
@@ -282,31 +293,37 @@ class Runner:
             self.schedule(key, _RETRY)
             return
         rt.server, rt.started_at, rt.message = server, _now(), ""
+        await self._publish_kubelet_objects(rt, server)
         rt.healthy = await self._healthy(rt)
         rt.state = "ready" if rt.healthy else "unhealthy"
         if not rt.healthy:
             self.schedule(key, _RETRY)
         log.info("%s: runtime on %s (%s) in %s: %s", key, rt.ip, server.ports, rt.workspace, rt.state)
 
-    async def _publish_log(self, rt: PodRuntime) -> None:
-        """Start the log file of this instance and point kwok's `Logs` object for the pod at it."""
-        assert rt.log is not None
+    async def _publish_kubelet_objects(self, rt: PodRuntime, server: RuntimeServer) -> None:
+        """kwok's `Logs` and `PortForward` objects for the pod: its kubelet API (kubelet_api.py).
+
+        A failure leaves the runtime serving: only `kubectl logs` / `port-forward` miss it (a warning says so).
+        """
         pod = self.pods.get(f"{rt.namespace}/{rt.name}")
         if pod is None:
             return
-        try:
-            await asyncio.to_thread(rt.log.start_instance, rt.restarts)
-            await self.client.patch(
-                LOGS,
-                rt.name,
-                logs_object(pod, rt.log),
-                namespace=rt.namespace,
-                patch_type=PatchType.APPLY,
-                field_manager="devcluster-runner",
-                force=True,
-            )
-        except (OSError, ApiError) as err:  # the runtime still starts; only `kubectl logs` misses it
-            log.warning("%s/%s: cannot publish the container log: %s", rt.namespace, rt.name, err)
+        objects = [(PORT_FORWARD, port_forward_object(pod, rt.ip, server.ports.values()))]
+        if rt.log is not None:
+            objects.append((LOGS, logs_object(pod, rt.log)))
+        for kind, obj in objects:
+            try:
+                await self.client.patch(
+                    kind,
+                    rt.name,
+                    obj,
+                    namespace=rt.namespace,
+                    patch_type=PatchType.APPLY,
+                    field_manager="devcluster-runner",
+                    force=True,
+                )
+            except ApiError as err:
+                log.warning("%s/%s: cannot publish its %s: %s", rt.namespace, rt.name, kind.kind, err)
 
     async def _healthy(self, rt: PodRuntime) -> bool:
         """Ask the runtime over its pod IP, as a kubelet's probe would: sandboxd health and legacy GET /."""

@@ -89,7 +89,7 @@ class ClusterHandle:
 
     @property
     def pod_logs(self) -> Path:
-        """The runtime pods' container logs the runner keeps (devcluster/pod_logs.py)."""
+        """The runtime pods' container logs the runner keeps (devcluster/kubelet_api.py)."""
         return self.logs / "pods"
 
     @property

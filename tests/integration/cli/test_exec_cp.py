@@ -65,7 +65,7 @@ def test_exec_cp_and_logs(
     both_local = cli(cluster, router, "cp", str(local), str(back), *ns)
     assert both_local.returncode == 2
 
-    # The runtime's own log, as `kubectl logs` shows it (the runner keeps it, kwok serves it: pod_logs.py).
+    # The runtime's own log, as `kubectl logs` shows it (the runner keeps it, kwok serves it: kubelet_api.py).
     logs = cli(cluster, router, "logs", "sb", "--tail", "1", *ns)
     assert logs.returncode == 0, logs.stderr
     assert logs.stdout.count("\n") == 1

@@ -6,6 +6,7 @@ mode that can work on this machine, sync and async.
 |---|---|---|
 | legacy, pod IP | `SandboxInClusterConnectionConfig` | `http://<pod IP>:8888` |
 | sandboxd, pod IP | `SandboxdInClusterConnectionConfig(mode="in-cluster-pod-ip")` | REST `<pod IP>:8080`, gRPC `<pod IP>:9090` |
+| sandboxd, pod tunnel | `SandboxdPodTunnelConnectionConfig()` | `kubectl port-forward pod/<pod>` -> API server `pods/portforward` -> kwok (the dev cluster's kubelet) -> the pod IP |
 
 Router modes are in test_router.py. Modes that cannot work here (and why) are listed in docs/sdk/python.md.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,7 @@ from agent_sandbox_sdk import (
     SandboxClient,
     SandboxConnectionError,
     SandboxdInClusterConnectionConfig,
+    SandboxdPodTunnelConnectionConfig,
     SandboxInClusterConnectionConfig,
     SandboxRequestError,
 )
@@ -38,7 +41,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 MODES: dict[str, SandboxConnectionConfig] = {
     "legacy-pod-ip": SandboxInClusterConnectionConfig(),
     "sandboxd-pod-ip": SandboxdInClusterConnectionConfig(mode="in-cluster-pod-ip"),
+    "sandboxd-pod-tunnel": SandboxdPodTunnelConnectionConfig(),
 }
+
+
+@pytest.fixture(autouse=True)
+def kubectl_on_path(cluster: DevCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tunnel mode runs `kubectl port-forward`, found on PATH as upstream's SDK finds it: the cluster's own."""
+    monkeypatch.setenv("PATH", f"{cluster.binaries.path('kubectl').parent}{os.pathsep}{os.environ['PATH']}")
 
 
 @pytest.fixture

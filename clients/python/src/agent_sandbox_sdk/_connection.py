@@ -108,11 +108,13 @@ class PortForward:
             *mapping,
         ]
         self.process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self._ready = False
 
     def ready(self) -> bool:
-        with socket.socket() as s:
-            s.settimeout(0.05)
-            return s.connect_ex(("127.0.0.1", self.local_ports[0])) == 0
+        """Every local port accepts connections (kubectl binds them one after the other); sticky once true."""
+        if not self._ready:
+            self._ready = all(_accepts(port) for port in self.local_ports)
+        return self._ready
 
     def died(self) -> str | None:
         if self.process.poll() is None:
@@ -128,6 +130,12 @@ class PortForward:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.05)
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _free_port() -> int:
@@ -278,17 +286,21 @@ class Connection:
         raise TypeError(f"unsupported connection config {type(cfg).__name__}")
 
     def _tunnel_port(self, args: list[str], remote: list[int], ready_timeout: float) -> Flow[list[int]]:
-        if self._tunnel is not None and self._tunnel.died() is None:
-            return self._tunnel.local_ports
-        self._close_tunnel()
-        tunnel = self._tunnel = PortForward(args, remote, self._kubeconfig_path)
+        tunnel = self._tunnel
+        if tunnel is None or tunnel.died() is not None:
+            self._close_tunnel()
+            tunnel = self._tunnel = PortForward(args, remote, self._kubeconfig_path)
+        # Concurrent calls of an async handle share the tunnel: each waits until it is ready, not only the
+        # call that started it (others would connect to a port kubectl has not bound yet).
         deadline = time.monotonic() + ready_timeout
         while not tunnel.ready():
             if (why := tunnel.died()) is not None:
-                self._tunnel = None
+                if self._tunnel is tunnel:
+                    self._tunnel = None
                 raise SandboxPortForwardError(why)
             if time.monotonic() > deadline:
-                self._close_tunnel()
+                if self._tunnel is tunnel:
+                    self._close_tunnel()
                 raise SandboxTimeoutError(
                     f"kubectl port-forward {args[0]} not ready within {ready_timeout:g} s"
                 )

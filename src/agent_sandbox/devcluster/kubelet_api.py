@@ -1,8 +1,11 @@
-"""Container logs of runtime pods, kept as a kubelet keeps them and served through the API server by kwok.
+"""The kubelet API of runtime pods - container logs and port-forward - served through the API server by kwok.
 
-A kubelet writes each container's output to `<ns>_<pod>_<uid>/<container>/<restart>.log` in the CRI log
-format and serves it on its `/containerLogs` endpoint, which the API server's `pods/log` proxies to. On the
-dev cluster a runtime pod's runtime runs inside the local runner, so the runner does the kubelet's part:
+A kubelet keeps each container's output in `<ns>_<pod>_<uid>/<container>/<restart>.log` (CRI log format)
+and serves it on `/containerLogs`; it forwards `/portForward` streams into the pod's network namespace. The
+API server's `pods/log` and `pods/portforward` proxy to those endpoints. On the dev cluster kwok is the
+kubelet (its server on the nodes' kubelet port), and it serves what kwok objects name: `Logs` (files) and
+`PortForward` (a target address per port). A runtime pod's runtime runs inside the local runner, so the
+runner provides both:
 
 * `ContainerLog` is one container's files: one per instance (a simulated crash starts the next), CRI lines
   (`<RFC 3339 nano> stderr F <text>`), the previous instance's file kept for `--previous`.
@@ -10,12 +13,13 @@ dev cluster a runtime pod's runtime runs inside the local runner, so the runner 
   its start line, errors, draining) to that pod's file. The pod is found by a context variable that
   `ContainerLog.active()` sets around `RuntimeServer.start()` / `stop()`: the listeners and every request
   task they spawn inherit the context they were created in.
-* `logs_object` is the kwok `Logs` object (kwok.x-k8s.io/v1alpha1, named like the pod, owned by it so the
-  garbage collector removes it with the pod) that points kwok's kubelet endpoint at the files.
+* `logs_object` and `port_forward_object` are the kwok objects (kwok.x-k8s.io/v1alpha1, named like the
+  pod, owned by it so the garbage collector removes them with the pod): the log files, and each runtime
+  port forwarded to the same port on the pod's IP, where the runtime listens.
 
-So `kubectl logs`, `kubectl logs --previous`, the SDK's `get_logs` and `agent-sandbox logs` read what the
-runtime really logged. What a container prints besides its server's log (its commands' output goes to the
-command's caller, not to the container log) is not there, as on a real cluster.
+So `kubectl logs` (`--previous`), the SDK's `get_logs`, `agent-sandbox logs`, `kubectl port-forward
+pod/<pod>` and the SDKs' pod tunnel modes work as on a real cluster. What a container prints besides its
+server's log (a command's output goes to the command's caller) is not in the log, as on a real cluster.
 """
 
 from __future__ import annotations
@@ -24,16 +28,25 @@ import contextlib
 import datetime as dt
 import logging
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 from agent_sandbox.kube import ResourceKind
 
-__all__ = ["LOGS", "ContainerLog", "RoutingHandler", "cri_line", "logs_object"]
+__all__ = [
+    "LOGS",
+    "PORT_FORWARD",
+    "ContainerLog",
+    "RoutingHandler",
+    "cri_line",
+    "logs_object",
+    "port_forward_object",
+]
 
 LOGS = ResourceKind("kwok.x-k8s.io", "v1alpha1", "Logs", "logs")
+PORT_FORWARD = ResourceKind("kwok.x-k8s.io", "v1alpha1", "PortForward", "portforwards")
 
 _TARGET: ContextVar[ContainerLog | None] = ContextVar("agent_sandbox_pod_log", default=None)
 
@@ -97,15 +110,11 @@ class RoutingHandler(logging.Handler):
             self.handleError(record)
 
 
-def logs_object(pod: dict[str, Any], log: ContainerLog) -> dict[str, Any]:
-    """kwok's `Logs` object for `pod`: its container's current file, and the previous one once it restarted."""
+def _owned_by(pod: Mapping[str, Any], kind: ResourceKind, spec: dict[str, Any]) -> dict[str, Any]:
     meta = pod["metadata"]
-    entry: dict[str, Any] = {"containers": [log.container], "logsFile": str(log.current)}
-    if log.previous is not None:
-        entry["previousLogsFile"] = str(log.previous)
     return {
-        "apiVersion": f"{LOGS.group}/{LOGS.version}",
-        "kind": LOGS.kind,
+        "apiVersion": f"{kind.group}/{kind.version}",
+        "kind": kind.kind,
         "metadata": {
             "name": meta["name"],
             "namespace": meta["namespace"],
@@ -113,5 +122,19 @@ def logs_object(pod: dict[str, Any], log: ContainerLog) -> dict[str, Any]:
                 {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
             ],
         },
-        "spec": {"logs": [entry]},
+        "spec": spec,
     }
+
+
+def logs_object(pod: Mapping[str, Any], log: ContainerLog) -> dict[str, Any]:
+    """kwok's `Logs` object for `pod`: its container's current file, and the previous one once it restarted."""
+    entry: dict[str, Any] = {"containers": [log.container], "logsFile": str(log.current)}
+    if log.previous is not None:
+        entry["previousLogsFile"] = str(log.previous)
+    return _owned_by(pod, LOGS, {"logs": [entry]})
+
+
+def port_forward_object(pod: Mapping[str, Any], ip: str, ports: Iterable[int]) -> dict[str, Any]:
+    """kwok's `PortForward` object for `pod`: each port to the same port on `ip` (others: refused by kwok)."""
+    forwards = [{"ports": [port], "target": {"address": ip, "port": port}} for port in sorted(set(ports))]
+    return _owned_by(pod, PORT_FORWARD, {"forwards": forwards})

@@ -1,14 +1,17 @@
-"""Runtime pods' container logs on the dev cluster: written by the runner, served by kwok, read through the
-API server's `pods/log` as `kubectl logs` reads them (devcluster/pod_logs.py)."""
+"""Runtime pods' kubelet API on the dev cluster (devcluster/kubelet_api.py): container logs written by the
+runner, served by kwok, read through the API server's `pods/log` as `kubectl logs` reads them; `kubectl
+port-forward` to a runtime pod's port. (The SDKs' pod tunnel modes: tests/integration/sdk/test_engines.py,
+test_runner_sdk.py, the Go SDK's e2e suite.)"""
 
 from __future__ import annotations
 
 import asyncio
 
+import aiohttp
 import pytest
 
 from agent_sandbox.devcluster import DevCluster
-from agent_sandbox.devcluster.pod_logs import LOGS
+from agent_sandbox.devcluster.kubelet_api import LOGS, PORT_FORWARD
 from agent_sandbox.devcluster.processes import Started
 from agent_sandbox.kube import POD, SANDBOX, ApiClient, ApiError, NotFound
 from tests.helpers import eventually
@@ -85,14 +88,16 @@ async def test_kubectl_logs_shows_what_the_runtime_logged_and_previous_after_a_c
     await kube.delete(POD, "rt", namespace=namespace, grace_period_seconds=0)
 
     async def gone() -> bool:
-        try:
-            await kube.get(LOGS, "rt", namespace=namespace)
-        except NotFound:
-            return not await asyncio.to_thread(files.exists)
-        return False
+        for kind in (LOGS, PORT_FORWARD):
+            try:
+                await kube.get(kind, "rt", namespace=namespace)
+                return False
+            except NotFound:
+                pass
+        return not await asyncio.to_thread(files.exists)
 
     await eventually(
-        gone, "the Logs object (owned by the pod) and the log files removed with the pod", within=90
+        gone, "Logs, PortForward (owned by the pod) and the log files removed with it", within=90
     )
 
 
@@ -110,3 +115,40 @@ async def test_a_sandbox_pods_log_is_its_runtimes(
         lambda: _log_once_served(kube, namespace, "sb"), "the Sandbox pod's log", within=90
     )
     assert "agent_sandbox.runtime.server: serving /workspace on 127." in text
+
+
+async def test_kubectl_port_forward_reaches_the_runtime_on_the_pod(
+    kube: ApiClient, namespace: str, cluster: DevCluster
+) -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pf"}, "spec": runtime_pod_spec()}
+    await kube.create(POD, pod, namespace=namespace)
+
+    async def ready() -> bool:
+        return any(r["namespace"] == namespace and r["ready"] for r in cluster.runtimes())
+
+    await eventually(ready, "the runner serving the pod's runtime")
+    argv = [str(cluster.binaries.path("kubectl")), f"--kubeconfig={cluster.kubeconfig}", "-n", namespace]
+    forward = await asyncio.create_subprocess_exec(
+        *argv, "port-forward", "pod/pf", ":8888", ":4321", stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert forward.stdout is not None
+        ports: dict[int, int] = {}
+        while len(ports) < 2:  # "Forwarding from 127.0.0.1:<local> -> <remote>"
+            line = (await asyncio.wait_for(forward.stdout.readline(), 30)).decode()
+            assert line, "kubectl port-forward exited"
+            if line.startswith("Forwarding from 127.0.0.1:"):
+                local, remote = line.split("127.0.0.1:", 1)[1].split(" -> ")
+                ports[int(remote)] = int(local)
+        async with aiohttp.ClientSession() as http:
+            body = {"command": "echo through the API server"}
+            async with http.post(f"http://127.0.0.1:{ports[8888]}/execute", json=body) as resp:
+                assert resp.status == 200
+                assert (await resp.json())["stdout"] == "through the API server\n"
+            # a port the runtime does not serve: kwok has no forward for it, the connection ends at once
+            with pytest.raises(aiohttp.ClientError):
+                async with http.get(f"http://127.0.0.1:{ports[4321]}/") as resp:
+                    await resp.read()
+    finally:
+        forward.terminate()
+        await forward.wait()

@@ -1,4 +1,5 @@
-"""The runner's container logs (devcluster/pod_logs.py): CRI lines, files per instance, routing by context."""
+"""The runtime pods' kubelet API the runner provides (devcluster/kubelet_api.py): CRI log lines, files per
+instance, routing by context, the kwok objects."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ from typing import cast
 import aiohttp
 from aiohttp import web
 
-from agent_sandbox.devcluster.pod_logs import ContainerLog, RoutingHandler, cri_line, logs_object
+from agent_sandbox.devcluster.kubelet_api import (
+    ContainerLog,
+    RoutingHandler,
+    cri_line,
+    logs_object,
+    port_forward_object,
+)
 from agent_sandbox.devcluster.runner import Runner
 from agent_sandbox.kube import ApiClient
 
@@ -46,10 +53,24 @@ def test_files_per_instance_and_the_logs_object_names_the_previous_one(tmp_path:
     assert not (tmp_path / "ns_p_u-1").exists()
 
 
+def test_each_runtime_port_is_forwarded_to_the_same_port_on_the_pod_ip() -> None:
+    obj = port_forward_object(POD, "127.10.0.7", [8888, 8080, 9090, 8080])
+    assert (obj["apiVersion"], obj["kind"]) == ("kwok.x-k8s.io/v1alpha1", "PortForward")
+    assert obj["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u-1"}
+    ]
+    assert obj["spec"] == {
+        "forwards": [
+            {"ports": [port], "target": {"address": "127.10.0.7", "port": port}}
+            for port in (8080, 8888, 9090)
+        ]
+    }
+
+
 async def test_records_go_to_the_log_active_where_they_were_logged_and_tasks_inherit_it(
     tmp_path: Path,
 ) -> None:
-    logger = logging.getLogger("test.pod_logs.routing")
+    logger = logging.getLogger("test.kubelet_api.routing")
     logger.propagate, logger.level = False, logging.INFO
     handler = RoutingHandler()
     handler.setFormatter(logging.Formatter("%(message)s"))
@@ -73,7 +94,7 @@ async def test_records_go_to_the_log_active_where_they_were_logged_and_tasks_inh
 
 async def test_a_server_started_while_a_log_is_active_logs_its_requests_there(tmp_path: Path) -> None:
     """As the runner starts a pod's RuntimeServer: requests arrive later, outside that context."""
-    logger = logging.getLogger("test.pod_logs.server")
+    logger = logging.getLogger("test.kubelet_api.server")
     logger.propagate, logger.level = False, logging.INFO
     handler = RoutingHandler()
     handler.setFormatter(logging.Formatter("%(message)s"))
