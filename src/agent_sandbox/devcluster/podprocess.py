@@ -19,6 +19,9 @@ A pod that is deleted, or gone, has its process stopped (SIGTERM, as the kubelet
 pod's readinessProbe (HTTP GET on the resolved container port) against the process, as the kubelet would.
 Not reproduced: image contents (the program comes from this checkout's virtualenv), the ConfigMap volume
 (``/etc/sandbox-config``), resource limits, securityContext enforcement, restarts after a crash.
+
+`kubectl port-forward` to such a pod reaches its process: a kwok `PortForward` object (kubelet_api.py) forwards
+each declared container port to the pod IP.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from typing import Any
 from agent_sandbox.devcluster import processes
 from agent_sandbox.devcluster.cluster import DevCluster
 from agent_sandbox.devcluster.install import token_kubeconfig
+from agent_sandbox.devcluster.kubelet_api import PORT_FORWARD, port_forward_object
 from agent_sandbox.devcluster.processes import Started
 
 __all__ = ["PROGRAMS", "PodProcesses", "Program", "pod_argv", "probe_port", "program_for"]
@@ -79,6 +83,9 @@ PROGRAMS: dict[str, Program] = {
             ("--metrics-bind-address", 9090),
             ("--health-probe-bind-address", 8081),
         ),
+        # Pod IPs are 127.x here (each pod's "network namespace" is a loopback address), so the router's
+        # refusal of loopback targets (an SSRF guard on a real cluster) would refuse every sandbox.
+        extra_args=lambda pod, workdir: ["--allow-loopback-pod-ip"],
     ),
 }
 
@@ -187,6 +194,19 @@ class PodProcesses:
             f"pod-{meta['namespace']}-{meta['name']}", argv, env=env
         )
         self.pods[meta["uid"]] = pod
+        self._forward_ports(pod)
+
+    def _forward_ports(self, pod: dict[str, Any]) -> None:
+        """`kubectl port-forward` to the pod (e.g. `svc/sandbox-router-svc`, upstream SDK's default tunnel)
+        reaches its process: kwok forwards each declared container port to that port on the pod IP."""
+        meta = pod["metadata"]
+        ports = [p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports") or ()]
+        if not ports:
+            return
+        obj = port_forward_object(pod, pod["status"]["podIP"], ports)
+        status, body = self.cluster.admin().request("POST", PORT_FORWARD.path(meta["namespace"]), obj)
+        if status not in (201, 409):  # 409: this pod's, from an earlier sync
+            raise RuntimeError(f"PortForward for pod {meta['name']}: HTTP {status}: {body}")
 
     def stop(self, uid: str) -> None:
         """Stop the process of pod `uid` (SIGTERM, then SIGKILL after the bound)."""

@@ -5,13 +5,19 @@ the metrics port serves the router's metrics."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from agent_sandbox.devcluster.install import apply, kustomize
+from agent_sandbox_sdk import SandboxClient, SandboxLocalTunnelConnectionConfig
+from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE
 from tests.integration.install.conftest import RAW_SELECTOR, Installed, write_overlay
+from tests.upstream_sdk import ensure_upstream_sdk, run_script
 
 pytestmark = pytest.mark.integration
 
@@ -29,3 +35,66 @@ def test_router_component_runs_ready(installed: Installed, tmp_path: Path) -> No
             assert resp.status == 200
         with urllib.request.urlopen(f"http://{ip}:9090/metrics", timeout=5) as resp:
             assert "sandbox_router_" in resp.read().decode()
+
+
+_UPSTREAM_DEFAULT = r"""
+import json, sys
+from k8s_agent_sandbox import SandboxClient
+client = SandboxClient()  # no connection config: upstream's default, kubectl port-forward svc/sandbox-router-svc
+sb = client.create_sandbox("pool", namespace=sys.argv[1], sandbox_ready_timeout=90)
+r = sb.commands.run("echo through the router pod")
+sb.files.write("hello.txt", "hi")
+out = {"run": [r.stdout, r.exit_code], "read": sb.files.read("hello.txt").decode()}
+sb.terminate()
+print(json.dumps(out))
+"""
+
+
+def test_upstream_sdks_default_tunnel_reaches_sandboxes_through_the_installed_router(
+    installed: Installed, install_ns: str, tmp_path: Path
+) -> None:
+    """Upstream's published SDK with no connection config (its default mode): `kubectl port-forward
+    svc/sandbox-router-svc -n agent-sandbox-system` -> the API server's pods/portforward -> kwok -> an installed
+    router pod's process -> the sandbox's runtime on its pod IP. Then ours in the same mode."""
+    overlay = write_overlay(tmp_path / "overlay", ["router"])
+    apply(installed.cluster, kustomize(installed.cluster, overlay))
+    installed.controller_pods(RAW_SELECTOR)
+    installed.controller_pods(ROUTER, count=2)
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(_POOL_YAML)
+    installed.cluster.kubectl("apply", "-n", install_ns, "-f", str(pool), check=True)
+    kubectl_dir = str(installed.cluster.binaries.path("kubectl").parent)
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(installed.cluster.kubeconfig),
+        "PATH": f"{kubectl_dir}{os.pathsep}{os.environ['PATH']}",
+    }
+    out = json.loads(
+        asyncio.run(run_script(ensure_upstream_sdk(), _UPSTREAM_DEFAULT, install_ns, env=env, timeout=180))
+    )
+    assert out == {"run": ["through the router pod\n", 0], "read": "hi"}
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PATH", env["PATH"])
+        config = SandboxLocalTunnelConnectionConfig()
+        with SandboxClient(config, kubeconfig=installed.cluster.kubeconfig) as client:
+            sandbox = client.create_sandbox("pool", install_ns, sandbox_ready_timeout=90)
+            assert sandbox.commands is not None
+            assert sandbox.commands.run("echo ours").stdout == "ours\n"
+            sandbox.terminate()
+
+
+_POOL_YAML = f"""
+apiVersion: extensions.agents.x-k8s.io/v1beta1
+kind: SandboxTemplate
+metadata: {{name: rt}}
+spec:
+  podTemplate:
+    spec:
+      containers: [{{name: runtime, image: {RUNTIME_IMAGE}}}]
+---
+apiVersion: extensions.agents.x-k8s.io/v1beta1
+kind: SandboxWarmPool
+metadata: {{name: pool}}
+spec: {{replicas: 2, sandboxTemplateRef: {{name: rt}}}}
+"""
