@@ -49,12 +49,12 @@ from agent_sandbox.kube import (
     POD,
     PVC,
     ApiClient,
-    ApiError,
     HandlerFuncs,
     Informer,
     NotFound,
     Object,
     PatchType,
+    ResourceKind,
 )
 from agent_sandbox.runtime import RuntimeServer
 from agent_sandbox.runtime.main import LOG_FORMAT
@@ -125,6 +125,11 @@ def _project_claim_env(path: Path, pod: Mapping[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(data)
     tmp.replace(path)
+
+
+def _runtime_ports(rt: PodRuntime) -> list[int]:
+    config = rt.spec.config
+    return [port for port in (config.legacy_port, config.rest_port, config.grpc_port) if port]
 
 
 def _logging_to(rt: PodRuntime) -> contextlib.AbstractContextManager[None]:
@@ -223,6 +228,9 @@ class Runner:
             rt = await self._prepare(pod, key, ip)
             if rt is None:
                 return
+            # As early as the pod has an IP, well before Ready: kwok learns it through a watch, and clients
+            # port-forward as soon as they see the pod Ready (a real kubelet serves it from the start).
+            await self._publish(rt, PORT_FORWARD, port_forward_object(pod, ip, _runtime_ports(rt)))
         if rt.claim_env_file is not None:
             await asyncio.to_thread(_project_claim_env, rt.claim_env_file, pod)
         if rt.server is None:
@@ -230,7 +238,7 @@ class Runner:
             if wait > 0:
                 self.schedule(key, wait)
                 return
-            await self._start(rt, key)
+            await self._start(rt, key, pod)
         await self._sync_ready(pod, rt)
 
     async def _prepare(self, pod: Object, key: str, ip: str) -> PodRuntime | None:
@@ -266,7 +274,7 @@ class Runner:
             return None
         return Path(path) if path else None
 
-    async def _start(self, rt: PodRuntime, key: str) -> None:
+    async def _start(self, rt: PodRuntime, key: str, pod: Object) -> None:
         config = replace(
             rt.spec.config,
             root_dir=rt.workspace,
@@ -284,8 +292,10 @@ class Runner:
                 log.warning("%s: no container log (%s)", key, err)
                 rt.log = None
         try:
-            with _logging_to(rt):
-                await server.start()
+            with _logging_to(rt):  # and the Logs object naming this instance's file, applied before Ready
+                await asyncio.gather(
+                    server.start(), self._publish(rt, LOGS, logs_object(pod, rt.log) if rt.log else None)
+                )
         except OSError as err:
             rt.state, rt.message = "failed", f"cannot listen on {rt.ip}: {err.strerror or err}"
             log.warning("%s: %s; retrying in %.0fs", key, rt.message, _RETRY)
@@ -293,37 +303,32 @@ class Runner:
             self.schedule(key, _RETRY)
             return
         rt.server, rt.started_at, rt.message = server, _now(), ""
-        await self._publish_kubelet_objects(rt, server)
         rt.healthy = await self._healthy(rt)
         rt.state = "ready" if rt.healthy else "unhealthy"
         if not rt.healthy:
             self.schedule(key, _RETRY)
         log.info("%s: runtime on %s (%s) in %s: %s", key, rt.ip, server.ports, rt.workspace, rt.state)
 
-    async def _publish_kubelet_objects(self, rt: PodRuntime, server: RuntimeServer) -> None:
-        """kwok's `Logs` and `PortForward` objects for the pod: its kubelet API (kubelet_api.py).
+    async def _publish(self, rt: PodRuntime, kind: ResourceKind, obj: Object | None) -> None:
+        """Apply one of the pod's kwok objects (its kubelet API, kubelet_api.py); None: nothing to apply.
 
-        A failure leaves the runtime serving: only `kubectl logs` / `port-forward` miss it (a warning says so).
+        Never fails: a failure leaves the runtime serving, only `kubectl logs` / `port-forward` miss it (a
+        warning says so).
         """
-        pod = self.pods.get(f"{rt.namespace}/{rt.name}")
-        if pod is None:
+        if obj is None:
             return
-        objects = [(PORT_FORWARD, port_forward_object(pod, rt.ip, server.ports.values()))]
-        if rt.log is not None:
-            objects.append((LOGS, logs_object(pod, rt.log)))
-        for kind, obj in objects:
-            try:
-                await self.client.patch(
-                    kind,
-                    rt.name,
-                    obj,
-                    namespace=rt.namespace,
-                    patch_type=PatchType.APPLY,
-                    field_manager="devcluster-runner",
-                    force=True,
-                )
-            except ApiError as err:
-                log.warning("%s/%s: cannot publish its %s: %s", rt.namespace, rt.name, kind.kind, err)
+        try:
+            await self.client.patch(
+                kind,
+                rt.name,
+                obj,
+                namespace=rt.namespace,
+                patch_type=PatchType.APPLY,
+                field_manager="devcluster-runner",
+                force=True,
+            )
+        except Exception as err:  # never the pod's readiness
+            log.warning("%s/%s: cannot publish its %s: %s", rt.namespace, rt.name, kind.kind, err)
 
     async def _healthy(self, rt: PodRuntime) -> bool:
         """Ask the runtime over its pod IP, as a kubelet's probe would: sandboxd health and legacy GET /."""

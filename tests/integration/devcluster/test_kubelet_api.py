@@ -123,10 +123,11 @@ async def test_kubectl_port_forward_reaches_the_runtime_on_the_pod(
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pf"}, "spec": runtime_pod_spec()}
     await kube.create(POD, pod, namespace=namespace)
 
-    async def ready() -> bool:
-        return any(r["namespace"] == namespace and r["ready"] for r in cluster.runtimes())
+    async def ready() -> bool:  # as a user waits (`kubectl wait --for=condition=Ready`)
+        conditions = ((await kube.get(POD, "pf", namespace=namespace)).get("status") or {}).get("conditions")
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions or ())
 
-    await eventually(ready, "the runner serving the pod's runtime")
+    await eventually(ready, "the runtime pod Ready")
     argv = [str(cluster.binaries.path("kubectl")), f"--kubeconfig={cluster.kubeconfig}", "-n", namespace]
     forward = await asyncio.create_subprocess_exec(
         *argv, "port-forward", "pod/pf", ":8888", ":4321", stdout=asyncio.subprocess.PIPE
