@@ -55,24 +55,7 @@ def install_crds(cluster: DevCluster) -> None:
     out = cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=bundle)
     if out.returncode != 0:
         raise RuntimeError(f"installing CRDs failed:\n{out.stderr}")
-    # Polled from the API rather than `kubectl wait`: a CRD created a moment ago has no status yet, and
-    # kubectl wait fails at once on it ("accessor error") instead of waiting.
-    pending = {doc["metadata"]["name"] for doc in docs}
-    deadline = time.monotonic() + 60
-    while pending:
-        for name in sorted(pending):
-            status, live = cluster.admin().request(
-                "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
-            )
-            conditions = ((live or {}).get("status") or {}).get("conditions") or []
-            if status == 200 and any(
-                c.get("type") == "Established" and c.get("status") == "True" for c in conditions
-            ):
-                pending.discard(name)
-        if pending and time.monotonic() > deadline:
-            raise RuntimeError(f"CRDs not Established after 60 s: {', '.join(sorted(pending))}")
-        if pending:
-            time.sleep(0.1)
+    cluster.admin().wait_crds_established(doc["metadata"]["name"] for doc in docs)
 
 
 _PORT_NAMES = ("controller_metrics", "controller_health", "controller_webhook")

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import json
 import ssl
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +52,31 @@ class AdminRest:
             return status, json.loads(raw) if raw else None
         except ValueError:
             return status, raw.decode(errors="replace")
+
+    def wait_crds_established(self, names: Iterable[str], *, timeout: float = 60.0) -> None:
+        """Poll until every CRD in `names` is Established.
+
+        Polled rather than `kubectl wait`: a CRD created a moment ago has no status yet, and kubectl wait fails
+        at once on it ("accessor error") instead of waiting.
+
+        Raises:
+            TimeoutError: naming the CRDs still not Established after `timeout` seconds.
+        """
+        pending, deadline = set(names), time.monotonic() + timeout
+        while pending:
+            for name in sorted(pending):
+                status, live = self.request("GET", f"{CRDS}/{name}")
+                conditions = (
+                    ((live or {}).get("status") or {}).get("conditions") or [] if status == 200 else []
+                )
+                if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+                    pending.discard(name)
+            if pending and time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"CRDs not Established after {timeout:.0f} s: {', '.join(sorted(pending))}"
+                )
+            if pending:
+                time.sleep(0.1)
 
     def get_bytes(self, path: str, *, timeout: float = 10.0) -> bytes:
         """GET `path` and return the body as is (e.g. a pprof profile).

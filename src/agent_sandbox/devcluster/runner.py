@@ -89,9 +89,8 @@ class PodRuntime:
     not_before: float = 0.0  # monotonic time before which it is not (re)started
     started_at: str = ""
     claim_env_file: Path | None = None  # host file of the downward API projection of the claim env
-    log: ContainerLog | None = (
-        None  # the runtime container's log files (kubelet_api.py), when the runner keeps them
-    )
+    # The runtime container's log files (kubelet_api.py), when the runner keeps them.
+    log: ContainerLog | None = None
 
     def describe(self) -> dict[str, Any]:
         return {

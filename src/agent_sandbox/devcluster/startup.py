@@ -17,7 +17,6 @@ import sys
 import time
 from collections.abc import Callable
 from importlib import resources
-from typing import Any
 
 import yaml
 
@@ -35,7 +34,7 @@ from agent_sandbox.devcluster.config import (
     storage_class_manifests,
 )
 from agent_sandbox.devcluster.processes import ComponentError, Started, component_error
-from agent_sandbox.devcluster.rest import probe_http
+from agent_sandbox.devcluster.rest import CRDS, probe_http
 from agent_sandbox.devcluster.state import ClusterHandle
 
 PROVISIONER = "volume-provisioner"
@@ -44,14 +43,6 @@ SERVICE_PROXY = "service-proxy"
 _SERVICE_PROXY_MODULE = "agent_sandbox.devcluster.serviceproxy"
 RUNNER = "runner"
 _RUNNER_MODULE = "agent_sandbox.devcluster.runner"
-_CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-
-
-def _established(status: int, crd: Any) -> bool:
-    if status != 200:
-        return False
-    conditions = (crd.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
 
 class ClusterStartup(ClusterHandle):
@@ -216,19 +207,19 @@ class ClusterStartup(ClusterHandle):
     def _create_kwok_crds(self, cfg: ClusterConfig) -> None:
         """kwok's CRDs that `kwok_argv` enables (`--enable-crds`), Established before kwok lists them."""
         admin = self.admin()
-        crd_dir = resources.files("agent_sandbox.devcluster") / "kwok-crds"
+        crd_dir, names = resources.files("agent_sandbox.devcluster") / "kwok-crds", []
         for entry in sorted(crd_dir.iterdir(), key=lambda e: e.name):
             if not entry.name.endswith(".yaml"):
                 continue
             crd = yaml.safe_load(entry.read_text())
-            status, body = admin.request("POST", _CRDS, crd)
+            status, body = admin.request("POST", CRDS, crd)
             if status not in (201, 409):
                 raise ComponentError(f"creating CRD {crd['metadata']['name']} failed: HTTP {status}: {body}")
-            name, deadline = crd["metadata"]["name"], time.monotonic() + cfg.ready_timeout
-            while not _established(*admin.request("GET", f"{_CRDS}/{name}")):
-                if time.monotonic() > deadline:
-                    raise ComponentError(f"CRD {name} not Established within {cfg.ready_timeout:.0f}s")
-                time.sleep(0.1)
+            names.append(crd["metadata"]["name"])
+        try:
+            admin.wait_crds_established(names, timeout=cfg.ready_timeout)
+        except TimeoutError as err:
+            raise ComponentError(str(err)) from err
 
     def _create_nodes(self, cfg: ClusterConfig) -> None:
         admin = self.admin()
