@@ -113,7 +113,7 @@ class RoutingHandler(logging.Handler):
 def _owned_by(pod: Mapping[str, Any], kind: ResourceKind, spec: dict[str, Any]) -> dict[str, Any]:
     meta = pod["metadata"]
     return {
-        "apiVersion": f"{kind.group}/{kind.version}",
+        "apiVersion": kind.api_version,
         "kind": kind.kind,
         "metadata": {
             "name": meta["name"],

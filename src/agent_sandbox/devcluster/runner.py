@@ -450,15 +450,9 @@ class Runner:
     # -- lifecycle ----------------------------------------------------------------------------------------
     async def _sweep_orphan_workspaces(self) -> None:
         """Per-pod workspaces and container logs whose pod no longer exists (deleted while the runner was down)."""
-        live = {
-            f"{p['metadata']['namespace']}/{p['metadata']['name']}-{p['metadata']['uid'][:8]}"
-            for p in self.pods.list()
-        }
-
-        live_logs = {
-            f"{p['metadata']['namespace']}_{p['metadata']['name']}_{p['metadata']['uid']}"
-            for p in self.pods.list()
-        }
+        metas = [p["metadata"] for p in self.pods.list()]
+        live = {f"{m['namespace']}/{m['name']}-{m['uid'][:8]}" for m in metas}
+        live_logs = {f"{m['namespace']}_{m['name']}_{m['uid']}" for m in metas}
 
         def sweep() -> None:
             if self.pod_logs is not None and self.pod_logs.is_dir():
