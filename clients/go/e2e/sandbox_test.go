@@ -471,8 +471,8 @@ func TestSandboxdPodPortForward(t *testing.T) {
 }
 
 // Router port-forward needs a ready Pod behind sandbox-router-svc; the dev cluster's router is a host
-// process and its 127.x addresses are refused in EndpointSlices, so the Service has no endpoints. Open must
-// fail clearly, quickly, and roll the claim back (docs/sdk/go.md).
+// process with no such Service or Pod. Open must fail clearly, quickly, and roll the claim back
+// (docs/sdk/go.md). Through installed router Pods the mode works: tests/integration/install/test_router_install.py.
 func TestRouterPortForwardFailsClearlyWithoutARouterPod(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 2*time.Minute)

@@ -27,6 +27,8 @@ var (
 	sandboxesGVR      = schema.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxes"}
 	gatewaysGVR       = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "gateways"}
 	endpointSlicesGVR = schema.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"}
+	servicesGVR       = schema.GroupVersionResource{Version: "v1", Resource: "services"}
+	podsGVR           = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 )
 
 const (
@@ -38,7 +40,7 @@ const (
 type K8sHelper struct {
 	// Config is the REST config every client (and port-forward) uses.
 	Config *rest.Config
-	// Dynamic is the dynamic client for claims, Sandboxes, Gateways and EndpointSlices.
+	// Dynamic is the dynamic client for claims, Sandboxes, Gateways, EndpointSlices, Services and Pods.
 	Dynamic dynamic.Interface
 	log     logr.Logger
 }

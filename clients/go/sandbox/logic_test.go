@@ -220,7 +220,7 @@ func fakeCluster(t *testing.T, objs ...runtime.Object) (*Sandbox, *dynamicfake.F
 	t.Helper()
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		claimsGVR: "SandboxClaimList", sandboxesGVR: "SandboxList", gatewaysGVR: "GatewayList",
-		endpointSlicesGVR: "EndpointSliceList",
+		endpointSlicesGVR: "EndpointSliceList", servicesGVR: "ServiceList", podsGVR: "PodList",
 	}, objs...)
 	o := Options{Quiet: true, SandboxReadyTimeout: 2 * time.Second, Namespace: "ns"}
 	o.setDefaults()
@@ -371,6 +371,58 @@ func TestRouterPortForwardFindsAReadyRouterPod(t *testing.T) {
 	empty, _ := fakeCluster(t)
 	if _, err := empty.routerPod(context.Background()); !errors.Is(err, ErrNotReady) {
 		t.Fatalf("no endpoints: %v", err)
+	}
+}
+
+func routerPodObj(name string, labels map[string]any, phase string, ready string, deleting bool) *unstructured.Unstructured {
+	meta := map[string]any{"name": name, "namespace": "ns", "labels": labels}
+	if deleting {
+		meta["deletionTimestamp"] = "2026-12-03T00:00:00Z"
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+		"status": map[string]any{"phase": phase, "conditions": []any{
+			map[string]any{"type": "PodScheduled", "status": "True"},
+			map[string]any{"type": "Ready", "status": ready}}},
+	}}
+}
+
+// With no EndpointSlice listing a ready Pod (the EndpointSlice controller cannot publish loopback addresses),
+// the router Pod is found as kubectl finds it: the Service's selector, a Running and Ready Pod.
+func TestRouterPortForwardFallsBackToTheServiceSelector(t *testing.T) {
+	app := map[string]any{"app": "sandbox-router"}
+	svc := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Service",
+		"metadata": map[string]any{"name": RouterServiceName, "namespace": "ns"},
+		"spec":     map[string]any{"selector": map[string]any{"app": "sandbox-router"}},
+	}}
+	emptySlice := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+		"metadata": map[string]any{"name": "r-1", "namespace": "ns",
+			"labels": map[string]any{"kubernetes.io/service-name": RouterServiceName}},
+		"endpoints": []any{},
+	}}
+	s, _ := fakeCluster(t, svc, emptySlice,
+		routerPodObj("0-other", map[string]any{"app": "other"}, "Running", "True", false),
+		routerPodObj("a-pending", app, "Pending", "False", false),
+		routerPodObj("b-unready", app, "Running", "False", false),
+		routerPodObj("c-deleting", app, "Running", "True", true),
+		routerPodObj("d-ready", app, "Running", "True", false))
+	pod, err := s.routerPod(context.Background())
+	if err != nil || pod != "d-ready" {
+		t.Fatalf("routerPod = %q, %v; want d-ready", pod, err)
+	}
+
+	none, _ := fakeCluster(t, svc, routerPodObj("b-unready", app, "Running", "False", false))
+	_, err = none.routerPod(context.Background())
+	if !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), "none of the 1 Pods") {
+		t.Fatalf("no ready Pod: %v", err)
+	}
+	noSelector := svc.DeepCopy()
+	unstructured.RemoveNestedField(noSelector.Object, "spec", "selector")
+	bare, _ := fakeCluster(t, noSelector, routerPodObj("d-ready", app, "Running", "True", false))
+	if _, err := bare.routerPod(context.Background()); !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), "no selector") {
+		t.Fatalf("Service without selector: %v", err)
 	}
 }
 

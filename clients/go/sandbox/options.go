@@ -52,7 +52,8 @@ const (
 	FirstRequestedAtAnnotation = "agents.x-k8s.io/client-first-requested-at"
 	// TraceContextAnnotation carries the W3C trace context of the Open span, when tracing is on.
 	TraceContextAnnotation = "opentelemetry.io/trace-context"
-	// RouterServiceName is the router's Service, found through its EndpointSlices in port-forward mode.
+	// RouterServiceName is the router's Service, whose Pod port-forward mode finds through its EndpointSlices
+	// (or, failing that, its selector).
 	RouterServiceName = "sandbox-router-svc"
 	// RouterPort is the router's proxy port on its Pod.
 	RouterPort = 8080
@@ -120,8 +121,9 @@ type Options struct {
 	// Left empty with Runtime, Connectivity and GatewayName unset, it is read from $AGENT_SANDBOX_ROUTER_URL.
 	APIURL string
 
-	// RouterNamespace (ours) is where port-forward mode looks for the router's EndpointSlices. Default: the
-	// sandbox Namespace (upstream's behaviour).
+	// RouterNamespace (ours) is where port-forward mode looks for the router Service's EndpointSlices (and,
+	// when none lists a ready Pod, the Pods of its selector, as kubectl does). Default: the sandbox Namespace
+	// (upstream's behaviour).
 	RouterNamespace string
 
 	// ServerPort is the legacy runtime's port (X-Sandbox-Port, or the Pod port in-cluster). Default 8888.

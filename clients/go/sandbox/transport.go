@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 
 	processv1 "agent-sandbox.invalid/clients/go/internal/processv1"
 )
@@ -207,7 +208,10 @@ func gatewayAddressOf(obj *unstructured.Unstructured) string {
 	return v
 }
 
-// routerPod finds a ready endpoint of the router Service through its EndpointSlices and returns its Pod.
+// routerPod finds a ready Pod behind the router Service: from its EndpointSlices first (upstream's way), else
+// from the Pods its selector matches, as `kubectl port-forward svc/...` picks one. The second way covers a
+// Pod no EndpointSlice lists: the EndpointSlice controller cannot publish a loopback address (the dev
+// cluster's Pods are all on 127.x), and a new Pod may be Ready before its slice is updated.
 func (s *Sandbox) routerPod(ctx context.Context) (string, error) {
 	ns := s.opts.RouterNamespace
 	list, err := s.k8s.Dynamic.Resource(endpointSlicesGVR).Namespace(ns).List(ctx, metav1.ListOptions{
@@ -221,7 +225,54 @@ func (s *Sandbox) routerPod(ctx context.Context) (string, error) {
 			return pod, nil
 		}
 	}
-	return "", fmt.Errorf("%w: service %s/%s has no ready endpoint backed by a Pod", ErrNotReady, ns, RouterServiceName)
+	pod, why := s.routerPodBySelector(ctx, ns)
+	if pod != "" {
+		return pod, nil
+	}
+	return "", fmt.Errorf("%w: service %s/%s has no ready endpoint backed by a Pod (%s)", ErrNotReady, ns, RouterServiceName, why)
+}
+
+// routerPodBySelector returns a Running, Ready, not deleting Pod matched by the router Service's selector,
+// or "" and why there is none.
+func (s *Sandbox) routerPodBySelector(ctx context.Context, ns string) (string, string) {
+	svc, err := s.k8s.Dynamic.Resource(servicesGVR).Namespace(ns).Get(ctx, RouterServiceName, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Sprintf("reading the Service: %v", err)
+	}
+	selector, _, _ := unstructured.NestedStringMap(svc.Object, "spec", "selector")
+	if len(selector) == 0 {
+		return "", "the Service has no selector"
+	}
+	pods, err := s.k8s.Dynamic.Resource(podsGVR).Namespace(ns).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(selector).String(),
+	})
+	if err != nil {
+		return "", fmt.Sprintf("listing the Pods of its selector: %v", err)
+	}
+	for _, p := range pods.Items {
+		if podReady(&p) {
+			return p.GetName(), ""
+		}
+	}
+	return "", fmt.Sprintf("none of the %d Pods its selector matches is Running and Ready", len(pods.Items))
+}
+
+// podReady: phase Running, condition Ready True, not being deleted.
+func podReady(pod *unstructured.Unstructured) bool {
+	if pod.GetDeletionTimestamp() != nil {
+		return false
+	}
+	if phase, _, _ := unstructured.NestedString(pod.Object, "status", "phase"); phase != "Running" {
+		return false
+	}
+	conds, _, _ := unstructured.NestedSlice(pod.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Ready" {
+			return m["status"] == "True"
+		}
+	}
+	return false
 }
 
 func readyEndpointPod(slice *unstructured.Unstructured) string {

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
+import subprocess
 import urllib.request
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from tests.upstream_sdk import ensure_upstream_sdk, run_script
 
 pytestmark = pytest.mark.integration
 
+GO_MODULE = Path(__file__).resolve().parents[3] / "clients" / "go"
 ROUTER = {"app.kubernetes.io/name": "sandbox-router", "app.kubernetes.io/component": "sandbox-router"}
 
 
@@ -82,6 +85,46 @@ def test_upstream_sdks_default_tunnel_reaches_sandboxes_through_the_installed_ro
             assert sandbox.commands is not None
             assert sandbox.commands.run("echo ours").stdout == "ours\n"
             sandbox.terminate()
+
+
+def test_go_sdks_router_port_forward_reaches_sandboxes_through_the_installed_router(
+    installed: Installed, install_ns: str, tmp_path: Path
+) -> None:
+    """The Go SDK's default mode (no router URL): a SPDY port-forward through the API server to a Pod of
+    `sandbox-router-svc`, found here by the Service's selector because no EndpointSlice can list a 127.x Pod
+    (clients/go `routerPod`), then the router pod's process -> the sandbox's runtime. Runs the SDK's own
+    `examples/basic` unchanged but for the router namespace."""
+    overlay = write_overlay(tmp_path / "overlay", ["router"])
+    apply(installed.cluster, kustomize(installed.cluster, overlay))
+    installed.controller_pods(RAW_SELECTOR)
+    installed.controller_pods(ROUTER, count=2)
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(_POOL_YAML)
+    installed.cluster.kubectl("apply", "-n", install_ns, "-f", str(pool), check=True)
+    go = shutil.which("go")
+    assert go is not None, "the Go toolchain is needed (it also builds the control plane)"
+    binary = tmp_path / "basic"
+    subprocess.run(
+        [go, "build", "-o", str(binary), "./examples/basic"], cwd=GO_MODULE, check=True, timeout=600
+    )
+    env = {**os.environ, "KUBECONFIG": str(installed.cluster.kubeconfig)}
+    env.pop("AGENT_SANDBOX_ROUTER_URL", None)
+    out = subprocess.run(
+        [str(binary), "-pool", "pool", "-namespace", install_ns, "-router-namespace", "agent-sandbox-system"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "Hello from Agent Sandbox!" in out.stdout
+    assert "hello.txt: hi" in out.stdout
+    # The example deletes its claim on the way out: gone, or at least being deleted.
+    claim = out.stdout.split()[1]
+    left = installed.cluster.kubectl(
+        "get", "sandboxclaims", claim, "-n", install_ns, "--ignore-not-found", "-o", "json", check=True
+    ).stdout
+    assert not left.strip() or json.loads(left)["metadata"].get("deletionTimestamp"), left
 
 
 _POOL_YAML = f"""

@@ -3,7 +3,8 @@
 //
 //	go run ./examples/basic -pool python-pool -namespace default -router http://127.0.0.1:8080
 //
-// Without -router the SDK port-forwards to the router Service (sandbox-router-svc) through the API server.
+// Without -router the SDK port-forwards to a Pod of the router Service (sandbox-router-svc) through the API
+// server; -router-namespace says where that Service is (default: the claim's namespace, as upstream's SDK).
 package main
 
 import (
@@ -20,12 +21,15 @@ func main() {
 	pool := flag.String("pool", "python-pool", "SandboxWarmPool to claim from")
 	namespace := flag.String("namespace", "default", "namespace of the claim")
 	router := flag.String("router", "", "router URL (direct mode); empty: port-forward to sandbox-router-svc")
+	routerNamespace := flag.String("router-namespace", "", "namespace of sandbox-router-svc (port-forward mode)")
 	flag.Parse()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	client, err := sandbox.NewClient(ctx, sandbox.Options{APIURL: *router, Namespace: *namespace})
+	client, err := sandbox.NewClient(ctx, sandbox.Options{
+		APIURL: *router, Namespace: *namespace, RouterNamespace: *routerNamespace,
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
