@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -17,13 +16,13 @@ import pytest
 
 from agent_sandbox.devcluster.install import apply, kustomize
 from agent_sandbox_sdk import SandboxClient, SandboxLocalTunnelConnectionConfig
+from tests.go_examples import build_go_example
 from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE
 from tests.integration.install.conftest import RAW_SELECTOR, Installed, write_overlay
 from tests.upstream_sdk import ensure_upstream_sdk, run_script
 
 pytestmark = pytest.mark.integration
 
-GO_MODULE = Path(__file__).resolve().parents[3] / "clients" / "go"
 ROUTER = {"app.kubernetes.io/name": "sandbox-router", "app.kubernetes.io/component": "sandbox-router"}
 
 
@@ -101,12 +100,7 @@ def test_go_sdks_router_port_forward_reaches_sandboxes_through_the_installed_rou
     pool = tmp_path / "pool.yaml"
     pool.write_text(_POOL_YAML)
     installed.cluster.kubectl("apply", "-n", install_ns, "-f", str(pool), check=True)
-    go = shutil.which("go")
-    assert go is not None, "the Go toolchain is needed (it also builds the control plane)"
-    binary = tmp_path / "basic"
-    subprocess.run(
-        [go, "build", "-o", str(binary), "./examples/basic"], cwd=GO_MODULE, check=True, timeout=600
-    )
+    binary = build_go_example("basic", tmp_path)
     env = {**os.environ, "KUBECONFIG": str(installed.cluster.kubeconfig)}
     env.pop("AGENT_SANDBOX_ROUTER_URL", None)
     out = subprocess.run(

@@ -5,6 +5,7 @@
 //
 // Without -router the SDK port-forwards to a Pod of the router Service (sandbox-router-svc) through the API
 // server; -router-namespace says where that Service is (default: the claim's namespace, as upstream's SDK).
+// With -gateway the SDK reads the router's address from that Gateway API Gateway's status.addresses.
 package main
 
 import (
@@ -22,6 +23,8 @@ func main() {
 	namespace := flag.String("namespace", "default", "namespace of the claim")
 	router := flag.String("router", "", "router URL (direct mode); empty: port-forward to sandbox-router-svc")
 	routerNamespace := flag.String("router-namespace", "", "namespace of sandbox-router-svc (port-forward mode)")
+	gateway := flag.String("gateway", "", "Gateway in front of the router (gateway mode)")
+	gatewayNamespace := flag.String("gateway-namespace", "", "namespace of the Gateway (default: default)")
 	flag.Parse()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -29,6 +32,7 @@ func main() {
 
 	client, err := sandbox.NewClient(ctx, sandbox.Options{
 		APIURL: *router, Namespace: *namespace, RouterNamespace: *routerNamespace,
+		GatewayName: *gateway, GatewayNamespace: *gatewayNamespace,
 	})
 	if err != nil {
 		log.Fatal(err)
