@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import urllib.request
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 
 from agent_sandbox.devcluster.install import apply, kustomize
 from agent_sandbox_sdk import SandboxClient, SandboxLocalTunnelConnectionConfig
-from tests.go_examples import build_go_example
+from tests.go_examples import run_go_basic
 from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE
 from tests.integration.install.conftest import RAW_SELECTOR, Installed, write_overlay
 from tests.upstream_sdk import ensure_upstream_sdk, run_script
@@ -52,19 +51,24 @@ print(json.dumps(out))
 """
 
 
-def test_upstream_sdks_default_tunnel_reaches_sandboxes_through_the_installed_router(
-    installed: Installed, install_ns: str, tmp_path: Path
-) -> None:
-    """Upstream's published SDK with no connection config (its default mode): `kubectl port-forward
-    svc/sandbox-router-svc -n agent-sandbox-system` -> the API server's pods/portforward -> kwok -> an installed
-    router pod's process -> the sandbox's runtime on its pod IP. Then ours in the same mode."""
+def _router_pods_and_pool(installed: Installed, namespace: str, tmp_path: Path) -> None:
+    """The router component's two pods Ready, and the warm pool `pool` of runtimes in `namespace`."""
     overlay = write_overlay(tmp_path / "overlay", ["router"])
     apply(installed.cluster, kustomize(installed.cluster, overlay))
     installed.controller_pods(RAW_SELECTOR)
     installed.controller_pods(ROUTER, count=2)
     pool = tmp_path / "pool.yaml"
     pool.write_text(_POOL_YAML)
-    installed.cluster.kubectl("apply", "-n", install_ns, "-f", str(pool), check=True)
+    installed.cluster.kubectl("apply", "-n", namespace, "-f", str(pool), check=True)
+
+
+def test_upstream_sdks_default_tunnel_reaches_sandboxes_through_the_installed_router(
+    installed: Installed, install_ns: str, tmp_path: Path
+) -> None:
+    """Upstream's published SDK with no connection config (its default mode): `kubectl port-forward
+    svc/sandbox-router-svc -n agent-sandbox-system` -> the API server's pods/portforward -> kwok -> an installed
+    router pod's process -> the sandbox's runtime on its pod IP. Then ours in the same mode."""
+    _router_pods_and_pool(installed, install_ns, tmp_path)
     kubectl_dir = str(installed.cluster.binaries.path("kubectl").parent)
     env = {
         **os.environ,
@@ -93,28 +97,13 @@ def test_go_sdks_router_port_forward_reaches_sandboxes_through_the_installed_rou
     `sandbox-router-svc`, found here by the Service's selector because no EndpointSlice can list a 127.x Pod
     (clients/go `routerPod`), then the router pod's process -> the sandbox's runtime. Runs the SDK's own
     `examples/basic` unchanged but for the router namespace."""
-    overlay = write_overlay(tmp_path / "overlay", ["router"])
-    apply(installed.cluster, kustomize(installed.cluster, overlay))
-    installed.controller_pods(RAW_SELECTOR)
-    installed.controller_pods(ROUTER, count=2)
-    pool = tmp_path / "pool.yaml"
-    pool.write_text(_POOL_YAML)
-    installed.cluster.kubectl("apply", "-n", install_ns, "-f", str(pool), check=True)
-    binary = build_go_example("basic", tmp_path)
-    env = {**os.environ, "KUBECONFIG": str(installed.cluster.kubeconfig)}
-    env.pop("AGENT_SANDBOX_ROUTER_URL", None)
-    out = subprocess.run(
-        [str(binary), "-pool", "pool", "-namespace", install_ns, "-router-namespace", "agent-sandbox-system"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr
-    assert "Hello from Agent Sandbox!" in out.stdout
-    assert "hello.txt: hi" in out.stdout
+    _router_pods_and_pool(installed, install_ns, tmp_path)
+    stdout = run_go_basic(
+        tmp_path, installed.cluster.kubeconfig, "-pool", "pool", "-namespace", install_ns,
+        "-router-namespace", "agent-sandbox-system",
+    )  # fmt: skip
     # The example deletes its claim on the way out: gone, or at least being deleted.
-    claim = out.stdout.split()[1]
+    claim = stdout.split()[1]
     left = installed.cluster.kubectl(
         "get", "sandboxclaims", claim, "-n", install_ns, "--ignore-not-found", "-o", "json", check=True
     ).stdout

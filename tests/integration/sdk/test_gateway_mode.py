@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import time
 import urllib.request
@@ -29,7 +28,7 @@ from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.processes import Started, stop, wait_ready
 from agent_sandbox_sdk import AsyncSandboxClient, SandboxClient, SandboxGatewayConnectionConfig
 from tests.gateway_api import install_gateway_crd
-from tests.go_examples import build_go_example
+from tests.go_examples import run_go_basic
 from tests.upstream_sdk import ensure_upstream_sdk, run_script
 
 from .conftest import RUNTIME_IMAGE, apply_pool
@@ -190,17 +189,6 @@ def test_go_sdk_in_gateway_mode(
     cluster: DevCluster, pool: str, gateway_router: GatewayRouter, tmp_path: Path
 ) -> None:
     _create_gateway(cluster, pool, gateway_router.address)
-    binary = build_go_example("basic", tmp_path)
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
-    env.pop("AGENT_SANDBOX_ROUTER_URL", None)
-    out = subprocess.run(
-        [str(binary), "-pool", "pool", "-namespace", pool, "-gateway", "gw", "-gateway-namespace", pool],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert out.returncode == 0, out.stderr
-    assert "Hello from Agent Sandbox!" in out.stdout
-    assert "hello.txt: hi" in out.stdout
+    run_go_basic(tmp_path, cluster.kubeconfig, "-pool", "pool", "-namespace", pool, "-gateway", "gw",
+                 "-gateway-namespace", pool, timeout=240)  # fmt: skip
     assert gateway_router.answered(pool) >= 3
