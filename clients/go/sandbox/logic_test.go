@@ -418,6 +418,11 @@ func TestRouterPortForwardFallsBackToTheServiceSelector(t *testing.T) {
 	if !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), "none of the 1 Pods") {
 		t.Fatalf("no ready Pod: %v", err)
 	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := none.routerPod(cancelled); !errors.Is(err, context.Canceled) || errors.Is(err, ErrNotReady) {
+		t.Fatalf("cancelled while looking: %v, want context.Canceled", err)
+	}
 	noSelector := svc.DeepCopy()
 	unstructured.RemoveNestedField(noSelector.Object, "spec", "selector")
 	bare, _ := fakeCluster(t, noSelector, routerPodObj("d-ready", app, "Running", "True", false))

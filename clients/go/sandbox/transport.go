@@ -229,6 +229,9 @@ func (s *Sandbox) routerPod(ctx context.Context) (string, error) {
 	if pod != "" {
 		return pod, nil
 	}
+	if err := ctx.Err(); err != nil { // the fallback ran out of time: say so, not "not ready"
+		return "", fmt.Errorf("finding a Pod of %s/%s: %w", ns, RouterServiceName, err)
+	}
 	return "", fmt.Errorf("%w: service %s/%s has no ready endpoint backed by a Pod (%s)", ErrNotReady, ns, RouterServiceName, why)
 }
 
