@@ -6,6 +6,8 @@
 // Without -router the SDK port-forwards to a Pod of the router Service (sandbox-router-svc) through the API
 // server; -router-namespace says where that Service is (default: the claim's namespace, as upstream's SDK).
 // With -gateway the SDK reads the router's address from that Gateway API Gateway's status.addresses.
+// -runtime and -connectivity pick the runtime protocol and an in-cluster mode; -claim uses an existing claim
+// (left in place) instead of creating one.
 package main
 
 import (
@@ -25,6 +27,9 @@ func main() {
 	routerNamespace := flag.String("router-namespace", "", "namespace of sandbox-router-svc (port-forward mode)")
 	gateway := flag.String("gateway", "", "Gateway in front of the router (gateway mode)")
 	gatewayNamespace := flag.String("gateway-namespace", "", "namespace of the Gateway (default: default)")
+	runtime := flag.String("runtime", "", "runtime protocol: legacy-python (default) or sandboxd")
+	connectivity := flag.String("connectivity", "", "port-forward, in-cluster or in-cluster-service")
+	claim := flag.String("claim", "", "use this existing claim instead of creating one (it is not deleted)")
 	flag.Parse()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -33,19 +38,25 @@ func main() {
 	client, err := sandbox.NewClient(ctx, sandbox.Options{
 		APIURL: *router, Namespace: *namespace, RouterNamespace: *routerNamespace,
 		GatewayName: *gateway, GatewayNamespace: *gatewayNamespace,
+		Runtime: sandbox.Runtime(*runtime), Connectivity: sandbox.Connectivity(*connectivity),
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	stop := client.EnableAutoCleanup() // delete the claims on Ctrl-C
-	defer stop()
-	defer func() {
-		if err := client.DeleteAll(context.Background()); err != nil {
-			log.Print(err)
-		}
-	}()
 
-	sb, err := client.CreateSandbox(ctx, *pool, *namespace)
+	var sb *sandbox.Sandbox
+	if *claim != "" {
+		sb, err = client.GetSandbox(ctx, *claim, *namespace)
+	} else {
+		stop := client.EnableAutoCleanup() // delete the claims on Ctrl-C
+		defer stop()
+		defer func() {
+			if err := client.DeleteAll(context.Background()); err != nil {
+				log.Print(err)
+			}
+		}()
+		sb, err = client.CreateSandbox(ctx, *pool, *namespace)
+	}
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -62,6 +62,7 @@ from agent_sandbox.kube import (
     Object,
     Reader,
     Request,
+    ResourceKind,
     Result,
     RetryLater,
     Tracing,
@@ -307,8 +308,12 @@ class ClaimReconciler:
         owned = {k: (self._sandbox(ns, k) or v) for k, v in owned.items()}
         pool_name = claim_pool_name(claim)
         pool = self.store.get(SANDBOX_WARM_POOL, ns, pool_name) if pool_name else None
+        if pool_name and pool is None:
+            pool = await self._uncached(SANDBOX_WARM_POOL, ns, pool_name)
         template_name = pool_template_name(pool) if pool is not None else ""
         template = self.store.get(SANDBOX_TEMPLATE, ns, template_name) if template_name else None
+        if template_name and template is None:
+            template = await self._uncached(SANDBOX_TEMPLATE, ns, template_name)
         return Snapshot(
             claim=claim,
             now=now,
@@ -323,6 +328,18 @@ class ClaimReconciler:
 
     def _sandbox(self, ns: str, name: str) -> Object | None:
         return self.fresh.view(SANDBOX, ns, name, self.store.get(SANDBOX, ns, name))
+
+    async def _uncached(self, kind: ResourceKind, ns: str, name: str) -> Object | None:
+        """A pool or template the cache lacks, asked of the API server before the claim is told it is missing.
+
+        A claim POSTed right after its pool and template can reach this controller before their watch events
+        do; `WarmPoolNotFound` / `TemplateNotFound` would then be a false terminal condition (clients stop
+        waiting on it). One uncached GET, only on this miss path; None when it really is not there.
+        """
+        try:
+            return await self.authoritative.get(kind, name, namespace=ns)
+        except NotFound:
+            return None
 
     # ------------------------------------------------------------------ resolve (warm / cold)
 

@@ -20,6 +20,7 @@ from agent_sandbox.kube import (
     NETWORK_POLICY,
     SANDBOX,
     SANDBOX_CLAIM,
+    SANDBOX_TEMPLATE,
     SANDBOX_WARM_POOL,
     PatchType,
     Request,
@@ -629,3 +630,22 @@ async def test_legacy_network_policy_deleted_only_if_claim_controlled() -> None:
     await world.reconcile()
     await world.reconcile("c2")
     assert [p["metadata"]["name"] for p in world.fake.objects(NETWORK_POLICY)] == ["c2-network-policy"]
+
+
+@pytest.mark.parametrize("lagging", ["pool and template", "template"])
+async def test_a_pool_or_template_the_cache_has_not_seen_yet_is_asked_for_not_reported_missing(
+    lagging: str,
+) -> None:
+    """A claim POSTed right after its pool and template can beat their watch events to this controller: the
+    reconciler asks the API server before writing WarmPoolNotFound / TemplateNotFound, which clients treat as
+    terminal. Here the claim goes on to a cold Sandbox from the template the cache did not have yet."""
+    world = World((SANDBOX_CLAIM, claim()), *([(SANDBOX_WARM_POOL, pool())] if lagging == "template" else []))
+    with world.lag():  # the informer has not delivered what is created below
+        if lagging == "pool and template":
+            await world.fake.create(SANDBOX_WARM_POOL, pool(), namespace=NS)
+        await world.fake.create(SANDBOX_TEMPLATE, template(), namespace=NS)
+        await world.reconcile()
+    ready = claim_ready(world.get(SANDBOX_CLAIM, "c1"))
+    assert ready is not None
+    assert ready["reason"] not in (c.REASON_WARM_POOL_NOT_FOUND, c.REASON_TEMPLATE_NOT_FOUND), ready
+    assert [sb["metadata"]["name"] for sb in world.fake.objects(SANDBOX)] == ["c1"]  # cold, from the template
