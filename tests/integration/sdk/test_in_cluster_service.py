@@ -3,7 +3,8 @@
 
 The dev cluster has no cluster DNS, so the test plays it: each client runs in a private mount namespace
 (`unshare --mount`, which needs root, as this suite's machines run it) whose `/etc/hosts` maps the FQDN to the
-Pod's IP - what a cluster DNS answers for a headless Service. The rest is real: the template's `service: true`,
+Pod's IP - what a cluster DNS answers for a headless Service - and whose resolv.conf names 127.0.0.1, so no
+lookup goes to the machine's own name server. The rest is real: the template's `service: true`,
 the controller's headless Service and `status.serviceFQDN`, each SDK reading it, resolving it through the
 system resolver and sending REST and gRPC to sandboxd there. The same client without the mapping must fail
 to resolve the name, so a pass cannot come from the pod IP.
@@ -16,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +32,8 @@ from tests.upstream_sdk import ensure_upstream_sdk
 from .conftest import EXT, RUNTIME_IMAGE
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+_BASE_HOSTS = "127.0.0.1 localhost\n::1 localhost\n"
 
 _OURS = r"""
 import json, sys
@@ -93,7 +97,7 @@ def claimed(cluster: DevCluster, service_pool: str, tmp_path: Path) -> Iterator[
         assert fqdn == f"{sandbox.sandbox_id}.{service_pool}.svc.cluster.local"
         pod_ip = obj["status"]["podIPs"][0]
         hosts = tmp_path / "hosts"
-        hosts.write_text(Path("/etc/hosts").read_text() + f"\n{pod_ip} {fqdn}\n")
+        hosts.write_text(_BASE_HOSTS + f"{pod_ip} {fqdn}\n")
         assert sandbox.claim_name is not None
         yield sandbox.claim_name, fqdn, hosts
 
@@ -101,13 +105,33 @@ def claimed(cluster: DevCluster, service_pool: str, tmp_path: Path) -> Iterator[
 def _in_namespace(
     hosts: Path | None, argv: list[str], env: dict[str, str]
 ) -> subprocess.CompletedProcess[str]:
-    """Run `argv`; with `hosts`, in a private mount namespace whose /etc/hosts is that file."""
-    if hosts is not None:
-        unshare = shutil.which("unshare")
-        assert unshare is not None, "unshare (util-linux) is needed to give the client its own /etc/hosts"
-        argv = [unshare, "--mount", "--propagation", "private", "--", "sh", "-c",
-                'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts), *argv]  # fmt: skip
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
+    """Run `argv` in a private mount namespace whose /etc/hosts is `hosts` (None: only localhost) and whose
+    resolver asks 127.0.0.1, where nothing answers DNS: no lookup leaves the loopback network."""
+    unshare = shutil.which("unshare")
+    assert unshare is not None, "unshare (util-linux) is needed to give the client its own /etc/hosts"
+    work = Path(tempfile.mkdtemp(prefix="dns-"))
+    resolv = work / "resolv.conf"
+    resolv.write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+    if hosts is None:
+        hosts = work / "hosts"
+        hosts.write_text(_BASE_HOSTS)
+    script = 'mount --bind "$0" /etc/hosts && mount --bind "$1" /etc/resolv.conf && shift && exec "$@"'
+    wrapped = [
+        unshare,
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "sh",
+        "-c",
+        script,
+        str(hosts),
+        str(resolv),
+    ]
+    try:
+        return subprocess.run([*wrapped, *argv], env=env, capture_output=True, text=True, timeout=180)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _env(cluster: DevCluster) -> dict[str, str]:
