@@ -22,6 +22,7 @@ from agent_sandbox.devcluster import ClusterConfig, DevCluster
 from agent_sandbox.devcluster.controller import CONTROLLER, start_controller
 from agent_sandbox.devcluster.processes import is_ours
 from agent_sandbox.devcluster.router import ROUTER, router_url, start_router
+from agent_sandbox.devcluster.router_service import NAMESPACE, SERVICE, RouterServiceError, expose_router
 
 T = TypeVar("T")
 
@@ -90,6 +91,10 @@ def ensure_router(cluster: DevCluster) -> str:
     start_router(cluster, extra=("--enable-h2c",))
     url = router_url(cluster)
     assert url is not None
+    try:  # so clients that port-forward to the router (upstream's default mode) find it too
+        expose_router(cluster)
+    except RouterServiceError as exc:
+        _say(f"  (router not exposed as svc/{SERVICE}: {exc})")
     return url
 
 
@@ -221,6 +226,9 @@ def run_demo(*, name: str = "demo") -> int:
         f"  .venv/bin/agent-sandbox pools -n {DEMO_NS}        # and: create {POOL} -n {DEMO_NS}, exec, cp, list, logs"
     )
     _say(f"  kubectl get sandboxtemplates,sandboxwarmpools,sandboxclaims,sandboxes,pods -n {DEMO_NS}")
+    _say(
+        f"  (without AGENT_SANDBOX_ROUTER_URL the SDKs port-forward to svc/{SERVICE} -n {NAMESPACE}, as upstream's)"
+    )
     _say(f"the cluster keeps running; stop it with: .venv/bin/agent-sandbox dev down --name {name}")
     return 0
 

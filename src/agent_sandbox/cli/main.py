@@ -50,10 +50,25 @@ def _dev_up(args: argparse.Namespace) -> int:
 
         routed = start_router(cluster, extra=("--sandbox-lifecycle",) if args.lifecycle else ())
         print(f"router at {router_url(cluster)} (pid {routed.pid}), log: {routed.log}", file=sys.stderr)
+        _expose_router(cluster)
     print(cluster.describe(), file=sys.stderr)
     print(f"\nuse it:  KUBECONFIG={cluster.kubeconfig} kubectl get nodes", file=sys.stderr)
     print(f"stop it: agent-sandbox dev down --name {cluster.name}", file=sys.stderr)
     return 0
+
+
+def _expose_router(cluster: DevCluster) -> None:
+    """Also behind `sandbox-router-svc`, for clients that port-forward to the router (upstream's default)."""
+    from agent_sandbox.devcluster.router_service import NAMESPACE, SERVICE, RouterServiceError, expose_router
+
+    try:
+        expose_router(cluster)
+    except RouterServiceError as exc:
+        print(f"warning: router not exposed as {NAMESPACE}/{SERVICE}: {exc}", file=sys.stderr)
+    else:
+        print(
+            f"router also behind svc/{SERVICE} -n {NAMESPACE} (kubectl port-forward works)", file=sys.stderr
+        )
 
 
 def _dev_down(args: argparse.Namespace) -> int:

@@ -134,7 +134,13 @@ def logs_object(pod: Mapping[str, Any], log: ContainerLog) -> dict[str, Any]:
     return _owned_by(pod, LOGS, {"logs": [entry]})
 
 
-def port_forward_object(pod: Mapping[str, Any], ip: str, ports: Iterable[int]) -> dict[str, Any]:
-    """kwok's `PortForward` object for `pod`: each port to the same port on `ip` (others: refused by kwok)."""
-    forwards = [{"ports": [port], "target": {"address": ip, "port": port}} for port in sorted(set(ports))]
+def port_forward_object(
+    pod: Mapping[str, Any], ip: str, ports: Iterable[int], *, target: Mapping[int, int] | None = None
+) -> dict[str, Any]:
+    """kwok's `PortForward` object for `pod`: each port to the same port on `ip`, or to `target[port]` (others:
+    refused by kwok)."""
+    forwards = [
+        {"ports": [port], "target": {"address": ip, "port": (target or {}).get(port, port)}}
+        for port in sorted(set(ports))
+    ]
     return _owned_by(pod, PORT_FORWARD, {"forwards": forwards})
