@@ -86,12 +86,11 @@ def ensure_controller(cluster: DevCluster) -> str:
 
 def ensure_router(cluster: DevCluster) -> str:
     url = router_url(cluster)
-    if url is not None:
-        return url
-    start_router(cluster, extra=("--enable-h2c",))
-    url = router_url(cluster)
-    assert url is not None
-    try:  # so clients that port-forward to the router (upstream's default mode) find it too
+    if url is None:
+        start_router(cluster, extra=("--enable-h2c",))
+        url = router_url(cluster)
+        assert url is not None
+    try:  # so clients that port-forward to the router (upstream's default mode) find it too; idempotent
         expose_router(cluster)
     except RouterServiceError as exc:
         _say(f"  (router not exposed as svc/{SERVICE}: {exc})")
