@@ -102,3 +102,18 @@ async def run_script(
         f"upstream SDK script failed ({proc.returncode}):\n{err.decode()}\n{out.decode()}"
     )
     return out.decode()
+
+
+# Upstream's SDK with no connection config, against the warm pool `pool` of namespace argv[1]: create, run
+# `echo argv[2]`, write and read a file, terminate; prints the outcomes as JSON.
+DEFAULT_MODE_JOURNEY = r"""
+import json, sys
+from k8s_agent_sandbox import SandboxClient
+client = SandboxClient()  # no connection config: upstream's default, kubectl port-forward svc/sandbox-router-svc
+sb = client.create_sandbox("pool", namespace=sys.argv[1], sandbox_ready_timeout=90)
+r = sb.commands.run("echo " + sys.argv[2])
+sb.files.write("hello.txt", "hi")
+out = {"run": [r.stdout, r.exit_code], "read": sb.files.read("hello.txt").decode()}
+sb.terminate()
+print(json.dumps(out))
+"""

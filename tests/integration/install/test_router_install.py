@@ -18,7 +18,7 @@ from agent_sandbox_sdk import SandboxClient, SandboxLocalTunnelConnectionConfig
 from tests.go_examples import run_go_basic
 from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE
 from tests.integration.install.conftest import RAW_SELECTOR, Installed, write_overlay
-from tests.upstream_sdk import ensure_upstream_sdk, run_script
+from tests.upstream_sdk import DEFAULT_MODE_JOURNEY, ensure_upstream_sdk, run_script
 
 pytestmark = pytest.mark.integration
 
@@ -36,19 +36,6 @@ def test_router_component_runs_ready(installed: Installed, tmp_path: Path) -> No
             assert resp.status == 200
         with urllib.request.urlopen(f"http://{ip}:9090/metrics", timeout=5) as resp:
             assert "sandbox_router_" in resp.read().decode()
-
-
-_UPSTREAM_DEFAULT = r"""
-import json, sys
-from k8s_agent_sandbox import SandboxClient
-client = SandboxClient()  # no connection config: upstream's default, kubectl port-forward svc/sandbox-router-svc
-sb = client.create_sandbox("pool", namespace=sys.argv[1], sandbox_ready_timeout=90)
-r = sb.commands.run("echo through the router pod")
-sb.files.write("hello.txt", "hi")
-out = {"run": [r.stdout, r.exit_code], "read": sb.files.read("hello.txt").decode()}
-sb.terminate()
-print(json.dumps(out))
-"""
 
 
 def _router_pods_and_pool(installed: Installed, namespace: str, tmp_path: Path) -> None:
@@ -76,7 +63,16 @@ def test_upstream_sdks_default_tunnel_reaches_sandboxes_through_the_installed_ro
         "PATH": f"{kubectl_dir}{os.pathsep}{os.environ['PATH']}",
     }
     out = json.loads(
-        asyncio.run(run_script(ensure_upstream_sdk(), _UPSTREAM_DEFAULT, install_ns, env=env, timeout=180))
+        asyncio.run(
+            run_script(
+                ensure_upstream_sdk(),
+                DEFAULT_MODE_JOURNEY,
+                install_ns,
+                "through the router pod",
+                env=env,
+                timeout=180,
+            )
+        )
     )
     assert out == {"run": ["through the router pod\n", 0], "read": "hi"}
 

@@ -18,23 +18,11 @@ from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.processes import Started
 from agent_sandbox.devcluster.router_service import NAMESPACE, SERVICE, RouterServiceError, expose_router
 from tests.go_examples import run_go_basic
-from tests.upstream_sdk import ensure_upstream_sdk, run_script
+from tests.upstream_sdk import DEFAULT_MODE_JOURNEY, ensure_upstream_sdk, run_script
 
 from .conftest import RUNTIME_IMAGE, apply_pool
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-
-_UPSTREAM_DEFAULT = r"""
-import json, sys
-from k8s_agent_sandbox import SandboxClient
-client = SandboxClient()  # no connection config: upstream's default, kubectl port-forward svc/sandbox-router-svc
-sb = client.create_sandbox("pool", namespace=sys.argv[1], sandbox_ready_timeout=90)
-r = sb.commands.run("echo through the dev router service")
-sb.files.write("hello.txt", "hi")
-out = {"run": [r.stdout, r.exit_code], "read": sb.files.read("hello.txt").decode()}
-sb.terminate()
-print(json.dumps(out))
-"""
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +64,15 @@ def test_upstream_sdks_default_mode_reaches_sandboxes_through_the_dev_router(
     cluster: DevCluster, exposed: None, pool: str
 ) -> None:
     out = json.loads(
-        asyncio.run(run_script(ensure_upstream_sdk(), _UPSTREAM_DEFAULT, pool, env=_env(cluster)))
+        asyncio.run(
+            run_script(
+                ensure_upstream_sdk(),
+                DEFAULT_MODE_JOURNEY,
+                pool,
+                "through the dev router service",
+                env=_env(cluster),
+            )
+        )
     )
     assert out == {"run": ["through the dev router service\n", 0], "read": "hi"}
 
