@@ -22,7 +22,7 @@ from agent_sandbox.devcluster import ClusterConfig, DevCluster
 from agent_sandbox.devcluster.controller import CONTROLLER, start_controller
 from agent_sandbox.devcluster.processes import is_ours
 from agent_sandbox.devcluster.router import ROUTER, router_url, start_router
-from agent_sandbox.devcluster.router_service import NAMESPACE, SERVICE, RouterServiceError, expose_router
+from agent_sandbox.devcluster.router_service import NAMESPACE, SERVICE, expose_router_report
 
 T = TypeVar("T")
 
@@ -90,10 +90,10 @@ def ensure_router(cluster: DevCluster) -> str:
         start_router(cluster, extra=("--enable-h2c",))
         url = router_url(cluster)
         assert url is not None
-    try:  # so clients that port-forward to the router (upstream's default mode) find it too; idempotent
-        expose_router(cluster)
-    except RouterServiceError as exc:
-        _say(f"  (router not exposed as svc/{SERVICE}: {exc})")
+    # so clients that port-forward to the router (upstream's default mode) find it too; idempotent
+    exposed, line = expose_router_report(cluster)
+    if not exposed:
+        _say(f"  ({line})")
     return url
 
 

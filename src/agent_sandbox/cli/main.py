@@ -59,16 +59,10 @@ def _dev_up(args: argparse.Namespace) -> int:
 
 def _expose_router(cluster: DevCluster) -> None:
     """Also behind `sandbox-router-svc`, for clients that port-forward to the router (upstream's default)."""
-    from agent_sandbox.devcluster.router_service import NAMESPACE, SERVICE, RouterServiceError, expose_router
+    from agent_sandbox.devcluster.router_service import expose_router_report
 
-    try:
-        expose_router(cluster)
-    except RouterServiceError as exc:
-        print(f"warning: router not exposed as {NAMESPACE}/{SERVICE}: {exc}", file=sys.stderr)
-    else:
-        print(
-            f"router also behind svc/{SERVICE} -n {NAMESPACE} (kubectl port-forward works)", file=sys.stderr
-        )
+    exposed, line = expose_router_report(cluster)
+    print(line if exposed else f"warning: {line}", file=sys.stderr)
 
 
 def _dev_down(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ from .cluster import DevCluster
 from .install import apply
 from .kubelet_api import port_forward_object
 
-__all__ = ["NAMESPACE", "SERVICE", "RouterServiceError", "expose_router"]
+__all__ = ["NAMESPACE", "SERVICE", "RouterServiceError", "expose_router", "expose_router_report"]
 
 NAMESPACE = "agent-sandbox-system"
 SERVICE = "sandbox-router-svc"
@@ -93,3 +93,12 @@ def expose_router(cluster: DevCluster, *, timeout: float = 30.0) -> None:
         apply(cluster, [forward], field_manager="dev-router")
     except RuntimeError as exc:
         raise RouterServiceError(str(exc)) from exc
+
+
+def expose_router_report(cluster: DevCluster) -> tuple[bool, str]:
+    """`expose_router` for the CLI: (exposed, one line saying so or why not); never raises its error."""
+    try:
+        expose_router(cluster)
+    except RouterServiceError as exc:
+        return False, f"router not exposed as svc/{SERVICE} -n {NAMESPACE}: {exc}"
+    return True, f"router also behind svc/{SERVICE} -n {NAMESPACE} (kubectl port-forward works)"

@@ -68,6 +68,7 @@ def gateway_router(cluster: DevCluster) -> Iterator[GatewayRouter]:
     address = _gateway_address(cluster)
     health = cluster.reserve_port("gateway_router_health")
     metrics = cluster.reserve_port("gateway_router_metrics")
+    install_gateway_crd(cluster)  # once per module: every test's Gateway needs it
     argv = [
         sys.executable,
         "-m",
@@ -95,7 +96,6 @@ def pool(cluster: DevCluster, namespace: str, controller: Started) -> str:
 
 def _create_gateway(cluster: DevCluster, namespace: str, address: str | None) -> None:
     """A Gateway `gw`; with `address`, its status says it is programmed there (what a Gateway controller writes)."""
-    install_gateway_crd(cluster)
     admin = cluster.admin()
     body = {
         "apiVersion": "gateway.networking.k8s.io/v1",
