@@ -39,4 +39,5 @@ def install_gateway_crd(cluster: DevCluster) -> None:
     """Apply the Gateway CRD (server-side: it is too large for the last-applied annotation) and wait until
     it is Established."""
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(gateway_crd_path()), check=True)
-    cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s", check=True)
+    # Polled, not `kubectl wait`: that fails at once on a CRD whose status is not written yet.
+    cluster.admin().wait_crds_established([CRD_NAME])

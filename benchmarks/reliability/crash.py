@@ -86,9 +86,11 @@ async def crash_trial(
 
     `controller` must have been started by `controllers.start` (recorded argv, so it can be respawned).
     Kills land at random moments within `window_s` seconds of the burst's start, or with `at_ready_share`
-    mid-burst however fast the machine is: the burst is created in `2 * kills + 1` chunks, one after the
-    other, and a kill lands when a random share (10-80 %) of the current chunk is Ready and some of it is
-    not (a chunk seen all Ready at once is skipped while enough chunks remain). (Triggering
+    mid-burst however fast the machine is: the burst is created in chunks, one after the other, and a kill
+    lands when a random share (10-80 %) of the current chunk is Ready and some of it is not. A chunk seen
+    all Ready at once gets no kill: the next chunk, cut from what is left of the burst so that about two
+    spare chunks stay behind every owed kill, takes it (a fixed split into `2 * kills + 1` chunks ran out:
+    its last chunk, all Ready at the first look, took a kill after the burst). (Triggering
     on a share of the whole burst let a kill land after it: a restarted controller finishes everything that
     was in flight at once, so the Ready count can jump from a third to all of the claims between two looks.)
     """
@@ -103,24 +105,27 @@ async def crash_trial(
         names = [f"c-{i:04d}" for i in range(claims)]
         started = time.monotonic()
         if at_ready_share:
-            # More chunks than kills: a chunk that finishes between two looks (a restarted controller, or
-            # cold starts released together, can make all of it Ready at once) gets no kill, the next does.
-            parts = 2 * kills + 1
-            chunks = [names[i * claims // parts : (i + 1) * claims // parts] for i in range(parts)]
-            created = 0
-            for index, chunk in enumerate(chunks):
+            pending, created = list(names), 0
+            while pending:
+                owed = kills - len(trial.kills)
+                if owed == 0:  # every kill landed: the rest of the burst goes at once
+                    await create_claims(api, namespace, pending)
+                    break
+                # A chunk per look, sized so that every owed kill has about two spare chunks behind it;
+                # the chunks shrink as they are used, so there is always one more to try. At least 4: a
+                # chunk of one is either none or all Ready, never part of it.
+                size = max(min(4, len(pending)), len(pending) // (2 * owed + 1))
+                chunk, pending = pending[:size], pending[size:]
                 await create_claims(api, namespace, chunk)
                 created += len(chunk)
-                if len(trial.kills) == kills:
-                    continue
                 share = rng.uniform(0.1, 0.8)
                 while True:  # polling the API server is the point: the kill follows observed progress
                     ready, in_chunk = await ready_counts(api, namespace, chunk)
                     if in_chunk >= share * len(chunk):
                         break
-                    await asyncio.sleep(0.1)
-                if in_chunk == len(chunk) and len(chunks) - index - 1 >= kills - len(trial.kills):
-                    continue  # all of it Ready already: not mid-burst; a later chunk takes this kill
+                    await asyncio.sleep(0.05)
+                if in_chunk == len(chunk) and pending:
+                    continue  # all of it Ready already: not mid-burst; the next chunk takes this kill
                 killed = time.monotonic()
                 await keeper.kill_and_respawn()
                 trial.kills.append(

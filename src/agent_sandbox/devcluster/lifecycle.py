@@ -8,7 +8,6 @@ start with `--sandbox-lifecycle` may call it on a shared cluster.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import yaml
@@ -38,13 +37,7 @@ def install_lifecycle(cluster: DevCluster, timeout: float = 60.0) -> None:
     """Apply the lifecycle CRD and grants and wait for the CRD (InstallError on failure)."""
     docs = [d for rel in _FILES for d in yaml.safe_load_all((REPO_ROOT / rel).read_text()) if d]
     apply(cluster, docs, field_manager="agent-sandbox-lifecycle")
-    deadline = time.monotonic() + timeout
-    while True:
-        wait = cluster.kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s", f"crd/{ARCHIVE.crd_name}"
-        )
-        if wait.returncode == 0:
-            return
-        if time.monotonic() > deadline:
-            raise InstallError(f"{ARCHIVE.crd_name} not Established: {wait.stderr.strip()}")
-        time.sleep(0.1)
+    try:
+        cluster.admin().wait_crds_established([ARCHIVE.crd_name], timeout=timeout)
+    except TimeoutError as err:
+        raise InstallError(str(err)) from err
