@@ -130,10 +130,21 @@ async def _counters(bench: Bench) -> collections.Counter[str]:
     return out
 
 
+def _conversions(counters: collections.Counter[str]) -> int:
+    return sum(
+        n
+        for k, n in counters.items()
+        if k.startswith("apiserver_crd_conversion_webhook_duration_seconds_count")
+    )
+
+
 async def probe_metrics(bench: Bench, pool: int) -> None:
     cpu = bench.cpu_seconds
+    start_counters, start_cpu = await _counters(bench), cpu()
     ready = await _fill(bench, pool)
     prev, prev_cpu, prev_t = await _counters(bench), cpu(), time.time()
+    filled_counters, filled_cpu = prev, prev_cpu
+    quiet_at: float | None = None  # end of the first window in which kube-apiserver used < 0.15 cores
     for _ in range(8):
         await asyncio.sleep(2.0)
         now, now_cpu, t = await _counters(bench), cpu(), time.time()
@@ -142,7 +153,20 @@ async def probe_metrics(bench: Bench, pool: int) -> None:
               + ", ".join(f"{n} {v:.2f}" for n, v in busy.items() if v > 0.02))  # fmt: skip
         for key, n in (now - prev).most_common(12):
             print(f"   {n:8d}  {key}")
+        if quiet_at is None and busy.get("kube-apiserver", 0.0) < 0.15:
+            quiet_at = t - ready
         prev, prev_cpu, prev_t = now, now_cpu, t
+    api = "kube-apiserver"
+    quiet = (
+        f"apiserver quiet by +{quiet_at:.0f} s" if quiet_at is not None else "apiserver busy through +16 s"
+    )
+    print(
+        f"SUMMARY fill: apiserver {filled_cpu[api] - start_cpu.get(api, 0.0):.1f} cpu-s, "
+        f"{_conversions(filled_counters - start_counters)} conversions; "
+        f"after Ready (+0..+16 s): apiserver {prev_cpu[api] - filled_cpu[api]:.1f} cpu-s, "
+        f"{_conversions(prev - filled_counters)} conversions; {quiet}",
+        flush=True,
+    )
 
 
 async def probe_profile(bench: Bench, pool: int) -> None:
