@@ -107,6 +107,10 @@ async def probe_writes(bench: Bench, pool: int) -> None:
     cores = {_second(t0, ready): (c1 - c0) / (t1 - t0) for (t0, c0), (t1, c1) in itertools.pairwise(samples)}
     bins = _write_bins(AuditLog(bench.cluster.audit_log).since(0), ready)
     _print_bins(bins, range(-12, 30), cores)
+    total = sum(bins.values(), collections.Counter[str]())
+    print("TOTAL writes of the fill and the 30 s after, per pool member:")
+    for key, n in total.most_common(16):
+        print(f"   {n / pool:6.2f}  {key}")
 
 
 def _counter_key(s: promtext.Sample) -> str:

@@ -16,7 +16,8 @@ from datetime import datetime
 from typing import Any
 
 from agent_sandbox.api.constants import CONDITION_POD_SCHEDULED, CONDITION_READY
-from agent_sandbox.api.meta import find_condition, remove_condition, upsert_condition
+from agent_sandbox.api.kinds import SANDBOX_WARM_POOL
+from agent_sandbox.api.meta import controlled_by, find_condition, remove_condition, upsert_condition
 from agent_sandbox.api.naming import sandbox_selector
 from agent_sandbox.kube import Object, create_merge_patch
 
@@ -29,7 +30,11 @@ from .conditions import (
 from .decide import EXPIRY_REQUEUE, check_expiry, deferral, shutdown_time
 from .plan import DeleteSandbox, Plan, PlanMode, PodPlan, Results, ServiceFields, Snapshot, StepResult
 
-__all__ = ["Conclusion", "child_outcome", "conclude", "status_patch"]
+__all__ = ["BOOT_HOLD", "Conclusion", "booting_pool_member", "child_outcome", "conclude", "status_patch"]
+
+# How long an unclaimed pool member's booting status may wait to ride along with its Ready write: long
+# enough to cover a 1,050-member fill's queueing (1 s saved half as much; docs/design/boot-status-hold.md).
+BOOT_HOLD = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +48,8 @@ class Conclusion:
         waiting: every error is a wait on a deleted namesake's child (`StepPlan.waiting`): not a fault.
         sandbox_deleted: the Sandbox was deleted by expiry (no status write).
         clear_deferral: drop the write-behind clock entry of this Sandbox.
-        status_deferred: an observedGeneration-only status write was held back (claim pressure); start
-            the write-behind clock if it is not running.
+        status_deferred: a status write was held back (an observedGeneration-only echo under claim
+            pressure, or a booting pool member's); start the write-behind clock if it is not running.
         outcome: the child outcome the conditions were computed from (RECONCILE only).
     """
 
@@ -80,6 +85,18 @@ def generation_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
         return out
 
     return strip(old) == strip(new)
+
+
+def booting_pool_member(sandbox: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """An unclaimed warm-pool member whose new status has neither Ready nor an address yet.
+
+    Nothing reads such a member's intermediate states: claims take members by Ready, or by their Pod IPs
+    as a fallback (§4.5.2), and the pool judges members by Ready and reads their Pods for the rest.
+    """
+    if not controlled_by(sandbox, SANDBOX_WARM_POOL) or new.get("podIPs"):
+        return False
+    ready = find_condition(new.get("conditions"), CONDITION_READY)
+    return ready is None or ready.get("status") != "True"
 
 
 def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Object | None:
@@ -246,8 +263,13 @@ def conclude(snapshot: Snapshot, plan: Plan, results: Results, now: datetime) ->
         # Claims are arriving and only observedGeneration moved (a takeover bumped the generation): the
         # echo waits behind them, on the Pod patch's clock (docs/design/claim-priority.md).
         status_wait = deferral(snapshot.write_behind_window, snapshot.deferral_since, now)
-        if status_wait is not None:
-            patch = None
+    elif patch is not None and booting_pool_member(snapshot.sandbox, status):
+        # A booting member's Pending and PodScheduled states ride along with its Ready write when that
+        # comes within BOOT_HOLD: each write is a watch event the API server converts for every served
+        # version (docs/design/boot-status-hold.md).
+        status_wait = deferral(BOOT_HOLD, snapshot.deferral_since, now)
+    if status_wait is not None:
+        patch = None
     clear = False
     if not outcome.errors:
         waits = [w for w in (pod_plan.deferred_wait, status_wait) if w is not None]

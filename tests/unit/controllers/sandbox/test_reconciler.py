@@ -33,6 +33,7 @@ from agent_sandbox.controllers.sandbox import (
     SandboxReconciler,
     SandboxWaiting,
 )
+from agent_sandbox.controllers.sandbox.status import BOOT_HOLD
 from agent_sandbox.kube import POD, PVC, SANDBOX, SERVICE, NotFound, Object, Request, Tracing
 from agent_sandbox.kube.testing import FakeClient, FakeClock
 from tests.unit.controllers.sandbox.builders import HASH, NOW, SB, SB_UID, pod, ref, sandbox, service, vct
@@ -588,3 +589,69 @@ async def test_claim_pressure_never_defers_a_real_status_change() -> None:
     assert writes(client, "patch", "Pod") == 0  # metadata only: still deferred
     assert writes(client, "patch", "Sandbox") == 1
     assert cond(await get(client, SANDBOX), "Ready")[0] == "False"  # type: ignore[index]
+
+
+POOL_OWNER = ref("SandboxWarmPool", "pool", "uid-pool", api_version="extensions.agents.x-k8s.io/v1beta1")
+
+
+async def _booting_member(
+    owner: dict[str, Any] | None = POOL_OWNER,
+) -> tuple[FakeClient, SandboxReconciler, Clock]:
+    client = fake(
+        (SANDBOX, sandbox(owner=owner, annotations={ANNOTATION_POD_NAME: SB})), (POD, pod(phase="Pending"))
+    )
+    clock = Clock()
+    return client, reconciler(client, now=clock), clock
+
+
+async def _pod_becomes(client: FakeClient, *, ready: bool, ip: str | None) -> None:
+    booted = await get(client, POD)
+    booted["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": str(ready)}]}
+    if ip:
+        booted["status"] |= {"podIPs": [{"ip": ip}], "podIP": ip}
+    await client.update(POD, booted, subresource="status")
+    client.actions.clear()
+
+
+async def test_a_booting_pool_members_status_rides_along_with_its_ready_write() -> None:
+    client, r, _ = await _booting_member()
+    held = await r.reconcile(REQ)
+    assert writes(client, "patch", "Sandbox") == 0  # Pending, nobody reads it: waits for Ready
+    assert held.requeue_after == pytest.approx(BOOT_HOLD)
+    await _pod_becomes(client, ready=True, ip="10.0.0.1")
+    await r.reconcile(REQ)
+    assert writes(client, "patch", "Sandbox") == 1  # Ready is never held: claims take Ready members
+    status = (await get(client, SANDBOX))["status"]
+    assert cond(await get(client, SANDBOX), "Ready")[0] == "True"  # type: ignore[index]
+    assert status["podIPs"] == ["10.0.0.1"]
+    assert status["selector"]
+    assert r.deferred() == []
+
+
+async def test_a_booting_members_status_is_written_after_the_hold() -> None:
+    client, r, clock = await _booting_member()
+    await r.reconcile(REQ)
+    clock.now += timedelta(seconds=0.5)
+    again = await r.reconcile(REQ)
+    assert writes(client, "patch", "Sandbox") == 0
+    assert again.requeue_after == pytest.approx(BOOT_HOLD - 0.5)  # the clock never re-arms
+    clock.now += timedelta(seconds=0.5)
+    await r.reconcile(REQ)
+    assert writes(client, "patch", "Sandbox") == 1
+    assert cond(await get(client, SANDBOX), "Ready")[0] == "False"  # type: ignore[index]
+
+
+async def test_a_member_with_an_address_but_not_ready_is_written_at_once() -> None:
+    client, r, _ = await _booting_member()
+    await _pod_becomes(client, ready=False, ip="10.0.0.1")
+    await r.reconcile(REQ)
+    assert writes(client, "patch", "Sandbox") == 1  # claims fall back to addressed members (§4.5.2)
+    assert (await get(client, SANDBOX))["status"]["podIPs"] == ["10.0.0.1"]
+
+
+async def test_a_claimed_or_plain_sandboxs_booting_status_is_written_at_once() -> None:
+    for owner in (CLAIM_OWNER, None):
+        client, r, _ = await _booting_member(owner)
+        result = await r.reconcile(REQ)
+        assert writes(client, "patch", "Sandbox") == 1, owner
+        assert result.requeue_after is None, owner
