@@ -61,6 +61,8 @@ class Snapshot:
         deferral_since: first time a Pod metadata write of this Sandbox was deferred (write-behind clock).
         yield_to_claims: claims are arriving: an observedGeneration-only status write is deferred too
             (same clock and window as the Pod metadata patch).
+        boot_hold: how long a booting pool member's status may wait for its Ready write, on the same
+            clock (0: never; off with the claim-priority hold, docs/design/boot-status-hold.md).
     """
 
     sandbox: Object
@@ -75,6 +77,7 @@ class Snapshot:
     write_behind_window: float = 0.0
     deferral_since: datetime | None = None
     yield_to_claims: bool = False
+    boot_hold: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -54,7 +54,7 @@ from .decide import decide, plan_existing_pod
 from .execute import Executor, SandboxGone, SandboxWriter, error_text
 from .expectations import ChildExpectations
 from .plan import Plan, PlanMode, Results, Snapshot, StepPlan, StepResult
-from .status import conclude
+from .status import BOOT_HOLD, conclude
 
 __all__ = ["WRITE_BEHIND_BOUND", "SandboxReconcileError", "SandboxReconciler", "SandboxWaiting"]
 
@@ -105,7 +105,8 @@ class SandboxReconciler:
             events: Event sink reporting as `sandbox-controller`.
             tracing: span factory (None: tracing off).
             pressure: claim arrivals; while they last, the Pod metadata patch and an observedGeneration-only
-                status write are deferred for up to its hold (None: never).
+                status write are deferred for up to its hold (None: never). With a hold > 0 a booting
+                pool member's status also waits for its Ready write (`BOOT_HOLD`), claims or not.
             now: wall clock (tests inject a fixed time).
         """
         self.reader = reader
@@ -177,6 +178,7 @@ class SandboxReconciler:
             write_behind_window=max(self.window, self.pressure.hold) if hot else self.window,
             deferral_since=self._deferrals.get(request),
             yield_to_claims=hot,
+            boot_hold=BOOT_HOLD if self.pressure.enabled else 0.0,
         )
 
     async def _cached(self, kind: ResourceKind, name: str, namespace: str) -> Object | None:

@@ -265,9 +265,9 @@ def conclude(snapshot: Snapshot, plan: Plan, results: Results, now: datetime) ->
         status_wait = deferral(snapshot.write_behind_window, snapshot.deferral_since, now)
     elif patch is not None and booting_pool_member(snapshot.sandbox, status):
         # A booting member's Pending and PodScheduled states ride along with its Ready write when that
-        # comes within BOOT_HOLD: each write is a watch event the API server converts for every served
-        # version (docs/design/boot-status-hold.md).
-        status_wait = deferral(BOOT_HOLD, snapshot.deferral_since, now)
+        # comes within the boot hold: each write is a watch event the API server converts for every
+        # served version (docs/design/boot-status-hold.md).
+        status_wait = deferral(snapshot.boot_hold, snapshot.deferral_since, now)
     if status_wait is not None:
         patch = None
     clear = False

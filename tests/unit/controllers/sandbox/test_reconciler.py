@@ -595,13 +595,15 @@ POOL_OWNER = ref("SandboxWarmPool", "pool", "uid-pool", api_version="extensions.
 
 
 async def _booting_member(
-    owner: dict[str, Any] | None = POOL_OWNER,
+    owner: dict[str, Any] | None = POOL_OWNER, *, hold: float = 15.0
 ) -> tuple[FakeClient, SandboxReconciler, Clock]:
+    """A Sandbox whose Pod is Pending; the reconciler has a claim-priority hold but no claims arrive."""
     client = fake(
         (SANDBOX, sandbox(owner=owner, annotations={ANNOTATION_POD_NAME: SB})), (POD, pod(phase="Pending"))
     )
     clock = Clock()
-    return client, reconciler(client, now=clock), clock
+    pressure = ClaimPressure(hold, clock=FakeClock().now)
+    return client, reconciler(client, now=clock, pressure=pressure), clock
 
 
 async def _pod_becomes(client: FakeClient, *, ready: bool, ip: str | None) -> None:
@@ -631,11 +633,11 @@ async def test_a_booting_pool_members_status_rides_along_with_its_ready_write() 
 async def test_a_booting_members_status_is_written_after_the_hold() -> None:
     client, r, clock = await _booting_member()
     await r.reconcile(REQ)
-    clock.now += timedelta(seconds=0.5)
+    clock.now += timedelta(seconds=BOOT_HOLD / 2)
     again = await r.reconcile(REQ)
     assert writes(client, "patch", "Sandbox") == 0
-    assert again.requeue_after == pytest.approx(BOOT_HOLD - 0.5)  # the clock never re-arms
-    clock.now += timedelta(seconds=0.5)
+    assert again.requeue_after == pytest.approx(BOOT_HOLD / 2)  # the clock never re-arms
+    clock.now += timedelta(seconds=BOOT_HOLD / 2)
     await r.reconcile(REQ)
     assert writes(client, "patch", "Sandbox") == 1
     assert cond(await get(client, SANDBOX), "Ready")[0] == "False"  # type: ignore[index]
@@ -655,3 +657,10 @@ async def test_a_claimed_or_plain_sandboxs_booting_status_is_written_at_once() -
         result = await r.reconcile(REQ)
         assert writes(client, "patch", "Sandbox") == 1, owner
         assert result.requeue_after is None, owner
+
+
+async def test_no_boot_hold_without_the_claim_priority_hold() -> None:
+    client, r, _ = await _booting_member(hold=0.0)  # --sandbox-claim-priority-hold=0: upstream's timing
+    result = await r.reconcile(REQ)
+    assert writes(client, "patch", "Sandbox") == 1
+    assert result.requeue_after is None
