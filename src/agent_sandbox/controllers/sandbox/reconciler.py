@@ -119,15 +119,20 @@ class SandboxReconciler:
         self.pressure = pressure or ClaimPressure(0.0)
         self.now = now
         self._deferrals: dict[Request, datetime] = {}
+        self._boot_held: set[Request] = set()  # deferrals that are a booting member's status, not claims'
         self._own_writes = OwnWrites()
 
     def deferred(self) -> list[Request]:
-        """Sandboxes holding a deferred write (re-enqueued when claim pressure ends)."""
-        return list(self._deferrals)
+        """Sandboxes holding a write deferred behind claims (re-enqueued when claim pressure ends).
+
+        A booting pool member's held status is not among them: it waits for its Pod, not for the claims,
+        and its own requeue ends the hold.
+        """
+        return [r for r in self._deferrals if r not in self._boot_held]
 
     def held_writes(self) -> dict[str, int]:
-        """`claim_pressure.HoldsWrites`: Sandboxes whose Pod metadata or status write is deferred."""
-        return {"sandbox": len(self._deferrals)}
+        """`claim_pressure.HoldsWrites`: Sandboxes whose Pod metadata or status write waits behind claims."""
+        return {"sandbox": len(self.deferred())}
 
     async def reconcile(self, request: Request) -> Result:
         """One pass over the Sandbox `request` names (see module docstring)."""
@@ -146,6 +151,7 @@ class SandboxReconciler:
 
     def _gone(self, request: Request) -> Result:
         self._deferrals.pop(request, None)
+        self._boot_held.discard(request)
         self._own_writes.forget(SANDBOX, request.namespace, request.name)
         self.expectations.forget(_CHILD_KINDS, request.namespace, request.name)
         return Result()
@@ -219,6 +225,10 @@ class SandboxReconciler:
             self._deferrals.pop(request, None)
         elif conclusion.status_deferred:
             self._deferrals.setdefault(request, now)
+        if conclusion.boot_held:
+            self._boot_held.add(request)
+        else:
+            self._boot_held.discard(request)
         errors = list(conclusion.errors)
         if conclusion.status_patch is not None and not conclusion.sandbox_deleted:
             try:

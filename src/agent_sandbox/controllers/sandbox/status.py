@@ -50,6 +50,8 @@ class Conclusion:
         clear_deferral: drop the write-behind clock entry of this Sandbox.
         status_deferred: a status write was held back (an observedGeneration-only echo under claim
             pressure, or a booting pool member's); start the write-behind clock if it is not running.
+        boot_held: the held status write is a booting pool member's (not behind claims: it is not
+            counted as held by claim priority nor re-enqueued when claims stop).
         outcome: the child outcome the conditions were computed from (RECONCILE only).
     """
 
@@ -60,6 +62,7 @@ class Conclusion:
     sandbox_deleted: bool = False
     clear_deferral: bool = False
     status_deferred: bool = False
+    boot_held: bool = False
     outcome: ChildOutcome | None = None
 
 
@@ -259,6 +262,7 @@ def conclude(snapshot: Snapshot, plan: Plan, results: Results, now: datetime) ->
         requeue = EXPIRY_REQUEUE
     patch = status_patch(old, status)
     status_wait: float | None = None
+    boot_held = False
     if patch is not None and snapshot.yield_to_claims and generation_only(old, status):
         # Claims are arriving and only observedGeneration moved (a takeover bumped the generation): the
         # echo waits behind them, on the Pod patch's clock (docs/design/claim-priority.md).
@@ -268,6 +272,7 @@ def conclude(snapshot: Snapshot, plan: Plan, results: Results, now: datetime) ->
         # comes within the boot hold: each write is a watch event the API server converts for every
         # served version (docs/design/boot-status-hold.md).
         status_wait = deferral(snapshot.boot_hold, snapshot.deferral_since, now)
+        boot_held = status_wait is not None
     if status_wait is not None:
         patch = None
     clear = False
@@ -284,5 +289,6 @@ def conclude(snapshot: Snapshot, plan: Plan, results: Results, now: datetime) ->
         waiting=outcome.waiting,
         clear_deferral=clear,
         status_deferred=status_wait is not None,
+        boot_held=boot_held,
         outcome=outcome,
     )

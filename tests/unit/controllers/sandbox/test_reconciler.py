@@ -620,6 +620,9 @@ async def test_a_booting_pool_members_status_rides_along_with_its_ready_write() 
     held = await r.reconcile(REQ)
     assert writes(client, "patch", "Sandbox") == 0  # Pending, nobody reads it: waits for Ready
     assert held.requeue_after == pytest.approx(BOOT_HOLD)
+    # Not behind claims: not counted as held by claim priority, not re-enqueued when claims stop.
+    assert r.held_writes() == {"sandbox": 0}
+    assert r.deferred() == []
     await _pod_becomes(client, ready=True, ip="10.0.0.1")
     await r.reconcile(REQ)
     assert writes(client, "patch", "Sandbox") == 1  # Ready is never held: claims take Ready members
