@@ -119,16 +119,17 @@ class SandboxReconciler:
         self.pressure = pressure or ClaimPressure(0.0)
         self.now = now
         self._deferrals: dict[Request, datetime] = {}
-        self._boot_held: set[Request] = set()  # deferrals that are a booting member's status, not claims'
+        self._write_behind: set[Request] = set()  # whose last pass held a write on the clock (not boot holds)
         self._own_writes = OwnWrites()
 
     def deferred(self) -> list[Request]:
         """Sandboxes holding a write deferred behind claims (re-enqueued when claim pressure ends).
 
-        A booting pool member's held status is not among them: it waits for its Pod, not for the claims,
-        and its own requeue ends the hold.
+        Judged by each Sandbox's last pass (`Conclusion.write_behind`), not by its write-behind clock entry:
+        a booting pool member's held status waits for its Pod, not for the claims (its own requeue ends the
+        hold), and a pass that fails keeps the clock running without holding anything.
         """
-        return [r for r in self._deferrals if r not in self._boot_held]
+        return list(self._write_behind)
 
     def held_writes(self) -> dict[str, int]:
         """`claim_pressure.HoldsWrites`: Sandboxes whose Pod metadata or status write waits behind claims."""
@@ -151,7 +152,7 @@ class SandboxReconciler:
 
     def _gone(self, request: Request) -> Result:
         self._deferrals.pop(request, None)
-        self._boot_held.discard(request)
+        self._write_behind.discard(request)
         self._own_writes.forget(SANDBOX, request.namespace, request.name)
         self.expectations.forget(_CHILD_KINDS, request.namespace, request.name)
         return Result()
@@ -225,10 +226,10 @@ class SandboxReconciler:
             self._deferrals.pop(request, None)
         elif conclusion.status_deferred:
             self._deferrals.setdefault(request, now)
-        if conclusion.boot_held:
-            self._boot_held.add(request)
+        if conclusion.write_behind:
+            self._write_behind.add(request)
         else:
-            self._boot_held.discard(request)
+            self._write_behind.discard(request)
         errors = list(conclusion.errors)
         if conclusion.status_patch is not None and not conclusion.sandbox_deleted:
             try:

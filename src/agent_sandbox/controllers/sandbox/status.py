@@ -50,8 +50,10 @@ class Conclusion:
         clear_deferral: drop the write-behind clock entry of this Sandbox.
         status_deferred: a status write was held back (an observedGeneration-only echo under claim
             pressure, or a booting pool member's); start the write-behind clock if it is not running.
-        boot_held: the held status write is a booting pool member's (not behind claims: it is not
-            counted as held by claim priority nor re-enqueued when claims stop).
+        write_behind: a write of this pass waits on the write-behind clock: the Pod metadata patch, or the
+            status echo behind claims. Such Sandboxes are claim priority's held writes, re-enqueued when
+            claims stop. A booting pool member's held status is not one (it waits for its Pod), nor is a
+            clock entry left by a pass that failed.
         outcome: the child outcome the conditions were computed from (RECONCILE only).
     """
 
@@ -62,7 +64,7 @@ class Conclusion:
     sandbox_deleted: bool = False
     clear_deferral: bool = False
     status_deferred: bool = False
-    boot_held: bool = False
+    write_behind: bool = False
     outcome: ChildOutcome | None = None
 
 
@@ -262,17 +264,17 @@ def conclude(snapshot: Snapshot, plan: Plan, results: Results, now: datetime) ->
         requeue = EXPIRY_REQUEUE
     patch = status_patch(old, status)
     status_wait: float | None = None
-    boot_held = False
+    behind_claims = False
     if patch is not None and snapshot.yield_to_claims and generation_only(old, status):
         # Claims are arriving and only observedGeneration moved (a takeover bumped the generation): the
         # echo waits behind them, on the Pod patch's clock (docs/design/claim-priority.md).
         status_wait = deferral(snapshot.write_behind_window, snapshot.deferral_since, now)
+        behind_claims = status_wait is not None
     elif patch is not None and booting_pool_member(snapshot.sandbox, status):
         # A booting member's Pending and PodScheduled states ride along with its Ready write when that
         # comes within the boot hold: each write is a watch event the API server converts for every
         # served version (docs/design/boot-status-hold.md).
         status_wait = deferral(snapshot.boot_hold, snapshot.deferral_since, now)
-        boot_held = status_wait is not None
     if status_wait is not None:
         patch = None
     clear = False
@@ -289,6 +291,6 @@ def conclude(snapshot: Snapshot, plan: Plan, results: Results, now: datetime) ->
         waiting=outcome.waiting,
         clear_deferral=clear,
         status_deferred=status_wait is not None,
-        boot_held=boot_held,
+        write_behind=behind_claims or pod_plan.deferred_wait is not None,
         outcome=outcome,
     )

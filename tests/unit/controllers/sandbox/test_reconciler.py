@@ -34,7 +34,7 @@ from agent_sandbox.controllers.sandbox import (
     SandboxWaiting,
 )
 from agent_sandbox.controllers.sandbox.status import BOOT_HOLD
-from agent_sandbox.kube import POD, PVC, SANDBOX, SERVICE, NotFound, Object, Request, Tracing
+from agent_sandbox.kube import POD, PVC, SANDBOX, SERVICE, Forbidden, NotFound, Object, Request, Tracing
 from agent_sandbox.kube.testing import FakeClient, FakeClock
 from tests.unit.controllers.sandbox.builders import HASH, NOW, SB, SB_UID, pod, ref, sandbox, service, vct
 
@@ -644,6 +644,23 @@ async def test_a_booting_members_status_is_written_after_the_hold() -> None:
     await r.reconcile(REQ)
     assert writes(client, "patch", "Sandbox") == 1
     assert cond(await get(client, SANDBOX), "Ready")[0] == "False"  # type: ignore[index]
+
+
+async def test_a_member_that_cannot_get_a_pod_is_never_counted_as_held_behind_claims() -> None:
+    # CI: a terminating namespace's pool member kept failing its Pod create; once its boot hold had run out
+    # its stale write-behind clock entry read as a write held behind claims (held{write="sandbox"} = 17).
+    client = fake((SANDBOX, sandbox(owner=POOL_OWNER)))
+    client.inject_error(
+        "create", Forbidden(403, "Forbidden", "namespace is being terminated"), kind=POD, times=3
+    )
+    clock = Clock()
+    r = reconciler(client, now=clock, pressure=ClaimPressure(15.0, clock=FakeClock().now))
+    for _ in range(3):
+        with pytest.raises(SandboxReconcileError, match="failed to create pod"):
+            await r.reconcile(REQ)
+        assert r.held_writes() == {"sandbox": 0}
+        assert r.deferred() == []
+        clock.now += timedelta(seconds=BOOT_HOLD)
 
 
 async def test_a_member_with_an_address_but_not_ready_is_written_at_once() -> None:
