@@ -29,8 +29,9 @@ from agent_sandbox.api.constants import (
     OperatingMode,
     ShutdownPolicy,
 )
+from agent_sandbox.api.kinds import SANDBOX_CLAIM, SANDBOX_WARM_POOL
 from agent_sandbox.api.lifecycle import ANNOTATION_CLAIM_ENV
-from agent_sandbox.api.meta import Ownership, classify_ownership, status_condition
+from agent_sandbox.api.meta import Ownership, classify_ownership, controlled_by, status_condition
 from agent_sandbox.api.naming import name_hash
 from agent_sandbox.kube import POD, PVC, SERVICE, Object, create_merge_patch
 
@@ -147,15 +148,24 @@ def _remove_pod_name(*, keeps_pod: bool = False) -> PatchSandboxMetadata:
     )
 
 
-def _ensure_pod_name(current: str, pod_name: str) -> list[Action]:
-    """§1.5.2: set the annotation only when it is empty; a different non-empty value is left alone."""
+def _ensure_pod_name(sandbox: Object, current: str, pod_name: str) -> list[Action]:
+    """§1.5.2: set the annotation only when it is empty; a different non-empty value is left alone.
+
+    On a Sandbox our own controllers created (a warm-pool member, or a claim's cold Sandbox) the same
+    patch drops `managedFields` (docs/design/managed-fields.md).
+    """
     if current:
         return []
-    return [
-        PatchSandboxMetadata(
-            patch=_sandbox_annotation_patch(pod_name), what="failed to set pod name annotation"
-        )
-    ]
+    patch = _sandbox_annotation_patch(pod_name)
+    if _controller_created(sandbox):
+        patch["metadata"]["managedFields"] = [{}]
+    return [PatchSandboxMetadata(patch=patch, what="failed to set pod name annotation")]
+
+
+def _controller_created(sandbox: Object) -> bool:
+    """Created by our warm-pool or claim controller: nobody server-side applies it, so nothing reads its
+    `managedFields` and they can go (with none, kube-apiserver tracks no further updates until an apply)."""
+    return controlled_by(sandbox, SANDBOX_WARM_POOL) or controlled_by(sandbox, SANDBOX_CLAIM)
 
 
 # --------------------------------------------------------------------------- PVCs (§1.4)
@@ -275,7 +285,7 @@ def plan_existing_pod(
                     kind=POD, name=meta["name"], patch={"metadata": patch_meta}, what="failed to patch pod"
                 )
             )
-    actions.extend(_ensure_pod_name(current_annotation, meta["name"]))
+    actions.extend(_ensure_pod_name(snapshot.sandbox, current_annotation, meta["name"]))
     return PodPlan(tuple(actions), pod=pod, owned=True, deferred_wait=deferred_wait)
 
 
@@ -314,7 +324,7 @@ def _plan_pod(snapshot: Snapshot, hash_: str, now: datetime) -> PodPlan:
         )
     manifest = build_pod(sandbox, hash_)
     actions.append(CreateObject(kind=POD, obj=manifest, what="failed to create pod"))
-    actions.extend(_ensure_pod_name(current, manifest["metadata"]["name"]))
+    actions.extend(_ensure_pod_name(sandbox, current, manifest["metadata"]["name"]))
     return PodPlan(tuple(actions), pod=manifest, owned=True)
 
 

@@ -98,6 +98,9 @@ async def test_quickstart_warm_claim_and_pool_refill(
         lambda: _at_least(ready_members(kube, ns), 5), "5 Ready pool members", within=90
     )
     member_names = {m["metadata"]["name"] for m in members}
+    # Created by our controller: the pod-name patch dropped their managedFields, and no update since added any
+    # (docs/design/managed-fields.md).
+    assert [m["metadata"].get("managedFields") for m in members] == [None] * 5
     labels = {c.LABEL_CREATED_BY: "python-client"}
     body = claim_body("my-claim", additionalPodMetadata={"labels": {"sandbox.users.io/team": "blue"}})
     body["metadata"]["labels"] = labels
@@ -129,6 +132,7 @@ async def test_quickstart_warm_claim_and_pool_refill(
     assert sb_labels[c.LABEL_LAUNCH_TYPE] == "warm"
     assert sb_labels[c.LABEL_CLAIM_UID] == claim["metadata"]["uid"]
     assert c.LABEL_WARM_POOL_SANDBOX not in sb_labels
+    assert "managedFields" not in sandbox["metadata"]  # nor did the adoption or the status writes since
     owner = controller_ref(sandbox["metadata"])
     assert owner is not None
     assert (owner["kind"], owner["name"]) == ("SandboxClaim", "my-claim")

@@ -151,6 +151,8 @@ async def test_create_becomes_ready_with_pod_ips(manager: Manager, kube: ApiClie
     assert condition(sb, "Ready") == ("True", "DependenciesReady", "Pod is Ready")
     assert condition(sb, "PodScheduled") == ("True", "PodScheduled", "")
     assert sb["metadata"]["annotations"][ANNOTATION_POD_NAME] == "sb1"
+    # A user's Sandbox keeps its managedFields (only our controllers' own Sandboxes drop them).
+    assert {m.get("subresource", "") for m in sb["metadata"]["managedFields"]} == {"", "status"}
     # Reserved keys of the template are not copied; the tracking label cannot be hijacked.
     assert pod["metadata"]["labels"] == {"app": "demo", LABEL_SANDBOX_NAME_HASH: name_hash("sb1")}
     assert pod["metadata"]["annotations"]["note"] == "n"

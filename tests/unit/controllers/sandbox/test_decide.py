@@ -260,6 +260,32 @@ def test_minimal_spec_creates_pod_then_records_its_name() -> None:
     assert plan.service.actions == ()
 
 
+POOL = ref("SandboxWarmPool", "pool", "uid-pool", api_version="extensions.agents.x-k8s.io/v1beta1")
+CLAIM = ref("SandboxClaim", "claim", "uid-claim", api_version="extensions.agents.x-k8s.io/v1beta1")
+
+
+@pytest.mark.parametrize(
+    ("owner", "pods", "dropped"),
+    [
+        (POOL, [], True),
+        (CLAIM, [], True),
+        (POOL, [pod()], True),  # the annotation written late (a Pod already there)
+        (None, [], False),  # a user's Sandbox: they may server-side apply it
+        (FOREIGN, [], False),
+    ],
+    ids=["pool-member", "claim-cold", "pool-member-late", "user", "foreign-controller"],
+)
+def test_the_pod_name_patch_drops_managed_fields_of_sandboxes_our_controllers_created(
+    owner: dict[str, Any] | None, pods: list[Any], dropped: bool
+) -> None:
+    plan = decide(snap(sandbox(owner=owner), pods=pods), NOW)
+    (patch,) = [a.patch for a in plan.pod.actions if isinstance(a, PatchSandboxMetadata)]
+    assert patch["metadata"]["annotations"] == {ANNOTATION_POD_NAME: SB}
+    assert ("managedFields" in patch["metadata"]) is dropped
+    if dropped:
+        assert patch["metadata"]["managedFields"] == [{}]  # kube-apiserver's "reset" form; [] changes nothing
+
+
 def test_existing_owned_pod_in_sync_needs_no_write() -> None:
     sb = sandbox(annotations={ANNOTATION_POD_NAME: SB})
     assert _pod_actions(decide(snap(sb, pods=[pod()]), NOW)) == []
