@@ -222,17 +222,32 @@ async def test_bookkeeping_waits_while_claims_arrive_then_catches_up(
             functools.partial(caught_up, bound), f"{name}'s Sandbox at its generation", within=20
         )
     await eventually(lambda: _at_least(ready_members(kube, ns), 20), "pool refilled to 20", within=90)
+
     # The controller exports what it did (agent_sandbox_claim_priority_*).
-    body = await asyncio.to_thread(controller_metrics, cluster)
-    samples = {
-        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-        for line in body.splitlines()
-        if line.startswith("agent_sandbox_claim_priority_")
-    }
+    async def priority_samples() -> dict[str, float]:
+        body = await asyncio.to_thread(controller_metrics, cluster)
+        return {
+            line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in body.splitlines()
+            if line.startswith("agent_sandbox_claim_priority_")
+        }
+
+    samples = await priority_samples()
     assert samples["agent_sandbox_claim_priority_arrivals_total"] >= len(names)
     assert samples["agent_sandbox_claim_priority_episodes_total"] >= 1
-    assert samples['agent_sandbox_claim_priority_held{write="sandbox"}'] == 0  # all written by now
-    assert samples['agent_sandbox_claim_priority_held{write="claim_stamp"}'] == 0
+    # Calm, and nothing stays held (docs/design/claim-priority.md: a held write that stays up while not hot is a
+    # bug). Polled briefly: a pass in flight at the scrape may still hold one for a moment.
+    calm = {
+        "agent_sandbox_claim_priority_hot": 0.0,
+        'agent_sandbox_claim_priority_held{write="sandbox"}': 0.0,
+        'agent_sandbox_claim_priority_held{write="claim_stamp"}': 0.0,
+    }
+
+    async def at_rest() -> dict[str, float] | None:
+        now = await priority_samples()
+        return now if all(now[k] == v for k, v in calm.items()) else None
+
+    await eventually(at_rest, "claim priority calm with nothing held", within=10)
 
 
 async def test_a_watching_client_never_sees_a_claim_ready_without_its_annotations(

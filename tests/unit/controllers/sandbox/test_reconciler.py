@@ -647,8 +647,8 @@ async def test_a_booting_members_status_is_written_after_the_hold() -> None:
 
 
 async def test_a_member_that_cannot_get_a_pod_is_never_counted_as_held_behind_claims() -> None:
-    # CI: a terminating namespace's pool member kept failing its Pod create; once its boot hold had run out
-    # its stale write-behind clock entry read as a write held behind claims (held{write="sandbox"} = 17).
+    # A pass that fails keeps the write-behind clock running; once the boot hold has run out, that clock entry
+    # alone was read as a write held behind claims (CI once read held{write="sandbox"} = 17 at rest).
     client = fake((SANDBOX, sandbox(owner=POOL_OWNER)))
     client.inject_error(
         "create", Forbidden(403, "Forbidden", "namespace is being terminated"), kind=POD, times=3
