@@ -73,6 +73,7 @@ __all__ = [
     "remove_condition",
     "sandbox_pod_name",
     "sandbox_pool_name",
+    "server_side_applied",
     "status_condition",
     "upsert_condition",
 ]
@@ -251,6 +252,19 @@ def _controller_of(obj: ReadOnlyObject | None, kind: ResourceKind | None) -> Map
     if ref is None or (kind is not None and not owner_ref_matches(ref, kind.group, kind.kind)):
         return None
     return ref
+
+
+def server_side_applied(obj: ReadOnlyObject | None) -> bool:
+    """Some manager server-side applied `obj`: a `managedFields` entry has operation Apply.
+
+    Only then do the entries matter - apply's conflict detection and field removal read them. Entries of
+    plain updates (creates, patches, client-side `kubectl apply`) are informational, and an object without
+    any is tracked again from its next apply on (docs/design/managed-fields.md).
+    """
+    entries = ((obj or {}).get("metadata") or {}).get("managedFields")
+    return isinstance(entries, list) and any(
+        isinstance(e, Mapping) and e.get("operation") == "Apply" for e in entries
+    )
 
 
 def controlled_by(

@@ -34,6 +34,7 @@ from agent_sandbox.api.meta import (
     parse_time,
     pool_key,
     pool_template_name,
+    server_side_applied,
     status_condition,
 )
 from agent_sandbox.api.naming import template_ref_hash
@@ -410,11 +411,16 @@ def resolve_expired(s: Snapshot) -> Failed | Bound:
 
 @dataclass(frozen=True, slots=True)
 class ClaimMetadataPatch:
-    """One merge patch of the claim's metadata (None values delete keys), plus the readiness step."""
+    """One merge patch of the claim's metadata (None values delete keys), plus the readiness step.
+
+    `reset_managed_fields` rides along only when the patch is written anyway: `managedFields: [{}]`,
+    kube-apiserver's reset form (docs/design/managed-fields.md).
+    """
 
     annotations: dict[str, str | None] = field(default_factory=dict)
     labels: dict[str, str | None] = field(default_factory=dict)
     ready_step: ReadyStep = ReadyStep.NOTHING
+    reset_managed_fields: bool = False
 
     @property
     def empty(self) -> bool:
@@ -426,6 +432,8 @@ class ClaimMetadataPatch:
             meta["annotations"] = dict(sorted(self.annotations.items()))
         if self.labels:
             meta["labels"] = dict(sorted(self.labels.items()))
+        if meta and self.reset_managed_fields:
+            meta["managedFields"] = [{}]
         return {"metadata": meta}
 
 
@@ -446,6 +454,10 @@ def decide_claim_intent(
     `/status` write ignores metadata, so this patch is its own write, sent before the status write (on the
     warm path alongside the takeover) and never deferred: a client reading a claim that shows a status
     (Ready or not) finds these keys, as with upstream.
+
+    Unless someone server-side applied the claim, the patch also drops its `managedFields`: every later
+    write and event of the claim (status, stamp, delete) then skips kube-apiserver's field tracking and
+    carries half the bytes (docs/design/managed-fields.md).
 
     Args:
         claim: the freshest view of the claim.
@@ -477,7 +489,7 @@ def decide_claim_intent(
     if labels.get(c.LABEL_SANDBOX_NAME_LEGACY) and (drop_reference or sandbox is not None):
         # Deprecated label: migrated to the annotation above when it names the bound Sandbox, else stale.
         out_labels[c.LABEL_SANDBOX_NAME_LEGACY] = None
-    return ClaimMetadataPatch(out_ann, out_labels)
+    return ClaimMetadataPatch(out_ann, out_labels, reset_managed_fields=not server_side_applied(claim))
 
 
 def decide_first_ready(claim: ReadOnlyObject, *, ready_step: ReadyStep, now: datetime) -> ClaimMetadataPatch:

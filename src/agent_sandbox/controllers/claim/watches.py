@@ -22,6 +22,7 @@ from agent_sandbox.api.meta import (
     is_ready,
     pool_key,
     sandbox_pool_name,
+    server_side_applied,
     status_condition,
 )
 from agent_sandbox.kube import (
@@ -33,6 +34,7 @@ from agent_sandbox.kube import (
     Builder,
     Cache,
     Controller,
+    KindOptions,
     Manager,
     NullEventRecorder,
     Object,
@@ -65,6 +67,7 @@ __all__ = [
     "ClaimLifecycleHandler",
     "PoolDeletionHandler",
     "WarmQueueFeeder",
+    "claim_cache_transform",
     "map_pool_to_claims",
     "map_template_to_claims",
     "sandbox_status_changed",
@@ -246,6 +249,17 @@ class ClaimLifecycleHandler:
         self._fresh.unbind_claim(meta.get("uid", ""))
 
 
+def claim_cache_transform(obj: Object) -> Object:
+    """The claim cache drops `managedFields` (§5.5) unless someone server-side applied the claim.
+
+    The claim intent patch drops a claim's entries only when none is an Apply (`decide_claim_intent`), so
+    the cache keeps exactly the entries that decision reads; applied claims are rare, so it costs little.
+    """
+    if not server_side_applied(obj):
+        obj.get("metadata", {}).pop("managedFields", None)
+    return obj
+
+
 # --------------------------------------------------------------------------- setup (§5.3 step 8)
 
 
@@ -253,6 +267,7 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
     """Build the claim controller and add it to `mgr` (a `main.SETUPS` entry, `--extensions`)."""
     opts = ctx.options
     cache = mgr.cache
+    cache.set_kind_options(SANDBOX_CLAIM, KindOptions(transform=claim_cache_transform))
     ensure_indexes(cache, SANDBOX_BY_POOL, POOL_BY_TEMPLATE, CLAIM_BY_POOL, SANDBOX_BY_CLAIM_UID)
     cache.informer(NETWORK_POLICY)  # legacy per-claim policy cleanup reads it (§4.3 step 2)
     queue = WarmQueue()

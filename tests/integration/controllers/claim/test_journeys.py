@@ -34,11 +34,18 @@ from agent_sandbox.kube import (
     ApiClient,
     NotFound,
     Object,
+    PatchType,
     ServerError,
     TransportError,
 )
 from tests.helpers import controller_metrics, eventually, is_ready
-from tests.integration.controllers.builders import claim_body, pool_body, pool_members, template_body
+from tests.integration.controllers.builders import (
+    claim_body,
+    create_template_and_pool,
+    pool_body,
+    pool_members,
+    template_body,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -127,6 +134,8 @@ async def test_quickstart_warm_claim_and_pool_refill(
     )
     assert claim["metadata"]["annotations"][c.ANNOTATION_SANDBOX_NAME] == bound
     assert c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT in claim["metadata"]["annotations"]
+    # Created by POST: the intent patch dropped its managedFields, the status and stamp added none.
+    assert "managedFields" not in claim["metadata"]
     sandbox = await kube.get(SANDBOX, bound, namespace=ns)
     sb_labels = sandbox["metadata"]["labels"]
     assert sb_labels[c.LABEL_LAUNCH_TYPE] == "warm"
@@ -157,6 +166,50 @@ async def test_quickstart_warm_claim_and_pool_refill(
     await kube.delete(SANDBOX_CLAIM, "my-claim", namespace=ns)
     await eventually(lambda: _gone(maybe(kube, SANDBOX, bound, ns)), "claimed Sandbox garbage-collected")
     await eventually(lambda: _gone(maybe(kube, POD, bound, ns)), "claimed Pod garbage-collected")
+
+
+async def test_only_claims_nobody_applied_lose_their_managed_fields(
+    kube: ApiClient, namespace: str, controller: Started
+) -> None:
+    """docs/design/managed-fields.md: the claim intent patch drops managedFields unless an entry is an Apply,
+    and a claim without them can still be applied later, without conflicts."""
+    ns = namespace
+    await create_template_and_pool(kube, ns, replicas=2)
+    await eventually(lambda: _at_least(ready_members(kube, ns), 2), "2 Ready pool members", within=90)
+    await kube.create(SANDBOX_CLAIM, claim_body("posted"), namespace=ns)
+    applied_body = claim_body("applied")
+    await kube.patch(
+        SANDBOX_CLAIM,
+        "applied",
+        applied_body,
+        namespace=ns,
+        patch_type=PatchType.APPLY,
+        field_manager="gitops",
+    )
+    for name in ("posted", "applied"):
+        await eventually(
+            lambda name=name: _when(  # type: ignore[misc]
+                maybe(kube, SANDBOX_CLAIM, name, ns),
+                lambda o: (
+                    (ready(o) or {}).get("status") == "True"
+                    and c.ANNOTATION_SANDBOX_NAME in (o["metadata"].get("annotations") or {})
+                ),
+            ),
+            f"claim {name} Ready",
+        )
+    posted = await kube.get(SANDBOX_CLAIM, "posted", namespace=ns)
+    applied = await kube.get(SANDBOX_CLAIM, "applied", namespace=ns)
+    assert "managedFields" not in posted["metadata"]
+    entries = {(e["manager"], e["operation"]) for e in applied["metadata"].get("managedFields") or ()}
+    assert ("gitops", "Apply") in entries
+    # Applying the claim that lost its entries works and takes ownership of what it sets.
+    relabelled = claim_body("posted")
+    relabelled["metadata"]["labels"] = {"team": "blue"}
+    again = await kube.patch(
+        SANDBOX_CLAIM, "posted", relabelled, namespace=ns, patch_type=PatchType.APPLY, field_manager="gitops"
+    )
+    assert again["metadata"]["labels"]["team"] == "blue"
+    assert ("gitops", "Apply") in {(e["manager"], e["operation"]) for e in again["metadata"]["managedFields"]}
 
 
 async def test_bookkeeping_waits_while_claims_arrive_then_catches_up(

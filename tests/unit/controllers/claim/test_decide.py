@@ -293,9 +293,49 @@ def test_first_warm_pass_records_the_candidate_and_first_observed_before_the_sta
             "annotations": {
                 c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT: "2026-01-01T12:00:00Z",
                 c.ANNOTATION_SANDBOX_NAME: "pool-a",
-            }
+            },
+            "managedFields": [{}],
         }
     }
+
+
+APPLY_ENTRY = {"manager": "kubectl", "operation": "Apply", "apiVersion": "extensions.agents.x-k8s.io/v1beta1"}
+UPDATE_ENTRY = {
+    "manager": "python-httpx",
+    "operation": "Update",
+    "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+}
+
+
+@pytest.mark.parametrize(
+    ("entries", "reset"),
+    [
+        (None, True),  # the cache strips entries of claims nobody applied
+        ([UPDATE_ENTRY], True),  # created by POST (SDK, kubectl create) or client-side apply
+        ([UPDATE_ENTRY, APPLY_ENTRY], False),  # server-side applied: apply reads them
+        ([APPLY_ENTRY], False),
+    ],
+)
+def test_the_intent_patch_drops_managed_fields_unless_the_claim_was_applied(
+    entries: list[dict[str, str]] | None, reset: bool
+) -> None:
+    cl = claim()
+    if entries is not None:
+        cl["metadata"]["managedFields"] = entries
+    patch = decide_claim_intent(cl, sandbox=member("pool-a"), first_observed=T0, persist_observed=True)
+    assert ("managedFields" in patch.body()["metadata"]) is reset
+    if reset:
+        assert patch.body()["metadata"]["managedFields"] == [{}]  # kube-apiserver's reset form, not []
+
+
+def test_a_reset_alone_is_never_a_write() -> None:
+    settled = claim(
+        annotations={c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT: "x", c.ANNOTATION_SANDBOX_NAME: "pool-a"}
+    )
+    sb = owned_by(member("pool-a"), settled)
+    patch = decide_claim_intent(settled, sandbox=sb, first_observed=T0, persist_observed=True)
+    assert patch.empty
+    assert patch.body() == {"metadata": {}}
 
 
 def test_first_ready_stamp_is_the_only_write_after_the_status() -> None:
@@ -345,7 +385,9 @@ def test_stale_references_removed_and_legacy_label_migrated() -> None:
     patch = decide_claim_intent(
         cl, sandbox=None, first_observed=T0, persist_observed=True, drop_reference=True
     )
-    assert patch.body() == {"metadata": {"annotations": {c.ANNOTATION_SANDBOX_NAME: None}}}
+    assert patch.body() == {
+        "metadata": {"annotations": {c.ANNOTATION_SANDBOX_NAME: None}, "managedFields": [{}]}
+    }
     legacy = claim(
         labels={c.LABEL_SANDBOX_NAME_LEGACY: "pool-a"},
         annotations={c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT: "x"},
@@ -356,6 +398,7 @@ def test_stale_references_removed_and_legacy_label_migrated() -> None:
         "metadata": {
             "annotations": {c.ANNOTATION_SANDBOX_NAME: "pool-a"},
             "labels": {c.LABEL_SANDBOX_NAME_LEGACY: None},
+            "managedFields": [{}],
         }
     }
 

@@ -20,6 +20,7 @@ from agent_sandbox.controllers.claim.watches import (
     ClaimLifecycleHandler,
     PoolDeletionHandler,
     WarmQueueFeeder,
+    claim_cache_transform,
     map_pool_to_claims,
     map_template_to_claims,
     sandbox_status_changed,
@@ -228,3 +229,14 @@ async def test_only_claims_still_waiting_for_a_sandbox_count_as_claim_pressure()
     handler.on_add(claim("pending", status={"conditions": [ready_cond("False")]}))
     assert pressure.arrivals == 2
     assert pressure.hot()
+
+
+def test_the_claim_cache_keeps_managed_fields_only_of_applied_claims() -> None:
+    """The intent patch's reset decision reads them (docs/design/managed-fields.md)."""
+    update = {"manager": "python-httpx", "operation": "Update"}
+    apply = {"manager": "argocd-controller", "operation": "Apply"}
+    posted = {"metadata": {"name": "a", "managedFields": [update]}}
+    applied = {"metadata": {"name": "b", "managedFields": [update, apply]}}
+    assert "managedFields" not in claim_cache_transform(posted)["metadata"]
+    assert claim_cache_transform(applied)["metadata"]["managedFields"] == [update, apply]
+    assert claim_cache_transform({"metadata": {"name": "c"}}) == {"metadata": {"name": "c"}}
