@@ -26,7 +26,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from .. import __version__, glibc_malloc
+from .. import __version__, glibc_malloc, python_gc
 from ..api.errortext import describe_error
 from ..kube import (
     ApiClient,
@@ -139,6 +139,8 @@ async def run(
         register_build_info()
         if pressure.enabled:
             mgr.options.registry.register(ClaimPressureCollector(pressure))
+        if python_gc.tuned():
+            mgr.add(python_gc.FullCollections(wait_calm=pressure.wait_calm))
         setup_controllers(mgr, ControllerContext(opts, tracing, allowed, pressure), setups)
         log.info("starting manager")
         await mgr.start(stop)
@@ -199,6 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging_from_flags(opts)
     if tuned := glibc_malloc.tune():
         log.info("glibc malloc thresholds fixed: %s", tuned)
+    if python_gc.tune():
+        log.info("full garbage collections every %.0f s", python_gc.FULL_COLLECTION_INTERVAL)
     if rest:
         log.warning("ignoring positional arguments: %s", " ".join(rest))
     errors, warnings = validate(opts)
