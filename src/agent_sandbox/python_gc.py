@@ -4,7 +4,7 @@ Why: a full (generation 2) collection scans every tracked object, and CPython st
 promoted since the last one reach a quarter of the long-lived ones. The controller's caches are long-lived
 objects that are replaced, not mutated: every watch event decodes a new object tree (tens of dicts and lists)
 that outlives the young generations. So under a steady claim stream with thousands of Sandboxes and Pods
-cached, full collections come due every few seconds, and each holds the event loop - and every claim in
+cached, full collections come due every ~20 s, and each holds the event loop - and every claim in
 flight - for as long as it scans the whole cache (docs/design/python-gc.md has the measurements). They find
 almost nothing: decoded JSON has no reference cycles, and the cycles the process does make (an asyncio task,
 its exception and traceback) are short-lived and collected by the young generations.
