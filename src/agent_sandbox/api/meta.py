@@ -71,6 +71,7 @@ __all__ = [
     "pool_template_name",
     "pool_update_strategy",
     "remove_condition",
+    "reset_managed_fields",
     "sandbox_pod_name",
     "sandbox_pool_name",
     "server_side_applied",
@@ -252,6 +253,12 @@ def _controller_of(obj: ReadOnlyObject | None, kind: ResourceKind | None) -> Map
     if ref is None or (kind is not None and not owner_ref_matches(ref, kind.group, kind.kind)):
         return None
     return ref
+
+
+def reset_managed_fields(patch_metadata: dict[str, Any]) -> None:
+    """Make a merge patch's `metadata` drop the object's `managedFields`: `[{}]` is kube-apiserver's reset form
+    (`[]` would be ignored). Only a write that is sent anyway should carry it (docs/design/managed-fields.md)."""
+    patch_metadata["managedFields"] = [{}]
 
 
 def server_side_applied(obj: ReadOnlyObject | None) -> bool:

@@ -34,6 +34,7 @@ from agent_sandbox.api.meta import (
     parse_time,
     pool_key,
     pool_template_name,
+    reset_managed_fields,
     server_side_applied,
     status_condition,
 )
@@ -413,8 +414,7 @@ def resolve_expired(s: Snapshot) -> Failed | Bound:
 class ClaimMetadataPatch:
     """One merge patch of the claim's metadata (None values delete keys), plus the readiness step.
 
-    `reset_managed_fields` rides along only when the patch is written anyway: `managedFields: [{}]`,
-    kube-apiserver's reset form (docs/design/managed-fields.md).
+    `reset_managed_fields` rides along only when the patch is written anyway (`api.meta.reset_managed_fields`).
     """
 
     annotations: dict[str, str | None] = field(default_factory=dict)
@@ -433,7 +433,7 @@ class ClaimMetadataPatch:
         if self.labels:
             meta["labels"] = dict(sorted(self.labels.items()))
         if meta and self.reset_managed_fields:
-            meta["managedFields"] = [{}]
+            reset_managed_fields(meta)
         return {"metadata": meta}
 
 

@@ -31,7 +31,13 @@ from agent_sandbox.api.constants import (
 )
 from agent_sandbox.api.kinds import SANDBOX_CLAIM, SANDBOX_WARM_POOL
 from agent_sandbox.api.lifecycle import ANNOTATION_CLAIM_ENV
-from agent_sandbox.api.meta import Ownership, classify_ownership, controlled_by, status_condition
+from agent_sandbox.api.meta import (
+    Ownership,
+    classify_ownership,
+    controlled_by,
+    reset_managed_fields,
+    status_condition,
+)
 from agent_sandbox.api.naming import name_hash
 from agent_sandbox.kube import POD, PVC, SERVICE, Object, create_merge_patch
 
@@ -158,7 +164,7 @@ def _ensure_pod_name(sandbox: Object, current: str, pod_name: str) -> list[Actio
         return []
     patch = _sandbox_annotation_patch(pod_name)
     if _controller_created(sandbox):
-        patch["metadata"]["managedFields"] = [{}]
+        reset_managed_fields(patch["metadata"])
     return [PatchSandboxMetadata(patch=patch, what="failed to set pod name annotation")]
 
 
