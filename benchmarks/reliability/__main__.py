@@ -31,6 +31,7 @@ from agent_sandbox.devcluster.config import KWOK_POD_PARALLELISM, POD_DELETION_I
 from agent_sandbox.devcluster.processes import stop
 from agent_sandbox.kube import ApiClient
 
+from ..client_watch import ClientWatchProcess
 from ..cluster import await_conversion_webhook, unserve_v1alpha1
 from ..host import host_info
 from ..log import log
@@ -114,10 +115,15 @@ async def soak_run(args: argparse.Namespace) -> dict[str, Any]:
             if args.unserve_v1alpha1:
                 await await_conversion_webhook(api)  # the controller's CRD patch first, then ours
                 await unserve_v1alpha1(api)
-            run = await soak(
-                api, controller, metrics, sandboxes=args.sandboxes, per_minute=args.per_minute,
-                minutes=args.minutes, replicas=args.replicas, namespaces=(_namespace(cluster), _namespace(cluster)),
-            )  # fmt: skip
+            watcher = ClientWatchProcess(str(cluster.kubeconfig), cluster.directory / "client-watch")
+            try:
+                run = await soak(
+                    api, controller, metrics, sandboxes=args.sandboxes, per_minute=args.per_minute,
+                    minutes=args.minutes, replicas=args.replicas,
+                    namespaces=(_namespace(cluster), _namespace(cluster)), client_watch=watcher,
+                )  # fmt: skip
+            finally:
+                await watcher.stop()
         finally:
             await api.close()
             stop(controller)

@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from agent_sandbox.api import constants as c
 from agent_sandbox.devcluster.processes import Started, rss_bytes
 from agent_sandbox.kube import (
     CACHED_OBJECTS_METRIC,
@@ -36,12 +37,15 @@ from agent_sandbox.kube import (
 
 from .. import promtext
 from ..claim_analysis import CLAIM_HIST
-from ..stats import diff_buckets, histogram_summary
+from ..client_watch import ClientWatchProcess
+from ..objects import rfc3339nano
+from ..stats import diff_buckets, histogram_summary, summarize
 from .burst import EXT, create_template_and_pool, retrying, settle
 
 __all__ = ["Sample", "Soak", "error_lines", "scrape_controller", "soak"]
 
 EXPIRY_S = 30.0
+CLAIM_STARTS = "agent_sandbox_claim_creation"
 ERROR_LEVELS = frozenset({"error", "dpanic", "panic", "fatal"})
 
 
@@ -57,6 +61,9 @@ class Sample:
     pods_cached: float  # and its Pods (Terminating and Pending ones included)
     cpu_s: float  # the controller's process_cpu_seconds_total
     claim_buckets: list[tuple[float, float]] = field(repr=False)
+    # `agent_sandbox_claim_creation` by "launch_type pod_condition": a warm claim whose member was still
+    # booting ("warm not_ready") waits for its boot, which is where a pool running short shows.
+    starts: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -70,6 +77,29 @@ class Soak:
     samples: list[Sample] = field(default_factory=list)
     drained_s: float | None = None
     errors: list[str] = field(default_factory=list)
+    # The client view (a separate process watching claims, benchmarks/client_watch.py): exact, where the
+    # controller's histogram interpolates inside its 250-500-750 ms buckets. Wall-clock stream start, and
+    # per claim (requested, Ready seen) in epoch seconds.
+    started_wall: float | None = None
+    client: dict[str, tuple[float, float | None]] | None = None
+
+    def client_view(self) -> dict[str, Any] | None:
+        """Client latencies (ms) over the run and per minute of the claims' send time."""
+        if self.client is None or self.started_wall is None:
+            return None
+        by_minute: dict[int, list[float]] = {}
+        every: list[float] = []
+        for ready, requested in self.client.values():
+            if requested is None:
+                continue
+            ms = (ready - requested) * 1000
+            every.append(ms)
+            by_minute.setdefault(int((requested - self.started_wall) // 60) + 1, []).append(ms)
+        return {
+            "seen_ready": len(self.client),
+            "latency_ms": summarize(every),
+            "minutes": {m: summarize(v) for m, v in sorted(by_minute.items())},
+        }
 
     def as_dict(self) -> dict[str, Any]:
         by_minute: dict[int, list[Sample]] = {}
@@ -79,6 +109,7 @@ class Soak:
         prev: list[tuple[float, float]] = self.samples[0].claim_buckets if self.samples else []
         prev_sample = self.samples[0] if self.samples else None
         for minute, samples in sorted(by_minute.items()):
+            base = prev_sample.starts if prev_sample else {}
             last = samples[-1]
             window = diff_buckets(last.claim_buckets, prev)
             prev = last.claim_buckets
@@ -94,6 +125,7 @@ class Soak:
                 "pods_cached_max": max(s.pods_cached for s in samples),
                 "controller_cores": None if cores is None else round(cores, 3),
                 "claims": histogram_summary(window),
+                "starts": {k: round(v - base.get(k, 0.0)) for k, v in sorted(last.starts.items())},
             })  # fmt: skip
         total = (
             diff_buckets(self.samples[-1].claim_buckets, self.samples[0].claim_buckets)
@@ -111,6 +143,7 @@ class Soak:
             "error_lines": len(self.errors),
             "first_errors": self.errors[:5],
             "minutes": minutes,
+            "client_process": self.client_view(),
         }
 
 
@@ -153,6 +186,7 @@ def _look(controller: Started, metrics_port: int, at_s: float) -> Sample:
         or 0.0,
         cpu_s=promtext.scalar(samples, "process_cpu_seconds_total") or 0.0,
         claim_buckets=promtext.histogram(samples, CLAIM_HIST),
+        starts=promtext.counter_by_labels(samples, CLAIM_STARTS, ("launch_type", "pod_condition")),
     )
 
 
@@ -194,8 +228,13 @@ async def soak(
     minutes: float,
     replicas: int,
     namespaces: tuple[str, str],
+    client_watch: ClientWatchProcess | None = None,
 ) -> Soak:
-    """Run one soak (see the module docstring) in two empty namespaces: (standing, claims)."""
+    """Run one soak (see the module docstring) in two empty namespaces: (standing, claims).
+
+    `client_watch`: a started watcher process; the soak waits for its watch before the stream, stamps each
+    claim with its send time, and stops it once the queues drained.
+    """
     standing, claims_ns = namespaces
     out = Soak(params={"sandboxes": sandboxes, "per_minute": per_minute, "minutes": minutes,
                        "replicas": replicas, "expiry_s": EXPIRY_S})  # fmt: skip
@@ -206,7 +245,10 @@ async def soak(
     await create_template_and_pool(api, claims_ns, replicas)
     await settle(api, claims_ns, claims=0, replicas=replicas, within=600)
     log_offset = controller.log.stat().st_size
+    if client_watch is not None and not await client_watch.wait_watching():
+        raise RuntimeError("the client watch process did not start its watch")
 
+    out.started_wall = time.time()
     start = time.monotonic()
     stop_at = start + minutes * 60
     interval = 60.0 / per_minute
@@ -214,7 +256,9 @@ async def soak(
 
     async def claim(i: int) -> None:
         expire = (datetime.now(UTC) + timedelta(seconds=EXPIRY_S)).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = {"apiVersion": EXT, "kind": "SandboxClaim", "metadata": {"name": f"c-{i:06d}"},
+        sent = rfc3339nano(time.time())
+        body = {"apiVersion": EXT, "kind": "SandboxClaim",
+                "metadata": {"name": f"c-{i:06d}", "annotations": {c.ANNOTATION_CLIENT_FIRST_REQUESTED_AT: sent}},
                 "spec": {"warmPoolRef": {"name": "pool"},
                          "lifecycle": {"shutdownTime": expire, "shutdownPolicy": "Delete"}}}  # fmt: skip
         try:
@@ -249,6 +293,8 @@ async def soak(
             out.drained_s = round(time.monotonic() - stopped, 1)
             break
     sampling.cancel()
+    if client_watch is not None:
+        out.client = await client_watch.stop()
     out.samples.append(await asyncio.to_thread(_look, controller, metrics_port, time.monotonic() - start))
     out.errors = error_lines(controller.log, log_offset)
     return out

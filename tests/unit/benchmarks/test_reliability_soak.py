@@ -48,3 +48,42 @@ def test_minutes_report_rss_against_the_sandboxes_cached() -> None:
         (1, 101.0, 5400.0, 5600.0, 0.5),  # 25 CPU seconds over the minute's 50 s
         (2, 102.5, 5200.0, 5100.0, 0.2),  # 4 over the next 20 s
     ]
+
+
+def test_minutes_count_claim_starts_by_launch_type_and_pod_condition() -> None:
+    from benchmarks.reliability.soak import Sample, Soak
+
+    buckets = [(float("inf"), 0.0)]
+
+    def look(at_s: float, starts: dict[str, float]) -> Sample:
+        return Sample(at_s=at_s, rss_mib=1.0, fds=1, queue_depth=0.0, sandboxes_cached=0.0, pods_cached=0.0,
+                      cpu_s=0.0, claim_buckets=buckets, starts=starts)  # fmt: skip
+
+    run = Soak(params={}, samples=[
+        look(0.0, {"warm ready": 5.0}),
+        look(50.0, {"warm ready": 50.0, "warm not_ready": 2.0}),
+        look(110.0, {"warm ready": 90.0, "warm not_ready": 2.0, "cold not_ready": 1.0}),
+    ])  # fmt: skip
+    assert [m["starts"] for m in run.as_dict()["minutes"]] == [
+        {"warm ready": 45, "warm not_ready": 2},  # counted from the first look, not from process start
+        {"cold not_ready": 1, "warm not_ready": 0, "warm ready": 40},
+    ]
+
+
+def test_the_client_view_is_exact_and_split_by_the_minute_a_claim_was_sent() -> None:
+    from benchmarks.reliability.soak import Soak
+
+    run = Soak(params={}, started_wall=1000.0, client={
+        "ns/a": (1000.2, 1000.0),  # 200 ms, minute 1
+        "ns/b": (1059.9, 1059.5),  # 400 ms, minute 1
+        "ns/c": (1061.0, 1060.9),  # 100 ms, minute 2
+        "ns/d": (1070.0, None),  # no send stamp: seen Ready, no latency
+    })  # fmt: skip
+    view = run.client_view()
+    assert view is not None
+    assert view["seen_ready"] == 4
+    assert view["latency_ms"]["count"] == 3
+    assert view["latency_ms"]["max"] == 400.0
+    assert {m: s["count"] for m, s in view["minutes"].items()} == {1: 2, 2: 1}
+    assert view["minutes"][2]["p50"] == 100.0
+    assert Soak(params={}).client_view() is None  # no watcher: no client view rather than an empty one
