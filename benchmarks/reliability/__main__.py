@@ -121,6 +121,7 @@ async def soak_run(args: argparse.Namespace) -> dict[str, Any]:
                     api, controller, metrics, sandboxes=args.sandboxes, per_minute=args.per_minute,
                     minutes=args.minutes, replicas=args.replicas,
                     namespaces=(_namespace(cluster), _namespace(cluster)), client_watch=watcher,
+                    pids={started.name: started.pid for started in cluster.state.started},
                 )  # fmt: skip
             finally:
                 await watcher.stop()
@@ -238,7 +239,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.what == "soak":
         data = asyncio.run(soak_run(args))
         ok = data["error_lines"] == 0 and data["drained_s"] is not None
-        summary = {k: v for k, v in data.items() if k not in ("minutes", "host")}
+        summary = {
+            k: v for k, v in data.items() if k not in ("minutes", "host", "timeline", "client_process")
+        }
+        summary["client_latency_ms"] = (data["client_process"] or {}).get("latency_ms")
     elif args.what == "churn":
         data = asyncio.run(churn_run(args))
         ok = data["cycles_failed"] == 0

@@ -39,6 +39,7 @@ from .. import promtext
 from ..claim_analysis import CLAIM_HIST
 from ..client_watch import ClientWatchProcess
 from ..objects import rfc3339nano
+from ..proc_sampling import process_cpu_seconds
 from ..stats import diff_buckets, histogram_summary, summarize
 from .burst import EXT, create_template_and_pool, retrying, settle
 
@@ -64,6 +65,9 @@ class Sample:
     # `agent_sandbox_claim_creation` by "launch_type pod_condition": a warm claim whose member was still
     # booting ("warm not_ready") waits for its boot, which is where a pool running short shows.
     starts: dict[str, float] = field(default_factory=dict)
+    # CPU seconds used so far by each process of the cluster (etcd, kube-apiserver, ...): a 10 s window whose
+    # client latency is high is read against who was busy in it.
+    cpu_by_process: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -82,6 +86,31 @@ class Soak:
     # per claim (requested, Ready seen) in epoch seconds.
     started_wall: float | None = None
     client: dict[str, tuple[float, float | None]] | None = None
+
+    def timeline(self) -> list[dict[str, Any]]:
+        """Per interval between two looks (~10 s): cores per process and the client latency of claims sent in it."""
+        out: list[dict[str, Any]] = []
+        sent: list[tuple[float, float]] = sorted(
+            (requested, (ready - requested) * 1000)
+            for ready, requested in (self.client or {}).values()
+            if requested is not None
+        )
+        for a, b in zip(self.samples, self.samples[1:], strict=False):
+            span = b.at_s - a.at_s
+            if span <= 0:
+                continue
+            cores = {
+                name: round((b.cpu_by_process[name] - before) / span, 2)
+                for name, before in a.cpu_by_process.items()
+                if name in b.cpu_by_process
+            }
+            row: dict[str, Any] = {"at_s": a.at_s, "cores": cores}
+            if self.started_wall is not None and sent:
+                lo, hi = self.started_wall + a.at_s, self.started_wall + b.at_s
+                window = [ms for t, ms in sent if lo <= t < hi]
+                row["client_ms"] = summarize(window)
+            out.append(row)
+        return out
 
     def client_view(self) -> dict[str, Any] | None:
         """Client latencies (ms) over the run and per minute of the claims' send time."""
@@ -144,6 +173,7 @@ class Soak:
             "first_errors": self.errors[:5],
             "minutes": minutes,
             "client_process": self.client_view(),
+            "timeline": self.timeline(),
         }
 
 
@@ -171,8 +201,9 @@ def scrape_controller(metrics_port: int) -> list[promtext.Sample]:
         return promtext.parse(resp.read().decode())
 
 
-def _look(controller: Started, metrics_port: int, at_s: float) -> Sample:
+def _look(controller: Started, metrics_port: int, at_s: float, pids: dict[str, int] | None = None) -> Sample:
     samples = scrape_controller(metrics_port)
+    cpu = {name: s for name, pid in (pids or {}).items() if (s := process_cpu_seconds(pid)) is not None}
     return Sample(
         at_s=round(at_s, 1),
         rss_mib=round(rss_bytes(controller.pid) / 2**20, 1),
@@ -187,6 +218,7 @@ def _look(controller: Started, metrics_port: int, at_s: float) -> Sample:
         cpu_s=promtext.scalar(samples, "process_cpu_seconds_total") or 0.0,
         claim_buckets=promtext.histogram(samples, CLAIM_HIST),
         starts=promtext.counter_by_labels(samples, CLAIM_STARTS, ("launch_type", "pod_condition")),
+        cpu_by_process=cpu,
     )
 
 
@@ -229,6 +261,7 @@ async def soak(
     replicas: int,
     namespaces: tuple[str, str],
     client_watch: ClientWatchProcess | None = None,
+    pids: dict[str, int] | None = None,
 ) -> Soak:
     """Run one soak (see the module docstring) in two empty namespaces: (standing, claims).
 
@@ -269,7 +302,7 @@ async def soak(
     async def sampler() -> None:
         while True:
             out.samples.append(
-                await asyncio.to_thread(_look, controller, metrics_port, time.monotonic() - start)
+                await asyncio.to_thread(_look, controller, metrics_port, time.monotonic() - start, pids)
             )
             await asyncio.sleep(10)
 
@@ -295,6 +328,8 @@ async def soak(
     sampling.cancel()
     if client_watch is not None:
         out.client = await client_watch.stop()
-    out.samples.append(await asyncio.to_thread(_look, controller, metrics_port, time.monotonic() - start))
+    out.samples.append(
+        await asyncio.to_thread(_look, controller, metrics_port, time.monotonic() - start, pids)
+    )
     out.errors = error_lines(controller.log, log_offset)
     return out

@@ -87,3 +87,24 @@ def test_the_client_view_is_exact_and_split_by_the_minute_a_claim_was_sent() -> 
     assert {m: s["count"] for m, s in view["minutes"].items()} == {1: 2, 2: 1}
     assert view["minutes"][2]["p50"] == 100.0
     assert Soak(params={}).client_view() is None  # no watcher: no client view rather than an empty one
+
+
+def test_the_timeline_reads_each_window_s_latency_against_the_cores_each_process_used() -> None:
+    from benchmarks.reliability.soak import Sample, Soak
+
+    def look(at_s: float, cpu: dict[str, float]) -> Sample:
+        return Sample(at_s=at_s, rss_mib=1.0, fds=1, queue_depth=0.0, sandboxes_cached=0.0, pods_cached=0.0,
+                      cpu_s=0.0, claim_buckets=[], cpu_by_process=cpu)  # fmt: skip
+
+    run = Soak(
+        params={},
+        samples=[look(0.0, {"etcd": 1.0, "kube-apiserver": 5.0}), look(10.0, {"etcd": 6.0, "kube-apiserver": 15.0}),
+                 look(20.0, {"etcd": 7.0})],  # the API server gone by the last look: no figure, not a wrong one
+        started_wall=1000.0,
+        client={"a": (1000.5, 1000.1), "b": (1012.0, 1011.0), "c": (1015.0, 1014.9)},
+    )  # fmt: skip
+    first, second = run.timeline()
+    assert first["cores"] == {"etcd": 0.5, "kube-apiserver": 1.0}
+    assert first["client_ms"]["count"] == 1 and first["client_ms"]["max"] == 400.0
+    assert second["cores"] == {"etcd": 0.1}
+    assert second["client_ms"]["count"] == 2 and second["client_ms"]["max"] == 1000.0
