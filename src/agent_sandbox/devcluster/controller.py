@@ -8,6 +8,7 @@ in dev mode, and waiting for its `/readyz`. The controller process is recorded i
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from agent_sandbox.devcluster.processes import Started, component_error, is_ours
 from agent_sandbox.devcluster.rest import AdminRest
 
 CONTROLLER = "agent-sandbox-controller"
+CONTROLLER_SRC_ENV = "AGENT_SANDBOX_CONTROLLER_SRC"
 
 
 def repo_root() -> Path:
@@ -79,12 +81,25 @@ def _controller_ports(cluster: DevCluster) -> tuple[int, int, int]:
     )
 
 
+def other_source() -> str | None:
+    """`AGENT_SANDBOX_CONTROLLER_SRC`: another checkout's `src` to run the controller from.
+
+    For a same-harness A/B of two versions of the controller (docs/design/claim-cycle-writes.md): the cluster,
+    the CRDs and the load generator stay this checkout's, only the controller process imports the other code.
+    """
+    return os.environ.get(CONTROLLER_SRC_ENV) or None
+
+
 def controller_argv(
     cluster: DevCluster, *, extensions: bool = True, extra: tuple[str, ...] = ()
 ) -> list[str]:
     """argv of the controller in dev mode: loopback listeners, conversion webhook by URL."""
     script = Path(sys.executable).with_name(CONTROLLER)
-    base = [str(script)] if script.exists() else [sys.executable, "-m", "agent_sandbox.controllers.main"]
+    base = (
+        [str(script)]
+        if script.exists() and not other_source()
+        else [sys.executable, "-m", "agent_sandbox.controllers.main"]
+    )
     metrics, health, webhook = _controller_ports(cluster)
     argv = [
         *base,
@@ -112,6 +127,8 @@ def start_controller(
     webhook = cluster.state.extra_ports["controller_webhook"]
     # Endpoints reject loopback IPs, so in the dev cluster the CRDs reach the conversion webhook by URL.
     env = {"AGENT_SANDBOX_WEBHOOK_URL": f"https://127.0.0.1:{webhook}/convert"}
+    if src := other_source():
+        env["PYTHONPATH"] = src
     started = cluster.add_process(CONTROLLER, argv, env=env)
     health = cluster.state.extra_ports["controller_health"]
     deadline = time.monotonic() + timeout
