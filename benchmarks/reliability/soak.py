@@ -8,7 +8,9 @@ depth (`workqueue_depth`), the Sandboxes and Pods in its cache (RSS follows what
 against it), and its claim startup histogram. At the end: RSS per minute (a leak shows as minute 10 above
 minute 2), queue depth once the stream stops (must drain to 0), the claim P99 per minute from the controller's
 own histogram (the figure the burst gate uses), claims made vs claims observed Ready, and the controller's
-error log lines.
+error log lines. With a client watch process (benchmarks/client_watch.py, as `__main__` runs it): each claim's
+exact latency as a client sees it (send -> Ready seen), per minute and per 10 s window next to the CPU each
+cluster process used in it (`timeline`), and per minute the claims' starts by launch type and pod condition.
 """
 
 from __future__ import annotations
@@ -87,14 +89,18 @@ class Soak:
     started_wall: float | None = None
     client: dict[str, tuple[float, float | None]] | None = None
 
-    def timeline(self) -> list[dict[str, Any]]:
-        """Per interval between two looks (~10 s): cores per process and the client latency of claims sent in it."""
-        out: list[dict[str, Any]] = []
-        sent: list[tuple[float, float]] = sorted(
+    def _client_latencies(self) -> list[tuple[float, float]]:
+        """(send time, ms to Ready seen) of every claim the client saw Ready with a send stamp, by send time."""
+        return sorted(
             (requested, (ready - requested) * 1000)
             for ready, requested in (self.client or {}).values()
             if requested is not None
         )
+
+    def timeline(self) -> list[dict[str, Any]]:
+        """Per interval between two looks (~10 s): cores per process and the client latency of claims sent in it."""
+        out: list[dict[str, Any]] = []
+        sent = self._client_latencies()
         for a, b in zip(self.samples, self.samples[1:], strict=False):
             span = b.at_s - a.at_s
             if span <= 0:
@@ -116,17 +122,13 @@ class Soak:
         """Client latencies (ms) over the run and per minute of the claims' send time."""
         if self.client is None or self.started_wall is None:
             return None
+        sent = self._client_latencies()
         by_minute: dict[int, list[float]] = {}
-        every: list[float] = []
-        for ready, requested in self.client.values():
-            if requested is None:
-                continue
-            ms = (ready - requested) * 1000
-            every.append(ms)
+        for requested, ms in sent:
             by_minute.setdefault(int((requested - self.started_wall) // 60) + 1, []).append(ms)
         return {
             "seen_ready": len(self.client),
-            "latency_ms": summarize(every),
+            "latency_ms": summarize([ms for _, ms in sent]),
             "minutes": {m: summarize(v) for m, v in sorted(by_minute.items())},
         }
 
