@@ -27,19 +27,30 @@ def _cluster_name() -> str:
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[DevCluster]:
+def cluster(request: pytest.FixtureRequest) -> Iterator[DevCluster]:
     """A running local control plane for this test worker (2 kwok nodes)."""
     nodes = int(os.environ.get("AGENT_SANDBOX_TEST_NODES", "2"))
     started = DevCluster.up(ClusterConfig(name=_cluster_name(), nodes=nodes))
     try:
         yield started
     finally:
-        if os.environ.get("AGENT_SANDBOX_KEEP_CLUSTER") != "1":
-            started.down(quiet=True)
+        _down(started, request)
+
+
+def _down(cluster: DevCluster, request: pytest.FixtureRequest) -> None:
+    """Stop a session's cluster; when a test of this worker failed, keep every component's log first.
+
+    The logs (the controller's included) go to `<cache>/failed/<cluster>-<time>/`, printed on stderr, so an
+    intermittent CI failure can be read afterwards instead of only from the assertion.
+    """
+    if os.environ.get("AGENT_SANDBOX_KEEP_CLUSTER") == "1":
+        return
+    failed = request.session.testsfailed > 0
+    cluster.down(quiet=not failed, keep_logs=failed)
 
 
 @pytest.fixture(scope="session")
-def fault_cluster() -> Iterator[DevCluster]:
+def fault_cluster(request: pytest.FixtureRequest) -> Iterator[DevCluster]:
     """A second control plane for destructive tests (component restarts, lost nodes), audit log on.
 
     Separate from `cluster` so a restart never disturbs other tests' clients. Modules using it carry
@@ -49,8 +60,7 @@ def fault_cluster() -> Iterator[DevCluster]:
     try:
         yield started
     finally:
-        if os.environ.get("AGENT_SANDBOX_KEEP_CLUSTER") != "1":
-            started.down(quiet=True)
+        _down(started, request)
 
 
 def new_namespace(cluster: DevCluster) -> str:

@@ -127,7 +127,8 @@ class DevCluster(ClusterStartup, ClusterControls, RunnerClient):
     def down(self, *, quiet: bool = False, keep_logs: bool = False) -> None:
         """Stop every recorded process (reverse start order) and remove the cluster directory.
 
-        With `keep_logs` the logs are copied to `<cache>/failed/<name>-<time>/` first (failed start-ups).
+        With `keep_logs` the logs are copied to `<cache>/failed/<name>-<time>/` first (a failed start, or a test
+        session with failures).
         """
         for started in reversed(self.state.started):
             processes.stop(started)
@@ -135,7 +136,7 @@ class DevCluster(ClusterStartup, ClusterControls, RunnerClient):
             dest = cache_root() / "failed" / f"{self.name}-{int(time.time())}"
             shutil.copytree(self.logs, dest, dirs_exist_ok=True)
             if not quiet:
-                print(f"logs of the failed start kept in {dest}", file=sys.stderr)
+                print(f"cluster {self.name}: logs kept in {dest}", file=sys.stderr)
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def describe(self) -> str:
