@@ -1,15 +1,17 @@
 """Issue 20's inventory: every API write one claim cycle causes, what each changed, and the CPU it costs.
 
     flock /tmp/agent-sandbox-bench.lock .venv/bin/python -m benchmarks.cycle_writes [--bodies] [--windows 3]
-        [--unserve] [--flag=--disable-claim-events ...] [--tag T]
+        [--unserve] [--flag=--disable-claim-events ...] [--profile] [--profile-controller] [--tag T]
 
 Same cluster and controller as the burst benchmark (`Tuning()` = the KWOK gate settings) with kube-apiserver's
-audit log on. One pool of `--pool` members; per window, 10 s of idle baseline, then `--claims` claims at `--rate`/s (default 1),
-each deleted 5 s after it is Ready (as the sustained scenario does), by default far below the knee so nothing queues, then
-until the pool is whole again and the writes stop. Per window: writes per claim cycle by client and verb/resource
-(counted from the audit log) and CPU per cycle by process net of the idle baseline. `--bodies` logs every write's
-body and prints the first window's patch shapes (which fields each write set) and the time-ordered writes of one
-cycle: the claim, the member it took, that member's Pod and the member that refilled the pool (the body logging
+audit log on. One pool of `--pool` members; per window, 10 s of idle baseline, then `--claims` claims at `--rate`/s
+(default 1), each deleted 5 s after it is Ready (as the sustained scenario does), by default far below the knee so
+nothing queues, then until the pool is whole again and the writes stop. Per window: writes per claim cycle by
+client and verb/resource (counted from the audit log), reads per cycle by verb/resource (kube-apiserver's
+request counter: every client, the audit policy skips reads) and CPU per cycle by process net of the idle
+baseline. `--profile` takes kube-apiserver's pprof and `--profile-controller` a py-spy of the controller over
+the first window. `--bodies` logs every write's body and prints the first window's patch shapes (which fields
+each write set) and the time-ordered writes of one cycle: the claim, the member it took, that member's Pod and the member that refilled the pool (the body logging
 costs API server CPU, so compare CPU only between runs with the same setting). The controller's identity follows
 `AGENT_SANDBOX_CONTROLLER_IDENTITY` (admin certificate, or the install's ServiceAccount token under RBAC).
 Writes `benchmarks/results/cycle[-TAG]-<UTC>.json`.
@@ -34,7 +36,7 @@ from agent_sandbox.devcluster.config import POD_DELETION_GRACEFUL, POD_DELETION_
 from agent_sandbox.devcluster.identity import IDENTITY_ENV
 from agent_sandbox.kube import SANDBOX_CLAIM, NotFound
 
-from . import apiserver_profile
+from . import apiserver_profile, controller_profile
 from .cluster import Bench
 from .fill_tail import AuditedTuning
 from .host import host_info
@@ -151,8 +153,25 @@ async def _watchers(bench: Bench) -> str:
     return ", ".join(f"{k} {n}" for k, n in sorted(counts.items()) if "sandbox" in k or k == "pods")
 
 
+async def _requests(bench: Bench) -> collections.Counter[str]:
+    """kube-apiserver's request count by verb and resource, every client (the audit log skips reads)."""
+    out: collections.Counter[str] = collections.Counter()
+    for s in await bench.scrape_apiserver():
+        if s.name == "apiserver_request_total" and s.labels.get("verb") in ("GET", "LIST"):
+            sub = s.labels.get("subresource") or ""
+            out[f"{s.labels['verb']} {s.labels.get('resource')}{'/' + sub if sub else ''}"] += int(s.value)
+    return out
+
+
 async def _window(
-    bench: Bench, log: AuditLog, claims: int, rate: float, *, profile: bool, detail: bool
+    bench: Bench,
+    log: AuditLog,
+    claims: int,
+    rate: float,
+    *,
+    profile: bool,
+    detail: bool,
+    profile_controller: bool = False,
 ) -> dict[str, Any]:
     """One measured window: idle baseline, `claims` cycles at `rate`/s, settle; writes and CPU per cycle."""
     await _settle(bench, log)
@@ -160,30 +179,35 @@ async def _window(
     await asyncio.sleep(10.0)
     idle1, t0 = bench.cpu_seconds(), time.monotonic()
     idle = {n: (idle1[n] - idle0.get(n, 0.0)) / (t0 - t_idle) for n in idle1}
-    mark, load0 = log.mark(), os.getloadavg()[0]
+    mark, load0, reads0 = log.mark(), os.getloadavg()[0], await _requests(bench)
     names: dict[str, str] = {}
     start = time.time() + 0.5
     prof = None
     if profile:
         out = Path(f"benchmarks/results/tmp/cycle-writes-{int(start)}.pprof")
         prof = asyncio.create_task(apiserver_profile.capture(bench.cluster, claims / rate + 5, out))
+    spy_out = controller_profile.profile_path_for("cycle", "controller") if profile_controller else None
+    spy = bench.profiler(claims / rate + 5, spy_out) if spy_out is not None else None
     await asyncio.gather(*(_claim(bench, i, start + i / rate, names) for i in range(claims)))
     await bench.wait_pools_ready([(NAMESPACE, POOL)], 300)
     await _settle(bench, log)
     end, t1 = bench.cpu_seconds(), time.monotonic()
     events = log.since(mark)
+    reads = await _requests(bench) - reads0
     if detail:
         _report(events, claims, dict(sorted(names.items())))
     net = {n: ((end[n] - idle1.get(n, 0.0)) - idle.get(n, 0.0) * (t1 - t0)) * 1000 / claims for n in end}
     writes = [e for e in events if e.is_write and e.namespace in (NAMESPACE, "")]
     by_kind = collections.Counter(f"{_client(e)} {e.verb} {_what(e)}" for e in writes)
-    window = {
+    reads_per_cycle = {k: round(n / claims, 2) for k, n in reads.most_common() if n >= claims / 20}
+    window: dict[str, Any] = {
         "claims": claims,
         "rate": rate,
         "seconds": round(t1 - t0, 1),
         "load1": [round(load0, 2), round(os.getloadavg()[0], 2)],
         "writes_per_cycle": round(len(writes) / claims, 2),
         "writes_by_kind": {k: round(n / claims, 2) for k, n in by_kind.most_common()},
+        "reads_by_kind": reads_per_cycle,
         "cpu_ms_per_cycle": round(sum(net.values()), 1),
         "cpu_ms_by_process": {n: round(v, 1) for n, v in sorted(net.items(), key=lambda kv: -kv[1])},
     }
@@ -193,6 +217,11 @@ async def _window(
         + ", ".join(f"{n} {v:.1f}" for n, v in sorted(net.items(), key=lambda kv: -kv[1]) if v > 0.05),
         flush=True,
     )
+    print("reads per cycle (all clients): " + ", ".join(f"{k} {v}" for k, v in reads_per_cycle.items()))
+    if spy is not None:
+        await controller_profile.finish_profiler(spy)
+        window["controller_profile"] = controller_profile.profile_summary_for(spy_out)
+        print(f"controller profile: {spy_out}")
     if prof is not None:
         summary = apiserver_profile.summarize(await prof, nodes=45)
         if summary is not None:
@@ -222,6 +251,7 @@ async def run(args: argparse.Namespace) -> None:
                 args.rate,
                 profile=args.profile and i == 0,
                 detail=args.bodies and i == 0,
+                profile_controller=args.profile_controller and i == 0,
             )
             for i in range(args.windows)
         ]
@@ -250,6 +280,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rate", type=float, default=1.0, help="claims per second (evenly spaced)")
     parser.add_argument("--windows", type=int, default=3, help="measured windows on the one cluster")
     parser.add_argument("--profile", action="store_true", help="kube-apiserver's pprof over the first window")
+    parser.add_argument(
+        "--profile-controller", action="store_true", help="py-spy of the controller over the first window"
+    )
     parser.add_argument(
         "--bodies", action="store_true", help="log write bodies; print the first window's detail"
     )
