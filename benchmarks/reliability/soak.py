@@ -10,7 +10,8 @@ minute 2), queue depth once the stream stops (must drain to 0), the claim P99 pe
 own histogram (the figure the burst gate uses), claims made vs claims observed Ready, and the controller's
 error log lines. With a client watch process (benchmarks/client_watch.py, as `__main__` runs it): each claim's
 exact latency as a client sees it (send -> Ready seen), per minute and per 10 s window next to the CPU each
-cluster process used in it (`timeline`), and per minute the claims' starts by launch type and pod condition.
+cluster process used in it and the LISTs and finished WATCHes kube-apiserver served in it (`timeline`: a relist
+or a wave of restarted watches shows there), and per minute the claims' starts by launch type and pod condition.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from ..proc_sampling import process_cpu_seconds
 from ..stats import diff_buckets, histogram_summary, summarize
 from .burst import EXT, create_template_and_pool, retrying, settle
 
-__all__ = ["Sample", "Soak", "error_lines", "scrape_controller", "soak"]
+__all__ = ["Sample", "Soak", "apiserver_reads", "error_lines", "scrape_controller", "soak"]
 
 EXPIRY_S = 30.0
 CLAIM_STARTS = "agent_sandbox_claim_creation"
@@ -70,6 +71,19 @@ class Sample:
     # CPU seconds used so far by each process of the cluster (etcd, kube-apiserver, ...): a 10 s window whose
     # client latency is high is read against who was busy in it.
     cpu_by_process: dict[str, float] = field(default_factory=dict)
+    # kube-apiserver's LIST and finished WATCH requests so far by resource, every client: a window where the
+    # API server is busy is read against relists and restarted watches (the audit log skips reads).
+    apiserver_reads: dict[str, float] = field(default_factory=dict)
+
+
+def apiserver_reads(samples: list[promtext.Sample]) -> dict[str, float]:
+    """LIST and WATCH counts by resource ("LIST pods") from kube-apiserver's `apiserver_request_total`."""
+    out: dict[str, float] = {}
+    for s in samples:
+        if s.name == "apiserver_request_total" and s.labels.get("verb") in ("LIST", "WATCH"):
+            key = f"{s.labels['verb']} {s.labels.get('resource') or '-'}"
+            out[key] = out.get(key, 0.0) + s.value
+    return out
 
 
 @dataclass
@@ -111,6 +125,13 @@ class Soak:
                 if name in b.cpu_by_process
             }
             row: dict[str, Any] = {"at_s": a.at_s, "cores": cores}
+            reads = {
+                key: int(n - a.apiserver_reads.get(key, 0.0))
+                for key, n in sorted(b.apiserver_reads.items())
+                if n > a.apiserver_reads.get(key, 0.0)
+            }
+            if reads:
+                row["apiserver_reads"] = reads
             if self.started_wall is not None and sent:
                 lo, hi = self.started_wall + a.at_s, self.started_wall + b.at_s
                 window = [ms for t, ms in sent if lo <= t < hi]
@@ -301,11 +322,15 @@ async def soak(
         except Exception:  # counted; a soak keeps going
             out.claims_failed += 1
 
+    async def look() -> Sample:
+        reads = apiserver_reads(promtext.parse((await api.request("GET", "/metrics")).decode()))
+        sample = await asyncio.to_thread(_look, controller, metrics_port, time.monotonic() - start, pids)
+        sample.apiserver_reads = reads
+        return sample
+
     async def sampler() -> None:
         while True:
-            out.samples.append(
-                await asyncio.to_thread(_look, controller, metrics_port, time.monotonic() - start, pids)
-            )
+            out.samples.append(await look())
             await asyncio.sleep(10)
 
     sampling = asyncio.create_task(sampler())
@@ -330,8 +355,6 @@ async def soak(
     sampling.cancel()
     if client_watch is not None:
         out.client = await client_watch.stop()
-    out.samples.append(
-        await asyncio.to_thread(_look, controller, metrics_port, time.monotonic() - start, pids)
-    )
+    out.samples.append(await look())
     out.errors = error_lines(controller.log, log_offset)
     return out
