@@ -10,8 +10,9 @@ minute 2), queue depth once the stream stops (must drain to 0), the claim P99 pe
 own histogram (the figure the burst gate uses), claims made vs claims observed Ready, and the controller's
 error log lines. With a client watch process (benchmarks/client_watch.py, as `__main__` runs it): each claim's
 exact latency as a client sees it (send -> Ready seen), per minute and per 10 s window next to the CPU each
-cluster process used in it and the LISTs and finished WATCHes kube-apiserver served in it (`timeline`: a relist
-or a wave of restarted watches shows there), and per minute the claims' starts by launch type and pod condition.
+cluster process used in it, the LISTs and finished WATCHes kube-apiserver served in it and the objects it sent
+through the conversion webhook (`timeline`: a relist, a wave of restarted watches or a conversion backlog shows
+there), and per minute the claims' starts by launch type and pod condition.
 """
 
 from __future__ import annotations
@@ -76,13 +77,22 @@ class Sample:
     apiserver_reads: dict[str, float] = field(default_factory=dict)
 
 
+_CONVERSIONS = "apiserver_crd_conversion_webhook_duration_seconds_count"
+
+
 def apiserver_reads(samples: list[promtext.Sample]) -> dict[str, float]:
-    """LIST and WATCH counts by resource ("LIST pods") from kube-apiserver's `apiserver_request_total`."""
+    """LIST and WATCH counts by resource ("LIST pods") from kube-apiserver's `apiserver_request_total`, and
+    the objects it sent through the conversion webhook ("conversions": with v1alpha1 served, one per stored
+    change of a Sandbox or claim, for the v1alpha1 watch cache, so a backlog after a fill shows there)."""
     out: dict[str, float] = {}
     for s in samples:
         if s.name == "apiserver_request_total" and s.labels.get("verb") in ("LIST", "WATCH"):
             key = f"{s.labels['verb']} {s.labels.get('resource') or '-'}"
-            out[key] = out.get(key, 0.0) + s.value
+        elif s.name == _CONVERSIONS:
+            key = "conversions"
+        else:
+            continue
+        out[key] = out.get(key, 0.0) + s.value
     return out
 
 

@@ -122,8 +122,15 @@ apiserver_request_total{code="200",resource="pods",verb="WATCH"} 4
 apiserver_request_total{code="410",resource="pods",verb="WATCH"} 1
 apiserver_request_total{code="200",resource="sandboxes",verb="PATCH"} 90
 apiserver_request_total{code="200",resource="",verb="LIST"} 2
+apiserver_crd_conversion_webhook_duration_seconds_count{crd_name="sandboxes.agents.x-k8s.io",from_version="v1beta1",to_version="v1alpha1"} 7
+apiserver_crd_conversion_webhook_duration_seconds_count{crd_name="sandboxclaims.extensions.agents.x-k8s.io",from_version="v1beta1",to_version="v1alpha1"} 3
 """
-    assert apiserver_reads(parse(metrics)) == {"LIST pods": 3.0, "WATCH pods": 5.0, "LIST -": 2.0}
+    assert apiserver_reads(parse(metrics)) == {
+        "LIST pods": 3.0,
+        "WATCH pods": 5.0,
+        "LIST -": 2.0,
+        "conversions": 10.0,
+    }
 
     def look(at_s: float, reads: dict[str, float]) -> Sample:
         return Sample(at_s=at_s, rss_mib=1.0, fds=1, queue_depth=0.0, sandboxes_cached=0.0, pods_cached=0.0,
