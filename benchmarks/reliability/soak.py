@@ -47,7 +47,15 @@ from ..proc_sampling import process_cpu_seconds
 from ..stats import diff_buckets, histogram_summary, summarize
 from .burst import EXT, create_template_and_pool, retrying, settle
 
-__all__ = ["Sample", "Soak", "apiserver_reads", "error_lines", "scrape_controller", "soak"]
+__all__ = [
+    "Sample",
+    "Soak",
+    "apiserver_reads",
+    "create_sandboxes",
+    "error_lines",
+    "scrape_controller",
+    "soak",
+]
 
 EXPIRY_S = 30.0
 CLAIM_STARTS = "agent_sandbox_claim_creation"
@@ -255,7 +263,8 @@ def _look(controller: Started, metrics_port: int, at_s: float, pids: dict[str, i
     )
 
 
-async def _create_sandboxes(api: ApiClient, namespace: str, count: int, concurrency: int = 40) -> None:
+async def create_sandboxes(api: ApiClient, namespace: str, count: int, concurrency: int = 40) -> None:
+    """`count` bare Sandboxes `s-00000`... (busybox, no template), `concurrency` creates in flight, retried."""
     gate = asyncio.Semaphore(concurrency)
     body = {"containers": [{"name": "main", "image": "busybox"}]}
 
@@ -305,7 +314,7 @@ async def soak(
     out = Soak(params={"sandboxes": sandboxes, "per_minute": per_minute, "minutes": minutes,
                        "replicas": replicas, "expiry_s": EXPIRY_S})  # fmt: skip
     t0 = time.monotonic()
-    await _create_sandboxes(api, standing, sandboxes)
+    await create_sandboxes(api, standing, sandboxes)
     await _all_ready(api, standing, sandboxes, within=1800)
     out.sandboxes_ready_s = time.monotonic() - t0
     await create_template_and_pool(api, claims_ns, replicas)

@@ -52,6 +52,7 @@ __all__ = [
     "controlled_by",
     "controller_name",
     "controller_ref",
+    "drop_unapplied_managed_fields",
     "find_condition",
     "format_rfc3339nano",
     "format_time",
@@ -272,6 +273,19 @@ def server_side_applied(obj: ReadOnlyObject | None) -> bool:
     return isinstance(entries, list) and any(
         isinstance(e, Mapping) and e.get("operation") == "Apply" for e in entries
     )
+
+
+def drop_unapplied_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """A cache transform: `obj` without its `managedFields` unless some manager server-side applied it.
+
+    The caches of the objects whose entries our writes reset (claims, Sandboxes) keep exactly what that
+    decision reads (`server_side_applied`); applied objects are rare, so the entries they keep cost little.
+    """
+    if not server_side_applied(obj):
+        meta = obj.get("metadata")
+        if isinstance(meta, dict):
+            meta.pop("managedFields", None)
+    return obj
 
 
 def controlled_by(

@@ -14,7 +14,7 @@ from agent_sandbox.controllers.claim_pressure import ClaimPressure
 from agent_sandbox.controllers.context import ControllerContext
 from agent_sandbox.controllers.main import manager_options
 from agent_sandbox.controllers.options import Options
-from agent_sandbox.kube import POD, Manager, ManagerOptions
+from agent_sandbox.kube import POD, SANDBOX, Manager, ManagerOptions
 from agent_sandbox.kube.testing import FakeClient
 
 pytestmark = pytest.mark.unit
@@ -56,3 +56,30 @@ async def test_sandbox_setup_scopes_and_trims_the_pod_cache(scoped: bool) -> Non
     assert set(cached) == ({"tracked"} if scoped else {"tracked", "other"})
     assert cached["tracked"]["spec"] == {"nodeName": "n1"}  # the Pod diet
     assert "managedFields" not in cached["tracked"]["metadata"]
+
+
+async def test_sandbox_setup_keeps_managed_fields_only_of_applied_sandboxes() -> None:
+    """The pod-name patch resets a Sandbox's entries unless one is an Apply; the cache keeps what that reads."""
+    update = {"manager": "kubectl-create", "operation": "Update"}
+    apply = {"manager": "flux", "operation": "Apply"}
+
+    def sb(name: str, entries: list[dict[str, str]]) -> dict[str, object]:
+        return {"metadata": {"name": name, "namespace": "ns", "managedFields": entries}, "spec": {}}
+
+    fake = FakeClient((SANDBOX, sb("posted", [update])), (SANDBOX, sb("applied", [update, apply])))
+    mgr = Manager(
+        fake,  # type: ignore[arg-type]
+        ManagerOptions(metrics_bind_address="0", health_probe_bind_address="0", registry=CollectorRegistry()),
+    )
+    sandbox.setup(mgr, ControllerContext(Options()))
+    sandboxes = mgr.cache.informer(SANDBOX)
+    task = asyncio.create_task(sandboxes.run())
+    try:
+        await asyncio.wait_for(sandboxes.wait_for_sync(), 5)
+        cached = {s["metadata"]["name"]: s["metadata"] for s in sandboxes.list()}
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert "managedFields" not in cached["posted"]
+    assert cached["applied"]["managedFields"] == [update, apply]

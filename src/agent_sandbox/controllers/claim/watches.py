@@ -19,10 +19,10 @@ from typing import Any
 from agent_sandbox.api import constants as c
 from agent_sandbox.api.meta import (
     claim_sandbox_name,
+    drop_unapplied_managed_fields,
     is_ready,
     pool_key,
     sandbox_pool_name,
-    server_side_applied,
     status_condition,
 )
 from agent_sandbox.kube import (
@@ -255,9 +255,7 @@ def claim_cache_transform(obj: Object) -> Object:
     The claim intent patch drops a claim's entries only when none is an Apply (`decide_claim_intent`), so
     the cache keeps exactly the entries that decision reads; applied claims are rare, so it costs little.
     """
-    if not server_side_applied(obj):
-        obj.get("metadata", {}).pop("managedFields", None)
-    return obj
+    return drop_unapplied_managed_fields(obj)
 
 
 # --------------------------------------------------------------------------- setup (§5.3 step 8)

@@ -29,13 +29,12 @@ from agent_sandbox.api.constants import (
     OperatingMode,
     ShutdownPolicy,
 )
-from agent_sandbox.api.kinds import SANDBOX_CLAIM, SANDBOX_WARM_POOL
 from agent_sandbox.api.lifecycle import ANNOTATION_CLAIM_ENV
 from agent_sandbox.api.meta import (
     Ownership,
     classify_ownership,
-    controlled_by,
     reset_managed_fields,
+    server_side_applied,
     status_condition,
 )
 from agent_sandbox.api.naming import name_hash
@@ -157,21 +156,17 @@ def _remove_pod_name(*, keeps_pod: bool = False) -> PatchSandboxMetadata:
 def _ensure_pod_name(sandbox: Object, current: str, pod_name: str) -> list[Action]:
     """§1.5.2: set the annotation only when it is empty; a different non-empty value is left alone.
 
-    On a Sandbox our own controllers created (a warm-pool member, or a claim's cold Sandbox) the same
-    patch drops `managedFields` (docs/design/managed-fields.md).
+    Unless someone server-side applied the Sandbox, the same patch drops its `managedFields`: nothing reads
+    entries of plain creates and patches, and with none kube-apiserver tracks no further updates until an
+    apply (docs/design/managed-fields.md). The Sandbox cache keeps the entries of applied Sandboxes only
+    (`watches.sandbox_cache_transform`), which is what this reads.
     """
     if current:
         return []
     patch = _sandbox_annotation_patch(pod_name)
-    if _controller_created(sandbox):
+    if not server_side_applied(sandbox):
         reset_managed_fields(patch["metadata"])
     return [PatchSandboxMetadata(patch=patch, what="failed to set pod name annotation")]
-
-
-def _controller_created(sandbox: Object) -> bool:
-    """Created by our warm-pool or claim controller: nobody server-side applies it, so nothing reads its
-    `managedFields` and they can go (with none, kube-apiserver tracks no further updates until an apply)."""
-    return controlled_by(sandbox, SANDBOX_WARM_POOL) or controlled_by(sandbox, SANDBOX_CLAIM)
 
 
 # --------------------------------------------------------------------------- PVCs (§1.4)

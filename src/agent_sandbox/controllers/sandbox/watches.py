@@ -1,7 +1,8 @@
 """Wiring of the Sandbox controller into a manager (controllers spec §1.1, §5.3 step 7-8, §5.5).
 
-Owns: the Pod cache transform (the "Pod diet" of §1.1), the Pod/Service cache scoping of
-`--cache-label-selectors`, the tracking-label index on Pods, the expectation handlers on the child
+Owns: the Pod cache transform (the "Pod diet" of §1.1), the Sandbox cache transform (`managedFields` only of
+Sandboxes someone server-side applied: what the pod-name patch's reset decision reads), the Pod/Service cache
+scoping of `--cache-label-selectors`, the tracking-label index on Pods, the expectation handlers on the child
 informers, the watches (Sandbox itself; Pods and Services with the tracking label, mapped to their
 controlling Sandbox; PVCs are cached but not watched), the `agent_sandboxes` collector, and
 `setup`, the one call the controller process makes.
@@ -10,6 +11,7 @@ controlling Sandbox; PVCs are cached but not watched), the `agent_sandboxes` col
 from __future__ import annotations
 
 from agent_sandbox.api.constants import LABEL_SANDBOX_NAME_HASH
+from agent_sandbox.api.meta import drop_unapplied_managed_fields
 from agent_sandbox.kube import (
     POD,
     PVC,
@@ -73,6 +75,7 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
     cache = mgr.cache
     scope = LABEL_SANDBOX_NAME_HASH if opts.cache_label_selectors else None
     cache.set_kind_options(POD, KindOptions(label_selector=scope, transform=pod_cache_transform))
+    cache.set_kind_options(SANDBOX, KindOptions(transform=drop_unapplied_managed_fields))
     if scope is not None:
         cache.set_kind_options(SERVICE, KindOptions(label_selector=scope))
     ensure_indexes(cache, POD_BY_SANDBOX_HASH)

@@ -43,6 +43,7 @@ from agent_sandbox.kube import (
     ManagerOptions,
     NotFound,
     Object,
+    PatchType,
 )
 from tests import helpers
 
@@ -151,8 +152,9 @@ async def test_create_becomes_ready_with_pod_ips(manager: Manager, kube: ApiClie
     assert condition(sb, "Ready") == ("True", "DependenciesReady", "Pod is Ready")
     assert condition(sb, "PodScheduled") == ("True", "PodScheduled", "")
     assert sb["metadata"]["annotations"][ANNOTATION_POD_NAME] == "sb1"
-    # A user's Sandbox keeps its managedFields (only our controllers' own Sandboxes drop them).
-    assert {m.get("subresource", "") for m in sb["metadata"]["managedFields"]} == {"", "status"}
+    # Nobody server-side applied it: the pod-name patch dropped its managedFields, and with none
+    # kube-apiserver recorded none for the status writes after it (docs/design/managed-fields.md).
+    assert "managedFields" not in sb["metadata"]
     # Reserved keys of the template are not copied; the tracking label cannot be hijacked.
     assert pod["metadata"]["labels"] == {"app": "demo", LABEL_SANDBOX_NAME_HASH: name_hash("sb1")}
     assert pod["metadata"]["annotations"]["note"] == "n"
@@ -166,6 +168,36 @@ async def test_create_becomes_ready_with_pod_ips(manager: Manager, kube: ApiClie
         True,
     )
     assert await maybe(kube, SERVICE, "sb1", namespace) is None  # spec.service unset: no Service
+
+
+async def test_an_applied_sandbox_keeps_its_managed_fields(
+    manager: Manager, kube: ApiClient, namespace: str
+) -> None:
+    """docs/design/managed-fields.md: a Sandbox someone server-side applied keeps its entries (apply's
+    conflict detection reads them); applying one whose entries were dropped works and is tracked again."""
+    applied = sandbox_manifest("applied")
+    await kube.patch(
+        SANDBOX, "applied", applied, namespace=namespace, patch_type=PatchType.APPLY, field_manager="gitops"
+    )
+    await kube.create(SANDBOX, sandbox_manifest("posted"), namespace=namespace)
+    kept = await ready_sandbox(kube, "applied", namespace)
+    posted = await ready_sandbox(kube, "posted", namespace)
+    assert kept["metadata"]["annotations"][ANNOTATION_POD_NAME] == "applied"  # the pod-name patch ran
+    assert ("gitops", "Apply") in {(e["manager"], e["operation"]) for e in kept["metadata"]["managedFields"]}
+    assert "managedFields" not in posted["metadata"]
+    relabelled = sandbox_manifest("posted")
+    relabelled["metadata"]["labels"] = {"team": "blue"}
+    again = await kube.patch(
+        SANDBOX, "posted", relabelled, namespace=namespace, patch_type=PatchType.APPLY, field_manager="gitops"
+    )
+    assert again["metadata"]["labels"]["team"] == "blue"
+    assert ("gitops", "Apply") in {(e["manager"], e["operation"]) for e in again["metadata"]["managedFields"]}
+    # Applying again without the label removes it: apply owns what it set, without a conflict.
+    again = await kube.patch(
+        SANDBOX, "posted", sandbox_manifest("posted"), namespace=namespace, patch_type=PatchType.APPLY,
+        field_manager="gitops",
+    )  # fmt: skip
+    assert "team" not in (again["metadata"].get("labels") or {})
 
 
 async def test_suspend_keeps_pvc_and_service_then_resume_reattaches(

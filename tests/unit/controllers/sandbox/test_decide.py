@@ -264,21 +264,32 @@ POOL = ref("SandboxWarmPool", "pool", "uid-pool", api_version="extensions.agents
 CLAIM = ref("SandboxClaim", "claim", "uid-claim", api_version="extensions.agents.x-k8s.io/v1beta1")
 
 
+UPDATE_ENTRY = {"manager": "kubectl-create", "operation": "Update"}
+APPLY_ENTRY = {"manager": "argocd-controller", "operation": "Apply"}
+
+
 @pytest.mark.parametrize(
-    ("owner", "pods", "dropped"),
+    ("owner", "pods", "entries", "dropped"),
     [
-        (POOL, [], True),
-        (CLAIM, [], True),
-        (POOL, [pod()], True),  # the annotation written late (a Pod already there)
-        (None, [], False),  # a user's Sandbox: they may server-side apply it
-        (FOREIGN, [], False),
+        (POOL, [], None, True),
+        (CLAIM, [], None, True),
+        (POOL, [pod()], None, True),  # the annotation written late (a Pod already there)
+        (None, [], [UPDATE_ENTRY], True),  # a user's Sandbox, created with a POST
+        (None, [], None, True),  # ... as the Sandbox cache shows it (entries of plain updates dropped)
+        (FOREIGN, [], [UPDATE_ENTRY], True),
+        (None, [], [UPDATE_ENTRY, APPLY_ENTRY], False),  # someone server-side applied it: apply reads them
+        (POOL, [], [APPLY_ENTRY], False),
     ],
-    ids=["pool-member", "claim-cold", "pool-member-late", "user", "foreign-controller"],
-)
-def test_the_pod_name_patch_drops_managed_fields_of_sandboxes_our_controllers_created(
-    owner: dict[str, Any] | None, pods: list[Any], dropped: bool
+    ids=["pool-member", "claim-cold", "pool-member-late", "user-posted", "user-cached", "foreign-controller",
+         "user-applied", "pool-member-applied"],
+)  # fmt: skip
+def test_the_pod_name_patch_drops_managed_fields_unless_the_sandbox_was_applied(
+    owner: dict[str, Any] | None, pods: list[Any], entries: list[dict[str, str]] | None, dropped: bool
 ) -> None:
-    plan = decide(snap(sandbox(owner=owner), pods=pods), NOW)
+    sb = sandbox(owner=owner)
+    if entries is not None:
+        sb["metadata"]["managedFields"] = entries
+    plan = decide(snap(sb, pods=pods), NOW)
     (patch,) = [a.patch for a in plan.pod.actions if isinstance(a, PatchSandboxMetadata)]
     assert patch["metadata"]["annotations"] == {ANNOTATION_POD_NAME: SB}
     assert ("managedFields" in patch["metadata"]) is dropped
