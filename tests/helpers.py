@@ -12,7 +12,15 @@ from typing import Any, TypeVar
 import pytest
 
 from agent_sandbox.devcluster import DevCluster
-from agent_sandbox.kube import SANDBOX, ApiClient, ServerError, TooManyRequests, TransportError
+from agent_sandbox.kube import (
+    SANDBOX,
+    ApiClient,
+    PatchType,
+    ResourceKind,
+    ServerError,
+    TooManyRequests,
+    TransportError,
+)
 
 
 def wait_for(predicate: Any, *, timeout: float = 30.0, interval: float = 0.1, what: str = "condition") -> Any:
@@ -50,6 +58,25 @@ async def eventually(
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {within:.0f}s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+async def apply_labelled(
+    kube: ApiClient, kind: ResourceKind, body: dict[str, Any], labels: dict[str, str], namespace: str
+) -> dict[str, Any]:
+    """Server-side apply `body` with `labels` as field manager "gitops"; asserts the labels landed and that
+    the apply is tracked (an `Apply` entry of "gitops"): what applying an object whose managedFields our
+    controllers dropped must still do (docs/design/managed-fields.md)."""
+    if labels:
+        body = {**body, "metadata": {**body["metadata"], "labels": labels}}
+    name = body["metadata"]["name"]
+    applied: dict[str, Any] = await kube.patch(
+        kind, name, body, namespace=namespace, patch_type=PatchType.APPLY, field_manager="gitops"
+    )
+    landed = applied["metadata"].get("labels") or {}
+    assert all(landed.get(key) == value for key, value in labels.items()), landed
+    entries = {(e["manager"], e["operation"]) for e in applied["metadata"].get("managedFields") or ()}
+    assert ("gitops", "Apply") in entries
+    return applied
 
 
 def is_ready(obj: Mapping[str, Any]) -> bool:

@@ -38,7 +38,7 @@ from agent_sandbox.kube import (
     ServerError,
     TransportError,
 )
-from tests.helpers import controller_metrics, eventually, is_ready
+from tests.helpers import apply_labelled, controller_metrics, eventually, is_ready
 from tests.integration.controllers.builders import (
     claim_body,
     create_template_and_pool,
@@ -203,13 +203,7 @@ async def test_only_claims_nobody_applied_lose_their_managed_fields(
     entries = {(e["manager"], e["operation"]) for e in applied["metadata"].get("managedFields") or ()}
     assert ("gitops", "Apply") in entries
     # Applying the claim that lost its entries works and takes ownership of what it sets.
-    relabelled = claim_body("posted")
-    relabelled["metadata"]["labels"] = {"team": "blue"}
-    again = await kube.patch(
-        SANDBOX_CLAIM, "posted", relabelled, namespace=ns, patch_type=PatchType.APPLY, field_manager="gitops"
-    )
-    assert again["metadata"]["labels"]["team"] == "blue"
-    assert ("gitops", "Apply") in {(e["manager"], e["operation"]) for e in again["metadata"]["managedFields"]}
+    await apply_labelled(kube, SANDBOX_CLAIM, claim_body("posted"), {"team": "blue"}, ns)
 
 
 async def test_bookkeeping_waits_while_claims_arrive_then_catches_up(

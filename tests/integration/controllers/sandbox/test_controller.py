@@ -185,18 +185,9 @@ async def test_an_applied_sandbox_keeps_its_managed_fields(
     assert kept["metadata"]["annotations"][ANNOTATION_POD_NAME] == "applied"  # the pod-name patch ran
     assert ("gitops", "Apply") in {(e["manager"], e["operation"]) for e in kept["metadata"]["managedFields"]}
     assert "managedFields" not in posted["metadata"]
-    relabelled = sandbox_manifest("posted")
-    relabelled["metadata"]["labels"] = {"team": "blue"}
-    again = await kube.patch(
-        SANDBOX, "posted", relabelled, namespace=namespace, patch_type=PatchType.APPLY, field_manager="gitops"
-    )
-    assert again["metadata"]["labels"]["team"] == "blue"
-    assert ("gitops", "Apply") in {(e["manager"], e["operation"]) for e in again["metadata"]["managedFields"]}
+    await helpers.apply_labelled(kube, SANDBOX, sandbox_manifest("posted"), {"team": "blue"}, namespace)
     # Applying again without the label removes it: apply owns what it set, without a conflict.
-    again = await kube.patch(
-        SANDBOX, "posted", sandbox_manifest("posted"), namespace=namespace, patch_type=PatchType.APPLY,
-        field_manager="gitops",
-    )  # fmt: skip
+    again = await helpers.apply_labelled(kube, SANDBOX, sandbox_manifest("posted"), {}, namespace)
     assert "team" not in (again["metadata"].get("labels") or {})
 
 
