@@ -159,7 +159,7 @@ def _ensure_pod_name(sandbox: Object, current: str, pod_name: str) -> list[Actio
     Unless someone server-side applied the Sandbox, the same patch drops its `managedFields`: nothing reads
     entries of plain creates and patches, and with none kube-apiserver tracks no further updates until an
     apply (docs/design/managed-fields.md). The Sandbox cache keeps the entries of applied Sandboxes only
-    (`watches.sandbox_cache_transform`), which is what this reads.
+    (`api.meta.drop_unapplied_managed_fields`, set up by `watches.setup`), which is what this reads.
     """
     if current:
         return []
