@@ -36,7 +36,7 @@ from agent_sandbox.devcluster.config import POD_DELETION_GRACEFUL, POD_DELETION_
 from agent_sandbox.devcluster.identity import IDENTITY_ENV
 from agent_sandbox.kube import SANDBOX_CLAIM, NotFound
 
-from . import apiserver_profile, controller_profile
+from . import apiserver_profile, controller_profile, promtext
 from .cluster import Bench
 from .fill_tail import AuditedTuning
 from .host import host_info
@@ -155,12 +155,8 @@ async def _watchers(bench: Bench) -> str:
 
 async def _requests(bench: Bench) -> collections.Counter[str]:
     """kube-apiserver's request count by verb and resource, every client (the audit log skips reads)."""
-    out: collections.Counter[str] = collections.Counter()
-    for s in await bench.scrape_apiserver():
-        if s.name == "apiserver_request_total" and s.labels.get("verb") in ("GET", "LIST"):
-            sub = s.labels.get("subresource") or ""
-            out[f"{s.labels['verb']} {s.labels.get('resource')}{'/' + sub if sub else ''}"] += int(s.value)
-    return out
+    counts = promtext.apiserver_requests(await bench.scrape_apiserver(), ("GET", "LIST"))
+    return collections.Counter({key: int(n) for key, n in counts.items()})
 
 
 async def _window(

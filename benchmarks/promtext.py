@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["Sample", "counter_by", "counter_by_labels", "histogram", "parse", "scalar"]
+__all__ = ["Sample", "apiserver_requests", "counter_by", "counter_by_labels", "histogram", "parse", "scalar"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,5 +113,17 @@ def counter_by_labels(samples: list[Sample], name: str, labels: tuple[str, ...])
     for s in samples:
         if s.name in (name, f"{name}_total"):
             key = " ".join(s.labels.get(label, "") for label in labels).strip()
+            out[key] = out.get(key, 0.0) + s.value
+    return out
+
+
+def apiserver_requests(samples: list[Sample], verbs: tuple[str, ...]) -> dict[str, float]:
+    """kube-apiserver's `apiserver_request_total` for `verbs`, summed over codes: "VERB resource[/subresource]"
+    ("-" for a non-resource path). Every client's requests, reads included (the audit policy skips those)."""
+    out: dict[str, float] = {}
+    for s in samples:
+        if s.name == "apiserver_request_total" and s.labels.get("verb") in verbs:
+            sub = s.labels.get("subresource") or ""
+            key = f"{s.labels['verb']} {s.labels.get('resource') or '-'}{'/' + sub if sub else ''}"
             out[key] = out.get(key, 0.0) + s.value
     return out

@@ -28,6 +28,7 @@ from agent_sandbox.kube import SANDBOX, ServerError
 
 from .cluster import Bench
 from .host import host_info
+from .objects import is_ready
 from .reliability.soak import apiserver_reads, create_sandboxes
 from .result_files import write_result
 from .tuning import Tuning
@@ -44,10 +45,7 @@ async def _ready(bench: Bench) -> int:
         items = await bench.api.list(SANDBOX, namespace=NAMESPACE)
     except ServerError:  # 504 "Too large resource version": the watch cache is behind the fill; ask again
         return -1
-    return sum(
-        any(c.get("type") == "Ready" and c.get("status") == "True" for c in (s.get("status") or {}).get("conditions") or ())
-        for s in items
-    )  # fmt: skip
+    return sum(map(is_ready, items))
 
 
 async def one_run(sandboxes: int, tuning: Tuning) -> dict[str, Any]:

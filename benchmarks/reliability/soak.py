@@ -42,7 +42,7 @@ from agent_sandbox.kube import (
 from .. import promtext
 from ..claim_analysis import CLAIM_HIST
 from ..client_watch import ClientWatchProcess
-from ..objects import rfc3339nano
+from ..objects import is_ready, rfc3339nano
 from ..proc_sampling import process_cpu_seconds
 from ..stats import diff_buckets, histogram_summary, summarize
 from .burst import EXT, create_template_and_pool, retrying, settle
@@ -92,15 +92,10 @@ def apiserver_reads(samples: list[promtext.Sample]) -> dict[str, float]:
     """LIST and WATCH counts by resource ("LIST pods") from kube-apiserver's `apiserver_request_total`, and
     the objects it sent through the conversion webhook ("conversions": with v1alpha1 served, one per stored
     change of a Sandbox or claim, for the v1alpha1 watch cache, so a backlog after a fill shows there)."""
-    out: dict[str, float] = {}
-    for s in samples:
-        if s.name == "apiserver_request_total" and s.labels.get("verb") in ("LIST", "WATCH"):
-            key = f"{s.labels['verb']} {s.labels.get('resource') or '-'}"
-        elif s.name == _CONVERSIONS:
-            key = "conversions"
-        else:
-            continue
-        out[key] = out.get(key, 0.0) + s.value
+    out = promtext.apiserver_requests(samples, ("LIST", "WATCH"))
+    conversions = [s.value for s in samples if s.name == _CONVERSIONS]
+    if conversions:
+        out["conversions"] = sum(conversions)
     return out
 
 
@@ -281,12 +276,7 @@ async def _all_ready(api: ApiClient, namespace: str, count: int, within: float) 
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         items = await retrying(lambda: api.list(SANDBOX, namespace=namespace), what="list sandboxes")
-        ready = sum(
-            any(cd.get("type") == "Ready" and cd.get("status") == "True"
-                for cd in (sb.get("status") or {}).get("conditions") or ())
-            for sb in items
-        )  # fmt: skip
-        if ready >= count:
+        if sum(map(is_ready, items)) >= count:
             return
         await asyncio.sleep(5)
     raise TimeoutError(f"{count} Sandboxes not Ready within {within:.0f}s")
