@@ -29,7 +29,7 @@ from agent_sandbox.kube import SANDBOX, ServerError
 from .cluster import Bench
 from .host import host_info
 from .objects import is_ready
-from .reliability.soak import apiserver_reads, create_sandboxes
+from .reliability.soak import apiserver_counts, create_sandboxes
 from .result_files import write_result
 from .tuning import Tuning
 
@@ -37,7 +37,7 @@ NAMESPACE = "standalone"
 
 
 async def _conversions(bench: Bench) -> float:
-    return apiserver_reads(await bench.scrape_apiserver()).get("conversions", 0.0)
+    return apiserver_counts(await bench.scrape_apiserver()).get("conversions", 0.0)
 
 
 async def _ready(bench: Bench) -> int:

@@ -21,6 +21,7 @@ import dataclasses
 import os
 import random
 import sys
+import time
 import urllib.request
 import uuid
 from collections.abc import Sequence
@@ -31,11 +32,12 @@ from agent_sandbox.devcluster.config import KWOK_POD_PARALLELISM, POD_DELETION_I
 from agent_sandbox.devcluster.processes import stop
 from agent_sandbox.kube import ApiClient
 
+from .. import apiserver_profile
 from ..client_watch import ClientWatchProcess
 from ..cluster import await_conversion_webhook, unserve_v1alpha1
 from ..host import host_info
 from ..log import log
-from ..result_files import write_result, write_result_with_markdown
+from ..result_files import RESULTS, write_result, write_result_with_markdown
 from . import controllers
 from .churn import churn, markdown, probe_env
 from .crash import crash_trial
@@ -93,6 +95,9 @@ async def crash(args: argparse.Namespace) -> dict[str, Any]:
     return {"params": vars(args), "host": host_info(), "totals": totals, "trials": trials}
 
 
+PROFILE_SECONDS = 60
+
+
 async def soak_run(args: argparse.Namespace) -> dict[str, Any]:
     live = args.sandboxes + args.replicas + int(args.per_minute)  # claims live for 30 s: < one minute's worth
     # Room for twice the live Pods: Terminating Pods keep their node's capacity until kwok deletes them, and an
@@ -104,7 +109,17 @@ async def soak_run(args: argparse.Namespace) -> dict[str, Any]:
         config = dataclasses.replace(
             config, pod_start_delay_ms=0, pod_start_jitter_ms=0, pod_deletion=POD_DELETION_INSTANT
         )
+    profile_at = tuple(float(at) for at in args.apiserver_profile.split(",") if at)
+    config = dataclasses.replace(config, apiserver_profiling=bool(profile_at))
     cluster = DevCluster.up(config, log=log)
+    profiles: dict[str, Any] = {}
+
+    async def profiler(at_s: float) -> None:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        out = RESULTS / "profiles" / f"soak-{stamp}-at{at_s:.0f}s-apiserver.pprof"
+        path = await apiserver_profile.capture(cluster, PROFILE_SECONDS, out)
+        profiles[f"{at_s:.0f}"] = await asyncio.to_thread(apiserver_profile.summarize, path)
+
     try:
         with controllers.as_serviceaccount():
             controller = controllers.start(cluster)
@@ -122,6 +137,7 @@ async def soak_run(args: argparse.Namespace) -> dict[str, Any]:
                     minutes=args.minutes, replicas=args.replicas,
                     namespaces=(_namespace(cluster), _namespace(cluster)), client_watch=watcher,
                     pids={started.name: started.pid for started in cluster.state.started},
+                    profile_at=profile_at, profiler=profiler,
                 )  # fmt: skip
             finally:
                 await watcher.stop()
@@ -137,6 +153,7 @@ async def soak_run(args: argparse.Namespace) -> dict[str, Any]:
         "kwok_pod_parallelism": args.kwok_pod_parallelism,
         "serve_v1alpha1": not args.unserve_v1alpha1,
         **run.as_dict(),
+        **({"apiserver_profiles": profiles} if profiles else {}),
     }
 
 
@@ -211,6 +228,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--unserve-v1alpha1",
         action="store_true",
         help="mark v1alpha1 `served: false` on the CRDs (the k8s/v1beta1-only install): no conversion per write",
+    )
+    p.add_argument(
+        "--apiserver-profile",
+        default="",
+        metavar="S,S,...",
+        help=f"kube-apiserver CPU profiles of {PROFILE_SECONDS} s starting S s into the stream (results/profiles/)",
     )
     p = sub.add_parser("churn", help="claim create/Ready/delete cycles: controller heap growth by site")
     p.add_argument("--cycles", type=int, default=3000)

@@ -10,9 +10,10 @@ minute 2), queue depth once the stream stops (must drain to 0), the claim P99 pe
 own histogram (the figure the burst gate uses), claims made vs claims observed Ready, and the controller's
 error log lines. With a client watch process (benchmarks/client_watch.py, as `__main__` runs it): each claim's
 exact latency as a client sees it (send -> Ready seen), per minute and per 10 s window next to the CPU each
-cluster process used in it, the LISTs and finished WATCHes kube-apiserver served in it and the objects it sent
-through the conversion webhook (`timeline`: a relist, a wave of restarted watches or a conversion backlog shows
-there), and per minute the claims' starts by launch type and pod condition.
+cluster process used in it, the requests kube-apiserver served in it by verb and resource (GETs aside) and the
+objects it sent through the conversion webhook (`timeline`: a relist, a wave of restarted watches, extra writes
+or a conversion backlog shows there), and per minute the claims' starts by launch type and pod condition.
+`--apiserver-profile` adds kube-apiserver CPU profiles over chosen windows of the stream.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import asyncio
 import os
 import time
 import urllib.request
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -50,7 +52,7 @@ from .burst import EXT, create_template_and_pool, retrying, settle
 __all__ = [
     "Sample",
     "Soak",
-    "apiserver_reads",
+    "apiserver_counts",
     "create_sandboxes",
     "error_lines",
     "scrape_controller",
@@ -80,19 +82,21 @@ class Sample:
     # CPU seconds used so far by each process of the cluster (etcd, kube-apiserver, ...): a 10 s window whose
     # client latency is high is read against who was busy in it.
     cpu_by_process: dict[str, float] = field(default_factory=dict)
-    # kube-apiserver's LIST and finished WATCH requests so far by resource, every client: a window where the
-    # API server is busy is read against relists and restarted watches (the audit log skips reads).
-    apiserver_reads: dict[str, float] = field(default_factory=dict)
+    # kube-apiserver's requests so far by verb and resource, every client (`apiserver_counts`): a window where
+    # the API server is busy is read against relists, restarted watches and writes (the audit log skips reads).
+    apiserver_requests: dict[str, float] = field(default_factory=dict)
 
 
 _CONVERSIONS = "apiserver_crd_conversion_webhook_duration_seconds_count"
+REQUEST_VERBS = ("LIST", "WATCH", "POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION")
 
 
-def apiserver_reads(samples: list[promtext.Sample]) -> dict[str, float]:
-    """LIST and WATCH counts by resource ("LIST pods") from kube-apiserver's `apiserver_request_total`, and
-    the objects it sent through the conversion webhook ("conversions": with v1alpha1 served, one per stored
-    change of a Sandbox or claim, for the v1alpha1 watch cache, so a backlog after a fill shows there)."""
-    out = promtext.apiserver_requests(samples, ("LIST", "WATCH"))
+def apiserver_counts(samples: list[promtext.Sample]) -> dict[str, float]:
+    """Request counts by verb and resource ("LIST pods", "PATCH sandboxes/status") from kube-apiserver's
+    `apiserver_request_total`, every verb but GET (clients poll with GETs), and the objects it sent through
+    the conversion webhook ("conversions": with v1alpha1 served, one per stored change of a Sandbox or claim,
+    for the v1alpha1 watch cache, so a backlog after a fill shows there)."""
+    out = promtext.apiserver_requests(samples, REQUEST_VERBS)
     conversions = [s.value for s in samples if s.name == _CONVERSIONS]
     if conversions:
         out["conversions"] = sum(conversions)
@@ -138,13 +142,13 @@ class Soak:
                 if name in b.cpu_by_process
             }
             row: dict[str, Any] = {"at_s": a.at_s, "cores": cores}
-            reads = {
-                key: int(n - a.apiserver_reads.get(key, 0.0))
-                for key, n in sorted(b.apiserver_reads.items())
-                if n > a.apiserver_reads.get(key, 0.0)
+            requests = {
+                key: int(n - a.apiserver_requests.get(key, 0.0))
+                for key, n in sorted(b.apiserver_requests.items())
+                if n > a.apiserver_requests.get(key, 0.0)
             }
-            if reads:
-                row["apiserver_reads"] = reads
+            if requests:
+                row["apiserver_requests"] = requests
             if self.started_wall is not None and sent:
                 lo, hi = self.started_wall + a.at_s, self.started_wall + b.at_s
                 window = [ms for t, ms in sent if lo <= t < hi]
@@ -294,11 +298,14 @@ async def soak(
     namespaces: tuple[str, str],
     client_watch: ClientWatchProcess | None = None,
     pids: dict[str, int] | None = None,
+    profile_at: tuple[float, ...] = (),
+    profiler: Callable[[float], Awaitable[None]] | None = None,
 ) -> Soak:
     """Run one soak (see the module docstring) in two empty namespaces: (standing, claims).
 
     `client_watch`: a started watcher process; the soak waits for its watch before the stream, stamps each
-    claim with its send time, and stops it once the queues drained.
+    claim with its send time, and stops it once the queues drained. `profiler(at_s)` is started at each of
+    `profile_at` (seconds into the stream), e.g. to take kube-apiserver's CPU profile over a window.
     """
     standing, claims_ns = namespaces
     out = Soak(params={"sandboxes": sandboxes, "per_minute": per_minute, "minutes": minutes,
@@ -332,9 +339,9 @@ async def soak(
             out.claims_failed += 1
 
     async def look() -> Sample:
-        reads = apiserver_reads(promtext.parse((await api.request("GET", "/metrics")).decode()))
+        counts = apiserver_counts(promtext.parse((await api.request("GET", "/metrics")).decode()))
         sample = await asyncio.to_thread(_look, controller, metrics_port, time.monotonic() - start, pids)
-        sample.apiserver_reads = reads
+        sample.apiserver_requests = counts
         return sample
 
     async def sampler() -> None:
@@ -342,7 +349,13 @@ async def soak(
             out.samples.append(await look())
             await asyncio.sleep(10)
 
+    async def profile(at_s: float) -> None:
+        assert profiler is not None
+        await asyncio.sleep(max(0.0, start + at_s - time.monotonic()))
+        await profiler(at_s)
+
     sampling = asyncio.create_task(sampler())
+    profiling = [asyncio.create_task(profile(at)) for at in profile_at if profiler is not None]
     i = 0
     while (now := time.monotonic()) < stop_at:
         due = start + i * interval
@@ -353,7 +366,7 @@ async def soak(
         task.add_done_callback(inflight.discard)
         out.claims_sent += 1
         i += 1
-    await asyncio.gather(*inflight)
+    await asyncio.gather(*inflight, *profiling)
     # The stream stopped: the work queues must drain (claims still expire for EXPIRY_S, then nothing).
     stopped = time.monotonic()
     while time.monotonic() - stopped < EXPIRY_S + 120:

@@ -112,9 +112,9 @@ def test_the_timeline_reads_each_window_s_latency_against_the_cores_each_process
     assert second["client_ms"]["max"] == 1000.0
 
 
-def test_the_timeline_names_the_relists_and_restarted_watches_of_each_window() -> None:
+def test_the_timeline_names_the_relists_restarted_watches_and_writes_of_each_window() -> None:
     from benchmarks.promtext import parse
-    from benchmarks.reliability.soak import Sample, Soak, apiserver_reads
+    from benchmarks.reliability.soak import Sample, Soak, apiserver_counts
 
     metrics = """\
 apiserver_request_total{code="200",resource="pods",verb="LIST"} 3
@@ -125,20 +125,21 @@ apiserver_request_total{code="200",resource="",verb="LIST"} 2
 apiserver_crd_conversion_webhook_duration_seconds_count{crd_name="sandboxes.agents.x-k8s.io",from_version="v1beta1",to_version="v1alpha1"} 7
 apiserver_crd_conversion_webhook_duration_seconds_count{crd_name="sandboxclaims.extensions.agents.x-k8s.io",from_version="v1beta1",to_version="v1alpha1"} 3
 """
-    assert apiserver_reads(parse(metrics)) == {
+    assert apiserver_counts(parse(metrics)) == {
         "LIST pods": 3.0,
         "WATCH pods": 5.0,
         "LIST -": 2.0,
+        "PATCH sandboxes": 90.0,
         "conversions": 10.0,
     }
 
-    def look(at_s: float, reads: dict[str, float]) -> Sample:
+    def look(at_s: float, counts: dict[str, float]) -> Sample:
         return Sample(at_s=at_s, rss_mib=1.0, fds=1, queue_depth=0.0, sandboxes_cached=0.0, pods_cached=0.0,
-                      cpu_s=0.0, claim_buckets=[], apiserver_reads=reads)  # fmt: skip
+                      cpu_s=0.0, claim_buckets=[], apiserver_requests=counts)  # fmt: skip
 
     run = Soak(params={}, samples=[look(0.0, {"LIST pods": 3.0, "WATCH pods": 5.0}),
                                    look(10.0, {"LIST pods": 3.0, "WATCH pods": 5.0}),
                                    look(20.0, {"LIST pods": 4.0, "WATCH pods": 9.0, "LIST sandboxes": 1.0})])  # fmt: skip
     quiet, busy = run.timeline()
-    assert "apiserver_reads" not in quiet  # nothing listed or re-watched: no entry, not zeros
-    assert busy["apiserver_reads"] == {"LIST pods": 1, "LIST sandboxes": 1, "WATCH pods": 4}
+    assert "apiserver_requests" not in quiet  # nothing listed or re-watched: no entry, not zeros
+    assert busy["apiserver_requests"] == {"LIST pods": 1, "LIST sandboxes": 1, "WATCH pods": 4}
