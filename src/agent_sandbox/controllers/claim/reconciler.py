@@ -229,10 +229,14 @@ class ClaimReconciler:
             self._event(claim, c.EVENT_CLAIM_EXPIRED, "Claim Expired", "Claim expired")
             return Result(_EXPIRED_REQUEUE)
         if isinstance(step, DeleteClaim):
+            uid = meta.get("uid", "")
+            if self.fresh.deleted(uid):
+                return Result()  # deleted by an earlier pass; the informer has not delivered it yet
             self._event(
                 claim, c.EVENT_CLAIM_EXPIRED, "Deleting", f"Deleting Claim (ShutdownPolicy={step.policy})"
             )
             await ex.delete_claim(self.api, claim, step.propagation)
+            self.fresh.mark_deleted(uid)
             return Result()
 
         snap = await self._observe(claim, now)

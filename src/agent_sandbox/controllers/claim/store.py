@@ -9,7 +9,9 @@ returned, until the informer catches up). A claim pass triggered by, say, our st
 the informer has seen our previous metadata patch or the takeover of its Sandbox; reading the newer of
 (cache, our last write) keeps that pass from repeating a write or - worse - binding a second Sandbox.
 On top, it records which Sandboxes this process bound to which claim, so a claim whose status write was
-lost still finds its Sandbox before the cache shows it (same `ttl`).
+lost still finds its Sandbox before the cache shows it, and which claims this process deleted, so a pass
+that runs before the informer delivers the deletion (our own status write's event, or a Sandbox event)
+neither deletes the claim again nor repeats its Event (same `ttl`).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class Freshest(OwnWrites):
         super().__init__(ttl=ttl, clock=clock)
         self._bound: dict[str, dict[str, float]] = {}  # claim uid -> {sandbox name: when}
         self._uncertain: dict[str, str] = {}  # claim uid -> sandbox name of an ambiguous takeover
+        self._deleted: dict[str, float] = {}  # claim uid -> when this process deleted it
 
     def bind(self, claim_uid: str, sandbox_name: str) -> None:
         """This process gave `sandbox_name` to the claim (takeover or create succeeded)."""
@@ -70,6 +73,21 @@ class Freshest(OwnWrites):
     def unbind_claim(self, claim_uid: str) -> None:
         self._bound.pop(claim_uid, None)
         self._uncertain.pop(claim_uid, None)
+        self._deleted.pop(claim_uid, None)
+
+    def mark_deleted(self, claim_uid: str) -> None:
+        """This process deleted the claim (or found it gone): its delete event is on the way."""
+        self._deleted[claim_uid] = self.now()
+
+    def deleted(self, claim_uid: str) -> bool:
+        """True while the claim is one this process deleted less than `ttl` ago."""
+        at = self._deleted.get(claim_uid)
+        if at is None:
+            return False
+        if self.now() - at > self.ttl:
+            del self._deleted[claim_uid]
+            return False
+        return True
 
     def mark_uncertain(self, claim_uid: str, sandbox_name: str) -> None:
         """A takeover ended without an answer (timeout, connection loss): it may or may not have applied."""
@@ -82,3 +100,5 @@ class Freshest(OwnWrites):
         super().sweep(now)
         for uid in [u for u, held in self._bound.items() if all(now - at > self.ttl for at in held.values())]:
             del self._bound[uid]
+        for uid in [u for u, at in self._deleted.items() if now - at > self.ttl]:
+            del self._deleted[uid]

@@ -432,6 +432,32 @@ async def test_shutdown_time_and_policies(kube: ApiClient, namespace: str, contr
     assert "Claim expired" in notes
 
 
+async def test_an_expired_claim_is_deleted_once_with_one_deleting_event(
+    kube: ApiClient, namespace: str, controller: Started
+) -> None:
+    """The pass after the DELETE (our own status write's event, before the informer delivers the deletion)
+    neither deletes again nor repeats the Event: a repeat shows as a `series` on the one Event."""
+    ns = namespace
+    await kube.create(SANDBOX_TEMPLATE, template_body(labels=DEMO), namespace=ns)
+    await kube.create(SANDBOX_WARM_POOL, pool_body(replicas=0), namespace=ns)
+    soon = (datetime.now(UTC) + timedelta(seconds=6)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    names = [f"expiring-{i}" for i in range(10)]
+    for name in names:
+        body = claim_body(name, lifecycle={"shutdownTime": soon, "shutdownPolicy": "Delete"})
+        await kube.create(SANDBOX_CLAIM, body, namespace=ns)
+    for name in names:
+        await eventually(
+            lambda n=name: _gone(maybe(kube, SANDBOX_CLAIM, n, ns)), f"{name} deleted", within=60
+        )
+    await asyncio.sleep(2.0)  # a repeated Event is written in the background: give it time to land
+    events = [e for e in await kube.list(EVENT, namespace=ns) if e.get("action") == "Deleting"]
+    per_claim = {
+        name: [(e.get("series") or {}).get("count", 1) for e in events if e["regarding"]["name"] == name]
+        for name in names
+    }
+    assert per_claim == {name: [1] for name in names}
+
+
 async def test_ttl_after_finished(kube: ApiClient, namespace: str, controller: Started) -> None:
     ns = namespace
     pod = {"restartPolicy": "Never", "containers": [{"name": "job", "image": "busybox", "command": ["true"]}]}

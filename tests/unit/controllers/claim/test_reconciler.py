@@ -577,6 +577,26 @@ async def test_delete_policies_delete_the_claim(policy: str, propagation: str) -
     )
 
 
+async def test_a_pass_before_the_informer_delivers_the_deletion_neither_deletes_again_nor_repeats_the_event() -> (
+    None
+):
+    """Our status write's event (or a Sandbox event) can run one more pass over the deleted claim's cached copy."""
+    lifecycle = {"shutdownTime": ts(T0 + timedelta(seconds=10)), "shutdownPolicy": "Delete"}
+    world, _ = _bound_claim(lifecycle=lifecycle)
+    await world.reconcile()
+    world.now = T0 + timedelta(seconds=11)
+    await world.reconcile()  # mark
+    with world.lag():  # the informer still shows the claim after our DELETE
+        await world.reconcile()  # act
+        deleting = [e for e in world.events.events if e[2] == "Deleting"]
+        world.clear_actions()
+        assert (await world.reconcile()).requeue_after is None
+        assert world.writes() == []
+    assert [e for e in world.events.events if e[2] == "Deleting"] == deleting
+    assert len(deleting) == 1
+    assert world.find(SANDBOX_CLAIM, "c1") is None
+
+
 async def test_retain_with_foreign_sandbox_skips_deletion_and_clears_binding() -> None:
     foreign = member("c1", owner_kind=c.KIND_SANDBOX_CLAIM)
     expired = claim(

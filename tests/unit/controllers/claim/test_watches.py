@@ -240,3 +240,18 @@ def test_the_claim_cache_keeps_managed_fields_only_of_applied_claims() -> None:
     assert "managedFields" not in claim_cache_transform(posted)["metadata"]
     assert claim_cache_transform(applied)["metadata"]["managedFields"] == [update, apply]
     assert claim_cache_transform({"metadata": {"name": "c"}}) == {"metadata": {"name": "c"}}
+
+
+def test_a_deleted_claim_is_remembered_until_its_delete_event_or_the_ttl() -> None:
+    now = [0.0]
+    fresh = Freshest(ttl=30.0, clock=lambda: now[0])
+    handler = ClaimLifecycleHandler(fresh, ClaimPressure(15.0))
+    fresh.mark_deleted("c1-uid")
+    fresh.mark_deleted("c2-uid")
+    assert fresh.deleted("c1-uid")
+    assert fresh.deleted("c2-uid")
+    assert not fresh.deleted("other")
+    handler.on_delete(claim("c1"))  # the informer delivered it
+    assert not fresh.deleted("c1-uid")
+    now[0] = 31.0  # never delivered (a lost event): forgotten after the TTL
+    assert not fresh.deleted("c2-uid")
