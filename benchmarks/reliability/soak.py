@@ -53,6 +53,7 @@ __all__ = [
     "Sample",
     "Soak",
     "apiserver_counts",
+    "apiserver_heap",
     "create_sandboxes",
     "error_lines",
     "scrape_controller",
@@ -85,10 +86,23 @@ class Sample:
     # kube-apiserver's requests so far by verb and resource, every client (`apiserver_counts`): a window where
     # the API server is busy is read against relists, restarted watches and writes (the audit log skips reads).
     apiserver_requests: dict[str, float] = field(default_factory=dict)
+    # kube-apiserver's Go heap in use (MiB) and garbage collections so far (`apiserver_heap`): a heap that is
+    # still growing costs fresh pages and more frequent collections.
+    apiserver_heap: dict[str, float] = field(default_factory=dict)
 
 
 _CONVERSIONS = "apiserver_crd_conversion_webhook_duration_seconds_count"
 REQUEST_VERBS = ("LIST", "WATCH", "POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION")
+
+
+def apiserver_heap(samples: list[promtext.Sample]) -> dict[str, float]:
+    """kube-apiserver's Go heap in use (MiB) and its garbage collections so far, from its `/metrics`."""
+    out: dict[str, float] = {}
+    if (inuse := promtext.scalar(samples, "go_memstats_heap_inuse_bytes")) is not None:
+        out["heap_inuse_mib"] = round(inuse / 2**20, 1)
+    if (collections := promtext.scalar(samples, "go_gc_duration_seconds_count")) is not None:
+        out["gc_cycles"] = collections
+    return out
 
 
 def apiserver_counts(samples: list[promtext.Sample]) -> dict[str, float]:
@@ -149,6 +163,12 @@ class Soak:
             }
             if requests:
                 row["apiserver_requests"] = requests
+            if "heap_inuse_mib" in b.apiserver_heap:
+                row["apiserver_heap_mib"] = b.apiserver_heap["heap_inuse_mib"]
+            if "gc_cycles" in a.apiserver_heap and "gc_cycles" in b.apiserver_heap:
+                row["apiserver_gc_cycles"] = int(
+                    b.apiserver_heap["gc_cycles"] - a.apiserver_heap["gc_cycles"]
+                )
             if self.started_wall is not None and sent:
                 lo, hi = self.started_wall + a.at_s, self.started_wall + b.at_s
                 window = [ms for t, ms in sent if lo <= t < hi]
@@ -339,9 +359,11 @@ async def soak(
             out.claims_failed += 1
 
     async def look() -> Sample:
-        counts = apiserver_counts(promtext.parse((await api.request("GET", "/metrics")).decode()))
+        metrics = promtext.parse((await api.request("GET", "/metrics")).decode())
+        counts, heap = apiserver_counts(metrics), apiserver_heap(metrics)
         sample = await asyncio.to_thread(_look, controller, metrics_port, time.monotonic() - start, pids)
         sample.apiserver_requests = counts
+        sample.apiserver_heap = heap
         return sample
 
     async def sampler() -> None:

@@ -143,3 +143,28 @@ apiserver_crd_conversion_webhook_duration_seconds_count{crd_name="sandboxclaims.
     quiet, busy = run.timeline()
     assert "apiserver_requests" not in quiet  # nothing listed or re-watched: no entry, not zeros
     assert busy["apiserver_requests"] == {"LIST pods": 1, "LIST sandboxes": 1, "WATCH pods": 4}
+
+
+def test_the_timeline_shows_the_api_servers_heap_and_its_collections_per_window() -> None:
+    from benchmarks.promtext import parse
+    from benchmarks.reliability.soak import Sample, Soak, apiserver_heap
+
+    metrics = """\
+go_memstats_heap_inuse_bytes 3.145728e+08
+go_gc_duration_seconds{quantile="0.5"} 0.0001
+go_gc_duration_seconds_sum 0.5
+go_gc_duration_seconds_count 40
+"""
+    assert apiserver_heap(parse(metrics)) == {"heap_inuse_mib": 300.0, "gc_cycles": 40.0}
+    assert apiserver_heap(parse("process_cpu_seconds_total 3\n")) == {}
+
+    def look(at_s: float, heap: dict[str, float]) -> Sample:
+        return Sample(at_s=at_s, rss_mib=1.0, fds=1, queue_depth=0.0, sandboxes_cached=0.0, pods_cached=0.0,
+                      cpu_s=0.0, claim_buckets=[], apiserver_heap=heap)  # fmt: skip
+
+    run = Soak(params={}, samples=[look(0.0, {}), look(10.0, {"heap_inuse_mib": 300.0, "gc_cycles": 40.0}),
+                                   look(20.0, {"heap_inuse_mib": 320.5, "gc_cycles": 46.0})])  # fmt: skip
+    unscraped, second = run.timeline()
+    assert "apiserver_gc_cycles" not in unscraped  # no count before the first scrape: no entry, not a jump
+    assert unscraped["apiserver_heap_mib"] == 300.0
+    assert (second["apiserver_heap_mib"], second["apiserver_gc_cycles"]) == (320.5, 6)
