@@ -137,7 +137,7 @@ async def soak_run(args: argparse.Namespace) -> dict[str, Any]:
                     minutes=args.minutes, replicas=args.replicas,
                     namespaces=(_namespace(cluster), _namespace(cluster)), client_watch=watcher,
                     pids={started.name: started.pid for started in cluster.state.started},
-                    profile_at=profile_at, profiler=profiler,
+                    profile_at=profile_at, profiler=profiler, pause_s=args.pause,
                 )  # fmt: skip
             finally:
                 await watcher.stop()
@@ -228,6 +228,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--unserve-v1alpha1",
         action="store_true",
         help="mark v1alpha1 `served: false` on the CRDs (the k8s/v1beta1-only install): no conversion per write",
+    )
+    p.add_argument(
+        "--pause",
+        type=float,
+        default=0.0,
+        help="seconds between the fill (pool settled) and the claim stream",
     )
     p.add_argument(
         "--apiserver-profile",

@@ -320,22 +320,25 @@ async def soak(
     pids: dict[str, int] | None = None,
     profile_at: tuple[float, ...] = (),
     profiler: Callable[[float], Awaitable[None]] | None = None,
+    pause_s: float = 0.0,
 ) -> Soak:
     """Run one soak (see the module docstring) in two empty namespaces: (standing, claims).
 
     `client_watch`: a started watcher process; the soak waits for its watch before the stream, stamps each
     claim with its send time, and stops it once the queues drained. `profiler(at_s)` is started at each of
     `profile_at` (seconds into the stream), e.g. to take kube-apiserver's CPU profile over a window.
+    `pause_s`: seconds between the pool settling and the stream (0: the stream follows the fill at once).
     """
     standing, claims_ns = namespaces
     out = Soak(params={"sandboxes": sandboxes, "per_minute": per_minute, "minutes": minutes,
-                       "replicas": replicas, "expiry_s": EXPIRY_S})  # fmt: skip
+                       "replicas": replicas, "expiry_s": EXPIRY_S, "pause_s": pause_s})  # fmt: skip
     t0 = time.monotonic()
     await create_sandboxes(api, standing, sandboxes)
     await _all_ready(api, standing, sandboxes, within=1800)
     out.sandboxes_ready_s = time.monotonic() - t0
     await create_template_and_pool(api, claims_ns, replicas)
     await settle(api, claims_ns, claims=0, replicas=replicas, within=600)
+    await asyncio.sleep(pause_s)
     log_offset = controller.log.stat().st_size
     if client_watch is not None and not await client_watch.wait_watching():
         raise RuntimeError("the client watch process did not start its watch")
