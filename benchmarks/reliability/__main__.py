@@ -110,7 +110,9 @@ async def soak_run(args: argparse.Namespace) -> dict[str, Any]:
             config, pod_start_delay_ms=0, pod_start_jitter_ms=0, pod_deletion=POD_DELETION_INSTANT
         )
     profile_at = tuple(float(at) for at in args.apiserver_profile.split(",") if at)
-    config = dataclasses.replace(config, apiserver_profiling=bool(profile_at))
+    config = dataclasses.replace(
+        config, apiserver_profiling=bool(profile_at), apiserver_extra_args=tuple(args.apiserver_arg)
+    )
     cluster = DevCluster.up(config, log=log)
     profiles: dict[str, Any] = {}
 
@@ -228,6 +230,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--unserve-v1alpha1",
         action="store_true",
         help="mark v1alpha1 `served: false` on the CRDs (the k8s/v1beta1-only install): no conversion per write",
+    )
+    p.add_argument(
+        "--apiserver-arg",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="an extra kube-apiserver flag (repeatable; an experiment, e.g. --feature-gates=ListFromCacheSnapshot=false)",
     )
     p.add_argument(
         "--pause",

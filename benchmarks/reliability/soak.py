@@ -58,6 +58,7 @@ __all__ = [
     "error_lines",
     "scrape_controller",
     "soak",
+    "watch_cache_capacity",
 ]
 
 EXPIRY_S = 30.0
@@ -89,6 +90,9 @@ class Sample:
     # kube-apiserver's Go heap in use (MiB) and garbage collections so far (`apiserver_heap`): a heap that is
     # still growing costs fresh pages and more frequent collections.
     apiserver_heap: dict[str, float] = field(default_factory=dict)
+    # Events each of kube-apiserver's watch caches holds room for, by resource (`watch_cache_capacity`): the
+    # ring doubles while its oldest event is younger than 75 s, so a stream's event rate sets how much it keeps.
+    watch_cache_capacity: dict[str, int] = field(default_factory=dict)
 
 
 _CONVERSIONS = "apiserver_crd_conversion_webhook_duration_seconds_count"
@@ -103,6 +107,16 @@ def apiserver_heap(samples: list[promtext.Sample]) -> dict[str, float]:
     if (collections := promtext.scalar(samples, "go_gc_duration_seconds_count")) is not None:
         out["gc_cycles"] = collections
     return out
+
+
+def watch_cache_capacity(samples: list[promtext.Sample]) -> dict[str, int]:
+    """kube-apiserver's watch cache capacity (events) per resource, those above the 100-event floor."""
+    out: dict[str, int] = {}
+    for s in samples:
+        if s.name == "apiserver_watch_cache_capacity" and s.value > 100:
+            resource = s.labels.get("resource", "")
+            out[resource] = out.get(resource, 0) + int(s.value)
+    return dict(sorted(out.items()))
 
 
 def apiserver_counts(samples: list[promtext.Sample]) -> dict[str, float]:
@@ -169,6 +183,8 @@ class Soak:
                 row["apiserver_gc_cycles"] = int(
                     b.apiserver_heap["gc_cycles"] - a.apiserver_heap["gc_cycles"]
                 )
+            if b.watch_cache_capacity:
+                row["watch_cache_capacity"] = b.watch_cache_capacity
             if self.started_wall is not None and sent:
                 lo, hi = self.started_wall + a.at_s, self.started_wall + b.at_s
                 window = [ms for t, ms in sent if lo <= t < hi]
@@ -367,6 +383,7 @@ async def soak(
         sample = await asyncio.to_thread(_look, controller, metrics_port, time.monotonic() - start, pids)
         sample.apiserver_requests = counts
         sample.apiserver_heap = heap
+        sample.watch_cache_capacity = watch_cache_capacity(metrics)
         return sample
 
     async def sampler() -> None:

@@ -112,6 +112,7 @@ def apiserver_argv(lay: Layout, cfg: ClusterConfig) -> list[str]:
         *egress,
         *audit,
         "--v=1",
+        *cfg.apiserver_extra_args,
     ]
 
 

@@ -103,6 +103,9 @@ class ClusterConfig:
     audit_log: bool = False
     # With `audit_log`: every write's request body and Events too (probes that ask what each write changed).
     audit_bodies: bool = False
+    # Extra kube-apiserver flags, appended last (a later flag wins), e.g. "--feature-gates=ListFromCacheSnapshot=false"
+    # for an experiment that asks what one of its features costs; like kind's `apiServer.extraArgs`.
+    apiserver_extra_args: tuple[str, ...] = ()
 
 
 def kubeconfig_yaml(*, name: str, server: str, ca: Path, cert: Path, key: Path, user: str) -> str:

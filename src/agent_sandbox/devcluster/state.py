@@ -110,7 +110,11 @@ class ClusterHandle:
     def config(self) -> ClusterConfig:
         """The configuration this cluster was started with (defaults for knobs an older state lacks)."""
         known = {f.name for f in fields(ClusterConfig)}
-        return ClusterConfig(**{k: v for k, v in self.state.config.items() if k in known})
+        # JSON has no tuples: a sequence knob comes back as a list.
+        kept: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in self.state.config.items() if k in known
+        }
+        return ClusterConfig(**kept)
 
     @property
     def audit_log(self) -> Path:

@@ -168,3 +168,25 @@ go_gc_duration_seconds_count 40
     assert "apiserver_gc_cycles" not in unscraped  # no count before the first scrape: no entry, not a jump
     assert unscraped["apiserver_heap_mib"] == 300.0
     assert (second["apiserver_heap_mib"], second["apiserver_gc_cycles"]) == (320.5, 6)
+
+
+def test_the_timeline_shows_the_watch_caches_that_grew_past_their_floor() -> None:
+    from benchmarks.promtext import parse
+    from benchmarks.reliability.soak import Sample, Soak, watch_cache_capacity
+
+    metrics = """\
+apiserver_watch_cache_capacity{group="",resource="pods"} 4096
+apiserver_watch_cache_capacity{group="agents.x-k8s.io",resource="sandboxes"} 8192
+apiserver_watch_cache_capacity{group="",resource="configmaps"} 100
+"""
+    capacity = watch_cache_capacity(parse(metrics))
+    assert capacity == {"pods": 4096, "sandboxes": 8192}  # the 100-event floor is left out
+    assert watch_cache_capacity(parse("process_cpu_seconds_total 3\n")) == {}
+
+    def look(at_s: float, capacity: dict[str, int]) -> Sample:
+        return Sample(at_s=at_s, rss_mib=1.0, fds=1, queue_depth=0.0, sandboxes_cached=0.0, pods_cached=0.0,
+                      cpu_s=0.0, claim_buckets=[], watch_cache_capacity=capacity)  # fmt: skip
+
+    first, second = Soak(params={}, samples=[look(0.0, {}), look(10.0, {}), look(20.0, capacity)]).timeline()
+    assert "watch_cache_capacity" not in first
+    assert second["watch_cache_capacity"] == {"pods": 4096, "sandboxes": 8192}

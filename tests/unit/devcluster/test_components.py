@@ -62,3 +62,10 @@ def test_audit_log_flags_only_when_asked(layout: components.Layout) -> None:
     # No rotation: 0 would mean the writer's default, 100 MB, and the reader follows one file.
     assert "--audit-log-maxsize=1000000" in argv
     assert "--audit-log-mode=blocking" in argv  # batch mode drops events under load: counts would lie
+
+
+def test_extra_apiserver_flags_come_last_so_they_win(layout: components.Layout) -> None:
+    flag = "--feature-gates=ListFromCacheSnapshot=false"
+    assert flag not in components.apiserver_argv(layout, ClusterConfig())
+    argv = components.apiserver_argv(layout, ClusterConfig(apiserver_extra_args=(flag, "--v=2")))
+    assert argv[-2:] == [flag, "--v=2"]  # after the built-in --v=1: pflag keeps the last value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -377,6 +378,10 @@ def test_cluster_state_remembers_its_config(tmp_path: Path) -> None:
         config=asdict(cfg),
     )
     assert DevCluster(state).config == cfg
+    # Through JSON, as the state file keeps it: a tuple knob comes back a tuple, not a list.
+    flagged = ClusterConfig(name="x", apiserver_extra_args=("--v=2",))
+    state.config = json.loads(json.dumps(asdict(flagged)))
+    assert DevCluster(state).config == flagged
     # A state written before a knob existed (or with one since removed) still loads.
     state.config = {"name": "x", "gone_knob": 1}
     assert DevCluster(state).config == ClusterConfig(name="x")
