@@ -154,6 +154,8 @@ async def soak_run(args: argparse.Namespace) -> dict[str, Any]:
         "gate_pods": args.gate_pods,
         "kwok_pod_parallelism": args.kwok_pod_parallelism,
         "serve_v1alpha1": not args.unserve_v1alpha1,
+        # A run with extra kube-apiserver flags measures that cluster, not the default one: say so in the result.
+        "apiserver_extra_args": list(config.apiserver_extra_args),
         **run.as_dict(),
         **({"apiserver_profiles": profiles} if profiles else {}),
     }

@@ -110,10 +110,14 @@ def apiserver_heap(samples: list[promtext.Sample]) -> dict[str, float]:
 
 
 def watch_cache_capacity(samples: list[promtext.Sample]) -> dict[str, int]:
-    """kube-apiserver's watch cache capacity (events) per resource, those above the 100-event floor."""
+    """kube-apiserver's watch cache capacity (events) per resource, those above the 100-event floor.
+
+    The gauge is `watch_cache_capacity`, without the `apiserver_` prefix its sibling metrics carry
+    (k8s.io/apiserver 0.35 `cacher/metrics`: this one alone is declared without the namespace).
+    """
     out: dict[str, int] = {}
     for s in samples:
-        if s.name == "apiserver_watch_cache_capacity" and s.value > 100:
+        if s.name == "watch_cache_capacity" and s.value > 100:
             resource = s.labels.get("resource", "")
             out[resource] = out.get(resource, 0) + int(s.value)
     return dict(sorted(out.items()))

@@ -175,9 +175,10 @@ def test_the_timeline_shows_the_watch_caches_that_grew_past_their_floor() -> Non
     from benchmarks.reliability.soak import Sample, Soak, watch_cache_capacity
 
     metrics = """\
-apiserver_watch_cache_capacity{group="",resource="pods"} 4096
-apiserver_watch_cache_capacity{group="agents.x-k8s.io",resource="sandboxes"} 8192
-apiserver_watch_cache_capacity{group="",resource="configmaps"} 100
+watch_cache_capacity{group="",resource="pods"} 4096
+watch_cache_capacity{group="agents.x-k8s.io",resource="sandboxes"} 8192
+watch_cache_capacity{group="",resource="configmaps"} 100
+apiserver_watch_cache_capacity_increase_total{group="",resource="pods"} 6
 """
     capacity = watch_cache_capacity(parse(metrics))
     assert capacity == {"pods": 4096, "sandboxes": 8192}  # the 100-event floor is left out
