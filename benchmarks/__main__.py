@@ -5,5 +5,7 @@ from __future__ import annotations
 import sys
 
 from .cli import main
+from .interrupt import stop_cleanly_on_sigterm
 
+stop_cleanly_on_sigterm()
 sys.exit(main())

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from . import plots, report
 from . import series as series_spread
+from .interrupt import stop_cleanly_on_sigterm
 from .log import log
 from .result_files import RESULTS, write_result
 from .scenario_params import resolve_params
@@ -184,4 +185,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     sys.exit(main())

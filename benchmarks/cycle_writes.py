@@ -40,6 +40,7 @@ from . import apiserver_profile, controller_profile, promtext
 from .cluster import Bench
 from .fill_tail import AuditedTuning
 from .host import host_info
+from .interrupt import stop_cleanly_on_sigterm
 from .objects import is_ready
 from .result_files import write_result
 
@@ -301,4 +302,5 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     main()

@@ -32,6 +32,7 @@ from agent_sandbox.kube import SANDBOX_CLAIM
 
 from . import apiserver_profile, promtext
 from .cluster import Bench
+from .interrupt import stop_cleanly_on_sigterm
 from .proc_sampling import process_cpu_seconds
 from .tuning import Tuning
 
@@ -232,4 +233,5 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     main()

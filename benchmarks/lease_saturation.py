@@ -53,6 +53,7 @@ from agent_sandbox.kube import (
 )
 
 from .host import host_info
+from .interrupt import stop_cleanly_on_sigterm
 from .log import log
 from .result_files import write_result
 from .stats import summarize
@@ -306,4 +307,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     raise SystemExit(main())

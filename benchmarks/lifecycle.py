@@ -59,6 +59,7 @@ from agent_sandbox.router import Router, load_router_config
 
 from .cluster import Bench
 from .host import host_info
+from .interrupt import stop_cleanly_on_sigterm
 from .lifecycle_report import markdown, percentiles
 from .log import log
 from .objects import is_ready
@@ -564,4 +565,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     main()

@@ -31,6 +31,7 @@ from agent_sandbox.devcluster.runtime_pods import RUNTIME_ANNOTATION
 from agent_sandbox.kube import NAMESPACE, POD, ApiClient
 
 from .host import host_info
+from .interrupt import stop_cleanly_on_sigterm
 from .result_files import write_result_with_markdown
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -211,4 +212,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     main()

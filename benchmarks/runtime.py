@@ -38,6 +38,7 @@ from grpc import aio
 from agent_sandbox.api import processv1 as pb
 
 from .host import host_info
+from .interrupt import stop_cleanly_on_sigterm
 from .result_files import write_result_with_markdown
 
 CONCURRENCY = (1, 10, 50)
@@ -290,4 +291,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     main()

@@ -36,6 +36,8 @@ from agent_sandbox.devcluster import ClusterConfig, DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.kube import NAMESPACE, POD, SANDBOX, ApiClient, Object
 
+from .interrupt import stop_cleanly_on_sigterm
+
 RESULTS = Path(__file__).resolve().parent / "results"
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -282,4 +284,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     main()

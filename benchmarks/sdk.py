@@ -43,6 +43,7 @@ from agent_sandbox_sdk import AsyncSandboxClient, SandboxClient, SandboxDirectCo
 
 from .cluster import unserve_v1alpha1
 from .host import host_info
+from .interrupt import stop_cleanly_on_sigterm
 from .log import log
 from .objects import parse_rfc3339
 from .proc_sampling import process_cpu_seconds
@@ -333,4 +334,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     main()

@@ -28,6 +28,7 @@ from agent_sandbox.kube import SANDBOX, ServerError
 
 from .cluster import Bench
 from .host import host_info
+from .interrupt import stop_cleanly_on_sigterm
 from .objects import is_ready
 from .reliability.soak import apiserver_counts, create_sandboxes
 from .result_files import write_result
@@ -114,4 +115,5 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     main()

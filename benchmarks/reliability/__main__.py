@@ -36,6 +36,7 @@ from .. import apiserver_profile
 from ..client_watch import ClientWatchProcess
 from ..cluster import await_conversion_webhook, unserve_v1alpha1
 from ..host import host_info
+from ..interrupt import stop_cleanly_on_sigterm
 from ..log import log
 from ..result_files import RESULTS, write_result, write_result_with_markdown
 from . import controllers
@@ -301,4 +302,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     sys.exit(main())

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from ..interrupt import stop_cleanly_on_sigterm
 from .run import main
 
+stop_cleanly_on_sigterm()
 sys.exit(main())

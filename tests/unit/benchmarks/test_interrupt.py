@@ -1,0 +1,56 @@
+"""`kill` (SIGTERM) stops a benchmark with its `finally` blocks run, as Ctrl-C does."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _start(tmp_path: Path, *, handled: bool) -> subprocess.Popen[str]:
+    script = textwrap.dedent(f"""
+        import asyncio
+        from benchmarks.interrupt import stop_cleanly_on_sigterm
+        if {handled}:
+            stop_cleanly_on_sigterm()
+
+        async def run() -> None:
+            try:
+                print("running", flush=True)
+                await asyncio.sleep(60)
+            finally:
+                open({str(tmp_path / "torn-down")!r}, "w").write("yes")
+
+        asyncio.run(run())
+    """)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "running"
+    return proc
+
+
+def test_sigterm_runs_the_finally_blocks_of_an_asyncio_benchmark(tmp_path: Path) -> None:
+    proc = _start(tmp_path, handled=True)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert (tmp_path / "torn-down").read_text() == "yes"
+    assert "KeyboardInterrupt: stopped by signal 15" in err
+    assert proc.returncode != 0
+
+
+def test_without_it_sigterm_skips_them(tmp_path: Path) -> None:
+    proc = _start(tmp_path, handled=False)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGTERM
+    assert not (tmp_path / "torn-down").exists()
