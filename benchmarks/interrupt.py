@@ -25,6 +25,6 @@ def stop_cleanly_on_sigterm() -> None:
     """Make SIGTERM raise KeyboardInterrupt in the main thread, as Ctrl-C does.
 
     `finally` blocks run, and so does `asyncio.run`'s cancellation of the tasks still running, before the
-    process exits. Call it first thing in a benchmark's `__main__` block.
+    process exits. Call it first thing in the `__main__` block of a benchmark that starts a cluster or processes.
     """
     signal.signal(signal.SIGTERM, _interrupt)

@@ -22,7 +22,6 @@ import orjson
 
 from agent_sandbox.kube import POD, ApiClient, Gone, KubeError, WatchEvent
 
-from .interrupt import stop_cleanly_on_sigterm
 from .stats import percentile
 
 __all__ = ["PodStages", "main"]
@@ -156,5 +155,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    stop_cleanly_on_sigterm()
     sys.exit(main())

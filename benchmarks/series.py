@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .interrupt import stop_cleanly_on_sigterm
 from .report import gate_verdict
 from .result_files import RESULTS, write_result
 from .spread import spread
@@ -314,5 +313,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    stop_cleanly_on_sigterm()
     sys.exit(main())
