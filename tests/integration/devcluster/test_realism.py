@@ -524,25 +524,56 @@ def _pinned(name: str, node: str) -> dict[str, Any]:
     return _pod(name, nodeSelector={"kubernetes.io/hostname": node})
 
 
+def _pin_until_refused(
+    cluster: DevCluster, namespace: str, node: str, attempts: int = 5
+) -> tuple[str, dict[str, Any]]:
+    """Create pods pinned to `node` until the scheduler refuses one; its name and PodScheduled condition.
+
+    The scheduler acts on its own informer cache: a taint or cordon the API already shows can reach it after a
+    pod created right after it (seen on a loaded machine: bound 50 ms after the not-ready taint was written), and
+    a real cluster binds that pod too. So a pod bound in that window is deleted and a new one tried; a scheduler
+    that ignored the node's state would bind every attempt, and the test fails.
+    """
+    bound: list[str] = []
+    for attempt in range(attempts):
+        name = f"pinned-{attempt}"
+        _create(cluster, _pod_path(namespace), _pinned(name, node))
+
+        def outcome(name: str = name) -> Any:
+            pod = _get(cluster, _pod_path(namespace, name))
+            if pod and pod["spec"].get("nodeName"):
+                return "bound"
+            cond = _scheduled_condition(pod)
+            return (
+                cond if cond and cond["status"] == "False" and cond.get("reason") == "Unschedulable" else None
+            )
+
+        got = wait_for(outcome, what=f"pod {name} bound or Unschedulable")
+        if got != "bound":
+            return name, dict(got)
+        bound.append(name)
+        cluster.admin().request("DELETE", _pod_path(namespace, name) + "?gracePeriodSeconds=0")
+        time.sleep(0.5)
+    pytest.fail(f"the scheduler bound every pod pinned to {node}: {bound}")
+
+
 def test_tainted_node_gets_no_new_pods_until_untainted(
     cluster: DevCluster, namespace: str, spare_node: str
 ) -> None:
     cluster.taint_node(spare_node, "example.com/dedicated", "gpu", "NoSchedule")
-    _create(cluster, _pod_path(namespace), _pinned("pinned", spare_node))
-    cond = _unschedulable(cluster, namespace, "pinned")
+    pinned, cond = _pin_until_refused(cluster, namespace, spare_node)
     assert "untolerated taint" in cond["message"]
     cluster.untaint_node(spare_node, "example.com/dedicated")
-    assert _wait_ready(cluster, namespace, "pinned")["spec"]["nodeName"] == spare_node
+    assert _wait_ready(cluster, namespace, pinned)["spec"]["nodeName"] == spare_node
 
 
 def test_cordoned_node_gets_no_new_pods_until_uncordoned(
     cluster: DevCluster, namespace: str, spare_node: str
 ) -> None:
     cluster.cordon_node(spare_node)
-    _create(cluster, _pod_path(namespace), _pinned("pinned", spare_node))
-    _unschedulable(cluster, namespace, "pinned")
+    pinned, _ = _pin_until_refused(cluster, namespace, spare_node)
     cluster.cordon_node(spare_node, False)
-    assert _wait_ready(cluster, namespace, "pinned")["spec"]["nodeName"] == spare_node
+    assert _wait_ready(cluster, namespace, pinned)["spec"]["nodeName"] == spare_node
 
 
 def test_not_ready_node_stays_not_ready_and_is_tainted_until_it_recovers(
@@ -558,8 +589,7 @@ def test_not_ready_node_stays_not_ready_and_is_tainted_until_it_recovers(
 
     # kube-controller-manager treats it as a NotReady node: it taints it, so no new pod lands there.
     wait_for(not_ready_taint, what="node.kubernetes.io/not-ready taint")
-    _create(cluster, _pod_path(namespace), _pinned("pinned", spare_node))
-    _unschedulable(cluster, namespace, "pinned")
+    pinned, _ = _pin_until_refused(cluster, namespace, spare_node)
     # It sticks: kwok's initialize/heartbeat stages would flip a plain Ready=False back within milliseconds.
     deadline = time.monotonic() + 3.0
     while time.monotonic() < deadline:
@@ -568,4 +598,4 @@ def test_not_ready_node_stays_not_ready_and_is_tainted_until_it_recovers(
         time.sleep(0.2)
 
     cluster.set_node_ready(spare_node, True)
-    assert _wait_ready(cluster, namespace, "pinned")["spec"]["nodeName"] == spare_node
+    assert _wait_ready(cluster, namespace, pinned)["spec"]["nodeName"] == spare_node
