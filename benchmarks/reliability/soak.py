@@ -45,7 +45,7 @@ from .. import promtext
 from ..claim_analysis import CLAIM_HIST
 from ..client_watch import ClientWatchProcess
 from ..objects import is_ready, rfc3339nano
-from ..proc_sampling import process_cpu_seconds
+from ..proc_sampling import KernelShare, process_cpu_seconds, process_kernel_share
 from ..stats import diff_buckets, histogram_summary, summarize
 from .burst import EXT, create_template_and_pool, retrying, settle
 
@@ -84,6 +84,9 @@ class Sample:
     # CPU seconds used so far by each process of the cluster (etcd, kube-apiserver, ...): a 10 s window whose
     # client latency is high is read against who was busy in it.
     cpu_by_process: dict[str, float] = field(default_factory=dict)
+    # System CPU and page faults of each process so far: whether a busy window's CPU went to the kernel
+    # serving fresh memory (a growing Go heap faults in every new page) rather than to the work itself.
+    kernel_by_process: dict[str, KernelShare] = field(default_factory=dict)
     # kube-apiserver's requests so far by verb and resource, every client (`apiserver_counts`): a window where
     # the API server is busy is read against relists, restarted watches and writes (the audit log skips reads).
     apiserver_requests: dict[str, float] = field(default_factory=dict)
@@ -106,6 +109,9 @@ def apiserver_heap(samples: list[promtext.Sample]) -> dict[str, float]:
         out["heap_inuse_mib"] = round(inuse / 2**20, 1)
     if (collections := promtext.scalar(samples, "go_gc_duration_seconds_count")) is not None:
         out["gc_cycles"] = collections
+    # What the Go runtime has handed back to the OS: pages it must fault in again when the heap regrows.
+    if (released := promtext.scalar(samples, "go_memstats_heap_released_bytes")) is not None:
+        out["heap_released_mib"] = round(released / 2**20, 1)
     return out
 
 
@@ -183,6 +189,11 @@ class Soak:
                 row["apiserver_requests"] = requests
             if "heap_inuse_mib" in b.apiserver_heap:
                 row["apiserver_heap_mib"] = b.apiserver_heap["heap_inuse_mib"]
+            if "heap_released_mib" in b.apiserver_heap:
+                row["apiserver_heap_released_mib"] = b.apiserver_heap["heap_released_mib"]
+            kernel = _kernel_window(a.kernel_by_process, b.kernel_by_process, span)
+            if kernel:
+                row["kernel"] = kernel
             if "gc_cycles" in a.apiserver_heap and "gc_cycles" in b.apiserver_heap:
                 row["apiserver_gc_cycles"] = int(
                     b.apiserver_heap["gc_cycles"] - a.apiserver_heap["gc_cycles"]
@@ -257,6 +268,21 @@ class Soak:
         }
 
 
+def _kernel_window(
+    before: dict[str, KernelShare], after: dict[str, KernelShare], span: float
+) -> dict[str, dict[str, float]]:
+    """Per process with kernel work in the window: system cores and thousands of minor faults per second."""
+    out: dict[str, dict[str, float]] = {}
+    for name, a in before.items():
+        if (b := after.get(name)) is None:
+            continue
+        system = (b.system_s - a.system_s) / span
+        faults = (b.minor_faults - a.minor_faults) / span / 1000
+        if system > 0 or faults > 0:
+            out[name] = {"system_cores": round(system, 3), "minor_faults_k_per_s": round(faults, 1)}
+    return out
+
+
 def error_lines(log: Path, offset: int = 0) -> list[str]:
     """Lines of a controller log (JSON or console) at level error or worse, from byte `offset`."""
     out: list[str] = []
@@ -284,6 +310,7 @@ def scrape_controller(metrics_port: int) -> list[promtext.Sample]:
 def _look(controller: Started, metrics_port: int, at_s: float, pids: dict[str, int] | None = None) -> Sample:
     samples = scrape_controller(metrics_port)
     cpu = {name: s for name, pid in (pids or {}).items() if (s := process_cpu_seconds(pid)) is not None}
+    kernel = {name: k for name, pid in (pids or {}).items() if (k := process_kernel_share(pid)) is not None}
     return Sample(
         at_s=round(at_s, 1),
         rss_mib=round(rss_bytes(controller.pid) / 2**20, 1),
@@ -299,6 +326,7 @@ def _look(controller: Started, metrics_port: int, at_s: float, pids: dict[str, i
         claim_buckets=promtext.histogram(samples, CLAIM_HIST),
         starts=promtext.counter_by_labels(samples, CLAIM_STARTS, ("launch_type", "pod_condition")),
         cpu_by_process=cpu,
+        kernel_by_process=kernel,
     )
 
 

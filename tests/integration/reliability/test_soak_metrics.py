@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from benchmarks import promtext
+from benchmarks.proc_sampling import process_kernel_share
 from benchmarks.reliability.soak import apiserver_counts, apiserver_heap, watch_cache_capacity
 
 from agent_sandbox.devcluster import DevCluster
@@ -39,4 +40,14 @@ def test_the_soak_reads_request_counts_heap_and_watch_cache_capacity(
     heap = apiserver_heap(samples)
     assert heap["heap_inuse_mib"] > 0
     assert heap["gc_cycles"] >= 1
+    assert "heap_released_mib" in heap
     assert watch_cache_capacity(samples).get("configmaps", 0) >= 2 * 100
+
+
+def test_the_soak_reads_system_cpu_and_page_faults_of_a_cluster_process(cluster: DevCluster) -> None:
+    pid = next(started.pid for started in cluster.state.started if started.name == "kube-apiserver")
+    share = process_kernel_share(pid)
+    assert share is not None
+    # A Go server that has been serving for seconds has faulted in its heap and spent kernel time on it.
+    assert share.minor_faults > 1000
+    assert share.system_s > 0

@@ -191,3 +191,31 @@ apiserver_watch_cache_capacity_increase_total{group="",resource="pods"} 6
     first, second = Soak(params={}, samples=[look(0.0, {}), look(10.0, {}), look(20.0, capacity)]).timeline()
     assert "watch_cache_capacity" not in first
     assert second["watch_cache_capacity"] == {"pods": 4096, "sandboxes": 8192}
+
+
+def test_the_timeline_shows_kernel_time_and_page_faults_per_process_and_what_the_heap_gave_back() -> None:
+    from benchmarks.proc_sampling import KernelShare
+    from benchmarks.promtext import parse
+    from benchmarks.reliability.soak import Sample, Soak, apiserver_heap
+
+    assert apiserver_heap(parse("go_memstats_heap_released_bytes 1.048576e+08\n")) == {
+        "heap_released_mib": 100.0
+    }
+
+    def look(at_s: float, kernel: dict[str, KernelShare], released: float) -> Sample:
+        return Sample(at_s=at_s, rss_mib=1.0, fds=1, queue_depth=0.0, sandboxes_cached=0.0, pods_cached=0.0,
+                      cpu_s=0.0, claim_buckets=[], kernel_by_process=kernel,
+                      apiserver_heap={"heap_released_mib": released})  # fmt: skip
+
+    api = "kube-apiserver"
+    run = Soak(params={}, samples=[
+        look(0.0, {api: KernelShare(1.0, 1_000, 0), "etcd": KernelShare(0.5, 10, 0)}, 50.0),
+        look(10.0, {api: KernelShare(3.0, 251_000, 0), "etcd": KernelShare(0.5, 10, 0)}, 20.0),
+        look(20.0, {api: KernelShare(3.0, 251_000, 0)}, 20.0),  # etcd gone: no entry for it
+    ])  # fmt: skip
+    growing, level = run.timeline()
+    assert growing["kernel"] == {
+        api: {"system_cores": 0.2, "minor_faults_k_per_s": 25.0}
+    }  # idle etcd left out
+    assert growing["apiserver_heap_released_mib"] == 20.0
+    assert "kernel" not in level
