@@ -55,7 +55,6 @@ class KernelShare:
 
     system_s: float
     minor_faults: int  # first touches of fresh memory (and re-touches of memory given back to the OS)
-    major_faults: int  # faults that read from disk
 
 
 def process_kernel_share(pid: int) -> KernelShare | None:
@@ -65,7 +64,7 @@ def process_kernel_share(pid: int) -> KernelShare | None:
     each fresh 4 KiB page is a minor fault the kernel zeroes (~3 us on this VM)."""
     if (stat := _stat_fields(pid)) is None:
         return None
-    return KernelShare(system_s=int(stat[12]) / _TICKS, minor_faults=int(stat[7]), major_faults=int(stat[9]))
+    return KernelShare(system_s=int(stat[12]) / _TICKS, minor_faults=int(stat[7]))
 
 
 def peak_rss_mib(pid: int) -> float | None:

@@ -95,12 +95,16 @@ def _scheduled_condition(pod: dict[str, Any] | None) -> dict[str, Any] | None:
     return None
 
 
-def _unschedulable(cluster: DevCluster, namespace: str, name: str) -> dict[str, Any]:
-    def check() -> Any:
-        cond = _scheduled_condition(_get(cluster, _pod_path(namespace, name)))
-        return cond if cond and cond["status"] == "False" and cond.get("reason") == "Unschedulable" else None
+def _refused(pod: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The pod's PodScheduled condition when the scheduler refused it (reason Unschedulable), else None."""
+    cond = _scheduled_condition(pod)
+    return cond if cond and cond["status"] == "False" and cond.get("reason") == "Unschedulable" else None
 
-    got: dict[str, Any] = wait_for(check, what=f"pod {name} Unschedulable")
+
+def _unschedulable(cluster: DevCluster, namespace: str, name: str) -> dict[str, Any]:
+    got: dict[str, Any] = wait_for(
+        lambda: _refused(_get(cluster, _pod_path(namespace, name))), what=f"pod {name} Unschedulable"
+    )
     return got
 
 
@@ -541,12 +545,7 @@ def _pin_until_refused(
 
         def outcome(name: str = name) -> Any:
             pod = _get(cluster, _pod_path(namespace, name))
-            if pod and pod["spec"].get("nodeName"):
-                return "bound"
-            cond = _scheduled_condition(pod)
-            return (
-                cond if cond and cond["status"] == "False" and cond.get("reason") == "Unschedulable" else None
-            )
+            return "bound" if pod and pod["spec"].get("nodeName") else _refused(pod)
 
         got = wait_for(outcome, what=f"pod {name} bound or Unschedulable")
         if got != "bound":

@@ -209,9 +209,9 @@ def test_the_timeline_shows_kernel_time_and_page_faults_per_process_and_what_the
 
     api = "kube-apiserver"
     run = Soak(params={}, samples=[
-        look(0.0, {api: KernelShare(1.0, 1_000, 0), "etcd": KernelShare(0.5, 10, 0)}, 50.0),
-        look(10.0, {api: KernelShare(3.0, 251_000, 0), "etcd": KernelShare(0.5, 10, 0)}, 20.0),
-        look(20.0, {api: KernelShare(3.0, 251_000, 0)}, 20.0),  # etcd gone: no entry for it
+        look(0.0, {api: KernelShare(1.0, 1_000), "etcd": KernelShare(0.5, 10)}, 50.0),
+        look(10.0, {api: KernelShare(3.0, 251_000), "etcd": KernelShare(0.5, 10)}, 20.0),
+        look(20.0, {api: KernelShare(3.0, 251_000)}, 20.0),  # etcd gone: no entry for it
     ])  # fmt: skip
     growing, level = run.timeline()
     assert growing["kernel"] == {
