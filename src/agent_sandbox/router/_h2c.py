@@ -14,10 +14,12 @@ re-resolution as for HTTP/1.1, see `_Session._dial`; the sandbox's own SETTINGS,
 which may be read before the tunnel is attached, are kept for it) and replays the buffered bytes. From
 then on frames are relayed unchanged, but every later HEADERS block from the client is still decoded
 (HPACK state is per connection): a connection is pinned to one sandbox, and a stream that names other
-routing headers (or a credential that no longer verifies) ends the connection with a GOAWAY naming
-the last forwarded stream, so the client retries that request on a new connection (gRPC does this by
-itself), which is then pinned to the other sandbox. One connection per sandbox, as with HTTP/1.1. Streams the
-server opens, DATA, SETTINGS etc. pass through untouched. Refusals before dialling are answered as
+routing headers (or a credential that no longer verifies) is refused with a GOAWAY naming the last
+accepted stream: none of its frames, nor those of any later stream, reach the sandbox, the accepted
+streams finish, and the client retries the refused ones on a new connection (gRPC does this by itself,
+once per call), which is then pinned to the other sandbox. One connection per sandbox, as with HTTP/1.1
+(docs/router.md: use a channel with its own connection per sandbox). Streams the server opens, DATA,
+SETTINGS etc. pass through untouched; the router's own frames go between two of the sandbox's. Refusals before dialling are answered as
 HTTP/2 responses; for gRPC requests as a trailers-only response with the matching `grpc-status`
 (400 -> INVALID_ARGUMENT, 401 -> UNAUTHENTICATED, 403 -> PERMISSION_DENIED, 502 -> UNAVAILABLE,
 504 -> DEADLINE_EXCEEDED) and the detail text as `grpc-message`.
@@ -141,6 +143,46 @@ def _routing(headers: list[tuple[str, str]]) -> tuple[dict[bytes, bytes], set[by
     return routing, dups, authorization
 
 
+class _FrameBoundary:
+    """Follows HTTP/2 frame boundaries in the sandbox->client byte stream (frame headers only), so the
+    router can put a frame of its own between two of the sandbox's."""
+
+    __slots__ = ("_header", "_skip")
+
+    def __init__(self) -> None:
+        self._header = b""
+        self._skip = 0
+
+    @property
+    def at_boundary(self) -> bool:
+        return not self._header and not self._skip
+
+    def feed(self, data: bytes) -> int:
+        """Advance over `data`; the offset of the first frame boundary in it (0: at one already), or -1."""
+        first = 0 if self.at_boundary else -1
+        pos, n = 0, len(data)
+        while pos < n:
+            if self._skip:
+                step = min(self._skip, n - pos)
+                self._skip -= step
+                pos += step
+            else:
+                take = min(9 - len(self._header), n - pos)
+                self._header += data[pos : pos + take]
+                pos += take
+                if len(self._header) < 9:
+                    continue
+                self._skip = int.from_bytes(self._header[:3], "big")
+                self._header = b""
+            if first < 0 and self.at_boundary:
+                first = pos
+        return first
+
+
+def _stream_of(frame: bytes) -> int:
+    return int.from_bytes(frame[5:9], "big") & 0x7FFFFFFF
+
+
 class _Session:
     """One h2c connection from preface to close."""
 
@@ -153,6 +195,10 @@ class _Session:
         self.authorization: bytes | None = None
         self.upstream_write: Any = None
         self.last_stream = 0
+        self.refused_above: int | None = None
+        """Set once a stream named another sandbox: client streams above it are never forwarded."""
+        self._to_client = _FrameBoundary()
+        self._inject = b""
 
     def feed(self, data: bytes) -> None:
         try:
@@ -161,42 +207,82 @@ class _Session:
             log.info("h2c: malformed client frames: %s", describe_error(exc))
             self._goaway()
             return
+        opened: tuple[int, bool] | None = None
         for stream, headers in blocks:
+            if self.refused_above is not None:
+                if stream > self.refused_above:
+                    continue  # sent before the client read the GOAWAY; it retries it elsewhere
+                # A header block (trailers) on a forwarded stream: the sandbox's HPACK table lacks what the
+                # refused blocks added, so it might decode this one wrongly. End the connection instead.
+                self._goaway(self.refused_above, 0)
+                return
             if self.route is None:
                 self.last_stream = stream
-                self._first_request(stream, headers, frames)
-                return
-            if not self._same_target(headers):
-                # Refuse the new stream unprocessed: GOAWAY names the last stream that was forwarded, so
-                # the client may retry this one on a new connection (gRPC does so transparently).
-                self._goaway(self.last_stream, 0)
-                return
-            self.last_stream = max(self.last_stream, stream)
-        if self.route is None:
-            self.pending.extend(frames)
-            if self.frames.buffered + sum(map(len, self.pending)) > _MAX_BUFFER:
-                self._goaway()
-        elif self.upstream_write is not None:
+                opened = self._first_request(stream, headers)
+                if opened is None:
+                    return
+            elif self._same_target(headers):
+                self.last_stream = max(self.last_stream, stream)
+            else:
+                self._refuse_from(stream)
+        if self.refused_above is not None:
+            above = self.refused_above
+            frames = [f for f in frames if not (_stream_of(f) > above and _stream_of(f) % 2)]
+        if self.upstream_write is not None:
             for frame in frames:
                 self.upstream_write(frame)
-        else:
-            self.pending.extend(frames)
-
-    def _first_request(self, stream: int, headers: list[tuple[str, str]], frames: list[bytes]) -> None:
+            return
         self.pending.extend(frames)
+        if self.route is None and self.frames.buffered + sum(map(len, self.pending)) > _MAX_BUFFER:
+            self._goaway()
+        elif opened is not None and self.route is not None:
+            stream, grpc = opened
+            if self.conn.transport is not None:
+                self.conn.transport.pause_reading()
+            asyncio.get_running_loop().create_task(
+                self._connect(stream, grpc, self.route, self.authorization)
+            )
+
+    def _refuse_from(self, stream: int) -> None:
+        """Refuse `stream` (it names another sandbox, or a credential that needs an API call) and every
+        later one, unprocessed, while the streams already accepted carry on.
+
+        GOAWAY names the last accepted stream, so the client retries the others on a new connection (gRPC
+        does so transparently), which the router pins to their sandbox. Every block of a read is checked
+        before any frame of it is forwarded: streams naming different sandboxes often arrive in one read
+        (concurrent calls on a new connection), and none of a refused stream's frames reaches the sandbox.
+        """
+        self.refused_above = self.last_stream
+        log.info("h2c: stream %d names another target or credential; GOAWAY(%d)", stream, self.last_stream)
+        self.to_client_frame(_frame(_GOAWAY, 0, 0, struct.pack("!II", self.last_stream, 0)))
+
+    def to_client_frame(self, frame: bytes) -> None:
+        """Write a frame of the router's own to the client, between two of the sandbox's frames."""
+        self._inject += frame
+        if self._to_client.at_boundary:
+            self.conn.write(self._inject)
+            self._inject = b""
+
+    def to_client(self, data: bytes) -> None:
+        """Relay sandbox bytes to the client (the tunnel's client writer)."""
+        cut = self._to_client.feed(data)
+        if self._inject and cut >= 0:
+            data, self._inject = data[:cut] + self._inject + data[cut:], b""
+        self.conn.write(data)
+
+    def _first_request(self, stream: int, headers: list[tuple[str, str]]) -> tuple[int, bool] | None:
+        """Pin the connection to the sandbox the first request names: (stream, is gRPC), or None after
+        refusing it (invalid routing headers)."""
         routing, dups, authorization = _routing(headers)
         grpc = any(k == "content-type" and v.startswith("application/grpc") for k, v in headers)
-        proxy = self.proxy
         try:
-            route = parse_route(routing, dups, allow_loopback=proxy.settings.allow_loopback)
+            route = parse_route(routing, dups, allow_loopback=self.proxy.settings.allow_loopback)
         except RouteError as exc:
             self._refuse(stream, grpc, exc)
-            return
+            return None
         self.route = route
         self.authorization = authorization
-        if self.conn.transport is not None:
-            self.conn.transport.pause_reading()
-        asyncio.get_running_loop().create_task(self._connect(stream, grpc, route, authorization))
+        return stream, grpc
 
     async def _connect(self, stream: int, grpc: bool, route: Route, authorization: bytes | None) -> None:
         proxy = self.proxy
@@ -234,7 +320,7 @@ class _Session:
         proxy.tunnels.add(tunnel)
         try:
             # Client bytes keep coming through `feed` (frames inspected); server bytes are relayed as is.
-            await tunnel.run(client_reader=self.feed)
+            await tunnel.run(client_reader=self.feed, client_writer=self.to_client)
         finally:
             proxy.tunnels.discard(tunnel)
             proxy.metrics.observe_request("PRI", 200, route.namespace, loop.time() - start)
@@ -343,8 +429,10 @@ class _Session:
         self.conn.close()
 
     def _goaway(self, last_stream: int = 0, code: int = 0x1) -> None:
-        """End the connection (default: PROTOCOL_ERROR, nothing processed)."""
-        self.conn.write(_frame(_GOAWAY, 0, 0, struct.pack("!II", last_stream, code)))
+        """End the connection (default: PROTOCOL_ERROR, nothing processed); the GOAWAY is sent only
+        between two of the sandbox's frames, so never into the middle of one."""
+        if self._to_client.at_boundary:
+            self.conn.write(self._inject + _frame(_GOAWAY, 0, 0, struct.pack("!II", last_stream, code)))
         self.conn.close()
 
 

@@ -174,14 +174,23 @@ class Tunnel:
         self._started = self._last
         self._done: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._write_client: Callable[[bytes], None] = conn.write
 
-    async def run(self, client_reader: Callable[[bytes], None] | None = None) -> None:
+    async def run(
+        self,
+        client_reader: Callable[[bytes], None] | None = None,
+        client_writer: Callable[[bytes], None] | None = None,
+    ) -> None:
         """Relay until either side closes or a limit ends the connection.
 
         Args:
             client_reader: receives client bytes instead of the plain relay (it forwards what it
                 accepts with `to_upstream`); used by h2c to inspect frames.
+            client_writer: writes sandbox bytes to the client instead of the plain relay; used by h2c
+                to put the router's own frames between the sandbox's.
         """
+        if client_writer is not None:
+            self._write_client = client_writer
         loop = asyncio.get_running_loop()
         self._done = loop.create_future()
         conn, upstream = self.conn, self.upstream
@@ -226,7 +235,7 @@ class Tunnel:
     def _forward(self, data: bytes) -> None:
         if data:
             self.bytes_to_client += len(data)
-            self.conn.write(data)
+            self._write_client(data)
 
     def _client_write_pause(self, paused: bool) -> None:
         transport = self.upstream.transport

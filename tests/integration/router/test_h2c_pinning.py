@@ -1,0 +1,260 @@
+"""h2c connections are pinned to one sandbox: a stream naming another never reaches the first.
+
+gRPC clients put several calls on one connection: calls on one channel, and by default calls on several
+channels to the same address (grpc's global subchannel pool), so a user with one channel per sandbox, all
+through one router, shares connections too. The router pins a connection to the sandbox its first stream
+names and refuses later streams that name another with GOAWAY, unprocessed, so the client retries them on
+a new connection. These tests use the real grpcio client and server, and raw frames where the exact bytes
+reaching the sandbox matter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+import hpack
+import pytest
+
+from agent_sandbox.router import Router
+
+from .conftest import fresh_ip
+
+pytestmark = pytest.mark.integration
+
+
+class Sandbox:
+    """A real gRPC server on its own loopback address that answers with its own name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.ip = fresh_ip()
+        self.calls = 0
+        self.server = grpc.aio.server()
+        self.server.add_generic_rpc_handlers(
+            (
+                grpc.method_handlers_generic_handler(
+                    "echo.Echo",
+                    {
+                        "Who": grpc.unary_unary_rpc_method_handler(self._who),
+                        "Count": grpc.unary_stream_rpc_method_handler(self._count),
+                    },
+                ),
+            )
+        )
+        self.port = self.server.add_insecure_port(f"{self.ip}:0")
+
+    async def _who(self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+        self.calls += 1
+        return self.name.encode()
+
+    async def _count(
+        self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[bytes]:
+        self.calls += 1
+        for i in range(int(request)):
+            await asyncio.sleep(0.1)
+            yield f"{self.name} {i}".encode()
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return (
+            ("x-sandbox-id", self.name),
+            ("x-sandbox-pod-ip", self.ip),
+            ("x-sandbox-port", str(self.port)),
+        )
+
+
+@pytest.fixture
+async def sandboxes() -> AsyncIterator[tuple[Sandbox, Sandbox]]:
+    pair = (Sandbox("alpha"), Sandbox("beta"))
+    for sandbox in pair:
+        await sandbox.server.start()
+    try:
+        yield pair
+    finally:
+        for sandbox in pair:
+            await sandbox.server.stop(None)
+
+
+@pytest.fixture
+async def h2c_router(start_router: Callable[..., Awaitable[Router]]) -> Router:
+    return await start_router("--enable-h2c")
+
+
+def _who(channel: grpc.aio.Channel) -> Any:
+    return channel.unary_unary("/echo.Echo/Who")
+
+
+# A channel of its own connection (grpc otherwise shares connections between channels to one address).
+OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
+
+
+async def test_concurrent_calls_on_a_new_connection_reach_their_own_sandbox(
+    h2c_router: Router, sandboxes: tuple[Sandbox, Sandbox]
+) -> None:
+    """Two calls started together on a new connection leave in one write: the first is forwarded, the
+    second refused unprocessed and retried by gRPC on a new connection. (The router used to check only the
+    first stream of a read, so the second call ran in the first call's sandbox.)"""
+    alpha, beta = sandboxes
+    for _ in range(10):
+        target = f"127.0.0.1:{h2c_router.http_port}"
+        async with grpc.aio.insecure_channel(target, options=OWN_CONNECTION) as channel:
+            who = _who(channel)
+            answers = await asyncio.gather(
+                who(b"", metadata=alpha.metadata(), timeout=10),
+                who(b"", metadata=beta.metadata(), timeout=10),
+            )
+        assert answers == [b"alpha", b"beta"]
+
+
+async def test_a_channel_per_sandbox(h2c_router: Router, sandboxes: tuple[Sandbox, Sandbox]) -> None:
+    """The usage docs/router.md recommends (and the SDK follows): a channel per sandbox, each with its own
+    connection. Every call succeeds, however they interleave."""
+    alpha, beta = sandboxes
+    target = f"127.0.0.1:{h2c_router.http_port}"
+    async with (
+        grpc.aio.insecure_channel(target, options=OWN_CONNECTION) as a,
+        grpc.aio.insecure_channel(target, options=OWN_CONNECTION) as b,
+    ):
+        for _ in range(5):
+            calls = [(_who(a), alpha), (_who(b), beta)] * 3
+            answers = await asyncio.gather(*(who(b"", metadata=s.metadata(), timeout=10) for who, s in calls))
+            assert answers == [s.name.encode() for _, s in calls]
+
+
+async def test_mixed_calls_are_never_misrouted(
+    h2c_router: Router, sandboxes: tuple[Sandbox, Sandbox]
+) -> None:
+    """Calls naming both sandboxes, interleaved on one connection: each one either reaches its own sandbox
+    or fails UNAVAILABLE. gRPC retries a refused call once, on a new connection; when the retried calls
+    are mixed again, the router refuses again and the second refusal reaches the caller (docs/router.md)."""
+    alpha, beta = sandboxes
+    order = [alpha, beta, alpha, beta, alpha]
+    succeeded = 0
+    for _ in range(5):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{h2c_router.http_port}") as channel:
+            who = _who(channel)
+            answers = await asyncio.gather(
+                *(who(b"", metadata=s.metadata(), timeout=10) for s in order), return_exceptions=True
+            )
+        for sandbox, answer in zip(order, answers, strict=True):
+            if isinstance(answer, grpc.aio.AioRpcError):
+                assert answer.code() == grpc.StatusCode.UNAVAILABLE, answer
+            else:
+                assert answer == sandbox.name.encode()
+                succeeded += 1
+    assert succeeded >= 5  # at least the first call of every connection
+    assert alpha.calls + beta.calls == succeeded  # a refused stream never reached a sandbox
+
+
+async def test_a_refused_stream_leaves_the_accepted_ones_running(
+    h2c_router: Router, sandboxes: tuple[Sandbox, Sandbox]
+) -> None:
+    """A stream naming another sandbox on a busy connection: the streams in flight finish (the refusal
+    does not close the connection under them) and the refused call succeeds on a new connection."""
+    alpha, beta = sandboxes
+    target = f"127.0.0.1:{h2c_router.http_port}"
+    async with grpc.aio.insecure_channel(target, options=OWN_CONNECTION) as channel:
+        counting = channel.unary_stream("/echo.Echo/Count")(b"10", metadata=alpha.metadata(), timeout=15)
+        first = await counting.read()
+        assert first == b"alpha 0"
+        assert await _who(channel)(b"", metadata=beta.metadata(), timeout=10) == b"beta"
+        rest = []
+        while (message := await counting.read()) is not grpc.aio.EOF:
+            rest.append(message)
+    assert rest == [f"alpha {i}".encode() for i in range(1, 10)]
+    assert await counting.code() == grpc.StatusCode.OK
+
+
+# ---------------------------------------------------------------------------------------------- raw frames
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+HEADERS, SETTINGS, GOAWAY = 0x1, 0x4, 0x7
+END_STREAM, END_HEADERS = 0x1, 0x4
+
+
+def frame(ftype: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes((ftype, flags)) + stream.to_bytes(4, "big") + payload
+
+
+def frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
+    """(type, flags, stream, payload) of every complete frame in `data`."""
+    out, pos = [], 0
+    while len(data) - pos >= 9:
+        length = int.from_bytes(data[pos : pos + 3], "big")
+        if len(data) - pos < 9 + length:
+            break
+        out.append(
+            (
+                data[pos + 3],
+                data[pos + 4],
+                int.from_bytes(data[pos + 5 : pos + 9], "big"),
+                data[pos + 9 : pos + 9 + length],
+            )
+        )
+        pos += 9 + length
+    return out
+
+
+async def test_a_stream_naming_another_sandbox_never_reaches_the_first(h2c_router: Router) -> None:
+    """Byte-level: of three streams in one write (alpha, beta, alpha), the sandbox the connection is
+    pinned to receives only the first; the client gets GOAWAY naming it, so it retries 3 and 5."""
+    received = bytearray()
+    got_headers = asyncio.Event()
+
+    async def sandbox(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(frame(SETTINGS, 0, 0, b""))
+        while chunk := await reader.read(65536):
+            received.extend(chunk)
+            if any(t == HEADERS for t, *_ in frames(bytes(received[len(PREFACE) :]))):
+                got_headers.set()
+        writer.close()
+
+    ip = fresh_ip()
+    server = await asyncio.start_server(sandbox, ip, 0)
+    port = server.sockets[0].getsockname()[1]
+    encoder = hpack.Encoder()
+
+    def request(stream: int, name: str) -> bytes:
+        block = encoder.encode(
+            [
+                (":method", "POST"),
+                (":scheme", "http"),
+                (":path", "/echo.Echo/Who"),
+                (":authority", "router"),
+                ("x-sandbox-id", name),
+                ("x-sandbox-pod-ip", ip),
+                ("x-sandbox-port", str(port)),
+            ]
+        )
+        return frame(HEADERS, END_HEADERS | END_STREAM, stream, block)
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", h2c_router.http_port)
+    try:
+        writer.write(
+            PREFACE
+            + frame(SETTINGS, 0, 0, b"")
+            + request(1, "alpha")
+            + request(3, "beta")
+            + request(5, "alpha")
+        )
+        await writer.drain()
+        seen = b""
+        async with asyncio.timeout(10):
+            while not any(t == GOAWAY for t, *_ in frames(seen)):
+                chunk = await reader.read(65536)
+                assert chunk, f"closed without GOAWAY: {frames(seen)}"
+                seen += chunk
+            await got_headers.wait()
+        goaway = next(p for t, _, _, p in frames(seen) if t == GOAWAY)
+        assert (int.from_bytes(goaway[:4], "big"), int.from_bytes(goaway[4:8], "big")) == (1, 0)
+        await asyncio.sleep(0.3)  # anything else would have been relayed by now
+        relayed = frames(bytes(received[len(PREFACE) :]))
+        assert [(t, s) for t, _, s, _ in relayed if t == HEADERS] == [(HEADERS, 1)], relayed
+        assert not writer.is_closing()  # the connection stays up for stream 1
+    finally:
+        writer.close()
+        server.close()
+        await server.wait_closed()
