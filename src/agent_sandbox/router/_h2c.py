@@ -85,10 +85,19 @@ class _ClientFrames:
         self._buf = b""
         self._block = b""
         self._block_stream = 0
+        self._in_block = False
+        self._held: list[bytes] = []
+        """Frames of the header block in progress: released with its last one, once it can be checked."""
         self.swallow_ack = True
 
     def feed(self, data: bytes) -> tuple[list[bytes], list[tuple[int, list[tuple[str, str]]]]]:
-        """Consume bytes; returns (complete frames in order, decoded header blocks (stream, headers))."""
+        """Consume bytes; returns (complete frames in order, decoded header blocks (stream, headers)).
+
+        Raises:
+            ValueError: a header block out of order (RFC 9113 6.2, 6.10: a block is HEADERS on a stream
+                then only CONTINUATIONs of that stream up to END_HEADERS), so no block is attributed to a
+                stream it does not belong to; hpack errors for blocks that do not decode.
+        """
         self._buf += data
         frames: list[bytes] = []
         blocks: list[tuple[int, list[tuple[str, str]]]] = []
@@ -108,15 +117,27 @@ class _ClientFrames:
                 # those, and an unexpected ACK is a protocol error to it.
                 self.swallow_ack = False
                 continue
-            frames.append(frame)
             if ftype == _HEADERS:
+                if self._in_block or stream == 0:
+                    raise ValueError(f"HEADERS on stream {stream} inside a header block or on stream 0")
                 self._block = _header_fragment(flags, payload)
                 self._block_stream = stream
             elif ftype == _CONTINUATION:
+                if not self._in_block or stream != self._block_stream:
+                    raise ValueError(f"CONTINUATION on stream {stream} outside its header block")
                 self._block += payload
+            elif self._in_block:
+                raise ValueError(f"frame type {ftype} inside the header block of stream {self._block_stream}")
             else:
+                frames.append(frame)
                 continue
-            if flags & _END_HEADERS:
+            self._in_block = not flags & _END_HEADERS
+            self._held.append(frame)
+            if len(self._block) > _MAX_BUFFER:  # a CONTINUATION flood
+                raise ValueError(f"header block of stream {stream} over {_MAX_BUFFER} bytes")
+            if not self._in_block:
+                frames.extend(self._held)
+                self._held.clear()
                 headers = self.decoder.decode(self._block, raw=False)
                 blocks.append((self._block_stream, [(str(k), str(v)) for k, v in headers]))
                 self._block = b""
@@ -125,7 +146,7 @@ class _ClientFrames:
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return len(self._buf) + sum(map(len, self._held))
 
 
 def _routing(headers: list[tuple[str, str]]) -> tuple[dict[bytes, bytes], set[bytes], bytes | None]:
@@ -221,6 +242,10 @@ class _Session:
                 opened = self._first_request(stream, headers)
                 if opened is None:
                     return
+            elif stream <= self.last_stream:
+                # Trailers of an accepted stream: they carry no routing headers. (A new stream cannot have
+                # a lower id than one already opened; the sandbox refuses one that does.)
+                continue
             elif self._same_target(headers):
                 self.last_stream = max(self.last_stream, stream)
             else:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import itertools
 
+import hpack
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_sandbox.router._h2c import _FrameBoundary
+from agent_sandbox.router._h2c import _ClientFrames, _FrameBoundary
 
 
 def _frame(length: int) -> bytes:
@@ -58,3 +60,41 @@ def test_any_split_finds_the_same_boundaries(lengths: list[int], cuts: list[int]
         expected = min((e - start for e in ends if start <= e <= end), default=-1)
         assert first == expected
     assert boundary.at_boundary
+
+
+def _raw(ftype: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes((ftype, flags)) + stream.to_bytes(4, "big") + payload
+
+
+HEADERS, CONTINUATION, DATA = 0x1, 0x9, 0x0
+END_HEADERS = 0x4
+
+
+def _block(**headers: str) -> bytes:
+    return bytes(hpack.Encoder().encode(list(headers.items())))
+
+
+def test_a_split_header_block_is_held_until_it_can_be_checked() -> None:
+    block = _block(x_sandbox_id="beta")
+    first, rest = _raw(HEADERS, 0, 3, block[:2]), _raw(CONTINUATION, END_HEADERS, 3, block[2:])
+    client = _ClientFrames()
+    assert client.feed(first) == ([], [])  # nothing of the block leaves before all of it is seen
+    assert client.buffered == len(first)
+    frames, blocks = client.feed(rest)
+    assert frames == [first, rest]
+    assert blocks == [(3, [("x_sandbox_id", "beta")])]
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        [_raw(CONTINUATION, END_HEADERS, 1, b"")],  # continues nothing
+        [_raw(HEADERS, 0, 1, b""), _raw(CONTINUATION, END_HEADERS, 3, b"")],  # another stream's
+        [_raw(HEADERS, 0, 1, b""), _raw(DATA, 0, 1, b"x")],  # another frame inside a block
+        [_raw(HEADERS, 0, 1, b""), _raw(HEADERS, END_HEADERS, 3, b"")],  # a block inside a block
+        [_raw(HEADERS, END_HEADERS, 0, b"")],  # on the connection's stream
+    ],
+)
+def test_header_blocks_out_of_order_are_refused(frames: list[bytes]) -> None:
+    with pytest.raises(ValueError, match=r"HEADERS|CONTINUATION|inside"):
+        _ClientFrames().feed(b"".join(frames))
