@@ -129,8 +129,10 @@ class UpstreamConnection(asyncio.Protocol):
         if sink is None:
             return
         if self._head_seen and self._eof_body:
-            # A response without Content-Length or chunking ends when the server closes.
+            # A response without Content-Length or chunking ends when the server closes; nothing else
+            # flushes here (data_received does after a read), so the end of the relayed body is sent now.
             sink.response_complete(False)
+            sink.flush()
         else:
             sink.upstream_failed("eof", exc)
 

@@ -14,7 +14,7 @@ import pytest
 
 from agent_sandbox.router import Router
 
-from .conftest import Backend, raw_request, request_bytes, scrape
+from .conftest import Backend, fresh_ip, raw_request, request_bytes, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -116,6 +116,43 @@ async def test_response_streams_chunk_by_chunk(router: Router, backend: Backend)
     assert len(arrivals) == 4
     # Lines leave the sandbox 0.3 s apart; buffered delivery would bunch them at the end.
     assert arrivals[-1] - arrivals[0] > 0.6
+
+
+@pytest.mark.parametrize("body", [b"", b"written by an HTTP/1.0 server, ended by its close"])
+async def test_a_body_ended_by_the_sandbox_closing(router: Router, body: bytes) -> None:
+    """A response without Content-Length or chunking ends when the sandbox closes (what Python's
+    http.server does by default). The router relays it chunked and must end the chunked body then: it
+    used to leave the final chunk unsent, so the client waited until the idle timeout."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer((fresh_ip(), 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        ip, port = server.server_address[:2]
+        headers = {"X-Sandbox-ID": "sb", "X-Sandbox-Pod-IP": str(ip), "X-Sandbox-Port": str(port)}
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as s,
+            s.get(url(router, "/old"), headers=headers) as resp,
+        ):
+            assert resp.status == 200
+            assert await resp.read() == body
+        # and on a raw keep-alive connection, the chunked body is complete without the router closing
+        resp_raw = await raw_request(router.http_port or 0, request_bytes("GET", "/old", headers), within=5)
+        assert (resp_raw.status, resp_raw.body, resp_raw.closed) == (200, body, False)
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 async def test_dead_backend_is_502_after_retries(start_router: Callable[..., Awaitable[Router]]) -> None:
