@@ -106,15 +106,20 @@ class UpstreamConnection(asyncio.Protocol):
             return
         try:
             self._parser.feed_data(data)
-            sink.flush()
         except httptools.HttpParserUpgrade as exc:
             offset = exc.args[0]
             self.sink = None
             sink.response_upgraded(data[offset:])
+            return
         except httptools.HttpParserError as exc:
             self.sink = None
             self.close()
+            # A complete response followed by bytes that do not parse (a body on a 204, say): the response
+            # is relayed (flush) and the connection is not reused; a broken one ends the exchange.
+            sink.flush()
             sink.upstream_failed("other", exc)
+            return
+        sink.flush()
 
     def eof_received(self) -> bool | None:
         return None  # let the transport close; connection_lost reports it
@@ -181,6 +186,10 @@ class UpstreamConnection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self._headers = []
         self._interim = False
+        if self.sink is None:
+            # A response nobody asked for, in the same read as the last one: the sandbox is not speaking
+            # HTTP in turn, so nothing more read from this connection can be trusted to answer a request.
+            self.close()
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers.append((name, value))

@@ -220,7 +220,7 @@ class _Collector:
         self.complete = False
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers[name.decode().lower()] = value.decode()
+        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_body(self, body: bytes) -> None:
         self.body += body
