@@ -1,0 +1,190 @@
+"""Objects the API server accepts but nobody tried: generated templates, pools and claims against the real
+controller process.
+
+Each example creates a SandboxTemplate (env, volume claim templates with duplicate or empty names,
+injection policies, service, network policy, service-account token, reserved-prefix pod labels), a
+SandboxWarmPool of it (or of a missing template) and a SandboxClaim (env for existing, missing and init
+containers, volume claim templates overlapping the template's, reserved and ordinary pod metadata,
+lifecycle in the past or future). What must hold for any of them:
+
+* the claim gets a Ready condition (True, or False with a reason) within the bound: nothing is left
+  without an answer;
+* the controller logs no Python error (a bug type such as KeyError or TypeError in a reconciler or an
+  informer handler): odd input is a condition, never a crash loop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.devcluster.controller import start_controller
+from agent_sandbox.devcluster.processes import Started, stop
+from agent_sandbox.kube import SANDBOX_CLAIM, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL, ApiClient, NotFound, Object
+from tests.helpers import eventually
+from tests.integration.controllers.builders import claim_body, pool_body
+
+pytestmark = pytest.mark.integration
+
+FUZZ = settings(
+    max_examples=int(os.environ.get("ODD_OBJECTS_EXAMPLES", "25")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    database=None,
+)
+
+BUG_TYPES = (
+    "KeyError",
+    "TypeError",
+    "AttributeError",
+    "IndexError",
+    "ValueError",
+    "AssertionError",
+    "UnboundLocalError",
+    "ZeroDivisionError",
+    "RecursionError",
+    "NameError",
+)
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def controller(cluster: DevCluster) -> Iterator[Started]:
+    started = start_controller(cluster)
+    try:
+        yield started
+    finally:
+        stop(started)
+
+
+def python_errors(log_text: str) -> list[str]:
+    """Log records of the controller that carry a Python bug type (JSON lines; others ignored)."""
+    found = []
+    for line in log_text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            if any(f"{t}:" in line for t in BUG_TYPES) or "Traceback" in line:
+                found.append(line)
+            continue
+        text = f"{entry.get('error', '')}\n{entry.get('stacktrace', '')}"
+        if any(f"{t}:" in text or f"{t}(" in text for t in BUG_TYPES):
+            found.append(line[:2000])
+    return found
+
+
+NAMES = st.sampled_from(["data", "data", "cache", "", "x" * 63])
+ENV_NAMES = st.sampled_from(["A", "PATH", "A", "_X", "a.b"])
+CONTAINERS = st.sampled_from([None, "main", "side", "init", "missing"])
+LABEL_KEYS = st.sampled_from(
+    ["app", "agents.x-k8s.io/pod-name", "extensions.agents.x-k8s.io/x", "sandbox.users.io/team", "a.b/c"]
+)
+PVC_SPEC = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Mi"}}}
+
+
+def _pvcs(names: list[str]) -> list[Object]:
+    return [{"metadata": {"name": n} if n else {}, "spec": PVC_SPEC} for n in names]
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[Object, Object, Object]:
+    n = next(_names)
+    tmpl, pool, claim = f"t{n}", f"p{n}", f"c{n}"
+    containers: list[Object] = [{"name": "main", "image": "busybox", "env": [{"name": "A", "value": "t"}]}]
+    if draw(st.booleans()):
+        containers.append({"name": "side", "image": "busybox"})
+    pod: dict[str, Any] = {"containers": containers}
+    if draw(st.booleans()):
+        pod["initContainers"] = [{"name": "init", "image": "busybox"}]
+    token = draw(st.sampled_from([None, True, False]))
+    if token is not None:
+        pod["automountServiceAccountToken"] = token
+    spec: dict[str, Any] = {
+        "podTemplate": {
+            "metadata": {"labels": draw(st.dictionaries(LABEL_KEYS, st.sampled_from(["v", ""]), max_size=2))},
+            "spec": pod,
+        },
+        "envVarsInjectionPolicy": draw(st.sampled_from(["Allowed", "Overrides", "Disallowed"])),
+        "volumeClaimTemplatesPolicy": draw(st.sampled_from(["Allowed", "Overrides", "Disallowed"])),
+        "networkPolicyManagement": draw(st.sampled_from(["Managed", "Unmanaged"])),
+    }
+    if vcts := draw(st.lists(NAMES, max_size=2)):
+        spec["volumeClaimTemplates"] = _pvcs(vcts)
+    service = draw(st.sampled_from([None, True, False]))
+    if service is not None:
+        spec["service"] = service
+    if draw(st.booleans()):
+        spec["networkPolicy"] = {"ingress": [], "egress": draw(st.sampled_from([[], [{}]]))}
+    template = {
+        "apiVersion": SANDBOX_TEMPLATE.api_version,
+        "kind": "SandboxTemplate",
+        "metadata": {"name": tmpl},
+    }
+    template["spec"] = spec
+    pool_template = draw(st.sampled_from([tmpl, tmpl, tmpl, "missing-template"]))
+    warm_pool = pool_body(pool, draw(st.integers(0, 2)), pool_template)
+    claim_spec: dict[str, Any] = {}
+    if env := draw(st.lists(st.tuples(ENV_NAMES, CONTAINERS), max_size=3)):
+        claim_spec["env"] = [
+            {"name": name, "value": "c", **({"containerName": cn} if cn else {})} for name, cn in env
+        ]
+    if vcts := draw(st.lists(NAMES, max_size=2)):
+        claim_spec["volumeClaimTemplates"] = _pvcs(vcts)
+    if draw(st.booleans()):
+        claim_spec["additionalPodMetadata"] = {
+            "labels": draw(st.dictionaries(LABEL_KEYS, st.just("v"), max_size=2)),
+            "annotations": draw(st.dictionaries(LABEL_KEYS, st.just("v"), max_size=2)),
+        }
+    if draw(st.booleans()):
+        when = datetime.now(UTC) + timedelta(seconds=draw(st.sampled_from([-3600, -1, 2, 3600])))
+        lifecycle: dict[str, Any] = {"shutdownTime": when.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        if draw(st.booleans()):
+            lifecycle["shutdownPolicy"] = draw(st.sampled_from(["Delete", "DeleteForeground", "Retain"]))
+        if draw(st.booleans()):
+            lifecycle["ttlSecondsAfterFinished"] = 0
+        claim_spec["lifecycle"] = lifecycle
+    return template, warm_pool, claim_body(claim, pool, **claim_spec)
+
+
+def _ready(obj: Object) -> Object | None:
+    return next(
+        (cd for cd in (obj.get("status") or {}).get("conditions") or () if cd["type"] == "Ready"), None
+    )
+
+
+@FUZZ
+@given(scenario=scenarios())
+async def test_odd_but_accepted_objects(
+    kube: ApiClient, namespace: str, controller: Started, scenario: tuple[Object, Object, Object]
+) -> None:
+    template, pool, claim = scenario
+    await kube.create(SANDBOX_TEMPLATE, template, namespace=namespace)
+    await kube.create(SANDBOX_WARM_POOL, pool, namespace=namespace)
+    name = claim["metadata"]["name"]
+    await kube.create(SANDBOX_CLAIM, claim, namespace=namespace)
+
+    async def answered() -> Object | bool | None:
+        try:
+            current = await kube.get(SANDBOX_CLAIM, name, namespace=namespace)
+        except NotFound:
+            return True  # expired and deleted (lifecycle Delete): an answer too
+        return _ready(current)
+
+    ready = await eventually(answered, f"a Ready condition on claim {name}", within=30)
+    event(
+        f"Ready {ready['status']} {ready.get('reason')} {ready.get('message', '')[:150]}"
+        if isinstance(ready, dict)
+        else "claim deleted"
+    )
+    errors = python_errors(controller.log.read_text(errors="replace"))
+    assert not errors, errors[:3]
