@@ -11,14 +11,15 @@ After a 5xx or a transport failure the connection forgets its cached pod IP and 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from ._connection import Connection, Target
 from ._steps import Flow, HttpRequest, HttpResponse, Open, ReadChunk, Send, Sleep, StreamHandle, Upload
 from .exceptions import SandboxRequestError, SandboxRequestTimeoutError
 
-__all__ = ["MAX_RETRIES", "call", "check", "error_detail", "open_stream"]
+__all__ = ["MAX_RETRIES", "call", "check", "error_detail", "malformed_answer", "open_stream"]
 
 MAX_RETRIES = 5
 #: Seconds before the first retry; doubles per attempt.
@@ -40,6 +41,30 @@ def error_detail(resp: HttpResponse) -> str:
             if key in body:
                 return str(body[key])[:300]
     return resp.text.strip()[:300]
+
+
+#: What reading a malformed answer can raise: JSON of the wrong shape or type, values out of range.
+_MALFORMED = (ValueError, KeyError, TypeError, AttributeError, IndexError, OverflowError, OSError)
+
+
+@contextmanager
+def malformed_answer(what: str, resp: HttpResponse | None = None, sample: object = None) -> Iterator[None]:
+    """Turn an error while reading a sandbox's answer into `SandboxRequestError` naming `what`.
+
+    What a sandbox answers is untrusted (the code inside can replace the runtime server), so a caller that
+    catches `SandboxError` must not meet a `KeyError` or a pydantic error from parsing it.
+    """
+    try:
+        yield
+    except SandboxRequestError:
+        raise
+    except _MALFORMED as err:
+        shown = resp.text[:200] if resp is not None else str(sample)[:200]
+        raise SandboxRequestError(
+            f"{what}: malformed answer from the sandbox ({type(err).__name__}: {err}): {shown!r}",
+            resp.status_code if resp is not None else None,
+            resp,
+        ) from err
 
 
 def check(resp: HttpResponse, *, allow: Collection[int] = ()) -> HttpResponse:

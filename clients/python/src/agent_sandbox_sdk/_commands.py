@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _process
-from ._calls import call, open_stream
+from ._calls import call, malformed_answer, open_stream
 from ._connection import Connection, Target
 from ._steps import Emit, Flow, GrpcCall, GrpcFailure, GrpcOpen, GrpcRead, ReadLine, Trace
 from .exceptions import SandboxError, SandboxRequestError, SandboxRequestTimeoutError
@@ -116,25 +116,21 @@ def _run_legacy(
 ) -> Flow[ExecutionResult]:
     """POST /execute; `extended`: env/cwd were asked for, which only this project's runtime honours."""
     resp = yield from call(conn, "POST", "/execute", timeout=read_timeout, json=body)
-    try:
+    with malformed_answer("/execute", resp):
         answer = resp.json()
-    except ValueError as err:
-        raise SandboxRequestError(
-            f"/execute answered non-JSON: {resp.text[:200]!r}", resp.status_code, resp
-        ) from err
-    if not isinstance(answer, dict):
-        raise SandboxRequestError(
-            f"/execute answered {type(answer).__name__}, not an object", resp.status_code, resp
-        )
-    if extended and "truncated" not in answer:
-        raise SandboxError(
-            "the runtime ignored env/cwd: it does not speak this project's extended /execute "
-            "(an upstream python-runtime?); run without env/cwd or use the sandboxd runtime"
-        )
-    fields = {
-        k: answer[k] for k in ("stdout", "stderr", "exit_code", "timed_out") if answer.get(k) is not None
-    }
-    return ExecutionResult(**fields)
+        if not isinstance(answer, dict):
+            raise SandboxRequestError(
+                f"/execute answered {type(answer).__name__}, not an object", resp.status_code, resp
+            )
+        if extended and "truncated" not in answer:
+            raise SandboxError(
+                "the runtime ignored env/cwd: it does not speak this project's extended /execute "
+                "(an upstream python-runtime?); run without env/cwd or use the sandboxd runtime"
+            )
+        fields = {
+            k: answer[k] for k in ("stdout", "stderr", "exit_code", "timed_out") if answer.get(k) is not None
+        }
+        return ExecutionResult(**fields)
 
 
 def _run_sandboxd(
@@ -253,25 +249,23 @@ def _stream_legacy(
     while (line := (yield ReadLine(handle))) is not None:
         if not line.strip():
             continue
-        try:
+        with malformed_answer("/execute/stream", sample=line):
             event = json.loads(line)
-        except ValueError as err:
-            raise SandboxRequestError(
-                f"/execute/stream sent a line that is not JSON: {line[:200]!r}"
-            ) from err
-        kind = event.get("type")
-        if kind == "start":
-            yield Emit(STARTED)
-        elif kind in ("stdout", "stderr"):
-            yield Emit(CommandEvent(type=kind, data=str(event.get("data", "")).encode()))
-        elif kind == "exit":
-            yield Emit(
-                CommandEvent(
+            kind = event.get("type")
+            parsed: Started | CommandEvent | None = None
+            if kind == "start":
+                parsed = STARTED
+            elif kind in ("stdout", "stderr"):
+                parsed = CommandEvent(type=kind, data=str(event.get("data", "")).encode())
+            elif kind == "exit":
+                parsed = CommandEvent(
                     type="exit",
                     exit_code=int(event.get("exit_code", -1)),
                     timed_out=bool(event.get("timed_out")),
                 )
-            )
+        if parsed is not None:
+            yield Emit(parsed)
+        if kind == "exit":
             return
     raise SandboxRequestError("/execute/stream ended without an exit event")
 

@@ -18,7 +18,7 @@ import os
 import secrets
 from typing import IO, Any
 
-from ._calls import call, open_stream
+from ._calls import call, malformed_answer, open_stream
 from ._connection import Connection
 from ._paths import legacy_path, sandboxd_path, sanitize_path
 from ._steps import Flow, ReadChunk, Trace, Upload
@@ -160,10 +160,8 @@ def list_dir(conn: Connection, path: str, *, timeout: float) -> Flow[list[FileEn
     """Direct children of the directory `path` (`""` or `"."` = the root). Span `list`."""
     yield Trace("list", {"sandbox.file.path": path})
     resp = yield from call(conn, "GET", _files_path(conn, path, "list"), timeout=timeout)
-    try:
+    with malformed_answer(f"directory listing of {path!r}", resp):
         entries = _entries(conn, resp.json())
-    except (ValueError, KeyError, TypeError) as err:
-        raise SandboxError(f"unreadable directory listing of {path!r}: {err}") from err
     yield Trace(None, {"sandbox.file.count": len(entries)})
     return entries
 
@@ -173,7 +171,8 @@ def exists(conn: Connection, path: str, *, timeout: float) -> Flow[bool]:
     yield Trace("exists", {"sandbox.file.path": path})
     if conn.runtime == "legacy":
         resp = yield from call(conn, "GET", _files_path(conn, path, "exists"), timeout=timeout)
-        body = resp.json()
+        with malformed_answer("/exists", resp):
+            body = resp.json()
         if not isinstance(body, dict) or not isinstance(body.get("exists"), bool):
             raise SandboxRequestError(f"/exists answered {resp.text[:200]!r}", resp.status_code, resp)
         found = bool(body["exists"])

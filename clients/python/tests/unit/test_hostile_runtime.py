@@ -1,0 +1,129 @@
+"""What a sandbox answers is untrusted: the code inside can replace the runtime server. Whatever bytes come
+back for a command or a file operation, the SDK raises a `SandboxError` (or returns a well-typed result),
+never a `KeyError`, `TypeError` or pydantic error from deep inside (a caller catching `SandboxError` must
+catch every failure of the sandbox)."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import httpx2
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agent_sandbox_sdk import SandboxClient, SandboxDirectConnectionConfig, SandboxError, _calls
+from agent_sandbox_sdk.models import ExecutionResult, FileEntry
+
+from .fakes import ROUTER, FakeCluster, endpoint
+
+pytestmark = pytest.mark.unit
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
+    ),
+    max_leaves=10,
+)
+KEYS = st.sampled_from(
+    [
+        "stdout",
+        "stderr",
+        "exit_code",
+        "timed_out",
+        "truncated",
+        "exists",
+        "entries",
+        "name",
+        "type",
+        "size",
+        "mtime",
+        "path",
+        "message",
+        "detail",
+        "code",
+    ]
+)
+SHAPED = st.dictionaries(
+    KEYS, JSON | st.lists(st.dictionaries(KEYS, JSON, max_size=4), max_size=3), max_size=5
+)
+BODIES = st.one_of(
+    st.binary(max_size=60),
+    JSON.map(lambda v: json.dumps(v).encode()),
+    SHAPED.map(lambda v: json.dumps(v).encode()),
+)
+STATUSES = st.sampled_from([200, 200, 200, 201, 204, 206, 301, 400, 404, 409, 413, 500, 503])
+
+
+class Hostile(FakeCluster):
+    """The fake cluster and router, with a runtime that answers `answer` to everything."""
+
+    answer: tuple[int, bytes] = (200, b"{}")
+
+    def _runtime(self, request: httpx2.Request, path: str) -> httpx2.Response:
+        status, body = self.answer
+        return httpx2.Response(status, content=body, headers={"content-type": "application/json"})
+
+
+@pytest.fixture(scope="module")
+def handle() -> Any:
+    fake = Hostile()
+    client = SandboxClient(
+        SandboxDirectConnectionConfig(api_url=ROUTER), api_client=endpoint(), transport=fake.transport()
+    )
+    sandbox = client.create_sandbox("pool")
+    return fake, sandbox
+
+
+OPERATIONS = st.sampled_from(
+    ["run", "run-env", "stream", "read", "read_to", "write", "list", "exists", "delete"]
+)
+# NDJSON as the streaming endpoint sends it, lines of any JSON
+LINES = st.lists(
+    st.one_of(
+        JSON,
+        SHAPED,
+        st.fixed_dictionaries(
+            {"type": st.sampled_from(["start", "stdout", "exit"])},
+            optional={"data": JSON, "exit_code": JSON, "timed_out": JSON},
+        ),
+    ),
+    max_size=4,
+).map(lambda lines: b"".join(json.dumps(v).encode() + b"\n" for v in lines))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(status=STATUSES, body=BODIES | LINES, operation=OPERATIONS)
+def test_any_answer_is_a_result_or_a_sandbox_error(
+    handle: Any, monkeypatch: pytest.MonkeyPatch, status: int, body: bytes, operation: str
+) -> None:
+    monkeypatch.setattr(_calls, "BACKOFF_BASE", 0.0)
+    fake, sandbox = handle
+    fake.answer = (status, body)
+    try:
+        if operation == "run":
+            assert isinstance(sandbox.commands.run("true"), ExecutionResult)
+        elif operation == "run-env":
+            assert isinstance(sandbox.commands.run("true", env={"A": "1"}, cwd="/"), ExecutionResult)
+        elif operation == "stream":
+            with sandbox.commands.stream("true") as events:
+                for item in events:
+                    assert item.type in ("stdout", "stderr", "exit")
+        elif operation == "read":
+            assert isinstance(sandbox.files.read("a.txt"), bytes)
+        elif operation == "read_to":
+            sandbox.files.read_to("a.txt", io.BytesIO())
+        elif operation == "write":
+            sandbox.files.write("a.txt", b"x")
+        elif operation == "list":
+            entries = sandbox.files.list(".")
+            assert all(isinstance(e, FileEntry) for e in entries)
+        elif operation == "exists":
+            assert isinstance(sandbox.files.exists("a.txt"), bool)
+        else:
+            sandbox.files.delete("a.txt")
+    except SandboxError:
+        pass
