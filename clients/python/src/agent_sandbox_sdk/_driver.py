@@ -11,6 +11,7 @@ share one pool of up to `max_connections` sockets without any thread pool (gRPC'
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import importlib
 import ssl
@@ -46,10 +47,39 @@ from ._steps import (
 from ._tracing import FlowTrace, Tracing
 from .exceptions import SandboxConnectionError, SandboxRequestError, SandboxRequestTimeoutError
 
-__all__ = ["AsyncDriver", "SyncDriver", "import_grpc"]
+__all__ = ["MAX_LINE_BYTES", "AsyncDriver", "SyncDriver", "import_grpc"]
 
 T = TypeVar("T")
 CONNECT_TIMEOUT = 10.0
+#: Longest line `ReadLine` returns. A streamed line is one output chunk of a command or one watch event
+#: (kilobytes); a sandbox that never ends a line must not make the client buffer without bound.
+MAX_LINE_BYTES = 16 << 20
+
+
+class _Lines:
+    """Splits a streamed body into lines (`\n`, a trailing `\r` dropped), each at most `MAX_LINE_BYTES`."""
+
+    __slots__ = ("_buf", "lines")
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self.lines: collections.deque[str] = collections.deque()
+
+    def feed(self, chunk: bytes | None, handle: StreamHandle) -> None:
+        """Add a chunk (None: the body ended; what is left is the last line)."""
+        if chunk is None:
+            if self._buf:
+                self.lines.append(self._buf.rstrip(b"\r").decode("utf-8", "replace"))
+                self._buf.clear()
+            return
+        self._buf += chunk
+        while (end := self._buf.find(b"\n")) >= 0:
+            self.lines.append(self._buf[:end].rstrip(b"\r").decode("utf-8", "replace"))
+            del self._buf[: end + 1]
+        if len(self._buf) > MAX_LINE_BYTES:
+            raise SandboxRequestError(
+                f"{handle.method} {handle.url}: a streamed line longer than {MAX_LINE_BYTES} bytes"
+            )
 
 
 def import_grpc() -> Any:
@@ -319,13 +349,17 @@ class SyncDriver(_DriverBase):
         state = step.handle.raw
         resp: httpx2.Response = state[0]
         try:
-            if isinstance(step, ReadLine):
-                if state[1] is None:
-                    state[1] = resp.iter_lines()
-                return next(state[1], None)
             if state[2] is None:
                 state[2] = resp.iter_bytes()
-            return next(state[2], None)
+            if not isinstance(step, ReadLine):
+                return next(state[2], None)
+            lines = state[1] = state[1] or _Lines()
+            while not lines.lines:
+                chunk = next(state[2], None)
+                lines.feed(chunk, step.handle)
+                if chunk is None:
+                    break
+            return lines.lines.popleft() if lines.lines else None
         except httpx2.TransportError as err:
             raise _transport_error(HttpRequest(step.handle.method, step.handle.url), err) from err
 
@@ -463,13 +497,17 @@ class AsyncDriver(_DriverBase):
         state = step.handle.raw
         resp: httpx2.Response = state[0]
         try:
-            if isinstance(step, ReadLine):
-                if state[1] is None:
-                    state[1] = resp.aiter_lines()
-                return await anext(state[1], None)
             if state[2] is None:
                 state[2] = resp.aiter_bytes()
-            return await anext(state[2], None)
+            if not isinstance(step, ReadLine):
+                return await anext(state[2], None)
+            lines = state[1] = state[1] or _Lines()
+            while not lines.lines:
+                chunk = await anext(state[2], None)
+                lines.feed(chunk, step.handle)
+                if chunk is None:
+                    break
+            return lines.lines.popleft() if lines.lines else None
         except httpx2.TransportError as err:
             raise _transport_error(HttpRequest(step.handle.method, step.handle.url), err) from err
 

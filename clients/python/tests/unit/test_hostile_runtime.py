@@ -5,6 +5,7 @@ catch every failure of the sandbox)."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 from typing import Any
@@ -14,7 +15,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent_sandbox_sdk import SandboxClient, SandboxDirectConnectionConfig, SandboxError, _calls
+from agent_sandbox_sdk import (
+    AsyncSandboxClient,
+    SandboxClient,
+    SandboxDirectConnectionConfig,
+    SandboxError,
+    _calls,
+    _driver,
+)
+from agent_sandbox_sdk._steps import StreamHandle
 from agent_sandbox_sdk.models import ExecutionResult, FileEntry
 
 from .fakes import ROUTER, FakeCluster, endpoint
@@ -127,3 +136,47 @@ def test_any_answer_is_a_result_or_a_sandbox_error(
             sandbox.files.delete("a.txt")
     except SandboxError:
         pass
+
+
+def test_a_line_without_end_is_cut_off(handle: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runtime that streams one endless line: the client stops at `MAX_LINE_BYTES` instead of buffering
+    it all (both drivers)."""
+    monkeypatch.setattr(_driver, "MAX_LINE_BYTES", 1 << 16)
+    fake, sandbox = handle
+    fake.answer = (200, b'{"type": "start"}\n' + b"x" * (1 << 17))
+    with (
+        pytest.raises(SandboxError, match="streamed line longer than 65536 bytes"),
+        sandbox.commands.stream("true") as events,
+    ):
+        list(events)
+
+    async def main() -> None:
+        client = AsyncSandboxClient(
+            SandboxDirectConnectionConfig(api_url=ROUTER),
+            api_client=endpoint(),
+            transport=fake.transport(),
+            cleanup=False,
+        )
+        try:
+            sb = await client.create_sandbox("pool")
+
+            async def drain() -> None:
+                async with sb.commands.stream("true") as events:
+                    async for _ in events:
+                        pass
+
+            with pytest.raises(SandboxError, match="streamed line longer"):
+                await drain()
+        finally:
+            await client.close()
+
+    asyncio.run(main())
+
+
+def test_lines_split_anywhere() -> None:
+    lines = _driver._Lines()
+    handle = StreamHandle(200, {}, "GET", "http://x", None)
+    for chunk in (b'{"a"', b": 1}\r\n\n{", b'"b": 2}\n', b"tail"):
+        lines.feed(chunk, handle)
+    lines.feed(None, handle)
+    assert list(lines.lines) == ['{"a": 1}', "", '{"b": 2}', "tail"]
