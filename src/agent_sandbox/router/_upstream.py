@@ -53,6 +53,17 @@ class ResponseSink(Protocol):
     def upstream_resume_writing(self) -> None: ...
 
 
+#: Most bytes a sandbox may send before its response head is complete (status line, headers, interim
+#: responses). The sandbox is untrusted: without a bound, one that never ends its head would have the router
+#: buffer headers until the response-header timeout, at the speed of the network. Go's http.Transport
+#: refuses heads over its own limit the same way (502).
+MAX_RESPONSE_HEAD_BYTES = 1 << 20
+
+
+class ResponseHeadTooLarge(Exception):
+    """The sandbox's response head went past `MAX_RESPONSE_HEAD_BYTES`."""
+
+
 class UpstreamConnection(asyncio.Protocol):
     """One keep-alive HTTP/1.1 connection to a sandbox."""
 
@@ -82,6 +93,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._reset_parser = False
         self._eof_body = False
         self._head_seen = False
+        self._head_bytes = 0
         self._status = 0
 
     # ------------------------------------------------------------------ asyncio.Protocol
@@ -104,6 +116,17 @@ class UpstreamConnection(asyncio.Protocol):
             # A server speaking out of turn on an idle connection: it cannot be reused safely.
             self.close()
             return
+        if not self._head_seen:
+            # Every earlier read of this response was head only (else the head would be complete), so this
+            # is exact up to the current read, which may also carry the body's start.
+            if self._head_bytes > MAX_RESPONSE_HEAD_BYTES:
+                self.sink = None
+                self.close()
+                sink.upstream_failed(
+                    "other", ResponseHeadTooLarge(f"response head over {MAX_RESPONSE_HEAD_BYTES} bytes")
+                )
+                return
+            self._head_bytes += len(data)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade as exc:
@@ -163,6 +186,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.sink = sink
         self._head_only = head_only
         self._head_seen = False
+        self._head_bytes = 0
         self._eof_body = False
 
     def write(self, data: bytes) -> None:

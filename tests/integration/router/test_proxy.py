@@ -155,6 +155,45 @@ async def test_a_body_ended_by_the_sandbox_closing(router: Router, body: bytes) 
         server.server_close()
 
 
+@pytest.mark.parametrize("endless", [True, False])
+async def test_response_head_is_bounded(router: Router, endless: bool) -> None:
+    """The sandbox is untrusted: a response head that never ends is cut off at 1 MiB with a 502 (it used to
+    be buffered until the 30 s response-header timeout, hundreds of MB at loopback speed); a large head
+    under the bound (900 KiB in many reads) is relayed."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\n")
+        line = b"X-Big: " + b"b" * 8000 + b"\r\n"
+        try:
+            for _ in range(100_000 if endless else 900 * 1024 // len(line)):
+                writer.write(line)
+                await writer.drain()
+            writer.write(b"Content-Length: 2\r\n\r\nok")
+            await writer.drain()
+            await reader.read()
+        except ConnectionError:
+            pass
+        writer.close()
+
+    ip = fresh_ip()
+    server = await asyncio.start_server(serve, ip, 0)
+    port = server.sockets[0].getsockname()[1]
+    headers = {"X-Sandbox-ID": "sb", "X-Sandbox-Pod-IP": ip, "X-Sandbox-Port": str(port)}
+    try:
+        start = time.monotonic()
+        resp = await raw_request(router.http_port or 0, request_bytes("GET", "/", headers), within=10)
+        if endless:
+            assert resp.status == 502
+            assert json.loads(resp.body) == {"detail": "Could not connect to the backend sandbox: sb"}
+            assert time.monotonic() - start < 5  # not the 30 s response-header timeout
+        else:
+            assert (resp.status, resp.body) == (200, b"ok")
+            assert len(resp.headers["x-big"]) == 8000
+    finally:
+        server.close()
+
+
 async def test_dead_backend_is_502_after_retries(start_router: Callable[..., Awaitable[Router]]) -> None:
     router = await start_router("--upstream-retry-initial-delay=50ms", "--upstream-retry-max-delay=100ms")
     headers = {"X-Sandbox-ID": "gone", "X-Sandbox-Pod-IP": "127.250.255.254", "X-Sandbox-Port": "9"}
