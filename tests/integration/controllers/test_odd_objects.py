@@ -29,7 +29,15 @@ from hypothesis import strategies as st
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.processes import Started, stop
-from agent_sandbox.kube import SANDBOX_CLAIM, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL, ApiClient, NotFound, Object
+from agent_sandbox.kube import (
+    SANDBOX,
+    SANDBOX_CLAIM,
+    SANDBOX_TEMPLATE,
+    SANDBOX_WARM_POOL,
+    ApiClient,
+    NotFound,
+    Object,
+)
 from tests.helpers import eventually
 from tests.integration.controllers.builders import claim_body, pool_body
 
@@ -186,5 +194,60 @@ async def test_odd_but_accepted_objects(
         if isinstance(ready, dict)
         else "claim deleted"
     )
+    errors = python_errors(controller.log.read_text(errors="replace"))
+    assert not errors, errors[:3]
+
+
+# Names a Sandbox may have (DNS subdomain, up to 253) that its children cannot all have: a Service name is a
+# DNS label (63, starts with a letter), PVC names add the claim template's name, pod names feed a hostname.
+SANDBOX_NAMES = st.sampled_from(
+    ["s", "1starts-with-digit", "has.dots.in.it", "x" * 63, "y" * 64, "z" * 200, "a." * 60 + "b"]
+)
+
+
+@st.composite
+def sandboxes(draw: st.DrawFn) -> Object:
+    n = next(_names)
+    base = draw(SANDBOX_NAMES)
+    name = f"{base}{n}" if len(base) < 250 else f"{base[:248]}{n}"
+    spec: dict[str, Any] = {
+        "podTemplate": {
+            "metadata": {"labels": draw(st.dictionaries(LABEL_KEYS, st.sampled_from(["v", ""]), max_size=2))},
+            "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+        }
+    }
+    service = draw(st.sampled_from([None, True, False]))
+    if service is not None:
+        spec["service"] = service
+    if vcts := draw(st.lists(st.sampled_from(["data", "d" * 63]), max_size=2, unique=True)):
+        spec["volumeClaimTemplates"] = _pvcs(vcts)
+    mode = draw(st.sampled_from([None, "Running", "Suspended"]))
+    if mode:
+        spec["operatingMode"] = mode
+    if draw(st.booleans()):
+        when = datetime.now(UTC) + timedelta(seconds=draw(st.sampled_from([-3600, 2, 3600])))
+        spec["shutdownTime"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+        spec["shutdownPolicy"] = draw(st.sampled_from(["Delete", "Retain"]))
+    return {"apiVersion": SANDBOX.api_version, "kind": "Sandbox", "metadata": {"name": name}, "spec": spec}
+
+
+@FUZZ
+@given(sandbox=sandboxes())
+async def test_odd_but_accepted_sandboxes(
+    kube: ApiClient, namespace: str, controller: Started, sandbox: Object
+) -> None:
+    name = sandbox["metadata"]["name"]
+    await kube.create(SANDBOX, sandbox, namespace=namespace)
+
+    async def answered() -> Object | bool | None:
+        try:
+            current = await kube.get(SANDBOX, name, namespace=namespace)
+        except NotFound:
+            return True  # expired and deleted (shutdownPolicy Delete): an answer too
+        return _ready(current)
+
+    ready = await eventually(answered, f"a Ready condition on Sandbox {name}", within=30)
+    if isinstance(ready, dict):
+        event(f"Ready {ready['status']} {ready.get('reason')} {ready.get('message', '')[:120]}")
     errors = python_errors(controller.log.read_text(errors="replace"))
     assert not errors, errors[:3]
