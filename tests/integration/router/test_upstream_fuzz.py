@@ -33,7 +33,7 @@ from .test_fuzz import exchange, still_serving
 pytestmark = pytest.mark.integration
 
 FUZZ = settings(
-    max_examples=int(os.environ.get("UPSTREAM_FUZZ_EXAMPLES", "100")),
+    max_examples=int(os.environ.get("UPSTREAM_FUZZ_EXAMPLES", "60")),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     database=None,
@@ -77,6 +77,8 @@ class HostileSandbox:
                 )
                 if length:
                     await reader.readexactly(length)
+                elif b"transfer-encoding: chunked" in head.lower():
+                    await reader.readuntil(b"0\r\n\r\n")
                 if self.answered:
                     writer.write(GOOD)
                     continue
@@ -187,14 +189,30 @@ class _Errors(logging.Handler):
         self.records.append(record)
 
 
+REQUESTS = st.sampled_from(["GET", "HEAD", "POST", "POST-chunked", "POST-expect"])
+
+
+def first_request(kind: str, headers: dict[str, str]) -> bytes:
+    if kind in ("GET", "HEAD"):
+        return request_bytes(kind, "/first", headers)
+    if kind == "POST-chunked":
+        return request_bytes(
+            "POST", "/first", {**headers, "Transfer-Encoding": "chunked"}, b"4\r\nbody\r\n0\r\n\r\n"
+        )
+    extra = {"Expect": "100-continue"} if kind == "POST-expect" else {}
+    return request_bytes("POST", "/first", {**headers, **extra}, b"body")
+
+
 @FUZZ
-@given(answer=answers())
+@given(answer=answers(), kind=REQUESTS)
 # a whole response, then the start of another that the next answer would complete if the router read on
-@example(answer=Answer(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nGOOD" + PARTLY_SMUGGLED, "keep"))
-@example(answer=Answer(b"HTTP/1.1 204 No Content\r\n\r\nGOOD", "close"))  # a body on a 204
-@example(answer=Answer(b"HTTP/1.1 200 OK\r\n\r\nends at close", "close"))
+@example(
+    answer=Answer(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nGOOD" + PARTLY_SMUGGLED, "keep"), kind="GET"
+)
+@example(answer=Answer(b"HTTP/1.1 204 No Content\r\n\r\nGOOD", "close"), kind="GET")  # a body on a 204
+@example(answer=Answer(b"HTTP/1.1 200 OK\r\n\r\nends at close", "close"), kind="GET")
 async def test_hostile_responses(
-    strict_router: Router, hostile: HostileSandbox, backend: Backend, answer: Answer
+    strict_router: Router, hostile: HostileSandbox, backend: Backend, answer: Answer, kind: str
 ) -> None:
     hostile.answer = answer
     hostile.answered = False
@@ -203,10 +221,14 @@ async def test_hostile_responses(
     logging.getLogger().addHandler(errors)
     port = strict_router.http_port or 0
     try:
-        first = await exchange(port, request_bytes("GET", "/first", headers))
+        first = await exchange(port, first_request(kind, headers), head=kind == "HEAD")
         event(f"first: {first.status}")
         assert first.status != 500 or b"Internal Server Error" in answer.data, first
-        if first.status in (502, 504) and first.headers.get("content-type") == "application/json":
+        if (
+            first.status in (502, 504)
+            and first.headers.get("content-type") == "application/json"
+            and kind != "HEAD"
+        ):
             assert b"detail" in first.body
         second = await exchange(port, request_bytes("GET", "/second", headers))
         event(f"second: {second.status}")
