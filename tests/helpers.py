@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable, Mapping
@@ -126,3 +128,40 @@ class CreationLog:
                 # A controller start re-patches the CRDs (brief 429/503); resuming from the last
                 # resourceVersion loses nothing. A 410 would, and is deliberately not caught.
                 await asyncio.sleep(0.2)
+
+
+def fuzz_settings(env: str, default: int) -> Any:
+    """Hypothesis settings of the property tests against real servers: `default` examples (the environment
+    variable `env` overrides it, for long local runs), no per-example deadline (a real server's latency
+    varies with the machine), no example database (CI runs are independent)."""
+    from hypothesis import HealthCheck, settings
+
+    return settings(
+        max_examples=int(os.environ.get(env, str(default))),
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+        database=None,
+    )
+
+
+class ErrorRecords(logging.Handler):
+    """Collects ERROR records of every logger while installed (`with ErrorRecords() as errors:`): what an
+    exception escaping a protocol callback or a task looks like (asyncio logs it)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def __enter__(self) -> ErrorRecords:
+        logging.getLogger().addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logging.getLogger().removeHandler(self)
+
+    @property
+    def messages(self) -> list[str]:
+        return [r.getMessage() for r in self.records]

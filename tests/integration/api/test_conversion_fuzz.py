@@ -11,7 +11,6 @@ objects: all-or-nothing, as the API server requires).
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,20 +18,16 @@ import aiohttp
 import orjson
 import pytest
 from aiohttp import web
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from agent_sandbox.api import constants as c
 from agent_sandbox.controllers.webhook.server import build_app
+from tests.helpers import fuzz_settings
 
 pytestmark = pytest.mark.integration
 
-FUZZ = settings(
-    max_examples=int(os.environ.get("CONVERSION_FUZZ_EXAMPLES", "80")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    database=None,
-)
+FUZZ = fuzz_settings("CONVERSION_FUZZ_EXAMPLES", 80)
 
 SCALARS = (
     st.none()

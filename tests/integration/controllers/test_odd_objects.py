@@ -17,18 +17,14 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
-from agent_sandbox.devcluster import DevCluster
-from agent_sandbox.devcluster.controller import start_controller
-from agent_sandbox.devcluster.processes import Started, stop
+from agent_sandbox.devcluster.processes import Started
 from agent_sandbox.kube import (
     SANDBOX,
     SANDBOX_CLAIM,
@@ -37,18 +33,14 @@ from agent_sandbox.kube import (
     ApiClient,
     NotFound,
     Object,
+    ResourceKind,
 )
-from tests.helpers import eventually
+from tests.helpers import eventually, fuzz_settings
 from tests.integration.controllers.builders import claim_body, pool_body
 
 pytestmark = pytest.mark.integration
 
-FUZZ = settings(
-    max_examples=int(os.environ.get("ODD_OBJECTS_EXAMPLES", "25")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    database=None,
-)
+FUZZ = fuzz_settings("ODD_OBJECTS_EXAMPLES", 25)
 
 BUG_TYPES = (
     "KeyError",
@@ -64,15 +56,6 @@ BUG_TYPES = (
 )
 
 _names = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def controller(cluster: DevCluster) -> Iterator[Started]:
-    started = start_controller(cluster)
-    try:
-        yield started
-    finally:
-        stop(started)
 
 
 def python_errors(log_text: str) -> list[str]:
@@ -170,6 +153,19 @@ def _ready(obj: Object) -> Object | None:
     )
 
 
+async def answered(kube: ApiClient, kind: ResourceKind, name: str, namespace: str) -> Object | bool:
+    """The object's Ready condition once it has one (within 30 s), or True if it was deleted first (an
+    expired one with a Delete policy: an answer too)."""
+
+    async def probe() -> Object | bool | None:
+        try:
+            return _ready(await kube.get(kind, name, namespace=namespace))
+        except NotFound:
+            return True
+
+    return await eventually(probe, f"a Ready condition on {kind.kind} {name}", within=30)
+
+
 @FUZZ
 @given(scenario=scenarios())
 async def test_odd_but_accepted_objects(
@@ -181,14 +177,7 @@ async def test_odd_but_accepted_objects(
     name = claim["metadata"]["name"]
     await kube.create(SANDBOX_CLAIM, claim, namespace=namespace)
 
-    async def answered() -> Object | bool | None:
-        try:
-            current = await kube.get(SANDBOX_CLAIM, name, namespace=namespace)
-        except NotFound:
-            return True  # expired and deleted (lifecycle Delete): an answer too
-        return _ready(current)
-
-    ready = await eventually(answered, f"a Ready condition on claim {name}", within=30)
+    ready = await answered(kube, SANDBOX_CLAIM, name, namespace)
     event(
         f"Ready {ready['status']} {ready.get('reason')} {ready.get('message', '')[:150]}"
         if isinstance(ready, dict)
@@ -239,14 +228,7 @@ async def test_odd_but_accepted_sandboxes(
     name = sandbox["metadata"]["name"]
     await kube.create(SANDBOX, sandbox, namespace=namespace)
 
-    async def answered() -> Object | bool | None:
-        try:
-            current = await kube.get(SANDBOX, name, namespace=namespace)
-        except NotFound:
-            return True  # expired and deleted (shutdownPolicy Delete): an answer too
-        return _ready(current)
-
-    ready = await eventually(answered, f"a Ready condition on Sandbox {name}", within=30)
+    ready = await answered(kube, SANDBOX, name, namespace)
     if isinstance(ready, dict):
         event(f"Ready {ready['status']} {ready.get('reason')} {ready.get('message', '')[:120]}")
     errors = python_errors(controller.log.read_text(errors="replace"))

@@ -256,6 +256,52 @@ async def raw_request(
         writer.close()
 
 
+async def exchange(
+    port: int, data: bytes, *, head: bool = False, half_close: bool = False, within: float = 8.0
+) -> RawResponse:
+    """Send `data` and read one response without waiting to see a close (status 0: the router closed
+    without answering); `head`: the request was HEAD (parse the head only); `half_close`: end our side
+    after sending. Fails the test if neither a response nor a close comes within `within` seconds."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(data)
+        await writer.drain()
+        if half_close:
+            writer.write_eof()
+        collector = _Collector()
+        parser = httptools.HttpResponseParser(collector)
+        closed = False
+        got = b""
+        try:
+            async with asyncio.timeout(within):
+                while not collector.complete:
+                    chunk = await reader.read(65536)
+                    if not chunk:
+                        closed = True
+                        break
+                    got += chunk
+                    if head and b"\r\n\r\n" in got:
+                        # a response to HEAD announces a length it does not send: parse the head only
+                        collector.complete = True
+                        parser.feed_data(got[: got.index(b"\r\n\r\n") + 4])
+                        break
+                    parser.feed_data(chunk)
+        except TimeoutError:
+            pytest.fail(f"no answer and no close within {within}s for {data[:300]!r}")
+        except httptools.HttpParserUpgrade:
+            collector.complete = True
+        status = parser.get_status_code() if got else 0
+        return RawResponse(status, collector.headers, collector.body, closed)
+    finally:
+        writer.close()
+
+
+async def still_serving(router: Router) -> None:
+    """The router answers its own /healthz on the proxy port."""
+    ok = await exchange(router.http_port or 0, b"GET /healthz HTTP/1.1\r\nHost: r\r\n\r\n")
+    assert ok.status == 200, ok
+
+
 def request_bytes(method: str, path: str, headers: dict[str, str], body: bytes = b"") -> bytes:
     lines = [f"{method} {path} HTTP/1.1", "Host: router.test"]
     lines += [f"{k}: {v}" for k, v in headers.items()]

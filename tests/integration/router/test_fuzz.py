@@ -18,103 +18,30 @@ private address, which tests must not reach; see conftest).
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
-import httptools
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from agent_sandbox.router import Router
 from agent_sandbox.router._resolve import DialError, Target
 from agent_sandbox.router._routing import Route
+from tests.helpers import fuzz_settings
 
-from .conftest import Backend, fresh_ip
+from .conftest import Backend, RawResponse, exchange, fresh_ip, still_serving
 
 pytestmark = pytest.mark.integration
 
-FUZZ = settings(
-    max_examples=int(os.environ.get("ROUTER_FUZZ_EXAMPLES", "150")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    database=None,
-)
+FUZZ = fuzz_settings("ROUTER_FUZZ_EXAMPLES", 150)
 
-# Longest any single exchange may take: the router runs with a 1 s read-header timeout and no dial retries,
-# so every legitimate wait here is far shorter.
-WITHIN = 8.0
 
 # A second loopback address with nothing listening: a valid target whose dial fails (502 path).
 DEAD_IP = fresh_ip()
 
 
-@dataclass
-class Answer:
-    """What came back on one connection: a response (status > 0) or none, and whether the router closed."""
-
-    status: int
-    headers: dict[str, str]
-    body: bytes
-    closed: bool
-
-
-class _Collect:
-    def __init__(self) -> None:
-        self.headers: dict[str, str] = {}
-        self.body = b""
-        self.complete = False
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
-
-    def on_body(self, body: bytes) -> None:
-        self.body += body
-
-    def on_message_complete(self) -> None:
-        self.complete = True
-
-
-async def exchange(port: int, data: bytes, *, head: bool = False, half_close: bool = False) -> Answer:
-    """Send `data`, read one response; fail the test if neither a response nor a close comes in time."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(data)
-        await writer.drain()
-        if half_close:
-            writer.write_eof()
-        collect = _Collect()
-        parser = httptools.HttpResponseParser(collect)
-        closed = False
-        got = b""
-        try:
-            async with asyncio.timeout(WITHIN):
-                while not collect.complete:
-                    chunk = await reader.read(65536)
-                    if not chunk:
-                        closed = True
-                        break
-                    got += chunk
-                    if head and b"\r\n\r\n" in got:
-                        # a response to HEAD announces a length it does not send: parse the head only
-                        collect.complete = True
-                        parser.feed_data(got[: got.index(b"\r\n\r\n") + 4])
-                        break
-                    parser.feed_data(chunk)
-        except TimeoutError:
-            pytest.fail(f"no answer and no close within {WITHIN}s for {data[:300]!r}")
-        except httptools.HttpParserUpgrade:
-            collect.complete = True
-        status = parser.get_status_code() if got else 0
-        return Answer(status, collect.headers, collect.body, closed)
-    finally:
-        writer.close()
-
-
-def _router_made(answer: Answer) -> bool:
+def _router_made(answer: RawResponse) -> bool:
     # every answer of the sandbox stand-in (aiohttp), its own 400s included, names its server; the router's don't
     return "aiohttp" not in answer.headers.get("server", "")
 
@@ -127,7 +54,7 @@ def _json(body: bytes) -> dict[str, object]:
     return value if isinstance(value, dict) else {}
 
 
-def check_router_answer(answer: Answer, sent: bytes, *, head: bool = False) -> None:
+def check_router_answer(answer: RawResponse, sent: bytes, *, head: bool = False) -> None:
     """No 500, and an error the router made itself is its JSON shape (only announced, for HEAD)."""
     assert answer.status != 500, (sent[:300], answer)
     if answer.status >= 400 and _router_made(answer):
@@ -137,11 +64,6 @@ def check_router_answer(answer: Answer, sent: bytes, *, head: bool = False) -> N
         detail = _json(answer.body).get("detail")
         assert isinstance(detail, str), (sent[:300], answer)
         assert detail, (sent[:300], answer)
-
-
-async def still_serving(router: Router) -> None:
-    ok = await exchange(router.http_port or 0, b"GET /healthz HTTP/1.1\r\nHost: r\r\n\r\n")
-    assert ok.status == 200, ok
 
 
 @pytest.fixture

@@ -15,29 +15,22 @@ writes. What must hold for any of them:
 from __future__ import annotations
 
 import asyncio
-import logging
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import hpack
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from agent_sandbox.router import Router
+from tests.helpers import ErrorRecords, fuzz_settings
 
-from .conftest import fresh_ip
-from .test_fuzz import still_serving
+from .conftest import fresh_ip, still_serving
 
 pytestmark = pytest.mark.integration
 
-FUZZ = settings(
-    max_examples=int(os.environ.get("H2C_FUZZ_EXAMPLES", "100")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    database=None,
-)
+FUZZ = fuzz_settings("H2C_FUZZ_EXAMPLES", 100)
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, SETTINGS, CONTINUATION = 0x0, 0x1, 0x4, 0x9
@@ -100,15 +93,6 @@ async def raw_sandboxes() -> AsyncIterator[dict[str, RawSandbox]]:
     finally:
         for server in servers:
             server.close()
-
-
-class _Errors(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
 
 
 @pytest.fixture
@@ -199,11 +183,9 @@ async def test_generated_frame_sequences(
     h2c_router: Router, raw_sandboxes: dict[str, RawSandbox], data: st.DataObject
 ) -> None:
     plan = data.draw(plans(raw_sandboxes))
-    errors = _Errors()
-    logging.getLogger().addHandler(errors)
     for sandbox in raw_sandboxes.values():
         sandbox.connections.clear()
-    try:
+    with ErrorRecords() as errors:
         reader, writer = await asyncio.open_connection("127.0.0.1", h2c_router.http_port)
         try:
             for start, end in zip([0, *plan.cuts], [*plan.cuts, len(plan.wire)], strict=True):
@@ -229,12 +211,10 @@ async def test_generated_frame_sequences(
         finally:
             writer.close()
         await asyncio.sleep(0.05)
-    finally:
-        logging.getLogger().removeHandler(errors)
     for name, sandbox in raw_sandboxes.items():
         wrong = {s for s in sandbox.header_streams() if plan.opening.get(s) != name}
         assert not wrong, (name, wrong, plan)
         if sandbox.header_streams():
             event(f"reached {name}")
-    assert not errors.records, [r.getMessage() for r in errors.records]
+    assert not errors.records, errors.messages
     await still_serving(h2c_router)

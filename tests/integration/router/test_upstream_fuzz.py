@@ -16,28 +16,21 @@ through the router; what must hold:
 from __future__ import annotations
 
 import asyncio
-import logging
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from agent_sandbox.router import Router
+from tests.helpers import ErrorRecords, fuzz_settings
 
-from .conftest import Backend, fresh_ip, request_bytes
-from .test_fuzz import exchange, still_serving
+from .conftest import Backend, exchange, fresh_ip, request_bytes, still_serving
 
 pytestmark = pytest.mark.integration
 
-FUZZ = settings(
-    max_examples=int(os.environ.get("UPSTREAM_FUZZ_EXAMPLES", "60")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    database=None,
-)
+FUZZ = fuzz_settings("UPSTREAM_FUZZ_EXAMPLES", 60)
 
 # Keep-Alive is hop-by-hop: the router drops it from what it relays, so a client that sees it got the
 # sandbox's bytes without the router's framing.
@@ -180,15 +173,6 @@ def answers(draw: st.DrawFn) -> Answer:
     return Answer(data, draw(st.sampled_from(["close", "keep", "keep", "stall"])))
 
 
-class _Errors(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 REQUESTS = st.sampled_from(["GET", "HEAD", "POST", "POST-chunked", "POST-expect"])
 
 
@@ -217,10 +201,8 @@ async def test_hostile_responses(
     hostile.answer = answer
     hostile.answered = False
     headers = {"X-Sandbox-ID": "sb", "X-Sandbox-Pod-IP": hostile.ip, "X-Sandbox-Port": str(hostile.port)}
-    errors = _Errors()
-    logging.getLogger().addHandler(errors)
     port = strict_router.http_port or 0
-    try:
+    with ErrorRecords() as errors:
         first = await exchange(port, first_request(kind, headers), head=kind == "HEAD")
         event(f"first: {first.status}")
         assert first.status != 500 or b"Internal Server Error" in answer.data, first
@@ -236,9 +218,7 @@ async def test_hostile_responses(
         assert "keep-alive" not in second.headers, (answer, second)
         # 504: a sandbox that stalls on a kept-alive connection (then="stall") never answers the second
         assert (second.status, second.body) == (200, b"GOOD") or second.status in (502, 504), (answer, second)
-    finally:
-        logging.getLogger().removeHandler(errors)
-    assert not errors.records, [r.getMessage() for r in errors.records]
+    assert not errors.records, errors.messages
     ok = await exchange(port, request_bytes("GET", "/", backend.headers()))
     assert ok.status == 200
     await still_serving(strict_router)

@@ -20,22 +20,18 @@ import orjson
 import pytest
 import yarl
 from grpc import aio
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from agent_sandbox.api import processv1 as pb
 from agent_sandbox.runtime import RuntimeServer
+from tests.helpers import fuzz_settings
 from tests.integration.runtime.conftest import MakeRuntime
 from tests.integration.runtime.helpers import ProcessClient
 
 pytestmark = pytest.mark.integration
 
-FUZZ = settings(
-    max_examples=int(os.environ.get("RUNTIME_FUZZ_EXAMPLES", "120")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    database=None,
-)
+FUZZ = fuzz_settings("RUNTIME_FUZZ_EXAMPLES", 120)
 
 SEGMENTS = st.sampled_from(
     [
