@@ -226,16 +226,31 @@ class Process:
             await self._events.put(None)
 
     async def events(self) -> AsyncIterator[OutputEvent]:
-        """Output in arrival order until every stream ends (or has stayed open _DRAIN_AFTER_EXIT after exit)."""
+        """Output in arrival order until every stream ends, or until _DRAIN_AFTER_EXIT after the program
+        exited (sandboxd's WaitDelay: a background child that keeps the pipes open, quiet or chatty, does
+        not hold the command's answer)."""
+        loop = asyncio.get_running_loop()
+        drain_until: float | None = None
         while self._open_streams:
-            if self._exited.done():
+            if not self._events.empty():
+                item = self._events.get_nowait()
+            else:
+                getter = asyncio.ensure_future(self._events.get())
                 try:
-                    item = await asyncio.wait_for(self._events.get(), _DRAIN_AFTER_EXIT)
+                    if drain_until is None and not self._exited.done():
+                        # The exit may come while we wait for output: it must start the drain clock then.
+                        await asyncio.wait((getter, self._exited), return_when=asyncio.FIRST_COMPLETED)
+                    if not getter.done():
+                        if drain_until is None:
+                            drain_until = loop.time() + _DRAIN_AFTER_EXIT
+                        async with asyncio.timeout_at(drain_until):
+                            await getter
                 except TimeoutError:
                     self._abandon_streams()
                     return
-            else:
-                item = await self._events.get()
+                finally:
+                    getter.cancel()  # no-op once done; a cancelled caller leaves no waiting getter
+                item = getter.result()
             if item is None:
                 self._open_streams -= 1
                 continue

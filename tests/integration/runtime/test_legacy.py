@@ -85,6 +85,33 @@ async def test_timeout_kills_the_whole_process_group(
     assert leaked_processes(runtime.root) == []
 
 
+@pytest.mark.parametrize(
+    "child",
+    [
+        "sleep 30",  # quiet: holds the pipes and says nothing
+        "while true; do echo tick; sleep 0.2; done",  # chatty: output must not extend the wait
+    ],
+)
+async def test_a_background_child_does_not_hold_the_answer(
+    runtime: RuntimeServer, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch, child: str
+) -> None:
+    """`sh -c 'server & echo started'`: the command exits at once, its child keeps stdout open. The answer
+    comes _DRAIN_AFTER_EXIT after the exit (sandboxd's WaitDelay, here 1 s), whether or not the child
+    writes; it used to wait for the child whenever the exit came while the runtime was waiting for output
+    (30 s for `sleep 30`), and a chatty child kept it forever."""
+    from agent_sandbox.runtime import processes
+
+    monkeypatch.setattr(processes, "_DRAIN_AFTER_EXIT", 1.0)
+    started = time.monotonic()
+    status, body = await _execute(
+        http, runtime, {"command": f"sh -c '({child}) & echo started'", "timeout_seconds": 60}
+    )
+    elapsed = time.monotonic() - started
+    assert (status, body["exit_code"], body["timed_out"]) == (200, 0, False)
+    assert body["stdout"].startswith("started\n")
+    assert 0.9 < elapsed < 20, elapsed  # not the 60 s time limit
+
+
 async def test_default_timeout_comes_from_the_config(
     make_runtime: MakeRuntime, http: aiohttp.ClientSession
 ) -> None:
