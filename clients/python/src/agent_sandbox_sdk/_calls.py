@@ -19,9 +19,22 @@ from ._connection import Connection, Target
 from ._steps import Flow, HttpRequest, HttpResponse, Open, ReadChunk, Send, Sleep, StreamHandle, Upload
 from .exceptions import SandboxRequestError, SandboxRequestTimeoutError
 
-__all__ = ["MAX_RETRIES", "call", "check", "error_detail", "malformed_answer", "open_stream"]
+__all__ = [
+    "MAX_LIST_RESPONSE",
+    "MAX_RETRIES",
+    "MAX_RUN_RESPONSE",
+    "call",
+    "check",
+    "error_detail",
+    "malformed_answer",
+    "open_stream",
+]
 
 MAX_RETRIES = 5
+#: Largest `/execute` answer read (a runtime keeps 1 MiB of each stream by default); as the Go SDK.
+MAX_RUN_RESPONSE = 16 << 20
+#: Largest directory listing or `/exists` answer read; as the Go SDK.
+MAX_LIST_RESPONSE = 8 << 20
 #: Seconds before the first retry; doubles per attempt.
 BACKOFF_BASE = 0.5
 RETRY_STATUS = frozenset({500, 502, 503, 504})
@@ -70,6 +83,10 @@ def malformed_answer(what: str, resp: HttpResponse | None = None, sample: object
 def check(resp: HttpResponse, *, allow: Collection[int] = ()) -> HttpResponse:
     """`resp` if it succeeded (or its status is in `allow`); else `SandboxRequestError`."""
     code = resp.status_code
+    if resp.over_limit:
+        raise SandboxRequestError(
+            f"{resp.method} {resp.url}: the answer is larger than {len(resp.content)} bytes", code, resp
+        )
     if code in allow or 200 <= code < 300:
         return resp
     where = f"{resp.method} {resp.url}"
@@ -112,8 +129,10 @@ def call(
     content: bytes | None = None,
     upload: Upload | None = None,
     params: Mapping[str, str] | None = None,
+    max_response_bytes: int | None = None,
 ) -> Flow[HttpResponse]:
-    """Send one request to the sandbox (retrying as the module docstring says) and check its status."""
+    """Send one request to the sandbox (retrying as the module docstring says) and check its status;
+    an answer over `max_response_bytes` is a `SandboxRequestError` (the sandbox is untrusted)."""
     replayable = upload is None or upload.source.seekable()
     start = upload.source.tell() if upload is not None and replayable else 0
     attempt = 0
@@ -131,6 +150,7 @@ def call(
             content=content,
             upload=upload,
             params=params,
+            max_response_bytes=max_response_bytes,
         )
         try:
             resp: HttpResponse = yield Send(req)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _process
-from ._calls import call, malformed_answer, open_stream
+from ._calls import MAX_RUN_RESPONSE, call, malformed_answer, open_stream
 from ._connection import Connection, Target
 from ._steps import Emit, Flow, GrpcCall, GrpcFailure, GrpcOpen, GrpcRead, ReadLine, Trace
 from .exceptions import SandboxError, SandboxRequestError, SandboxRequestTimeoutError
@@ -115,7 +115,9 @@ def _run_legacy(
     conn: Connection, body: dict[str, Any], read_timeout: float, extended: bool
 ) -> Flow[ExecutionResult]:
     """POST /execute; `extended`: env/cwd were asked for, which only this project's runtime honours."""
-    resp = yield from call(conn, "POST", "/execute", timeout=read_timeout, json=body)
+    resp = yield from call(
+        conn, "POST", "/execute", timeout=read_timeout, json=body, max_response_bytes=MAX_RUN_RESPONSE
+    )
     with malformed_answer("/execute", resp):
         answer = resp.json()
         if not isinstance(answer, dict):

@@ -56,6 +56,31 @@ CONNECT_TIMEOUT = 10.0
 MAX_LINE_BYTES = 16 << 20
 
 
+class _Body:
+    """A response body read up to a limit (`HttpRequest.max_response_bytes`)."""
+
+    __slots__ = ("_data", "_limit", "over")
+
+    def __init__(self, limit: int | None) -> None:
+        self._data = bytearray()
+        self._limit = limit
+        self.over = False
+
+    def add(self, chunk: bytes) -> bool:
+        """Keep `chunk`; False once past the limit (stop reading)."""
+        self._data += chunk
+        if self._limit is not None and len(self._data) > self._limit:
+            del self._data[self._limit :]
+            self.over = True
+            return False
+        return True
+
+    def response(self, resp: httpx2.Response, request: HttpRequest) -> HttpResponse:
+        return HttpResponse(
+            resp.status_code, dict(resp.headers), bytes(self._data), request.method, request.url, self.over
+        )
+
+
 class _Lines:
     """Splits a streamed body into lines (`\n`, a trailing `\r` dropped), each at most `MAX_LINE_BYTES`."""
 
@@ -331,12 +356,22 @@ class SyncDriver(_DriverBase):
         if request.upload is not None:
             kw["content"] = _sync_body(request.upload)
         req = client.build_request(request.method, request.url, timeout=_timeout(request.timeout), **kw)
+        limit = request.max_response_bytes
         try:
-            resp = client.send(req, stream=stream)
-            if not stream:
+            resp = client.send(req, stream=stream or limit is not None)
+            if not stream and limit is None:
                 return HttpResponse(
                     resp.status_code, dict(resp.headers), resp.content, request.method, request.url
                 )
+            if not stream:
+                body = _Body(limit)
+                try:
+                    for chunk in resp.iter_bytes():
+                        if not body.add(chunk):
+                            break
+                finally:
+                    resp.close()
+                return body.response(resp, request)
         except httpx2.TransportError as err:
             raise _transport_error(request, err) from err
         handle = StreamHandle(
@@ -479,12 +514,22 @@ class AsyncDriver(_DriverBase):
         if request.upload is not None:
             kw["content"] = _async_body(request.upload)
         req = client.build_request(request.method, request.url, timeout=_timeout(request.timeout), **kw)
+        limit = request.max_response_bytes
         try:
-            resp = await client.send(req, stream=stream)
-            if not stream:
+            resp = await client.send(req, stream=stream or limit is not None)
+            if not stream and limit is None:
                 return HttpResponse(
                     resp.status_code, dict(resp.headers), resp.content, request.method, request.url
                 )
+            if not stream:
+                body = _Body(limit)
+                try:
+                    async for chunk in resp.aiter_bytes():
+                        if not body.add(chunk):
+                            break
+                finally:
+                    await resp.aclose()
+                return body.response(resp, request)
         except httpx2.TransportError as err:
             raise _transport_error(request, err) from err
         handle = StreamHandle(

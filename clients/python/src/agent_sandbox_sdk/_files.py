@@ -18,7 +18,7 @@ import os
 import secrets
 from typing import IO, Any
 
-from ._calls import call, malformed_answer, open_stream
+from ._calls import MAX_LIST_RESPONSE, call, malformed_answer, open_stream
 from ._connection import Connection
 from ._paths import legacy_path, sandboxd_path, sanitize_path
 from ._steps import Flow, ReadChunk, Trace, Upload
@@ -159,7 +159,9 @@ def _entries(conn: Connection, body: Any) -> list[FileEntry]:
 def list_dir(conn: Connection, path: str, *, timeout: float) -> Flow[list[FileEntry]]:
     """Direct children of the directory `path` (`""` or `"."` = the root). Span `list`."""
     yield Trace("list", {"sandbox.file.path": path})
-    resp = yield from call(conn, "GET", _files_path(conn, path, "list"), timeout=timeout)
+    resp = yield from call(
+        conn, "GET", _files_path(conn, path, "list"), timeout=timeout, max_response_bytes=MAX_LIST_RESPONSE
+    )
     with malformed_answer(f"directory listing of {path!r}", resp):
         entries = _entries(conn, resp.json())
     yield Trace(None, {"sandbox.file.count": len(entries)})
@@ -170,7 +172,13 @@ def exists(conn: Connection, path: str, *, timeout: float) -> Flow[bool]:
     """Whether a file or directory exists at `path`. Span `exists`."""
     yield Trace("exists", {"sandbox.file.path": path})
     if conn.runtime == "legacy":
-        resp = yield from call(conn, "GET", _files_path(conn, path, "exists"), timeout=timeout)
+        resp = yield from call(
+            conn,
+            "GET",
+            _files_path(conn, path, "exists"),
+            timeout=timeout,
+            max_response_bytes=MAX_LIST_RESPONSE,
+        )
         with malformed_answer("/exists", resp):
             body = resp.json()
         if not isinstance(body, dict) or not isinstance(body.get("exists"), bool):

@@ -75,6 +75,8 @@ class HttpRequest:
     #: Read timeout in seconds (None: no limit); connecting is bounded by min(timeout, 10 s).
     timeout: float | None = 60.0
     tls: TlsSettings | None = None
+    #: Most body bytes read (None: all); a longer body comes back cut, with `HttpResponse.over_limit`.
+    max_response_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +88,8 @@ class HttpResponse:
     content: bytes
     method: str = ""
     url: str = ""
+    #: The body went past the request's `max_response_bytes`; `content` holds only that much.
+    over_limit: bool = False
 
     @property
     def text(self) -> str:

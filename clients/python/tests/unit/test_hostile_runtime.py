@@ -180,3 +180,39 @@ def test_lines_split_anywhere() -> None:
         lines.feed(chunk, handle)
     lines.feed(None, handle)
     assert list(lines.lines) == ['{"a": 1}', "", '{"b": 2}', "tail"]
+
+
+@pytest.mark.parametrize("operation", ["run", "list", "exists"])
+def test_an_oversized_answer_is_refused(handle: Any, operation: str) -> None:
+    """A runtime answering 17 MiB where a command result or a listing is expected: the client stops reading
+    at the limit (16 MiB for /execute, 8 MiB for listings, as the Go SDK) instead of holding it all."""
+    fake, sandbox = handle
+    fake.answer = (200, b'{"stdout": "' + b"x" * (17 << 20) + b'"}')
+    calls = {
+        "run": lambda: sandbox.commands.run("true"),
+        "list": lambda: sandbox.files.list("."),
+        "exists": lambda: sandbox.files.exists("a"),
+    }
+    with pytest.raises(SandboxError, match="the answer is larger than"):
+        calls[operation]()
+
+
+def test_an_oversized_answer_is_refused_async(handle: Any) -> None:
+    fake, _ = handle
+    fake.answer = (200, b'{"stdout": "' + b"x" * (17 << 20) + b'"}')
+
+    async def main() -> None:
+        client = AsyncSandboxClient(
+            SandboxDirectConnectionConfig(api_url=ROUTER),
+            api_client=endpoint(),
+            transport=fake.transport(),
+            cleanup=False,
+        )
+        try:
+            sandbox = await client.create_sandbox("pool")
+            with pytest.raises(SandboxError, match="the answer is larger than"):
+                await sandbox.commands.run("true")
+        finally:
+            await client.close()
+
+    asyncio.run(main())
