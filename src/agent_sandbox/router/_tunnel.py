@@ -57,8 +57,14 @@ class FrameScanner:
         """A frame header split across reads."""
         self._message = 0
 
-    def feed(self, data: bytes) -> int:
-        """Scan `data`; returns -1 if fine, else the offset of the frame that exceeds the limit."""
+    @property
+    def partial_header(self) -> int:
+        """Bytes of a frame header that began in what was scanned but is not complete yet."""
+        return len(self._header)
+
+    def feed(self, data: bytes) -> int | None:
+        """Scan `data`; None if fine, else the offset of the frame that exceeds the limit (negative when its
+        header began in earlier reads: minus the `partial_header` bytes seen before `data`)."""
         pos, n = 0, len(data)
         while pos < n:
             if self._skip:
@@ -70,12 +76,12 @@ class FrameScanner:
             buf = self._header + data[pos : pos + 14]
             if len(buf) < 2:
                 self._header = buf
-                return -1
+                return None
             length = buf[1] & 0x7F
             need = 2 + (2 if length == 126 else 8 if length == 127 else 0) + (4 if buf[1] & 0x80 else 0)
             if len(buf) < need:
                 self._header = buf
-                return -1
+                return None
             if length == 126:
                 length = struct.unpack_from("!H", buf, 2)[0]
             elif length == 127:
@@ -87,13 +93,13 @@ class FrameScanner:
                     self._message = 0
                 self._message += length
                 if self._message > self._limit:
-                    return max(start, 0)
+                    return start
                 if fin:
                     self._message = 0
             pos += need - len(self._header)
             self._header = b""
             self._skip = length
-        return -1
+        return None
 
 
 class TunnelLimits:
@@ -170,6 +176,7 @@ class Tunnel:
         self._client_tail = client_tail
         self._upstream_tail = upstream_tail
         self._scanner = FrameScanner(limits.max_message_bytes) if websocket else None
+        self._held = b""
         self._last = time.monotonic()
         self._started = self._last
         self._done: asyncio.Future[None] | None = None
@@ -224,12 +231,19 @@ class Tunnel:
 
     def _from_upstream(self, data: bytes) -> None:
         self._last = time.monotonic()
-        if self._scanner is not None:
-            cut = self._scanner.feed(data)
-            if cut >= 0:
-                self._forward(data[:cut])
+        scanner = self._scanner
+        if scanner is not None:
+            # A frame header split across reads is held back until it is whole, so that the frame which
+            # breaks the limit never reaches the client in part (its close frame follows a whole frame).
+            held, self._held = self._held, b""
+            cut = scanner.feed(data)
+            data = held + data
+            if cut is not None:
+                self._forward(data[: len(held) + cut])
                 self._end(1009, "message too big")
                 return
+            if scanner.partial_header:
+                data, self._held = data[: -scanner.partial_header], data[-scanner.partial_header :]
         self._forward(data)
 
     def _forward(self, data: bytes) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 from collections.abc import Awaitable, Callable
 
@@ -12,7 +13,7 @@ from websockets.exceptions import ConnectionClosed
 
 from agent_sandbox.router import Router
 
-from .conftest import Backend, raw_request, request_bytes, scrape
+from .conftest import Backend, fresh_ip, raw_request, request_bytes, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -86,6 +87,53 @@ async def test_message_too_big_closes_1009(
             await asyncio.wait_for(ws.recv(), 10)
     assert closed.value.rcvd is not None
     assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1009, "message too big")
+
+
+async def test_message_too_big_with_its_header_split_across_reads(
+    start_router: Callable[..., Awaitable[Router]],
+) -> None:
+    """A sandbox (untrusted) sends the header of an oversized frame in two pieces, apart in time: the
+    first piece must not reach the client ahead of the close frame, or the client reads the close frame
+    as the rest of that header (a protocol error instead of 1009). The router holds a split header back."""
+    import base64
+    import hashlib
+
+    async def sandbox(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        key = next(
+            line.split(b":", 1)[1].strip()
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"sec-websocket-key:")
+        )
+        accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+        writer.write(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n" + b"\x81\x02hi"
+        )
+        await writer.drain()
+        await asyncio.sleep(0.3)
+        writer.write(b"\x82")  # FIN + binary: the first byte of the oversized frame's header
+        await writer.drain()
+        await asyncio.sleep(0.3)
+        writer.write(b"\x7e" + struct.pack("!H", 5000) + b"x" * 5000)
+        await writer.drain()
+        await reader.read()
+        writer.close()
+
+    ip = fresh_ip()
+    server = await asyncio.start_server(sandbox, ip, 0)
+    port = server.sockets[0].getsockname()[1]
+    router = await start_router("--websocket-max-message-bytes=1024")
+    headers = {"X-Sandbox-ID": "sb", "X-Sandbox-Pod-IP": ip, "X-Sandbox-Port": str(port)}
+    try:
+        async with websockets.connect(ws_url(router), additional_headers=headers, compression=None) as ws:
+            assert await ws.recv() == "hi"
+            with pytest.raises(ConnectionClosed) as closed:
+                await asyncio.wait_for(ws.recv(), 10)
+        assert closed.value.rcvd is not None
+        assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1009, "message too big")
+    finally:
+        server.close()
 
 
 async def test_per_client_limit(start_router: Callable[..., Awaitable[Router]], backend: Backend) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -110,6 +111,14 @@ async def test_a_background_child_does_not_hold_the_answer(
     assert (status, body["exit_code"], body["timed_out"]) == (200, 0, False)
     assert body["stdout"].startswith("started\n")
     assert 0.9 < elapsed < 20, elapsed  # not the 60 s time limit
+    # The child runs on (as it should); end it here and wait until it is gone, so that the fixture's leak
+    # check does not race the kill that stopping the server would send.
+    runtime.state.supervisor.signal_all(signal.SIGKILL)
+    for _ in range(100):
+        if not leaked_processes(runtime.root):
+            break
+        await asyncio.sleep(0.05)
+    assert leaked_processes(runtime.root) == []
 
 
 async def test_default_timeout_comes_from_the_config(

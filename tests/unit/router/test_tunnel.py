@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import struct
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agent_sandbox.router._tunnel import FrameScanner, TunnelLimits, close_frame
 
@@ -26,7 +29,7 @@ def frame(payload_len: int, *, opcode: int = 2, fin: bool = True, masked: bool =
 
 @pytest.mark.parametrize("size", [0, 5, 125, 126, 65535, 65536, 100_000])
 def test_frames_under_the_limit_pass(size: int) -> None:
-    assert FrameScanner(100_000).feed(frame(size)) == -1
+    assert FrameScanner(100_000).feed(frame(size)) is None
 
 
 def test_oversized_frame_is_found_at_its_start() -> None:
@@ -39,27 +42,27 @@ def test_fragmented_message_counts_all_fragments() -> None:
     first = frame(60, opcode=1, fin=False)
     ping = frame(4, opcode=9)  # control frames interleave and do not count
     second = frame(60, opcode=0, fin=True)
-    assert scanner.feed(first + ping) == -1
+    assert scanner.feed(first + ping) is None
     assert scanner.feed(second) == 0
     # A new message starts from zero.
     scanner = FrameScanner(100)
-    assert scanner.feed(frame(60, opcode=1) + frame(60, opcode=1)) == -1
+    assert scanner.feed(frame(60, opcode=1) + frame(60, opcode=1)) is None
 
 
 @pytest.mark.parametrize("cut", [1, 2, 3, 5, 9, 11])
 def test_headers_split_across_reads(cut: int) -> None:
     data = frame(10) + frame(70_000) + frame(3)
     scanner = FrameScanner(80_000)
-    assert scanner.feed(data[: len(frame(10)) + cut]) == -1
-    assert scanner.feed(data[len(frame(10)) + cut :]) == -1
+    assert scanner.feed(data[: len(frame(10)) + cut]) is None
+    assert scanner.feed(data[len(frame(10)) + cut :]) is None
     small = FrameScanner(50_000)
-    assert small.feed(data[: len(frame(10)) + cut]) in (-1, len(frame(10)))
+    assert small.feed(data[: len(frame(10)) + cut]) in (None, len(frame(10)))
 
 
 def test_byte_by_byte() -> None:
     data = frame(300) + frame(5)
     scanner = FrameScanner(1000)
-    assert all(scanner.feed(bytes([b])) == -1 for b in data)
+    assert all(scanner.feed(bytes([b])) is None for b in data)
 
 
 def test_close_frames() -> None:
@@ -93,3 +96,24 @@ def test_client_key_behind_trusted_proxies() -> None:
     assert limits.client_key("10.0.0.5", b"203.0.113.9, 10.1.1.1") == "203.0.113.9"
     assert limits.client_key("10.0.0.5", None) == "10.0.0.5"
     assert limits.client_key("10.0.0.5", b"10.2.2.2") == "10.0.0.5"
+
+
+@given(
+    data=st.binary(max_size=300),
+    cuts=st.lists(st.integers(0, 300), max_size=6),
+    limit=st.integers(0, 200),
+)
+def test_any_bytes_any_split(data: bytes, cuts: list[int], limit: int) -> None:
+    """What a sandbox sends after the upgrade is untrusted: any bytes, read in any pieces, are scanned
+    without an error, and the oversized frame is found exactly where scanning it whole finds it (an offset
+    before the current read when its header began in an earlier one)."""
+    whole = FrameScanner(limit).feed(data)
+    scanner = FrameScanner(limit)
+    points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    found = None
+    for start, end in itertools.pairwise(points):
+        cut = scanner.feed(data[start:end])
+        if cut is not None:
+            found = start + cut
+            break
+    assert found == whole
