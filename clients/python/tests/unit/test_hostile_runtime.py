@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx2
@@ -87,6 +88,24 @@ def handle() -> Any:
     return fake, sandbox
 
 
+def with_async_sandbox(fake: Hostile, body: Callable[[Any], Awaitable[None]]) -> None:
+    """Run `body` on a sandbox of an `AsyncSandboxClient` over the same fake (the other driver)."""
+
+    async def main() -> None:
+        client = AsyncSandboxClient(
+            SandboxDirectConnectionConfig(api_url=ROUTER),
+            api_client=endpoint(),
+            transport=fake.transport(),
+            cleanup=False,
+        )
+        try:
+            await body(await client.create_sandbox("pool"))
+        finally:
+            await client.close()
+
+    asyncio.run(main())
+
+
 OPERATIONS = st.sampled_from(
     ["run", "run-env", "stream", "read", "read_to", "write", "list", "exists", "delete"]
 )
@@ -150,27 +169,13 @@ def test_a_line_without_end_is_cut_off(handle: Any, monkeypatch: pytest.MonkeyPa
     ):
         list(events)
 
-    async def main() -> None:
-        client = AsyncSandboxClient(
-            SandboxDirectConnectionConfig(api_url=ROUTER),
-            api_client=endpoint(),
-            transport=fake.transport(),
-            cleanup=False,
-        )
-        try:
-            sb = await client.create_sandbox("pool")
+    async def drain(sb: Any) -> None:
+        async with sb.commands.stream("true") as events:
+            async for _ in events:
+                pass
 
-            async def drain() -> None:
-                async with sb.commands.stream("true") as events:
-                    async for _ in events:
-                        pass
-
-            with pytest.raises(SandboxError, match="streamed line longer"):
-                await drain()
-        finally:
-            await client.close()
-
-    asyncio.run(main())
+    with pytest.raises(SandboxError, match="streamed line longer"):
+        with_async_sandbox(fake, drain)
 
 
 def test_lines_split_anywhere() -> None:
@@ -201,18 +206,8 @@ def test_an_oversized_answer_is_refused_async(handle: Any) -> None:
     fake, _ = handle
     fake.answer = (200, b'{"stdout": "' + b"x" * (17 << 20) + b'"}')
 
-    async def main() -> None:
-        client = AsyncSandboxClient(
-            SandboxDirectConnectionConfig(api_url=ROUTER),
-            api_client=endpoint(),
-            transport=fake.transport(),
-            cleanup=False,
-        )
-        try:
-            sandbox = await client.create_sandbox("pool")
-            with pytest.raises(SandboxError, match="the answer is larger than"):
-                await sandbox.commands.run("true")
-        finally:
-            await client.close()
+    async def run(sandbox: Any) -> None:
+        await sandbox.commands.run("true")
 
-    asyncio.run(main())
+    with pytest.raises(SandboxError, match="the answer is larger than"):
+        with_async_sandbox(fake, run)
