@@ -18,6 +18,8 @@ from pathlib import Path
 
 from agent_sandbox.api.lifecycle import DEFAULT_CLAIM_ENV_FILE
 
+from .processes import DRAIN_AFTER_EXIT
+
 __all__ = ["DEFAULT_EXEC_TIMEOUT", "RuntimeConfig", "parse_args", "parse_seconds"]
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,9 @@ class RuntimeConfig:
     max_processes: int = 64
     max_json_body_bytes: int = 1 << 20
     max_upload_bytes: int = 1 << 30
+    # How long a command's output is still read after it exited (sandboxd's WaitDelay): what a background
+    # child it left keeps open is given up then. Not a flag (sandboxd has none); tests shorten it.
+    output_drain_after_exit: float = DRAIN_AFTER_EXIT
     # Environment of the commands (default: the server's own). The runner gives each pod its own.
     command_env: Mapping[str, str] | None = field(default=None, repr=False)
     # The root as clients name it, when it differs from root_dir (the runner serves "/workspace" from a host
@@ -93,6 +98,7 @@ class RuntimeConfig:
             "max_json_body_bytes",
             "max_upload_bytes",
             "claim_env_wait",
+            "output_drain_after_exit",
         )
         for name in positive:
             value = getattr(self, name)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from .claimenv import ClaimEnv, ClaimEnvUnavailable
 
 __all__ = [
+    "DRAIN_AFTER_EXIT",
     "BoundedOutput",
     "OutputEvent",
     "Process",
@@ -36,7 +37,7 @@ __all__ = [
 ]
 
 _READ_LIMIT = 1 << 16  # StreamReader buffer before the pipe is paused (backpressure on a slow client)
-_DRAIN_AFTER_EXIT = 10.0  # upstream's WaitDelay: output pipes a background child keeps open are given up
+DRAIN_AFTER_EXIT = 10.0  # sandboxd's WaitDelay: output pipes a background child keeps open are given up
 
 
 class SpawnError(Exception):
@@ -158,6 +159,7 @@ class Process:
         stdin: asyncio.StreamWriter | None,
         terminal: tuple[int, int] | None,
         chunk_size: int,
+        drain_after_exit: float = DRAIN_AFTER_EXIT,
     ) -> None:
         self.id = ident
         self.pid = popen.pid
@@ -170,6 +172,7 @@ class Process:
         self._pty_slave: int | None = terminal[1] if terminal else None
         self._slave_closer: asyncio.Future[None] | None = None
         self._chunk = chunk_size
+        self._drain_after_exit = drain_after_exit
         self._events: asyncio.Queue[OutputEvent | None] = asyncio.Queue(maxsize=16)
         self._transports = [t for _, _, t in readers]
         self._pumps = [asyncio.ensure_future(self._pump(name, r)) for name, r, _ in readers]
@@ -226,7 +229,7 @@ class Process:
             await self._events.put(None)
 
     async def events(self) -> AsyncIterator[OutputEvent]:
-        """Output in arrival order until every stream ends, or until _DRAIN_AFTER_EXIT after the program
+        """Output in arrival order until every stream ends, or until `drain_after_exit` after the program
         exited (sandboxd's WaitDelay: a background child that keeps the pipes open, quiet or chatty, does
         not hold the command's answer)."""
         loop = asyncio.get_running_loop()
@@ -242,7 +245,7 @@ class Process:
                         await asyncio.wait((getter, self._exited), return_when=asyncio.FIRST_COMPLETED)
                     if not getter.done():
                         if drain_until is None:
-                            drain_until = loop.time() + _DRAIN_AFTER_EXIT
+                            drain_until = loop.time() + self._drain_after_exit
                         async with asyncio.timeout_at(drain_until):
                             await getter
                 except TimeoutError:
@@ -368,16 +371,20 @@ class Supervisor:
         env: Mapping[str, str] | None = None,
         claim_env: ClaimEnv | None = None,
         on_activity: Callable[[], None] | None = None,
+        drain_after_exit: float = DRAIN_AFTER_EXIT,
     ) -> None:
         """Args:
         max_processes: concurrent commands (TooManyProcesses beyond).
         chunk_size: largest output event.
+        drain_after_exit: how long a command's output is still read after it exited (what a background
+            child keeps open is given up then).
         env: the commands' base environment (default: the server's own).
         claim_env: a claim's env, added to every command (after waiting for its delivery).
         on_activity: called when a command starts or ends (activity for idle detection).
         """
         self.max_processes = max_processes
         self.chunk_size = chunk_size
+        self.drain_after_exit = drain_after_exit
         self._env = dict(os.environ if env is None else env)
         self.claim_env = claim_env
         self._on_activity = on_activity
@@ -465,7 +472,9 @@ class Supervisor:
                 writer = await _writer(loop, popen.stdin)
         ident = next(self._ids)
         terminal = (master, slave) if pty is not None else None
-        proc = Process(ident, popen, exited, readers, writer, terminal, self.chunk_size)
+        proc = Process(
+            ident, popen, exited, readers, writer, terminal, self.chunk_size, self.drain_after_exit
+        )
         self._running[ident] = proc
         exited.add_done_callback(lambda _f: self._forget(ident))
         if self._on_activity is not None:

@@ -47,6 +47,7 @@ class RuntimeState:
             env=env,
             claim_env=self.claim_env,
             on_activity=self.activity.touch,
+            drain_after_exit=config.output_drain_after_exit,
         )
         self.started = time.monotonic()
         self.draining = False

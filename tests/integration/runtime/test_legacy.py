@@ -94,15 +94,13 @@ async def test_timeout_kills_the_whole_process_group(
     ],
 )
 async def test_a_background_child_does_not_hold_the_answer(
-    runtime: RuntimeServer, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch, child: str
+    make_runtime: MakeRuntime, http: aiohttp.ClientSession, child: str
 ) -> None:
     """`sh -c 'server & echo started'`: the command exits at once, its child keeps stdout open. The answer
-    comes _DRAIN_AFTER_EXIT after the exit (sandboxd's WaitDelay, here 1 s), whether or not the child
+    comes `output_drain_after_exit` after the exit (sandboxd's WaitDelay, here 1 s), whether or not the child
     writes; it used to wait for the child whenever the exit came while the runtime was waiting for output
     (30 s for `sleep 30`), and a chatty child kept it forever."""
-    from agent_sandbox.runtime import processes
-
-    monkeypatch.setattr(processes, "_DRAIN_AFTER_EXIT", 1.0)
+    runtime = await make_runtime(output_drain_after_exit=1.0)
     started = time.monotonic()
     status, body = await _execute(
         http, runtime, {"command": f"sh -c '({child}) & echo started'", "timeout_seconds": 60}
