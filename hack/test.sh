@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite as CI runs it (called by `make test`, which `.ci/run` calls).
-# Order: build/cache the control plane (fails loudly if it cannot) -> lint + types -> generated files
+# Order: build/cache the control plane (fails loudly if it cannot) -> Chromium -> lint + types -> generated files
 # up to date -> the Go SDK's checks (clients/go/hack/test.sh) -> all tests (unit + integration + e2e) in
 # parallel workers, one local cluster per worker.
 # Fails if no integration test ran: a green run without a real control plane is not a green run.
@@ -13,6 +13,9 @@ mkdir -p "$REPORT_DIR"
 
 echo "==> control plane binaries (built once, cached under ~/.cache/agent-sandbox)"
 $BIN/python -c 'from agent_sandbox.devcluster import ensure_binaries; print(ensure_binaries().directory)'
+
+echo "==> Chromium for the browser tests (Debian package, installed once)"
+bash hack/ensure-chromium.sh
 
 echo "==> lint and type check"
 $BIN/ruff check src tests benchmarks clients/python
