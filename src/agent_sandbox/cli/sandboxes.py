@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from agent_sandbox_sdk import (
     CommandEvent,
     ExecutionResult,
@@ -89,8 +91,17 @@ def make_client(args: argparse.Namespace) -> SandboxClient:
         dev_kubeconfig, dev_router = _dev_cluster(args.dev_cluster)
         kubeconfig = kubeconfig or dev_kubeconfig
         router_url = router_url or dev_router
-    config = SandboxDirectConnectionConfig(api_url=router_url) if router_url else None
+    config = _router_config(router_url) if router_url else None
     return SandboxClient(config, kubeconfig=kubeconfig)
+
+
+def _router_config(url: str) -> SandboxDirectConnectionConfig:
+    """The router connection; an unusable URL is a one-line usage error, not pydantic's report."""
+    try:
+        return SandboxDirectConnectionConfig(api_url=url)
+    except ValidationError as err:
+        reason = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in err.errors())
+        raise ValueError(f"--router-url / ${ROUTER_URL_ENV} {url!r}: {reason}") from None
 
 
 def _info(client: SandboxClient, namespace: str, claim: str) -> SandboxInfo:
@@ -274,6 +285,17 @@ def _pairs(values: list[str] | None, flag: str) -> list[tuple[str, str]]:
     return out
 
 
+def _seconds(value: str) -> float:
+    """A `--timeout`: a positive number of seconds."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
+    return seconds
+
+
 def _guard(handler: Handler) -> Handler:
     """Errors -> one `error:` line and the exit codes of the module docstring."""
 
@@ -333,7 +355,9 @@ def add_sandbox_commands(sub: Any) -> None:
     source.add_argument("pool", nargs="?", help="warm pool name")
     source.add_argument("--template", help="cold start from this SandboxTemplate (via a replicas-0 pool)")
     create.add_argument("--name", help="claim name (default: sandbox-claim-<8 hex>)")
-    create.add_argument("--timeout", type=float, default=180, help="seconds to wait for Ready (default 180)")
+    create.add_argument(
+        "--timeout", type=_seconds, default=180, help="seconds to wait for Ready (default 180)"
+    )
     create.add_argument("--label", action="append", metavar="KEY=VALUE", help="claim label (repeatable)")
     create.add_argument(
         "--env", action="append", metavar="KEY=VALUE", help="environment variable (repeatable)"
@@ -351,7 +375,7 @@ def add_sandbox_commands(sub: Any) -> None:
     exe = add("exec", _exec, "run a command in a sandbox, streaming its output; exits with its exit code")
     exe.add_argument("claim")
     exe.add_argument("argv", nargs=argparse.REMAINDER, metavar="[OPTIONS] -- COMMAND [ARGS...]")
-    exe.add_argument("--timeout", type=float, help="kill the command after this many seconds (exit 124)")
+    exe.add_argument("--timeout", type=_seconds, help="kill the command after this many seconds (exit 124)")
     exe.add_argument("--env", action="append", metavar="KEY=VALUE", help="environment variable (repeatable)")
     exe.add_argument("--cwd", help="working directory, relative to the sandbox root")
     exe.set_defaults(exec_parser=exe)
@@ -359,13 +383,13 @@ def add_sandbox_commands(sub: Any) -> None:
     cp = add("cp", _cp, "copy a file to or from a sandbox (CLAIM:PATH on one side)")
     cp.add_argument("src")
     cp.add_argument("dst")
-    cp.add_argument("--timeout", type=float, default=300, help="seconds (default 300)")
+    cp.add_argument("--timeout", type=_seconds, default=300, help="seconds (default 300)")
 
     for name, suspend in (("suspend", True), ("resume", False)):
         what = "suspend a sandbox (its pod goes, volumes stay)" if suspend else "resume a suspended sandbox"
         p = add(name, _suspend_resume(suspend), what)
         p.add_argument("claim")
-        p.add_argument("--timeout", type=float, default=120, help="seconds to wait (default 120)")
+        p.add_argument("--timeout", type=_seconds, default=120, help="seconds to wait (default 120)")
         p.add_argument("--no-wait", action="store_true", help="return once the change is requested")
 
     delete = add("delete", _delete, "delete claimed sandboxes (the controller then deletes the sandbox)")

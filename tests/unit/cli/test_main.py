@@ -68,3 +68,31 @@ def test_bench_inside_a_checkout_runs_python_m_benchmarks() -> None:
     assert done.returncode == 0, done.stderr
     assert "burst" in done.stdout
     assert "sustained" in done.stdout
+
+
+@pytest.mark.parametrize("url", ["notaurl", "ftp://router:8080"])
+def test_an_unusable_router_url_is_a_one_line_usage_error(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agent_sandbox.cli.main import main
+
+    assert main(["list", "--router-url", url, "--kubeconfig", "/nonexistent"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: --router-url / $AGENT_SANDBOX_ROUTER_URL {url!r}: "
+        f"api_url must start with http:// or https://, got {url!r}\n"
+    )
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf", "abc"])
+@pytest.mark.parametrize("command", [["exec", "c", "--"], ["create", "pool"], ["suspend", "c"]])
+def test_a_timeout_must_be_a_positive_number(
+    command: list[str], value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agent_sandbox.cli.main import main
+
+    argv = [*command[:2], "--timeout", value, *command[2:]]
+    with pytest.raises(SystemExit) as info:
+        main([*argv, "true"] if command[0] == "exec" else argv)
+    assert info.value.code == 2
+    assert "argument --timeout: " in capsys.readouterr().err

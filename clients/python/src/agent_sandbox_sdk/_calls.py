@@ -50,10 +50,25 @@ def error_detail(resp: HttpResponse) -> str:
     if isinstance(body, Mapping):
         if "code" in body and "message" in body:
             return f"{body['code']}: {body['message']}"
+        if isinstance(detail := body.get("detail"), list):
+            return _validation_errors(detail)[:300]
         for key in ("detail", "message", "error"):
             if key in body:
                 return str(body[key])[:300]
     return resp.text.strip()[:300]
+
+
+def _validation_errors(errors: list[Any]) -> str:
+    """A FastAPI-style 422 `detail` list (upstream's runtime; ours answers the same): `field: message; ...`."""
+    parts = []
+    for error in errors:
+        if isinstance(error, Mapping):
+            loc = error.get("loc")
+            where = ".".join(str(p) for p in loc if p != "body") if isinstance(loc, list) else ""
+            parts.append(f"{where}: {error.get('msg')}" if where else str(error.get("msg")))
+        else:
+            parts.append(str(error))
+    return "; ".join(parts)
 
 
 #: What reading a malformed answer can raise: JSON of the wrong shape or type, values out of range.

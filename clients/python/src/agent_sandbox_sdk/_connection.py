@@ -223,8 +223,6 @@ class Connection:
             metadata = tuple(
                 (k.lower(), v) for k, v in merge_headers(cfg.extra_headers, grpc_headers).items()
             )
-            split = urlsplit(cfg.api_url)
-            grpc_target = f"{split.hostname}:{split.port or (443 if split.scheme == 'https' else 80)}"
             return Target(
                 cfg.api_url.rstrip("/"),
                 "sandboxd",
@@ -232,7 +230,7 @@ class Connection:
                 True,
                 {**routing, "port": cfg.rest_port, "pod_ip": ip},
                 tls,
-                grpc_target,
+                grpc_target(cfg.api_url),
                 metadata,
             )
         if isinstance(cfg, SandboxGatewayConnectionConfig):
@@ -336,3 +334,11 @@ def _valid_gateway_address(value: str) -> bool:
     if not value or any(c in value for c in "/?#@ ") or all(label.isdigit() for label in labels):
         return False
     return all(0 < len(label) <= 63 for label in labels)
+
+
+def grpc_target(api_url: str) -> str:
+    """The gRPC `host:port` of a router URL (IPv6 hosts bracketed; default port by scheme)."""
+    split = urlsplit(api_url)
+    host = split.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    return f"{host}:{split.port or (443 if split.scheme == 'https' else 80)}"

@@ -2,7 +2,8 @@
 
 Hand-written REST on the shared httpx2 stack rather than a generated client: nine verbs on four
 resources, and the same flow then runs sync and async. API errors become `SandboxRequestError` with the
-server's `Status.message`; 404 is returned as None where "absent" is a normal answer.
+server's `Status.message`; a 404 for an absent object is returned as None where "absent" is a normal answer
+(a 404 for an API the server does not serve is an error that says so).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
     "get",
     "list_objects",
     "merge_patch",
+    "object_not_found",
     "pod_logs",
     "watch_one",
 ]
@@ -72,12 +74,27 @@ def _status_message(resp: HttpResponse) -> str:
     return resp.text[:300]
 
 
+def object_not_found(resp: HttpResponse) -> bool:
+    """A 404 for an object that does not exist (a `Status` body), as opposed to a 404 for a resource type
+    the server does not serve (plain `404 page not found`: the CRDs are not installed)."""
+    if resp.status_code != 404:
+        return False
+    try:
+        body = resp.json()
+    except ValueError:
+        return False
+    return isinstance(body, Mapping) and body.get("kind") == "Status"
+
+
 def check_kube(resp: HttpResponse, what: str) -> Any:
     """The decoded body of a 2xx answer; otherwise `SandboxRequestError` naming `what` and the server's message."""
     if resp.is_success:
         return resp.json() if resp.content else None
+    message = _status_message(resp)
+    if resp.status_code == 404 and not object_not_found(resp):
+        message = f"{message.strip()} (this API is not served: are the agent-sandbox CRDs installed?)"
     raise SandboxRequestError(
-        f"Kubernetes API {what}: HTTP {resp.status_code}: {_status_message(resp)}", resp.status_code, resp
+        f"Kubernetes API {what}: HTTP {resp.status_code}: {message}", resp.status_code, resp
     )
 
 
@@ -95,7 +112,7 @@ def create(res: KubeResource, namespace: str, body: Mapping[str, Any]) -> Flow[H
 def get(res: KubeResource, namespace: str, name: str) -> Flow[dict[str, Any] | None]:
     """The object, or None if it does not exist."""
     resp: HttpResponse = yield _req("GET", res.path(namespace, name))
-    if resp.status_code == 404:
+    if object_not_found(resp):
         return None
     return check_kube(resp, f"get {res.plural} {namespace}/{name}")  # type: ignore[no-any-return]
 
@@ -124,7 +141,7 @@ def delete(res: KubeResource, namespace: str, name: str, *, uid: str | None = No
     """DELETE (with a UID precondition when given); True if it existed, False on 404."""
     body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}} if uid else None
     resp: HttpResponse = yield _req("DELETE", res.path(namespace, name), json=body)
-    if resp.status_code == 404:
+    if object_not_found(resp):
         return False
     check_kube(resp, f"delete {res.plural} {namespace}/{name}")
     return True

@@ -254,7 +254,9 @@ def _restore(namespace: str, sandbox: str) -> Flow[dict[str, Any]]:
             {"spec": {"restore": {"cause": "Manual", "requestedAt": stamp}}},
         )
     except SandboxRequestError as err:
-        if err.status_code == 404:
+        if (
+            err.status_code == 404
+        ):  # no archive, or no archive API (lifecycle not installed): nothing to restore
             raise SandboxNotFoundError(
                 f"no Sandbox or hibernated Sandbox named {namespace}/{sandbox}"
             ) from err
@@ -279,7 +281,7 @@ def set_operating_mode(
     try:
         patched = yield from _kube.merge_patch(_kube.SANDBOXES, namespace, sandbox, body)
     except SandboxRequestError as err:
-        if suspended or err.status_code != 404:
+        if suspended or err.response is None or not _kube.object_not_found(err.response):
             raise
         patched = yield from _restore(namespace, sandbox)
     if not wait:

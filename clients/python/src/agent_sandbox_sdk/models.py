@@ -10,7 +10,9 @@ import re
 import warnings
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
+import httpx2
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .constants import RESERVED_HEADER_PREFIX
@@ -197,6 +199,13 @@ class _RouterConfig(BaseModel):
     def _check_url(cls, v: str) -> str:
         if not v.lower().startswith(("http://", "https://")):
             raise ValueError(f"api_url must start with http:// or https://, got {v!r}")
+        try:  # the transport's own parser (and the stdlib's, for the gRPC target), so requests can be sent
+            host = httpx2.URL(v).host
+            urlsplit(v).port  # noqa: B018 - raises for a port out of range
+        except (httpx2.InvalidURL, ValueError) as err:
+            raise ValueError(f"api_url {v!r} is not a valid URL: {err}") from None
+        if not host:
+            raise ValueError(f"api_url {v!r} has no host")
         return v
 
     @model_validator(mode="after")

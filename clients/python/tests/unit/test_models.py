@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from urllib.parse import urlsplit
 
+import httpx2
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from agent_sandbox_sdk import (
@@ -15,7 +19,7 @@ from agent_sandbox_sdk import (
     SandboxDirectConnectionConfig,
     SandboxLocalTunnelConnectionConfig,
 )
-from agent_sandbox_sdk._connection import runtime_of
+from agent_sandbox_sdk._connection import grpc_target, runtime_of
 from agent_sandbox_sdk.models import SandboxInClusterConnectionConfig
 
 pytestmark = pytest.mark.unit
@@ -76,3 +80,33 @@ def test_file_entries_from_both_runtimes() -> None:
 def test_command_event_text() -> None:
     assert CommandEvent(type="stdout", data="é\n".encode()).text == "é\n"
     assert CommandEvent(type="stderr", data=b"\xff").text == "\ufffd"
+
+
+@pytest.mark.parametrize(
+    "url", ["http://[::1", "http://r:99999", "http://", "https://:8080", "http://r:port"]
+)
+def test_an_api_url_that_cannot_be_requested_is_refused(url: str) -> None:
+    with pytest.raises(ValidationError, match="api_url"):
+        SandboxDirectConnectionConfig(api_url=url)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rest=st.text(max_size=40))
+def test_an_accepted_api_url_can_be_requested(rest: str) -> None:
+    """Whatever the config accepts, the SDK can build its requests to (no `InvalidURL` at the first call)."""
+    url = "http://" + rest
+    try:
+        cfg = SandboxdDirectConnectionConfig(api_url=url)
+    except ValidationError:
+        return
+    httpx2.Request("POST", cfg.api_url.rstrip("/") + "/execute")
+    assert urlsplit(cfg.api_url).hostname
+
+
+@pytest.mark.parametrize(
+    ("url", "target"),
+    [("http://r", "r:80"), ("https://r/", "r:443"), ("http://10.0.0.1:8080", "10.0.0.1:8080"),
+     ("http://[::1]:8080", "[::1]:8080"), ("https://[fd00::1]", "[fd00::1]:443")],
+)  # fmt: skip
+def test_the_grpc_target_of_a_router_url(url: str, target: str) -> None:
+    assert grpc_target(url) == target
