@@ -11,12 +11,13 @@ the cluster, router or sandbox; 2 invalid usage or input; 3 not found; 4 timed o
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from pydantic import ValidationError
 
@@ -203,11 +204,41 @@ def _exit_code(result: ExecutionResult) -> int:
     return result.exit_code if 0 <= result.exit_code <= 255 else EXIT_ERROR
 
 
+#: `cp`'s name for standard input (as the source) or standard output (as the destination), as `docker cp`.
+STDIO = "-"
+
+
+class _CountingReader(io.RawIOBase):
+    """Counts what is read through it (the size of an upload from standard input)."""
+
+    def __init__(self, source: BinaryIO) -> None:
+        self.source, self.count = source, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.source.read(len(buffer))
+        buffer[: len(data)] = data
+        self.count += len(data)
+        return len(data)
+
+
 def _cp(args: argparse.Namespace) -> int:
     src, dst = _split_remote(args.src), _split_remote(args.dst)
     if (src is None) == (dst is None):
         raise ValueError("cp copies between a local path and CLAIM:PATH (exactly one side remote)")
     client = make_client(args)
+    if dst is not None and args.src == STDIO:
+        claim, path = dst
+        if not path or path.endswith("/"):
+            raise ValueError("cp - CLAIM:PATH needs a file name after CLAIM: (standard input has none)")
+        sandbox = client.get_sandbox(claim, args.namespace)
+        assert sandbox.files is not None
+        counted = _CountingReader(sys.stdin.buffer)
+        sandbox.files.write(path, io.BufferedReader(counted), timeout=args.timeout)
+        print(f"- -> {claim}:{path} ({counted.count} bytes)", file=sys.stderr)
+        return 0
     if dst is not None:
         local = Path(args.src)
         if not local.is_file():
@@ -226,11 +257,16 @@ def _cp(args: argparse.Namespace) -> int:
     claim, path = src
     if not path:
         raise ValueError("cp needs a file path after CLAIM:")
+    sandbox = client.get_sandbox(claim, args.namespace)
+    assert sandbox.files is not None
+    if args.dst == STDIO:
+        written = sandbox.files.read_to(path, sys.stdout.buffer, timeout=args.timeout)
+        sys.stdout.buffer.flush()
+        print(f"{claim}:{path} -> - ({written} bytes)", file=sys.stderr)
+        return 0
     target = Path(args.dst)
     if target.is_dir():
         target = target / Path(path).name
-    sandbox = client.get_sandbox(claim, args.namespace)
-    assert sandbox.files is not None
     written = sandbox.files.read_to(path, target, timeout=args.timeout)
     print(f"{claim}:{path} -> {target} ({written} bytes)", file=sys.stderr)
     return 0
@@ -380,7 +416,7 @@ def add_sandbox_commands(sub: Any) -> None:
     exe.add_argument("--cwd", help="working directory, relative to the sandbox root")
     exe.set_defaults(exec_parser=exe)
 
-    cp = add("cp", _cp, "copy a file to or from a sandbox (CLAIM:PATH on one side)")
+    cp = add("cp", _cp, "copy a file to or from a sandbox (CLAIM:PATH on one side; - is stdin / stdout)")
     cp.add_argument("src")
     cp.add_argument("dst")
     cp.add_argument("--timeout", type=_seconds, default=300, help="seconds (default 300)")

@@ -62,6 +62,19 @@ def test_exec_cp_and_logs(
     missing = cli(cluster, router, "cp", "sb:in/none.txt", str(tmp_path), *ns)
     assert missing.returncode == 1
     assert "404" in missing.stderr
+    # A failed download leaves the file that was there (it is replaced only by a complete download).
+    failed = cli(cluster, router, "cp", "sb:in/none.txt", str(back), *ns)
+    assert failed.returncode == 1
+    assert back.read_bytes() == b"uploaded\x00bytes"
+    # `-`: standard input as the source, standard output as the destination (as `docker cp`).
+    piped = cli(cluster, router, "cp", "-", "sb:in/piped.txt", *ns, stdin="from a pipe\n")
+    assert (piped.returncode, piped.stderr) == (0, "- -> sb:in/piped.txt (12 bytes)\n")
+    out = cli(cluster, router, "cp", "sb:in/piped.txt", "-", *ns)
+    assert (out.returncode, out.stdout) == (0, "from a pipe\n")
+    assert not (Path.cwd() / "-").exists()
+    nameless = cli(cluster, router, "cp", "-", "sb:in/", *ns, stdin="x")
+    assert nameless.returncode == 2
+    assert "needs a file name" in nameless.stderr
     both_local = cli(cluster, router, "cp", str(local), str(back), *ns)
     assert both_local.returncode == 2
 

@@ -14,8 +14,10 @@ destination and stops at `max_bytes`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import shutil
 from typing import IO, Any
 
 from ._calls import MAX_LIST_RESPONSE, call, malformed_answer, open_stream
@@ -111,10 +113,11 @@ def read_to(
     allow_unsafe_paths: bool,
     max_bytes: int | None,
 ) -> Flow[int]:
-    """Stream the file into `destination` (a path, created/truncated, or a writable binary file); bytes written.
+    """Stream the file into `destination` (a path, or a writable binary file); bytes written.
 
-    Over `max_bytes` -> `SandboxError` (a path destination is then removed, a file object keeps what was written).
-    Span `read_to`.
+    A path is written next to itself and renamed over it only once the whole file arrived, so a failed or
+    refused download (over `max_bytes` -> `SandboxError`, a broken connection) leaves whatever was there
+    before as it was; a file object keeps what was written. Span `read_to`.
     """
     yield Trace("read_to", {"sandbox.file.path": path})
     if not allow_unsafe_paths:
@@ -125,25 +128,57 @@ def read_to(
     length = handle.headers.get("content-length")
     if max_bytes is not None and length is not None and length.isdigit() and int(length) > max_bytes:
         raise SandboxError(f"{path}: {length} bytes exceed max_bytes={max_bytes}")
-    is_path = isinstance(destination, str | os.PathLike)
-    # A path is opened here and closed in the finally below.
-    sink: IO[bytes] = open(destination, "wb") if isinstance(destination, str | os.PathLike) else destination  # noqa: SIM115
+    partial: _PartialFile | None = None
+    if isinstance(destination, str | os.PathLike):
+        partial = _PartialFile(os.fspath(destination))
+        sink: IO[bytes] = partial.file
+    else:
+        sink = destination
     written = 0
-    ok = False
     try:
         while (chunk := (yield ReadChunk(handle))) is not None:
             written += len(chunk)
             if max_bytes is not None and written > max_bytes:
                 raise SandboxError(f"{path}: more than max_bytes={max_bytes} bytes")
             sink.write(chunk)
-        ok = True
+        if partial is not None:
+            partial.commit()
     finally:
-        if is_path:
-            sink.close()
-            if not ok:
-                os.unlink(destination)  # type: ignore[arg-type]  # a path when is_path
+        if partial is not None:
+            partial.discard()
     yield Trace(None, {"sandbox.file.size": written})
     return written
+
+
+class _PartialFile:
+    """A download's file beside its destination (`.<name>.<random>.part`), renamed over it by `commit`.
+
+    A symlink destination is followed (its target is replaced); an existing file's mode is kept, a new
+    one gets the umask's. `discard` removes the partial file unless committed.
+    """
+
+    def __init__(self, destination: str) -> None:
+        self.destination = os.path.realpath(destination)
+        if os.path.isdir(self.destination):
+            raise IsADirectoryError(f"{destination}: is a directory")
+        directory, name = os.path.split(self.destination)
+        self.path = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.part")
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        self.file: IO[bytes] = os.fdopen(fd, "wb")
+        self.committed = False
+
+    def commit(self) -> None:
+        self.file.close()
+        if os.path.exists(self.destination):
+            shutil.copymode(self.destination, self.path)
+        os.replace(self.path, self.destination)
+        self.committed = True
+
+    def discard(self) -> None:
+        self.file.close()
+        if not self.committed:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
 
 
 def _entries(conn: Connection, body: Any) -> list[FileEntry]:
