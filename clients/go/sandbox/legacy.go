@@ -29,10 +29,13 @@ type executeBody struct {
 	TimeoutSeconds float64           `json:"timeout_seconds,omitempty"`
 	Env            map[string]string `json:"env,omitempty"`
 	Cwd            string            `json:"cwd,omitempty"`
+	// OutputEncoding "base64" (execute/stream only): chunks arrive as data_base64, the bytes exactly as
+	// the command wrote them; a runtime that predates the field ignores it and sends UTF-8 text as data.
+	OutputEncoding string `json:"output_encoding,omitempty"`
 }
 
-func newExecuteBody(command string, o *callOptions) ([]byte, error) {
-	body := executeBody{Command: command, Env: o.env, Cwd: o.cwd}
+func newExecuteBody(command string, o *callOptions, outputEncoding string) ([]byte, error) {
+	body := executeBody{Command: command, Env: o.env, Cwd: o.cwd, OutputEncoding: outputEncoding}
 	if o.commandTimeout > 0 {
 		body.TimeoutSeconds = o.commandTimeout.Seconds()
 	}
@@ -50,7 +53,7 @@ func headerTimeoutFor(opts *Options, o *callOptions) time.Duration {
 }
 
 func (l *legacyRuntime) run(ctx context.Context, ep *endpoint, command string, o *callOptions) (*ExecutionResult, error) {
-	body, err := newExecuteBody(command, o)
+	body, err := newExecuteBody(command, o, "")
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +102,7 @@ func (l *legacyRuntime) start(ctx context.Context, ep *endpoint, command string,
 	if o.stdin != nil || o.pty != nil {
 		return nil, fmt.Errorf("stdin and PTY need the sandboxd runtime: %w", ErrUnsupportedByRuntime)
 	}
-	body, err := newExecuteBody(command, o)
+	body, err := newExecuteBody(command, o, "base64")
 	if err != nil {
 		return nil, err
 	}
@@ -137,8 +140,17 @@ type streamLine struct {
 	Type     string `json:"type"` // start | stdout | stderr | exit
 	Pid      int    `json:"pid"`
 	Data     string `json:"data"`
+	Data64   []byte `json:"data_base64"` // encoding/json decodes base64 into []byte
 	ExitCode *int   `json:"exit_code"`
 	TimedOut bool   `json:"timed_out"`
+}
+
+// bytes is a chunk's output: data_base64 when the runtime sent it, else the UTF-8 text of data.
+func (sl *streamLine) bytes() []byte {
+	if sl.Data64 != nil {
+		return sl.Data64
+	}
+	return []byte(sl.Data)
 }
 
 type ndjsonProcess struct {
@@ -199,9 +211,9 @@ func (n *ndjsonProcess) recv() (Event, error) {
 		}
 		switch sl.Type {
 		case "stdout":
-			return Event{Type: EventStdout, Data: []byte(sl.Data)}, nil
+			return Event{Type: EventStdout, Data: sl.bytes()}, nil
 		case "stderr":
-			return Event{Type: EventStderr, Data: []byte(sl.Data)}, nil
+			return Event{Type: EventStderr, Data: sl.bytes()}, nil
 		case "exit":
 			code := -1
 			if sl.ExitCode != nil {

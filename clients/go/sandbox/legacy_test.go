@@ -260,3 +260,43 @@ func TestStreamedRunDeadlineIsErrTimeout(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestLegacyStreamingAsksForAndDecodesRawBytes(t *testing.T) {
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body["output_encoding"] != "base64" {
+			t.Errorf("stream request body %v (%v): want output_encoding base64", body, err)
+		}
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		// not UTF-8, then a NUL, then text from a runtime that ignores the field
+		_, _ = io.WriteString(w, `{"type":"start","pid":1}`+"\n"+`{"type":"stdout","data_base64":"//4A"}`+"\n"+
+			`{"type":"stdout","data":"é"}`+"\n"+`{"type":"stderr","data_base64":"AA=="}`+"\n"+
+			`{"type":"exit","exit_code":0}`+"\n")
+	})
+	s := openTestSandbox(t, Options{}, srv.URL, true, nil)
+	p, err := s.Start(context.Background(), "prog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stdout != "\xff\xfe\x00é" || res.Stderr != "\x00" {
+		t.Errorf("stdout %q stderr %q", res.Stdout, res.Stderr)
+	}
+}
+
+func TestLegacyStreamingRefusesBadBase64(t *testing.T) {
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"type":"start","pid":1}`+"\n"+`{"type":"stdout","data_base64":"%%%"}`+"\n")
+	})
+	s := openTestSandbox(t, Options{}, srv.URL, true, nil)
+	p, err := s.Start(context.Background(), "prog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Wait(); err == nil || !strings.Contains(err.Error(), "malformed line") {
+		t.Errorf("Wait = %v, want a malformed-line error", err)
+	}
+}

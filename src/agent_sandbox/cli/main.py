@@ -247,6 +247,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader of our output went away (`... | head`): stop quietly, as other command-line tools do,
+        # and keep Python's shutdown from writing a traceback about the unflushable stdout.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a program killed by it
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ Upstream endpoints keep their shapes and status codes: `GET /`, `POST /execute`,
 from __future__ import annotations
 
 import asyncio
+import base64
 import codecs
 import math
 import shlex
@@ -56,6 +57,16 @@ def _unprocessable(err: _Invalid) -> web.Response:
     return json_response({"detail": err.detail}, 422)
 
 
+# `/execute/stream`'s output chunks: `data` (UTF-8, invalid bytes replaced; the default) or, when the request
+# says `"output_encoding": "base64"`, `data_base64` (the bytes exactly as the command wrote them).
+OUTPUT_UTF8 = "utf-8"
+OUTPUT_BASE64 = "base64"
+
+
+def _raw_chunk(stream: str, data: bytes) -> dict[str, str]:
+    return {"type": stream, "data_base64": base64.b64encode(data).decode("ascii")}
+
+
 class _ExecRequest:
     """A validated `/execute` body."""
 
@@ -89,6 +100,11 @@ class _ExecRequest:
             msg = "env must map non-empty names without '=' to strings"
             raise _Invalid("value_error", ["body", "env"], msg, env)
         self.env: dict[str, str] | None = env
+        encoding = body.get("output_encoding", OUTPUT_UTF8)
+        if encoding not in (OUTPUT_UTF8, OUTPUT_BASE64):
+            msg = f"output_encoding must be {OUTPUT_UTF8!r} or {OUTPUT_BASE64!r}"
+            raise _Invalid("value_error", ["body", "output_encoding"], msg, encoding)
+        self.output_encoding: str = encoding
         cwd = body.get("cwd")
         if cwd is not None and not isinstance(cwd, str):
             raise _Invalid("string_type", ["body", "cwd"], "Input should be a valid string", cwd)
@@ -190,20 +206,26 @@ class _Legacy:
             return json_response({"message": str(err)}, 429)
         except (ValueError, SpawnError) as err:
             await resp.prepare(request)
-            await resp.write(_line({"type": "stderr", "data": f"Failed to execute command: {err}"}))
+            message = f"Failed to execute command: {err}"
+            if req.output_encoding == OUTPUT_BASE64:
+                await resp.write(_line(_raw_chunk("stderr", message.encode())))
+            else:
+                await resp.write(_line({"type": "stderr", "data": message}))
             await resp.write(_line({"type": "exit", "exit_code": 1, "timed_out": False}))
             await resp.write_eof()
             return resp
         await resp.prepare(request)
         decoders = {s: codecs.getincrementaldecoder("utf-8")("replace") for s in ("stdout", "stderr")}
+        raw = req.output_encoding == OUTPUT_BASE64
         timed_out = False
         try:
             await resp.write(_line({"type": "start", "pid": proc.pid}))
             try:
                 async with asyncio.timeout(req.timeout):
                     async for event in proc.events():
-                        text = decoders[event.stream].decode(event.data)
-                        if text:
+                        if raw:
+                            await resp.write(_line(_raw_chunk(event.stream, event.data)))
+                        elif text := decoders[event.stream].decode(event.data):
                             await resp.write(_line({"type": event.stream, "data": text}))
                     code = await proc.wait()
             except TimeoutError:

@@ -53,6 +53,22 @@ def test_exec_cp_and_logs(
     assert out.returncode == 124
     assert "timed out" in out.stderr
 
+    # Output is bytes, exactly as the command wrote them (not UTF-8, NULs): `exec ... > file` is a copy.
+    raw = subprocess.run(
+        [CLI, "exec", "--kubeconfig", str(cluster.kubeconfig), "--router-url", router, *ns, "sb", "--",
+         "sh", "-c", "printf '\\377\\376\\000'; head -c 300000 /dev/zero | tr '\\000' '\\351'"],
+        capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert raw.returncode == 0, raw.stderr
+    assert raw.stdout == b"\xff\xfe\x00" + b"\xe9" * 300_000
+    # A reader that goes away (`| head`) ends exec quietly with 141 (128 + SIGPIPE), no traceback.
+    piped = subprocess.run(
+        f"{CLI} exec --kubeconfig {cluster.kubeconfig} --router-url {router} -n {namespace} sb -- "
+        "sh -c 'yes | head -c 5000000' | head -c 10 > /dev/null; echo ${PIPESTATUS[0]} >&2",
+        shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert piped.stderr == "141\n"
+
     local = tmp_path / "up.txt"
     local.write_bytes(b"uploaded\x00bytes")
     assert cli(cluster, router, "cp", str(local), "sb:in/up.txt", *ns).returncode == 0

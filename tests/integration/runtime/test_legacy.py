@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import signal
 import time
@@ -197,6 +198,37 @@ async def test_stream_execute_ndjson_events_in_order(
     err = "".join(e["data"] for e in events if e["type"] == "stderr")
     assert (out, err) == ("one\nthree\n", "two\n")
     assert first_event_at is not None
+
+
+async def test_stream_execute_raw_bytes_on_request(
+    runtime: RuntimeServer, http: aiohttp.ClientSession
+) -> None:
+    """`"output_encoding": "base64"`: the bytes exactly as written (not UTF-8, NULs); default stays text."""
+    script = "printf '\\377\\376\\000'; printf '\\303' >&2; printf '\\251' >&2"
+    for encoding in ("base64", None):
+        body: dict[str, object] = {"command": f'sh -c "{script}"'}
+        if encoding:
+            body["output_encoding"] = encoding
+        async with http.post(url(runtime, "legacy", "/execute/stream"), data=orjson.dumps(body)) as resp:
+            events = [orjson.loads(line) async for line in resp.content]
+        chunks = [e for e in events if e["type"] in ("stdout", "stderr")]
+        if encoding:
+            assert all(set(e) == {"type", "data_base64"} for e in chunks), chunks
+            out = b"".join(base64.b64decode(e["data_base64"]) for e in chunks if e["type"] == "stdout")
+            err = b"".join(base64.b64decode(e["data_base64"]) for e in chunks if e["type"] == "stderr")
+            assert (out, err) == (b"\xff\xfe\x00", b"\xc3\xa9")
+        else:
+            out_text = "".join(e["data"] for e in chunks if e["type"] == "stdout")
+            err_text = "".join(e["data"] for e in chunks if e["type"] == "stderr")
+            assert (out_text, err_text) == ("\ufffd\ufffd\x00", "\u00e9")  # split character kept
+    bad = {"command": "true", "output_encoding": "latin-1"}
+    async with http.post(url(runtime, "legacy", "/execute/stream"), data=orjson.dumps(bad)) as resp:
+        assert resp.status == 422
+        assert (await resp.json())["detail"][0]["loc"] == ["body", "output_encoding"]
+    failed = {"command": "no-such-xyz", "output_encoding": "base64"}
+    async with http.post(url(runtime, "legacy", "/execute/stream"), data=orjson.dumps(failed)) as resp:
+        events = [orjson.loads(line) async for line in resp.content]
+    assert base64.b64decode(events[0]["data_base64"]).startswith(b"Failed to execute command: [Errno 2]")
 
 
 async def test_stream_execute_timeout_and_spawn_failure(

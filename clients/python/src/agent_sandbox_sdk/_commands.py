@@ -13,6 +13,7 @@ raises instead of running the command in the wrong place.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -245,7 +246,9 @@ def stream_command(
 def _stream_legacy(
     conn: Connection, command: str, *, timeout: float | None, env: Mapping[str, str] | None, cwd: str | None
 ) -> Flow[None]:
-    body = _legacy_body(command, timeout, env, cwd)
+    # The bytes exactly as the command wrote them (this project's runtime; one that predates the field
+    # ignores it and sends UTF-8 text as `data`, read below too).
+    body = {**_legacy_body(command, timeout, env, cwd), "output_encoding": "base64"}
     read_timeout = timeout + 10 if timeout else None
     handle = yield from open_stream(conn, "POST", "/execute/stream", timeout=read_timeout, json=body)
     while (line := (yield ReadLine(handle))) is not None:
@@ -258,7 +261,11 @@ def _stream_legacy(
             if kind == "start":
                 parsed = STARTED
             elif kind in ("stdout", "stderr"):
-                parsed = CommandEvent(type=kind, data=str(event.get("data", "")).encode())
+                if "data_base64" in event:
+                    data = base64.b64decode(event["data_base64"], validate=True)
+                else:
+                    data = str(event.get("data", "")).encode()
+                parsed = CommandEvent(type=kind, data=data)
             elif kind == "exit":
                 parsed = CommandEvent(
                     type="exit",

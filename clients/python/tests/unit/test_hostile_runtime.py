@@ -6,6 +6,7 @@ catch every failure of the sandbox)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import json
 from collections.abc import Awaitable, Callable
@@ -116,7 +117,12 @@ LINES = st.lists(
         SHAPED,
         st.fixed_dictionaries(
             {"type": st.sampled_from(["start", "stdout", "exit"])},
-            optional={"data": JSON, "exit_code": JSON, "timed_out": JSON},
+            optional={
+                "data": JSON,
+                "data_base64": JSON | st.binary(max_size=8).map(lambda b: base64.b64encode(b).decode()),
+                "exit_code": JSON,
+                "timed_out": JSON,
+            },
         ),
     ),
     max_size=4,
