@@ -25,6 +25,7 @@ __all__ = [
     "MAX_RUN_RESPONSE",
     "call",
     "check",
+    "check_timeout",
     "error_detail",
     "malformed_answer",
     "open_stream",
@@ -113,6 +114,14 @@ def check(resp: HttpResponse, *, allow: Collection[int] = ()) -> HttpResponse:
     raise SandboxRequestError(f"{where}: HTTP {code}" + (f": {detail}" if detail else ""), code, resp)
 
 
+def check_timeout(value: float | None, name: str = "timeout") -> None:
+    """`ValueError` unless `value` is None or a positive number of seconds (as `requests` refuses 0)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+
+
 def _request(
     target: Target,
     method: str,
@@ -148,6 +157,7 @@ def call(
 ) -> Flow[HttpResponse]:
     """Send one request to the sandbox (retrying as the module docstring says) and check its status;
     an answer over `max_response_bytes` is a `SandboxRequestError` (the sandbox is untrusted)."""
+    check_timeout(timeout)
     replayable = upload is None or upload.source.seekable()
     start = upload.source.tell() if upload is not None and replayable else 0
     attempt = 0
@@ -207,6 +217,7 @@ def open_stream(
 
     Not retried: streaming calls are either POSTs (exec) or reads whose caller may already hold bytes.
     """
+    check_timeout(timeout)
     target: Target = yield from conn.resolve()
     req = _request(target, method, path, timeout=timeout, headers=headers, json=json)
     try:

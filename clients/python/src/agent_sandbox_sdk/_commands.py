@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _process
-from ._calls import MAX_RUN_RESPONSE, call, malformed_answer, open_stream
+from ._calls import MAX_RUN_RESPONSE, call, check_timeout, malformed_answer, open_stream
 from ._connection import Connection, Target
 from ._steps import Emit, Flow, GrpcCall, GrpcFailure, GrpcOpen, GrpcRead, ReadLine, Trace
 from .exceptions import SandboxError, SandboxRequestError, SandboxRequestTimeoutError
@@ -99,6 +99,8 @@ def run_command(
     if not isinstance(command, str) or not command:
         raise ValueError("command must be a non-empty string")
     check_process_options(env, cwd)
+    check_timeout(timeout)
+    check_timeout(command_timeout, "command_timeout")
     if conn.runtime == "legacy":
         body = _legacy_body(command, command_timeout, env, cwd)
         extended = bool(env) or cwd is not None
@@ -205,6 +207,7 @@ def stream_command(
     if not isinstance(command, str) or not command:
         raise ValueError("command must be a non-empty string")
     check_process_options(env, cwd)
+    check_timeout(timeout)
     if conn.runtime == "legacy":
         if stdin is not None or pty is not None:
             raise NotImplementedError("stdin and PTY need the sandboxd runtime (gRPC Start)")

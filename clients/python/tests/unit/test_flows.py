@@ -221,3 +221,19 @@ def test_get_sandbox_reuses_the_tracked_handle_and_unknown_claims_raise() -> Non
     assert client.list_all_sandboxes() == [sandbox.claim_name]
     infos = client.list_sandboxes()
     assert [(i.claim_name, i.ready, i.pod_ip) for i in infos] == [(sandbox.claim_name, True, "127.10.0.5")]
+
+
+@pytest.mark.parametrize("timeout", [0, -5, float("nan")])
+def test_a_command_timeout_must_be_positive(timeout: float) -> None:
+    fake = FakeCluster()
+    with sync_client(fake) as client:
+        sandbox = client.create_sandbox("python-pool")
+        assert sandbox.commands is not None
+        sent = len(fake.requests)
+        for call in (
+            lambda: sandbox.commands.run("true", timeout=timeout),  # type: ignore[union-attr]
+            lambda: list(sandbox.commands.stream("true", timeout=timeout)),  # type: ignore[union-attr]
+        ):
+            with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
+                call()
+        assert len(fake.requests) == sent  # refused before anything was sent

@@ -85,3 +85,11 @@ def test_a_directory_is_not_a_destination(files: Any, tmp_path: Path) -> None:
     _, sandbox_files = files
     with pytest.raises(IsADirectoryError):
         sandbox_files.read_to("a.bin", tmp_path)
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("nan")])
+def test_a_timeout_must_be_positive(files: Any, timeout: float) -> None:
+    """As `requests` refuses 0: a clear ValueError before anything is sent, not a socket error."""
+    _, sandbox_files = files
+    with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
+        sandbox_files.read("a.bin", timeout=timeout)
