@@ -8,12 +8,14 @@ import logging
 import os
 import time
 import urllib.request
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import pytest
 
 from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.devcluster.allocation import allocation_lock, free_port
 from agent_sandbox.kube import (
     SANDBOX,
     ApiClient,
@@ -165,3 +167,20 @@ class ErrorRecords(logging.Handler):
     @property
     def messages(self) -> list[str]:
         return [r.getMessage() for r in self.records]
+
+
+def listen_port(cluster: DevCluster | None = None) -> int:
+    """A loopback port for a process a test starts itself (reserved in `cluster`'s state when given).
+
+    Below the kernel's ephemeral range and chosen under the clusters' allocation lock (the dev cluster's
+    own rule): a port picked by binding port 0 comes from the ephemeral range, where any outgoing
+    connection on the machine can take it as its source port before the test's process binds it (CI saw
+    `address already in use` for a controller's metrics port that way).
+    """
+    if cluster is not None:
+        return cluster.reserve_port(f"test-{uuid.uuid4().hex[:12]}")
+    with allocation_lock():
+        taken = {
+            p for c in DevCluster.list() for p in (*c.state.ports.values(), *c.state.extra_ports.values())
+        }
+        return free_port(taken)

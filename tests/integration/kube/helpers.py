@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import urllib.request
 from datetime import UTC, datetime
 from typing import Any
@@ -25,14 +24,6 @@ def compact_etcd(cluster: DevCluster, revision: int) -> None:
     )
     with urllib.request.urlopen(req, timeout=10) as resp:
         resp.read()
-
-
-def free_port() -> int:
-    """An unused loopback TCP port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def event_manifest(name: str, namespace: str) -> dict[str, Any]:

@@ -16,8 +16,7 @@ import pytest
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import install_crds
 from agent_sandbox.devcluster.identity import controller_kubeconfig
-from tests.helpers import wait_for
-from tests.integration.kube.helpers import free_port
+from tests.helpers import listen_port, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -26,8 +25,8 @@ LEASE_METRIC = 'leader_election_master_status{name="a3317529.agent-sandbox.x-k8s
 
 class Proc:
     def __init__(self, kubeconfig: Path, *flags: str, log: Path) -> None:
-        self.metrics = free_port()
-        self.health = free_port()
+        self.metrics = listen_port()
+        self.health = listen_port()
         self.log = log
         argv = [
             sys.executable,

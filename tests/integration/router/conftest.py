@@ -27,6 +27,7 @@ import pytest
 from aiohttp import WSMsgType, web
 
 from agent_sandbox.router import Router, load_router_config
+from tests.helpers import listen_port
 
 _ips = itertools.count(random.randrange(1, 200) * 256)
 
@@ -334,21 +335,12 @@ def _status_kib(pid: int, key: str) -> int:
     raise KeyError(key)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def router_process(tmp_path: Path) -> Iterator[Callable[..., RouterProcess]]:
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(*flags: str, env: dict[str, str] | None = None) -> RouterProcess:
-        port, probe, metrics = _free_port(), _free_port(), _free_port()
+        port, probe, metrics = listen_port(), listen_port(), listen_port()
         log = tmp_path / f"router-{len(procs)}.log"
         argv = [
             sys.executable,

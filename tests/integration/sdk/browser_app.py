@@ -117,18 +117,14 @@ async def serve(host: str, port: int, lifetime: float) -> None:
     app = web.Application(client_max_size=64 << 20)
     app["release"] = asyncio.Event()
     app["revalidated"] = 0
-    app.router.add_get("/", page)
-    app.router.add_get("/app.js", script)
-    app.router.add_get("/whoami", whoami)
-    app.router.add_post("/echo", echo)
-    app.router.add_get("/cached", cached)
-    app.router.add_get("/stats", stats)
-    app.router.add_get("/login", login)
-    app.router.add_get("/cookies", cookies)
-    app.router.add_get("/download", download)
-    app.router.add_get("/held", held)
-    app.router.add_get("/release", release)
-    app.router.add_get("/ws", websocket)
+    app.add_routes(
+        [web.get(path, handler) for path, handler in (
+            ("/", page), ("/app.js", script), ("/whoami", whoami), ("/cached", cached), ("/stats", stats),
+            ("/login", login), ("/cookies", cookies), ("/download", download), ("/held", held),
+            ("/release", release), ("/ws", websocket),
+        )]
+        + [web.post("/echo", echo)]
+    )  # fmt: skip
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import signal
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -34,18 +33,11 @@ LEASE_METRIC = 'leader_election_master_status{name="a3317529.agent-sandbox.x-k8s
 RECONCILES = 'controller_runtime_reconcile_total{controller="sandbox",result="success"}'
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 class Controller:
     """One `agent-sandbox-controller` process (Sandbox controller only, no webhook)."""
 
     def __init__(self, cluster: DevCluster, log: Path, *flags: str) -> None:
-        self.metrics, self.health, self.log = _free_port(), _free_port(), log
+        self.metrics, self.health, self.log = helpers.listen_port(cluster), helpers.listen_port(cluster), log
         argv = [
             sys.executable,
             "-m",
