@@ -151,6 +151,13 @@ func (l *lastSeen) set(kind string, obj *unstructured.Unstructured) {
 	l.kind, l.conds = kind, conditionsOf(obj)
 }
 
+// seen reports whether any state of the object was observed (false: it never existed for this wait).
+func (l *lastSeen) seen() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.kind != ""
+}
+
 func (l *lastSeen) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -162,6 +169,8 @@ func (l *lastSeen) String() string {
 
 func (s *Sandbox) waitError(ctx context.Context, err error, kind, name string, last *lastSeen) error {
 	switch {
+	case errors.Is(err, errObjectGone) && !last.seen():
+		return fmt.Errorf("%s %s/%s not found: %w", kind, s.opts.Namespace, name, ErrSandboxDeleted)
 	case errors.Is(err, errObjectGone):
 		return fmt.Errorf("%s %s disappeared: %w", kind, name, ErrSandboxDeleted)
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:

@@ -284,8 +284,14 @@ func TestWaitReadyDeletedAndTimeout(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		_ = dyn.Resource(claimsGVR).Namespace("ns").Delete(context.Background(), "c1", metav1.DeleteOptions{})
 	}()
-	if _, _, err := s.waitReady(context.Background(), "c1"); !errors.Is(err, ErrSandboxDeleted) {
+	if _, _, err := s.waitReady(context.Background(), "c1"); !errors.Is(err, ErrSandboxDeleted) ||
+		!strings.Contains(err.Error(), "SandboxClaim c1 disappeared") {
 		t.Fatalf("deleted: err = %v", err)
+	}
+	// a claim that never existed is "not found", not "disappeared"
+	if _, _, err := s.waitReady(context.Background(), "never"); !errors.Is(err, ErrSandboxDeleted) ||
+		!strings.Contains(err.Error(), "SandboxClaim ns/never not found") {
+		t.Fatalf("missing: err = %v", err)
 	}
 	s2, _ := fakeCluster(t, claim.DeepCopy())
 	s2.opts.SandboxReadyTimeout = 200 * time.Millisecond
