@@ -37,7 +37,7 @@ from ._protocols import StatusViaSubresource
 from ._ratelimit import TokenBucket
 from ._resources import ResourceKind
 from ._types import LabelSelector, ListPage, Object, PatchType, PropagationPolicy, WatchEvent
-from .errors import ApiError, Timeout, TransportError, error_from_status
+from .errors import ApiError, NotLeader, Timeout, TransportError, error_from_status
 from .metrics import REST_CLIENT_DURATION, REST_CLIENT_REQUESTS
 
 __all__ = ["ApiClient", "selector_string"]
@@ -73,7 +73,47 @@ class _GatedConnector(aiohttp.TCPConnector):
         except BaseException:
             conn.release()  # nothing was written on it: back to the pool
             raise
+        protocol = conn.protocol
+        transport: Any = protocol.transport if protocol is not None else None
+        if protocol is not None and transport is not None:
+            if not isinstance(transport, _GatedTransport):
+                transport = _GatedTransport(transport, self._check_write)
+                protocol.transport = transport
+            transport.method = req.method  # every request on a pooled connection passes through here
         return conn
+
+
+class _GatedTransport:
+    """A pooled API connection's transport that asks the write gate again at each socket write.
+
+    The check in `connect` still leaves the Python code that serialises the request (an event-loop turn)
+    between the gate and the socket: a process frozen there sent its write after a hand-over (CI, the
+    frozen-leader test). Here what is left is the call into the socket itself. A refusal aborts the
+    connection, so a request partly on the wire is never completed (the server discards it).
+    """
+
+    def __init__(self, transport: asyncio.Transport, check_write: Callable[[str], None]) -> None:
+        self._transport = transport
+        self._check_write = check_write
+        self.method = "GET"
+
+    def _gate(self) -> None:
+        try:
+            self._check_write(self.method)
+        except BaseException:
+            self._transport.abort()
+            raise
+
+    def write(self, data: Any) -> None:
+        self._gate()
+        self._transport.write(data)
+
+    def writelines(self, chunks: Any) -> None:
+        self._gate()
+        self._transport.writelines(chunks)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def selector_string(selector: LabelSelector | None) -> str | None:
@@ -347,6 +387,8 @@ class ApiClient(StatusViaSubresource):
                 raise Timeout(f"{method} {path}: timed out") from exc
             except aiohttp.ClientError as exc:
                 self._observe(method, "<error>", loop.time() - start)
+                if isinstance(exc.__cause__, NotLeader):  # refused at the socket (_GatedTransport)
+                    raise exc.__cause__ from None
                 raise TransportError(f"{method} {path}: {describe_error(exc)}") from exc
             self._observe(method, str(status), loop.time() - start)
             if status < 400:

@@ -100,10 +100,35 @@ async def test_writes_go_out_while_leading_and_reads_are_never_gated(server: Ser
     leadership = Leadership()
     async with new_client(server, leadership) as api:
         await api.create(CONFIG_MAP, CM)
-        assert leadership.asked == 2  # before taking a connection and once it is in hand
+        # before taking a connection, once it is in hand, and at the socket write (head and body in one)
+        assert leadership.asked == 3
         leadership.current = False
         with pytest.raises(NotLeader):
             await api.create(CONFIG_MAP, CM)
-        assert leadership.asked == 3  # refused before any connection was taken
+        assert leadership.asked == 4  # refused before any connection was taken
         await api.request("GET", "/read")
     assert [m for m, _ in server.seen] == ["POST", "GET"]
+
+
+async def test_a_write_is_refused_at_the_socket_if_leadership_lapsed_after_the_connection_was_taken(
+    server: Server,
+) -> None:
+    """The span the connection check leaves: the request is serialised after it (a freeze there sent a
+    deposed leader's write in CI). The socket write asks again; a refusal sends nothing, the connection
+    is dropped, and later reads open a new one."""
+    leadership = Leadership()
+    async with new_client(server, leadership) as api:
+        await api.request("GET", "/warm")  # a pooled connection, so the write takes it without waiting
+
+        def lapse_after_the_connection_check() -> None:
+            leadership.gate()
+            if leadership.asked == 2:  # the check once the connection is in hand passed...
+                leadership.current = False  # ...then the process "froze" past its lease
+
+        api.set_write_gate(lapse_after_the_connection_check)
+        with pytest.raises(NotLeader):
+            await api.create(CONFIG_MAP, CM)
+        assert leadership.asked == 3
+        assert [m for m, _ in server.seen] == ["GET"]  # nothing of the write reached the server
+        await asyncio.wait_for(api.request("GET", "/after"), 5)
+        assert server.seen[-1] == ("GET", "/after")
