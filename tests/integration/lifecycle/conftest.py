@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import aiohttp
@@ -31,10 +32,12 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
 
 @pytest.fixture
 async def start_router(
-    cluster: DevCluster, controller: Started
+    cluster: DevCluster, controller: Started, caplog: pytest.LogCaptureFixture
 ) -> AsyncIterator[Callable[..., Awaitable[Router]]]:
     """In-process routers with the Pod cache and `--sandbox-lifecycle` (unless `lifecycle=False`), on ephemeral
-    loopback ports."""
+    loopback ports. Their INFO records (held requests and their outcome, failed dials) are captured, so a
+    failing test's report says which way each request went."""
+    caplog.set_level(logging.INFO, logger="agent_sandbox.router")
     routers: list[Router] = []
 
     async def start(*flags: str, lifecycle: bool = True) -> Router:
