@@ -63,8 +63,26 @@ OUTPUT_UTF8 = "utf-8"
 OUTPUT_BASE64 = "base64"
 
 
-def _raw_chunk(stream: str, data: bytes) -> dict[str, str]:
-    return {"type": stream, "data_base64": base64.b64encode(data).decode("ascii")}
+class _StreamChunks:
+    """The output lines of one `/execute/stream` answer, in the encoding its request asked for."""
+
+    def __init__(self, encoding: str) -> None:
+        self.raw = encoding == OUTPUT_BASE64
+        self._decoders = {s: codecs.getincrementaldecoder("utf-8")("replace") for s in ("stdout", "stderr")}
+
+    def line(self, stream: str, data: bytes) -> bytes | None:
+        """The NDJSON line for `data` written to `stream` (None while a split character is incomplete)."""
+        if self.raw:
+            return _line({"type": stream, "data_base64": base64.b64encode(data).decode("ascii")})
+        text = self._decoders[stream].decode(data)
+        return _line({"type": stream, "data": text}) if text else None
+
+    def tails(self) -> list[bytes]:
+        """Lines for what is left undecoded at the end (text only; an incomplete character as U+FFFD)."""
+        if self.raw:
+            return []
+        tails = ((s, d.decode(b"", final=True)) for s, d in self._decoders.items())
+        return [_line({"type": s, "data": tail}) for s, tail in tails if tail]
 
 
 class _ExecRequest:
@@ -206,36 +224,31 @@ class _Legacy:
             return json_response({"message": str(err)}, 429)
         except (ValueError, SpawnError) as err:
             await resp.prepare(request)
-            message = f"Failed to execute command: {err}"
-            if req.output_encoding == OUTPUT_BASE64:
-                await resp.write(_line(_raw_chunk("stderr", message.encode())))
-            else:
-                await resp.write(_line({"type": "stderr", "data": message}))
+            failure = _StreamChunks(req.output_encoding).line(
+                "stderr", f"Failed to execute command: {err}".encode()
+            )
+            assert failure is not None  # whole UTF-8 text decodes at once
+            await resp.write(failure)
             await resp.write(_line({"type": "exit", "exit_code": 1, "timed_out": False}))
             await resp.write_eof()
             return resp
         await resp.prepare(request)
-        decoders = {s: codecs.getincrementaldecoder("utf-8")("replace") for s in ("stdout", "stderr")}
-        raw = req.output_encoding == OUTPUT_BASE64
+        chunks = _StreamChunks(req.output_encoding)
         timed_out = False
         try:
             await resp.write(_line({"type": "start", "pid": proc.pid}))
             try:
                 async with asyncio.timeout(req.timeout):
                     async for event in proc.events():
-                        if raw:
-                            await resp.write(_line(_raw_chunk(event.stream, event.data)))
-                        elif text := decoders[event.stream].decode(event.data):
-                            await resp.write(_line({"type": event.stream, "data": text}))
+                        if (line := chunks.line(event.stream, event.data)) is not None:
+                            await resp.write(line)
                     code = await proc.wait()
             except TimeoutError:
                 timed_out = True
                 proc.kill_group()
                 code = await proc.wait()
-            for stream, decoder in decoders.items():
-                tail = decoder.decode(b"", final=True)
-                if tail:
-                    await resp.write(_line({"type": stream, "data": tail}))
+            for tail in chunks.tails():
+                await resp.write(tail)
             await resp.write(_line({"type": "exit", "exit_code": code, "timed_out": timed_out}))
             await resp.write_eof()
         except BaseException:
