@@ -6,6 +6,9 @@ user sees for a wrong pool and for a sandbox that cannot become Ready. Sync and 
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -131,3 +134,53 @@ def test_twenty_sandboxes_in_parallel_from_one_async_client(
             assert await c.list_all_sandboxes(namespace) == []
 
     asyncio.run(main())
+
+
+def test_a_create_cut_short_by_the_callers_timeout_leaves_no_claim(
+    cluster: DevCluster, namespace: str, controller: Started
+) -> None:
+    """`asyncio.wait_for` cancels the create mid-wait: the caller sees its own TimeoutError, the claim is gone."""
+    apply_pool(cluster, namespace, replicas=0, nodeSelector={"no-such-node-label": "x"})
+
+    async def main() -> None:
+        async with AsyncSandboxClient(UNUSED_ROUTER, kubeconfig=cluster.kubeconfig, cleanup=False) as c:
+            with pytest.raises(TimeoutError) as info:
+                await asyncio.wait_for(c.create_sandbox("pool", namespace, sandbox_ready_timeout=60), 3)
+            assert not isinstance(info.value, SandboxTimeoutError)  # the caller's timeout, not the SDK's
+            assert await c.list_all_sandboxes(namespace) == []
+
+    asyncio.run(main())
+
+
+def test_ctrl_c_during_create_removes_the_claim(
+    cluster: DevCluster, namespace: str, controller: Started
+) -> None:
+    apply_pool(cluster, namespace, replicas=0, nodeSelector={"no-such-node-label": "x"})
+    script = (
+        "import sys; from agent_sandbox_sdk import SandboxClient, SandboxDirectConnectionConfig as D\n"
+        "with SandboxClient(D(api_url='http://127.0.0.1:9'), kubeconfig=sys.argv[1]) as c:\n"
+        "    c.create_sandbox('pool', sys.argv[2], sandbox_ready_timeout=60)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(cluster.kubeconfig), namespace],
+        stderr=subprocess.PIPE,
+        text=True,
+        # As from a terminal: a child of a non-interactive shell could otherwise inherit SIGINT ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        with client(cluster) as c:
+            deadline = time.monotonic() + 30
+            while not c.list_all_sandboxes(namespace):
+                assert proc.poll() is None, proc.communicate()[1]
+                assert time.monotonic() < deadline, "the claim never appeared"
+                time.sleep(0.1)
+            proc.send_signal(signal.SIGINT)
+            _, stderr = proc.communicate(timeout=30)
+            assert proc.returncode != 0
+            assert stderr.rstrip().endswith("KeyboardInterrupt"), stderr
+            assert "GeneratorExit" not in stderr, stderr
+            assert c.list_all_sandboxes(namespace) == []
+    finally:
+        proc.kill()
+        proc.wait()

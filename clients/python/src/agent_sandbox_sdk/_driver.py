@@ -306,7 +306,11 @@ class SyncDriver(_DriverBase):
                     step = type(step)(spans.stamp(step.request))
                 try:
                     value = self._execute(step, opened)
-                except (SandboxRequestError, GrpcFailure) as err:
+                except BaseException as err:
+                    # The flow gets the SDK's errors and interruptions (task cancelled, Ctrl-C), so that its
+                    # rollback steps run; any other exception is not the flow's to handle.
+                    if isinstance(err, Exception) and not isinstance(err, SandboxRequestError | GrpcFailure):
+                        raise
                     error = err
         except BaseException as failure:
             if spans is not None:
@@ -462,7 +466,11 @@ class AsyncDriver(_DriverBase):
                     step = type(step)(spans.stamp(step.request))
                 try:
                     value = await self._execute(step, opened)
-                except (SandboxRequestError, GrpcFailure) as err:
+                except BaseException as err:
+                    # The flow gets the SDK's errors and interruptions (task cancelled, Ctrl-C), so that its
+                    # rollback steps run; any other exception is not the flow's to handle.
+                    if isinstance(err, Exception) and not isinstance(err, SandboxRequestError | GrpcFailure):
+                        raise
                     error = err
         except BaseException as failure:
             if spans is not None:

@@ -140,7 +140,13 @@ def create_and_wait(
     # The create span's trace context goes on the claim (upstream: JSON of traceparent/tracestate).
     if trace_context := (yield Trace("create_claim", span)):
         body["metadata"]["annotations"][TRACE_CONTEXT_ANNOTATION] = json.dumps(trace_context)
-    resp: HttpResponse = yield from _kube.create(_kube.CLAIMS, namespace, body)
+    try:
+        resp: HttpResponse = yield from _kube.create(_kube.CLAIMS, namespace, body)
+    except BaseException as err:
+        # Interrupted (task cancelled, Ctrl-C) or no answer after the request went out: the claim may exist.
+        if auto and (not isinstance(err, Exception) or getattr(err, "request_sent", False)):
+            yield from _rollback(namespace, name, uid=None)
+        raise
     if resp.status_code == 409:
         if not adopt_existing:
             raise SandboxRequestError(
@@ -175,11 +181,16 @@ def create_and_wait(
         )
     except BaseException:
         if auto:
-            # The original failure matters more than a failed rollback (the claim is then left, not hidden).
-            with contextlib.suppress(SandboxRequestError):
-                yield from _kube.delete(_kube.CLAIMS, namespace, name, uid=uid)
+            yield from _rollback(namespace, name, uid=uid)
         raise
     return CreatedClaim(ready, auto_named=auto)
+
+
+def _rollback(namespace: str, name: str, *, uid: str | None) -> Flow[None]:
+    """Delete the auto-named claim a failed or interrupted create leaves behind (its random name is ours alone)."""
+    # The original failure matters more than a failed rollback (the claim is then left, not hidden).
+    with contextlib.suppress(SandboxRequestError):
+        yield from _kube.delete(_kube.CLAIMS, namespace, name, uid=uid)
 
 
 def resolve_claim(

@@ -46,6 +46,9 @@ class FakeCluster:
     #: path -> queue of status codes to answer before the real handler (router/runtime faults).
     faults: dict[str, list[int]] = field(default_factory=dict)
     execute_extra: dict[str, Any] = field(default_factory=lambda: {"truncated": False})
+    #: Called with each request after it was handled; an exception it returns is raised instead of the
+    #: answer, once (the caller interrupted: a cancelled task, Ctrl-C).
+    interrupt: Callable[[httpx2.Request], BaseException | None] | None = None
     rv: int = 100
 
     def transport(self) -> httpx2.MockTransport:
@@ -61,9 +64,13 @@ class FakeCluster:
         for prefix, codes in self.faults.items():
             if path.startswith(prefix) and codes:
                 return httpx2.Response(codes.pop(0), json={"detail": f"fault for {path}"})
-        if request.url.host == "kube.test":
-            return self._kube(request, path)
-        return self._runtime(request, path)
+        answer = (
+            self._kube(request, path) if request.url.host == "kube.test" else self._runtime(request, path)
+        )
+        if self.interrupt is not None and (interruption := self.interrupt(request)) is not None:
+            self.interrupt = None
+            raise interruption
+        return answer
 
     # ------------------------------------------------------------------ Kubernetes API
 

@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import httpx2
 import pytest
 
 from agent_sandbox_sdk import (
@@ -137,6 +138,53 @@ def test_wrong_pool_raises_at_once_and_rolls_the_claim_back(mode: str) -> None:
     assert fake.claims == {}
     delete = fake.find(lambda r: r.method == "DELETE")[0]
     assert json.loads(delete.content)["preconditions"]["uid"].startswith("uid-sandbox-claim-")
+
+
+def _interruption(mode: str) -> BaseException:
+    """What interrupts a caller: Ctrl-C for the sync client, task cancellation for the async one."""
+    return KeyboardInterrupt() if mode == "sync" else asyncio.CancelledError()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_interrupted_wait_raises_the_interruption_and_rolls_the_claim_back(mode: str) -> None:
+    fake = FakeCluster(claim_conditions=[ready_condition("False", "SandboxNotReady")], bind=False)
+    fake.interrupt = lambda r: _interruption(mode) if r.url.params.get("watch") == "true" else None
+    with pytest.raises(type(_interruption(mode))):
+        create(mode, fake, "python-pool", sandbox_ready_timeout=30)
+    assert fake.claims == {}
+    delete = fake.find(lambda r: r.method == "DELETE")[0]
+    assert json.loads(delete.content)["preconditions"]["uid"].startswith("uid-sandbox-claim-")
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_interrupted_post_rolls_back_the_claim_it_may_have_created(mode: str) -> None:
+    fake = FakeCluster()
+    fake.interrupt = lambda r: _interruption(mode) if r.method == "POST" else None
+    with pytest.raises(type(_interruption(mode))):
+        create(mode, fake, "python-pool", sandbox_ready_timeout=30)
+    assert fake.claims == {}  # the POST was applied; its answer never arrived
+    [delete] = fake.find(lambda r: r.method == "DELETE")
+    assert not delete.content  # the UID is unknown: the random name is ours alone
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_post_whose_answer_is_lost_rolls_back_the_claim(mode: str) -> None:
+    fake = FakeCluster()
+    fake.interrupt = lambda r: httpx2.ReadTimeout("lost", request=r) if r.method == "POST" else None
+    with pytest.raises(SandboxRequestError, match="timed out"):
+        create(mode, fake, "python-pool", sandbox_ready_timeout=30)
+    assert fake.claims == {}
+    assert len(fake.find(lambda r: r.method == "DELETE")) == 1
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_interrupted_create_keeps_a_claim_the_caller_named(mode: str) -> None:
+    fake = FakeCluster(claim_conditions=[ready_condition("False", "SandboxNotReady")], bind=False)
+    fake.interrupt = lambda r: _interruption(mode) if r.url.params.get("watch") == "true" else None
+    with pytest.raises(type(_interruption(mode))):
+        create(mode, fake, "python-pool", claim_name="mine", sandbox_ready_timeout=30)
+    assert list(fake.claims) == ["mine"]
+    assert not fake.find(lambda r: r.method == "DELETE")
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
