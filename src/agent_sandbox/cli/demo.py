@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from agent_sandbox.devcluster import ClusterConfig, DevCluster
 from agent_sandbox.devcluster.controller import CONTROLLER, start_controller
 from agent_sandbox.devcluster.processes import is_ours
-from agent_sandbox.devcluster.router import ROUTER, router_url, start_router
+from agent_sandbox.devcluster.router import DEV_ROUTER_FLAGS, ROUTER, router_url, start_router
 from agent_sandbox.devcluster.router_service import NAMESPACE, SERVICE, expose_router_report
 
 T = TypeVar("T")
@@ -87,7 +87,7 @@ def ensure_controller(cluster: DevCluster) -> str:
 def ensure_router(cluster: DevCluster) -> str:
     url = router_url(cluster)
     if url is None:
-        start_router(cluster, extra=("--enable-h2c",))
+        start_router(cluster, extra=DEV_ROUTER_FLAGS)
         url = router_url(cluster)
         assert url is not None
     # so clients that port-forward to the router (upstream's default mode) find it too; idempotent

@@ -39,16 +39,16 @@ def _dev_up(args: argparse.Namespace) -> int:
         scheduler_burst=args.scheduler_burst,
     )
     cluster = DevCluster.up(cfg)
+    lifecycle = ("--sandbox-lifecycle",) if args.lifecycle else ()
     if args.controller:
         from agent_sandbox.devcluster.controller import start_controller
 
-        lifecycle = ("--sandbox-lifecycle",) if args.lifecycle else ()
         started = start_controller(cluster, extensions=True, extra=lifecycle)
         print(f"controller running (pid {started.pid}), log: {started.log}", file=sys.stderr)
     if args.router:
-        from agent_sandbox.devcluster.router import router_url, start_router
+        from agent_sandbox.devcluster.router import DEV_ROUTER_FLAGS, router_url, start_router
 
-        routed = start_router(cluster, extra=("--sandbox-lifecycle",) if args.lifecycle else ())
+        routed = start_router(cluster, extra=(*DEV_ROUTER_FLAGS, *lifecycle))
         print(f"router at {router_url(cluster)} (pid {routed.pid}), log: {routed.log}", file=sys.stderr)
         _expose_router(cluster)
     print(cluster.describe(), file=sys.stderr)

@@ -20,9 +20,12 @@ from .cluster import DevCluster
 from .lifecycle import install_lifecycle, lifecycle_requested
 from .processes import Started, is_ours, wait_ready
 
-__all__ = ["ROUTER", "router_argv", "router_url", "start_router"]
+__all__ = ["DEV_ROUTER_FLAGS", "ROUTER", "router_argv", "router_url", "start_router"]
 
 ROUTER = "sandbox-router"
+#: What `dev up --router` and `make demo` add to the router's flags: h2c, so that sandboxd's gRPC process API
+#: (the SDKs' `Sandboxd*ConnectionConfig`) works through the dev router as well as the legacy runtime.
+DEV_ROUTER_FLAGS = ("--enable-h2c",)
 _PORTS = ("router_http", "router_metrics", "router_health")
 
 

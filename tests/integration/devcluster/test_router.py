@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +16,9 @@ from agent_sandbox.cli.main import main as cli_main
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.processes import stop
 from agent_sandbox.devcluster.router import ROUTER, router_url, start_router
+from agent_sandbox_sdk import SandboxClient, SandboxdDirectConnectionConfig, SandboxDirectConnectionConfig
+from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE
+from tests.integration.sdk.conftest import apply_pool
 
 pytestmark = pytest.mark.integration
 
@@ -52,3 +59,42 @@ def test_dev_router(cluster: DevCluster, capsys: pytest.CaptureFixture[str]) -> 
         stop(started)
     assert router_url(cluster) is None
     assert cli_main(["dev", "router-url", "--name", cluster.name]) != 0
+
+
+def test_dev_up_router_serves_both_runtimes_through_the_sdk() -> None:
+    """`dev up --router --controller` as a user types it: legacy and sandboxd (gRPC over h2c) both work."""
+    name = f"devup-router-{os.getpid()}"
+    cli = str(Path(sys.executable).with_name("agent-sandbox"))
+    up = subprocess.run(
+        [cli, "dev", "up", "--name", name, "--router", "--controller"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    try:
+        assert up.returncode == 0, up.stderr
+        cluster = DevCluster.load(name)
+        assert cluster is not None
+        url = router_url(cluster)
+        assert url is not None
+        apply_pool(
+            cluster,
+            "default",
+            replicas=2,
+            containers=[{"name": "runtime", "image": RUNTIME_IMAGE}],
+        )
+        for config in (
+            SandboxDirectConnectionConfig(api_url=url),
+            SandboxdDirectConnectionConfig(api_url=url),
+        ):
+            with SandboxClient(config, kubeconfig=cluster.kubeconfig) as client:
+                sandbox = client.create_sandbox("pool", "default", sandbox_ready_timeout=90)
+                assert sandbox.commands is not None
+                assert sandbox.commands.run("echo routed").stdout == "routed\n", type(config).__name__
+                sandbox.terminate()
+    finally:
+        down = subprocess.run(
+            [cli, "dev", "down", "--name", name], capture_output=True, text=True, check=False
+        )
+        assert down.returncode == 0, down.stderr

@@ -67,8 +67,18 @@ def _legacy_body(
     return body
 
 
+#: grpc-core's words for a peer that answered in HTTP/1.1: a router started without h2c.
+_HTTP1_PEER = "http1.x server"
+
+
 def _grpc_error(err: GrpcFailure) -> SandboxRequestError:
-    return SandboxRequestError(f"sandboxd process service failed ({err.code}): {err.details}")
+    message = f"sandboxd process service failed ({err.code}): {err.details}"
+    if _HTTP1_PEER in err.details:
+        message += (
+            " - the server answers HTTP/1.1 only: a router carries sandboxd's gRPC only when started with "
+            "--enable-h2c (use SandboxDirectConnectionConfig for the legacy runtime otherwise)"
+        )
+    return SandboxRequestError(message)
 
 
 def _grpc_metadata(target: Target) -> tuple[tuple[str, str], ...]:

@@ -65,3 +65,19 @@ def test_a_validation_error_list_reads_as_field_and_message() -> None:
                        {"loc": ["body"], "msg": "bad"}, "odd"]}  # fmt: skip
     answer = HttpResponse(422, {"content-type": "application/json"}, json.dumps(body).encode())
     assert error_detail(answer) == "timeout_seconds: timeout_seconds must be > 0 and <= 86400; bad; odd"
+
+
+def test_a_grpc_call_to_an_http1_router_says_the_router_needs_h2c() -> None:
+    from agent_sandbox_sdk._commands import _grpc_error
+    from agent_sandbox_sdk._steps import GrpcFailure
+
+    # grpc-core's words, as a router without --enable-h2c made it say (its 400 for the HTTP/2 preface).
+    details = (
+        "failed to connect to all addresses; last error: INTERNAL: ipv4:127.0.0.1:30381: Failed parsing HTTP/2 "
+        "(Expected SETTINGS frame as the first frame, got frame type 80) (Trying to connect an http1.x server "
+        "(HTTP status 400))"
+    )
+    message = str(_grpc_error(GrpcFailure("UNAVAILABLE", details)))
+    assert message.startswith(f"sandboxd process service failed (UNAVAILABLE): {details}")
+    assert "started with --enable-h2c" in message
+    assert "h2c" not in str(_grpc_error(GrpcFailure("UNAVAILABLE", "Connection refused")))
