@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from typing import Any
 
 import pytest
 
@@ -101,6 +102,39 @@ def test_twenty_concurrent_sandboxes_through_the_router_async(
             assert [o.stdout for o in outs] == [f"{i}\n" for i in range(100)]
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("runtime", ["legacy", "sandboxd"])
+def test_one_async_client_across_event_loops(
+    cluster: DevCluster, pool: str, router: str, runtime: str
+) -> None:
+    """A client made once and used from several `asyncio.run` calls (scripts, a test framework's loop per test)
+    reopens its connections on each new loop instead of failing with "Event loop is closed"."""
+    config = (
+        SandboxDirectConnectionConfig(api_url=router)
+        if runtime == "legacy"
+        else SandboxdDirectConnectionConfig(api_url=router)
+    )
+    client = AsyncSandboxClient(config, kubeconfig=cluster.kubeconfig)
+
+    async def create() -> Any:
+        sandbox = await client.create_sandbox("pool", pool, sandbox_ready_timeout=90)
+        assert (await sandbox.commands.run("echo first")).stdout == "first\n"  # type: ignore[union-attr]
+        return sandbox
+
+    sandbox = asyncio.run(create())
+
+    async def again() -> str:
+        return (await sandbox.commands.run("echo again")).stdout  # type: ignore[no-any-return,union-attr]
+
+    assert asyncio.run(again()) == "again\n"
+    assert asyncio.run(again()) == "again\n"
+
+    async def finish() -> None:
+        await sandbox.terminate()
+        await client.close()
+
+    asyncio.run(finish())
 
 
 _UPSTREAM = r"""

@@ -423,7 +423,22 @@ class SyncDriver(_DriverBase):
 
 
 class AsyncDriver(_DriverBase):
-    """Runs flows with asyncio I/O (httpx2.AsyncClient, grpc.aio channels)."""
+    """Runs flows with asyncio I/O (httpx2.AsyncClient, grpc.aio channels).
+
+    Connections belong to the event loop that opened them. Used from one loop at a time: a flow started on
+    another loop (`asyncio.run` called again, a test framework's loop per test) drops what the previous
+    loop opened and reopens on the new one, instead of failing with "Event loop is closed".
+    """
+
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    def _follow_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        if loop is self._loop:
+            return
+        # The old loop is closed or busy elsewhere: its connections cannot be closed from here, only dropped
+        # (the garbage collector closes their sockets).
+        self._loop, self._clients, self._channels = loop, {}, {}
 
     def _client(self, request: HttpRequest) -> httpx2.AsyncClient:
         key, kw = self._client_kwargs(request)
@@ -444,6 +459,7 @@ class AsyncDriver(_DriverBase):
         return self._drive(flow, _Result())
 
     async def _drive(self, flow: Flow[Any], box: _Result[Any]) -> AsyncIterator[Any]:
+        self._follow_loop()
         opened: list[Any] = []
         value: Any = None
         error: BaseException | None = None
