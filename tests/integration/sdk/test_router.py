@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import os
 from typing import Any
 
@@ -135,6 +136,35 @@ def test_one_async_client_across_event_loops(
         await client.close()
 
     asyncio.run(finish())
+
+
+#: The handle forked workers inherit (a handle holds TLS contexts and sockets: it cannot be pickled to them).
+_INHERITED: list[Any] = []
+
+
+def _echo_in_a_forked_worker(worker: int) -> list[str]:
+    return [_INHERITED[0].commands.run(f"echo {worker}-{j}").stdout for j in range(20)]
+
+
+def test_forked_workers_share_a_handle_made_before_the_fork(
+    cluster: DevCluster, pool: str, router: str
+) -> None:
+    """multiprocessing `fork` workers using a client and handle made in the parent, while the parent uses them
+    too: every call gets its own answer (inherited pooled sockets are not shared across processes)."""
+    with SandboxClient(
+        SandboxDirectConnectionConfig(api_url=router), kubeconfig=cluster.kubeconfig
+    ) as client:
+        sandbox = client.create_sandbox("pool", pool, sandbox_ready_timeout=90)
+        assert sandbox.commands is not None
+        assert sandbox.commands.run("echo parent").stdout == "parent\n"  # a pooled connection to inherit
+        _INHERITED[:] = [sandbox]
+        with multiprocessing.get_context("fork").Pool(3) as workers:
+            pending = workers.map_async(_echo_in_a_forked_worker, range(3))
+            mine = [sandbox.commands.run(f"echo p-{j}").stdout for j in range(20)]
+            theirs = pending.get(timeout=120)
+        assert mine == [f"p-{j}\n" for j in range(20)]
+        assert theirs == [[f"{w}-{j}\n" for j in range(20)] for w in range(3)]
+        sandbox.terminate()
 
 
 _UPSTREAM = r"""

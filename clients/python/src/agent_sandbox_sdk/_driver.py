@@ -14,9 +14,11 @@ import asyncio
 import collections
 import functools
 import importlib
+import os
 import ssl
 import time
 import urllib.request
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Generic, TypeVar
 
@@ -180,6 +182,21 @@ def _transport_error(request: HttpRequest, err: httpx2.TransportError) -> Sandbo
     return out
 
 
+#: Every driver of this process, so that a forked child can drop the connections it inherited.
+_DRIVERS: weakref.WeakSet[_DriverBase] = weakref.WeakSet()
+
+
+def _forget_inherited_connections() -> None:
+    """In a forked child: the pooled sockets are shared with the parent, and a response read here could be the
+    parent's (or another child's). Drop them unclosed - closing would end the parent's TLS sessions - so the
+    child opens its own (multiprocessing's `fork` workers with a client made before the pool)."""
+    for driver in list(_DRIVERS):
+        driver.forget_connections()
+
+
+os.register_at_fork(after_in_child=_forget_inherited_connections)
+
+
 class _DriverBase:
     """What both drivers share: request building, client keys, the limits."""
 
@@ -199,6 +216,11 @@ class _DriverBase:
         self._transport = transport  # a test seam (httpx2.MockTransport); None = the network
         self._clients: dict[Any, Any] = {}
         self._channels: dict[str, Any] = {}
+        _DRIVERS.add(self)
+
+    def forget_connections(self) -> None:
+        """Drop every pooled client and channel without closing them; they reopen lazily."""
+        self._clients, self._channels = {}, {}
 
     def _client_kwargs(self, request: HttpRequest) -> tuple[Any, dict[str, Any]]:
         if request.kube:
@@ -438,7 +460,8 @@ class AsyncDriver(_DriverBase):
             return
         # The old loop is closed or busy elsewhere: its connections cannot be closed from here, only dropped
         # (the garbage collector closes their sockets).
-        self._loop, self._clients, self._channels = loop, {}, {}
+        self._loop = loop
+        self.forget_connections()
 
     def _client(self, request: HttpRequest) -> httpx2.AsyncClient:
         key, kw = self._client_kwargs(request)
