@@ -184,3 +184,35 @@ def test_ctrl_c_during_create_removes_the_claim(
     finally:
         proc.kill()
         proc.wait()
+
+
+_FORK_THEN_EXIT = """
+import asyncio, os, sys
+from agent_sandbox_sdk import AsyncSandboxClient, SandboxDirectConnectionConfig
+client = AsyncSandboxClient(SandboxDirectConnectionConfig(api_url="http://127.0.0.1:9"), kubeconfig=sys.argv[1])
+sandbox = asyncio.run(client.create_sandbox("pool", sys.argv[2], sandbox_ready_timeout=90))
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)  # a prefork server's worker ending normally: the inherited atexit cleanup runs
+os.waitpid(pid, 0)
+print(asyncio.run(client.list_all_sandboxes(sys.argv[2])) == [sandbox.claim_name], flush=True)
+"""
+
+
+def test_a_forked_child_exiting_leaves_its_parents_claims(
+    cluster: DevCluster, namespace: str, controller: Started
+) -> None:
+    """`cleanup=True` deletes at exit only what this process created: a forked child that exits normally
+    does not delete the claim its parent is using (it did before December 5); the parent's own exit does."""
+    apply_pool(cluster, namespace)
+    out = subprocess.run(
+        [sys.executable, "-c", _FORK_THEN_EXIT, str(cluster.kubeconfig), namespace],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True", (out.stdout, out.stderr)  # the child left the parent's claim
+    with client(cluster) as c:
+        assert c.list_all_sandboxes(namespace) == []  # the parent's exit deleted it

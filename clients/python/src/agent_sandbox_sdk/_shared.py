@@ -94,18 +94,29 @@ class Registry:
     """The client's handles, keyed by (namespace, claim name)."""
 
     handles: dict[tuple[str, str], Any] = field(default_factory=dict)
+    #: The process that tracked each handle: a forked child inherits the registry, not the claims.
+    _pids: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def add(self, namespace: str, claim: str, handle: Any) -> None:
         self.handles[(namespace, claim)] = handle
+        self._pids[(namespace, claim)] = os.getpid()
+
+    def tracked_here(self) -> list[tuple[tuple[str, str], Any]]:
+        """The handles this process tracked - what its cleanup may delete. A forked child (a prefork server's
+        worker) that exits normally must not delete, from its inherited registry, the claims its parent uses."""
+        pid = os.getpid()
+        return [(key, h) for key, h in self.handles.items() if self._pids.get(key) == pid]
 
     def get_active(self, namespace: str, claim: str) -> Any:
         handle = self.handles.get((namespace, claim))
         return handle if handle is not None and handle.is_active else None
 
     def pop(self, namespace: str, claim: str) -> Any:
+        self._pids.pop((namespace, claim), None)
         return self.handles.pop((namespace, claim), None)
 
     def active_keys(self) -> list[tuple[str, str]]:
         for key in [k for k, h in self.handles.items() if not h.is_active]:
             del self.handles[key]
+            self._pids.pop(key, None)
         return list(self.handles)

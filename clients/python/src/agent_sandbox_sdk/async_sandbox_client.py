@@ -81,7 +81,7 @@ class AsyncSandboxClient:
         """Delete tracked auto-named claims with a synchronous driver (no event loop at exit)."""
         driver = SyncDriver(self._driver.kube)
         try:
-            for (namespace, claim), handle in list(self._registry.handles.items()):
+            for (namespace, claim), handle in self._registry.tracked_here():
                 if handle._state.auto_named and handle.claim_name is not None:
                     try:
                         driver.run(_lifecycle.delete_claim(namespace, claim))
@@ -91,7 +91,7 @@ class AsyncSandboxClient:
             driver.close()
 
     async def _cleanup(self) -> None:
-        for (namespace, claim), handle in list(self._registry.handles.items()):
+        for (namespace, claim), handle in self._registry.tracked_here():
             if handle._state.auto_named:
                 await self.delete_sandbox(claim, namespace)
             else:

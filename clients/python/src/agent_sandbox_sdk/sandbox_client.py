@@ -77,7 +77,7 @@ class SandboxClient:
         self._driver.close()
 
     def _cleanup(self) -> None:
-        for (namespace, claim), handle in list(self._registry.handles.items()):
+        for (namespace, claim), handle in self._registry.tracked_here():
             if handle._state.auto_named:
                 self.delete_sandbox(claim, namespace)
             else:
