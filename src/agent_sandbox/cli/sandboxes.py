@@ -241,6 +241,8 @@ def _cp(args: argparse.Namespace) -> int:
         return 0
     if dst is not None:
         local = Path(args.src)
+        if not local.exists():
+            raise ValueError(f"{local}: no such file")
         if not local.is_file():
             raise ValueError(f"{local}: not a file (directories are not copied)")
         claim, path = dst

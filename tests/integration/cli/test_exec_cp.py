@@ -93,6 +93,12 @@ def test_exec_cp_and_logs(
     assert "needs a file name" in nameless.stderr
     both_local = cli(cluster, router, "cp", str(local), str(back), *ns)
     assert both_local.returncode == 2
+    # Local paths that are not there are named as typed.
+    absent = cli(cluster, router, "cp", str(tmp_path / "absent.txt"), "sb:x", *ns)
+    assert (absent.returncode, absent.stderr) == (2, f"error: {tmp_path / 'absent.txt'}: no such file\n")
+    into_nothing = cli(cluster, router, "cp", "sb:in/up.txt", str(tmp_path / "no-dir" / "f"), *ns)
+    assert into_nothing.returncode == 2
+    assert f"No such file or directory: '{tmp_path / 'no-dir' / 'f'}'" in into_nothing.stderr
 
     # The runtime's own log, as `kubectl logs` shows it (the runner keeps it, kwok serves it: kubelet_api.py).
     logs = cli(cluster, router, "logs", "sb", "--tail", "1", *ns)

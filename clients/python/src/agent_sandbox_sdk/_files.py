@@ -163,7 +163,10 @@ class _PartialFile:
             raise IsADirectoryError(f"{destination}: is a directory")
         directory, name = os.path.split(self.destination)
         self.path = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.part")
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except OSError as err:  # name the destination the caller gave, not the partial file's name
+            raise type(err)(err.errno, err.strerror, destination) from None
         self.file: IO[bytes] = os.fdopen(fd, "wb")
         self.committed = False
 

@@ -93,3 +93,12 @@ def test_a_timeout_must_be_positive(files: Any, timeout: float) -> None:
     _, sandbox_files = files
     with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
         sandbox_files.read("a.bin", timeout=timeout)
+
+
+def test_a_destination_in_a_missing_directory_is_named_as_given(files: Any, tmp_path: Path) -> None:
+    _, sandbox_files = files
+    target = tmp_path / "no-such-dir" / "out.bin"
+    with pytest.raises(FileNotFoundError) as info:
+        sandbox_files.read_to("remote.bin", str(target))
+    assert info.value.filename == str(target)  # not the partial file's `.out.bin.<random>.part`
+    assert ".part" not in str(info.value)
