@@ -220,6 +220,10 @@ class _Session:
         """Set once a stream named another sandbox: client streams above it are never forwarded."""
         self._to_client = _FrameBoundary()
         self._inject = b""
+        self._opening: tuple[int, bool] | None = None
+        """The first stream and whether it is gRPC, until the sandbox's first bytes showed it speaks HTTP/2."""
+        self._head = b""
+        self._refused = False
 
     def feed(self, data: bytes) -> None:
         try:
@@ -290,10 +294,43 @@ class _Session:
 
     def to_client(self, data: bytes) -> None:
         """Relay sandbox bytes to the client (the tunnel's client writer)."""
+        if self._opening is not None or self._refused:
+            data = self._speaks_http2(data)
+            if not data:
+                return
         cut = self._to_client.feed(data)
         if self._inject and cut >= 0:
             data, self._inject = data[:cut] + self._inject + data[cut:], b""
         self.conn.write(data)
+
+    def _speaks_http2(self, data: bytes) -> bytes:
+        """The sandbox's first bytes, once it is known to speak HTTP/2; else b"" (held, or refused).
+
+        Its first frame must be SETTINGS (RFC 9113 section 3.4). A port that speaks only HTTP/1.1 answers
+        the preface with a 400 instead; relayed, the client would read it as frames and fail with nothing
+        to go on ("Empty reply"), so the first stream gets a 502 (a gRPC UNAVAILABLE) naming the port.
+        """
+        if self._refused:
+            return b""
+        head = self._head + data
+        if len(head) < 4:  # a frame's length and type
+            self._head = head
+            return b""
+        assert self._opening is not None and self.route is not None
+        (stream, grpc), self._opening, self._head = self._opening, None, b""
+        if head[3] == _SETTINGS:
+            return head
+        first_line = head.split(b"\r\n", 1)[0][:60].decode("latin-1")
+        route = self.route
+        log.info("h2c: sandbox %s/%s port %d answered %r, not HTTP/2", route.namespace, route.sandbox_id,
+                 route.port, first_line)  # fmt: skip
+        detail = (
+            f"The backend sandbox {route.sandbox_id} does not speak HTTP/2 (h2c) on port {route.port}: "
+            f"it answered {first_line!r}"
+        )
+        self._refused = True
+        self._refuse(stream, grpc, RouteError(502, detail))
+        return b""
 
     def _first_request(self, stream: int, headers: list[tuple[str, str]]) -> tuple[int, bool] | None:
         """Pin the connection to the sandbox the first request names: (stream, is gRPC), or None after
@@ -330,6 +367,7 @@ class _Session:
             return
         replay = b"".join(self.pending)
         self.pending.clear()
+        self._opening = (stream, grpc)
         early, upstream.early = bytes(upstream.early or b""), None
         loop = asyncio.get_running_loop()
         start = loop.time()
@@ -348,7 +386,8 @@ class _Session:
             await tunnel.run(client_reader=self.feed, client_writer=self.to_client)
         finally:
             proxy.tunnels.discard(tunnel)
-            proxy.metrics.observe_request("PRI", 200, route.namespace, loop.time() - start)
+            if not self._refused:
+                proxy.metrics.observe_request("PRI", 200, route.namespace, loop.time() - start)
 
     async def _dial(self, route: Route) -> UpstreamConnection:
         """Resolve and dial the sandbox, retrying dial-phase failures as the HTTP/1.1 path does.
