@@ -316,7 +316,8 @@ class _Session:
         if len(head) < 4:  # a frame's length and type
             self._head = head
             return b""
-        assert self._opening is not None and self.route is not None
+        assert self._opening is not None
+        assert self.route is not None
         (stream, grpc), self._opening, self._head = self._opening, None, b""
         if head[3] == _SETTINGS:
             return head
