@@ -306,7 +306,53 @@ def test_router_is_opt_in() -> None:
         "router.authzMode=open",
         check=False,
     )
-    assert "router.authzMode must be" in bad.stderr
+    assert (
+        "at '/router/authzMode': value must be one of 'allow-all', 'tokenreview', 'scoped-token'"
+        in bad.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ("replicaCount=-1", "at '/replicaCount': minimum: got -1, want 0"),
+        ("router.replicaCount=-1", "at '/router/replicaCount': minimum: got -1, want 0"),
+        (
+            "controller.sandboxConcurrentWorkers=0",
+            "at '/controller/sandboxConcurrentWorkers': minimum: got 0, want 1",
+        ),
+        ("controller.kubeApiBurst=0", "at '/controller/kubeApiBurst': minimum: got 0, want 1"),
+        ("controller.sandboxWarmPoolReadinessGracePeriod=5", "got number, want string"),
+        ("controller.sandboxWarmPoolReadinessGracePeriod=5 minutes", "does not match pattern"),
+        ("router.proxyTimeout=abc", "at '/router/proxyTimeout': 'abc' does not match pattern"),
+        ("router.service.port=70000", "at '/router/service/port': maximum: got 70,000, want 65,535"),
+        ("image.pullPolicy=Sometimes", "at '/image/pullPolicy': value must be one of"),
+        ("controller.leaderElect=maybe", "at '/controller/leaderElect': got string, want boolean"),
+        (
+            "controller.leaderElect=false,replicaCount=2",
+            "replicaCount=2 needs controller.leaderElect=true: without leader election every replica reconciles",
+        ),
+    ],
+)
+def test_bad_values_are_refused_naming_the_value(value: str, error: str) -> None:
+    """values.schema.json (types, ranges, choices) and the chart's own cross-checks refuse at template time,
+    so a wrong value never becomes a crash-looping pod (or two controllers racing)."""
+    out = _helm(
+        "template", "x", CHART, "--set", "image.tag=v1,router.enabled=true", "--set", value, check=False
+    )
+    assert out.returncode != 0
+    assert error in out.stderr, out.stderr
+
+
+def test_values_written_for_other_chart_versions_still_render() -> None:
+    """The schema checks the keys it knows; unknown keys (a newer upstream chart's) are left alone."""
+    docs = _template(
+        "--set", "image.tag=v1", "--set", "futureKey.enabled=true", "--set", "controller.futureFlag=1",
+        "--set", "controller.kubeApiQps=50.5", "--set", "controller.sandboxWarmPoolReadinessGracePeriod=1m30s",
+    )  # fmt: skip
+    args = _args(docs)
+    assert "--kube-api-qps=50.5" in args
+    assert "--sandbox-warm-pool-readiness-grace-period=1m30s" in args
 
 
 def test_install_upgrade_uninstall(installed: Installed, install_ns: str) -> None:
