@@ -329,6 +329,11 @@ def test_router_is_opt_in() -> None:
         ("image.pullPolicy=Sometimes", "at '/image/pullPolicy': value must be one of"),
         ("controller.leaderElect=maybe", "at '/controller/leaderElect': got string, want boolean"),
         (
+            "router.lifecycle.enabled=true,lifecycle.enabled=true,router.cacheEnabled=false",
+            "router.lifecycle.enabled=true needs router.cacheEnabled=true",
+        ),
+        ("router.lifecycle.enabled=true", "router.lifecycle.enabled=true needs lifecycle.enabled=true"),
+        (
             "controller.leaderElect=false,replicaCount=2",
             "replicaCount=2 needs controller.leaderElect=true: without leader election every replica reconciles",
         ),
