@@ -269,7 +269,10 @@ class _DriverBase:
         if channel is None:
             factory = importlib.import_module("grpc.aio").insecure_channel if aio else grpc.insecure_channel
             options = [("grpc.use_local_subchannel_pool", 1)] if step.metadata else None
-            channel = self._channels[key] = factory(step.target, options=options)
+            made = factory(step.target, options=options)
+            channel = self._channels.setdefault(key, made)
+            if channel is not made and not aio:  # lost a race between threads (an aio channel has no other)
+                made.close()
         kind = channel.unary_stream if streaming else channel.unary_unary
         return kind(
             step.method,
@@ -291,7 +294,11 @@ class SyncDriver(_DriverBase):
         key, kw = self._client_kwargs(request)
         client = self._clients.get(key)
         if client is None:
-            client = self._clients[key] = httpx2.Client(**kw)
+            # Threads share a SyncDriver: of two that race here, one keeps its client, the other closes its own.
+            made = httpx2.Client(**kw)
+            client = self._clients.setdefault(key, made)
+            if client is not made:
+                made.close()
         return client
 
     def run(self, flow: Flow[T]) -> T:

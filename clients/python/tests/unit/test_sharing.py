@@ -1,4 +1,5 @@
-"""A client made before `fork`, used in the child (multiprocessing workers, prefork servers).
+"""A client shared: by threads (one pool per destination, whoever creates it), and across `fork` - made in
+the parent and used in the child (multiprocessing workers, prefork servers).
 
 Pooled sockets are shared with the parent after `fork`: workers using a client made before the pool read each
 other's answers (a command's output returned to another process's call), so the child starts with empty pools
@@ -57,3 +58,42 @@ def test_a_forked_child_leaving_the_with_block_deletes_none_of_its_parents_claim
     _, wait_status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(wait_status) == 0
     assert sandbox.claim_name not in fake.claims  # the parent's own exit deleted its claim
+
+
+def test_threads_racing_for_a_new_pool_leave_one_open_and_close_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sync client shared by threads: the ones that lose the race to create a pool close theirs."""
+    import threading
+    import time
+
+    import httpx2
+
+    made: list[httpx2.Client] = []
+    real = httpx2.Client
+
+    def counting(**kw: object) -> httpx2.Client:
+        time.sleep(0.005)  # as when building it loads a CA bundle: the GIL is released, other threads run
+        client = real(**kw)  # type: ignore[arg-type]
+        made.append(client)
+        return client
+
+    monkeypatch.setattr(_driver.httpx2, "Client", counting)
+    for _ in range(20):
+        made.clear()
+        driver = _driver.SyncDriver(None)
+        barrier = threading.Barrier(8)
+        got: list[httpx2.Client] = []
+
+        def take(driver: _driver.SyncDriver, barrier: threading.Barrier, got: list[httpx2.Client]) -> None:
+            barrier.wait()
+            got.append(driver._client(HttpRequest("GET", "http://127.0.0.1:9/x")))
+
+        threads = [threading.Thread(target=take, args=(driver, barrier, got)) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(set(map(id, got))) == 1  # every thread got the same pool
+        assert [c.is_closed for c in made].count(False) == 1  # and no other one was left open
+        driver.close()
