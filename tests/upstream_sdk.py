@@ -29,14 +29,18 @@ def sdk_dir(version: str = VERSION) -> Path:
     return cache_root() / "upstream-sdk" / f"k8s-agent-sandbox-{version}"
 
 
+#: The published extras installed: gRPC (sandboxd) and async (its AsyncSandboxClient: httpx, kubernetes_asyncio).
+EXTRAS = "grpc,async"
+
+
 def ensure_upstream_sdk(version: str = VERSION) -> Path:
-    """The interpreter of a virtualenv with `k8s-agent-sandbox[grpc]==version` (built on first use)."""
+    """The interpreter of a virtualenv with `k8s-agent-sandbox[grpc,async]==version` (built on first use)."""
     venv = sdk_dir(version)
     python = venv / "bin" / "python"
     marker = venv / ".complete"
     venv.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(venv) + ".lock", timeout=900):
-        if marker.exists():
+        if marker.exists() and marker.read_text() == f"{version}[{EXTRAS}]":
             return python
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -48,11 +52,11 @@ def ensure_upstream_sdk(version: str = VERSION) -> Path:
                 "install",
                 "-q",
                 "--disable-pip-version-check",
-                f"k8s-agent-sandbox[grpc]=={version}",
+                f"k8s-agent-sandbox[{EXTRAS}]=={version}",
             ],
             check=True,
         )
-        marker.write_text(version)
+        marker.write_text(f"{version}[{EXTRAS}]")
     return python
 
 

@@ -26,7 +26,9 @@ from agent_sandbox_sdk import (
     ExecutionResult,
     Sandbox,
     SandboxClient,
+    SandboxdDirectConnectionConfig,
     SandboxDirectConnectionConfig,
+    SandboxdPodTunnelConnectionConfig,
     SandboxError,
     SandboxInfo,
     SandboxNotFoundError,
@@ -36,6 +38,7 @@ from agent_sandbox_sdk import (
     WarmPoolInfo,
 )
 from agent_sandbox_sdk.constants import ROUTER_URL_ENV
+from agent_sandbox_sdk.models import SandboxConnectionConfig
 
 from .output import FORMATS, age, progress, render
 
@@ -84,21 +87,30 @@ def _dev_cluster(name: str) -> tuple[str, str | None]:
     return str(cluster.kubeconfig), url
 
 
-def make_client(args: argparse.Namespace) -> SandboxClient:
-    """The SDK client the common options describe."""
+def make_client(args: argparse.Namespace, *, sandboxd: bool = False) -> SandboxClient:
+    """The SDK client the common options describe.
+
+    `sandboxd`: reach the sandbox's sandboxd API (gRPC process service: stdin, PTY) - through the router
+    (which needs `--enable-h2c`) when there is one, else by a port-forward to the pod - instead of the legacy
+    runtime's HTTP API.
+    """
     kubeconfig = args.kubeconfig
     router_url = args.router_url or os.environ.get(ROUTER_URL_ENV)
     if args.dev_cluster:
         dev_kubeconfig, dev_router = _dev_cluster(args.dev_cluster)
         kubeconfig = kubeconfig or dev_kubeconfig
         router_url = router_url or dev_router
-    config = _router_config(router_url) if router_url else None
+    config: SandboxConnectionConfig | None = _router_config(router_url, sandboxd) if router_url else None
+    if config is None and sandboxd:
+        config = SandboxdPodTunnelConnectionConfig()
     return SandboxClient(config, kubeconfig=kubeconfig)
 
 
-def _router_config(url: str) -> SandboxDirectConnectionConfig:
+def _router_config(url: str, sandboxd: bool = False) -> SandboxConnectionConfig:
     """The router connection; an unusable URL is a one-line usage error, not pydantic's report."""
     try:
+        if sandboxd:
+            return SandboxdDirectConnectionConfig(api_url=url)
         return SandboxDirectConnectionConfig(api_url=url)
     except ValidationError as err:
         reason = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in err.errors())
@@ -170,6 +182,25 @@ def _exec(args: argparse.Namespace) -> int:
         raise ValueError("exec needs a command: agent-sandbox exec CLAIM -- COMMAND [ARGS...]")
     command = argv[0] if len(argv) == 1 else shlex.join(argv)
     env = dict(_pairs(args.env, "--env"))
+    if args.stdin or args.tty:
+        if args.output != "table":
+            raise ValueError(
+                "-o json|yaml cannot be combined with -i / -t (their output is the command's own)"
+            )
+        from .interactive import run_interactive
+
+        commands = _handle(make_client(args, sandboxd=True), args).commands
+        assert commands is not None
+        return _exit_of(
+            run_interactive(
+                lambda pty: commands.stream(
+                    command, timeout=args.timeout, env=env or None, cwd=args.cwd, pty=pty
+                ),
+                stdin=args.stdin,
+                want_tty=args.tty,
+            ),
+            args.timeout,
+        )
     sandbox = _handle(make_client(args), args)
     assert sandbox.commands is not None
     if args.output != "table":
@@ -191,10 +222,15 @@ def _exec(args: argparse.Namespace) -> int:
         target = sys.stdout.buffer if event.type == "stdout" else sys.stderr.buffer
         target.write(event.data)
         target.flush()
+    return _exit_of(exit_event, args.timeout)
+
+
+def _exit_of(exit_event: CommandEvent | None, timeout: float | None) -> int:
+    """exec's exit status: the command's, 124 when it timed out."""
     if exit_event is None:
         raise SandboxError("the command stream ended without an exit code")
     if exit_event.timed_out:
-        print(f"error: the command timed out after {args.timeout:g} s", file=sys.stderr)
+        print(f"error: the command timed out after {timeout:g} s", file=sys.stderr)
     return _exit_code(ExecutionResult(exit_code=exit_event.exit_code or 0, timed_out=exit_event.timed_out))
 
 
@@ -416,6 +452,18 @@ def add_sandbox_commands(sub: Any) -> None:
     exe.add_argument("--timeout", type=_seconds, help="kill the command after this many seconds (exit 124)")
     exe.add_argument("--env", action="append", metavar="KEY=VALUE", help="environment variable (repeatable)")
     exe.add_argument("--cwd", help="working directory, relative to the sandbox root")
+    exe.add_argument(
+        "-i",
+        "--stdin",
+        action="store_true",
+        help="pass standard input to the command (sandboxd's process API)",
+    )
+    exe.add_argument(
+        "-t",
+        "--tty",
+        action="store_true",
+        help="run the command under a terminal (with -i: interactive, as kubectl)",
+    )
     exe.set_defaults(exec_parser=exe)
 
     cp = add("cp", _cp, "copy a file to or from a sandbox (CLAIM:PATH on one side; - is stdin / stdout)")

@@ -197,3 +197,65 @@ async def test_published_upstream_sdk_through_the_router(cluster: DevCluster, po
         SandboxDirectConnectionConfig(api_url=router), kubeconfig=cluster.kubeconfig
     ) as client:
         assert out["claim"] not in client.list_all_sandboxes(pool)  # terminate deleted the claim
+
+
+_UPSTREAM_ASYNC = r"""
+import asyncio, json, sys
+from k8s_agent_sandbox import AsyncSandboxClient
+from k8s_agent_sandbox.models import SandboxDirectConnectionConfig, SandboxdInClusterConnectionConfig
+ns, url = sys.argv[1], sys.argv[2]
+
+async def journey(config):
+    out = {}
+    async with AsyncSandboxClient(connection_config=config) as client:
+        sandboxes = await asyncio.gather(
+            *(client.create_sandbox("pool", namespace=ns, sandbox_ready_timeout=90) for _ in range(3))
+        )
+        out["claims"] = len({s.claim_name for s in sandboxes})
+        sb = sandboxes[0]
+        runs = await asyncio.gather(*(s.commands.run(f"echo {i}") for i, s in enumerate(sandboxes)))
+        out["run"] = [[r.stdout, r.exit_code] for r in runs]
+        await sb.files.write("dir/hello.txt", "hi")
+        out["read"] = (await sb.files.read("dir/hello.txt")).decode()
+        out["exists"] = await sb.files.exists("dir/hello.txt")
+        out["list"] = sorted(e.name for e in await sb.files.list("dir"))
+        out["status"] = (await sb.status())[0]
+        again = await client.get_sandbox(sb.claim_name, namespace=ns)
+        out["again"] = (await again.commands.run("echo again")).stdout
+        out["listed"] = len(await client.list_all_sandboxes(ns))
+        await sb.terminate()
+        out["after_terminate"] = len(await client.list_all_sandboxes(ns))
+    # Leaving the `async with` deleted the other two (auto-named) claims.
+    async with AsyncSandboxClient(connection_config=config, cleanup=False) as client:
+        out["after_exit"] = len(await client.list_all_sandboxes(ns))
+    return out
+
+async def main():
+    print(json.dumps({
+        "router": await journey(SandboxDirectConnectionConfig(api_url=url)),
+        "sandboxd pod IP": await journey(SandboxdInClusterConnectionConfig(mode="in-cluster-pod-ip")),
+    }))
+
+asyncio.run(main())
+"""
+
+
+async def test_published_upstream_async_sdk(cluster: DevCluster, pool: str, router: str) -> None:
+    """The reference client's AsyncSandboxClient (1.0.8 with its `async` extra: httpx, kubernetes_asyncio),
+    unchanged: through the router (legacy runtime) and to sandboxd at the pod IP (REST + gRPC)."""
+    python = ensure_upstream_sdk()
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    out = json.loads(await run_script(python, _UPSTREAM_ASYNC, pool, router, env=env, timeout=240))
+    for mode, seen in out.items():
+        assert seen == {
+            "claims": 3,
+            "run": [["0\n", 0], ["1\n", 0], ["2\n", 0]],
+            "read": "hi",
+            "exists": True,
+            "list": ["hello.txt"],
+            "status": "SandboxReady",
+            "again": "again\n",
+            "listed": 3,
+            "after_terminate": 2,
+            "after_exit": 0,
+        }, mode
