@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator
 from agent_sandbox_sdk import CommandEvent, SandboxError
 from agent_sandbox_sdk.sandbox import CommandStream
 
+from .output import relay_output
+
 __all__ = ["StartCommand", "run_interactive"]
 
 _CHUNK = 64 * 1024
@@ -51,15 +53,8 @@ def run_interactive(start: StartCommand, *, stdin: bool, want_tty: bool) -> Comm
             daemon=True,  # blocked in select() when the command ends; the stop pipe wakes it
         )
         pump.start()
-        exit_event: CommandEvent | None = None
         try:
-            for event in stream:
-                if event.type == "exit":
-                    exit_event = event
-                    continue
-                target = sys.stdout.buffer if event.type == "stdout" else sys.stderr.buffer
-                target.write(event.data)
-                target.flush()
+            exit_event: CommandEvent | None = relay_output(stream)
         finally:
             os.write(stop_write, b"x")
             pump.join(timeout=5)

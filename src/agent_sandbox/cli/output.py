@@ -11,14 +11,14 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
 import yaml
 
-__all__ = ["FORMATS", "age", "progress", "render"]
+__all__ = ["FORMATS", "age", "progress", "relay_output", "render"]
 
 FORMATS = ("table", "json", "yaml")
 
@@ -106,3 +106,17 @@ def progress(message: str, *, stream: TextIO | None = None) -> Iterator[None]:
         thread.join()
         stream.write("\r\033[K")
         stream.flush()
+
+
+def relay_output(events: Iterable[Any]) -> Any:
+    """Write a command's streamed output to standard output / error as it arrives (bytes, unchanged);
+    returns its `exit` event, or None if the stream ended without one."""
+    exit_event = None
+    for event in events:
+        if event.type == "exit":
+            exit_event = event
+            continue
+        target = sys.stdout.buffer if event.type == "stdout" else sys.stderr.buffer
+        target.write(event.data)
+        target.flush()
+    return exit_event

@@ -40,7 +40,7 @@ from agent_sandbox_sdk import (
 from agent_sandbox_sdk.constants import ROUTER_URL_ENV
 from agent_sandbox_sdk.models import SandboxConnectionConfig
 
-from .output import FORMATS, age, progress, render
+from .output import FORMATS, age, progress, relay_output, render
 
 __all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_TIMEOUT", "EXIT_USAGE", "add_sandbox_commands"]
 
@@ -214,15 +214,7 @@ def _exec(args: argparse.Namespace) -> int:
         render(result, args.output)
         return _exit_code(result)
     stream = sandbox.commands.stream(command, timeout=args.timeout, env=env or None, cwd=args.cwd)
-    exit_event: CommandEvent | None = None
-    for event in stream:
-        if event.type == "exit":
-            exit_event = event
-            continue
-        target = sys.stdout.buffer if event.type == "stdout" else sys.stderr.buffer
-        target.write(event.data)
-        target.flush()
-    return _exit_of(exit_event, args.timeout)
+    return _exit_of(relay_output(stream), args.timeout)
 
 
 def _exit_of(exit_event: CommandEvent | None, timeout: float | None) -> int:
