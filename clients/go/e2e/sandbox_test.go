@@ -7,8 +7,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 
 	"agent-sandbox.invalid/clients/go/sandbox"
 )
@@ -492,5 +495,54 @@ func TestRouterPortForwardFailsClearlyWithoutARouterPod(t *testing.T) {
 	}
 	if sb.ClaimName() != "" {
 		t.Errorf("claim %s not rolled back", sb.ClaimName())
+	}
+}
+
+// lostAnswer performs a claim create for real, then reports the connection reset instead of the answer: the
+// claim exists, and the client does not know its generated name.
+type lostAnswer struct {
+	next http.RoundTripper
+	lost atomic.Int32
+}
+
+func (l *lostAnswer) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := l.next.RoundTrip(req)
+	if err == nil && req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/sandboxclaims") {
+		resp.Body.Close()
+		l.lost.Add(1)
+		return nil, errors.New("connection reset by peer (the test dropped the answer)")
+	}
+	return resp, err
+}
+
+func TestACreateWhoseAnswerIsLostLeavesNoClaim(t *testing.T) {
+	t.Parallel()
+	ctx := ctxFor(t, time.Minute)
+	lost := &lostAnswer{}
+	cfg := rest.CopyConfig(restConfig)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { lost.next = rt; return lost }
+	opts := baseOptions()
+	opts.K8sHelper = nil
+	opts.RestConfig = cfg
+	opts.APIURL = cluster.RouterURL
+	opts.Labels = map[string]string{"test": "lost-answer"}
+	sb, err := sandbox.New(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Open(ctx); !errors.Is(err, sandbox.ErrClaimFailed) {
+		t.Fatalf("Open = %v, want ErrClaimFailed", err)
+	}
+	if lost.lost.Load() != 1 {
+		t.Fatalf("the claim create was not intercepted (%d)", lost.lost.Load())
+	}
+	list, err := k8s.Dynamic.Resource(claimsGVR).Namespace(cluster.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "test=lost-answer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, item := range list.Items {
+		if item.GetDeletionTimestamp() == nil {
+			t.Errorf("claim %s left behind by a create whose answer was lost", item.GetName())
+		}
 	}
 }

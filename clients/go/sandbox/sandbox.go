@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -147,6 +150,9 @@ func (s *Sandbox) create(ctx context.Context) error {
 	obj := buildClaim(o, time.Now(), s.tracing.annotation(ctx))
 	created, err := s.k8s.createClaim(ctx, o.Namespace, obj)
 	if err != nil {
+		if o.ClaimName == "" && answerLost(err) {
+			s.removeUnansweredClaim(ctx, obj)
+		}
 		return fmt.Errorf("%w: creating SandboxClaim from warm pool %q: %w", ErrClaimFailed, o.WarmPoolName, err)
 	}
 	s.mu.Lock()
@@ -167,6 +173,40 @@ func (s *Sandbox) create(ctx context.Context) error {
 	s.mu.Unlock()
 	s.watchTunnel(conn)
 	return nil
+}
+
+// answerLost: the create may have been applied although no answer says so (a cancelled context, a connection
+// reset after the request went out) - any failure but an API server status.
+func answerLost(err error) bool {
+	var status apierrors.APIStatus
+	return !errors.As(err, &status)
+}
+
+// removeUnansweredClaim deletes the claim a create without an answer may have made. Its name came from
+// generateName, so it is found by this handle's request stamp (client-first-requested-at, in nanoseconds)
+// among the Go client's claims of the same warm pool. Best effort within CleanupTimeout, even when ctx is
+// already cancelled: an orphaned claim would hold a sandbox until someone deletes it.
+func (s *Sandbox) removeUnansweredClaim(ctx context.Context, obj *unstructured.Unstructured) {
+	o := &s.opts
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.CleanupTimeout)
+	defer cancel()
+	stamp := obj.GetAnnotations()[FirstRequestedAtAnnotation]
+	list, err := s.k8s.claims(o.Namespace).List(dctx, metav1.ListOptions{LabelSelector: CreatedByLabel + "=go-client"})
+	if err != nil {
+		o.Logger.Info("could not look for a claim the failed create may have made", "error", err.Error())
+		return
+	}
+	for _, item := range list.Items {
+		pool, _, _ := unstructured.NestedString(item.Object, "spec", "warmPoolRef", "name")
+		if item.GetAnnotations()[FirstRequestedAtAnnotation] != stamp || pool != o.WarmPoolName {
+			continue
+		}
+		if err := s.k8s.deleteClaim(dctx, o.Namespace, item.GetName(), item.GetUID()); err != nil {
+			o.Logger.Info("could not delete the claim a failed create made", "claim", item.GetName(), "error", err.Error())
+			continue
+		}
+		o.Logger.V(1).Info("deleted the claim a create without an answer made", "claim", item.GetName())
+	}
 }
 
 // rollback deletes an auto-named claim after a failed Open (explicit names are kept). If the deletion fails
