@@ -14,6 +14,7 @@ import asyncio
 import json
 import multiprocessing
 import os
+import time
 from typing import Any
 
 import pytest
@@ -259,3 +260,42 @@ async def test_published_upstream_async_sdk(cluster: DevCluster, pool: str, rout
             "after_terminate": 2,
             "after_exit": 0,
         }, mode
+
+
+@pytest.mark.parametrize("runtime", ["legacy", "sandboxd"])
+def test_a_sandbox_the_router_cannot_reach_is_explained(
+    cluster: DevCluster, pool: str, router: str, runtime: str
+) -> None:
+    """A 502 / UNAVAILABLE from the router says why when the Sandbox tells: suspended, or gone."""
+    config = (
+        SandboxDirectConnectionConfig(api_url=router)
+        if runtime == "legacy"
+        else SandboxdDirectConnectionConfig(api_url=router)
+    )
+    with SandboxClient(config, kubeconfig=cluster.kubeconfig) as client:
+        sandbox = client.create_sandbox("pool", pool, sandbox_ready_timeout=90)
+        assert sandbox.commands is not None
+        sandbox.suspend(timeout=60)
+        with pytest.raises(
+            SandboxRequestError, match=r"is suspended \(spec.operatingMode: Suspended\): resume\(\)"
+        ):
+            sandbox.commands.run("echo x")
+        with pytest.raises(SandboxRequestError, match="is suspended"):
+            list(sandbox.commands.stream("echo x"))
+        sandbox.resume(timeout=60)
+        assert sandbox.commands.run("echo back").stdout == "back\n"
+        # Gone: its claim deleted behind this handle's back (another process, an expiry).
+        other = client.get_sandbox(sandbox.claim_name or "", pool)
+        assert other.commands is not None
+        with SandboxClient(config, kubeconfig=cluster.kubeconfig) as second:
+            second.delete_claim(sandbox.claim_name or "", pool)
+        deadline, last = time.monotonic() + 60, "no error"
+        while True:
+            try:
+                other.commands.run("echo x")
+            except SandboxRequestError as err:
+                last = str(err)
+                if "no longer exists" in last:
+                    break
+            assert time.monotonic() < deadline, f"the gone Sandbox was never explained: {last}"
+            time.sleep(0.5)

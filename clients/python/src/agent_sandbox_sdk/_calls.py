@@ -27,8 +27,10 @@ __all__ = [
     "check",
     "check_timeout",
     "error_detail",
+    "explain_unreachable",
     "malformed_answer",
     "open_stream",
+    "stale_pod_ip",
 ]
 
 MAX_RETRIES = 5
@@ -114,6 +116,40 @@ def check(resp: HttpResponse, *, allow: Collection[int] = ()) -> HttpResponse:
     raise SandboxRequestError(f"{where}: HTTP {code}" + (f": {detail}" if detail else ""), code, resp)
 
 
+#: The statuses of a router (or gateway) that could not reach the sandbox: worth saying why, if the API knows.
+UNREACHABLE = frozenset({502, 503})
+
+
+def stale_pod_ip(status: int, detail: str) -> bool:
+    """The router refused the request, unforwarded, because the pod IP this handle sent is no longer its
+    sandbox's (the Sandbox was deleted, or moved to a pod the router does not connect with the old address).
+    The cached IP must be dropped; the request may be sent again, even a POST."""
+    return status == 403 and detail.startswith("X-Sandbox-Pod-IP ") and "does not belong to sandbox" in detail
+
+
+def explain_unreachable(conn: Connection, err: SandboxRequestError) -> Flow[SandboxRequestError]:
+    """`err` (the sandbox could not be reached), with the reason when its Sandbox object tells one: it is
+    suspended (a router without `--sandbox-lifecycle` does not resume it) or it no longer exists. One GET of
+    the Sandbox, on this failure path only; when that fails too, `err` as it was."""
+    try:
+        view = yield from conn.sandbox()
+    except Exception:  # a best-effort explanation (e.g. a client without Kubernetes access)
+        return err
+    where = f"Sandbox {conn.namespace}/{conn.sandbox_id}"
+    if view is None:
+        why = f"the {where} no longer exists (deleted, or its claim expired)"
+    elif view.operating_mode == "Suspended":
+        why = (
+            f"the {where} is suspended (spec.operatingMode: Suspended): resume() it, or run the router with "
+            "--sandbox-lifecycle to resume it on request"
+        )
+    else:
+        return err
+    explained = SandboxRequestError(f"{err} - {why}", err.status_code, err.response)
+    explained.request_sent = err.request_sent
+    return explained
+
+
 def check_timeout(value: float | None, name: str = "timeout") -> None:
     """`ValueError` unless `value` is None or a positive number of seconds (as `requests` refuses 0)."""
     if value is None:
@@ -161,9 +197,10 @@ def call(
     replayable = upload is None or upload.source.seekable()
     start = upload.source.tell() if upload is not None and replayable else 0
     attempt = 0
+    refreshed = False
     while True:
         target: Target = yield from conn.resolve()
-        if upload is not None and attempt and replayable:
+        if upload is not None and (attempt or refreshed) and replayable:
             upload.source.seek(start)
         req = _request(
             target,
@@ -190,6 +227,10 @@ def call(
                 attempt += 1
                 continue
             raise
+        if not refreshed and replayable and stale_pod_ip(resp.status_code, error_detail(resp)):
+            conn.failed()
+            refreshed = True
+            continue
         if resp.status_code >= 500:
             conn.failed()
             if (
@@ -201,7 +242,12 @@ def call(
                 yield Sleep(BACKOFF_BASE * 2**attempt)
                 attempt += 1
                 continue
-        return check(resp, allow=allow)
+        try:
+            return check(resp, allow=allow)
+        except SandboxRequestError as err:
+            if resp.status_code not in UNREACHABLE:
+                raise
+            raise (yield from explain_unreachable(conn, err)) from None
 
 
 def open_stream(
@@ -218,18 +264,29 @@ def open_stream(
     Not retried: streaming calls are either POSTs (exec) or reads whose caller may already hold bytes.
     """
     check_timeout(timeout)
-    target: Target = yield from conn.resolve()
-    req = _request(target, method, path, timeout=timeout, headers=headers, json=json)
-    try:
-        handle: StreamHandle = yield Open(req)
-    except SandboxRequestError:
-        conn.failed()
-        raise
-    if not 200 <= handle.status_code < 300:
+    for refreshed in (False, True):
+        target: Target = yield from conn.resolve()
+        req = _request(target, method, path, timeout=timeout, headers=headers, json=json)
+        try:
+            handle: StreamHandle = yield Open(req)
+        except SandboxRequestError:
+            conn.failed()
+            raise
+        if 200 <= handle.status_code < 300:
+            break
         if handle.status_code >= 500:
             conn.failed()
         body = b""
         while (chunk := (yield ReadChunk(handle))) is not None and len(body) < 65536:
             body += chunk
-        check(HttpResponse(handle.status_code, handle.headers, body, method, req.url))
+        answer = HttpResponse(handle.status_code, handle.headers, body, method, req.url)
+        if not refreshed and stale_pod_ip(answer.status_code, error_detail(answer)):
+            conn.failed()  # the router forwarded nothing: send it again with the current address
+            continue
+        try:
+            check(answer)
+        except SandboxRequestError as err:
+            if handle.status_code not in UNREACHABLE:
+                raise
+            raise (yield from explain_unreachable(conn, err)) from None
     return handle

@@ -20,7 +20,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _process
-from ._calls import MAX_RUN_RESPONSE, call, check_timeout, malformed_answer, open_stream
+from ._calls import (
+    MAX_RUN_RESPONSE,
+    call,
+    check_timeout,
+    explain_unreachable,
+    malformed_answer,
+    open_stream,
+    stale_pod_ip,
+)
 from ._connection import Connection, Target
 from ._steps import Emit, Flow, GrpcCall, GrpcFailure, GrpcOpen, GrpcRead, ReadLine, Trace
 from .exceptions import SandboxError, SandboxRequestError, SandboxRequestTimeoutError
@@ -79,6 +87,18 @@ def _grpc_error(err: GrpcFailure) -> SandboxRequestError:
             "--enable-h2c (use SandboxDirectConnectionConfig for the legacy runtime otherwise)"
         )
     return SandboxRequestError(message)
+
+
+def _call_failed(conn: Connection, err: GrpcFailure) -> Flow[SandboxRequestError]:
+    """The error for a failed gRPC call. When the router could not use the sandbox's address (unreachable, or
+    a pod IP that is no longer the sandbox's) the connection forgets it - the next call re-reads it - and the
+    error says why when the Sandbox tells (suspended, deleted)."""
+    refused = err.code == "PERMISSION_DENIED" and stale_pod_ip(403, err.details)
+    if err.code != "UNAVAILABLE" and not refused:
+        return _grpc_error(err)
+    conn.failed()
+    explained: SandboxRequestError = yield from explain_unreachable(conn, _grpc_error(err))
+    return explained
 
 
 def _grpc_metadata(target: Target) -> tuple[tuple[str, str], ...]:
@@ -176,9 +196,7 @@ def _run_sandboxd(
             raise SandboxRequestTimeoutError(
                 f"sandboxd Execute did not finish within {deadline:g} s"
             ) from err
-        if err.code == "UNAVAILABLE":
-            conn.failed()
-        raise _grpc_error(err) from err
+        raise (yield from _call_failed(conn, err)) from err
     return ExecutionResult(
         stdout=reply.stdout.decode("utf-8", errors="replace"),
         stderr=reply.stderr.decode("utf-8", errors="replace"),
@@ -250,9 +268,7 @@ def stream_command(
         if err.code == "DEADLINE_EXCEEDED":
             yield Emit(CommandEvent(type="exit", exit_code=TIMED_OUT_EXIT_CODE, timed_out=True))
             return
-        if err.code == "UNAVAILABLE":
-            conn.failed()
-        raise _grpc_error(err) from err
+        raise (yield from _call_failed(conn, err)) from err
     raise SandboxRequestError("sandboxd Start stream ended without an exit event")
 
 

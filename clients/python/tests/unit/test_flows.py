@@ -285,3 +285,42 @@ def test_a_command_timeout_must_be_positive(timeout: float) -> None:
             with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
                 call()
         assert len(fake.requests) == sent  # refused before anything was sent
+
+
+class _StaleAddress(FakeCluster):
+    """A router that refuses the first `refusals` requests: the pod IP sent is no longer the sandbox's."""
+
+    refusals = 1
+
+    def _runtime(self, request: httpx2.Request, path: str) -> httpx2.Response:
+        if self.refusals:
+            self.refusals -= 1
+            ip = request.headers.get("x-sandbox-pod-ip")
+            return httpx2.Response(
+                403, json={"detail": f"X-Sandbox-Pod-IP {ip} does not belong to sandbox ns/x."}
+            )
+        return super()._runtime(request, path)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_refused_stale_pod_ip_is_dropped_and_the_call_sent_again_once(mode: str) -> None:
+    fake = _StaleAddress()
+
+    async def run_async_call(client: AsyncSandboxClient) -> Any:
+        sandbox = await client.create_sandbox("python-pool")
+        return await sandbox.commands.run("echo hi")  # type: ignore[union-attr]
+
+    if mode == "sync":
+        result = sync_client(fake).create_sandbox("python-pool").commands.run("echo hi")  # type: ignore[union-attr]
+    else:
+        result = run_async(fake, run_async_call)
+    assert result.exit_code == 0
+    posts = fake.find(lambda r: r.method == "POST" and r.url.path == "/execute")
+    assert len(posts) == 2  # refused unforwarded, then sent again (a POST: safe, nothing ran)
+    sandbox_gets = fake.find(lambda r: r.method == "GET" and "/sandboxes/" in r.url.path)
+    assert sandbox_gets  # the address was read again before the second attempt
+    fake_twice = _StaleAddress()
+    fake_twice.refusals = 2
+    with pytest.raises(SandboxRequestError, match="does not belong to sandbox"):
+        sync_client(fake_twice).create_sandbox("python-pool").commands.run("echo hi")  # type: ignore[union-attr]
+    assert len(fake_twice.find(lambda r: r.method == "POST" and r.url.path == "/execute")) == 2
