@@ -131,6 +131,8 @@ def explain_unreachable(conn: Connection, err: SandboxRequestError) -> Flow[Sand
     """`err` (the sandbox could not be reached), with the reason when its Sandbox object tells one: it is
     suspended (a router without `--sandbox-lifecycle` does not resume it) or it no longer exists. One GET of
     the Sandbox, on this failure path only; when that fails too, `err` as it was."""
+    if "could not be resumed" in str(err):  # a lifecycle router's 503 already says why, better than we could
+        return err
     try:
         view = yield from conn.sandbox()
     except Exception:  # a best-effort explanation (e.g. a client without Kubernetes access)
