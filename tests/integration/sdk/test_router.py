@@ -41,15 +41,20 @@ def pool(cluster: DevCluster, namespace: str, controller: Started) -> str:
     return namespace
 
 
+def router_config(
+    router: str, runtime: str
+) -> SandboxDirectConnectionConfig | SandboxdDirectConnectionConfig:
+    """The router connection for the legacy runtime's HTTP API or sandboxd's (REST + gRPC over h2c)."""
+    if runtime == "legacy":
+        return SandboxDirectConnectionConfig(api_url=router)
+    return SandboxdDirectConnectionConfig(api_url=router)
+
+
 @pytest.mark.parametrize("runtime", ["legacy", "sandboxd"])
 def test_commands_files_and_streams_through_the_router(
     cluster: DevCluster, pool: str, router: str, runtime: str
 ) -> None:
-    config = (
-        SandboxDirectConnectionConfig(api_url=router)
-        if runtime == "legacy"
-        else SandboxdDirectConnectionConfig(api_url=router)
-    )
+    config = router_config(router, runtime)
     with SandboxClient(config, kubeconfig=cluster.kubeconfig) as client:
         sandbox = client.create_sandbox("pool", pool, sandbox_ready_timeout=90)
         assert sandbox.commands is not None
@@ -112,11 +117,7 @@ def test_one_async_client_across_event_loops(
 ) -> None:
     """A client made once and used from several `asyncio.run` calls (scripts, a test framework's loop per test)
     reopens its connections on each new loop instead of failing with "Event loop is closed"."""
-    config = (
-        SandboxDirectConnectionConfig(api_url=router)
-        if runtime == "legacy"
-        else SandboxdDirectConnectionConfig(api_url=router)
-    )
+    config = router_config(router, runtime)
     client = AsyncSandboxClient(config, kubeconfig=cluster.kubeconfig)
 
     async def create() -> Any:
@@ -267,11 +268,7 @@ def test_a_sandbox_the_router_cannot_reach_is_explained(
     cluster: DevCluster, pool: str, router: str, runtime: str
 ) -> None:
     """A 502 / UNAVAILABLE from the router says why when the Sandbox tells: suspended, or gone."""
-    config = (
-        SandboxDirectConnectionConfig(api_url=router)
-        if runtime == "legacy"
-        else SandboxdDirectConnectionConfig(api_url=router)
-    )
+    config = router_config(router, runtime)
     with SandboxClient(config, kubeconfig=cluster.kubeconfig) as client:
         sandbox = client.create_sandbox("pool", pool, sandbox_ready_timeout=90)
         assert sandbox.commands is not None
