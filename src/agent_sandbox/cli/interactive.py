@@ -6,8 +6,9 @@ router (started with `--enable-h2c`) or a port-forward to the pod; the legacy ru
 Three parties run at once: the main thread reads the command's output stream; a pump thread forwards what
 arrives on standard input (`send_stdin`, then `close_stdin` at end of input) and, with `-t`, the terminal's
 new size after each SIGWINCH (`resize`); Python's C-level signal handler writes SIGWINCH to a pipe the pump
-waits on (`signal.set_wakeup_fd`), so a resize is not delayed until the next output arrives. With `-t` the
-local terminal is in raw mode, so Ctrl-C, Ctrl-D and the arrow keys go to the remote program as bytes.
+waits on (`signal.set_wakeup_fd`), so a resize is not delayed until the next output arrives. With `-it` the
+local terminal is in raw mode, so Ctrl-C, Ctrl-D and the arrow keys go to the remote program as bytes; with
+`-t` alone it is left as it is (nothing would read the keys), so Ctrl-C stops the CLI, as with kubectl.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def run_interactive(start: StartCommand, *, stdin: bool, want_tty: bool) -> Comm
     stream = start((size.columns, size.lines) if size else None)
     stream.wait_started()  # before the pump thread may call the stream (the flow is not re-entrant)
     stop_read, stop_write = os.pipe()
-    with stream, _raw(use_tty), _winch_pipe(use_tty) as winch:
+    # Raw only when the keys go somewhere (-i): with -t alone Ctrl-C must still stop this program (as kubectl).
+    with stream, _raw(use_tty and stdin), _winch_pipe(use_tty) as winch:
         pump = threading.Thread(
             target=_pump,
             args=(stream, stdin, winch, stop_read, size),

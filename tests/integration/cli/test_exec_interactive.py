@@ -113,3 +113,29 @@ def test_an_interactive_shell_in_a_terminal(cluster: DevCluster, router: str, sa
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         os.close(fd)
+
+
+def test_a_terminal_without_stdin_leaves_ctrl_c_to_the_cli(
+    cluster: DevCluster, router: str, sandbox: str
+) -> None:
+    """`exec -t` alone (as kubectl): the command gets a TTY, the local terminal stays cooked - nothing would
+    read the keys - so Ctrl-C stops the CLI (130) instead of vanishing into a raw terminal."""
+    argv = [CLI, "exec", "-t", "--kubeconfig", str(cluster.kubeconfig), "--router-url", router,
+            "-n", sandbox, "sb", "--", "sh", "-c", "echo tty=$(tty | cut -c1-8); sleep 30"]  # fmt: skip
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(CLI, argv)
+    try:
+        seen = bytearray()
+        _read_until(fd, b"tty=/dev/pts", seen, time.monotonic() + 60)
+        os.write(fd, b"\x03")  # the terminal driver turns it into SIGINT for the CLI
+        started = time.monotonic()
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+        assert os.waitstatus_to_exitcode(status) == 130, bytes(seen)
+        assert time.monotonic() - started < 10
+    finally:
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
