@@ -124,6 +124,8 @@ def test_a_terminal_without_stdin_leaves_ctrl_c_to_the_cli(
             "-n", sandbox, "sb", "--", "sh", "-c", "echo tty=$(tty | cut -c1-8); sleep 30"]  # fmt: skip
     pid, fd = pty.fork()
     if pid == 0:
+        # As in a terminal session: a test run in the background (CI) inherits SIGINT ignored, and so would the CLI.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.execv(CLI, argv)
     try:
         seen = bytearray()
