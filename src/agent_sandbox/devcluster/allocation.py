@@ -2,7 +2,7 @@
 
 Owns: the lock every cluster takes while it picks ports and a pod CIDR (`<cache>/clusters/.lock`), the
 names of the ports a cluster allocates at start-up, and finding a free loopback port below the kernel's
-ephemeral range. Which ports and CIDRs are taken (those recorded by other live clusters) is decided by
+ephemeral range that no other process picked recently (`<cache>/clusters/.recent-ports`). Which ports and CIDRs are taken (those recorded by other live clusters) is decided by
 the caller (`DevCluster.up`, `DevCluster.reserve_port`) under the lock.
 """
 
@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import random
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,24 +49,54 @@ def _listen_ports() -> range:
     return range(max(1024, low - 12768), low) if low > 2048 else range(0)
 
 
+_RECENT_FOR = 600.0  # s a picked port stays off-limits to other picks, bound yet or not
+
+
+def _recent_file() -> Path:
+    return clusters_root() / ".recent-ports"
+
+
+def _recent_picks(now: float) -> dict[int, float]:
+    """Ports picked in the last `_RECENT_FOR` s by any process (read under the allocation lock)."""
+    try:
+        picks = json.loads(_recent_file().read_text())
+        return {int(port): float(at) for port, at in picks.items() if now - float(at) < _RECENT_FOR}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
 def free_port(taken: set[int]) -> int:
-    """A loopback port that binds now and is not in `taken` (added to `taken`)."""
+    """A loopback port that binds now and is not in `taken` (added to `taken`); call under `allocation_lock`.
+
+    A port no cluster records (a test's own process) is bound only after the pick, so picks are remembered
+    for a while: two processes picking at once (parallel test workers) never get the same port.
+    """
+    now = time.time()
+    recent = _recent_picks(now)
+    port = _pick(taken | set(recent))
+    taken.add(port)
+    recent[port] = now
+    with contextlib.suppress(OSError):
+        _recent_file().parent.mkdir(parents=True, exist_ok=True)
+        _recent_file().write_text(json.dumps({str(p): at for p, at in recent.items()}))
+    return port
+
+
+def _pick(avoid: set[int] | frozenset[int]) -> int:
     candidates = _listen_ports()
     for _ in range(200 if candidates else 0):
         port = random.choice(candidates)
-        if port in taken:
+        if port in avoid:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-        taken.add(port)
         return port
     while True:  # no room below the ephemeral range: let the kernel choose
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))
             port = int(s.getsockname()[1])
-        if port not in taken:
-            taken.add(port)
+        if port not in avoid:
             return port

@@ -7,7 +7,9 @@ for the client (hop-by-hop headers dropped, chunked or close framing, `101` pass
 request); the per-attempt timers (`--response-header-timeout` from the end of the request body, the
 request's deadline before and after it); and what an upstream failure means for this attempt: "retry"
 (a pooled keep-alive connection found dead before any response byte, with the whole request still in
-hand), 502/504 before the response head, or closing the client connection after it.
+hand), "unanswered" (a fresh connection closed before any response byte, the whole request in hand, when
+the caller can wait for a replacement pod), 502/504 before the response head, or closing the client
+connection after it.
 
 Does not own: dialling, retries of dial failures and the hand-off of an upgraded connection (`_proxy`),
 parsing the sandbox's responses (`_upstream`), or the request head (`_headers`).
@@ -63,6 +65,10 @@ class Exchange:
         self._close_client = False
         self._body_sent = False
         self._replayable = False
+        self._resendable = False
+        self._unanswered_ok = False
+        self.failure = ""
+        """Why the upstream connection failed, when the result is "unanswered" (a metrics reason)."""
         self._header_timer: asyncio.TimerHandle | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._head_seen = False
@@ -71,9 +77,15 @@ class Exchange:
         self._header_timeout = 0.0
         self._deadline_due = False
 
-    async def run(self, deadline: float, header_timeout: float, span: Any) -> str:
-        """Send the request and relay the response; returns "done", "retry" or "upgraded"."""
+    async def run(
+        self, deadline: float, header_timeout: float, span: Any, *, unanswered_ok: bool = False
+    ) -> str:
+        """Send the request and relay the response; returns "done", "retry", "unanswered" or "upgraded".
+
+        "unanswered" only with `unanswered_ok`; the caller then answers the client (nothing was sent yet).
+        """
         loop = asyncio.get_running_loop()
+        self._unanswered_ok = unanswered_ok
         conn, req, upstream = self.conn, self.req, self.upstream
         self._fut = fut = loop.create_future()
         upstream.begin(self, head_only=req.method == "HEAD")
@@ -83,6 +95,7 @@ class Exchange:
         has_body = req.chunked or bool(req.content_length)
         if not has_body:
             self._body_sent = True
+            self._resendable = True
             self._replayable = upstream.reused
             upstream.write(head)
         else:
@@ -92,7 +105,8 @@ class Exchange:
             if body.done:
                 payload = head + data + (b"0\r\n\r\n" if req.chunked else b"")
                 self._body_sent = True
-                self._replayable = upstream.reused and len(payload) <= _REPLAY_LIMIT
+                self._resendable = len(payload) <= _REPLAY_LIMIT
+                self._replayable = upstream.reused and self._resendable
                 upstream.write(payload)
             else:
                 upstream.write(head + data if data else head)
@@ -256,6 +270,11 @@ class Exchange:
         if not self._head_seen and self._replayable:
             # A pooled keep-alive connection the sandbox had already closed: send again on a fresh one.
             fut.set_result("retry")
+            return
+        if reason == "eof" and not self._head_seen and self._resendable and self._unanswered_ok:
+            # A fresh connection the sandbox closed unanswered: its pod may be going away (a suspend).
+            self.failure = reason
+            fut.set_result("unanswered")
             return
         self.proxy.metrics.upstream_error(self.route.namespace, reason)
         if self.conn.response_started:

@@ -11,7 +11,8 @@ ACK of it, which the sandbox must not see); the connection preface and frames ar
 CONTINUATIONs) is complete; it is HPACK-decoded, the routing headers are validated, authorized and
 resolved exactly as for HTTP/1.1, and the router dials the sandbox (dial-phase failures retried with
 re-resolution as for HTTP/1.1, see `_Session._dial`; the sandbox's own SETTINGS, which it sends on accept and
-which may be read before the tunnel is attached, are kept for it) and replays the buffered bytes. From
+which may be read before the tunnel is attached, are kept for it; with `--sandbox-lifecycle` the first
+stream is activity and is held while its Sandbox resumes, as an HTTP/1.1 request) and replays the buffered bytes. From
 then on frames are relayed unchanged, but every later HEADERS block from the client is still decoded
 (HPACK state is per connection): a connection is pinned to one sandbox, and a stream that names other
 routing headers (or a credential that no longer verifies) is refused with a GOAWAY naming the last
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ..api.errortext import describe_error
+from ._lifecycle import MAX_HOLDS
 from ._resolve import Target
 from ._routing import Route, RouteError, parse_route
 from ._server import ClientConnection
@@ -224,6 +226,7 @@ class _Session:
         """The first stream and whether it is gRPC, until the sandbox's first bytes showed it speaks HTTP/2."""
         self._head = b""
         self._refused = False
+        self._background: set[asyncio.Future[bool]] = set()
 
     def feed(self, data: bytes) -> None:
         try:
@@ -252,6 +255,7 @@ class _Session:
                 continue
             elif self._same_target(headers):
                 self.last_stream = max(self.last_stream, stream)
+                self._record_activity()
             else:
                 self._refuse_from(stream)
         if self.refused_above is not None:
@@ -358,8 +362,14 @@ class _Session:
             proxy.metrics.authz_decision(route.namespace, False)
             self._refuse(stream, grpc, exc)
             return
+        suspending = False
+        if proxy.lifecycle is not None:
+            # Ours (docs/lifecycle.md), as for HTTP/1.1: activity, written before the first stream when due.
+            urgent = proxy.lifecycle.record(route.namespace, route.sandbox_id)
+            if urgent is not None:
+                suspending = await urgent
         try:
-            upstream = await self._dial(route)
+            upstream = await self._dial(route, suspending)
         except RouteError as exc:
             self._refuse(stream, grpc, exc)
             return
@@ -390,27 +400,47 @@ class _Session:
             if not self._refused:
                 proxy.metrics.observe_request("PRI", 200, route.namespace, loop.time() - start)
 
-    async def _dial(self, route: Route) -> UpstreamConnection:
+    def _record_activity(self) -> None:
+        """A later stream on the pinned connection is activity too (written in the background when due)."""
+        lifecycle = self.proxy.lifecycle
+        if lifecycle is None or self.route is None:
+            return
+        urgent = lifecycle.record(self.route.namespace, self.route.sandbox_id)
+        if urgent is not None:
+            # Not awaited: the stream is already on its way to the sandbox (frames are relayed as they come).
+            task = asyncio.ensure_future(urgent)
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _dial(self, route: Route, suspending: bool = False) -> UpstreamConnection:
         """Resolve and dial the sandbox, retrying dial-phase failures as the HTTP/1.1 path does.
 
         A refused connection, a sandbox the cache has no Ready pod for yet, or a connection the sandbox
         closed before the router relayed a byte (a runtime shutting down) is retried with
         re-resolution and backoff (`--upstream-max-retries`, `--upstream-retry-*-delay`): nothing has
-        reached the sandbox, so a just-Ready or just-resumed sandbox is reached instead of failing.
+        reached the sandbox, so a just-Ready or just-resumed sandbox is reached instead of failing. With
+        `--sandbox-lifecycle`, such a failure (or `suspending`: the activity write found the Sandbox just
+        suspended) first holds the connection while a Sandbox that resumes on request resumes.
 
         Raises:
-            RouteError: 403 from the resolver, or 502 once the retries are spent or a dial timed out.
+            RouteError: 403 from the resolver, 503 when the Sandbox cannot be resumed, or 502 once the
+                retries are spent or a dial timed out.
         """
         proxy = self.proxy
         settings = proxy.settings
+        lifecycle = proxy.lifecycle
         loop = asyncio.get_running_loop()
         deadline = loop.time() + settings.proxy_timeout
         delay = settings.retry_initial
-        retries = 0
+        retries = holds = 0
+        if suspending and lifecycle is not None:
+            holds += 1
+            await lifecycle.hold(route, deadline, lifecycle.current_pod(route))
         while True:
             retryable = True
+            target: Target | None = None
             try:
-                target: Target | None = proxy.resolver.resolve_fast(route)
+                target = proxy.resolver.resolve_fast(route)
                 if target is None:
                     async with asyncio.timeout_at(deadline):
                         target = await proxy.resolver.resolve(route)
@@ -427,6 +457,11 @@ class _Session:
                 retryable, error = False, "timed out"
             except OSError as exc:
                 error = str(exc)
+            if lifecycle is not None and holds < MAX_HOLDS and loop.time() < deadline:
+                holds += 1
+                if await lifecycle.hold(route, deadline, target.entry if target is not None else None):
+                    retries, delay = 0, settings.retry_initial
+                    continue
             if not retryable or retries >= settings.max_retries or loop.time() + delay >= deadline:
                 log.info(
                     "upstream dial failed",

@@ -39,11 +39,12 @@ from ._metrics import RouterMetrics
 from ._podcache import PodCache, PodEntry
 from ._routing import Route, RouteError
 
-__all__ = ["ResumeFailed", "RouterLifecycle"]
+__all__ = ["MAX_HOLDS", "RETRY_AFTER", "ResumeFailed", "RouterLifecycle"]
 
 log = logging.getLogger("agent_sandbox.router.lifecycle")
 
 RETRY_AFTER = 5
+MAX_HOLDS = 2  # a request waits for its Sandbox's resume at most this often (a replaced pod: twice)
 _URGENT_WRITE_TIMEOUT = 2.0
 _FLUSH_PERIOD = 1.0
 _WAKE = 1.0  # a held request re-checks at least this often

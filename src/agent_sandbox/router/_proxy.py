@@ -31,7 +31,7 @@ import httptools
 from ..api.errortext import describe_error
 from ._accesslog import AccessLog, log_request
 from ._exchange import Exchange
-from ._lifecycle import RETRY_AFTER, ResumeFailed, RouterLifecycle
+from ._lifecycle import MAX_HOLDS, RETRY_AFTER, ResumeFailed, RouterLifecycle
 from ._metrics import RouterMetrics
 from ._outcome import Outcome, connect_error, healthz, reply, timeout_error
 from ._podcache import PodEntry
@@ -48,7 +48,6 @@ log = logging.getLogger("agent_sandbox.router.proxy")
 
 _HOST_DEAD = frozenset({errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN})
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-_MAX_HOLDS = 2  # a request waits for its Sandbox's resume at most this often (a replaced pod: twice)
 _INTERNAL = "An internal error occurred in the proxy."
 
 
@@ -264,6 +263,8 @@ class Proxy:
         settings = self.settings
         loop = asyncio.get_running_loop()
         resolver = self.resolver
+        body = req.body
+        assert body is not None
         delay = settings.retry_initial
         retries = 0
         holds = 0
@@ -296,7 +297,7 @@ class Proxy:
                     and resolver.invalidate(target, by_uid=target.source == "cache")
                 ):
                     self.metrics.cache_invalidation(route.namespace)
-                if self.lifecycle is not None and holds < _MAX_HOLDS and loop.time() < deadline:
+                if self.lifecycle is not None and holds < MAX_HOLDS and loop.time() < deadline:
                     # Ours: a Sandbox that resumes on request is resumed (or waited for) instead of failing.
                     holds += 1
                     held = await self._hold(conn, out, req, route, deadline, target.entry if target else None)
@@ -328,10 +329,29 @@ class Proxy:
             if span is not None and self.propagator is not None:
                 span.set_attribute("sandbox.upstream_source", target.source)
             exchange = Exchange(self, conn, req, route, out, upstream, target)
-            result = await exchange.run(deadline, header_timeout, span)
-            if result == "retry" and not fresh:
-                fresh = True
-                continue
+            may_hold = self.lifecycle is not None and holds < MAX_HOLDS
+            result = await exchange.run(deadline, header_timeout, span, unanswered_ok=may_hold)
+            if result == "retry":
+                if not fresh and body.rewind():
+                    fresh = True
+                    continue
+                self.metrics.upstream_error(route.namespace, "eof")
+                reply(conn, out, 502, connect_error(route), req)
+                return
+            if result == "unanswered":
+                # Ours: a pod that closes a fresh connection unanswered is as one that refuses it (a runtime
+                # draining for a suspend closes the connections it has not read yet): held like a refused
+                # dial, and sent again, whole, to the pod that replaces it.
+                holds += 1
+                held = await self._hold(conn, out, req, route, deadline, target.entry)
+                if held is None:
+                    return
+                if held and body.rewind():
+                    retries, delay, fresh = 0, settings.retry_initial, False
+                    continue
+                self.metrics.upstream_error(route.namespace, exchange.failure)
+                reply(conn, out, 502, connect_error(route), req)
+                return
             if result == "upgraded":
                 await self._tunnel(conn, req, route, out, exchange)
             return

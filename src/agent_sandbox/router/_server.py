@@ -68,7 +68,17 @@ class RequestBody:
     re-framed by the sink owner; this object only carries payload bytes.
     """
 
-    __slots__ = ("_buffer", "_buffered", "_conn", "_on_done", "_sink", "done", "expected", "received")
+    __slots__ = (
+        "_buffer",
+        "_buffered",
+        "_conn",
+        "_on_done",
+        "_sink",
+        "_whole",
+        "done",
+        "expected",
+        "received",
+    )
 
     def __init__(self, conn: ClientConnection, expected: int | None) -> None:
         self._conn = conn
@@ -76,6 +86,7 @@ class RequestBody:
         self._buffered = 0
         self._sink: Callable[[bytes], None] | None = None
         self._on_done: Callable[[], None] | None = None
+        self._whole: bytes | None = None
         self.expected = expected
         """Content-Length, or None for chunked / no body."""
         self.received = 0
@@ -97,11 +108,24 @@ class RequestBody:
             self._on_done()
 
     def take_buffered(self) -> bytes:
-        """Everything buffered so far (and forget it)."""
+        """Everything buffered so far (and forget it, unless it is the whole body: see `rewind`)."""
         data = b"".join(self._buffer) if len(self._buffer) != 1 else self._buffer[0]
         self._buffer.clear()
         self._buffered = 0
+        if self.done and len(data) == self.received:
+            self._whole = data
         return data
+
+    def rewind(self) -> bool:
+        """Buffer again the whole body a `take_buffered` returned, to send it on another connection.
+
+        False when the body was streamed (it is no longer in hand, so the request cannot be sent again).
+        """
+        if self._whole is not None:
+            self._buffer = [self._whole]
+            self._buffered = len(self._whole)
+            return True
+        return self.received == 0 and self.done
 
     def attach(self, sink: Callable[[bytes], None], on_done: Callable[[], None]) -> None:
         """Stream further chunks into `sink` and call `on_done` at the end (after `take_buffered()`)."""
