@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
 	"agent-sandbox.invalid/clients/go/sandbox"
@@ -545,4 +546,123 @@ func TestACreateWhoseAnswerIsLostLeavesNoClaim(t *testing.T) {
 			t.Errorf("claim %s left behind by a create whose answer was lost", item.GetName())
 		}
 	}
+}
+
+var sandboxesGVR = schema.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxes"}
+
+// setOperatingMode patches the Sandbox behind the handle's back (as the lifecycle controller or the CLI does)
+// and waits until it is Ready with a pod again (Running) or has none (Suspended); the pod IP it then has.
+func setOperatingMode(t *testing.T, ctx context.Context, name, mode string) string {
+	t.Helper()
+	res := k8s.Dynamic.Resource(sandboxesGVR).Namespace(cluster.Namespace)
+	patch := []byte(`{"spec":{"operatingMode":"` + mode + `"}}`)
+	if _, err := res.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("patch %s: %v", mode, err)
+	}
+	for {
+		obj, err := res.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("get: %v", err)
+		}
+		ips, _, _ := unstructured.NestedStringSlice(obj.Object, "status", "podIPs")
+		ready := false
+		conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, ok := c.(map[string]any); ok && m["type"] == "Ready" && m["status"] == "True" {
+				ready = true
+			}
+		}
+		if mode == "Running" && ready && len(ips) > 0 {
+			return ips[0]
+		}
+		if mode == "Suspended" && !ready && len(ips) == 0 {
+			return ""
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("Sandbox %s not %s: %v", name, mode, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// A handle whose Sandbox was suspended and resumed by someone else keeps working through the router: its
+// pod IP is stale, the router cannot reach it (502), and the SDK reads the Sandbox's new one. Every call used
+// to fail until the handle was reopened.
+func TestHandleFollowsAPodMovedBehindItsBack(t *testing.T) {
+	t.Parallel()
+	ctx := ctxFor(t, 3*time.Minute)
+	opts := baseOptions()
+	opts.WarmPoolName = cluster.ColdPool
+	opts.APIURL = cluster.RouterURL
+	sb := open(t, opts)
+	before := sb.PodIP()
+	if res, err := sb.Run(ctx, "echo first"); err != nil || res.Stdout != "first\n" {
+		t.Fatalf("first run: %+v, %v", res, err)
+	}
+	setOperatingMode(t, ctx, sb.SandboxName(), "Suspended")
+	takeAddress(t, ctx, before) // so the resumed pod gets another (the dev cluster reuses freed addresses)
+	after := setOperatingMode(t, ctx, sb.SandboxName(), "Running")
+	if after == before {
+		t.Fatalf("the resumed pod has the old IP %s; nothing to test", before)
+	}
+	// Run makes one attempt: the first call after the move may fail (502), the next must not.
+	if _, err := sb.Run(ctx, "echo moved"); err != nil {
+		t.Logf("first call after the move: %v", err)
+	}
+	if res, err := sb.Run(ctx, "echo moved"); err != nil || res.Stdout != "moved\n" {
+		t.Fatalf("run after the move: %+v, %v", res, err)
+	}
+	if sb.PodIP() != after {
+		t.Errorf("PodIP = %q, want the new %q", sb.PodIP(), after)
+	}
+	// File calls retry: the first one after another move succeeds by itself.
+	setOperatingMode(t, ctx, sb.SandboxName(), "Suspended")
+	takeAddress(t, ctx, after)
+	if again := setOperatingMode(t, ctx, sb.SandboxName(), "Running"); again == after {
+		t.Fatalf("the resumed pod has the old IP %s again", after)
+	}
+	if err := sb.Write(ctx, "moved.txt", []byte("x")); err != nil {
+		t.Fatalf("write after the second move: %v", err)
+	}
+}
+
+var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+
+// takeAddress starts placeholder pods (no process listens on their addresses) until one has ip, so the next
+// pod gets another address; they are deleted when the test ends.
+func takeAddress(t *testing.T, ctx context.Context, ip string) {
+	t.Helper()
+	res := k8s.Dynamic.Resource(podsGVR).Namespace(cluster.Namespace)
+	for i := 0; i < 20; i++ {
+		pod := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "Pod",
+			"metadata": map[string]any{"generateName": "address-taker-"},
+			"spec":     map[string]any{"containers": []any{map[string]any{"name": "c", "image": "placeholder"}}},
+		}}
+		created, err := res.Create(ctx, pod, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("placeholder pod: %v", err)
+		}
+		name := created.GetName()
+		t.Cleanup(func() { _ = res.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		for {
+			obj, err := res.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("placeholder pod: %v", err)
+			}
+			if got, _, _ := unstructured.NestedString(obj.Object, "status", "podIP"); got != "" {
+				if got == ip {
+					return
+				}
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("placeholder pod %s got no IP: %v", name, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	t.Fatalf("no placeholder pod got %s", ip)
 }

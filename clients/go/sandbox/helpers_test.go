@@ -33,10 +33,9 @@ func openTestSandbox(t *testing.T, opts Options, base string, router bool, proc 
 	}
 	s.claimName, s.sandboxName = "claim-1", "sbx-1"
 	s.info = sandboxInfo{podName: "sbx-1", podIP: "10.1.2.3"}
-	s.conn = &liveConn{ep: endpoint{
-		restBase: u, router: router, sandboxID: "sbx-1", namespace: opts.Namespace, serverPort: opts.ServerPort,
-		podIP: "10.1.2.3",
-	}, proc: proc}
+	ep := newEndpoint(router, "sbx-1", opts.Namespace, opts.ServerPort, "10.1.2.3")
+	ep.restBase = u
+	s.conn = &liveConn{ep: ep, proc: proc}
 	return s
 }
 

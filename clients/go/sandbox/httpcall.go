@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -48,7 +49,58 @@ type endpoint struct {
 	sandboxID  string
 	namespace  string
 	serverPort int
-	podIP      string // X-Sandbox-Pod-IP; "" when unknown or disabled
+	podIP      atomic.Pointer[string] // X-Sandbox-Pod-IP; nil when unknown, disabled or refused
+	// podIPStale is set when the router could not reach podIP (a 502): the Sandbox may have a new pod (it was
+	// suspended and resumed by the lifecycle controller, another client, the CLI), so it is read again.
+	podIPStale atomic.Bool
+	// lookupPodIP reads the Sandbox's pod IP now ("" for none); nil when the pod IP is not sent.
+	lookupPodIP func(ctx context.Context) (string, error)
+}
+
+func newEndpoint(router bool, sandboxID, namespace string, serverPort int, podIP string) *endpoint {
+	ep := &endpoint{router: router, sandboxID: sandboxID, namespace: namespace, serverPort: serverPort}
+	if router && podIP != "" {
+		ep.podIP.Store(&podIP)
+	}
+	return ep
+}
+
+// currentPodIP is the X-Sandbox-Pod-IP to send ("" for none).
+func (ep *endpoint) currentPodIP() string {
+	if p := ep.podIP.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// podIPForAttempt is the pod IP to send now, read again from the Sandbox first when it went stale.
+func (ep *endpoint) podIPForAttempt(ctx context.Context) string {
+	if ep.podIPStale.Load() && ep.lookupPodIP != nil {
+		if ip, err := ep.lookupPodIP(ctx); err == nil {
+			if ip == "" {
+				ep.podIP.Store(nil)
+			} else {
+				ep.podIP.Store(&ip)
+			}
+			ep.podIPStale.Store(false)
+		}
+	}
+	return ep.currentPodIP()
+}
+
+// dropPodIP stops sending ip (if it is still the one sent) until the Sandbox is read again: the router
+// then finds the pod by the Sandbox's name.
+func (ep *endpoint) dropPodIP(ip string) {
+	if p := ep.podIP.Load(); p != nil && *p == ip {
+		ep.podIP.CompareAndSwap(p, nil)
+	}
+	ep.podIPStale.Store(true)
+}
+
+// stalePodIPRefusal is the router's 403 for an X-Sandbox-Pod-IP that is not its Sandbox's pod: refused before
+// anything was forwarded, so the request can be sent again without the header.
+func stalePodIPRefusal(e *HTTPError) bool {
+	return e.StatusCode == http.StatusForbidden && strings.Contains(e.Body, "does not belong to sandbox")
 }
 
 // httpCaller sends runtime requests: headers, per-attempt header timeout, retries with backoff, redirects
@@ -183,13 +235,19 @@ func (c *httpCaller) do(ctx context.Context, ep *endpoint, r wireRequest) (*http
 	}
 	reqID := newRequestID()
 	var last error
+	resentWithoutIP, immediate := false, false
 	for n := 1; n <= attempts; n++ {
-		if n > 1 {
+		if n > 1 && !immediate {
 			if err := c.sleep(ctx, backoff(n, c.jitter())); err != nil {
 				return nil, callContextError(ctx, r.describe(), last)
 			}
 		}
-		resp, err := c.attempt(ctx, ep, &r, reqID)
+		podIP := ""
+		if !immediate { // the resend after a refused pod IP goes without one
+			podIP = ep.podIPForAttempt(ctx)
+		}
+		immediate = false
+		resp, err := c.attempt(ctx, ep, &r, reqID, podIP)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, callContextError(ctx, r.describe(), err)
@@ -205,8 +263,20 @@ func (c *httpCaller) do(ctx context.Context, ep *endpoint, r wireRequest) (*http
 			return resp, nil
 		}
 		httpErr := readHTTPError(resp, r.describe())
+		if podIP != "" && stalePodIPRefusal(httpErr) {
+			// Ours (the Python SDK does the same): without this, every later call repeated the refusal.
+			ep.dropPodIP(podIP)
+			if !resentWithoutIP {
+				resentWithoutIP, immediate = true, true
+				n-- // a resend, not an attempt: refused before anything was forwarded
+				continue
+			}
+		}
 		if !retryableStatus(resp.StatusCode) {
 			return nil, httpErr
+		}
+		if podIP != "" && resp.StatusCode == http.StatusBadGateway {
+			ep.podIPStale.Store(true) // the pod at that address may be gone: read the Sandbox again
 		}
 		last = httpErr
 	}
@@ -235,7 +305,9 @@ func (e *invalidBodyError) Error() string { return e.err.Error() }
 
 // attempt sends one request. The attempt's context is cancelled when the body is closed, or at once if no
 // response headers arrive within the header timeout.
-func (c *httpCaller) attempt(ctx context.Context, ep *endpoint, r *wireRequest, reqID string) (*http.Response, error) {
+func (c *httpCaller) attempt(
+	ctx context.Context, ep *endpoint, r *wireRequest, reqID, podIP string,
+) (*http.Response, error) {
 	target := strings.TrimSuffix(ep.restBase.String(), "/") + "/" + r.path
 	if r.query != nil {
 		target += "?" + r.query.Encode()
@@ -268,8 +340,8 @@ func (c *httpCaller) attempt(ctx context.Context, ep *endpoint, r *wireRequest, 
 		if t := timeoutHeader(ctx); t != "" {
 			req.Header[headerSandboxTimeout] = []string{t}
 		}
-		if ep.podIP != "" {
-			req.Header[headerSandboxPodIP] = []string{ep.podIP}
+		if podIP != "" {
+			req.Header[headerSandboxPodIP] = []string{podIP}
 		}
 	}
 	c.tracing.inject(ctx, req.Header)

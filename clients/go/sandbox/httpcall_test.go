@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
@@ -306,5 +307,97 @@ func TestRenderErrorBody(t *testing.T) {
 	if msg := e.Error(); !strings.HasPrefix(msg, "read (GET download/x) returned status 500: ") ||
 		!strings.HasSuffix(msg, "... [truncated]") {
 		t.Errorf("Error() = %q", msg)
+	}
+}
+
+// The Sandbox was suspended and resumed behind the handle's back (the lifecycle controller, another
+// client, the CLI): its pod moved from 10.1.2.3 to 10.9.9.9.
+func movedPodServer(t *testing.T, refusal int) (*[]string, *httptest.Server) {
+	var mu sync.Mutex
+	sent := []string{}
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		ip := r.Header.Get("X-Sandbox-Pod-Ip")
+		mu.Lock()
+		sent = append(sent, ip)
+		mu.Unlock()
+		if ip != "" && ip != "10.9.9.9" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(refusal)
+			if refusal == http.StatusForbidden { // a router with the Pod cache checks the address
+				_, _ = io.WriteString(w, `{"detail":"X-Sandbox-Pod-IP `+ip+` does not belong to sandbox sbx-1"}`)
+			} else { // one without dials it
+				_, _ = io.WriteString(w, `{"detail":"Could not connect to the backend sandbox: sbx-1"}`)
+			}
+			return
+		}
+		_, _ = io.WriteString(w, `{"stdout":"ok\n","stderr":"","exit_code":0,"exists":true}`)
+	})
+	return &sent, srv
+}
+
+func lookupsOf(s *Sandbox) *atomic.Int32 {
+	var n atomic.Int32
+	s.conn.ep.lookupPodIP = func(context.Context) (string, error) { n.Add(1); return "10.9.9.9", nil }
+	return &n
+}
+
+// The router refuses the stale X-Sandbox-Pod-IP: the call is sent again at once without it (refused before
+// anything was forwarded), and the next call reads the Sandbox's new one. Every call used to repeat the 403.
+func TestStalePodIPRefusalResendsWithoutTheIP(t *testing.T) {
+	sent, srv := movedPodServer(t, http.StatusForbidden)
+	s := openTestSandbox(t, Options{}, srv.URL, true, nil)
+	waits := recordedSleeps(s)
+	lookups := lookupsOf(s)
+	for i := 0; i < 3; i++ {
+		res, err := s.Run(context.Background(), "echo ok")
+		if err != nil || res.Stdout != "ok\n" {
+			t.Fatalf("run %d: %+v, %v", i, res, err)
+		}
+	}
+	if want := []string{"10.1.2.3", "", "10.9.9.9", "10.9.9.9"}; strings.Join(*sent, ",") != strings.Join(want, ",") {
+		t.Errorf("X-Sandbox-Pod-IP sent = %q, want %q", *sent, want)
+	}
+	if len(*waits) != 0 || lookups.Load() != 1 {
+		t.Errorf("waits %v, lookups %d; want none and 1", *waits, lookups.Load())
+	}
+}
+
+// A router without the Pod cache dials the stale address and answers 502: the Sandbox is read again before
+// the next attempt (file calls retry) and the next call.
+func TestBadGatewayRereadsThePodIP(t *testing.T) {
+	sent, srv := movedPodServer(t, http.StatusBadGateway)
+	s := openTestSandbox(t, Options{}, srv.URL, true, nil)
+	recordedSleeps(s)
+	lookups := lookupsOf(s)
+	if ok, err := s.Exists(context.Background(), "a.txt"); err != nil || !ok {
+		t.Fatalf("exists = %v, %v", ok, err)
+	}
+	if _, err := s.Run(context.Background(), "echo ok"); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"10.1.2.3", "10.9.9.9", "10.9.9.9"}; strings.Join(*sent, ",") != strings.Join(want, ",") {
+		t.Errorf("X-Sandbox-Pod-IP sent = %q, want %q", *sent, want)
+	}
+	if lookups.Load() != 1 {
+		t.Errorf("lookups = %d, want 1", lookups.Load())
+	}
+}
+
+// Any other 403 is the caller's (authorization): returned as it is, the IP kept.
+func TestOtherForbiddenKeepsThePodIP(t *testing.T) {
+	var calls atomic.Int32
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = io.WriteString(w, `{"detail":"forbidden"}`)
+	})
+	s := openTestSandbox(t, Options{}, srv.URL, true, nil)
+	lookups := lookupsOf(s)
+	var httpErr *HTTPError
+	if _, err := s.Run(context.Background(), "true"); !errors.As(err, &httpErr) || httpErr.StatusCode != 403 {
+		t.Fatalf("err = %v, want the 403", err)
+	}
+	if calls.Load() != 1 || s.conn.ep.currentPodIP() != "10.1.2.3" || lookups.Load() != 0 {
+		t.Errorf("calls = %d, pod IP = %q, lookups %d; want 1, kept, 0", calls.Load(), s.conn.ep.currentPodIP(), lookups.Load())
 	}
 }

@@ -356,7 +356,7 @@ func TestGatewayModeConnectsToTheAddress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.ep.restBase.String() != "https://[fd00::7]" || !c.ep.router || c.ep.podIP != "10.0.0.9" || c.ep.sandboxID != "sb" {
+	if c.ep.restBase.String() != "https://[fd00::7]" || !c.ep.router || c.ep.currentPodIP() != "10.0.0.9" || c.ep.sandboxID != "sb" {
 		t.Errorf("endpoint = %+v (base %s)", c.ep, c.ep.restBase)
 	}
 }

@@ -451,7 +451,7 @@ func (s *Sandbox) Run(ctx context.Context, command string, opts ...CallOption) (
 			res, err = s.sandboxd.run(ctx, c.proc, command, o)
 			return err
 		}
-		res, err = s.legacy.run(ctx, &c.ep, command, o)
+		res, err = s.legacy.run(ctx, c.ep, command, o)
 		return err
 	})
 	return res, err
@@ -521,7 +521,7 @@ func (s *Sandbox) startOn(ctx context.Context, c *liveConn, command string, o *c
 		}
 		return s.sandboxd.start(ctx, c.proc, command, o, release)
 	}
-	return s.legacy.start(ctx, &c.ep, command, o, release)
+	return s.legacy.start(ctx, c.ep, command, o, release)
 }
 
 // fileRuntime is the file half of a runtime protocol (legacyRuntime, sandboxdRuntime).
@@ -547,7 +547,7 @@ func (s *Sandbox) Write(ctx context.Context, path string, content []byte, opts .
 		return s.wrap(invalidf("write %s: %d bytes exceed MaxUploadSize (%d)", path, len(content), s.opts.MaxUploadSize))
 	}
 	return s.op(ctx, "write", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) error {
-		return s.files().write(ctx, &c.ep, path, bytesSource(content), o)
+		return s.files().write(ctx, c.ep, path, bytesSource(content), o)
 	})
 }
 
@@ -560,7 +560,7 @@ func (s *Sandbox) WriteFrom(ctx context.Context, path string, r io.Reader, opts 
 		return s.wrap(fmt.Errorf("write %s: %w", path, err))
 	}
 	return s.op(ctx, "write", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) error {
-		return s.files().write(ctx, &c.ep, path, src, o)
+		return s.files().write(ctx, c.ep, path, src, o)
 	})
 }
 
@@ -577,7 +577,7 @@ func (s *Sandbox) Read(ctx context.Context, path string, opts ...CallOption) ([]
 // fail with ErrResponseTooLarge (w has then received the first MaxDownloadSize bytes).
 func (s *Sandbox) ReadTo(ctx context.Context, path string, w io.Writer, opts ...CallOption) (n int64, err error) {
 	err = s.op(ctx, "read", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) (err error) {
-		n, err = s.files().readTo(ctx, &c.ep, path, w, o)
+		n, err = s.files().readTo(ctx, c.ep, path, w, o)
 		return err
 	})
 	return n, err
@@ -586,7 +586,7 @@ func (s *Sandbox) ReadTo(ctx context.Context, path string, w io.Writer, opts ...
 // List returns the children of the directory at path ("" or "." is the root).
 func (s *Sandbox) List(ctx context.Context, path string, opts ...CallOption) (out []FileEntry, err error) {
 	err = s.op(ctx, "list", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) (err error) {
-		out, err = s.files().list(ctx, &c.ep, path, o)
+		out, err = s.files().list(ctx, c.ep, path, o)
 		return err
 	})
 	return out, err
@@ -595,7 +595,7 @@ func (s *Sandbox) List(ctx context.Context, path string, opts ...CallOption) (ou
 // Exists says whether a file or directory exists at path.
 func (s *Sandbox) Exists(ctx context.Context, path string, opts ...CallOption) (out bool, err error) {
 	err = s.op(ctx, "exists", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) (err error) {
-		out, err = s.files().exists(ctx, &c.ep, path, o)
+		out, err = s.files().exists(ctx, c.ep, path, o)
 		return err
 	})
 	return out, err
@@ -605,7 +605,7 @@ func (s *Sandbox) Exists(ctx context.Context, path string, opts ...CallOption) (
 // project's legacy runtime (upstream's python-runtime: ErrUnsupportedByRuntime).
 func (s *Sandbox) Delete(ctx context.Context, path string, recursive bool, opts ...CallOption) error {
 	return s.op(ctx, "delete", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) error {
-		return s.files().delete(ctx, &c.ep, path, recursive, o)
+		return s.files().delete(ctx, c.ep, path, recursive, o)
 	})
 }
 

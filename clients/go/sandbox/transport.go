@@ -38,7 +38,7 @@ func (DirectStrategy) Close() error { return nil }
 // liveConn is an open transport: where requests go, the gRPC client when there is one, how to close it,
 // and (for tunnels) a channel closed when it dies.
 type liveConn struct {
-	ep       endpoint
+	ep       *endpoint
 	grpcConn *grpc.ClientConn
 	proc     processv1.ProcessServiceClient
 	died     <-chan struct{}
@@ -87,11 +87,14 @@ func hostURL(scheme, host string, port int) string {
 // connect opens the transport of the sandbox's mode (spec 4.6 + the in-cluster modes).
 func (s *Sandbox) connect(ctx context.Context, sandboxName string, info sandboxInfo) (*liveConn, error) {
 	o := &s.opts
-	c := &liveConn{ep: endpoint{
-		router: o.routerHeaders(), sandboxID: sandboxName, namespace: o.Namespace, serverPort: o.ServerPort,
-	}}
-	if c.ep.router && !o.DisablePodIPRouting {
-		c.ep.podIP = info.podIP
+	router := o.routerHeaders()
+	podIP := ""
+	if router && !o.DisablePodIPRouting {
+		podIP = info.podIP
+	}
+	c := &liveConn{ep: newEndpoint(router, sandboxName, o.Namespace, o.ServerPort, podIP)}
+	if router && !o.DisablePodIPRouting && s.k8s != nil {
+		c.ep.lookupPodIP = func(ctx context.Context) (string, error) { return s.readPodIP(ctx, sandboxName) }
 	}
 	var base string
 	switch o.mode() {
@@ -293,4 +296,19 @@ func readyEndpointPod(slice *unstructured.Unstructured) string {
 		}
 	}
 	return ""
+}
+
+// readPodIP reads the Sandbox's pod IP now (and keeps it as the handle's PodIP).
+func (s *Sandbox) readPodIP(ctx context.Context, sandboxName string) (string, error) {
+	obj, err := s.k8s.sandboxes(s.opts.Namespace).Get(ctx, sandboxName, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	ip := readSandboxInfo(obj).podIP
+	s.mu.Lock()
+	if s.sandboxName == sandboxName {
+		s.info.podIP = ip
+	}
+	s.mu.Unlock()
+	return ip, nil
 }
