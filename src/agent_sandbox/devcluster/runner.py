@@ -166,6 +166,7 @@ class Runner:
         self.runtimes: dict[str, PodRuntime] = {}
         self._dirty: set[str] = set()
         self._active: dict[str, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
         self._limit = asyncio.Semaphore(_CONCURRENCY)
         self._http: aiohttp.ClientSession | None = None
         self.pods.add_handler(
@@ -409,8 +410,9 @@ class Runner:
             log.info("%s: runtime of pod %s removed", key, rt.uid)
 
     # -- simulated crash ----------------------------------------------------------------------------------
-    async def crash(self, key: str) -> PodRuntime | None:
-        """Kill a pod's runtime as if its container died: NotReady now, restarted after a back-off."""
+    async def crash(self, key: str, noticed_after: float = 0.0) -> PodRuntime | None:
+        """Kill a pod's runtime as if its container died: NotReady now (or once the kubelet would notice,
+        `noticed_after` s later, the pod meanwhile Ready with nothing listening), restarted after a back-off."""
         rt = self.runtimes.get(key)
         if rt is None or rt.server is None:
             return None
@@ -419,12 +421,21 @@ class Runner:
         rt.message = "runtime crashed; restarting"
         with _logging_to(rt):
             await server.stop(0.0)
-        rt.not_before = time.monotonic() + _RESTART_BACKOFF
+        rt.not_before = time.monotonic() + noticed_after + _RESTART_BACKOFF
+        if noticed_after > 0:
+            task = asyncio.create_task(self._notice_crash(key, rt, noticed_after))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        else:
+            await self._notice_crash(key, rt, 0.0)
+        return rt
+
+    async def _notice_crash(self, key: str, rt: PodRuntime, after: float) -> None:
+        await asyncio.sleep(after)
         pod = self.pods.get(key)
         if pod is not None:
             await self._patch_ready(pod, rt, False, crashed=True)
         self.schedule(key, _RESTART_BACKOFF)
-        return rt
 
     # -- control port -------------------------------------------------------------------------------------
     def control_app(self) -> web.Application:
@@ -433,7 +444,11 @@ class Runner:
 
         async def crash(request: web.Request) -> web.Response:
             key = f"{request.match_info['namespace']}/{request.match_info['pod']}"
-            rt = await self.crash(key)
+            try:
+                noticed_after = float(request.query.get("noticed-after", "0"))
+            except ValueError:
+                return web.json_response({"message": "noticed-after: not a number of seconds"}, status=400)
+            rt = await self.crash(key, noticed_after)
             if rt is None:
                 return web.json_response({"message": f"no running runtime for {key}"}, status=404)
             return web.json_response(rt.describe())

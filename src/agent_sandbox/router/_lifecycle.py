@@ -157,8 +157,8 @@ class RouterLifecycle:
         Args:
             route: the request's route.
             deadline: the request's deadline (event loop time).
-            failed: the cache entry a dial just failed on (a pod being deleted); a pod replacing it is
-                awaited, not that one.
+            failed: the cache entry a dial just failed on (a pod being deleted, or whose container died); a
+                pod replacing it, or that pod with its container restarted, is awaited, not that one.
 
         Returns:
             True when a Ready pod is there now (resolve and dial again); False when this Sandbox does not
@@ -273,8 +273,10 @@ class RouterLifecycle:
         ns, name = key
         while True:
             entry = self.cache.by_name.get(key)
-            if entry is not None and (failed is None or entry.pod_uid != failed.pod_uid):
-                return
+            if entry is not None and (
+                failed is None or entry.pod_uid != failed.pod_uid or entry.restarts != failed.restarts
+            ):
+                return  # a new pod, or the failed one with its container restarted
             if task.done() and not task.cancelled() and task.exception() is not None:
                 raise ResumeFailed(f"Sandbox {ns}/{name} could not be resumed: {task.exception()}")
             if task.done() and not task.cancelled() and task.result() == "waited":

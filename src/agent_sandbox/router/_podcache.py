@@ -57,6 +57,8 @@ class PodEntry:
     """An unclaimed warm-pool member (reachable by UID only)."""
     pod_uid: str = ""
     """The Pod's own UID (tells a recreated pod from the one a dial just failed on)."""
+    restarts: int = 0
+    """Container restarts (tells a pod whose container came back from the one a dial just failed on)."""
 
 
 def entry_for(pod: Object) -> PodEntry | None:
@@ -89,6 +91,7 @@ def entry_for(pod: Object) -> PodEntry | None:
         ready=ready,
         warm=LABEL_WARM_POOL_SANDBOX in labels,
         pod_uid=str(meta.get("uid", "")),
+        restarts=sum(int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or ()),
     )
 
 

@@ -291,3 +291,29 @@ async def test_a_quota_refusal_is_named_in_the_503(
         f"Sandbox {namespace}/over-quota could not be resumed: ReconcilerError: "
     )
     assert "exceeded quota" in detail["detail"]
+
+
+async def test_a_request_to_a_crashed_runtime_waits_for_its_restart_not_the_resume_timeout(
+    kube: ApiClient,
+    namespace: str,
+    cluster: DevCluster,
+    start_router: StartRouter,
+    http: aiohttp.ClientSession,
+) -> None:
+    """The runtime of a Running Sandbox that resumes on request dies; its container restarts in the same pod.
+    A request that meets the dead runtime is held (as for a suspend) and must be served once the same pod is
+    Ready again. It used to wait for a pod with another UID, which never came: a 503 after the 60 s resume
+    timeout."""
+    router = await start_router()
+    await kube.create(SANDBOX, runtime_sandbox("phoenix", AUTO), namespace=namespace)
+    await ready_ip(kube, namespace, "phoenix")
+    pod = await kube.get(POD, "phoenix", namespace=namespace)
+    assert (await through(http, router, "phoenix", namespace))[0] == 200  # the connection is pooled now
+    cluster.crash_runtime(namespace, "phoenix", noticed_after=3.0)  # the pod stays Ready meanwhile
+    start = time.monotonic()
+    status, body = await through(http, router, "phoenix", namespace)
+    assert (status, body.get("stdout")) == (200, "phoenix\n"), body
+    assert time.monotonic() - start < 20
+    again = await kube.get(POD, "phoenix", namespace=namespace)
+    assert again["metadata"]["uid"] == pod["metadata"]["uid"]  # the same pod, restarted
+    assert again["status"]["containerStatuses"][0]["restartCount"] == 1

@@ -83,6 +83,18 @@ def test_entry_for(changes: dict[str, Any], tracked: bool) -> None:
     assert (entry_for(pod("sb", ip, **changes)) is not None) is tracked
 
 
+def test_entry_counts_container_restarts() -> None:
+    """A held request tells the pod whose container came back from the one its dial failed on by this."""
+    body = pod("sb", "10.0.0.1")
+    entry = entry_for(body)
+    assert entry is not None
+    assert entry.restarts == 0
+    body["status"]["containerStatuses"] = [{"name": "a", "restartCount": 2}, {"name": "b", "restartCount": 1}]
+    restarted = entry_for(body)
+    assert restarted is not None
+    assert restarted.restarts == 3
+
+
 def test_indexes() -> None:
     cache = cache_with(
         pod("sb", "10.0.0.1"),
