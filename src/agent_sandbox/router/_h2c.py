@@ -392,11 +392,15 @@ class _Session:
         )
         self.upstream_write = tunnel.to_upstream
         proxy.tunnels.add(tunnel)
+        if proxy.lifecycle is not None:
+            proxy.lifecycle.watch(route.namespace, route.sandbox_id, tunnel)
         try:
             # Client bytes keep coming through `feed` (frames inspected); server bytes are relayed as is.
             await tunnel.run(client_reader=self.feed, client_writer=self.to_client)
         finally:
             proxy.tunnels.discard(tunnel)
+            if proxy.lifecycle is not None:
+                proxy.lifecycle.unwatch(route.namespace, route.sandbox_id, tunnel)
             if not self._refused:
                 proxy.metrics.observe_request("PRI", 200, route.namespace, loop.time() - start)
 

@@ -3,7 +3,8 @@
 Two jobs, both only for Sandboxes that asked for them (`lifecycle.agents.x-k8s.io/*` on the Sandbox or its
 template); every other request is proxied exactly as without the flag.
 
-**Activity.** A proxied request to a Sandbox with an idle timeout is activity. The router keeps it in memory
+**Activity.** A proxied request to a Sandbox with an idle timeout is activity, from its start until its end;
+a WebSocket or h2c connection is activity while bytes move on it. The router keeps it in memory
 and writes the `last-activity` annotation at most once per `--sandbox-lifecycle-activity-interval` (capped at
 a quarter of the Sandbox's idle timeout) per Sandbox, in the background. When the recorded activity is older
 than half the idle timeout, the write is made before the request is proxied, so a lifecycle controller about
@@ -28,7 +29,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from ..api import lifecycle as lc
 from ..api.constants import OperatingMode
@@ -61,6 +62,13 @@ class ResumeFailed(RouteError):
 Key = tuple[str, str]
 
 
+class Traffic(Protocol):
+    """A relayed connection (`_tunnel.Tunnel`) as activity sees it."""
+
+    @property
+    def last_traffic(self) -> float: ...
+
+
 class RouterLifecycle:
     """Activity records and resume on request for one router process."""
 
@@ -85,6 +93,8 @@ class RouterLifecycle:
         self._pending: dict[Key, float] = {}
         self._written: dict[Key, float] = {}
         self._resuming: dict[Key, asyncio.Task[str]] = {}
+        self._open: dict[Key, int] = {}
+        self._tunnels: dict[Key, set[Traffic]] = {}
 
     # ------------------------------------------------------------------ activity
 
@@ -114,6 +124,49 @@ class RouterLifecycle:
             self._pending[key] = now
         return None
 
+    def opened(self, namespace: str, name: str) -> None:
+        """A request to the Sandbox is in flight (until `closed`): a long download or a slow command through a
+        port the runtime does not serve keeps the Sandbox in use although no new request arrives."""
+        if self.activity_interval > 0:
+            key = (namespace, name)
+            self._open[key] = self._open.get(key, 0) + 1
+
+    def closed(self, namespace: str, name: str) -> None:
+        """The request `opened` counted ended."""
+        key = (namespace, name)
+        count = self._open.get(key, 0) - 1
+        if count > 0:
+            self._open[key] = count
+        else:
+            self._open.pop(key, None)
+
+    def watch(self, namespace: str, name: str, tunnel: Traffic) -> None:
+        """A WebSocket or h2c connection to the Sandbox (until `unwatch`): activity while bytes move on it.
+
+        Not merely while it is open: a gRPC channel or a browser tab left open for the night would keep the
+        Sandbox from ever idling.
+        """
+        if self.activity_interval > 0:
+            self._tunnels.setdefault((namespace, name), set()).add(tunnel)
+
+    def unwatch(self, namespace: str, name: str, tunnel: Traffic) -> None:
+        key = (namespace, name)
+        tunnels = self._tunnels.get(key)
+        if tunnels is not None:
+            tunnels.discard(tunnel)
+            if not tunnels:
+                del self._tunnels[key]
+
+    def _in_use(self, since: float) -> list[Key]:
+        """Sandboxes with a request in flight, or a tunnel that moved bytes after `since` (monotonic)."""
+        busy = list(self._open)
+        busy.extend(
+            key
+            for key, tunnels in self._tunnels.items()
+            if key not in self._open and any(t.last_traffic > since for t in tunnels)
+        )
+        return busy
+
     async def _write_activity(self, key: Key, when: float, *, bound: float | None = None) -> bool:
         """Write `last-activity`; True when the written Sandbox is Suspended."""
         stamp = format_rfc3339nano(datetime.fromtimestamp(when, UTC))
@@ -134,8 +187,15 @@ class RouterLifecycle:
 
     async def run(self) -> None:
         """Write the noted activity in the background (one patch per Sandbox per flush, at most)."""
+        last = time.monotonic()
         while True:
             await asyncio.sleep(_FLUSH_PERIOD)
+            now = time.monotonic()
+            for namespace, name in self._in_use(last):
+                urgent = self.record(namespace, name)  # at the same bounded rate as new requests
+                if urgent is not None:
+                    await urgent
+            last = now
             due, self._pending = self._pending, {}
             for key, when in due.items():
                 self._written[key] = when

@@ -329,8 +329,18 @@ class Proxy:
             if span is not None and self.propagator is not None:
                 span.set_attribute("sandbox.upstream_source", target.source)
             exchange = Exchange(self, conn, req, route, out, upstream, target)
-            may_hold = self.lifecycle is not None and holds < MAX_HOLDS
-            result = await exchange.run(deadline, header_timeout, span, unanswered_ok=may_hold)
+            lifecycle = self.lifecycle
+            if lifecycle is None:
+                result = await exchange.run(deadline, header_timeout, span)
+            else:
+                # Ours: a request in flight (a long download, a slow command) is activity until it ends.
+                lifecycle.opened(route.namespace, route.sandbox_id)
+                try:
+                    result = await exchange.run(
+                        deadline, header_timeout, span, unanswered_ok=holds < MAX_HOLDS
+                    )
+                finally:
+                    lifecycle.closed(route.namespace, route.sandbox_id)
             if result == "retry":
                 if not fresh and body.rewind():
                     fresh = True
@@ -371,8 +381,12 @@ class Proxy:
             websocket=is_ws,
         )
         self.tunnels.add(tunnel)
+        if self.lifecycle is not None:
+            self.lifecycle.watch(route.namespace, route.sandbox_id, tunnel)
         try:
             await tunnel.run()
         finally:
             self.tunnels.discard(tunnel)
+            if self.lifecycle is not None:
+                self.lifecycle.unwatch(route.namespace, route.sandbox_id, tunnel)
             out.bytes_out += tunnel.bytes_to_client

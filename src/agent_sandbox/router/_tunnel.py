@@ -225,6 +225,11 @@ class Tunnel:
             conn.close()
             upstream.close()
 
+    @property
+    def last_traffic(self) -> float:
+        """When bytes last moved either way (`time.monotonic()`)."""
+        return self._last
+
     def to_upstream(self, data: bytes) -> None:
         self._last = time.monotonic()
         self.upstream.write(data)

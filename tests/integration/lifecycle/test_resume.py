@@ -317,3 +317,57 @@ async def test_a_request_to_a_crashed_runtime_waits_for_its_restart_not_the_resu
     again = await kube.get(POD, "phoenix", namespace=namespace)
     assert again["metadata"]["uid"] == pod["metadata"]["uid"]  # the same pod, restarted
     assert again["status"]["containerStatuses"][0]["restartCount"] == 1
+
+
+async def test_a_websocket_in_use_keeps_its_sandbox_from_idling(
+    kube: ApiClient, namespace: str, start_router: StartRouter
+) -> None:
+    """A notebook or IDE session is one WebSocket through the router; its messages are not new requests, and
+    a server of the sandbox's own (not the runtime) is invisible to the runtime's activity report. Traffic on
+    the connection is activity: the Sandbox stays Running while messages flow (it used to be suspended under
+    the user 3 s after the connection opened), and idles as usual once they stop, the connection still open
+    (a tab left open overnight)."""
+    from aiohttp import WSMsgType, web
+
+    router = await start_router()
+    annotations = {**AUTO, lc.ANNOTATION_IDLE_TIMEOUT: "3s"}
+    await kube.create(SANDBOX, runtime_sandbox("notebook", annotations), namespace=namespace)
+    ip = await ready_ip(kube, namespace, "notebook")
+
+    async def echo(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        async for msg in ws:
+            if msg.type == WSMsgType.TEXT:
+                await ws.send_str(msg.data)
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/ws", echo)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, ip, 0)  # on the pod's address, as the sandbox's own server would be
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    headers = {"X-Sandbox-ID": "notebook", "X-Sandbox-Namespace": namespace, "X-Sandbox-Port": str(port)}
+
+    async def mode() -> str:
+        return str((await kube.get(SANDBOX, "notebook", namespace=namespace))["spec"].get("operatingMode"))
+
+    try:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.ws_connect(f"http://127.0.0.1:{router.http_port}/ws", headers=headers) as ws,
+        ):
+            for i in range(8):  # 8 s: well past the 3 s idle timeout
+                await ws.send_str(f"cell {i}")
+                assert await ws.receive_str(timeout=10) == f"cell {i}"
+                await asyncio.sleep(1)
+            assert await mode() == "Running"
+
+            async def suspended() -> bool:
+                return await mode() == "Suspended"
+
+            await eventually(suspended, "the Sandbox suspended once the messages stopped", within=30)
+    finally:
+        await runner.cleanup()
