@@ -410,9 +410,11 @@ class Runner:
             log.info("%s: runtime of pod %s removed", key, rt.uid)
 
     # -- simulated crash ----------------------------------------------------------------------------------
-    async def crash(self, key: str, noticed_after: float = 0.0) -> PodRuntime | None:
+    async def crash(self, key: str, noticed_after: float = 0.0, *, hard: bool = False) -> PodRuntime | None:
         """Kill a pod's runtime as if its container died: NotReady now (or once the kubelet would notice,
-        `noticed_after` s later, the pod meanwhile Ready with nothing listening), restarted after a back-off."""
+        `noticed_after` s later, the pod meanwhile Ready with nothing listening), restarted after a back-off.
+
+        `hard`: as SIGKILL (connections reset, in-flight requests unanswered), not SIGTERM (answered)."""
         rt = self.runtimes.get(key)
         if rt is None or rt.server is None:
             return None
@@ -420,7 +422,7 @@ class Runner:
         rt.healthy, rt.state, rt.restarts = False, "crashed", rt.restarts + 1
         rt.message = "runtime crashed; restarting"
         with _logging_to(rt):
-            await server.stop(0.0)
+            await (server.kill() if hard else server.stop(0.0))
         rt.not_before = time.monotonic() + noticed_after + _RESTART_BACKOFF
         if noticed_after > 0:
             task = asyncio.create_task(self._notice_crash(key, rt, noticed_after))
@@ -448,7 +450,7 @@ class Runner:
                 noticed_after = float(request.query.get("noticed-after", "0"))
             except ValueError:
                 return web.json_response({"message": "noticed-after: not a number of seconds"}, status=400)
-            rt = await self.crash(key, noticed_after)
+            rt = await self.crash(key, noticed_after, hard=request.query.get("hard") == "true")
             if rt is None:
                 return web.json_response({"message": f"no running runtime for {key}"}, status=404)
             return web.json_response(rt.describe())

@@ -37,10 +37,15 @@ class RunnerClient(ClusterHandle):
             raise ClusterError(f"runner answered {status}: {body}")
         return list(body)
 
-    def crash_runtime(self, namespace: str, pod: str, *, noticed_after: float = 0.0) -> dict[str, Any]:
+    def crash_runtime(
+        self, namespace: str, pod: str, *, noticed_after: float = 0.0, hard: bool = False
+    ) -> dict[str, Any]:
         """Kill a pod's runtime as a dying container would: the pod turns NotReady (`noticed_after` s later, as
-        a kubelet's probe notices), then Ready again."""
-        query = f"?noticed-after={noticed_after}" if noticed_after else ""
+        a kubelet's probe notices), then Ready again. `hard`: as SIGKILL (requests in flight unanswered)."""
+        params = {"noticed-after": str(noticed_after)} if noticed_after else {}
+        if hard:
+            params["hard"] = "true"
+        query = "?" + "&".join(f"{k}={v}" for k, v in params.items()) if params else ""
         status, body = self._runner_call("POST", f"/runtimes/{namespace}/{pod}/crash{query}")
         if status != 200:
             raise ClusterError(f"cannot crash the runtime of {namespace}/{pod}: {body}")

@@ -249,6 +249,17 @@ class Proxy:
             reply(conn, out, refused.status, refused.detail, req, extra=retry_after)
             return None
 
+    def _replaced(self, route: Route, target: Target) -> bool:
+        """The Sandbox has another pod than the one that closed the request's connection unanswered.
+
+        Only then is the request sent again: a draining pod closes the connections it has not read; the
+        same pod with its container restarted may have run the request before dying (a command that
+        crashed the runtime would run twice).
+        """
+        assert self.lifecycle is not None
+        now = self.lifecycle.current_pod(route)
+        return now is not None and (target.entry is None or now.pod_uid != target.entry.pod_uid)
+
     async def _forward(
         self,
         conn: ClientConnection,
@@ -356,7 +367,7 @@ class Proxy:
                 held = await self._hold(conn, out, req, route, deadline, target.entry)
                 if held is None:
                     return
-                if held and body.rewind():
+                if held and self._replaced(route, target) and body.rewind():
                     retries, delay, fresh = 0, settings.retry_initial, False
                     continue
                 self.metrics.upstream_error(route.namespace, exchange.failure)

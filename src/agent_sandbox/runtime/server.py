@@ -112,6 +112,19 @@ class RuntimeServer:
             await children
         self._stopped.set()
 
+    async def kill(self) -> None:
+        """Die as SIGKILL would have the process die: every HTTP connection reset unanswered, then stop at once.
+
+        For the dev cluster's simulated hard crash; `stop` is the graceful SIGTERM (in-flight requests are
+        answered).
+        """
+        for _, runner in self._runners:
+            server = runner.server
+            for handler in list(server.connections if server is not None else ()):
+                if handler.transport is not None:
+                    handler.transport.abort()
+        await self.stop(0.0)
+
     async def _close_listeners(self, deadline: float) -> None:
         tasks = [runner.cleanup() for _, runner in self._runners]
         if self._grpc is not None:

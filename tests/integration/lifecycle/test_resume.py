@@ -25,6 +25,7 @@ from agent_sandbox.router import Router
 from tests.helpers import controller_metrics, eventually
 from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE
 from tests.integration.lifecycle.helpers import (
+    execute,
     get_or_none,
     metric_value,
     ready_ip,
@@ -371,3 +372,37 @@ async def test_a_websocket_in_use_keeps_its_sandbox_from_idling(
             await eventually(suspended, "the Sandbox suspended once the messages stopped", within=30)
     finally:
         await runner.cleanup()
+
+
+async def test_a_request_a_crashing_runtime_closed_unanswered_is_not_run_twice(
+    kube: ApiClient,
+    namespace: str,
+    cluster: DevCluster,
+    start_router: StartRouter,
+    http: aiohttp.ClientSession,
+) -> None:
+    """The runtime dies while running a command; its container restarts in the same pod. The request was
+    read and may have done its work, so it is not sent again to the restarted container (as a request a
+    draining pod closed unread is sent to the resumed pod): the client gets the 502, the command ran once."""
+    router = await start_router()
+    await kube.create(SANDBOX, runtime_sandbox("once", AUTO), namespace=namespace)
+    ip = await ready_ip(kube, namespace, "once")
+    slow = through(http, router, "once", namespace, "sh -c 'echo run >> runs.txt; sleep 5'")
+    request = asyncio.ensure_future(slow)
+
+    async def started() -> bool:
+        return (await execute(http, ip, "cat runs.txt"))["stdout"] == "run\n"
+
+    await eventually(started, "the command running")
+    cluster.crash_runtime(namespace, "once", hard=True)
+    status, body = await request
+    assert (status, body) == (502, {"detail": "Could not connect to the backend sandbox: once"}), body
+
+    async def back() -> bool:
+        pod = await kube.get(POD, "once", namespace=namespace)
+        return pod["status"]["containerStatuses"][0].get("restartCount") == 1 and any(
+            c["type"] == "Ready" and c["status"] == "True" for c in pod["status"]["conditions"]
+        )
+
+    await eventually(back, "the runtime restarted")
+    assert (await execute(http, ip, "cat runs.txt"))["stdout"] == "run\n"  # once
