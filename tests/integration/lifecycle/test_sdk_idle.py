@@ -7,6 +7,7 @@ runtime, gRPC on sandboxd) or a file read - is served by the resumed pod without
 from __future__ import annotations
 
 import asyncio
+import io
 
 import pytest
 
@@ -53,7 +54,11 @@ async def test_an_idle_sdk_sandbox_is_suspended_and_the_next_call_resumes_it(
             return current["spec"].get("operatingMode") == "Suspended"
 
         await eventually(suspended, "the idle sandbox suspended by the controller", within=60)
-        # The same handle, as a program that was busy elsewhere: nothing to do but call.
+        # The same handle, as a program that was busy elsewhere: nothing to do but call. The first call is
+        # an upload streamed from a file object (2 MiB in 64 KiB chunks), the hardest to hold and resend.
+        upload = io.BytesIO(bytes(range(256)) * 8192)
+        await asyncio.to_thread(files.write, "big.bin", upload)
+        assert await asyncio.to_thread(files.read, "big.bin") == upload.getvalue()
         assert (await asyncio.to_thread(commands.run, "echo after")).stdout == "after\n"
         assert await asyncio.to_thread(files.read, "kept.txt") == b"written before the suspend"
         current = await kube.get(SANDBOX, sandbox.sandbox_id, namespace=namespace)
