@@ -12,9 +12,10 @@ import pytest
 
 from agent_sandbox.api import lifecycle as lc
 from agent_sandbox.api import processv1 as pb
+from agent_sandbox.cli.lifecycle import hibernate
 from agent_sandbox.kube import SANDBOX, ApiClient
 from tests.helpers import eventually
-from tests.integration.lifecycle.helpers import metric_value, ready_ip, router_metrics
+from tests.integration.lifecycle.helpers import get_or_none, metric_value, ready_ip, router_metrics
 from tests.integration.lifecycle.test_resume import AUTO, StartRouter, runtime_sandbox, suspend_and_wait
 from tests.integration.runtime.helpers import ProcessClient
 
@@ -89,3 +90,27 @@ async def test_a_sandbox_that_cannot_start_is_unavailable_with_the_reason(
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
     detail = err.value.details() or ""
     assert detail.startswith(f"Sandbox {namespace}/grpc-toobig could not be resumed: Unschedulable: "), detail
+
+
+async def test_a_grpc_call_restores_a_hibernated_sandbox(
+    kube: ApiClient, namespace: str, start_router: StartRouter
+) -> None:
+    router = await start_router("--enable-h2c")
+    await kube.create(SANDBOX, runtime_sandbox("grpc-sleeper", AUTO), namespace=namespace)
+    await ready_ip(kube, namespace, "grpc-sleeper")
+    await hibernate(kube, "grpc-sleeper", namespace)
+
+    async def archived() -> bool:
+        gone = await get_or_none(kube, SANDBOX, "grpc-sleeper", namespace) is None
+        return gone and await get_or_none(kube, lc.ARCHIVE, "grpc-sleeper", namespace) is not None
+
+    await eventually(archived, "grpc-sleeper hibernated")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{router.http_port}") as channel:
+        resp = await ProcessClient(channel).execute_call(
+            HOSTNAME, timeout=90, metadata=routing("grpc-sleeper", namespace)
+        )
+    assert (resp.exit_code, resp.stdout) == (0, b"grpc-sleeper\n")
+    restored = await kube.get(SANDBOX, "grpc-sleeper", namespace=namespace)
+    assert restored["metadata"]["annotations"][lc.ANNOTATION_RESUME_REASON] == "Request"
+    metrics = await router_metrics(router)
+    assert metric_value(metrics, "sandbox_router_lifecycle_resumes_total", result="restored") == 1
