@@ -11,13 +11,11 @@ the cluster, router or sandbox; 2 invalid usage or input; 3 not found; 4 timed o
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import shlex
 import sys
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -40,6 +38,7 @@ from agent_sandbox_sdk import (
 from agent_sandbox_sdk.constants import ROUTER_URL_ENV
 from agent_sandbox_sdk.models import SandboxConnectionConfig
 
+from .copy import copy
 from .output import FORMATS, age, progress, relay_output, render
 
 __all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_TIMEOUT", "EXIT_USAGE", "add_sandbox_commands"]
@@ -122,14 +121,6 @@ def _info(client: SandboxClient, namespace: str, claim: str) -> SandboxInfo:
         if info.claim_name == claim:
             return info
     raise SandboxNotFoundError(f"SandboxClaim {namespace}/{claim} not found")
-
-
-def _split_remote(spec: str) -> tuple[str, str] | None:
-    """`claim:path` -> (claim, path); a local path (no colon before any slash) -> None."""
-    head, sep, tail = spec.partition(":")
-    if not sep or "/" in head or not head:
-        return None
-    return head, tail
 
 
 # ----------------------------------------------------------------------------------------- commands
@@ -232,74 +223,8 @@ def _exit_code(result: ExecutionResult) -> int:
     return result.exit_code if 0 <= result.exit_code <= 255 else EXIT_ERROR
 
 
-#: `cp`'s name for standard input (as the source) or standard output (as the destination), as `docker cp`.
-STDIO = "-"
-
-
-class _CountingReader(io.RawIOBase):
-    """Counts what is read through it (the size of an upload from standard input)."""
-
-    def __init__(self, source: BinaryIO) -> None:
-        self.source, self.count = source, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.source.read(len(buffer))
-        buffer[: len(data)] = data
-        self.count += len(data)
-        return len(data)
-
-
 def _cp(args: argparse.Namespace) -> int:
-    src, dst = _split_remote(args.src), _split_remote(args.dst)
-    if (src is None) == (dst is None):
-        raise ValueError("cp copies between a local path and CLAIM:PATH (exactly one side remote)")
-    client = make_client(args)
-    if dst is not None and args.src == STDIO:
-        claim, path = dst
-        if not path or path.endswith("/"):
-            raise ValueError("cp - CLAIM:PATH needs a file name after CLAIM: (standard input has none)")
-        sandbox = client.get_sandbox(claim, args.namespace)
-        assert sandbox.files is not None
-        counted = _CountingReader(sys.stdin.buffer)
-        sandbox.files.write(path, io.BufferedReader(counted), timeout=args.timeout)
-        print(f"- -> {claim}:{path} ({counted.count} bytes)", file=sys.stderr)
-        return 0
-    if dst is not None:
-        local = Path(args.src)
-        if not local.exists():
-            raise ValueError(f"{local}: no such file")
-        if not local.is_file():
-            raise ValueError(f"{local}: not a file (directories are not copied)")
-        claim, path = dst
-        path = path or local.name
-        if path.endswith("/"):
-            path += local.name
-        sandbox = client.get_sandbox(claim, args.namespace)
-        assert sandbox.files is not None
-        with local.open("rb") as fh:
-            sandbox.files.write(path, fh, timeout=args.timeout)
-        print(f"{local} -> {claim}:{path} ({local.stat().st_size} bytes)", file=sys.stderr)
-        return 0
-    assert src is not None
-    claim, path = src
-    if not path:
-        raise ValueError("cp needs a file path after CLAIM:")
-    sandbox = client.get_sandbox(claim, args.namespace)
-    assert sandbox.files is not None
-    if args.dst == STDIO:
-        written = sandbox.files.read_to(path, sys.stdout.buffer, timeout=args.timeout)
-        sys.stdout.buffer.flush()
-        print(f"{claim}:{path} -> - ({written} bytes)", file=sys.stderr)
-        return 0
-    target = Path(args.dst)
-    if target.is_dir():
-        target = target / Path(path).name
-    written = sandbox.files.read_to(path, target, timeout=args.timeout)
-    print(f"{claim}:{path} -> {target} ({written} bytes)", file=sys.stderr)
-    return 0
+    return copy(make_client(args), args)
 
 
 def _suspend_resume(suspend: bool) -> Handler:
@@ -458,7 +383,11 @@ def add_sandbox_commands(sub: Any) -> None:
     )
     exe.set_defaults(exec_parser=exe)
 
-    cp = add("cp", _cp, "copy a file to or from a sandbox (CLAIM:PATH on one side; - is stdin / stdout)")
+    cp = add(
+        "cp",
+        _cp,
+        "copy a file or directory to or from a sandbox (CLAIM:PATH on one side; - is stdin / stdout)",
+    )
     cp.add_argument("src")
     cp.add_argument("dst")
     cp.add_argument("--timeout", type=_seconds, default=300, help="seconds (default 300)")

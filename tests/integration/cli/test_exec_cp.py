@@ -95,7 +95,10 @@ def test_exec_cp_and_logs(
     assert both_local.returncode == 2
     # Local paths that are not there are named as typed.
     absent = cli(cluster, router, "cp", str(tmp_path / "absent.txt"), "sb:x", *ns)
-    assert (absent.returncode, absent.stderr) == (2, f"error: {tmp_path / 'absent.txt'}: no such file\n")
+    assert (absent.returncode, absent.stderr) == (
+        2,
+        f"error: {tmp_path / 'absent.txt'}: no such file or directory\n",
+    )
     into_nothing = cli(cluster, router, "cp", "sb:in/up.txt", str(tmp_path / "no-dir" / "f"), *ns)
     assert into_nothing.returncode == 2
     assert f"No such file or directory: '{tmp_path / 'no-dir' / 'f'}'" in into_nothing.stderr
@@ -108,3 +111,62 @@ def test_exec_cp_and_logs(
 
     nothing = cli(cluster, router, "exec", "nobody", *ns, "--", "true")
     assert nothing.returncode == 3
+
+
+def test_cp_copies_directory_trees_both_ways(
+    cluster: DevCluster, namespace: str, controller: Started, router: str, tmp_path: Path
+) -> None:
+    """`cp` copies a directory with everything under it, as `docker cp` does: into a destination directory that
+    exists, as a destination that does not, or only its contents with `/.`; empty directories too; local
+    symbolic links reported and skipped. It used to refuse directories ("directories are not copied")."""
+    apply_pool(cluster, namespace, replicas=1, containers=[{"name": "runtime", "image": RUNTIME_IMAGE}])
+    ns = ("-n", namespace)
+    assert cli(cluster, router, "create", "pool", *ns, "--name", "tree").returncode == 0
+    tree = tmp_path / "project"
+    (tree / "src" / "pkg").mkdir(parents=True)
+    (tree / "empty").mkdir()
+    (tree / "README").write_text("top\n")
+    (tree / "src" / "pkg" / "data.bin").write_bytes(bytes(range(256)) * 800)
+    (tree / "src" / "main.py").write_text("print(1)\n")
+    (tree / "link").symlink_to(tree / "README")
+
+    up = cli(cluster, router, "cp", str(tree), "tree:work", *ns)
+    assert up.returncode == 0, up.stderr
+    assert f"warning: skipped {tree / 'link'} (symbolic links are not copied)" in up.stderr
+    assert up.stderr.endswith(f"{tree} -> tree:work (3 files, 204813 bytes)\n")
+    listing = cli(cluster, router, "exec", *ns, "tree", "--", "sh", "-c", "cd work && find . | sort")
+    assert listing.stdout.split() == [
+        ".", "./README", "./empty", "./src", "./src/main.py", "./src/pkg", "./src/pkg/data.bin",
+    ]  # fmt: skip
+    # `work` exists now: a second copy goes inside it, as `cp -r` and `docker cp` do.
+    assert cli(cluster, router, "cp", str(tree), "tree:work", *ns).returncode == 0
+    assert (
+        cli(cluster, router, "exec", *ns, "tree", "--", "test", "-f", "work/project/src/main.py").returncode
+        == 0
+    )
+    # A single file into an existing directory keeps its name.
+    assert cli(cluster, router, "cp", str(tree / "README"), "tree:work/src", *ns).returncode == 0
+    assert cli(cluster, router, "exec", *ns, "tree", "--", "cat", "work/src/README").stdout == "top\n"
+
+    down = tmp_path / "down"
+    got = cli(cluster, router, "cp", "tree:work", str(down), *ns)
+    assert got.returncode == 0, got.stderr
+    assert (down / "src" / "pkg" / "data.bin").read_bytes() == bytes(range(256)) * 800
+    assert (down / "project" / "README").read_text() == "top\n"
+    assert (down / "empty").is_dir()
+    assert not (down / "link").exists()
+    # Into an existing local directory: as `down/pkg`; with `/.`, only the contents.
+    assert cli(cluster, router, "cp", "tree:work/src/pkg", str(down), *ns).returncode == 0
+    assert (down / "pkg" / "data.bin").is_file()
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    assert cli(cluster, router, "cp", "tree:work/src/.", str(flat), *ns).returncode == 0
+    assert sorted(p.name for p in flat.iterdir()) == ["README", "main.py", "pkg"]
+    # A directory cannot go to standard output; a local file is not a directory to copy into.
+    to_stdout = cli(cluster, router, "cp", "tree:work", "-", *ns)
+    assert (to_stdout.returncode, to_stdout.stderr) == (
+        2,
+        "error: tree:work: a directory cannot be written to standard output\n",
+    )
+    onto_file = cli(cluster, router, "cp", "tree:work", str(tree / "README"), *ns)
+    assert (onto_file.returncode, onto_file.stderr) == (2, f"error: {tree / 'README'}: not a directory\n")

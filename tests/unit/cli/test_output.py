@@ -9,9 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 
+from agent_sandbox.cli.copy import split_remote
 from agent_sandbox.cli.main import build_parser
 from agent_sandbox.cli.output import age, progress, render
-from agent_sandbox.cli.sandboxes import SANDBOX_COLUMNS, _pairs, _split_remote
+from agent_sandbox.cli.sandboxes import SANDBOX_COLUMNS, _pairs
 from agent_sandbox_sdk import SandboxInfo
 
 pytestmark = pytest.mark.unit
@@ -77,7 +78,7 @@ def test_progress_is_silent_when_not_a_terminal() -> None:
      ("/abs/path", None)],
 )  # fmt: skip
 def test_remote_paths(spec: str, parsed: tuple[str, str] | None) -> None:
-    assert _split_remote(spec) == parsed
+    assert split_remote(spec) == parsed
 
 
 def test_key_value_pairs() -> None:

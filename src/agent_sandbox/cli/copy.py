@@ -1,0 +1,234 @@
+"""`agent-sandbox cp`: files and directory trees between this machine and a sandbox, as `docker cp` copies.
+
+One side is `CLAIM:PATH` (a path relative to the sandbox's root), the other a local path or `-` (standard
+input as the source, standard output as the destination; a single file only). A directory is copied with
+everything under it: to a destination that exists as a directory it goes inside it (`cp src dir` makes
+`dir/src`), to one that does not exist it becomes it; a source ending in `/.` copies the directory's contents
+instead. Symbolic links are not followed when uploading (they are reported and skipped: following one could
+upload a file from outside the tree); the runtimes' file APIs list only files and directories. Empty
+directories are created (uploads: one `mkdir -p` command in the sandbox, as the file APIs have no mkdir).
+Names a sandbox lists are checked before anything is written locally: the sandbox is not trusted, and an
+entry named `..` or `a/b` is refused rather than written outside the destination.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import posixpath
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from agent_sandbox_sdk import Sandbox, SandboxClient, SandboxError
+
+__all__ = ["STDIO", "copy", "split_remote"]
+
+#: `cp`'s name for standard input (as the source) or standard output (as the destination), as `docker cp`.
+STDIO = "-"
+
+
+def split_remote(spec: str) -> tuple[str, str] | None:
+    """`claim:path` -> (claim, path); a local path (no colon before any slash) -> None."""
+    head, sep, tail = spec.partition(":")
+    if not sep or "/" in head or not head:
+        return None
+    return head, tail
+
+
+@dataclass
+class _Tally:
+    files: int = 0
+    bytes: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        noun = "file" if self.files == 1 else "files"
+        return f"{self.files} {noun}, {self.bytes} bytes"
+
+
+class _CountingReader(io.RawIOBase):
+    """Counts what is read through it (the size of an upload from standard input)."""
+
+    def __init__(self, source: BinaryIO) -> None:
+        self.source, self.count = source, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.source.read(len(buffer))
+        buffer[: len(data)] = data
+        self.count += len(data)
+        return len(data)
+
+
+def copy(client: SandboxClient, args: argparse.Namespace) -> int:
+    """Run `cp` (`args.src`, `args.dst`, `args.namespace`, `args.timeout`)."""
+    src, dst = split_remote(args.src), split_remote(args.dst)
+    if (src is None) == (dst is None):
+        raise ValueError("cp copies between a local path and CLAIM:PATH (exactly one side remote)")
+    if dst is not None:
+        return _upload(client, args, dst)
+    assert src is not None
+    return _download(client, args, src)
+
+
+def _files(client: SandboxClient, claim: str, namespace: str) -> Sandbox:
+    sandbox = client.get_sandbox(claim, namespace)
+    assert sandbox.files is not None
+    return sandbox
+
+
+def _upload(client: SandboxClient, args: argparse.Namespace, dst: tuple[str, str]) -> int:
+    claim, path = dst
+    timeout = args.timeout
+    if args.src == STDIO:
+        if not path or path.endswith("/"):
+            raise ValueError("cp - CLAIM:PATH needs a file name after CLAIM: (standard input has none)")
+        files = _files(client, claim, args.namespace).files
+        assert files is not None
+        counted = _CountingReader(sys.stdin.buffer)
+        files.write(path, io.BufferedReader(counted), timeout=timeout)
+        print(f"- -> {claim}:{path} ({counted.count} bytes)", file=sys.stderr)
+        return 0
+    local = Path(args.src)
+    if not local.exists():
+        raise ValueError(f"{local}: no such file or directory")
+    sandbox = _files(client, claim, args.namespace)
+    files = sandbox.files
+    assert files is not None
+    if local.is_file():
+        if not path or path.endswith("/") or _remote_type(sandbox, path, timeout) == "directory":
+            path = posixpath.join(path, local.name) if path else local.name
+        with local.open("rb") as fh:
+            files.write(path, fh, timeout=timeout)
+        print(f"{local} -> {claim}:{path} ({local.stat().st_size} bytes)", file=sys.stderr)
+        return 0
+    if not local.is_dir():
+        raise ValueError(f"{local}: not a file or directory")
+    contents_only = args.src.rstrip("/").endswith("/.") or args.src in (".", "./")
+    if not path:
+        target = "" if contents_only else local.resolve().name
+    else:
+        kind = _remote_type(sandbox, path.rstrip("/"), timeout)
+        if kind == "file":
+            raise ValueError(f"{claim}:{path}: not a directory")
+        into = kind == "directory" and not contents_only
+        target = posixpath.join(path.rstrip("/"), local.resolve().name) if into else path.rstrip("/")
+    tally = _upload_tree(sandbox, local, target, timeout)
+    for skipped in tally.skipped:
+        print(f"warning: skipped {skipped} (symbolic links are not copied)", file=sys.stderr)
+    print(f"{local} -> {claim}:{target or '.'} ({tally.summary()})", file=sys.stderr)
+    return 0
+
+
+def _upload_tree(sandbox: Sandbox, root: Path, target: str, timeout: float) -> _Tally:
+    files, commands = sandbox.files, sandbox.commands
+    assert files is not None
+    tally, empty = _Tally(), []
+    for directory, dirnames, filenames in os.walk(root, followlinks=False):
+        here = Path(directory)
+        rel = here.relative_to(root).as_posix()
+        remote_dir = posixpath.normpath(posixpath.join(target, rel)) if target else rel
+        remote_dir = "" if remote_dir == "." else remote_dir
+        for name in list(dirnames):
+            if (here / name).is_symlink():
+                dirnames.remove(name)
+                tally.skipped.append(str(here / name))
+        wrote = False
+        for name in sorted(filenames):
+            local = here / name
+            if local.is_symlink() or not local.is_file():
+                tally.skipped.append(str(local))
+                continue
+            remote = posixpath.join(remote_dir, name) if remote_dir else name
+            with local.open("rb") as fh:
+                files.write(remote, fh, timeout=timeout)
+            tally.files += 1
+            tally.bytes += local.stat().st_size
+            wrote = True
+        if not wrote and not dirnames and remote_dir:
+            empty.append(remote_dir)
+    if empty:
+        assert commands is not None
+        # Quoted for a shell (sandboxd) and for the legacy runtime's shell-like split alike.
+        result = commands.run(shlex.join(["mkdir", "-p", "--", *empty]), timeout=timeout)
+        if result.exit_code != 0:
+            raise SandboxError(f"creating empty directories failed: {result.stderr.strip()}")
+    return tally
+
+
+def _remote_type(sandbox: Sandbox, path: str, timeout: float) -> str | None:
+    """ "file", "directory", or None when nothing is at `path` (read from its parent's listing)."""
+    files = sandbox.files
+    assert files is not None
+    parent, name = posixpath.split(posixpath.normpath(path))
+    if name in ("", "."):
+        return "directory"  # the root
+    try:
+        entries = files.list(parent)
+    except SandboxError:
+        return None  # no such parent
+    return next((e.type for e in entries if e.name == name), None)
+
+
+def _download(client: SandboxClient, args: argparse.Namespace, src: tuple[str, str]) -> int:
+    claim, path = src
+    if not path:
+        raise ValueError("cp needs a path after CLAIM: (. for the sandbox's whole root)")
+    timeout = args.timeout
+    sandbox = _files(client, claim, args.namespace)
+    files = sandbox.files
+    assert files is not None
+    kind = _remote_type(sandbox, path, timeout)
+    if args.dst == STDIO:
+        if kind == "directory":
+            raise ValueError(f"{claim}:{path}: a directory cannot be written to standard output")
+        written = files.read_to(path, sys.stdout.buffer, timeout=timeout)
+        sys.stdout.buffer.flush()
+        print(f"{claim}:{path} -> - ({written} bytes)", file=sys.stderr)
+        return 0
+    target = Path(args.dst)
+    if kind != "directory":
+        if target.is_dir():
+            target = target / posixpath.basename(posixpath.normpath(path))
+        written = files.read_to(path, target, timeout=timeout)
+        print(f"{claim}:{path} -> {target} ({written} bytes)", file=sys.stderr)
+        return 0
+    contents_only = path.rstrip("/").endswith("/.") or path.rstrip("/") == "."
+    if target.is_dir() and not contents_only:
+        name = posixpath.basename(posixpath.normpath(path))
+        target = target / _checked_name(name or claim, path)
+    elif target.exists() and not target.is_dir():
+        raise ValueError(f"{target}: not a directory")
+    tally = _Tally()
+    _download_tree(sandbox, posixpath.normpath(path), target, timeout, tally)
+    print(f"{claim}:{path} -> {target} ({tally.summary()})", file=sys.stderr)
+    return 0
+
+
+def _download_tree(sandbox: Sandbox, remote: str, local: Path, timeout: float, tally: _Tally) -> None:
+    files = sandbox.files
+    assert files is not None
+    local.mkdir(parents=True, exist_ok=True)
+    for entry in files.list(remote):
+        name = _checked_name(entry.name, remote)
+        child = name if remote in ("", ".") else posixpath.join(remote, name)
+        if entry.type == "directory":
+            _download_tree(sandbox, child, local / name, timeout, tally)
+        else:
+            tally.bytes += files.read_to(child, local / name, timeout=timeout)
+            tally.files += 1
+
+
+def _checked_name(name: str, where: str) -> str:
+    """A name from the sandbox's listing, refused unless it is one plain path component."""
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        raise SandboxError(
+            f"the sandbox listed an unusable name {name!r} in {where!r}; nothing written for it"
+        )
+    return name
