@@ -38,6 +38,17 @@ def fresh_ip() -> str:
     return f"127.250.{(n // 256) % 256}.{n % 254 + 1}"
 
 
+async def raw_backend(
+    serve: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+) -> tuple[asyncio.Server, dict[str, str]]:
+    """A sandbox stand-in speaking raw bytes on a fresh loopback address: the server, and the routing headers
+    that reach it through the router."""
+    ip = fresh_ip()
+    server = await asyncio.start_server(serve, ip, 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, {"X-Sandbox-ID": "sb", "X-Sandbox-Pod-IP": ip, "X-Sandbox-Port": str(port)}
+
+
 @dataclass
 class Backend:
     """A sandbox stand-in: records what reached it."""

@@ -14,7 +14,7 @@ import pytest
 
 from agent_sandbox.router import Router
 
-from .conftest import Backend, fresh_ip, raw_request, request_bytes, scrape
+from .conftest import Backend, fresh_ip, raw_backend, raw_request, request_bytes, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -195,10 +195,7 @@ async def test_a_request_resent_after_a_dead_pooled_connection_carries_its_body(
             pass
         writer.close()
 
-    ip = fresh_ip()
-    server = await asyncio.start_server(serve, ip, 0)
-    port = server.sockets[0].getsockname()[1]
-    headers = {"X-Sandbox-ID": "sb", "X-Sandbox-Pod-IP": ip, "X-Sandbox-Port": str(port)}
+    server, headers = await raw_backend(serve)
 
     async def payload(data: bytes) -> AsyncIterator[bytes]:
         yield data
@@ -238,10 +235,7 @@ async def test_response_head_is_bounded(router: Router, endless: bool) -> None:
             pass
         writer.close()
 
-    ip = fresh_ip()
-    server = await asyncio.start_server(serve, ip, 0)
-    port = server.sockets[0].getsockname()[1]
-    headers = {"X-Sandbox-ID": "sb", "X-Sandbox-Pod-IP": ip, "X-Sandbox-Port": str(port)}
+    server, headers = await raw_backend(serve)
     try:
         start = time.monotonic()
         resp = await raw_request(router.http_port or 0, request_bytes("GET", "/", headers), within=10)
