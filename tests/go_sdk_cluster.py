@@ -34,7 +34,9 @@ COLD_POOL = "cold"  # replicas 0: every claim cold-starts a sandbox
 
 
 def _router(cluster: DevCluster) -> str:
-    """Start `agent-sandbox-router` on loopback (pod IPs are 127.x, so loopback targets are allowed)."""
+    """Start `agent-sandbox-router` on loopback (pod IPs are 127.x, so loopback targets are allowed), with the
+    Pod cache as the installed router runs (k8s/router): an `X-Sandbox-Pod-IP` that is not the Sandbox's pod
+    is refused, not dialled (the address of a suspended sandbox's pod may belong to another one by then)."""
     script = os.path.join(os.path.dirname(sys.executable), "agent-sandbox-router")
     port, probe, metrics = (cluster.reserve_port(f"router_{n}") for n in ("http", "probe", "metrics"))
     started = cluster.add_process(
@@ -45,6 +47,8 @@ def _router(cluster: DevCluster) -> str:
             f"--health-probe-bind-address=127.0.0.1:{probe}",
             f"--metrics-bind-address=127.0.0.1:{metrics}",
             "--allow-loopback-pod-ip",
+            "--cache-enabled",
+            f"--kubeconfig={cluster.kubeconfig}",
         ],
     )
     deadline = time.monotonic() + 60

@@ -587,8 +587,10 @@ func setOperatingMode(t *testing.T, ctx context.Context, name, mode string) stri
 }
 
 // A handle whose Sandbox was suspended and resumed by someone else keeps working through the router: its
-// pod IP is stale, the router cannot reach it (502), and the SDK reads the Sandbox's new one. Every call used
-// to fail until the handle was reopened.
+// pod IP is stale and now another sandbox's, the router (with the Pod cache, as installed) refuses it as not
+// the Sandbox's, and the SDK resends without it, then reads the Sandbox's new one. Every call used to fail
+// with that 403 until the handle was reopened. (A router without the cache dials the old address: a 502
+// while nothing listens there - the unit tests' other case - or, as upstream's, the other sandbox.)
 func TestHandleFollowsAPodMovedBehindItsBack(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 3*time.Minute)
@@ -600,15 +602,10 @@ func TestHandleFollowsAPodMovedBehindItsBack(t *testing.T) {
 	if res, err := sb.Run(ctx, "echo first"); err != nil || res.Stdout != "first\n" {
 		t.Fatalf("first run: %+v, %v", res, err)
 	}
-	setOperatingMode(t, ctx, sb.SandboxName(), "Suspended")
-	takeAddress(t, ctx, before) // so the resumed pod gets another (the dev cluster reuses freed addresses)
-	after := setOperatingMode(t, ctx, sb.SandboxName(), "Running")
-	if after == before {
-		t.Fatalf("the resumed pod has the old IP %s; nothing to test", before)
-	}
-	// Run makes one attempt: the first call after the move may fail (502), the next must not.
-	if _, err := sb.Run(ctx, "echo moved"); err != nil {
-		t.Logf("first call after the move: %v", err)
+	after := movePod(t, ctx, sb.SandboxName(), before)
+	// The old address is another sandbox's now: the command must run in this one.
+	if res, err := sb.Run(ctx, "sh -c 'echo $HOSTNAME'"); err != nil || res.Stdout != sb.SandboxName()+"\n" {
+		t.Fatalf("first run after the move: %+v, %v", res, err)
 	}
 	if res, err := sb.Run(ctx, "echo moved"); err != nil || res.Stdout != "moved\n" {
 		t.Fatalf("run after the move: %+v, %v", res, err)
@@ -617,11 +614,7 @@ func TestHandleFollowsAPodMovedBehindItsBack(t *testing.T) {
 		t.Errorf("PodIP = %q, want the new %q", sb.PodIP(), after)
 	}
 	// File calls retry: the first one after another move succeeds by itself.
-	setOperatingMode(t, ctx, sb.SandboxName(), "Suspended")
-	takeAddress(t, ctx, after)
-	if again := setOperatingMode(t, ctx, sb.SandboxName(), "Running"); again == after {
-		t.Fatalf("the resumed pod has the old IP %s again", after)
-	}
+	movePod(t, ctx, sb.SandboxName(), after)
 	if err := sb.Write(ctx, "moved.txt", []byte("x")); err != nil {
 		t.Fatalf("write after the second move: %v", err)
 	}
@@ -629,40 +622,47 @@ func TestHandleFollowsAPodMovedBehindItsBack(t *testing.T) {
 
 var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 
-// takeAddress starts placeholder pods (no process listens on their addresses) until one has ip, so the next
-// pod gets another address; they are deleted when the test ends.
+// movePod suspends the Sandbox, lets another Sandbox's pod take its address (so a request still carrying it
+// would reach that other sandbox if the router did not check), and resumes it; the pod's new address.
+func movePod(t *testing.T, ctx context.Context, name, from string) string {
+	t.Helper()
+	setOperatingMode(t, ctx, name, "Suspended")
+	takeAddress(t, ctx, from)
+	ip := setOperatingMode(t, ctx, name, "Running")
+	if ip == from {
+		t.Fatalf("the resumed pod has the old address %s although another sandbox's pod holds it", from)
+	}
+	return ip
+}
+
+// takeAddress opens sandboxes from the cold pool (closed when the test ends) until a Sandbox's pod holds ip:
+// one of them, or another test's (the dev cluster hands out the lowest free address).
 func takeAddress(t *testing.T, ctx context.Context, ip string) {
 	t.Helper()
-	res := k8s.Dynamic.Resource(podsGVR).Namespace(cluster.Namespace)
-	for i := 0; i < 20; i++ {
-		pod := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "v1", "kind": "Pod",
-			"metadata": map[string]any{"generateName": "address-taker-"},
-			"spec":     map[string]any{"containers": []any{map[string]any{"name": "c", "image": "placeholder"}}},
-		}}
-		created, err := res.Create(ctx, pod, metav1.CreateOptions{})
+	heldBySandbox := func() bool {
+		pods, err := k8s.Dynamic.Resource(podsGVR).List(ctx, metav1.ListOptions{FieldSelector: "status.podIP=" + ip})
 		if err != nil {
-			t.Fatalf("placeholder pod: %v", err)
+			return false
 		}
-		name := created.GetName()
-		t.Cleanup(func() { _ = res.Delete(context.Background(), name, metav1.DeleteOptions{}) })
-		for {
-			obj, err := res.Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				t.Fatalf("placeholder pod: %v", err)
-			}
-			if got, _, _ := unstructured.NestedString(obj.Object, "status", "podIP"); got != "" {
-				if got == ip {
-					return
+		for _, pod := range pods.Items {
+			for _, ref := range pod.GetOwnerReferences() {
+				if ref.Kind == "Sandbox" {
+					return true
 				}
-				break
-			}
-			select {
-			case <-ctx.Done():
-				t.Fatalf("placeholder pod %s got no IP: %v", name, ctx.Err())
-			case <-time.After(50 * time.Millisecond):
 			}
 		}
+		return false
 	}
-	t.Fatalf("no placeholder pod got %s", ip)
+	for i := 0; i < 8; i++ {
+		if heldBySandbox() {
+			return
+		}
+		opts := baseOptions()
+		opts.WarmPoolName = cluster.ColdPool
+		opts.Connectivity = sandbox.ConnectivityInCluster
+		open(t, opts)
+	}
+	if !heldBySandbox() {
+		t.Fatalf("no Sandbox's pod took the address %s", ip)
+	}
 }
