@@ -8,17 +8,21 @@ instead. Symbolic links are not followed when uploading (they are reported and s
 upload a file from outside the tree); the runtimes' file APIs list only files and directories. Empty
 directories are created (uploads: one `mkdir -p` command in the sandbox, as the file APIs have no mkdir).
 Names a sandbox lists are checked before anything is written locally: the sandbox is not trusted, and an
-entry named `..` or `a/b` is refused rather than written outside the destination.
+entry named `..` or `a/b` is refused rather than written outside the destination. A tree's files go 8 at a
+time (each costs a round trip through the router; measured in `benchmarks/cp_tree.py`).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import os
 import posixpath
 import shlex
 import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -26,6 +30,8 @@ from typing import Any, BinaryIO
 from agent_sandbox_sdk import Sandbox, SandboxClient, SandboxError
 
 __all__ = ["STDIO", "copy", "split_remote"]
+
+_PARALLEL = 8  # files in flight at once in a directory copy
 
 #: `cp`'s name for standard input (as the source) or standard output (as the destination), as `docker cp`.
 STDIO = "-"
@@ -103,7 +109,7 @@ def _upload(client: SandboxClient, args: argparse.Namespace, dst: tuple[str, str
     assert files is not None
     if local.is_file():
         if not path or path.endswith("/") or _remote_type(sandbox, path, timeout) == "directory":
-            path = posixpath.join(path, local.name) if path else local.name
+            path = posixpath.normpath(posixpath.join(path, local.name)) if path else local.name
         with local.open("rb") as fh:
             files.write(path, fh, timeout=timeout)
         print(f"{local} -> {claim}:{path} ({local.stat().st_size} bytes)", file=sys.stderr)
@@ -119,6 +125,8 @@ def _upload(client: SandboxClient, args: argparse.Namespace, dst: tuple[str, str
             raise ValueError(f"{claim}:{path}: not a directory")
         into = kind == "directory" and not contents_only
         target = posixpath.join(path.rstrip("/"), local.resolve().name) if into else path.rstrip("/")
+        target = posixpath.normpath(target)
+        target = "" if target == "." else target
     tally = _upload_tree(sandbox, local, target, timeout)
     for skipped in tally.skipped:
         print(f"warning: skipped {skipped} (symbolic links are not copied)", file=sys.stderr)
@@ -130,6 +138,14 @@ def _upload_tree(sandbox: Sandbox, root: Path, target: str, timeout: float) -> _
     files, commands = sandbox.files, sandbox.commands
     assert files is not None
     tally, empty = _Tally(), []
+    jobs: list[Callable[[], int]] = []
+
+    def upload(local: Path, remote: str) -> int:
+        assert files is not None
+        with local.open("rb") as fh:
+            files.write(remote, fh, timeout=timeout)
+        return local.stat().st_size
+
     for directory, dirnames, filenames in os.walk(root, followlinks=False):
         here = Path(directory)
         rel = here.relative_to(root).as_posix()
@@ -146,13 +162,12 @@ def _upload_tree(sandbox: Sandbox, root: Path, target: str, timeout: float) -> _
                 tally.skipped.append(str(local))
                 continue
             remote = posixpath.join(remote_dir, name) if remote_dir else name
-            with local.open("rb") as fh:
-                files.write(remote, fh, timeout=timeout)
-            tally.files += 1
-            tally.bytes += local.stat().st_size
+            jobs.append(functools.partial(upload, local, remote))
             wrote = True
         if not wrote and not dirnames and remote_dir:
             empty.append(remote_dir)
+    sizes = _run_all(jobs)
+    tally.files, tally.bytes = len(sizes), sum(sizes)
     if empty:
         assert commands is not None
         # Quoted for a shell (sandboxd) and for the legacy runtime's shell-like split alike.
@@ -160,6 +175,21 @@ def _upload_tree(sandbox: Sandbox, root: Path, target: str, timeout: float) -> _
         if result.exit_code != 0:
             raise SandboxError(f"creating empty directories failed: {result.stderr.strip()}")
     return tally
+
+
+def _run_all(jobs: list[Callable[[], int]]) -> list[int]:
+    """Run transfers a few at a time (small files cost a round trip each, not bandwidth); the first failure
+    stops those not started and is raised."""
+    if len(jobs) <= 1:
+        return [job() for job in jobs]
+    with ThreadPoolExecutor(max_workers=min(_PARALLEL, len(jobs))) as pool:
+        futures = [pool.submit(job) for job in jobs]
+        try:
+            return [future.result() for future in futures]
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
 
 
 def _remote_type(sandbox: Sandbox, path: str, timeout: float) -> str | None:
@@ -212,6 +242,22 @@ def _download(client: SandboxClient, args: argparse.Namespace, src: tuple[str, s
 
 
 def _download_tree(sandbox: Sandbox, remote: str, local: Path, timeout: float, tally: _Tally) -> None:
+    """Every file under `remote` into `local`: the whole tree listed (and its directories made) first, so a
+    listing the sandbox gets wrong stops the copy before any file is written."""
+    files = sandbox.files
+    assert files is not None
+    pairs: list[tuple[str, Path]] = []
+    _list_tree(sandbox, remote, local, pairs)
+
+    def download(child: str, destination: Path) -> int:
+        assert files is not None
+        return files.read_to(child, destination, timeout=timeout)
+
+    sizes = _run_all([functools.partial(download, child, destination) for child, destination in pairs])
+    tally.files, tally.bytes = tally.files + len(sizes), tally.bytes + sum(sizes)
+
+
+def _list_tree(sandbox: Sandbox, remote: str, local: Path, pairs: list[tuple[str, Path]]) -> None:
     files = sandbox.files
     assert files is not None
     local.mkdir(parents=True, exist_ok=True)
@@ -219,10 +265,9 @@ def _download_tree(sandbox: Sandbox, remote: str, local: Path, timeout: float, t
         name = _checked_name(entry.name, remote)
         child = name if remote in ("", ".") else posixpath.join(remote, name)
         if entry.type == "directory":
-            _download_tree(sandbox, child, local / name, timeout, tally)
+            _list_tree(sandbox, child, local / name, pairs)
         else:
-            tally.bytes += files.read_to(child, local / name, timeout=timeout)
-            tally.files += 1
+            pairs.append((child, local / name))
 
 
 def _checked_name(name: str, where: str) -> str:

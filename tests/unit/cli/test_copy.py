@@ -52,5 +52,5 @@ def test_a_listing_that_climbs_out_writes_nothing_outside(tmp_path: Path) -> Non
     target = tmp_path / "dest"
     with pytest.raises(SandboxError, match=r"unusable name '\.\.'"):
         _download_tree(sandbox, "work", target, 10, _Tally())
-    assert files.read == [("work/ok.txt", target / "ok.txt")]
+    assert files.read == []  # the whole tree is listed before any file is written
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dest"]
