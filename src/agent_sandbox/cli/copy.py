@@ -83,10 +83,16 @@ def copy(client: SandboxClient, args: argparse.Namespace) -> int:
     return _download(client, args, src)
 
 
-def _files(client: SandboxClient, claim: str, namespace: str) -> Sandbox:
+def _sandbox(client: SandboxClient, claim: str, namespace: str) -> Sandbox:
     sandbox = client.get_sandbox(claim, namespace)
     assert sandbox.files is not None
     return sandbox
+
+
+def _contents_only(path: str) -> bool:
+    """`dir/.` (or `.`): the directory's contents, not the directory itself."""
+    trimmed = path.rstrip("/")
+    return trimmed == "." or trimmed.endswith("/.")
 
 
 def _upload(client: SandboxClient, args: argparse.Namespace, dst: tuple[str, str]) -> int:
@@ -95,7 +101,7 @@ def _upload(client: SandboxClient, args: argparse.Namespace, dst: tuple[str, str
     if args.src == STDIO:
         if not path or path.endswith("/"):
             raise ValueError("cp - CLAIM:PATH needs a file name after CLAIM: (standard input has none)")
-        files = _files(client, claim, args.namespace).files
+        files = _sandbox(client, claim, args.namespace).files
         assert files is not None
         counted = _CountingReader(sys.stdin.buffer)
         files.write(path, io.BufferedReader(counted), timeout=timeout)
@@ -104,7 +110,7 @@ def _upload(client: SandboxClient, args: argparse.Namespace, dst: tuple[str, str
     local = Path(args.src)
     if not local.exists():
         raise ValueError(f"{local}: no such file or directory")
-    sandbox = _files(client, claim, args.namespace)
+    sandbox = _sandbox(client, claim, args.namespace)
     files = sandbox.files
     assert files is not None
     if local.is_file():
@@ -116,7 +122,7 @@ def _upload(client: SandboxClient, args: argparse.Namespace, dst: tuple[str, str
         return 0
     if not local.is_dir():
         raise ValueError(f"{local}: not a file or directory")
-    contents_only = args.src.rstrip("/").endswith("/.") or args.src in (".", "./")
+    contents_only = _contents_only(args.src)
     if not path:
         target = "" if contents_only else local.resolve().name
     else:
@@ -200,7 +206,7 @@ def _remote_type(sandbox: Sandbox, path: str, timeout: float) -> str | None:
     if name in ("", "."):
         return "directory"  # the root
     try:
-        entries = files.list(parent)
+        entries = files.list(parent, timeout=timeout)
     except SandboxError:
         return None  # no such parent
     return next((e.type for e in entries if e.name == name), None)
@@ -211,7 +217,7 @@ def _download(client: SandboxClient, args: argparse.Namespace, src: tuple[str, s
     if not path:
         raise ValueError("cp needs a path after CLAIM: (. for the sandbox's whole root)")
     timeout = args.timeout
-    sandbox = _files(client, claim, args.namespace)
+    sandbox = _sandbox(client, claim, args.namespace)
     files = sandbox.files
     assert files is not None
     kind = _remote_type(sandbox, path, timeout)
@@ -229,43 +235,43 @@ def _download(client: SandboxClient, args: argparse.Namespace, src: tuple[str, s
         written = files.read_to(path, target, timeout=timeout)
         print(f"{claim}:{path} -> {target} ({written} bytes)", file=sys.stderr)
         return 0
-    contents_only = path.rstrip("/").endswith("/.") or path.rstrip("/") == "."
-    if target.is_dir() and not contents_only:
+    if target.is_dir() and not _contents_only(path):
         name = posixpath.basename(posixpath.normpath(path))
         target = target / _checked_name(name or claim, path)
     elif target.exists() and not target.is_dir():
         raise ValueError(f"{target}: not a directory")
-    tally = _Tally()
-    _download_tree(sandbox, posixpath.normpath(path), target, timeout, tally)
+    tally = _download_tree(sandbox, posixpath.normpath(path), target, timeout)
     print(f"{claim}:{path} -> {target} ({tally.summary()})", file=sys.stderr)
     return 0
 
 
-def _download_tree(sandbox: Sandbox, remote: str, local: Path, timeout: float, tally: _Tally) -> None:
+def _download_tree(sandbox: Sandbox, remote: str, local: Path, timeout: float) -> _Tally:
     """Every file under `remote` into `local`: the whole tree listed (and its directories made) first, so a
     listing the sandbox gets wrong stops the copy before any file is written."""
     files = sandbox.files
     assert files is not None
     pairs: list[tuple[str, Path]] = []
-    _list_tree(sandbox, remote, local, pairs)
+    _list_tree(sandbox, remote, local, pairs, timeout)
 
     def download(child: str, destination: Path) -> int:
         assert files is not None
         return files.read_to(child, destination, timeout=timeout)
 
     sizes = _run_all([functools.partial(download, child, destination) for child, destination in pairs])
-    tally.files, tally.bytes = tally.files + len(sizes), tally.bytes + sum(sizes)
+    return _Tally(files=len(sizes), bytes=sum(sizes))
 
 
-def _list_tree(sandbox: Sandbox, remote: str, local: Path, pairs: list[tuple[str, Path]]) -> None:
+def _list_tree(
+    sandbox: Sandbox, remote: str, local: Path, pairs: list[tuple[str, Path]], timeout: float
+) -> None:
     files = sandbox.files
     assert files is not None
     local.mkdir(parents=True, exist_ok=True)
-    for entry in files.list(remote):
+    for entry in files.list(remote, timeout=timeout):
         name = _checked_name(entry.name, remote)
         child = name if remote in ("", ".") else posixpath.join(remote, name)
         if entry.type == "directory":
-            _list_tree(sandbox, child, local / name, pairs)
+            _list_tree(sandbox, child, local / name, pairs, timeout)
         else:
             pairs.append((child, local / name))
 

@@ -67,8 +67,6 @@ class Exchange:
         self._replayable = False
         self._resendable = False
         self._unanswered_ok = False
-        self.failure = ""
-        """Why the upstream connection failed, when the result is "unanswered" (a metrics reason)."""
         self._header_timer: asyncio.TimerHandle | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._head_seen = False
@@ -273,7 +271,6 @@ class Exchange:
             return
         if reason == "eof" and not self._head_seen and self._resendable and self._unanswered_ok:
             # A fresh connection the sandbox closed unanswered: its pod may be going away (a suspend).
-            self.failure = reason
             fut.set_result("unanswered")
             return
         self.proxy.metrics.upstream_error(self.route.namespace, reason)

@@ -226,7 +226,6 @@ class _Session:
         """The first stream and whether it is gRPC, until the sandbox's first bytes showed it speaks HTTP/2."""
         self._head = b""
         self._refused = False
-        self._background: set[asyncio.Future[bool]] = set()
 
     def feed(self, data: bytes) -> None:
         try:
@@ -255,7 +254,6 @@ class _Session:
                 continue
             elif self._same_target(headers):
                 self.last_stream = max(self.last_stream, stream)
-                self._record_activity()
             else:
                 self._refuse_from(stream)
         if self.refused_above is not None:
@@ -403,18 +401,6 @@ class _Session:
                 proxy.lifecycle.unwatch(route.namespace, route.sandbox_id, tunnel)
             if not self._refused:
                 proxy.metrics.observe_request("PRI", 200, route.namespace, loop.time() - start)
-
-    def _record_activity(self) -> None:
-        """A later stream on the pinned connection is activity too (written in the background when due)."""
-        lifecycle = self.proxy.lifecycle
-        if lifecycle is None or self.route is None:
-            return
-        urgent = lifecycle.record(self.route.namespace, self.route.sandbox_id)
-        if urgent is not None:
-            # Not awaited: the stream is already on its way to the sandbox (frames are relayed as they come).
-            task = asyncio.ensure_future(urgent)
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
 
     async def _dial(self, route: Route, suspending: bool = False) -> UpstreamConnection:
         """Resolve and dial the sandbox, retrying dial-phase failures as the HTTP/1.1 path does.

@@ -370,7 +370,7 @@ class Proxy:
                 if held and self._replaced(route, target) and body.rewind():
                     retries, delay, fresh = 0, settings.retry_initial, False
                     continue
-                self.metrics.upstream_error(route.namespace, exchange.failure)
+                self.metrics.upstream_error(route.namespace, "eof")
                 reply(conn, out, 502, connect_error(route), req)
                 return
             if result == "upgraded":

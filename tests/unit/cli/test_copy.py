@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agent_sandbox.cli.copy import _checked_name, _download_tree, _Tally
+from agent_sandbox.cli.copy import _checked_name, _download_tree
 from agent_sandbox_sdk import SandboxError
 from agent_sandbox_sdk.models import FileEntry
 
@@ -33,7 +33,7 @@ class _ListingFiles:
         self.entries = entries
         self.read: list[tuple[str, Path]] = []
 
-    def list(self, path: str) -> list[FileEntry]:
+    def list(self, path: str, timeout: float) -> list[FileEntry]:
         return self.entries
 
     def read_to(self, path: str, destination: Path, timeout: float) -> int:
@@ -51,6 +51,6 @@ def test_a_listing_that_climbs_out_writes_nothing_outside(tmp_path: Path) -> Non
     sandbox: Any = type("S", (), {"files": files})()
     target = tmp_path / "dest"
     with pytest.raises(SandboxError, match=r"unusable name '\.\.'"):
-        _download_tree(sandbox, "work", target, 10, _Tally())
+        _download_tree(sandbox, "work", target, 10)
     assert files.read == []  # the whole tree is listed before any file is written
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dest"]
