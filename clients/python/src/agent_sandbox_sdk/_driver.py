@@ -222,8 +222,19 @@ class _DriverBase:
         """Drop every pooled client and channel without closing them; they reopen lazily."""
         self._clients, self._channels = {}, {}
 
-    def _client_kwargs(self, request: HttpRequest) -> tuple[Any, dict[str, Any]]:
+    @staticmethod
+    def _client_key(request: HttpRequest) -> Any:
+        """Which pooled client serves `request`: cheap, so that only a missing client pays for its settings
+        (a TLS context, the environment's proxies: ~170 us per request when they were built every time)."""
         if request.kube:
+            return "kube"
+        if request.url[:7].lower() == "http://":
+            return "plaintext"
+        return request.tls or TlsSettings()
+
+    def _client_kwargs(self, request: HttpRequest) -> tuple[Any, dict[str, Any]]:
+        key = self._client_key(request)
+        if key == "kube":
             if self.kube is None:
                 raise ValueError("this client has no Kubernetes configuration")
             kw: dict[str, Any] = {
@@ -231,21 +242,17 @@ class _DriverBase:
                 "verify": self.kube.verify,
                 "auth": self.kube.auth,
             }
-            key: Any = "kube"
-        elif request.url[:7].lower() == "http://":
+        elif key == "plaintext":
             # Plain HTTP (a router or sandbox URL without TLS): one pool whatever the TLS settings, and no
             # CA bundle loaded in the middle of concurrent flows (default_tls_context).
             kw = {"verify": _plaintext_tls_context()}
-            key = "plaintext"
         else:
-            tls = request.tls or TlsSettings()
             verify: ssl.SSLContext | bool = default_tls_context()
-            if tls.ca_cert or tls.client_cert:
-                verify = ssl.create_default_context(cafile=tls.ca_cert)
-                if tls.client_cert:
-                    verify.load_cert_chain(*tls.client_cert)
+            if key.ca_cert or key.client_cert:
+                verify = ssl.create_default_context(cafile=key.ca_cert)
+                if key.client_cert:
+                    verify.load_cert_chain(*key.client_cert)
             kw = {"verify": verify}
-            key = tls
         kw.update(limits=self._limits, follow_redirects=False, timeout=_timeout(60.0))
         if self._transport is not None:
             kw["transport"] = self._transport
@@ -291,9 +298,9 @@ class SyncDriver(_DriverBase):
     """Runs flows with blocking I/O (httpx2.Client, grpc channels)."""
 
     def _client(self, request: HttpRequest) -> httpx2.Client:
-        key, kw = self._client_kwargs(request)
-        client = self._clients.get(key)
+        client = self._clients.get(self._client_key(request))
         if client is None:
+            key, kw = self._client_kwargs(request)
             # Threads share a SyncDriver: of two that race here, one keeps its client, the other closes its own.
             made = httpx2.Client(**kw)
             client = self._clients.setdefault(key, made)
@@ -471,9 +478,9 @@ class AsyncDriver(_DriverBase):
         self.forget_connections()
 
     def _client(self, request: HttpRequest) -> httpx2.AsyncClient:
-        key, kw = self._client_kwargs(request)
-        client = self._clients.get(key)
+        client = self._clients.get(self._client_key(request))
         if client is None:
+            key, kw = self._client_kwargs(request)
             client = self._clients[key] = httpx2.AsyncClient(**kw)
         return client
 
