@@ -71,6 +71,8 @@ def test_a_pooled_client_is_found_without_building_its_settings_again(
     real = _driver._plaintext_tls_context
     monkeypatch.setattr(_driver, "_plaintext_tls_context", lambda: built.append("tls") or real())
     driver = driver_class(None)
-    clients = {id(driver._client(HttpRequest("POST", f"http://127.0.0.1:8080/execute?{i}"))) for i in range(5)}
+    clients = {
+        id(driver._client(HttpRequest("POST", f"http://127.0.0.1:8080/execute?{i}"))) for i in range(5)
+    }
     assert len(clients) == 1
     assert built == ["tls"]
