@@ -211,6 +211,10 @@ class ClientConnection(asyncio.Protocol):
         self.on_lost: Callable[[], None] | None = None
         self.upgrade_tail = b""
         self._parser = httptools.HttpRequestParser(self)
+        self._priming = False
+        """A fresh parser is being fed a stand-in request head (`_parse_body_after_head`): callbacks ignored."""
+        self._body_skipped: Request | None = None
+        """An upgrade offer with a body whose body the parser skipped (it hands over right after the head)."""
         self._current: Request | None = None
         self._active: Request | None = None
         self._task: asyncio.Task[None] | None = None
@@ -258,9 +262,15 @@ class ClientConnection(asyncio.Protocol):
             if self._head_bytes > self.limits.max_header_bytes + _HEAD_SLACK:
                 self.fail(431, "Request header fields too large.")
                 return
+        self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade as exc:
+            if self._body_skipped is not None:
+                self._parse_body_after_head(self._body_skipped, data[exc.args[0] :])
+                return
             self.upgrade_tail += data[exc.args[0] :]
             if self.transport is not None:
                 self.transport.pause_reading()
@@ -277,6 +287,28 @@ class ClientConnection(asyncio.Protocol):
                 self.fail(400, "Malformed HTTP request.")
         except httptools.HttpParserError:
             self.fail(400, "Malformed HTTP request.")
+
+    def _parse_body_after_head(self, req: Request, rest: bytes) -> None:
+        """An upgrade offer that carries a body (`curl --http2` POSTs, `Upgrade: h2c`): llhttp hands the
+        connection over right after the head, so the body would be read as the new protocol and the request
+        forwarded without it (the sandbox then waits for a body that never comes). The offer is declined
+        instead, as a server may (RFC 9110 §7.8; `Upgrade` is hop-by-hop, so it is not forwarded): a fresh
+        parser, primed with a stand-in head of the same framing, reads the body and what follows as HTTP/1.1.
+        """
+        self._body_skipped = None
+        self._parser = httptools.HttpRequestParser(self)
+        framing = (
+            b"Transfer-Encoding: chunked"
+            if req.chunked
+            else b"Content-Length: %d" % (req.content_length or 0)
+        )
+        self._priming = True
+        try:
+            self._parser.feed_data(b"POST / HTTP/1.1\r\n" + framing + b"\r\n\r\n")
+        finally:
+            self._priming = False
+        if rest:
+            self._feed(rest)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -302,11 +334,15 @@ class ClientConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ httptools callbacks
 
     def on_message_begin(self) -> None:
+        if self._priming:
+            return
         self._current = Request()
         self._in_head = True
         self._head_bytes = 0
 
     def on_url(self, url: bytes) -> None:
+        if self._priming:
+            return
         req = self._current
         assert req is not None
         req.url += url
@@ -314,6 +350,8 @@ class ClientConnection(asyncio.Protocol):
             raise _TooLarge
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._priming:
+            return
         req = self._current
         assert req is not None
         lname = name.lower()
@@ -337,6 +375,8 @@ class ClientConnection(asyncio.Protocol):
             req.connection_tokens += tuple(t.strip().lower() for t in value.split(b",") if t.strip())
 
     def on_headers_complete(self) -> None:
+        if self._priming:
+            return
         req = self._current
         assert req is not None
         size = len(req.url) + sum(len(n) + len(v) + 4 for _, n, v in req.headers)
@@ -350,6 +390,10 @@ class ClientConnection(asyncio.Protocol):
             raise _Malformed  # HTTP/0.9 request lines (no version) carry no headers we could trust
         req.keep_alive = parser.should_keep_alive()
         req.upgrade = parser.should_upgrade()
+        if req.upgrade and (req.chunked or req.content_length):
+            # The parser will skip this body (_parse_body_after_head): the offer is declined.
+            req.upgrade = False
+            self._body_skipped = req
         req.body = RequestBody(self, req.content_length if not req.chunked else None)
         if self._active is None:
             self._cancel_timer()
@@ -368,6 +412,8 @@ class ClientConnection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         req = self._current
+        if req is not None and req is self._body_skipped:
+            return  # the head only: its body follows the parser's hand-over
         if req is not None and req.body is not None:
             req.body.finish()
         self._current = None

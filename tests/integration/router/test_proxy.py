@@ -107,6 +107,43 @@ async def test_chunked_request_and_expect_continue(router: Router, backend: Back
     assert backend.seen[0]["body_len"] == 7
 
 
+@pytest.mark.parametrize("chunked", [False, True])
+async def test_an_upgrade_offer_with_a_body_is_declined_and_the_body_forwarded(
+    router: Router, backend: Backend, chunked: bool
+) -> None:
+    """`curl --http2` on an http:// URL offers `Upgrade: h2c` on every request, POSTs included: the router
+    read the body as the new protocol and forwarded the request without it, so the sandbox waited for a
+    body that never came (curl timed out with nothing received). Declined as a server may (RFC 9110 §7.8),
+    the body is forwarded and the connection stays HTTP/1.1 for the next request."""
+    payload = b"x" * 70_000
+    offer = {
+        "Connection": "Upgrade, HTTP2-Settings",
+        "Upgrade": "h2c",
+        "HTTP2-Settings": "AAMAAABkAAQCAAAAAAIAAAAA",
+    }
+    if chunked:
+        body = b"%x\r\n%b\r\n0\r\n\r\n" % (len(payload), payload)
+        first = request_bytes(
+            "POST", "/offer", backend.headers(**offer, **{"Transfer-Encoding": "chunked"}), body
+        )
+    else:
+        first = request_bytes("POST", "/offer", backend.headers(**offer), payload)
+    second = request_bytes("POST", "/after", backend.headers(), b"xyz")
+    reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port)
+    writer.write(first + second)  # one write: the body and the next request arrive with the head
+    data = b""
+    async with asyncio.timeout(10):
+        while data.count(b"HTTP/1.1 200") < 2 or not data.rstrip().endswith(b"}"):
+            chunk = await reader.read(65536)
+            assert chunk, f"closed after {data!r}"
+            data += chunk
+    writer.close()
+    assert b"101" not in data.split(b"\r\n", 1)[0]
+    assert [(s["raw_path"], s["body_len"]) for s in backend.seen] == [("/offer", len(payload)), ("/after", 3)]
+    forwarded = {name.lower() for name, _ in backend.seen[0]["headers"]}
+    assert not forwarded & {"upgrade", "http2-settings"}  # hop-by-hop: the offer is the router's to decline
+
+
 async def test_response_streams_chunk_by_chunk(router: Router, backend: Backend) -> None:
     arrivals: list[float] = []
     async with aiohttp.ClientSession() as s, s.get(url(router, "/drip/4"), headers=backend.headers()) as resp:
