@@ -30,6 +30,7 @@ from agent_sandbox_sdk import (
     SandboxError,
     SandboxInfo,
     SandboxNotFoundError,
+    SandboxRequestError,
     SandboxTemplateNotFoundError,
     SandboxTimeoutError,
     SandboxWarmPoolNotFoundError,
@@ -116,11 +117,16 @@ def _router_config(url: str, sandboxd: bool = False) -> SandboxConnectionConfig:
         raise ValueError(f"--router-url / ${ROUTER_URL_ENV} {url!r}: {reason}") from None
 
 
-def _info(client: SandboxClient, namespace: str, claim: str) -> SandboxInfo:
-    for info in client.list_sandboxes(namespace):
-        if info.claim_name == claim:
-            return info
-    raise SandboxNotFoundError(f"SandboxClaim {namespace}/{claim} not found")
+def _render_sandboxes(infos: SandboxInfo | list[SandboxInfo], fmt: str) -> None:
+    rows = infos if isinstance(infos, list) else [infos]
+    render(infos, fmt, columns=SANDBOX_COLUMNS)
+    if any(i.suspended is None for i in rows):
+        # A role that grants claims only (all the SDK needs): say why a column is empty, once.
+        print(
+            "note: Sandboxes are not readable with these credentials (forbidden): the state shown is the "
+            "claim's, and whether a sandbox is suspended is unknown",
+            file=sys.stderr,
+        )
 
 
 # ----------------------------------------------------------------------------------------- commands
@@ -142,18 +148,17 @@ def _create(args: argparse.Namespace) -> int:
             sandbox = client.create_sandbox_from_template(args.template, args.namespace, args.timeout, **kw)
         else:
             sandbox = client.create_sandbox(args.pool, args.namespace, args.timeout, **kw)
-    render(_info(client, args.namespace, sandbox.claim_name or ""), args.output, columns=SANDBOX_COLUMNS)
+    _render_sandboxes(client.get_sandbox_info(sandbox.claim_name or "", args.namespace), args.output)
     return 0
 
 
 def _list(args: argparse.Namespace) -> int:
-    infos = make_client(args).list_sandboxes(args.namespace, args.selector)
-    render(infos, args.output, columns=SANDBOX_COLUMNS)
+    _render_sandboxes(make_client(args).list_sandboxes(args.namespace, args.selector), args.output)
     return 0
 
 
 def _get(args: argparse.Namespace) -> int:
-    render(_info(make_client(args), args.namespace, args.claim), args.output, columns=SANDBOX_COLUMNS)
+    _render_sandboxes(make_client(args).get_sandbox_info(args.claim, args.namespace), args.output)
     return 0
 
 
@@ -237,7 +242,7 @@ def _suspend_resume(suspend: bool) -> Handler:
                 sandbox.suspend(wait=not args.no_wait, timeout=args.timeout)
             else:
                 sandbox.resume(wait=not args.no_wait, timeout=args.timeout)
-        render(_info(client, args.namespace, args.claim), args.output, columns=SANDBOX_COLUMNS)
+        _render_sandboxes(client.get_sandbox_info(args.claim, args.namespace), args.output)
         return 0
 
     return handler
@@ -295,7 +300,10 @@ def _guard(handler: Handler) -> Handler:
             return handler(args)
         except (SandboxNotFoundError, SandboxWarmPoolNotFoundError, SandboxTemplateNotFoundError) as err:
             print(f"error: {err}", file=sys.stderr)
-            return EXIT_NOT_FOUND
+            # `get_sandbox` reports every failure as not found (upstream's contract); a refusal is not one.
+            cause = err.__cause__
+            refused = isinstance(cause, SandboxRequestError) and cause.status_code not in (None, 404)
+            return EXIT_ERROR if refused else EXIT_NOT_FOUND
         except SandboxTimeoutError as err:
             print(f"error: {err}", file=sys.stderr)
             return EXIT_TIMEOUT

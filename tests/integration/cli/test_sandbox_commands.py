@@ -5,13 +5,16 @@ output shapes (`-o json|yaml|table`) and exit codes. `exec`/`cp` are in test_exe
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
 
 from agent_sandbox.cli.main import main
 from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.devcluster.install import token_kubeconfig
 from agent_sandbox.devcluster.processes import Started
+from tests.helpers import wait_for
 from tests.integration.sdk.conftest import apply_pool
 
 pytestmark = pytest.mark.integration
@@ -90,3 +93,71 @@ def test_waiting_too_long_exits_4_naming_the_condition(
     assert code == 4
     assert "not Ready within 5 s" in err
     assert "reason" in err
+
+
+def test_a_role_that_grants_claims_only_can_create_list_and_get(
+    cluster: DevCluster,
+    namespace: str,
+    controller: Started,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """Claims are all the SDK needs to create and use a sandbox, so a role may grant nothing else. `create`
+    made the sandbox and then failed to show it (listing every Sandbox of the namespace: 403), so its user
+    saw an error for a sandbox that existed; `list` and `get` failed outright. They now show the claim's
+    state, say on stderr what is unknown, and `get` reads one claim and one Sandbox instead of listing all."""
+    apply_pool(cluster, namespace, replicas=1)
+    admin = cluster.admin()
+    ns_path = f"/api/v1/namespaces/{namespace}"
+    assert admin.request("POST", f"{ns_path}/serviceaccounts", {"metadata": {"name": "agent"}})[0] == 201
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+    rule = {
+        "apiGroups": ["extensions.agents.x-k8s.io"],
+        "resources": ["sandboxclaims"],
+        "verbs": ["get", "list", "watch", "create", "delete"],
+    }
+    assert admin.request("POST", f"{rbac}/roles", {"metadata": {"name": "claims"}, "rules": [rule]})[0] == 201
+    binding = {
+        "metadata": {"name": "claims"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "claims"},
+        "subjects": [{"kind": "ServiceAccount", "name": "agent", "namespace": namespace}],
+    }
+    assert admin.request("POST", f"{rbac}/rolebindings", binding)[0] == 201
+    kubeconfig = token_kubeconfig(cluster, namespace, "agent", tmp_path / "agent.kubeconfig")
+
+    def as_agent(*argv: str) -> tuple[int, str, str]:
+        code = main(
+            [*argv, "-n", namespace, "--kubeconfig", str(kubeconfig), "--router-url", "http://127.0.0.1:9"]
+        )
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    unknown = "whether a sandbox is suspended is unknown"
+    code, out, err = wait_for(
+        lambda: (r := as_agent("create", "pool", "--name", "agent-sb", "-o", "json"))[0] != 1 and r,
+        what="the role to apply",
+    )
+    assert code == 0, err
+    created = json.loads(out)
+    assert (created["claim_name"], created["ready"], created["suspended"]) == ("agent-sb", True, None)
+    assert created["pod_ip"].startswith("127.")
+    assert unknown in err
+
+    code, out, err = as_agent("list", "-o", "json")
+    assert (code, [i["claim_name"] for i in json.loads(out)]) == (0, ["agent-sb"])
+    assert unknown in err
+    code, out, err = as_agent("get", "agent-sb")
+    assert code == 0
+    assert out.splitlines()[1].split()[:4] == ["agent-sb", "pool", created["sandbox_id"], "true"]
+    assert unknown in err
+
+    # What needs the Sandbox itself is refused with the API server's reason, not reported as not found.
+    code, _, err = as_agent("suspend", "agent-sb")
+    assert code == 1
+    assert "403" in err
+    assert "forbidden" in err
+    assert as_agent("get", "no-such-claim")[0] == 3
+    # An admin sees the Sandbox's own state and no note.
+    code, out, err = run(capsys, cluster, "get", "agent-sb", "-n", namespace, "-o", "json")
+    assert (code, json.loads(out)["suspended"], err) == (0, False, "")
+    assert as_agent("delete", "agent-sb")[0] == 0

@@ -238,6 +238,11 @@ class AsyncSandboxClient:
         """Every claim in `namespace` with its AsyncSandbox's state (ours)."""
         return await self._driver.run(_inventory.list_sandboxes(namespace, label_selector))
 
+    async def get_sandbox_info(self, claim_name: str, namespace: str = "default") -> SandboxInfo:
+        """One claim with its Sandbox's state, as a row of `list_sandboxes` (ours); two GETs whatever the
+        namespace holds. `SandboxNotFoundError` if the claim does not exist."""
+        return await self._driver.run(_inventory.get_sandbox_info(namespace, claim_name))
+
     async def list_warm_pools(self, namespace: str = "default") -> list[WarmPoolInfo]:
         """Every SandboxWarmPool in `namespace` with desired and ready members (ours)."""
         return await self._driver.run(_inventory.list_warm_pools(namespace))

@@ -82,7 +82,8 @@ class SandboxInfo(BaseModel):
     reason: str | None = None
     message: str | None = None
     pod_ip: str | None = None
-    suspended: bool = False
+    suspended: bool | None = False
+    """None: unknown, the caller may not read Sandboxes (a role granting claims only)."""
     created: datetime | None = None
 
 

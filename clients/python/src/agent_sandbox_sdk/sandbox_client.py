@@ -220,6 +220,11 @@ class SandboxClient:
         """Every claim in `namespace` with its Sandbox's state (ours)."""
         return self._driver.run(_inventory.list_sandboxes(namespace, label_selector))
 
+    def get_sandbox_info(self, claim_name: str, namespace: str = "default") -> SandboxInfo:
+        """One claim with its Sandbox's state, as a row of `list_sandboxes` (ours); two GETs whatever the
+        namespace holds. `SandboxNotFoundError` if the claim does not exist."""
+        return self._driver.run(_inventory.get_sandbox_info(namespace, claim_name))
+
     def list_warm_pools(self, namespace: str = "default") -> list[WarmPoolInfo]:
         """Every SandboxWarmPool in `namespace` with desired and ready members (ours)."""
         return self._driver.run(_inventory.list_warm_pools(namespace))
