@@ -39,7 +39,7 @@ from ..api.errortext import describe_error
 from ._lifecycle import MAX_HOLDS
 from ._resolve import Target
 from ._routing import Route, RouteError, parse_route
-from ._server import ClientConnection
+from ._server import H2C_PREFACE, ClientConnection
 from ._tunnel import Tunnel
 from ._upstream import UpstreamConnection
 
@@ -50,7 +50,7 @@ __all__ = ["PREFACE", "H2cPassThrough"]
 
 log = logging.getLogger("agent_sandbox.router.h2c")
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+PREFACE = H2C_PREFACE
 _HEADERS, _CONTINUATION, _SETTINGS, _GOAWAY = 0x1, 0x9, 0x4, 0x7
 _END_STREAM, _ACK, _END_HEADERS, _PADDED, _PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
 _MAX_BUFFER = 1 << 20

@@ -26,13 +26,25 @@ import httptools
 
 from ._responses import json_response
 
-__all__ = ["ClientConnection", "ConnectionLimits", "DeadlineSweeper", "Handler", "Request", "RequestBody"]
+__all__ = [
+    "H2C_PREFACE",
+    "ClientConnection",
+    "ConnectionLimits",
+    "DeadlineSweeper",
+    "Handler",
+    "Request",
+    "RequestBody",
+]
 
 log = logging.getLogger("agent_sandbox.router.server")
 
 _BODY_HIGH_WATER = 256 * 1024
 """Buffered request-body bytes (no upstream yet, or upstream write buffer full) before reading pauses."""
 _HEAD_SLACK = 64 * 1024
+
+
+#: How an h2c (prior knowledge) connection starts: the HTTP/2 client preface (RFC 9113 §3.4).
+H2C_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 
 class Handler(Protocol):
@@ -226,6 +238,7 @@ class ClientConnection(asyncio.Protocol):
         self._on_deadline: Callable[[], None] | None = None
         self._reading_paused_for: set[str] = set()
         self._first_data = True
+        self._preface_start = b""
         self._failed = False
         self.failed_status = 0
         self.response_started = False
@@ -249,6 +262,15 @@ class ClientConnection(asyncio.Protocol):
         if self._failed:
             return
         if self._first_data:
+            if self.limits.h2c is not None:
+                # The h2c preface may arrive over several reads (a client or a TCP relay that writes it in
+                # pieces): a first read that is only the start of it waits for the rest (the header timeout,
+                # armed at accept, bounds the wait).
+                data = self._preface_start + data
+                if len(data) < len(H2C_PREFACE) and H2C_PREFACE.startswith(data):
+                    self._preface_start = data
+                    return
+                self._preface_start = b""
             self._first_data = False
             if data.startswith(b"PRI * HTTP/2.0") and self.limits.h2c is not None:
                 self._cancel_timer()

@@ -258,3 +258,52 @@ async def test_a_stream_naming_another_sandbox_never_reaches_the_first(h2c_route
         writer.close()
         server.close()
         await server.wait_closed()
+
+
+@pytest.mark.parametrize("split", [1, 5, 14, 23])
+async def test_a_preface_that_arrives_in_pieces_is_still_h2c(h2c_router: Router, split: int) -> None:
+    """The router told h2c from HTTP/1.1 by its first read alone: a client (or a TCP relay) that wrote the
+    preface in pieces got `HTTP/1.1 400` instead of HTTP/2."""
+    received = bytearray()
+    got_headers = asyncio.Event()
+
+    async def sandbox(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(frame(SETTINGS, 0, 0, b""))
+        while chunk := await reader.read(65536):
+            received.extend(chunk)
+            if any(t == HEADERS for t, *_ in frames(bytes(received[len(PREFACE) :]))):
+                got_headers.set()
+        writer.close()
+
+    ip = fresh_ip()
+    server = await asyncio.start_server(sandbox, ip, 0)
+    port = server.sockets[0].getsockname()[1]
+    block = hpack.Encoder().encode(
+        [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", "/echo.Echo/Who"),
+            (":authority", "router"),
+            ("x-sandbox-id", "alpha"),
+            ("x-sandbox-pod-ip", ip),
+            ("x-sandbox-port", str(port)),
+        ]
+    )
+    reader, writer = await asyncio.open_connection("127.0.0.1", h2c_router.http_port)
+    try:
+        writer.write(PREFACE[:split])
+        await writer.drain()
+        await asyncio.sleep(0.2)
+        writer.write(
+            PREFACE[split:] + frame(SETTINGS, 0, 0, b"") + frame(HEADERS, END_HEADERS | END_STREAM, 1, block)
+        )
+        await writer.drain()
+        async with asyncio.timeout(10):
+            first = await reader.read(9)
+            assert not first.startswith(b"HTTP/"), first
+            assert frames(first + await reader.read(65536))[0][0] == SETTINGS
+            await got_headers.wait()
+    finally:
+        writer.close()
+        server.close()
+        await server.wait_closed()
