@@ -267,6 +267,11 @@ def _pools(args: argparse.Namespace) -> int:
 
 def _logs(args: argparse.Namespace) -> int:
     sandbox = _handle(make_client(args), args)
+    if args.follow:
+        for text in sandbox.follow_logs(container=args.container, tail_lines=args.tail):
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        return 0
     sys.stdout.write(sandbox.get_logs(container=args.container, tail_lines=args.tail))
     return 0
 
@@ -417,3 +422,6 @@ def add_sandbox_commands(sub: Any) -> None:
     logs.add_argument("claim")
     logs.add_argument("-c", "--container", help="container name (default: the pod's only one)")
     logs.add_argument("--tail", type=int, help="last N lines")
+    logs.add_argument(
+        "-f", "--follow", action="store_true", help="keep printing the log as it is written (until Ctrl-C)"
+    )

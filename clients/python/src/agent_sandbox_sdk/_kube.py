@@ -8,6 +8,7 @@ server's `Status.message`; a 404 for an absent object is returned as None where 
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import time
@@ -15,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
-from ._steps import Flow, HttpRequest, HttpResponse, Open, ReadLine, Send, Sleep
+from ._steps import Emit, Flow, HttpRequest, HttpResponse, Open, ReadChunk, ReadLine, Send, Sleep
 from .constants import (
     ARCHIVE_PLURAL_NAME,
     CLAIM_API_GROUP,
@@ -34,6 +35,7 @@ __all__ = [
     "check_kube",
     "create",
     "delete",
+    "follow_pod_logs",
     "get",
     "list_objects",
     "merge_patch",
@@ -168,6 +170,31 @@ def pod_logs(namespace: str, pod: str, *, container: str | None, tail_lines: int
     if not resp.is_success:
         check_kube(resp, f"logs of pod {namespace}/{pod}")
     return resp.text
+
+
+def follow_pod_logs(namespace: str, pod: str, *, container: str | None, tail_lines: int | None) -> Flow[None]:
+    """Emit the pod's log as text while it is written (`pods/log?follow=true`), until the container stops or
+    the caller stops reading; a refusal raises `SandboxRequestError` with the server's message."""
+    params = {"follow": "true"}
+    params.update(
+        {k: str(v) for k, v in (("container", container), ("tailLines", tail_lines)) if v is not None}
+    )
+    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}/log"
+    handle = yield Open(HttpRequest("GET", path, kube=True, params=params, timeout=None))
+    if handle.status_code != 200:
+        body = b""
+        while (chunk := (yield ReadChunk(handle))) is not None and len(body) < 65536:
+            body += chunk
+        check_kube(
+            HttpResponse(handle.status_code, handle.headers, body, "GET", path),
+            f"logs of pod {namespace}/{pod}",
+        )
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may straddle two chunks
+    while (chunk := (yield ReadChunk(handle))) is not None:
+        if text := decoder.decode(chunk):
+            yield Emit(text)
+    if tail := decoder.decode(b"", final=True):
+        yield Emit(tail)
 
 
 def watch_one(

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from types import TracebackType
 from typing import IO, Any
 
@@ -345,6 +345,16 @@ class AsyncSandbox:
         return await self._driver.run(
             _kube.pod_logs(self.namespace, pod, container=container, tail_lines=tail_lines)
         )
+
+    async def follow_logs(
+        self, container: str | None = None, tail_lines: int | None = None
+    ) -> AsyncGenerator[str, None]:
+        """The sandbox pod's log as it is written (ours; `kubectl logs -f`): text until the container stops
+        or the caller stops iterating. `tail_lines`: start with that many of the existing lines."""
+        pod = await self.get_pod_name()
+        flow = _kube.follow_pod_logs(self.namespace, pod, container=container, tail_lines=tail_lines)
+        async for text in self._driver.iterate(flow):
+            yield text
 
     async def get_service_fqdn(self) -> str | None:
         """`status.serviceFQDN` (templates with `spec.service: true`)."""

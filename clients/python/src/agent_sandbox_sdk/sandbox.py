@@ -7,7 +7,7 @@ twins in `async_sandbox.py` run the same flows.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from types import TracebackType
 from typing import IO, Any
 
@@ -344,6 +344,15 @@ class Sandbox:
         return self._driver.run(
             _kube.pod_logs(self.namespace, pod, container=container, tail_lines=tail_lines)
         )
+
+    def follow_logs(
+        self, container: str | None = None, tail_lines: int | None = None
+    ) -> Generator[str, None, None]:
+        """The sandbox pod's log as it is written (ours; `kubectl logs -f`): text until the container stops
+        or the caller stops iterating. `tail_lines`: start with that many of the existing lines."""
+        pod = self.get_pod_name()
+        flow = _kube.follow_pod_logs(self.namespace, pod, container=container, tail_lines=tail_lines)
+        yield from self._driver.iterate(flow)
 
     def get_service_fqdn(self) -> str | None:
         """`status.serviceFQDN` (templates with `spec.service: true`)."""
