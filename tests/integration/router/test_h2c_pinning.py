@@ -198,112 +198,102 @@ def frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
     return out
 
 
-async def test_a_stream_naming_another_sandbox_never_reaches_the_first(h2c_router: Router) -> None:
-    """Byte-level: of three streams in one write (alpha, beta, alpha), the sandbox the connection is
-    pinned to receives only the first; the client gets GOAWAY naming it, so it retries 3 and 5."""
-    received = bytearray()
-    got_headers = asyncio.Event()
+class RecordingSandbox:
+    """A raw h2c sandbox on its own loopback address: sends SETTINGS, records every byte it receives."""
 
-    async def sandbox(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self) -> None:
+        self.received = bytearray()
+        self.got_headers = asyncio.Event()
+        self.ip = fresh_ip()
+        self.port = 0
+        self.server: asyncio.Server | None = None
+        self._encoder = hpack.Encoder()
+
+    async def __aenter__(self) -> RecordingSandbox:
+        self.server = await asyncio.start_server(self._serve, self.ip, 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(frame(SETTINGS, 0, 0, b""))
         while chunk := await reader.read(65536):
-            received.extend(chunk)
-            if any(t == HEADERS for t, *_ in frames(bytes(received[len(PREFACE) :]))):
-                got_headers.set()
+            self.received.extend(chunk)
+            if any(t == HEADERS for t, *_ in self.relayed()):
+                self.got_headers.set()
         writer.close()
 
-    ip = fresh_ip()
-    server = await asyncio.start_server(sandbox, ip, 0)
-    port = server.sockets[0].getsockname()[1]
-    encoder = hpack.Encoder()
+    def relayed(self) -> list[tuple[int, int, int, bytes]]:
+        """The frames that reached this sandbox after the preface."""
+        return frames(bytes(self.received[len(PREFACE) :]))
 
-    def request(stream: int, name: str) -> bytes:
-        block = encoder.encode(
+    def request(self, stream: int, name: str) -> bytes:
+        """A gRPC request's HEADERS frame naming sandbox `name` at this address."""
+        block = self._encoder.encode(
             [
                 (":method", "POST"),
                 (":scheme", "http"),
                 (":path", "/echo.Echo/Who"),
                 (":authority", "router"),
                 ("x-sandbox-id", name),
-                ("x-sandbox-pod-ip", ip),
-                ("x-sandbox-port", str(port)),
+                ("x-sandbox-pod-ip", self.ip),
+                ("x-sandbox-port", str(self.port)),
             ]
         )
         return frame(HEADERS, END_HEADERS | END_STREAM, stream, block)
 
-    reader, writer = await asyncio.open_connection("127.0.0.1", h2c_router.http_port)
-    try:
-        writer.write(
-            PREFACE
-            + frame(SETTINGS, 0, 0, b"")
-            + request(1, "alpha")
-            + request(3, "beta")
-            + request(5, "alpha")
-        )
-        await writer.drain()
-        seen = b""
-        async with asyncio.timeout(10):
-            while not any(t == GOAWAY for t, *_ in frames(seen)):
-                chunk = await reader.read(65536)
-                assert chunk, f"closed without GOAWAY: {frames(seen)}"
-                seen += chunk
-            await got_headers.wait()
-        goaway = next(p for t, _, _, p in frames(seen) if t == GOAWAY)
-        assert (int.from_bytes(goaway[:4], "big"), int.from_bytes(goaway[4:8], "big")) == (1, 0)
-        await asyncio.sleep(0.3)  # anything else would have been relayed by now
-        relayed = frames(bytes(received[len(PREFACE) :]))
-        assert [(t, s) for t, _, s, _ in relayed if t == HEADERS] == [(HEADERS, 1)], relayed
-        assert not writer.is_closing()  # the connection stays up for stream 1
-    finally:
-        writer.close()
-        server.close()
-        await server.wait_closed()
+
+async def test_a_stream_naming_another_sandbox_never_reaches_the_first(h2c_router: Router) -> None:
+    """Byte-level: of three streams in one write (alpha, beta, alpha), the sandbox the connection is
+    pinned to receives only the first; the client gets GOAWAY naming it, so it retries 3 and 5."""
+    async with RecordingSandbox() as sandbox:
+        reader, writer = await asyncio.open_connection("127.0.0.1", h2c_router.http_port)
+        try:
+            writer.write(
+                PREFACE
+                + frame(SETTINGS, 0, 0, b"")
+                + sandbox.request(1, "alpha")
+                + sandbox.request(3, "beta")
+                + sandbox.request(5, "alpha")
+            )
+            await writer.drain()
+            seen = b""
+            async with asyncio.timeout(10):
+                while not any(t == GOAWAY for t, *_ in frames(seen)):
+                    chunk = await reader.read(65536)
+                    assert chunk, f"closed without GOAWAY: {frames(seen)}"
+                    seen += chunk
+                await sandbox.got_headers.wait()
+            goaway = next(p for t, _, _, p in frames(seen) if t == GOAWAY)
+            assert (int.from_bytes(goaway[:4], "big"), int.from_bytes(goaway[4:8], "big")) == (1, 0)
+            await asyncio.sleep(0.3)  # anything else would have been relayed by now
+            relayed = sandbox.relayed()
+            assert [(t, s) for t, _, s, _ in relayed if t == HEADERS] == [(HEADERS, 1)], relayed
+            assert not writer.is_closing()  # the connection stays up for stream 1
+        finally:
+            writer.close()
 
 
 @pytest.mark.parametrize("split", [1, 5, 14, 23])
 async def test_a_preface_that_arrives_in_pieces_is_still_h2c(h2c_router: Router, split: int) -> None:
     """The router told h2c from HTTP/1.1 by its first read alone: a client (or a TCP relay) that wrote the
     preface in pieces got `HTTP/1.1 400` instead of HTTP/2."""
-    received = bytearray()
-    got_headers = asyncio.Event()
-
-    async def sandbox(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(frame(SETTINGS, 0, 0, b""))
-        while chunk := await reader.read(65536):
-            received.extend(chunk)
-            if any(t == HEADERS for t, *_ in frames(bytes(received[len(PREFACE) :]))):
-                got_headers.set()
-        writer.close()
-
-    ip = fresh_ip()
-    server = await asyncio.start_server(sandbox, ip, 0)
-    port = server.sockets[0].getsockname()[1]
-    block = hpack.Encoder().encode(
-        [
-            (":method", "POST"),
-            (":scheme", "http"),
-            (":path", "/echo.Echo/Who"),
-            (":authority", "router"),
-            ("x-sandbox-id", "alpha"),
-            ("x-sandbox-pod-ip", ip),
-            ("x-sandbox-port", str(port)),
-        ]
-    )
-    reader, writer = await asyncio.open_connection("127.0.0.1", h2c_router.http_port)
-    try:
-        writer.write(PREFACE[:split])
-        await writer.drain()
-        await asyncio.sleep(0.2)
-        writer.write(
-            PREFACE[split:] + frame(SETTINGS, 0, 0, b"") + frame(HEADERS, END_HEADERS | END_STREAM, 1, block)
-        )
-        await writer.drain()
-        async with asyncio.timeout(10):
-            first = await reader.read(9)
-            assert not first.startswith(b"HTTP/"), first
-            assert frames(first + await reader.read(65536))[0][0] == SETTINGS
-            await got_headers.wait()
-    finally:
-        writer.close()
-        server.close()
-        await server.wait_closed()
+    async with RecordingSandbox() as sandbox:
+        reader, writer = await asyncio.open_connection("127.0.0.1", h2c_router.http_port)
+        try:
+            writer.write(PREFACE[:split])
+            await writer.drain()
+            await asyncio.sleep(0.2)
+            writer.write(PREFACE[split:] + frame(SETTINGS, 0, 0, b"") + sandbox.request(1, "alpha"))
+            await writer.drain()
+            async with asyncio.timeout(10):
+                first = await reader.read(9)
+                assert not first.startswith(b"HTTP/"), first
+                assert frames(first + await reader.read(65536))[0][0] == SETTINGS
+                await sandbox.got_headers.wait()
+        finally:
+            writer.close()

@@ -19,6 +19,7 @@ from agent_sandbox.devcluster.kubelet_api import cri_line
 from agent_sandbox.devcluster.processes import Started
 from agent_sandbox_sdk import (
     AsyncSandboxClient,
+    Sandbox,
     SandboxClient,
     SandboxDirectConnectionConfig,
     SandboxRequestError,
@@ -37,6 +38,18 @@ def _log_file(cluster: DevCluster, namespace: str, pod: str) -> Path | None:
     return Path(obj["spec"]["logs"][0]["logsFile"]) if status == 200 else None
 
 
+def _runtime_sandbox(
+    cluster: DevCluster, namespace: str, client: SandboxClient, replicas: int
+) -> tuple[Sandbox, Path]:
+    """A sandbox of a runtime pool, and the log file its container writes (what kwok serves)."""
+    apply_pool(
+        cluster, namespace, replicas=replicas, containers=[{"name": "runtime", "image": RUNTIME_IMAGE}]
+    )
+    sandbox = client.create_sandbox("pool", namespace)
+    path = wait_for(lambda: _log_file(cluster, namespace, sandbox.get_pod_name()), what="the pod's Logs")
+    return sandbox, path
+
+
 def _write(path: Path, text: str) -> None:
     with path.open("a", encoding="utf-8") as f:
         f.write(cri_line(text, stream="stdout"))
@@ -45,11 +58,9 @@ def _write(path: Path, text: str) -> None:
 def test_follow_logs_streams_what_the_container_writes(
     cluster: DevCluster, namespace: str, controller: Started, router: str
 ) -> None:
-    apply_pool(cluster, namespace, replicas=2, containers=[{"name": "runtime", "image": RUNTIME_IMAGE}])
     config = SandboxDirectConnectionConfig(api_url=router)
     with SandboxClient(config, kubeconfig=cluster.kubeconfig) as client:
-        sandbox = client.create_sandbox("pool", namespace)
-        path = wait_for(lambda: _log_file(cluster, namespace, sandbox.get_pod_name()), what="the pod's Logs")
+        sandbox, path = _runtime_sandbox(cluster, namespace, client, replicas=2)
         follow = sandbox.follow_logs(tail_lines=1)
         assert "INFO agent_sandbox.runtime.server: serving /" in next(follow)  # the existing last line
         _write(path, "written after the follow began: é")
@@ -82,11 +93,10 @@ def test_follow_logs_streams_what_the_container_writes(
 def test_cli_logs_follow_until_ctrl_c(
     cluster: DevCluster, namespace: str, controller: Started, router: str
 ) -> None:
-    apply_pool(cluster, namespace, replicas=1, containers=[{"name": "runtime", "image": RUNTIME_IMAGE}])
-    config = SandboxDirectConnectionConfig(api_url=router)
-    with SandboxClient(config, kubeconfig=cluster.kubeconfig) as client:
-        sandbox = client.create_sandbox("pool", namespace)
-        path = wait_for(lambda: _log_file(cluster, namespace, sandbox.get_pod_name()), what="the pod's Logs")
+    with SandboxClient(
+        SandboxDirectConnectionConfig(api_url=router), kubeconfig=cluster.kubeconfig
+    ) as client:
+        sandbox, path = _runtime_sandbox(cluster, namespace, client, replicas=1)
         cli = str(Path(sys.executable).with_name("agent-sandbox"))
         argv = [cli, "logs", "-f", "--tail", "1", sandbox.claim_name or "", "-n", namespace]
         proc = subprocess.Popen(
