@@ -267,12 +267,16 @@ def _pools(args: argparse.Namespace) -> int:
 
 def _logs(args: argparse.Namespace) -> int:
     sandbox = _handle(make_client(args), args)
+    if args.follow and args.previous:
+        raise ValueError(
+            "--follow and --previous cannot be combined (the previous container no longer writes)"
+        )
     if args.follow:
         for text in sandbox.follow_logs(container=args.container, tail_lines=args.tail):
             sys.stdout.write(text)
             sys.stdout.flush()
         return 0
-    sys.stdout.write(sandbox.get_logs(container=args.container, tail_lines=args.tail))
+    sys.stdout.write(sandbox.get_logs(container=args.container, tail_lines=args.tail, previous=args.previous))
     return 0
 
 
@@ -424,4 +428,7 @@ def add_sandbox_commands(sub: Any) -> None:
     logs.add_argument("--tail", type=int, help="last N lines")
     logs.add_argument(
         "-f", "--follow", action="store_true", help="keep printing the log as it is written (until Ctrl-C)"
+    )
+    logs.add_argument(
+        "-p", "--previous", action="store_true", help="the log of the container before its last restart"
     )

@@ -117,3 +117,42 @@ def test_cli_logs_follow_until_ctrl_c(
         finally:
             proc.kill()
             proc.wait()
+
+
+def test_the_log_before_the_last_restart(
+    cluster: DevCluster, namespace: str, controller: Started, router: str
+) -> None:
+    """`get_logs(previous=True)` / `agent-sandbox logs -p` (`kubectl logs -p`): why did the runtime restart?"""
+    with SandboxClient(
+        SandboxDirectConnectionConfig(api_url=router), kubeconfig=cluster.kubeconfig
+    ) as client:
+        sandbox, _ = _runtime_sandbox(cluster, namespace, client, replicas=1)
+        with pytest.raises(SandboxRequestError, match="400"):  # no restart yet, as a kubelet answers
+            sandbox.get_logs(previous=True)
+        first = sandbox.get_logs()
+        cluster.crash_runtime(namespace, sandbox.get_pod_name())
+
+        def previous() -> str | None:
+            try:
+                return sandbox.get_logs(previous=True)
+            except SandboxRequestError:
+                return None  # not restarted yet, or kwok has not read the new Logs object
+
+        before = wait_for(previous, timeout=60, what="the previous container's log")
+        assert before.startswith(first)
+        assert "draining" in before.splitlines()[-1]  # the first instance's end
+
+        cli = str(Path(sys.executable).with_name("agent-sandbox"))
+        common = ["-n", namespace, "--kubeconfig", str(cluster.kubeconfig), "--router-url", router]
+        out = subprocess.run(
+            [cli, "logs", "-p", sandbox.claim_name or "", *common], capture_output=True, text=True, timeout=60
+        )
+        assert (out.returncode, out.stdout) == (0, before)
+        both = subprocess.run(
+            [cli, "logs", "-p", "-f", sandbox.claim_name or "", *common],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert both.returncode == 2
+        assert "cannot be combined" in both.stderr

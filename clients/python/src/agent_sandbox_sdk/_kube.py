@@ -162,9 +162,14 @@ def merge_patch(
     return check_kube(resp, f"patch {res.plural} {namespace}/{name}")  # type: ignore[no-any-return]
 
 
-def pod_logs(namespace: str, pod: str, *, container: str | None, tail_lines: int | None) -> Flow[str]:
-    """The pod's log (core/v1 `pods/log`); `SandboxRequestError` with the server's message when unavailable."""
+def pod_logs(
+    namespace: str, pod: str, *, container: str | None, tail_lines: int | None, previous: bool = False
+) -> Flow[str]:
+    """The pod's log (core/v1 `pods/log`), or with `previous` its container's before the last restart;
+    `SandboxRequestError` with the server's message when unavailable (a 400 when there was no restart)."""
     params = {k: str(v) for k, v in (("container", container), ("tailLines", tail_lines)) if v is not None}
+    if previous:
+        params["previous"] = "true"
     path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}/log"
     resp: HttpResponse = yield _req("GET", path, params=params or None)
     if not resp.is_success:

@@ -339,11 +339,14 @@ class AsyncSandbox:
             self._state.remember(view)
         return self._state.name_hash
 
-    async def get_logs(self, container: str | None = None, tail_lines: int | None = None) -> str:
-        """The sandbox pod's log (ours; Kubernetes `pods/log`, where the cluster serves it)."""
+    async def get_logs(
+        self, container: str | None = None, tail_lines: int | None = None, *, previous: bool = False
+    ) -> str:
+        """The sandbox pod's log (ours; Kubernetes `pods/log`, where the cluster serves it). `previous`: the
+        container's log before its last restart (`kubectl logs -p`: why did the runtime restart?)."""
         pod = await self.get_pod_name()
         return await self._driver.run(
-            _kube.pod_logs(self.namespace, pod, container=container, tail_lines=tail_lines)
+            _kube.pod_logs(self.namespace, pod, container=container, tail_lines=tail_lines, previous=previous)
         )
 
     async def follow_logs(

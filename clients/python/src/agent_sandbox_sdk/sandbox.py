@@ -338,11 +338,14 @@ class Sandbox:
             self._state.remember(view)
         return self._state.name_hash
 
-    def get_logs(self, container: str | None = None, tail_lines: int | None = None) -> str:
-        """The sandbox pod's log (ours; Kubernetes `pods/log`, where the cluster serves it)."""
+    def get_logs(
+        self, container: str | None = None, tail_lines: int | None = None, *, previous: bool = False
+    ) -> str:
+        """The sandbox pod's log (ours; Kubernetes `pods/log`, where the cluster serves it). `previous`: the
+        container's log before its last restart (`kubectl logs -p`: why did the runtime restart?)."""
         pod = self.get_pod_name()
         return self._driver.run(
-            _kube.pod_logs(self.namespace, pod, container=container, tail_lines=tail_lines)
+            _kube.pod_logs(self.namespace, pod, container=container, tail_lines=tail_lines, previous=previous)
         )
 
     def follow_logs(
