@@ -249,15 +249,28 @@ def _suspend_resume(suspend: bool) -> Handler:
 
 
 def _delete(args: argparse.Namespace) -> int:
+    chosen = [bool(args.claims), args.selector is not None, args.all]
+    if sum(chosen) != 1:
+        raise ValueError("delete needs claim names, -l SELECTOR or --all (exactly one of them)")
+    if args.selector is not None and not args.selector.strip():
+        raise ValueError("-l needs a label selector (--all deletes every claim)")
     client = make_client(args)
+    claims = list(args.claims)
+    if not claims:
+        # As `kubectl delete -l` / `--all`: the claims that match now, each deleted by name (the `delete` verb,
+        # all a role that grants claims needs; a claim gone meanwhile is not an error).
+        claims = client.list_all_sandboxes(args.namespace, args.selector or None)
+        if not claims:
+            print(f"No sandbox claims found in {args.namespace}.", file=sys.stderr)
+            return 0
     missing = 0
-    for claim in args.claims:
+    for claim in claims:
         existed = client.delete_claim(claim, args.namespace)
         print(
             f"sandboxclaim {args.namespace}/{claim} {'deleted' if existed else 'not found'}", file=sys.stderr
         )
         missing += not existed
-    return EXIT_NOT_FOUND if missing and not args.ignore_not_found else 0
+    return EXIT_NOT_FOUND if missing and args.claims and not args.ignore_not_found else 0
 
 
 def _pools(args: argparse.Namespace) -> int:
@@ -417,7 +430,9 @@ def add_sandbox_commands(sub: Any) -> None:
         p.add_argument("--no-wait", action="store_true", help="return once the change is requested")
 
     delete = add("delete", _delete, "delete claimed sandboxes (the controller then deletes the sandbox)")
-    delete.add_argument("claims", nargs="+", metavar="CLAIM")
+    delete.add_argument("claims", nargs="*", metavar="CLAIM")
+    delete.add_argument("-l", "--selector", help="delete the claims with these labels (kubectl's syntax)")
+    delete.add_argument("--all", action="store_true", help="delete every claim in the namespace")
     delete.add_argument("--ignore-not-found", action="store_true", help="exit 0 when a claim does not exist")
 
     add("pools", _pools, "warm pools with ready/desired members")

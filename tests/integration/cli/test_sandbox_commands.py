@@ -15,7 +15,7 @@ from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.install import token_kubeconfig
 from agent_sandbox.devcluster.processes import Started
 from tests.helpers import wait_for
-from tests.integration.sdk.conftest import apply_pool
+from tests.integration.sdk.conftest import EXT, apply_pool
 
 pytestmark = pytest.mark.integration
 
@@ -161,3 +161,44 @@ def test_a_role_that_grants_claims_only_can_create_list_and_get(
     code, out, err = run(capsys, cluster, "get", "agent-sb", "-n", namespace, "-o", "json")
     assert (code, json.loads(out)["suspended"], err) == (0, False, "")
     assert as_agent("delete", "agent-sb")[0] == 0
+
+
+def test_delete_by_selector_or_all(
+    cluster: DevCluster, namespace: str, controller: Started, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`delete -l SELECTOR` and `delete --all`, as kubectl's: what matches now, each by name."""
+    admin = cluster.admin()
+    for name, team in (("a1", "a"), ("a2", "a"), ("b1", "b")):
+        body = {
+            "apiVersion": EXT,
+            "kind": "SandboxClaim",
+            "metadata": {"name": name, "labels": {"team": team}},
+            "spec": {"warmPoolRef": {"name": "pool"}},
+        }
+        status, out = admin.request("POST", f"/apis/{EXT}/namespaces/{namespace}/sandboxclaims", body)
+        assert status == 201, out
+    ns = ("-n", namespace)
+
+    def names() -> list[str]:
+        status, body = admin.request("GET", f"/apis/{EXT}/namespaces/{namespace}/sandboxclaims")
+        assert status == 200, body
+        return sorted(
+            c["metadata"]["name"] for c in body["items"] if not c["metadata"].get("deletionTimestamp")
+        )
+
+    code, _, err = run(capsys, cluster, "delete", "-l", "team=a", *ns)
+    assert code == 0
+    assert sorted(err.splitlines()) == [
+        f"sandboxclaim {namespace}/a1 deleted",
+        f"sandboxclaim {namespace}/a2 deleted",
+    ]
+    assert names() == ["b1"]
+    for argv in (("b1", "--all"), ("-l", "team=b", "--all"), ("-l", " "), ()):
+        code, _, err = run(capsys, cluster, "delete", *argv, *ns)
+        assert code == 2, argv
+        assert err.startswith("error: "), argv
+    assert names() == ["b1"]
+    code, _, err = run(capsys, cluster, "delete", "--all", *ns)
+    assert (code, err) == (0, f"sandboxclaim {namespace}/b1 deleted\n")
+    code, _, err = run(capsys, cluster, "delete", "--all", *ns)
+    assert (code, err) == (0, f"No sandbox claims found in {namespace}.\n")
