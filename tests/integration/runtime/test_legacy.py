@@ -108,7 +108,8 @@ async def test_a_background_child_does_not_hold_the_answer(
     )
     elapsed = time.monotonic() - started
     assert (status, body["exit_code"], body["timed_out"]) == (200, 0, False)
-    assert body["stdout"].startswith("started\n")
+    # The chatty child may write before the command does (CI saw "tick\nstarted\n..." on a loaded box).
+    assert "started" in body["stdout"].splitlines()
     assert 0.9 < elapsed < 20, elapsed  # not the 60 s time limit
     # The child runs on (as it should); end it here and wait until it is gone, so that the fixture's leak
     # check does not race the kill that stopping the server would send.

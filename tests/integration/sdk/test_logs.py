@@ -104,6 +104,9 @@ def test_cli_logs_follow_until_ctrl_c(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            # As from a shell: pytest-xdist's workers ignore SIGINT, and a Python started with it ignored
+            # keeps ignoring it (no KeyboardInterrupt), so the CLI would never see the Ctrl-C.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         try:
             assert proc.stdout is not None
