@@ -61,6 +61,7 @@ SANDBOX_COLUMNS: list[tuple[str, Callable[[SandboxInfo], Any]]] = [
     ("SUSPENDED", lambda i: i.suspended),
     ("AGE", lambda i: age(i.created)),
 ]
+ALL_NAMESPACES_COLUMNS = [("NAMESPACE", lambda i: i.namespace), *SANDBOX_COLUMNS]  # as `kubectl get -A`
 POOL_COLUMNS: list[tuple[str, Callable[[WarmPoolInfo], Any]]] = [
     ("NAME", lambda p: p.name),
     ("TEMPLATE", lambda p: p.template),
@@ -117,9 +118,14 @@ def _router_config(url: str, sandboxd: bool = False) -> SandboxConnectionConfig:
         raise ValueError(f"--router-url / ${ROUTER_URL_ENV} {url!r}: {reason}") from None
 
 
-def _render_sandboxes(infos: SandboxInfo | list[SandboxInfo], fmt: str) -> None:
+def _render_sandboxes(
+    infos: SandboxInfo | list[SandboxInfo],
+    fmt: str,
+    *,
+    columns: list[tuple[str, Callable[[SandboxInfo], Any]]] | None = None,
+) -> None:
     rows = infos if isinstance(infos, list) else [infos]
-    render(infos, fmt, columns=SANDBOX_COLUMNS)
+    render(infos, fmt, columns=columns or SANDBOX_COLUMNS)
     if any(i.suspended is None for i in rows):
         # A role that grants claims only (all the SDK needs): say why a column is empty, once.
         print(
@@ -153,7 +159,9 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    _render_sandboxes(make_client(args).list_sandboxes(args.namespace, args.selector), args.output)
+    namespace = None if args.all_namespaces else args.namespace
+    infos = make_client(args).list_sandboxes(namespace, args.selector)
+    _render_sandboxes(infos, args.output, columns=ALL_NAMESPACES_COLUMNS if args.all_namespaces else None)
     return 0
 
 
@@ -389,6 +397,9 @@ def add_sandbox_commands(sub: Any) -> None:
 
     lst = add("list", _list, "list claimed sandboxes")
     lst.add_argument("-l", "--selector", help="label selector on claims")
+    lst.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="claims of every namespace (a NAMESPACE column)"
+    )
 
     get = add("get", _get, "show one claimed sandbox")
     get.add_argument("claim")

@@ -45,6 +45,16 @@ def test_commands_and_exit_codes(
     assert [i["claim_name"] for i in json.loads(out)] == ["cli-sb"]
     code, out, _ = run(capsys, cluster, "list", *ns, "-l", "team=nobody", "-o", "json")
     assert json.loads(out) == []
+    # -A: every namespace (other tests' claims too), with a NAMESPACE column first, as `kubectl get -A`.
+    code, out, _ = run(capsys, cluster, "list", "-A", "-l", "team=cli", "-o", "json")
+    assert code == 0
+    assert any(
+        (i["namespace"], i["claim_name"], i["ready"], i["suspended"]) == (namespace, "cli-sb", True, False)
+        for i in json.loads(out)
+    )
+    code, out, _ = run(capsys, cluster, "list", "--all-namespaces")
+    assert out.splitlines()[0].split()[:3] == ["NAMESPACE", "CLAIM", "POOL"]
+    assert [namespace, "cli-sb", "pool"] in [line.split()[:3] for line in out.splitlines()[1:]]
 
     code, out, _ = run(capsys, cluster, "get", "cli-sb", *ns, "-o", "yaml")
     assert code == 0

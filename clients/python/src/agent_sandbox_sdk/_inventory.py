@@ -23,13 +23,20 @@ def _created(obj: dict[str, Any]) -> datetime | None:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
 
 
-def sandbox_info(claim: dict[str, Any], sandboxes: dict[str, dict[str, Any]] | None) -> SandboxInfo:
-    """One `SandboxInfo` from a claim and the namespace's Sandboxes by name (readiness from the Sandbox).
+def _key(obj: dict[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def sandbox_info(
+    claim: dict[str, Any], sandboxes: dict[tuple[str, str], dict[str, Any]] | None
+) -> SandboxInfo:
+    """One `SandboxInfo` from a claim and Sandboxes by (namespace, name) (readiness from the Sandbox).
 
     `sandboxes` None: the caller may not read Sandboxes (RBAC), so the row is the claim's own status and
     `suspended` is unknown (None)."""
     view = ClaimView.of(claim)
-    sandbox = (sandboxes or {}).get(view.sandbox_name or "")
+    sandbox = (sandboxes or {}).get((view.namespace, view.sandbox_name or ""))
     sview = SandboxView.of(sandbox) if sandbox else None
     return SandboxInfo(
         claim_name=view.name,
@@ -52,18 +59,19 @@ def _forbidden(err: SandboxRequestError) -> bool:
     return err.status_code == 403
 
 
-def list_sandboxes(namespace: str, label_selector: str | None) -> Flow[list[SandboxInfo]]:
+def list_sandboxes(namespace: str | None, label_selector: str | None) -> Flow[list[SandboxInfo]]:
+    """Claims joined with their Sandboxes, in `namespace` or (None) in every namespace."""
     claims = yield from _kube.list_objects(_kube.CLAIMS, namespace, label_selector=label_selector)
-    by_name: dict[str, dict[str, Any]] | None
+    by_name: dict[tuple[str, str], dict[str, Any]] | None
     try:
         boxes = yield from _kube.list_objects(_kube.SANDBOXES, namespace)
-        by_name = {str((s.get("metadata") or {}).get("name")): s for s in boxes}
+        by_name = {_key(s): s for s in boxes}
     except SandboxRequestError as err:
         # A role that grants claims only (all upstream's SDK needs): rows from the claims, `suspended` unknown.
         if not _forbidden(err):
             raise
         by_name = None
-    return sorted((sandbox_info(c, by_name) for c in claims), key=lambda i: i.claim_name)
+    return sorted((sandbox_info(c, by_name) for c in claims), key=lambda i: (i.namespace, i.claim_name))
 
 
 def get_sandbox_info(namespace: str, claim_name: str) -> Flow[SandboxInfo]:
@@ -80,7 +88,7 @@ def get_sandbox_info(namespace: str, claim_name: str) -> Flow[SandboxInfo]:
         if not _forbidden(err):
             raise
         return sandbox_info(claim, None)
-    return sandbox_info(claim, {name: sandbox} if sandbox else {})
+    return sandbox_info(claim, {(namespace, name): sandbox} if sandbox else {})
 
 
 def warm_pool_info(obj: dict[str, Any]) -> WarmPoolInfo:

@@ -54,7 +54,11 @@ class KubeResource:
     def __init__(self, group: str, version: str, plural: str) -> None:
         self.group, self.version, self.plural = group, version, plural
 
-    def path(self, namespace: str, name: str | None = None) -> str:
+    def path(self, namespace: str | None, name: str | None = None) -> str:
+        """The collection (or object `name`) in `namespace`; namespace None: the collection across every
+        namespace (lists only)."""
+        if namespace is None:
+            return f"/apis/{self.group}/{self.version}/{self.plural}"
         base = f"/apis/{self.group}/{self.version}/namespaces/{quote(namespace, safe='')}/{self.plural}"
         return f"{base}/{quote(name, safe='')}" if name else base
 
@@ -120,9 +124,9 @@ def get(res: KubeResource, namespace: str, name: str) -> Flow[dict[str, Any] | N
 
 
 def list_objects(
-    res: KubeResource, namespace: str, *, label_selector: str | None = None
+    res: KubeResource, namespace: str | None, *, label_selector: str | None = None
 ) -> Flow[list[dict[str, Any]]]:
-    """Every object of the collection (paged with `continue`)."""
+    """Every object of the collection (paged with `continue`); namespace None: of every namespace."""
     items: list[dict[str, Any]] = []
     token: str | None = None
     while True:
@@ -132,7 +136,7 @@ def list_objects(
         if token:
             params["continue"] = token
         resp: HttpResponse = yield _req("GET", res.path(namespace), params=params)
-        body = check_kube(resp, f"list {res.plural} in {namespace}")
+        body = check_kube(resp, f"list {res.plural} in {namespace or 'all namespaces'}")
         items.extend(body.get("items") or [])
         token = (body.get("metadata") or {}).get("continue")
         if not token:

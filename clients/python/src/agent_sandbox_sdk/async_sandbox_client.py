@@ -233,9 +233,11 @@ class AsyncSandboxClient:
         return [str(c["metadata"]["name"]) for c in claims]
 
     async def list_sandboxes(
-        self, namespace: str = "default", label_selector: str | None = None
+        self, namespace: str | None = "default", label_selector: str | None = None
     ) -> list[SandboxInfo]:
-        """Every claim in `namespace` with its AsyncSandbox's state (ours)."""
+        """Every claim in `namespace` with its AsyncSandbox's state (ours).
+
+        `namespace` None: every namespace (needs the right to list claims cluster-wide)."""
         return await self._driver.run(_inventory.list_sandboxes(namespace, label_selector))
 
     async def get_sandbox_info(self, claim_name: str, namespace: str = "default") -> SandboxInfo:
