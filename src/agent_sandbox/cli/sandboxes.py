@@ -11,6 +11,7 @@ the cluster, router or sandbox; 2 invalid usage or input; 3 not found; 4 timed o
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shlex
 import sys
@@ -86,6 +87,13 @@ def _dev_cluster(name: str) -> tuple[str, str | None]:
 
     url = router_url(cluster)
     return str(cluster.kubeconfig), url
+
+
+def _router_url(args: argparse.Namespace) -> str | None:
+    url = args.router_url or os.environ.get(ROUTER_URL_ENV)
+    if not url and args.dev_cluster:
+        url = _dev_cluster(args.dev_cluster)[1]
+    return str(url) if url else None
 
 
 def make_client(args: argparse.Namespace, *, sandboxd: bool = False) -> SandboxClient:
@@ -301,6 +309,29 @@ def _logs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _proxy(args: argparse.Namespace) -> int:
+    router = _router_url(args)
+    if not router:
+        raise ValueError(f"proxy needs the router: --router-url, ${ROUTER_URL_ENV} or --dev-cluster")
+    if not 0 < args.port < 65536 or not 0 <= args.local_port < 65536:
+        raise ValueError("ports are 1-65535 (--local-port 0: any free one)")
+    info = make_client(args).get_sandbox_info(args.claim, args.namespace)
+    if not info.sandbox_id:
+        raise ValueError(
+            f"SandboxClaim {args.namespace}/{args.claim} has no Sandbox yet (reason: {info.reason})"
+        )
+    from .proxy import serve_proxy  # aiohttp's server, only for this command
+
+    routing = {
+        "X-Sandbox-ID": info.sandbox_id,
+        "X-Sandbox-Namespace": args.namespace,
+        "X-Sandbox-Port": str(args.port),
+    }
+    describe = f"port {args.port} of {args.namespace}/{args.claim} (Sandbox {info.sandbox_id})"
+    asyncio.run(serve_proxy(router, routing, address=args.address, port=args.local_port, describe=describe))
+    return 0
+
+
 def _pairs(values: list[str] | None, flag: str) -> list[tuple[str, str]]:
     out = []
     for value in values or []:
@@ -447,6 +478,18 @@ def add_sandbox_commands(sub: Any) -> None:
     delete.add_argument("--ignore-not-found", action="store_true", help="exit 0 when a claim does not exist")
 
     add("pools", _pools, "warm pools with ready/desired members")
+
+    proxy = add(
+        "proxy", _proxy, "a local HTTP address for a port inside a sandbox, through the router (Ctrl-C stops)"
+    )
+    proxy.add_argument("claim")
+    proxy.add_argument("port", type=int, help="the port inside the sandbox (a web app, a notebook)")
+    proxy.add_argument(
+        "--address", default="127.0.0.1", help="local address to listen on (default 127.0.0.1)"
+    )
+    proxy.add_argument(
+        "--local-port", type=int, default=0, help="local port (default: any free one, printed)"
+    )
 
     logs = add("logs", _logs, "the sandbox pod's log (where the cluster serves pod logs)")
     logs.add_argument("claim")

@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +16,7 @@ from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.processes import stop
 from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE
 
-__all__ = ["EXT", "RUNTIME_IMAGE", "apply_pool", "router"]
+__all__ = ["EXT", "RUNTIME_IMAGE", "apply_pool", "cli_proxy", "router"]
 
 EXT = "extensions.agents.x-k8s.io/v1beta1"
 
@@ -44,3 +49,39 @@ def apply_pool(
     ):  # fmt: skip
         status, out = admin.request("POST", f"/apis/{EXT}/namespaces/{namespace}/{plural}", body)
         assert status in (201, 409), out
+
+
+@contextmanager
+def cli_proxy(cluster: DevCluster, router: str, namespace: str, claim: str, port: int) -> Iterator[str]:
+    """`agent-sandbox proxy` running; its printed local URL."""
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("agent-sandbox")),
+            "proxy",
+            claim,
+            str(port),
+            "-n",
+            namespace,
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "--router-url",
+            router,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as from a shell (CI ignores it)
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), (
+            url,
+            proc.stderr.read() if proc.poll() is not None else "",
+        )
+        yield url
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 130
+    finally:
+        proc.kill()
+        proc.wait()

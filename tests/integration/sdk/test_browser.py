@@ -30,7 +30,7 @@ from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.processes import Started
 from agent_sandbox_sdk import AsyncSandbox, AsyncSandboxClient, SandboxDirectConnectionConfig
 
-from .conftest import RUNTIME_IMAGE, apply_pool
+from .conftest import RUNTIME_IMAGE, apply_pool, cli_proxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -47,6 +47,13 @@ CHROMIUM_ARGS = [
 
 def _headers(sandbox_id: str, namespace: str, port: int = APP_PORT) -> dict[str, str]:
     return {"X-Sandbox-ID": sandbox_id, "X-Sandbox-Namespace": namespace, "X-Sandbox-Port": str(port)}
+
+
+def _apply_app_pool(cluster: DevCluster, namespace: str, *, replicas: int) -> None:
+    """A pool of runtime pods that know their own IP (the app binds it)."""
+    pod_ip = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    runtime = {"name": "runtime", "image": RUNTIME_IMAGE, "env": [pod_ip]}
+    apply_pool(cluster, namespace, replicas=replicas, containers=[runtime])
 
 
 async def _start_app(sandbox: AsyncSandbox, router: str, namespace: str) -> None:
@@ -142,16 +149,26 @@ async () => {
 """
 
 
+def _check_journey(out: dict[str, Any]) -> None:
+    """What `_JOURNEY` measured in the page, against what the app sent."""
+    assert out["upload"] == {"length": 4 << 20, "sha256": out["uploadSha"]}
+    assert (out["beforeRelease"], out["release"], out["afterRelease"]) == ("first\n", "released", "second\n")
+    assert (out["downloadLength"], out["downloadIntact"]) == (32 << 20, True)
+    assert out["cachedBodies"] == ["cached body", "cached body"]
+    assert out["stats"] == {"revalidated": 1}  # the second fetch was a 304 the browser accepted
+    assert out["documentCookie"] == "session=s1; theme=dark"
+    assert out["cookies"] == {"session": "s1", "theme": "dark"}
+    assert "permessage-deflate" in out["extensions"]
+    assert out["protocol"] == "v1.kernel.websocket.jupyter.org"
+    assert out["text"] == "hello sandbox"
+    assert out["binaryEqual"] is True
+    assert out["close"] == {"code": 4001, "reason": "bye"}
+
+
 async def test_a_browser_uses_an_app_in_a_sandbox_through_the_router(
     cluster: DevCluster, namespace: str, controller: Started, router: str, browser: Browser
 ) -> None:
-    pod_ip = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
-    apply_pool(
-        cluster,
-        namespace,
-        replicas=2,
-        containers=[{"name": "runtime", "image": RUNTIME_IMAGE, "env": [pod_ip]}],
-    )
+    _apply_app_pool(cluster, namespace, replicas=2)
     config = SandboxDirectConnectionConfig(api_url=router)
     async with AsyncSandboxClient(config, kubeconfig=cluster.kubeconfig) as client:
         first, second = await asyncio.gather(
@@ -170,23 +187,7 @@ async def test_a_browser_uses_an_app_in_a_sandbox_through_the_router(
                 await page.wait_for_function("document.getElementById('who').textContent !== 'loading'")
                 assert await page.title() == "sandbox app"
                 assert await page.text_content("#who") == sandbox.sandbox_id
-            out: dict[str, Any] = await pages[0].evaluate(_JOURNEY)
-            assert out["upload"] == {"length": 4 << 20, "sha256": out["uploadSha"]}
-            assert (out["beforeRelease"], out["release"], out["afterRelease"]) == (
-                "first\n",
-                "released",
-                "second\n",
-            )
-            assert (out["downloadLength"], out["downloadIntact"]) == (32 << 20, True)
-            assert out["cachedBodies"] == ["cached body", "cached body"]
-            assert out["stats"] == {"revalidated": 1}  # the second fetch was a 304 the browser accepted
-            assert out["documentCookie"] == "session=s1; theme=dark"
-            assert out["cookies"] == {"session": "s1", "theme": "dark"}
-            assert "permessage-deflate" in out["extensions"]
-            assert out["protocol"] == "v1.kernel.websocket.jupyter.org"
-            assert out["text"] == "hello sandbox"
-            assert out["binaryEqual"] is True
-            assert out["close"] == {"code": 4001, "reason": "bye"}
+            _check_journey(await pages[0].evaluate(_JOURNEY))
         finally:
             for sandbox in (first, second):
                 assert sandbox.commands is not None
@@ -227,3 +228,31 @@ async def test_the_router_error_reaches_the_browser(
     assert response.status == 502
     assert response.headers["content-type"] == "application/json"
     assert await response.json() == {"detail": "Could not connect to the backend sandbox: never-existed"}
+
+
+async def test_a_browser_opens_an_app_through_agent_sandbox_proxy(
+    cluster: DevCluster, namespace: str, controller: Started, router: str, browser: Browser
+) -> None:
+    """`agent-sandbox proxy CLAIM 8000`: the same journey from a plain local URL, no headers added by the
+    browser (a person opening what the agent built)."""
+    _apply_app_pool(cluster, namespace, replicas=1)
+    config = SandboxDirectConnectionConfig(api_url=router)
+    async with AsyncSandboxClient(config, kubeconfig=cluster.kubeconfig) as client:
+        sandbox = await client.create_sandbox("pool", namespace, sandbox_ready_timeout=90)
+        try:
+            await _start_app(sandbox, router, namespace)
+            with cli_proxy(cluster, router, namespace, sandbox.claim_name or "", APP_PORT) as url:
+                context = await browser.new_context()
+                context.set_default_timeout(30_000)
+                page = await context.new_page()
+                response = await page.goto(url)
+                assert response is not None
+                assert response.status == 200
+                await page.wait_for_function("document.getElementById('who').textContent !== 'loading'")
+                assert await page.text_content("#who") == sandbox.sandbox_id
+                _check_journey(await page.evaluate(_JOURNEY))
+                await context.close()
+        finally:
+            assert sandbox.commands is not None
+            await sandbox.commands.run("sh -c 'kill \"$(cat app.pid)\"'")
+            await sandbox.terminate()

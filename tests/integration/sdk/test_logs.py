@@ -50,6 +50,10 @@ def _runtime_sandbox(
     return sandbox, path
 
 
+def _client(cluster: DevCluster, router: str) -> SandboxClient:
+    return SandboxClient(SandboxDirectConnectionConfig(api_url=router), kubeconfig=cluster.kubeconfig)
+
+
 def _write(path: Path, text: str) -> None:
     with path.open("a", encoding="utf-8") as f:
         f.write(cri_line(text, stream="stdout"))
@@ -93,9 +97,7 @@ def test_follow_logs_streams_what_the_container_writes(
 def test_cli_logs_follow_until_ctrl_c(
     cluster: DevCluster, namespace: str, controller: Started, router: str
 ) -> None:
-    with SandboxClient(
-        SandboxDirectConnectionConfig(api_url=router), kubeconfig=cluster.kubeconfig
-    ) as client:
+    with _client(cluster, router) as client:
         sandbox, path = _runtime_sandbox(cluster, namespace, client, replicas=1)
         cli = str(Path(sys.executable).with_name("agent-sandbox"))
         argv = [cli, "logs", "-f", "--tail", "1", sandbox.claim_name or "", "-n", namespace]
@@ -126,9 +128,7 @@ def test_the_log_before_the_last_restart(
     cluster: DevCluster, namespace: str, controller: Started, router: str
 ) -> None:
     """`get_logs(previous=True)` / `agent-sandbox logs -p` (`kubectl logs -p`): why did the runtime restart?"""
-    with SandboxClient(
-        SandboxDirectConnectionConfig(api_url=router), kubeconfig=cluster.kubeconfig
-    ) as client:
+    with _client(cluster, router) as client:
         sandbox, _ = _runtime_sandbox(cluster, namespace, client, replicas=1)
         with pytest.raises(SandboxRequestError, match="400"):  # no restart yet, as a kubelet answers
             sandbox.get_logs(previous=True)

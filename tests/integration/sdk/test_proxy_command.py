@@ -1,0 +1,107 @@
+"""`agent-sandbox proxy CLAIM PORT`: a web app and a WebSocket server started inside a sandbox, reached from a
+local address with no `X-Sandbox-*` headers (as a browser would), through the real router."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import urllib.error
+import urllib.request
+
+import aiohttp
+import pytest
+
+from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.devcluster.processes import Started
+from agent_sandbox_sdk import Sandbox, SandboxClient, SandboxDirectConnectionConfig
+from tests.helpers import wait_for
+
+from .conftest import RUNTIME_IMAGE, apply_pool, cli_proxy
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+# A WebSocket echo server, run inside the sandbox (the dev runner's commands run with this machine's Python).
+WS_ECHO = """
+import sys
+from aiohttp import web
+async def ws(request):
+    sock = web.WebSocketResponse()
+    await sock.prepare(request)
+    async for message in sock:
+        if message.type == web.WSMsgType.TEXT:
+            await sock.send_str("echo " + message.data)
+        elif message.type == web.WSMsgType.BINARY:
+            await sock.send_bytes(message.data[::-1])
+    return sock
+app = web.Application()
+app.router.add_get("/ws", ws)
+web.run_app(app, host=sys.argv[1], port=int(sys.argv[2]), print=None)
+"""
+
+
+def _get(url: str) -> tuple[int, bytes, dict[str, str]]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            return resp.status, resp.read(), dict(resp.headers)
+    except urllib.error.HTTPError as err:
+        return err.code, err.read(), dict(err.headers)
+
+
+def _start(sandbox: Sandbox, command: str) -> None:
+    result = sandbox.commands.run(f"sh -c 'nohup {command} >/dev/null 2>&1 &'")
+    assert result.exit_code == 0, result
+
+
+def test_a_web_app_and_a_websocket_in_a_sandbox_from_a_local_address(
+    cluster: DevCluster, namespace: str, controller: Started, router: str
+) -> None:
+    apply_pool(cluster, namespace, replicas=1, containers=[{"name": "runtime", "image": RUNTIME_IMAGE}])
+    with SandboxClient(
+        SandboxDirectConnectionConfig(api_url=router), kubeconfig=cluster.kubeconfig
+    ) as client:
+        sandbox = client.create_sandbox("pool", namespace)
+        claim = sandbox.claim_name or ""
+        pod_ip = client.get_sandbox_info(claim, namespace).pod_ip
+        page = b"<h1>built by an agent</h1>" * 4000  # ~100 KB
+        sandbox.files.write("site/index.html", page)
+        sandbox.files.write("ws_echo.py", WS_ECHO.encode())
+        _start(sandbox, f"python3 -m http.server 8000 --bind {pod_ip} --directory site")
+        _start(sandbox, f"{sys.executable} ws_echo.py {pod_ip} 8001")
+
+        with cli_proxy(cluster, router, namespace, claim, 8000) as url:
+            _, body, headers = wait_for(
+                lambda: (r := _get(url + "index.html"))[0] == 200 and r, what="the app"
+            )
+            assert body == page
+            assert headers["Content-Length"] == str(len(page))
+            assert _get(url + "missing.html")[0] == 404  # the app's own answers pass through
+            request = urllib.request.Request(url + "index.html", data=b"x" * 70_000, method="POST")
+            with pytest.raises(urllib.error.HTTPError) as no_post:
+                urllib.request.urlopen(request, timeout=30)
+            assert (
+                no_post.value.code == 501
+            )  # http.server has no POST: the body went through, the app answered
+
+        with cli_proxy(cluster, router, namespace, claim, 8001) as url:
+
+            async def talk() -> list[object]:
+                async with aiohttp.ClientSession() as session:
+                    ws = await wait_for_ws(session, url.replace("http://", "ws://") + "ws")
+                    await ws.send_str("hello")
+                    text = (await ws.receive(timeout=30)).data
+                    await ws.send_bytes(b"\x00\x01\x02")
+                    binary = (await ws.receive(timeout=30)).data
+                    await ws.close()
+                    return [text, binary]
+
+            assert asyncio.run(talk()) == ["echo hello", b"\x02\x01\x00"]
+
+
+async def wait_for_ws(session: aiohttp.ClientSession, url: str) -> aiohttp.ClientWebSocketResponse:
+    """The sandbox's WebSocket server, once it listens (it was started in the background)."""
+    for _ in range(100):
+        try:
+            return await session.ws_connect(url)
+        except aiohttp.WSServerHandshakeError:
+            await asyncio.sleep(0.2)
+    return await session.ws_connect(url)
