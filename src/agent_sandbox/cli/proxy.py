@@ -18,6 +18,8 @@ from aiohttp import web
 __all__ = ["SandboxProxy", "serve_proxy"]
 
 # Hop-by-hop (RFC 9110 §7.6.1) and what the proxy sets itself: never copied from one side to the other.
+# A request's Content-Length is kept: without it the body would go on chunked, which some servers refuse
+# (Python's http.server reads only Content-Length bodies).
 _HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -30,7 +32,6 @@ _HOP_BY_HOP = frozenset(
         "transfer-encoding",
         "upgrade",
         "host",
-        "content-length",
     }
 )
 _WS_HANDSHAKE = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions"})
@@ -93,7 +94,7 @@ class SandboxProxy:
         async with upstream:
             response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             for name, value in upstream.headers.items():
-                if name.lower() not in _HOP_BY_HOP:
+                if name.lower() not in _HOP_BY_HOP and name.lower() != "content-length":  # set below
                     response.headers.add(name, value)
             if upstream.headers.get("Content-Length") is not None:
                 response.content_length = int(upstream.headers["Content-Length"])
