@@ -90,6 +90,7 @@ def _dev_cluster(name: str) -> tuple[str, str | None]:
 
 
 def _router_url(args: argparse.Namespace) -> str | None:
+    """--router-url, else $AGENT_SANDBOX_ROUTER_URL, else the --dev-cluster's router."""
     url = args.router_url or os.environ.get(ROUTER_URL_ENV)
     if not url and args.dev_cluster:
         url = _dev_cluster(args.dev_cluster)[1]
@@ -295,11 +296,11 @@ def _pools(args: argparse.Namespace) -> int:
 
 
 def _logs(args: argparse.Namespace) -> int:
-    sandbox = _handle(make_client(args), args)
     if args.follow and args.previous:
         raise ValueError(
             "--follow and --previous cannot be combined (the previous container no longer writes)"
         )
+    sandbox = _handle(make_client(args), args)
     if args.follow:
         for text in sandbox.follow_logs(container=args.container, tail_lines=args.tail):
             sys.stdout.write(text)
