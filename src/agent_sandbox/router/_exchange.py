@@ -160,7 +160,9 @@ class Exchange:
 
     def _client_write_pause(self, paused: bool) -> None:
         transport = self.upstream.transport
-        if transport is None or self.upstream.closed:
+        # Once the response is complete the connection is the pool's (or closed): the last bytes' flush can
+        # fill the client's buffer after that, and pausing then would stall whoever uses it next.
+        if transport is None or self.upstream.closed or self.upstream.sink is not self:
             return
         if paused:
             transport.pause_reading()

@@ -332,6 +332,12 @@ class UpstreamPool:
         conn.reused = True
         conn.sink = None
         conn.idle_since = time.monotonic()
+        transport = conn.transport
+        if transport is not None and not transport.is_reading():
+            # Paused for a slow client when the response's last bytes arrived (the client's buffer filled
+            # with them): the next request's answer would never be read (a 504 after the header timeout),
+            # and an idle connection must read to notice its peer closing.
+            transport.resume_reading()
         conns.append(conn)
         self._total += 1
         if self._sweeper is None:

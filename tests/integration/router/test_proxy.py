@@ -14,7 +14,7 @@ import pytest
 
 from agent_sandbox.router import Router
 
-from .conftest import Backend, fresh_ip, raw_backend, raw_request, request_bytes, scrape
+from .conftest import Backend, exchange, fresh_ip, raw_backend, raw_request, request_bytes, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -249,6 +249,34 @@ async def test_a_request_resent_after_a_dead_pooled_connection_carries_its_body(
         assert connections == 2  # the second request went out on the pooled connection first
     finally:
         server.close()
+
+
+async def test_a_connection_paused_for_a_slow_client_is_pooled_reading(
+    router: Router, backend: Backend
+) -> None:
+    """A slow client (a browser after a large download) fills its buffer with a response's last bytes: the
+    router pauses reading the sandbox connection just as the response completes, and pooled it paused, so the
+    next request sent on it was never answered (a 504 after the 30 s header timeout; Chromium met it in CI)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port, limit=16384)
+    writer.write(request_bytes("GET", "/download/4194304", backend.headers()))
+    got, tail = 0, b""
+    async with asyncio.timeout(60):
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), head
+        while not tail.endswith(b"\r\n0\r\n\r\n"):  # the last chunk (the body is all "d")
+            chunk = await reader.read(16384)
+            assert chunk, "closed before the end of the download"
+            got, tail = got + len(chunk), (tail + chunk)[-16:]
+            await asyncio.sleep(0.002)  # a client that takes bytes slowly: the router's buffer for it fills
+    writer.close()
+    assert got > 4 << 20
+    # Every later request reaches the same sandbox over the pooled connections.
+    for i in range(3):
+        async with asyncio.timeout(10):
+            answer = await exchange(
+                router.http_port or 0, request_bytes("GET", f"/after/{i}", backend.headers())
+            )
+        assert answer.status == 200, answer
 
 
 @pytest.mark.parametrize("endless", [True, False])
