@@ -105,11 +105,10 @@ def make_client(args: argparse.Namespace, *, sandboxd: bool = False) -> SandboxC
     runtime's HTTP API.
     """
     kubeconfig = args.kubeconfig
-    router_url = args.router_url or os.environ.get(ROUTER_URL_ENV)
-    if args.dev_cluster:
-        dev_kubeconfig, dev_router = _dev_cluster(args.dev_cluster)
+    if args.dev_cluster:  # looked up even when --kubeconfig is given: a cluster that is not up is an error
+        dev_kubeconfig = _dev_cluster(args.dev_cluster)[0]
         kubeconfig = kubeconfig or dev_kubeconfig
-        router_url = router_url or dev_router
+    router_url = _router_url(args)
     config: SandboxConnectionConfig | None = _router_config(router_url, sandboxd) if router_url else None
     if config is None and sandboxd:
         config = SandboxdPodTunnelConnectionConfig()
