@@ -44,12 +44,23 @@ RETRY_STATUS = frozenset({500, 502, 503, 504})
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 
 
+#: Largest error body parsed as JSON for its message; a longer one (an HTML error page) is shown as text.
+MAX_ERROR_JSON = 64 << 10
+
+
+def _text_head(resp: HttpResponse, limit: int) -> str:
+    """The start of the body as text, decoding only what is shown (an answer may be hundreds of MiB)."""
+    return resp.content[: limit * 4].decode("utf-8", errors="replace").strip()[:limit]
+
+
 def error_detail(resp: HttpResponse) -> str:
     """The human part of an error body: router `detail`, legacy `message`, sandboxd `code: message`."""
+    if len(resp.content) > MAX_ERROR_JSON:
+        return _text_head(resp, 300)
     try:
         body = resp.json()
     except ValueError:
-        return resp.text.strip()[:300]
+        return _text_head(resp, 300)
     if isinstance(body, Mapping):
         if "code" in body and "message" in body:
             return f"{body['code']}: {body['message']}"
@@ -58,7 +69,7 @@ def error_detail(resp: HttpResponse) -> str:
         for key in ("detail", "message", "error"):
             if key in body:
                 return str(body[key])[:300]
-    return resp.text.strip()[:300]
+    return _text_head(resp, 300)
 
 
 def _validation_errors(errors: list[Any]) -> str:
@@ -90,7 +101,7 @@ def malformed_answer(what: str, resp: HttpResponse | None = None, sample: object
     except SandboxRequestError:
         raise
     except _MALFORMED as err:
-        shown = resp.text[:200] if resp is not None else str(sample)[:200]
+        shown = _text_head(resp, 200) if resp is not None else str(sample)[:200]
         raise SandboxRequestError(
             f"{what}: malformed answer from the sandbox ({type(err).__name__}: {err}): {shown!r}",
             resp.status_code if resp is not None else None,
@@ -125,6 +136,11 @@ def stale_pod_ip(status: int, detail: str) -> bool:
     sandbox's (the Sandbox was deleted, or moved to a pod the router does not connect with the old address).
     The cached IP must be dropped; the request may be sent again, even a POST."""
     return status == 403 and detail.startswith("X-Sandbox-Pod-IP ") and "does not belong to sandbox" in detail
+
+
+def _refused_for_stale_pod_ip(resp: HttpResponse) -> bool:
+    # The status first: the body of a success can be a whole file, not worth decoding for an error message.
+    return resp.status_code == 403 and stale_pod_ip(403, error_detail(resp))
 
 
 def explain_unreachable(conn: Connection, err: SandboxRequestError) -> Flow[SandboxRequestError]:
@@ -229,7 +245,7 @@ def call(
                 attempt += 1
                 continue
             raise
-        if not refreshed and replayable and stale_pod_ip(resp.status_code, error_detail(resp)):
+        if not refreshed and replayable and _refused_for_stale_pod_ip(resp):
             conn.failed()
             refreshed = True
             continue
@@ -282,7 +298,7 @@ def open_stream(
         while (chunk := (yield ReadChunk(handle))) is not None and len(body) < 65536:
             body += chunk
         answer = HttpResponse(handle.status_code, handle.headers, body, method, req.url)
-        if not refreshed and stale_pod_ip(answer.status_code, error_detail(answer)):
+        if not refreshed and _refused_for_stale_pod_ip(answer):
             conn.failed()  # the router forwarded nothing: send it again with the current address
             continue
         try:

@@ -81,3 +81,23 @@ def test_a_grpc_call_to_an_http1_router_says_the_router_needs_h2c() -> None:
     assert message.startswith(f"sandboxd process service failed (UNAVAILABLE): {details}")
     assert "started with --enable-h2c" in message
     assert "h2c" not in str(_grpc_error(GrpcFailure("UNAVAILABLE", "Connection refused")))
+
+
+class _CountingBytes(bytes):
+    """A body that records how many bytes were decoded from it whole (slices are plain bytes)."""
+
+    decoded = 0
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        type(self).decoded += len(self)
+        return super().decode(encoding, errors)
+
+
+@pytest.mark.parametrize(
+    "body", [b"\xff" + b"<html>" * 2_000_000, json.dumps({"detail": "x" * 10_000_000}).encode()]
+)
+def test_an_error_message_reads_only_the_start_of_a_large_body(body: bytes) -> None:
+    _CountingBytes.decoded = 0
+    detail = error_detail(HttpResponse(500, {}, _CountingBytes(body)))
+    assert 0 < len(detail) <= 300
+    assert _CountingBytes.decoded == 0

@@ -324,3 +324,39 @@ def test_a_refused_stale_pod_ip_is_dropped_and_the_call_sent_again_once(mode: st
     with pytest.raises(SandboxRequestError, match="does not belong to sandbox"):
         sync_client(fake_twice).create_sandbox("python-pool").commands.run("echo hi")  # type: ignore[union-attr]
     assert len(fake_twice.find(lambda r: r.method == "POST" and r.url.path == "/execute")) == 2
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_successful_answer_is_not_read_for_an_error_message(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a 403 can be the router's stale-address refusal. Reading every answer for one decoded a whole
+    download twice more (a 300 MiB `files.read` took 3.3 s and 1.8 GiB instead of 0.6 s and 0.65 GiB)."""
+    examined: list[int] = []
+    detail = _calls.error_detail
+
+    def recording(resp: Any) -> str:
+        examined.append(resp.status_code)
+        return detail(resp)
+
+    monkeypatch.setattr(_calls, "error_detail", recording)
+    fake = FakeCluster()
+
+    async def use(client: AsyncSandboxClient) -> None:
+        sandbox = await client.create_sandbox("python-pool")
+        await sandbox.files.write("a.bin", b"x" * 1000)  # type: ignore[union-attr]
+        assert await sandbox.files.read("a.bin") == b"x" * 1000  # type: ignore[union-attr]
+        assert (await sandbox.commands.run("echo hi")).exit_code == 0  # type: ignore[union-attr]
+
+    if mode == "sync":
+        sandbox = sync_client(fake).create_sandbox("python-pool")
+        sandbox.files.write("a.bin", b"x" * 1000)  # type: ignore[union-attr]
+        assert sandbox.files.read("a.bin") == b"x" * 1000  # type: ignore[union-attr]
+        assert sandbox.commands.run("echo hi").exit_code == 0  # type: ignore[union-attr]
+    else:
+        run_async(fake, use)
+    assert examined == []
+    fake.faults["/download/"] = [404]
+    with pytest.raises(SandboxRequestError):
+        sync_client(fake).create_sandbox("python-pool").files.read("a.bin")  # type: ignore[union-attr]
+    assert examined == [404]  # an error still gets its message
