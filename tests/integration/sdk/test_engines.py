@@ -83,6 +83,8 @@ def test_commands_and_files_sync(cluster: DevCluster, pool: str, mode: str, tmp_
         big = bytes(range(256)) * 8192  # 2 MiB, streamed from a file object
         files.write("dir/big.bin", io.BytesIO(big))
         assert files.read_to("dir/big.bin", tmp_path / "big.bin") == len(big)
+        files.write("dir/big-bytes.bin", big[::-1])  # in memory, over STREAM_ABOVE: streamed with its length
+        assert files.read("dir/big-bytes.bin") == big[::-1]
         assert (tmp_path / "big.bin").read_bytes() == big
         with pytest.raises(Exception, match="max_bytes"):
             files.read_to("dir/big.bin", tmp_path / "cut.bin", max_bytes=1000)
@@ -149,6 +151,9 @@ def test_commands_and_files_async(cluster: DevCluster, pool: str, mode: str) -> 
             assert [r.stdout for r in results] == [f"{i}\n" for i in range(10)]
             await sandbox.files.write("a.txt", "async")
             assert await sandbox.files.read("a.txt") == b"async"
+            big = bytes(range(256)) * 12288  # 3 MiB in memory: streamed from the caller's buffer
+            await sandbox.files.write("big.bin", bytearray(big))
+            assert await sandbox.files.read("big.bin") == big
             assert await sandbox.files.exists("a.txt")
             events = [e async for e in sandbox.commands.stream("echo streamed")]
             assert events[0].data == b"streamed\n"

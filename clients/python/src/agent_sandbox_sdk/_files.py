@@ -15,6 +15,7 @@ destination and stops at `max_bytes`.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import secrets
 import shutil
@@ -31,6 +32,10 @@ __all__ = ["Content", "delete_path", "exists", "list_dir", "read", "read_to", "w
 
 #: What `write` accepts.
 Content = bytes | bytearray | memoryview | str | IO[bytes]
+
+#: In-memory content larger than this is streamed from the caller's buffer, its length known: joining the
+#: multipart framing around it, and the HTTP stack's own join of a body passed whole, each copied it.
+STREAM_ABOVE = 1 << 20
 
 
 def _files_path(conn: Connection, path: str, legacy_prefix: str) -> str:
@@ -73,6 +78,10 @@ def write(
         source = content
     else:
         raise TypeError(f"content must be bytes, str or a binary file object, not {type(content).__name__}")
+    length: int | None = None  # of a streamed in-memory body: sent as Content-Length, not chunked
+    chunk = 64 * 1024
+    if data is not None and len(data) > STREAM_ABOVE:
+        source, length, data, chunk = io.BytesIO(data), len(data), None, 1 << 20  # BytesIO shares `data`
     if conn.runtime == "legacy":
         head, tail, ctype = _multipart_framing(path)
         headers = {"Content-Type": ctype}
@@ -82,7 +91,9 @@ def write(
             )
         else:
             assert source is not None
-            upload = Upload(source, head, tail)
+            if length is not None:
+                headers["Content-Length"] = str(len(head) + length + len(tail))
+            upload = Upload(source, head, tail, chunk_size=chunk)
             yield from call(conn, "POST", "/upload", timeout=timeout, headers=headers, upload=upload)
         return
     headers = {"Content-Type": "application/octet-stream"}
@@ -91,7 +102,10 @@ def write(
         yield from call(conn, "PUT", url, timeout=timeout, headers=headers, content=data)
     else:
         assert source is not None
-        yield from call(conn, "PUT", url, timeout=timeout, headers=headers, upload=Upload(source))
+        if length is not None:
+            headers["Content-Length"] = str(length)
+        upload = Upload(source, chunk_size=chunk)
+        yield from call(conn, "PUT", url, timeout=timeout, headers=headers, upload=upload)
 
 
 def read(conn: Connection, path: str, *, timeout: float, allow_unsafe_paths: bool) -> Flow[bytes]:

@@ -360,3 +360,25 @@ def test_a_successful_answer_is_not_read_for_an_error_message(
     with pytest.raises(SandboxRequestError):
         sync_client(fake).create_sandbox("python-pool").files.read("a.bin")  # type: ignore[union-attr]
     assert examined == [404]  # an error still gets its message
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_large_in_memory_write_is_streamed_with_its_length(mode: str) -> None:
+    """Over `STREAM_ABOVE` bytes are sent from the caller's buffer (a 200 MiB write took 590 MiB more memory
+    when the multipart framing was joined around it), as one Content-Length body, not chunked: a server or
+    proxy that refuses chunked uploads takes it as before."""
+    fake = FakeCluster()
+    big = bytes(range(256)) * 8192 + b"tail"
+
+    async def use(client: AsyncSandboxClient) -> None:
+        sandbox = await client.create_sandbox("python-pool")
+        await sandbox.files.write("big.bin", big)  # type: ignore[union-attr]
+
+    if mode == "sync":
+        sync_client(fake).create_sandbox("python-pool").files.write("big.bin", big)  # type: ignore[union-attr]
+    else:
+        run_async(fake, use)
+    assert fake.files == {"big.bin": big}
+    upload = fake.find(lambda r: r.method == "POST" and r.url.path == "/upload")[0]
+    assert "transfer-encoding" not in upload.headers
+    assert int(upload.headers["content-length"]) == len(upload.content) > len(big)
