@@ -7,6 +7,9 @@ everything under it: to a destination that exists as a directory it goes inside 
 instead. Symbolic links are not followed when uploading (they are reported and skipped: following one could
 upload a file from outside the tree); the runtimes' file APIs list only files and directories. Empty
 directories are created (uploads: one `mkdir -p` command in the sandbox, as the file APIs have no mkdir).
+Files keep their permission bits, as `cp` without `-p` keeps them: the source's mode less the umask when
+downloading (where the runtime lists modes: sandboxd and this project's legacy runtime, not upstream's), the
+source's mode when uploading (one `chmod` command per file not 0644 on the legacy runtime).
 Names a sandbox lists are checked before anything is written locally: the sandbox is not trusted, and an
 entry named `..` or `a/b` is refused rather than written outside the destination. A tree's files go 8 at a
 time (each costs a round trip through the router; measured in `benchmarks/cp_tree.py`).
@@ -19,7 +22,9 @@ import functools
 import io
 import os
 import posixpath
+import re
 import shlex
+import stat
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +33,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from agent_sandbox_sdk import Sandbox, SandboxClient, SandboxError
+from agent_sandbox_sdk.models import FileEntry
 
 __all__ = ["STDIO", "copy", "split_remote"]
 
@@ -35,6 +41,30 @@ _PARALLEL = 8  # files in flight at once in a directory copy
 
 #: `cp`'s name for standard input (as the source) or standard output (as the destination), as `docker cp`.
 STDIO = "-"
+
+
+#: What a runtime writes when no mode is given: no need to ask for it.
+_DEFAULT_MODE = 0o644
+#: A mode as a sandbox lists it ("0755"); anything else is ignored (the sandbox is not trusted).
+_LISTED_MODE = re.compile(r"^0?[0-7]{3}$")
+
+
+def _upload_mode(local: Path) -> int | None:
+    """The permission bits to give an uploaded copy of `local` (None: the runtime's default will do)."""
+    mode = stat.S_IMODE(local.stat().st_mode) & 0o777
+    return None if mode == _DEFAULT_MODE else mode
+
+
+def _keep_mode(entry: FileEntry | None, local: Path, umask: int) -> None:
+    """Give a downloaded file its source's permission bits less the umask, as `cp` does (set-id bits never)."""
+    if entry is not None and entry.mode is not None and _LISTED_MODE.match(entry.mode):
+        os.chmod(local, int(entry.mode, 8) & 0o777 & ~umask)
+
+
+def _umask() -> int:
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
 
 
 def split_remote(spec: str) -> tuple[str, str] | None:
@@ -117,7 +147,7 @@ def _upload(client: SandboxClient, args: argparse.Namespace, dst: tuple[str, str
         if not path or path.endswith("/") or _remote_type(sandbox, path, timeout) == "directory":
             path = posixpath.normpath(posixpath.join(path, local.name)) if path else local.name
         with local.open("rb") as fh:
-            files.write(path, fh, timeout=timeout)
+            files.write(path, fh, timeout=timeout, mode=_upload_mode(local))
         print(f"{local} -> {claim}:{path} ({local.stat().st_size} bytes)", file=sys.stderr)
         return 0
     if not local.is_dir():
@@ -149,7 +179,7 @@ def _upload_tree(sandbox: Sandbox, root: Path, target: str, timeout: float) -> _
     def upload(local: Path, remote: str) -> int:
         assert files is not None
         with local.open("rb") as fh:
-            files.write(remote, fh, timeout=timeout)
+            files.write(remote, fh, timeout=timeout, mode=_upload_mode(local))
         return local.stat().st_size
 
     for directory, dirnames, filenames in os.walk(root, followlinks=False):
@@ -200,16 +230,26 @@ def _run_all(jobs: list[Callable[[], int]]) -> list[int]:
 
 def _remote_type(sandbox: Sandbox, path: str, timeout: float) -> str | None:
     """ "file", "directory", or None when nothing is at `path` (read from its parent's listing)."""
+    if _is_root(path):
+        return "directory"
+    entry = _remote_entry(sandbox, path, timeout)
+    return entry.type if entry is not None else None
+
+
+def _is_root(path: str) -> bool:
+    return posixpath.split(posixpath.normpath(path))[1] in ("", ".")
+
+
+def _remote_entry(sandbox: Sandbox, path: str, timeout: float) -> FileEntry | None:
+    """What the parent's listing says of `path` (not the root: no listing names it); None: nothing there."""
     files = sandbox.files
     assert files is not None
     parent, name = posixpath.split(posixpath.normpath(path))
-    if name in ("", "."):
-        return "directory"  # the root
     try:
         entries = files.list(parent, timeout=timeout)
     except SandboxError:
         return None  # no such parent
-    return next((e.type for e in entries if e.name == name), None)
+    return next((e for e in entries if e.name == name), None)
 
 
 def _download(client: SandboxClient, args: argparse.Namespace, src: tuple[str, str]) -> int:
@@ -220,7 +260,8 @@ def _download(client: SandboxClient, args: argparse.Namespace, src: tuple[str, s
     sandbox = _sandbox(client, claim, args.namespace)
     files = sandbox.files
     assert files is not None
-    kind = _remote_type(sandbox, path, timeout)
+    entry = None if _is_root(path) else _remote_entry(sandbox, path, timeout)
+    kind = "directory" if _is_root(path) else entry.type if entry is not None else None
     if args.dst == STDIO:
         if kind == "directory":
             raise ValueError(f"{claim}:{path}: a directory cannot be written to standard output")
@@ -233,6 +274,7 @@ def _download(client: SandboxClient, args: argparse.Namespace, src: tuple[str, s
         if target.is_dir():
             target = target / posixpath.basename(posixpath.normpath(path))
         written = files.read_to(path, target, timeout=timeout)
+        _keep_mode(entry, target, _umask())
         print(f"{claim}:{path} -> {target} ({written} bytes)", file=sys.stderr)
         return 0
     if target.is_dir() and not _contents_only(path):
@@ -250,19 +292,22 @@ def _download_tree(sandbox: Sandbox, remote: str, local: Path, timeout: float) -
     listing the sandbox gets wrong stops the copy before any file is written."""
     files = sandbox.files
     assert files is not None
-    pairs: list[tuple[str, Path]] = []
+    pairs: list[tuple[str, Path, FileEntry]] = []
     _list_tree(sandbox, remote, local, pairs, timeout)
+    umask = _umask()
 
-    def download(child: str, destination: Path) -> int:
+    def download(child: str, destination: Path, entry: FileEntry) -> int:
         assert files is not None
-        return files.read_to(child, destination, timeout=timeout)
+        written = files.read_to(child, destination, timeout=timeout)
+        _keep_mode(entry, destination, umask)
+        return written
 
-    sizes = _run_all([functools.partial(download, child, destination) for child, destination in pairs])
+    sizes = _run_all([functools.partial(download, *pair) for pair in pairs])
     return _Tally(files=len(sizes), bytes=sum(sizes))
 
 
 def _list_tree(
-    sandbox: Sandbox, remote: str, local: Path, pairs: list[tuple[str, Path]], timeout: float
+    sandbox: Sandbox, remote: str, local: Path, pairs: list[tuple[str, Path, FileEntry]], timeout: float
 ) -> None:
     files = sandbox.files
     assert files is not None
@@ -273,7 +318,7 @@ def _list_tree(
         if entry.type == "directory":
             _list_tree(sandbox, child, local / name, pairs, timeout)
         else:
-            pairs.append((child, local / name))
+            pairs.append((child, local / name, entry))
 
 
 def _checked_name(name: str, where: str) -> str:

@@ -62,6 +62,8 @@ class Entry:
             "size": self.size,
             "type": "directory" if self.is_dir else "file",
             "mod_time": self.mtime,
+            # Not in upstream's listing (clients ignore it): what `agent-sandbox cp` needs to keep modes.
+            "mode": f"{stat.S_IMODE(self.mode):04o}",
         }
 
     def sandboxd(self) -> dict[str, object]:

@@ -4,6 +4,8 @@ runtimes the local runner serves): streamed output, the command's exit code, fil
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -170,3 +172,50 @@ def test_cp_copies_directory_trees_both_ways(
     )
     onto_file = cli(cluster, router, "cp", "tree:work", str(tree / "README"), *ns)
     assert (onto_file.returncode, onto_file.stderr) == (2, f"error: {tree / 'README'}: not a directory\n")
+
+
+def test_cp_keeps_permission_bits_both_ways(
+    cluster: DevCluster, namespace: str, controller: Started, router: str, tmp_path: Path
+) -> None:
+    """A script copied in runs (`./run.sh`), and one copied out is still executable: `cp` keeps modes as `cp`
+    and `docker cp` do, less the umask when writing locally. Every file used to arrive 0644."""
+    apply_pool(cluster, namespace, replicas=1, containers=[{"name": "runtime", "image": RUNTIME_IMAGE}])
+    ns = ("-n", namespace)
+    assert cli(cluster, router, "create", "pool", *ns, "--name", "modes").returncode == 0
+    tree = tmp_path / "tools"
+    tree.mkdir()
+    (tree / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    (tree / "run.sh").chmod(0o755)
+    (tree / "secret").write_text("s\n")
+    (tree / "secret").chmod(0o600)
+    (tree / "plain").write_text("p\n")
+    (tree / "plain").chmod(0o644)
+    single = tmp_path / "one.sh"
+    single.write_text("#!/bin/sh\necho one\n")
+    single.chmod(0o750)
+
+    assert cli(cluster, router, "cp", str(tree), "modes:tools", *ns).returncode == 0
+    assert cli(cluster, router, "cp", str(single), "modes:one.sh", *ns).returncode == 0
+    ran = cli(cluster, router, "exec", *ns, "modes", "--", "sh", "-c", "./tools/run.sh && ./one.sh")
+    assert (ran.returncode, ran.stdout) == (0, "ran\none\n"), ran.stderr
+    modes = cli(cluster, router, "exec", *ns, "modes", "--", "stat", "-c", "%n %a", "tools/run.sh",
+                "tools/secret", "tools/plain", "one.sh")  # fmt: skip
+    assert modes.stdout.split("\n")[:4] == [
+        "tools/run.sh 755",
+        "tools/secret 600",
+        "tools/plain 644",
+        "one.sh 750",
+    ]
+
+    down = tmp_path / "down"
+    assert cli(cluster, router, "cp", "modes:tools", str(down), *ns).returncode == 0
+    assert cli(cluster, router, "cp", "modes:one.sh", str(tmp_path / "one-back.sh"), *ns).returncode == 0
+    umask = os.umask(0o022)
+    os.umask(umask)
+    got = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [*down.iterdir(), tmp_path / "one-back.sh"]}
+    assert got == {
+        "run.sh": 0o755 & ~umask,
+        "secret": 0o600 & ~umask,
+        "plain": 0o644 & ~umask,
+        "one-back.sh": 0o750 & ~umask,
+    }

@@ -93,7 +93,12 @@ def test_commands_and_files_sync(cluster: DevCluster, pool: str, mode: str, tmp_
         assert entries["hello.txt"].size == 2
         assert entries["hello.txt"].type == "file"
         assert entries["big.bin"].modified.tzinfo is not None
-        assert (entries["hello.txt"].mode is not None) == sandboxd
+        assert entries["hello.txt"].mode == "0644"  # this project's legacy runtime lists modes too
+        files.write("dir/run.sh", "#!/bin/sh\necho ran\n", mode=0o755)  # sandboxd: as written; legacy: chmod
+        assert {e.name: e.mode for e in files.list("dir")}["run.sh"] == "0755"
+        assert commands.run("./dir/run.sh").stdout == "ran\n"
+        with pytest.raises(ValueError, match="mode must be permission bits"):
+            files.write("dir/x", "x", mode=0o4755)
         assert "dir" in {e.name for e in files.list(".")}
         files.delete("dir/hello.txt")
         assert not files.exists("dir/hello.txt")

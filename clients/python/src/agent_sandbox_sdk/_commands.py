@@ -39,7 +39,9 @@ __all__ = [
     "ProcessRef",
     "Started",
     "check_process_options",
+    "legacy_body",
     "run_command",
+    "run_legacy",
     "signal_process",
     "stream_command",
 ]
@@ -62,7 +64,7 @@ def _read_timeout(timeout: float, command_timeout: float | None) -> float:
     return max(timeout, command_timeout + 10) if command_timeout else timeout
 
 
-def _legacy_body(
+def legacy_body(
     command: str, command_timeout: float | None, env: Mapping[str, str] | None, cwd: str | None
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"command": command}
@@ -132,9 +134,9 @@ def run_command(
     check_timeout(timeout)
     check_timeout(command_timeout, "command_timeout")
     if conn.runtime == "legacy":
-        body = _legacy_body(command, command_timeout, env, cwd)
+        body = legacy_body(command, command_timeout, env, cwd)
         extended = bool(env) or cwd is not None
-        result = yield from _run_legacy(conn, body, _read_timeout(timeout, command_timeout), extended)
+        result = yield from run_legacy(conn, body, _read_timeout(timeout, command_timeout), extended)
     else:
         config = _process.config(command, env, cwd)
         result = yield from _run_sandboxd(
@@ -144,7 +146,7 @@ def run_command(
     return result
 
 
-def _run_legacy(
+def run_legacy(
     conn: Connection, body: dict[str, Any], read_timeout: float, extended: bool
 ) -> Flow[ExecutionResult]:
     """POST /execute; `extended`: env/cwd were asked for, which only this project's runtime honours."""
@@ -277,7 +279,7 @@ def _stream_legacy(
 ) -> Flow[None]:
     # The bytes exactly as the command wrote them (this project's runtime; one that predates the field
     # ignores it and sends UTF-8 text as `data`, read below too).
-    body = {**_legacy_body(command, timeout, env, cwd), "output_encoding": "base64"}
+    body = {**legacy_body(command, timeout, env, cwd), "output_encoding": "base64"}
     read_timeout = timeout + 10 if timeout else None
     handle = yield from open_stream(conn, "POST", "/execute/stream", timeout=read_timeout, json=body)
     while (line := (yield ReadLine(handle))) is not None:

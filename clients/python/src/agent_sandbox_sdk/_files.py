@@ -18,9 +18,11 @@ import contextlib
 import io
 import os
 import secrets
+import shlex
 import shutil
 from typing import IO, Any
 
+from . import _commands
 from ._calls import MAX_LIST_RESPONSE, call, malformed_answer, open_stream
 from ._connection import Connection
 from ._paths import legacy_path, sandboxd_path, sanitize_path
@@ -54,10 +56,27 @@ def _multipart_framing(filename: str) -> tuple[bytes, bytes, str]:
     return head, f"\r\n--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
 
 
+def check_mode(mode: object) -> None:
+    """`ValueError` unless `mode` is None or permission bits (0 to 0o777)."""
+    if mode is not None and (isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o777):
+        raise ValueError(f"mode must be permission bits from 0 to 0o777 (e.g. 0o755), got {mode!r}")
+
+
 def write(
-    conn: Connection, path: str, content: Content, *, timeout: float, allow_unsafe_paths: bool
+    conn: Connection,
+    path: str,
+    content: Content,
+    *,
+    timeout: float,
+    allow_unsafe_paths: bool,
+    mode: int | None = None,
 ) -> Flow[None]:
-    """Create or replace the file at `path` (parents created). Span `write`."""
+    """Create or replace the file at `path` (parents created), with permission `mode` if given (else the
+    runtime's 0644). Span `write`.
+
+    sandboxd sets the mode as it writes; the legacy runtime's upload has no mode, so a `chmod` command
+    follows it (one more round trip, and the image needs `chmod`)."""
+    check_mode(mode)
     attributes: dict[str, str | int] = {"sandbox.file.path": path}
     if isinstance(content, str | bytes | bytearray | memoryview):
         attributes["sandbox.file.size"] = len(
@@ -95,17 +114,32 @@ def write(
                 headers["Content-Length"] = str(len(head) + length + len(tail))
             upload = Upload(source, head, tail, chunk_size=chunk)
             yield from call(conn, "POST", "/upload", timeout=timeout, headers=headers, upload=upload)
+        if mode is not None:
+            yield from _chmod_legacy(conn, path, mode, timeout)
         return
     headers = {"Content-Type": "application/octet-stream"}
     url = _files_path(conn, path, "")
+    params = {"mode": f"{mode:04o}"} if mode is not None else None
     if data is not None:
-        yield from call(conn, "PUT", url, timeout=timeout, headers=headers, content=data)
+        yield from call(conn, "PUT", url, timeout=timeout, headers=headers, content=data, params=params)
     else:
         assert source is not None
         if length is not None:
             headers["Content-Length"] = str(length)
         upload = Upload(source, chunk_size=chunk)
-        yield from call(conn, "PUT", url, timeout=timeout, headers=headers, upload=upload)
+        yield from call(conn, "PUT", url, timeout=timeout, headers=headers, upload=upload, params=params)
+
+
+def _chmod_legacy(conn: Connection, path: str, mode: int, timeout: float) -> Flow[None]:
+    # Commands run in the runtime's root, which upload paths are relative to; `sanitize_path` refuses a
+    # path (allowed by allow_unsafe_paths) that a command would resolve elsewhere.
+    command = shlex.join(["chmod", f"{mode:04o}", "--", sanitize_path(path)])
+    body = _commands.legacy_body(command, None, None, None)
+    result = yield from _commands.run_legacy(conn, body, timeout, extended=False)
+    if result.exit_code != 0:
+        raise SandboxError(
+            f"{path}: written, but setting its mode {mode:04o} failed: {result.stderr.strip()}"
+        )
 
 
 def read(conn: Connection, path: str, *, timeout: float, allow_unsafe_paths: bool) -> Flow[bytes]:

@@ -116,12 +116,15 @@ class FileEntry(BaseModel):
 
     @classmethod
     def from_legacy(cls, entry: dict[str, Any]) -> FileEntry:
-        """From a legacy `/list` entry (`mod_time`: float seconds since the epoch)."""
+        """From a legacy `/list` entry (`mod_time`: float seconds since the epoch; `mode` where the runtime is
+        this project's, absent from upstream's)."""
+        mode = entry.get("mode")
         return cls(
             name=entry["name"],
             size=entry["size"],
             type=entry["type"],
             modified=datetime.fromtimestamp(float(entry.get("mod_time", 0)), tz=UTC),
+            mode=mode if isinstance(mode, str) else None,
         )
 
     @classmethod

@@ -188,13 +188,24 @@ class Filesystem:
         self._state = state
 
     def write(
-        self, path: str, content: _files.Content, timeout: int | float = 60, allow_unsafe_paths: bool = False
+        self,
+        path: str,
+        content: _files.Content,
+        timeout: int | float = 60,
+        allow_unsafe_paths: bool = False,
+        *,
+        mode: int | None = None,
     ) -> None:
-        """Create or replace `path` with `content` (bytes, str as UTF-8, or a binary file object, streamed)."""
+        """Create or replace `path` with `content` (bytes, str as UTF-8, or a binary file object, streamed).
+
+        `mode`: its permission bits (`0o755` for a script to run), else the runtime's default 0644. The
+        legacy runtime sets it with a `chmod` command after the upload.
+        """
         conn = self._state.connection
-        self._driver.run(
-            _files.write(conn, path, content, timeout=timeout, allow_unsafe_paths=allow_unsafe_paths)
+        flow = _files.write(
+            conn, path, content, timeout=timeout, allow_unsafe_paths=allow_unsafe_paths, mode=mode
         )
+        self._driver.run(flow)
 
     def read(self, path: str, timeout: int | float = 60, allow_unsafe_paths: bool = False) -> bytes:
         """The content of `path`."""

@@ -382,3 +382,23 @@ def test_a_large_in_memory_write_is_streamed_with_its_length(mode: str) -> None:
     upload = fake.find(lambda r: r.method == "POST" and r.url.path == "/upload")[0]
     assert "transfer-encoding" not in upload.headers
     assert int(upload.headers["content-length"]) == len(upload.content) > len(big)
+
+
+def test_a_mode_on_the_legacy_runtime_is_set_by_a_chmod_after_the_upload() -> None:
+    fake = FakeCluster()
+    sandbox = sync_client(fake).create_sandbox("python-pool")
+    assert sandbox.files is not None
+    sent = len(fake.requests)
+    for bad in (0o1000, -1, True, "755", 7.5):
+        with pytest.raises(ValueError, match="mode must be permission bits"):
+            sandbox.files.write("run.sh", "x", mode=bad)  # type: ignore[arg-type]
+    assert len(fake.requests) == sent  # refused before anything was sent
+    sandbox.files.write("/bin dir/run.sh", "#!/bin/sh\n", mode=0o755)
+    upload, chmod = fake.requests[-2:]
+    assert upload.url.path == "/upload"
+    assert json.loads(chmod.content) == {"command": "chmod 0755 -- 'bin dir/run.sh'"}
+    fake.execute_extra = {"exit_code": 1, "stderr": "chmod: not permitted\n"}
+    with pytest.raises(
+        SandboxError, match="run.sh: written, but setting its mode 0700 failed: chmod: not permitted"
+    ):
+        sandbox.files.write("run.sh", "x", mode=0o700)
