@@ -127,6 +127,15 @@ func exerciseCommon(t *testing.T, sb *sandbox.Sandbox) {
 	if err := sb.Write(ctx, "dir/hello.txt", []byte("hi")); err != nil {
 		t.Fatal(err)
 	}
+	if err := sb.Write(ctx, "tools/run.sh", []byte("#!/bin/sh\necho ran\n"), sandbox.WithFileMode(0o755)); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := sb.Run(ctx, "./tools/run.sh"); err != nil || res.Stdout != "ran\n" {
+		t.Errorf("a script written WithFileMode(0o755) ran: %+v, %v", res, err)
+	}
+	if entries, err := sb.List(ctx, "tools"); err != nil || len(entries) != 1 || entries[0].Mode != "0755" {
+		t.Errorf("List(tools) = %+v, %v", entries, err)
+	}
 	if b, err := sb.Read(ctx, "dir/hello.txt"); err != nil || string(b) != "hi" {
 		t.Errorf("Read = %q, %v", b, err)
 	}

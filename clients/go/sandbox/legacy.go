@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"mime/multipart"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 )
 
@@ -295,7 +297,28 @@ func (l *legacyRuntime) write(ctx context.Context, ep *endpoint, path string, sr
 		return err
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	return resp.Body.Close()
+	if err := resp.Body.Close(); err != nil || o.fileMode == nil {
+		return err
+	}
+	return l.chmod(ctx, ep, clean, *o.fileMode)
+}
+
+// chmod sets the mode an upload cannot carry, by a command run in the root the upload's path is relative to.
+func (l *legacyRuntime) chmod(ctx context.Context, ep *endpoint, path string, perm fs.FileMode) error {
+	mode := fmt.Sprintf("%04o", uint32(perm))
+	res, err := l.run(ctx, ep, "chmod "+mode+" -- "+shellQuote(path), &callOptions{})
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("write %s: written, but setting its mode %s failed: %s", path, mode, strings.TrimSpace(res.Stderr))
+	}
+	return nil
+}
+
+// shellQuote quotes s as one word for a POSIX shell, and for the legacy runtime's shell-like split alike.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'"'"'`) + "'"
 }
 
 func (l *legacyRuntime) readTo(ctx context.Context, ep *endpoint, path string, w io.Writer, o *callOptions) (int64, error) {
@@ -325,13 +348,14 @@ func (l *legacyRuntime) list(ctx context.Context, ep *endpoint, path string, o *
 		Size    int64    `json:"size"`
 		Type    FileType `json:"type"`
 		ModTime float64  `json:"mod_time"`
+		Mode    string   `json:"mode"` // this project's runtime adds it; upstream's lists none
 	}
 	if err := json.Unmarshal(raw, &entries); err != nil {
 		return nil, fmt.Errorf("list (GET %s): response is not a JSON array of entries: %w", p, err)
 	}
 	out := make([]FileEntry, 0, len(entries))
 	for _, e := range entries {
-		out = append(out, FileEntry{Name: e.Name, Size: e.Size, Type: e.Type, ModTime: epochToTime(e.ModTime)})
+		out = append(out, FileEntry{Name: e.Name, Size: e.Size, Type: e.Type, ModTime: epochToTime(e.ModTime), Mode: e.Mode})
 	}
 	return out, nil
 }

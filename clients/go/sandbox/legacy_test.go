@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"strings"
 	"testing"
@@ -298,5 +299,46 @@ func TestLegacyStreamingRefusesBadBase64(t *testing.T) {
 	}
 	if _, err := p.Wait(); err == nil || !strings.Contains(err.Error(), "malformed line") {
 		t.Errorf("Wait = %v, want a malformed-line error", err)
+	}
+}
+
+func TestLegacyWriteWithFileModeRunsChmodAfterTheUpload(t *testing.T) {
+	var commands []string
+	exit := 0
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/execute":
+			var body struct{ Command string }
+			_ = json.NewDecoder(r.Body).Decode(&body)
+			commands = append(commands, body.Command)
+			_, _ = fmt.Fprintf(w, `{"stdout":"","stderr":"chmod: denied\n","exit_code":%d}`, exit)
+		case "/list/dir":
+			_, _ = io.WriteString(w, `[{"name":"run.sh","size":3,"type":"file","mod_time":1,"mode":"0755"}]`)
+		default:
+			_, _ = io.WriteString(w, `{"message":"ok"}`)
+		}
+	})
+	s := openTestSandbox(t, Options{}, srv.URL, true, nil)
+	ctx := context.Background()
+	if err := s.Write(ctx, "/bin dir/it's.sh", []byte("x"), WithFileMode(0o755)); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{`chmod 0755 -- 'bin dir/it'"'"'s.sh'`}; fmt.Sprint(commands) != fmt.Sprint(want) {
+		t.Errorf("commands = %q, want %q", commands, want)
+	}
+	if entries, err := s.List(ctx, "dir"); err != nil || len(entries) != 1 || entries[0].Mode != "0755" {
+		t.Errorf("List = %+v, %v (the mode this project's legacy runtime lists)", entries, err)
+	}
+	exit = 1
+	if err := s.Write(ctx, "f", []byte("x"), WithFileMode(0o700)); err == nil || !strings.Contains(err.Error(), "setting its mode 0700 failed: chmod: denied") {
+		t.Errorf("failed chmod: %v", err)
+	}
+	for _, call := range []func() error{
+		func() error { return s.Write(ctx, "f", nil, WithFileMode(fs.ModeSetuid|0o755)) },
+		func() error { _, err := s.Read(ctx, "f", WithFileMode(0o644)); return err },
+	} {
+		if err := call(); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("err = %v, want ErrInvalidArgument", err)
+		}
 	}
 }

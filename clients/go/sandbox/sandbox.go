@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"sync"
 	"time"
@@ -417,6 +418,12 @@ func (s *Sandbox) op(ctx context.Context, name string, opts []CallOption, fileCa
 	o := buildCallOptions(opts)
 	if fileCall && o.execSet {
 		return s.wrap(fmt.Errorf("%s: %w", name, invalidf("command options (env, cwd, stdin, ...) only apply to Run and Start")))
+	}
+	if o.fileMode != nil && name != "write" {
+		return s.wrap(fmt.Errorf("%s: %w", name, invalidf("WithFileMode only applies to Write and WriteFrom")))
+	}
+	if o.fileMode != nil && *o.fileMode&^fs.ModePerm != 0 {
+		return s.wrap(fmt.Errorf("%s: %w", name, invalidf("file mode %v has bits beyond the permission bits (0o777)", *o.fileMode)))
 	}
 	if err := o.validateExec(); err != nil {
 		return s.wrap(fmt.Errorf("%s: %w", name, err))

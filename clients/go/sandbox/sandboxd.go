@@ -219,8 +219,12 @@ func (s *sandboxdRuntime) write(ctx context.Context, ep *endpoint, path string, 
 	if err := checkSandboxdWritePath(path); err != nil {
 		return err
 	}
+	var query url.Values
+	if o.fileMode != nil {
+		query = url.Values{"mode": {fmt.Sprintf("%04o", uint32(*o.fileMode))}}
+	}
 	resp, err := s.http.do(ctx, ep, wireRequest{
-		op: "write", method: http.MethodPut, path: filesPath(clean), body: src.open,
+		op: "write", method: http.MethodPut, path: filesPath(clean), query: query, body: src.open,
 		contentType: "application/octet-stream", maxAttempts: src.attempts(attemptsOr(o, defaultFileAttempts)),
 	})
 	if err != nil {

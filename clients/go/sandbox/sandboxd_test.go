@@ -329,6 +329,9 @@ func TestSandboxdRESTWire(t *testing.T) {
 	if err := s.Delete(ctx, "dir/..", true); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.Write(ctx, "run.sh", []byte("y"), WithFileMode(0o750)); err != nil {
+		t.Fatal(err)
+	}
 	want := []seen{
 		{"PUT", "/v1/files/dir%2Fa%20b%3F.txt", "", "application/octet-stream", "x"},
 		{"GET", "/v1/files/dir%2Fa%20b%3F.txt", "", "", ""},
@@ -337,6 +340,7 @@ func TestSandboxdRESTWire(t *testing.T) {
 		{"HEAD", "/v1/files/missing", "", "", ""},
 		{"HEAD", "/v1/files/%2E", "", "", ""},
 		{"DELETE", "/v1/files/dir%2F%2E%2E", "recursive=true", "", ""},
+		{"PUT", "/v1/files/run.sh", "mode=0750", "application/octet-stream", "y"},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("requests:\n got %q\nwant %q", got, want)

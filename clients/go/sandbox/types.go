@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"io"
+	"io/fs"
 	"time"
 )
 
@@ -33,7 +34,7 @@ type FileEntry struct {
 	Size    int64
 	Type    FileType
 	ModTime time.Time // UTC
-	Mode    string    // "0644" on sandboxd; empty on the legacy runtime
+	Mode    string    // "0644" on sandboxd and this project's legacy runtime; empty on upstream's legacy runtime
 }
 
 // Key identifies a sandbox in a Client's registry.
@@ -95,6 +96,9 @@ type callOptions struct {
 	stdout, stderr io.Writer
 	stdin          io.Reader
 	pty            *ptySize
+
+	// file options
+	fileMode *fs.FileMode
 }
 
 type ptySize struct{ cols, rows uint32 }
@@ -139,6 +143,11 @@ func WithStderr(w io.Writer) CallOption {
 
 // WithStdin feeds r to the command's standard input, then closes it (sandboxd only).
 func WithStdin(r io.Reader) CallOption { return func(o *callOptions) { o.execSet = true; o.stdin = r } }
+
+// WithFileMode gives the file a Write or WriteFrom creates these permission bits (0o755 for a script to
+// run), instead of the runtime's 0644. sandboxd sets them as it writes; the legacy runtime has no mode in
+// its upload, so a chmod command follows it (one more round trip; the image needs chmod).
+func WithFileMode(perm fs.FileMode) CallOption { return func(o *callOptions) { o.fileMode = &perm } }
 
 // WithPTY runs the command on a terminal of the given size (sandboxd only); all output arrives as stdout.
 func WithPTY(cols, rows uint32) CallOption {
