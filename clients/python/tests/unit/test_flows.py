@@ -399,6 +399,6 @@ def test_a_mode_on_the_legacy_runtime_is_set_by_a_chmod_after_the_upload() -> No
     assert json.loads(chmod.content) == {"command": "chmod 0755 -- 'bin dir/run.sh'"}
     fake.execute_extra = {"exit_code": 1, "stderr": "chmod: not permitted\n"}
     with pytest.raises(
-        SandboxError, match="run.sh: written, but setting its mode 0700 failed: chmod: not permitted"
+        SandboxError, match=r"run\.sh: written, but setting its mode 0700 failed: chmod: not permitted"
     ):
         sandbox.files.write("run.sh", "x", mode=0o700)
