@@ -78,6 +78,12 @@ def test_commands_and_files_sync(cluster: DevCluster, pool: str, mode: str, tmp_
 
         files.write("dir/hello.txt", "hi")
         assert files.read("dir/hello.txt") == b"hi"
+        for odd in ('say "hi".txt', "back\\slash.txt", "per%22cent.txt", "é #?.txt"):
+            files.write(f"names/{odd}", odd)  # a `"` was stored as %22 on the legacy runtime
+            assert files.read(f"names/{odd}") == odd.encode()
+        assert sorted(e.name for e in files.list("names")) == sorted(
+            ('say "hi".txt', "back\\slash.txt", "per%22cent.txt", "é #?.txt")
+        )
         assert files.exists("dir/hello.txt")
         assert not files.exists("dir/nope.txt")
         big = bytes(range(256)) * 8192  # 2 MiB, streamed from a file object

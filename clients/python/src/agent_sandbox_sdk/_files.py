@@ -48,7 +48,11 @@ def _files_path(conn: Connection, path: str, legacy_prefix: str) -> str:
 
 def _multipart_framing(filename: str) -> tuple[bytes, bytes, str]:
     boundary = secrets.token_hex(16)
-    quoted = filename.replace("\\", "\\\\").replace('"', "%22").replace("\r", "%0D").replace("\n", "%0A")
+    # A quoted-string with backslash escapes, as Go's mime/multipart writes it and both runtimes' parsers
+    # (aiohttp; python-multipart under upstream's FastAPI) read it. The HTML5 form encoding (`"` as %22, what
+    # requests sends) was stored as a file literally named `%22`, which the same name then could not read.
+    # CR/LF (only with allow_unsafe_paths) cannot appear in a header even escaped.
+    quoted = filename.replace("\\", "\\\\").replace('"', '\\"').replace("\r", "%0D").replace("\n", "%0A")
     head = (
         f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{quoted}"\r\n'
         "Content-Type: application/octet-stream\r\n\r\n"
