@@ -30,6 +30,8 @@ __all__ = ["RuntimeServer"]
 
 log = logging.getLogger(__name__)
 
+#: Longest request line or header field the HTTP listeners read.
+MAX_HEAD_LINE = 64 << 10
 _CHILD_GRACE = 2.0  # spec §2.2: children get SIGTERM, SIGKILL after 2 s (or the shutdown deadline)
 
 
@@ -76,6 +78,11 @@ class RuntimeServer:
             keepalive_timeout=self.config.http_idle_timeout,
             shutdown_timeout=self.config.shutdown_timeout,
             handler_cancellation=True,  # a client that goes away cancels its command
+            # A path is in the request line, percent-encoded: a legal one (PATH_MAX 4096 bytes, non-ASCII
+            # names 3 characters per byte) needs up to ~12 KiB, past aiohttp's default of 8190. Upstream's
+            # runtimes take 16 KiB (uvicorn) and 1 MiB (Go) of head.
+            max_line_size=MAX_HEAD_LINE,
+            max_field_size=MAX_HEAD_LINE,
         )
         await runner.setup()
         self._runners.append((name, runner))

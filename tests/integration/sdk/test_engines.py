@@ -84,6 +84,11 @@ def test_commands_and_files_sync(cluster: DevCluster, pool: str, mode: str, tmp_
         assert sorted(e.name for e in files.list("names")) == sorted(
             ('say "hi".txt', "back\\slash.txt", "per%22cent.txt", "é #?.txt")
         )
+        deep = "/".join(["é" * 120] * 14) + "/f.txt"  # 3,379 bytes (PATH_MAX is 4096), ~10 KiB in a URL
+        files.write(deep, "deep")  # the runtime refused request lines past 8190 bytes: 400, text/plain
+        assert files.read(deep) == b"deep"
+        assert files.exists(deep)
+        assert [e.name for e in files.list(deep.rsplit("/", 1)[0])] == ["f.txt"]
         assert files.exists("dir/hello.txt")
         assert not files.exists("dir/nope.txt")
         big = bytes(range(256)) * 8192  # 2 MiB, streamed from a file object

@@ -109,16 +109,22 @@ def malformed_answer(what: str, resp: HttpResponse | None = None, sample: object
         ) from err
 
 
+def _where(resp: HttpResponse) -> str:
+    """`METHOD URL` for a message; a URL past 300 characters (a deep path, percent-encoded) is cut."""
+    url = resp.url if len(resp.url) <= 300 else f"{resp.url[:200]}...{resp.url[-60:]}"
+    return f"{resp.method} {url}"
+
+
 def check(resp: HttpResponse, *, allow: Collection[int] = ()) -> HttpResponse:
     """`resp` if it succeeded (or its status is in `allow`); else `SandboxRequestError`."""
     code = resp.status_code
     if resp.over_limit:
         raise SandboxRequestError(
-            f"{resp.method} {resp.url}: the answer is larger than {len(resp.content)} bytes", code, resp
+            f"{_where(resp)}: the answer is larger than {len(resp.content)} bytes", code, resp
         )
     if code in allow or 200 <= code < 300:
         return resp
-    where = f"{resp.method} {resp.url}"
+    where = _where(resp)
     if 300 <= code < 400:
         raise SandboxRequestError(
             f"{where}: redirect {code} to {resp.headers.get('location', '?')} not followed", code, resp

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from agent_sandbox_sdk import SandboxRequestError
-from agent_sandbox_sdk._calls import error_detail
+from agent_sandbox_sdk._calls import check, error_detail
 from agent_sandbox_sdk._kube import CLAIMS, check_kube, delete, get, object_not_found
 from agent_sandbox_sdk._steps import HttpResponse
 
@@ -101,3 +101,13 @@ def test_an_error_message_reads_only_the_start_of_a_large_body(body: bytes) -> N
     detail = error_detail(HttpResponse(500, {}, _CountingBytes(body)))
     assert 0 < len(detail) <= 300
     assert _CountingBytes.decoded == 0
+
+
+def test_a_long_url_is_cut_in_the_message() -> None:
+    url = "http://router/download/" + "%C3%A9" * 2000 + "%2Ff.txt"
+    with pytest.raises(SandboxRequestError) as info:
+        check(HttpResponse(404, {}, b'{"message": "File not found"}', "GET", url))
+    message = str(info.value)
+    assert message.startswith("GET http://router/download/%C3%A9")
+    assert message.endswith("%C3%A9%2Ff.txt: HTTP 404: File not found")
+    assert len(message) < 320
