@@ -342,6 +342,39 @@ func TestTypedErrorsCarryTheConditionReason(t *testing.T) {
 	if !strings.HasPrefix(err.Error(), "sandbox["+cluster.Namespace+"/") {
 		t.Errorf("error prefix: %v", err)
 	}
+
+	// a template whose Pod the API server refuses (422): ours gives up at once naming the field (upstream
+	// waits out the timeout on ReconcilerError; the old code returned a timeout after 60 s here)
+	tmplGVR := schema.GroupVersionResource{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxtemplates"}
+	for gvr, obj := range map[schema.GroupVersionResource]map[string]any{
+		tmplGVR: {"apiVersion": "extensions.agents.x-k8s.io/v1beta1", "kind": "SandboxTemplate",
+			"metadata": map[string]any{"name": "invalid-pod"},
+			"spec": map[string]any{"podTemplate": map[string]any{"spec": map[string]any{
+				"containers": []any{map[string]any{"name": "Bad_Name", "image": "busybox"}}}}}},
+		poolGVR: {"apiVersion": "extensions.agents.x-k8s.io/v1beta1", "kind": "SandboxWarmPool",
+			"metadata": map[string]any{"name": "invalid-pod"},
+			"spec":     map[string]any{"replicas": int64(0), "sandboxTemplateRef": map[string]any{"name": "invalid-pod"}}},
+	} {
+		u := &unstructured.Unstructured{Object: obj}
+		if _, err := k8s.Dynamic.Resource(gvr).Namespace(cluster.Namespace).Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	opts.WarmPoolName = "invalid-pod"
+	opts.SandboxReadyTimeout = time.Minute
+	for deadline := time.Now().Add(30 * time.Second); ; { // until the controller has seen the new pool
+		sb, _ = sandbox.New(ctx, opts)
+		err = sb.Open(ctx)
+		if !errors.Is(err, sandbox.ErrWarmPoolNotFound) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !errors.Is(err, sandbox.ErrClaimFailed) || !errors.As(err, &ce) || ce.Reason != "ReconcilerError" ||
+		!strings.Contains(ce.Message, `spec.containers[0].name: Invalid value: "Bad_Name"`) {
+		t.Fatalf("Open from a template whose Pod is invalid: %v", err)
+	}
+	assertClaimGone(t, ce.Name) // a cold Sandbox is named like its claim
 }
 
 func TestReadyTimeoutRollsBack(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -270,13 +271,21 @@ func describeConditions(conds []condition) string {
 func claimTerminal(obj *unstructured.Unstructured) *ConditionError {
 	for _, c := range conditionsOf(obj) {
 		terminal := c.Reason == reasonWarmPoolNotFound ||
-			(c.Type == "Ready" && c.Status == "False" && terminalReasons[c.Reason])
+			(c.Type == "Ready" && c.Status == "False" && terminalReasons[c.Reason]) || rejectedAsInvalid(c)
 		if terminal {
 			return &ConditionError{Kind: "SandboxClaim", Namespace: obj.GetNamespace(), Name: obj.GetName(),
 				Type: c.Type, Reason: c.Reason, Message: c.Message}
 		}
 	}
 	return nil
+}
+
+// rejectedAsInvalid is ours (upstream waits out the timeout): a Ready=False ReconcilerError whose message is
+// the API server's 422 for a child object (`Pod "x" is invalid: spec.containers[0].name: ...`). Validation
+// does not change on a retry, so the claim cannot become Ready.
+func rejectedAsInvalid(c condition) bool {
+	return c.Type == "Ready" && c.Status == "False" && c.Reason == "ReconcilerError" &&
+		strings.Contains(c.Message, " is invalid: ")
 }
 
 // sandboxTerminalReasons are Sandbox Ready=False reasons that will not heal by waiting.

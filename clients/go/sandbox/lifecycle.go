@@ -116,7 +116,7 @@ func (s *Sandbox) waitReady(ctx context.Context, claim string) (string, sandboxI
 	err = s.k8s.observe(ctx, sandboxesGVR, o.Namespace, name, func(obj *unstructured.Unstructured) (bool, error) {
 		last.set("Sandbox", obj)
 		ready := findCondition(conditionsOf(obj), "Ready")
-		if ready != nil && ready.Status == "False" && sandboxTerminalReasons[ready.Reason] {
+		if ready != nil && ready.Status == "False" && (sandboxTerminalReasons[ready.Reason] || rejectedAsInvalid(*ready)) {
 			return false, &ConditionError{Kind: "Sandbox", Namespace: obj.GetNamespace(), Name: obj.GetName(),
 				Type: "Ready", Reason: ready.Reason, Message: ready.Message}
 		}

@@ -17,6 +17,7 @@ from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.processes import Started
 from agent_sandbox_sdk import (
     AsyncSandboxClient,
+    SandboxClaimFailedError,
     SandboxClient,
     SandboxDirectConnectionConfig,
     SandboxNotFoundError,
@@ -83,6 +84,21 @@ def test_wrong_pool_names_the_reason_quickly(
     assert "no-such-pool" in str(info.value)
     with client(cluster) as c:
         assert c.list_all_sandboxes(namespace) == []  # the auto-named claim was rolled back
+
+
+def test_a_template_whose_pod_is_invalid_fails_at_once_naming_the_field(
+    cluster: DevCluster, namespace: str, controller: Started
+) -> None:
+    """The API server refuses the Pod (422); no retry can change that. Upstream's SDK waits out the timeout
+    (180 s by default) on `ReconcilerError`; ours raises SandboxClaimFailedError with the field, well before
+    this test's 60 s timeout (the old code raised SandboxTimeoutError after it), and rolls the claim back."""
+    apply_pool(cluster, namespace, replicas=0, containers=[{"name": "Bad_Name", "image": "busybox"}])
+    with client(cluster) as c, pytest.raises(SandboxClaimFailedError) as info:
+        c.create_sandbox_from_template("tmpl", namespace, sandbox_ready_timeout=60)
+    assert info.value.reason == "ReconcilerError"
+    assert 'spec.containers[0].name: Invalid value: "Bad_Name"' in str(info.value)
+    with client(cluster) as c:
+        assert c.list_all_sandboxes(namespace) == []
 
 
 def test_unschedulable_times_out_naming_the_condition(

@@ -21,6 +21,7 @@ from .constants import (
     CREATED_BY_LABEL,
     CREATED_BY_VALUE,
     POD_NAME_ANNOTATION,
+    REASON_RECONCILER_ERROR,
     REASON_TEMPLATE_NOT_FOUND,
     REASON_WARM_POOL_NOT_FOUND,
     SANDBOX_NAME_HASH_LABEL,
@@ -271,7 +272,16 @@ class ClaimView:
             )
         if self.reason in TERMINAL_CLAIM_READY_REASONS:
             return SandboxClaimFailedError(f"{where} failed: {self.describe()}", **kw)
+        if self.reason == REASON_RECONCILER_ERROR and _REJECTED_AS_INVALID in (self.message or ""):
+            # Ours (upstream keeps waiting): the API server refused a child object (`Pod "x" is invalid:
+            # spec.containers[0].name: ...`, HTTP 422). Validation does not change on a retry, so the claim
+            # cannot become Ready: say so now, naming the field, instead of after the whole timeout.
+            return SandboxClaimFailedError(f"{where} failed: {self.describe()}", **kw)
         return None
+
+
+#: What a Kubernetes 422 (`Invalid`) status message says, in a controller's `Error seen: ...` message.
+_REJECTED_AS_INVALID = " is invalid: "
 
 
 def check_adoption(obj: Mapping[str, Any] | None, claim_name: str, warmpool: str) -> ClaimView:

@@ -50,6 +50,7 @@ TERMINAL_CLAIM_READY_REASONS: Final = frozenset(
 REASON_TEMPLATE_NOT_FOUND: Final = "TemplateNotFound"
 REASON_WARM_POOL_NOT_FOUND: Final = "WarmPoolNotFound"
 REASON_SANDBOX_SUSPENDED: Final = "SandboxSuspended"
+REASON_RECONCILER_ERROR: Final = "ReconcilerError"
 
 OPERATING_MODE_RUNNING: Final = "Running"
 OPERATING_MODE_SUSPENDED: Final = "Suspended"

@@ -202,6 +202,26 @@ def test_transient_reasons_keep_waiting(reason: str) -> None:
     assert ClaimView.of(_claim([_ready("False", reason)])).failure() is None
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        'Error seen: failed to create pod: Pod "c1" is invalid: spec.containers[0].name: Invalid value: "Bad_Name"',
+        'Error seen: failed to create service: Service "c1" is invalid: spec.ports[0].port: Invalid value: 0',
+    ],
+)
+def test_an_object_the_api_server_refused_as_invalid_fails_at_once(message: str) -> None:
+    """Ours: upstream waits out the timeout (180 s by default) on a template whose Pod cannot be valid."""
+    failure = ClaimView.of(_claim([_ready("False", "ReconcilerError", message)])).failure()
+    assert isinstance(failure, SandboxClaimFailedError)
+    assert failure.reason == "ReconcilerError"
+    assert "spec." in str(failure)
+
+
+def test_other_reconciler_errors_keep_waiting() -> None:
+    for message in ("Error seen: pods \"c1\" is forbidden: exceeded quota: compute", "Error seen: timeout"):
+        assert ClaimView.of(_claim([_ready("False", "ReconcilerError", message)])).failure() is None
+
+
 def test_failure_carries_reason_and_message() -> None:
     failure = ClaimView.of(_claim([_ready("False", "PodFailed", "container exited 1")])).failure()
     assert failure is not None
