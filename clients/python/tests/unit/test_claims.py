@@ -218,7 +218,7 @@ def test_an_object_the_api_server_refused_as_invalid_fails_at_once(message: str)
 
 
 def test_other_reconciler_errors_keep_waiting() -> None:
-    for message in ("Error seen: pods \"c1\" is forbidden: exceeded quota: compute", "Error seen: timeout"):
+    for message in ('Error seen: pods "c1" is forbidden: exceeded quota: compute', "Error seen: timeout"):
         assert ClaimView.of(_claim([_ready("False", "ReconcilerError", message)])).failure() is None
 
 
