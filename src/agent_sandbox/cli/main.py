@@ -102,7 +102,13 @@ def _dev_router_url(args: argparse.Namespace) -> int:
 
 
 def _dev_status(args: argparse.Namespace) -> int:
-    clusters = DevCluster.list()
+    if args.name is not None:
+        one = DevCluster.load(args.name)
+        if one is None:
+            raise ClusterError(f"no dev cluster named {args.name!r}; start one with `agent-sandbox dev up`")
+        clusters = [one]
+    else:
+        clusters = DevCluster.list()
     if not clusters:
         print("no dev clusters")
     for cluster in clusters:
@@ -198,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     router_url.set_defaults(handler=_dev_router_url)
 
     status = dev_sub.add_parser("status", help="list dev clusters, their processes and memory")
+    status.add_argument("--name", help="only this cluster (default: every recorded one)")
     status.set_defaults(handler=_dev_status)
 
     gen = sub.add_parser(

@@ -96,3 +96,15 @@ def test_a_timeout_must_be_a_positive_number(
         main([*argv, "true"] if command[0] == "exec" else argv)
     assert info.value.code == 2
     assert "argument --timeout: " in capsys.readouterr().err
+
+
+def test_dev_status_takes_a_name_like_the_other_dev_commands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agent_sandbox.cli.main import main
+
+    monkeypatch.setenv("AGENT_SANDBOX_CACHE", str(tmp_path))
+    assert main(["dev", "status"]) == 0
+    assert capsys.readouterr().out == "no dev clusters\n"
+    assert main(["dev", "status", "--name", "nosuch"]) == 1
+    assert "no dev cluster named 'nosuch'" in capsys.readouterr().err
