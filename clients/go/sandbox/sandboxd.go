@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -246,6 +247,11 @@ func (s *sandboxdRuntime) readTo(ctx context.Context, ep *endpoint, path string,
 		return 0, err
 	}
 	defer resp.Body.Close()
+	// sandboxd answers a GET of a directory with its JSON listing (a file is always application/octet-stream);
+	// those bytes are not the file asked for
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		return 0, fmt.Errorf("read (GET %s): %s is a directory, not a file (List lists it)", p, clean)
+	}
 	return copyLimited(w, resp.Body, s.opts.MaxDownloadSize, "read (GET "+p+")")
 }
 

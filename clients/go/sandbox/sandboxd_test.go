@@ -320,6 +320,9 @@ func TestSandboxdRESTWire(t *testing.T) {
 	if _, err := s.List(ctx, "plainfile"); err == nil {
 		t.Error("listing a file succeeded")
 	}
+	if b, err := s.Read(ctx, "dir"); err == nil || !strings.Contains(err.Error(), "dir is a directory, not a file") {
+		t.Errorf("Read(dir) = %q, %v; want the directory refused, not its listing as the file", b, err)
+	}
 	if ok, err := s.Exists(ctx, "missing"); err != nil || ok {
 		t.Errorf("Exists(missing) = %v, %v", ok, err)
 	}
@@ -337,6 +340,7 @@ func TestSandboxdRESTWire(t *testing.T) {
 		{"GET", "/v1/files/dir%2Fa%20b%3F.txt", "", "", ""},
 		{"GET", "/v1/files/dir", "", "", ""},
 		{"GET", "/v1/files/plainfile", "", "", ""},
+		{"GET", "/v1/files/dir", "", "", ""},
 		{"HEAD", "/v1/files/missing", "", "", ""},
 		{"HEAD", "/v1/files/%2E", "", "", ""},
 		{"DELETE", "/v1/files/dir%2F%2E%2E", "recursive=true", "", ""},

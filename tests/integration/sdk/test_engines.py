@@ -28,6 +28,7 @@ from agent_sandbox_sdk import (
     SandboxConnectionError,
     SandboxdInClusterConnectionConfig,
     SandboxdPodTunnelConnectionConfig,
+    SandboxError,
     SandboxInClusterConnectionConfig,
     SandboxRequestError,
 )
@@ -111,6 +112,18 @@ def test_commands_and_files_sync(cluster: DevCluster, pool: str, mode: str, tmp_
         with pytest.raises(ValueError, match="mode must be permission bits"):
             files.write("dir/x", "x", mode=0o4755)
         assert "dir" in {e.name for e in files.list(".")}
+        with pytest.raises(
+            SandboxError, match="is a file, not a directory" if sandboxd else "not a directory"
+        ):
+            files.list(
+                "dir/hello.txt"
+            )  # sandboxd: its bytes at the listing's URL, read as a malformed listing
+        if sandboxd:  # the legacy runtime has separate URLs: a directory's /download is a 404
+            with pytest.raises(SandboxError, match="is a directory, not a file"):
+                files.read("dir")  # sandboxd: the listing's JSON was returned as the "file"
+            with pytest.raises(SandboxError, match="is a directory, not a file"):
+                files.read_to("dir", tmp_path / "dir.out")
+            assert not (tmp_path / "dir.out").exists()
         files.delete("dir/hello.txt")
         assert not files.exists("dir/hello.txt")
         with pytest.raises(SandboxRequestError) as info:

@@ -20,6 +20,7 @@ import os
 import secrets
 import shlex
 import shutil
+from collections.abc import Mapping
 from typing import IO, Any
 
 from . import _commands
@@ -152,8 +153,16 @@ def read(conn: Connection, path: str, *, timeout: float, allow_unsafe_paths: boo
     if not allow_unsafe_paths:
         path = sanitize_path(path)
     resp = yield from call(conn, "GET", _files_path(conn, path, "download"), timeout=timeout)
+    _refuse_listing(conn, path, resp.headers)
     yield Trace(None, {"sandbox.file.size": len(resp.content)})
     return resp.content
+
+
+def _refuse_listing(conn: Connection, path: str, headers: Mapping[str, str]) -> None:
+    # Ours: sandboxd answers a GET of a directory with its JSON listing (a file is always application/
+    # octet-stream), which upstream's SDK returns as the "file's" bytes.
+    if conn.runtime != "legacy" and headers.get("content-type", "").startswith("application/json"):
+        raise SandboxError(f"{path}: is a directory, not a file (files.list lists it)")
 
 
 def read_to(
@@ -177,6 +186,7 @@ def read_to(
     if max_bytes is not None and max_bytes < 0:
         raise ValueError("max_bytes must be >= 0")
     handle = yield from open_stream(conn, "GET", _files_path(conn, path, "download"), timeout=timeout)
+    _refuse_listing(conn, path, handle.headers)
     length = handle.headers.get("content-length")
     if max_bytes is not None and length is not None and length.isdigit() and int(length) > max_bytes:
         raise SandboxError(f"{path}: {length} bytes exceed max_bytes={max_bytes}")
@@ -252,6 +262,11 @@ def list_dir(conn: Connection, path: str, *, timeout: float) -> Flow[list[FileEn
     resp = yield from call(
         conn, "GET", _files_path(conn, path, "list"), timeout=timeout, max_response_bytes=MAX_LIST_RESPONSE
     )
+    if conn.runtime != "legacy" and resp.headers.get("content-type", "").startswith(
+        "application/octet-stream"
+    ):
+        # sandboxd serves a file's bytes at the same URL a directory's listing is at
+        raise SandboxError(f"{path}: is a file, not a directory")
     with malformed_answer(f"directory listing of {path!r}", resp):
         entries = _entries(conn, resp.json())
     yield Trace(None, {"sandbox.file.count": len(entries)})
