@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from agent_sandbox_sdk import Sandbox, SandboxClient, SandboxError
+from agent_sandbox_sdk import Sandbox, SandboxClient, SandboxError, SandboxRequestError
 from agent_sandbox_sdk.models import FileEntry
 
 __all__ = ["STDIO", "copy", "split_remote"]
@@ -265,7 +265,7 @@ def _download(client: SandboxClient, args: argparse.Namespace, src: tuple[str, s
     if args.dst == STDIO:
         if kind == "directory":
             raise ValueError(f"{claim}:{path}: a directory cannot be written to standard output")
-        written = files.read_to(path, sys.stdout.buffer, timeout=timeout)
+        written = _read_to(sandbox, claim, path, sys.stdout.buffer, timeout)
         sys.stdout.buffer.flush()
         print(f"{claim}:{path} -> - ({written} bytes)", file=sys.stderr)
         return 0
@@ -273,7 +273,7 @@ def _download(client: SandboxClient, args: argparse.Namespace, src: tuple[str, s
     if kind != "directory":
         if target.is_dir():
             target = target / posixpath.basename(posixpath.normpath(path))
-        written = files.read_to(path, target, timeout=timeout)
+        written = _read_to(sandbox, claim, path, target, timeout)
         _keep_mode(entry, target, _umask())
         print(f"{claim}:{path} -> {target} ({written} bytes)", file=sys.stderr)
         return 0
@@ -285,6 +285,18 @@ def _download(client: SandboxClient, args: argparse.Namespace, src: tuple[str, s
     tally = _download_tree(sandbox, posixpath.normpath(path), target, timeout)
     print(f"{claim}:{path} -> {target} ({tally.summary()})", file=sys.stderr)
     return 0
+
+
+def _read_to(sandbox: Sandbox, claim: str, path: str, destination: Path | BinaryIO, timeout: float) -> int:
+    """One file down; a missing one said as the local side says it, not as the runtime's HTTP 404."""
+    files = sandbox.files
+    assert files is not None
+    try:
+        return files.read_to(path, destination, timeout=timeout)
+    except SandboxRequestError as err:
+        if err.status_code == 404:
+            raise SandboxError(f"{claim}:{path}: no such file or directory") from err
+        raise
 
 
 def _download_tree(sandbox: Sandbox, remote: str, local: Path, timeout: float) -> _Tally:
