@@ -174,7 +174,10 @@ def test_cp_copies_directory_trees_both_ways(
     assert (onto_file.returncode, onto_file.stderr) == (2, f"error: {tree / 'README'}: not a directory\n")
     # A missing file is said as the local side says it (it was the runtime's "GET <url>: HTTP 404").
     missing = cli(cluster, router, "cp", "tree:work/nope.txt", str(tmp_path / "nope"), *ns)
-    assert (missing.returncode, missing.stderr) == (1, "error: tree:work/nope.txt: no such file or directory\n")
+    assert (missing.returncode, missing.stderr) == (
+        1,
+        "error: tree:work/nope.txt: no such file or directory\n",
+    )
 
 
 def test_cp_keeps_permission_bits_both_ways(
