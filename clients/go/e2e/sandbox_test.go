@@ -127,6 +127,17 @@ func exerciseCommon(t *testing.T, sb *sandbox.Sandbox) {
 	if err := sb.Write(ctx, "dir/hello.txt", []byte("hi")); err != nil {
 		t.Fatal(err)
 	}
+	// a quote in a name, and a legal deep path whose percent-encoded URL is ~10 KiB (the runtime refused
+	// request lines past 8190 bytes)
+	deep := strings.Repeat(strings.Repeat("é", 120)+"/", 14) + "f.txt"
+	for _, name := range []string{`names/say "hi".txt`, deep} {
+		if err := sb.Write(ctx, name, []byte(name)); err != nil {
+			t.Fatalf("Write(%.40q...): %v", name, err)
+		}
+		if b, err := sb.Read(ctx, name); err != nil || string(b) != name {
+			t.Errorf("Read(%.40q...) = %.40q, %v", name, b, err)
+		}
+	}
 	if err := sb.Write(ctx, "tools/run.sh", []byte("#!/bin/sh\necho ran\n"), sandbox.WithFileMode(0o755)); err != nil {
 		t.Fatal(err)
 	}
