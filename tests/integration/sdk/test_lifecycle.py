@@ -24,6 +24,7 @@ from agent_sandbox_sdk import (
     SandboxTimeoutError,
     SandboxWarmPoolNotFoundError,
 )
+from tests.helpers import wait_for
 
 from .conftest import apply_pool
 
@@ -99,6 +100,16 @@ def test_a_template_whose_pod_is_invalid_fails_at_once_naming_the_field(
     assert 'spec.containers[0].name: Invalid value: "Bad_Name"' in str(info.value)
     with client(cluster) as c:
         assert c.list_all_sandboxes(namespace) == []
+
+    def failed_create() -> list[str]:
+        status, out = cluster.admin().request("GET", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+        assert status == 200, out
+        return [e["note"] for e in out["items"] if e["reason"] == "FailedCreate" and e["type"] == "Warning"]
+
+    # And `kubectl get events` says why, as a ReplicaSet's FailedCreate does (ours; upstream has no event).
+    notes = wait_for(failed_create, what="a FailedCreate Warning event on the Sandbox")
+    assert 'failed to create pod: Pod "' in notes[0]
+    assert 'spec.containers[0].name: Invalid value: "Bad_Name"' in notes[0]
 
 
 def test_unschedulable_times_out_naming_the_condition(

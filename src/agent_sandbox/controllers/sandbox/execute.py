@@ -163,6 +163,12 @@ class Executor:
             except KubeError as exc:
                 self._abandon_creations(step.actions[index:])
                 log.info("sandbox %s/%s: %s: %s", self._ns, self._name, action.what, describe_error(exc))
+                if isinstance(action, CreateObject) and self.events is not None:
+                    # Ours (upstream says it only in the Ready condition): the Warning a ReplicaSet or a
+                    # StatefulSet gives for a child it cannot create, for `kubectl describe` and `get events`;
+                    # repeats aggregate into the event's series.
+                    note = f"{action.what}: {error_text(exc)}"
+                    self.events.event(self.sandbox, "Warning", "FailedCreate", "Creating", note)
                 return StepResult(index, f"{action.what}: {error_text(exc)}")
             if isinstance(action, CreateObject):
                 created = answer

@@ -34,7 +34,18 @@ from agent_sandbox.controllers.sandbox import (
     SandboxWaiting,
 )
 from agent_sandbox.controllers.sandbox.status import BOOT_HOLD
-from agent_sandbox.kube import POD, PVC, SANDBOX, SERVICE, Forbidden, NotFound, Object, Request, Tracing
+from agent_sandbox.kube import (
+    POD,
+    PVC,
+    SANDBOX,
+    SERVICE,
+    Forbidden,
+    Invalid,
+    NotFound,
+    Object,
+    Request,
+    Tracing,
+)
 from agent_sandbox.kube.testing import FakeClient, FakeClock
 from tests.unit.controllers.sandbox.builders import HASH, NOW, SB, SB_UID, pod, ref, sandbox, service, vct
 
@@ -448,6 +459,17 @@ async def test_failed_create_is_not_waited_for() -> None:
         "PodSchedulingUnknown",
         "Pod state is unknown. Pod scheduling cannot be determined",
     )
+
+
+async def test_a_child_the_api_server_refuses_is_a_warning_event() -> None:
+    """Ours: as a ReplicaSet's `FailedCreate`; upstream shows it only in the Ready condition's message."""
+    client = fake((SANDBOX, sandbox()))
+    refusal = 'Pod "sb" is invalid: spec.containers[0].name: Invalid value: "Bad_Name"'
+    client.inject_error("create", Invalid(422, "Invalid", refusal), kind=POD)
+    events = Events()
+    with pytest.raises(SandboxReconcileError, match="failed to create pod"):
+        await reconciler(client, events=events).reconcile(REQ)
+    assert events.events == [("Warning", "FailedCreate", "Creating", f"failed to create pod: {refusal}")]
 
 
 # --------------------------------------------------------------------------- tracing
