@@ -255,6 +255,8 @@ EVENT_SANDBOX_PROVISIONED: Final = "SandboxProvisioned"
 EVENT_WARM_POOL_PROGRESSING: Final = "WarmPoolProgressing"
 EVENT_WARM_POOL_NOT_PROGRESSING: Final = "WarmPoolNotProgressing"
 EVENT_MULTIPLE_PODS: Final = "MultiplePods"
+#: Ours (not upstream's): a child the API server refused to create, as a ReplicaSet's Warning.
+EVENT_FAILED_CREATE: Final = "FailedCreate"
 
 # ---------------------------------------------------------------------------
 # Conversion webhook and certificates (api spec §1.3, §8.2; controllers spec §5.7)

@@ -10,7 +10,7 @@ from ._clock import Clock, RealClock
 from ._config import ClusterConfig, ConfigError, load_config
 from ._controller import Controller, Watch
 from ._electionthread import ThreadedLeaderElector
-from ._events import EventBroadcaster, EventRecorder, EventSink, NullEventRecorder
+from ._events import EventBroadcaster, EventRecorder, EventSink, EventType, NullEventRecorder
 from ._expectations import Expectations
 from ._handlers import EnqueueHandler, MapFunc, request_for_object, requests_for_owner
 from ._informer import EventHandler, HandlerFuncs, IndexFunc, Informer, Transform, strip_managed_fields
@@ -145,6 +145,7 @@ __all__ = [
     "EventHandler",
     "EventRecorder",
     "EventSink",
+    "EventType",
     "Expectations",
     "Forbidden",
     "Gone",

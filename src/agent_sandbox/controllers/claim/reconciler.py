@@ -57,6 +57,7 @@ from agent_sandbox.kube import (
     AlreadyExists,
     Client,
     EventSink,
+    EventType,
     KubeError,
     NotFound,
     Object,
@@ -367,6 +368,11 @@ class ClaimReconciler:
             except AlreadyExists:
                 return None, SandboxCreatePending(), resolution.drop_reference
             except KubeError as exc:
+                # Ours (upstream says it only in Ready): a ReplicaSet's `FailedCreate` Warning, so `kubectl
+                # describe sandboxclaim` says why no Sandbox appears (quota, admission, validation).
+                self._event(
+                    claim, c.EVENT_FAILED_CREATE, "Creating", f"sandbox create error: {exc}", "Warning"
+                )
                 return None, ReconcilerError(f"sandbox create error: {exc}"), resolution.drop_reference
             self.fresh.remember(SANDBOX, created)
             self.fresh.bind(claim["metadata"]["uid"], created["metadata"]["name"])
@@ -563,8 +569,10 @@ class ClaimReconciler:
         ):
             self.fresh.remember(SANDBOX_CLAIM, dict(written.claim))
 
-    def _event(self, claim: Mapping[str, Any], reason: str, action: str, note: str) -> None:
-        self.events.event(dict(claim), "Normal", reason, action, note)
+    def _event(
+        self, claim: Mapping[str, Any], reason: str, action: str, note: str, type_: EventType = "Normal"
+    ) -> None:
+        self.events.event(dict(claim), type_, reason, action, note)
 
     @staticmethod
     def _result(

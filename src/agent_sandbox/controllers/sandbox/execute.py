@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from agent_sandbox.api.constants import EVENT_FAILED_CREATE
 from agent_sandbox.api.errortext import describe_error
 from agent_sandbox.kube import (
     POD,
@@ -168,7 +169,7 @@ class Executor:
                     # StatefulSet gives for a child it cannot create, for `kubectl describe` and `get events`;
                     # repeats aggregate into the event's series.
                     note = f"{action.what}: {error_text(exc)}"
-                    self.events.event(self.sandbox, "Warning", "FailedCreate", "Creating", note)
+                    self.events.event(self.sandbox, "Warning", EVENT_FAILED_CREATE, "Creating", note)
                 return StepResult(index, f"{action.what}: {error_text(exc)}")
             if isinstance(action, CreateObject):
                 created = answer

@@ -22,6 +22,7 @@ from agent_sandbox.kube import (
     SANDBOX_CLAIM,
     SANDBOX_TEMPLATE,
     SANDBOX_WARM_POOL,
+    Forbidden,
     PatchType,
     Request,
     ServerError,
@@ -342,6 +343,21 @@ async def test_recreate_pool_without_template_keeps_candidates_queued() -> None:
 
 
 # --------------------------------------------------------------------------- cold path
+
+
+async def test_a_sandbox_the_api_server_refuses_is_a_warning_event() -> None:
+    """Ours: as a ReplicaSet's FailedCreate (a quota, an admission webhook); upstream says it only in Ready."""
+    world = World(*standard(), (SANDBOX_CLAIM, claim()))
+    world.observed.record(NS, "c1", "c1-uid", T0)
+    refusal = Forbidden(403, "Forbidden", 'sandboxes.agents.x-k8s.io "c1" is forbidden: exceeded quota: q')
+    world.fake.inject_error("create", refusal, kind=SANDBOX)
+    with pytest.raises(ClaimRetry, match="exceeded quota"):
+        await world.reconcile()
+    ready = claim_ready(world.get(SANDBOX_CLAIM, "c1"))
+    assert ready is not None
+    assert ready["reason"] == "ReconcilerError"
+    assert [(e[1], e[2]) for e in world.events.events] == [("FailedCreate", "Creating")]
+    assert "exceeded quota: q" in world.events.events[0][3]
 
 
 async def test_cold_start_then_ready() -> None:
