@@ -288,8 +288,12 @@ func (l *legacyRuntime) write(ctx context.Context, ep *endpoint, path string, sr
 		}()
 		return pr, nil
 	}
+	var query url.Values
+	if o.fileMode != nil { // this project's runtime sets it as it writes; upstream's ignores it (hence chmod)
+		query = url.Values{"mode": {fmt.Sprintf("%04o", uint32(*o.fileMode))}}
+	}
 	resp, err := l.http.do(ctx, ep, wireRequest{
-		op: "write", method: http.MethodPost, path: "upload", body: body,
+		op: "write", method: http.MethodPost, path: "upload", query: query, body: body,
 		contentType: "multipart/form-data; boundary=" + boundary,
 		maxAttempts: src.attempts(attemptsOr(o, defaultFileAttempts)),
 	})

@@ -303,10 +303,13 @@ func TestLegacyStreamingRefusesBadBase64(t *testing.T) {
 }
 
 func TestLegacyWriteWithFileModeRunsChmodAfterTheUpload(t *testing.T) {
-	var commands []string
+	var commands, uploadModes []string
 	exit := 0
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
+		case "/upload":
+			uploadModes = append(uploadModes, r.URL.Query().Get("mode"))
+			_, _ = io.WriteString(w, `{"message":"ok"}`)
 		case "/execute":
 			var body struct{ Command string }
 			_ = json.NewDecoder(r.Body).Decode(&body)
@@ -325,6 +328,9 @@ func TestLegacyWriteWithFileModeRunsChmodAfterTheUpload(t *testing.T) {
 	}
 	if want := []string{`chmod 0755 -- 'bin dir/it'"'"'s.sh'`}; fmt.Sprint(commands) != fmt.Sprint(want) {
 		t.Errorf("commands = %q, want %q", commands, want)
+	}
+	if fmt.Sprint(uploadModes) != "[0755]" { // this project's runtime sets it as it writes
+		t.Errorf("upload ?mode= = %q", uploadModes)
 	}
 	if entries, err := s.List(ctx, "dir"); err != nil || len(entries) != 1 || entries[0].Mode != "0755" {
 		t.Errorf("List = %+v, %v (the mode this project's legacy runtime lists)", entries, err)

@@ -14,6 +14,7 @@ import contextlib
 import datetime as dt
 import errno
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -44,6 +45,20 @@ class NotEmpty(OSError):
 
 class TooLarge(Exception):
     """A request body exceeded the server's limit (HTTP 413)."""
+
+
+_MODE_RE = re.compile(r"^0[0-7]{3}$")
+#: The mode of an uploaded file when the request names none.
+DEFAULT_MODE = 0o644
+
+
+def parse_mode(raw: str | None) -> int:
+    """An upload's `mode` query parameter (`DEFAULT_MODE` when absent); `ValueError` naming the rule."""
+    if raw is None:
+        return DEFAULT_MODE
+    if not _MODE_RE.match(raw):
+        raise ValueError(f"mode {raw!r} must match ^0[0-7]{{3}}$")
+    return int(raw, 8)
 
 
 @dataclass(frozen=True, slots=True)

@@ -260,6 +260,12 @@ class _Legacy:
 
     async def upload(self, request: web.Request) -> web.Response:
         try:
+            # Ours (upstream's runtime ignores it): `?mode=0NNN` as sandboxd's PUT takes it, so the SDKs' mode
+            # is set as the file is written, with no moment at 0644 (they still chmod: upstream has no mode).
+            mode = files.parse_mode(request.query.get("mode"))
+        except ValueError as err:
+            return json_response({"message": f"File upload failed: {err}"}, 400)
+        try:
             part = await find_part(await multipart_reader(request), "file")
         except ValueError as err:
             return json_response({"message": str(err)}, 400)
@@ -281,7 +287,7 @@ class _Legacy:
                 self.state.root,
                 target,
                 part_chunks(part),
-                mode=0o644,
+                mode=mode,
                 limit=self.state.config.max_upload_bytes,
             )
         except PathEscape:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import stat
 import time
 from collections.abc import AsyncIterator
@@ -28,7 +27,6 @@ from .state import RuntimeState
 __all__ = ["rest_app"]
 
 _PREFIX = "/v1/files/"
-_MODE_RE = re.compile(r"^0[0-7]{3}$")
 _CHUNK = 1 << 16
 # Go's strconv.ParseBool spellings
 _BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True}
@@ -101,12 +99,10 @@ class _Rest:
         return json_response({"path": path, "entries": [e.sandboxd() for e in entries]})
 
     async def put(self, request: web.Request) -> web.Response:
-        mode = 0o644
-        if "mode" in request.query:
-            raw_mode = request.query["mode"]
-            if not _MODE_RE.match(raw_mode):
-                return _error(400, f"mode {raw_mode!r} must match ^0[0-7]{{3}}$")
-            mode = int(raw_mode, 8)
+        try:
+            mode = files.parse_mode(request.query.get("mode"))
+        except ValueError as err:
+            return _error(400, str(err))
         try:
             _, target = self._target(request)
         except PathEscape:

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import os
 import signal
+import stat
 import time
 from pathlib import Path
 
@@ -263,12 +264,26 @@ async def test_client_disconnect_kills_the_command(runtime: RuntimeServer) -> No
 
 
 async def _upload(
-    http: aiohttp.ClientSession, server: RuntimeServer, filename: str, data: bytes
+    http: aiohttp.ClientSession, server: RuntimeServer, filename: str, data: bytes, query: str = ""
 ) -> tuple[int, object]:
     form = aiohttp.FormData(quote_fields=False)  # as requests/urllib3 send it (the upstream SDK)
     form.add_field("file", data, filename=filename, content_type="application/octet-stream")
-    async with http.post(url(server, "legacy", "/upload"), data=form) as resp:
+    async with http.post(url(server, "legacy", "/upload" + query), data=form) as resp:
         return resp.status, await resp.json()
+
+
+async def test_an_upload_takes_a_mode_as_sandboxd_does(
+    runtime: RuntimeServer, http: aiohttp.ClientSession
+) -> None:
+    """Ours: `?mode=0600` sets the file's mode as it is written (a secret is never 0644, not even briefly);
+    without it 0644, as upstream's runtime writes every file; a malformed mode is refused before the body."""
+    assert (await _upload(http, runtime, "secret", b"s", "?mode=0600"))[0] == 200
+    assert stat.S_IMODE(Path(runtime.root, "secret").stat().st_mode) == 0o600
+    assert (await _upload(http, runtime, "plain", b"p"))[0] == 200
+    assert stat.S_IMODE(Path(runtime.root, "plain").stat().st_mode) == 0o644
+    status, body = await _upload(http, runtime, "bad", b"b", "?mode=4755")
+    assert (status, body) == (400, {"message": "File upload failed: mode '4755' must match ^0[0-7]{3}$"})
+    assert not Path(runtime.root, "bad").exists()
 
 
 async def test_files_round_trip(runtime: RuntimeServer, http: aiohttp.ClientSession) -> None:

@@ -79,8 +79,8 @@ def write(
     """Create or replace the file at `path` (parents created), with permission `mode` if given (else the
     runtime's 0644). Span `write`.
 
-    sandboxd sets the mode as it writes; the legacy runtime's upload has no mode, so a `chmod` command
-    follows it (one more round trip, and the image needs `chmod`)."""
+    sandboxd sets the mode as it writes, and so does this project's legacy runtime; upstream's legacy upload has
+    no mode, so on the legacy runtime a `chmod` command follows (one more round trip; the image needs `chmod`)."""
     check_mode(mode)
     attributes: dict[str, str | int] = {"sandbox.file.path": path}
     if isinstance(content, str | bytes | bytearray | memoryview):
@@ -106,25 +106,29 @@ def write(
     chunk = 64 * 1024
     if data is not None and len(data) > STREAM_ABOVE:
         source, length, data, chunk = io.BytesIO(data), len(data), None, 1 << 20  # BytesIO shares `data`
+    # sandboxd's `?mode=`; this project's legacy runtime takes it too, upstream's ignores it (hence the chmod)
+    params = {"mode": f"{mode:04o}"} if mode is not None else None
     if conn.runtime == "legacy":
         head, tail, ctype = _multipart_framing(path)
         headers = {"Content-Type": ctype}
         if data is not None:
+            body = head + data + tail
             yield from call(
-                conn, "POST", "/upload", timeout=timeout, headers=headers, content=head + data + tail
+                conn, "POST", "/upload", timeout=timeout, headers=headers, content=body, params=params
             )
         else:
             assert source is not None
             if length is not None:
                 headers["Content-Length"] = str(len(head) + length + len(tail))
             upload = Upload(source, head, tail, chunk_size=chunk)
-            yield from call(conn, "POST", "/upload", timeout=timeout, headers=headers, upload=upload)
+            yield from call(
+                conn, "POST", "/upload", timeout=timeout, headers=headers, upload=upload, params=params
+            )
         if mode is not None:
             yield from _chmod_legacy(conn, path, mode, timeout)
         return
     headers = {"Content-Type": "application/octet-stream"}
     url = _files_path(conn, path, "")
-    params = {"mode": f"{mode:04o}"} if mode is not None else None
     if data is not None:
         yield from call(conn, "PUT", url, timeout=timeout, headers=headers, content=data, params=params)
     else:

@@ -396,6 +396,7 @@ def test_a_mode_on_the_legacy_runtime_is_set_by_a_chmod_after_the_upload() -> No
     sandbox.files.write("/bin dir/run.sh", "#!/bin/sh\n", mode=0o755)
     upload, chmod = fake.requests[-2:]
     assert upload.url.path == "/upload"
+    assert upload.url.params["mode"] == "0755"  # this project's runtime sets it as it writes
     assert json.loads(chmod.content) == {"command": "chmod 0755 -- 'bin dir/run.sh'"}
     fake.execute_extra = {"exit_code": 1, "stderr": "chmod: not permitted\n"}
     with pytest.raises(
