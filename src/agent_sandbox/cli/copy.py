@@ -260,8 +260,9 @@ def _download(client: SandboxClient, args: argparse.Namespace, src: tuple[str, s
     sandbox = _sandbox(client, claim, args.namespace)
     files = sandbox.files
     assert files is not None
-    entry = None if _is_root(path) else _remote_entry(sandbox, path, timeout)
-    kind = "directory" if _is_root(path) else entry.type if entry is not None else None
+    root = _is_root(path)
+    entry = None if root else _remote_entry(sandbox, path, timeout)
+    kind = "directory" if root else entry.type if entry is not None else None
     if args.dst == STDIO:
         if kind == "directory":
             raise ValueError(f"{claim}:{path}: a directory cannot be written to standard output")

@@ -61,7 +61,7 @@ def _multipart_framing(filename: str) -> tuple[bytes, bytes, str]:
     return head, f"\r\n--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
 
 
-def check_mode(mode: object) -> None:
+def _check_mode(mode: object) -> None:
     """`ValueError` unless `mode` is None or permission bits (0 to 0o777)."""
     if mode is not None and (isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o777):
         raise ValueError(f"mode must be permission bits from 0 to 0o777 (e.g. 0o755), got {mode!r}")
@@ -81,7 +81,7 @@ def write(
 
     sandboxd sets the mode as it writes, and so does this project's legacy runtime; upstream's legacy upload has
     no mode, so on the legacy runtime a `chmod` command follows (one more round trip; the image needs `chmod`)."""
-    check_mode(mode)
+    _check_mode(mode)
     attributes: dict[str, str | int] = {"sandbox.file.path": path}
     if isinstance(content, str | bytes | bytearray | memoryview):
         attributes["sandbox.file.size"] = len(
@@ -162,10 +162,14 @@ def read(conn: Connection, path: str, *, timeout: float, allow_unsafe_paths: boo
     return resp.content
 
 
+def _sandboxd_sent(conn: Connection, headers: Mapping[str, str], content_type: str) -> bool:
+    # Ours: sandboxd serves a file (always application/octet-stream) and a directory's JSON listing
+    # (application/json) at the same URL; upstream's SDK takes either for what it asked for.
+    return conn.runtime != "legacy" and headers.get("content-type", "").startswith(content_type)
+
+
 def _refuse_listing(conn: Connection, path: str, headers: Mapping[str, str]) -> None:
-    # Ours: sandboxd answers a GET of a directory with its JSON listing (a file is always application/
-    # octet-stream), which upstream's SDK returns as the "file's" bytes.
-    if conn.runtime != "legacy" and headers.get("content-type", "").startswith("application/json"):
+    if _sandboxd_sent(conn, headers, "application/json"):
         raise SandboxError(f"{path}: is a directory, not a file (files.list lists it)")
 
 
@@ -266,10 +270,7 @@ def list_dir(conn: Connection, path: str, *, timeout: float) -> Flow[list[FileEn
     resp = yield from call(
         conn, "GET", _files_path(conn, path, "list"), timeout=timeout, max_response_bytes=MAX_LIST_RESPONSE
     )
-    if conn.runtime != "legacy" and resp.headers.get("content-type", "").startswith(
-        "application/octet-stream"
-    ):
-        # sandboxd serves a file's bytes at the same URL a directory's listing is at
+    if _sandboxd_sent(conn, resp.headers, "application/octet-stream"):
         raise SandboxError(f"{path}: is a file, not a directory")
     with malformed_answer(f"directory listing of {path!r}", resp):
         entries = _entries(conn, resp.json())
