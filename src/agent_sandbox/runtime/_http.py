@@ -5,19 +5,22 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote
 
 import orjson
 from aiohttp import BodyPartReader, MultipartReader, web
 from aiohttp.abc import AbstractStreamWriter
-from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http_exceptions import BadHttpMethod, HttpProcessingError, LineTooLong
 from aiohttp.typedefs import Middleware
 
 from .paths import InvalidPath
 
 __all__ = [
+    "ERROR_SHAPE",
     "ErrorShape",
+    "JsonErrorAppRunner",
     "error_middleware",
     "find_part",
     "json_response",
@@ -35,6 +38,9 @@ log = logging.getLogger(__name__)
 # (status, message) -> response body
 ErrorShape = Callable[[int, str], dict[str, Any]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+#: The app's error shape, for the answers aiohttp gives before any middleware runs (JsonErrorAppRunner).
+ERROR_SHAPE: web.AppKey[ErrorShape] = web.AppKey("error_shape")
 
 
 def json_response(body: object, status: int = 200) -> web.Response:
@@ -107,6 +113,68 @@ def error_middleware(shape: ErrorShape) -> Middleware:
             return json_response(shape(500, "internal error"), 500)
 
     return middleware
+
+
+class _JsonErrorHandler(web.RequestHandler):
+    """aiohttp's connection protocol, answering what its parser refuses in the app's JSON error shape.
+
+    A request aiohttp cannot parse (a line past the limit, a bad method, a malformed header) never reaches
+    the app or its middleware: aiohttp answers it itself, in text/plain, and logs a traceback per request.
+    """
+
+    def __init__(self, manager: web.Server, *, error_shape: ErrorShape, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._error_shape = error_shape
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if request.writer.output_size > 0:  # as aiohttp: too late for an answer, the connection is dropped
+            raise ConnectionError(
+                "Response is sent already, cannot send another response with the error message"
+            )
+        if status >= 500:
+            log.error("error serving a request from %s", request.remote, exc_info=exc)
+            text = HTTPStatus(status).phrase
+        else:  # untrusted input, not our fault: one line, no traceback
+            text = _parse_error_text(exc, message, status)
+            log.info("refused an unparseable request from %s: %s", request.remote, text)
+        resp = json_response(self._error_shape(status, text), status)
+        resp.force_close()
+        return resp
+
+
+def _parse_error_text(exc: BaseException | None, message: str | None, status: int) -> str:
+    if isinstance(exc, LineTooLong):  # its message repeats the line itself
+        return f"request line or header field too long (limit: {exc.args[1]} bytes)"
+    if isinstance(exc, BadHttpMethod):
+        return "not an HTTP/1.x request (bad method)"
+    # aiohttp's messages point at the offending byte on a line of their own (`b'...'\n   ^`): one line here.
+    text = " ".join((message or HTTPStatus(status).phrase).split()).removesuffix(" ^")
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
+class _JsonErrorServer(web.Server):
+    error_shape: ErrorShape
+
+    def __call__(self) -> web.RequestHandler:
+        return _JsonErrorHandler(self, loop=self._loop, error_shape=self.error_shape, **self._kwargs)
+
+
+class JsonErrorAppRunner(web.AppRunner):
+    """An AppRunner whose connections answer unparseable requests in the app's `ERROR_SHAPE`, not text/plain."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        # aiohttp has no hook for its protocol-level answers; the server it built makes our handler instead.
+        server.__class__ = _JsonErrorServer
+        assert isinstance(server, _JsonErrorServer)
+        server.error_shape = self.app[ERROR_SHAPE]
+        return server
 
 
 # What aiohttp's multipart parser raises on a malformed body (bad boundary, header bytes, encodings).

@@ -21,6 +21,7 @@ from aiohttp import web
 
 from . import files
 from ._http import (
+    ERROR_SHAPE,
     error_middleware,
     find_part,
     json_response,
@@ -382,6 +383,7 @@ def legacy_app(state: RuntimeState) -> web.Application:
         client_max_size=state.config.max_json_body_bytes,
         middlewares=[state.activity.middleware(), error_middleware(_legacy_error)],
     )
+    app[ERROR_SHAPE] = _legacy_error
     app.router.add_get("/", h.health)
     app.router.add_post("/execute", h.execute)
     app.router.add_post("/execute/stream", h.execute_stream)

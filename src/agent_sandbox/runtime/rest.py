@@ -12,6 +12,7 @@ from aiohttp import web
 
 from . import files
 from ._http import (
+    ERROR_SHAPE,
     error_middleware,
     find_part,
     json_response,
@@ -181,6 +182,7 @@ def rest_app(state: RuntimeState) -> web.Application:
     """The aiohttp application of sandboxd's REST API for one server."""
     h = _Rest(state)
     app = web.Application(middlewares=[state.activity.middleware(), error_middleware(_error_body)])
+    app[ERROR_SHAPE] = _error_body
     app.router.add_get(_PREFIX + "{path:.*}", h.get)  # also HEAD
     app.router.add_put(_PREFIX + "{path:.*}", h.put)
     app.router.add_delete(_PREFIX + "{path:.*}", h.delete)

@@ -20,6 +20,7 @@ from grpc_reflection.v1alpha import reflection
 
 from agent_sandbox.api import processv1
 
+from ._http import JsonErrorAppRunner
 from .config import RuntimeConfig
 from .grpc_service import add_process_service
 from .legacy import legacy_app
@@ -71,7 +72,7 @@ class RuntimeServer:
         )
 
     async def _start_http(self, name: str, app: web.Application, port: int) -> None:
-        runner = web.AppRunner(
+        runner = JsonErrorAppRunner(
             app,
             handle_signals=False,
             access_log=None,
