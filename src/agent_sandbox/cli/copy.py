@@ -80,6 +80,7 @@ class _Tally:
     files: int = 0
     bytes: int = 0
     skipped: list[str] = field(default_factory=list)
+    vanished: list[str] = field(default_factory=list)  # listed, then not there to read
 
     def summary(self) -> str:
         noun = "file" if self.files == 1 else "files"
@@ -284,8 +285,14 @@ def _download(client: SandboxClient, args: argparse.Namespace, src: tuple[str, s
     elif target.exists() and not target.is_dir():
         raise ValueError(f"{target}: not a directory")
     tally = _download_tree(sandbox, posixpath.normpath(path), target, timeout)
+    for gone in tally.vanished:
+        print(
+            f"error: {claim}:{gone}: no such file or directory (removed after it was listed, or its name is"
+            " not UTF-8)",
+            file=sys.stderr,
+        )
     print(f"{claim}:{path} -> {target} ({tally.summary()})", file=sys.stderr)
-    return 0
+    return 1 if tally.vanished else 0
 
 
 def _read_to(sandbox: Sandbox, claim: str, path: str, destination: Path | BinaryIO, timeout: float) -> int:
@@ -302,34 +309,58 @@ def _read_to(sandbox: Sandbox, claim: str, path: str, destination: Path | Binary
 
 def _download_tree(sandbox: Sandbox, remote: str, local: Path, timeout: float) -> _Tally:
     """Every file under `remote` into `local`: the whole tree listed (and its directories made) first, so a
-    listing the sandbox gets wrong stops the copy before any file is written."""
+    listing the sandbox gets wrong stops the copy before any file is written.
+
+    A file or directory gone by the time it is read (a live sandbox's temporary files, a lock, a name that is
+    not UTF-8 and so was listed with U+FFFD) is reported in `vanished` and the rest copied, as `cp -r` does.
+    """
     files = sandbox.files
     assert files is not None
+    tally = _Tally()
     pairs: list[tuple[str, Path, FileEntry]] = []
-    _list_tree(sandbox, remote, local, pairs, timeout)
+    _list_tree(sandbox, remote, local, pairs, timeout, tally.vanished)
     umask = _umask()
 
     def download(child: str, destination: Path, entry: FileEntry) -> int:
         assert files is not None
-        written = files.read_to(child, destination, timeout=timeout)
+        try:
+            written = files.read_to(child, destination, timeout=timeout)
+        except SandboxRequestError as err:
+            if err.status_code != 404:
+                raise
+            tally.vanished.append(child)
+            return -1
         _keep_mode(entry, destination, umask)
         return written
 
-    sizes = _run_all([functools.partial(download, *pair) for pair in pairs])
-    return _Tally(files=len(sizes), bytes=sum(sizes))
+    sizes = [n for n in _run_all([functools.partial(download, *pair) for pair in pairs]) if n >= 0]
+    tally.files, tally.bytes = len(sizes), sum(sizes)
+    return tally
 
 
 def _list_tree(
-    sandbox: Sandbox, remote: str, local: Path, pairs: list[tuple[str, Path, FileEntry]], timeout: float
+    sandbox: Sandbox,
+    remote: str,
+    local: Path,
+    pairs: list[tuple[str, Path, FileEntry]],
+    timeout: float,
+    vanished: list[str],
 ) -> None:
     files = sandbox.files
     assert files is not None
+    try:
+        entries = files.list(remote, timeout=timeout)
+    except SandboxRequestError as err:
+        if err.status_code != 404:
+            raise
+        vanished.append(remote)
+        return
     local.mkdir(parents=True, exist_ok=True)
-    for entry in files.list(remote, timeout=timeout):
+    for entry in entries:
         name = _checked_name(entry.name, remote)
         child = name if remote in ("", ".") else posixpath.join(remote, name)
         if entry.type == "directory":
-            _list_tree(sandbox, child, local / name, pairs, timeout)
+            _list_tree(sandbox, child, local / name, pairs, timeout, vanished)
         else:
             pairs.append((child, local / name, entry))
 

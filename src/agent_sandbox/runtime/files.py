@@ -121,6 +121,16 @@ def open_file(root: str, path: str) -> tuple[int, os.stat_result]:
         raise
 
 
+def _text_name(name: str) -> str:
+    """A name JSON can carry: bytes that are not UTF-8 (surrogate-escaped by `os`) become U+FFFD, as
+    sandboxd's Go encoding/json writes them; one such file no longer makes its whole directory a 500."""
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        return os.fsencode(name).decode(errors="replace")
+    return name
+
+
 def _list(root: str, path: str) -> list[Entry]:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -137,7 +147,9 @@ def _list(root: str, path: str) -> list[Entry]:
                 except OSError:  # dangling link, or the entry vanished meanwhile
                     continue
                 entries.append(
-                    Entry(item.name, st.st_size, stat.S_ISDIR(st.st_mode), st.st_mtime, st.st_mode)
+                    Entry(
+                        _text_name(item.name), st.st_size, stat.S_ISDIR(st.st_mode), st.st_mtime, st.st_mode
+                    )
                 )
         return entries
     finally:

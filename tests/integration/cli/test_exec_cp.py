@@ -224,3 +224,30 @@ def test_cp_keeps_permission_bits_both_ways(
         "plain": 0o644 & ~umask,
         "one-back.sh": 0o750 & ~umask,
     }
+
+
+def test_cp_of_a_tree_copies_the_rest_when_a_listed_file_cannot_be_read(
+    cluster: DevCluster, namespace: str, controller: Started, router: str, tmp_path: Path
+) -> None:
+    """A program names a file with bytes that are not UTF-8: the listing used to be a 500 for the whole
+    directory (nothing copied, the runtime's raw error). It is listed with U+FFFD now, so that file cannot be
+    read by name; `cp -r` says which file it could not copy, copies the rest and exits 1, as GNU cp does
+    for a file removed while it copies (a live sandbox's temporary files)."""
+    apply_pool(cluster, namespace, replicas=1, containers=[{"name": "runtime", "image": RUNTIME_IMAGE}])
+    ns = ("-n", namespace)
+    assert cli(cluster, router, "create", "pool", *ns, "--name", "names").returncode == 0
+    made = cli(
+        cluster, router, "exec", *ns, "names", "--",
+        "sh", "-c", 'mkdir -p d/sub && printf bad > "d/$(printf "bad\\377")" && echo ok > d/ok && echo s > d/sub/s',
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    down = tmp_path / "down"
+    got = cli(cluster, router, "cp", "names:d", str(down), *ns)
+    assert got.returncode == 1, got.stderr
+    assert got.stderr.splitlines() == [
+        "error: names:d/bad\ufffd: no such file or directory (removed after it was listed, or its name is not"
+        " UTF-8)",
+        f"names:d -> {down} (2 files, 5 bytes)",
+    ]
+    assert (down / "ok").read_text() == "ok\n"
+    assert (down / "sub" / "s").read_text() == "s\n"

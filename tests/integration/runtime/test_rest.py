@@ -179,3 +179,23 @@ async def test_unknown_routes(runtime: RuntimeServer, http: aiohttp.ClientSessio
         assert (resp.status, (await resp.json())["code"]) == (404, "NOT_FOUND")
     async with http.post(url(runtime, "rest", "/v1/files/x")) as resp:
         assert (resp.status, (await resp.json())["code"]) == (405, "METHOD_NOT_ALLOWED")
+
+
+@pytest.mark.parametrize("protocol", ["legacy", "rest"])
+async def test_a_name_that_is_not_utf8_does_not_hide_the_directory(
+    runtime: RuntimeServer, http: aiohttp.ClientSession, protocol: str
+) -> None:
+    """A program may name a file with any bytes (`printf 'bad\\377'`); JSON carries text. The listing was a
+    500 for the whole directory, so nothing in it could be listed, checked or copied with `cp -r`. Now the
+    name is listed as sandboxd (Go's encoding/json) lists it: invalid bytes as U+FFFD."""
+    root = Path(runtime.root)
+    (root / "d").mkdir()
+    fd = os.open(os.path.join(os.fsencode(root / "d"), b"bad\xffname"), os.O_CREAT | os.O_WRONLY, 0o644)
+    os.close(fd)
+    (root / "d" / "ok.txt").write_bytes(b"fine")
+    where = files_url(runtime, "d") if protocol == "rest" else url(runtime, "legacy", "/list/d")
+    async with http.get(where) as resp:
+        assert resp.status == 200, await resp.text()
+        body = await resp.json()
+    entries = body["entries"] if protocol == "rest" else body
+    assert sorted(e["name"] for e in entries) == ["bad\ufffdname", "ok.txt"]
