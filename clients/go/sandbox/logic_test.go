@@ -14,7 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 )
 
 func TestPathEncodings(t *testing.T) {
@@ -477,5 +479,35 @@ func TestRouterURLFromTheEnvironment(t *testing.T) {
 		if explicit.APIURL == "http://127.0.0.1:9999" {
 			t.Errorf("the environment overrode an explicit mode: %+v", explicit)
 		}
+	}
+}
+
+// A client built from the SDK's config has no client-side rate limiter unless the caller asks for one:
+// client-go's unset default (5/s, burst 10) made goroutines opening sandboxes together wait ~1 s each.
+func TestKubernetesClientsAreNotThrottledUnlessAsked(t *testing.T) {
+	limiter := func(cfg *rest.Config) flowcontrol.RateLimiter {
+		t.Helper()
+		h, err := NewK8sHelper(cfg, logr.Discard())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := rest.CopyConfig(h.Config)
+		c.GroupVersion = &schema.GroupVersion{Version: "v1"}
+		c.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
+		rc, err := rest.RESTClientFor(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rc.GetRateLimiter()
+	}
+	if l := limiter(&rest.Config{Host: "https://127.0.0.1:1"}); l != nil {
+		t.Errorf("unset QPS: a %T limits the SDK's requests", l)
+	}
+	if l := limiter(&rest.Config{Host: "https://127.0.0.1:1", QPS: 20, Burst: 30}); l == nil || l.QPS() != 20 {
+		t.Errorf("QPS 20 asked for, got %v", l)
+	}
+	own := flowcontrol.NewTokenBucketRateLimiter(3, 3)
+	if l := limiter(&rest.Config{Host: "https://127.0.0.1:1", RateLimiter: own}); l != own {
+		t.Errorf("the caller's RateLimiter was replaced by %v", l)
 	}
 }
