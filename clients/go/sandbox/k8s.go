@@ -62,7 +62,7 @@ func NewK8sHelper(cfg *rest.Config, log logr.Logger) (*K8sHelper, error) {
 	if cfg.QPS == 0 && cfg.Burst == 0 && cfg.RateLimiter == nil {
 		// client-go's unset default is 5 requests/s (burst 10): a create is ~5 requests, so goroutines opening
 		// sandboxes together queued behind each other ("client-side throttling", 12 sandboxes: 1.2 s of
-		// waits each). As controller-runtime since v0.21, on SIG API Machinery's advice: no client-side
+		// waits each). As controller-runtime does since 2025 (#3119), on SIG API Machinery's advice: no client-side
 		// limit, the API server's Priority and Fairness decides. Set QPS/Burst or RateLimiter to have one.
 		cfg.QPS = -1
 	}
