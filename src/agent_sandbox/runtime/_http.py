@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote
 
 import orjson
-from aiohttp import BodyPartReader, MultipartReader, web
+from aiohttp import BodyPartReader, MultipartReader, hdrs, web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http_exceptions import BadHttpMethod, HttpProcessingError, LineTooLong
 from aiohttp.typedefs import Middleware
@@ -27,6 +28,7 @@ __all__ = [
     "media_type",
     "multipart_reader",
     "part_chunks",
+    "part_filename",
     "path_tail",
     "send_open_file",
 ]
@@ -211,6 +213,23 @@ async def find_part(reader: MultipartReader, name: str) -> BodyPartReader | None
             await part.release()
     except _MALFORMED as err:
         raise ValueError(f"invalid multipart body: {err}") from None
+
+
+# A quoted `filename` parameter (group 1: between the quotes, escapes kept).
+_QUOTED_FILENAME = re.compile(r';\s*filename\s*=\s*"((?:[^"\\]|\\.)*)"', re.IGNORECASE)
+
+
+def part_filename(part: BodyPartReader) -> str | None:
+    """The part's file name as upstream's runtime (python-multipart) reads it.
+
+    In a quoted name only `\\` and `\"` are escapes, any other backslash is itself: `requests` (upstream's
+    SDK) sends `back\\slash.txt` as it is, which aiohttp's quoted-pair unescaping made `backslash.txt`.
+    `filename*` (RFC 5987) is left to aiohttp.
+    """
+    header = part.headers.get(hdrs.CONTENT_DISPOSITION, "")
+    if "filename*" not in header.lower() and (found := _QUOTED_FILENAME.search(header)):
+        return found.group(1).replace("\\\\", "\\").replace('\\"', '"')
+    return part.filename
 
 
 async def part_chunks(part: BodyPartReader) -> AsyncIterator[bytes]:

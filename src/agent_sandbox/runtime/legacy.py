@@ -27,6 +27,7 @@ from ._http import (
     json_response,
     multipart_reader,
     part_chunks,
+    part_filename,
     path_tail,
     send_open_file,
 )
@@ -272,7 +273,7 @@ class _Legacy:
             return json_response({"message": str(err)}, 400)
         if part is None:
             return _unprocessable(_Invalid("missing", ["body", "file"], "Field required"))
-        filename = part.filename
+        filename = part_filename(part)
         if filename is None:
             return _unprocessable(
                 _Invalid("value_error", ["body", "file"], "Expected UploadFile, received: <class 'str'>")
