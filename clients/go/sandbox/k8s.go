@@ -328,6 +328,14 @@ func readSandboxInfo(obj *unstructured.Unstructured) sandboxInfo {
 	return info
 }
 
+// claimSandboxInfo is what a claim's status tells of its Sandbox (status.sandbox.name and podIPs), for
+// credentials that cannot read Sandboxes: the pod is taken to be named after the Sandbox.
+func claimSandboxInfo(obj *unstructured.Unstructured) sandboxInfo {
+	name := claimSandboxName(obj)
+	ips, _, _ := unstructured.NestedStringSlice(obj.Object, "status", "sandbox", "podIPs")
+	return sandboxInfo{podName: name, podIP: pickPodIP(ips)}
+}
+
 // pickPodIP returns the first IPv4 address (IPv4-mapped IPv6 converted), else the first valid IP, else "".
 func pickPodIP(ips []string) string {
 	first := ""

@@ -96,14 +96,8 @@ func (s *Sandbox) waitReady(ctx context.Context, claim string) (string, sandboxI
 	var name string
 	err := s.k8s.observe(ctx, claimsGVR, o.Namespace, claim, func(obj *unstructured.Unstructured) (bool, error) {
 		last.set("SandboxClaim", obj)
-		if s.claimUIDChanged(obj) {
-			return false, fmt.Errorf("claim %s was replaced (new UID): %w", claim, ErrSandboxDeleted)
-		}
-		if obj.GetDeletionTimestamp() != nil {
-			return false, fmt.Errorf("claim %s is being deleted: %w", claim, ErrSandboxDeleted)
-		}
-		if ce := claimTerminal(obj); ce != nil {
-			return false, ce
+		if err := s.claimFailure(claim, obj); err != nil {
+			return false, err
 		}
 		name = claimSandboxName(obj)
 		return name != "", nil
@@ -126,10 +120,54 @@ func (s *Sandbox) waitReady(ctx context.Context, claim string) (string, sandboxI
 		info = readSandboxInfo(obj)
 		return true, nil
 	})
+	if apierrors.IsForbidden(err) {
+		s.k8s.log.V(1).Info("Sandboxes are not readable with these credentials; waiting on the claim", "claim", claim)
+		return s.waitClaimReady(ctx, claim, &last)
+	}
 	if err != nil {
 		return "", sandboxInfo{}, s.waitError(ctx, err, "Sandbox", name, &last)
 	}
 	return name, info, nil
+}
+
+// waitClaimReady is ours, for a role that grants claims only (all the Python SDK and the CLI need; upstream's
+// Go SDK needs Sandboxes get/list/watch): the claim's Ready condition mirrors its Sandbox's, and
+// status.sandbox carries the name and pod IPs, which is what a handle connects with. The pod name is taken
+// to be the Sandbox's; there is no service FQDN (in-cluster-service connectivity: ErrNoService).
+func (s *Sandbox) waitClaimReady(ctx context.Context, claim string, last *lastSeen) (string, sandboxInfo, error) {
+	var name string
+	var info sandboxInfo
+	err := s.k8s.observe(ctx, claimsGVR, s.opts.Namespace, claim, func(obj *unstructured.Unstructured) (bool, error) {
+		last.set("SandboxClaim", obj)
+		if err := s.claimFailure(claim, obj); err != nil {
+			return false, err
+		}
+		ready := findCondition(conditionsOf(obj), "Ready")
+		if name = claimSandboxName(obj); name == "" || ready == nil || ready.Status != "True" {
+			return false, nil
+		}
+		info = claimSandboxInfo(obj)
+		return true, nil
+	})
+	if err != nil {
+		return "", sandboxInfo{}, s.waitError(ctx, err, "SandboxClaim", claim, last)
+	}
+	return name, info, nil
+}
+
+// claimFailure: the claim was replaced or is being deleted (ErrSandboxDeleted), or carries a condition that
+// will not heal by waiting (*ConditionError).
+func (s *Sandbox) claimFailure(claim string, obj *unstructured.Unstructured) error {
+	if s.claimUIDChanged(obj) {
+		return fmt.Errorf("claim %s was replaced (new UID): %w", claim, ErrSandboxDeleted)
+	}
+	if obj.GetDeletionTimestamp() != nil {
+		return fmt.Errorf("claim %s is being deleted: %w", claim, ErrSandboxDeleted)
+	}
+	if ce := claimTerminal(obj); ce != nil {
+		return ce
+	}
+	return nil
 }
 
 func (s *Sandbox) claimUIDChanged(obj *unstructured.Unstructured) bool {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -16,6 +17,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/flowcontrol"
 )
 
@@ -509,5 +511,47 @@ func TestKubernetesClientsAreNotThrottledUnlessAsked(t *testing.T) {
 	own := flowcontrol.NewTokenBucketRateLimiter(3, 3)
 	if l := limiter(&rest.Config{Host: "https://127.0.0.1:1", RateLimiter: own}); l != own {
 		t.Errorf("the caller's RateLimiter was replaced by %v", l)
+	}
+}
+
+// With credentials that cannot read Sandboxes, a handle re-reads its pod IP (a pod moved behind its back)
+// from its claim's status.sandbox.podIPs, and says so when the claim is bound elsewhere now.
+func TestReadPodIPFromTheClaimWhenSandboxesAreForbidden(t *testing.T) {
+	claim := unstructuredObj("extensions.agents.x-k8s.io/v1beta1", "SandboxClaim", "c1", map[string]any{
+		"sandbox": map[string]any{"name": "sb1", "podIPs": []any{"127.10.0.9"}},
+	})
+	s, dyn := fakeCluster(t, claim)
+	dyn.PrependReactor("*", "sandboxes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(sandboxesGVR.GroupResource(), "sb1", errors.New("claims only"))
+	})
+	s.claimName, s.sandboxName = "c1", "sb1"
+	if ip, err := s.readPodIP(context.Background(), "sb1"); err != nil || ip != "127.10.0.9" || s.PodIP() != ip {
+		t.Fatalf("readPodIP = %q, %v (handle %q)", ip, err, s.PodIP())
+	}
+	if _, err := s.readPodIP(context.Background(), "sb-old"); !errors.Is(err, ErrSandboxDeleted) {
+		t.Fatalf("a claim bound to another Sandbox: %v", err)
+	}
+}
+
+func TestWaitReadyOnTheClaimWhenSandboxesAreForbidden(t *testing.T) {
+	claim := unstructuredObj("extensions.agents.x-k8s.io/v1beta1", "SandboxClaim", "c1", nil)
+	s, dyn := fakeCluster(t, claim)
+	dyn.PrependReactor("*", "sandboxes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(sandboxesGVR.GroupResource(), "", errors.New("claims only"))
+	})
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		bound := claim.DeepCopy()
+		bound.Object["status"] = map[string]any{"sandbox": map[string]any{"name": "sb1"}}
+		_, _ = dyn.Resource(claimsGVR).Namespace("ns").Update(context.Background(), bound, metav1.UpdateOptions{})
+		time.Sleep(50 * time.Millisecond)
+		ready := readyStatus("True", "DependenciesReady")
+		ready["sandbox"] = map[string]any{"name": "sb1", "podIPs": []any{"127.10.0.7"}}
+		bound.Object["status"] = ready
+		_, _ = dyn.Resource(claimsGVR).Namespace("ns").Update(context.Background(), bound, metav1.UpdateOptions{})
+	}()
+	name, info, err := s.waitReady(context.Background(), "c1")
+	if err != nil || name != "sb1" || info.podIP != "127.10.0.7" || info.podName != "sb1" {
+		t.Fatalf("waitReady = %q %+v %v", name, info, err)
 	}
 }

@@ -275,10 +275,15 @@ func (s *Sandbox) reconnect(ctx context.Context) error {
 			return fmt.Errorf("claim %s has no bound Sandbox: %w", claim, ErrOrphanedClaim)
 		}
 		sb, err := s.k8s.sandboxes(s.opts.Namespace).Get(ctx, name, getOpts)
-		if err != nil {
+		switch {
+		case apierrors.IsForbidden(err):
+			// claims-only credentials (waitClaimReady): the claim's Ready mirrors the Sandbox's
+			sb, info = obj, claimSandboxInfo(obj)
+		case err != nil:
 			return fmt.Errorf("verifying Sandbox %s: %v: %w", name, err, ErrOrphanedClaim)
+		default:
+			info = readSandboxInfo(sb)
 		}
-		info = readSandboxInfo(sb)
 		if info.mode == "Suspended" {
 			return fmt.Errorf("%w: Sandbox %s is suspended; call Resume", ErrNotReady, name)
 		}

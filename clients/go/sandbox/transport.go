@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -300,11 +301,25 @@ func readyEndpointPod(slice *unstructured.Unstructured) string {
 
 // readPodIP reads the Sandbox's pod IP now (and keeps it as the handle's PodIP).
 func (s *Sandbox) readPodIP(ctx context.Context, sandboxName string) (string, error) {
+	var ip string
 	obj, err := s.k8s.sandboxes(s.opts.Namespace).Get(ctx, sandboxName, metav1.GetOptions{})
-	if err != nil {
+	switch {
+	case apierrors.IsForbidden(err):
+		// claims-only credentials (waitClaimReady): the claim's status carries the pod IPs too
+		claim, cerr := s.k8s.getClaim(ctx, s.opts.Namespace, s.ClaimName())
+		if cerr != nil {
+			return "", cerr
+		}
+		if claimSandboxName(claim) != sandboxName {
+			return "", fmt.Errorf("claim %s is bound to Sandbox %q now, not %s: %w", s.ClaimName(),
+				claimSandboxName(claim), sandboxName, ErrSandboxDeleted)
+		}
+		ip = claimSandboxInfo(claim).podIP
+	case err != nil:
 		return "", err
+	default:
+		ip = readSandboxInfo(obj).podIP
 	}
-	ip := readSandboxInfo(obj).podIP
 	s.mu.Lock()
 	if s.sandboxName == sandboxName {
 		s.info.podIP = ip
