@@ -242,8 +242,12 @@ def _exit_of(exit_event: CommandEvent | None, timeout: float | None) -> int:
 
 
 def _exit_code(result: ExecutionResult) -> int:
+    """The command's exit status as a shell reports it: 124 for a timeout, 128 + N for a death by signal N
+    (runtimes report -N, Python's convention), anything else out of range EXIT_ERROR."""
     if result.timed_out:
         return 124
+    if -127 <= result.exit_code < 0:
+        return 128 - result.exit_code
     return result.exit_code if 0 <= result.exit_code <= 255 else EXIT_ERROR
 
 

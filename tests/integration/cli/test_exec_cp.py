@@ -54,6 +54,13 @@ def test_exec_cp_and_logs(
     out = cli(cluster, router, "exec", "sb", "-n", namespace, "--timeout", "1", "--", "sleep", "10")
     assert out.returncode == 124
     assert "timed out" in out.stderr
+    # A command killed by a signal exits 128 + N, as a shell, `docker exec` and `kubectl exec` say it (137:
+    # SIGKILL, the OOM killer's); it was 1, the same as any failure. With -o json the runtime's -N is kept.
+    for signal_name, code in (("KILL", 137), ("TERM", 143)):
+        out = cli(cluster, router, "exec", "sb", "-n", namespace, "--", "sh", "-c", f"kill -{signal_name} $$")
+        assert out.returncode == code, (signal_name, out.returncode, out.stderr)
+    out = cli(cluster, router, "exec", "sb", "-n", namespace, "-o", "json", "--", "sh", "-c", "kill -KILL $$")
+    assert (out.returncode, json.loads(out.stdout)["exit_code"]) == (137, -9)
 
     # Output is bytes, exactly as the command wrote them (not UTF-8, NULs): `exec ... > file` is a copy.
     raw = subprocess.run(
