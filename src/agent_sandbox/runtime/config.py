@@ -18,7 +18,7 @@ from pathlib import Path
 
 from agent_sandbox.api.lifecycle import DEFAULT_CLAIM_ENV_FILE
 
-from .processes import DRAIN_AFTER_EXIT
+from .processes import DRAIN_AFTER_EXIT, QUIET_AFTER_EXIT
 
 __all__ = ["DEFAULT_EXEC_TIMEOUT", "RuntimeConfig", "parse_args", "parse_seconds"]
 
@@ -67,6 +67,8 @@ class RuntimeConfig:
     # How long a command's output is still read after it exited (sandboxd's WaitDelay): what a background
     # child it left keeps open is given up then. Not a flag (sandboxd has none); tests shorten it.
     output_drain_after_exit: float = DRAIN_AFTER_EXIT
+    # ...or sooner, once the pipes have been quiet this long after the exit (ours; not a flag either).
+    output_quiet_after_exit: float = QUIET_AFTER_EXIT
     # Environment of the commands (default: the server's own). The runner gives each pod its own.
     command_env: Mapping[str, str] | None = field(default=None, repr=False)
     # The root as clients name it, when it differs from root_dir (the runner serves "/workspace" from a host
@@ -99,6 +101,7 @@ class RuntimeConfig:
             "max_upload_bytes",
             "claim_env_wait",
             "output_drain_after_exit",
+            "output_quiet_after_exit",
         )
         for name in positive:
             value = getattr(self, name)

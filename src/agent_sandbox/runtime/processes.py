@@ -27,6 +27,7 @@ from .claimenv import ClaimEnv, ClaimEnvUnavailable
 
 __all__ = [
     "DRAIN_AFTER_EXIT",
+    "QUIET_AFTER_EXIT",
     "BoundedOutput",
     "OutputEvent",
     "Process",
@@ -38,6 +39,8 @@ __all__ = [
 
 _READ_LIMIT = 1 << 16  # StreamReader buffer before the pipe is paused (backpressure on a slow client)
 DRAIN_AFTER_EXIT = 10.0  # sandboxd's WaitDelay: output pipes a background child keeps open are given up
+# ...and sooner once they have been quiet this long after the exit (ours): `sh -c 'server &'` answers then.
+QUIET_AFTER_EXIT = 0.5
 
 
 class SpawnError(Exception):
@@ -160,6 +163,7 @@ class Process:
         terminal: tuple[int, int] | None,
         chunk_size: int,
         drain_after_exit: float = DRAIN_AFTER_EXIT,
+        quiet_after_exit: float = QUIET_AFTER_EXIT,
     ) -> None:
         self.id = ident
         self.pid = popen.pid
@@ -173,6 +177,7 @@ class Process:
         self._slave_closer: asyncio.Future[None] | None = None
         self._chunk = chunk_size
         self._drain_after_exit = drain_after_exit
+        self._quiet_after_exit = quiet_after_exit
         self._events: asyncio.Queue[OutputEvent | None] = asyncio.Queue(maxsize=16)
         self._transports = [t for _, _, t in readers]
         self._pumps = [asyncio.ensure_future(self._pump(name, r)) for name, r, _ in readers]
@@ -229,9 +234,10 @@ class Process:
             await self._events.put(None)
 
     async def events(self) -> AsyncIterator[OutputEvent]:
-        """Output in arrival order until every stream ends, or until `drain_after_exit` after the program
-        exited (sandboxd's WaitDelay: a background child that keeps the pipes open, quiet or chatty, does
-        not hold the command's answer)."""
+        """Output in arrival order until every stream ends, or after the program exited: once the pipes
+        have been quiet for `quiet_after_exit`, and at the latest `drain_after_exit` after the exit
+        (sandboxd's WaitDelay). A background child that keeps the pipes open (`sh -c 'server &'`), quiet or
+        chatty, does not hold the command's answer."""
         loop = asyncio.get_running_loop()
         drain_until: float | None = None
         while self._open_streams:
@@ -243,14 +249,18 @@ class Process:
                     if drain_until is None and not self._exited.done():
                         # The exit may come while we wait for output: it must start the drain clock then.
                         await asyncio.wait((getter, self._exited), return_when=asyncio.FIRST_COMPLETED)
-                    if not getter.done():
+                    while not getter.done():
                         if drain_until is None:
                             drain_until = loop.time() + self._drain_after_exit
-                        async with asyncio.timeout_at(drain_until):
-                            await getter
-                except TimeoutError:
-                    self._abandon_streams()
-                    return
+                        quiet_until = min(drain_until, loop.time() + self._quiet_after_exit)
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout_at(quiet_until):
+                                await asyncio.shield(getter)
+                        if not getter.done() and (
+                            loop.time() >= drain_until or not await self._output_pending()
+                        ):
+                            self._abandon_streams()
+                            return
                 finally:
                     getter.cancel()  # no-op once done; a cancelled caller leaves no waiting getter
                 item = getter.result()
@@ -258,6 +268,22 @@ class Process:
                 self._open_streams -= 1
                 continue
             yield item
+
+    async def _output_pending(self) -> bool:
+        """Whether output is on its way though none arrived for a while: bytes the pumps have not handed on
+        yet (after a stalled event loop the read callbacks and the quiet timer come due together, so the
+        pumps get a few turns first) or bytes still in a pipe."""
+        for _ in range(3):
+            await asyncio.sleep(0)
+        if not self._events.empty():
+            return True
+        for transport in self._transports:
+            pipe = transport.get_extra_info("pipe")
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                raw = fcntl.ioctl(pipe.fileno(), termios.FIONREAD, b"\0\0\0\0")
+                if struct.unpack("i", raw)[0] > 0:
+                    return True
+        return False
 
     def _abandon_streams(self) -> None:
         for pump in self._pumps:
@@ -372,12 +398,14 @@ class Supervisor:
         claim_env: ClaimEnv | None = None,
         on_activity: Callable[[], None] | None = None,
         drain_after_exit: float = DRAIN_AFTER_EXIT,
+        quiet_after_exit: float = QUIET_AFTER_EXIT,
     ) -> None:
         """Args:
         max_processes: concurrent commands (TooManyProcesses beyond).
         chunk_size: largest output event.
         drain_after_exit: how long a command's output is still read after it exited (what a background
             child keeps open is given up then).
+        quiet_after_exit: ...or sooner, once it has been quiet this long after the exit.
         env: the commands' base environment (default: the server's own).
         claim_env: a claim's env, added to every command (after waiting for its delivery).
         on_activity: called when a command starts or ends (activity for idle detection).
@@ -385,6 +413,7 @@ class Supervisor:
         self.max_processes = max_processes
         self.chunk_size = chunk_size
         self.drain_after_exit = drain_after_exit
+        self.quiet_after_exit = quiet_after_exit
         self._env = dict(os.environ if env is None else env)
         self.claim_env = claim_env
         self._on_activity = on_activity
@@ -473,7 +502,15 @@ class Supervisor:
         ident = next(self._ids)
         terminal = (master, slave) if pty is not None else None
         proc = Process(
-            ident, popen, exited, readers, writer, terminal, self.chunk_size, self.drain_after_exit
+            ident,
+            popen,
+            exited,
+            readers,
+            writer,
+            terminal,
+            self.chunk_size,
+            self.drain_after_exit,
+            self.quiet_after_exit,
         )
         self._running[ident] = proc
         exited.add_done_callback(lambda _f: self._forget(ident))

@@ -48,6 +48,7 @@ class RuntimeState:
             claim_env=self.claim_env,
             on_activity=self.activity.touch,
             drain_after_exit=config.output_drain_after_exit,
+            quiet_after_exit=config.output_quiet_after_exit,
         )
         self.started = time.monotonic()
         self.draining = False

@@ -89,20 +89,24 @@ async def test_timeout_kills_the_whole_process_group(
 
 
 @pytest.mark.parametrize(
-    "child",
+    ("child", "answered_within"),
     [
-        "sleep 30",  # quiet: holds the pipes and says nothing
-        "while true; do echo tick; sleep 0.2; done",  # chatty: output must not extend the wait
+        ("sleep 30", (0.2, 0.9)),  # quiet: holds the pipes and says nothing -> the quiet window
+        ("while true; do echo tick; sleep 0.2; done", (1.4, 20)),  # chatty: the drain limit, no later
     ],
 )
 async def test_a_background_child_does_not_hold_the_answer(
-    make_runtime: MakeRuntime, http: aiohttp.ClientSession, child: str
+    make_runtime: MakeRuntime,
+    http: aiohttp.ClientSession,
+    child: str,
+    answered_within: tuple[float, float],
 ) -> None:
     """`sh -c 'server & echo started'`: the command exits at once, its child keeps stdout open. The answer
-    comes `output_drain_after_exit` after the exit (sandboxd's WaitDelay, here 1 s), whether or not the child
-    writes; it used to wait for the child whenever the exit came while the runtime was waiting for output
-    (30 s for `sleep 30`), and a chatty child kept it forever."""
-    runtime = await make_runtime(output_drain_after_exit=1.0)
+    comes once the pipes have been quiet for `output_quiet_after_exit` after the exit (here 0.3 s), and at the
+    latest `output_drain_after_exit` after it (sandboxd's WaitDelay, here 1.5 s), however chatty the child.
+    It used to wait for the child (30 s for `sleep 30`, forever for a chatty one), then the whole drain limit
+    (10 s by default) for every `server &`."""
+    runtime = await make_runtime(output_drain_after_exit=1.5, output_quiet_after_exit=0.3)
     started = time.monotonic()
     status, body = await _execute(
         http, runtime, {"command": f"sh -c '({child}) & echo started'", "timeout_seconds": 60}
@@ -111,9 +115,29 @@ async def test_a_background_child_does_not_hold_the_answer(
     assert (status, body["exit_code"], body["timed_out"]) == (200, 0, False)
     # The chatty child may write before the command does (CI saw "tick\nstarted\n..." on a loaded box).
     assert "started" in body["stdout"].splitlines()
-    assert 0.9 < elapsed < 20, elapsed  # not the 60 s time limit
-    # The child runs on (as it should); end it here and wait until it is gone, so that the fixture's leak
-    # check does not race the kill that stopping the server would send.
+    low, high = answered_within
+    assert low < elapsed < high, elapsed
+    await _end_children(runtime)
+
+
+async def test_what_a_background_child_says_soon_after_the_exit_is_kept(
+    make_runtime: MakeRuntime, http: aiohttp.ClientSession
+) -> None:
+    """Output that follows the exit within the quiet window is part of the answer (each piece restarts the
+    window); what comes after a quiet window is not, and does not delay the answer."""
+    runtime = await make_runtime(output_drain_after_exit=20.0, output_quiet_after_exit=1.0)
+    command = "sh -c '(sleep 0.3; echo soon; sleep 0.3; echo sooner; sleep 5; echo late) & echo started'"
+    started = time.monotonic()
+    status, body = await _execute(http, runtime, {"command": command, "timeout_seconds": 60})
+    elapsed = time.monotonic() - started
+    assert (status, body["stdout"]) == (200, "started\nsoon\nsooner\n")
+    assert 1.5 < elapsed < 5, elapsed
+    await _end_children(runtime)
+
+
+async def _end_children(runtime: RuntimeServer) -> None:
+    """The children run on (as they should); end them and wait until they are gone, so that the fixture's
+    leak check does not race the kill that stopping the server would send."""
     runtime.state.supervisor.signal_all(signal.SIGKILL)
     for _ in range(100):
         if not leaked_processes(runtime.root):
