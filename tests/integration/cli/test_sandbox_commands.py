@@ -5,6 +5,7 @@ output shapes (`-o json|yaml|table`) and exit codes. `exec`/`cp` are in test_exe
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,39 @@ def test_waiting_too_long_exits_4_naming_the_condition(
     assert "reason" in err
 
 
+def _cli_as(
+    cluster: DevCluster,
+    namespace: str,
+    account: str,
+    rules: list[dict[str, object]],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> Callable[..., tuple[int, str, str]]:
+    """A ServiceAccount `account` bound to a Role of `rules`, and a function running the CLI as it (with `-n`):
+    (exit code, stdout, stderr). The role may take a moment to apply (the authorizer's informer)."""
+    admin = cluster.admin()
+    ns_path = f"/api/v1/namespaces/{namespace}"
+    assert admin.request("POST", f"{ns_path}/serviceaccounts", {"metadata": {"name": account}})[0] == 201
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+    assert admin.request("POST", f"{rbac}/roles", {"metadata": {"name": account}, "rules": rules})[0] == 201
+    binding = {
+        "metadata": {"name": account},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+    }
+    assert admin.request("POST", f"{rbac}/rolebindings", binding)[0] == 201
+    kubeconfig = token_kubeconfig(cluster, namespace, account, tmp_path / f"{account}.kubeconfig")
+
+    def run_as(*argv: str) -> tuple[int, str, str]:
+        code = main(
+            [*argv, "-n", namespace, "--kubeconfig", str(kubeconfig), "--router-url", "http://127.0.0.1:9"]
+        )
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run_as
+
+
 def test_a_role_that_grants_claims_only_can_create_list_and_get(
     cluster: DevCluster,
     namespace: str,
@@ -117,31 +151,12 @@ def test_a_role_that_grants_claims_only_can_create_list_and_get(
     saw an error for a sandbox that existed; `list` and `get` failed outright. They now show the claim's
     state, say on stderr what is unknown, and `get` reads one claim and one Sandbox instead of listing all."""
     apply_pool(cluster, namespace, replicas=1)
-    admin = cluster.admin()
-    ns_path = f"/api/v1/namespaces/{namespace}"
-    assert admin.request("POST", f"{ns_path}/serviceaccounts", {"metadata": {"name": "agent"}})[0] == 201
-    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
     rule = {
         "apiGroups": ["extensions.agents.x-k8s.io"],
         "resources": ["sandboxclaims"],
         "verbs": ["get", "list", "watch", "create", "delete"],
     }
-    assert admin.request("POST", f"{rbac}/roles", {"metadata": {"name": "claims"}, "rules": [rule]})[0] == 201
-    binding = {
-        "metadata": {"name": "claims"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "claims"},
-        "subjects": [{"kind": "ServiceAccount", "name": "agent", "namespace": namespace}],
-    }
-    assert admin.request("POST", f"{rbac}/rolebindings", binding)[0] == 201
-    kubeconfig = token_kubeconfig(cluster, namespace, "agent", tmp_path / "agent.kubeconfig")
-
-    def as_agent(*argv: str) -> tuple[int, str, str]:
-        code = main(
-            [*argv, "-n", namespace, "--kubeconfig", str(kubeconfig), "--router-url", "http://127.0.0.1:9"]
-        )
-        out, err = capsys.readouterr()
-        return code, out, err
-
+    as_agent = _cli_as(cluster, namespace, "agent", [rule], capsys, tmp_path)
     unknown = "whether a sandbox is suspended is unknown"
     code, out, err = wait_for(
         lambda: (r := as_agent("create", "pool", "--name", "agent-sb", "-o", "json"))[0] != 1 and r,
@@ -229,30 +244,12 @@ def test_delete_reports_every_claim_when_one_is_refused(
     for name in ("x1", "x2", "x3"):
         body = {"apiVersion": EXT, "kind": "SandboxClaim", "metadata": {"name": name}, "spec": {"warmPoolRef": {"name": "pool"}}}  # fmt: skip
         assert admin.request("POST", claims_path, body)[0] == 201
-    ns_path = f"/api/v1/namespaces/{namespace}"
-    assert admin.request("POST", f"{ns_path}/serviceaccounts", {"metadata": {"name": "cleaner"}})[0] == 201
     group = "extensions.agents.x-k8s.io"
     rules = [
         {"apiGroups": [group], "resources": ["sandboxclaims"], "verbs": ["get", "list"]},
         {"apiGroups": [group], "resources": ["sandboxclaims"], "verbs": ["delete"], "resourceNames": ["x1", "x3"]},
     ]  # fmt: skip
-    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
-    assert admin.request("POST", f"{rbac}/roles", {"metadata": {"name": "cleaner"}, "rules": rules})[0] == 201
-    binding = {
-        "metadata": {"name": "cleaner"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cleaner"},
-        "subjects": [{"kind": "ServiceAccount", "name": "cleaner", "namespace": namespace}],
-    }
-    assert admin.request("POST", f"{rbac}/rolebindings", binding)[0] == 201
-    kubeconfig = token_kubeconfig(cluster, namespace, "cleaner", tmp_path / "cleaner.kubeconfig")
-
-    def as_cleaner(*argv: str) -> tuple[int, str, str]:
-        code = main(
-            [*argv, "-n", namespace, "--kubeconfig", str(kubeconfig), "--router-url", "http://127.0.0.1:9"]
-        )
-        out, err = capsys.readouterr()
-        return code, out, err
-
+    as_cleaner = _cli_as(cluster, namespace, "cleaner", rules, capsys, tmp_path)
     wait_for(lambda: as_cleaner("list")[0] == 0, what="the role to apply")
     code, _, err = as_cleaner("delete", "--all")
     lines = err.splitlines()
