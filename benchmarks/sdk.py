@@ -210,7 +210,12 @@ def _markdown(report: dict[str, Any]) -> str:
     lines = [
         "Time to first instruction (ms) = `create_sandbox` -> first command output, warm pool, through the router.",
         f"Machine: {report['host'].get('cpus')} CPUs; load average before/after each round in the JSON.",
-        "v1alpha1 "
+        (
+            "controller flags: " + " ".join(report["params"]["controller_args"]) + "; "
+            if report["params"].get("controller_args")
+            else ""
+        )
+        + "v1alpha1 "
         + (
             "served (default install)"
             if report["params"].get("serve_v1alpha1", True)
@@ -267,11 +272,18 @@ async def _unserve(cluster: DevCluster) -> None:
         await api.close()
 
 
-def run(rounds: int, n_seq: int, n_conc: int, *, serve_v1alpha1: bool = True) -> dict[str, Any]:
+def run(
+    rounds: int,
+    n_seq: int,
+    n_conc: int,
+    *,
+    serve_v1alpha1: bool = True,
+    controller_args: tuple[str, ...] = (),
+) -> dict[str, Any]:
     name = f"bench-sdk-{os.getpid()}"
     cluster = DevCluster.up(ClusterConfig(name=name, nodes=2))
     try:
-        start_controller(cluster)
+        start_controller(cluster, extra=controller_args)
         if not serve_v1alpha1:  # as `k8s/v1beta1-only`: no conversions for a v1alpha1 watch cache
             asyncio.run(_unserve(cluster))
         start_router(cluster)
@@ -309,6 +321,7 @@ def run(rounds: int, n_seq: int, n_conc: int, *, serve_v1alpha1: bool = True) ->
             "concurrent": n_conc,
             "pool": pool_size,
             "serve_v1alpha1": serve_v1alpha1,
+            "controller_args": list(controller_args),
         },
         "sdk_module": agent_sandbox_sdk.__file__,  # which SDK ran (an A/B may put another first on the path)
         "rounds": results,
@@ -326,8 +339,20 @@ def main() -> None:
     parser.add_argument(
         "--unserve-v1alpha1", action="store_true", help="as the k8s/v1beta1-only install (default: served)"
     )
+    parser.add_argument(
+        "--controller-arg",
+        action="append",
+        default=[],
+        help="an extra controller flag, e.g. --controller-arg=--sandbox-claim-concurrent-workers=4 (repeatable)",
+    )
     args = parser.parse_args()
-    report = run(args.rounds, args.sequential, args.concurrent, serve_v1alpha1=not args.unserve_v1alpha1)
+    report = run(
+        args.rounds,
+        args.sequential,
+        args.concurrent,
+        serve_v1alpha1=not args.unserve_v1alpha1,
+        controller_args=tuple(args.controller_arg),
+    )
     path = write_result_with_markdown("sdk", report)
     print(report["markdown"])
     print(f"\nwritten {path}")
