@@ -14,6 +14,8 @@ import pytest
 
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.processes import Started
+from tests.helpers import wait_for
+from tests.integration.cli.conftest import role_kubeconfig
 from tests.integration.sdk.conftest import RUNTIME_IMAGE, apply_pool
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -258,3 +260,38 @@ def test_cp_of_a_tree_copies_the_rest_when_a_listed_file_cannot_be_read(
     ]
     assert (down / "ok").read_text() == "ok\n"
     assert (down / "sub" / "s").read_text() == "s\n"
+
+
+def test_a_role_that_grants_claims_only_can_exec_and_copy(
+    cluster: DevCluster, namespace: str, controller: Started, router: str, tmp_path: Path
+) -> None:
+    """`create` worked with a role that grants claims only, and then `exec` and `cp` failed: the
+    SDK's `get_sandbox` read the Sandbox (403). A claim's status carries what a handle needs through the
+    router (the Sandbox's name, Ready, pod IPs), so it stands in when Sandboxes are forbidden."""
+    apply_pool(cluster, namespace, replicas=1, containers=[{"name": "runtime", "image": RUNTIME_IMAGE}])
+    rule = {
+        "apiGroups": ["extensions.agents.x-k8s.io"],
+        "resources": ["sandboxclaims"],
+        "verbs": ["get", "list", "watch", "create", "delete"],
+    }
+    kubeconfig = role_kubeconfig(cluster, namespace, "agent", [rule], tmp_path)
+
+    def as_agent(*argv: str) -> subprocess.CompletedProcess[str]:
+        common = ["--kubeconfig", str(kubeconfig), "--router-url", router, "-n", namespace]
+        return subprocess.run([CLI, argv[0], *common, *argv[1:]], capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+
+    created = wait_for(lambda: (r := as_agent("create", "pool", "--name", "mine")).returncode == 0 and r, what="the role to apply")  # fmt: skip
+    assert "forbidden" not in created.stdout
+    out = as_agent("exec", "mine", "--", "sh", "-c", "echo hi; exit 3")
+    assert (out.returncode, out.stdout) == (3, "hi\n"), out.stderr
+    (tmp_path / "up.txt").write_text("up\n")
+    up = as_agent("cp", str(tmp_path / "up.txt"), "mine:up.txt")
+    assert up.returncode == 0, up.stderr
+    down = as_agent("cp", "mine:up.txt", str(tmp_path / "down.txt"))
+    assert down.returncode == 0, down.stderr
+    assert (tmp_path / "down.txt").read_text() == "up\n"
+    # What needs the Sandbox itself says why, with the API server's words.
+    suspend = as_agent("suspend", "mine")
+    assert suspend.returncode == 1
+    assert "forbidden" in suspend.stderr
+    assert as_agent("delete", "mine").returncode == 0

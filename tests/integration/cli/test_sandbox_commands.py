@@ -13,9 +13,9 @@ import yaml
 
 from agent_sandbox.cli.main import main
 from agent_sandbox.devcluster import DevCluster
-from agent_sandbox.devcluster.install import token_kubeconfig
 from agent_sandbox.devcluster.processes import Started
 from tests.helpers import wait_for
+from tests.integration.cli.conftest import role_kubeconfig
 from tests.integration.sdk.conftest import EXT, apply_pool
 
 pytestmark = pytest.mark.integration
@@ -115,19 +115,8 @@ def _cli_as(
     tmp_path: Path,
 ) -> Callable[..., tuple[int, str, str]]:
     """A ServiceAccount `account` bound to a Role of `rules`, and a function running the CLI as it (with `-n`):
-    (exit code, stdout, stderr). The role may take a moment to apply (the authorizer's informer)."""
-    admin = cluster.admin()
-    ns_path = f"/api/v1/namespaces/{namespace}"
-    assert admin.request("POST", f"{ns_path}/serviceaccounts", {"metadata": {"name": account}})[0] == 201
-    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
-    assert admin.request("POST", f"{rbac}/roles", {"metadata": {"name": account}, "rules": rules})[0] == 201
-    binding = {
-        "metadata": {"name": account},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
-        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
-    }
-    assert admin.request("POST", f"{rbac}/rolebindings", binding)[0] == 201
-    kubeconfig = token_kubeconfig(cluster, namespace, account, tmp_path / f"{account}.kubeconfig")
+    (exit code, stdout, stderr)."""
+    kubeconfig = role_kubeconfig(cluster, namespace, account, rules, tmp_path)
 
     def run_as(*argv: str) -> tuple[int, str, str]:
         code = main(

@@ -338,6 +338,24 @@ class SandboxView:
             operating_mode=(obj.get("spec") or {}).get("operatingMode"),
         )
 
+    @classmethod
+    def from_claim(cls, claim: ClaimView) -> SandboxView:
+        """What the claim's status says of its Sandbox, for credentials that may not read Sandboxes: the
+        claim's Ready mirrors the Sandbox's and `status.sandbox.podIPs` copies its pod IPs; the pod is taken
+        to be named after the Sandbox, and the operating mode is unknown."""
+        name = claim.sandbox_name or ""
+        return cls(
+            name=name,
+            ready=claim.ready,
+            reason=claim.reason,
+            message=claim.message,
+            pod_ip=claim.pod_ip,
+            service_fqdn=None,
+            pod_name=name,
+            name_hash=None,
+            operating_mode=None,
+        )
+
     def status_pair(self) -> tuple[str, str]:
         """`Sandbox.status()`'s answer: (`SandboxReady`|`SandboxNotReady`, message)."""
         if self.ready:
