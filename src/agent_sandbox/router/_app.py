@@ -22,7 +22,8 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from ..kube import ApiClient, Tracing, load_config, setup_tracing
+from ..api.kinds import SANDBOX
+from ..kube import ApiClient, Object, Tracing, load_config, setup_tracing
 from ..kube._servers import HttpServer, MetricsServer, parse_bind_address
 from ._authz import AllowAll, Authorizer, ScopedToken, TokenReview
 from ._config import RouterConfig, read_scoped_secret
@@ -32,7 +33,7 @@ from ._lifecycle_state import LifecycleState
 from ._metrics import RouterMetrics
 from ._podcache import INITIAL_SYNC_ERROR, PodCache
 from ._proxy import Proxy, ProxySettings
-from ._resolve import Resolver
+from ._resolve import ClaimedCheck, Resolver
 from ._server import ClientConnection, ConnectionLimits, DeadlineSweeper
 from ._tls import ReloadingTLS
 from ._tunnel import TunnelLimits
@@ -154,10 +155,19 @@ class Router:
             assert self.cache is not None
             await self._start_lifecycle(self._kube, self.cache)
         authorizer = self._authorizer()
+        claimed = None
+        if self.cache is not None and self._kube is not None:
+            kube = self._kube
+
+            async def get_sandbox(namespace: str, name: str) -> Object:
+                return await kube.get(SANDBOX, name, namespace=namespace)
+
+            claimed = ClaimedCheck(get_sandbox)
         resolver = Resolver(
             cluster_domain=config.cluster_domain,
             allow_loopback=config.allow_loopback_pod_ip,
             cache=self.cache,
+            claimed=claimed,
         )
         self.proxy = Proxy(
             ProxySettings(

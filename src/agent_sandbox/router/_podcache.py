@@ -7,6 +7,8 @@ from its events:
 - `by_uid`: controlling Sandbox UID -> entry, Ready pods only (upstream's cache key);
 - `by_name`: (namespace, Sandbox name) -> entry, Ready pods that are not unclaimed warm-pool members
   (`agents.x-k8s.io/warm-pool-sandbox` absent: pool members are reachable by UID only);
+- `warm_by_name`: (namespace, Sandbox name) -> entry, Ready pods still labelled as unclaimed pool members
+  (the resolver asks the API server whether their Sandbox was claimed meanwhile: `_resolve.ClaimedCheck`);
 - `by_ip`: pod IP -> entry, every tracked pod, Ready or not (who owns an address);
 - `known`: (namespace, Sandbox name) of every tracked pod (is this name a sandbox at all);
 - `former`: pod IP -> (namespace, Sandbox name) for addresses whose pod went away and that no pod holds
@@ -111,6 +113,7 @@ class PodCache:
         self.informer.add_handler(HandlerFuncs(add=self._upsert, update=self._update, delete=self._delete))
         self.by_uid: dict[str, PodEntry] = {}
         self.by_name: dict[tuple[str, str], PodEntry] = {}
+        self.warm_by_name: dict[tuple[str, str], PodEntry] = {}
         self.by_ip: dict[str, PodEntry] = {}
         self.known: dict[tuple[str, str], int] = {}
         self.former: OrderedDict[str, tuple[str, str]] = OrderedDict()
@@ -173,6 +176,8 @@ class PodCache:
         name_key = (old.namespace, old.sandbox)
         if self.by_name.get(name_key) is old:
             del self.by_name[name_key]
+        if self.warm_by_name.get(name_key) is old:
+            del self.warm_by_name[name_key]
         if self.by_ip.get(old.ip) is old:
             del self.by_ip[old.ip]
             self.former[old.ip] = (old.namespace, old.sandbox)
@@ -202,6 +207,8 @@ class PodCache:
                 self.by_uid[entry.uid] = entry
                 if not entry.warm:
                     self.by_name[name_key] = entry
+                else:
+                    self.warm_by_name[name_key] = entry
         if changed:
             self._changes.notify()
 

@@ -24,13 +24,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import logging
 import socket
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from ..api.constants import LABEL_WARM_POOL_SANDBOX
 from ._podcache import PodCache, PodEntry
 from ._routing import Route, RouteError, always_refused
 
-__all__ = ["POD_IP_WAIT", "DialError", "Resolver", "Target"]
+__all__ = ["POD_IP_WAIT", "ClaimedCheck", "DialError", "Resolver", "Target"]
+
+log = logging.getLogger(__name__)
 
 POD_IP_WAIT = 2.0
 """How long a request naming a Pod IP the cache does not know waits for the watch before 403."""
@@ -66,13 +74,83 @@ def _foreign(route: Route) -> RouteError:
     )
 
 
+GetSandbox = Callable[[str, str], Awaitable[Mapping[str, Any]]]
+"""(namespace, name) -> the Sandbox object; raises `kube.NotFound`, `kube.Forbidden`, ..."""
+
+
+class ClaimedCheck:
+    """Whether a pool member's Sandbox has been claimed though its Pod still carries the pool's label.
+
+    A claim takes a warm Sandbox at once, but the controller relabels its Pod later (a write it holds while
+    claims keep arriving, docs/design/claim-priority.md, up to the hold: 15 s). The router does not route to
+    unclaimed pool members by name (spec §1.9.4: nobody may use, or tamper with, a sandbox before its
+    claimant), so a client naming a just-claimed sandbox (curl, a browser through `agent-sandbox proxy`,
+    anything without `X-Sandbox-Pod-IP`) got 502 for as long as the relabel was held. This asks the API
+    server (one GET of the Sandbox) instead: claimed once its own pool label is gone, which the takeover
+    writes before the claim is Ready. Answers are kept briefly per Sandbox UID (a claimed Sandbox never
+    goes back to the pool; an unclaimed one is asked again after `UNCLAIMED_TTL`). Needs `get` on
+    `sandboxes` (the router's ClusterRole grants it); refused or failing, the answer is "not claimed", as
+    before.
+    """
+
+    UNCLAIMED_TTL = 0.5
+
+    def __init__(self, get_sandbox: GetSandbox, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._get = get_sandbox
+        self._clock = clock
+        self._claimed: OrderedDict[str, None] = OrderedDict()
+        self._unclaimed_until: dict[str, float] = {}
+        self._warned = False
+
+    async def claimed(self, entry: PodEntry) -> bool:
+        if entry.uid in self._claimed:
+            return True
+        if self._unclaimed_until.get(entry.uid, 0.0) > self._clock():
+            return False
+        try:
+            sandbox = await self._get(entry.namespace, entry.sandbox)
+        except Exception as exc:  # NotFound, Forbidden (RBAC without `get sandboxes`), the API unreachable
+            if not self._warned:
+                self._warned = True
+                log.warning(
+                    "cannot tell whether pool member %s/%s was claimed: %s",
+                    entry.namespace,
+                    entry.sandbox,
+                    exc,
+                )
+            sandbox = {}
+        meta = sandbox.get("metadata") or {}
+        claimed = meta.get("uid") == entry.uid and LABEL_WARM_POOL_SANDBOX not in (meta.get("labels") or {})
+        if claimed:
+            self._claimed[entry.uid] = None
+            if len(self._claimed) > _CLAIMED_LIMIT:
+                self._claimed.popitem(last=False)
+            self._unclaimed_until.pop(entry.uid, None)
+        else:
+            now = self._clock()
+            self._unclaimed_until = {u: t for u, t in self._unclaimed_until.items() if t > now}
+            self._unclaimed_until[entry.uid] = now + self.UNCLAIMED_TTL
+        return claimed
+
+
+_CLAIMED_LIMIT = 65536
+
+
 class Resolver:
     """Turns a validated `Route` into a dial `Target`."""
 
-    def __init__(self, *, cluster_domain: str, allow_loopback: bool, cache: PodCache | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        cluster_domain: str,
+        allow_loopback: bool,
+        cache: PodCache | None = None,
+        claimed: ClaimedCheck | None = None,
+    ) -> None:
         self.cluster_domain = cluster_domain
         self.allow_loopback = allow_loopback
         self.cache = cache
+        self.claimed = claimed
 
     def resolve_fast(self, route: Route) -> Target | None:
         """Resolve without waiting; None when the slow path (`resolve`) is needed.
@@ -135,6 +213,9 @@ class Resolver:
                             return target
             raise _foreign(route)
         if cache is not None and cache.covers(route.namespace):
+            warm = cache.warm_by_name.get((route.namespace, route.sandbox_id))
+            if warm is not None and self.claimed is not None and await self.claimed.claimed(warm):
+                return Target(warm.ip, route.port, "cache-name", _authority(warm.ip, route.port), warm)
             if cache.sandbox_known(route.namespace, route.sandbox_id):
                 # Its pod exists but is not Ready (or is an unclaimed pool member named by name): a
                 # headless Service would not publish it either, so do not ask DNS.

@@ -10,6 +10,8 @@ says which pod answered.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import json
 from collections.abc import Awaitable, Callable, Iterator
@@ -20,7 +22,7 @@ import pytest
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.processes import Started, stop
-from agent_sandbox.kube import POD, SANDBOX, ApiClient, Object
+from agent_sandbox.kube import POD, SANDBOX, SANDBOX_CLAIM, ApiClient, Object
 from agent_sandbox.router import Router
 from tests import helpers
 from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE, create_runtime_pool
@@ -250,6 +252,61 @@ async def test_warm_pool_members_by_uid_only(cached_router: Router, kube: ApiCli
     await eventually(reachable_by_uid, "pool member reachable by UID")
     by_name = {"X-Sandbox-ID": owner["name"], "X-Sandbox-Namespace": namespace}
     assert await status_of(cached_router, by_name) == 502  # unclaimed members are not reachable by name
+
+
+async def test_a_claimed_member_is_reachable_by_name_before_its_pod_is_relabelled(
+    cached_router: Router, kube: ApiClient, namespace: str
+) -> None:
+    """While claims keep arriving the controller holds the Pod's relabel (claim-priority, up to 15 s), so a
+    claimed member's Pod still carries the pool's label after the claim is Ready. By name (curl, a browser
+    through `agent-sandbox proxy`: no `X-Sandbox-Pod-IP`) it was a 502 for as long as that lasted; the
+    router now asks the API server whether the Sandbox was claimed. Unclaimed members stay unreachable by
+    name (test_warm_pool_members_by_uid_only)."""
+    await create_runtime_pool(kube, namespace, replicas=3)
+
+    async def ready_members() -> bool:
+        pods = await kube.list(POD, namespace=namespace)
+        return sum(1 for p in pods if helpers.is_ready(p)) >= 3
+
+    await eventually(ready_members, "3 Ready pool members")
+
+    def claim(name: str, pool: str = "pool") -> Object:
+        return {
+            "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+            "kind": "SandboxClaim",
+            "metadata": {"name": name},
+            "spec": {"warmPoolRef": {"name": pool}},
+        }
+
+    async def keep_claiming() -> None:
+        # Arrivals keep the controller "hot" (deferrable writes held); on a pool that does not exist, so
+        # they take no member from the one the claim under test draws from.
+        for i in range(200):
+            await kube.create(SANDBOX_CLAIM, claim(f"load-{i}", "no-such-pool"), namespace=namespace)
+            await asyncio.sleep(0.25)
+
+    load = asyncio.create_task(keep_claiming())
+    try:
+        await asyncio.sleep(0.6)
+        await kube.create(SANDBOX_CLAIM, claim("target"), namespace=namespace)
+
+        async def bound_and_ready() -> str | None:
+            status = (await kube.get(SANDBOX_CLAIM, "target", namespace=namespace)).get("status") or {}
+            ready = any(
+                c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+            )
+            return (status.get("sandbox") or {}).get("name") if ready else None
+
+        sandbox = await eventually(bound_and_ready, "the claim Ready")
+        pod = await sandbox_pod(kube, namespace, sandbox)
+        # The case this test is about: the Pod has not been relabelled yet.
+        assert "agents.x-k8s.io/warm-pool-sandbox" in (pod["metadata"].get("labels") or {})
+        by_name = {"X-Sandbox-ID": sandbox, "X-Sandbox-Namespace": namespace}
+        assert await answered_by(cached_router, by_name) == pod["metadata"]["name"]
+    finally:
+        load.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await load
 
 
 async def test_tokenreview_against_the_api_server(
