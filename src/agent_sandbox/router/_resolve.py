@@ -100,6 +100,7 @@ class ClaimedCheck:
         self._clock = clock
         self._claimed: OrderedDict[str, None] = OrderedDict()
         self._unclaimed_until: dict[str, float] = {}
+        self._asking: dict[str, asyncio.Future[bool]] = {}
         self._warned = False
 
     async def claimed(self, entry: PodEntry) -> bool:
@@ -107,6 +108,13 @@ class ClaimedCheck:
             return True
         if self._unclaimed_until.get(entry.uid, 0.0) > self._clock():
             return False
+        asking = self._asking.get(entry.uid)
+        if asking is None:  # requests that arrive together (a browser's page and its assets) share one GET
+            asking = self._asking[entry.uid] = asyncio.ensure_future(self._ask(entry))
+            asking.add_done_callback(lambda _f: self._asking.pop(entry.uid, None))
+        return await asyncio.shield(asking)
+
+    async def _ask(self, entry: PodEntry) -> bool:
         try:
             sandbox = await self._get(entry.namespace, entry.sandbox)
         except Exception as exc:  # NotFound, Forbidden (RBAC without `get sandboxes`), the API unreachable

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from agent_sandbox.kube.errors import Forbidden
 from agent_sandbox.kube.testing import FakeClient
-from agent_sandbox.router._podcache import PodCache, entry_for
-from agent_sandbox.router._resolve import DialError, Resolver
+from agent_sandbox.router._podcache import PodCache, PodEntry, entry_for
+from agent_sandbox.router._resolve import ClaimedCheck, DialError, Resolver
 from agent_sandbox.router._routing import Route, RouteError
 
 pytestmark = pytest.mark.unit
@@ -256,3 +257,54 @@ async def test_dns_failure_is_a_dial_error(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", no_such_host)
     with pytest.raises(DialError, match=r"resolve sb\.team\.svc\.cluster\.local: .*not known"):
         await resolver(None).resolve(r())
+
+
+class _Sandboxes:
+    """A getter of Sandbox objects that counts its calls (the API server, for ClaimedCheck)."""
+
+    def __init__(self, labels: dict[str, str], uid: str = "sb-uid") -> None:
+        self.labels, self.uid, self.calls = labels, uid, 0
+        self.fail: Exception | None = None
+
+    async def get(self, namespace: str, name: str) -> dict[str, Any]:
+        self.calls += 1
+        await asyncio.sleep(0)
+        if self.fail is not None:
+            raise self.fail
+        return {
+            "metadata": {"name": name, "namespace": namespace, "uid": self.uid, "labels": dict(self.labels)}
+        }
+
+
+def _member_entry() -> PodEntry:
+    return PodEntry(
+        ip="127.10.0.9", pod="m", namespace="team", sandbox="m", uid="sb-uid", ready=True, warm=True
+    )
+
+
+async def test_claimed_check_asks_once_per_claimed_sandbox_and_again_for_an_unclaimed_one() -> None:
+    now = [100.0]
+    api = _Sandboxes({"agents.x-k8s.io/warm-pool-sandbox": "abc"})
+    check = ClaimedCheck(api.get, clock=lambda: now[0])
+    entry = _member_entry()
+    assert await check.claimed(entry) is False
+    assert await check.claimed(entry) is False  # within the TTL: not asked again
+    assert api.calls == 1
+    now[0] += ClaimedCheck.UNCLAIMED_TTL + 0.01
+    api.labels = {}  # the takeover removed the pool label from the Sandbox
+    results = await asyncio.gather(*(check.claimed(entry) for _ in range(5)))
+    assert results == [True] * 5
+    assert api.calls == 2  # five requests at once share one GET
+    now[0] += 3600
+    assert await check.claimed(entry) is True
+    assert api.calls == 2  # a claimed Sandbox never goes back to the pool
+
+
+async def test_claimed_check_says_no_for_another_sandbox_or_when_it_cannot_ask() -> None:
+
+    now = [0.0]
+    recreated = _Sandboxes({}, uid="another-uid")  # same name, a new Sandbox: not the pod's owner
+    assert await ClaimedCheck(recreated.get, clock=lambda: now[0]).claimed(_member_entry()) is False
+    refused = _Sandboxes({})
+    refused.fail = Forbidden(403, "Forbidden", "sandboxes is forbidden")
+    assert await ClaimedCheck(refused.get, clock=lambda: now[0]).claimed(_member_entry()) is False
