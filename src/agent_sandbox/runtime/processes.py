@@ -43,6 +43,12 @@ DRAIN_AFTER_EXIT = 10.0  # sandboxd's WaitDelay: output pipes a background child
 QUIET_AFTER_EXIT = 0.5
 
 
+def _unread_bytes(fd: int) -> int:
+    """Bytes waiting to be read from a pipe or terminal (FIONREAD)."""
+    count: int = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+    return count
+
+
 class SpawnError(Exception):
     """The program could not be started; `kind` is not_found, permission, invalid, unavailable or internal."""
 
@@ -206,7 +212,7 @@ class Process:
             if self._pty_master is None:
                 break
             try:
-                pending = struct.unpack("i", fcntl.ioctl(self._pty_master, termios.FIONREAD, b"\0\0\0\0"))[0]
+                pending = _unread_bytes(self._pty_master)
             except OSError:
                 break
             quiet = quiet + 1 if pending == 0 else 0
@@ -280,8 +286,7 @@ class Process:
         for transport in self._transports:
             pipe = transport.get_extra_info("pipe")
             with contextlib.suppress(OSError, ValueError, AttributeError):
-                raw = fcntl.ioctl(pipe.fileno(), termios.FIONREAD, b"\0\0\0\0")
-                if struct.unpack("i", raw)[0] > 0:
+                if _unread_bytes(pipe.fileno()) > 0:
                     return True
         return False
 
