@@ -145,4 +145,9 @@ def test_router_component_names_and_labels() -> None:
     assert svc["spec"]["ports"] == [{"name": "proxy", "port": 8080, "protocol": "TCP", "targetPort": "proxy"}]
     assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
     cache = _one(docs, "ClusterRole", "sandbox-router")
-    assert cache["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    # Pods for the cache (spec §1.9); one Sandbox read to tell a claimed pool member from an unclaimed one
+    # while its Pod still carries the pool's label (ours, docs/router.md).
+    assert cache["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["agents.x-k8s.io"], "resources": ["sandboxes"], "verbs": ["get"]},
+    ]
