@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote
@@ -24,6 +24,7 @@ __all__ = [
     "JsonErrorAppRunner",
     "error_middleware",
     "find_part",
+    "json_error_app",
     "json_response",
     "media_type",
     "multipart_reader",
@@ -88,6 +89,14 @@ def path_tail(request: web.Request, prefix: str) -> str:
         return unquote(tail, errors="strict")
     except UnicodeDecodeError:
         raise InvalidPath("path is not valid UTF-8 after percent-decoding") from None
+
+
+def json_error_app(shape: ErrorShape, *, before: Sequence[Middleware] = (), **kwargs: Any) -> web.Application:
+    """An aiohttp app whose every error is a JSON body of `shape`: its handlers' (`error_middleware`, after
+    the `before` middlewares) and, run by `JsonErrorAppRunner`, what aiohttp's parser refuses (`ERROR_SHAPE`)."""
+    app = web.Application(middlewares=[*before, error_middleware(shape)], **kwargs)
+    app[ERROR_SHAPE] = shape
+    return app
 
 
 def error_middleware(shape: ErrorShape) -> Middleware:

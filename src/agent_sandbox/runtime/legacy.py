@@ -21,9 +21,8 @@ from aiohttp import web
 
 from . import files
 from ._http import (
-    ERROR_SHAPE,
-    error_middleware,
     find_part,
+    json_error_app,
     json_response,
     multipart_reader,
     part_chunks,
@@ -380,11 +379,11 @@ def _attachment(path: str) -> str:
 def legacy_app(state: RuntimeState) -> web.Application:
     """The aiohttp application of the legacy protocol for one server."""
     h = _Legacy(state)
-    app = web.Application(
+    app = json_error_app(
+        _legacy_error,
+        before=[state.activity.middleware()],
         client_max_size=state.config.max_json_body_bytes,
-        middlewares=[state.activity.middleware(), error_middleware(_legacy_error)],
     )
-    app[ERROR_SHAPE] = _legacy_error
     app.router.add_get("/", h.health)
     app.router.add_post("/execute", h.execute)
     app.router.add_post("/execute/stream", h.execute_stream)

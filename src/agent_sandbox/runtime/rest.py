@@ -12,9 +12,8 @@ from aiohttp import web
 
 from . import files
 from ._http import (
-    ERROR_SHAPE,
-    error_middleware,
     find_part,
+    json_error_app,
     json_response,
     media_type,
     multipart_reader,
@@ -181,8 +180,7 @@ async def _body_chunks(request: web.Request) -> AsyncIterator[bytes]:
 def rest_app(state: RuntimeState) -> web.Application:
     """The aiohttp application of sandboxd's REST API for one server."""
     h = _Rest(state)
-    app = web.Application(middlewares=[state.activity.middleware(), error_middleware(_error_body)])
-    app[ERROR_SHAPE] = _error_body
+    app = json_error_app(_error_body, before=[state.activity.middleware()])
     app.router.add_get(_PREFIX + "{path:.*}", h.get)  # also HEAD
     app.router.add_put(_PREFIX + "{path:.*}", h.put)
     app.router.add_delete(_PREFIX + "{path:.*}", h.delete)
