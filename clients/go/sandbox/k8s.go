@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -44,6 +45,9 @@ type K8sHelper struct {
 	// Dynamic is the dynamic client for claims, Sandboxes, Gateways, EndpointSlices, Services and Pods.
 	Dynamic dynamic.Interface
 	log     logr.Logger
+	// sandboxesForbidden: these credentials were refused Sandboxes (a role granting claims only), so waits
+	// go straight to the claim instead of asking for the Sandbox again on every Open.
+	sandboxesForbidden atomic.Bool
 }
 
 // NewK8sHelper builds the clients from cfg; nil cfg means in-cluster config, else the default kubeconfig

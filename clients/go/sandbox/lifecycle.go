@@ -92,6 +92,9 @@ func (s *Sandbox) waitReady(ctx context.Context, claim string) (string, sandboxI
 	ctx, cancel := context.WithTimeout(ctx, o.SandboxReadyTimeout)
 	defer cancel()
 	var last lastSeen
+	if s.k8s.sandboxesForbidden.Load() {
+		return s.waitClaimReady(ctx, claim, &last)
+	}
 
 	var name string
 	err := s.k8s.observe(ctx, claimsGVR, o.Namespace, claim, func(obj *unstructured.Unstructured) (bool, error) {
@@ -122,6 +125,7 @@ func (s *Sandbox) waitReady(ctx context.Context, claim string) (string, sandboxI
 	})
 	if apierrors.IsForbidden(err) {
 		s.k8s.log.V(1).Info("Sandboxes are not readable with these credentials; waiting on the claim", "claim", claim)
+		s.k8s.sandboxesForbidden.Store(true)
 		return s.waitClaimReady(ctx, claim, &last)
 	}
 	if err != nil {
