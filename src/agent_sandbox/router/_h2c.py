@@ -423,9 +423,9 @@ class _Session:
         deadline = loop.time() + settings.proxy_timeout
         delay = settings.retry_initial
         retries = holds = 0
-        if suspending and lifecycle is not None:
-            holds += 1
-            await lifecycle.hold(route, deadline, lifecycle.current_pod(route))
+        if lifecycle is not None and (suspending or lifecycle.seen_suspended(route)):
+            holds += 1  # as `Proxy._forward`: not to the pod a suspend is taking away
+            await lifecycle.hold(route, deadline, lifecycle.current_pod(route) if suspending else None)
         while True:
             retryable = True
             target: Target | None = None

@@ -181,6 +181,11 @@ class RouterLifecycle:
         self.metrics.lifecycle_activity_write(key[0], True)
         return (written.get("spec") or {}).get("operatingMode") == OperatingMode.SUSPENDED
 
+    def seen_suspended(self, route: Route) -> bool:
+        """The Sandbox is Suspended as this router last saw it (its pod, if the cache still has one, is going)."""
+        view = self.state.sandboxes.get((route.namespace, route.sandbox_id))
+        return view is not None and view.suspended
+
     def current_pod(self, route: Route) -> PodEntry | None:
         """The Ready pod the Pod cache has for the route's Sandbox now (one a suspend is about to delete)."""
         return self.cache.by_name.get((route.namespace, route.sandbox_id))
@@ -333,8 +338,10 @@ class RouterLifecycle:
         ns, name = key
         while True:
             entry = self.cache.by_name.get(key)
-            if entry is not None and (
-                failed is None or entry.pod_uid != failed.pod_uid or entry.restarts != failed.restarts
+            if (
+                entry is not None
+                and not entry.deleting
+                and (failed is None or entry.pod_uid != failed.pod_uid or entry.restarts != failed.restarts)
             ):
                 return  # a new pod, or the failed one with its container restarted
             if task.done() and not task.cancelled() and task.exception() is not None:

@@ -61,6 +61,8 @@ class PodEntry:
     """The Pod's own UID (tells a recreated pod from the one a dial just failed on)."""
     restarts: int = 0
     """Container restarts (tells a pod whose container came back from the one a dial just failed on)."""
+    deleting: bool = False
+    """The Pod has a deletionTimestamp (a suspend or a delete is taking it away; it may still be Ready)."""
 
 
 def entry_for(pod: Object) -> PodEntry | None:
@@ -94,6 +96,7 @@ def entry_for(pod: Object) -> PodEntry | None:
         warm=LABEL_WARM_POOL_SANDBOX in labels,
         pod_uid=str(meta.get("uid", "")),
         restarts=sum(int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or ()),
+        deleting=bool(meta.get("deletionTimestamp")),
     )
 
 

@@ -280,10 +280,13 @@ class Proxy:
         retries = 0
         holds = 0
         fresh = False
-        if suspending and self.lifecycle is not None:
-            # Ours: the activity write found the Sandbox just suspended: not to its dying pod, wait for the next.
+        if self.lifecycle is not None and (suspending or self.lifecycle.seen_suspended(route)):
+            # Ours: not to the pod a suspend is taking away; held for the resumed one. The activity write found
+            # the Sandbox just suspended: the pod there now is the one going. Seen Suspended: a pod that is not
+            # being deleted is the resumed one (a stale view may show one already there).
             holds += 1
-            if await self._hold(conn, out, req, route, deadline, self.lifecycle.current_pod(route)) is None:
+            leaving = self.lifecycle.current_pod(route) if suspending else None
+            if await self._hold(conn, out, req, route, deadline, leaving) is None:
                 return
         while True:
             target: Target | None = None

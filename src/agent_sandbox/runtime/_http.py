@@ -17,6 +17,7 @@ from aiohttp.http_exceptions import BadHttpMethod, HttpProcessingError, LineTooL
 from aiohttp.typedefs import Middleware
 
 from .paths import InvalidPath
+from .processes import ShuttingDown
 
 __all__ = [
     "ERROR_SHAPE",
@@ -117,6 +118,13 @@ def error_middleware(shape: ErrorShape) -> Middleware:
                 if name in exc.headers:
                     resp.headers[name] = exc.headers[name]
             return resp
+        except ShuttingDown:
+            # Nothing was run and this pod is going away: the connection is closed unanswered, as a draining
+            # server closes the ones it has not read, so a router sends the request whole to the pod that
+            # replaces this one (an answer would reach the client as this request's failure).
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response(status=503)  # not sent: the connection is closed
         except (ConnectionResetError, TimeoutError):
             raise
         except Exception:

@@ -21,7 +21,7 @@ from agent_sandbox.api import processv1 as pb
 
 from .execution import run_command
 from .paths import InvalidPath, PathEscape
-from .processes import Process, SpawnError, TooManyProcesses
+from .processes import Process, ShuttingDown, SpawnError, TooManyProcesses
 from .state import RuntimeState
 
 __all__ = ["add_process_service"]
@@ -80,6 +80,9 @@ class ProcessService:
         return proc
 
     async def _spawn_failed(self, err: Exception, context: aio.ServicerContext[Any, Any]) -> None:
+        if isinstance(err, ShuttingDown):
+            # Nothing was run: UNAVAILABLE is the code clients (and gRPC's retry policies) retry.
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
         if isinstance(err, TooManyProcesses):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(err))
         assert isinstance(err, SpawnError)

@@ -32,7 +32,7 @@ from ._http import (
 )
 from .execution import run_command
 from .paths import InvalidPath, PathEscape
-from .processes import SpawnError, TooManyProcesses
+from .processes import ShuttingDown, SpawnError, TooManyProcesses
 from .state import RuntimeState
 
 __all__ = ["legacy_app"]
@@ -193,6 +193,8 @@ class _Legacy:
                 time_limit=req.timeout,
                 output_limit=self.state.config.max_output_bytes,
             )
+        except ShuttingDown:
+            raise  # closed unanswered (`error_middleware`)
         except TooManyProcesses as err:
             return json_response({"message": str(err)}, 429)
         except (ValueError, SpawnError) as err:
@@ -221,6 +223,8 @@ class _Legacy:
         sup = self.state.supervisor
         try:
             proc = await sup.spawn(req.argv(), cwd=req.cwd, env=req.env, stdin=False)
+        except ShuttingDown:
+            raise  # closed unanswered (`error_middleware`)
         except TooManyProcesses as err:
             return json_response({"message": str(err)}, 429)
         except (ValueError, SpawnError) as err:

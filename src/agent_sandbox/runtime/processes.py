@@ -31,6 +31,7 @@ __all__ = [
     "BoundedOutput",
     "OutputEvent",
     "Process",
+    "ShuttingDown",
     "SpawnError",
     "Supervisor",
     "TooManyProcesses",
@@ -59,6 +60,10 @@ class SpawnError(Exception):
 
 class TooManyProcesses(Exception):
     """The server's concurrent-process limit is reached."""
+
+
+class ShuttingDown(TooManyProcesses):
+    """The runtime is draining (its pod is going away): no command starts any more."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -451,7 +456,7 @@ class Supervisor:
     ) -> Process:
         """Start `argv` (no shell) in its own process group; pty = (cols, rows) gives it a terminal."""
         if self.closed:
-            raise TooManyProcesses("runtime is shutting down")
+            raise ShuttingDown("runtime is shutting down")
         if len(self._running) >= self.max_processes:
             raise TooManyProcesses(f"too many running commands (limit {self.max_processes})")
         if not argv or not argv[0]:
@@ -466,7 +471,7 @@ class Supervisor:
             if claim:
                 env = {**claim, **(env or {})}
             if self.closed:
-                raise TooManyProcesses("runtime is shutting down")
+                raise ShuttingDown("runtime is shutting down")
         full_env = self.environment(env)
         if any("\x00" in k or "=" in k or not k or "\x00" in v for k, v in full_env.items()):
             raise SpawnError("invalid", "environment names must be non-empty without '=' or NUL")

@@ -115,14 +115,18 @@ async def test_request_while_the_sandbox_is_being_suspended_is_served(
     await eventually(terminating, "the pod terminating")
 
     async def router_saw_suspend() -> bool:
-        # The router's Sandbox watch may lag the direct read above; before it sees the suspend, a request is
-        # (rightly) proxied to the still-running old pod, which is not the race this test is about.
-        view = router.lifecycle.state.sandboxes.get((namespace, "racing")) if router.lifecycle else None
-        return view is not None and view.suspended
+        # The router's watches may lag the direct reads above; before it sees the suspend, a request is
+        # (rightly) proxied to the still-running old pod, which is not the race this test is about. Its Pod
+        # cache may still hold the old pod (Ready or not): the request must not go there, nor take it for the
+        # resumed one (it used to, when the pod's runtime was still up: a 429 "runtime is shutting down").
+        assert router.lifecycle is not None
+        view = router.lifecycle.state.sandboxes.get((namespace, "racing"))
+        pod = router.lifecycle.cache.by_ip.get(first["status"]["podIP"])
+        return view is not None and view.suspended and (pod is None or pod.deleting)
 
     await eventually(router_saw_suspend, "the router seeing the suspend")
     status, body = await through(http, router, "racing", namespace)
-    assert (status, body["stdout"]) == (200, "racing\n")
+    assert (status, body.get("stdout")) == (200, "racing\n"), body
     second = await kube.get(POD, "racing", namespace=namespace)
     assert second["metadata"]["uid"] != first["metadata"]["uid"]  # served by the resumed pod
 

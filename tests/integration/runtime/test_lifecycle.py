@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import aiohttp
+import grpc
 import orjson
 import pytest
 
@@ -151,3 +152,25 @@ async def test_no_claim_env_file_means_no_claim_env(
     )
     body = await _run(http, server, "sh -c 'echo [$CLAIM_A]'")
     assert body["stdout"] == "[]\n"
+
+
+async def test_a_command_asked_for_while_draining_is_not_run_and_left_unanswered(
+    runtime: RuntimeServer, http: aiohttp.ClientSession, grpc_client: ProcessClient
+) -> None:
+    """Between SIGTERM and the listeners closing, a request already read (or just arriving) asks for a command
+    the draining runtime no longer starts. It used to be answered `429 runtime is shutting down`, which a router
+    relays as the request's failure although the Sandbox is only being suspended. Now the connection closes
+    unanswered, as one the draining server had not read (the router sends the request whole to the resumed
+    pod); gRPC says UNAVAILABLE, the code clients retry. Nothing runs."""
+    marker = Path(runtime.config.root_dir) / "ran"
+    await runtime.state.supervisor.shutdown(0.5)  # the drain's first step; the listeners are still open
+    for path in ("/execute", "/execute/stream"):
+        with pytest.raises(aiohttp.ServerDisconnectedError):
+            async with http.post(
+                url(runtime, "legacy", path), data=orjson.dumps({"command": f"touch {marker}"})
+            ) as resp:
+                await resp.read()
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await grpc_client.execute("touch", str(marker))
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert not marker.exists()
