@@ -680,7 +680,7 @@ var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 func movePod(t *testing.T, ctx context.Context, name, from string) string {
 	t.Helper()
 	setOperatingMode(t, ctx, name, "Suspended")
-	takeAddress(t, ctx, from)
+	takeAddress(t, ctx, from, name)
 	ip := setOperatingMode(t, ctx, name, "Running")
 	if ip == from {
 		t.Fatalf("the resumed pod has the old address %s although another sandbox's pod holds it", from)
@@ -688,9 +688,11 @@ func movePod(t *testing.T, ctx context.Context, name, from string) string {
 	return ip
 }
 
-// takeAddress opens sandboxes from the cold pool (closed when the test ends) until a Sandbox's pod holds ip:
-// one of them, or another test's (the dev cluster hands out the lowest free address).
-func takeAddress(t *testing.T, ctx context.Context, ip string) {
+// takeAddress opens sandboxes from the cold pool (closed when the test ends) until another Sandbox's pod
+// holds ip: one of them, or another test's (the dev cluster hands out the lowest free address). The suspended
+// Sandbox's own pod may still hold it, terminating: that one does not count (it used to, and the resumed pod
+// could then get the address back).
+func takeAddress(t *testing.T, ctx context.Context, ip, suspended string) {
 	t.Helper()
 	heldBySandbox := func() bool {
 		pods, err := k8s.Dynamic.Resource(podsGVR).List(ctx, metav1.ListOptions{FieldSelector: "status.podIP=" + ip})
@@ -698,8 +700,11 @@ func takeAddress(t *testing.T, ctx context.Context, ip string) {
 			return false
 		}
 		for _, pod := range pods.Items {
+			if pod.GetDeletionTimestamp() != nil {
+				continue
+			}
 			for _, ref := range pod.GetOwnerReferences() {
-				if ref.Kind == "Sandbox" {
+				if ref.Kind == "Sandbox" && ref.Name != suspended {
 					return true
 				}
 			}
