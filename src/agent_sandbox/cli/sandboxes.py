@@ -71,6 +71,7 @@ POOL_COLUMNS: list[tuple[str, Callable[[WarmPoolInfo], Any]]] = [
     ("TEMPLATE", lambda p: p.template),
     ("READY", lambda p: f"{p.ready_replicas}/{p.replicas}"),
     ("CURRENT", lambda p: p.current_replicas),
+    ("REASON", lambda p: p.reason),  # why members are not Ready; the message in -o json|yaml
 ]
 
 

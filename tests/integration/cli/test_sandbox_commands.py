@@ -252,3 +252,55 @@ def test_delete_reports_every_claim_when_one_is_refused(
     assert sorted(
         c["metadata"]["name"] for c in body["items"] if not c["metadata"].get("deletionTimestamp")
     ) == ["x2"]
+
+
+def test_pools_say_why_members_are_not_ready(
+    cluster: DevCluster,
+    namespace: str,
+    controller: Started,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """A pool stuck at `0/2` used to say nothing more (a SandboxWarmPool has no conditions): its user had to
+    find a member Sandbox and read its conditions. `pools` now names the reason its members are not Ready -
+    the scheduler's message for an unschedulable pod, `TemplateNotFound` for a missing template - and leaves
+    it out for a role that may not read Sandboxes, rather than failing."""
+    apply_pool(cluster, namespace, pool="stuck", replicas=2, nodeSelector={"no-such-node-label": "x"})
+    admin = cluster.admin()
+    orphan = {
+        "apiVersion": EXT,
+        "kind": "SandboxWarmPool",
+        "metadata": {"name": "orphan"},
+        "spec": {"replicas": 1, "sandboxTemplateRef": {"name": "no-such-template"}},
+    }
+    status, out = admin.request("POST", f"/apis/{EXT}/namespaces/{namespace}/sandboxwarmpools", orphan)
+    assert status == 201, out
+
+    def pools() -> dict[str, dict[str, object]] | None:
+        code, out, _ = run(capsys, cluster, "pools", "-n", namespace, "-o", "json")
+        assert code == 0
+        by_name = {p["name"]: p for p in json.loads(out)}
+        return by_name if by_name["stuck"]["reason"] == "Unschedulable" else None
+
+    by_name = wait_for(pools, what="the members' reason")
+    assert by_name["stuck"]["ready_replicas"] == 0
+    assert "node" in str(by_name["stuck"]["message"])  # the scheduler's own words
+    assert by_name["orphan"]["reason"] == "TemplateNotFound"
+    assert "no-such-template" in str(by_name["orphan"]["message"])
+    code, out, _ = run(capsys, cluster, "pools", "-n", namespace)
+    assert code == 0
+    header, *rows = out.splitlines()
+    assert header.split() == ["NAME", "TEMPLATE", "READY", "CURRENT", "REASON"]
+    assert ["stuck", "tmpl", "0/2", "2", "Unschedulable"] in [r.split() for r in rows]
+
+    rule = {
+        "apiGroups": ["extensions.agents.x-k8s.io"],
+        "resources": ["sandboxwarmpools"],
+        "verbs": ["get", "list"],
+    }
+    as_viewer = _cli_as(cluster, namespace, "viewer", [rule], capsys, tmp_path)
+    _, out, err = wait_for(
+        lambda: (r := as_viewer("pools", "-o", "json"))[0] == 0 and r, what="the role to apply"
+    )
+    assert {p["name"]: p["reason"] for p in json.loads(out)} == {"orphan": None, "stuck": None}
+    assert err == ""

@@ -3,13 +3,14 @@ replicas-0 pool behind `create_sandbox_from_template` (a cold start from a templ
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime
 from typing import Any
 
 from . import _kube
 from ._claims import ClaimView, SandboxView, validate_claim_name
 from ._steps import Flow
-from .constants import OPERATING_MODE_SUSPENDED
+from .constants import OPERATING_MODE_SUSPENDED, REASON_TEMPLATE_NOT_FOUND
 from .exceptions import SandboxNotFoundError, SandboxRequestError, SandboxTemplateNotFoundError
 from .models import SandboxInfo, WarmPoolInfo
 
@@ -91,7 +92,7 @@ def get_sandbox_info(namespace: str, claim_name: str) -> Flow[SandboxInfo]:
     return sandbox_info(claim, {(namespace, name): sandbox} if sandbox else {})
 
 
-def warm_pool_info(obj: dict[str, Any]) -> WarmPoolInfo:
+def warm_pool_info(obj: dict[str, Any], problem: tuple[str, str] | None = None) -> WarmPoolInfo:
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     return WarmPoolInfo(
         name=str(meta.get("name") or ""),
@@ -100,12 +101,66 @@ def warm_pool_info(obj: dict[str, Any]) -> WarmPoolInfo:
         replicas=int(spec.get("replicas", 1) or 0),
         ready_replicas=int(status.get("readyReplicas") or 0),
         current_replicas=int(status.get("replicas") or 0),
+        reason=problem[0] if problem else None,
+        message=problem[1] if problem else None,
     )
 
 
+def _owning_pool(sandbox: dict[str, Any]) -> str | None:
+    """The SandboxWarmPool a Sandbox is an unclaimed member of (its controller), if any."""
+    for ref in (sandbox.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == "SandboxWarmPool":
+            return str(ref.get("name") or "") or None
+    return None
+
+
+def member_problem(sandbox: dict[str, Any]) -> tuple[str, str] | None:
+    """(reason, message) of what keeps a pool member from being Ready; None when Ready, leaving, or too new to
+    say. An unschedulable pod says why in `PodScheduled`, which `Ready` only summarises."""
+    if (sandbox.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    conditions = {c.get("type"): c for c in (sandbox.get("status") or {}).get("conditions") or []}
+    ready = conditions.get("Ready")
+    if ready is None or ready.get("status") == "True":
+        return None
+    scheduled = conditions.get("PodScheduled")
+    chosen = scheduled if scheduled is not None and scheduled.get("status") == "False" else ready
+    return str(chosen.get("reason") or "Unknown"), str(chosen.get("message") or "")
+
+
+def _readable(objects: Flow[list[dict[str, Any]]]) -> Flow[list[dict[str, Any]] | None]:
+    """The listed objects, or None when the caller's role may not list them."""
+    try:
+        return (yield from objects)
+    except SandboxRequestError as err:
+        if not _forbidden(err):
+            raise
+        return None
+
+
 def list_warm_pools(namespace: str) -> Flow[list[WarmPoolInfo]]:
+    """The pools of `namespace`, each with why its members are not Ready (from one list of Sandboxes and one
+    of templates; left out when the role may not read them)."""
     pools = yield from _kube.list_objects(_kube.WARM_POOLS, namespace)
-    return sorted((warm_pool_info(p) for p in pools), key=lambda p: p.name)
+    boxes = yield from _readable(_kube.list_objects(_kube.SANDBOXES, namespace))
+    templates = yield from _readable(_kube.list_objects(_kube.TEMPLATES, namespace))
+    problems: dict[str, Counter[tuple[str, str]]] = {}
+    for box in boxes or ():
+        pool = _owning_pool(box)
+        trouble = member_problem(box) if pool else None
+        if pool and trouble:
+            problems.setdefault(pool, Counter())[trouble] += 1
+    known_templates = None if templates is None else {_key(t)[1] for t in templates}
+    infos = []
+    for obj in pools:
+        info = warm_pool_info(obj)
+        problem: tuple[str, str] | None = None
+        if known_templates is not None and info.template and info.template not in known_templates:
+            problem = (REASON_TEMPLATE_NOT_FOUND, f"SandboxTemplate {namespace}/{info.template} not found")
+        elif info.name in problems:
+            problem = problems[info.name].most_common(1)[0][0]
+        infos.append(warm_pool_info(obj, problem) if problem else info)
+    return sorted(infos, key=lambda p: p.name)
 
 
 def cold_pool_name(template: str) -> str:

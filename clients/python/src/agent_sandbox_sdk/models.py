@@ -88,7 +88,12 @@ class SandboxInfo(BaseModel):
 
 
 class WarmPoolInfo(BaseModel):
-    """One SandboxWarmPool's state (ours): desired members, ready members, template."""
+    """One SandboxWarmPool's state (ours): desired members, ready members, template, and why members are
+    not Ready.
+
+    `reason` and `message`: what keeps members from being Ready, the most common among them (a member's
+    `PodScheduled` condition when False, else its `Ready` condition; `TemplateNotFound` when the template does
+    not exist); None when every member is Ready, or when the caller may not read Sandboxes."""
 
     name: str
     namespace: str
@@ -96,6 +101,8 @@ class WarmPoolInfo(BaseModel):
     replicas: int = 0
     ready_replicas: int = 0
     current_replicas: int = 0
+    reason: str | None = None
+    message: str | None = None
 
 
 class LegacyExecuteRequest(BaseModel):

@@ -278,3 +278,26 @@ def test_sandbox_view() -> None:
     bare = SandboxView.of({"metadata": {"name": "sb"}})
     assert bare.pod_name == "sb"
     assert bare.status_pair() == ("SandboxNotReady", "Unknown message")
+
+
+def _member(*conditions: tuple[str, str, str, str], deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "pool-abc12"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-05T00:00:00Z"
+    conds = [{"type": t, "status": s, "reason": r, "message": m} for t, s, r, m in conditions]
+    return {"metadata": meta, "status": {"conditions": conds}}
+
+
+def test_a_pool_members_problem_prefers_the_schedulers_words() -> None:
+    from agent_sandbox_sdk._inventory import member_problem
+
+    unschedulable = _member(
+        ("Ready", "False", "DependenciesNotReady", "Pod exists with phase: Pending"),
+        ("PodScheduled", "False", "Unschedulable", "0/1 nodes are available: 1 Insufficient cpu."),
+    )
+    assert member_problem(unschedulable) == ("Unschedulable", "0/1 nodes are available: 1 Insufficient cpu.")
+    failing = _member(("Ready", "False", "ReconcilerError", "Error seen: pods is forbidden"))
+    assert member_problem(failing) == ("ReconcilerError", "Error seen: pods is forbidden")
+    assert member_problem(_member(("Ready", "True", "DependenciesReady", "Pod is Ready"))) is None
+    assert member_problem(_member()) is None  # too new to say
+    assert member_problem(_member(("Ready", "False", "X", "y"), deleting=True)) is None  # leaving
