@@ -1,4 +1,4 @@
-"""CLI output: `-o table|json|yaml` rendering and a progress line for waits.
+"""CLI output: `-o table|json|yaml|name` rendering and a progress line for waits.
 
 Tables and progress are for people; json/yaml are for programs and keep field names stable (the SDK
 models' field names). Progress is drawn on stderr only when stderr is a terminal, so piped output stays
@@ -18,9 +18,12 @@ from typing import Any, TextIO
 
 import yaml
 
-__all__ = ["FORMATS", "age", "progress", "relay_output", "render"]
+__all__ = ["FORMATS", "OBJECT_FORMATS", "age", "progress", "relay_output", "render"]
 
 FORMATS = ("table", "json", "yaml")
+OBJECT_FORMATS = (*FORMATS, "name")
+"""For commands that print objects: `name` is kubectl's `-o name` (`resource.group/name`, one per line), which
+kubectl and this CLI's commands accept back as an argument."""
 
 
 def age(stamp: datetime | None, now: datetime | None = None) -> str:
@@ -44,14 +47,21 @@ def render(
     fmt: str,
     *,
     columns: Sequence[tuple[str, Any]] = (),
+    name: Any = None,
     out: TextIO | None = None,
 ) -> None:
     """Print `data` (a model, a dict, or a list of them) as `fmt`.
 
-    `columns`: (header, function of one row -> cell) for the table form.
+    `columns`: (header, function of one row -> cell) for the table form; `name`: function of one row -> its
+    `resource.group/name`, for the name form.
     """
     out = out or sys.stdout
     rows = data if isinstance(data, list) else [data]
+    if fmt == "name":
+        if name is None:
+            raise ValueError("-o name: this command prints no objects")
+        out.writelines(f"{name(r)}\n" for r in rows)
+        return
     if fmt == "json":
         out.write(
             json.dumps(_plain(data) if not isinstance(data, list) else [_plain(r) for r in rows], indent=2)

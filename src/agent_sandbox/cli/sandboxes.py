@@ -1,7 +1,7 @@
 """`agent-sandbox create|list|get|exec|cp|suspend|resume|delete|pools|logs`: sandboxes from the command line.
 
 Every command is a thin layer over the Python SDK (`agent_sandbox_sdk.SandboxClient`). Common options:
-`-o table|json|yaml`, `-n/--namespace`, `--kubeconfig`, `--router-url` (default `$AGENT_SANDBOX_ROUTER_URL`),
+`-o table|json|yaml` (and `name` where it prints claims or pools), `-n/--namespace`, `--kubeconfig`, `--router-url` (default `$AGENT_SANDBOX_ROUTER_URL`),
 `--dev-cluster NAME` (a local dev cluster's kubeconfig and router).
 
 Exit codes: 0 success; `exec` exits with the command's own code (124 when it timed out); 1 an error from
@@ -42,7 +42,7 @@ from agent_sandbox_sdk.constants import ROUTER_URL_ENV
 from agent_sandbox_sdk.models import SandboxConnectionConfig
 
 from .copy import copy
-from .output import FORMATS, age, progress, relay_output, render
+from .output import FORMATS, OBJECT_FORMATS, age, progress, relay_output, render
 
 __all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_TIMEOUT", "EXIT_USAGE", "add_sandbox_commands"]
 
@@ -137,7 +137,7 @@ def _render_sandboxes(
     columns: list[tuple[str, Callable[[SandboxInfo], Any]]] | None = None,
 ) -> None:
     rows = infos if isinstance(infos, list) else [infos]
-    render(infos, fmt, columns=columns or SANDBOX_COLUMNS)
+    render(infos, fmt, columns=columns or SANDBOX_COLUMNS, name=lambda i: f"{CLAIM_RESOURCE}/{i.claim_name}")
     if any(i.suspended is None for i in rows):
         # A role that grants claims only (all the SDK needs): say why a column is empty, once.
         print(
@@ -314,7 +314,8 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _pools(args: argparse.Namespace) -> int:
-    render(make_client(args).list_warm_pools(args.namespace), args.output, columns=POOL_COLUMNS)
+    pools = make_client(args).list_warm_pools(args.namespace)
+    render(pools, args.output, columns=POOL_COLUMNS, name=lambda p: f"{POOL_RESOURCE}/{p.name}")
     return 0
 
 
@@ -405,10 +406,30 @@ def _guard(handler: Handler) -> Handler:
 # ----------------------------------------------------------------------------------------- parser
 
 
-def _common() -> argparse.ArgumentParser:
+CLAIM_RESOURCE = "sandboxclaim.extensions.agents.x-k8s.io"
+POOL_RESOURCE = "sandboxwarmpool.extensions.agents.x-k8s.io"
+_CLAIM_PREFIXES = {
+    "sandboxclaim",
+    "sandboxclaims",
+    CLAIM_RESOURCE,
+    "sandboxclaims.extensions.agents.x-k8s.io",
+}
+
+
+def claim_arg(value: str) -> str:
+    """A claim argument: its name, or kubectl's `TYPE/NAME` of a claim (what `-o name` prints)."""
+    kind, slash, name = value.rpartition("/")
+    if not slash:
+        return value
+    if kind.lower() not in _CLAIM_PREFIXES or not name:
+        raise argparse.ArgumentTypeError(f"{value!r}: a SandboxClaim name, or sandboxclaim/NAME")
+    return name
+
+
+def _common(formats: tuple[str, ...]) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "-o", "--output", choices=FORMATS, default="table", help="output format (default table)"
+        "-o", "--output", choices=formats, default="table", help="output format (default table)"
     )
     common.add_argument("-n", "--namespace", default="default", help="namespace (default: default)")
     common.add_argument(
@@ -423,17 +444,24 @@ def _common() -> argparse.ArgumentParser:
 
 def add_sandbox_commands(sub: Any) -> None:
     """Register the sandbox commands on the top-level subparsers."""
-    common = _common()
+    parents: dict[tuple[str, ...], argparse.ArgumentParser] = {
+        f: _common(f) for f in (FORMATS, OBJECT_FORMATS)
+    }
 
-    def add(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+    def add(
+        name: str, handler: Handler, help_text: str, formats: tuple[str, ...] = FORMATS
+    ) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = sub.add_parser(
-            name, parents=[common], help=help_text, description=help_text
+            name, parents=[parents[formats]], help=help_text, description=help_text
         )
         parser.set_defaults(handler=_guard(handler))
         return parser
 
     create = add(
-        "create", _create, "claim a sandbox from a warm pool (or cold from a template) and wait until Ready"
+        "create",
+        _create,
+        "claim a sandbox from a warm pool (or cold from a template) and wait until Ready",
+        OBJECT_FORMATS,
     )
     source = create.add_mutually_exclusive_group(required=True)
     source.add_argument("pool", nargs="?", help="warm pool name")
@@ -450,17 +478,17 @@ def add_sandbox_commands(sub: Any) -> None:
         "--shutdown-after", type=int, metavar="SECONDS", help="delete the claim after this long"
     )
 
-    lst = add("list", _list, "list claimed sandboxes")
+    lst = add("list", _list, "list claimed sandboxes", OBJECT_FORMATS)
     lst.add_argument("-l", "--selector", help="label selector on claims")
     lst.add_argument(
         "-A", "--all-namespaces", action="store_true", help="claims of every namespace (a NAMESPACE column)"
     )
 
-    get = add("get", _get, "show one claimed sandbox")
-    get.add_argument("claim")
+    get = add("get", _get, "show one claimed sandbox", OBJECT_FORMATS)
+    get.add_argument("claim", type=claim_arg)
 
     exe = add("exec", _exec, "run a command in a sandbox, streaming its output; exits with its exit code")
-    exe.add_argument("claim")
+    exe.add_argument("claim", type=claim_arg)
     exe.add_argument("argv", nargs=argparse.REMAINDER, metavar="[OPTIONS] -- COMMAND [ARGS...]")
     exe.add_argument("--timeout", type=_seconds, help="kill the command after this many seconds (exit 124)")
     exe.add_argument("--env", action="append", metavar="KEY=VALUE", help="environment variable (repeatable)")
@@ -490,23 +518,23 @@ def add_sandbox_commands(sub: Any) -> None:
 
     for name, suspend in (("suspend", True), ("resume", False)):
         what = "suspend a sandbox (its pod goes, volumes stay)" if suspend else "resume a suspended sandbox"
-        p = add(name, _suspend_resume(suspend), what)
-        p.add_argument("claim")
+        p = add(name, _suspend_resume(suspend), what, OBJECT_FORMATS)
+        p.add_argument("claim", type=claim_arg)
         p.add_argument("--timeout", type=_seconds, default=120, help="seconds to wait (default 120)")
         p.add_argument("--no-wait", action="store_true", help="return once the change is requested")
 
     delete = add("delete", _delete, "delete claimed sandboxes (the controller then deletes the sandbox)")
-    delete.add_argument("claims", nargs="*", metavar="CLAIM")
+    delete.add_argument("claims", nargs="*", metavar="CLAIM", type=claim_arg)
     delete.add_argument("-l", "--selector", help="delete the claims with these labels (kubectl's syntax)")
     delete.add_argument("--all", action="store_true", help="delete every claim in the namespace")
     delete.add_argument("--ignore-not-found", action="store_true", help="exit 0 when a claim does not exist")
 
-    add("pools", _pools, "warm pools with ready/desired members")
+    add("pools", _pools, "warm pools with ready/desired members", OBJECT_FORMATS)
 
     proxy = add(
         "proxy", _proxy, "a local HTTP address for a port inside a sandbox, through the router (Ctrl-C stops)"
     )
-    proxy.add_argument("claim")
+    proxy.add_argument("claim", type=claim_arg)
     proxy.add_argument("port", type=int, help="the port inside the sandbox (a web app, a notebook)")
     proxy.add_argument(
         "--address", default="127.0.0.1", help="local address to listen on (default 127.0.0.1)"
@@ -516,7 +544,7 @@ def add_sandbox_commands(sub: Any) -> None:
     )
 
     logs = add("logs", _logs, "the sandbox pod's log (where the cluster serves pod logs)")
-    logs.add_argument("claim")
+    logs.add_argument("claim", type=claim_arg)
     logs.add_argument("-c", "--container", help="container name (default: the pod's only one)")
     logs.add_argument("--tail", type=int, help="last N lines")
     logs.add_argument(

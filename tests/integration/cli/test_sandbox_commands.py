@@ -5,6 +5,7 @@ output shapes (`-o json|yaml|table`) and exit codes. `exec`/`cp` are in test_exe
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -56,6 +57,15 @@ def test_commands_and_exit_codes(
     code, out, _ = run(capsys, cluster, "list", "--all-namespaces")
     assert out.splitlines()[0].split()[:3] == ["NAMESPACE", "CLAIM", "POOL"]
     assert [namespace, "cli-sb", "pool"] in [line.split()[:3] for line in out.splitlines()[1:]]
+
+    # `-o name` is kubectl's: kubectl takes it back, and so do our commands take kubectl's.
+    code, out, _ = run(capsys, cluster, "list", *ns, "-o", "name")
+    assert (code, out) == (0, "sandboxclaim.extensions.agents.x-k8s.io/cli-sb\n")
+    kubectl = [str(cluster.binaries.path("kubectl")), f"--kubeconfig={cluster.kubeconfig}", *ns]
+    got = subprocess.run([*kubectl, "get", out.strip(), "-o", "name"], capture_output=True, text=True)
+    assert (got.returncode, got.stdout) == (0, out), got.stderr
+    assert run(capsys, cluster, "get", got.stdout.strip(), *ns, "-o", "name")[1] == out
+    assert run(capsys, cluster, "get", "sandboxclaim/cli-sb", *ns, "-o", "name")[1] == out
 
     code, out, _ = run(capsys, cluster, "get", "cli-sb", *ns, "-o", "yaml")
     assert code == 0

@@ -99,3 +99,28 @@ def test_parser_accepts_the_commands() -> None:
         parser.parse_args(["create", "pool", "--template", "t"])
     with pytest.raises(SystemExit):
         parser.parse_args(["list", "-o", "xml"])
+
+
+def test_name_output_is_kubectls_and_is_accepted_back() -> None:
+    """`-o name` prints `resource.group/name` lines (what `kubectl get -o name` prints, so kubectl and xargs
+    take them), and every command that takes a claim takes that form back; a command that prints no objects
+    refuses it, and another kind's `TYPE/NAME` is a usage error naming the argument."""
+    out = io.StringIO()
+    render(
+        [INFO, INFO.model_copy(update={"claim_name": "c2"})],
+        "name",
+        name=lambda i: f"x.y/{i.claim_name}",
+        out=out,
+    )
+    assert out.getvalue() == "x.y/c1\nx.y/c2\n"
+    with pytest.raises(ValueError, match="-o name"):
+        render(INFO, "name")
+    parser = build_parser()
+    for form in ("c1", "sandboxclaim/c1", "sandboxclaims/c1", "sandboxclaim.extensions.agents.x-k8s.io/c1"):
+        assert parser.parse_args(["get", form]).claim == "c1"
+        assert parser.parse_args(["delete", form, "x"]).claims == ["c1", "x"]
+    assert parser.parse_args(["list", "-o", "name"]).output == "name"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["exec", "-o", "name", "c1", "--", "true"])
+    with pytest.raises(SystemExit):
+        parser.parse_args(["get", "pod/c1"])
