@@ -104,9 +104,14 @@ func TestClaimsOnlyCredentialsOpenAndUseASandbox(t *testing.T) {
 				t.Errorf("identity from the claim: sandbox %q pod IP %q", sb.SandboxName(), sb.PodIP())
 			}
 			exerciseCommon(t, sb)
-			// What needs the Sandbox itself says so, not "deleted" or a hang.
-			if _, err := sb.Status(ctxFor(t, 30*time.Second)); err == nil || !strings.Contains(err.Error(), "forbidden") {
-				t.Errorf("Status with claims-only credentials: %v", err)
+			// Status is the claim's (it was "forbidden"); what needs the Sandbox itself says so, not "deleted"
+			// or a hang.
+			st, err := sb.Status(ctxFor(t, 30*time.Second))
+			if err != nil || !st.FromClaim || !st.Ready || st.PodIP != sb.PodIP() || st.PodName != sb.SandboxName() {
+				t.Errorf("Status with claims-only credentials: %+v, %v", st, err)
+			}
+			if err := sb.Suspend(ctxFor(t, 30*time.Second)); err == nil || !strings.Contains(err.Error(), "forbidden") {
+				t.Errorf("Suspend with claims-only credentials: %v", err)
 			}
 		})
 	}

@@ -234,22 +234,54 @@ type Status struct {
 	Suspended bool
 	PodName   string
 	PodIP     string
+	// FromClaim: these credentials may not read Sandboxes (a role granting claims only), so this is the
+	// claim's status, which mirrors the Sandbox's Ready condition and pod IPs; OperatingMode and Suspended
+	// are not known then (empty and false).
+	FromClaim bool
 }
 
-// Status reads the bound Sandbox (ErrSandboxDeleted if it is gone).
+// Status reads the bound Sandbox (ErrSandboxDeleted if it is gone), or its claim's status when the
+// credentials may not read Sandboxes (Status.FromClaim).
 func (s *Sandbox) Status(ctx context.Context) (*Status, error) {
 	name, err := s.boundName()
 	if err != nil {
 		return nil, s.wrap(err)
 	}
 	obj, err := s.k8s.sandboxes(s.opts.Namespace).Get(ctx, name, getOpts)
-	if err != nil {
-		if isNotFound(err) {
-			return nil, s.wrap(fmt.Errorf("Sandbox %s: %w", name, ErrSandboxDeleted))
+	switch {
+	case apierrors.IsForbidden(err):
+		st, cerr := s.claimStatus(ctx, name)
+		if cerr != nil {
+			return nil, s.wrap(cerr)
 		}
+		return st, nil
+	case isNotFound(err):
+		return nil, s.wrap(fmt.Errorf("Sandbox %s: %w", name, ErrSandboxDeleted))
+	case err != nil:
 		return nil, s.wrap(err)
 	}
 	return statusOf(obj), nil
+}
+
+// claimStatus is Status from the claim, for claims-only credentials (as waitClaimReady waits on it).
+func (s *Sandbox) claimStatus(ctx context.Context, sandboxName string) (*Status, error) {
+	claim, err := s.k8s.getClaim(ctx, s.opts.Namespace, s.ClaimName())
+	if isNotFound(err) {
+		return nil, fmt.Errorf("claim %s: %w", s.ClaimName(), ErrSandboxDeleted)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if bound := claimSandboxName(claim); bound != sandboxName {
+		return nil, fmt.Errorf("claim %s is bound to Sandbox %q now, not %s: %w", s.ClaimName(), bound,
+			sandboxName, ErrSandboxDeleted)
+	}
+	info := claimSandboxInfo(claim)
+	st := &Status{PodName: info.podName, PodIP: info.podIP, FromClaim: true}
+	if c := findCondition(conditionsOf(claim), "Ready"); c != nil {
+		st.Ready, st.Reason, st.Message = c.Status == "True", c.Reason, c.Message
+	}
+	return st, nil
 }
 
 func statusOf(obj *unstructured.Unstructured) *Status {
