@@ -115,8 +115,10 @@ class SandboxProxy:
             if k.lower() != "sec-websocket-protocol"
         }
         try:
+            # No message size limit on either side (aiohttp's default is 4 MiB): a relay does not decide how
+            # large a notebook's output or an app's upload may be; the two ends have their own limits.
             upstream = await self._session.ws_connect(
-                url, headers=headers, protocols=protocols, autoping=True
+                url, headers=headers, protocols=protocols, autoping=True, max_msg_size=0
             )
         except aiohttp.WSServerHandshakeError as err:
             return web.json_response(
@@ -124,7 +126,9 @@ class SandboxProxy:
             )
         except aiohttp.ClientError as err:
             return web.json_response({"detail": f"router {self.router_url}: {err}"}, status=502)
-        client = web.WebSocketResponse(protocols=[upstream.protocol] if upstream.protocol else ())
+        client = web.WebSocketResponse(
+            protocols=[upstream.protocol] if upstream.protocol else (), max_msg_size=0
+        )
         await client.prepare(request)
 
         async def pump(source: _WebSocket, sink: _WebSocket) -> None:

@@ -42,7 +42,7 @@ WS_ECHO = """
 import sys
 from aiohttp import web
 async def ws(request):
-    sock = web.WebSocketResponse()
+    sock = web.WebSocketResponse(max_msg_size=0)  # a notebook's outputs can be large
     await sock.prepare(request)
     async for message in sock:
         if message.type == web.WSMsgType.TEXT:
@@ -107,17 +107,28 @@ def test_a_web_app_and_a_websocket_in_a_sandbox_from_a_local_address(
                     text = (await ws.receive(timeout=30)).data
                     await ws.send_bytes(b"\x00\x01\x02")
                     binary = (await ws.receive(timeout=30)).data
+                    # Past aiohttp's default 4 MiB message limit, which the proxy applied on both of its
+                    # sides: the message was refused and the connection closed (1009).
+                    await ws.send_bytes(big)
+                    large = await ws.receive(timeout=60)
                     await ws.close()
-                    return [text, binary]
+                    return [text, binary, large.type, len(large.data or b""), large.data == big[::-1]]
 
-            assert asyncio.run(talk()) == ["echo hello", b"\x02\x01\x00"]
+            big = bytes(range(256)) * (6 * 4096)  # 6 MiB
+            assert asyncio.run(talk()) == [
+                "echo hello",
+                b"\x02\x01\x00",
+                aiohttp.WSMsgType.BINARY,
+                len(big),
+                True,
+            ]
 
 
 async def wait_for_ws(session: aiohttp.ClientSession, url: str) -> aiohttp.ClientWebSocketResponse:
     """The sandbox's WebSocket server, once it listens (it was started in the background)."""
     for _ in range(100):
         try:
-            return await session.ws_connect(url)
+            return await session.ws_connect(url, max_msg_size=0)
         except aiohttp.WSServerHandshakeError:
             await asyncio.sleep(0.2)
-    return await session.ws_connect(url)
+    return await session.ws_connect(url, max_msg_size=0)
