@@ -48,7 +48,8 @@ def sandbox_info(
         ready=sview.ready if sview else view.ready,
         reason=(sview.reason if sview else view.reason),
         message=(sview.message if sview else view.message),
-        pod_ip=(sview.pod_ip if sview else None) or view.pod_ip,
+        # Not the claim's when the Sandbox has none: a just-suspended Sandbox's claim still lists the old pod's.
+        pod_ip=sview.pod_ip if sview else view.pod_ip,
         suspended=None
         if sandboxes is None
         else bool(sview and sview.operating_mode == OPERATING_MODE_SUSPENDED),

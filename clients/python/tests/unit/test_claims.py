@@ -301,3 +301,23 @@ def test_a_pool_members_problem_prefers_the_schedulers_words() -> None:
     assert member_problem(_member(("Ready", "True", "DependenciesReady", "Pod is Ready"))) is None
     assert member_problem(_member()) is None  # too new to say
     assert member_problem(_member(("Ready", "False", "X", "y"), deleting=True)) is None  # leaving
+
+
+def test_a_just_suspended_sandbox_shows_no_pod_ip_although_its_claim_still_lists_one() -> None:
+    """The claim mirrors the Sandbox's pod IPs a moment later: `list`/`get`/`suspend` showed the old pod's
+    address for a Sandbox that had none any more (SUSPENDED true, POD IP 127.10.0.2)."""
+    from agent_sandbox_sdk._inventory import sandbox_info
+
+    claim = {
+        "metadata": {"name": "c", "namespace": "ns"},
+        "spec": {"warmPoolRef": {"name": "pool"}},
+        "status": {"sandbox": {"name": "sb", "podIPs": ["127.10.0.2"]}},
+    }
+    suspended = {
+        "metadata": {"name": "sb", "namespace": "ns"},
+        "spec": {"operatingMode": "Suspended"},
+        "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "SandboxSuspended"}]},
+    }
+    info = sandbox_info(claim, {("ns", "sb"): suspended})
+    assert (info.suspended, info.pod_ip) == (True, None)
+    assert sandbox_info(claim, None).pod_ip == "127.10.0.2"  # claims-only: the claim is all there is
