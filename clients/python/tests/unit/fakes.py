@@ -21,6 +21,8 @@ KUBE = "https://kube.test"
 ROUTER = "http://router.test"
 CLAIMS = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/{ns}/sandboxclaims"
 SANDBOXES = "/apis/agents.x-k8s.io/v1beta1/namespaces/{ns}/sandboxes"
+#: The API server's answer for an object that does not exist (a served type answers a `Status`).
+NOT_FOUND = {"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"}
 
 
 def endpoint() -> KubeEndpoint:
@@ -100,12 +102,10 @@ class FakeCluster:
             return httpx2.Response(200, json={"items": list(store.values()), "metadata": {}})
         if request.method == "GET":
             obj = store.get(name or "")
-            return (
-                httpx2.Response(200, json=obj) if obj else httpx2.Response(404, json={"message": "not found"})
-            )
+            return httpx2.Response(200, json=obj) if obj else httpx2.Response(404, json=NOT_FOUND)
         if request.method == "DELETE":
             if store.pop(name or "", None) is None:
-                return httpx2.Response(404, json={"message": "not found"})
+                return httpx2.Response(404, json=NOT_FOUND)
             return httpx2.Response(200, json={"kind": "Status"})
         if request.method == "PATCH":
             obj = store[name or ""]

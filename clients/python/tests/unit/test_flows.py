@@ -219,6 +219,21 @@ def test_idempotent_reads_are_retried_on_5xx_but_execute_is_not() -> None:
     assert fake.find(lambda r: r.method == "GET" and "/sandboxes/" in r.url.path)
 
 
+def test_a_read_from_a_sandbox_that_no_longer_exists_is_not_retried() -> None:
+    """Deleted behind the handle's back (another process, its claim's expiry): the router's 502 cannot turn
+    into an answer. The Sandbox is read once after the first 502 and the error says it is gone; a read was
+    retried five times first (15.5 s of backoff, 24 s through a real router)."""
+    fake = FakeCluster()
+    sandbox = sync_client(fake).create_sandbox("python-pool")
+    assert sandbox.files is not None
+    fake.sandboxes.clear()
+    fake.faults["/download/"] = [502] * 6
+    with pytest.raises(SandboxRequestError, match="no longer exists") as info:
+        sandbox.files.read("a.txt")
+    assert info.value.status_code == 502
+    assert len(fake.find(lambda r: r.url.path.startswith("/download/"))) == 1
+
+
 def test_files_wire_shapes() -> None:
     fake = FakeCluster()
     sandbox = sync_client(fake).create_sandbox("python-pool")
