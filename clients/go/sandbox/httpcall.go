@@ -73,10 +73,16 @@ func (ep *endpoint) currentPodIP() string {
 	return ""
 }
 
-// podIPForAttempt is the pod IP to send now, read again from the Sandbox first when it went stale.
-func (ep *endpoint) podIPForAttempt(ctx context.Context) string {
+// podIPForAttempt is the pod IP to send now, read again from the Sandbox first when it went stale. The
+// error is the lookup's when it found the Sandbox gone (ErrSandboxDeleted); other lookup failures are not
+// the call's (the cached IP is sent).
+func (ep *endpoint) podIPForAttempt(ctx context.Context) (string, error) {
 	if ep.podIPStale.Load() && ep.lookupPodIP != nil {
-		if ip, err := ep.lookupPodIP(ctx); err == nil {
+		ip, err := ep.lookupPodIP(ctx)
+		if errors.Is(err, ErrSandboxDeleted) {
+			return "", err
+		}
+		if err == nil {
 			if ip == "" {
 				ep.podIP.Store(nil)
 			} else {
@@ -85,7 +91,7 @@ func (ep *endpoint) podIPForAttempt(ctx context.Context) string {
 			ep.podIPStale.Store(false)
 		}
 	}
-	return ep.currentPodIP()
+	return ep.currentPodIP(), nil
 }
 
 // dropPodIP stops sending ip (if it is still the one sent) until the Sandbox is read again: the router
@@ -244,7 +250,15 @@ func (c *httpCaller) do(ctx context.Context, ep *endpoint, r wireRequest) (*http
 		}
 		podIP := ""
 		if !immediate { // the resend after a refused pod IP goes without one
-			podIP = ep.podIPForAttempt(ctx)
+			var gone error
+			if podIP, gone = ep.podIPForAttempt(ctx); gone != nil {
+				// Ours: the router's 502 for a Sandbox that no longer exists cannot turn into an answer (the
+				// remaining attempts took 15 s of backoff and more).
+				if last == nil {
+					return nil, fmt.Errorf("%s: %w", r.describe(), gone)
+				}
+				return nil, fmt.Errorf("%w; %w", last, gone)
+			}
 		}
 		immediate = false
 		resp, err := c.attempt(ctx, ep, &r, reqID, podIP)

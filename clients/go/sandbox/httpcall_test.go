@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -380,6 +381,32 @@ func TestBadGatewayRereadsThePodIP(t *testing.T) {
 	}
 	if lookups.Load() != 1 {
 		t.Errorf("lookups = %d, want 1", lookups.Load())
+	}
+}
+
+// The Sandbox was deleted behind the handle's back (another process, its claim's expiry): once the re-read
+// after the router's 502 finds it gone, the call ends with ErrSandboxDeleted and the 502. A read used to go
+// through all six attempts first (15.5 s of backoff, each attempt a few seconds of the router's own retries).
+func TestAReadFromADeletedSandboxStopsAtTheFirstLookup(t *testing.T) {
+	sent, srv := movedPodServer(t, http.StatusBadGateway)
+	s := openTestSandbox(t, Options{}, srv.URL, true, nil)
+	waits := recordedSleeps(s)
+	var lookups atomic.Int32
+	s.conn.ep.lookupPodIP = func(context.Context) (string, error) {
+		lookups.Add(1)
+		return "", fmt.Errorf("Sandbox sbx-1 no longer exists: %w", ErrSandboxDeleted)
+	}
+	_, err := s.Exists(context.Background(), "a.txt")
+	var httpErr *HTTPError
+	if !errors.Is(err, ErrSandboxDeleted) || !errors.As(err, &httpErr) || httpErr.StatusCode != http.StatusBadGateway {
+		t.Fatalf("err = %v, want ErrSandboxDeleted with the 502", err)
+	}
+	var waited time.Duration
+	for _, w := range *waits {
+		waited += w
+	}
+	if len(*sent) != 1 || lookups.Load() != 1 || waited != 0 {
+		t.Errorf("attempts %q, lookups %d, waits %v; want 1, 1, none", *sent, lookups.Load(), *waits)
 	}
 }
 

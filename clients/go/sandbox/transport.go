@@ -307,6 +307,9 @@ func (s *Sandbox) readPodIP(ctx context.Context, sandboxName string) (string, er
 	case apierrors.IsForbidden(err):
 		// claims-only credentials (waitClaimReady): the claim's status carries the pod IPs too
 		claim, cerr := s.k8s.getClaim(ctx, s.opts.Namespace, s.ClaimName())
+		if isNotFound(cerr) {
+			return "", fmt.Errorf("claim %s no longer exists: %w", s.ClaimName(), ErrSandboxDeleted)
+		}
 		if cerr != nil {
 			return "", cerr
 		}
@@ -315,6 +318,9 @@ func (s *Sandbox) readPodIP(ctx context.Context, sandboxName string) (string, er
 				claimSandboxName(claim), sandboxName, ErrSandboxDeleted)
 		}
 		ip = claimSandboxInfo(claim).podIP
+	case isNotFound(err):
+		return "", fmt.Errorf("Sandbox %s/%s no longer exists (deleted, or its claim expired): %w",
+			s.opts.Namespace, sandboxName, ErrSandboxDeleted)
 	case err != nil:
 		return "", err
 	default:
