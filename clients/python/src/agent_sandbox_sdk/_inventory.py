@@ -10,7 +10,7 @@ from typing import Any
 from . import _kube
 from ._claims import ClaimView, SandboxView, validate_claim_name
 from ._steps import Flow
-from .constants import OPERATING_MODE_SUSPENDED, REASON_TEMPLATE_NOT_FOUND
+from .constants import OPERATING_MODE_SUSPENDED, REASON_TEMPLATE_NOT_FOUND, WARM_POOL_SANDBOX_LABEL
 from .exceptions import SandboxNotFoundError, SandboxRequestError, SandboxTemplateNotFoundError
 from .models import SandboxInfo, WarmPoolInfo
 
@@ -143,7 +143,9 @@ def list_warm_pools(namespace: str) -> Flow[list[WarmPoolInfo]]:
     """The pools of `namespace`, each with why its members are not Ready (from one list of Sandboxes and one
     of templates; left out when the role may not read them)."""
     pools = yield from _kube.list_objects(_kube.WARM_POOLS, namespace)
-    boxes = yield from _readable(_kube.list_objects(_kube.SANDBOXES, namespace))
+    # Unclaimed members only (claimed ones lose the label): a fleet's namespace holds thousands of Sandboxes.
+    members = _kube.list_objects(_kube.SANDBOXES, namespace, label_selector=WARM_POOL_SANDBOX_LABEL)
+    boxes = yield from _readable(members)
     templates = yield from _readable(_kube.list_objects(_kube.TEMPLATES, namespace))
     problems: dict[str, Counter[tuple[str, str]]] = {}
     for box in boxes or ():
