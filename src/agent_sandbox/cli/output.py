@@ -11,7 +11,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -47,7 +47,7 @@ def render(
     fmt: str,
     *,
     columns: Sequence[tuple[str, Any]] = (),
-    name: Any = None,
+    name: Callable[[Any], str] | None = None,
     out: TextIO | None = None,
 ) -> None:
     """Print `data` (a model, a dict, or a list of them) as `fmt`.

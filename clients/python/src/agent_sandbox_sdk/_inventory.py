@@ -93,7 +93,7 @@ def get_sandbox_info(namespace: str, claim_name: str) -> Flow[SandboxInfo]:
     return sandbox_info(claim, {(namespace, name): sandbox} if sandbox else {})
 
 
-def warm_pool_info(obj: dict[str, Any], problem: tuple[str, str] | None = None) -> WarmPoolInfo:
+def warm_pool_info(obj: dict[str, Any]) -> WarmPoolInfo:
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     return WarmPoolInfo(
         name=str(meta.get("name") or ""),
@@ -102,8 +102,6 @@ def warm_pool_info(obj: dict[str, Any], problem: tuple[str, str] | None = None) 
         replicas=int(spec.get("replicas", 1) or 0),
         ready_replicas=int(status.get("readyReplicas") or 0),
         current_replicas=int(status.get("replicas") or 0),
-        reason=problem[0] if problem else None,
-        message=problem[1] if problem else None,
     )
 
 
@@ -154,15 +152,13 @@ def list_warm_pools(namespace: str) -> Flow[list[WarmPoolInfo]]:
         if pool and trouble:
             problems.setdefault(pool, Counter())[trouble] += 1
     known_templates = None if templates is None else {_key(t)[1] for t in templates}
-    infos = []
-    for obj in pools:
-        info = warm_pool_info(obj)
-        problem: tuple[str, str] | None = None
+    infos = [warm_pool_info(obj) for obj in pools]
+    for info in infos:
         if known_templates is not None and info.template and info.template not in known_templates:
-            problem = (REASON_TEMPLATE_NOT_FOUND, f"SandboxTemplate {namespace}/{info.template} not found")
+            info.reason = REASON_TEMPLATE_NOT_FOUND
+            info.message = f"SandboxTemplate {namespace}/{info.template} not found"
         elif info.name in problems:
-            problem = problems[info.name].most_common(1)[0][0]
-        infos.append(warm_pool_info(obj, problem) if problem else info)
+            info.reason, info.message = problems[info.name].most_common(1)[0][0]
     return sorted(infos, key=lambda p: p.name)
 
 
