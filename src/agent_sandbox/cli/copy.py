@@ -35,6 +35,8 @@ from typing import Any, BinaryIO
 from agent_sandbox_sdk import Sandbox, SandboxClient, SandboxError, SandboxRequestError
 from agent_sandbox_sdk.models import FileEntry
 
+from .output import claim_of
+
 __all__ = ["STDIO", "copy", "split_remote"]
 
 _PARALLEL = 8  # files in flight at once in a directory copy
@@ -68,10 +70,14 @@ def _umask() -> int:
 
 
 def split_remote(spec: str) -> tuple[str, str] | None:
-    """`claim:path` -> (claim, path); a local path (no colon before any slash) -> None."""
+    """`claim:path` (or `sandboxclaim/NAME:path`, as `-o name` prints claims) -> (claim, path); a local path
+    (no colon before any other slash) -> None."""
     head, sep, tail = spec.partition(":")
-    if not sep or "/" in head or not head:
+    if not sep or not head:
         return None
+    if "/" in head:
+        claim = claim_of(head)
+        return None if claim is None else (claim, tail)
     return head, tail
 
 

@@ -18,12 +18,33 @@ from typing import Any, TextIO
 
 import yaml
 
-__all__ = ["FORMATS", "OBJECT_FORMATS", "age", "progress", "relay_output", "render"]
+__all__ = [
+    "CLAIM_RESOURCE",
+    "FORMATS",
+    "OBJECT_FORMATS",
+    "POOL_RESOURCE",
+    "age",
+    "claim_of",
+    "progress",
+    "relay_output",
+    "render",
+]
 
 FORMATS = ("table", "json", "yaml")
 OBJECT_FORMATS = (*FORMATS, "name")
 """For commands that print objects: `name` is kubectl's `-o name` (`resource.group/name`, one per line), which
 kubectl and this CLI's commands accept back as an argument."""
+
+CLAIM_RESOURCE = "sandboxclaim.extensions.agents.x-k8s.io"
+POOL_RESOURCE = "sandboxwarmpool.extensions.agents.x-k8s.io"
+_CLAIM_TYPES = {"sandboxclaim", "sandboxclaims", CLAIM_RESOURCE, "sandboxclaims.extensions.agents.x-k8s.io"}
+
+
+def claim_of(type_and_name: str) -> str | None:
+    """The claim name in kubectl's `TYPE/NAME` (`sandboxclaim/NAME`, what `-o name` prints); None when it
+    names another type (or no name)."""
+    kind, _, name = type_and_name.rpartition("/")
+    return name if kind.lower() in _CLAIM_TYPES and name else None
 
 
 def age(stamp: datetime | None, now: datetime | None = None) -> str:

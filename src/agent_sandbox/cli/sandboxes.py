@@ -42,7 +42,17 @@ from agent_sandbox_sdk.constants import ROUTER_URL_ENV
 from agent_sandbox_sdk.models import SandboxConnectionConfig
 
 from .copy import copy
-from .output import FORMATS, OBJECT_FORMATS, age, progress, relay_output, render
+from .output import (
+    CLAIM_RESOURCE,
+    FORMATS,
+    OBJECT_FORMATS,
+    POOL_RESOURCE,
+    age,
+    claim_of,
+    progress,
+    relay_output,
+    render,
+)
 
 __all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_TIMEOUT", "EXIT_USAGE", "add_sandbox_commands"]
 
@@ -406,22 +416,12 @@ def _guard(handler: Handler) -> Handler:
 # ----------------------------------------------------------------------------------------- parser
 
 
-CLAIM_RESOURCE = "sandboxclaim.extensions.agents.x-k8s.io"
-POOL_RESOURCE = "sandboxwarmpool.extensions.agents.x-k8s.io"
-_CLAIM_PREFIXES = {
-    "sandboxclaim",
-    "sandboxclaims",
-    CLAIM_RESOURCE,
-    "sandboxclaims.extensions.agents.x-k8s.io",
-}
-
-
 def claim_arg(value: str) -> str:
     """A claim argument: its name, or kubectl's `TYPE/NAME` of a claim (what `-o name` prints)."""
-    kind, slash, name = value.rpartition("/")
-    if not slash:
+    if "/" not in value:
         return value
-    if kind.lower() not in _CLAIM_PREFIXES or not name:
+    name = claim_of(value)
+    if name is None:
         raise argparse.ArgumentTypeError(f"{value!r}: a SandboxClaim name, or sandboxclaim/NAME")
     return name
 

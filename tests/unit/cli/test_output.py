@@ -75,7 +75,8 @@ def test_progress_is_silent_when_not_a_terminal() -> None:
 @pytest.mark.parametrize(
     ("spec", "parsed"),
     [("sb:dir/a.txt", ("sb", "dir/a.txt")), ("sb:", ("sb", "")), ("./local:x", None), ("local.txt", None),
-     ("/abs/path", None)],
+     ("/abs/path", None), ("sandboxclaim/sb:a.txt", ("sb", "a.txt")),
+     ("sandboxclaim.extensions.agents.x-k8s.io/sb:/etc/x", ("sb", "/etc/x")), ("dir/sb:a.txt", None)],
 )  # fmt: skip
 def test_remote_paths(spec: str, parsed: tuple[str, str] | None) -> None:
     assert split_remote(spec) == parsed
