@@ -265,9 +265,24 @@ func (s *Sandbox) Status(ctx context.Context) (*Status, error) {
 
 // claimStatus is Status from the claim, for claims-only credentials (as waitClaimReady waits on it).
 func (s *Sandbox) claimStatus(ctx context.Context, sandboxName string) (*Status, error) {
+	claim, err := s.boundClaim(ctx, sandboxName)
+	if err != nil {
+		return nil, err
+	}
+	info := claimSandboxInfo(claim)
+	st := &Status{PodName: info.podName, PodIP: info.podIP, FromClaim: true}
+	if c := findCondition(conditionsOf(claim), "Ready"); c != nil {
+		st.Ready, st.Reason, st.Message = c.Status == "True", c.Reason, c.Message
+	}
+	return st, nil
+}
+
+// boundClaim reads the handle's claim for credentials that may not read Sandboxes; ErrSandboxDeleted when
+// it is gone or bound to another Sandbox than sandboxName now.
+func (s *Sandbox) boundClaim(ctx context.Context, sandboxName string) (*unstructured.Unstructured, error) {
 	claim, err := s.k8s.getClaim(ctx, s.opts.Namespace, s.ClaimName())
 	if isNotFound(err) {
-		return nil, fmt.Errorf("claim %s: %w", s.ClaimName(), ErrSandboxDeleted)
+		return nil, fmt.Errorf("claim %s no longer exists: %w", s.ClaimName(), ErrSandboxDeleted)
 	}
 	if err != nil {
 		return nil, err
@@ -276,12 +291,7 @@ func (s *Sandbox) claimStatus(ctx context.Context, sandboxName string) (*Status,
 		return nil, fmt.Errorf("claim %s is bound to Sandbox %q now, not %s: %w", s.ClaimName(), bound,
 			sandboxName, ErrSandboxDeleted)
 	}
-	info := claimSandboxInfo(claim)
-	st := &Status{PodName: info.podName, PodIP: info.podIP, FromClaim: true}
-	if c := findCondition(conditionsOf(claim), "Ready"); c != nil {
-		st.Ready, st.Reason, st.Message = c.Status == "True", c.Reason, c.Message
-	}
-	return st, nil
+	return claim, nil
 }
 
 func statusOf(obj *unstructured.Unstructured) *Status {

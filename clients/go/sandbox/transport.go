@@ -306,16 +306,9 @@ func (s *Sandbox) readPodIP(ctx context.Context, sandboxName string) (string, er
 	switch {
 	case apierrors.IsForbidden(err):
 		// claims-only credentials (waitClaimReady): the claim's status carries the pod IPs too
-		claim, cerr := s.k8s.getClaim(ctx, s.opts.Namespace, s.ClaimName())
-		if isNotFound(cerr) {
-			return "", fmt.Errorf("claim %s no longer exists: %w", s.ClaimName(), ErrSandboxDeleted)
-		}
+		claim, cerr := s.boundClaim(ctx, sandboxName)
 		if cerr != nil {
 			return "", cerr
-		}
-		if claimSandboxName(claim) != sandboxName {
-			return "", fmt.Errorf("claim %s is bound to Sandbox %q now, not %s: %w", s.ClaimName(),
-				claimSandboxName(claim), sandboxName, ErrSandboxDeleted)
 		}
 		ip = claimSandboxInfo(claim).podIP
 	case isNotFound(err):
