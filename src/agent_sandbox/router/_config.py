@@ -56,7 +56,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag("tls-client-ca-file", "string", "", "PEM CA bundle that client certificates must chain to."),
     Flag("mtls-mode", "string", "off", "Client certificates: off, optional or required.", MTLS_MODES),
     Flag("cluster-domain", "string", "cluster.local", "Cluster DNS suffix of the DNS upstream form."),
-    Flag("proxy-timeout", "duration", 180.0, "Deadline of a whole proxied exchange (not upgrades)."),
+    Flag(
+        "proxy-timeout",
+        "duration",
+        180.0,
+        "Longest a proxied request may go with no byte relayed either way (not upgrades); caps X-Sandbox-Timeout.",
+    ),
     Flag("response-header-timeout", "duration", 30.0, "Max wait for upstream response headers per attempt."),
     Flag("shutdown-timeout", "duration", 30.0, "Drain time for in-flight requests on SIGTERM/SIGINT."),
     Flag("max-request-body-bytes", "int", 0, "Cap on an inbound request body; 0 = unlimited."),

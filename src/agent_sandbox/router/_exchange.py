@@ -4,8 +4,10 @@ Owns: streaming the request body to the sandbox as it arrives (chunked bodies re
 and the response to the client as it arrives, with flow control both ways (a full write buffer pauses
 the reading side), so memory per request is bounded whatever the body size; the response head rewritten
 for the client (hop-by-hop headers dropped, chunked or close framing, `101` passed on only to an upgrade
-request); the per-attempt timers (`--response-header-timeout` from the end of the request body, the
-request's deadline before and after it); and what an upstream failure means for this attempt: "retry"
+request); the per-attempt timers (`--response-header-timeout` from the end of the request body; before it
+and after the response head, the request's limit as the longest time with no byte relayed either way, so
+a long download, upload or command stream is not cut while it moves - the legacy router's per-read
+timeout - and a stalled one is); and what an upstream failure means for this attempt: "retry"
 (a pooled keep-alive connection found dead before any response byte, with the whole request still in
 hand), "unanswered" (a fresh connection closed before any response byte, the whole request in hand, when
 the caller can wait for a replacement pod), 502/504 before the response head, or closing the client
@@ -68,21 +70,25 @@ class Exchange:
         self._resendable = False
         self._unanswered_ok = False
         self._header_timer: asyncio.TimerHandle | None = None
-        self._deadline_timer: asyncio.TimerHandle | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
         self._head_seen = False
         self._pending: list[bytes] = []
-        self._deadline = 0.0
+        self._loop = asyncio.get_running_loop()
+        self._limit = 0.0
+        self._moved = 0.0  # loop time a byte was last relayed either way; the idle timer counts from it
         self._header_timeout = 0.0
-        self._deadline_due = False
+        self._idle_due = False
 
     async def run(
-        self, deadline: float, header_timeout: float, span: Any, *, unanswered_ok: bool = False
+        self, limit: float, header_timeout: float, span: Any, *, unanswered_ok: bool = False
     ) -> str:
         """Send the request and relay the response; returns "done", "retry", "unanswered" or "upgraded".
 
-        "unanswered" only with `unanswered_ok`; the caller then answers the client (nothing was sent yet).
+        `limit`: the longest the request may go with no byte relayed; `header_timeout` (at most `limit`): the
+        longest wait for the response head once the request is sent. "unanswered" only with `unanswered_ok`;
+        the caller then answers the client (nothing was sent yet).
         """
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         self._unanswered_ok = unanswered_ok
         conn, req, upstream = self.conn, self.req, self.upstream
         self._fut = fut = loop.create_future()
@@ -112,14 +118,15 @@ class Exchange:
         conn.on_write_pause = self._client_write_pause
         if conn.write_paused:
             self._client_write_pause(True)
-        # Timers (one armed at a time in the common case): the response-header timeout runs from the end of
-        # the request body (Go's ResponseHeaderTimeout); until then, and after the head, the deadline.
-        self._deadline = deadline
-        self._header_timeout = header_timeout
+        # Timers (one armed at a time): the response-header timeout runs from the end of the request body
+        # (Go's ResponseHeaderTimeout); until then, and after the head, the idle limit.
+        self._limit = limit
+        self._header_timeout = min(header_timeout, limit)
+        self._moved = loop.time()
         if self._body_sent:
             self._start_header_timer()
         else:
-            self._deadline_timer = loop.call_at(deadline, self._timed_out)
+            self._idle_timer = loop.call_at(self._moved + limit, self._idle_check)
         try:
             result: str = await fut
             return result
@@ -134,6 +141,7 @@ class Exchange:
     # ------------------------------------------------------------------ request body
 
     def _body_chunk(self, chunk: bytes) -> None:
+        self._moved = self._loop.time()
         if self.req.chunked:
             self.upstream.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
         else:
@@ -144,13 +152,28 @@ class Exchange:
             self.upstream.write(b"0\r\n\r\n")
         self._body_sent = True
         if not self._head_seen:
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
+                self._idle_timer = None
             self._start_header_timer()
 
     def _start_header_timer(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._header_timer = loop.call_at(
-            min(loop.time() + self._header_timeout, self._deadline), self._timed_out
-        )
+        self._header_timer = self._loop.call_later(self._header_timeout, self._header_timed_out)
+
+    def _header_timed_out(self) -> None:
+        settings = self.proxy.settings
+        knob = "--response-header-timeout"
+        if self.route.timeout is None and settings.proxy_timeout < settings.response_header_timeout:
+            knob = "--proxy-timeout"
+        self._timed_out("no response within", self._header_timeout, knob)
+
+    def _idle_check(self) -> None:
+        self._idle_timer = None
+        due = self._moved + self._limit
+        if self._loop.time() < due:
+            self._idle_timer = self._loop.call_at(due, self._idle_check)
+        else:
+            self._timed_out("nothing relayed either way for", self._limit, "--proxy-timeout")
 
     def upstream_pause_writing(self) -> None:
         self.conn.pause_reading_for_body("upstream")
@@ -175,7 +198,7 @@ class Exchange:
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
-            self._deadline_due = True  # armed by flush() only if the response is not complete by then
+            self._idle_due = True  # armed by flush() only if the response is not complete by then
         self._head_seen = True
         conn, req, out = self.conn, self.req, self.out
         if status == 101 and not req.upgrade:
@@ -233,11 +256,12 @@ class Exchange:
         if pending:
             self.conn.write(pending[0] if len(pending) == 1 else b"".join(pending))
             pending.clear()
-        if self._deadline_due:
-            self._deadline_due = False
+            self._moved = self._loop.time()
+        if self._idle_due:
+            self._idle_due = False
             fut = self._fut
-            if fut is not None and not fut.done() and self._deadline_timer is None:
-                self._deadline_timer = asyncio.get_running_loop().call_at(self._deadline, self._timed_out)
+            if fut is not None and not fut.done() and self._idle_timer is None:
+                self._idle_timer = self._loop.call_at(self._moved + self._limit, self._idle_check)
 
     def response_complete(self, reusable: bool) -> None:
         fut = self._fut
@@ -284,7 +308,7 @@ class Exchange:
         else:
             self._fail_request(502, connect_error(self.route), None)
 
-    def _timed_out(self) -> None:
+    def _timed_out(self, waited_for: str, seconds: float, knob: str) -> None:
         fut = self._fut
         if fut is None or fut.done():
             return
@@ -295,7 +319,8 @@ class Exchange:
             self.conn.abort()
             fut.set_result("done")
         else:
-            self._fail_request(504, timeout_error(self.route), None)
+            detail = timeout_error(self.route, waited_for, seconds, self.proxy.settings.proxy_timeout, knob)
+            self._fail_request(504, detail, None)
 
     def _fail_request(self, status: int, detail: str, reason: str | None) -> None:
         fut = self._fut
@@ -308,7 +333,7 @@ class Exchange:
             fut.set_result("done")
 
     def _cancel_timers(self) -> None:
-        for timer in (self._header_timer, self._deadline_timer):
+        for timer in (self._header_timer, self._idle_timer):
             if timer is not None:
                 timer.cancel()
-        self._header_timer = self._deadline_timer = None
+        self._header_timer = self._idle_timer = None

@@ -23,8 +23,20 @@ def connect_error(route: Route) -> str:
     return f"Could not connect to the backend sandbox: {route.sandbox_id}"
 
 
-def timeout_error(route: Route) -> str:
-    return f"Timed out waiting for the backend sandbox: {route.sandbox_id}"
+def timeout_error(route: Route, waited_for: str, seconds: float, proxy_timeout: float, knob: str) -> str:
+    """The legacy router's 504 text, then which limit ran out: without it a command still running and a
+    sandbox that is gone read alike. `knob` is the router flag that set `seconds` when the request did not
+    say (`X-Sandbox-Timeout`)."""
+    asked = route.timeout
+    if asked is None:
+        source = f"the router's {knob}; a client may ask for up to {proxy_timeout:g} s with X-Sandbox-Timeout"
+        if knob == "--proxy-timeout":
+            source = "the router's --proxy-timeout"
+    elif asked > proxy_timeout:
+        source = f"X-Sandbox-Timeout {asked:g} s, capped by the router's --proxy-timeout"
+    else:
+        source = "X-Sandbox-Timeout"
+    return f"Timed out waiting for the backend sandbox: {route.sandbox_id} ({waited_for} {seconds:g} s: {source})"
 
 
 class Outcome:

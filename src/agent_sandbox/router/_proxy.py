@@ -3,8 +3,8 @@
 Owns: the order of checks (router spec §1.6: header validation 400 -> authorization 401/403/500 ->
 resolution -> forwarding 502/504), `/healthz` on the proxy port, the request-target rules (origin form
 forwarded byte for byte, absolute form reduced to path+query, anything else 400), the timeouts
-(`--proxy-timeout` for the whole exchange, `--response-header-timeout` per attempt, `X-Sandbox-Timeout`
-capped at the proxy timeout), the admission limits (`--max-concurrent-requests` 503, a declared body
+(`--proxy-timeout`, or `X-Sandbox-Timeout` capped at it: the time to reach the sandbox, then the longest
+stretch with no byte relayed; `--response-header-timeout` per attempt unless the request set its timeout), the admission limits (`--max-concurrent-requests` 503, a declared body
 over `--max-request-body-bytes` 413, `--websocket-max-connections-per-client` 429), retries of
 dial-phase failures only (§1.7: 200 -> 400 -> 800 ms, bounded by the deadline, resolving again before
 each attempt; one more attempt on a fresh connection when the exchange asks for it), holding a request
@@ -222,7 +222,7 @@ class Proxy:
                 reply(conn, out, 429, f"Too many concurrent WebSocket connections (limit: {limit}).", req)
                 return
         try:
-            await self._forward(conn, req, route, out, start + timeout, header_timeout, span, suspending)
+            await self._forward(conn, req, route, out, start, timeout, header_timeout, span, suspending)
         finally:
             if req.upgrade:
                 self.tunnel_limits.release(client_key)
@@ -266,13 +266,17 @@ class Proxy:
         req: Request,
         route: Route,
         out: Outcome,
-        deadline: float,
+        start: float,
+        limit: float,
         header_timeout: float,
         span: Any,
         suspending: bool = False,
     ) -> None:
+        """Resolve, dial (with retries and holds) and relay. Reaching the sandbox must fit in `limit` seconds
+        from `start`; the exchange then gets `limit` as its idle limit."""
         settings = self.settings
         loop = asyncio.get_running_loop()
+        deadline = start + limit
         resolver = self.resolver
         body = req.body
         assert body is not None
@@ -336,7 +340,10 @@ class Proxy:
                 )
                 self.metrics.upstream_error(route.namespace, "timeout" if timed_out else "dial")
                 if loop.time() >= deadline:
-                    reply(conn, out, 504, timeout_error(route), req)
+                    detail = timeout_error(
+                        route, "no connection within", limit, settings.proxy_timeout, "--proxy-timeout"
+                    )
+                    reply(conn, out, 504, detail, req)
                 else:
                     reply(conn, out, 502, connect_error(route), req)
                 return
@@ -345,14 +352,12 @@ class Proxy:
             exchange = Exchange(self, conn, req, route, out, upstream, target)
             lifecycle = self.lifecycle
             if lifecycle is None:
-                result = await exchange.run(deadline, header_timeout, span)
+                result = await exchange.run(limit, header_timeout, span)
             else:
                 # Ours: a request in flight (a long download, a slow command) is activity until it ends.
                 lifecycle.opened(route.namespace, route.sandbox_id)
                 try:
-                    result = await exchange.run(
-                        deadline, header_timeout, span, unanswered_ok=holds < MAX_HOLDS
-                    )
+                    result = await exchange.run(limit, header_timeout, span, unanswered_ok=holds < MAX_HOLDS)
                 finally:
                     lifecycle.closed(route.namespace, route.sandbox_id)
             if result == "retry":

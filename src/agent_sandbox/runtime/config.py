@@ -64,6 +64,9 @@ class RuntimeConfig:
     max_processes: int = 64
     max_json_body_bytes: int = 1 << 20
     max_upload_bytes: int = 1 << 30
+    # A blank line in `/execute/stream` after this long without output (0 = none): idle timeouts of the
+    # router and other proxies would cut a quiet command's stream.
+    stream_keepalive: float = 30.0
     # How long a command's output is still read after it exited (sandboxd's WaitDelay): what a background
     # child it left keeps open is given up then. Not a flag (sandboxd has none); tests shorten it.
     output_drain_after_exit: float = DRAIN_AFTER_EXIT
@@ -107,6 +110,8 @@ class RuntimeConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {value}")
+        if not (math.isfinite(self.stream_keepalive) and self.stream_keepalive >= 0):
+            raise ValueError(f"--stream-keepalive must be >= 0, got {self.stream_keepalive}")
         if self.stream_chunk_size < 0:
             raise ValueError(f"--stream-chunk-size must be >= 0, got {self.stream_chunk_size}")
         if self.stream_chunk_size == 0:
@@ -174,6 +179,13 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     add("max-json-body-bytes", type=int, default=1 << 20, help="largest JSON request body")
     add("max-upload-bytes", type=int, default=1 << 30, help="largest uploaded file")
     add(
+        "stream-keepalive",
+        type=_seconds,
+        default=30.0,
+        help="a blank line in /execute/stream after this long without output, for proxies' idle timeouts "
+        "(default 30s; 0 = none)",
+    )
+    add(
         "claim-env-file",
         default=DEFAULT_CLAIM_ENV_FILE,
         help="file holding a warm claim's env (a downward API projection of the pod annotation "
@@ -232,6 +244,7 @@ def parse_args(
         max_processes=ns.max_processes,
         max_json_body_bytes=ns.max_json_body_bytes,
         max_upload_bytes=ns.max_upload_bytes,
+        stream_keepalive=ns.stream_keepalive,
         claim_env_file=ns.claim_env_file,
         claim_env_wait=ns.claim_env_wait,
     )

@@ -3,7 +3,8 @@
 Upstream endpoints keep their shapes and status codes: `GET /`, `POST /execute`, `POST /upload`,
 `GET /download/{path}`, `GET /list/{path}`, `GET /exists/{path}`. Extensions (docs/runtime.md):
 `POST /execute` also takes `env`, `cwd` and `timeout_seconds` and answers `timed_out` and `truncated`;
-`POST /execute/stream` streams output as NDJSON; `DELETE /files/{path}` deletes.
+`POST /execute/stream` streams output as NDJSON (a blank line while the command is quiet, so idle timeouts
+of the router and other proxies do not cut it); `DELETE /files/{path}` deletes.
 """
 
 from __future__ import annotations
@@ -44,6 +45,35 @@ def _legacy_error(status: int, message: str) -> dict[str, Any]:
     if status in (404, 405):  # the framework's own answers (FastAPI: {"detail": ...})
         return {"detail": message}
     return {"message": message}
+
+
+class _KeptAlive:
+    """Writes a streamed answer's lines, and a blank line whenever none was written for `every` seconds: a
+    command quiet for minutes (a build, a test suite) would otherwise meet the idle timeout of the router
+    (`--proxy-timeout`, 180 s) or of any proxy in between and die with its connection. NDJSON readers, ours
+    included, skip blank lines."""
+
+    def __init__(self, resp: web.StreamResponse, every: float) -> None:
+        self._resp = resp
+        self._every = every
+        self._loop = asyncio.get_running_loop()
+        self._last = self._loop.time()
+        self._task = asyncio.create_task(self._beat()) if every > 0 else None
+
+    async def write(self, line: bytes) -> None:
+        self._last = self._loop.time()
+        await self._resp.write(line)
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(self._last + self._every - self._loop.time())
+            if self._loop.time() - self._last >= self._every:
+                await self.write(b"\n")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
 
 
 class _Invalid(Exception):
@@ -240,18 +270,20 @@ class _Legacy:
         await resp.prepare(request)
         chunks = _StreamChunks(req.output_encoding)
         timed_out = False
+        out = _KeptAlive(resp, self.state.config.stream_keepalive)
         try:
-            await resp.write(_line({"type": "start", "pid": proc.pid}))
+            await out.write(_line({"type": "start", "pid": proc.pid}))
             try:
                 async with asyncio.timeout(req.timeout):
                     async for event in proc.events():
                         if (line := chunks.line(event.stream, event.data)) is not None:
-                            await resp.write(line)
+                            await out.write(line)
                     code = await proc.wait()
             except TimeoutError:
                 timed_out = True
                 proc.kill_group()
                 code = await proc.wait()
+            await out.stop()
             for tail in chunks.tails():
                 await resp.write(tail)
             await resp.write(_line({"type": "exit", "exit_code": code, "timed_out": timed_out}))
@@ -260,6 +292,7 @@ class _Legacy:
             proc.kill_group()  # client went away or the server is stopping
             raise
         finally:
+            await out.stop()
             await proc.close()
         return resp
 

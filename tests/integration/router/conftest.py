@@ -114,12 +114,13 @@ def backend_app(backend: Backend) -> web.Application:
 
     async def drip(request: web.Request) -> web.StreamResponse:
         count = int(request.match_info["k"])
+        every = float(request.query.get("every", "0.3"))
         resp = web.StreamResponse()
         resp.enable_chunked_encoding()
         await resp.prepare(request)
         for i in range(count):
             await resp.write(f"line {i}\n".encode())
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(every)
         await resp.write_eof()
         return resp
 

@@ -332,7 +332,10 @@ async def test_timeouts_are_504(start_router: Callable[..., Awaitable[Router]], 
     router = await start_router("--response-header-timeout=500ms")
     resp = await raw_request(router.http_port or 0, request_bytes("GET", "/sleep/3", backend.headers()))
     assert resp.status == 504
-    assert json.loads(resp.body) == {"detail": "Timed out waiting for the backend sandbox: sb"}
+    assert json.loads(resp.body) == {
+        "detail": "Timed out waiting for the backend sandbox: sb (no response within 0.5 s: the router's "
+        "--response-header-timeout; a client may ask for up to 180 s with X-Sandbox-Timeout)"
+    }
     # X-Sandbox-Timeout: the client's own bound (capped by --proxy-timeout) also covers the headers wait.
     ok = await raw_request(
         router.http_port or 0, request_bytes("GET", "/sleep/1", backend.headers(**{"X-Sandbox-Timeout": "5"}))
@@ -356,6 +359,57 @@ async def test_proxy_timeout_caps_sandbox_timeout(
     )
     assert resp.status == 504
     assert time.monotonic() - start < 2
+    # Which limit cut it: a command still running must not read like a sandbox that is gone.
+    assert json.loads(resp.body)["detail"] == (
+        "Timed out waiting for the backend sandbox: sb "
+        "(no response within 0.4 s: X-Sandbox-Timeout 60 s, capped by the router's --proxy-timeout)"
+    )
+
+
+async def test_a_stream_that_keeps_moving_outlives_the_proxy_timeout(
+    start_router: Callable[..., Awaitable[Router]], backend: Backend
+) -> None:
+    """The proxy timeout bounds a stretch with nothing relayed, not the whole exchange (the legacy router's
+    per-read timeout): a command's output stream, a long download or a slow upload that keeps moving is not
+    cut mid-way - until December 5 it was, at 180 s, and the streamed command died with its connection."""
+    router = await start_router("--proxy-timeout=1s")
+    start = time.monotonic()
+    resp = await raw_request(router.http_port or 0, request_bytes("GET", "/drip/8", backend.headers()))
+    assert resp.status == 200
+    assert resp.body == b"".join(f"line {i}\n".encode() for i in range(8))
+    assert time.monotonic() - start > 2  # 8 lines 0.3 s apart: longer than the 1 s limit
+    # An upload sent in pieces for longer than the limit (the request body keeps moving).
+    reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port or 0)
+    try:
+        head = request_bytes("POST", "/upload", {**backend.headers(), "Transfer-Encoding": "chunked"})
+        writer.write(head)
+        for _ in range(8):
+            writer.write(b"4\r\nabcd\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.3)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        async with asyncio.timeout(10):
+            answer = await reader.read(65536)
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+        assert b'"received": 32' in answer
+    finally:
+        writer.close()
+
+
+async def test_a_stalled_stream_is_cut_after_the_proxy_timeout(
+    start_router: Callable[..., Awaitable[Router]], backend: Backend
+) -> None:
+    router = await start_router("--proxy-timeout=1s")
+    start = time.monotonic()
+    resp = await raw_request(
+        router.http_port or 0, request_bytes("GET", "/drip/3?every=5", backend.headers()), within=8
+    )
+    elapsed = time.monotonic() - start
+    assert resp.status == 200  # the head was relayed; the cut can only be a close mid-body
+    assert resp.body == b"line 0\n"
+    assert resp.closed
+    assert 0.9 < elapsed < 4, elapsed
 
 
 async def test_upgrade_over_plain_http_is_refused(

@@ -169,12 +169,21 @@ async def _async_body(upload: Upload) -> AsyncIterator[bytes]:
         yield chunk
 
 
-def _transport_error(request: HttpRequest, err: httpx2.TransportError) -> SandboxRequestError:
-    """httpx2 transport failures -> the SDK's tree; `request_sent` says whether a retry could repeat it."""
+def _transport_error(
+    request: HttpRequest, err: httpx2.TransportError, *, mid_body: bool = False
+) -> SandboxRequestError:
+    """httpx2 transport failures -> the SDK's tree; `request_sent` says whether a retry could repeat it.
+    `mid_body`: the response head had arrived (a streamed body cut off)."""
     where = f"{request.method} {request.url}"
     if isinstance(err, httpx2.TimeoutException):
         sent = not isinstance(err, httpx2.ConnectTimeout | httpx2.PoolTimeout)
         out: SandboxRequestError = SandboxRequestTimeoutError(f"{where}: timed out ({type(err).__name__})")
+    elif mid_body:
+        sent = True
+        out = SandboxConnectionError(
+            f"{where}: the response was cut off ({type(err).__name__}: {err}) - the sandbox went away, or a "
+            "router or proxy in between closed it (a router's --proxy-timeout is the longest silence it allows)"
+        )
     else:
         sent = not isinstance(err, httpx2.ConnectError)
         out = SandboxConnectionError(f"{where}: no response ({type(err).__name__}: {err})")
@@ -436,7 +445,9 @@ class SyncDriver(_DriverBase):
                     break
             return lines.lines.popleft() if lines.lines else None
         except httpx2.TransportError as err:
-            raise _transport_error(HttpRequest(step.handle.method, step.handle.url), err) from err
+            raise _transport_error(
+                HttpRequest(step.handle.method, step.handle.url), err, mid_body=True
+            ) from err
 
     @staticmethod
     def _release(handle: Any) -> None:
@@ -615,7 +626,9 @@ class AsyncDriver(_DriverBase):
                     break
             return lines.lines.popleft() if lines.lines else None
         except httpx2.TransportError as err:
-            raise _transport_error(HttpRequest(step.handle.method, step.handle.url), err) from err
+            raise _transport_error(
+                HttpRequest(step.handle.method, step.handle.url), err, mid_body=True
+            ) from err
 
     @staticmethod
     async def _release(handle: Any) -> None:

@@ -418,3 +418,57 @@ def test_a_mode_on_the_legacy_runtime_is_set_by_a_chmod_after_the_upload() -> No
         SandboxError, match=r"run\.sh: written, but setting its mode 0700 failed: chmod: not permitted"
     ):
         sandbox.files.write("run.sh", "x", mode=0o700)
+
+
+class _CutStream(httpx2.SyncByteStream, httpx2.AsyncByteStream):
+    """A streamed answer that stops mid-way, as when a router's idle limit or a dying pod closes it."""
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        yield b'{"type": "start", "pid": 7}\n{"type": "stdout", "data": "half"}\n'
+        raise httpx2.RemoteProtocolError("peer closed connection without sending complete message body")
+
+    async def __aiter__(self):  # type: ignore[no-untyped-def]
+        for chunk in self.__iter__():
+            yield chunk
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_stream_cut_off_mid_way_says_so_not_no_response(mode: str) -> None:
+    """Until December 5 it read `no response (RemoteProtocolError ...)` after output had already arrived."""
+    fake = FakeCluster()
+    handle = fake.handle
+
+    def cut(request: httpx2.Request) -> httpx2.Response:
+        if request.url.path == "/execute/stream":
+            fake.requests.append(request)
+            return httpx2.Response(200, headers={"content-type": "application/x-ndjson"}, stream=_CutStream())
+        return handle(request)
+
+    fake.handle = cut  # type: ignore[method-assign]
+    seen: list[Any] = []
+
+    def consume(sb: Any) -> None:
+        for event in sb.commands.stream("sleep 300"):
+            seen.append(event)
+
+    async def consume_async(sb: Any) -> None:
+        async for event in sb.commands.stream("sleep 300"):
+            seen.append(event)
+
+    def run() -> None:
+        if mode == "sync":
+            consume(sync_client(fake).create_sandbox("pool"))
+        else:
+            run_async(fake, lambda c: _then(c.create_sandbox("pool"), consume_async))
+
+    with pytest.raises(SandboxError) as info:
+        run()
+    assert [e.data for e in seen if e.type == "stdout"] == [b"half"]
+    message = str(info.value)
+    assert "no response" not in message
+    assert "the response was cut off (RemoteProtocolError" in message
+    assert "--proxy-timeout" in message
+
+
+async def _then(created: Any, body: Callable[[Any], Any]) -> Any:
+    return await body(await created)
