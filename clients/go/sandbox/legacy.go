@@ -169,8 +169,11 @@ func (n *ndjsonProcess) next() (streamLine, error) {
 	for {
 		chunk, isPrefix, err := n.lines.ReadLine()
 		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return streamLine{}, fmt.Errorf("execute/stream: %w", io.ErrUnexpectedEOF)
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				// Output may have arrived already: this is a cut, not a missing answer.
+				return streamLine{}, fmt.Errorf("execute/stream: the stream ended before the command's exit "+
+					"(%w): the sandbox went away, or a router or proxy in between closed it (a router's "+
+					"--proxy-timeout is the longest silence it allows)", io.ErrUnexpectedEOF)
 			}
 			return streamLine{}, fmt.Errorf("execute/stream: %w", err)
 		}

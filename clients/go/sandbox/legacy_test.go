@@ -348,3 +348,35 @@ func TestLegacyWriteWithFileModeRunsChmodAfterTheUpload(t *testing.T) {
 		}
 	}
 }
+
+// A stream cut before the exit event (a router's idle limit, a pod going away) says so after the output it
+// carried; the runtime's keep-alive blank lines in between are skipped.
+func TestLegacyStreamCutBeforeExitSaysSo(t *testing.T) {
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/execute/stream" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		_, _ = io.WriteString(w, "{\"type\":\"start\",\"pid\":1}\n\n{\"type\":\"stdout\",\"data\":\"half\"}\n\n")
+		w.(http.Flusher).Flush()
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			_ = conn.Close() // mid-body: no terminating chunk
+		}
+	})
+	s := openTestSandbox(t, Options{}, srv.URL, true, nil)
+	p, err := s.Start(context.Background(), "prog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := p.Recv()
+	if err != nil || ev.Type != EventStdout || string(ev.Data) != "half" {
+		t.Fatalf("first event = %+v, %v", ev, err)
+	}
+	_, err = p.Recv()
+	if !errors.Is(err, io.ErrUnexpectedEOF) || !strings.Contains(err.Error(), "ended before the command's exit") ||
+		!strings.Contains(err.Error(), "--proxy-timeout") {
+		t.Fatalf("Recv after the cut = %v", err)
+	}
+}
