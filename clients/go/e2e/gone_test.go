@@ -5,6 +5,7 @@ package e2e
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,5 +56,46 @@ func TestAFileCallToADeletedSandboxSaysSo(t *testing.T) {
 	}
 	if errors.Is(err, sandbox.ErrRetriesExhausted) {
 		t.Errorf("the attempts were spent first: %v", err)
+	}
+}
+
+// Suspended behind its handle's back (the CLI, the idle-timeout controller) with a router that does not
+// resume: a file call ends at the first re-read of the Sandbox with ErrNotReady, wrapping the router's 502,
+// and says to resume it - not after six attempts.
+func TestAFileCallToASuspendedSandboxSaysSo(t *testing.T) {
+	t.Parallel()
+	ctx := ctxFor(t, 2*time.Minute)
+	opts := baseOptions()
+	opts.APIURL = cluster.RouterURL
+	sb := open(t, opts)
+	if err := sb.Write(ctx, "kept.txt", []byte("x")); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	name := sb.SandboxName()
+	oldPod := sb.PodName()
+	setOperatingMode(t, ctx, name, "Suspended")
+	for {
+		_, err := k8s.Dynamic.Resource(podsGVR).Namespace(cluster.Namespace).Get(ctx, oldPod, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pod %s not deleted: %v", oldPod, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	_, err := sb.Read(ctx, "kept.txt")
+	var httpErr *sandbox.HTTPError
+	if !errors.Is(err, sandbox.ErrNotReady) || !errors.As(err, &httpErr) || httpErr.StatusCode != http.StatusBadGateway {
+		t.Fatalf("read from a suspended sandbox: %v; want ErrNotReady with the router's 502", err)
+	}
+	if errors.Is(err, sandbox.ErrRetriesExhausted) || !strings.Contains(err.Error(), "is suspended") {
+		t.Errorf("want the suspension named, without the attempts spent first: %v", err)
+	}
+	// Resumed (the pool's pods keep no volume, so the file itself is gone): the handle reaches the new pod.
+	setOperatingMode(t, ctx, name, "Running")
+	if _, err := sb.Exists(ctx, "kept.txt"); err != nil {
+		t.Errorf("a call after the resume: %v", err)
 	}
 }

@@ -74,12 +74,12 @@ func (ep *endpoint) currentPodIP() string {
 }
 
 // podIPForAttempt is the pod IP to send now, read again from the Sandbox first when it went stale. The
-// error is the lookup's when it found the Sandbox gone (ErrSandboxDeleted); other lookup failures are not
-// the call's (the cached IP is sent).
+// error is the lookup's when it found the Sandbox gone (ErrSandboxDeleted) or suspended (ErrNotReady): no
+// attempt can reach it then. Other lookup failures are not the call's (the cached IP is sent).
 func (ep *endpoint) podIPForAttempt(ctx context.Context) (string, error) {
 	if ep.podIPStale.Load() && ep.lookupPodIP != nil {
 		ip, err := ep.lookupPodIP(ctx)
-		if errors.Is(err, ErrSandboxDeleted) {
+		if errors.Is(err, ErrSandboxDeleted) || errors.Is(err, ErrNotReady) {
 			return "", err
 		}
 		if err == nil {
@@ -252,8 +252,8 @@ func (c *httpCaller) do(ctx context.Context, ep *endpoint, r wireRequest) (*http
 		if !immediate { // the resend after a refused pod IP goes without one
 			var gone error
 			if podIP, gone = ep.podIPForAttempt(ctx); gone != nil {
-				// Ours: the router's 502 for a Sandbox that no longer exists cannot turn into an answer (the
-				// remaining attempts took 15 s of backoff and more).
+				// Ours: the router's 502 for a Sandbox that no longer exists, or is suspended, cannot turn into
+				// an answer (the remaining attempts took 15 s of backoff and more).
 				if last == nil {
 					return nil, fmt.Errorf("%s: %w", r.describe(), gone)
 				}

@@ -428,3 +428,28 @@ func TestOtherForbiddenKeepsThePodIP(t *testing.T) {
 		t.Errorf("calls = %d, pod IP = %q, lookups %d; want 1, kept, 0", calls.Load(), s.conn.ep.currentPodIP(), lookups.Load())
 	}
 }
+
+// Suspended behind the handle's back (the CLI, another process, the idle-timeout controller) and a router
+// that does not resume: as with a deleted one, the call ends at the first re-read, with ErrNotReady and the 502.
+func TestAReadFromASuspendedSandboxStopsAtTheFirstLookup(t *testing.T) {
+	sent, srv := movedPodServer(t, http.StatusBadGateway)
+	s := openTestSandbox(t, Options{}, srv.URL, true, nil)
+	waits := recordedSleeps(s)
+	var lookups atomic.Int32
+	s.conn.ep.lookupPodIP = func(context.Context) (string, error) {
+		lookups.Add(1)
+		return "", fmt.Errorf("Sandbox sbx-1 is suspended: %w", ErrNotReady)
+	}
+	_, err := s.Exists(context.Background(), "a.txt")
+	var httpErr *HTTPError
+	if !errors.Is(err, ErrNotReady) || !errors.As(err, &httpErr) || httpErr.StatusCode != http.StatusBadGateway {
+		t.Fatalf("err = %v, want ErrNotReady with the 502", err)
+	}
+	var waited time.Duration
+	for _, w := range *waits {
+		waited += w
+	}
+	if len(*sent) != 1 || lookups.Load() != 1 || waited != 0 {
+		t.Errorf("attempts %q, lookups %d, waits %v; want 1, 1, none", *sent, lookups.Load(), *waits)
+	}
+}

@@ -317,7 +317,13 @@ func (s *Sandbox) readPodIP(ctx context.Context, sandboxName string) (string, er
 	case err != nil:
 		return "", err
 	default:
-		ip = readSandboxInfo(obj).podIP
+		info := readSandboxInfo(obj)
+		if info.mode == "Suspended" {
+			return "", fmt.Errorf("Sandbox %s/%s is suspended (spec.operatingMode: Suspended): call Resume, "+
+				"or run the router with --sandbox-lifecycle to resume it on request: %w",
+				s.opts.Namespace, sandboxName, ErrNotReady)
+		}
+		ip = info.podIP
 	}
 	s.mu.Lock()
 	if s.sandboxName == sandboxName {

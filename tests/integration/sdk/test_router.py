@@ -274,11 +274,15 @@ def test_a_sandbox_the_router_cannot_reach_is_explained(
         assert sandbox.commands is not None
         sandbox.suspend(timeout=60)
         with pytest.raises(
-            SandboxRequestError, match=r"is suspended \(spec.operatingMode: Suspended\): resume\(\)"
+            SandboxRequestError,
+            match=r"is suspended \(spec.operatingMode: Suspended\): resume it \(the handle's",
         ):
             sandbox.commands.run("echo x")
         with pytest.raises(SandboxRequestError, match="is suspended"):
             list(sandbox.commands.stream("echo x"))
+        assert sandbox.files is not None
+        with pytest.raises(SandboxRequestError, match="is suspended"):
+            sandbox.files.read("anything")  # a GET: no retries once the Sandbox says suspended
         sandbox.resume(timeout=60)
         assert sandbox.commands.run("echo back").stdout == "back\n"
         # Gone: its claim deleted behind this handle's back (another process, an expiry).

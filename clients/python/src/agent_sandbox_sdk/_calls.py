@@ -179,8 +179,8 @@ def _explained(conn: Connection, err: SandboxRequestError, view: SandboxView | N
         why = f"the {where} no longer exists (deleted, or its claim expired)"
     elif view.operating_mode == "Suspended":
         why = (
-            f"the {where} is suspended (spec.operatingMode: Suspended): resume() it, or run the router with "
-            "--sandbox-lifecycle to resume it on request"
+            f"the {where} is suspended (spec.operatingMode: Suspended): resume it (the handle's resume(), "
+            "`agent-sandbox resume`), or run the router with --sandbox-lifecycle to resume it on request"
         )
     else:
         return err
@@ -237,7 +237,9 @@ def call(
     start = upload.source.tell() if upload is not None and replayable else 0
     attempt = 0
     refreshed = False
-    gone = False
+    # After the first "unreachable" answer the Sandbox is read once: deleted or suspended, no retry can help.
+    settled = False
+    view: SandboxView | None = None
     while True:
         target: Target = yield from conn.resolve()
         if upload is not None and (attempt or refreshed) and replayable:
@@ -281,8 +283,8 @@ def call(
             ):
                 if attempt == 0 and resp.status_code in UNREACHABLE:
                     found, view = yield from _read_sandbox(conn)
-                    gone = found and view is None
-                if not gone:
+                    settled = found and (view is None or view.operating_mode == "Suspended")
+                if not settled:
                     yield Sleep(BACKOFF_BASE * 2**attempt)
                     attempt += 1
                     continue
@@ -291,8 +293,8 @@ def call(
         except SandboxRequestError as err:
             if resp.status_code not in UNREACHABLE:
                 raise
-            if gone:
-                raise _explained(conn, err, None) from None
+            if settled:
+                raise _explained(conn, err, view) from None
             raise (yield from explain_unreachable(conn, err)) from None
 
 

@@ -234,6 +234,21 @@ def test_a_read_from_a_sandbox_that_no_longer_exists_is_not_retried() -> None:
     assert len(fake.find(lambda r: r.url.path.startswith("/download/"))) == 1
 
 
+def test_a_read_from_a_suspended_sandbox_is_not_retried() -> None:
+    """Suspended behind the handle's back (the CLI, the idle-timeout controller) and a router that does not
+    resume: retries cannot help either. `agent-sandbox cp` from one took 26 s to fail, `exec` 2 s."""
+    fake = FakeCluster()
+    sandbox = sync_client(fake).create_sandbox("python-pool")
+    assert sandbox.files is not None
+    for obj in fake.sandboxes.values():
+        obj.setdefault("spec", {})["operatingMode"] = "Suspended"
+    fake.faults["/download/"] = [502] * 6
+    with pytest.raises(SandboxRequestError, match=r"is suspended .*agent-sandbox resume") as info:
+        sandbox.files.read("a.txt")
+    assert info.value.status_code == 502
+    assert len(fake.find(lambda r: r.url.path.startswith("/download/"))) == 1
+
+
 def test_files_wire_shapes() -> None:
     fake = FakeCluster()
     sandbox = sync_client(fake).create_sandbox("python-pool")
