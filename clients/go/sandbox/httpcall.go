@@ -34,7 +34,7 @@ const (
 	defaultFileAttempts = 6
 	defaultRunAttempts  = 1
 	maxRunResponse      = 16 << 20 // legacy /execute JSON
-	maxListResponse     = 8 << 20  // listings and exists answers
+	maxListResponse     = 32 << 20 // listings and exists answers (~380,000 legacy entries; 8 MiB refused 100,000)
 	backoffFirst        = 500 * time.Millisecond
 	backoffCap          = 8 * time.Second
 	backoffJitter       = 0.25

@@ -380,3 +380,25 @@ func TestLegacyStreamCutBeforeExitSaysSo(t *testing.T) {
 		t.Fatalf("Recv after the cut = %v", err)
 	}
 }
+
+// A directory listing past the SDK's limit says what to do instead; one of 100,000 entries (~9 MB, refused by
+// the 8 MiB limit until December 5) is read.
+func TestLegacyListLimit(t *testing.T) {
+	entry := `{"name":"f000000.txt","size":0,"type":"file","mod_time":1764970000.123456},`
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		n := 100000
+		if r.URL.Path == "/list/huge" {
+			n = (maxListResponse / len(entry)) + 10
+		}
+		_, _ = io.WriteString(w, "["+strings.Repeat(entry, n-1)+strings.TrimSuffix(entry, ",")+"]")
+	})
+	s := openTestSandbox(t, Options{}, srv.URL, true, nil)
+	got, err := s.List(context.Background(), "many")
+	if err != nil || len(got) != 100000 {
+		t.Fatalf("List(many) = %d entries, %v", len(got), err)
+	}
+	_, err = s.List(context.Background(), "huge")
+	if !errors.Is(err, ErrResponseTooLarge) || !strings.Contains(err.Error(), "`ls DIR | wc -l`") {
+		t.Fatalf("List(huge) = %v", err)
+	}
+}

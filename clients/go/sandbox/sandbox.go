@@ -599,6 +599,11 @@ func (s *Sandbox) ReadTo(ctx context.Context, path string, w io.Writer, opts ...
 func (s *Sandbox) List(ctx context.Context, path string, opts ...CallOption) (out []FileEntry, err error) {
 	err = s.op(ctx, "list", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) (err error) {
 		out, err = s.files().list(ctx, c.ep, path, o)
+		if errors.Is(err, ErrResponseTooLarge) {
+			err = fmt.Errorf("%w - the listing of %q is over this SDK's %d MiB limit for one directory: list its "+
+				"subdirectories, or run a command in the sandbox (`ls DIR | wc -l`, `find DIR -maxdepth 1 | head`)",
+				err, path, maxListResponse>>20)
+		}
 		return err
 	})
 	return out, err

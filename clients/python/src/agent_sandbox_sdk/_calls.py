@@ -39,8 +39,10 @@ __all__ = [
 MAX_RETRIES = 5
 #: Largest `/execute` answer read (a runtime keeps 1 MiB of each stream by default); as the Go SDK.
 MAX_RUN_RESPONSE = 16 << 20
-#: Largest directory listing or `/exists` answer read; as the Go SDK.
-MAX_LIST_RESPONSE = 8 << 20
+#: Largest directory listing or `/exists` answer read; as the Go SDK. ~380,000 entries of the legacy runtime
+#: (~90 bytes each; upstream's SDK has no limit, and 8 MiB refused a 100,000-file directory); parsed, ~0.5 GB
+#: at most - the bound on what a hostile sandbox can make a client allocate.
+MAX_LIST_RESPONSE = 32 << 20
 #: Seconds before the first retry; doubles per attempt.
 BACKOFF_BASE = 0.5
 RETRY_STATUS = frozenset({500, 502, 503, 504})

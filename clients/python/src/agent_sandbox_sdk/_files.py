@@ -267,9 +267,24 @@ def _entries(conn: Connection, body: Any) -> list[FileEntry]:
 def list_dir(conn: Connection, path: str, *, timeout: float) -> Flow[list[FileEntry]]:
     """Direct children of the directory `path` (`""` or `"."` = the root). Span `list`."""
     yield Trace("list", {"sandbox.file.path": path})
-    resp = yield from call(
-        conn, "GET", _files_path(conn, path, "list"), timeout=timeout, max_response_bytes=MAX_LIST_RESPONSE
-    )
+    try:
+        resp = yield from call(
+            conn,
+            "GET",
+            _files_path(conn, path, "list"),
+            timeout=timeout,
+            max_response_bytes=MAX_LIST_RESPONSE,
+        )
+    except SandboxRequestError as err:
+        if not getattr(err.response, "over_limit", False):
+            raise
+        raise SandboxRequestError(
+            f"{err} - the listing of {path!r} is over this SDK's {MAX_LIST_RESPONSE >> 20} MiB limit for one "
+            "directory: list its subdirectories, or run a command in the sandbox (`ls DIR | wc -l`, "
+            "`find DIR -maxdepth 1 | head`)",
+            err.status_code,
+            err.response,
+        ) from None
     if _sandboxd_sent(conn, resp.headers, "application/octet-stream"):
         raise SandboxError(f"{path}: is a file, not a directory")
     with malformed_answer(f"directory listing of {path!r}", resp):

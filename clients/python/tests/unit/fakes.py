@@ -160,6 +160,15 @@ class FakeCluster:
             if key not in self.files:
                 return httpx2.Response(404, json={"message": "File not found"})
             return httpx2.Response(200, content=self.files[key])
+        if request.method == "GET" and path.startswith("/list/"):
+            prefix = unquote(path[len("/list/") :]).strip("/") + "/"
+            names = [
+                k[len(prefix) :] for k in self.files if k.startswith(prefix) and "/" not in k[len(prefix) :]
+            ]
+            entries = [
+                {"name": n, "size": len(self.files[prefix + n]), "type": "file", "mod_time": 0} for n in names
+            ]
+            return httpx2.Response(200, json=entries)
         if request.method == "GET" and path.startswith("/exists/"):
             return httpx2.Response(200, json={"exists": unquote(path[len("/exists/") :]) in self.files})
         return httpx2.Response(404, json={"detail": "Not Found"})

@@ -249,6 +249,25 @@ def test_a_read_from_a_suspended_sandbox_is_not_retried() -> None:
     assert len(fake.find(lambda r: r.url.path.startswith("/download/"))) == 1
 
 
+def test_a_listing_over_the_limit_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A directory of 100,000 files (~9 MB of listing) was refused by an 8 MiB limit with only "the answer is
+    larger than 8388608 bytes"; the limit is 32 MiB now, and the error says what to do instead."""
+    from agent_sandbox_sdk import _calls, _files
+
+    assert _calls.MAX_LIST_RESPONSE == _files.MAX_LIST_RESPONSE == 32 << 20
+    fake = FakeCluster()
+    sandbox = sync_client(fake).create_sandbox("python-pool")
+    assert sandbox.files is not None
+    for i in range(50):
+        sandbox.files.write(f"many/f{i:03d}.txt", b"")
+    assert len(sandbox.files.list("many")) == 50
+    monkeypatch.setattr(_files, "MAX_LIST_RESPONSE", 1 << 10)
+    with pytest.raises(
+        SandboxRequestError, match=r"listing of 'many' is over this SDK's .*\(`ls DIR \| wc -l`"
+    ):
+        sandbox.files.list("many")
+
+
 def test_files_wire_shapes() -> None:
     fake = FakeCluster()
     sandbox = sync_client(fake).create_sandbox("python-pool")
