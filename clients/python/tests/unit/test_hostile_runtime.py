@@ -195,10 +195,11 @@ def test_lines_split_anywhere() -> None:
 
 @pytest.mark.parametrize("operation", ["run", "list", "exists"])
 def test_an_oversized_answer_is_refused(handle: Any, operation: str) -> None:
-    """A runtime answering 17 MiB where a command result or a listing is expected: the client stops reading
-    at the limit (16 MiB for /execute, 8 MiB for listings, as the Go SDK) instead of holding it all."""
+    """A runtime answering past the limit where a command result or a listing is expected: the client stops
+    reading there (16 MiB for /execute, 32 MiB for listings, as the Go SDK) instead of holding it all."""
     fake, sandbox = handle
-    fake.answer = (200, b'{"stdout": "' + b"x" * (17 << 20) + b'"}')
+    size = (17 << 20) if operation == "run" else (33 << 20)
+    fake.answer = (200, b'{"stdout": "' + b"x" * size + b'"}')
     calls = {
         "run": lambda: sandbox.commands.run("true"),
         "list": lambda: sandbox.files.list("."),
