@@ -16,6 +16,7 @@ from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http_exceptions import BadHttpMethod, HttpProcessingError, LineTooLong
 from aiohttp.typedefs import Middleware
 
+from . import byteranges
 from .paths import InvalidPath
 from .processes import ShuttingDown
 
@@ -69,10 +70,14 @@ async def send_open_file(
     request: web.Request, fd: int, headers: dict[str, str] | None = None
 ) -> web.StreamResponse:
     """Stream the open regular file `fd` (closed afterwards) as application/octet-stream."""
+    all_headers = {"Content-Type": "application/octet-stream", **(headers or {})}
     try:
-        resp = _OpenFileResponse(
-            f"/proc/self/fd/{fd}", headers={"Content-Type": "application/octet-stream", **(headers or {})}
-        )
+        plan = byteranges.multi_range_plan(request, os.fstat(fd).st_size)
+        if isinstance(plan, list):
+            return await byteranges.send_ranges(request, fd, plan, all_headers)
+        if plan is not None:
+            request = plan
+        resp = _OpenFileResponse(f"/proc/self/fd/{fd}", headers=all_headers)
         await resp.prepare(request)
         return resp
     finally:

@@ -199,3 +199,57 @@ async def test_a_name_that_is_not_utf8_does_not_hide_the_directory(
         body = await resp.json()
     entries = body["entries"] if protocol == "rest" else body
     assert sorted(e["name"] for e in entries) == ["bad\ufffdname", "ok.txt"]
+
+
+def _parts(content_type: str, body: bytes) -> list[tuple[str, bytes]]:
+    """A multipart/byteranges body read by the standard library's MIME parser: (Content-Range, bytes)."""
+    from email import message_from_bytes
+
+    message = message_from_bytes(b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + body)
+    assert message.is_multipart()
+    parts = []
+    for part in message.get_payload():
+        assert part.get_content_type() == "application/octet-stream"
+        parts.append((part["Content-Range"], part.get_payload(decode=True)))
+    return parts
+
+
+@pytest.mark.parametrize("protocol", ["rest", "legacy"])
+async def test_several_ranges_are_one_multipart_answer(
+    runtime: RuntimeServer, http: aiohttp.ClientSession, protocol: str
+) -> None:
+    """As sandboxd's Go server (http.ServeContent). aiohttp's FileResponse answered 416 to any request with two
+    ranges - wrong (RFC 9110: 416 says no range overlaps the file) - until December 5."""
+    data = os.urandom(1000)
+    Path(runtime.root, "r.bin").write_bytes(data)
+    target = files_url(runtime, "r.bin") if protocol == "rest" else url(runtime, "legacy", "/download/r.bin")
+
+    async def get(range_header: str, **extra: str) -> tuple[int, aiohttp.typedefs.LooseHeaders, bytes]:
+        async with http.get(target, headers={"Range": range_header, **extra}) as resp:
+            return resp.status, resp.headers, await resp.read()
+
+    status, headers, body = await get("bytes=0-9, 500-509,-5")
+    assert status == 206
+    assert int(headers["Content-Length"]) == len(body)
+    assert _parts(headers["Content-Type"], body) == [
+        ("bytes 0-9/1000", data[:10]),
+        ("bytes 500-509/1000", data[500:510]),
+        ("bytes 995-999/1000", data[995:]),
+    ]
+    if protocol == "legacy":
+        assert headers["Content-Disposition"].startswith("attachment")
+    # Only one of them overlaps the file: that one, as a plain 206 (Go drops the others too).
+    status, headers, body = await get("bytes=0-9,5000-6000")
+    assert (status, headers["Content-Range"], body) == (206, "bytes 0-9/1000", data[:10])
+    # More than the file in all (Go's guard against piles of overlapping ranges): the whole file.
+    assert (await get("bytes=0-999,0-999"))[::2] == (200, data)
+    # None overlaps, or a malformed one: 416, as before.
+    assert (await get("bytes=5000-,6000-"))[0] == 416
+    assert (await get("bytes=0-9,x"))[0] == 416
+    # Preconditions keep their meaning: a matching If-None-Match is still a 304.
+    etag = headers["ETag"]
+    assert (await get("bytes=0-9,20-29", **{"If-None-Match": etag}))[0] == 304
+    async with http.head(target, headers={"Range": "bytes=0-9,20-29"}) as resp:
+        assert resp.status == 206
+        assert resp.headers["Content-Type"].startswith("multipart/byteranges; boundary=")
+        assert await resp.read() == b""
