@@ -232,7 +232,9 @@ def _exec(args: argparse.Namespace) -> int:
     if args.output != "table":
         result = sandbox.commands.run(
             command,
-            timeout=(args.timeout or 60) + 10,
+            # Without --timeout the runtime's own limit ends the command (300 s by default), as kubectl exec
+            # waits for as long as it runs; until December 5 the answer was given up after 70 s.
+            timeout=args.timeout + 10 if args.timeout else _WAIT_FOR_THE_RUNTIME,
             command_timeout=args.timeout,
             env=env or None,
             cwd=args.cwd,
@@ -241,6 +243,11 @@ def _exec(args: argparse.Namespace) -> int:
         return _exit_code(result)
     stream = sandbox.commands.stream(command, timeout=args.timeout, env=env or None, cwd=args.cwd)
     return _exit_of(relay_output(stream), args.timeout)
+
+
+#: How long `exec -o json` waits for a command's answer without --timeout: the runtime's own limit ends it first
+#: (its largest is a day); a router bounds it by its --proxy-timeout, and says so.
+_WAIT_FOR_THE_RUNTIME = 24 * 3600.0
 
 
 def _exit_of(exit_event: CommandEvent | None, timeout: float | None) -> int:
@@ -490,7 +497,11 @@ def add_sandbox_commands(sub: Any) -> None:
     exe = add("exec", _exec, "run a command in a sandbox, streaming its output; exits with its exit code")
     exe.add_argument("claim", type=claim_arg)
     exe.add_argument("argv", nargs=argparse.REMAINDER, metavar="[OPTIONS] -- COMMAND [ARGS...]")
-    exe.add_argument("--timeout", type=_seconds, help="kill the command after this many seconds (exit 124)")
+    exe.add_argument(
+        "--timeout",
+        type=_seconds,
+        help="kill the command after this many seconds (exit 124); default: the runtime's limit (300 s)",
+    )
     exe.add_argument("--env", action="append", metavar="KEY=VALUE", help="environment variable (repeatable)")
     exe.add_argument("--cwd", help="working directory, relative to the sandbox root")
     exe.add_argument(

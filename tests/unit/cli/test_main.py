@@ -108,3 +108,35 @@ def test_dev_status_takes_a_name_like_the_other_dev_commands(
     assert capsys.readouterr().out == "no dev clusters\n"
     assert main(["dev", "status", "--name", "nosuch"]) == 1
     assert "no dev cluster named 'nosuch'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "read_timeout", "command_timeout"), [([], 86400.0, None), (["--timeout", "5"], 15.0, 5.0)]
+)
+def test_exec_json_waits_for_the_command_as_long_as_the_runtime_lets_it_run(
+    flags: list[str],
+    read_timeout: float,
+    command_timeout: float | None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`exec -o json` without --timeout gave up on the answer after 70 s (a `sleep 75` failed), although the
+    runtime lets a command run 300 s and `exec` without -o waits as long as it runs."""
+    from types import SimpleNamespace
+
+    from agent_sandbox.cli import sandboxes
+    from agent_sandbox.cli.main import main
+    from agent_sandbox_sdk.models import ExecutionResult
+
+    calls: list[dict[str, object]] = []
+
+    def run(command: str, **kw: object) -> ExecutionResult:
+        calls.append({"command": command, **kw})
+        return ExecutionResult(stdout="done\n", exit_code=0)
+
+    monkeypatch.setattr(sandboxes, "make_client", lambda *a, **k: None)
+    monkeypatch.setattr(sandboxes, "_handle", lambda *a: SimpleNamespace(commands=SimpleNamespace(run=run)))
+    assert main(["exec", "c", "-o", "json", *flags, "--", "sleep", "75"]) == 0
+    assert calls[0]["timeout"] == read_timeout
+    assert calls[0]["command_timeout"] == command_timeout
+    assert '"stdout": "done\\n"' in capsys.readouterr().out
