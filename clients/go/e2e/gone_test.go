@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -22,12 +23,7 @@ import (
 func TestAFileCallToADeletedSandboxSaysSo(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 2*time.Minute)
-	opts := baseOptions()
-	opts.APIURL = cluster.RouterURL
-	sb := open(t, opts)
-	if err := sb.Write(ctx, "kept.txt", []byte("x")); err != nil {
-		t.Fatalf("write: %v", err)
-	}
+	sb := openThroughTheRouterWithAFile(t, ctx)
 	name := sb.SandboxName()
 	if err := k8s.Dynamic.Resource(claimsGVR).Namespace(cluster.Namespace).Delete(ctx, sb.ClaimName(), metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete the claim: %v", err)
@@ -65,12 +61,7 @@ func TestAFileCallToADeletedSandboxSaysSo(t *testing.T) {
 func TestAFileCallToASuspendedSandboxSaysSo(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 2*time.Minute)
-	opts := baseOptions()
-	opts.APIURL = cluster.RouterURL
-	sb := open(t, opts)
-	if err := sb.Write(ctx, "kept.txt", []byte("x")); err != nil {
-		t.Fatalf("write: %v", err)
-	}
+	sb := openThroughTheRouterWithAFile(t, ctx)
 	name := sb.SandboxName()
 	oldPod := sb.PodName()
 	setOperatingMode(t, ctx, name, "Suspended")
@@ -98,4 +89,17 @@ func TestAFileCallToASuspendedSandboxSaysSo(t *testing.T) {
 	if _, err := sb.Exists(ctx, "kept.txt"); err != nil {
 		t.Errorf("a call after the resume: %v", err)
 	}
+}
+
+// openThroughTheRouterWithAFile opens a sandbox through the router and writes kept.txt into it (the call
+// that proves the handle worked before its Sandbox changes behind its back).
+func openThroughTheRouterWithAFile(t *testing.T, ctx context.Context) *sandbox.Sandbox {
+	t.Helper()
+	opts := baseOptions()
+	opts.APIURL = cluster.RouterURL
+	sb := open(t, opts)
+	if err := sb.Write(ctx, "kept.txt", []byte("x")); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	return sb
 }

@@ -384,32 +384,6 @@ func TestBadGatewayRereadsThePodIP(t *testing.T) {
 	}
 }
 
-// The Sandbox was deleted behind the handle's back (another process, its claim's expiry): once the re-read
-// after the router's 502 finds it gone, the call ends with ErrSandboxDeleted and the 502. A read used to go
-// through all six attempts first (15.5 s of backoff, each attempt a few seconds of the router's own retries).
-func TestAReadFromADeletedSandboxStopsAtTheFirstLookup(t *testing.T) {
-	sent, srv := movedPodServer(t, http.StatusBadGateway)
-	s := openTestSandbox(t, Options{}, srv.URL, true, nil)
-	waits := recordedSleeps(s)
-	var lookups atomic.Int32
-	s.conn.ep.lookupPodIP = func(context.Context) (string, error) {
-		lookups.Add(1)
-		return "", fmt.Errorf("Sandbox sbx-1 no longer exists: %w", ErrSandboxDeleted)
-	}
-	_, err := s.Exists(context.Background(), "a.txt")
-	var httpErr *HTTPError
-	if !errors.Is(err, ErrSandboxDeleted) || !errors.As(err, &httpErr) || httpErr.StatusCode != http.StatusBadGateway {
-		t.Fatalf("err = %v, want ErrSandboxDeleted with the 502", err)
-	}
-	var waited time.Duration
-	for _, w := range *waits {
-		waited += w
-	}
-	if len(*sent) != 1 || lookups.Load() != 1 || waited != 0 {
-		t.Errorf("attempts %q, lookups %d, waits %v; want 1, 1, none", *sent, lookups.Load(), *waits)
-	}
-}
-
 // Any other 403 is the caller's (authorization): returned as it is, the IP kept.
 func TestOtherForbiddenKeepsThePodIP(t *testing.T) {
 	var calls atomic.Int32
@@ -429,27 +403,39 @@ func TestOtherForbiddenKeepsThePodIP(t *testing.T) {
 	}
 }
 
-// Suspended behind the handle's back (the CLI, another process, the idle-timeout controller) and a router
-// that does not resume: as with a deleted one, the call ends at the first re-read, with ErrNotReady and the 502.
-func TestAReadFromASuspendedSandboxStopsAtTheFirstLookup(t *testing.T) {
-	sent, srv := movedPodServer(t, http.StatusBadGateway)
-	s := openTestSandbox(t, Options{}, srv.URL, true, nil)
-	waits := recordedSleeps(s)
-	var lookups atomic.Int32
-	s.conn.ep.lookupPodIP = func(context.Context) (string, error) {
-		lookups.Add(1)
-		return "", fmt.Errorf("Sandbox sbx-1 is suspended: %w", ErrNotReady)
-	}
-	_, err := s.Exists(context.Background(), "a.txt")
-	var httpErr *HTTPError
-	if !errors.Is(err, ErrNotReady) || !errors.As(err, &httpErr) || httpErr.StatusCode != http.StatusBadGateway {
-		t.Fatalf("err = %v, want ErrNotReady with the 502", err)
-	}
-	var waited time.Duration
-	for _, w := range *waits {
-		waited += w
-	}
-	if len(*sent) != 1 || lookups.Load() != 1 || waited != 0 {
-		t.Errorf("attempts %q, lookups %d, waits %v; want 1, 1, none", *sent, lookups.Load(), *waits)
+// The Sandbox was deleted (another process, its claim's expiry) or suspended (the CLI, the idle-timeout
+// controller; a router that does not resume) behind the handle's back: once the re-read after the router's
+// 502 says so, the call ends with ErrSandboxDeleted / ErrNotReady and the 502. A read used to go through all six
+// attempts first (15.5 s of backoff, each attempt a few seconds of the router's own retries).
+func TestAReadFromAnUnreachableSandboxStopsAtTheFirstLookup(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		lookup error
+	}{
+		{"deleted", fmt.Errorf("Sandbox sbx-1 no longer exists: %w", ErrSandboxDeleted)},
+		{"suspended", fmt.Errorf("Sandbox sbx-1 is suspended: %w", ErrNotReady)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sent, srv := movedPodServer(t, http.StatusBadGateway)
+			s := openTestSandbox(t, Options{}, srv.URL, true, nil)
+			waits := recordedSleeps(s)
+			var lookups atomic.Int32
+			s.conn.ep.lookupPodIP = func(context.Context) (string, error) {
+				lookups.Add(1)
+				return "", tc.lookup
+			}
+			_, err := s.Exists(context.Background(), "a.txt")
+			var httpErr *HTTPError
+			if !errors.Is(err, errors.Unwrap(tc.lookup)) || !errors.As(err, &httpErr) || httpErr.StatusCode != http.StatusBadGateway {
+				t.Fatalf("err = %v, want %v with the 502", err, errors.Unwrap(tc.lookup))
+			}
+			var waited time.Duration
+			for _, w := range *waits {
+				waited += w
+			}
+			if len(*sent) != 1 || lookups.Load() != 1 || waited != 0 {
+				t.Errorf("attempts %q, lookups %d, waits %v; want 1, 1, none", *sent, lookups.Load(), *waits)
+			}
+		})
 	}
 }
