@@ -1,7 +1,8 @@
 """Where the Kubernetes API is and how to authenticate: kubeconfig / in-cluster -> `KubeEndpoint`.
 
 lightkube parses kubeconfigs (contexts, relative paths, inline data, service accounts) and supplies
-`httpx2.Auth` objects (static and file tokens, exec plugins) that work for both sync and async clients;
+`httpx2.Auth` objects (static and file tokens) that work for both sync and async clients; exec credential
+plugins run through the SDK's own `_execauth` (lightkube's refuses `client.authentication.k8s.io/v1`);
 the SDK builds its own httpx2 clients from the result (docs/design/sdk-http-stack.md).
 
 Resolution order, as the main project's controller (controller-runtime's `GetConfig`): an explicit
@@ -27,6 +28,8 @@ from lightkube.config import client_adapter
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.core.exceptions import ConfigError
 
+from ._execauth import ExecCredentialAuth
+
 __all__ = ["KubeEndpoint", "load_kube_endpoint"]
 
 _SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -43,6 +46,24 @@ class KubeEndpoint:
     source: str = ""
 
 
+def _user_auth(config: SingleConfig, source: str) -> httpx2.Auth | None:
+    user = config.user
+    if user is not None and user.exec is not None and user.token is None and user.token_file is None:
+        plugin = user.exec
+        try:
+            return ExecCredentialAuth(
+                plugin.command,
+                list(plugin.args or []),
+                {var.name: var.value for var in plugin.env or []},
+                plugin.apiVersion,
+                plugin.installHint,
+                resolve=lambda path: os.fspath(config.abs_file(path)),
+            )
+        except ValueError as err:
+            raise ValueError(f"kubeconfig {source}: {err}") from None
+    return client_adapter.user_auth(user)
+
+
 def _from_single(config: SingleConfig, source: str) -> KubeEndpoint:
     if config.user is None:
         raise ValueError(f"kubeconfig {source}: the context has no user")
@@ -50,7 +71,7 @@ def _from_single(config: SingleConfig, source: str) -> KubeEndpoint:
     return KubeEndpoint(
         base_url=config.cluster.server.rstrip("/"),
         verify=verify,
-        auth=client_adapter.user_auth(config.user),
+        auth=_user_auth(config, source),
         namespace=config.namespace or "default",
         source=source,
     )
