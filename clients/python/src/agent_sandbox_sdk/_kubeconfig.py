@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import yaml
 from lightkube.config import client_adapter
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.core.exceptions import ConfigError
@@ -77,14 +78,69 @@ def _from_single(config: SingleConfig, source: str) -> KubeEndpoint:
     )
 
 
-def _from_file(path: str | os.PathLike[str], context: str | None) -> KubeEndpoint:
+#: Fields naming files, resolved against the directory of the kubeconfig that holds them (as client-go does).
+_FILE_FIELDS = {
+    "clusters": ("cluster", ("certificate-authority",)),
+    "users": ("user", ("client-certificate", "client-key", "tokenFile")),
+}
+
+
+def _absolute_paths(doc: dict[str, Any], directory: Path) -> None:
+    for section, (key, fields) in _FILE_FIELDS.items():
+        for entry in doc.get(section) or ():
+            body = entry.get(key) if isinstance(entry, dict) else None
+            if not isinstance(body, dict):
+                continue
+            for name in fields:
+                value = body.get(name)
+                if isinstance(value, str) and value and not os.path.isabs(value):
+                    body[name] = str(directory / value)
+            plugin = body.get("exec") if section == "users" else None
+            if isinstance(plugin, dict):
+                command = plugin.get("command")
+                if isinstance(command, str) and os.sep in command and not os.path.isabs(command):
+                    plugin["command"] = str(directory / command)
+
+
+def _merged(paths: list[Path]) -> KubeConfig:
+    """The kubeconfig files of `$KUBECONFIG`, merged as kubectl merges them: the first file to name a
+    cluster, user or context (or to set current-context) wins; relative file paths are each file's own."""
+    merged: dict[str, Any] = {"clusters": [], "users": [], "contexts": [], "current-context": None}
+    for path in paths:
+        try:
+            doc = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as err:
+            raise ValueError(f"cannot load kubeconfig {path}: {err}") from None
+        if not isinstance(doc, dict):
+            raise ValueError(f"kubeconfig {path}: not a mapping")
+        _absolute_paths(doc, path.parent.resolve())
+        if merged["current-context"] is None and doc.get("current-context"):
+            merged["current-context"] = doc["current-context"]
+        for section in ("clusters", "users", "contexts"):
+            names = {entry.get("name") for entry in merged[section]}
+            for entry in doc.get(section) or ():
+                if isinstance(entry, dict) and entry.get("name") not in names:
+                    merged[section].append(entry)
+                    names.add(entry.get("name"))
     try:
-        single = KubeConfig.from_file(path).get(context_name=context)
-    except (ConfigError, OSError) as err:
-        raise ValueError(f"cannot load kubeconfig {os.fspath(path)}: {err}") from err
+        return KubeConfig.from_dict(merged, fname=paths[0])
+    except (ConfigError, KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"cannot load kubeconfig {os.pathsep.join(map(str, paths))}: {err!r}") from None
+
+
+def _from_files(paths: list[Path], context: str | None) -> KubeEndpoint:
+    source = os.pathsep.join(map(str, paths))
+    try:
+        single = _merged(paths).get(context_name=context)
+    except ConfigError as err:
+        raise ValueError(f"kubeconfig {source}: {err}") from err
     if single is None:
-        raise ValueError(f"kubeconfig {os.fspath(path)}: no context {context or '(current)'}")
-    return _from_single(single, os.fspath(path))
+        raise ValueError(f"kubeconfig {source}: no context {context or '(current)'}")
+    return _from_single(single, source)
+
+
+def _from_file(path: str | os.PathLike[str], context: str | None) -> KubeEndpoint:
+    return _from_files([Path(path).expanduser()], context)
 
 
 def _from_api_client(client: Any) -> KubeEndpoint:
@@ -139,10 +195,14 @@ def load_kube_endpoint(
         return _from_api_client(api_client)
     if kubeconfig is not None:
         return _from_file(kubeconfig, context)
-    env = os.environ.get("KUBECONFIG", "")
-    for entry in env.split(os.pathsep):
-        if entry and Path(entry).expanduser().exists():
-            return _from_file(Path(entry).expanduser(), context)
+    # As kubectl: every file of the list that exists, merged (one may hold current-context, another the
+    # contexts); until December 5 only the first was read.
+    listed = [
+        Path(entry).expanduser() for entry in os.environ.get("KUBECONFIG", "").split(os.pathsep) if entry
+    ]
+    existing = [path for path in listed if path.exists()]
+    if existing:
+        return _from_files(existing, context)
     if os.environ.get("KUBERNETES_SERVICE_HOST") and (_SERVICE_ACCOUNT / "token").exists():
         single = KubeConfig.from_service_account(_SERVICE_ACCOUNT).get()
         assert single is not None

@@ -1,0 +1,74 @@
+"""Kubeconfig resolution as kubectl does it: `$KUBECONFIG` lists files that are merged (pure config logic)."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agent_sandbox_sdk._kubeconfig import load_kube_endpoint
+
+pytestmark = pytest.mark.unit
+
+CA = Path(ssl.get_default_verify_paths().cafile or "/etc/ssl/certs/ca-certificates.crt")
+
+
+def _write(path: Path, doc: dict[str, object]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_the_files_of_kubeconfig_are_merged_as_kubectl_merges_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One file sets current-context, another holds the contexts (`KUBECONFIG=~/.kube/config:~/.kube/eks.yaml`):
+    only the first file was read, and it failed with `KeyError: 'clusters'`."""
+    first = _write(
+        tmp_path / "home" / "config", {"apiVersion": "v1", "kind": "Config", "current-context": "b"}
+    )
+    ca_dir = tmp_path / "eks"
+    ca_dir.mkdir()
+    (ca_dir / "ca.crt").write_bytes(CA.read_bytes())  # the system's bundle stands in for a cluster CA
+    second = _write(
+        ca_dir / "eks.yaml",
+        {
+            "clusters": [
+                {
+                    "name": "b",
+                    "cluster": {"server": "https://b.example:6443", "certificate-authority": "ca.crt"},
+                },
+                {"name": "dup", "cluster": {"server": "https://second.example"}},
+            ],
+            "users": [{"name": "b", "user": {"token": "tok-b"}}],
+            "contexts": [
+                {"name": "b", "context": {"cluster": "b", "user": "b", "namespace": "team-b"}},
+                {"name": "dup", "context": {"cluster": "dup", "user": "b"}},
+            ],
+            "current-context": "dup",  # the first file's wins
+        },
+    )
+    third = _write(
+        tmp_path / "third.yaml",
+        {"clusters": [{"name": "dup", "cluster": {"server": "https://third.example"}}], "contexts": []},
+    )
+    missing = tmp_path / "absent.yaml"
+    monkeypatch.setenv("KUBECONFIG", ":".join(map(str, [missing, first, second, third])))
+    endpoint = load_kube_endpoint()
+    # the relative certificate-authority is the second file's own (resolved against its directory)
+    assert (endpoint.base_url, endpoint.namespace) == ("https://b.example:6443", "team-b")
+    assert isinstance(endpoint.verify, ssl.SSLContext)
+    # the first file to name a cluster wins
+    assert load_kube_endpoint(context="dup").base_url == "https://second.example"
+
+
+def test_a_file_without_clusters_is_an_error_that_names_it(tmp_path: Path) -> None:
+    path = _write(tmp_path / "config", {"apiVersion": "v1", "kind": "Config", "current-context": "x"})
+    with pytest.raises(ValueError, match=r"kubeconfig .*config: Context 'x' not found"):
+        load_kube_endpoint(kubeconfig=str(path))
+    garbage = tmp_path / "garbage"
+    garbage.write_text("- just\n- a list\n")
+    with pytest.raises(ValueError, match="not a mapping"):
+        load_kube_endpoint(kubeconfig=str(garbage))
