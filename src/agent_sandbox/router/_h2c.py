@@ -425,7 +425,7 @@ class _Session:
         retries = holds = 0
         if lifecycle is not None and (suspending or lifecycle.seen_suspended(route)):
             holds += 1  # as `Proxy._forward`: not to the pod a suspend is taking away
-            await lifecycle.hold(route, deadline, lifecycle.current_pod(route) if suspending else None)
+            await lifecycle.hold(route, deadline, lifecycle.current_pod(route), leaving=True)
         while True:
             retryable = True
             target: Target | None = None

@@ -216,7 +216,9 @@ class RouterLifecycle:
 
     # ------------------------------------------------------------------ resume on request
 
-    async def hold(self, route: Route, deadline: float, failed: PodEntry | None = None) -> bool:
+    async def hold(
+        self, route: Route, deadline: float, failed: PodEntry | None = None, *, leaving: bool = False
+    ) -> bool:
         """Hold a request that found no usable pod while its Sandbox resumes.
 
         Args:
@@ -224,6 +226,10 @@ class RouterLifecycle:
             deadline: the request's deadline (event loop time).
             failed: the cache entry a dial just failed on (a pod being deleted, or whose container died); a
                 pod replacing it, or that pod with its container restarted, is awaited, not that one.
+            leaving: `failed` is the pod of a Sandbox seen Suspended, which the suspend is about to delete
+                (its deletion may not be in the Pod cache yet): that pod is taken again only once the Sandbox
+                is Running and Ready at its current generation with that pod still not being deleted (resumed
+                before the pod went, and the controller kept it).
 
         Returns:
             True when a Ready pod is there now (resolve and dial again); False when this Sandbox does not
@@ -243,7 +249,9 @@ class RouterLifecycle:
             task = self._start_resume(key, action)
         outcome = "timeout"
         try:
-            await self._wait_ready(key, min(deadline, start + self.resume_timeout), task, failed, start)
+            await self._wait_ready(
+                key, min(deadline, start + self.resume_timeout), task, failed, start, leaving=leaving
+            )
             outcome = "ready"
             return True
         except ResumeFailed:
@@ -332,18 +340,25 @@ class RouterLifecycle:
         return "waited"
 
     async def _wait_ready(
-        self, key: Key, until: float, task: asyncio.Task[str], failed: PodEntry | None, start: float
+        self,
+        key: Key,
+        until: float,
+        task: asyncio.Task[str],
+        failed: PodEntry | None,
+        start: float,
+        *,
+        leaving: bool = False,
     ) -> None:
         loop = asyncio.get_running_loop()
         ns, name = key
         while True:
             entry = self.cache.by_name.get(key)
-            if (
-                entry is not None
-                and not entry.deleting
-                and (failed is None or entry.pod_uid != failed.pod_uid or entry.restarts != failed.restarts)
-            ):
-                return  # a new pod, or the failed one with its container restarted
+            if entry is not None and not entry.deleting:
+                if failed is None or entry.pod_uid != failed.pod_uid or entry.restarts != failed.restarts:
+                    return  # a new pod, or the failed one with its container restarted
+                view = self.state.sandboxes.get(key)
+                if leaving and view is not None and not view.suspended and view.ready:
+                    return  # resumed before the suspend deleted it: the controller kept it, Ready, for this spec
             if task.done() and not task.cancelled() and task.exception() is not None:
                 raise ResumeFailed(f"Sandbox {ns}/{name} could not be resumed: {task.exception()}")
             if task.done() and not task.cancelled() and task.result() == "waited":

@@ -100,6 +100,8 @@ class SandboxView:
     """`last-activity` as epoch seconds."""
     blocker: str
     """Why the current generation cannot start ("" when nothing says so)."""
+    ready: bool = False
+    """The controller reports the current generation Ready (it has a Ready pod for this spec)."""
 
     @property
     def template(self) -> str | None:
@@ -121,6 +123,13 @@ class ArchiveView:
     @property
     def template(self) -> str | None:
         return self.annotations.get(c.ANNOTATION_SANDBOX_TEMPLATE_REF)
+
+
+def _ready(obj: Object, generation: int) -> bool:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == c.CONDITION_READY:
+            return bool(cond.get("status") == "True" and cond.get("observedGeneration") in (None, generation))
+    return False
 
 
 def _blocker(obj: Object, generation: int) -> str:
@@ -151,6 +160,7 @@ def sandbox_view(obj: Object) -> SandboxView:
         annotations=annotations,
         last_activity=activity.timestamp() if activity else None,
         blocker=_blocker(obj, generation),
+        ready=_ready(obj, generation),
     )
 
 

@@ -235,6 +235,8 @@ class Proxy:
         route: Route,
         deadline: float,
         failed: PodEntry | None,
+        *,
+        leaving: bool = False,
     ) -> bool | None:
         """Ours: hold the request while its Sandbox resumes (`RouterLifecycle.hold`).
 
@@ -243,7 +245,7 @@ class Proxy:
         """
         assert self.lifecycle is not None
         try:
-            return await self.lifecycle.hold(route, deadline, failed)
+            return await self.lifecycle.hold(route, deadline, failed, leaving=leaving)
         except ResumeFailed as refused:
             retry_after = b"Retry-After: %d\r\n" % RETRY_AFTER
             reply(conn, out, refused.status, refused.detail, req, extra=retry_after)
@@ -285,12 +287,15 @@ class Proxy:
         holds = 0
         fresh = False
         if self.lifecycle is not None and (suspending or self.lifecycle.seen_suspended(route)):
-            # Ours: not to the pod a suspend is taking away; held for the resumed one. The activity write found
-            # the Sandbox just suspended: the pod there now is the one going. Seen Suspended: a pod that is not
-            # being deleted is the resumed one (a stale view may show one already there).
+            # Ours: not to the pod a suspend is taking away; held for the resumed one. Whether the activity write
+            # found the Sandbox just suspended or this router saw it Suspended, the pod there now is the one
+            # going, even while its deletion is not in the Pod cache yet (until December 5 a Sandbox seen
+            # Suspended took that pod for the resumed one, and the request's command died with it: CI's
+            # `test_requests_around_the_controllers_idle_suspend_are_all_served`). A stale view (resumed
+            # already) shows Running soon, and then that pod serves.
             holds += 1
-            leaving = self.lifecycle.current_pod(route) if suspending else None
-            if await self._hold(conn, out, req, route, deadline, leaving) is None:
+            leaving = self.lifecycle.current_pod(route)
+            if await self._hold(conn, out, req, route, deadline, leaving, leaving=True) is None:
                 return
         while True:
             target: Target | None = None

@@ -70,3 +70,69 @@ async def test_a_pod_being_deleted_is_not_taken_for_the_resumed_one() -> None:
     assert lifecycle.current_pod(ROUTE) is not None
     assert lifecycle.current_pod(ROUTE).ip == "127.0.0.6"  # type: ignore[union-attr]
     await lifecycle.close()
+
+
+def old_pod() -> dict[str, Any]:
+    p = pod("sb", "127.0.0.5")
+    p["metadata"]["uid"] = "pod-old"
+    return p
+
+
+def view_of(obj: dict[str, Any], *, mode: str, ready: bool, generation: int) -> Any:
+    obj = {**obj, "metadata": {**obj["metadata"], "generation": generation}, "spec": {"operatingMode": mode}}
+    status = "True" if ready else "False"
+    obj["status"] = {"conditions": [{"type": "Ready", "status": status, "observedGeneration": generation}]}
+    return sandbox_view(obj)
+
+
+async def _seen_suspended_with_its_pod_not_deleting_yet() -> tuple[Any, LifecycleState, PodCache, Any]:
+    api = FakeClient()
+    stored = await api.create(SANDBOX, suspended_sandbox(), namespace="team")
+    state = LifecycleState(api)
+    state.sandboxes[("team", "sb")] = view_of(stored, mode="Suspended", ready=True, generation=2)
+    cache = PodCache(api)
+    cache._upsert(old_pod())  # the suspend's delete is not in the Pod cache yet
+    lifecycle = RouterLifecycle(api, state, cache, RouterMetrics(), resume_timeout=30, activity_interval=0)
+    assert lifecycle.seen_suspended(ROUTE)
+    leaving = lifecycle.current_pod(ROUTE)
+    deadline = asyncio.get_running_loop().time() + 30
+    held = asyncio.create_task(lifecycle.hold(ROUTE, deadline, leaving, leaving=True))
+    await asyncio.sleep(0.2)
+    # The pod of a Sandbox seen Suspended is the one going, not the resumed one (CI's
+    # `test_requests_around_the_controllers_idle_suspend_are_all_served` met it, and the request's command
+    # was killed with that pod).
+    assert not held.done()
+    return lifecycle, state, cache, held
+
+
+async def test_the_pod_of_a_sandbox_seen_suspended_is_not_taken_before_its_deletion_shows() -> None:
+    lifecycle, _, cache, held = await _seen_suspended_with_its_pod_not_deleting_yet()
+    gone = old_pod()
+    gone["metadata"]["deletionTimestamp"] = "2026-12-05T21:00:00Z"
+    cache._upsert(gone)
+    await asyncio.sleep(0.1)
+    assert not held.done()
+    cache._delete(gone)
+    new = pod("sb", "127.0.0.6")
+    new["metadata"]["uid"] = "pod-new"
+    cache._upsert(new)
+    assert await asyncio.wait_for(held, 5) is True
+    assert lifecycle.current_pod(ROUTE).pod_uid == "pod-new"  # type: ignore[union-attr]
+    await lifecycle.close()
+
+
+async def test_the_same_pod_serves_when_the_resume_came_before_its_deletion() -> None:
+    lifecycle, state, _, held = await _seen_suspended_with_its_pod_not_deleting_yet()
+    resumed = await lifecycle.api.get(SANDBOX, "sb", namespace="team")
+    assert resumed["spec"]["operatingMode"] == "Running"  # the hold resumed it
+    # Running but not Ready at the new generation yet: the controller has not reported on that pod.
+    state.sandboxes[("team", "sb")] = view_of(resumed, mode="Running", ready=False, generation=3)
+    state._changes.notify()
+    await asyncio.sleep(0.1)
+    assert not held.done()
+    # The controller kept the pod (it saw Running before it deleted anything) and reports it Ready.
+    state.sandboxes[("team", "sb")] = view_of(resumed, mode="Running", ready=True, generation=3)
+    state._changes.notify()
+    assert await asyncio.wait_for(held, 5) is True
+    assert lifecycle.current_pod(ROUTE).pod_uid == "pod-old"  # type: ignore[union-attr]
+    await lifecycle.close()
