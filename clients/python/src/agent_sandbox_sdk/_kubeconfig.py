@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import ssl
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.core.exceptions import ConfigError
 
 from ._execauth import ExecCredentialAuth
+from .exceptions import SandboxError
 
 __all__ = ["KubeEndpoint", "load_kube_endpoint"]
 
@@ -62,17 +64,58 @@ def _user_auth(config: SingleConfig, source: str) -> httpx2.Auth | None:
             )
         except ValueError as err:
             raise ValueError(f"kubeconfig {source}: {err}") from None
+    if user is not None and user.auth_provider and user.token is None and user.token_file is None:
+        return _auth_provider(user.auth_provider, source)
     return client_adapter.user_auth(user)
+
+
+def _auth_provider(provider: dict[str, Any], source: str) -> httpx2.Auth:
+    """A legacy `auth-provider`: `oidc` with its id-token, as kubectl keeps it; no other (lightkube has none)."""
+    name = provider.get("name")
+    token = (provider.get("config") or {}).get("id-token")
+    if name == "oidc" and isinstance(token, str) and token:
+        return OidcIdTokenAuth(token, source)
+    raise ValueError(
+        f"kubeconfig {source}: auth-provider {name!r} is not supported (Kubernetes clients dropped the gcp and "
+        "azure providers; use an exec credential plugin: gke-gcloud-auth-plugin, kubelogin, kubectl oidc-login)"
+    )
+
+
+class OidcIdTokenAuth(httpx2.Auth):
+    """The id-token of a kubeconfig's `auth-provider: oidc`, as bearer token. kubectl refreshes it (and writes
+    it back to the kubeconfig) when it expires; this SDK does not talk to the identity provider, so a 401 says
+    how to get a fresh one."""
+
+    def __init__(self, token: str, source: str) -> None:
+        self._header = f"Bearer {token}"
+        self._source = source
+
+    def auth_flow(self, request: httpx2.Request) -> Generator[httpx2.Request, httpx2.Response, None]:
+        request.headers["Authorization"] = self._header
+        response = yield request
+        if response.status_code == 401:
+            raise SandboxError(
+                f"the API server refused the OIDC id-token of kubeconfig {self._source} (401): it has probably "
+                "expired - any kubectl command with this kubeconfig refreshes it - or use an exec plugin "
+                "(kubectl oidc-login)"
+            )
 
 
 def _from_single(config: SingleConfig, source: str) -> KubeEndpoint:
     if config.user is None:
         raise ValueError(f"kubeconfig {source}: the context has no user")
-    verify = client_adapter.verify_cluster(config.cluster, config.user, config.abs_file)
+    try:
+        verify = client_adapter.verify_cluster(config.cluster, config.user, config.abs_file)
+        auth = _user_auth(config, source)
+    except (ConfigError, OSError, ssl.SSLError) as err:  # missing or unreadable certificate files
+        files = [config.cluster.certificate_auth, config.user.client_cert, config.user.client_key]
+        named = ", ".join(os.fspath(config.abs_file(f)) for f in files if f)
+        where = f" (files: {named})" if named and not getattr(err, "filename", None) else ""
+        raise ValueError(f"kubeconfig {source}: {err}{where}") from None
     return KubeEndpoint(
         base_url=config.cluster.server.rstrip("/"),
         verify=verify,
-        auth=_user_auth(config, source),
+        auth=auth,
         namespace=config.namespace or "default",
         source=source,
     )

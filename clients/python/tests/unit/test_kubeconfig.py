@@ -72,3 +72,50 @@ def test_a_file_without_clusters_is_an_error_that_names_it(tmp_path: Path) -> No
     garbage.write_text("- just\n- a list\n")
     with pytest.raises(ValueError, match="not a mapping"):
         load_kube_endpoint(kubeconfig=str(garbage))
+
+
+def _single_user(tmp_path: Path, user: dict[str, object], cluster: dict[str, object] | None = None) -> str:
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": cluster or {"server": "http://kube.test"}}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    return str(_write(tmp_path / "config", doc))
+
+
+def test_an_oidc_auth_provider_sends_its_id_token_and_a_401_says_how_to_refresh_it(tmp_path: Path) -> None:
+    """`auth-provider: oidc` (what kubectl keeps refreshed) raised lightkube's ConfigError, a traceback in the
+    CLI; gcp/azure providers, gone from every Kubernetes client, say what replaces them."""
+    import httpx2
+
+    from agent_sandbox_sdk import SandboxError
+
+    provider = {
+        "name": "oidc",
+        "config": {"id-token": "id.tok.en", "idp-issuer-url": "https://issuer.example"},
+    }
+    endpoint = load_kube_endpoint(_single_user(tmp_path, {"auth-provider": provider}))
+    seen: list[str] = []
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request.headers["Authorization"])
+        return httpx2.Response(401 if len(seen) > 1 else 200, json={})
+
+    with httpx2.Client(auth=endpoint.auth, transport=httpx2.MockTransport(handle)) as client:
+        assert client.get("http://kube.test/").status_code == 200
+        with pytest.raises(SandboxError, match=r"refused the OIDC id-token .* any kubectl command"):
+            client.get("http://kube.test/")
+    assert seen == ["Bearer id.tok.en"] * 2
+    with pytest.raises(ValueError, match=r"auth-provider 'gcp' is not supported .* gke-gcloud-auth-plugin"):
+        load_kube_endpoint(_single_user(tmp_path, {"auth-provider": {"name": "gcp", "config": {}}}))
+
+
+def test_a_missing_certificate_file_is_an_error_that_names_it(tmp_path: Path) -> None:
+    config = _single_user(
+        tmp_path, {"token": "t"}, {"server": "https://kube.test", "certificate-authority": "missing-ca.crt"}
+    )
+    with pytest.raises(ValueError, match=r"kubeconfig .*config: .*No such file.*missing-ca\.crt"):
+        load_kube_endpoint(config)
