@@ -4,8 +4,9 @@ Owns: the order of checks (router spec §1.6: header validation 400 -> authoriza
 resolution -> forwarding 502/504), `/healthz` on the proxy port, the request-target rules (origin form
 forwarded byte for byte, absolute form reduced to path+query, anything else 400), the timeouts
 (`--proxy-timeout`, or `X-Sandbox-Timeout` capped at it: the time to reach the sandbox, then the longest
-stretch with no byte relayed; `--response-header-timeout` per attempt unless the request set its timeout), the admission limits (`--max-concurrent-requests` 503, a declared body
-over `--max-request-body-bytes` 413, `--websocket-max-connections-per-client` 429), retries of
+stretch with no byte relayed; `--response-header-timeout` per attempt unless the request set its
+timeout), the admission limits (`--max-concurrent-requests` 503, a declared body over
+`--max-request-body-bytes` 413, `--websocket-max-connections-per-client` 429), retries of
 dial-phase failures only (§1.7: 200 -> 400 -> 800 ms, bounded by the deadline, resolving again before
 each attempt; one more attempt on a fresh connection when the exchange asks for it), holding a request
 while its Sandbox resumes, the hand-off of an upgraded connection to a `Tunnel`, and the request's
@@ -292,7 +293,7 @@ class Proxy:
             # going, even while its deletion is not in the Pod cache yet (until December 5 a Sandbox seen
             # Suspended took that pod for the resumed one, and the request's command died with it: CI's
             # `test_requests_around_the_controllers_idle_suspend_are_all_served`). A stale view (resumed
-            # already) shows Running soon, and then that pod serves.
+            # already) soon shows the Sandbox Running and Ready, and then that pod serves.
             holds += 1
             leaving = self.lifecycle.current_pod(route)
             if await self._hold(conn, out, req, route, deadline, leaving, leaving=True) is None:
