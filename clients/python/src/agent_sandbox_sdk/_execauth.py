@@ -16,7 +16,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable, Generator
+from collections.abc import AsyncGenerator, Generator
 from datetime import datetime
 from typing import Any
 
@@ -56,14 +56,10 @@ class ExecCredentialAuth(httpx2.Auth):
         env: dict[str, str],
         api_version: str,
         install_hint: str | None = None,
-        resolve: Callable[[str], str] | None = None,
     ) -> None:
         if api_version not in EXEC_API_VERSIONS:
             versions = ", ".join(EXEC_API_VERSIONS)
             raise ValueError(f"exec plugin {command!r}: apiVersion {api_version!r} is not one of {versions}")
-        # As kubectl: a command with a path separator that is not absolute is relative to the kubeconfig.
-        if resolve is not None and os.sep in command and not os.path.isabs(command):
-            command = resolve(command)
         self._argv = [command, *args]
         self._env = env
         self._api_version = api_version

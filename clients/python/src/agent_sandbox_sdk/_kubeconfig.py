@@ -53,14 +53,18 @@ def _user_auth(config: SingleConfig, source: str) -> httpx2.Auth | None:
     user = config.user
     if user is not None and user.exec is not None and user.token is None and user.token_file is None:
         plugin = user.exec
+        command = plugin.command
+        # As kubectl: a command with a path separator that is not absolute is relative to the kubeconfig (files
+        # read here are made absolute by `_absolute_paths`; this covers a KubeConfig or SingleConfig passed in).
+        if os.sep in command and not os.path.isabs(command):
+            command = os.fspath(config.abs_file(command))
         try:
             return ExecCredentialAuth(
-                plugin.command,
+                command,
                 list(plugin.args or []),
                 {var.name: var.value for var in plugin.env or []},
                 plugin.apiVersion,
                 plugin.installHint,
-                resolve=lambda path: os.fspath(config.abs_file(path)),
             )
         except ValueError as err:
             raise ValueError(f"kubeconfig {source}: {err}") from None
