@@ -12,7 +12,7 @@ WORKERS ?= 2
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e 'clients/python[grpc,tracing]' -e '.[dev]'
+	$(BIN)/pip install -q -e 'clients/python[grpc,tracing,socks]' -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -17,12 +17,12 @@ import enum
 import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from agent_sandbox.api import lifecycle as lc
 from agent_sandbox.api.constants import OperatingMode
 from agent_sandbox.api.meta import is_ready
+from agent_sandbox.cli.sandboxes import add_connection_options
 from agent_sandbox.kube import SANDBOX, ApiClient, KubeError, NotFound, Object, ResourceKind, load_config
 
 __all__ = ["NoSuchSandbox", "ResumeOutcome", "add_lifecycle_commands", "hibernate", "resume", "suspend"]
@@ -126,6 +126,8 @@ def _kubeconfig(args: argparse.Namespace) -> str | None:
 
 async def _run(args: argparse.Namespace) -> str:
     api = ApiClient(load_config(_kubeconfig(args)))
+    if args.namespace is None:  # as kubectl: the context's namespace when -n is not given
+        args.namespace = api.config.namespace
     try:
         if args.lifecycle_command == "resume":
             outcome = await resume(
@@ -166,11 +168,8 @@ def add_lifecycle_commands(sub: Any) -> None:
     ):
         cmd = cmds.add_parser(name, help=text, description=text)
         cmd.add_argument("sandbox", help="Sandbox name")
-        cmd.add_argument("-n", "--namespace", default="default", help="namespace (default: default)")
-        cmd.add_argument(
-            "--kubeconfig", type=Path, help="kubeconfig (default: $KUBECONFIG, in-cluster, ~/.kube/config)"
-        )
-        cmd.add_argument("--dev-cluster", metavar="NAME", help="use the local dev cluster NAME")
+        add_connection_options(cmd)  # --router-url is accepted and unused: these calls need no router
+        cmd.set_defaults(connection_options=True)
         if name == "resume":
             cmd.add_argument(
                 "--timeout", type=float, default=120, help="seconds to wait for Ready (default 120)"

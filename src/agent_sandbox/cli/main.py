@@ -15,7 +15,7 @@ from pathlib import Path
 from agent_sandbox.api.errortext import describe_error
 from agent_sandbox.cli.lifecycle import add_lifecycle_commands
 from agent_sandbox.cli.release import release_command
-from agent_sandbox.cli.sandboxes import add_sandbox_commands
+from agent_sandbox.cli.sandboxes import CONNECTION_OPTIONS, add_connection_options, add_sandbox_commands
 from agent_sandbox.devcluster import (
     BuildError,
     ClusterConfig,
@@ -160,6 +160,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agent-sandbox", description=__doc__.splitlines()[0])
+    add_connection_options(parser, before_the_command=True)
     sub = parser.add_subparsers(dest="command", required=True)
 
     dev = sub.add_parser(
@@ -246,6 +247,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.bench_args = [*unknown, *args.bench_args]
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if not getattr(args, "connection_options", False):
+        given = [flag for flag, dest in CONNECTION_OPTIONS if getattr(args, dest, None) is not None]
+        if given:
+            parser.error(
+                f"{given[0]} applies to the sandbox commands (list, exec, ...), not to {args.command}"
+            )
     handler: Handler = args.handler
     try:
         return handler(args)

@@ -69,12 +69,15 @@ def render(
     *,
     columns: Sequence[tuple[str, Any]] = (),
     name: Callable[[Any], str] | None = None,
+    namespace: str | None = None,
     out: TextIO | None = None,
+    err: TextIO | None = None,
 ) -> None:
     """Print `data` (a model, a dict, or a list of them) as `fmt`.
 
     `columns`: (header, function of one row -> cell) for the table form; `name`: function of one row -> its
-    `resource.group/name`, for the name form.
+    `resource.group/name`, for the name form. An empty table is a note on `err` naming `namespace` (kubectl's
+    "No resources found in NS namespace."), so that a pipe reading the table sees no rows.
     """
     out = out or sys.stdout
     rows = data if isinstance(data, list) else [data]
@@ -94,7 +97,8 @@ def render(
         out.write(yaml.safe_dump(plain, sort_keys=False))
         return
     if not rows:
-        out.write("No resources found.\n")
+        where = f" in {namespace} namespace" if namespace else ""
+        (err or sys.stderr).write(f"No resources found{where}.\n")
         return
     table = [[h for h, _ in columns]] + [[_cell(fn(r)) for _, fn in columns] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(columns))]

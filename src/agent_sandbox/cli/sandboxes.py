@@ -1,8 +1,9 @@
 """`agent-sandbox create|list|get|exec|cp|suspend|resume|delete|pools|logs`: sandboxes from the command line.
 
 Every command is a thin layer over the Python SDK (`agent_sandbox_sdk.SandboxClient`). Common options:
-`-o table|json|yaml` (and `name` where it prints claims or pools), `-n/--namespace`, `--kubeconfig`, `--router-url` (default `$AGENT_SANDBOX_ROUTER_URL`),
-`--dev-cluster NAME` (a local dev cluster's kubeconfig and router).
+`-o table|json|yaml` (and `name` where it prints claims or pools), `-n/--namespace` (default: the kubeconfig
+context's, as kubectl), `--kubeconfig`, `--router-url` (default `$AGENT_SANDBOX_ROUTER_URL`), `--dev-cluster NAME`
+(a local dev cluster's kubeconfig and router); all but `-o` may also come before the command.
 
 Exit codes: 0 success; `exec` exits with the command's own code (124 when it timed out); 1 an error from
 the cluster, router or sandbox; 2 invalid usage or input; 3 not found; 4 timed out waiting.
@@ -126,7 +127,10 @@ def make_client(args: argparse.Namespace, *, sandboxd: bool = False) -> SandboxC
     config: SandboxConnectionConfig | None = _router_config(router_url, sandboxd) if router_url else None
     if config is None and sandboxd:
         config = SandboxdPodTunnelConnectionConfig()
-    return SandboxClient(config, kubeconfig=kubeconfig)
+    client = SandboxClient(config, kubeconfig=kubeconfig)
+    if args.namespace is None:  # as kubectl: the context's namespace when -n is not given
+        args.namespace = client.context_namespace
+    return client
 
 
 def _router_config(url: str, sandboxd: bool = False) -> SandboxConnectionConfig:
@@ -145,9 +149,16 @@ def _render_sandboxes(
     fmt: str,
     *,
     columns: list[tuple[str, Callable[[SandboxInfo], Any]]] | None = None,
+    namespace: str | None = None,
 ) -> None:
     rows = infos if isinstance(infos, list) else [infos]
-    render(infos, fmt, columns=columns or SANDBOX_COLUMNS, name=lambda i: f"{CLAIM_RESOURCE}/{i.claim_name}")
+    render(
+        infos,
+        fmt,
+        columns=columns or SANDBOX_COLUMNS,
+        name=lambda i: f"{CLAIM_RESOURCE}/{i.claim_name}",
+        namespace=namespace,
+    )
     if any(i.suspended is None for i in rows):
         # A role that grants claims only (all the SDK needs): say why a column is empty, once.
         print(
@@ -181,14 +192,21 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    client = make_client(args)
     namespace = None if args.all_namespaces else args.namespace
-    infos = make_client(args).list_sandboxes(namespace, args.selector)
-    _render_sandboxes(infos, args.output, columns=ALL_NAMESPACES_COLUMNS if args.all_namespaces else None)
+    infos = client.list_sandboxes(namespace, args.selector)
+    _render_sandboxes(
+        infos,
+        args.output,
+        columns=ALL_NAMESPACES_COLUMNS if args.all_namespaces else None,
+        namespace=namespace,
+    )
     return 0
 
 
 def _get(args: argparse.Namespace) -> int:
-    _render_sandboxes(make_client(args).get_sandbox_info(args.claim, args.namespace), args.output)
+    client = make_client(args)
+    _render_sandboxes(client.get_sandbox_info(args.claim, args.namespace), args.output)
     return 0
 
 
@@ -332,7 +350,13 @@ def _delete(args: argparse.Namespace) -> int:
 
 def _pools(args: argparse.Namespace) -> int:
     pools = make_client(args).list_warm_pools(args.namespace)
-    render(pools, args.output, columns=POOL_COLUMNS, name=lambda p: f"{POOL_RESOURCE}/{p.name}")
+    render(
+        pools,
+        args.output,
+        columns=POOL_COLUMNS,
+        name=lambda p: f"{POOL_RESOURCE}/{p.name}",
+        namespace=args.namespace,
+    )
     return 0
 
 
@@ -433,19 +457,53 @@ def claim_arg(value: str) -> str:
     return name
 
 
+#: The options of `add_connection_options`: (flag, attribute).
+CONNECTION_OPTIONS = (
+    ("-n/--namespace", "namespace"),
+    ("--kubeconfig", "kubeconfig"),
+    ("--router-url", "router_url"),
+    ("--dev-cluster", "dev_cluster"),
+)
+
+
+def add_connection_options(parser: argparse.ArgumentParser, *, before_the_command: bool = False) -> None:
+    """`-n`, `--kubeconfig`, `--router-url`, `--dev-cluster`: accepted before the command as well as after it,
+    as kubectl's global flags are (`agent-sandbox -n team-a list`).
+
+    The top-level parser holds the defaults (None); a command's parser leaves an option it was not given
+    unset (SUPPRESS), since argparse would otherwise let the command's default overwrite a value given
+    before the command. A None namespace means the kubeconfig context's (`make_client`).
+    """
+    default = None if before_the_command else argparse.SUPPRESS
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        default=default,
+        help="namespace (default: the kubeconfig context's namespace, else default)",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        default=default,
+        help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)",
+    )
+    parser.add_argument(
+        "--router-url", default=default, help=f"sandbox router URL (default: ${ROUTER_URL_ENV})"
+    )
+    parser.add_argument(
+        "--dev-cluster",
+        metavar="NAME",
+        default=default,
+        help="use the local dev cluster NAME (kubeconfig + router)",
+    )
+
+
 def _common(formats: tuple[str, ...]) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "-o", "--output", choices=formats, default="table", help="output format (default table)"
     )
-    common.add_argument("-n", "--namespace", default="default", help="namespace (default: default)")
-    common.add_argument(
-        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)"
-    )
-    common.add_argument("--router-url", help=f"sandbox router URL (default: ${ROUTER_URL_ENV})")
-    common.add_argument(
-        "--dev-cluster", metavar="NAME", help="use the local dev cluster NAME (kubeconfig + router)"
-    )
+    add_connection_options(common)
+    common.set_defaults(connection_options=True)
     return common
 
 

@@ -191,6 +191,13 @@ class ApiClient(StatusViaSubresource):
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout)
         self._connect_timeout = connect_timeout
         self._request_timeout = request_timeout
+        # Passed on every request (watches included): aiohttp takes neither an SNI override nor, for the
+        # CONNECT tunnel, a proxy from the connector.
+        self._route: dict[str, Any] = {}
+        if config.tls_server_name:
+            self._route["server_hostname"] = config.tls_server_name
+        if config.proxy_url:
+            self._route["proxy"] = config.proxy_url
         self._closed = False
         self._write_gate: Callable[[], None] | None = None
         self._metric_children: dict[tuple[str, str], Any] = {}
@@ -285,6 +292,10 @@ class ApiClient(StatusViaSubresource):
             json_serialize=lambda o: orjson.dumps(o).decode(),
             auto_decompress=True,
             skip_auto_headers=("Accept-Encoding",),
+            # Without a kubeconfig proxy-url the API server is dialled directly, HTTP(S)_PROXY ignored
+            # (client-go would honour them): CI runners and dev machines often set them for package
+            # registries, and sending the controller's API traffic there would break or leak it.
+            trust_env=False,
         )
 
     def _session(self, watch: bool = False) -> aiohttp.ClientSession:
@@ -370,7 +381,7 @@ class ApiClient(StatusViaSubresource):
             start = loop.time()
             try:
                 async with self._session().request(
-                    method, url, data=body, headers=headers, timeout=self._timeout
+                    method, url, data=body, headers=headers, timeout=self._timeout, **self._route
                 ) as resp:
                     data = await resp.read()
                     status = resp.status
@@ -535,7 +546,9 @@ class ApiClient(StatusViaSubresource):
         loop = asyncio.get_running_loop()
         start = loop.time()
         try:
-            async with self._session(watch=True).get(url, headers=headers, timeout=timeout) as resp:
+            async with self._session(watch=True).get(
+                url, headers=headers, timeout=timeout, **self._route
+            ) as resp:
                 self._observe("WATCH", str(resp.status), loop.time() - start)
                 if resp.status >= 400:
                     raise error_from_status(resp.status, await resp.read())

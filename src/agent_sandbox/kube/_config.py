@@ -1,12 +1,15 @@
 """Connection configuration: kubeconfig / in-cluster discovery, TLS context and request authentication.
 
-Owns: turning a kubeconfig (parsed by lightkube's well-kept `KubeConfig`, which handles contexts,
-relative paths, in-cluster service accounts) into what our aiohttp transport needs: a server URL, an
-`ssl.SSLContext` (CA + optional client certificate) and an `Auth` that yields the Authorization header.
-Does not own any I/O beyond reading local files and running exec credential plugins.
+Owns: turning a kubeconfig (files read and merged by `_kubeconfig_files`, then parsed by lightkube's
+`KubeConfig`, which handles contexts and in-cluster service accounts) into what our aiohttp transport needs:
+a server URL, an `ssl.SSLContext` (CA + optional client certificate), an `Auth` that yields the
+Authorization header, and the cluster's `tls-server-name` and `proxy-url` (which lightkube's model drops, so
+they are read from the raw cluster entry). Does not own any I/O beyond reading local files and running exec
+credential plugins.
 
-Resolution order (controller-runtime's `GetConfig`): explicit path (`--kubeconfig`), then `$KUBECONFIG`
-(first existing entry of the list), then the in-cluster service account, then `~/.kube/config`.
+Resolution order (controller-runtime's `GetConfig`): explicit path (`--kubeconfig`, that file alone), then
+`$KUBECONFIG` (every existing file of the list, merged as kubectl merges them), then the in-cluster service
+account, then `~/.kube/config`.
 
 Failure modes: every configuration problem raises `ConfigError` (a `ValueError`, i.e. a usage error, not a
 `KubeError`) with the offending path or field in the message.
@@ -20,9 +23,11 @@ import os
 import ssl
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -170,7 +175,12 @@ class ClusterConfig:
         ssl: TLS context for https servers (None for plain http).
         auth: Authorization header provider.
         namespace: the context's default namespace ("default" when unset).
-        source: where the configuration came from (file path or "in-cluster"), for logs.
+        source: where the configuration came from (file paths or "in-cluster"), for logs.
+        tls_server_name: the cluster's `tls-server-name`: the name sent as TLS SNI and the one the server
+            certificate is verified against, instead of the server URL's host (e.g. an SSH tunnel to
+            https://127.0.0.1:PORT whose certificate names "kubernetes"). None: the URL's host.
+        proxy_url: the cluster's `proxy-url` (http:// or https://; https servers are reached through an
+            HTTP CONNECT tunnel). None: connect directly.
     """
 
     server: str
@@ -178,6 +188,8 @@ class ClusterConfig:
     auth: Auth
     namespace: str = "default"
     source: str = ""
+    tls_server_name: str | None = None
+    proxy_url: str | None = None
 
 
 def load_config(path: str | os.PathLike[str] | None = None, *, context: str | None = None) -> ClusterConfig:
@@ -193,46 +205,84 @@ def load_config(path: str | os.PathLike[str] | None = None, *, context: str | No
     from lightkube.config.kubeconfig import KubeConfig
     from lightkube.core.exceptions import ConfigError as LightkubeConfigError
 
+    from ._kubeconfig_files import existing_files, merge_files, named_entry
+
+    merged: dict[str, Any] | None = None
+    files: list[Path] = []
     try:
         if path is not None:
-            kc, source = KubeConfig.from_file(path), str(path)
-        elif env := _first_existing(os.environ.get("KUBECONFIG", "")):
-            kc, source = KubeConfig.from_file(env), env
-        elif (SERVICE_ACCOUNT_DIR / "token").exists() and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            kc, source = KubeConfig.from_service_account(SERVICE_ACCOUNT_DIR), "in-cluster"
-        else:
-            default = Path("~/.kube/config").expanduser()
-            if not default.exists():
+            files = [Path(path).expanduser()]
+            if not files[0].is_file():
+                raise ConfigError(f"kubeconfig {path} not found")
+        elif not (files := existing_files(os.environ.get("KUBECONFIG", ""))):
+            if (SERVICE_ACCOUNT_DIR / "token").exists() and os.environ.get("KUBERNETES_SERVICE_HOST"):
+                kc, source = KubeConfig.from_service_account(SERVICE_ACCOUNT_DIR), "in-cluster"
+            elif (default := Path("~/.kube/config").expanduser()).is_file():
+                files = [default]
+            else:
                 raise ConfigError(
                     "no Kubernetes configuration: pass --kubeconfig, set KUBECONFIG, or run in-cluster"
                 )
-            kc, source = KubeConfig.from_file(default), str(default)
+        if files:
+            merged = merge_files(files)
+            # Every file reference is absolute by now; fname only serves lightkube's own path handling.
+            kc, source = KubeConfig.from_dict(merged, fname=files[0]), os.pathsep.join(map(str, files))
         single = kc.get(context_name=context)
+    except ConfigError:
+        raise
     except LightkubeConfigError as exc:
         raise ConfigError(str(exc)) from exc
-    except (OSError, KeyError, TypeError) as exc:
-        raise ConfigError(f"invalid kubeconfig {path or ''}: {exc}") from exc
+    except (OSError, KeyError, TypeError, ValueError) as exc:  # ValueError: msgspec's validation errors
+        raise ConfigError(f"invalid kubeconfig {os.pathsep.join(map(str, files))}: {exc}") from exc
     if single is None:
         raise ConfigError("kubeconfig has no usable context")
-    return _from_single(single, source)
+    cluster = named_entry(merged, "clusters", single.context.cluster) if merged is not None else {}
+    return _from_single(single, source, cluster)
 
 
-def _first_existing(kubeconfig_env: str) -> str | None:
-    for entry in kubeconfig_env.split(os.pathsep):
-        if entry and Path(entry).expanduser().is_file():
-            return str(Path(entry).expanduser())
-    return None
-
-
-def _from_single(single: Any, source: str) -> ClusterConfig:
+def _from_single(single: Any, source: str, raw_cluster: Mapping[str, Any]) -> ClusterConfig:
     cluster, user = single.cluster, single.user
     server = str(cluster.server).rstrip("/")
     ctx: ssl.SSLContext | None = None
     if server.startswith("https://"):
         ctx = _ssl_context(cluster, user, single.abs_file)
+    name = single.context.cluster
     return ClusterConfig(
-        server=server, ssl=ctx, auth=_auth(user, single.abs_file), namespace=single.namespace, source=source
+        server=server,
+        ssl=ctx,
+        auth=_auth(user, single.abs_file),
+        namespace=single.namespace,
+        source=source,
+        tls_server_name=_optional_str(raw_cluster, "tls-server-name", name),
+        proxy_url=_proxy_url(raw_cluster, name),
     )
+
+
+def _optional_str(raw_cluster: Mapping[str, Any], field: str, name: str) -> str | None:
+    value = raw_cluster.get(field)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"cluster {name!r}: {field} must be a string")
+    return value
+
+
+def _proxy_url(raw_cluster: Mapping[str, Any], name: str) -> str | None:
+    value = _optional_str(raw_cluster, "proxy-url", name)
+    if value is None:
+        return None
+    # kubectl also speaks socks5; aiohttp only tunnels through HTTP proxies, and silently connecting
+    # directly instead would bypass what the kubeconfig asks for. The scheme alone is named: the URL
+    # may carry credentials.
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https"):
+        raise ConfigError(
+            f"cluster {name!r}: proxy-url scheme {parts.scheme or '(none)'!r} is not supported: "
+            "the controller supports only http:// and https:// proxies"
+        )
+    if not parts.hostname:
+        raise ConfigError(f"cluster {name!r}: proxy-url has no host")
+    return value
 
 
 def _ssl_context(cluster: Any, user: Any, abs_file: Any) -> ssl.SSLContext:
@@ -279,6 +329,8 @@ def _auth(user: Any, abs_file: Any) -> Auth:
     if user.token:
         return StaticAuth(f"Bearer {user.token.strip()}")
     if user.exec:
+        # A relative command with a separator was made absolute against its kubeconfig's directory when
+        # the files were read (`_kubeconfig_files`), as client-go does; a bare name is looked up on PATH.
         env = {nv.name: nv.value for nv in (user.exec.env or [])}
         return ExecAuth(user.exec.command, list(user.exec.args or []), env, user.exec.apiVersion)
     if user.username and user.password:

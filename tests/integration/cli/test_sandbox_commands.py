@@ -314,3 +314,50 @@ def test_pools_say_why_members_are_not_ready(
     )
     assert {p["name"]: p["reason"] for p in json.loads(out)} == {"orphan": None, "stuck": None}
     assert err == ""
+
+
+def test_the_kubeconfig_contexts_namespace_and_flags_before_the_command_work_as_in_kubectl(
+    cluster: DevCluster,
+    namespace: str,
+    controller: Started,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`kubectl config set-context --current --namespace=team-a` then `agent-sandbox pools` listed `default`
+    (-n defaulted to it), and `agent-sandbox -n team-a list` was a usage error; kubectl takes both."""
+    apply_pool(cluster, namespace, replicas=1)
+    doc = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    doc["contexts"][0]["context"]["namespace"] = namespace
+    kubeconfig = tmp_path / "team.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(doc))
+    router = ("--router-url", "http://127.0.0.1:9")
+
+    def cli(*argv: str) -> tuple[int, str, str]:
+        code = main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    for argv in (
+        ["pools", "--kubeconfig", str(kubeconfig), *router, "-o", "json"],
+        ["--kubeconfig", str(kubeconfig), *router, "pools", "-o", "json"],
+        ["-n", namespace, "--kubeconfig", str(cluster.kubeconfig), *router, "pools", "-o", "json"],
+    ):
+        code, out, err = cli(*argv)
+        assert code == 0, err
+        assert [p["name"] for p in json.loads(out)] == ["pool"], argv
+    # after the command wins, as the last of kubectl's repeated flags does; an empty namespace says which
+    code, out, err = cli("-n", namespace, "--kubeconfig", str(kubeconfig), *router, "pools", "-n", "default")
+    assert (code, out, err) == (0, "", "No resources found in default namespace.\n")
+    code, out, err = cli("--kubeconfig", str(kubeconfig), *router, "list")
+    assert (code, out, err) == (0, "", f"No resources found in {namespace} namespace.\n")
+    # `lifecycle` (the controller's own kubeconfig loader) takes the context's namespace too
+    code, _, err = cli("--kubeconfig", str(kubeconfig), "lifecycle", "suspend", "nosuch")
+    assert (code, err) == (1, f"error: no Sandbox named {namespace}/nosuch\n")
+    # a connection flag before a command that has no use for it is an error, not ignored
+    with pytest.raises(SystemExit) as usage:
+        main(["-n", namespace, "dev", "status"])
+    assert usage.value.code == 2
+    assert (
+        "-n/--namespace applies to the sandbox commands (list, exec, ...), not to dev"
+        in capsys.readouterr().err
+    )

@@ -43,8 +43,10 @@ def test_table_aligns_columns_and_marks_empty_cells() -> None:
     assert lines[1].index("pool") == lines[0].index("POOL")
     assert "127.10.0.4" in lines[1]
     assert lines[2].split()[5] == "-"
-    render([], "table", columns=SANDBOX_COLUMNS, out=(empty := io.StringIO()))
-    assert empty.getvalue() == "No resources found.\n"
+    render([], "table", columns=SANDBOX_COLUMNS, out=(table := io.StringIO()), err=(note := io.StringIO()))
+    assert (table.getvalue(), note.getvalue()) == ("", "No resources found.\n")
+    render([], "table", columns=SANDBOX_COLUMNS, namespace="team-a", out=table, err=(note := io.StringIO()))
+    assert (table.getvalue(), note.getvalue()) == ("", "No resources found in team-a namespace.\n")
 
 
 def test_json_and_yaml_keep_model_field_names() -> None:

@@ -251,6 +251,8 @@ class _DriverBase:
                 "verify": self.kube.verify,
                 "auth": self.kube.auth,
             }
+            if self.kube.proxy_url:
+                kw["proxy"] = self.kube.proxy_url
         elif key == "plaintext":
             # Plain HTTP (a router or sandbox URL without TLS): one pool whatever the TLS settings, and no
             # CA bundle loaded in the middle of concurrent flows (default_tls_context).
@@ -267,9 +269,12 @@ class _DriverBase:
             kw["transport"] = self._transport
         return key, kw
 
-    @staticmethod
-    def _request_kwargs(request: HttpRequest) -> dict[str, Any]:
+    def _request_kwargs(self, request: HttpRequest) -> dict[str, Any]:
         kw: dict[str, Any] = {"params": request.params, "headers": dict(request.headers)}
+        if request.kube and self.kube is not None and self.kube.tls_server_name:
+            # httpcore's per-request SNI is also the name the certificate is checked against, with or
+            # without a proxy in between - what kubectl does with the cluster's tls-server-name.
+            kw["extensions"] = {"sni_hostname": self.kube.tls_server_name}
         if request.json is not None:
             kw["json"] = request.json
         elif request.content is not None:

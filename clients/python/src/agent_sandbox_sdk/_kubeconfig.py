@@ -17,6 +17,7 @@ that passed upstream an `ApiClient` keeps working without the `kubernetes` packa
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import ssl
 from collections.abc import Generator
@@ -47,6 +48,11 @@ class KubeEndpoint:
     auth: httpx2.Auth | None = None
     namespace: str = "default"
     source: str = ""
+    #: The cluster's `tls-server-name`: the name sent in SNI and checked against the server's certificate
+    #: instead of the URL's host (an SSH tunnel to 127.0.0.1 in front of a certificate for `kubernetes`).
+    tls_server_name: str | None = None
+    #: The cluster's `proxy-url`: every API request goes through it, whatever `HTTPS_PROXY` says (kubectl).
+    proxy_url: str | None = None
 
 
 def _user_auth(config: SingleConfig, source: str) -> httpx2.Auth | None:
@@ -105,7 +111,9 @@ class OidcIdTokenAuth(httpx2.Auth):
             )
 
 
-def _from_single(config: SingleConfig, source: str) -> KubeEndpoint:
+def _from_single(config: SingleConfig, source: str, cluster: dict[str, Any] | None = None) -> KubeEndpoint:
+    """`cluster` is the context's cluster as written in the file: lightkube's model drops `tls-server-name`
+    and `proxy-url`, so they come from there (a `KubeConfig` passed in has lost them already)."""
     if config.user is None:
         raise ValueError(f"kubeconfig {source}: the context has no user")
     try:
@@ -116,13 +124,42 @@ def _from_single(config: SingleConfig, source: str) -> KubeEndpoint:
         named = ", ".join(os.fspath(config.abs_file(f)) for f in files if f)
         where = f" (files: {named})" if named and not getattr(err, "filename", None) else ""
         raise ValueError(f"kubeconfig {source}: {err}{where}") from None
+    raw = cluster or {}
     return KubeEndpoint(
         base_url=config.cluster.server.rstrip("/"),
         verify=verify,
         auth=auth,
         namespace=config.namespace or "default",
         source=source,
+        tls_server_name=_text_field(raw, "tls-server-name", source),
+        proxy_url=_proxy_url(raw, source),
     )
+
+
+def _text_field(cluster: dict[str, Any], name: str, source: str) -> str | None:
+    value = cluster.get(name)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"kubeconfig {source}: cluster {name} must be a string, not {value!r}")
+    return value
+
+
+def _proxy_url(cluster: dict[str, Any], source: str) -> str | None:
+    url = _text_field(cluster, "proxy-url", source)
+    if url is None:
+        return None
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in ("http", "https", "socks5", "socks5h"):
+        raise ValueError(
+            f"kubeconfig {source}: cluster proxy-url {url!r}: the scheme must be http, https or socks5 (as kubectl)"
+        )
+    if scheme.startswith("socks5") and importlib.util.find_spec("socksio") is None:
+        raise ValueError(
+            f"kubeconfig {source}: cluster proxy-url {url!r} is a SOCKS proxy, which needs the socksio package: "
+            "pip install 'agent-sandbox-sdk[socks]'"
+        )
+    return url
 
 
 #: Fields naming files, resolved against the directory of the kubeconfig that holds them (as client-go does).
@@ -149,7 +186,7 @@ def _absolute_paths(doc: dict[str, Any], directory: Path) -> None:
                     plugin["command"] = str(directory / command)
 
 
-def _merged(paths: list[Path]) -> KubeConfig:
+def _merged(paths: list[Path]) -> dict[str, Any]:
     """The kubeconfig files of `$KUBECONFIG`, merged as kubectl merges them: the first file to name a
     cluster, user or context (or to set current-context) wins; relative file paths are each file's own."""
     merged: dict[str, Any] = {"clusters": [], "users": [], "contexts": [], "current-context": None}
@@ -169,21 +206,29 @@ def _merged(paths: list[Path]) -> KubeConfig:
                 if isinstance(entry, dict) and entry.get("name") not in names:
                     merged[section].append(entry)
                     names.add(entry.get("name"))
-    try:
-        return KubeConfig.from_dict(merged, fname=paths[0])
-    except (ConfigError, KeyError, TypeError, ValueError) as err:
-        raise ValueError(f"cannot load kubeconfig {os.pathsep.join(map(str, paths))}: {err!r}") from None
+    return merged
 
 
 def _from_files(paths: list[Path], context: str | None) -> KubeEndpoint:
     source = os.pathsep.join(map(str, paths))
+    doc = _merged(paths)
     try:
-        single = _merged(paths).get(context_name=context)
+        single = KubeConfig.from_dict(doc, fname=paths[0]).get(context_name=context)
     except ConfigError as err:
         raise ValueError(f"kubeconfig {source}: {err}") from err
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"cannot load kubeconfig {source}: {err!r}") from None
     if single is None:
         raise ValueError(f"kubeconfig {source}: no context {context or '(current)'}")
-    return _from_single(single, source)
+    cluster = next(
+        (
+            entry.get("cluster")
+            for entry in doc["clusters"]
+            if entry.get("name") == single.context.cluster and isinstance(entry.get("cluster"), dict)
+        ),
+        None,
+    )
+    return _from_single(single, source, cluster)
 
 
 def _from_file(path: str | os.PathLike[str], context: str | None) -> KubeEndpoint:

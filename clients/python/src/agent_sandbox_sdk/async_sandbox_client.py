@@ -71,6 +71,13 @@ class AsyncSandboxClient:
     ) -> None:
         await self._cleanup()
 
+    @property
+    def context_namespace(self) -> str:
+        """The namespace the Kubernetes configuration names: the kubeconfig context's, or the pod's service
+        account's in a cluster; "default" when it names none. What kubectl uses without `-n`; the methods
+        themselves keep upstream's explicit `namespace="default"` default."""
+        return self._driver.kube.namespace if self._driver.kube is not None else "default"
+
     async def close(self) -> None:
         """Disconnect every handle and close pooled connections (claims stay)."""
         for handle in list(self._registry.handles.values()):

@@ -119,3 +119,60 @@ def test_a_missing_certificate_file_is_an_error_that_names_it(tmp_path: Path) ->
     )
     with pytest.raises(ValueError, match=r"kubeconfig .*config: .*No such file.*missing-ca\.crt"):
         load_kube_endpoint(config)
+
+
+def test_a_clusters_tls_server_name_and_proxy_url_are_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """lightkube's model drops both fields, so an SSH tunnel's `tls-server-name` failed certificate checks and a
+    `proxy-url` was bypassed (the API server dialled directly) where kubectl works; the live requests are in
+    tests/integration/sdk/test_kubeconfig_reach.py. With `$KUBECONFIG` merged, the context's cluster is read
+    from whichever file defines it."""
+    cluster = {
+        "server": "https://127.0.0.1:16443",
+        "tls-server-name": "kubernetes",
+        "proxy-url": "http://p:3128",
+    }
+    endpoint = load_kube_endpoint(_single_user(tmp_path, {"token": "t"}, cluster))
+    assert (endpoint.tls_server_name, endpoint.proxy_url) == ("kubernetes", "http://p:3128")
+    plain = load_kube_endpoint(_single_user(tmp_path / "plain", {"token": "t"}))
+    assert (plain.tls_server_name, plain.proxy_url) == (None, None)
+
+    first = _write(tmp_path / "a.yaml", {"current-context": "x"})
+    monkeypatch.setenv("KUBECONFIG", f"{first}:{_single_user(tmp_path / 'b', {'token': 't'}, cluster)}")
+    assert load_kube_endpoint().tls_server_name == "kubernetes"
+
+
+@pytest.mark.parametrize(
+    ("proxy", "message"),
+    [
+        ("ftp://p:21", r"proxy-url 'ftp://p:21': the scheme must be http, https or socks5"),
+        ("p:3128", r"proxy-url 'p:3128': the scheme must be"),
+        (3128, r"cluster proxy-url must be a string, not 3128"),
+    ],
+)
+def test_a_proxy_url_kubectl_would_refuse_is_an_error_that_names_the_field(
+    tmp_path: Path, proxy: object, message: str
+) -> None:
+    config = _single_user(tmp_path, {"token": "t"}, {"server": "https://kube.test", "proxy-url": proxy})
+    with pytest.raises(ValueError, match=message):
+        load_kube_endpoint(config)
+
+
+def test_a_socks_proxy_without_socksio_says_which_extra_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "socksio" else real(name, *a)
+    )
+    config = _single_user(
+        tmp_path, {"token": "t"}, {"server": "https://kube.test", "proxy-url": "socks5://b:1080"}
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"SOCKS proxy, which needs the socksio package: pip install 'agent-sandbox-sdk\[socks\]'",
+    ):
+        load_kube_endpoint(config)
