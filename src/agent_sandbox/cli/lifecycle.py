@@ -125,7 +125,7 @@ def _kubeconfig(args: argparse.Namespace) -> str | None:
 
 
 async def _run(args: argparse.Namespace) -> str:
-    api = ApiClient(load_config(_kubeconfig(args)))
+    api = ApiClient(load_config(_kubeconfig(args), context=args.context))
     if args.namespace is None:  # as kubectl: the context's namespace when -n is not given
         args.namespace = api.config.namespace
     try:

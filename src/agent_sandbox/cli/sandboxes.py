@@ -2,7 +2,7 @@
 
 Every command is a thin layer over the Python SDK (`agent_sandbox_sdk.SandboxClient`). Common options:
 `-o table|json|yaml` (and `name` where it prints claims or pools), `-n/--namespace` (default: the kubeconfig
-context's, as kubectl), `--kubeconfig`, `--router-url` (default `$AGENT_SANDBOX_ROUTER_URL`), `--dev-cluster NAME`
+context's, as kubectl), `--kubeconfig`, `--context`, `--router-url` (default `$AGENT_SANDBOX_ROUTER_URL`), `--dev-cluster NAME`
 (a local dev cluster's kubeconfig and router); all but `-o` may also come before the command.
 
 Exit codes: 0 success; `exec` exits with the command's own code (124 when it timed out); 1 an error from
@@ -127,7 +127,7 @@ def make_client(args: argparse.Namespace, *, sandboxd: bool = False) -> SandboxC
     config: SandboxConnectionConfig | None = _router_config(router_url, sandboxd) if router_url else None
     if config is None and sandboxd:
         config = SandboxdPodTunnelConnectionConfig()
-    client = SandboxClient(config, kubeconfig=kubeconfig)
+    client = SandboxClient(config, kubeconfig=kubeconfig, context=args.context)
     if args.namespace is None:  # as kubectl: the context's namespace when -n is not given
         args.namespace = client.context_namespace
     return client
@@ -461,13 +461,14 @@ def claim_arg(value: str) -> str:
 CONNECTION_OPTIONS = (
     ("-n/--namespace", "namespace"),
     ("--kubeconfig", "kubeconfig"),
+    ("--context", "context"),
     ("--router-url", "router_url"),
     ("--dev-cluster", "dev_cluster"),
 )
 
 
 def add_connection_options(parser: argparse.ArgumentParser, *, before_the_command: bool = False) -> None:
-    """`-n`, `--kubeconfig`, `--router-url`, `--dev-cluster`: accepted before the command as well as after it,
+    """`-n`, `--kubeconfig`, `--context`, `--router-url`, `--dev-cluster`: accepted before the command as well as after it,
     as kubectl's global flags are (`agent-sandbox -n team-a list`).
 
     The top-level parser holds the defaults (None); a command's parser leaves an option it was not given
@@ -485,6 +486,9 @@ def add_connection_options(parser: argparse.ArgumentParser, *, before_the_comman
         "--kubeconfig",
         default=default,
         help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)",
+    )
+    parser.add_argument(
+        "--context", default=default, help="kubeconfig context (default: its current-context)"
     )
     parser.add_argument(
         "--router-url", default=default, help=f"sandbox router URL (default: ${ROUTER_URL_ENV})"

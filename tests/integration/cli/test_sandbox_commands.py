@@ -353,6 +353,26 @@ def test_the_kubeconfig_contexts_namespace_and_flags_before_the_command_work_as_
     # `lifecycle` (the controller's own kubeconfig loader) takes the context's namespace too
     code, _, err = cli("--kubeconfig", str(kubeconfig), "lifecycle", "suspend", "nosuch")
     assert (code, err) == (1, f"error: no Sandbox named {namespace}/nosuch\n")
+    # --context picks another context of the file (here the current one points nowhere), before or after
+    doc["clusters"].append({"name": "elsewhere", "cluster": {"server": "https://127.0.0.1:9"}})
+    team = doc["contexts"][0]
+    doc["contexts"].append(
+        {"name": "elsewhere", "context": {"cluster": "elsewhere", "user": team["context"]["user"]}}
+    )
+    doc["current-context"] = "elsewhere"
+    kubeconfig.write_text(yaml.safe_dump(doc))
+    for argv in (
+        ["--context", team["name"], "pools", "--kubeconfig", str(kubeconfig), *router, "-o", "name"],
+        ["pools", "--context", team["name"], "--kubeconfig", str(kubeconfig), *router, "-o", "name"],
+    ):
+        assert cli(*argv)[:2] == (0, "sandboxwarmpool.extensions.agents.x-k8s.io/pool\n"), argv
+    code, out, err = cli("pools", "--kubeconfig", str(kubeconfig), *router)
+    assert code == 1
+    assert "GET https://127.0.0.1:9/apis/" in err  # which of the clusters did not answer
+    code, _, err = cli(
+        "--context", team["name"], "--kubeconfig", str(kubeconfig), "lifecycle", "suspend", "x"
+    )
+    assert (code, err) == (1, f"error: no Sandbox named {namespace}/x\n")
     # a connection flag before a command that has no use for it is an error, not ignored
     with pytest.raises(SystemExit) as usage:
         main(["-n", namespace, "dev", "status"])

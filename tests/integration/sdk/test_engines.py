@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.processes import Started
@@ -205,3 +206,25 @@ def test_closed_connection_refuses_and_a_dead_address_is_a_connection_error(
             sandbox.commands.run("true")
         sandbox.close_connection()
         assert sandbox.commands is None
+
+
+def test_a_tunnel_reaches_the_cluster_of_the_context_the_client_was_given(
+    cluster: DevCluster, pool: str, tmp_path: Path
+) -> None:
+    """`SandboxClient(context="...")` (the CLI's `--context`) spoke to that context's cluster, but the kubectl
+    port-forward it started used the kubeconfig's current-context: another cluster's pod, or (here) none."""
+    doc = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    real = doc["contexts"][0]
+    doc["clusters"].append({"name": "elsewhere", "cluster": {"server": "https://127.0.0.1:9"}})
+    doc["contexts"] = [
+        real,
+        {"name": "elsewhere", "context": {"cluster": "elsewhere", "user": real["context"]["user"]}},
+    ]
+    doc["current-context"] = "elsewhere"
+    kubeconfig = tmp_path / "two-contexts.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(doc))
+    with SandboxClient(MODES["sandboxd-pod-tunnel"], kubeconfig=kubeconfig, context=real["name"]) as client:
+        sandbox = client.create_sandbox("pool", pool, sandbox_ready_timeout=90)
+        assert sandbox.commands is not None
+        assert sandbox.commands.run("echo through the tunnel").stdout == "through the tunnel\n"
+        sandbox.terminate()

@@ -94,7 +94,7 @@ class Target:
 class PortForward:
     """One `kubectl port-forward` process to a free local port (tunnel modes)."""
 
-    def __init__(self, args: list[str], remote_ports: list[int], kubeconfig: str | None) -> None:
+    def __init__(self, args: list[str], remote_ports: list[int], kubectl_flags: list[str]) -> None:
         kubectl = shutil.which("kubectl")
         if kubectl is None:
             raise SandboxPortForwardError("kubectl is not on PATH; tunnel connection modes need it")
@@ -102,7 +102,7 @@ class PortForward:
         mapping = [f"{lp}:{rp}" for lp, rp in zip(self.local_ports, remote_ports, strict=True)]
         cmd = [
             kubectl,
-            *(["--kubeconfig", kubeconfig] if kubeconfig else []),
+            *kubectl_flags,
             "port-forward",
             *args,
             *mapping,
@@ -154,14 +154,15 @@ class Connection:
         sandbox_id: str,
         namespace: str,
         pod_ip: str | None = None,
-        kubeconfig_path: str | None = None,
+        kubectl_flags: list[str] | None = None,
     ) -> None:
         self.config = config
         self.sandbox_id = sandbox_id
         self.namespace = namespace
         self.runtime: Runtime = runtime_of(config)
         self._pod_ip = pod_ip
-        self._kubeconfig_path = kubeconfig_path
+        #: `--kubeconfig` / `--context` of the SDK's own configuration, for the kubectl of a tunnel.
+        self._kubectl_flags = kubectl_flags or []
         self._gateway_url: str | None = None
         self._tunnel: PortForward | None = None
         self.closed = False
@@ -287,7 +288,7 @@ class Connection:
         tunnel = self._tunnel
         if tunnel is None or tunnel.died() is not None:
             self._close_tunnel()
-            tunnel = self._tunnel = PortForward(args, remote, self._kubeconfig_path)
+            tunnel = self._tunnel = PortForward(args, remote, self._kubectl_flags)
         # Concurrent calls of an async handle share the tunnel: each waits until it is ready, not only the
         # call that started it (others would connect to a port kubectl has not bound yet).
         deadline = time.monotonic() + ready_timeout

@@ -169,12 +169,24 @@ async def _async_body(upload: Upload) -> AsyncIterator[bytes]:
         yield chunk
 
 
+def _absolute(url: str, err: httpx2.TransportError) -> str:
+    """A Kubernetes API path with the server it was sent to: with several clusters (contexts, `$KUBECONFIG`),
+    "connection refused" alone does not say which one (kubectl names it too)."""
+    if url.startswith("/"):
+        try:
+            sent = err.request.url
+        except RuntimeError:  # raised before a request was attached
+            return url
+        return f"{sent.scheme}://{sent.netloc.decode('ascii')}{url}"
+    return url
+
+
 def _transport_error(
     request: HttpRequest, err: httpx2.TransportError, *, mid_body: bool = False
 ) -> SandboxRequestError:
     """httpx2 transport failures -> the SDK's tree; `request_sent` says whether a retry could repeat it.
     `mid_body`: the response head had arrived (a streamed body cut off)."""
-    where = f"{request.method} {request.url}"
+    where = f"{request.method} {_absolute(request.url, err)}"
     if isinstance(err, httpx2.TimeoutException):
         sent = not isinstance(err, httpx2.ConnectTimeout | httpx2.PoolTimeout)
         out: SandboxRequestError = SandboxRequestTimeoutError(f"{where}: timed out ({type(err).__name__})")

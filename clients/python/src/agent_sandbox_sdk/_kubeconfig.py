@@ -53,6 +53,15 @@ class KubeEndpoint:
     tls_server_name: str | None = None
     #: The cluster's `proxy-url`: every API request goes through it, whatever `HTTPS_PROXY` says (kubectl).
     proxy_url: str | None = None
+    #: The kubeconfig context chosen, when read from files: a kubectl the SDK starts (tunnel modes) is told
+    #: it, so that it reaches the same cluster as the SDK and not the files' current-context.
+    context: str | None = None
+
+    def kubectl_flags(self) -> list[str]:
+        """The flags that make kubectl use this cluster and user: `--kubeconfig` (one file; a `$KUBECONFIG`
+        list is read by kubectl from the same environment) and `--context`."""
+        flags = ["--kubeconfig", self.source] if os.path.isfile(self.source) else []
+        return flags + (["--context", self.context] if self.context else [])
 
 
 def _user_auth(config: SingleConfig, source: str) -> httpx2.Auth | None:
@@ -133,6 +142,7 @@ def _from_single(config: SingleConfig, source: str, cluster: dict[str, Any] | No
         source=source,
         tls_server_name=_text_field(raw, "tls-server-name", source),
         proxy_url=_proxy_url(raw, source),
+        context=config.context_name if cluster is not None else None,
     )
 
 

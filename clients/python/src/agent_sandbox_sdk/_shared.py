@@ -80,9 +80,12 @@ def new_state(
     pod_ip: str | None = None,
     auto_named: bool = False,
 ) -> HandleState:
-    kubeconfig_path = kube.source if kube is not None and os.path.isfile(kube.source) else None
     conn = Connection(
-        config, sandbox_id=sandbox_id, namespace=namespace, pod_ip=pod_ip, kubeconfig_path=kubeconfig_path
+        config,
+        sandbox_id=sandbox_id,
+        namespace=namespace,
+        pod_ip=pod_ip,
+        kubectl_flags=kube.kubectl_flags() if kube is not None else [],
     )
     return HandleState(
         claim_name, sandbox_id, namespace, conn, tracer_config or SandboxTracerConfig(), auto_named=auto_named
