@@ -31,6 +31,7 @@ from lightkube.config import client_adapter
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.core.exceptions import ConfigError
 
+from ._apiclient import ConfigurationAuth, configuration_header
 from ._execauth import ExecCredentialAuth
 from .exceptions import SandboxError
 
@@ -262,17 +263,21 @@ def _from_api_client(client: Any) -> KubeEndpoint:
         cert, key = getattr(cfg, "cert_file", None), getattr(cfg, "key_file", None)
         if cert:
             verify.load_cert_chain(cert, key)
-    auth: httpx2.Auth | None = None
-    token = (getattr(cfg, "api_key", None) or {}).get("authorization") or (
-        getattr(cfg, "api_key", None) or {}
-    ).get("BearerToken")
-    if token:
-        prefix = (getattr(cfg, "api_key_prefix", None) or {}).get("authorization", "")
-        value = f"{prefix} {token}".strip() if prefix else token
-        if not value.lower().startswith("bearer "):
-            value = f"Bearer {value}"
-        auth = client_adapter.BearerAuth(value.split(" ", 1)[1])
-    return KubeEndpoint(base_url=host.rstrip("/"), verify=verify, auth=auth, source="api_client")
+    # Read at every request, after the Configuration's refresh hook (_apiclient): never a copy that expires.
+    auth = (
+        ConfigurationAuth(cfg)
+        if configuration_header(cfg) or getattr(cfg, "refresh_api_key_hook", None)
+        else None
+    )
+    return KubeEndpoint(
+        base_url=host.rstrip("/"),
+        verify=verify,
+        auth=auth,
+        source="api_client",
+        # load_kube_config copies both from the kubeconfig's cluster, as kubectl reads them
+        tls_server_name=getattr(cfg, "tls_server_name", None) or None,
+        proxy_url=getattr(cfg, "proxy", None) or None,
+    )
 
 
 def load_kube_endpoint(
