@@ -22,7 +22,7 @@ from typing import Any
 from agent_sandbox.api import lifecycle as lc
 from agent_sandbox.api.constants import OperatingMode
 from agent_sandbox.api.meta import is_ready
-from agent_sandbox.cli.sandboxes import add_connection_options
+from agent_sandbox.cli.arguments import add_connection_options
 from agent_sandbox.kube import SANDBOX, ApiClient, KubeError, NotFound, Object, ResourceKind, load_config
 
 __all__ = ["NoSuchSandbox", "ResumeOutcome", "add_lifecycle_commands", "hibernate", "resume", "suspend"]

@@ -13,9 +13,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from agent_sandbox.api.errortext import describe_error
+from agent_sandbox.cli.arguments import CONNECTION_OPTIONS, add_connection_options
 from agent_sandbox.cli.lifecycle import add_lifecycle_commands
 from agent_sandbox.cli.release import release_command
-from agent_sandbox.cli.sandboxes import CONNECTION_OPTIONS, add_connection_options, add_sandbox_commands
+from agent_sandbox.cli.sandboxes import add_sandbox_commands
 from agent_sandbox.devcluster import (
     BuildError,
     ClusterConfig,

@@ -42,6 +42,7 @@ from agent_sandbox_sdk import (
 from agent_sandbox_sdk.constants import ROUTER_URL_ENV
 from agent_sandbox_sdk.models import SandboxConnectionConfig
 
+from .arguments import claim_arg, common_options, seconds_arg
 from .copy import copy
 from .output import (
     CLAIM_RESOURCE,
@@ -49,7 +50,6 @@ from .output import (
     OBJECT_FORMATS,
     POOL_RESOURCE,
     age,
-    claim_of,
     progress,
     relay_output,
     render,
@@ -408,17 +408,6 @@ def _pairs(values: list[str] | None, flag: str) -> list[tuple[str, str]]:
     return out
 
 
-def _seconds(value: str) -> float:
-    """A `--timeout`: a positive number of seconds."""
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
-    if not 0 < seconds < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
-    return seconds
-
-
 def _guard(handler: Handler) -> Handler:
     """Errors -> one `error:` line and the exit codes of the module docstring."""
 
@@ -447,74 +436,10 @@ def _guard(handler: Handler) -> Handler:
 # ----------------------------------------------------------------------------------------- parser
 
 
-def claim_arg(value: str) -> str:
-    """A claim argument: its name, or kubectl's `TYPE/NAME` of a claim (what `-o name` prints)."""
-    if "/" not in value:
-        return value
-    name = claim_of(value)
-    if name is None:
-        raise argparse.ArgumentTypeError(f"{value!r}: a SandboxClaim name, or sandboxclaim/NAME")
-    return name
-
-
-#: The options of `add_connection_options`: (flag, attribute).
-CONNECTION_OPTIONS = (
-    ("-n/--namespace", "namespace"),
-    ("--kubeconfig", "kubeconfig"),
-    ("--context", "context"),
-    ("--router-url", "router_url"),
-    ("--dev-cluster", "dev_cluster"),
-)
-
-
-def add_connection_options(parser: argparse.ArgumentParser, *, before_the_command: bool = False) -> None:
-    """`-n`, `--kubeconfig`, `--context`, `--router-url`, `--dev-cluster`: accepted before the command as well as after it,
-    as kubectl's global flags are (`agent-sandbox -n team-a list`).
-
-    The top-level parser holds the defaults (None); a command's parser leaves an option it was not given
-    unset (SUPPRESS), since argparse would otherwise let the command's default overwrite a value given
-    before the command. A None namespace means the kubeconfig context's (`make_client`).
-    """
-    default = None if before_the_command else argparse.SUPPRESS
-    parser.add_argument(
-        "-n",
-        "--namespace",
-        default=default,
-        help="namespace (default: the kubeconfig context's namespace, else default)",
-    )
-    parser.add_argument(
-        "--kubeconfig",
-        default=default,
-        help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)",
-    )
-    parser.add_argument(
-        "--context", default=default, help="kubeconfig context (default: its current-context)"
-    )
-    parser.add_argument(
-        "--router-url", default=default, help=f"sandbox router URL (default: ${ROUTER_URL_ENV})"
-    )
-    parser.add_argument(
-        "--dev-cluster",
-        metavar="NAME",
-        default=default,
-        help="use the local dev cluster NAME (kubeconfig + router)",
-    )
-
-
-def _common(formats: tuple[str, ...]) -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "-o", "--output", choices=formats, default="table", help="output format (default table)"
-    )
-    add_connection_options(common)
-    common.set_defaults(connection_options=True)
-    return common
-
-
 def add_sandbox_commands(sub: Any) -> None:
     """Register the sandbox commands on the top-level subparsers."""
     parents: dict[tuple[str, ...], argparse.ArgumentParser] = {
-        f: _common(f) for f in (FORMATS, OBJECT_FORMATS)
+        f: common_options(f) for f in (FORMATS, OBJECT_FORMATS)
     }
 
     def add(
@@ -537,7 +462,7 @@ def add_sandbox_commands(sub: Any) -> None:
     source.add_argument("--template", help="cold start from this SandboxTemplate (via a replicas-0 pool)")
     create.add_argument("--name", help="claim name (default: sandbox-claim-<8 hex>)")
     create.add_argument(
-        "--timeout", type=_seconds, default=180, help="seconds to wait for Ready (default 180)"
+        "--timeout", type=seconds_arg, default=180, help="seconds to wait for Ready (default 180)"
     )
     create.add_argument("--label", action="append", metavar="KEY=VALUE", help="claim label (repeatable)")
     create.add_argument(
@@ -561,7 +486,7 @@ def add_sandbox_commands(sub: Any) -> None:
     exe.add_argument("argv", nargs=argparse.REMAINDER, metavar="[OPTIONS] -- COMMAND [ARGS...]")
     exe.add_argument(
         "--timeout",
-        type=_seconds,
+        type=seconds_arg,
         help="kill the command after this many seconds (exit 124); default: the runtime's limit (300 s)",
     )
     exe.add_argument("--env", action="append", metavar="KEY=VALUE", help="environment variable (repeatable)")
@@ -587,13 +512,13 @@ def add_sandbox_commands(sub: Any) -> None:
     )
     cp.add_argument("src")
     cp.add_argument("dst")
-    cp.add_argument("--timeout", type=_seconds, default=300, help="seconds (default 300)")
+    cp.add_argument("--timeout", type=seconds_arg, default=300, help="seconds (default 300)")
 
     for name, suspend in (("suspend", True), ("resume", False)):
         what = "suspend a sandbox (its pod goes, volumes stay)" if suspend else "resume a suspended sandbox"
         p = add(name, _suspend_resume(suspend), what, OBJECT_FORMATS)
         p.add_argument("claim", type=claim_arg)
-        p.add_argument("--timeout", type=_seconds, default=120, help="seconds to wait (default 120)")
+        p.add_argument("--timeout", type=seconds_arg, default=120, help="seconds to wait (default 120)")
         p.add_argument("--no-wait", action="store_true", help="return once the change is requested")
 
     delete = add("delete", _delete, "delete claimed sandboxes (the controller then deletes the sandbox)")
