@@ -358,6 +358,14 @@ def _spawn_error(err: OSError) -> SpawnError:
         return SpawnError("permission", str(err))
     if isinstance(err, NotADirectoryError | IsADirectoryError):
         return SpawnError("invalid", str(err))
+    if err.errno == errno.E2BIG:
+        # Agents send whole scripts as `python -c '...'`; the kernel's limits are worth naming, with the way
+        # around them (upstream's runtimes report the bare errno, sandboxd as INTERNAL).
+        return SpawnError(
+            "invalid",
+            f"{err} - one argument may hold at most 128 KiB and all of them with the environment about "
+            "2 MiB: write a long script to a file and run the file",
+        )
     return SpawnError("internal", str(err))
 
 

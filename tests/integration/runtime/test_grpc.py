@@ -43,6 +43,7 @@ async def test_execute(runtime: RuntimeServer, grpc_client: ProcessClient) -> No
         (("pwd",), {"cwd": "../.."}, grpc.StatusCode.PERMISSION_DENIED, "escapes the root"),
         (("pwd",), {"cwd": "missing-dir"}, grpc.StatusCode.NOT_FOUND, "No such file or directory"),
         (("/etc/passwd",), {}, grpc.StatusCode.PERMISSION_DENIED, "Permission denied"),
+        (("echo", "x" * 140_000), {}, grpc.StatusCode.INVALID_ARGUMENT, "write a long script to a file"),
     ],
 )
 async def test_execute_errors(

@@ -59,6 +59,12 @@ async def test_execute_runs_without_a_shell_in_the_root(
         ),
         ("echo 'unclosed", "Failed to execute command: No closing quotation"),
         ("", "Failed to execute command: empty command"),
+        (
+            "python3 -c '" + "#" * 140_000 + "'",  # an agent's whole script inline, past one argument's limit
+            "Failed to execute command: [Errno 7] Argument list too long: 'python3' - one argument may hold at "
+            "most 128 KiB and all of them with the environment about 2 MiB: write a long script to a file and "
+            "run the file",
+        ),
     ],
 )
 async def test_execution_problems_are_200_with_exit_code_1(
