@@ -270,8 +270,9 @@ class Exchange:
         if self._chunked_out:
             self._pending.append(b"0\r\n\r\n")
         if not self._body_sent:
-            # The sandbox answered before taking the whole body: neither side can be reused.
-            self.out.keep_alive = False
+            # The sandbox answered before taking the whole body: this upstream connection is in the middle of
+            # a request and cannot be reused; the client's stays open as the response said, its connection
+            # reading the rest of the body (`ClientConnection._discard_rest`).
             self.upstream.close()
         elif reusable:
             self.proxy.pool.put(self.upstream)

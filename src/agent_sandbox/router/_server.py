@@ -41,6 +41,9 @@ log = logging.getLogger("agent_sandbox.router.server")
 _BODY_HIGH_WATER = 256 * 1024
 """Buffered request-body bytes (no upstream yet, or upstream write buffer full) before reading pauses."""
 _HEAD_SLACK = 64 * 1024
+_DISCARD_LIMIT = 256 * 1024
+"""Request-body bytes still read (and dropped) after the response so the connection stays usable (Go's
+server reads up to the same 256 KiB); past it the connection closes."""
 
 
 #: How an h2c (prior knowledge) connection starts: the HTTP/2 client preface (RFC 9113 §3.4).
@@ -455,9 +458,51 @@ class ClientConnection(asyncio.Protocol):
         self.response_started = False
         if self.closed:
             return
-        body_left = req is not None and req.body is not None and not req.body.done
-        if not keep_alive or self.draining or body_left or (req is not None and req.upgrade):
-            self.close()
+        body = req.body if req is not None else None
+        body_left = body is not None and not body.done
+        if not keep_alive or self.draining or (req is not None and req.upgrade):
+            if body_left:
+                self._stop_reading_and_linger()  # a plain close with input unread resets the response away
+            else:
+                self.close()
+            return
+        if body is not None and body_left:
+            self._discard_rest(body)
+            return
+        self._serve_next()
+
+    def _discard_rest(self, body: RequestBody) -> None:
+        """The response went out before the client finished its body (the sandbox answered at a multipart's
+        closing boundary, ahead of the chunked terminator; or refused an upload early): read the rest and
+        drop it, so the connection the response left open serves the next request. Past `_DISCARD_LIMIT`
+        bytes, or the header timeout, the connection closes instead."""
+        budget = _DISCARD_LIMIT - len(body.take_buffered())
+        if budget < 0 or (body.expected is not None and body.expected - body.received > budget):
+            self._stop_reading_and_linger()
+            return
+
+        def drop(chunk: bytes) -> None:
+            nonlocal budget
+            budget -= len(chunk)
+            if budget < 0:
+                body.detach()
+                self._stop_reading_and_linger()
+
+        def done() -> None:
+            body.detach()
+            self._cancel_timer()
+            self._serve_next()
+
+        self._arm(self.limits.read_header_timeout, self._stop_reading_and_linger)
+        body.attach(drop, done)
+
+    def _stop_reading_and_linger(self) -> None:
+        self._failed = True  # input from here on is drained unparsed
+        self._linger_close()
+
+    def _serve_next(self) -> None:
+        """After a response: the next pipelined request, or wait (idle) for one."""
+        if self.closed:
             return
         if self._pending:
             nxt = self._pending.popleft()
@@ -465,7 +510,9 @@ class ClientConnection(asyncio.Protocol):
                 self.resume_reading_for_body("pipeline")
             self._start(nxt)
             return
-        if self._current is None:
+        # `_current` is still the request whose body just ended when `_discard_rest` gets here (its parser
+        # callback runs before the parser lets it go); the connection is idle all the same.
+        if self._current is None or self._current.body is None or self._current.body.done:
             self._arm(self.limits.idle_timeout, self.close)
 
     def pause_reading_for_body(self, reason: str = "body") -> None:

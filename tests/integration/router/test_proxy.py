@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -14,7 +15,16 @@ import pytest
 
 from agent_sandbox.router import Router
 
-from .conftest import Backend, exchange, fresh_ip, raw_backend, raw_request, request_bytes, scrape
+from .conftest import (
+    Backend,
+    exchange,
+    fresh_ip,
+    raw_backend,
+    raw_request,
+    request_bytes,
+    scrape,
+    still_serving,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -525,3 +535,91 @@ async def test_header_timeout_starts_after_the_request_body(
     ):
         assert resp.status == 200
         assert (await resp.json())["received"] == 5000
+
+
+async def _early_answering_backend() -> tuple[asyncio.Server, dict[str, str]]:
+    """A sandbox that answers a chunked upload once the payload's own end marker is in, before the chunked
+    terminator: what the runtime's multipart reader does at the closing boundary (aiohttp)."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                await reader.readuntil(b"END")
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+                await reader.readuntil(b"0\r\n\r\n")  # the terminator, whenever it comes
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    return await raw_backend(serve)
+
+
+async def test_an_answer_before_the_chunked_terminator_keeps_the_promised_connection(router: Router) -> None:
+    """The sandbox answered an upload before the client's chunked terminator reached the router; the router
+    relayed the answer as keep-alive and then closed the connection, so the client's next request on it
+    failed - `agent-sandbox cp` of 5,000 files: `POST /upload: no response (ReadError: Connection reset by
+    peer)`, once in a few runs. The rest of the body is now read and dropped and the connection kept."""
+    server, headers = await _early_answering_backend()
+    reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port)
+    try:
+        for n in range(3):
+            head = request_bytes("POST", "/upload", {**headers, "Transfer-Encoding": "chunked"})
+            writer.write(head + b"8\r\npart-END\r\n")
+            async with asyncio.timeout(5):
+                try:
+                    answer = await reader.readuntil(b"ok")
+                except asyncio.IncompleteReadError as err:
+                    raise AssertionError(f"request {n}: closed after {err.partial!r}") from None
+            assert answer.startswith(b"HTTP/1.1 200"), answer
+            assert b"connection: close" not in answer.lower(), (n, answer)
+            await asyncio.sleep(0.1)  # the terminator comes after the answer (its own TCP segment)
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+    finally:
+        writer.close()
+        server.close()
+    await still_serving(router)
+
+
+async def test_a_body_the_sandbox_did_not_wait_for_ends_the_connection_after_the_answer(
+    router: Router,
+) -> None:
+    """More of the body than is worth reading after the answer (a large upload the sandbox refused at once):
+    the connection closes, but only after the client can read the answer (a half-close that drains input,
+    not a reset that would discard it)."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 413 Request Entity Too Large\r\nContent-Length: 4\r\n\r\nbig!")
+        await writer.drain()
+        with contextlib.suppress(ConnectionError):
+            while await reader.read(65536):
+                pass
+        writer.close()
+
+    server, headers = await raw_backend(serve)
+    size = 64 << 20
+    reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port)
+    try:
+        writer.write(request_bytes("PUT", "/v1/files/big", {**headers, "Content-Length": str(size)}))
+        sent = 0
+        answer = b""
+        async with asyncio.timeout(10):
+            while b"big!" not in answer and sent < size:
+                writer.write(b"x" * (1 << 20))
+                sent += 1 << 20
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(0.01):
+                        answer += await reader.read(65536)
+            while b"big!" not in answer:
+                chunk = await reader.read(65536)
+                assert chunk, answer
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 413"), answer
+            assert await reader.read(65536) == b""  # then closed, cleanly
+    finally:
+        writer.close()
+        server.close()
+    await still_serving(router)
