@@ -498,6 +498,9 @@ class ClientConnection(asyncio.Protocol):
 
     def _stop_reading_and_linger(self) -> None:
         self._failed = True  # input from here on is drained unparsed
+        self._reading_paused_for.clear()  # drained, not left in the kernel to reset the answer at close
+        if self.transport is not None and not self.closed and self.tunnel is None:
+            self.transport.resume_reading()
         self._linger_close()
 
     def _serve_next(self) -> None:
@@ -512,7 +515,8 @@ class ClientConnection(asyncio.Protocol):
             return
         # `_current` is still the request whose body just ended when `_discard_rest` gets here (its parser
         # callback runs before the parser lets it go); the connection is idle all the same.
-        if self._current is None or self._current.body is None or self._current.body.done:
+        current = self._current
+        if current is None or (current.body is not None and current.body.done):
             self._arm(self.limits.idle_timeout, self.close)
 
     def pause_reading_for_body(self, reason: str = "body") -> None:
