@@ -559,8 +559,8 @@ async def _early_answering_backend() -> tuple[asyncio.Server, dict[str, str]]:
 async def test_an_answer_before_the_chunked_terminator_keeps_the_promised_connection(router: Router) -> None:
     """The sandbox answered an upload before the client's chunked terminator reached the router; the router
     relayed the answer as keep-alive and then closed the connection, so the client's next request on it
-    failed - `agent-sandbox cp` of 5,000 files: `POST /upload: no response (ReadError: Connection reset by
-    peer)`, once in a few runs. The rest of the body is now read and dropped and the connection kept."""
+    failed (found chasing a one-off `ReadError: Connection reset by peer` in a 5,000-file `agent-sandbox cp`).
+    The rest of the body is now read and dropped and the connection kept."""
     server, headers = await _early_answering_backend()
     reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port)
     try:
