@@ -161,13 +161,19 @@ def _proxy_url(cluster: dict[str, Any], source: str) -> str | None:
     if url is None:
         return None
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    shown = (
+        url.split("@", 1)[-1]
+        if "://" not in url
+        else f"{scheme}://{url.split('://', 1)[1].split('@', 1)[-1]}"
+    )
+    # `shown` leaves out any user:password the URL carries: error messages end up in logs
     if scheme not in ("http", "https", "socks5", "socks5h"):
         raise ValueError(
-            f"kubeconfig {source}: cluster proxy-url {url!r}: the scheme must be http, https or socks5 (as kubectl)"
+            f"kubeconfig {source}: cluster proxy-url {shown!r}: the scheme must be http, https or socks5 (as kubectl)"
         )
     if scheme.startswith("socks5") and importlib.util.find_spec("socksio") is None:
         raise ValueError(
-            f"kubeconfig {source}: cluster proxy-url {url!r} is a SOCKS proxy, which needs the socksio package: "
+            f"kubeconfig {source}: cluster proxy-url {shown!r} is a SOCKS proxy, which needs the socksio package: "
             "pip install 'agent-sandbox-sdk[socks]'"
         )
     return url

@@ -147,6 +147,7 @@ def test_a_clusters_tls_server_name_and_proxy_url_are_kept(
     ("proxy", "message"),
     [
         ("ftp://p:21", r"proxy-url 'ftp://p:21': the scheme must be http, https or socks5"),
+        ("ftp://user:secret@p:21", r"proxy-url 'ftp://p:21': the scheme must be"),  # credentials not shown
         ("p:3128", r"proxy-url 'p:3128': the scheme must be"),
         (3128, r"cluster proxy-url must be a string, not 3128"),
     ],
