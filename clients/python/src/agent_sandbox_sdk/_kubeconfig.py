@@ -324,6 +324,6 @@ def load_kube_endpoint(
     if default.exists():
         return _from_file(default, context)
     raise ValueError(
-        "no Kubernetes configuration: pass kubeconfig=/api_client=, set KUBECONFIG, run in a pod, "
-        "or create ~/.kube/config"
+        "no Kubernetes configuration: pass kubeconfig=/api_client= (the CLI: --kubeconfig), set KUBECONFIG, "
+        "run in a pod, or create ~/.kube/config"
     )
