@@ -243,6 +243,7 @@ class ClientConnection(asyncio.Protocol):
         self._first_data = True
         self._preface_start = b""
         self._failed = False
+        self._lingering = False
         self.failed_status = 0
         self.response_started = False
         """The active request's response head has been written (errors can no longer be sent)."""
@@ -462,7 +463,7 @@ class ClientConnection(asyncio.Protocol):
         body_left = body is not None and not body.done
         if not keep_alive or self.draining or (req is not None and req.upgrade):
             if body_left:
-                self._stop_reading_and_linger()  # a plain close with input unread resets the response away
+                self._linger_close()  # a plain close with input unread resets the response away
             else:
                 self.close()
             return
@@ -478,7 +479,7 @@ class ClientConnection(asyncio.Protocol):
         bytes, or the header timeout, the connection closes instead."""
         budget = _DISCARD_LIMIT - len(body.take_buffered())
         if budget < 0 or (body.expected is not None and body.expected - body.received > budget):
-            self._stop_reading_and_linger()
+            self._linger_close()
             return
 
         def drop(chunk: bytes) -> None:
@@ -486,22 +487,15 @@ class ClientConnection(asyncio.Protocol):
             budget -= len(chunk)
             if budget < 0:
                 body.detach()
-                self._stop_reading_and_linger()
+                self._linger_close()
 
         def done() -> None:
             body.detach()
             self._cancel_timer()
             self._serve_next()
 
-        self._arm(self.limits.read_header_timeout, self._stop_reading_and_linger)
+        self._arm(self.limits.read_header_timeout, self._linger_close)
         body.attach(drop, done)
-
-    def _stop_reading_and_linger(self) -> None:
-        self._failed = True  # input from here on is drained unparsed
-        self._reading_paused_for.clear()  # drained, not left in the kernel to reset the answer at close
-        if self.transport is not None and not self.closed and self.tunnel is None:
-            self.transport.resume_reading()
-        self._linger_close()
 
     def _serve_next(self) -> None:
         """After a response: the next pipelined request, or wait (idle) for one."""
@@ -560,13 +554,19 @@ class ClientConnection(asyncio.Protocol):
         self._linger_close()
 
     def _linger_close(self) -> None:
-        """Close after the error response without resetting it away: closing a socket that still has
-        unread input makes the kernel send RST, and a client still sending (a slow or oversized request)
-        would then lose the response. So: half-close, discard input for up to a second, then close (as
-        Go's server does)."""
+        """Close after a response the client may still be sending a request body to (an error, or an
+        answer that came before the body ended) without resetting it away: closing a socket that still has
+        unread input makes the kernel send RST, and the client would then lose the response. So: half-close,
+        discard input for up to a second - reading resumed if a full body buffer had paused it - then close
+        (as Go's server does)."""
         transport = self.transport
-        if transport is None or self.closed:
+        if transport is None or self.closed or self._lingering:
             return
+        self._lingering = True
+        self._failed = True  # input from here on is drained unparsed
+        self._reading_paused_for.clear()
+        if self.tunnel is None:
+            transport.resume_reading()
         try:
             if transport.can_write_eof():
                 transport.write_eof()

@@ -160,13 +160,10 @@ def _proxy_url(cluster: dict[str, Any], source: str) -> str | None:
     url = _text_field(cluster, "proxy-url", source)
     if url is None:
         return None
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    shown = (
-        url.split("@", 1)[-1]
-        if "://" not in url
-        else f"{scheme}://{url.split('://', 1)[1].split('@', 1)[-1]}"
-    )
-    # `shown` leaves out any user:password the URL carries: error messages end up in logs
+    scheme, sep, rest = url.partition("://")
+    scheme = scheme.lower() if sep else ""
+    # named without any user:password it carries: error messages end up in logs
+    shown = f"{scheme}://{rest.rpartition('@')[2]}" if sep else url.rpartition("@")[2]
     if scheme not in ("http", "https", "socks5", "socks5h"):
         raise ValueError(
             f"kubeconfig {source}: cluster proxy-url {shown!r}: the scheme must be http, https or socks5 (as kubectl)"
