@@ -32,7 +32,7 @@ from yarl import URL
 
 from .. import __version__
 from ..api.errortext import describe_error
-from ._config import ClusterConfig, load_config
+from ._config import ClusterConfig, ExecAuth, load_config
 from ._protocols import StatusViaSubresource
 from ._ratelimit import TokenBucket
 from ._resources import ResourceKind
@@ -198,6 +198,8 @@ class ApiClient(StatusViaSubresource):
             self._route["server_hostname"] = config.tls_server_name
         if config.proxy_url:
             self._route["proxy"] = config.proxy_url
+        # An exec plugin that gives client certificates: its current one goes with every request (`_routed`).
+        self._plugin = config.auth if isinstance(config.auth, ExecAuth) else None
         self._closed = False
         self._write_gate: Callable[[], None] | None = None
         self._metric_children: dict[tuple[str, str], Any] = {}
@@ -325,6 +327,12 @@ class ApiClient(StatusViaSubresource):
             hist = self._duration_children[method] = REST_CLIENT_DURATION.labels(method, self._host)
         hist.observe(elapsed)
 
+    def _routed(self) -> dict[str, Any]:
+        """Per-request connection options; call after `_headers` (which runs an exec plugin when due).
+        aiohttp keys pooled connections by `ssl`: a renewed plugin certificate gets new connections."""
+        tls = self._plugin.tls if self._plugin is not None else None
+        return self._route if tls is None else {**self._route, "ssl": tls}
+
     async def _headers(self, content_type: str | None) -> dict[str, str]:
         headers: dict[str, str] = {}
         auth = await self.config.auth.header()
@@ -381,7 +389,7 @@ class ApiClient(StatusViaSubresource):
             start = loop.time()
             try:
                 async with self._session().request(
-                    method, url, data=body, headers=headers, timeout=self._timeout, **self._route
+                    method, url, data=body, headers=headers, timeout=self._timeout, **self._routed()
                 ) as resp:
                     data = await resp.read()
                     status = resp.status
@@ -547,7 +555,7 @@ class ApiClient(StatusViaSubresource):
         start = loop.time()
         try:
             async with self._session(watch=True).get(
-                url, headers=headers, timeout=timeout, **self._route
+                url, headers=headers, timeout=timeout, **self._routed()
             ) as resp:
                 self._observe("WATCH", str(resp.status), loop.time() - start)
                 if resp.status >= 400:

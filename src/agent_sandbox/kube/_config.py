@@ -23,7 +23,7 @@ import os
 import ssl
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -105,13 +105,32 @@ class TokenFileAuth:
 
 
 class ExecAuth:
-    """client.authentication.k8s.io exec credential plugin; cached until expiry, re-run after a 401."""
+    """client.authentication.k8s.io exec credential plugin; cached until expiry, re-run after a 401.
 
-    def __init__(self, command: str, args: list[str], env: dict[str, str], api_version: str) -> None:
+    The plugin may give a client certificate instead of (or with) a token (Teleport, Pinniped): `tls` is then a
+    context of the cluster's trust with that certificate, a new one per certificate. The client passes it with
+    every request, and aiohttp keys pooled connections by it, so after a renewal new requests open connections
+    that present the new certificate (kube-apiserver checks a certificate's validity at every request, also on
+    a connection opened while it was valid).
+    """
+
+    def __init__(
+        self,
+        command: str,
+        args: list[str],
+        env: dict[str, str],
+        api_version: str,
+        trust: Callable[[], ssl.SSLContext] | None = None,
+    ) -> None:
         self._argv = [command, *args]
         self._env = {**os.environ, **env}
         self._api_version = api_version
+        self._trust = trust
         self._value: str | None = None
+        #: The plugin's client certificate in a context of the cluster's trust; None: it gave a token only.
+        self.tls: ssl.SSLContext | None = None
+        self._material: tuple[str, str] | None = None
+        self._have = False
         self._expires: float | None = None
         # One lock per event loop: a client cloned for the leader-election thread shares this Auth, and an
         # asyncio.Lock that ever made a waiter wait is bound to that waiter's loop. Keyed strongly (a process
@@ -127,6 +146,7 @@ class ExecAuth:
         return lock
 
     async def _run(self) -> None:
+        name = self._argv[0]
         env = dict(self._env)
         env["KUBERNETES_EXEC_INFO"] = orjson.dumps(
             {"apiVersion": self._api_version, "kind": "ExecCredential", "spec": {"interactive": False}}
@@ -136,28 +156,49 @@ class ExecAuth:
         )
         out, err = await proc.communicate()
         if proc.returncode != 0:
-            raise ConfigError(f"exec plugin {self._argv[0]} failed ({proc.returncode}): {err.decode()[:500]}")
-        status = orjson.loads(out).get("status") or {}
-        token = status.get("token")
-        if not token:
-            raise ConfigError(f"exec plugin {self._argv[0]} returned no token (client certs unsupported)")
-        self._value = f"Bearer {token}"
+            raise ConfigError(f"exec plugin {name} failed ({proc.returncode}): {err.decode()[:500]}")
+        try:
+            status = orjson.loads(out).get("status") or {}
+            token, cert, key = (
+                status.get(f) or "" for f in ("token", "clientCertificateData", "clientKeyData")
+            )
+        except (orjson.JSONDecodeError, AttributeError) as exc:
+            raise ConfigError(f"exec plugin {name} did not print an ExecCredential: {exc}") from exc
+        if not all(isinstance(v, str) for v in (token, cert, key)):
+            raise ConfigError(f"exec plugin {name}: token and certificate fields must be strings")
+        if not token and not cert:
+            raise ConfigError(f"exec plugin {name} returned neither a token nor a client certificate")
+        if bool(cert) != bool(key):
+            raise ConfigError(f"exec plugin {name} returned clientCertificateData and clientKeyData not both")
+        if cert and (cert, key) != self._material:
+            if self._trust is None:
+                raise ConfigError(f"exec plugin {name} returned a client certificate for a plain-http server")
+            ctx = self._trust()
+            _load_pem_pair(ctx, cert, key)
+            self.tls, self._material = ctx, (cert, key)
+        elif not cert:
+            self.tls, self._material = None, None
+        self._value = f"Bearer {token}" if token else None
+        self._have = True
         self._expires = (
             _parse_rfc3339(status["expirationTimestamp"]) if status.get("expirationTimestamp") else None
         )
 
+    def _stale(self) -> bool:
+        return not self._have or (self._expires is not None and time.time() > self._expires - 10)
+
     async def header(self) -> str | None:
-        if self._value is None or (self._expires is not None and time.time() > self._expires - 10):
+        if self._stale():
             async with self._lock:
-                if self._value is None or (self._expires is not None and time.time() > self._expires - 10):
+                if self._stale():
                     await self._run()
         return self._value
 
     async def refresh(self) -> bool:
         async with self._lock:
-            old = self._value
+            old = (self._value, self._material)
             await self._run()
-            return old != self._value
+            return old != (self._value, self._material)
 
 
 def _parse_rfc3339(value: str) -> float:
@@ -244,13 +285,18 @@ def _from_single(single: Any, source: str, raw_cluster: Mapping[str, Any]) -> Cl
     cluster, user = single.cluster, single.user
     server = str(cluster.server).rstrip("/")
     ctx: ssl.SSLContext | None = None
+    trust: Callable[[], ssl.SSLContext] | None = None
     if server.startswith("https://"):
         ctx = _ssl_context(cluster, user, single.abs_file)
+
+        def trust() -> ssl.SSLContext:
+            return _ssl_context(cluster, user, single.abs_file)
+
     name = single.context.cluster
     return ClusterConfig(
         server=server,
         ssl=ctx,
-        auth=_auth(user, single.abs_file),
+        auth=_auth(user, single.abs_file, trust),
         namespace=single.namespace,
         source=source,
         tls_server_name=_optional_str(raw_cluster, "tls-server-name", name),
@@ -311,6 +357,19 @@ def _load_client_cert(ctx: ssl.SSLContext, user: Any, abs_file: Any) -> None:
             raise ConfigError(f"cannot load client certificate: {exc}") from exc
 
 
+def _load_pem_pair(ctx: ssl.SSLContext, cert: str, key: str) -> None:
+    """Load PEM text (an exec plugin's answer) through short-lived private temp files."""
+    with tempfile.TemporaryDirectory(prefix="kube-cert-") as tmp:
+        paths = (Path(tmp) / "c.pem", Path(tmp) / "k.pem")
+        for path, pem in zip(paths, (cert, key), strict=True):
+            path.touch(0o600)
+            path.write_text(pem)
+        try:
+            ctx.load_cert_chain(*paths)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"cannot load the exec plugin's client certificate: {exc}") from exc
+
+
 def _material(data: str | None, file: str | None, abs_file: Any, target: Path) -> str:
     if data:
         target.write_bytes(base64.b64decode(data))
@@ -321,7 +380,7 @@ def _material(data: str | None, file: str | None, abs_file: Any, target: Path) -
     raise ConfigError("client certificate given without its key (or key without certificate)")
 
 
-def _auth(user: Any, abs_file: Any) -> Auth:
+def _auth(user: Any, abs_file: Any, trust: Callable[[], ssl.SSLContext] | None) -> Auth:
     if user is None:
         return NoAuth()
     if user.token_file:
@@ -332,7 +391,7 @@ def _auth(user: Any, abs_file: Any) -> Auth:
         # A relative command with a separator was made absolute against its kubeconfig's directory when
         # the files were read (`_kubeconfig_files`), as client-go does; a bare name is looked up on PATH.
         env = {nv.name: nv.value for nv in (user.exec.env or [])}
-        return ExecAuth(user.exec.command, list(user.exec.args or []), env, user.exec.apiVersion)
+        return ExecAuth(user.exec.command, list(user.exec.args or []), env, user.exec.apiVersion, trust)
     if user.username and user.password:
         raw = base64.b64encode(f"{user.username}:{user.password}".encode()).decode()
         return StaticAuth(f"Basic {raw}")

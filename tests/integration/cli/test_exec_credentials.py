@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from agent_sandbox_sdk import (
     SandboxDirectConnectionConfig,
     SandboxError,
 )
+from tests.exec_plugins import admin_certificate, certificate_plugin_kubeconfig
 from tests.helpers import wait_for
 from tests.integration.cli.conftest import role_kubeconfig
 
@@ -132,3 +134,62 @@ def test_a_missing_plugin_names_its_install_hint(cluster: DevCluster, tmp_path: 
         str(info.value)
         == "kubeconfig exec plugin 'no-such-credential-plugin' not found: run: install-the-plugin"
     )
+
+
+def test_an_exec_plugin_that_gives_a_client_certificate_authenticates_the_sdk_and_the_cli(
+    cluster: DevCluster, namespace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Until December 6 the SDK refused such a plugin ("returned a client certificate: this SDK takes bearer
+    tokens"), so Teleport and Pinniped users could not use the SDK or the CLI where kubectl works."""
+    status = admin_certificate(cluster, lifetime=timedelta(hours=1), user="exec-cert-user")
+    kubeconfig, runs = certificate_plugin_kubeconfig(cluster, tmp_path, [status])
+
+    with SandboxClient(ROUTER, kubeconfig=str(kubeconfig)) as client:
+        assert client.list_sandboxes(namespace) == []
+        assert client.list_sandboxes(namespace) == []
+
+    async def async_list() -> list[object]:
+        async with AsyncSandboxClient(ROUTER, kubeconfig=str(kubeconfig)) as client:
+            return list(await client.list_sandboxes(namespace))
+
+    assert asyncio.run(async_list()) == []
+    code = main(["pools", "-n", namespace, "--kubeconfig", str(kubeconfig)])
+    assert code == 0, capsys.readouterr()
+    assert len(runs.read_text().splitlines()) == 3  # one run per client: the certificate is kept until expiry
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_renewed_client_certificate_is_presented_on_new_connections_before_the_old_one_expires(
+    cluster: DevCluster, namespace: str, tmp_path: Path, flavour: str
+) -> None:
+    """kube-apiserver checks a client certificate's validity at every request, also on a connection opened while
+    it was valid. A certificate loaded into the connection pool in use would keep being presented after the
+    renewal, and every request past its expiry is refused (401, retried on the same connection: 401 again).
+    Each certificate gets its own pool, so requests after a renewal travel on connections with the new one."""
+    lifetime = 14.0  # renewed 10 s before expiry: after ~4 s
+    short = admin_certificate(cluster, lifetime=timedelta(seconds=lifetime), user="exec-cert-short")
+    later = admin_certificate(cluster, lifetime=timedelta(hours=1), user="exec-cert-later")
+    kubeconfig, runs = certificate_plugin_kubeconfig(cluster, tmp_path, [short, later])
+    deadline = time.monotonic() + lifetime + 4.0
+
+    def sync_calls() -> int:
+        calls = 0
+        with SandboxClient(ROUTER, kubeconfig=str(kubeconfig)) as client:
+            while time.monotonic() < deadline:  # one request a second keeps the pooled connection alive
+                assert client.list_sandboxes(namespace) == []
+                calls += 1
+                time.sleep(1.0)
+        return calls
+
+    async def async_calls() -> int:
+        calls = 0
+        async with AsyncSandboxClient(ROUTER, kubeconfig=str(kubeconfig)) as client:
+            while time.monotonic() < deadline:
+                assert list(await client.list_sandboxes(namespace)) == []
+                calls += 1
+                await asyncio.sleep(1.0)
+        return calls
+
+    calls = sync_calls() if flavour == "sync" else asyncio.run(async_calls())
+    assert calls >= lifetime  # requests went on past the first certificate's expiry
+    assert len(runs.read_text().splitlines()) == 2

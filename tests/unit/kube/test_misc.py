@@ -119,6 +119,34 @@ async def test_kubeconfig_basic_and_exec(tmp_path: Path) -> None:
     assert await cfg.auth.header() == "Bearer from-exec"
 
 
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        ("{}", "returned neither a token nor a client certificate"),
+        ('{"clientCertificateData": "x"}', "clientCertificateData and clientKeyData not both"),
+        ('{"token": 5}', "token and certificate fields must be strings"),
+        (
+            '{"clientCertificateData": "x", "clientKeyData": "y"}',
+            "cannot load the exec plugin's client certificate",
+        ),
+    ],
+)
+async def test_exec_plugin_answers_that_cannot_be_used_are_named(
+    tmp_path: Path, status: str, message: str
+) -> None:
+    script = tmp_path / "cred.sh"
+    script.write_text(
+        '#!/bin/sh\necho \'{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",'
+        f'"status":{status}}}\'\n'
+    )
+    script.chmod(0o755)
+    cfg = load_config(
+        _kubeconfig(tmp_path, f"{{exec: {{apiVersion: client.authentication.k8s.io/v1, command: {script}}}}}")
+    )
+    with pytest.raises(ConfigError, match=message):
+        await cfg.auth.header()
+
+
 def test_kubeconfig_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError):
         load_config(tmp_path / "missing")

@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar
 
 import httpx2
 
+from ._execauth import ExecCredential, ExecCredentialAuth
 from ._kubeconfig import KubeEndpoint
 from ._steps import (
     Close,
@@ -203,6 +204,11 @@ def _transport_error(
     return out
 
 
+def _certificate(credential: ExecCredential) -> ExecCredential | None:
+    """The credential when it carries a client certificate (its own connection pool)."""
+    return credential if credential.tls is not None else None
+
+
 #: Every driver of this process, so that a forked child can drop the connections it inherited.
 _DRIVERS: weakref.WeakSet[_DriverBase] = weakref.WeakSet()
 
@@ -244,23 +250,38 @@ class _DriverBase:
         self._clients, self._channels = {}, {}
 
     @staticmethod
-    def _client_key(request: HttpRequest) -> Any:
+    def _client_key(request: HttpRequest, certificate: ExecCredential | None = None) -> Any:
         """Which pooled client serves `request`: cheap, so that only a missing client pays for its settings
-        (a TLS context, the environment's proxies: ~170 us per request when they were built every time)."""
+        (a TLS context, the environment's proxies: ~170 us per request when they were built every time).
+        `certificate`: the exec plugin's current client certificate - each one its own pool."""
         if request.kube:
-            return "kube"
+            return ("kube", certificate.serial) if certificate is not None else "kube"
         if request.url[:7].lower() == "http://":
             return "plaintext"
         return request.tls or TlsSettings()
 
-    def _client_kwargs(self, request: HttpRequest) -> tuple[Any, dict[str, Any]]:
-        key = self._client_key(request)
-        if key == "kube":
+    def _exec_plugin(self, request: HttpRequest) -> ExecCredentialAuth | None:
+        auth = self.kube.auth if request.kube and self.kube is not None else None
+        return auth if isinstance(auth, ExecCredentialAuth) else None
+
+    def _stale_kube_clients(self, current: Any) -> list[Any]:
+        """The pools of earlier exec-plugin certificates, taken out: client-go closes every connection when a
+        plugin's certificate changes (a request still streaming on one ends with it)."""
+        stale = [k for k in self._clients if isinstance(k, tuple) and k[0] == "kube" and k != current]
+        return [self._clients.pop(k) for k in stale]
+
+    def _client_kwargs(
+        self, request: HttpRequest, certificate: ExecCredential | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        key = self._client_key(request, certificate)
+        if request.kube:
             if self.kube is None:
                 raise ValueError("this client has no Kubernetes configuration")
             kw: dict[str, Any] = {
                 "base_url": self.kube.base_url,
-                "verify": self.kube.verify,
+                "verify": certificate.tls
+                if certificate is not None and certificate.tls
+                else self.kube.verify,
                 "auth": self.kube.auth,
             }
             if self.kube.proxy_url:
@@ -324,14 +345,19 @@ class SyncDriver(_DriverBase):
     """Runs flows with blocking I/O (httpx2.Client, grpc channels)."""
 
     def _client(self, request: HttpRequest) -> httpx2.Client:
-        client = self._clients.get(self._client_key(request))
+        plugin = self._exec_plugin(request)
+        certificate = _certificate(plugin.credential()) if plugin is not None else None  # may run the plugin
+        client = self._clients.get(self._client_key(request, certificate))
         if client is None:
-            key, kw = self._client_kwargs(request)
+            key, kw = self._client_kwargs(request, certificate)
             # Threads share a SyncDriver: of two that race here, one keeps its client, the other closes its own.
             made = httpx2.Client(**kw)
             client = self._clients.setdefault(key, made)
             if client is not made:
                 made.close()
+            elif certificate is not None:
+                for stale in self._stale_kube_clients(key):
+                    stale.close()
         return client
 
     def run(self, flow: Flow[T]) -> T:
@@ -505,11 +531,26 @@ class AsyncDriver(_DriverBase):
         self._loop = loop
         self.forget_connections()
 
-    def _client(self, request: HttpRequest) -> httpx2.AsyncClient:
-        client = self._clients.get(self._client_key(request))
+    def _client(self, request: HttpRequest, certificate: ExecCredential | None = None) -> httpx2.AsyncClient:
+        client = self._clients.get(self._client_key(request, certificate))
         if client is None:
-            key, kw = self._client_kwargs(request)
+            key, kw = self._client_kwargs(request, certificate)
             client = self._clients[key] = httpx2.AsyncClient(**kw)
+        return client
+
+    async def _kube_client(self, request: HttpRequest) -> httpx2.AsyncClient:
+        plugin = self._exec_plugin(request)
+        if plugin is None:
+            return self._client(request)
+        # the plugin (a subprocess) runs on a thread: the event loop keeps serving
+        credential = plugin.fresh()
+        if credential is None:
+            credential = await asyncio.to_thread(plugin.credential)
+        certificate = _certificate(credential)
+        client = self._client(request, certificate)
+        if certificate is not None:
+            for stale in self._stale_kube_clients(self._client_key(request, certificate)):
+                await stale.aclose()
         return client
 
     async def run(self, flow: Flow[T]) -> T:
@@ -598,7 +639,7 @@ class AsyncDriver(_DriverBase):
         raise TypeError(f"unknown step {step!r}")
 
     async def _http(self, request: HttpRequest, *, stream: bool, opened: list[Any]) -> Any:
-        client = self._client(request)
+        client = await self._kube_client(request) if request.kube else self._client(request)
         kw = self._request_kwargs(request)
         if request.upload is not None:
             kw["content"] = _async_body(request.upload)

@@ -99,6 +99,11 @@ def check_kube(resp: HttpResponse, what: str) -> Any:
     message = _status_message(resp)
     if resp.status_code == 404 and not object_not_found(resp):
         message = f"{message.strip()} (this API is not served: are the agent-sandbox CRDs installed?)"
+    elif resp.status_code == 401:
+        # kubectl: "You must be logged in to the server"; the usual cause is a credential that ran out
+        message = (
+            f"{message.strip()} (the API server refused the kubeconfig's credentials: expired or revoked?)"
+        )
     raise SandboxRequestError(
         f"Kubernetes API {what}: HTTP {resp.status_code}: {message}", resp.status_code, resp
     )

@@ -81,6 +81,8 @@ def _user_auth(config: SingleConfig, source: str) -> httpx2.Auth | None:
                 {var.name: var.value for var in plugin.env or []},
                 plugin.apiVersion,
                 plugin.installHint,
+                # a certificate the plugin gives goes into a context trusting this cluster as the kubeconfig says
+                trust=lambda: client_adapter.verify_cluster(config.cluster, user, config.abs_file),
             )
         except ValueError as err:
             raise ValueError(f"kubeconfig {source}: {err}") from None

@@ -59,6 +59,18 @@ def test_other_errors_keep_the_server_message() -> None:
         check_kube(ABSENT, "patch sandboxclaims ns/c")
 
 
+def test_a_refused_credential_says_what_probably_happened() -> None:
+    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "Unauthorized",
+            "reason": "Unauthorized", "code": 401}  # fmt: skip
+    answer = HttpResponse(401, {"content-type": "application/json"}, json.dumps(body).encode())
+    with pytest.raises(SandboxRequestError) as info:
+        check_kube(answer, "list sandboxclaims in ns")
+    assert str(info.value) == (
+        "Kubernetes API list sandboxclaims in ns: HTTP 401: Unauthorized "
+        "(the API server refused the kubeconfig's credentials: expired or revoked?)"
+    )
+
+
 def test_a_validation_error_list_reads_as_field_and_message() -> None:
     body = {"detail": [{"type": "value_error", "loc": ["body", "timeout_seconds"],
                         "msg": "timeout_seconds must be > 0 and <= 86400", "input": -1.0},
