@@ -98,8 +98,8 @@ class ResourceKind:
         """Build the REST path for a collection (name None) or one object.
 
         Raises:
-            ValueError: a namespaced kind addressed by name without a namespace, or a subresource without
-                a name.
+            ValueError: a namespaced kind addressed by name without a namespace, an empty name, or a
+                subresource without a name.
         """
         parts = [self._prefix]
         if self.namespaced and namespace:
@@ -110,6 +110,9 @@ class ResourceKind:
         parts.append("/")
         parts.append(self.plural)
         if name is not None:
+            if not name:
+                # `<plural>/` is the collection to the API server: a DELETE there deletes every object
+                raise ValueError(f"{self.kind} name must not be empty")
             parts.append("/")
             parts.append(quote(name, safe=""))
             if subresource:

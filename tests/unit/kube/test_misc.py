@@ -42,6 +42,10 @@ def test_rest_paths() -> None:
         POD.path(None, "p")
     with pytest.raises(ValueError, match="subresource"):
         POD.path("ns", None, "status")
+    with pytest.raises(
+        ValueError, match="SandboxClaim name must not be empty"
+    ):  # `<plural>/` is the collection
+        SANDBOX_CLAIM.path("ns", "")
 
 
 def test_selector_string() -> None:

@@ -54,13 +54,24 @@ class KubeResource:
     def __init__(self, group: str, version: str, plural: str) -> None:
         self.group, self.version, self.plural = group, version, plural
 
-    def path(self, namespace: str | None, name: str | None = None) -> str:
-        """The collection (or object `name`) in `namespace`; namespace None: the collection across every
-        namespace (lists only)."""
+    def path(self, namespace: str | None) -> str:
+        """The collection in `namespace`; None: the collection across every namespace (lists only)."""
         if namespace is None:
             return f"/apis/{self.group}/{self.version}/{self.plural}"
-        base = f"/apis/{self.group}/{self.version}/namespaces/{quote(namespace, safe='')}/{self.plural}"
-        return f"{base}/{quote(name, safe='')}" if name else base
+        _require_name("namespace", namespace)
+        return f"/apis/{self.group}/{self.version}/namespaces/{quote(namespace, safe='')}/{self.plural}"
+
+    def object_path(self, namespace: str, name: str) -> str:
+        """One object. An empty name is refused (`ValueError`), never turned into the collection's path: a
+        DELETE there is a deletecollection - every object of the namespace gone (until December 6,
+        `delete_claim("")` did exactly that)."""
+        _require_name(f"{self.plural[:-1]} name", name)
+        return f"{self.path(namespace)}/{quote(name, safe='')}"
+
+
+def _require_name(what: str, value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} must be a non-empty string, not {value!r}")
 
 
 CLAIMS = KubeResource(CLAIM_API_GROUP, CLAIM_API_VERSION, CLAIM_PLURAL_NAME)
@@ -122,7 +133,7 @@ def create(res: KubeResource, namespace: str, body: Mapping[str, Any]) -> Flow[H
 
 def get(res: KubeResource, namespace: str, name: str) -> Flow[dict[str, Any] | None]:
     """The object, or None if it does not exist."""
-    resp: HttpResponse = yield _req("GET", res.path(namespace, name))
+    resp: HttpResponse = yield _req("GET", res.object_path(namespace, name))
     if object_not_found(resp):
         return None
     return check_kube(resp, f"get {res.plural} {namespace}/{name}")  # type: ignore[no-any-return]
@@ -151,7 +162,7 @@ def list_objects(
 def delete(res: KubeResource, namespace: str, name: str, *, uid: str | None = None) -> Flow[bool]:
     """DELETE (with a UID precondition when given); True if it existed, False on 404."""
     body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}} if uid else None
-    resp: HttpResponse = yield _req("DELETE", res.path(namespace, name), json=body)
+    resp: HttpResponse = yield _req("DELETE", res.object_path(namespace, name), json=body)
     if object_not_found(resp):
         return False
     check_kube(resp, f"delete {res.plural} {namespace}/{name}")
@@ -164,7 +175,7 @@ def merge_patch(
     """JSON merge patch; the updated object."""
     resp: HttpResponse = yield _req(
         "PATCH",
-        res.path(namespace, name),
+        res.object_path(namespace, name),
         content=json.dumps(patch).encode(),
         headers={"Content-Type": "application/merge-patch+json"},
     )
@@ -226,6 +237,7 @@ def watch_one(
     `decide` may raise to stop. 410 Gone restarts from `0` (the current state, as ADDED); a dropped
     connection reconnects after 0.5 s; `ERROR` events other than 410 raise `SandboxRequestError`.
     """
+    _require_name(f"{res.plural[:-1]} name", name)  # an empty field selector would match every object
     rv = resource_version or "0"
     while True:
         remaining = deadline - time.monotonic()
