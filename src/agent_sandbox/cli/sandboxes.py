@@ -183,10 +183,22 @@ def _create(args: argparse.Namespace) -> int:
     }
     source = f"template {args.template}" if args.template else f"warm pool {args.pool}"
     with progress(f"creating a sandbox from {source} in {args.namespace}"):
-        if args.template:
-            sandbox = client.create_sandbox_from_template(args.template, args.namespace, args.timeout, **kw)
-        else:
-            sandbox = client.create_sandbox(args.pool, args.namespace, args.timeout, **kw)
+        try:
+            if args.template:
+                sandbox = client.create_sandbox_from_template(
+                    args.template, args.namespace, args.timeout, **kw
+                )
+            else:
+                sandbox = client.create_sandbox(args.pool, args.namespace, args.timeout, **kw)
+        except SandboxRequestError as err:
+            if err.status_code != 409 or not args.name:
+                raise
+            # the SDK's message names its keyword (adopt_existing=True), which a CLI user cannot pass
+            raise SandboxRequestError(
+                f"SandboxClaim {args.namespace}/{args.name} already exists (`agent-sandbox get {args.name}` "
+                "shows it; delete it or pick another --name)",
+                409,
+            ) from None
     _render_sandboxes(client.get_sandbox_info(sandbox.claim_name or "", args.namespace), args.output)
     return 0
 

@@ -41,6 +41,9 @@ def test_commands_and_exit_codes(
     created = json.loads(out)
     assert (created["claim_name"], created["warm_pool"], created["ready"]) == ("cli-sb", "pool", True)
     assert created["pod_ip"].startswith("127.")
+    code, _, err = run(capsys, cluster, "create", "pool", *ns, "--name", "cli-sb")
+    assert code == 1
+    assert f"SandboxClaim {namespace}/cli-sb already exists (`agent-sandbox get cli-sb` shows it" in err
 
     code, out, _ = run(capsys, cluster, "list", *ns, "-o", "json")
     assert code == 0
