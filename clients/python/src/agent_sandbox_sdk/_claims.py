@@ -246,6 +246,11 @@ class ClaimView:
         """Usable: a Sandbox is bound and the claim is `Ready=True` (spec §3.7 step 6)."""
         return bool(self.sandbox_name) and self.ready
 
+    @property
+    def untouched(self) -> bool:
+        """No Ready condition and no binding: no controller has written this claim's status."""
+        return self.reason is None and self.message is None and not self.ready and not self.sandbox_name
+
     def describe(self) -> str:
         """`Ready=False, reason X: message` (or `no Ready condition yet`), for error messages."""
         if self.reason is None and self.message is None and not self.ready:

@@ -98,9 +98,12 @@ def wait_claim_ready(
         return found  # type: ignore[no-any-return]
     state = last[0] if last else None
     what = "Ready" if need_ready else "bound to a Sandbox"
+    detail = state.describe() if state else "no status seen"
+    if state is None or state.untouched:
+        # the controller answers a claim it sees at once (a condition, even "pool empty"): nothing did
+        detail += " - nothing wrote its status: is the agent-sandbox controller running, and watching this namespace?"
     raise SandboxTimeoutError(
-        f"SandboxClaim {namespace}/{name} was not {what} within {timeout:g} s: "
-        + (state.describe() if state else "no status seen"),
+        f"SandboxClaim {namespace}/{name} was not {what} within {timeout:g} s: {detail}",
         reason=state.reason if state else None,
         condition_message=state.message if state else None,
     )

@@ -236,6 +236,11 @@ def test_describe_names_reason_and_message() -> None:
     assert text == "Ready=False, reason SandboxNotReady: 0/2 nodes available"
 
 
+def test_a_claim_without_any_status_is_untouched() -> None:
+    assert ClaimView.of(_claim()).untouched
+    assert not ClaimView.of(_claim([_ready("False", "SandboxNotReady", "")])).untouched
+
+
 def test_adoption_checks() -> None:
     ok = check_adoption(_claim(), "c1", "pool")
     assert ok.uid == "u1"
