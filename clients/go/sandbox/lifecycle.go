@@ -193,6 +193,14 @@ func (l *lastSeen) set(kind string, obj *unstructured.Unstructured) {
 	l.kind, l.conds = kind, conditionsOf(obj)
 }
 
+// untouched reports whether no condition was ever seen: the controller answers a claim it sees at once, so
+// nothing has reconciled it (no controller running, or one not watching this namespace).
+func (l *lastSeen) untouched() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.conds) == 0
+}
+
 // seen reports whether any state of the object was observed (false: it never existed for this wait).
 func (l *lastSeen) seen() bool {
 	l.mu.Lock()
@@ -216,8 +224,12 @@ func (s *Sandbox) waitError(ctx context.Context, err error, kind, name string, l
 	case errors.Is(err, errObjectGone):
 		return fmt.Errorf("%s %s disappeared: %w", kind, name, ErrSandboxDeleted)
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
-		return fmt.Errorf("%s %s not ready within SandboxReadyTimeout (%s); last seen: %s: %w",
-			kind, name, s.opts.SandboxReadyTimeout, last, ErrTimeout)
+		hint := ""
+		if kind == "SandboxClaim" && last.untouched() {
+			hint = " - nothing wrote its status: is the agent-sandbox controller running, and watching this namespace?"
+		}
+		return fmt.Errorf("%s %s not ready within SandboxReadyTimeout (%s); last seen: %s%s: %w",
+			kind, name, s.opts.SandboxReadyTimeout, last, hint, ErrTimeout)
 	}
 	return err
 }

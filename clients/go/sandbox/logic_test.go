@@ -300,8 +300,17 @@ func TestWaitReadyDeletedAndTimeout(t *testing.T) {
 	s2, _ := fakeCluster(t, claim.DeepCopy())
 	s2.opts.SandboxReadyTimeout = 200 * time.Millisecond
 	_, _, err := s2.waitReady(context.Background(), "c1")
-	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "SandboxMissing") {
+	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "SandboxMissing") ||
+		strings.Contains(err.Error(), "controller running") {
 		t.Fatalf("timeout: err = %v", err)
+	}
+	// a claim nobody ever answered: the controller is what is missing, and the error says so
+	s3, _ := fakeCluster(t, unstructuredObj("extensions.agents.x-k8s.io/v1beta1", "SandboxClaim", "c2", nil))
+	s3.opts.SandboxReadyTimeout = 200 * time.Millisecond
+	_, _, err = s3.waitReady(context.Background(), "c2")
+	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(),
+		"no conditions - nothing wrote its status: is the agent-sandbox controller running, and watching this namespace?") {
+		t.Fatalf("untouched: err = %v", err)
 	}
 }
 
