@@ -292,11 +292,12 @@ func claimTerminal(obj *unstructured.Unstructured) *ConditionError {
 }
 
 // rejectedAsInvalid is ours (upstream waits out the timeout): a Ready=False ReconcilerError whose message is
-// the API server's 422 for a child object (`Pod "x" is invalid: spec.containers[0].name: ...`). Validation
-// does not change on a retry, so the claim cannot become Ready.
+// the API server's 422 for a child object (`Pod "x" is invalid: spec.containers[0].name: ...`) or Pod
+// Security admission's refusal (`pods "x" is forbidden: violates PodSecurity "restricted:latest": ...`).
+// Neither changes on a retry, so the claim cannot become Ready (a quota's 403 can heal: not matched).
 func rejectedAsInvalid(c condition) bool {
 	return c.Type == "Ready" && c.Status == "False" && c.Reason == "ReconcilerError" &&
-		strings.Contains(c.Message, " is invalid: ")
+		(strings.Contains(c.Message, " is invalid: ") || strings.Contains(c.Message, " is forbidden: violates PodSecurity "))
 }
 
 // sandboxTerminalReasons are Sandbox Ready=False reasons that will not heal by waiting.

@@ -171,6 +171,18 @@ func TestClaimTerminalReasons(t *testing.T) {
 	if ce := claimTerminal(claimWith(ready("True", "TemplateNotFound"))); ce != nil {
 		t.Error("Ready=True treated as terminal")
 	}
+	// the API server's refusals no retry heals end the wait; a quota's 403 can heal and does not
+	for msg, terminal := range map[string]bool{
+		`Error seen: failed to create pod: Pod "c1" is invalid: spec.containers[0].name: Invalid value: "Bad_Name"`:                true,
+		`Error seen: failed to create pod: pods "c1" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true`: true,
+		`Error seen: failed to create pod: pods "c1" is forbidden: exceeded quota: compute, requested: pods=1`:                     false,
+	} {
+		c := ready("False", "ReconcilerError")
+		c["message"] = msg
+		if ce := claimTerminal(claimWith(c)); (ce != nil) != terminal || (ce != nil && !errors.Is(ce, ErrClaimFailed)) {
+			t.Errorf("%q: terminal %v, got %v", msg, terminal, ce)
+		}
+	}
 	msg := (&ConditionError{Kind: "SandboxClaim", Namespace: "ns", Name: "c1", Type: "Ready", Reason: "TemplateNotFound",
 		Message: `SandboxTemplate "t" not found`}).Error()
 	if msg != `SandboxClaim ns/c1: Ready condition reason TemplateNotFound: SandboxTemplate "t" not found` {

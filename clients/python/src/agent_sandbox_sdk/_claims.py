@@ -277,16 +277,20 @@ class ClaimView:
             )
         if self.reason in TERMINAL_CLAIM_READY_REASONS:
             return SandboxClaimFailedError(f"{where} failed: {self.describe()}", **kw)
-        if self.reason == REASON_RECONCILER_ERROR and _REJECTED_AS_INVALID in (self.message or ""):
-            # Ours (upstream keeps waiting): the API server refused a child object (`Pod "x" is invalid:
-            # spec.containers[0].name: ...`, HTTP 422). Validation does not change on a retry, so the claim
-            # cannot become Ready: say so now, naming the field, instead of after the whole timeout.
+        if self.reason == REASON_RECONCILER_ERROR and any(
+            r in (self.message or "") for r in _REJECTED_FOR_GOOD
+        ):
+            # Ours (upstream keeps waiting): the API server refused a child object as invalid (`Pod "x" is
+            # invalid: spec.containers[0].name: ...`, HTTP 422) or against the namespace's Pod Security level
+            # (`pods "x" is forbidden: violates PodSecurity "restricted:latest": ...`). Neither changes on a
+            # retry, so the claim cannot become Ready: say so now, naming the field, not after the timeout.
             return SandboxClaimFailedError(f"{where} failed: {self.describe()}", **kw)
         return None
 
 
-#: What a Kubernetes 422 (`Invalid`) status message says, in a controller's `Error seen: ...` message.
-_REJECTED_AS_INVALID = " is invalid: "
+#: What the API server's refusals that no retry heals say, in a controller's `Error seen: ...` message: a
+#: 422 (`Invalid`), and Pod Security admission's 403 (a quota's 403, "exceeded quota", can heal: not here).
+_REJECTED_FOR_GOOD = (" is invalid: ", " is forbidden: violates PodSecurity ")
 
 
 def check_adoption(obj: Mapping[str, Any] | None, claim_name: str, warmpool: str) -> ClaimView:

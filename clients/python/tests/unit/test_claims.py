@@ -207,14 +207,17 @@ def test_transient_reasons_keep_waiting(reason: str) -> None:
     [
         'Error seen: failed to create pod: Pod "c1" is invalid: spec.containers[0].name: Invalid value: "Bad_Name"',
         'Error seen: failed to create service: Service "c1" is invalid: spec.ports[0].port: Invalid value: 0',
+        'Error seen: failed to create pod: pods "c1" is forbidden: violates PodSecurity "restricted:latest": '
+        'allowPrivilegeEscalation != false (container "main" must set securityContext.allowPrivilegeEscalation=false)',
     ],
 )
-def test_an_object_the_api_server_refused_as_invalid_fails_at_once(message: str) -> None:
-    """Ours: upstream waits out the timeout (180 s by default) on a template whose Pod cannot be valid."""
+def test_an_object_the_api_server_refused_for_good_fails_at_once(message: str) -> None:
+    """Ours: upstream waits out the timeout (180 s by default) on a template whose Pod cannot be valid, or
+    cannot pass the namespace's Pod Security level."""
     failure = ClaimView.of(_claim([_ready("False", "ReconcilerError", message)])).failure()
     assert isinstance(failure, SandboxClaimFailedError)
     assert failure.reason == "ReconcilerError"
-    assert "spec." in str(failure)
+    assert "spec." in str(failure) or "securityContext." in str(failure)
 
 
 def test_other_reconciler_errors_keep_waiting() -> None:
