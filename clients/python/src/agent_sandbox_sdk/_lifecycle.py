@@ -9,7 +9,6 @@ creation fails after the POST; explicit names are never rolled back.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -190,10 +189,29 @@ def create_and_wait(
 
 
 def _rollback(namespace: str, name: str, *, uid: str | None) -> Flow[None]:
-    """Delete the auto-named claim a failed or interrupted create leaves behind (its random name is ours alone)."""
-    # The original failure matters more than a failed rollback (the claim is then left, not hidden).
-    with contextlib.suppress(SandboxRequestError):
-        yield from _kube.delete(_kube.CLAIMS, namespace, name, uid=uid)
+    """Delete the auto-named claim a failed or interrupted create leaves behind (its random name is ours alone).
+
+    An interruption (task cancelled, `asyncio.timeout`, Ctrl-C) that lands while the DELETE is in flight does not
+    stop the cleanup: the DELETE is sent once more, to its end, and then the interruption goes on. Until
+    December 6 it stopped it, and the claim - with the Sandbox it may hold - was left behind. A second
+    interruption stops it (the user insists).
+    """
+    interrupted: BaseException | None = None
+    while True:
+        try:
+            yield from _kube.delete(_kube.CLAIMS, namespace, name, uid=uid)
+        except SandboxRequestError:
+            pass  # the original failure matters more than a failed rollback (the claim is left, not hidden)
+        except GeneratorExit:
+            raise  # the flow is being closed: no step can be run any more
+        except BaseException as err:
+            if interrupted is None:
+                interrupted = err
+                continue
+            raise
+        if interrupted is not None:
+            raise interrupted
+        return
 
 
 def resolve_claim(

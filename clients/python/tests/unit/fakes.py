@@ -51,6 +51,8 @@ class FakeCluster:
     #: Called with each request after it was handled; an exception it returns is raised instead of the
     #: answer, once (the caller interrupted: a cancelled task, Ctrl-C).
     interrupt: Callable[[httpx2.Request], BaseException | None] | None = None
+    #: As `interrupt`, but before the request is handled (the interruption landed before it reached the server).
+    interrupt_before: Callable[[httpx2.Request], BaseException | None] | None = None
     rv: int = 100
 
     def transport(self) -> httpx2.MockTransport:
@@ -62,6 +64,9 @@ class FakeCluster:
 
     def handle(self, request: httpx2.Request) -> httpx2.Response:
         self.requests.append(request)
+        if self.interrupt_before is not None and (interruption := self.interrupt_before(request)) is not None:
+            self.interrupt_before = None
+            raise interruption
         path = request.url.raw_path.decode().split("?")[0]
         for prefix, codes in self.faults.items():
             if path.startswith(prefix) and codes:

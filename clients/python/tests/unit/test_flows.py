@@ -157,6 +157,21 @@ def test_an_interrupted_wait_raises_the_interruption_and_rolls_the_claim_back(mo
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_interruption_during_the_rollback_does_not_leave_the_claim_behind(mode: str) -> None:
+    """The cancel (or Ctrl-C) lands while the failed create's DELETE is in flight: the DELETE is sent again and
+    then the interruption goes on. Until December 6 the claim was left behind."""
+    fake = FakeCluster(
+        claim_conditions=[ready_condition("False", "WarmPoolNotFound", "warm pool nope not found")],
+        bind=False,
+    )
+    fake.interrupt_before = lambda r: _interruption(mode) if r.method == "DELETE" else None
+    with pytest.raises(type(_interruption(mode))):
+        create(mode, fake, "nope", sandbox_ready_timeout=30)
+    assert fake.claims == {}
+    assert len(fake.find(lambda r: r.method == "DELETE")) == 2
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
 def test_an_interrupted_post_rolls_back_the_claim_it_may_have_created(mode: str) -> None:
     fake = FakeCluster()
     fake.interrupt = lambda r: _interruption(mode) if r.method == "POST" else None
