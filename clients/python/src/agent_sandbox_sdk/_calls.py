@@ -17,6 +17,7 @@ from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from ._checks import check_timeout
 from ._claims import SandboxView
 from ._connection import Connection, Target
 from ._steps import Flow, HttpRequest, HttpResponse, Open, ReadChunk, Send, Sleep, StreamHandle, Upload
@@ -189,14 +190,6 @@ def _explained(conn: Connection, err: SandboxRequestError, view: SandboxView | N
     explained = SandboxRequestError(f"{err} - {why}", err.status_code, err.response)
     explained.request_sent = err.request_sent
     return explained
-
-
-def check_timeout(value: float | None, name: str = "timeout") -> None:
-    """`ValueError` unless `value` is None or a positive number of seconds (as `requests` refuses 0)."""
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
 
 
 def _request(

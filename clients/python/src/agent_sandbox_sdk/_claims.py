@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ._checks import check_timeout
 from .constants import (
     CLAIM_API_GROUP,
     CLAIM_API_VERSION,
@@ -120,14 +121,23 @@ def validate_create_args(
         isinstance(shutdown_after_seconds, bool)
         or not isinstance(shutdown_after_seconds, int)
         or shutdown_after_seconds <= 0
+        or shutdown_after_seconds > _MAX_SHUTDOWN_AFTER
     ):
-        raise ValueError(f"shutdown_after_seconds must be a positive integer, got {shutdown_after_seconds!r}")
+        raise ValueError(
+            f"shutdown_after_seconds must be a positive integer up to {_MAX_SHUTDOWN_AFTER} (100 years), "
+            f"got {shutdown_after_seconds!r}"
+        )
     if claim_name is not None:
         validate_claim_name(claim_name)
     if adopt_existing and claim_name is None:
         raise ValueError("adopt_existing=True requires an explicit claim_name")
-    if not sandbox_ready_timeout or sandbox_ready_timeout <= 0:
-        raise ValueError(f"sandbox_ready_timeout must be positive, got {sandbox_ready_timeout!r}")
+    check_timeout(sandbox_ready_timeout, "sandbox_ready_timeout")
+    if sandbox_ready_timeout is None:
+        raise ValueError("sandbox_ready_timeout must be a positive number of seconds, got None")
+
+
+#: A shutdown this far ahead is "never"; beyond it the timestamp no longer fits (OverflowError from datetime).
+_MAX_SHUTDOWN_AFTER = 100 * 365 * 86400
 
 
 def build_claim(

@@ -71,6 +71,9 @@ def test_valid_arguments_pass() -> None:
         ({"shutdown_after_seconds": 0}, "shutdown_after_seconds"),
         ({"shutdown_after_seconds": 1.5}, "shutdown_after_seconds"),
         ({"shutdown_after_seconds": True}, "shutdown_after_seconds"),
+        ({"shutdown_after_seconds": 10**12}, "shutdown_after_seconds"),  # OverflowError until December 6
+        ({"sandbox_ready_timeout": "10"}, "sandbox_ready_timeout"),  # TypeError until December 6
+        ({"sandbox_ready_timeout": float("inf")}, "sandbox_ready_timeout"),
         ({"claim_name": "UPPER"}, "claim_name"),
         ({"claim_name": "x" * 254}, "claim_name"),
         ({"adopt_existing": True}, "adopt_existing"),

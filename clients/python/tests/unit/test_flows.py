@@ -335,8 +335,11 @@ def test_get_sandbox_reuses_the_tracked_handle_and_unknown_claims_raise() -> Non
     assert [(i.claim_name, i.ready, i.pod_ip) for i in infos] == [(sandbox.claim_name, True, "127.10.0.5")]
 
 
-@pytest.mark.parametrize("timeout", [0, -5, float("nan")])
-def test_a_command_timeout_must_be_positive(timeout: float) -> None:
+@pytest.mark.parametrize("timeout", [0, -5, float("nan"), float("inf"), 2**31, 1e10])
+def test_a_command_timeout_must_be_positive_and_finite(timeout: float) -> None:
+    """Until December 6 `inf` / `1e10` / `2**31` got past this and failed below the SDK: an OverflowError from
+    the socket layer, a timeout at once, a false "timed out" from sandboxd's gRPC deadline before the command
+    ever ran."""
     fake = FakeCluster()
     with sync_client(fake) as client:
         sandbox = client.create_sandbox("python-pool")
@@ -344,7 +347,9 @@ def test_a_command_timeout_must_be_positive(timeout: float) -> None:
         sent = len(fake.requests)
         for call in (
             lambda: sandbox.commands.run("true", timeout=timeout),  # type: ignore[union-attr]
+            lambda: sandbox.commands.run("true", command_timeout=timeout),  # type: ignore[union-attr]
             lambda: list(sandbox.commands.stream("true", timeout=timeout)),  # type: ignore[union-attr]
+            lambda: sandbox.files.exists("x", timeout=timeout),
         ):
             with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
                 call()
