@@ -66,6 +66,11 @@ def test_commands_files_and_streams_through_the_router(
         assert sandbox.files.read("r/a.txt") == b"through the router"
         assert [e.name for e in sandbox.files.list("r")] == ["a.txt"]
         assert sandbox.files.exists("r/a.txt")
+        # `..` itself is the runtime's to refuse; until December 6 the legacy path's dot segment was resolved
+        # away by the HTTP library and `read("..")` returned the runtime's health answer as the file's content
+        with pytest.raises(SandboxRequestError) as refused:
+            sandbox.files.read("..", allow_unsafe_paths=True)
+        assert refused.value.status_code == 403
         events = list(sandbox.commands.stream("sh -c 'echo one; sleep 0.2; echo two'"))
         assert b"".join(e.data for e in events if e.type == "stdout") == b"one\ntwo\n"
         assert events[-1].exit_code == 0

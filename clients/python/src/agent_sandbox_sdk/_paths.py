@@ -35,10 +35,14 @@ def legacy_path(path: str) -> str:
     """The legacy runtime's path tail: the whole path percent-encoded with `/` as `%2F` (`a/b` -> `a%2Fb`).
 
     `""` and `"."` mean the root and encode as the empty tail (what upstream's HTTP library sends after
-    removing the dot segment).
+    removing the dot segment). `".."` alone encodes as `%2E%2E`: sent as `..`, the HTTP library resolved the
+    dot segment and the request went to `/` - `read("..")` returned the runtime's health answer as the file's
+    content (until December 6); the runtime now sees the path and refuses it (403).
     """
     if path in ("", "."):
         return ""
+    if path == "..":
+        return "%2E%2E"
     return quote(path, safe="")
 
 
