@@ -320,8 +320,10 @@ def set_operating_mode(
     try:
         patched = yield from _kube.merge_patch(_kube.SANDBOXES, namespace, sandbox, body)
     except SandboxRequestError as err:
-        if suspended or err.response is None or not _kube.object_not_found(err.response):
+        if err.response is None or not _kube.object_not_found(err.response):
             raise
+        if suspended:  # spec §3.10: a missing or deleted sandbox is SandboxNotFoundError (resume said so too)
+            raise SandboxNotFoundError(f"Sandbox {namespace}/{sandbox} not found (deleted?)") from err
         patched = yield from _restore(namespace, sandbox)
     if not wait:
         return SandboxView.of(patched)

@@ -113,7 +113,8 @@ class FakeCluster:
                 return httpx2.Response(404, json=NOT_FOUND)
             return httpx2.Response(200, json={"kind": "Status"})
         if request.method == "PATCH":
-            obj = store[name or ""]
+            if (obj := store.get(name or "")) is None:
+                return httpx2.Response(404, json=NOT_FOUND)
             patch = json.loads(request.content)
             obj.setdefault("spec", {}).update(patch.get("spec", {}))
             gen = obj["metadata"]["generation"] = obj["metadata"].get("generation", 1) + 1

@@ -320,6 +320,17 @@ def test_suspend_and_resume_wait_for_the_new_generation() -> None:
     assert fake.sandboxes[sandbox.sandbox_id]["spec"]["operatingMode"] == "Running"
 
 
+def test_suspending_a_deleted_sandbox_is_not_found() -> None:
+    """Spec §3.10; until December 6 suspend() raised the API server's 404 as a plain SandboxRequestError."""
+    from agent_sandbox_sdk import SandboxNotFoundError
+
+    fake = FakeCluster()
+    sandbox = sync_client(fake).create_sandbox("python-pool")
+    del fake.sandboxes[sandbox.sandbox_id]
+    with pytest.raises(SandboxNotFoundError, match=f"Sandbox default/{sandbox.sandbox_id} not found"):
+        sandbox.suspend()
+
+
 def test_get_sandbox_reuses_the_tracked_handle_and_unknown_claims_raise() -> None:
     fake = FakeCluster()
     client = sync_client(fake)
