@@ -219,6 +219,8 @@ class ProcessRef:
 
     process_id: int | None = None
     target: Target | None = None
+    #: The stream runs on the legacy runtime, which has no channel for stdin or signals.
+    legacy: bool = False
 
 
 def stream_command(
@@ -310,11 +312,21 @@ def _stream_legacy(
     raise SandboxRequestError("/execute/stream ended without an exit event")
 
 
+def require_control(ref: ProcessRef) -> None:
+    """`NotImplementedError` on the legacy runtime, which has no channel for stdin, signals or resizes - as
+    `stream(stdin=...)` says; until December 6 `send_signal` said the (running) process had not started."""
+    if ref.legacy:
+        raise NotImplementedError(
+            "stdin, signals and terminal resizes need the sandboxd runtime (gRPC Start)"
+        )
+
+
 def _control(
     ref: ProcessRef, method: str, request: Any, response_type: Any, *, gone_ok: bool = False
 ) -> Flow[None]:
     """One control call on a running process. `gone_ok`: a process that already exited (NOT_FOUND) is fine
     (closing stdin or signalling races with the process ending on its own)."""
+    require_control(ref)
     if ref.process_id is None or ref.target is None:
         raise SandboxError("the process has not started yet (no init event received)")
     try:

@@ -106,22 +106,26 @@ class AsyncCommandStream:
 
     async def send_stdin(self, data: bytes | str) -> None:
         """Write to the process's stdin (sandboxd); waits for the process to start first."""
+        _commands.require_control(self._ref)
         await self.wait_started()
         payload = data.encode() if isinstance(data, str) else bytes(data)
         await self._driver.run(_commands.write_stdin(self._ref, payload))
 
     async def close_stdin(self) -> None:
         """Close the process's stdin (EOF) (sandboxd); a no-op once the process has exited."""
+        _commands.require_control(self._ref)
         await self.wait_started()
         await self._driver.run(_commands.write_stdin(self._ref, None))
 
     async def send_signal(self, signal: int) -> None:
         """Signal the process group: 2 (SIGINT), 9 (SIGKILL) or 15 (SIGTERM) (sandboxd); no-op once exited."""
+        _commands.require_control(self._ref)
         await self.wait_started()
         await self._driver.run(_commands.signal_process(self._ref, signal))
 
     async def resize(self, cols: int, rows: int) -> None:
         """Resize the PTY (sandboxd, `pty=` given)."""
+        _commands.require_control(self._ref)
         await self.wait_started()
         await self._driver.run(_commands.resize_tty(self._ref, cols, rows))
 
@@ -173,7 +177,7 @@ class AsyncCommandExecutor:
         `timeout`: the command's limit (then an `exit` event with `timed_out=True`). `stdin`: bytes written
         once the process starts, then EOF (sandboxd). `pty=(cols, rows)`: run under a terminal (sandboxd).
         """
-        ref = _commands.ProcessRef()
+        ref = _commands.ProcessRef(legacy=self._state.connection.runtime == "legacy")
         data = stdin.encode() if isinstance(stdin, str) else stdin
         flow = _commands.stream_command(
             self._state.connection, command, timeout=timeout, env=env, cwd=cwd, stdin=data, pty=pty, ref=ref

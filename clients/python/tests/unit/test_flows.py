@@ -537,3 +537,14 @@ def test_a_stream_cut_off_mid_way_says_so_not_no_response(mode: str) -> None:
 
 async def _then(created: Any, body: Callable[[Any], Any]) -> Any:
     return await body(await created)
+
+
+def test_signals_and_stdin_on_a_legacy_stream_say_the_runtime_has_none() -> None:
+    """As `stream(stdin=...)` does; until December 6 `send_signal` said the (running) process had not started."""
+    fake = FakeCluster()
+    sandbox = sync_client(fake).create_sandbox("python-pool")
+    assert sandbox.commands is not None
+    stream = sandbox.commands.stream("sleep 30")
+    for call in (lambda: stream.send_signal(15), stream.close_stdin, lambda: stream.send_stdin(b"x")):
+        with pytest.raises(NotImplementedError, match="need the sandboxd runtime"):
+            call()
