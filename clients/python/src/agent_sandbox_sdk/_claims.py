@@ -83,6 +83,16 @@ def validate_labels(labels: Mapping[str, str], what: str = "label") -> None:
             )
 
 
+def _check_str_mapping(name: str, mapping: object) -> None:
+    if mapping is None:
+        return
+    if not isinstance(mapping, Mapping):
+        raise ValueError(f"{name} must be a dict of strings to strings, got {type(mapping).__name__}")
+    for key, value in mapping.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise ValueError(f"{name} {key!r}: keys and values must be strings, got {value!r}")
+
+
 def validate_claim_name(name: str) -> None:
     """An explicit claim name must be a DNS-1123 subdomain of at most 253 characters."""
     if not name or len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
@@ -102,8 +112,28 @@ def validate_create_args(
     claim_name: str | None,
     adopt_existing: bool,
     sandbox_ready_timeout: float,
+    env: Mapping[str, str] | None = None,
+    volume_claim_templates: Sequence[Mapping[str, Any]] | None = None,
 ) -> None:
-    """Check `create_sandbox` arguments before any request (spec §3.7 step 1)."""
+    """Check `create_sandbox` arguments before any request (spec §3.7 step 1). Each message names the
+    parameter: a list where a dict belongs failed deep inside with `'list' object has no attribute 'items'`
+    (until December 6)."""
+    for name, mapping in (
+        ("labels", labels),
+        ("pod_labels", pod_labels),
+        ("pod_annotations", pod_annotations),
+        ("env", env),
+    ):
+        _check_str_mapping(name, mapping)
+    if volume_claim_templates is not None and (
+        isinstance(volume_claim_templates, str | bytes | Mapping)
+        or not isinstance(volume_claim_templates, Sequence)
+        or not all(isinstance(t, Mapping) for t in volume_claim_templates)
+    ):
+        raise ValueError(
+            "volume_claim_templates must be a list of PersistentVolumeClaim templates (dicts), got "
+            f"{type(volume_claim_templates).__name__}"
+        )
     if not isinstance(warmpool, str) or not warmpool:
         raise ValueError("warmpool must be a non-empty warm pool name")
     if not _DNS_SUBDOMAIN.match(warmpool) or len(warmpool) > 253:

@@ -98,6 +98,9 @@ def write(
         data = content.encode("utf-8")
     elif isinstance(content, bytes | bytearray | memoryview):
         data = bytes(content)
+    elif isinstance(content, io.TextIOBase):
+        # it would fail mid-upload with "string argument without an encoding" (until December 6)
+        raise TypeError("content is a text-mode file: open it in binary mode (open(path, 'rb'))")
     elif hasattr(content, "read"):
         source = content
     else:

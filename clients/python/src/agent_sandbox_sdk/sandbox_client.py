@@ -146,6 +146,8 @@ class SandboxClient:
             claim_name=claim_name,
             adopt_existing=adopt_existing,
             sandbox_ready_timeout=sandbox_ready_timeout,
+            env=env,
+            volume_claim_templates=volume_claim_templates,
         )
         with metrics.timed("sandbox_client_create_latency_ms"):
             created = self._driver.run(

@@ -74,6 +74,13 @@ def test_valid_arguments_pass() -> None:
         ({"shutdown_after_seconds": 10**12}, "shutdown_after_seconds"),  # OverflowError until December 6
         ({"sandbox_ready_timeout": "10"}, "sandbox_ready_timeout"),  # TypeError until December 6
         ({"sandbox_ready_timeout": float("inf")}, "sandbox_ready_timeout"),
+        # until December 6 these failed deep inside (AttributeError, pydantic, "dictionary update sequence")
+        ({"labels": [("a", "b")]}, "labels must be a dict"),
+        ({"env": [("A", "1")]}, "env must be a dict"),
+        ({"env": {"A": 1}}, "env 'A': keys and values must be strings"),
+        ({"pod_annotations": {"a": None}}, "pod_annotations 'a'"),
+        ({"volume_claim_templates": {"metadata": {"name": "x"}}}, "volume_claim_templates must be a list"),
+        ({"volume_claim_templates": ["x"]}, "volume_claim_templates must be a list"),
         ({"claim_name": "UPPER"}, "claim_name"),
         ({"claim_name": "x" * 254}, "claim_name"),
         ({"adopt_existing": True}, "adopt_existing"),

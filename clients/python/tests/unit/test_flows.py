@@ -548,3 +548,16 @@ def test_signals_and_stdin_on_a_legacy_stream_say_the_runtime_has_none() -> None
     for call in (lambda: stream.send_signal(15), stream.close_stdin, lambda: stream.send_stdin(b"x")):
         with pytest.raises(NotImplementedError, match="need the sandboxd runtime"):
             call()
+
+
+def test_a_text_mode_file_is_refused_naming_binary_mode(tmp_path: Any) -> None:
+    fake = FakeCluster()
+    sandbox = sync_client(fake).create_sandbox("python-pool")
+    assert sandbox.files is not None
+    source = tmp_path / "notes.txt"
+    source.write_text("hello")
+    with source.open() as text, pytest.raises(TypeError, match=r"text-mode file: open it in binary mode"):
+        sandbox.files.write("notes.txt", text)  # type: ignore[arg-type]
+    with source.open("rb") as binary:
+        sandbox.files.write("notes.txt", binary)
+    assert fake.files["notes.txt"] == b"hello"
