@@ -258,6 +258,13 @@ def call(
             raise
         except SandboxRequestError as err:
             conn.failed()
+            if attempt == 0 and not err.request_sent:
+                # Nothing answered (a direct mode's pod IP or Service name): a suspended or deleted Sandbox
+                # explains it, and no retry can help (in-cluster, a suspended one's Service name does not even
+                # resolve: "Name or service not known" after 15 s of retries, until December 6).
+                found, view = yield from _read_sandbox(conn)
+                if found and (view is None or view.operating_mode == "Suspended"):
+                    raise _explained(conn, err, view) from None
             safe = not err.request_sent or method in IDEMPOTENT
             if attempt < MAX_RETRIES and safe and replayable:
                 yield Sleep(BACKOFF_BASE * 2**attempt)

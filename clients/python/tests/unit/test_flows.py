@@ -264,6 +264,30 @@ def test_a_read_from_a_suspended_sandbox_is_not_retried() -> None:
     assert len(fake.find(lambda r: r.url.path.startswith("/download/"))) == 1
 
 
+def test_a_sandbox_nothing_answers_for_is_explained_at_once_when_suspended() -> None:
+    """A direct mode (in-cluster: the pod IP, else the Service name, which does not resolve for a suspended
+    Sandbox): no answer at all. Until December 6: 15 s of retries, then only "Name or service not known"."""
+    fake = FakeCluster()
+    handle = fake.handle
+
+    def no_answer(request: httpx2.Request) -> httpx2.Response:
+        if request.url.path.startswith("/download/"):
+            fake.requests.append(request)
+            raise httpx2.ConnectError("[Errno -2] Name or service not known", request=request)
+        return handle(request)
+
+    fake.handle = no_answer  # type: ignore[method-assign]
+    sandbox = sync_client(fake).create_sandbox("python-pool")
+    assert sandbox.files is not None
+    for obj in fake.sandboxes.values():
+        obj.setdefault("spec", {})["operatingMode"] = "Suspended"
+    with pytest.raises(
+        SandboxRequestError, match=r"Name or service not known.* - the Sandbox .* is suspended"
+    ):
+        sandbox.files.read("a.txt")
+    assert len(fake.find(lambda r: r.url.path.startswith("/download/"))) == 1
+
+
 def test_a_listing_over_the_limit_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
     """A directory of 100,000 files (~9 MB of listing) was refused by an 8 MiB limit with only "the answer is
     larger than 8388608 bytes"; the limit is 32 MiB now, and the error says what to do instead."""
