@@ -72,7 +72,9 @@ async def send_open_file(
     """Stream the open regular file `fd` (closed afterwards) as application/octet-stream."""
     all_headers = {"Content-Type": "application/octet-stream", **(headers or {})}
     try:
-        plan = byteranges.multi_range_plan(request, os.fstat(fd).st_size)
+        st = os.fstat(fd)
+        request = byteranges.stale_if_range(request, st) or request
+        plan = byteranges.multi_range_plan(request, st.st_size)
         if isinstance(plan, list):
             return await byteranges.send_ranges(request, fd, plan, all_headers)
         if plan is not None:

@@ -23,7 +23,7 @@ from email.utils import formatdate
 from aiohttp import hdrs, web
 from multidict import CIMultiDict
 
-__all__ = ["ByteRange", "multi_range_plan", "send_ranges"]
+__all__ = ["ByteRange", "file_etag", "multi_range_plan", "send_ranges", "stale_if_range"]
 
 _CHUNK = 1 << 16
 _DIGITS = re.compile(
@@ -83,6 +83,32 @@ def _parse(header: str, size: int) -> list[ByteRange]:
     return ranges
 
 
+def file_etag(st: os.stat_result) -> str:
+    """The strong entity tag of a file's current content, as aiohttp's FileResponse writes it."""
+    return f'"{st.st_mtime_ns:x}-{st.st_size:x}"'
+
+
+def stale_if_range(request: web.Request, st: os.stat_result) -> web.Request | None:
+    """A copy of `request` without its `Range` when its `If-Range` entity tag does not name the file's
+    current content, else None.
+
+    RFC 9110 §13.1.5: a range is served only if the validator matches; a weak tag never does. aiohttp's
+    FileResponse understands only the date form and served the range whatever the tag said: a client resuming
+    a download of a file replaced meanwhile got the new file's tail after the old file's head, a file that
+    never existed (until December 6). The date form is left to aiohttp, which compares it correctly.
+    """
+    value = request.headers.get(hdrs.IF_RANGE)
+    if value is None or hdrs.RANGE not in request.headers:
+        return None
+    value = value.strip(" \t")
+    if not value.startswith(('"', "W/")) or value == file_etag(st):
+        return None
+    headers = CIMultiDict(request.headers)
+    del headers[hdrs.RANGE]
+    del headers[hdrs.IF_RANGE]
+    return request.clone(headers=headers)
+
+
 def multi_range_plan(request: web.Request, size: int) -> list[ByteRange] | web.Request | None:
     """How to answer `request` for a file of `size` bytes when it asks for several ranges: the ranges for a
     multipart answer, or a copy of the request for aiohttp to serve (its `Range` reduced to the one range
@@ -135,7 +161,7 @@ async def send_ranges(
             hdrs.CONTENT_LENGTH: str(length),
             hdrs.ACCEPT_RANGES: "bytes",
             hdrs.LAST_MODIFIED: formatdate(st.st_mtime, usegmt=True),
-            hdrs.ETAG: f'"{st.st_mtime_ns:x}-{size:x}"',  # as aiohttp's FileResponse
+            hdrs.ETAG: file_etag(st),
         },
     )
     await resp.prepare(request)

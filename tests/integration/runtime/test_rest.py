@@ -253,3 +253,34 @@ async def test_several_ranges_are_one_multipart_answer(
         assert resp.status == 206
         assert resp.headers["Content-Type"].startswith("multipart/byteranges; boundary=")
         assert await resp.read() == b""
+
+
+@pytest.mark.parametrize("protocol", ["rest", "legacy"])
+async def test_if_range_with_a_stale_entity_tag_sends_the_whole_new_file(
+    runtime: RuntimeServer, http: aiohttp.ClientSession, protocol: str
+) -> None:
+    """RFC 9110 §13.1.5. aiohttp's FileResponse reads only the date form of If-Range: with an entity tag it
+    served the range anyway, so a download resumed after the file was replaced got the new file's tail after
+    the old file's head - a file that never existed (until December 6)."""
+    path = Path(runtime.root, "resume.txt")
+    target = (
+        files_url(runtime, "resume.txt")
+        if protocol == "rest"
+        else url(runtime, "legacy", "/download/resume.txt")
+    )
+    path.write_bytes(b"A" * 20)
+    async with http.get(target) as resp:
+        old_etag = resp.headers["ETag"]
+    path.write_bytes(b"B" * 25)
+    async with http.get(target) as resp:
+        new_etag = resp.headers["ETag"]
+    assert new_etag != old_etag
+
+    async def resume(if_range: str) -> tuple[int, bytes]:
+        async with http.get(target, headers={"Range": "bytes=20-", "If-Range": if_range}) as resp:
+            return resp.status, await resp.read()
+
+    assert await resume(old_etag) == (200, b"B" * 25)  # the validator is stale: the whole new file
+    assert await resume("W/" + new_etag) == (200, b"B" * 25)  # a weak tag never matches
+    assert await resume(new_etag) == (206, b"B" * 5)  # still the same file: the rest of it
+    assert (await resume("Thu, 01 Jan 1970 00:00:00 GMT"))[0] == 200  # the date form: aiohttp's, as before
