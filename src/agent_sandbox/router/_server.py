@@ -166,9 +166,11 @@ class Request:
         "expect_continue",
         "headers",
         "host",
+        "host_lines",
         "keep_alive",
         "method",
         "routing",
+        "te_codings",
         "upgrade",
         "url",
         "version",
@@ -183,6 +185,8 @@ class Request:
         self.routing: dict[bytes, bytes] = {}
         self.duplicates: set[bytes] = set()
         self.host = b""
+        self.host_lines = 0
+        self.te_codings: tuple[bytes, ...] = ()
         self.authorization: bytes | None = None
         self.content_length: int | None = None
         self.chunked = False
@@ -308,6 +312,8 @@ class ClientConnection(asyncio.Protocol):
                 self.fail(413, "Request body too large.")
             elif isinstance(cause, _Malformed):
                 self.fail(400, "Malformed HTTP request.")
+            elif isinstance(cause, _UnsupportedCoding):
+                self.fail(501, "Unsupported transfer encoding.")
             elif not self._failed:
                 log.error("request parser callback failed", exc_info=cause)
                 self.fail(400, "Malformed HTTP request.")
@@ -381,6 +387,10 @@ class ClientConnection(asyncio.Protocol):
         req = self._current
         assert req is not None
         lname = name.lower()
+        # Whitespace around a field value is not part of it (RFC 9110 §5.5; Go's textproto trims it): kept,
+        # `Content-Length: 41 ` read as no length forwarded the head without its body, and the sandbox waited
+        # 30 s for it (until December 6).
+        value = value.strip(b" \t")
         req.headers.append((lname, name, value))
         if lname.startswith(b"x-sandbox-"):
             if lname in req.routing:
@@ -389,12 +399,16 @@ class ClientConnection(asyncio.Protocol):
                 req.routing[lname] = value
         elif lname == b"host":
             req.host = value
+            req.host_lines += 1
         elif lname == b"authorization":
             req.authorization = value
         elif lname == b"content-length":
-            req.content_length = int(value) if value.isdigit() else None
+            if not value.isdigit() or len(value) > 18:  # past 10^18 bytes: not a length anybody sends
+                raise _Malformed
+            req.content_length = int(value)
         elif lname == b"transfer-encoding":
-            req.chunked = b"chunked" in value.lower()
+            req.te_codings += tuple(t.strip().lower() for t in value.split(b",") if t.strip())
+            req.chunked = req.te_codings[-1:] == (b"chunked",)
         elif lname == b"expect":
             req.expect_continue = value.lower() == b"100-continue"
         elif lname == b"connection":
@@ -414,6 +428,12 @@ class ClientConnection(asyncio.Protocol):
         req.version = parser.get_http_version()
         if req.version not in ("1.1", "1.0"):
             raise _Malformed  # HTTP/0.9 request lines (no version) carry no headers we could trust
+        if req.host_lines > 1 or (req.version == "1.1" and not req.host_lines):
+            raise _Malformed  # as Go's server: "missing required Host header", "too many Host headers"
+        if req.te_codings and req.te_codings != (b"chunked",):
+            # a coding before `chunked` (gzip, ...) would be dropped on the way: the sandbox would read
+            # compressed bytes as the body (Go answers 501 too)
+            raise _UnsupportedCoding
         req.keep_alive = parser.should_keep_alive()
         req.upgrade = parser.should_upgrade()
         if req.upgrade and (req.chunked or req.content_length):
@@ -641,4 +661,8 @@ class _BodyTooLarge(Exception):
 
 
 class _Malformed(Exception):
+    pass
+
+
+class _UnsupportedCoding(Exception):
     pass

@@ -109,6 +109,21 @@ CASES: list[tuple[str, bytes, int, str]] = [
         ERRORS["malformed"],
     ),
     ("bad version", req("GET / HTTP/9.9", h()), 400, ERRORS["malformed"]),
+    # as Go's server (until December 6 these were proxied)
+    ("no Host in HTTP/1.1", f"GET / HTTP/1.1\r\n{h()}\r\n".encode(), 400, ERRORS["malformed"]),
+    ("two Hosts", req("GET / HTTP/1.1", h() + "Host: other\r\n"), 400, ERRORS["malformed"]),
+    (
+        "a coding before chunked",
+        req("POST / HTTP/1.1", h(Transfer_Encoding="gzip") + "Transfer-Encoding: chunked\r\n", b"0\r\n\r\n"),
+        501,
+        "Unsupported transfer encoding.",
+    ),
+    (
+        "a length past 10^18",
+        req("POST / HTTP/1.1", h(Content_Length="18446744073709551615"), b"x"),
+        400,
+        ERRORS["malformed"],
+    ),
     (
         "not http at all",
         b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + b"\x00" * 40,
@@ -300,3 +315,17 @@ async def test_chunked_body_over_the_cap(
     resp = await raw_request(router.http_port or 0, request_bytes("POST", "/upload", headers, body))
     assert (resp.status, json.loads(resp.body)) == (413, {"detail": "Request body too large."})
     assert resp.closed
+
+
+async def test_whitespace_around_header_values_is_not_part_of_them(router: Router, backend: Backend) -> None:
+    """RFC 9110 §5.5, as Go's textproto. Until December 6 `Content-Length: 41 ` was read as no length: the head
+    went to the sandbox without its body, which the sandbox waited for until the router gave up (504 after
+    30 s); a padded `X-Sandbox-Port` was refused as invalid."""
+    body = b'{"command":"echo hi","timeout_seconds":5}'
+    headers = backend.headers()
+    lines = [f"{k}: {v}" for k, v in headers.items() if k != "X-Sandbox-Port"]
+    padded = [f"X-Sandbox-Port: {backend.port} \t", f"Content-Length: {len(body)} \t"]
+    head = "\r\n".join(["POST /upload HTTP/1.1", "Host: router.test", *lines, *padded, "", ""])
+    answer = await raw_request(router.http_port or 0, head.encode() + body, within=5)
+    assert answer.status == 200, answer
+    assert json.loads(answer.body)["received"] == len(body)
