@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import codecs
+import errno
 import math
 import shlex
 from typing import Any
@@ -337,7 +338,7 @@ class _Legacy:
         except ValueError as err:  # malformed multipart mid-stream
             return json_response({"message": f"invalid multipart body: {err}"}, 400)
         except OSError as err:
-            return json_response({"message": f"File upload failed: {err}"}, 500)
+            return json_response({"message": f"File upload failed: {err.strerror}"}, 500)
         return json_response({"message": f"File '{filename}' uploaded successfully."})
 
     def _resolve(self, request: web.Request, prefix: str) -> tuple[str, str]:
@@ -356,6 +357,10 @@ class _Legacy:
             return json_response({"message": "File not found"}, 404)
         except PermissionError:
             return json_response({"message": "Permission denied"}, 403)
+        except OSError as err:
+            if err.errno not in _NOT_THERE:
+                raise
+            return json_response({"message": "File not found"}, 404)
         return await send_open_file(request, fd, {"Content-Disposition": _attachment(user_path)})
 
     async def list(self, request: web.Request) -> web.Response:
@@ -369,7 +374,9 @@ class _Legacy:
         except (FileNotFoundError, NotADirectoryError):
             return json_response({"message": "Path is not a directory"}, 404)
         except OSError as err:
-            return json_response({"message": f"List files failed: {err}"}, 500)
+            if err.errno in _NOT_THERE:
+                return json_response({"message": "Path is not a directory"}, 404)
+            return json_response({"message": f"List files failed: {err.strerror}"}, 500)
         return json_response([e.legacy() for e in entries])
 
     async def exists(self, request: web.Request) -> web.Response:
@@ -399,8 +406,16 @@ class _Legacy:
         except PermissionError:
             return json_response({"message": "Permission denied"}, 403)
         except OSError as err:
-            return json_response({"message": f"Delete failed: {err}"}, 500)
+            if err.errno in _NOT_THERE:
+                return json_response({"message": "File not found"}, 404)
+            return json_response({"message": f"Delete failed: {err.strerror}"}, 500)
         return json_response({"message": f"'{user_path}' deleted."})
+
+
+#: What upstream's `os.path.isfile`/`isdir` answer False for, besides a missing path: a symlink loop and a name
+#: too long - 404s, not 500s (the legacy spec answers only 404 or 403 there). The 500s that remain name the
+#: error without its path, which is the host's volume directory (until December 6 they named both).
+_NOT_THERE = frozenset({errno.ELOOP, errno.ENAMETOOLONG})
 
 
 def _line(obj: object) -> bytes:

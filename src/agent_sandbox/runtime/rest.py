@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import time
@@ -68,7 +69,9 @@ def _os_failure(err: OSError) -> web.Response:
         return _error(409, err.strerror or "directory is not empty; pass recursive=true to remove it")
     if isinstance(err, PermissionError):
         return _error(*_DENIED)
-    return _error(500, str(err))
+    if err.errno == errno.ENAMETOOLONG:
+        return _error(400, "file name too long")
+    return _error(500, err.strerror or type(err).__name__)  # not str(err): it names the host's path
 
 
 class _Rest:

@@ -284,3 +284,31 @@ async def test_if_range_with_a_stale_entity_tag_sends_the_whole_new_file(
     assert await resume("W/" + new_etag) == (200, b"B" * 25)  # a weak tag never matches
     assert await resume(new_etag) == (206, b"B" * 5)  # still the same file: the rest of it
     assert (await resume("Thu, 01 Jan 1970 00:00:00 GMT"))[0] == 200  # the date form: aiohttp's, as before
+
+
+async def test_a_symlink_loop_and_a_name_too_long_are_not_server_errors(
+    runtime: RuntimeServer, http: aiohttp.ClientSession
+) -> None:
+    """The legacy protocol answers 404 where upstream's `os.path.isfile`/`isdir` say False; sandboxd refuses a
+    name too long as the client's error; no answer names the host's path. Until December 6: 500s, whose text
+    gave away the host's volume directory."""
+    os.symlink("loop2", Path(runtime.root, "loop1"))
+    os.symlink("loop1", Path(runtime.root, "loop2"))
+    long = "a" * 300
+    for path, want in (
+        ("/download/loop1", 404),
+        ("/download/" + long, 404),
+        ("/list/loop1", 404),
+        ("/list/" + long, 404),
+    ):
+        async with http.get(url(runtime, "legacy", path)) as resp:
+            assert resp.status == want, (path, await resp.text())
+    async with http.delete(url(runtime, "legacy", "/files/loop1%2Fx")) as resp:
+        assert resp.status == 404, await resp.text()
+    async with http.get(files_url(runtime, long)) as resp:
+        assert (resp.status, (await resp.json())["message"]) == (400, "file name too long")
+    async with http.get(files_url(runtime, "loop1%2Fx")) as resp:
+        body = await resp.text()
+        assert resp.status == 500
+        assert str(runtime.root) not in body
+        assert "symbolic links" in body
