@@ -257,9 +257,16 @@ def part_filename(part: BodyPartReader) -> str | None:
 
 
 async def part_chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
-    """The part's bytes (ValueError on a malformed body)."""
+    """The part's bytes (ValueError on a malformed body, and on a body that ends before the part's boundary).
+
+    aiohttp hands out what arrived and ends the part quietly when the body stops short of its boundary: a
+    truncated upload was stored, replacing the file, and reported a success (until December 6). The error
+    comes after the last chunk, before the caller's atomic write commits, which then keeps the old file.
+    """
     try:
         while chunk := await part.read_chunk(_CHUNK):
             yield chunk
     except _MALFORMED as err:
         raise ValueError(f"invalid multipart body: {err}") from None
+    if not part.at_eof():
+        raise ValueError("invalid multipart body: it ends before the part's closing boundary")

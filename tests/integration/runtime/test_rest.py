@@ -312,3 +312,27 @@ async def test_a_symlink_loop_and_a_name_too_long_are_not_server_errors(
         assert resp.status == 500
         assert str(runtime.root) not in body
         assert "symbolic links" in body
+
+
+@pytest.mark.parametrize("protocol", ["rest", "legacy"])
+async def test_a_multipart_body_cut_short_is_refused_and_the_file_kept(
+    runtime: RuntimeServer, http: aiohttp.ClientSession, protocol: str
+) -> None:
+    """A body that ends before the part's closing boundary (a client or proxy that gave up half-way) is not a
+    file. Until December 6 what had arrived replaced the file, and the upload was reported a success."""
+    Path(runtime.root, "kept.txt").write_bytes(b"the whole old file")
+    body = (
+        b'--XyZbound\r\nContent-Disposition: form-data; name="file"; filename="kept.txt"\r\n\r\n'
+        b"first half of the fi"
+    )
+    target = files_url(runtime, "kept.txt") if protocol == "rest" else url(runtime, "legacy", "/upload")
+    send = http.put if protocol == "rest" else http.post
+    headers = {"Content-Type": "multipart/form-data; boundary=XyZbound"}
+    async with send(target, data=body, headers=headers) as resp:
+        assert resp.status == 400, await resp.text()
+        assert "closing boundary" in await resp.text()
+    assert Path(runtime.root, "kept.txt").read_bytes() == b"the whole old file"
+    whole = body + b"\r\n--XyZbound--\r\n"
+    async with send(target, data=whole, headers=headers) as resp:
+        assert resp.status in (200, 204), await resp.text()
+    assert Path(runtime.root, "kept.txt").read_bytes() == b"first half of the fi"
