@@ -215,6 +215,8 @@ class _Session:
         self.frames = _ClientFrames()
         self.pending: list[bytes] = []
         self.route: Route | None = None
+        #: The first request is a HEAD: a refusal of it carries no body (RFC 9113 §8.1.1).
+        self.first_is_head = False
         self.authorization: bytes | None = None
         self.upstream_write: Any = None
         self.last_stream = 0
@@ -340,6 +342,7 @@ class _Session:
         refusing it (invalid routing headers)."""
         routing, dups, authorization = _routing(headers)
         grpc = any(k == "content-type" and v.startswith("application/grpc") for k, v in headers)
+        self.first_is_head = (":method", "HEAD") in headers
         try:
             route = parse_route(routing, dups, allow_loopback=self.proxy.settings.allow_loopback)
         except RouteError as exc:
@@ -511,9 +514,13 @@ class _Session:
                 ("content-type", "application/json"),
                 ("content-length", str(len(body))),
             ]
-            out = _frame(_HEADERS, _END_HEADERS, stream, encoder.encode(headers)) + _frame(
-                0x0, _END_STREAM, stream, body
-            )
+            if self.first_is_head:
+                # the length is announced, no DATA follows: HTTP/2 clients failed on the body (until December 6)
+                out = _frame(_HEADERS, _END_HEADERS | _END_STREAM, stream, encoder.encode(headers))
+            else:
+                out = _frame(_HEADERS, _END_HEADERS, stream, encoder.encode(headers)) + _frame(
+                    0x0, _END_STREAM, stream, body
+                )
         out += _frame(_GOAWAY, 0, 0, struct.pack("!II", stream, 0))
         self.conn.write(out)
         self.conn.close()

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,17 @@ async def test_curl_sends_its_bodies_through_the_router(
         seen = json.loads(out)
         assert seen["body_len"] == len(sent), args
         assert seen["body_sha"] == hashlib.sha256(sent).hexdigest(), args
+
+
+async def test_a_refused_http2_head_request_is_an_answer_curl_reads(
+    start_router: Callable[..., Awaitable[Router]],
+) -> None:
+    """h2c (`--enable-h2c`), the router's own refusal of a HEAD request: headers only (RFC 9113 §8.1.1). Until
+    December 6 it carried the JSON body, and curl failed with "Error in the HTTP2 framing layer"."""
+    router = await start_router("--enable-h2c")
+    url = f"http://127.0.0.1:{router.http_port}/x"
+    code, out, err = await _curl("--http2-prior-knowledge", "-I", "-H", "X-Sandbox-ID: BAD", url)
+    assert code == 0, err.decode(errors="replace")
+    assert out.split(b"\r\n", 1)[0].strip() == b"HTTP/2 400"
+    code, out, err = await _curl("--http2-prior-knowledge", "-H", "X-Sandbox-ID: BAD", url)
+    assert (code, json.loads(out)) == (0, {"detail": "Invalid sandbox ID format."})
