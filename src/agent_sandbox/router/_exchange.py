@@ -221,7 +221,9 @@ class Exchange:
                     upgrade_value = value
                 continue
             parts += (name, b": ", value, b"\r\n")
-        keep = out.keep_alive and not conn.draining
+        # A declined upgrade (no 101) ends the connection (finish_request): say so, or a keep-alive client
+        # sends its next request into a closing connection (until December 6).
+        keep = out.keep_alive and not conn.draining and not req.upgrade
         if status == 101:
             parts += (b"Connection: Upgrade\r\nUpgrade: ", upgrade_value, b"\r\n")
         else:

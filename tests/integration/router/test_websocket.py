@@ -163,6 +163,9 @@ async def test_backend_refusing_the_upgrade_is_relayed(router: Router, backend: 
     resp = await raw_request(router.http_port or 0, request_bytes("GET", "/status/403", upgrade))
     assert (resp.status, resp.body) == (403, b"sandbox says 403")
     assert resp.closed
+    # and says so: a keep-alive client would send its next request into the closing connection (until
+    # December 6 the answer carried no `Connection: close`)
+    assert resp.headers.get("connection") == "close"
 
 
 async def test_open_websockets_do_not_hold_up_the_drain(
