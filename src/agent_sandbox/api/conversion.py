@@ -92,7 +92,14 @@ def _write_snapshot(src: Obj, dst: Obj, kind: str) -> None:
 
 
 def _pop_snapshot(obj: Obj, kind: str) -> Obj | None:
-    """Remove the state annotation from ``obj`` and return the parsed snapshot, if any."""
+    """Remove the state annotation from ``obj`` and return the parsed snapshot, if it is a JSON object.
+
+    Ours (a deliberate difference, docs/design/api-quirks.md): upstream's webhook fails the conversion on a
+    snapshot it cannot unmarshal. The annotation is writable by anyone who may edit the v1beta1 object, and one
+    bad value failed every v1alpha1 LIST of the namespace (each object of a list is converted) and kept the API
+    server's v1alpha1 watch cache retrying - a warning in the controller's log per retry. A snapshot is only an
+    aid for lossless round trips, so an unusable one is ignored: the object converts as if it had none.
+    """
     meta = obj.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     raw = annotations.pop(c.STATE_ANNOTATIONS[kind], None)
@@ -101,11 +108,19 @@ def _pop_snapshot(obj: Obj, kind: str) -> Obj | None:
         return None
     try:
         parsed = json.loads(raw)
-    except ValueError as exc:
-        raise ConversionError(f"failed to unmarshal v1alpha1 {kind} state: {exc}") from exc
-    if not isinstance(parsed, dict):
-        raise ConversionError(f"failed to unmarshal v1alpha1 {kind} state: not a JSON object")
-    return parsed
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _replicas(value: object, *, most: int | None) -> bool:
+    """A snapshot's replicas count is usable: an integer (not a bool) within the v1alpha1 schema's range."""
+    return (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and value >= 0
+        and (most is None or value <= most)
+    )
 
 
 def _start(obj: Obj, group: str, version: str) -> tuple[Obj, Obj, Obj]:
@@ -146,15 +161,23 @@ def _sandbox_from_hub(obj: Obj) -> Obj:
     status["replicas"] = 0 if suspended else 1
     original = _pop_snapshot(out, c.KIND_SANDBOX)
     if original is not None:
-        orig_spec = original.get("spec") or {}
-        orig_replicas = orig_spec.get("replicas")
-        if mode == c.OperatingMode.RUNNING:
+        # Values that break the v1alpha1 schema (`"abc"`, -5) are ignored, not returned: typed clients and the
+        # `/scale` subresource failed on them (until December 6).
+        orig_spec = original.get("spec", {})
+        usable = isinstance(orig_spec, dict)
+        orig_replicas = orig_spec.get("replicas") if usable else None
+        if (
+            mode == c.OperatingMode.RUNNING
+            and usable
+            and (orig_replicas is None or _replicas(orig_replicas, most=1))
+        ):
             if orig_replicas is None:
                 del spec["replicas"]  # an unset replicas round-trips as unset
             elif orig_replicas != 0:
                 spec["replicas"] = orig_replicas
-        orig_status = original.get("status") or {}
-        if "replicas" in orig_status:  # only in snapshots written by upstream
+        orig_status = original.get("status")
+        orig_status = orig_status if isinstance(orig_status, dict) else {}
+        if _replicas(orig_status.get("replicas"), most=None):  # only in snapshots written by upstream
             status["replicas"] = orig_status["replicas"]
     return out
 
@@ -162,6 +185,20 @@ def _sandbox_from_hub(obj: Obj) -> Obj:
 # ---------------------------------------------------------------------------
 # SandboxClaim (§8.4)
 # ---------------------------------------------------------------------------
+
+
+def _usable_claim_snapshot(original: Obj) -> bool:
+    """The snapshot's `warmpool` (a string, or absent) and `sandboxTemplateRef` (an object whose name is a
+    string) are what the v1alpha1 schema allows."""
+    spec = original.get("spec")
+    if spec is None:
+        return True
+    if not isinstance(spec, dict):
+        return False
+    policy, ref = spec.get("warmpool"), spec.get("sandboxTemplateRef")
+    if policy is not None and not isinstance(policy, str):
+        return False
+    return ref is None or (isinstance(ref, dict) and isinstance(ref.get("name", ""), str))
 
 
 def _bound_sandbox_name(obj: Obj) -> str:
@@ -206,6 +243,8 @@ def _claim_from_hub(obj: Obj) -> Obj:
         spec["sandboxTemplateRef"] = {"name": pool}
         spec["warmpool"] = pool
     original = _pop_snapshot(out, c.KIND_SANDBOX_CLAIM)
+    if original is not None and not _usable_claim_snapshot(original):
+        original = None  # as _pop_snapshot: ignored, not returned against the v1alpha1 schema
     if original is not None:
         orig_spec = original.get("spec") or {}
         orig_policy = orig_spec.get("warmpool")

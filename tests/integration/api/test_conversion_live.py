@@ -264,3 +264,21 @@ async def test_async_client_reads_both_versions(api: Api, kube: ApiClient) -> No
     assert beta.spec.operating_mode is c.OperatingMode.SUSPENDED
     alphas = await kube.list(SANDBOX_V1ALPHA1, namespace=api.ns)
     assert [v1alpha1.Sandbox.from_dict(o).spec.replicas for o in alphas] == [0]
+
+
+def test_an_unusable_snapshot_does_not_take_down_the_v1alpha1_view(api: Api) -> None:
+    """Ours (upstream's webhook fails the conversion): anyone who may edit the v1beta1 object can write the
+    snapshot annotation. Until December 6 one bad value failed every v1alpha1 LIST of the namespace, and a
+    value of the wrong type came back against the v1alpha1 schema (the /scale subresource failed on it)."""
+    api.create(obj(c.SANDBOX_API_VERSION, "Sandbox", "bad-state", {"podTemplate": POD}))
+    api.create(obj(c.SANDBOX_API_VERSION, "Sandbox", "neighbour", {"podTemplate": POD}))
+    state = c.ANNOTATION_V1ALPHA1_SANDBOX_STATE
+    api.patch("Sandbox", "v1beta1", "bad-state", {"metadata": {"annotations": {state: "{not json"}}})
+    listed = api.cluster.kubectl(
+        "get", RESOURCE["Sandbox"].format(v="v1alpha1"), "-n", api.ns, "-o", "json", check=True
+    )
+    assert {o["metadata"]["name"] for o in json.loads(listed.stdout)["items"]} == {"bad-state", "neighbour"}
+    typed = json.dumps({"spec": {"replicas": "abc"}, "status": {"replicas": -5}})
+    api.patch("Sandbox", "v1beta1", "bad-state", {"metadata": {"annotations": {state: typed}}})
+    alpha = api.get("Sandbox", "v1alpha1", "bad-state")
+    assert (alpha["spec"]["replicas"], alpha["status"]["replicas"]) == (1, 1)

@@ -159,11 +159,23 @@ def test_snapshot_excludes_itself_and_metadata() -> None:
     assert src["metadata"]["annotations"][c.ANNOTATION_V1ALPHA1_SANDBOX_STATE] == "old-state", "input mutated"
 
 
-def test_malformed_snapshot_fails_like_upstream() -> None:
+@pytest.mark.parametrize("state", ["{not json", "[1, 2]", '"text"', "null"])
+def test_an_unusable_snapshot_is_ignored_not_a_failure(state: str) -> None:
+    """Ours (upstream fails the conversion): one user-writable annotation failed every v1alpha1 LIST of the
+    namespace and kept the API server's watch cache retrying (until December 6)."""
     hub = beta_sandbox("Running")
-    hub["metadata"]["annotations"] = {c.ANNOTATION_V1ALPHA1_SANDBOX_STATE: "{not json"}
-    with pytest.raises(ConversionError, match="v1alpha1 Sandbox state"):
-        to_spoke(hub)
+    plain = to_spoke(copy.deepcopy(hub))
+    hub["metadata"]["annotations"] = {c.ANNOTATION_V1ALPHA1_SANDBOX_STATE: state}
+    assert to_spoke(hub) == plain
+
+
+def test_snapshot_values_outside_the_v1alpha1_schema_are_not_returned() -> None:
+    hub = beta_sandbox("Running")
+    plain = to_spoke(copy.deepcopy(hub))
+    for bad in ({"spec": {"replicas": "abc"}, "status": {"replicas": -5}}, {"spec": [], "status": "x"},
+                {"spec": {"replicas": True}, "status": {"replicas": "y"}}, {"spec": {"replicas": 7}}):  # fmt: skip
+        hub["metadata"]["annotations"] = {c.ANNOTATION_V1ALPHA1_SANDBOX_STATE: json.dumps(bad)}
+        assert to_spoke(copy.deepcopy(hub)) == plain, bad
 
 
 def test_state_annotation_is_removed_and_empty_map_dropped() -> None:
@@ -395,3 +407,12 @@ def test_convert_review_success_and_failure() -> None:
     assert resp["response"]["result"]["status"] == "Failure"
     assert "unsupported kind" in resp["response"]["result"]["message"]
     assert resp["response"]["convertedObjects"] == []
+
+
+def test_a_claim_snapshot_outside_the_v1alpha1_schema_is_ignored() -> None:
+    hub = to_hub(alpha_claim("my-pool"))
+    hub["metadata"]["annotations"].pop(c.ANNOTATION_V1ALPHA1_SANDBOXCLAIM_STATE)
+    plain = to_spoke(copy.deepcopy(hub))
+    for bad in ('{"spec": {"warmpool": 5}}', '{"spec": {"sandboxTemplateRef": "x"}}', '{"spec": []}', "oops"):
+        hub["metadata"]["annotations"][c.ANNOTATION_V1ALPHA1_SANDBOXCLAIM_STATE] = bad
+        assert to_spoke(copy.deepcopy(hub)) == plain, bad
