@@ -45,6 +45,10 @@ def run_interactive(start: StartCommand, *, stdin: bool, want_tty: bool) -> Comm
     size = _terminal_size() if use_tty else None
     stream = start((size.columns, size.lines) if size else None)
     stream.wait_started()  # before the pump thread may call the stream (the flow is not re-entrant)
+    if not stdin and not use_tty:
+        # Nothing will ever be written to its stdin (no -i; `-t` ignored off a terminal): end it now, as plain
+        # `exec` runs with /dev/null. Until December 6 `echo abc | agent-sandbox exec -t X -- cat` hung forever.
+        stream.close_stdin()
     stop_read, stop_write = os.pipe()
     # Raw only when the keys go somewhere (-i): with -t alone Ctrl-C must still stop this program (as kubectl).
     with stream, _raw(use_tty and stdin), _winch_pipe(use_tty) as winch:

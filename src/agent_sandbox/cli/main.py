@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -241,7 +243,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be, so that the same cleanup runs: a `create`
+    deletes the auto-named claim it made. Until December 6 SIGTERM (`timeout`, CI runners, systemd) killed
+    the CLI mid-create and left a running sandbox behind whose name was never printed."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as interrupt:
+        return 143 if isinstance(interrupt, _Terminated) else 130  # 128 + the signal, as a shell reports it
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if args.command == "bench":  # options belong to the benchmarks' own parser (benchmarks/cli.py)
@@ -260,8 +285,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (BuildError, ComponentError, ClusterError, FileNotFoundError, RuntimeError) as err:
         print(f"error: {describe_error(err)}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130
     except BrokenPipeError:
         # The reader of our output went away (`... | head`): stop quietly, as other command-line tools do,
         # and keep Python's shutdown from writing a traceback about the unflushable stdout.

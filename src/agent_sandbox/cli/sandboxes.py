@@ -228,9 +228,14 @@ def _handle(client: SandboxClient, args: argparse.Namespace) -> Sandbox:
 
 def _exec(args: argparse.Namespace) -> int:
     argv = list(args.argv)
-    if (
-        argv and argv[0].startswith("-") and "--" in argv
-    ):  # `exec CLAIM -n ns -- cmd`: options after the claim
+    if argv and argv[0].startswith("-"):  # `exec CLAIM -n ns -- cmd`: options after the claim
+        if "--" not in argv:
+            # `exec CLAIM -n ns ls` ran `-n ns ls` in CLAIM of the *default* namespace (or failed naming it),
+            # until December 6; kubectl too wants `--` before the command
+            raise ValueError(
+                f"options after the claim need -- before the command: agent-sandbox exec CLAIM "
+                f"{' '.join(argv[:2])} -- COMMAND [ARGS...]"
+            )
         cut = argv.index("--")
         args.exec_parser.parse_args([*argv[:cut], args.claim], namespace=args)
         argv = argv[cut + 1 :]

@@ -52,6 +52,15 @@ def test_piped_stdin_reaches_the_command(cluster: DevCluster, router: str, sandb
     assert out.returncode == 0
     assert out.stdout == "x\nnot a tty\n"
     assert "warning: -t ignored" in out.stderr
+    # -t alone off a terminal: nothing is attached to the command's stdin, which ends at once (until December 6
+    # `echo abc | agent-sandbox exec -t sb -- cat` hung forever)
+    out = cli(cluster, router, "exec", "-t", "-n", sandbox, "sb", "--", "cat", stdin="abc\n")
+    assert (out.returncode, out.stdout) == (0, "")
+    assert "warning: -t ignored" in out.stderr
+    # kubectl's shape without `--`: refused, where it used to run `-n NS ls` in the default namespace's `sb`
+    out = cli(cluster, router, "exec", "sb", "-n", sandbox, "ls")
+    assert out.returncode == 2
+    assert "options after the claim need -- before the command" in out.stderr
     bad = cli(cluster, router, "exec", "-i", "-o", "json", "-n", sandbox, "sb", "--", "true")
     assert bad.returncode == 2
     assert "cannot be combined with -i / -t" in bad.stderr

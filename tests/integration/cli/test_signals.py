@@ -1,0 +1,49 @@
+"""SIGTERM - what `timeout`, CI runners and systemd send - stops the CLI the way Ctrl-C does. Until December 6
+it killed `agent-sandbox create` mid-wait, and the auto-named claim stayed behind, its name never printed."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+import pytest
+
+from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.devcluster.processes import Started
+from tests.helpers import wait_for
+from tests.integration.sdk.conftest import EXT, apply_pool
+
+from .test_exec_cp import CLI
+
+pytestmark = pytest.mark.integration
+
+
+def _claims(cluster: DevCluster, namespace: str) -> list[str]:
+    status, body = cluster.admin().request("GET", f"/apis/{EXT}/namespaces/{namespace}/sandboxclaims")
+    assert status == 200, body
+    return [item["metadata"]["name"] for item in body["items"]]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_during_create_rolls_the_claim_back(
+    cluster: DevCluster, namespace: str, controller: Started, sig: signal.Signals
+) -> None:
+    # a Pod no node takes: the claim waits (cold, from the template), until the signal
+    apply_pool(cluster, namespace, replicas=0, nodeSelector={"no-such-node": "x"})
+    proc = subprocess.Popen(
+        [CLI, "create", "--template", "tmpl", "-n", namespace, "--kubeconfig", str(cluster.kubeconfig),
+         "--router-url", "http://127.0.0.1:9", "-o", "name"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: _claims(cluster, namespace), what="the claim the CLI creates")
+        time.sleep(0.5)  # into the wait for Ready
+        proc.send_signal(sig)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 128 + sig
+    assert wait_for(lambda: _claims(cluster, namespace) == [] or None, timeout=30)
