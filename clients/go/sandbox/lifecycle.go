@@ -89,7 +89,7 @@ func (k *K8sHelper) getClaim(ctx context.Context, ns, name string) (*unstructure
 // steps 2-4). Terminal claim or Sandbox conditions end the wait with a *ConditionError.
 func (s *Sandbox) waitReady(ctx context.Context, claim string) (string, sandboxInfo, error) {
 	o := &s.opts
-	ctx, cancel := context.WithTimeout(ctx, o.SandboxReadyTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, o.SandboxReadyTimeout, errReadyTimeout)
 	defer cancel()
 	var last lastSeen
 	if s.k8s.sandboxesForbidden.Load() {
@@ -180,6 +180,9 @@ func (s *Sandbox) claimUIDChanged(obj *unstructured.Unstructured) bool {
 	return s.claimUID != "" && obj.GetUID() != s.claimUID
 }
 
+// errReadyTimeout is the cause of a wait's own SandboxReadyTimeout, told apart from the caller's deadline.
+var errReadyTimeout = errors.New("SandboxReadyTimeout passed")
+
 // lastSeen keeps the conditions of the object last observed, for timeout messages.
 type lastSeen struct {
 	mu    sync.Mutex
@@ -223,6 +226,15 @@ func (s *Sandbox) waitError(ctx context.Context, err error, kind, name string, l
 		return fmt.Errorf("%s %s/%s not found: %w", kind, s.opts.Namespace, name, ErrSandboxDeleted)
 	case errors.Is(err, errObjectGone):
 		return fmt.Errorf("%s %s disappeared: %w", kind, name, ErrSandboxDeleted)
+	case ctx.Err() != nil && !errors.Is(context.Cause(ctx), errReadyTimeout):
+		// The caller's own context ended first (its deadline, or a cancel): say so and keep its error's
+		// identity - until December 6 a caller's 10 ms deadline read as "not ready within
+		// SandboxReadyTimeout (3m0s)" and did not match context.DeadlineExceeded.
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("%s %s not ready when the caller's deadline passed; last seen: %s: %w (%w)",
+				kind, name, last, ErrTimeout, ctx.Err())
+		}
+		return fmt.Errorf("%s %s: waiting for it was cancelled; last seen: %s: %w", kind, name, last, ctx.Err())
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
 		hint := ""
 		if kind == "SandboxClaim" && last.untouched() {
@@ -351,7 +363,7 @@ func (s *Sandbox) Suspend(ctx context.Context) (err error) {
 		return s.wrap(fmt.Errorf("suspend: %w", err))
 	}
 	_ = s.Disconnect(ctx)
-	wctx, cancel := context.WithTimeout(ctx, s.opts.SandboxReadyTimeout)
+	wctx, cancel := context.WithTimeoutCause(ctx, s.opts.SandboxReadyTimeout, errReadyTimeout)
 	defer cancel()
 	var last lastSeen
 	err = s.k8s.observe(wctx, sandboxesGVR, s.opts.Namespace, name, func(obj *unstructured.Unstructured) (bool, error) {
@@ -380,7 +392,7 @@ func (s *Sandbox) Resume(ctx context.Context) (err error) {
 		return s.wrap(fmt.Errorf("resume: %w", err))
 	}
 	_ = s.Disconnect(ctx)
-	wctx, cancel := context.WithTimeout(ctx, s.opts.SandboxReadyTimeout)
+	wctx, cancel := context.WithTimeoutCause(ctx, s.opts.SandboxReadyTimeout, errReadyTimeout)
 	defer cancel()
 	var last lastSeen
 	var info sandboxInfo

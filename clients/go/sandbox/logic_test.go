@@ -316,6 +316,20 @@ func TestWaitReadyDeletedAndTimeout(t *testing.T) {
 		strings.Contains(err.Error(), "controller running") {
 		t.Fatalf("timeout: err = %v", err)
 	}
+	// the caller's own deadline passes first: its identity and its name, not SandboxReadyTimeout's
+	s4, _ := fakeCluster(t, unstructuredObj("extensions.agents.x-k8s.io/v1beta1", "SandboxClaim", "c3", nil))
+	short, cancelShort := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancelShort()
+	_, _, err = s4.waitReady(short, "c3")
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrTimeout) ||
+		!strings.Contains(err.Error(), "not ready when the caller's deadline passed") {
+		t.Fatalf("caller's deadline: err = %v", err)
+	}
+	cancelled, cancelNow := context.WithCancel(context.Background())
+	go func() { time.Sleep(50 * time.Millisecond); cancelNow() }()
+	if _, _, err = s4.waitReady(cancelled, "c3"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled: err = %v", err)
+	}
 	// a claim nobody ever answered: the controller is what is missing, and the error says so
 	s3, _ := fakeCluster(t, unstructuredObj("extensions.agents.x-k8s.io/v1beta1", "SandboxClaim", "c2", nil))
 	s3.opts.SandboxReadyTimeout = 200 * time.Millisecond
