@@ -32,6 +32,9 @@ __all__ = [
 
 FORMATS = ("table", "json", "yaml")
 OBJECT_FORMATS = (*FORMATS, "name")
+#: Commands whose output is text of their own (cp, delete, proxy, logs): `-o json` is refused, not ignored
+#: (until December 6 it was accepted, and `jq` got empty or non-JSON input).
+TEXT_ONLY = ("table",)
 """For commands that print objects: `name` is kubectl's `-o name` (`resource.group/name`, one per line), which
 kubectl and this CLI's commands accept back as an argument."""
 

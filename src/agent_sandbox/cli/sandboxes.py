@@ -49,6 +49,7 @@ from .output import (
     FORMATS,
     OBJECT_FORMATS,
     POOL_RESOURCE,
+    TEXT_ONLY,
     age,
     progress,
     relay_output,
@@ -456,7 +457,7 @@ def _guard(handler: Handler) -> Handler:
 def add_sandbox_commands(sub: Any) -> None:
     """Register the sandbox commands on the top-level subparsers."""
     parents: dict[tuple[str, ...], argparse.ArgumentParser] = {
-        f: common_options(f) for f in (FORMATS, OBJECT_FORMATS)
+        f: common_options(f) for f in (FORMATS, OBJECT_FORMATS, TEXT_ONLY)
     }
 
     def add(
@@ -526,6 +527,7 @@ def add_sandbox_commands(sub: Any) -> None:
         "cp",
         _cp,
         "copy a file or directory to or from a sandbox (CLAIM:PATH on one side; - is stdin / stdout)",
+        TEXT_ONLY,
     )
     cp.add_argument("src")
     cp.add_argument("dst")
@@ -538,7 +540,9 @@ def add_sandbox_commands(sub: Any) -> None:
         p.add_argument("--timeout", type=seconds_arg, default=120, help="seconds to wait (default 120)")
         p.add_argument("--no-wait", action="store_true", help="return once the change is requested")
 
-    delete = add("delete", _delete, "delete claimed sandboxes (the controller then deletes the sandbox)")
+    delete = add(
+        "delete", _delete, "delete claimed sandboxes (the controller then deletes the sandbox)", TEXT_ONLY
+    )
     delete.add_argument("claims", nargs="*", metavar="CLAIM", type=claim_arg)
     delete.add_argument("-l", "--selector", help="delete the claims with these labels (kubectl's syntax)")
     delete.add_argument("--all", action="store_true", help="delete every claim in the namespace")
@@ -547,7 +551,10 @@ def add_sandbox_commands(sub: Any) -> None:
     add("pools", _pools, "warm pools with ready/desired members", OBJECT_FORMATS)
 
     proxy = add(
-        "proxy", _proxy, "a local HTTP address for a port inside a sandbox, through the router (Ctrl-C stops)"
+        "proxy",
+        _proxy,
+        "a local HTTP address for a port inside a sandbox, through the router (Ctrl-C stops)",
+        TEXT_ONLY,
     )
     proxy.add_argument("claim", type=claim_arg)
     proxy.add_argument("port", type=int, help="the port inside the sandbox (a web app, a notebook)")
@@ -558,7 +565,7 @@ def add_sandbox_commands(sub: Any) -> None:
         "--local-port", type=int, default=0, help="local port (default: any free one, printed)"
     )
 
-    logs = add("logs", _logs, "the sandbox pod's log (where the cluster serves pod logs)")
+    logs = add("logs", _logs, "the sandbox pod's log (where the cluster serves pod logs)", TEXT_ONLY)
     logs.add_argument("claim", type=claim_arg)
     logs.add_argument("-c", "--container", help="container name (default: the pod's only one)")
     logs.add_argument("--tail", type=int, help="last N lines")

@@ -104,6 +104,19 @@ def test_parser_accepts_the_commands() -> None:
         parser.parse_args(["list", "-o", "xml"])
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [["cp", "a", "sb:b"], ["delete", "sb"], ["proxy", "sb", "8888"], ["logs", "sb"]],
+    ids=["cp", "delete", "proxy", "logs"],
+)
+def test_commands_that_print_text_refuse_structured_output(argv: list[str]) -> None:
+    """Until December 6 `-o json` was accepted and ignored: `jq` got empty or non-JSON input."""
+    parser = build_parser()
+    assert parser.parse_args(argv).output == "table"
+    with pytest.raises(SystemExit):
+        parser.parse_args([*argv, "-o", "json"])
+
+
 def test_name_output_is_kubectls_and_is_accepted_back() -> None:
     """`-o name` prints `resource.group/name` lines (what `kubectl get -o name` prints, so kubectl and xargs
     take them), and every command that takes a claim takes that form back; a command that prints no objects
