@@ -104,6 +104,10 @@ def exists(path: str) -> bool:
     return os.path.exists(path)
 
 
+class NotRegularFile(PermissionError):
+    """A FIFO, socket or device: never read (a FIFO would block the reader)."""
+
+
 def open_file(root: str, path: str) -> tuple[int, os.stat_result]:
     """Open a regular file for reading; IsADirectoryError for a directory, FileNotFoundError if absent."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
@@ -113,7 +117,7 @@ def open_file(root: str, path: str) -> tuple[int, os.stat_result]:
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, "is a directory", path)
         if not stat.S_ISREG(st.st_mode):
-            raise PermissionError(errno.EACCES, "not a regular file", path)
+            raise NotRegularFile(errno.EACCES, "not a regular file", path)
         os.set_blocking(fd, True)
         return fd, st
     except BaseException:

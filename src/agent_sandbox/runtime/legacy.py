@@ -353,8 +353,8 @@ class _Legacy:
             return json_response(_ACCESS_DENIED, 403)
         except InvalidPath as err:
             return json_response({"message": str(err)}, 400)
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            return json_response({"message": "File not found"}, 404)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError, files.NotRegularFile):
+            return json_response({"message": "File not found"}, 404)  # upstream: not os.path.isfile
         except PermissionError:
             return json_response({"message": "Permission denied"}, 403)
         except OSError as err:

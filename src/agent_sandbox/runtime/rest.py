@@ -67,6 +67,8 @@ def _os_failure(err: OSError) -> web.Response:
         return _error(*_NOT_FOUND)
     if isinstance(err, files.NotEmpty):
         return _error(409, err.strerror or "directory is not empty; pass recursive=true to remove it")
+    if isinstance(err, files.NotRegularFile):
+        return _error(403, "not a regular file (a FIFO, socket or device is not read)")
     if isinstance(err, PermissionError):
         return _error(*_DENIED)
     if err.errno == errno.ENAMETOOLONG:
