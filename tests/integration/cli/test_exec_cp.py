@@ -263,8 +263,8 @@ def test_cp_of_a_tree_copies_the_rest_when_a_listed_file_cannot_be_read(
     got = cli(cluster, router, "cp", "names:d", str(down), *ns)
     assert got.returncode == 1, got.stderr
     assert got.stderr.splitlines() == [
-        "error: names:d/bad\ufffd: no such file or directory (removed after it was listed, or its name is not"
-        " UTF-8)",
+        "error: names:d/bad\ufffd: no such file or directory (removed after it was listed, its name is not"
+        " UTF-8, or it is not a regular file: a FIFO, a socket, a device)",
         f"names:d -> {down} (2 files, 5 bytes)",
     ]
     assert (down / "ok").read_text() == "ok\n"

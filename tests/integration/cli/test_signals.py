@@ -36,6 +36,9 @@ def test_a_signal_during_create_rolls_the_claim_back(
          "--router-url", "http://127.0.0.1:9", "-o", "name"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        # pytest-xdist's workers ignore SIGINT, and an ignored signal is inherited: Python then installs no
+        # KeyboardInterrupt for it (a shell's foreground job has the default, as restored here)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
         wait_for(lambda: _claims(cluster, namespace), what="the claim the CLI creates")
