@@ -13,6 +13,7 @@ from . import _commands, _files, _kube, _lifecycle, metrics
 from ._claims import SandboxView
 from ._driver import AsyncDriver
 from ._shared import HandleState, kube_endpoint, new_state
+from ._steps import Flow
 from ._tracing import tracing_for
 from .exceptions import SandboxNotReadyError
 from .models import CommandEvent, ExecutionResult, FileEntry, SandboxConnectionConfig, SandboxTracerConfig
@@ -104,30 +105,29 @@ class AsyncCommandStream:
         """sandboxd's id of the process (known after the first event); None on the legacy runtime."""
         return self._ref.process_id
 
-    async def send_stdin(self, data: bytes | str) -> None:
-        """Write to the process's stdin (sandboxd); waits for the process to start first."""
+    async def _control(self, flow: Flow[None]) -> None:
+        """A control call on the process: refused at once on the legacy runtime (no channel for it - waiting
+        for it to start would read its output), else sent once the process runs."""
         _commands.require_control(self._ref)
         await self.wait_started()
+        await self._driver.run(flow)
+
+    async def send_stdin(self, data: bytes | str) -> None:
+        """Write to the process's stdin (sandboxd); waits for the process to start first."""
         payload = data.encode() if isinstance(data, str) else bytes(data)
-        await self._driver.run(_commands.write_stdin(self._ref, payload))
+        await self._control(_commands.write_stdin(self._ref, payload))
 
     async def close_stdin(self) -> None:
         """Close the process's stdin (EOF) (sandboxd); a no-op once the process has exited."""
-        _commands.require_control(self._ref)
-        await self.wait_started()
-        await self._driver.run(_commands.write_stdin(self._ref, None))
+        await self._control(_commands.write_stdin(self._ref, None))
 
     async def send_signal(self, signal: int) -> None:
         """Signal the process group: 2 (SIGINT), 9 (SIGKILL) or 15 (SIGTERM) (sandboxd); no-op once exited."""
-        _commands.require_control(self._ref)
-        await self.wait_started()
-        await self._driver.run(_commands.signal_process(self._ref, signal))
+        await self._control(_commands.signal_process(self._ref, signal))
 
     async def resize(self, cols: int, rows: int) -> None:
         """Resize the PTY (sandboxd, `pty=` given)."""
-        _commands.require_control(self._ref)
-        await self.wait_started()
-        await self._driver.run(_commands.resize_tty(self._ref, cols, rows))
+        await self._control(_commands.resize_tty(self._ref, cols, rows))
 
 
 class AsyncCommandExecutor:

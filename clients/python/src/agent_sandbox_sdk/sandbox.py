@@ -15,6 +15,7 @@ from . import _commands, _files, _kube, _lifecycle, metrics
 from ._claims import SandboxView
 from ._driver import SyncDriver
 from ._shared import HandleState, kube_endpoint, new_state
+from ._steps import Flow
 from ._tracing import tracing_for
 from .exceptions import SandboxNotReadyError
 from .models import CommandEvent, ExecutionResult, FileEntry, SandboxConnectionConfig, SandboxTracerConfig
@@ -103,30 +104,29 @@ class CommandStream:
         """sandboxd's id of the process (known after the first event); None on the legacy runtime."""
         return self._ref.process_id
 
-    def send_stdin(self, data: bytes | str) -> None:
-        """Write to the process's stdin (sandboxd); waits for the process to start first."""
+    def _control(self, flow: Flow[None]) -> None:
+        """A control call on the process: refused at once on the legacy runtime (no channel for it - waiting
+        for it to start would read its output), else sent once the process runs."""
         _commands.require_control(self._ref)
         self.wait_started()
+        self._driver.run(flow)
+
+    def send_stdin(self, data: bytes | str) -> None:
+        """Write to the process's stdin (sandboxd); waits for the process to start first."""
         payload = data.encode() if isinstance(data, str) else bytes(data)
-        self._driver.run(_commands.write_stdin(self._ref, payload))
+        self._control(_commands.write_stdin(self._ref, payload))
 
     def close_stdin(self) -> None:
         """Close the process's stdin (EOF) (sandboxd); a no-op once the process has exited."""
-        _commands.require_control(self._ref)
-        self.wait_started()
-        self._driver.run(_commands.write_stdin(self._ref, None))
+        self._control(_commands.write_stdin(self._ref, None))
 
     def send_signal(self, signal: int) -> None:
         """Signal the process group: 2 (SIGINT), 9 (SIGKILL) or 15 (SIGTERM) (sandboxd); no-op once exited."""
-        _commands.require_control(self._ref)
-        self.wait_started()
-        self._driver.run(_commands.signal_process(self._ref, signal))
+        self._control(_commands.signal_process(self._ref, signal))
 
     def resize(self, cols: int, rows: int) -> None:
         """Resize the PTY (sandboxd, `pty=` given)."""
-        _commands.require_control(self._ref)
-        self.wait_started()
-        self._driver.run(_commands.resize_tty(self._ref, cols, rows))
+        self._control(_commands.resize_tty(self._ref, cols, rows))
 
 
 class CommandExecutor:
