@@ -547,9 +547,11 @@ class AsyncDriver(_DriverBase):
         if credential is None:
             credential = await asyncio.to_thread(plugin.credential)
         certificate = _certificate(credential)
+        key = self._client_key(request, certificate)
+        renewed = certificate is not None and key not in self._clients  # as the sync driver: once per pool
         client = self._client(request, certificate)
-        if certificate is not None:
-            for stale in self._stale_kube_clients(self._client_key(request, certificate)):
+        if renewed:
+            for stale in self._stale_kube_clients(key):
                 await stale.aclose()
         return client
 
