@@ -161,8 +161,8 @@ def _routing(headers: list[tuple[str, str]]) -> tuple[dict[bytes, bytes], set[by
             if key in routing:
                 dups.add(key)
             routing.setdefault(key, value.encode("latin-1"))
-        elif key == b"authorization":
-            authorization = value.encode("latin-1")
+        elif key == b"authorization" and authorization is None:
+            authorization = value.encode("latin-1")  # the first, as Go's Header.Get
     return routing, dups, authorization
 
 
@@ -479,8 +479,9 @@ class _Session:
             return False
         if route != self.route:
             return False
-        if authorization == self.authorization:
-            return True
+        # Every stream is authorized, also with the credential the connection started with: a token
+        # expires, a TokenReview verdict's cache ends, and a pinned connection lives for hours (a shortcut
+        # for an unchanged header kept expired and revoked tokens working on it until December 6).
         try:
             pending = self.proxy.authorizer.check(route, authorization)
         except RouteError:
@@ -488,7 +489,7 @@ class _Session:
         if pending is not None:
             if asyncio.iscoroutine(pending):
                 pending.close()
-            return False  # a new credential that needs an API call: not on a pinned connection
+            return False  # a credential that needs an API call (new, or its cached verdict ended)
         self.authorization = authorization
         return True
 

@@ -400,8 +400,8 @@ class ClientConnection(asyncio.Protocol):
         elif lname == b"host":
             req.host = value
             req.host_lines += 1
-        elif lname == b"authorization":
-            req.authorization = value
+        elif lname == b"authorization" and req.authorization is None:
+            req.authorization = value  # the first, as upstream's Header.Get (the last won until December 6)
         elif lname == b"content-length":
             if not value.isdigit() or len(value) > 18:  # past 10^18 bytes: not a length anybody sends
                 raise _Malformed

@@ -237,6 +237,39 @@ async def test_scoped_token_refusals(
     assert (resp.status, json.loads(resp.body)) == (status, {"detail": detail}), name
 
 
+@pytest.mark.parametrize(
+    ("first", "second", "status", "detail"),
+    [
+        ("Bearer garbage", _bearer(SECRET, "default", "sb", 600), 401, "unauthenticated"),
+        (_bearer(SECRET, "default", "other", 600), _bearer(SECRET, "default", "sb", 600), 403, "forbidden"),
+    ],
+)
+async def test_the_first_of_two_authorization_headers_counts(
+    scoped: Router,
+    first: str | Callable[[], str],
+    second: Callable[[], str],
+    status: int,
+    detail: str,
+) -> None:
+    """As upstream's `Header.Get`: the first value is the credential (the router took the last, so a
+    valid token after a refused one got through)."""
+    assert scoped.proxy is not None
+    scoped.proxy.settings.max_retries = 0
+
+    async def no_dns(route: object) -> object:  # what got through would be resolved by name: not here
+        from agent_sandbox.router._resolve import DialError
+
+        raise DialError("no DNS in tests")
+
+    scoped.proxy.resolver.resolve = no_dns  # type: ignore[method-assign,assignment]
+    head = request_bytes(
+        "GET", "/", {"X-Sandbox-ID": "sb", "Authorization": first() if callable(first) else first}
+    )
+    raw = head[:-2] + f"Authorization: {second()}\r\n\r\n".encode()
+    resp = await raw_request(scoped.http_port or 0, raw)
+    assert (resp.status, json.loads(resp.body)) == (status, {"detail": detail})
+
+
 async def test_scoped_token_reaches_its_sandbox(
     start_router: Callable[..., Awaitable[Router]], backend: Backend, tmp_path: Path
 ) -> None:

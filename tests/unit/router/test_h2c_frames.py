@@ -98,3 +98,10 @@ def test_a_split_header_block_is_held_until_it_can_be_checked() -> None:
 def test_header_blocks_out_of_order_are_refused(frames: list[bytes]) -> None:
     with pytest.raises(ValueError, match=r"HEADERS|CONTINUATION|inside"):
         _ClientFrames().feed(b"".join(frames))
+
+
+def test_the_first_authorization_header_counts() -> None:
+    """As upstream's `Header.Get` and the HTTP/1.1 path."""
+    from agent_sandbox.router._h2c import _routing
+
+    assert _routing([("authorization", "Bearer a"), ("authorization", "Bearer b")])[2] == b"Bearer a"
