@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from agent_sandbox_sdk.constants import ROUTER_URL_ENV
+from agent_sandbox_sdk.constants import ROUTER_TOKEN_ENV, ROUTER_URL_ENV
 
 from .output import claim_of
 
@@ -39,12 +39,13 @@ CONNECTION_OPTIONS = (
     ("--kubeconfig", "kubeconfig"),
     ("--context", "context"),
     ("--router-url", "router_url"),
+    ("--router-token-file", "router_token_file"),
     ("--dev-cluster", "dev_cluster"),
 )
 
 
 def add_connection_options(parser: argparse.ArgumentParser, *, before_the_command: bool = False) -> None:
-    """`-n`, `--kubeconfig`, `--context`, `--router-url`, `--dev-cluster`: accepted before the command as well
+    """`-n`, `--kubeconfig`, `--context`, `--router-url`, `--router-token-file`, `--dev-cluster`: accepted before the command as well
     as after it, as kubectl's global flags are (`agent-sandbox -n team-a list`).
 
     The top-level parser holds the defaults (None); a command's parser leaves an option it was not given
@@ -68,6 +69,13 @@ def add_connection_options(parser: argparse.ArgumentParser, *, before_the_comman
     )
     parser.add_argument(
         "--router-url", default=default, help=f"sandbox router URL (default: ${ROUTER_URL_ENV})"
+    )
+    parser.add_argument(
+        "--router-token-file",
+        metavar="PATH",
+        default=default,
+        help=f"bearer token for a router with authz (tokenreview or scoped-token), read from PATH "
+        f"(default: ${ROUTER_TOKEN_ENV})",
     )
     parser.add_argument(
         "--dev-cluster",

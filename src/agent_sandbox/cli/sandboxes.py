@@ -18,6 +18,7 @@ import shlex
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -39,7 +40,7 @@ from agent_sandbox_sdk import (
     SandboxWarmPoolNotFoundError,
     WarmPoolInfo,
 )
-from agent_sandbox_sdk.constants import ROUTER_URL_ENV
+from agent_sandbox_sdk.constants import ROUTER_TOKEN_ENV, ROUTER_URL_ENV
 from agent_sandbox_sdk.models import SandboxConnectionConfig
 
 from .arguments import claim_arg, common_options, seconds_arg
@@ -125,7 +126,9 @@ def make_client(args: argparse.Namespace, *, sandboxd: bool = False) -> SandboxC
         dev_kubeconfig = _dev_cluster(args.dev_cluster)[0]
         kubeconfig = kubeconfig or dev_kubeconfig
     router_url = _router_url(args)
-    config: SandboxConnectionConfig | None = _router_config(router_url, sandboxd) if router_url else None
+    config: SandboxConnectionConfig | None = (
+        _router_config(router_url, sandboxd, _router_headers(args)) if router_url else None
+    )
     if config is None and sandboxd:
         config = SandboxdPodTunnelConnectionConfig()
     client = SandboxClient(config, kubeconfig=kubeconfig, context=args.context)
@@ -134,12 +137,32 @@ def make_client(args: argparse.Namespace, *, sandboxd: bool = False) -> SandboxC
     return client
 
 
-def _router_config(url: str, sandboxd: bool = False) -> SandboxConnectionConfig:
+def _router_headers(args: argparse.Namespace) -> dict[str, str]:
+    """`Authorization: Bearer <token>` from --router-token-file, else $AGENT_SANDBOX_ROUTER_TOKEN, else none.
+
+    The file is read at each start, so a projected service-account token kubelet rotates keeps working.
+    """
+    path = getattr(args, "router_token_file", None)
+    if path:
+        try:
+            token = Path(path).read_text().strip()
+        except OSError as err:
+            raise ValueError(f"--router-token-file {path}: {err.strerror or err}") from None
+        if not token:
+            raise ValueError(f"--router-token-file {path} is empty")
+    else:
+        token = os.environ.get(ROUTER_TOKEN_ENV, "").strip()
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _router_config(
+    url: str, sandboxd: bool = False, headers: dict[str, str] | None = None
+) -> SandboxConnectionConfig:
     """The router connection; an unusable URL is a one-line usage error, not pydantic's report."""
     try:
         if sandboxd:
-            return SandboxdDirectConnectionConfig(api_url=url)
-        return SandboxDirectConnectionConfig(api_url=url)
+            return SandboxdDirectConnectionConfig(api_url=url, extra_headers=headers or {})
+        return SandboxDirectConnectionConfig(api_url=url, extra_headers=headers or {})
     except ValidationError as err:
         reason = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in err.errors())
         raise ValueError(f"--router-url / ${ROUTER_URL_ENV} {url!r}: {reason}") from None
@@ -410,6 +433,7 @@ def _proxy(args: argparse.Namespace) -> int:
         "X-Sandbox-ID": info.sandbox_id,
         "X-Sandbox-Namespace": args.namespace,
         "X-Sandbox-Port": str(args.port),
+        **_router_headers(args),
     }
     describe = f"port {args.port} of {args.namespace}/{args.claim} (Sandbox {info.sandbox_id})"
     asyncio.run(serve_proxy(router, routing, address=args.address, port=args.local_port, describe=describe))

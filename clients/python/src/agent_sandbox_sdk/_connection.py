@@ -209,7 +209,7 @@ class Connection:
         cfg = self.config
         routing = {"sandbox_id": self.sandbox_id, "namespace": self.namespace}
         if isinstance(cfg, SandboxDirectConnectionConfig | SandboxdDirectConnectionConfig):
-            ip = yield from self._pod_ip_lazily()
+            ip = (yield from self._pod_ip_lazily()) if cfg.routes_by_pod_ip else None
             tls = TlsSettings(cfg.ca_cert, cfg.client_cert) if (cfg.ca_cert or cfg.client_cert) else None
             if isinstance(cfg, SandboxDirectConnectionConfig):
                 return Target(

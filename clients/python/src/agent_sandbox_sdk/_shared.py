@@ -12,7 +12,7 @@ from typing import Any
 from ._claims import SandboxView
 from ._connection import Connection
 from ._kubeconfig import KubeEndpoint, load_kube_endpoint
-from .constants import ROUTER_URL_ENV
+from .constants import ROUTER_TOKEN_ENV, ROUTER_URL_ENV
 from .models import (
     SandboxConnectionConfig,
     SandboxDirectConnectionConfig,
@@ -20,23 +20,37 @@ from .models import (
     SandboxTracerConfig,
 )
 
-__all__ = ["HandleState", "Registry", "default_connection_config", "kube_endpoint", "log"]
+__all__ = [
+    "HandleState",
+    "Registry",
+    "default_connection_config",
+    "kube_endpoint",
+    "log",
+    "router_token_headers",
+]
 
 log = logging.getLogger("agent_sandbox_sdk")
 
 
 def default_connection_config(*, async_client: bool) -> SandboxConnectionConfig:
-    """No config given: the router at `$AGENT_SANDBOX_ROUTER_URL` if set, else upstream's default
-    (a kubectl tunnel to the router Service; the async client, like upstream's, has none)."""
+    """No config given: the router at `$AGENT_SANDBOX_ROUTER_URL` if set (with `$AGENT_SANDBOX_ROUTER_TOKEN`
+    as its bearer token when set), else upstream's default (a kubectl tunnel to the router Service; the
+    async client, like upstream's, has none)."""
     url = os.environ.get(ROUTER_URL_ENV)
     if url:
-        return SandboxDirectConnectionConfig(api_url=url)
+        return SandboxDirectConnectionConfig(api_url=url, extra_headers=router_token_headers(None))
     if async_client:
         raise ValueError(
             f"AsyncSandboxClient needs a connection_config (or {ROUTER_URL_ENV}=<router URL>); "
             "the kubectl tunnel mode is sync-only"
         )
     return SandboxLocalTunnelConnectionConfig()
+
+
+def router_token_headers(token: str | None) -> dict[str, str]:
+    """`Authorization: Bearer <token>` for the router: `token`, else `$AGENT_SANDBOX_ROUTER_TOKEN`, else none."""
+    token = (token if token is not None else os.environ.get(ROUTER_TOKEN_ENV, "")).strip()
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def kube_endpoint(

@@ -74,3 +74,5 @@ RESERVED_HEADER_PREFIX: Final = "x-sandbox-"
 #: Environment variable naming the router URL when no connection config is given (ours; `agent-sandbox
 #: dev router-url` prints the dev cluster's).
 ROUTER_URL_ENV: Final = "AGENT_SANDBOX_ROUTER_URL"
+#: With `ROUTER_URL_ENV`: a bearer token sent to that router (`Authorization`), for its authz modes.
+ROUTER_TOKEN_ENV: Final = "AGENT_SANDBOX_ROUTER_TOKEN"

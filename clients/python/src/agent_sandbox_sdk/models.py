@@ -186,6 +186,10 @@ class SandboxTracerConfig(BaseModel):
 Port = Annotated[int, Field(ge=1, le=65535)]
 
 
+#: `Bearer <scoped token>` as routers in `scoped-token` mode verify it: `v1.<payload>.<signature>` (base64url).
+_SCOPED_TOKEN = re.compile(r"\s*bearer\s+v1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\s*\Z", re.IGNORECASE)
+
+
 class _RouterConfig(BaseModel):
     """Fields shared by the configs that reach the sandbox through a router URL."""
 
@@ -196,6 +200,20 @@ class _RouterConfig(BaseModel):
     client_cert: tuple[str, str] | None = None
     #: CA bundle that verifies the router; needs an https:// api_url.
     ca_cert: str | None = None
+    #: Send `X-Sandbox-Pod-IP` (the router dials the pod without a lookup). None: yes, unless
+    #: `extra_headers` carries a scoped token (`Authorization: Bearer v1.<payload>.<signature>`): a router
+    #: in `scoped-token` mode refuses requests naming a pod IP (403), and resolves the sandbox by name.
+    pod_ip_routing: bool | None = None
+
+    @property
+    def routes_by_pod_ip(self) -> bool:
+        """Whether requests carry `X-Sandbox-Pod-IP` (see `pod_ip_routing`)."""
+        if self.pod_ip_routing is not None:
+            return self.pod_ip_routing
+        return not any(
+            name.lower() == "authorization" and _SCOPED_TOKEN.match(value)
+            for name, value in self.extra_headers.items()
+        )
 
     @field_validator("extra_headers")
     @classmethod

@@ -37,6 +37,26 @@ def test_direct_config_rejects_reserved_headers_and_tls_without_https() -> None:
     assert cfg.server_port == 8888
 
 
+@pytest.mark.parametrize(
+    ("headers", "option", "sends"),
+    [
+        ({}, None, True),
+        ({"Authorization": "Bearer eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln"}, None, True),  # a JWT
+        ({"authorization": "bearer v1.eyJucyI6ImEifQ.c2ln"}, None, False),  # a scoped token
+        ({"Authorization": "Bearer v1.eyJucyI6ImEifQ.c2ln"}, True, True),
+        ({}, False, False),
+    ],
+)
+def test_pod_ip_routing_stays_off_for_scoped_tokens(
+    headers: dict[str, str], option: bool | None, sends: bool
+) -> None:
+    """Routers in scoped-token mode refuse `X-Sandbox-Pod-IP` (spec §1.10)."""
+    for kind in (SandboxDirectConnectionConfig, SandboxdDirectConnectionConfig):
+        assert (
+            kind(api_url="http://r", extra_headers=headers, pod_ip_routing=option).routes_by_pod_ip is sends
+        )
+
+
 def test_ports_are_validated() -> None:
     with pytest.raises(ValidationError, match="65535"):
         SandboxDirectConnectionConfig(api_url="http://r", server_port=70000)
