@@ -140,8 +140,16 @@ class _ClientFrames:
             if not self._in_block:
                 frames.extend(self._held)
                 self._held.clear()
-                headers = self.decoder.decode(self._block, raw=False)
-                blocks.append((self._block_stream, [(str(k), str(v)) for k, v in headers]))
+                # Raw, then latin-1 (lossless, never fails): gRPC sends `-bin` metadata values as raw
+                # bytes (grpc-trace-bin), which a UTF-8 decode refused - and the router dropped the whole
+                # connection with every stream on it (until December 6). The frames go on untouched.
+                headers = self.decoder.decode(self._block, raw=True)
+                blocks.append(
+                    (
+                        self._block_stream,
+                        [(bytes(k).decode("latin-1"), bytes(v).decode("latin-1")) for k, v in headers],
+                    )
+                )
                 self._block = b""
         self._buf = buf[pos:]
         return frames, blocks

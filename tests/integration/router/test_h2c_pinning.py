@@ -334,3 +334,24 @@ async def test_a_revoked_token_stops_working_on_its_pinned_connection(
             await who(b"", metadata=metadata, timeout=10)
     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert alpha.calls == 2
+
+
+async def test_binary_metadata_leaves_the_connection_up(
+    h2c_router: Router, sandboxes: tuple[Sandbox, Sandbox]
+) -> None:
+    """gRPC sends `-bin` metadata (grpc-trace-bin) as raw bytes once the connection is set up; the router
+    decoded header blocks as UTF-8 and dropped the connection, ending every call on it (a running command's
+    stream included)."""
+    alpha, _ = sandboxes
+    target = f"127.0.0.1:{h2c_router.http_port}"
+    async with grpc.aio.insecure_channel(target, options=OWN_CONNECTION) as channel:
+        who = _who(channel)
+        assert await who(b"", metadata=alpha.metadata(), timeout=10) == b"alpha"
+        counting = channel.unary_stream("/echo.Echo/Count")(b"5", metadata=alpha.metadata(), timeout=10)
+        first = await counting.read()
+        assert first == b"alpha 0"
+        binary = (*alpha.metadata(), ("trace-bin", b"\x00\x80\xff\x01"))
+        assert await who(b"", metadata=binary, timeout=10) == b"alpha"
+        rest = [await counting.read() for _ in range(4)]
+        assert await counting.read() == grpc.aio.EOF
+    assert rest == [f"alpha {i}".encode() for i in range(1, 5)]
