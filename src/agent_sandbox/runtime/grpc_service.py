@@ -167,7 +167,7 @@ class ProcessService:
         if not proc.has_pty:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"process {req.process_id} has no PTY")
         try:
-            proc.resize(min(req.cols, 0xFFFF), min(req.rows, 0xFFFF))
+            proc.resize(req.cols, req.rows)
         except OSError as err:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"failed to resize TTY: {err}")
         return pb.ResizeTTYResponse()

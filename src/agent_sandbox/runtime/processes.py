@@ -181,6 +181,7 @@ class Process:
         self._popen = popen
         self._exited = exited
         self._stdin = stdin
+        self._stdin_lock = asyncio.Lock()
         # With a PTY we keep the slave side open ourselves until the program exited and its output was
         # read: closing the last slave makes the master return EIO, which can drop output still in flight.
         self._pty_master: int | None = terminal[0] if terminal else None
@@ -307,10 +308,23 @@ class Process:
         return await asyncio.shield(self._exited)
 
     async def write_stdin(self, data: bytes) -> None:
-        if self._stdin is None:
-            raise BrokenPipeError("stdin is closed")
-        self._stdin.write(data)
-        await self._stdin.drain()
+        """Write `data` to the program's stdin, in order with other calls.
+
+        Chunk by chunk, each handed over once the previous one is: a call cancelled (its deadline) while the
+        program does not read has delivered a prefix of its data at most, as a blocking write would, and
+        leaves at most a chunk behind. Handed over whole, every timed-out call's data stayed queued - memory
+        without bound, and input delivered that the client was told had failed (until December 6).
+        """
+        async with self._stdin_lock:
+            for start in range(0, len(data), _STDIN_CHUNK):
+                if self._stdin is None:
+                    raise BrokenPipeError("stdin is closed")
+                await self._stdin.drain()  # what a cancelled call left queued goes first
+                if self._stdin is None:
+                    raise BrokenPipeError("stdin is closed")
+                self._stdin.write(data[start : start + _STDIN_CHUNK])
+            if self._stdin is not None:
+                await self._stdin.drain()
 
     def close_stdin(self) -> None:
         """Close stdin (EOF for the program); with a PTY, send the terminal's EOF character."""
@@ -336,7 +350,7 @@ class Process:
     def resize(self, cols: int, rows: int) -> None:
         if self._pty_master is None:
             raise OSError(errno.ENOTTY, "process has no PTY")
-        fcntl.ioctl(self._pty_master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        fcntl.ioctl(self._pty_master, termios.TIOCSWINSZ, _winsize(cols, rows))
 
     async def close(self) -> None:
         """Release pipes and the PTY (after the process ended or was killed)."""
@@ -351,7 +365,25 @@ class Process:
             self._pty_master = None
 
 
-def _spawn_error(err: OSError) -> SpawnError:
+#: What `write_stdin` hands to the pipe at a time (the size of a Linux pipe's buffer).
+_STDIN_CHUNK = 64 * 1024
+
+
+def _winsize(cols: int, rows: int) -> bytes:
+    """TIOCSWINSZ's struct winsize; sizes past its 16 bits are clamped (a 70000-column `Start` failed with
+    `struct.error` and leaked its PTY until December 6; upstream's sandboxd truncates them with `uint16()`)."""
+    return struct.pack("HHHH", min(rows, 0xFFFF), min(cols, 0xFFFF), 0, 0)
+
+
+def _spawn_error(err: OSError, cwd: str) -> SpawnError:
+    if err.filename is not None:
+        # Named without the host's path (on a local runner the working directory is the volume's path on
+        # the host) and clipped: a 300 KB program name came back whole and passed gRPC's metadata limit.
+        name = os.fsdecode(err.filename)
+        shown = "working directory" if name == cwd else name[:200] + ("..." if len(name) > 200 else "")
+        err = type(err)(err.errno, err.strerror, shown)
+    if err.errno == errno.ENAMETOOLONG:
+        return SpawnError("invalid", str(err))
     if isinstance(err, FileNotFoundError):
         return SpawnError("not_found", str(err))
     if isinstance(err, PermissionError):
@@ -490,7 +522,7 @@ class Supervisor:
                 master, slave = os.openpty()
                 cols, rows = pty
                 if cols > 0 and rows > 0:
-                    fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+                    fcntl.ioctl(master, termios.TIOCSWINSZ, _winsize(cols, rows))
                 popen = _popen(argv, cwd, full_env, stdio=(slave, slave, slave), tty=os.ttyname(slave))
             else:
                 stdin_fd = subprocess.PIPE if stdin else subprocess.DEVNULL
@@ -499,10 +531,13 @@ class Supervisor:
                 )
         except OSError as err:
             self._close_fds(master, slave)
-            raise _spawn_error(err) from None
+            raise _spawn_error(err, cwd) from None
         except ValueError as err:
             self._close_fds(master, slave)
             raise SpawnError("invalid", str(err)) from None
+        except BaseException:
+            self._close_fds(master, slave)  # a PTY pair per failed call would use up fds and /dev/ptmx
+            raise
         self._groups.add(popen.pid)
         exited = _reaper().watch(popen.pid)
         readers: list[tuple[str, asyncio.StreamReader, asyncio.BaseTransport]] = []

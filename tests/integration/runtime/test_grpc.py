@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import grpc
@@ -44,9 +45,15 @@ async def test_execute(runtime: RuntimeServer, grpc_client: ProcessClient) -> No
         (("pwd",), {"cwd": "missing-dir"}, grpc.StatusCode.NOT_FOUND, "No such file or directory"),
         (("/etc/passwd",), {}, grpc.StatusCode.PERMISSION_DENIED, "Permission denied"),
         (("echo", "x" * 140_000), {}, grpc.StatusCode.INVALID_ARGUMENT, "write a long script to a file"),
+        # Named as the client gave it, never by the host's path of the root (until December 6 the whole
+        # path came back, INTERNAL for a long one), and clipped: a 300 KB name passed gRPC's metadata limit.
+        (("pwd",), {"cwd": "missing-dir"}, grpc.StatusCode.NOT_FOUND, "'working directory'"),
+        (("pwd",), {"cwd": "d/" * 3000}, grpc.StatusCode.INVALID_ARGUMENT, "File name too long"),
+        (("x" * 300_000,), {}, grpc.StatusCode.INVALID_ARGUMENT, "x" * 200 + "...'"),
     ],
 )
 async def test_execute_errors(
+    runtime: RuntimeServer,
     grpc_client: ProcessClient,
     command: tuple[str, ...],
     config: dict[str, str],
@@ -57,6 +64,8 @@ async def test_execute_errors(
         await grpc_client.execute(*command, **config)
     assert err.value.code() == code
     assert details in (err.value.details() or "")
+    assert len(err.value.details() or "") < 1000
+    assert runtime.root not in (err.value.details() or "")
 
 
 async def test_malformed_request_is_invalid_argument(grpc_client: ProcessClient) -> None:
@@ -169,6 +178,41 @@ async def test_pty_size_and_resize(grpc_client: ProcessClient) -> None:
     assert b"40 120" in output
     assert b"/dev/pts/" in output
     assert rest[-1].exit.exit_code == 5
+
+
+async def test_a_pty_size_past_16_bits_is_clamped_and_leaks_nothing(grpc_client: ProcessClient) -> None:
+    """struct winsize holds 16 bits: `cols=70000` failed with UNKNOWN (struct.error) and leaked the PTY's
+    two descriptors on every call, using up the runtime's fds and the kernel's PTYs."""
+
+    async def run_stty() -> bytes:
+        events = [e async for e in grpc_client.events(grpc_client.start("stty", "size", pty=(70000, 24)))]
+        assert events[-1].exit.exit_code == 0
+        return b"".join(e.stdout for e in events)
+
+    assert (await run_stty()).strip() == b"24 65535"
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(10):
+        await run_stty()
+    assert len(os.listdir("/proc/self/fd")) <= before + 2
+
+
+async def test_stdin_writes_that_time_out_are_not_queued(grpc_client: ProcessClient) -> None:
+    """A program not reading: each WriteStdin of 1 MiB times out. Until December 6 every one stayed queued in
+    the runtime (memory without bound) and was delivered later although the client was told it failed; now
+    what a timed-out call hands over is a prefix of its data, at most a chunk past what the pipe holds."""
+    call = grpc_client.start("/bin/sh", "-c", "sleep 3; wc -c")
+    it = grpc_client.events(call)
+    pid = (await anext(it)).init.process_id
+    chunk = b"x" * (1 << 20)
+    for _ in range(8):
+        with pytest.raises(grpc.aio.AioRpcError) as late:
+            await grpc_client.write_stdin_call(pb.WriteStdinRequest(process_id=pid, input=chunk), timeout=0.2)
+        assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    eof = pb.process_pb2.google_dot_protobuf_dot_empty__pb2.Empty()
+    await grpc_client.write_stdin_call(pb.WriteStdinRequest(process_id=pid, eof=eof), timeout=10)
+    rest = [e async for e in it]
+    delivered = int(b"".join(e.stdout for e in rest))
+    assert 0 < delivered <= 256 * 1024, delivered
 
 
 async def test_cancelled_stream_kills_the_process(runtime: RuntimeServer, grpc_client: ProcessClient) -> None:
