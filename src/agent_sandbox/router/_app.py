@@ -265,7 +265,13 @@ class Router:
             ssl_ctx = self.tls.context if scheme == "https" and self.tls is not None else None
 
             def factory(scheme: str = scheme) -> ClientConnection:
-                return ClientConnection(proxy, limits, scheme=scheme, registry=registry)
+                return ClientConnection(
+                    proxy,
+                    limits,
+                    scheme=scheme,
+                    registry=registry,
+                    client_cert_required=scheme == "https" and config.mtls_mode == "required",
+                )
 
             try:
                 server = await loop.create_server(

@@ -213,8 +213,10 @@ class ClientConnection(asyncio.Protocol):
         *,
         scheme: str,
         registry: set[ClientConnection] | None = None,
+        client_cert_required: bool = False,
     ) -> None:
         self.handler = handler
+        self._client_cert_required = client_cert_required
         self._registry = registry
         self.limits = limits
         self.scheme = scheme
@@ -261,6 +263,9 @@ class ClientConnection(asyncio.Protocol):
         self.client_ip = peer[0] if isinstance(peer, tuple) else ""
         if self._registry is not None:
             self._registry.add(self)
+        if self._client_cert_required:
+            tls = transport.get_extra_info("ssl_object")
+            self._client_cert_required = tls is None or not tls.getpeercert()
         self._arm(self.limits.read_header_timeout, self._header_timeout)
 
     def data_received(self, data: bytes) -> None:
@@ -268,6 +273,9 @@ class ClientConnection(asyncio.Protocol):
             self.tunnel(data)
             return
         if self._failed:
+            return
+        if self._client_cert_required:  # `--mtls-mode=required` and none presented (see _tls.build_context)
+            self.fail(400, "A client certificate is required.")
             return
         if self._first_data:
             if self.limits.h2c is not None:
