@@ -40,6 +40,9 @@ var (
 	ErrNoService = errors.New("sandbox has no service (status.serviceFQDN is empty)")
 	// ErrInvalidArgument: an option, path or argument failed validation before anything was sent.
 	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrNotADirectory: List of a path that is a file or does not exist, on either runtime (the legacy
+	// runtime answers both with 404 "Path is not a directory"; the *HTTPError of a 404 stays reachable).
+	ErrNotADirectory = errors.New("path is not a directory")
 )
 
 // Claim Ready reasons the SDK treats as terminal (spec 0.2, Python SDK 1.0.8); any other reason keeps the

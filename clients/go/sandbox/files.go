@@ -48,20 +48,22 @@ func (u *uploadSource) open() (io.Reader, error) {
 		}
 	}
 	u.used = true
-	return &cappedReader{r: u.r, left: u.limit}, nil
+	return &cappedReader{r: u.r, left: u.limit, limit: u.limit}, nil
 }
 
-// cappedReader fails once more than the upload limit has been read (the request is then aborted).
+// cappedReader fails once more than the upload limit has been read (the request is then aborted, and not
+// retried: httpCaller.do ends the call on an ErrInvalidArgument from the body).
 type cappedReader struct {
-	r    io.Reader
-	left int64
+	r     io.Reader
+	left  int64
+	limit int64
 }
 
 func (c *cappedReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.left -= int64(n)
 	if c.left < 0 {
-		return n, invalidf("upload exceeds MaxUploadSize")
+		return n, invalidf("upload exceeds MaxUploadSize (%d bytes)", c.limit)
 	}
 	return n, err
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -91,5 +92,45 @@ func TestReadToStreamsWithALimit(t *testing.T) {
 	s = openTestSandbox(t, Options{MaxDownloadSize: 9}, srv.URL, true, nil)
 	if _, err := s.ReadTo(context.Background(), "f", io.Discard); !errors.Is(err, ErrResponseTooLarge) {
 		t.Fatalf("over the limit: %v", err)
+	}
+}
+
+// countingSeeker counts the rewinds of an upload source (one per attempt after the first).
+type countingSeeker struct {
+	*bytes.Reader
+	rewinds int
+}
+
+func (c *countingSeeker) Seek(off int64, whence int) (int64, error) {
+	if whence == io.SeekStart {
+		c.rewinds++
+	}
+	return c.Reader.Seek(off, whence)
+}
+
+// An upload over MaxUploadSize fails the same way on every attempt: the first one ends the call. A seekable
+// source used to be sent six times (each up to the limit), 7.7 s of backoff in between.
+func TestWriteFromOverTheLimitIsNotRetried(t *testing.T) {
+	for _, runtime := range []Runtime{RuntimeLegacyPython, RuntimeSandboxd} {
+		t.Run(string(runtime), func(t *testing.T) {
+			var requests atomic.Int32
+			srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				requests.Add(1)
+				_, _ = io.Copy(io.Discard, r.Body)
+				w.WriteHeader(http.StatusNoContent)
+			})
+			s := openTestSandbox(t, Options{Runtime: runtime, MaxUploadSize: 64 << 10}, srv.URL,
+				runtime == RuntimeLegacyPython, nil)
+			waits := recordedSleeps(s)
+			src := &countingSeeker{Reader: bytes.NewReader(make([]byte, 256<<10))}
+			err := s.WriteFrom(context.Background(), "over.bin", src)
+			if !errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrRetriesExhausted) ||
+				!strings.Contains(err.Error(), "MaxUploadSize") || !strings.HasPrefix(err.Error(), "sandbox[") {
+				t.Fatalf("err = %v, want ErrInvalidArgument naming MaxUploadSize, not retried", err)
+			}
+			if src.rewinds != 0 || len(*waits) != 0 || requests.Load() > 1 {
+				t.Errorf("rewinds %d, waits %v, requests %d; want one attempt", src.rewinds, *waits, requests.Load())
+			}
+		})
 	}
 }

@@ -35,6 +35,7 @@ func openTestSandbox(t *testing.T, opts Options, base string, router bool, proc 
 	s.info = sandboxInfo{podName: "sbx-1", podIP: "10.1.2.3"}
 	ep := newEndpoint(router, "sbx-1", opts.Namespace, opts.ServerPort, "10.1.2.3")
 	ep.restBase = u
+	ep.sendHeaders = router
 	s.conn = &liveConn{ep: ep, proc: proc}
 	return s
 }

@@ -55,6 +55,10 @@ type endpoint struct {
 	podIPStale atomic.Bool
 	// lookupPodIP reads the Sandbox's pod IP now ("" for none); nil when the pod IP is not sent.
 	lookupPodIP func(ctx context.Context) (string, error)
+	// sendHeaders: the requests go to a router or a gateway, so Options.Headers (its credentials) go with
+	// them. Until December 6 they went to the sandbox too (pod IP, Service, sandboxd port-forward modes),
+	// handing e.g. the router's Authorization token to the code running in it.
+	sendHeaders bool
 }
 
 func newEndpoint(router bool, sandboxID, namespace string, serverPort int, podIP string) *endpoint {
@@ -270,6 +274,11 @@ func (c *httpCaller) do(ctx context.Context, ep *endpoint, r wireRequest) (*http
 			if errors.As(err, &invalid) {
 				return nil, invalid.err
 			}
+			if errors.Is(err, ErrInvalidArgument) {
+				// The body refused itself while being sent (WriteFrom past MaxUploadSize): every attempt would
+				// again send up to the limit and fail the same way. Until December 6 all six attempts ran.
+				return nil, fmt.Errorf("%s: %w", r.describe(), err)
+			}
 			last = fmt.Errorf("%s: %w", r.describe(), err)
 			continue
 		}
@@ -277,6 +286,12 @@ func (c *httpCaller) do(ctx context.Context, ep *endpoint, r wireRequest) (*http
 			return resp, nil
 		}
 		httpErr := readHTTPError(resp, r.describe())
+		if resp.StatusCode == http.StatusGatewayTimeout && callDeadlineReached(ctx, httpErr) {
+			// The router's timer is X-Sandbox-Timeout, the time left in this call, so its 504 and the call's own
+			// deadline race; whichever wins, the call ran out of time. Until December 6 a Run could come back
+			// as this *HTTPError instead of ErrTimeout.
+			return nil, deadlineError(r.describe(), httpErr)
+		}
 		if podIP != "" && stalePodIPRefusal(httpErr) {
 			// Ours (the Python SDK does the same): without this, every later call repeated the refusal.
 			ep.dropPodIP(podIP)
@@ -305,12 +320,38 @@ func (c *httpCaller) do(ctx context.Context, ep *endpoint, r wireRequest) (*http
 func callContextError(ctx context.Context, what string, last error) error {
 	cause := ctx.Err()
 	if errors.Is(cause, context.DeadlineExceeded) {
-		if last != nil {
-			return fmt.Errorf("%s: %w (%w); last error: %v", what, ErrTimeout, cause, last)
-		}
-		return fmt.Errorf("%s: %w (%w)", what, ErrTimeout, cause)
+		return deadlineError(what, last)
 	}
 	return fmt.Errorf("%s: %w", what, cause)
+}
+
+// deadlineError reports a call whose deadline passed: ErrTimeout, also matching context.DeadlineExceeded.
+func deadlineError(what string, last error) error {
+	if last != nil {
+		return fmt.Errorf("%s: %w (%w); last error: %v", what, ErrTimeout, context.DeadlineExceeded, last)
+	}
+	return fmt.Errorf("%s: %w (%w)", what, ErrTimeout, context.DeadlineExceeded)
+}
+
+// routerTimeoutMargin: a router 504 for its X-Sandbox-Timeout that arrives less than this before the call's
+// deadline is that deadline running out (the header is sent rounded, and the router may start its timer
+// before the request reached it whole).
+const routerTimeoutMargin = time.Second
+
+// callDeadlineReached says whether a 504 is the call running out of time: its deadline has passed, or the
+// router's timer for X-Sandbox-Timeout (the time left in the call) went off within routerTimeoutMargin of it.
+func callDeadlineReached(ctx context.Context, e *HTTPError) bool {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return false
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) || !time.Now().Before(dl) {
+		return true
+	}
+	// the Python router's text: "Timed out waiting for the backend sandbox: <id> (<what> <s> s: X-Sandbox-Timeout)"
+	routerTimer := strings.HasPrefix(e.Body, "Timed out waiting for the backend sandbox") &&
+		strings.HasSuffix(e.Body, ": X-Sandbox-Timeout)")
+	return routerTimer && time.Until(dl) < routerTimeoutMargin
 }
 
 type invalidBodyError struct{ err error }
@@ -340,8 +381,10 @@ func (c *httpCaller) attempt(
 		cancel()
 		return nil, &invalidBodyError{err: fmt.Errorf("%s: %w", r.describe(), err)}
 	}
-	for k, vs := range c.opts.Headers {
-		req.Header[k] = append([]string(nil), vs...)
+	if ep.sendHeaders {
+		for k, vs := range c.opts.Headers {
+			req.Header[k] = append([]string(nil), vs...)
+		}
 	}
 	if r.contentType != "" {
 		req.Header.Set("Content-Type", r.contentType)

@@ -439,3 +439,191 @@ func TestAReadFromAnUnreachableSandboxStopsAtTheFirstLookup(t *testing.T) {
 		})
 	}
 }
+
+// connectedTo connects a fake-cluster sandbox in the mode opts select (info as Open read it) to the test
+// server that records the headers of every request: opts gets its URL and port.
+func connectedTo(t *testing.T, opts func(url string, port int) Options, info sandboxInfo) (*Sandbox, *[]http.Header) {
+	t.Helper()
+	var mu sync.Mutex
+	got := &[]http.Header{}
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		*got = append(*got, r.Header.Clone())
+		mu.Unlock()
+		_, _ = io.WriteString(w, `{"exists": true}`)
+	})
+	port, err := strconv.Atoi(srv.URL[strings.LastIndex(srv.URL, ":")+1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := opts(srv.URL, port)
+	o.Quiet, o.Namespace = true, "ns"
+	o.setDefaults()
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := fakeCluster(t)
+	s.opts = o
+	c, err := s.connect(context.Background(), "sb", info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.close)
+	s.claimName, s.sandboxName, s.info, s.conn = "claim-1", "sb", info, c
+	return s, got
+}
+
+// Options.Headers carry the router's credentials: they go to a router or a gateway, never to the sandbox
+// (whose code is not trusted with them). They used to go to the pod IP, the Service and sandboxd's pod too.
+func TestHeadersGoOnlyToARouter(t *testing.T) {
+	secret := http.Header{"Authorization": {"Bearer SECRET-ROUTER-TOKEN"}, "X-Tenant": {"a"}}
+	for _, tc := range []struct {
+		name string
+		opts func(url string, port int) Options
+		info sandboxInfo
+		sent bool
+	}{
+		{"pod IP, legacy", func(_ string, port int) Options {
+			return Options{Connectivity: ConnectivityInCluster, ServerPort: port}
+		}, sandboxInfo{podIP: "127.0.0.1"}, false},
+		{"pod IP, sandboxd", func(_ string, port int) Options {
+			return Options{Connectivity: ConnectivityInCluster, Runtime: RuntimeSandboxd, SandboxdRESTPort: port,
+				SandboxdGRPCPort: 1}
+		}, sandboxInfo{podIP: "127.0.0.1"}, false},
+		{"Service, legacy", func(_ string, port int) Options {
+			return Options{Connectivity: ConnectivityInClusterService, ServerPort: port}
+		}, sandboxInfo{podIP: "10.0.0.1", serviceFQDN: "127.0.0.1"}, false},
+		{"router URL, legacy", func(url string, _ int) Options {
+			return Options{APIURL: url}
+		}, sandboxInfo{podIP: "10.0.0.1"}, true},
+		{"router URL, sandboxd", func(url string, _ int) Options {
+			return Options{APIURL: url, Runtime: RuntimeSandboxd}
+		}, sandboxInfo{podIP: "10.0.0.1"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, got := connectedTo(t, func(url string, port int) Options {
+				o := tc.opts(url, port)
+				o.Headers = secret
+				return o
+			}, tc.info)
+			if _, err := s.Exists(context.Background(), "a.txt"); err != nil {
+				t.Fatal(err)
+			}
+			if len(*got) != 1 {
+				t.Fatalf("%d requests", len(*got))
+			}
+			h := (*got)[0]
+			if sent := h.Get("Authorization") != "" || h.Get("X-Tenant") != ""; sent != tc.sent {
+				t.Errorf("Authorization %q, X-Tenant %q sent; want sent %v", h.Get("Authorization"), h.Get("X-Tenant"), tc.sent)
+			}
+		})
+	}
+	// the port-forward modes: to the router Pod (and the gateway) yes, to sandboxd's Pod no
+	for _, tc := range []struct {
+		opts Options
+		want bool
+	}{
+		{Options{}, true},
+		{Options{GatewayName: "gw"}, true},
+		{Options{Runtime: RuntimeSandboxd}, false},
+	} {
+		tc.opts.setDefaults()
+		if tc.opts.toRouter() != tc.want {
+			t.Errorf("%+v: toRouter = %v, want %v", tc.opts, !tc.want, tc.want)
+		}
+	}
+}
+
+// A router in scoped-token authz mode refuses any request naming a pod IP (403): with a scoped token in the
+// Authorization header the pod IP is left out, as the Python SDK does. It used to be sent unless the user
+// knew to set DisablePodIPRouting.
+func TestScopedTokenLeavesThePodIPOut(t *testing.T) {
+	for _, tc := range []struct {
+		headers http.Header
+		disable bool
+		podIP   bool
+	}{
+		{http.Header{"Authorization": {"Bearer v1.eyJucyI6Im5zIn0.c2lnbmF0dXJl"}}, false, false},
+		{http.Header{"authorization": {"  bearer V1.a_b-c.D-e_f  "}}, false, false},
+		{http.Header{"Authorization": {"Bearer static-router-token"}}, false, true},
+		{http.Header{"Authorization": {"Bearer v1.only-two"}}, false, true},
+		{http.Header{"Authorization": {"Bearer v1.a.b.c"}}, false, true},
+		{http.Header{"Authorization": {"Basic v1.a.b"}}, false, true},
+		{http.Header{"X-Token": {"Bearer v1.a.b"}}, false, true},
+		{nil, false, true},
+		{http.Header{"Authorization": {"Bearer static-router-token"}}, true, false},
+	} {
+		s, got := connectedTo(t, func(url string, _ int) Options {
+			return Options{APIURL: url, Headers: tc.headers, DisablePodIPRouting: tc.disable}
+		}, sandboxInfo{podIP: "10.0.0.9"})
+		if _, err := s.Exists(context.Background(), "a.txt"); err != nil {
+			t.Fatal(err)
+		}
+		if ip := (*got)[0].Get("X-Sandbox-Pod-Ip"); (ip == "10.0.0.9") != tc.podIP {
+			t.Errorf("headers %v, DisablePodIPRouting %v: X-Sandbox-Pod-IP %q; want sent %v", tc.headers, tc.disable, ip, tc.podIP)
+		}
+		if (*got)[0].Get("X-Sandbox-Id") != "sb" {
+			t.Errorf("X-Sandbox-ID = %q, want sb", (*got)[0].Get("X-Sandbox-Id"))
+		}
+	}
+}
+
+// The router's timer is X-Sandbox-Timeout, the time left in the call: its 504 races the call's deadline and
+// is ErrTimeout (also context.DeadlineExceeded) when it arrives within a second of it. A Run used to come back
+// as the *HTTPError 504. Any other 504, or one well before the deadline, stays the router's answer.
+func TestRouterTimeoutAtTheDeadlineIsErrTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		timeout  time.Duration
+		detail   string
+		deadline bool
+	}{
+		{"X-Sandbox-Timeout at the deadline", 500 * time.Millisecond,
+			"Timed out waiting for the backend sandbox: sbx-1 (no response within 0.5 s: X-Sandbox-Timeout)", true},
+		{"X-Sandbox-Timeout long before the deadline", 30 * time.Second,
+			"Timed out waiting for the backend sandbox: sbx-1 (no response within 5 s: X-Sandbox-Timeout)", false},
+		{"the router's own cap", 500 * time.Millisecond, "Timed out waiting for the backend sandbox: sbx-1 " +
+			"(no response within 0.2 s: X-Sandbox-Timeout 0.5 s, capped by the router's --proxy-timeout)", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusGatewayTimeout)
+				_, _ = fmt.Fprintf(w, `{"detail": %q}`, tc.detail)
+			})
+			s := openTestSandbox(t, Options{}, srv.URL, true, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), tc.timeout)
+			defer cancel()
+			_, err := s.Run(ctx, "sleep 60")
+			var he *HTTPError
+			timedOut := errors.Is(err, ErrTimeout) && errors.Is(err, context.DeadlineExceeded) &&
+				strings.HasPrefix(err.Error(), "sandbox[") && strings.Contains(err.Error(), "X-Sandbox-Timeout")
+			if tc.deadline && !timedOut {
+				t.Fatalf("err = %v; want ErrTimeout (and context.DeadlineExceeded) naming the router's 504", err)
+			}
+			if !tc.deadline && (errors.Is(err, ErrTimeout) || !errors.As(err, &he) || he.StatusCode != 504) {
+				t.Fatalf("err = %v; want the router's 504", err)
+			}
+		})
+	}
+}
+
+// A deadline met while the body is read (the answer had begun) is ErrTimeout too, as the docs promise; it was
+// only context.DeadlineExceeded.
+func TestDeadlineWhileReadingTheBodyIsErrTimeout(t *testing.T) {
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, strings.Repeat("x", 1000))
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	})
+	for _, runtime := range []Runtime{RuntimeLegacyPython, RuntimeSandboxd} {
+		s := openTestSandbox(t, Options{Runtime: runtime}, srv.URL, runtime == RuntimeLegacyPython, nil)
+		_, err := s.Read(context.Background(), "slow.bin", WithTimeout(300*time.Millisecond))
+		if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(err.Error(), "sandbox[") {
+			t.Errorf("%s: err = %v; want ErrTimeout (and context.DeadlineExceeded)", runtime, err)
+		}
+	}
+}

@@ -347,6 +347,11 @@ func (l *legacyRuntime) readTo(ctx context.Context, ep *endpoint, path string, w
 func (l *legacyRuntime) list(ctx context.Context, ep *endpoint, path string, o *callOptions) ([]FileEntry, error) {
 	p := "list/" + legacyPathParam(path)
 	raw, err := l.getJSON(ctx, ep, "list", p, o)
+	var he *HTTPError
+	if errors.As(err, &he) && he.StatusCode == http.StatusNotFound && he.Body == "Path is not a directory" {
+		// a file, or nothing there (the runtime does not say which): the kind sandboxd's answers get too
+		return nil, fmt.Errorf("list %q: %w (a file, or nothing there): %w", path, ErrNotADirectory, err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -402,3 +402,44 @@ func TestLegacyListLimit(t *testing.T) {
 		t.Fatalf("List(huge) = %v", err)
 	}
 }
+
+// The legacy runtime answers List of a file (or of nothing) with 404 "Path is not a directory": the same
+// ErrNotADirectory as sandboxd, the 404 kept.
+func TestLegacyListOfAFileIsErrNotADirectory(t *testing.T) {
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, `{"message": "Path is not a directory"}`)
+	})
+	s := openTestSandbox(t, Options{}, srv.URL, true, nil)
+	_, err := s.List(context.Background(), "a.txt")
+	var he *HTTPError
+	if !errors.Is(err, ErrNotADirectory) || !errors.As(err, &he) || he.StatusCode != http.StatusNotFound {
+		t.Fatalf("List(file) = %v; want ErrNotADirectory with the 404", err)
+	}
+}
+
+// A legacy stream past its deadline: Recv's error is ErrTimeout with the sandbox prefix, as every call's.
+func TestLegacyProcessDeadlineIsErrTimeout(t *testing.T) {
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		_, _ = io.WriteString(w, "{\"type\":\"start\",\"pid\":1}\n{\"type\":\"stdout\",\"data\":\"half\"}\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	})
+	s := openTestSandbox(t, Options{}, srv.URL, true, nil)
+	p, err := s.Start(context.Background(), "prog", WithTimeout(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := p.Recv(); err != nil || string(ev.Data) != "half" {
+		t.Fatalf("first event = %+v, %v", ev, err)
+	}
+	_, err = p.Recv()
+	if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(err.Error(), "sandbox[default/claim-1]: ") {
+		t.Fatalf("Recv past WithTimeout = %v; want sandbox[default/claim-1]: ... ErrTimeout", err)
+	}
+}

@@ -129,8 +129,10 @@ type Options struct {
 	// ServerPort is the legacy runtime's port (X-Sandbox-Port, or the Pod port in-cluster). Default 8888.
 	ServerPort int
 
-	// Headers (ours) are added to every runtime request, e.g. Authorization for a router with authz. Router
-	// headers (X-Sandbox-*) may not be set here.
+	// Headers (ours) are added to every runtime request that goes to a router or a gateway (modes APIURL,
+	// GatewayName and router port-forward), e.g. Authorization for a router with authz. They are never sent
+	// to the sandbox itself (pod IP, Service and sandboxd port-forward modes): its code is not trusted with
+	// the router's credentials. Router headers (X-Sandbox-*) may not be set here.
 	Headers http.Header
 
 	// Labels (ours) are added to the claim's labels; PodLabels / PodAnnotations go to
@@ -181,6 +183,8 @@ type Options struct {
 	TracerProvider trace.TracerProvider
 
 	// DisablePodIPRouting stops sending X-Sandbox-Pod-IP in router modes (the router then resolves by name).
+	// Without it the pod IP is still left out when Headers carry a scoped token (Authorization "Bearer
+	// v1.<payload>.<signature>"): a router in scoped-token authz mode refuses requests that name a pod IP.
 	DisablePodIPRouting bool
 }
 
@@ -439,8 +443,39 @@ func (o *Options) mode() mode {
 	}
 }
 
+// toRouter says whether runtime requests go to a router or a gateway (any runtime), not to the sandbox itself.
+func (o *Options) toRouter() bool {
+	m := o.mode()
+	return m == modeDirect || m == modeGateway || m == modeRouterPortForward
+}
+
 // routerHeaders says whether requests carry X-Sandbox-* headers: only router modes with the legacy runtime.
 func (o *Options) routerHeaders() bool {
-	m := o.mode()
-	return o.Runtime == RuntimeLegacyPython && (m == modeDirect || m == modeGateway || m == modeRouterPortForward)
+	return o.Runtime == RuntimeLegacyPython && o.toRouter()
+}
+
+// scopedTokenRE is an Authorization value carrying a scoped token as routers in scoped-token authz mode
+// verify it (spec 1.10: "Bearer v1.<payload>.<signature>", base64url), the Python SDK's pattern.
+var scopedTokenRE = regexp.MustCompile(`(?i)^\s*bearer\s+v1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\s*$`)
+
+// podIPRouting says whether router requests may carry X-Sandbox-Pod-IP: not when DisablePodIPRouting is
+// set, nor when Headers carry a scoped token - a router in scoped-token mode refuses a request that names a
+// pod IP with 403 (spec 1.10 step 2) and finds the pod by the Sandbox's name. The Python SDK decides the
+// same way (pod_ip_routing); until December 6 every call through such a router failed unless the user
+// knew to set DisablePodIPRouting.
+func (o *Options) podIPRouting() bool {
+	if o.DisablePodIPRouting {
+		return false
+	}
+	for name, values := range o.Headers {
+		if !strings.EqualFold(name, "Authorization") {
+			continue
+		}
+		for _, v := range values {
+			if scopedTokenRE.MatchString(v) {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -61,6 +61,12 @@ type Process struct {
 	backend processBackend
 	release func() // ends the sandbox's in-flight accounting, once
 
+	// ended is why the stream's context ended (nil while it runs, or when the Process ended it itself); wrap
+	// prefixes "sandbox[ns/claim]:". Both are set by Sandbox.Start: until December 6 a Process's errors had
+	// neither the prefix nor, for a deadline, ErrTimeout.
+	ended func() error
+	wrap  func(error) error
+
 	mu       sync.Mutex
 	finished bool
 	closed   bool
@@ -68,7 +74,29 @@ type Process struct {
 }
 
 func newProcess(id int, b processBackend, release func()) *Process {
-	return &Process{id: id, backend: b, release: release}
+	return &Process{id: id, backend: b, release: release,
+		ended: func() error { return nil }, wrap: func(err error) error { return err }}
+}
+
+// fail reports err as every SDK error is reported: prefixed with the sandbox, and after a context ended
+// (cause) ErrTimeout for its deadline (also context.DeadlineExceeded), or context.Canceled.
+func (p *Process) fail(cause, err error) error {
+	return p.wrap(withContextCause(cause, err))
+}
+
+// withContextCause makes err match the context error that caused it (cause, nil when none did): a deadline
+// is ErrTimeout and context.DeadlineExceeded, as a call's deadline is everywhere.
+func withContextCause(cause, err error) error {
+	switch {
+	case cause == nil || errors.Is(err, ErrTimeout):
+	case errors.Is(cause, context.DeadlineExceeded) && errors.Is(err, cause):
+		err = fmt.Errorf("%w: %w", ErrTimeout, err)
+	case errors.Is(cause, context.DeadlineExceeded):
+		err = fmt.Errorf("%w (%w): %w", ErrTimeout, cause, err)
+	case !errors.Is(err, cause):
+		err = fmt.Errorf("%w: %w", cause, err)
+	}
+	return err
 }
 
 // ID is the runtime's id of the process (sandboxd's process_id; the legacy runtime's pid).
@@ -89,6 +117,7 @@ func (p *Process) Recv() (Event, error) {
 	p.mu.Unlock()
 	ev, err := p.backend.recv()
 	if err != nil {
+		err = p.fail(p.ended(), err) // before finish, which cancels the stream's context
 		p.finish()
 		return Event{}, err
 	}
@@ -153,7 +182,7 @@ func (p *Process) collect(stdout, stderr io.Writer) (*ExecutionResult, error) {
 			exit := p.exit
 			p.mu.Unlock()
 			if exit == nil {
-				return nil, fmt.Errorf("process %d: stream ended without an exit event", p.id)
+				return nil, p.wrap(fmt.Errorf("process %d: stream ended without an exit event", p.id))
 			}
 			return &ExecutionResult{
 				Stdout: outBuf.String(), Stderr: errBuf.String(), ExitCode: exit.ExitCode, TimedOut: exit.TimedOut,
@@ -175,29 +204,41 @@ func (p *Process) collect(stdout, stderr io.Writer) (*ExecutionResult, error) {
 		}
 		if werr != nil {
 			_ = p.Close()
-			return nil, fmt.Errorf("process %d: writing output: %w", p.id, werr)
+			return nil, p.wrap(fmt.Errorf("process %d: writing output: %w", p.id, werr))
 		}
 	}
 }
 
 // WriteStdin writes data to the command's standard input (sandboxd).
 func (p *Process) WriteStdin(ctx context.Context, data []byte) error {
-	return p.backend.writeStdin(ctx, data, false)
+	if err := p.backend.writeStdin(ctx, data, false); err != nil {
+		return p.fail(ctx.Err(), err)
+	}
+	return nil
 }
 
 // CloseStdin closes the command's standard input (sandboxd).
 func (p *Process) CloseStdin(ctx context.Context) error {
-	return p.backend.writeStdin(ctx, nil, true)
+	if err := p.backend.writeStdin(ctx, nil, true); err != nil {
+		return p.fail(ctx.Err(), err)
+	}
+	return nil
 }
 
 // Signal sends sig to the command's process group (sandboxd).
 func (p *Process) Signal(ctx context.Context, sig Signal) error {
-	return p.backend.signal(ctx, sig)
+	if err := p.backend.signal(ctx, sig); err != nil {
+		return p.fail(ctx.Err(), err)
+	}
+	return nil
 }
 
 // ResizeTTY changes the terminal size of a command started WithPTY (sandboxd).
 func (p *Process) ResizeTTY(ctx context.Context, cols, rows uint32) error {
-	return p.backend.resize(ctx, cols, rows)
+	if err := p.backend.resize(ctx, cols, rows); err != nil {
+		return p.fail(ctx.Err(), err)
+	}
+	return nil
 }
 
 // Close ends the stream; a command still running is killed by the runtime. Safe to call more than once.

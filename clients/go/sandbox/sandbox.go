@@ -442,7 +442,14 @@ func (s *Sandbox) op(ctx context.Context, name string, opts []CallOption, fileCa
 		return s.wrap(fmt.Errorf("%s: %w", name, err))
 	}
 	defer release()
-	return s.wrap(fn(ctx, c, &o))
+	err = fn(ctx, c, &o)
+	if err != nil && !errors.Is(err, ErrTimeout) && errors.Is(ctx.Err(), context.DeadlineExceeded) &&
+		errors.Is(err, context.DeadlineExceeded) {
+		// the deadline met the call after its answer began (reading a Read's body, a listing): still the
+		// documented ErrTimeout, which until December 6 only a call without an answer yet got
+		err = fmt.Errorf("%s: %w: %w", name, ErrTimeout, err)
+	}
+	return s.wrap(err)
 }
 
 // Run runs command (a shell command line on sandboxd; split without a shell by the legacy runtime) and
@@ -508,9 +515,18 @@ func (s *Sandbox) Start(ctx context.Context, command string, opts ...CallOption)
 	if err := o.validateExec(); err != nil {
 		return nil, s.wrap(fmt.Errorf("start: %w", err))
 	}
+	parent := ctx
 	var cancel context.CancelFunc = func() {}
 	if o.timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, o.timeout)
+	}
+	// why ctx ended: its deadline (WithTimeout's or the caller's; gRPC may report it a moment before ctx
+	// does), or the caller's cancel - not the cancel that ends a finished or closed Process
+	ended := func() error {
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			return context.DeadlineExceeded
+		}
+		return parent.Err()
 	}
 	c, release, err := s.begin()
 	if err != nil {
@@ -519,10 +535,13 @@ func (s *Sandbox) Start(ctx context.Context, command string, opts ...CallOption)
 	}
 	p, err := s.startOn(ctx, c, command, &o, func() { cancel(); release() })
 	if err != nil {
+		err = withContextCause(ended(), err)
 		cancel()
 		release()
 		return nil, s.wrap(err)
 	}
+	claim := s.ClaimName()
+	p.ended, p.wrap = ended, func(err error) error { return wrapErr(s.opts.Namespace, claim, err) }
 	return p, nil
 }
 

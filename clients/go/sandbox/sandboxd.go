@@ -260,10 +260,25 @@ func (s *sandboxdRuntime) list(ctx context.Context, ep *endpoint, path string, o
 	resp, err := s.http.do(ctx, ep, wireRequest{
 		op: "list", method: http.MethodGet, path: p, maxAttempts: attemptsOr(o, defaultFileAttempts),
 	})
+	var he *HTTPError
+	if errors.As(err, &he) && he.StatusCode == http.StatusNotFound && strings.HasPrefix(he.Body, "NOT_FOUND:") {
+		// nothing there: the same kind as the legacy runtime's 404 "Path is not a directory"
+		return nil, fmt.Errorf("list %q: %w (nothing there): %w", path, ErrNotADirectory, err)
+	}
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
+	// sandboxd answers a GET of a file with the file (application/octet-stream; a listing is JSON). Its bytes
+	// are not read: until December 6 up to 32 MiB of them were downloaded and their start put in an untyped
+	// error message.
+	ct := resp.Header.Get("Content-Type")
+	if strings.HasPrefix(ct, "application/octet-stream") {
+		return nil, fmt.Errorf("list (GET %s): %q is a file: %w", p, path, ErrNotADirectory)
+	}
+	if ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return nil, fmt.Errorf("list (GET %s): response is not a directory listing (Content-Type %q)", p, ct)
+	}
 	raw, err := readLimited(resp.Body, maxListResponse, "list (GET "+p+")")
 	if err != nil {
 		return nil, err
@@ -278,8 +293,8 @@ func (s *sandboxdRuntime) list(ctx context.Context, ep *endpoint, path string, o
 		} `json:"entries"`
 	}
 	if err := json.Unmarshal(raw, &listing); err != nil || listing.Entries == nil {
-		return nil, fmt.Errorf("list (GET %s): response is not a directory listing (is the path a file?): %s",
-			p, truncate(string(raw), 120))
+		// no excerpt of the body: it could be a file's content
+		return nil, fmt.Errorf("list (GET %s): response is not a directory listing (%d bytes of %q)", p, len(raw), ct)
 	}
 	out := make([]FileEntry, 0, len(*listing.Entries))
 	for _, e := range *listing.Entries {

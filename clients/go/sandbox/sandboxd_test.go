@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -355,5 +356,90 @@ func TestSandboxdWithoutGRPCTargetIsNotReady(t *testing.T) {
 	s := openTestSandbox(t, Options{Runtime: RuntimeSandboxd}, "http://127.0.0.1:1", false, nil)
 	if _, err := s.Run(context.Background(), "true"); !errors.Is(err, ErrNotReady) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// List of a file: sandboxd answers the file itself. The error is ErrNotADirectory, its bytes are neither read
+// nor shown; nothing there is ErrNotADirectory too, as the legacy runtime's 404 for both. The file used to be
+// downloaded (up to 32 MiB) and its start put in an untyped error.
+func TestSandboxdListOfAFileIsErrNotADirectory(t *testing.T) {
+	var written atomic.Int64
+	done := make(chan struct{}, 1)
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "missing") {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = io.WriteString(w, `{"code":"NOT_FOUND","message":"path does not exist within the sandbox"}`)
+			return
+		}
+		defer func() { done <- struct{}{} }()
+		w.Header().Set("Content-Type", "application/octet-stream")
+		chunk := bytes.Repeat([]byte("ABCDEFGHIJKLMNOPQRSTUVWXYZ"), 64<<10/26+1)[:64<<10]
+		for i := 0; i < 1024; i++ { // 64 MiB
+			n, err := w.Write(chunk)
+			written.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	})
+	s := sandboxdTestSandbox(t, newFakeProcessService(), srv.URL)
+	_, err := s.List(context.Background(), "big.txt")
+	if !errors.Is(err, ErrNotADirectory) || strings.Contains(err.Error(), "ABCDEF") || !strings.HasPrefix(err.Error(), "sandbox[") {
+		t.Fatalf("List(file) = %v; want ErrNotADirectory without the file's content", err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server is still sending the file")
+	}
+	if written.Load() > 16<<20 {
+		t.Errorf("%d MiB of the file were sent; want it left unread", written.Load()>>20)
+	}
+	_, err = s.List(context.Background(), "missing")
+	var he *HTTPError
+	if !errors.Is(err, ErrNotADirectory) || !errors.As(err, &he) || he.StatusCode != http.StatusNotFound {
+		t.Fatalf("List(missing) = %v; want ErrNotADirectory with the 404", err)
+	}
+}
+
+// A started Process's errors are the SDK's like any call's: prefixed "sandbox[ns/claim]:", a deadline is
+// ErrTimeout (and context.DeadlineExceeded), a cancel context.Canceled. Recv used to return the bare gRPC
+// error.
+func TestSandboxdProcessErrorsAreTheSDKs(t *testing.T) {
+	f := newFakeProcessService()
+	s := sandboxdTestSandbox(t, f, "")
+	recvAfterHello := func(p *Process) error {
+		if ev, err := p.Recv(); err != nil || string(ev.Data) != "hello" {
+			t.Fatalf("first event = %+v, %v", ev, err)
+		}
+		_, err := p.Recv()
+		return err
+	}
+	p, err := s.Start(context.Background(), "cat", WithTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = recvAfterHello(p)
+	if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(err.Error(), "sandbox[default/claim-1]: ") {
+		t.Errorf("Recv past WithTimeout = %v; want sandbox[default/claim-1]: ... ErrTimeout", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p, err = s.Start(ctx, "cat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(100*time.Millisecond, cancel)
+	err = recvAfterHello(p)
+	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrTimeout) || !strings.HasPrefix(err.Error(), "sandbox[default/claim-1]: ") {
+		t.Errorf("Recv after cancel = %v; want sandbox[default/claim-1]: ... context.Canceled", err)
+	}
+	p, err = s.Start(context.Background(), "cat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.Signal(context.Background(), Signal(0)); err == nil || !strings.HasPrefix(err.Error(), "sandbox[default/claim-1]: ") {
+		t.Errorf("refused Signal = %v; want the sandbox prefix", err)
 	}
 }

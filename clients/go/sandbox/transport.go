@@ -89,12 +89,14 @@ func hostURL(scheme, host string, port int) string {
 func (s *Sandbox) connect(ctx context.Context, sandboxName string, info sandboxInfo) (*liveConn, error) {
 	o := &s.opts
 	router := o.routerHeaders()
+	podIPRouting := router && o.podIPRouting()
 	podIP := ""
-	if router && !o.DisablePodIPRouting {
+	if podIPRouting {
 		podIP = info.podIP
 	}
 	c := &liveConn{ep: newEndpoint(router, sandboxName, o.Namespace, o.ServerPort, podIP)}
-	if router && !o.DisablePodIPRouting && s.k8s != nil {
+	c.ep.sendHeaders = o.toRouter()
+	if podIPRouting && s.k8s != nil {
 		c.ep.lookupPodIP = func(ctx context.Context) (string, error) { return s.readPodIP(ctx, sandboxName) }
 	}
 	var base string
