@@ -34,7 +34,7 @@ The controller's arguments (operations spec §5.2): a named flag is emitted only
 - {{ printf "--webhook-service-name=%s" . | quote }}
 {{- end }}
 - {{ printf "--webhook-namespace=%s" (include "agent-sandbox.namespace" .) | quote }}
-{{- if .Values.lifecycle.enabled }}
+{{- if include "agent-sandbox.lifecycle.enabled" . }}
 - "--sandbox-lifecycle"
 {{- end }}
 {{- range $c.extraArgs }}

@@ -67,3 +67,32 @@ app.kubernetes.io/version: {{ . | quote }}
 {{- end -}}
 {{- printf "%s:%s" .Values.router.image.repository $tag -}}
 {{- end -}}
+
+{{/*
+Switches of the parts beyond upstream's chart: "true" or empty. An upgrade with --reuse-values renders with
+the defaults of the chart that made the release, so a release first installed from upstream's chart (or an
+older copy of this one) has no `router` or `lifecycle` map at all: a missing map means off, its default,
+instead of a nil-pointer error. Turning the router on in such an upgrade would render with none of its other
+defaults, so that is refused, naming the way out.
+*/}}
+{{- define "agent-sandbox.router.enabled" -}}
+{{- $r := .Values.router | default dict -}}
+{{- if $r.enabled -}}
+{{- if not (hasKey $r "image") -}}
+{{- fail "router.enabled=true, but this release's stored values have none of the router's defaults (they come from a chart without the router, and --reuse-values keeps that chart's defaults): upgrade with --reset-then-reuse-values instead of --reuse-values" -}}
+{{- end -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "agent-sandbox.lifecycle.enabled" -}}
+{{- if (.Values.lifecycle | default dict).enabled -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "agent-sandbox.router.lifecycle.enabled" -}}
+{{- if and (include "agent-sandbox.router.enabled" .) (.Values.router.lifecycle | default dict).enabled -}}
+true
+{{- end -}}
+{{- end -}}

@@ -19,6 +19,18 @@ from agent_sandbox.manifests import REPO_ROOT, DriftError, check_drift, render_a
 def release_command(args: argparse.Namespace) -> int:
     """Render the assets into `args.out` (`--tag`, `--registry`), or with `args.check` only check drift."""
     k8s = REPO_ROOT / "k8s"
+    # Usage errors are the caller's to fix: one line and exit 2, as argparse reports them (not a traceback
+    # from deep in the rendering). `--check` needs neither value.
+    if not args.check:
+        if not args.tag.strip():
+            print("usage error: agent-sandbox release needs --tag (e.g. --tag v0.1.0)", file=sys.stderr)
+            return 2
+        if not args.registry.strip("/"):
+            print(
+                "usage error: --registry must name a registry, e.g. registry.k8s.io/agent-sandbox",
+                file=sys.stderr,
+            )
+            return 2
     try:
         if args.check:
             check_drift(k8s)

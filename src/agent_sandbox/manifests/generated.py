@@ -33,6 +33,12 @@ __all__ = ["REPO_ROOT", "check", "generated_files", "write"]
 #: The source checkout (src layout: <root>/src/agent_sandbox/manifests/generated.py).
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
+# The chart's switches of the generated lifecycle templates (helm/templates/_helpers.tpl): helpers, not
+# `.Values.lifecycle.enabled`, because values stored by a chart without these maps (`helm upgrade
+# --reuse-values` of a release made by upstream's chart) have no `lifecycle` or `router` to read.
+_LIFECYCLE_ON = '{{- if include "agent-sandbox.lifecycle.enabled" . }}\n'
+_ROUTER_LIFECYCLE_ON = '{{- if include "agent-sandbox.router.lifecycle.enabled" . }}\n'
+
 # Directories whose every *.yaml must be generated (a stray file there is drift too).
 _OWNED_DIRS = (Path("k8s/crds"), Path("helm/crds"))
 
@@ -46,20 +52,16 @@ def generated_files() -> dict[Path, str]:
     # Ours: the lifecycle component's CRD (docs/lifecycle.md); in Helm only with lifecycle.enabled.
     archive = render(archive_crd())
     out[Path("k8s/lifecycle") / file_name(archive_crd())] = archive
-    out[Path("helm/templates/lifecycle/crd.yaml")] = (
-        "{{- if .Values.lifecycle.enabled }}\n" + archive + "{{- end }}\n"
-    )
+    out[Path("helm/templates/lifecycle/crd.yaml")] = _LIFECYCLE_ON + _helm_keep(archive) + "{{- end }}\n"
     lifecycle_role = render_cluster_role(LIFECYCLE_NAME, LIFECYCLE_RULES)
     router_role = render_cluster_role(ROUTER_LIFECYCLE_NAME, ROUTER_LIFECYCLE_RULES)
     out[Path("k8s/lifecycle/rbac.generated.yaml")] = lifecycle_role
     out[Path("k8s/router/lifecycle/rbac.generated.yaml")] = router_role
     out[Path("helm/templates/lifecycle/rbac.generated.yaml")] = (
-        "{{- if .Values.lifecycle.enabled }}\n" + lifecycle_role + "{{- end }}\n"
+        _LIFECYCLE_ON + lifecycle_role + "{{- end }}\n"
     )
     out[Path("helm/templates/router/lifecycle-rbac.generated.yaml")] = (
-        "{{- if and .Values.router.enabled .Values.router.lifecycle.enabled }}\n"
-        + router_role
-        + "{{- end }}\n"
+        _ROUTER_LIFECYCLE_ON + router_role + "{{- end }}\n"
     )
     roles = {
         "rbac.generated.yaml": render_cluster_role(CONTROLLER_NAME, CORE_RULES),
@@ -69,6 +71,21 @@ def generated_files() -> dict[Path, str]:
         out[Path("k8s") / name] = text
         out[Path("helm/templates") / name] = text
     return out
+
+
+def _helm_keep(crd: str) -> str:
+    """``crd`` annotated ``helm.sh/resource-policy: keep``.
+
+    A CRD under ``templates/`` (unlike ``crds/``) is deleted by ``helm uninstall`` and by any upgrade or
+    rollback that no longer renders it (``lifecycle.enabled=false``). Deleting the SandboxArchive CRD deletes
+    every archive and, by garbage collection, the PVCs they own: the data of every hibernated sandbox. With
+    the annotation Helm leaves it (and the archives) in place; removing it is a deliberate ``kubectl delete``
+    (docs/install.md). It stays in ``templates/`` because it must remain conditional on ``lifecycle.enabled``.
+    """
+    marker = "\nmetadata:\n  name: "
+    if marker not in crd:
+        raise ValueError("the CRD has no `metadata.name` line to annotate")
+    return crd.replace(marker, "\nmetadata:\n  annotations:\n    helm.sh/resource-policy: keep\n  name: ", 1)
 
 
 def write(root: Path = REPO_ROOT) -> list[Path]:

@@ -113,6 +113,11 @@ def render_assets(k8s: Path, *, tag: str, kustomize: Kustomize, registry: str = 
     """
     if not tag.strip():
         raise ValueError("a release needs a non-empty tag (e.g. v0.1.0)")
+    # `reg.example/x/` is the same prefix as `reg.example/x`; joined as is it would make an image reference
+    # with `//`, which no registry serves.
+    registry = registry.rstrip("/")
+    if not registry:
+        raise ValueError("a release needs a registry prefix (e.g. registry.k8s.io/agent-sandbox)")
     check_drift(k8s)
     files = install_files(k8s)
     core = [p for p in files if "extensions" not in p.name]

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import base64
 import json
+import re
+import shutil
 import subprocess
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -337,6 +341,20 @@ def test_router_is_opt_in() -> None:
             "controller.leaderElect=false,replicaCount=2",
             "replicaCount=2 needs controller.leaderElect=true: without leader election every replica reconciles",
         ),
+        # "A positive Go duration": the binaries refuse zero, whatever its units.
+        ("router.proxyTimeout=0s", "at '/router/proxyTimeout': '0s' does not match pattern"),
+        (
+            "controller.sandboxWarmPoolReadinessGracePeriod=0s",
+            "at '/controller/sandboxWarmPoolReadinessGracePeriod': '0s' does not match pattern",
+        ),
+        (
+            "controller.sandboxWarmPoolUnschedulableRecheckInterval=0h0m",
+            "at '/controller/sandboxWarmPoolUnschedulableRecheckInterval': '0h0m' does not match pattern",
+        ),
+        # Empty means the release namespace, which exists already: the chart cannot create it.
+        ("namespace.name=", "at '/namespace/name': minLength: got 0, want 1"),
+        # The router refuses to start without the key file.
+        ("router.authzMode=scoped-token", "at '/router/scopedTokenSecret/name': minLength: got 0, want 1"),
     ],
 )
 def test_bad_values_are_refused_naming_the_value(value: str, error: str) -> None:
@@ -347,6 +365,75 @@ def test_bad_values_are_refused_naming_the_value(value: str, error: str) -> None
     )
     assert out.returncode != 0
     assert error in out.stderr, out.stderr
+
+
+def test_positive_durations_are_accepted() -> None:
+    """The zero-refusing pattern still takes every positive form Go's time.ParseDuration does."""
+    for duration in ("90s", "1m30s", "0.5s", ".5s", "1h0m0s", "0s1ms", "250ms"):
+        args = _router_args("--set", f"router.proxyTimeout={duration}")
+        assert f"--proxy-timeout={duration}" in args, duration
+
+
+def _router_args(*values: str) -> list[str]:
+    docs = _template("--set", "image.tag=v1", "--set", "router.enabled=true", *values)
+    dep = _one(docs, "Deployment", "sandbox-router")
+    args: list[str] = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args
+
+
+def test_router_scoped_token_mounts_the_operators_secret() -> None:
+    """scoped-token needs --authz-scoped-token-secret-file: the chart mounts the Secret the operator made."""
+    docs = _template(
+        "--set", "image.tag=v1", "--set", "router.enabled=true", "--set", "router.authzMode=scoped-token",
+        "--set", "router.scopedTokenSecret.name=router-key", "--set", "router.scopedTokenSecret.key=hmac",
+    )  # fmt: skip
+    pod = _one(docs, "Deployment", "sandbox-router")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["args"][-2:] == [
+        "--authz-mode=scoped-token",
+        "--authz-scoped-token-secret-file=/etc/sandbox-router/scoped-token/hmac",
+    ]
+    assert container["volumeMounts"] == [
+        {"name": "scoped-token", "mountPath": "/etc/sandbox-router/scoped-token", "readOnly": True}
+    ]
+    assert pod["volumes"] == [{"name": "scoped-token", "secret": {"secretName": "router-key"}}]
+    assert not [d for d in docs if d["kind"] == "Secret"]  # the key stays the operator's
+    # Other modes mount nothing.
+    assert (
+        "volumes"
+        not in _one(
+            _template("--set", "image.tag=v1", "--set", "router.enabled=true"), "Deployment", "sandbox-router"
+        )["spec"]["template"]["spec"]
+    )
+    # Without the schema (--skip-schema-validation) the template still refuses, in words.
+    out = _helm(
+        "template", "x", CHART, "--skip-schema-validation", "--set", "image.tag=v1,router.enabled=true",
+        "--set", "router.authzMode=scoped-token", check=False,
+    )  # fmt: skip
+    assert out.returncode != 0
+    assert "router.authzMode=scoped-token needs router.scopedTokenSecret.name" in out.stderr
+
+
+def test_empty_webhook_service_name_means_the_binarys_default() -> None:
+    """No --webhook-service-name: the controller points the CRDs at its default Service name, so the
+    Service must have that name (an empty name would not even be created)."""
+    docs = _template("--set", "image.tag=v1", "--set", "webhookServiceName=")
+    assert not [a for a in _args(docs) if a.startswith("--webhook-service-name")]
+    service = _one(docs, "Service", "agent-sandbox-webhook-service")
+    assert service["spec"]["ports"][0]["targetPort"] == "webhook"
+
+
+def test_single_router_replica_gets_no_disruption_budget() -> None:
+    """minAvailable 1 of 1 replica allows no eviction: every node drain would wait forever."""
+
+    def pdbs(*values: str) -> list[dict[str, Any]]:
+        docs = _template("--set", "image.tag=v1", "--set", "router.enabled=true", *values)
+        return [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+
+    assert not pdbs("--set", "router.replicaCount=1")
+    assert not pdbs("--set", "router.replicaCount=0")
+    (pdb,) = pdbs("--set", "router.replicaCount=2")
+    assert pdb["spec"]["minAvailable"] == 1
 
 
 def test_values_written_for_other_chart_versions_still_render() -> None:
@@ -430,3 +517,140 @@ def test_install_upgrade_uninstall(installed: Installed, install_ns: str) -> Non
     assert cluster.kubectl("get", "clusterrole", "agent-sandbox-controller").returncode != 0
     # CRDs are left behind (Helm never deletes crds/); deleting them would delete every sandbox.
     assert cluster.kubectl("get", "crd", "sandboxes.agents.x-k8s.io").returncode == 0
+
+
+ARCHIVE_CRD = "sandboxarchives.lifecycle.agents.x-k8s.io"
+
+
+def test_lifecycle_crd_and_archives_outlive_disabling_and_uninstall(
+    installed: Installed, install_ns: str
+) -> None:
+    """The SandboxArchive CRD is a template (it exists only with lifecycle.enabled), and Helm deletes a
+    template's objects on uninstall and on an upgrade that stops rendering them: that would delete every
+    archive and, by garbage collection, the PVCs they own (hibernated sandboxes' data). It is kept."""
+    cluster = installed.cluster
+    archives = f"/apis/lifecycle.agents.x-k8s.io/v1alpha1/namespaces/{install_ns}/sandboxarchives"
+
+    def archive_left() -> bool:
+        status, _ = cluster.admin().request("GET", f"{archives}/hibernated")
+        return cluster.kubectl("get", "crd", ARCHIVE_CRD).returncode == 0 and status == 200
+
+    try:
+        helm(
+            cluster,
+            "install",
+            "agent-sandbox",
+            CHART,
+            "--set",
+            "image.tag=v1",
+            "--set",
+            "lifecycle.enabled=true",
+        )
+        wait_for(
+            lambda: cluster.admin().request("GET", archives)[0] == 200, what="the SandboxArchive CRD served"
+        )
+        archive = {
+            "apiVersion": "lifecycle.agents.x-k8s.io/v1alpha1",
+            "kind": "SandboxArchive",
+            "metadata": {"name": "hibernated"},
+            "spec": {"sandbox": {"spec": {}}, "sandboxUID": "u-1", "archivedAt": "2026-01-01T00:00:00Z"},
+        }
+        status, body = cluster.admin().request("POST", archives, archive)
+        assert status == 201, body
+
+        helm(cluster, "upgrade", "agent-sandbox", CHART, "--reuse-values", "--set", "lifecycle.enabled=false")
+        # The upgrade did remove the other lifecycle objects; the CRD and its archive stay.
+        assert cluster.kubectl("get", "clusterrole", "agent-sandbox-controller-lifecycle").returncode != 0
+        time.sleep(2)  # a deletion would have been requested by now (helm deletes before it returns)
+        assert archive_left()
+        # Turning it back on adopts the kept CRD (it still carries this release's ownership annotations).
+        helm(cluster, "upgrade", "agent-sandbox", CHART, "--reuse-values", "--set", "lifecycle.enabled=true")
+
+        helm(cluster, "uninstall", "agent-sandbox", "--wait")
+        time.sleep(2)
+        assert archive_left()
+    finally:
+        cluster.kubectl("delete", "crd", ARCHIVE_CRD, "--ignore-not-found", "--timeout=60s")
+
+
+def _upstream_chart(directory: Path) -> Path:
+    """A copy of the chart as upstream ships it: no `router` or `lifecycle` values, nor their templates."""
+    chart = directory / "upstream-chart"
+    shutil.copytree(CHART, chart)
+    for part in ("router", "lifecycle"):
+        shutil.rmtree(chart / "templates" / part)
+    values = (chart / "values.yaml").read_text()
+    (chart / "values.yaml").write_text(
+        values[: values.index("# Beyond upstream's chart: the sandbox router")]
+    )
+    args = chart / "templates" / "_controller-args.tpl"
+    block = r"\{\{- if [^}]*lifecycle[^}]*\}\}.*?\{\{- end \}\}\n"
+    args.write_text(re.sub(block, "", args.read_text(), flags=re.S))
+    notes = chart / "templates" / "NOTES.txt"
+    block = r"\{\{- if [^}]*router[^}]*\}\}.*?(?=\n\nUpgrades)"
+    notes.write_text(re.sub(block, "", notes.read_text(), flags=re.S))
+    return chart
+
+
+def test_reuse_values_upgrade_of_a_release_made_by_upstreams_chart(
+    installed: Installed, tmp_path: Path
+) -> None:
+    """`helm upgrade --reuse-values --set image.tag=<new>` (the documented upgrade) renders with the defaults
+    of the chart that made the release: from upstream's chart there is no `router` or `lifecycle` map, which
+    means off (not a nil-pointer error). Turning the router on that way is refused, naming the way out."""
+    cluster = installed.cluster
+    helm(cluster, "install", "agent-sandbox", str(_upstream_chart(tmp_path)), "--set", "image.tag=v1")
+    helm(cluster, "upgrade", "agent-sandbox", CHART, "--reuse-values", "--set", "image.tag=v2")
+    dep = installed.kubectl_json(
+        "get", "deployment", "agent-sandbox-controller", "-n", "agent-sandbox-system"
+    )
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "registry.k8s.io/agent-sandbox/agent-sandbox-controller:v2"
+    assert "--sandbox-lifecycle" not in container["args"]
+    assert (
+        cluster.kubectl("get", "deployment", "sandbox-router", "-n", "agent-sandbox-system").returncode != 0
+    )
+
+    out = helm(
+        cluster,
+        "upgrade",
+        "agent-sandbox",
+        CHART,
+        "--reuse-values",
+        "--set",
+        "router.enabled=true",
+        check=False,
+    )
+    assert out.returncode != 0
+    assert "upgrade with --reset-then-reuse-values instead of --reuse-values" in out.stderr
+    helm(
+        cluster,
+        "upgrade",
+        "agent-sandbox",
+        CHART,
+        "--reset-then-reuse-values",
+        "--set",
+        "router.enabled=true",
+    )
+    assert (
+        cluster.kubectl("get", "deployment", "sandbox-router", "-n", "agent-sandbox-system").returncode == 0
+    )
+
+
+def test_notes_warn_about_a_router_outside_the_system_namespace(installed: Installed) -> None:
+    """The template controller's managed NetworkPolicy admits router pods only from agent-sandbox-system
+    (controllers spec), so a router installed elsewhere cannot reach template-made sandboxes: said at
+    install time. A warning, not a refusal: plain Sandboxes, Unmanaged templates and clusters that do not
+    enforce NetworkPolicy work."""
+
+    def notes(*values: str) -> str:
+        out = helm(
+            installed.cluster, "install", "agent-sandbox", CHART, "--dry-run=client",
+            "--set", "image.tag=v1,router.enabled=true,controller.extensions=true", *values,
+        )  # fmt: skip
+        return out.stdout.split("NOTES:", 1)[1]
+
+    warning = "admits router pods only from\nagent-sandbox-system"
+    assert warning in notes("--set", "namespace.name=ops")
+    assert warning not in notes()
+    assert warning not in notes("--set", "namespace.name=ops", "--set", "controller.extensions=false")

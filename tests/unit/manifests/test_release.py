@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agent_sandbox.cli.main import main
 from agent_sandbox.manifests import REPO_ROOT, DriftError, check_drift, render_assets, substitute_images
 
 pytestmark = pytest.mark.unit
@@ -79,6 +80,34 @@ def test_substitution_replaces_the_rest_of_the_line() -> None:
 def test_empty_tag_is_refused() -> None:
     with pytest.raises(ValueError, match="tag"):
         render_assets(REPO_ROOT / "k8s", tag=" ", kustomize=_fake_kustomize)
+
+
+def test_registry_trailing_slash_is_not_doubled() -> None:
+    assets = render_assets(REPO_ROOT / "k8s", tag="v1", registry="reg.example/x/", kustomize=_fake_kustomize)
+    assert "image: reg.example/x/agent-sandbox-controller:v1\n" in assets.files["sandbox.yaml"]
+    assert "//" not in assets.files["sandbox-router.yaml"].replace("://", "")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["release"], "usage error: agent-sandbox release needs --tag (e.g. --tag v0.1.0)\n"),
+        (["release", "--tag", " "], "usage error: agent-sandbox release needs --tag (e.g. --tag v0.1.0)\n"),
+        (
+            ["release", "--tag", "v1", "--registry", "/"],
+            "usage error: --registry must name a registry, e.g. registry.k8s.io/agent-sandbox\n",
+        ),
+    ],
+)
+def test_release_command_usage_errors_are_one_line_and_exit_2(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not a traceback: the caller left out or mistyped an option."""
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == message
+    assert captured.out == ""
+    assert not (tmp_path / "out").exists()
 
 
 def test_drift_guard(tmp_path: Path) -> None:
