@@ -162,7 +162,12 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agent-sandbox", description=__doc__.splitlines()[0])
+    # No abbreviations (as kubectl): argparse matches a prefix against the top-level options across the
+    # whole command line, so `dev up --router` became ambiguous between --router-url and
+    # --router-token-file (until December 6, with the second one added).
+    parser = argparse.ArgumentParser(
+        prog="agent-sandbox", description=__doc__.splitlines()[0], allow_abbrev=False
+    )
     add_connection_options(parser, before_the_command=True)
     sub = parser.add_subparsers(dest="command", required=True)
 

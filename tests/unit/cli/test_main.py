@@ -140,3 +140,12 @@ def test_exec_json_waits_for_the_command_as_long_as_the_runtime_lets_it_run(
     assert calls[0]["timeout"] == read_timeout
     assert calls[0]["command_timeout"] == command_timeout
     assert '"stdout": "done\\n"' in capsys.readouterr().out
+
+
+def test_dev_up_router_is_not_an_abbreviation() -> None:
+    """`dev up --router` (docs/router.md, lifecycle.md) was refused as an ambiguous prefix of the top-level
+    --router-url and --router-token-file."""
+    from agent_sandbox.cli.main import build_parser
+
+    args = build_parser().parse_args(["dev", "up", "--name", "x", "--controller", "--router", "--lifecycle"])
+    assert (args.name, args.controller, args.router, args.lifecycle) == ("x", True, True, True)
