@@ -40,6 +40,7 @@ def _dev_up(args: argparse.Namespace) -> int:
         etcd_unsafe_no_fsync=not args.etcd_fsync,
         scheduler_qps=args.scheduler_qps,
         scheduler_burst=args.scheduler_burst,
+        runner=not args.no_runner,
     )
     cluster = DevCluster.up(cfg)
     lifecycle = ("--sandbox-lifecycle",) if args.lifecycle else ()
@@ -187,6 +188,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--lifecycle",
         action="store_true",
         help="with --controller/--router: idle suspend, hibernation, resume on request (docs/lifecycle.md)",
+    )
+    up.add_argument(
+        "--no-runner",
+        action="store_true",
+        help="leave the local runner out (pods with a runtime image then stay not Ready)",
     )
     up.add_argument("--max-requests-inflight", type=int, default=_DEFAULTS.max_requests_inflight)
     up.add_argument(

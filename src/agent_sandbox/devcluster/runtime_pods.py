@@ -3,7 +3,8 @@
 Match rule (docs/devcluster.md "Local runner"): a pod gets a runtime when its annotation
 `devcluster.agents.x-k8s.io/runtime` is "true", or when it has no such annotation ("false" opts out) and one
 of its containers runs a runtime image: the image's repository name (last path segment, tag and digest
-dropped) is `agent-sandbox-runtime` (this project's), `sandboxd` or `python-runtime-sandbox` (upstream's).
+dropped) is `agent-sandbox-runtime` (this project's), `sandboxd`, `python-runtime-sandbox` or `sandbox-runtime`
+(upstream's; the last is the name its examples build their runtime image under).
 The same rule is rendered as a jq expression into the kwok stages, so kwok holds exactly these pods back
 from Ready until the runner says their runtime answers.
 
@@ -37,7 +38,7 @@ __all__ = [
 ]
 
 RUNTIME_ANNOTATION = SIM_PREFIX + "runtime"
-RUNTIME_IMAGE_NAMES = ("agent-sandbox-runtime", "sandboxd", "python-runtime-sandbox")
+RUNTIME_IMAGE_NAMES = ("agent-sandbox-runtime", "sandboxd", "python-runtime-sandbox", "sandbox-runtime")
 _PROGRAMS = ("agent-sandbox-runtime", "sandboxd")
 _BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 Pod = Mapping[str, Any]

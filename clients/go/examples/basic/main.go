@@ -1,7 +1,7 @@
 // Command basic claims a sandbox from a warm pool, runs a command, writes and reads a file, and deletes
 // the claim. Usage:
 //
-//	go run ./examples/basic -pool python-pool -namespace default -router http://127.0.0.1:8080
+//	go run ./examples/basic -pool python-pool -namespace default -router "$AGENT_SANDBOX_ROUTER_URL"
 //
 // Without -router the SDK port-forwards to a Pod of the router Service (sandbox-router-svc) through the API
 // server; -router-namespace says where that Service is (default: the claim's namespace, as upstream's SDK).

@@ -1,7 +1,7 @@
 // Command suspend shows the error types and suspend/resume: a claim from a missing pool fails with the
 // claim's condition reason, then a real sandbox is suspended (its Pod deleted, volumes kept) and resumed.
 //
-//	go run ./examples/suspend -pool python-pool -router http://127.0.0.1:8080
+//	go run ./examples/suspend -pool python-pool -router "$AGENT_SANDBOX_ROUTER_URL"
 package main
 
 import (
