@@ -319,7 +319,9 @@ async def test_the_python_runtime_example_runs_as_its_readme_says(
 ) -> None:
     """examples/python-runtime-sandbox uses upstream's example image name `sandbox-runtime:latest`; the
     runner did not know it, so the Pod was Ready with nothing listening and the README's curls failed."""
-    example = Path(__file__).resolve().parents[3] / "examples" / "python-runtime-sandbox" / "sandbox-python.yaml"
+    example = (
+        Path(__file__).resolve().parents[3] / "examples" / "python-runtime-sandbox" / "sandbox-python.yaml"
+    )
     cluster.kubectl("apply", "-n", namespace, "-f", str(example), check=True)
     ip = await ready_sandbox_ip(kube, namespace, "sandbox-python-example")
     assert (await execute(http, ip, "echo hi"))["stdout"] == "hi\n"
