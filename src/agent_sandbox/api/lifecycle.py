@@ -300,7 +300,9 @@ def suspend_patch(cause: Cause, now: datetime, resource_version: str) -> dict[st
 def resume_patch(cause: Cause, now: datetime, resource_version: str | None = None) -> dict[str, Any]:
     """Merge patch that resumes a Sandbox, recording why (and counting the resume as activity).
 
-    With `resource_version`, a second resumer (another router) gets 409 instead of writing again.
+    It cancels a pending hibernation (`hibernate` removed): until December 6 the lifecycle controller
+    suspended and archived a Sandbox again right after an explicit resume. With `resource_version`, a second
+    resumer (another router) gets 409 instead of writing again.
     """
     stamp = format_rfc3339nano(now)
     meta: dict[str, Any] = {
@@ -308,6 +310,7 @@ def resume_patch(cause: Cause, now: datetime, resource_version: str | None = Non
             ANNOTATION_RESUME_REASON: str(cause),
             ANNOTATION_RESUMED_AT: stamp,
             ANNOTATION_LAST_ACTIVITY: stamp,
+            ANNOTATION_HIBERNATE: None,
         }
     }
     if resource_version:

@@ -16,20 +16,64 @@ import asyncio
 import enum
 import sys
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from agent_sandbox.api import lifecycle as lc
-from agent_sandbox.api.constants import OperatingMode
-from agent_sandbox.api.meta import is_ready
+from agent_sandbox.api.constants import REASON_SANDBOX_EXPIRED, OperatingMode
+from agent_sandbox.api.kinds import SANDBOX_WARM_POOL
+from agent_sandbox.api.meta import controller_name, is_ready, parse_time, status_condition
 from agent_sandbox.cli.arguments import add_connection_options
-from agent_sandbox.kube import SANDBOX, ApiClient, KubeError, NotFound, Object, ResourceKind, load_config
+from agent_sandbox.kube import (
+    SANDBOX,
+    ApiClient,
+    Conflict,
+    KubeError,
+    NotFound,
+    Object,
+    ResourceKind,
+    load_config,
+)
 
-__all__ = ["NoSuchSandbox", "ResumeOutcome", "add_lifecycle_commands", "hibernate", "resume", "suspend"]
+__all__ = [
+    "NoSuchSandbox",
+    "Refused",
+    "ResumeOutcome",
+    "add_lifecycle_commands",
+    "hibernate",
+    "resume",
+    "suspend",
+]
 
 
 class NoSuchSandbox(LookupError):
     """Neither a Sandbox nor a hibernated Sandbox has that name."""
+
+
+class Refused(RuntimeError):
+    """The Sandbox is in no state for this (being deleted, expired, a warm-pool member, hibernated): said at
+    once. Until December 6 a resume of an expired or deleted Sandbox waited out its whole timeout, and a
+    hibernation of a pool member was accepted and then hit whoever claimed it."""
+
+
+def _expired(spec: Mapping[str, Any], now: datetime, ready: Mapping[str, Any] | None = None) -> bool:
+    deadline = parse_time(spec.get("shutdownTime"))
+    marked = (
+        ready is not None and ready.get("status") == "False" and ready.get("reason") == REASON_SANDBOX_EXPIRED
+    )
+    return (deadline is not None and now >= deadline) or marked
+
+
+def _refusal(sandbox: Object, doing: str, now: datetime) -> str:
+    """Why `sandbox` will never be `doing` ("" when nothing says so)."""
+    meta = sandbox["metadata"]
+    where = f"Sandbox {meta.get('namespace')}/{meta['name']}"
+    if meta.get("deletionTimestamp"):
+        return f"{where} is being deleted: it cannot be {doing}"
+    if _expired(sandbox.get("spec") or {}, now, status_condition(sandbox, "Ready")):
+        return f"{where} has expired (its shutdownTime passed): it cannot be {doing}"
+    return ""
 
 
 class ResumeOutcome(enum.StrEnum):
@@ -50,29 +94,66 @@ async def resume(
 ) -> ResumeOutcome:
     """Resume (or restore) Sandbox `namespace/name`; with `wait` seconds, until it is Ready.
 
+    Any resume cancels a pending hibernation (`hibernate` removed), of a running Sandbox too.
+
     Raises:
         NoSuchSandbox: no Sandbox and no archive of that name.
+        Refused: it (or its archive) is being deleted, or expired.
         TimeoutError: not Ready within `wait`.
     """
-    now = datetime.now(UTC)
-    sandbox = await _get(api, SANDBOX, name, namespace)
-    if sandbox is not None:
-        if (sandbox.get("spec") or {}).get("operatingMode") == OperatingMode.SUSPENDED:
-            await api.patch(SANDBOX, name, lc.resume_patch(lc.Cause.MANUAL, now), namespace=namespace)
-            outcome = ResumeOutcome.RESUMED
-        else:
-            outcome = ResumeOutcome.ALREADY_RUNNING
-    else:
+    outcome = await _resume_once(api, name, namespace)
+    if wait is not None:
+        await _wait_ready(api, name, namespace, wait, poll)
+    return outcome
+
+
+async def _resume_once(api: ApiClient, name: str, namespace: str) -> ResumeOutcome:
+    for _attempt in range(3):
+        now = datetime.now(UTC)
+        sandbox = await _get(api, SANDBOX, name, namespace)
+        if await _being_archived(api, sandbox, name, namespace):
+            sandbox = None  # deleted to be archived (volumes orphaned to the archive): restore it
+        if sandbox is not None:
+            if why := _refusal(sandbox, "resumed", now):
+                raise Refused(why)
+            rv = sandbox["metadata"].get("resourceVersion")
+            annotations = sandbox["metadata"].get("annotations") or {}
+            try:
+                if (sandbox.get("spec") or {}).get("operatingMode") == OperatingMode.SUSPENDED:
+                    patch = lc.resume_patch(lc.Cause.MANUAL, now, rv)
+                    await api.patch(SANDBOX, name, patch, namespace=namespace)
+                    return ResumeOutcome.RESUMED
+                if lc.ANNOTATION_HIBERNATE in annotations:  # Running, about to be suspended to be archived
+                    cancel = {
+                        "metadata": {"resourceVersion": rv, "annotations": {lc.ANNOTATION_HIBERNATE: None}}
+                    }
+                    await api.patch(SANDBOX, name, cancel, namespace=namespace)
+            except Conflict:
+                continue  # the lifecycle controller (or a router) wrote first: look again
+            return ResumeOutcome.ALREADY_RUNNING
+        archive = await _get(api, lc.ARCHIVE, name, namespace)
+        if archive is None:
+            raise NoSuchSandbox(f"no Sandbox or hibernated Sandbox named {namespace}/{name}")
+        where = f"hibernated Sandbox {namespace}/{name}"
+        if archive["metadata"].get("deletionTimestamp"):
+            raise Refused(f"{where} is being deleted: it cannot be restored")
+        if _expired(((archive.get("spec") or {}).get("sandbox") or {}).get("spec") or {}, now):
+            raise Refused(f"{where} has expired (its shutdownTime passed): it is not restored")
         try:
             await api.patch(
                 lc.ARCHIVE, name, lc.restore_request_patch(lc.Cause.MANUAL, now), namespace=namespace
             )
         except NotFound:
-            raise NoSuchSandbox(f"no Sandbox or hibernated Sandbox named {namespace}/{name}") from None
-        outcome = ResumeOutcome.RESTORING
-    if wait is not None:
-        await _wait_ready(api, name, namespace, wait, poll)
-    return outcome
+            continue  # restored (or deleted) meanwhile: look again
+        return ResumeOutcome.RESTORING
+    raise Refused(f"Sandbox {namespace}/{name} kept changing while resuming; try again")
+
+
+async def _being_archived(api: ApiClient, sandbox: Object | None, name: str, namespace: str) -> bool:
+    """`sandbox` is being deleted by its hibernation (its archive exists): a restore follows, not the end."""
+    if sandbox is None or not sandbox["metadata"].get("deletionTimestamp"):
+        return False
+    return await _get(api, lc.ARCHIVE, name, namespace) is not None
 
 
 async def _wait_ready(api: ApiClient, name: str, namespace: str, within: float, poll: float) -> None:
@@ -81,31 +162,68 @@ async def _wait_ready(api: ApiClient, name: str, namespace: str, within: float, 
         sandbox = await _get(api, SANDBOX, name, namespace)
         if sandbox is not None and is_ready(sandbox):
             return
+        why = _refusal(sandbox, "Ready", datetime.now(UTC)) if sandbox is not None else ""
+        # The archived object going away before its restore is no reason to give up.
+        if why and not await _being_archived(api, sandbox, name, namespace):
+            raise Refused(why)
         if time.monotonic() >= deadline:
             raise TimeoutError(f"Sandbox {namespace}/{name} not Ready within {within:g}s")
         await asyncio.sleep(poll)
+
+
+async def _missing(api: ApiClient, name: str, namespace: str) -> Exception:
+    if await _get(api, lc.ARCHIVE, name, namespace) is not None:
+        return Refused(
+            f"Sandbox {namespace}/{name} is hibernated already (archived, volumes kept); "
+            f"`agent-sandbox lifecycle resume -n {namespace} {name}` restores it"
+        )
+    return NoSuchSandbox(f"no Sandbox named {namespace}/{name}")
 
 
 async def suspend(api: ApiClient, name: str, namespace: str) -> None:
     """Suspend Sandbox `namespace/name` (as `kubectl patch ... operatingMode: Suspended` would)."""
     sandbox = await _get(api, SANDBOX, name, namespace)
     if sandbox is None:
-        raise NoSuchSandbox(f"no Sandbox named {namespace}/{name}")
-    patch = lc.suspend_patch(lc.Cause.MANUAL, datetime.now(UTC), sandbox["metadata"]["resourceVersion"])
+        raise await _missing(api, name, namespace)
+    now = datetime.now(UTC)
+    if why := _refusal(sandbox, "suspended", now):
+        raise Refused(why)
+    patch = lc.suspend_patch(lc.Cause.MANUAL, now, sandbox["metadata"]["resourceVersion"])
     await api.patch(SANDBOX, name, patch, namespace=namespace)
 
 
 async def hibernate(api: ApiClient, name: str, namespace: str) -> None:
-    """Ask the lifecycle controller to hibernate Sandbox `namespace/name` now (suspending it first)."""
-    try:
-        await api.patch(
-            SANDBOX,
-            name,
-            {"metadata": {"annotations": {lc.ANNOTATION_HIBERNATE: "true"}}},
-            namespace=namespace,
+    """Ask the lifecycle controller to hibernate Sandbox `namespace/name` now (suspending it first).
+
+    Raises:
+        NoSuchSandbox: no Sandbox of that name.
+        Refused: hibernated already, being deleted, expired, or an unclaimed warm-pool member (the lifecycle
+            controller never touches those; the request would wait for whoever claims it).
+    """
+    sandbox = await _get(api, SANDBOX, name, namespace)
+    if sandbox is None:
+        raise await _missing(api, name, namespace)
+    if why := _refusal(sandbox, "hibernated", datetime.now(UTC)):
+        raise Refused(why)
+    pool = controller_name(sandbox, SANDBOX_WARM_POOL)
+    if pool:
+        raise Refused(
+            f"Sandbox {namespace}/{name} is an unclaimed member of warm pool {pool!r}: pool members are never "
+            "suspended or hibernated (the pool owns them); hibernate the Sandbox of a claim instead"
         )
+    patch = {
+        "metadata": {
+            # Guarded: a claim adopting the member meanwhile makes this fail rather than hit the claimer.
+            "resourceVersion": sandbox["metadata"].get("resourceVersion"),
+            "annotations": {lc.ANNOTATION_HIBERNATE: "true"},
+        }
+    }
+    try:
+        await api.patch(SANDBOX, name, patch, namespace=namespace)
     except NotFound:
         raise NoSuchSandbox(f"no Sandbox named {namespace}/{name}") from None
+    except Conflict:
+        raise Refused(f"Sandbox {namespace}/{name} changed meanwhile; try again") from None
 
 
 # --------------------------------------------------------------------------- command line
@@ -146,7 +264,7 @@ async def _run(args: argparse.Namespace) -> str:
 def _handler(args: argparse.Namespace) -> int:
     try:
         print(asyncio.run(_run(args)), file=sys.stderr)
-    except NoSuchSandbox as err:
+    except (NoSuchSandbox, Refused) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except (KubeError, TimeoutError) as err:

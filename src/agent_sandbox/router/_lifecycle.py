@@ -239,16 +239,20 @@ class RouterLifecycle:
             ResumeFailed: it cannot start, or did not become Ready in time.
         """
         key = (route.namespace, route.sandbox_id)
+        final = self._final(key)
         action = self._action(key)
-        if action is None:
+        if action is None and not final:
             return False
         loop = asyncio.get_running_loop()
         start = loop.time()
-        task = self._resuming.get(key)
-        if task is None or task.done():
-            task = self._start_resume(key, action)
         outcome = "timeout"
         try:
+            if final:
+                raise ResumeFailed(final)
+            assert action is not None
+            task = self._resuming.get(key)
+            if task is None or task.done():
+                task = self._start_resume(key, action)
             await self._wait_ready(
                 key, min(deadline, start + self.resume_timeout), task, failed, start, leaving=leaving
             )
@@ -279,6 +283,30 @@ class RouterLifecycle:
             lambda t: self._resuming.pop(key, None) if self._resuming.get(key) is t else None
         )
         return task
+
+    def _final(self, key: Key) -> str:
+        """Why a Sandbox that asked for `auto-resume` will never be resumed ("" when nothing says so): it
+        (or its archive) is being deleted, or its `shutdownTime` passed. Until December 6 such a request was
+        held for the whole resume timeout and then told the Sandbox "was not Ready within 60s"."""
+        ns, name = key
+        view = self.state.sandboxes.get(key)
+        archive = self.state.archives.get(key)
+        now = self._clock()
+        if view is not None and self.state.policy(ns, view.annotations, view.template).auto_resume:
+            if view.shutdown_time is not None and now >= view.shutdown_time:
+                return f"Sandbox {ns}/{name} could not be resumed: it has expired (its shutdownTime passed)"
+            if view.deleting and archive is None:  # with an archive: being hibernated (then restored)
+                return f"Sandbox {ns}/{name} could not be resumed: it is being deleted"
+        if (
+            view is None
+            and archive is not None
+            and self.state.policy(ns, archive.annotations, archive.template).auto_resume
+        ):
+            if archive.shutdown_time is not None and now >= archive.shutdown_time:
+                return f"Sandbox {ns}/{name} could not be restored: it has expired (its shutdownTime passed)"
+            if archive.deleting:
+                return f"Sandbox {ns}/{name} could not be restored: its archive is being deleted"
+        return ""
 
     def _action(self, key: Key) -> str | None:
         """What a held request for `key` needs: "resume", "restore", "wait", or None (not ours to hold)."""
@@ -375,6 +403,8 @@ class RouterLifecycle:
             view = self.state.sandboxes.get(key)
             if view is not None and not view.suspended and view.blocker:
                 raise ResumeFailed(f"Sandbox {ns}/{name} could not be resumed: {view.blocker}")
+            if final := self._final(key):  # expired or deleted while it was starting
+                raise ResumeFailed(final)
             remaining = until - loop.time()
             if remaining <= 0:
                 waited = loop.time() - start

@@ -2,11 +2,13 @@
 
 Owns three informers, each keeping only what the router reads (a few hundred bytes per object):
 
-- Sandboxes: operatingMode, generation, resourceVersion, being deleted, our `lifecycle.agents.x-k8s.io/*`
-  annotations and the template reference, and why a resumed Sandbox cannot start (a PodScheduled=False
-  `Unschedulable`, or a Ready=False `ReconcilerError` such as a quota refusal) for its current generation;
+- Sandboxes: operatingMode, shutdownTime, generation, resourceVersion, being deleted, our
+  `lifecycle.agents.x-k8s.io/*` annotations and the template reference, and why a resumed Sandbox cannot
+  start (a PodScheduled=False `Unschedulable`, a Ready=False `ReconcilerError` such as a quota refusal, or
+  `SandboxExpired`) for its current generation;
 - SandboxTemplates: our annotations (template-level settings);
-- SandboxArchives: our annotations of the archived Sandbox, its template, and whether a restore was asked.
+- SandboxArchives: our annotations of the archived Sandbox, its template, its shutdownTime, and whether a
+  restore was asked.
 
 Views are rebuilt on every event, so a request pays a dict lookup; `wait_changed` wakes waiters on any
 change (a request held for a resume watches the Sandbox's conditions through it).
@@ -54,7 +56,10 @@ def _diet_sandbox(obj: Object) -> Object:
             **{k: meta[k] for k in keep if k in meta},
             "annotations": _ours(meta.get("annotations")),
         },
-        "spec": {"operatingMode": (obj.get("spec") or {}).get("operatingMode")},
+        "spec": {
+            "operatingMode": (obj.get("spec") or {}).get("operatingMode"),
+            "shutdownTime": (obj.get("spec") or {}).get("shutdownTime"),
+        },
         "status": {
             "conditions": [
                 cond
@@ -75,12 +80,16 @@ def _diet_archive(obj: Object) -> Object:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     kept = ((spec.get("sandbox") or {}).get("metadata") or {}).get("annotations")
+    shutdown = ((spec.get("sandbox") or {}).get("spec") or {}).get("shutdownTime")
     keep = {
         k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp") if k in meta
     }
     return {
         "metadata": keep,
-        "spec": {"sandbox": {"metadata": {"annotations": _ours(kept)}}, "restore": spec.get("restore")},
+        "spec": {
+            "sandbox": {"metadata": {"annotations": _ours(kept)}, "spec": {"shutdownTime": shutdown}},
+            "restore": spec.get("restore"),
+        },
     }
 
 
@@ -102,6 +111,8 @@ class SandboxView:
     """Why the current generation cannot start ("" when nothing says so)."""
     ready: bool = False
     """The controller reports the current generation Ready (it has a Ready pod for this spec)."""
+    shutdown_time: float | None = None
+    """`spec.shutdownTime` as epoch seconds: past it, the Sandbox is expired and never resumed."""
 
     @property
     def template(self) -> str | None:
@@ -119,6 +130,8 @@ class ArchiveView:
     annotations: Mapping[str, str]
     restore_requested: bool
     deleting: bool
+    shutdown_time: float | None = None
+    """The archived Sandbox's `spec.shutdownTime` as epoch seconds: past it, it is never restored."""
 
     @property
     def template(self) -> str | None:
@@ -132,16 +145,32 @@ def _ready(obj: Object, generation: int) -> bool:
     return False
 
 
+# A write that lost an optimistic-concurrency race (409 Conflict, apiserver's wording): the Sandbox controller
+# reports it as a ReconcilerError and retries on its next pass, so it is no reason to give up on a resume.
+# Until December 6 a restore's PVC hand-over raced this way and the held request got an immediate 503.
+_TRANSIENT = ("the object has been modified", "Operation cannot be fulfilled")
+
+
 def _blocker(obj: Object, generation: int) -> str:
     for cond in (obj.get("status") or {}).get("conditions") or []:
         if cond.get("observedGeneration") not in (None, generation):
             continue
         kind, status, reason = cond.get("type"), cond.get("status"), cond.get("reason") or ""
+        message = str(cond.get("message") or "")
         if kind == c.CONDITION_POD_SCHEDULED and status == "False" and reason == "Unschedulable":
-            return f"{reason}: {cond.get('message') or ''}".rstrip(": ")
+            return f"{reason}: {message}".rstrip(": ")
+        if kind == c.CONDITION_READY and status == "False" and reason == c.REASON_SANDBOX_EXPIRED:
+            return f"{reason}: {message}".rstrip(": ")
         if kind == c.CONDITION_READY and status == "False" and reason == c.REASON_RECONCILER_ERROR:
-            return f"{reason}: {cond.get('message') or ''}".rstrip(": ")
+            if any(marker in message for marker in _TRANSIENT):
+                continue
+            return f"{reason}: {message}".rstrip(": ")
     return ""
+
+
+def _epoch(value: Any) -> float | None:
+    when = parse_time(value)
+    return when.timestamp() if when is not None else None
 
 
 def sandbox_view(obj: Object) -> SandboxView:
@@ -161,6 +190,7 @@ def sandbox_view(obj: Object) -> SandboxView:
         last_activity=activity.timestamp() if activity else None,
         blocker=_blocker(obj, generation),
         ready=_ready(obj, generation),
+        shutdown_time=_epoch((obj.get("spec") or {}).get("shutdownTime")),
     )
 
 
@@ -175,6 +205,7 @@ def archive_view(obj: Object) -> ArchiveView:
         annotations=((spec.get("sandbox") or {}).get("metadata") or {}).get("annotations") or {},
         restore_requested=bool(spec.get("restore")),
         deleting=bool(meta.get("deletionTimestamp")),
+        shutdown_time=_epoch(((spec.get("sandbox") or {}).get("spec") or {}).get("shutdownTime")),
     )
 
 

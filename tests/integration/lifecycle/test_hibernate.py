@@ -8,12 +8,14 @@ there. A claim whose Sandbox is hibernated is neither given a replacement nor ma
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
 import pytest
 
 from agent_sandbox.api import lifecycle as lc
+from agent_sandbox.api.meta import format_time
 from agent_sandbox.cli.lifecycle import NoSuchSandbox, ResumeOutcome, hibernate, resume
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.processes import Started
@@ -179,3 +181,29 @@ async def test_claimed_sandbox_hibernates_without_a_replacement(
     assert await eventually(bound, "claim Ready again", within=90) == name
     cl = await kube.get(SANDBOX_CLAIM, "mine", namespace=namespace)
     assert lc.ANNOTATION_HIBERNATED_SANDBOX not in (cl["metadata"].get("annotations") or {})
+
+
+async def test_an_expired_hibernated_sandbox_goes_with_its_volume(
+    kube: ApiClient, namespace: str, controller: Started
+) -> None:
+    """`shutdownPolicy: Delete` past `shutdownTime` while hibernated: the archive is deleted and the garbage
+    collector deletes the PVC it alone kept. Until December 6 a hibernated Sandbox never expired (the archive
+    kept the volume forever), and restoring it after its expiry left the PVC with no owner at all."""
+    body = pvc_sandbox("brief", {})
+    body["spec"]["shutdownTime"] = format_time(datetime.now(UTC) + timedelta(seconds=25))
+    body["spec"]["shutdownPolicy"] = "Delete"
+    await kube.create(SANDBOX, body, namespace=namespace)
+    await ready_ip(kube, namespace, "brief")
+    await hibernate(kube, "brief", namespace)
+    await archived(kube, namespace, "brief")
+    assert await get_or_none(kube, PVC, "data-brief", namespace) is not None
+
+    async def gone() -> bool:
+        archive = await get_or_none(kube, lc.ARCHIVE, "brief", namespace)
+        pvc = await get_or_none(kube, PVC, "data-brief", namespace)
+        return archive is None and (pvc is None or bool(pvc["metadata"].get("deletionTimestamp")))
+
+    await eventually(gone, "the expired archive deleted, and its PVC with it", within=90)
+    assert await get_or_none(kube, SANDBOX, "brief", namespace) is None  # never restored
+    with pytest.raises(NoSuchSandbox):
+        await resume(kube, "brief", namespace)

@@ -99,6 +99,14 @@ def test_suspend_and_resume_patches() -> None:
     assert lc.resume_patch(lc.Cause.REQUEST, NOW, "7")["metadata"]["resourceVersion"] == "7"
 
 
+@pytest.mark.parametrize("cause", [lc.Cause.REQUEST, lc.Cause.MANUAL])
+def test_a_resume_cancels_a_pending_hibernation(cause: lc.Cause) -> None:
+    # Until December 6 `hibernate: "true"` survived the resume and the Sandbox was archived again at once.
+    annotations = lc.resume_patch(cause, NOW)["metadata"]["annotations"]
+    assert lc.ANNOTATION_HIBERNATE in annotations
+    assert annotations[lc.ANNOTATION_HIBERNATE] is None  # merge patch: removed
+
+
 def test_archive_keeps_identity_and_spec_and_restores_running() -> None:
     claim_ref = {
         "apiVersion": "extensions.agents.x-k8s.io/v1beta1",

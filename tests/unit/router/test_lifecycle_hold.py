@@ -14,8 +14,8 @@ import pytest
 from agent_sandbox.api import lifecycle as lc
 from agent_sandbox.kube import SANDBOX
 from agent_sandbox.kube.testing import FakeClient
-from agent_sandbox.router._lifecycle import RouterLifecycle
-from agent_sandbox.router._lifecycle_state import LifecycleState, sandbox_view
+from agent_sandbox.router._lifecycle import ResumeFailed, RouterLifecycle
+from agent_sandbox.router._lifecycle_state import LifecycleState, _diet_archive, archive_view, sandbox_view
 from agent_sandbox.router._metrics import RouterMetrics
 from agent_sandbox.router._podcache import PodCache
 from agent_sandbox.router._routing import Route
@@ -135,4 +135,94 @@ async def test_the_same_pod_serves_when_the_resume_came_before_its_deletion() ->
     state._changes.notify()
     assert await asyncio.wait_for(held, 5) is True
     assert lifecycle.current_pod(ROUTE).pod_uid == "pod-old"  # type: ignore[union-attr]
+    await lifecycle.close()
+
+
+def _ready_false(reason: str, message: str) -> dict[str, Any]:
+    obj = suspended_sandbox()
+    obj["metadata"]["generation"] = 2
+    obj["spec"]["operatingMode"] = "Running"
+    obj["status"] = {
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "False",
+                "reason": reason,
+                "message": message,
+                "observedGeneration": 2,
+            }
+        ]
+    }
+    return obj
+
+
+def test_a_conflict_the_sandbox_controller_retries_is_not_a_blocker() -> None:
+    # Until December 6 a restore's PVC hand-over raced the Sandbox controller's adoption and the held
+    # request got an immediate 503 "could not be resumed: ReconcilerError: ... the object has been modified".
+    conflict = (
+        "failed to patch PVC with owner reference: Operation cannot be fulfilled on persistentvolumeclaims "
+        '"data-sb": the object has been modified; please apply your changes to the latest version and try again'
+    )
+    assert sandbox_view(_ready_false("ReconcilerError", conflict)).blocker == ""
+    quota = 'Error seen: pods "sb" is forbidden: exceeded quota: q'
+    assert sandbox_view(_ready_false("ReconcilerError", quota)).blocker == f"ReconcilerError: {quota}"
+    expired = sandbox_view(_ready_false("SandboxExpired", "Sandbox has expired")).blocker
+    assert expired == "SandboxExpired: Sandbox has expired"
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"spec": {"shutdownTime": "2026-01-01T00:00:00Z"}}, "it has expired"),
+        ({"metadata": {"deletionTimestamp": "2026-12-05T18:00:00Z"}}, "it is being deleted"),
+    ],
+)
+async def test_an_expired_or_deleting_sandbox_fails_at_once(change: dict[str, Any], said: str) -> None:
+    # Until December 6 the request was held for the whole resume timeout, then "was not Ready within 60s".
+    api = FakeClient()
+    stored = await api.create(SANDBOX, suspended_sandbox(), namespace="team")
+    obj = {**stored, "metadata": {**stored["metadata"], **change.get("metadata", {})}}
+    obj["spec"] = {**stored["spec"], **change.get("spec", {})}
+    state = LifecycleState(api)
+    state.sandboxes[("team", "sb")] = sandbox_view(obj)
+    lifecycle = RouterLifecycle(
+        api,  # type: ignore[arg-type]
+        state,
+        PodCache(api),
+        RouterMetrics(),
+        resume_timeout=30,
+        activity_interval=0,
+    )
+    deadline = asyncio.get_running_loop().time() + 30
+    with pytest.raises(ResumeFailed, match=said):
+        await asyncio.wait_for(lifecycle.hold(ROUTE, deadline), 2)
+    unchanged = await api.get(SANDBOX, "sb", namespace="team")
+    assert unchanged["spec"]["operatingMode"] == "Suspended"  # not resumed for nothing
+    await lifecycle.close()
+
+
+async def test_an_expired_archive_is_not_restored() -> None:
+    api = FakeClient()
+    state = LifecycleState(api)
+    archive = {
+        "metadata": {"name": "sb", "namespace": "team", "uid": "a-uid", "resourceVersion": "3"},
+        "spec": {
+            "sandbox": {
+                "metadata": {"annotations": {lc.ANNOTATION_AUTO_RESUME: "true"}},
+                "spec": {"shutdownTime": "2026-01-01T00:00:00Z"},
+            }
+        },
+    }
+    state.archives[("team", "sb")] = archive_view(_diet_archive(archive))
+    lifecycle = RouterLifecycle(
+        api,  # type: ignore[arg-type]
+        state,
+        PodCache(api),
+        RouterMetrics(),
+        resume_timeout=30,
+        activity_interval=0,
+    )
+    deadline = asyncio.get_running_loop().time() + 30
+    with pytest.raises(ResumeFailed, match="could not be restored: it has expired"):
+        await asyncio.wait_for(lifecycle.hold(ROUTE, deadline), 2)
     await lifecycle.close()

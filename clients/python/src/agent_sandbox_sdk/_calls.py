@@ -20,6 +20,7 @@ from typing import Any
 from ._checks import check_timeout
 from ._claims import SandboxView
 from ._connection import Connection, Target
+from ._lifecycle import REASON_SANDBOX_HIBERNATED, archived, hibernated_hint
 from ._steps import Flow, HttpRequest, HttpResponse, Open, ReadChunk, Send, Sleep, StreamHandle, Upload
 from .exceptions import SandboxRequestError, SandboxRequestTimeoutError
 
@@ -168,9 +169,24 @@ def explain_unreachable(conn: Connection, err: SandboxRequestError) -> Flow[Sand
 
 
 def _read_sandbox(conn: Connection) -> Flow[tuple[bool, SandboxView | None]]:
-    """(True, the Sandbox or None when it does not exist), or (False, None) when it could not be read."""
+    """(True, the Sandbox or None when it does not exist), or (False, None) when it could not be read.
+
+    A hibernated Sandbox (ours: only its SandboxArchive exists) is a Suspended view with reason
+    `SandboxHibernated`: until December 6 it was said to be deleted."""
     try:
         view = yield from conn.sandbox()
+        if view is None and (yield from archived(conn.namespace, conn.sandbox_id)):
+            view = SandboxView.of(
+                {
+                    "metadata": {"name": conn.sandbox_id},
+                    "spec": {"operatingMode": "Suspended"},
+                    "status": {
+                        "conditions": [
+                            {"type": "Ready", "status": "False", "reason": REASON_SANDBOX_HIBERNATED}
+                        ]
+                    },
+                }
+            )
     except Exception:  # a best-effort explanation (e.g. a client without Kubernetes access)
         return False, None
     return True, view
@@ -180,6 +196,8 @@ def _explained(conn: Connection, err: SandboxRequestError, view: SandboxView | N
     where = f"Sandbox {conn.namespace}/{conn.sandbox_id}"
     if view is None:
         why = f"the {where} no longer exists (deleted, or its claim expired)"
+    elif view.reason == REASON_SANDBOX_HIBERNATED:
+        why = "the " + hibernated_hint(conn.namespace, conn.sandbox_id)
     elif view.operating_mode == "Suspended":
         why = (
             f"the {where} is suspended (spec.operatingMode: Suspended): resume it (the handle's resume(), "

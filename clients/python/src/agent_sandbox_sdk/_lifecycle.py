@@ -28,6 +28,7 @@ from .constants import (
     TRACE_CONTEXT_ANNOTATION,
 )
 from .exceptions import (
+    SandboxClaimFailedError,
     SandboxError,
     SandboxMetadataError,
     SandboxNotFoundError,
@@ -214,6 +215,21 @@ def _rollback(namespace: str, name: str, *, uid: str | None) -> Flow[None]:
         return
 
 
+def _not_a_claim(namespace: str, name: str) -> Flow[str]:
+    """Ours: a hint when `name` is a Sandbox's (or a hibernated Sandbox's) name rather than a claim's; until
+    December 6 `agent-sandbox suspend SANDBOX` only said the claim was not found. Best effort."""
+    try:
+        sandbox = yield from _kube.get(_kube.SANDBOXES, namespace, name)
+    except SandboxError:
+        sandbox = None
+    if sandbox is None and not (yield from archived(namespace, name)):
+        return ""
+    return (
+        f"; {namespace}/{name} is a Sandbox, not a claim: "
+        f"`agent-sandbox lifecycle suspend|resume|hibernate -n {namespace} {name}` work on Sandboxes by name"
+    )
+
+
 def resolve_claim(
     namespace: str, name: str, *, timeout: float, warmpool: str | None = None
 ) -> Flow[tuple[ClaimView, SandboxView]]:
@@ -224,7 +240,8 @@ def resolve_claim(
     try:
         obj = yield from _kube.get(_kube.CLAIMS, namespace, name)
         if obj is None:
-            raise SandboxNotFoundError(f"SandboxClaim {namespace}/{name} not found")
+            hint = yield from _not_a_claim(namespace, name)
+            raise SandboxNotFoundError(f"SandboxClaim {namespace}/{name} not found{hint}")
         view = ClaimView.of(obj)
         if warmpool is not None and view.warmpool != warmpool:
             raise ValueError(
@@ -286,7 +303,7 @@ def _restore(namespace: str, sandbox: str) -> Flow[dict[str, Any]]:
     """Ours: ask the lifecycle controller to restore a hibernated Sandbox (its SandboxArchive)."""
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     try:
-        yield from _kube.merge_patch(
+        archive = yield from _kube.merge_patch(
             _kube.ARCHIVES,
             namespace,
             sandbox,
@@ -300,8 +317,84 @@ def _restore(namespace: str, sandbox: str) -> Flow[dict[str, Any]]:
                 f"no Sandbox or hibernated Sandbox named {namespace}/{sandbox}"
             ) from err
         raise
+    # An expired one is never restored (the lifecycle controller deletes or keeps it by its shutdownPolicy).
+    kept = ((archive.get("spec") or {}).get("sandbox") or {}).get("spec") or {}
+    _final(namespace, sandbox, {"spec": {"shutdownTime": kept.get("shutdownTime")}}, 0, "restored")
     # Until the controller recreates it, the Sandbox is absent: wait from "nothing" (generation 0).
     return {"metadata": {"name": sandbox, "generation": 0}, "spec": {"operatingMode": OPERATING_MODE_RUNNING}}
+
+
+# Ours (docs/lifecycle.md): the annotations `agent-sandbox lifecycle suspend|resume` write, copied from
+# `agent_sandbox.api.lifecycle.suspend_patch` / `resume_patch` (this SDK is standalone and cannot import the
+# main package; keep them in step). Until December 6 a suspend left a previous `suspend-reason: Idle` and its
+# `suspended-at` in place, and a resume left a pending `hibernate: "true"`, so the lifecycle controller
+# suspended and archived the Sandbox again right after it was resumed.
+_PREFIX = "lifecycle.agents.x-k8s.io/"
+SUSPEND_REASON_ANNOTATION = _PREFIX + "suspend-reason"
+SUSPENDED_AT_ANNOTATION = _PREFIX + "suspended-at"
+HIBERNATE_ANNOTATION = _PREFIX + "hibernate"
+REASON_SANDBOX_EXPIRED = "SandboxExpired"
+REASON_SANDBOX_HIBERNATED = "SandboxHibernated"
+
+
+def operating_mode_patch(*, suspended: bool, now: datetime) -> dict[str, Any]:
+    """Merge patch of `spec.operatingMode` with who and when (`Manual`); a resume cancels a pending
+    hibernation (`hibernate` removed)."""
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    annotations: dict[str, Any]
+    if suspended:
+        annotations = {SUSPEND_REASON_ANNOTATION: "Manual", SUSPENDED_AT_ANNOTATION: stamp}
+    else:
+        annotations = {
+            RESUME_REASON_ANNOTATION: "Manual",
+            RESUMED_AT_ANNOTATION: stamp,
+            HIBERNATE_ANNOTATION: None,
+        }
+    mode = OPERATING_MODE_SUSPENDED if suspended else OPERATING_MODE_RUNNING
+    return {"metadata": {"annotations": annotations}, "spec": {"operatingMode": mode}}
+
+
+def hibernated_hint(namespace: str, sandbox: str) -> str:
+    """What to say of a Sandbox that is hibernated (only its SandboxArchive exists)."""
+    return (
+        f"Sandbox {namespace}/{sandbox} is hibernated (archived, volumes kept): restore it with the handle's "
+        f"resume(), `agent-sandbox resume CLAIM` or `agent-sandbox lifecycle resume -n {namespace} {sandbox}`"
+    )
+
+
+def archived(namespace: str, sandbox: str) -> Flow[bool]:
+    """Whether a SandboxArchive of that name exists (False too when it cannot be read, e.g. no lifecycle)."""
+    try:
+        obj = yield from _kube.get(_kube.ARCHIVES, namespace, sandbox)
+    except SandboxError:
+        return False
+    return obj is not None
+
+
+def _final(namespace: str, sandbox: str, obj: Mapping[str, Any], generation: int, mode: str) -> None:
+    """Raise when the Sandbox will never reach `mode`: it is being deleted, or it expired (its controller
+    only tears it down). Until December 6 the wait ran out its whole timeout, then named a wrong reason."""
+    meta = obj.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        raise SandboxNotFoundError(f"Sandbox {namespace}/{sandbox} is being deleted: it will not be {mode}")
+    ready = _condition(obj, "Ready") or {}
+    deadline = (obj.get("spec") or {}).get("shutdownTime")
+    passed = False
+    if isinstance(deadline, str):
+        try:
+            passed = datetime.fromisoformat(deadline.replace("Z", "+00:00")) <= datetime.now(UTC)
+        except ValueError:
+            passed = False
+    marked = (
+        ready.get("reason") == REASON_SANDBOX_EXPIRED
+        and int(ready.get("observedGeneration") or 0) >= generation
+    )
+    if passed or marked:
+        raise SandboxClaimFailedError(
+            f"Sandbox {namespace}/{sandbox} has expired (its shutdownTime {deadline} passed): it will not be {mode}",
+            reason=REASON_SANDBOX_EXPIRED,
+            condition_message=ready.get("message"),
+        )
 
 
 def set_operating_mode(
@@ -311,23 +404,27 @@ def set_operating_mode(
 
     Suspended = condition `Suspended=True` (the pod is gone; volumes stay). Running = `Ready=True`. Both
     must be observed for the patched generation, so a stale condition is never mistaken for the answer.
+    A Sandbox being deleted or expired raises at once (`SandboxNotFoundError`, `SandboxClaimFailedError`).
     """
     mode = OPERATING_MODE_SUSPENDED if suspended else OPERATING_MODE_RUNNING
-    body: dict[str, Any] = {"spec": {"operatingMode": mode}}
-    if not suspended:  # ours: say who resumed it (docs/lifecycle.md)
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        body["metadata"] = {"annotations": {RESUME_REASON_ANNOTATION: "Manual", RESUMED_AT_ANNOTATION: stamp}}
+    body = operating_mode_patch(suspended=suspended, now=datetime.now(UTC))
     try:
         patched = yield from _kube.merge_patch(_kube.SANDBOXES, namespace, sandbox, body)
     except SandboxRequestError as err:
         if err.response is None or not _kube.object_not_found(err.response):
             raise
         if suspended:  # spec §3.10: a missing or deleted sandbox is SandboxNotFoundError (resume said so too)
+            if (yield from archived(namespace, sandbox)):
+                # Ours: hibernated is more than suspended; until December 6 this said "not found (deleted?)".
+                raise SandboxNotFoundError(
+                    f"{hibernated_hint(namespace, sandbox)}; it is not running, there is nothing to suspend",
+                    reason=REASON_SANDBOX_HIBERNATED,
+                ) from err
             raise SandboxNotFoundError(f"Sandbox {namespace}/{sandbox} not found (deleted?)") from err
         patched = yield from _restore(namespace, sandbox)
+    generation = int((patched.get("metadata") or {}).get("generation") or 0)
     if not wait:
         return SandboxView.of(patched)
-    generation = int((patched.get("metadata") or {}).get("generation") or 0)
     want = "Suspended" if suspended else "Ready"
     last: list[Mapping[str, Any]] = [patched]
 
@@ -338,6 +435,7 @@ def set_operating_mode(
         cond = _condition(obj, want)
         if cond and cond.get("status") == "True" and int(cond.get("observedGeneration") or 0) >= generation:
             return SandboxView.of(obj)
+        _final(namespace, sandbox, obj, generation, mode)
         return None
 
     if (done := decide("MODIFIED", patched)) is not None:

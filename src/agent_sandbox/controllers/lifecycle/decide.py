@@ -8,10 +8,18 @@ One object name, three possible states, one decision per pass:
 | Running, `hibernate: "true"` | - | suspend (`Hibernate`) |
 | Suspended and its Pod gone, `hibernate-after` due or `hibernate: "true"` | - | archive: create the archive, hand the volumes (and Service) to it, mark the claim, delete the Sandbox keeping its children (`Orphan`) |
 | the archived one (same UID) | exists | archiving in progress: finish it (idempotent steps) |
-| - | restore asked for | restore: create the Sandbox (Running, same name), take the volumes back from the archive, unmark the claim, delete the archive |
-| a new one (other UID) | restore asked for | restore in progress: finish it |
+| - | restore asked for | restore: create the Sandbox (Running, same name) |
+| a new one (other UID) | restore asked for | restore in progress: once the Sandbox controller has taken each volume back (its controller reference), drop the archive's reference; then unmark the claim, delete the archive |
 | a new one, no restore asked for | exists | someone created a Sandbox with an archived name: reported, left alone |
-| - | exists, no restore | hibernated: nothing |
+| - | exists, no restore | hibernated: nothing (until its `shutdownTime`) |
+| - | exists, archived `shutdownTime` passed | expired while hibernated: `shutdownPolicy: Delete` -> delete the archive (its volumes go with it, as with the Sandbox), unmark the claim; `Retain` -> keep it; never restored |
+
+The archive keeps its reference on a volume until the restored Sandbox controls it: dropped earlier, a
+Sandbox that never takes it back (expired, being deleted) would leave it with no owner, never deleted; and
+the Sandbox controller's adoption patch and ours, racing on the same resourceVersion, made one of them fail
+(the Sandbox controller's failure showed as a `ReconcilerError` that routers took for final). Until
+December 6 both happened. A child the Sandbox controller will not take (the Sandbox expired or being
+deleted, or a Service it does not ask for) is handed to it by us, in one patch.
 
 Activity, for the idle clock, is the latest of: the Sandbox's creation, its last Ready transition (a resume
 ends with one), the routers' `last-activity` record, our `resumed-at`, and its claim's creation (a warm
@@ -22,8 +30,9 @@ commands or newer activity (traffic that bypassed the router) postpone the suspe
 carries the Sandbox's resourceVersion, so a router that records activity in between wins (409, decided
 again).
 
-Never touched: Sandboxes being deleted, unclaimed warm-pool members (the pool owns their lifecycle), and
-Sandboxes whose `shutdownTime` has passed (expiry owns them).
+Never touched: Sandboxes being deleted, unclaimed warm-pool members (the pool owns their lifecycle; a
+`hibernate` request on one is only removed, so that it does not hit whoever claims it), and Sandboxes whose
+`shutdownTime` has passed (expiry owns them).
 """
 
 from __future__ import annotations
@@ -40,13 +49,17 @@ from agent_sandbox.api.meta import (
     ReadOnlyObject,
     controlled_by,
     controller_name,
+    controller_ref,
     is_ready,
+    new_controller_ref,
     parse_time,
     status_condition,
 )
 
 __all__ = [
     "ArchiveSteps",
+    "DropHibernate",
+    "ExpireArchive",
     "Nothing",
     "Plan",
     "Probe",
@@ -57,12 +70,14 @@ __all__ = [
     "adopt_child_patch",
     "archive_owner_ref",
     "decide",
+    "handover_child_patch",
     "idle_since",
     "release_child_patch",
 ]
 
 RESTORE_POLL = 0.5
-"""Seconds between looks while an archived Sandbox is still being deleted (its children being orphaned)."""
+"""Seconds between looks while an archived Sandbox is still being deleted (its children being orphaned), and
+while a restored Sandbox's controller has not taken its volumes back yet (no PVC watch of ours)."""
 BUSY_RECHECK = 60.0
 """Longest wait before asking a busy runtime again."""
 START_GRACE = 300.0
@@ -127,6 +142,13 @@ class Suspend:
 
 
 @dataclass(frozen=True, slots=True)
+class DropHibernate:
+    """Remove a `hibernate` request from an unclaimed warm-pool member (guarded by `resource_version`)."""
+
+    resource_version: str
+
+
+@dataclass(frozen=True, slots=True)
 class ArchiveSteps:
     """Archive a suspended Sandbox, in order; each step is skipped when already done."""
 
@@ -143,20 +165,39 @@ class ArchiveSteps:
 
 @dataclass(frozen=True, slots=True)
 class RestoreSteps:
-    """Restore an archived Sandbox, in order; each step is skipped when already done."""
+    """Restore an archived Sandbox, in order; each step is skipped when already done.
+
+    With `create`, that is the whole pass (the next one, on the new Sandbox's events, goes on). The claim is
+    unmarked and the archive deleted only when `waiting` is False: no child is held by the archive any more.
+    """
 
     cause: lc.Cause
     requested_at: datetime | None
     create: dict[str, Any] | None
     """The Sandbox to create (None: it exists)."""
     children: tuple[ReadOnlyObject, ...]
-    """Children whose archive owner reference is to be removed."""
+    """Children the restored Sandbox controls, whose archive owner reference is to be removed."""
     claim_name: str | None
     """Claim whose `hibernated-sandbox` mark is to be removed."""
     archive_uid: str
+    handover: tuple[ReadOnlyObject, ...] = ()
+    """Children the Sandbox controller will not take back: given to the restored Sandbox by us."""
+    sandbox: ReadOnlyObject | None = None
+    """The restored Sandbox (for `handover`)."""
+    waiting: bool = False
+    """Some child is still to be taken back by the Sandbox controller: look again in `RESTORE_POLL`."""
 
 
-Plan: TypeAlias = Nothing | Probe | Suspend | ArchiveSteps | RestoreSteps
+@dataclass(frozen=True, slots=True)
+class ExpireArchive:
+    """A hibernated Sandbox's `shutdownTime` passed with `shutdownPolicy: Delete`: delete its archive (the
+    volumes it alone keeps go with it, as with the Sandbox), then unmark the claim."""
+
+    archive_uid: str
+    claim_name: str | None
+
+
+Plan: TypeAlias = Nothing | Probe | Suspend | DropHibernate | ArchiveSteps | RestoreSteps | ExpireArchive
 
 
 # --------------------------------------------------------------------------- small readers
@@ -250,7 +291,13 @@ def decide(s: Snapshot) -> Plan:
         return _with_archive(s, archive)
     if sb is None:
         return Nothing()
-    if _meta(sb).get("deletionTimestamp") or controlled_by(sb, SANDBOX_WARM_POOL) or _expired(sb, s.now):
+    if _meta(sb).get("deletionTimestamp") or _expired(sb, s.now):
+        return Nothing()
+    if controlled_by(sb, SANDBOX_WARM_POOL):
+        if lc.ANNOTATION_HIBERNATE in _annotations(sb):
+            # Never for a pool member: dropped before a claim adopts it, or it would hibernate the claimer
+            # (until December 6 it did; `agent-sandbox lifecycle hibernate` refuses pool members now).
+            return DropHibernate(_meta(sb).get("resourceVersion", ""))
         return Nothing()
     policy = lc.lifecycle_policy(_annotations(sb), s.template_annotations)
     hibernate_now = _annotations(sb).get(lc.ANNOTATION_HIBERNATE) == "true"
@@ -325,6 +372,20 @@ def _suspended(s: Snapshot, sb: ReadOnlyObject, policy: lc.LifecyclePolicy, hibe
     return ArchiveSteps(cause, body, s.children, _claim_name(sb), _meta(sb).get("uid", ""))
 
 
+def _archived_spec(archive: ReadOnlyObject) -> Mapping[str, Any]:
+    spec: Mapping[str, Any] = ((archive.get("spec") or {}).get("sandbox") or {}).get("spec") or {}
+    return spec
+
+
+def _sandbox_takes_back(sb: ReadOnlyObject, child: ReadOnlyObject, now: datetime) -> bool:
+    """Whether the Sandbox controller adopts `child` for `sb` by itself (as any Sandbox's unowned, tracked
+    PVC or Service): not for a Sandbox being deleted or expired (it only tears down), nor a Service the
+    Sandbox does not ask for (`spec.service`)."""
+    if _meta(sb).get("deletionTimestamp") or _expired(sb, now):
+        return False
+    return str(child.get("kind")) != "Service" or bool((sb.get("spec") or {}).get("service"))
+
+
 def _with_archive(s: Snapshot, archive: ReadOnlyObject) -> Plan:
     spec = archive.get("spec") or {}
     archived_uid = str(spec.get("sandboxUID") or "")
@@ -346,22 +407,53 @@ def _with_archive(s: Snapshot, archive: ReadOnlyObject) -> Plan:
         return ArchiveSteps(
             cause, None, pending, None if claim_marked else _claim_name(sb), _meta(sb).get("uid", "")
         )
-    if requested is None:
-        if sb is not None:
-            return Nothing(
-                conflict=f"a new Sandbox named {_meta(archive)['name']!r} exists while it is hibernated"
-            )
-        return Nothing()
+    if sb is None:
+        # Hibernated: expiry still applies (until December 6 it never did, and the archive kept the volumes
+        # forever). An expired one is never restored: the Sandbox would only be torn down again.
+        archived = _archived_spec(archive)
+        deadline = parse_time(archived.get("shutdownTime"))
+        if deadline is not None and s.now >= deadline:
+            if _meta(archive).get("deletionTimestamp"):
+                return Nothing()
+            if archived.get("shutdownPolicy") == c.ShutdownPolicy.DELETE:
+                return ExpireArchive(archive_uid, claim_name if claim_marked else None)
+            return Nothing()  # Retain: kept, volumes and all, until someone deletes the archive
+        if requested is None:
+            return Nothing(_seconds(deadline - s.now) if deadline is not None else None)
+    elif requested is None:
+        return Nothing(
+            conflict=f"a new Sandbox named {_meta(archive)['name']!r} exists while it is hibernated"
+        )
+    assert requested is not None
     cause, requested_at = requested
-    create = None if sb is not None else lc.archived_sandbox(archive, cause=cause, now=s.now)
-    keeping = tuple(ch for ch in s.children if _has_owner_uid(ch, archive_uid))
+    if sb is None:
+        create = lc.archived_sandbox(archive, cause=cause, now=s.now)
+        return RestoreSteps(cause, requested_at, create, (), None, archive_uid)
+    sb_uid = str(_meta(sb).get("uid") or "")
+    release: list[ReadOnlyObject] = []
+    handover: list[ReadOnlyObject] = []
+    waiting = False
+    for ch in s.children:
+        if not _has_owner_uid(ch, archive_uid):
+            continue
+        ref = controller_ref(_meta(ch))
+        if ref is not None and ref.get("uid") == sb_uid:
+            release.append(ch)  # taken back: the archive's reference can go
+        elif ref is None and not _sandbox_takes_back(sb, ch, s.now):
+            handover.append(ch)
+        else:
+            waiting = True  # the Sandbox controller adopts it (or reports why not): ours stays till then
+    done = not waiting and not handover
     return RestoreSteps(
         cause,
         requested_at,
-        create,
-        keeping,
-        claim_name if claim_marked else None,
+        None,
+        tuple(release),
+        claim_name if claim_marked and done else None,
         archive_uid,
+        handover=tuple(handover),
+        sandbox=sb,
+        waiting=waiting,
     )
 
 
@@ -369,6 +461,23 @@ def adopt_child_patch(child: ReadOnlyObject, archive: ReadOnlyObject) -> dict[st
     """Merge patch adding the archive's (non-controller) owner reference to a child."""
     refs = [dict(r) for r in _meta(child).get("ownerReferences") or []]
     refs.append(archive_owner_ref(archive))
+    return {"metadata": {"resourceVersion": _meta(child).get("resourceVersion"), "ownerReferences": refs}}
+
+
+def handover_child_patch(child: ReadOnlyObject, sandbox: ReadOnlyObject, archive_uid: str) -> dict[str, Any]:
+    """Merge patch giving a child the archive keeps to the restored Sandbox (its controller reference, as
+    the Sandbox controller's adoption writes it) and dropping the archive's, in one guarded write."""
+    refs = [
+        dict(r)
+        for r in _meta(child).get("ownerReferences") or []
+        if r.get("uid") != archive_uid and not r.get("controller")
+    ]
+    meta = _meta(sandbox)
+    refs.append(
+        new_controller_ref(
+            api_version=c.SANDBOX_API_VERSION, kind=c.KIND_SANDBOX, name=meta["name"], uid=meta.get("uid", "")
+        )
+    )
     return {"metadata": {"resourceVersion": _meta(child).get("resourceVersion"), "ownerReferences": refs}}
 
 

@@ -36,7 +36,10 @@ from agent_sandbox.kube import (
 )
 
 from .decide import (
+    RESTORE_POLL,
     ArchiveSteps,
+    DropHibernate,
+    ExpireArchive,
     Nothing,
     Plan,
     Probe,
@@ -45,6 +48,7 @@ from .decide import (
     Suspend,
     adopt_child_patch,
     decide,
+    handover_child_patch,
     release_child_patch,
 )
 from .metrics import LifecycleMetrics
@@ -188,10 +192,23 @@ class LifecycleReconciler:
             return Result(requeue_after=plan.requeue_after)
         if isinstance(plan, Suspend):
             return await self._suspend(request, snap, plan)
+        if isinstance(plan, DropHibernate):
+            patch = {
+                "metadata": {
+                    "resourceVersion": plan.resource_version,
+                    "annotations": {lc.ANNOTATION_HIBERNATE: None},
+                }
+            }
+            with contextlib.suppress(NotFound):
+                await self._client.patch(SANDBOX, request.name, patch, namespace=request.namespace)
+            log.info("dropped a hibernate request from warm-pool member %s", request)
+            return Result()
         if isinstance(plan, ArchiveSteps):
             return await self._archive(request, snap, plan)
         if isinstance(plan, RestoreSteps):
             return await self._restore(request, snap, plan)
+        if isinstance(plan, ExpireArchive):
+            return await self._expire_archive(request, plan)
         raise AssertionError(f"unexpected plan {plan!r}")
 
     def _report(self, snap: Snapshot, plan: Nothing) -> None:
@@ -269,14 +286,38 @@ class LifecycleReconciler:
                 created, "Normal", "Restored", "Restore", f"Restored from its archive ({plan.cause})"
             )
             log.info("restored %s (%s)", request, plan.cause)
+            # The volumes stay the archive's until the Sandbox controller has taken them back (next passes).
+            return Result(requeue_after=RESTORE_POLL)
+        if plan.sandbox is not None:
+            for child in plan.handover:
+                kind = _CHILD_KINDS[str(child.get("kind"))]
+                patch = handover_child_patch(child, plan.sandbox, plan.archive_uid)
+                await self._client.patch(kind, child["metadata"]["name"], patch, namespace=ns)
         for child in plan.children:
             kind = _CHILD_KINDS[str(child.get("kind"))]
             patch = release_child_patch(child, plan.archive_uid)
             await self._client.patch(kind, child["metadata"]["name"], patch, namespace=ns)
+        if plan.waiting or plan.handover:
+            return Result(requeue_after=RESTORE_POLL)  # finished once every child has left the archive
         if plan.claim_name:
             unmark = {"metadata": {"annotations": {lc.ANNOTATION_HIBERNATED_SANDBOX: None}}}
             with contextlib.suppress(NotFound):
                 await self._client.patch(SANDBOX_CLAIM, plan.claim_name, unmark, namespace=ns)
         with contextlib.suppress(NotFound):
             await self._client.delete(lc.ARCHIVE, request.name, namespace=ns, uid=plan.archive_uid)
+        return Result()
+
+    async def _expire_archive(self, request: Request, plan: ExpireArchive) -> Result:
+        """Delete an expired archive (`shutdownPolicy: Delete`): the garbage collector deletes the volumes
+        and Service whose only owner it is, as it would have with the Sandbox."""
+        ns = request.namespace
+        with contextlib.suppress(NotFound):
+            await self._client.delete(
+                lc.ARCHIVE, request.name, namespace=ns, uid=plan.archive_uid, propagation_policy="Background"
+            )
+        if plan.claim_name:  # the claim sees its Sandbox gone, as after a live Sandbox's expiry
+            unmark = {"metadata": {"annotations": {lc.ANNOTATION_HIBERNATED_SANDBOX: None}}}
+            with contextlib.suppress(NotFound):
+                await self._client.patch(SANDBOX_CLAIM, plan.claim_name, unmark, namespace=ns)
+        log.info("deleted the expired archive %s (shutdownPolicy Delete)", request)
         return Result()

@@ -11,6 +11,8 @@ from agent_sandbox.api import lifecycle as lc
 from agent_sandbox.api.meta import format_time
 from agent_sandbox.controllers.lifecycle.decide import (
     ArchiveSteps,
+    DropHibernate,
+    ExpireArchive,
     Nothing,
     Probe,
     RestoreSteps,
@@ -19,6 +21,7 @@ from agent_sandbox.controllers.lifecycle.decide import (
     Suspend,
     adopt_child_patch,
     decide,
+    handover_child_patch,
     idle_since,
     release_child_patch,
 )
@@ -166,6 +169,12 @@ def test_pool_members_deleting_and_expired_sandboxes_are_left_alone() -> None:
     assert decide(snap(expired, now=now)) == Nothing()
 
 
+def test_a_hibernate_request_on_a_pool_member_is_dropped_not_carried_out() -> None:
+    # Until December 6 it stayed on the member and hibernated whoever claimed it.
+    member = sandbox(annotations={lc.ANNOTATION_HIBERNATE: "true"}, owners=[POOL_REF])
+    assert decide(snap(member, now=T0)) == DropHibernate("7")
+
+
 def test_template_settings_apply_and_problems_are_reported() -> None:
     now = T0 + timedelta(minutes=11)
     assert isinstance(
@@ -232,17 +241,89 @@ def test_restore_creates_releases_unmarks_and_deletes() -> None:
     assert plan.create is not None
     assert plan.create["metadata"]["ownerReferences"] == [CLAIM_REF]
     assert plan.create["spec"]["operatingMode"] == "Running"
+    # Creating is the whole pass: the volumes stay the archive's, the claim marked, the archive kept.
     assert (plan.cause, plan.children, plan.claim_name, plan.archive_uid) == (
         lc.Cause.REQUEST,
-        (held,),
-        "c",
+        (),
+        None,
         "archive-uid",
     )
-    # The new Sandbox exists (another UID): finish without creating again.
+    # The new Sandbox exists (another UID): finish without creating again, once it controls the volume.
     fresh = sandbox(uid="new-uid")
-    again = decide(snap(fresh, now=T0, archive=archive, children=(held,), claim=claim))
-    assert isinstance(again, RestoreSteps)
-    assert again.create is None
+    taken = {
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": "a",
+            "ownerReferences": [{"uid": "archive-uid"}, {"uid": "new-uid", "controller": True}],
+        },
+    }
+    again = decide(snap(fresh, now=T0, archive=archive, children=(taken,), claim=claim))
+    assert again == RestoreSteps(
+        lc.Cause.REQUEST,
+        datetime(2026, 3, 1, 13, tzinfo=UTC),
+        None,
+        (taken,),
+        "c",
+        "archive-uid",
+        sandbox=fresh,
+    )
+
+
+def test_restore_keeps_the_volume_until_the_sandbox_controller_takes_it_back() -> None:
+    # Until December 6 the archive's reference was dropped right after the create: a Sandbox that never
+    # adopted the PVC (expired) left it with no owner, and the two patches raced (409).
+    archive = lc.archive_body(sandbox(mode="Suspended"), cause=lc.Cause.REQUESTED, now=T0, children=[])
+    archive["metadata"]["uid"] = "archive-uid"
+    archive["spec"]["restore"] = {"cause": "Manual"}
+    held = {
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "a", "resourceVersion": "9", "ownerReferences": [{"uid": "archive-uid"}]},
+    }
+    claim = {"metadata": {"name": "c", "annotations": {lc.ANNOTATION_HIBERNATED_SANDBOX: "sb"}}}
+    fresh = sandbox(uid="new-uid")
+    plan = decide(snap(fresh, now=T0, archive=archive, children=(held,), claim=claim))
+    assert isinstance(plan, RestoreSteps)
+    assert (plan.children, plan.handover, plan.waiting, plan.claim_name) == ((), (), True, None)
+    # A restored Sandbox that will never adopt it (expired, being deleted): we hand it over, in one write.
+    expired = sandbox(uid="new-uid")
+    expired["spec"]["shutdownTime"] = format_time(T0 - timedelta(seconds=1))
+    deleting = sandbox(uid="new-uid", deletionTimestamp=format_time(T0))
+    for gone in (expired, deleting):
+        plan = decide(snap(gone, now=T0, archive=archive, children=(held,), claim=claim))
+        assert isinstance(plan, RestoreSteps)
+        assert (plan.children, plan.handover, plan.waiting, plan.claim_name) == ((), (held,), False, None)
+        assert handover_child_patch(held, gone, "archive-uid") == {
+            "metadata": {
+                "resourceVersion": "9",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "agents.x-k8s.io/v1beta1",
+                        "kind": "Sandbox",
+                        "name": "sb",
+                        "uid": "new-uid",
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            }
+        }
+
+
+@pytest.mark.parametrize("restore", [False, True])
+def test_a_hibernated_sandbox_expires_by_its_shutdown_policy(restore: bool) -> None:
+    # Until December 6 a hibernated Sandbox was never expired: its archive kept the volumes forever.
+    sb = sandbox(mode="Suspended", suspended_at=T0, owners=[CLAIM_REF])
+    sb["spec"]["shutdownTime"] = format_time(T0 + timedelta(hours=1))
+    claim = {"metadata": {"name": "c", "annotations": {lc.ANNOTATION_HIBERNATED_SANDBOX: "sb"}}}
+    for policy, expected in (("Delete", ExpireArchive("archive-uid", "c")), ("Retain", Nothing())):
+        sb["spec"]["shutdownPolicy"] = policy
+        archive = lc.archive_body(sb, cause=lc.Cause.REQUESTED, now=T0, children=[])
+        archive["metadata"]["uid"] = "archive-uid"
+        if restore:  # an expired one is never restored (it would only be torn down again)
+            archive["spec"]["restore"] = {"cause": "Manual"}
+        else:  # not yet: looked at again at its shutdownTime
+            assert decide(snap(None, now=T0, archive=archive, claim=claim)) == Nothing(3600.0)
+        assert decide(snap(None, now=T0 + timedelta(hours=2), archive=archive, claim=claim)) == expected
 
 
 def test_a_new_sandbox_in_an_archived_name_is_reported_not_touched() -> None:

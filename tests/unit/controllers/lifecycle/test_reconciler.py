@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from agent_sandbox.api import lifecycle as lc
+from agent_sandbox.api.meta import format_time
+from agent_sandbox.controllers.lifecycle.decide import archive_owner_ref
 from agent_sandbox.controllers.lifecycle.metrics import LifecycleMetrics
 from agent_sandbox.controllers.lifecycle.reconciler import LifecycleReconciler
-from agent_sandbox.kube import SANDBOX, Object, Request
+from agent_sandbox.kube import PVC, SANDBOX, NotFound, Object, Request
 from agent_sandbox.kube.testing import FakeClient
 from tests.unit.controllers.sandbox.builders import NS, sandbox
 
@@ -57,3 +60,77 @@ async def test_a_recreated_sandbox_is_reported_again() -> None:
     await client.create(SANDBOX, sandbox("sb", uid="uid-2", annotations=BAD), namespace=NS)
     await rec.reconcile(Request(NS, "sb"))  # the delete's pass never ran: the UID tells them apart
     assert events.reasons == [("sb", "InvalidLifecycleSettings")] * 2
+
+
+# --------------------------------------------------------------------------- restore and expiry of archives
+
+PVC_NAME = "data-sb"
+
+
+async def _hibernated(client: FakeClient, **spec: Any) -> Object:
+    """An archive of Sandbox `sb` keeping its PVC (as archiving leaves them), and that PVC."""
+    old = sandbox("sb", uid="old-uid", mode="Suspended", vcts=[{"metadata": {"name": "data"}}])
+    old["spec"].update(spec)
+    body = lc.archive_body(
+        old,
+        cause=lc.Cause.REQUESTED,
+        now=datetime.now(UTC),
+        children=[{"kind": "PersistentVolumeClaim", "name": PVC_NAME}],
+    )
+    archive = await client.create(lc.ARCHIVE, body, namespace=NS)
+    pvc = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": PVC_NAME, "namespace": NS, "ownerReferences": [archive_owner_ref(archive)]},
+    }
+    await client.create(PVC, pvc, namespace=NS)
+    return archive
+
+
+def _owner_uids(obj: Object) -> list[str]:
+    return [r["uid"] for r in obj["metadata"].get("ownerReferences") or []]
+
+
+async def test_restore_leaves_the_volume_to_the_archive_until_the_sandbox_controller_takes_it() -> None:
+    # Until December 6 the archive's reference was dropped right after the create: an expired Sandbox never
+    # adopted the PVC, which was left with no owner (never deleted), and the patch raced the adoption (409).
+    client, events = FakeClient(), Events()
+    rec = reconciler(client, events)
+    archive = await _hibernated(client)
+    await client.patch(
+        lc.ARCHIVE, "sb", lc.restore_request_patch(lc.Cause.MANUAL, datetime.now(UTC)), namespace=NS
+    )
+    await rec.reconcile(Request(NS, "sb"))
+    restored = await client.get(SANDBOX, "sb", namespace=NS)
+    await rec.reconcile(Request(NS, "sb"))  # the Sandbox controller has not adopted it yet: nothing moves
+    pvc = await client.get(PVC, PVC_NAME, namespace=NS)
+    assert _owner_uids(pvc) == [archive["metadata"]["uid"]]
+    assert await client.get(lc.ARCHIVE, "sb", namespace=NS) is not None
+    # The Sandbox controller adopts it (its controller reference, the archive's kept).
+    adopted = [*pvc["metadata"]["ownerReferences"], {"uid": restored["metadata"]["uid"], "controller": True}]
+    await client.patch(PVC, PVC_NAME, {"metadata": {"ownerReferences": adopted}}, namespace=NS)
+    await rec.reconcile(Request(NS, "sb"))
+    pvc = await client.get(PVC, PVC_NAME, namespace=NS)
+    assert _owner_uids(pvc) == [restored["metadata"]["uid"]]
+    with pytest.raises(NotFound):
+        await client.get(lc.ARCHIVE, "sb", namespace=NS)
+
+
+async def test_an_expired_archive_is_deleted_or_kept_by_its_shutdown_policy() -> None:
+    past = format_time(datetime.now(UTC) - timedelta(minutes=1))
+    for policy, kept in (("Delete", False), ("Retain", True)):
+        client, events = FakeClient(), Events()
+        rec = reconciler(client, events)
+        await _hibernated(client, shutdownTime=past, shutdownPolicy=policy)
+        await client.patch(
+            lc.ARCHIVE, "sb", lc.restore_request_patch(lc.Cause.MANUAL, datetime.now(UTC)), namespace=NS
+        )
+        await rec.reconcile(Request(NS, "sb"))
+        with pytest.raises(NotFound):  # never restored
+            await client.get(SANDBOX, "sb", namespace=NS)
+        try:
+            await client.get(lc.ARCHIVE, "sb", namespace=NS)
+            found = True
+        except NotFound:
+            found = False
+        assert found is kept, policy

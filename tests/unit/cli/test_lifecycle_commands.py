@@ -1,0 +1,112 @@
+"""`agent-sandbox lifecycle resume|suspend|hibernate` (cli/lifecycle.py) over the in-memory FakeClient: a
+resume cancels a pending hibernation; expired, deleted, hibernated and warm-pool Sandboxes are refused at
+once, saying why."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from agent_sandbox.api import lifecycle as lc
+from agent_sandbox.api.meta import format_time
+from agent_sandbox.cli.lifecycle import Refused, ResumeOutcome, hibernate, resume, suspend
+from agent_sandbox.kube import SANDBOX
+from agent_sandbox.kube.testing import FakeClient
+
+pytestmark = pytest.mark.unit
+
+NS = "lc"
+POOL_REF = {
+    "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+    "kind": "SandboxWarmPool",
+    "name": "pool",
+    "uid": "pool-uid",
+    "controller": True,
+}
+
+
+def body(mode: str = "Running", annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "agents.x-k8s.io/v1beta1",
+        "kind": "Sandbox",
+        "metadata": {"name": "sb", "namespace": NS, "annotations": annotations or {}},
+        "spec": {"operatingMode": mode, **spec},
+    }
+
+
+async def annotations_of(api: FakeClient) -> dict[str, str]:
+    return dict((await api.get(SANDBOX, "sb", namespace=NS))["metadata"].get("annotations") or {})
+
+
+@pytest.mark.parametrize("mode", ["Suspended", "Running"])
+async def test_a_resume_cancels_a_pending_hibernation(mode: str) -> None:
+    # Until December 6 `hibernate: "true"` stayed: the lifecycle controller archived it again right away.
+    api = FakeClient()
+    await api.create(SANDBOX, body(mode, {lc.ANNOTATION_HIBERNATE: "true"}), namespace=NS)
+    outcome = await resume(api, "sb", NS)  # type: ignore[arg-type]
+    assert outcome is (ResumeOutcome.RESUMED if mode == "Suspended" else ResumeOutcome.ALREADY_RUNNING)
+    assert lc.ANNOTATION_HIBERNATE not in await annotations_of(api)
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"shutdownTime": "2026-01-01T00:00:00Z"}, "has expired"),
+        ({"deleting": True}, "is being deleted"),
+    ],
+)
+async def test_expired_or_deleting_sandboxes_are_refused_at_once(change: dict[str, Any], said: str) -> None:
+    # Until December 6 `lifecycle resume` waited out its whole timeout: "not Ready within 120s".
+    api = FakeClient()
+    obj = body("Suspended", shutdownTime=change.get("shutdownTime"))
+    if change.get("deleting"):
+        obj["metadata"]["finalizers"] = ["test/keep"]
+    await api.create(SANDBOX, obj, namespace=NS)
+    if change.get("deleting"):
+        await api.delete(SANDBOX, "sb", namespace=NS)
+    started = time.monotonic()
+    for call in (resume, suspend, hibernate):
+        with pytest.raises(Refused, match=said):
+            await call(api, "sb", NS)  # type: ignore[arg-type]
+    assert time.monotonic() - started < 5
+    assert (await api.get(SANDBOX, "sb", namespace=NS))["spec"]["operatingMode"] == "Suspended"
+
+
+async def test_a_sandbox_that_expires_while_resuming_is_not_waited_for() -> None:
+    api = FakeClient()
+    soon = format_time(datetime.now(UTC) + timedelta(seconds=1))
+    await api.create(SANDBOX, body("Suspended", shutdownTime=soon), namespace=NS)
+    with pytest.raises(Refused, match="has expired"):
+        await resume(api, "sb", NS, wait=30, poll=0.05)  # type: ignore[arg-type]
+
+
+async def test_a_warm_pool_member_is_not_hibernated() -> None:
+    # Until December 6 the request was accepted, did nothing, and hibernated whoever claimed the member.
+    api = FakeClient()
+    obj = body()
+    obj["metadata"]["ownerReferences"] = [POOL_REF]
+    await api.create(SANDBOX, obj, namespace=NS)
+    with pytest.raises(Refused, match="unclaimed member of warm pool 'pool'"):
+        await hibernate(api, "sb", NS)  # type: ignore[arg-type]
+    assert lc.ANNOTATION_HIBERNATE not in await annotations_of(api)
+
+
+async def test_a_hibernated_sandbox_is_not_suspended_or_hibernated_again() -> None:
+    api = FakeClient()
+    archive = {
+        "apiVersion": lc.ARCHIVE.api_version,
+        "kind": lc.ARCHIVE.kind,
+        "metadata": {"name": "sb"},
+        "spec": {},
+    }
+    await api.create(lc.ARCHIVE, archive, namespace=NS)
+    for call in (suspend, hibernate):
+        with pytest.raises(Refused, match="is hibernated already"):
+            await call(api, "sb", NS)  # type: ignore[arg-type]
+    past = {"sandbox": {"spec": {"shutdownTime": "2026-01-01T00:00:00Z"}}}
+    await api.patch(lc.ARCHIVE, "sb", {"spec": past}, namespace=NS)
+    with pytest.raises(Refused, match="has expired"):
+        await resume(api, "sb", NS)  # type: ignore[arg-type]
