@@ -41,7 +41,10 @@ def run_interactive(start: StartCommand, *, stdin: bool, want_tty: bool) -> Comm
     (None if the stream ended without one)."""
     use_tty = want_tty and os.isatty(sys.stdin.fileno()) and os.isatty(sys.stdout.fileno())
     if want_tty and not use_tty:
-        print("warning: -t ignored: standard input and output are not a terminal", file=sys.stderr)
+        which = "input" if not os.isatty(sys.stdin.fileno()) else "output"
+        if not os.isatty(sys.stdin.fileno()) and not os.isatty(sys.stdout.fileno()):
+            which = "input and output"
+        print(f"warning: -t ignored: standard {which} is not a terminal", file=sys.stderr)
     size = _terminal_size() if use_tty else None
     stream = start((size.columns, size.lines) if size else None)
     stream.wait_started()  # before the pump thread may call the stream (the flow is not re-entrant)

@@ -13,6 +13,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from agent_sandbox.api.errortext import describe_error
 from agent_sandbox.cli.arguments import CONNECTION_OPTIONS, add_connection_options
@@ -255,26 +256,36 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be, so that the same cleanup runs: a `create`
-    deletes the auto-named claim it made. Until December 6 SIGTERM (`timeout`, CI runners, systemd) killed
-    the CLI mid-create and left a running sandbox behind whose name was never printed."""
+    """SIGTERM or SIGHUP, raised where Ctrl-C's KeyboardInterrupt would be, so that the same cleanup runs: a
+    `create` deletes the auto-named claim it made, `exec -t` restores the terminal. Until December 6 SIGTERM
+    (`timeout`, CI runners, systemd) killed the CLI mid-create and left a running sandbox behind whose name
+    was never printed, and SIGHUP (a closed terminal window, a dropped SSH session) left the terminal raw."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__()
+        self.signum = signum
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
-    raise _Terminated
+    raise _Terminated(signum)
+
+
+#: Signals that stop the CLI as Ctrl-C does.
+_STOPPING = (signal.SIGTERM, signal.SIGHUP)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    previous = None
+    previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+        previous = {sig: signal.signal(sig, _raise_terminated) for sig in _STOPPING}
     try:
         return _main(argv)
     except KeyboardInterrupt as interrupt:
-        return 143 if isinstance(interrupt, _Terminated) else 130  # 128 + the signal, as a shell reports it
+        # 128 + the signal, as a shell reports it
+        return 128 + interrupt.signum if isinstance(interrupt, _Terminated) else 130
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -142,6 +142,11 @@ class ProcessService:
         if req.input:
             try:
                 await proc.write_stdin(req.input)
+            except ConnectionError:  # broken pipe / connection lost: the program exited or closed its stdin
+                await context.abort(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"process {req.process_id} has no stdin (it exited or closed it)",
+                )
             except (OSError, RuntimeError) as err:
                 await context.abort(grpc.StatusCode.INTERNAL, f"failed to write stdin: {err}")
         return pb.WriteStdinResponse()

@@ -150,3 +150,31 @@ def test_a_terminal_without_stdin_leaves_ctrl_c_to_the_cli(
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         os.close(fd)
+
+
+def test_a_hangup_restores_the_terminal(cluster: DevCluster, router: str, sandbox: str) -> None:
+    """SIGHUP (a terminal window closed, an SSH session dropped) stops `exec -it` as Ctrl-C stops the CLI:
+    129, and the terminal back in its cooked mode. Until December 6 the signal killed the CLI with the
+    terminal left raw (no echo, no line editing)."""
+    argv = [CLI, "exec", "-it", "--kubeconfig", str(cluster.kubeconfig), "--router-url", router,
+            "-n", sandbox, "sb", "--", "sh"]  # fmt: skip
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(CLI, argv)
+    try:
+        seen = bytearray()
+        os.write(fd, b"echo ready=$((6*7))\n")
+        _read_until(fd, b"ready=42", seen, time.monotonic() + 60)
+        assert not termios.tcgetattr(fd)[3] & termios.ICANON  # raw while the session runs
+        os.kill(pid, signal.SIGHUP)
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+        assert os.waitstatus_to_exitcode(status) == 129, bytes(seen)
+        lflag = termios.tcgetattr(fd)[3]
+        assert lflag & termios.ICANON
+        assert lflag & termios.ECHO
+    finally:
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)

@@ -25,7 +25,9 @@ def _claims(cluster: DevCluster, namespace: str) -> list[str]:
     return [item["metadata"]["name"] for item in body["items"]]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"]
+)
 def test_a_signal_during_create_rolls_the_claim_back(
     cluster: DevCluster, namespace: str, controller: Started, sig: signal.Signals
 ) -> None:

@@ -260,7 +260,9 @@ def stream_command(
             if kind == "init":
                 ref.process_id = event.init.process_id
                 if stdin is not None:
-                    yield from write_stdin(ref, stdin)
+                    # A command that ends without reading its input (`echo`, `true`) is fine, as for a shell's
+                    # `echo x | true`; its output and exit code follow (until December 6 the stream failed).
+                    yield from write_stdin(ref, stdin, gone_ok=True)
                     yield from write_stdin(ref, None)
                 yield Emit(STARTED)
             elif kind in ("stdout", "stderr"):
@@ -321,11 +323,16 @@ def require_control(ref: ProcessRef) -> None:
         )
 
 
+#: Answers of a control call on a process that exited (or closed its stdin) meanwhile.
+_GONE = ("NOT_FOUND", "FAILED_PRECONDITION")
+
+
 def _control(
     ref: ProcessRef, method: str, request: Any, response_type: Any, *, gone_ok: bool = False
 ) -> Flow[None]:
-    """One control call on a running process. `gone_ok`: a process that already exited (NOT_FOUND) is fine
-    (closing stdin or signalling races with the process ending on its own)."""
+    """One control call on a running process. `gone_ok`: a process that already exited (NOT_FOUND), or whose
+    stdin is closed (FAILED_PRECONDITION), is fine (closing stdin or signalling races with the process ending
+    on its own)."""
     require_control(ref)
     if ref.process_id is None or ref.target is None:
         raise SandboxError("the process has not started yet (no init event received)")
@@ -334,19 +341,22 @@ def _control(
             ref.target.grpc_target or "", method, request, response_type, 30.0, ref.target.grpc_metadata
         )
     except GrpcFailure as err:
-        if gone_ok and err.code == "NOT_FOUND":
+        if gone_ok and err.code in _GONE:
             return
         raise _grpc_error(err) from err
 
 
-def write_stdin(ref: ProcessRef, data: bytes | None) -> Flow[None]:
-    """Write bytes to the process's stdin, or close it (`data=None`)."""
+def write_stdin(ref: ProcessRef, data: bytes | None, *, gone_ok: bool = False) -> Flow[None]:
+    """Write bytes to the process's stdin, or close it (`data=None`, fine once it exited). `gone_ok`: data
+    for a process that has exited or closed its stdin is dropped."""
     pb = _process.messages()
     if data is None:
         request = pb.WriteStdinRequest(process_id=ref.process_id or 0, eof=_process.empty())
     else:
         request = pb.WriteStdinRequest(process_id=ref.process_id or 0, input=data)
-    yield from _control(ref, _process.WRITE_STDIN, request, pb.WriteStdinResponse, gone_ok=data is None)
+    yield from _control(
+        ref, _process.WRITE_STDIN, request, pb.WriteStdinResponse, gone_ok=gone_ok or data is None
+    )
 
 
 def signal_process(ref: ProcessRef, signal: int) -> Flow[None]:

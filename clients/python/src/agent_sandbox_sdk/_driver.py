@@ -512,6 +512,13 @@ class SyncDriver(_DriverBase):
             channel.close()
 
 
+def _cancelling() -> bool:
+    """Whether the current task is being cancelled (a CancelledError may also come from a call cancelled
+    underneath, e.g. by its channel closing)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 class AsyncDriver(_DriverBase):
     """Runs flows with asyncio I/O (httpx2.AsyncClient, grpc.aio channels).
 
@@ -521,6 +528,8 @@ class AsyncDriver(_DriverBase):
     """
 
     _loop: asyncio.AbstractEventLoop | None = None
+    _closes = 0
+    """`aclose()` calls so far: a call cancelled underneath by one is told from a cancelled task."""
 
     def _follow_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -571,6 +580,7 @@ class AsyncDriver(_DriverBase):
         opened: list[Any] = []
         value: Any = None
         error: BaseException | None = None
+        completed = False
         spans = FlowTrace(self.tracing) if self.tracing is not None else None
         try:
             while True:
@@ -578,6 +588,7 @@ class AsyncDriver(_DriverBase):
                     step = flow.throw(error) if error is not None else flow.send(value)
                 except StopIteration as stop:
                     box.value = stop.value
+                    completed = True
                     return
                 value, error = None, None
                 if isinstance(step, Emit):
@@ -588,6 +599,7 @@ class AsyncDriver(_DriverBase):
                     continue
                 if spans is not None and isinstance(step, Send | Open):
                     step = type(step)(spans.stamp(step.request))
+                closes = self._closes
                 try:
                     value = await self._execute(step, opened)
                 except BaseException as err:
@@ -595,6 +607,14 @@ class AsyncDriver(_DriverBase):
                     # rollback steps run; any other exception is not the flow's to handle.
                     if isinstance(err, Exception) and not isinstance(err, SandboxRequestError | GrpcFailure):
                         raise
+                    if isinstance(err, asyncio.CancelledError) and self._closes != closes and not _cancelling():
+                        # Not this task's cancellation: grpc.aio cancels the calls of a channel being closed
+                        # (`close()` of the client while they run). Until December 6 that came out as a
+                        # CancelledError of a task nobody cancelled (a TaskGroup took it for a cancellation).
+                        where = getattr(step, "method", None) or type(step).__name__
+                        err = SandboxConnectionError(
+                            f"{where}: the connection was closed while the call was in flight (client closed)"
+                        )
                     error = err
         except BaseException as failure:
             if spans is not None:
@@ -604,8 +624,34 @@ class AsyncDriver(_DriverBase):
             if spans is not None:
                 spans.finish(None)
             flow.close()
-            for handle in reversed(opened):
-                await self._release(handle)
+            if opened:
+                await self._release_opened(opened, completed)
+
+    async def _release_opened(self, opened: list[Any], completed: bool) -> None:
+        """Release what a flow left open, in reverse order, to the end: a cancellation meanwhile waits for it.
+
+        Once the flow has completed, that cancellation is dropped: its result (a claim created and Ready, say)
+        is the caller's. Raised, it lost the result after the flow's rollback could run - a create cancelled as
+        its watch closed left a Ready claim behind, neither deleted nor tracked (until December 6).
+        """
+        releasing = asyncio.ensure_future(self._release_each(opened))
+        interrupted: asyncio.CancelledError | None = None
+        while not releasing.done():
+            try:
+                await asyncio.shield(releasing)
+            except asyncio.CancelledError as cancel:
+                interrupted = cancel
+        if interrupted is None:
+            return
+        if not completed:
+            raise interrupted
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+
+    async def _release_each(self, opened: list[Any]) -> None:
+        for handle in reversed(opened):
+            await self._release(handle)
 
     async def _execute(self, step: Step, opened: list[Any]) -> Any:
         if isinstance(step, Send | Open):
@@ -702,6 +748,7 @@ class AsyncDriver(_DriverBase):
 
     async def aclose(self) -> None:
         """Close every pooled connection and channel; the driver stays usable (it reopens lazily)."""
+        self._closes += 1
         clients, self._clients = self._clients, {}
         for client in clients.values():
             await client.aclose()

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from types import TracebackType
@@ -35,39 +36,58 @@ class AsyncCommandStream:
         self._events = driver.iterate(flow)
         self._early: list[CommandEvent] = []  # output that arrived while waiting for the start
         self._started = False
+        # One reader of the flow at a time: a task iterating and another sending stdin (which waits for the
+        # start) both pulled from it - "anext(): asynchronous generator is already running" until December 6.
+        self._reading = asyncio.Lock()
+        self._start_seen = asyncio.Event()  # the start, or the end without one
         self.exit_code: int | None = None
         self.timed_out = False
         self._out: list[bytes] = []
         self._err: list[bytes] = []
 
     async def _pull(self) -> CommandEvent | _commands.Started | None:
-        """The next item of the flow (None at the end), with the bookkeeping of start and exit."""
+        """The next item of the flow (None at the end), with the bookkeeping of start and exit; hold
+        `_reading`."""
         async for item in self._events:
             if isinstance(item, _commands.Started):
                 self._started = True
+                self._start_seen.set()
             elif item.type == "exit":
                 self.exit_code, self.timed_out = item.exit_code, item.timed_out
             return item  # type: ignore[no-any-return]
+        self._start_seen.set()
         return None
 
     def __aiter__(self) -> AsyncIterator[CommandEvent]:
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[CommandEvent]:
-        while self._early:
-            yield self._early.pop(0)
-        while (item := await self._pull()) is not None:
+        while True:
+            async with self._reading:
+                item = self._early.pop(0) if self._early else await self._pull()
+            if item is None:
+                return
             if not isinstance(item, _commands.Started):
                 yield item
 
     async def wait_started(self) -> None:
         """Wait until the process runs (output arriving meanwhile is kept for iteration)."""
         while not self._started:
-            item = await self._pull()
-            if item is None:
-                return
-            if not isinstance(item, _commands.Started):
-                self._early.append(item)
+            if self._reading.locked():
+                # Another task is reading: the start comes to it (it is the first event, output or not -
+                # waiting for its lock could wait for output that needs the stdin about to be sent).
+                await self._start_seen.wait()
+                if not self._started:
+                    return
+                continue
+            async with self._reading:
+                if self._started:
+                    return
+                item = await self._pull()
+                if item is None:
+                    return
+                if not isinstance(item, _commands.Started):
+                    self._early.append(item)
 
     async def __aenter__(self) -> AsyncCommandStream:
         return self

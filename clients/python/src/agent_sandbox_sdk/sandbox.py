@@ -7,6 +7,7 @@ twins in `async_sandbox.py` run the same flows.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Generator, Iterator, Mapping
 from types import TracebackType
 from typing import IO, Any
@@ -37,36 +38,57 @@ class CommandStream:
         self._events = driver.iterate(flow)
         self._early: list[CommandEvent] = []  # output that arrived while waiting for the start
         self._started = False
+        # One reader of the flow at a time: a thread iterating and another sending stdin (which waits for the
+        # start) both pulled from it - "generator already executing" until December 6.
+        self._reading = threading.Lock()
+        self._start_seen = threading.Event()  # the start, or the end without one
         self.exit_code: int | None = None
         self.timed_out = False
         self._out: list[bytes] = []
         self._err: list[bytes] = []
 
     def _pull(self) -> CommandEvent | _commands.Started | None:
-        """The next item of the flow (None at the end), with the bookkeeping of start and exit."""
+        """The next item of the flow (None at the end), with the bookkeeping of start and exit; hold
+        `_reading`."""
         for item in self._events:
             if isinstance(item, _commands.Started):
                 self._started = True
+                self._start_seen.set()
             elif item.type == "exit":
                 self.exit_code, self.timed_out = item.exit_code, item.timed_out
             return item  # type: ignore[no-any-return]
+        self._start_seen.set()
         return None
 
     def __iter__(self) -> Iterator[CommandEvent]:
-        while self._early:
-            yield self._early.pop(0)
-        while (item := self._pull()) is not None:
+        while True:
+            with self._reading:
+                item = self._early.pop(0) if self._early else self._pull()
+            if item is None:
+                return
             if not isinstance(item, _commands.Started):
                 yield item
 
     def wait_started(self) -> None:
         """Block until the process runs (output arriving meanwhile is kept for iteration)."""
         while not self._started:
-            item = self._pull()
-            if item is None:
-                return
-            if not isinstance(item, _commands.Started):
-                self._early.append(item)
+            if not self._reading.acquire(blocking=False):
+                # Another thread is reading: the start comes to it (it is the first event, output or not -
+                # waiting for its lock could wait for output that needs the stdin about to be sent).
+                self._start_seen.wait()
+                if not self._started:
+                    return
+                continue
+            try:
+                if self._started:
+                    return
+                item = self._pull()
+                if item is None:
+                    return
+                if not isinstance(item, _commands.Started):
+                    self._early.append(item)
+            finally:
+                self._reading.release()
 
     def __enter__(self) -> CommandStream:
         return self

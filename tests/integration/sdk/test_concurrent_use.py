@@ -1,0 +1,132 @@
+"""One sandbox handle driven the way agents drive it: a reader task (or thread) on a command's stream while
+another writes its stdin, commands that end without reading their input, the client closed under running
+calls, a create cancelled as it completes. Real runtimes (sandboxd on the pods' 127.x IPs), real claims.
+
+Each case failed until December 6: "anext(): asynchronous generator is already running" / "generator
+already executing"; `NOT_FOUND process N not found` for `stream("true", stdin=...)`; a `CancelledError` in a
+task nobody cancelled; a Ready claim left behind, neither rolled back nor tracked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.devcluster.processes import Started
+from agent_sandbox_sdk import (
+    AsyncSandboxClient,
+    SandboxClient,
+    SandboxConnectionError,
+    SandboxdInClusterConnectionConfig,
+)
+from agent_sandbox_sdk._driver import AsyncDriver
+from agent_sandbox_sdk._steps import StreamHandle
+from tests.helpers import wait_for
+
+from .conftest import EXT, RUNTIME_IMAGE, apply_pool
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+SANDBOXD = SandboxdInClusterConnectionConfig(mode="in-cluster-pod-ip")
+
+
+@pytest.fixture
+def pool(cluster: DevCluster, namespace: str, controller: Started) -> str:
+    apply_pool(cluster, namespace, replicas=2, containers=[{"name": "runtime", "image": RUNTIME_IMAGE}])
+    return namespace
+
+
+def _claims(cluster: DevCluster, namespace: str) -> list[str]:
+    status, out = cluster.admin().request("GET", f"/apis/{EXT}/namespaces/{namespace}/sandboxclaims")
+    assert status == 200, out
+    return [item["metadata"]["name"] for item in out["items"]]
+
+
+def test_a_reader_and_a_writer_on_one_stream(cluster: DevCluster, pool: str) -> None:
+    with SandboxClient(SANDBOXD, kubeconfig=cluster.kubeconfig) as client:
+        sandbox = client.create_sandbox("pool", pool, sandbox_ready_timeout=90)
+        assert sandbox.commands is not None
+        # sync: a reader thread iterates while this thread writes (send_stdin waits for the start)
+        stream = sandbox.commands.stream("cat")
+        seen: list[bytes] = []
+        reader = threading.Thread(target=lambda: seen.extend(e.data for e in stream if e.type == "stdout"))
+        reader.start()
+        stream.send_stdin("from a thread\n")
+        stream.close_stdin()
+        reader.join(30)
+        assert b"".join(seen) == b"from a thread\n"
+        assert stream.exit_code == 0
+        # commands that end without reading their input
+        for command in ("true", "echo s"):
+            for _ in range(3):
+                result = sandbox.commands.stream(command, stdin="x" * 10).result()
+                assert (result.exit_code, result.stdout) == (0, "" if command == "true" else "s\n")
+
+    async def in_tasks() -> bytes:
+        async with AsyncSandboxClient(SANDBOXD, kubeconfig=cluster.kubeconfig) as aclient:
+            asandbox = await aclient.create_sandbox("pool", pool, sandbox_ready_timeout=90)
+            assert asandbox.commands is not None
+            astream = asandbox.commands.stream("cat")
+
+            async def consume() -> bytes:
+                return b"".join([e.data async for e in astream if e.type == "stdout"])
+
+            reading = asyncio.create_task(consume())
+            await asyncio.sleep(0)  # the reader is pulling before the writer starts
+            await astream.send_stdin("from a task\n")
+            await astream.close_stdin()
+            return await asyncio.wait_for(reading, 30)
+
+    assert asyncio.run(in_tasks()) == b"from a task\n"
+
+
+def test_closing_the_client_under_a_running_call_is_a_connection_error(
+    cluster: DevCluster, pool: str
+) -> None:
+    async def main() -> tuple[bool, BaseException | None]:
+        client = AsyncSandboxClient(SANDBOXD, kubeconfig=cluster.kubeconfig)
+        sandbox = await client.create_sandbox("pool", pool, sandbox_ready_timeout=90)
+        assert sandbox.commands is not None
+        running = asyncio.create_task(sandbox.commands.run("sleep 5; echo done"))
+        await asyncio.sleep(1)
+        await client.close()
+        await asyncio.wait([running], timeout=30)
+        outcome = running.cancelled(), None if running.cancelled() else running.exception()
+        await sandbox.terminate()  # the client reconnects lazily; its claims stay through close()
+        return outcome
+
+    cancelled, error = asyncio.run(main())
+    assert not cancelled
+    assert isinstance(error, SandboxConnectionError), error
+
+
+def test_a_create_cancelled_as_it_completes_leaves_nothing_behind(
+    cluster: DevCluster, pool: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cancellation lands while the create's claim watch is being closed, after the claim is Ready."""
+    original = AsyncDriver._release
+    closing = asyncio.Event()
+
+    async def slow_release(handle: Any) -> None:
+        if isinstance(handle, StreamHandle):
+            closing.set()
+            await asyncio.sleep(0.3)
+        await original(handle)
+
+    monkeypatch.setattr(AsyncDriver, "_release", staticmethod(slow_release))
+
+    async def main() -> None:
+        async with AsyncSandboxClient(SANDBOXD, kubeconfig=cluster.kubeconfig) as client:
+            creating = asyncio.create_task(client.create_sandbox("pool", pool, sandbox_ready_timeout=90))
+            await asyncio.wait_for(closing.wait(), 90)
+            creating.cancel()
+            await asyncio.wait([creating], timeout=60)
+            # Either outcome is fine - cancelled (and rolled back) or done (and the client's to delete) -
+            # but not a claim the client has lost.
+
+    asyncio.run(main())
+    wait_for(lambda: _claims(cluster, pool) == [], timeout=30, what="no claim left")
