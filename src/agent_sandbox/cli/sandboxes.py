@@ -223,7 +223,20 @@ def _create(args: argparse.Namespace) -> int:
                 "shows it; delete it or pick another --name)",
                 409,
             ) from None
-    _render_sandboxes(client.get_sandbox_info(sandbox.claim_name or "", args.namespace), args.output)
+    claim = sandbox.claim_name or ""
+    try:
+        info = client.get_sandbox_info(claim, args.namespace)
+    except SandboxRequestError as err:
+        # The sandbox is created and Ready; a role that may create and watch claims but not `get` them must
+        # not make that look like a failure (exit 1 with the claim kept and its name never printed, until
+        # December 6).
+        print(
+            f"warning: SandboxClaim {args.namespace}/{claim} is Ready; reading it failed: {err}",
+            file=sys.stderr,
+        )
+        print(f"{CLAIM_RESOURCE}/{claim}")
+        return 0
+    _render_sandboxes(info, args.output)
     return 0
 
 
@@ -457,22 +470,29 @@ def _guard(handler: Handler) -> Handler:
         try:
             return handler(args)
         except (SandboxNotFoundError, SandboxWarmPoolNotFoundError, SandboxTemplateNotFoundError) as err:
-            print(f"error: {err}", file=sys.stderr)
+            _report(err)
             # `get_sandbox` reports every failure as not found (upstream's contract); a refusal is not one.
             cause = err.__cause__
             refused = isinstance(cause, SandboxRequestError) and cause.status_code not in (None, 404)
             return EXIT_ERROR if refused else EXIT_NOT_FOUND
         except SandboxTimeoutError as err:
-            print(f"error: {err}", file=sys.stderr)
+            _report(err)
             return EXIT_TIMEOUT
         except SandboxError as err:
-            print(f"error: {err}", file=sys.stderr)
+            _report(err)
             return EXIT_ERROR
         except (ValueError, FileNotFoundError, IsADirectoryError, NotImplementedError) as err:
             print(f"error: {err}", file=sys.stderr)
             return EXIT_USAGE
 
     return run
+
+
+def _report(err: SandboxError) -> None:
+    """The error, and what the SDK noted on it (a claim a failed create could not delete)."""
+    print(f"error: {err}", file=sys.stderr)
+    for note in getattr(err, "__notes__", ()):
+        print(f"note: {note}", file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------------------- parser

@@ -190,6 +190,80 @@ def test_a_role_that_grants_claims_only_can_create_list_and_get(
     assert as_agent("delete", "agent-sb")[0] == 0
 
 
+def test_a_role_short_of_one_verb_gets_the_truth(
+    cluster: DevCluster,
+    namespace: str,
+    controller: Started,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """Each role lacks one thing; each outcome is said as it is. Until December 6: `create` without `get
+    sandboxclaims` exited 1 for a Ready sandbox whose name it never printed; a failed create whose rollback
+    was refused (no `delete`) left its claim without a word; `suspend` without `watch sandboxes` read as a
+    failure after the Sandbox was suspended, and a refused watch said only `HTTP 403`."""
+    apply_pool(cluster, namespace, replicas=1)
+    claims = {"apiGroups": ["extensions.agents.x-k8s.io"], "resources": ["sandboxclaims"]}
+    sandboxes = {"apiGroups": ["agents.x-k8s.io"], "resources": ["sandboxes"], "verbs": ["get", "list"]}
+    no_get = _cli_as(
+        cluster, namespace, "no-get", [{**claims, "verbs": ["create", "list", "watch", "delete"]}, sandboxes],
+        capsys, tmp_path,
+    )  # fmt: skip
+    code, out, err = wait_for(lambda: (r := no_get("create", "pool"))[0] != 1 and r, what="the role")
+    assert code == 0, err
+    assert out.startswith("sandboxclaim.extensions.agents.x-k8s.io/sandbox-claim-"), out
+    assert "is Ready; reading it failed" in err
+
+    no_delete = _cli_as(
+        cluster, namespace, "no-delete", [{**claims, "verbs": ["create", "get", "list", "watch"]}, sandboxes],
+        capsys, tmp_path,
+    )  # fmt: skip
+    code, _, err = wait_for(
+        lambda: (r := no_delete("create", "no-such-pool", "--timeout", "20"))[0] != 1 and r, what="the role"
+    )
+    assert code == 3, err
+    assert "note: SandboxClaim" in err
+    assert "was left behind: deleting it failed" in err
+    assert 'cannot delete resource "sandboxclaims"' in err
+
+    no_watch = _cli_as(
+        cluster, namespace, "no-watch",
+        [{**claims, "verbs": ["create", "get", "list", "watch", "delete"]}, {**sandboxes, "verbs": ["get", "patch"]}],
+        capsys, tmp_path,
+    )  # fmt: skip
+    code, out, err = wait_for(
+        lambda: (r := no_watch("create", "pool", "--name", "w"))[0] != 1 and r, what="role"
+    )
+    assert code == 0, err
+    code, _, err = no_watch("suspend", "w")
+    assert code == 1
+    assert "operatingMode is set to Suspended, but watching it take effect was refused" in err
+    assert 'cannot watch resource "sandboxes"' in err
+
+
+def test_the_documented_user_role_does_what_it_says(
+    cluster: DevCluster,
+    namespace: str,
+    controller: Started,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """examples/rbac/sandbox-user.yaml, as docs/sdk/python.md "Permissions" describes it."""
+    apply_pool(cluster, namespace, replicas=1)
+    example = Path(__file__).resolve().parents[3] / "examples" / "rbac" / "sandbox-user.yaml"
+    role = next(d for d in yaml.safe_load_all(example.read_text()) if d["kind"] == "Role")
+    as_user = _cli_as(cluster, namespace, "user", role["rules"], capsys, tmp_path)
+    code, out, err = wait_for(
+        lambda: (r := as_user("create", "pool", "--name", "u", "-o", "json"))[0] != 1 and r, what="the role"
+    )
+    assert code == 0, err
+    assert (json.loads(out)["ready"], err) == (True, "")
+    assert as_user("pools")[0] == 0
+    for command in ("suspend", "resume"):
+        code, _, err = as_user(command, "u", "--timeout", "60")
+        assert code == 0, (command, err)
+    assert as_user("delete", "u")[0] == 0
+
+
 def test_delete_by_selector_or_all(
     cluster: DevCluster, namespace: str, controller: Started, capsys: pytest.CaptureFixture[str]
 ) -> None:

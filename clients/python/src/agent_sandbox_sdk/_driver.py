@@ -607,7 +607,11 @@ class AsyncDriver(_DriverBase):
                     # rollback steps run; any other exception is not the flow's to handle.
                     if isinstance(err, Exception) and not isinstance(err, SandboxRequestError | GrpcFailure):
                         raise
-                    if isinstance(err, asyncio.CancelledError) and self._closes != closes and not _cancelling():
+                    if (
+                        isinstance(err, asyncio.CancelledError)
+                        and self._closes != closes
+                        and not _cancelling()
+                    ):
                         # Not this task's cancellation: grpc.aio cancels the calls of a channel being closed
                         # (`close()` of the client while they run). Until December 6 that came out as a
                         # CancelledError of a task nobody cancelled (a TaskGroup took it for a cancellation).

@@ -120,6 +120,18 @@ def check_kube(resp: HttpResponse, what: str) -> Any:
     )
 
 
+def check_streamed(handle: Any, request: HttpRequest, what: str) -> Flow[None]:
+    """`check_kube` for a streamed request (a watch, a followed log): a refusal's (short) body is read first,
+    so the error carries the server's message - the verb and resource a role lacks (a refused watch said
+    only `HTTP 403` until December 6)."""
+    if handle.status_code == 200:
+        return
+    body = b""
+    while (chunk := (yield ReadChunk(handle))) is not None and len(body) < 65536:
+        body += chunk
+    check_kube(HttpResponse(handle.status_code, handle.headers, body, request.method, request.url), what)
+
+
 def _req(method: str, path: str, **kw: Any) -> Send:
     kw.setdefault("timeout", KUBE_TIMEOUT)
     return Send(HttpRequest(method, path, kube=True, **kw))
@@ -205,15 +217,9 @@ def follow_pod_logs(namespace: str, pod: str, *, container: str | None, tail_lin
         {k: str(v) for k, v in (("container", container), ("tailLines", tail_lines)) if v is not None}
     )
     path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}/log"
-    handle = yield Open(HttpRequest("GET", path, kube=True, params=params, timeout=None))
-    if handle.status_code != 200:
-        body = b""
-        while (chunk := (yield ReadChunk(handle))) is not None and len(body) < 65536:
-            body += chunk
-        check_kube(
-            HttpResponse(handle.status_code, handle.headers, body, "GET", path),
-            f"logs of pod {namespace}/{pod}",
-        )
+    request = HttpRequest("GET", path, kube=True, params=params, timeout=None)
+    handle = yield Open(request)
+    yield from check_streamed(handle, request, f"logs of pod {namespace}/{pod}")
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may straddle two chunks
     while (chunk := (yield ReadChunk(handle))) is not None:
         if text := decoder.decode(chunk):
@@ -258,11 +264,7 @@ def watch_one(
             if handle.status_code == 410:
                 rv = "0"
                 continue
-            if handle.status_code != 200:
-                raise SandboxRequestError(
-                    f"Kubernetes API watch {res.plural} {namespace}/{name}: HTTP {handle.status_code}",
-                    handle.status_code,
-                )
+            yield from check_streamed(handle, request, f"watch {res.plural} {namespace}/{name}")
             while (line := (yield ReadLine(handle))) is not None:
                 if not line.strip():
                     continue

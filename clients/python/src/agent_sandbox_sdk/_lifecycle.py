@@ -10,6 +10,7 @@ creation fails after the POST; explicit names are never rolled back.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ from .exceptions import (
     SandboxRequestError,
     SandboxTimeoutError,
 )
+
+log = logging.getLogger("agent_sandbox_sdk")
 
 __all__ = [
     "CreatedClaim",
@@ -148,7 +151,7 @@ def create_and_wait(
     except BaseException as err:
         # Interrupted (task cancelled, Ctrl-C) or no answer after the request went out: the claim may exist.
         if auto and (not isinstance(err, Exception) or getattr(err, "request_sent", False)):
-            yield from _rollback(namespace, name, uid=None)
+            yield from _rollback(namespace, name, uid=None, cause=err)
         raise
     if resp.status_code == 409:
         if not adopt_existing:
@@ -182,14 +185,14 @@ def create_and_wait(
             initial=None if auto else created,
             expect_uid=uid if not auto else None,
         )
-    except BaseException:
+    except BaseException as err:
         if auto:
-            yield from _rollback(namespace, name, uid=uid)
+            yield from _rollback(namespace, name, uid=uid, cause=err)
         raise
     return CreatedClaim(ready, auto_named=auto)
 
 
-def _rollback(namespace: str, name: str, *, uid: str | None) -> Flow[None]:
+def _rollback(namespace: str, name: str, *, uid: str | None, cause: BaseException) -> Flow[None]:
     """Delete the auto-named claim a failed or interrupted create leaves behind (its random name is ours alone).
 
     An interruption (task cancelled, `asyncio.timeout`, Ctrl-C) that lands while the DELETE is in flight does not
@@ -201,8 +204,13 @@ def _rollback(namespace: str, name: str, *, uid: str | None) -> Flow[None]:
     while True:
         try:
             yield from _kube.delete(_kube.CLAIMS, namespace, name, uid=uid)
-        except SandboxRequestError:
-            pass  # the original failure matters more than a failed rollback (the claim is left, not hidden)
+        except SandboxRequestError as failed:
+            # The original failure is what is raised; the claim left behind is said, not hidden (a role
+            # without `delete sandboxclaims` left it silently until December 6).
+            if failed.status_code != 404:
+                left = f"SandboxClaim {namespace}/{name} was left behind: deleting it failed: {failed}"
+                cause.add_note(left)
+                log.warning("%s", left)
         except GeneratorExit:
             raise  # the flow is being closed: no step can be run any more
         except BaseException as err:
@@ -440,14 +448,26 @@ def set_operating_mode(
 
     if (done := decide("MODIFIED", patched)) is not None:
         return done
-    found, _ = yield from _kube.watch_one(
-        _kube.SANDBOXES,
-        namespace,
-        sandbox,
-        resource_version=(patched.get("metadata") or {}).get("resourceVersion"),
-        deadline=time.monotonic() + timeout,
-        decide=decide,
-    )
+    try:
+        found, _ = yield from _kube.watch_one(
+            _kube.SANDBOXES,
+            namespace,
+            sandbox,
+            resource_version=(patched.get("metadata") or {}).get("resourceVersion"),
+            deadline=time.monotonic() + timeout,
+            decide=decide,
+        )
+    except SandboxRequestError as err:
+        if err.status_code not in (401, 403):
+            raise
+        # The change is made; only watching it take effect was refused (a role with `patch` but not `watch`
+        # on sandboxes). Said so: until December 6 it read as if nothing had been done.
+        raise SandboxRequestError(
+            f"Sandbox {namespace}/{sandbox}: operatingMode is set to {mode}, but watching it take effect "
+            f"was refused: {err}",
+            err.status_code,
+            err.response,
+        ) from err
     if found is None:
         cond = _condition(last[0], want) or {}
         raise SandboxTimeoutError(
