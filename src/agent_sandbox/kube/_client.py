@@ -47,6 +47,9 @@ _JSON = "application/json"
 # request at a time, so each "API connection" is a pool of this many sockets.
 _CONNS_PER_SHARD = 100
 _MAX_429_RETRIES = 10
+#: Longest silence on a watch with bookmarks before it is taken for dead (the API server's watch cache sends
+#: a bookmark about every 60 s to watchers that allow them).
+WATCH_BOOKMARK_GAP = 100.0
 
 
 class _GatedConnector(aiohttp.TCPConnector):
@@ -537,18 +540,24 @@ class ApiClient(StatusViaSubresource):
                 "timeoutSeconds": timeout_seconds,
             }
         )
-        return self._watch_stream(kind.path(namespace), query, timeout_seconds)
+        return self._watch_stream(kind.path(namespace), query, timeout_seconds, allow_bookmarks)
 
     async def _watch_stream(
-        self, path: str, query: str, timeout_seconds: int | None
+        self, path: str, query: str, timeout_seconds: int | None, bookmarks: bool = False
     ) -> AsyncIterator[WatchEvent]:
         if not self._bucket.unlimited:
             delay = self._bucket.reserve()
             if delay > 0:
                 await asyncio.sleep(delay)
         url = URL(f"{self._base}{path}?{query}", encoded=True)
-        # No total timeout; a read gap longer than the server timeout (+ margin) means a dead connection.
-        read_gap = (timeout_seconds + 30) if timeout_seconds else None
+        # No total timeout; a read gap longer than the server timeout (+ margin) means a dead connection - or,
+        # with bookmarks, longer than WATCH_BOOKMARK_GAP: the watch cache sends one a minute. Without that, a
+        # connection a proxy or NAT froze kept an informer on a stale view for up to 10 minutes (a router sent
+        # a deleted sandbox's name to the pod that took its IP for 5, until December 6; client-go notices in
+        # ~45 s by HTTP/2 ping).
+        read_gap: float | None = (timeout_seconds + 30) if timeout_seconds else None
+        if bookmarks:
+            read_gap = min(read_gap or WATCH_BOOKMARK_GAP, WATCH_BOOKMARK_GAP)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout, sock_read=read_gap)
         headers = await self._headers(None)
         loop = asyncio.get_running_loop()

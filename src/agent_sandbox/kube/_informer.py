@@ -123,6 +123,7 @@ class Informer:
         self._indices: dict[str, dict[str, set[str]]] = {}
         self._handlers: list[EventHandler] = []
         self._rv: str | None = None
+        self._watching = False  # the current watch has delivered an event
         self._synced = asyncio.Event()
         self.relists = 0
         """Number of full lists performed (1 after the initial sync); tests and metrics read it."""
@@ -325,6 +326,7 @@ class Informer:
             timeout_seconds=timeout,
         )
         async for event in stream:
+            self._watching = True
             self._apply(event)
 
     async def run(self) -> None:
@@ -333,6 +335,7 @@ class Informer:
         backoff = 0.8
         try:
             while True:
+                self._watching = False
                 try:
                     if self._rv is None:
                         await self._list()
@@ -342,6 +345,10 @@ class Informer:
                     log.info("informer %s: resourceVersion %s expired, relisting", self.kind.kind, self._rv)
                     self._rv = None
                 except KubeError as exc:
+                    if self._watching:
+                        # The watch worked before it broke: a new outage starts from the shortest wait (a
+                        # backoff kept from an earlier one delayed the next relist by 40 s, until December 6).
+                        backoff = 0.8
                     delay = backoff * (1 + random.random() * 0.5)
                     log.warning(
                         "informer %s: %s; retrying in %.1fs", self.kind.kind, describe_error(exc), delay

@@ -366,7 +366,6 @@ class _Session:
             pending = proxy.authorizer.check(route, authorization)
             if pending is not None:
                 await pending
-            proxy.metrics.authz_decision(route.namespace, True)
         except RouteError as exc:
             proxy.metrics.authz_decision(route.namespace, False)
             self._refuse(stream, grpc, exc)
@@ -380,8 +379,10 @@ class _Session:
         try:
             upstream = await self._dial(route, suspending)
         except RouteError as exc:
+            proxy.metrics.authz_decision(route.namespace, True)
             self._refuse(stream, grpc, exc)
             return
+        proxy.metrics.authz_decision(route.namespace, True)  # once resolved: its namespace is named
         if self.conn.closed:
             upstream.close()
             return
@@ -445,6 +446,7 @@ class _Session:
                 if target is None:
                     async with asyncio.timeout_at(deadline):
                         target = await proxy.resolver.resolve(route)
+                proxy.metrics.admit_namespace(route.namespace)  # resolved: a sandbox of that namespace
                 upstream = await proxy.pool.dial(
                     target.host,
                     target.port,

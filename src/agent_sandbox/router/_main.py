@@ -57,8 +57,20 @@ async def run(config: RouterConfig, argv: Sequence[str] = ()) -> int:
         metrics_view=(lambda own: merged_registry(own, supervisor)) if supervisor else None,
         extra_ready=supervisor.ready if supervisor else None,
     )
+    # A signal while starting (the Pod cache's initial sync can take up to a minute) stops the start: until
+    # December 6 it was noticed only after, past a Pod's termination grace period.
+    starting = asyncio.ensure_future(router.start())
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait((starting, stopping), return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        starting.cancel()  # start() releases what it had set up
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        log.info("router stopped before it was ready")
+        return 0
+    stopping.cancel()
     try:
-        await router.start()
+        starting.result()
     except (StartupError, KubeConfigError, TracingError, OSError) as exc:
         log.error("router failed to start", extra={"error": describe_error(exc)})
         print(f"{PROGRAM}: {exc}", file=sys.stderr)

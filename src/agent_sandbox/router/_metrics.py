@@ -2,7 +2,13 @@
 
 Owns: a private registry per `RouterMetrics` (served on the metrics listener), the metric objects, and
 cached label children so the per-request cost is a dict lookup plus an increment. No per-sandbox-ID
-label exists by design (unbounded cardinality); namespaces are bounded by the cluster.
+label exists by design (unbounded cardinality). The namespace label is a header's value, so it is bounded
+here (ours; upstream's Go router takes any): a namespace is named once a request to it was resolved to a
+sandbox (authorized, and the Pod cache's checks passed), up to `MAX_NAMESPACES`; before that, and past the
+bound, it is `-` (the spec's "unknown"). Request-scoped counts (authorization verdicts included) are taken
+when the request ends, so a namespace's first request is named too. Until December 6
+any client could add series at will with random `X-Sandbox-Namespace` values - refused requests included -
+until a scrape took seconds and stalled the router's event loop (proxying and probes) with it.
 """
 
 from __future__ import annotations
@@ -13,10 +19,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..kube.buildinfo import build_info
 
-__all__ = ["DURATION_BUCKETS", "RESUME_BUCKETS", "RouterMetrics", "method_label"]
+__all__ = ["DURATION_BUCKETS", "MAX_NAMESPACES", "RESUME_BUCKETS", "RouterMetrics", "method_label"]
 
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 180)
 RESUME_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 180)
+MAX_NAMESPACES = 1000
+"""Namespaces named in labels (more than any one router serves sandboxes in)."""
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
 
 
@@ -102,10 +110,19 @@ class RouterMetrics:
         build.labels(**info).set(1)
         self._request_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._namespaces: set[str] = set()
+
+    def admit_namespace(self, namespace: str) -> None:
+        """A request to `namespace` was resolved to a sandbox: labels name it from now on (up to the bound)."""
+        if namespace not in self._namespaces and len(self._namespaces) < MAX_NAMESPACES:
+            self._namespaces.add(namespace)
+
+    def _ns(self, namespace: str) -> str:
+        return namespace if namespace in self._namespaces else "-"
 
     def observe_request(self, method: str, code: int, namespace: str, seconds: float) -> None:
         """Count one finished request and record its duration."""
-        key = (method, str(code), namespace or "-")
+        key = (method, str(code), self._ns(namespace))
         pair = self._request_children.get(key)
         if pair is None:
             label = (method_label(method), key[1], key[2])
@@ -124,25 +141,25 @@ class RouterMetrics:
         return child
 
     def upstream_error(self, namespace: str, reason: str) -> None:
-        self._child(self.upstream_errors, (namespace or "-", reason)).inc()
+        self._child(self.upstream_errors, (self._ns(namespace), reason)).inc()
 
     def upstream_retry(self, namespace: str) -> None:
-        self._child(self.upstream_retries, (namespace or "-",)).inc()
+        self._child(self.upstream_retries, (self._ns(namespace),)).inc()
 
     def cache_invalidation(self, namespace: str) -> None:
-        self._child(self.cache_invalidations, (namespace or "-",)).inc()
+        self._child(self.cache_invalidations, (self._ns(namespace),)).inc()
 
     def authz_decision(self, namespace: str, allowed: bool) -> None:
-        self._child(self.authz_decisions, (namespace or "-", "allow" if allowed else "deny")).inc()
+        self._child(self.authz_decisions, (self._ns(namespace), "allow" if allowed else "deny")).inc()
 
     def lifecycle_resume(self, namespace: str, result: str) -> None:
-        self._child(self.lifecycle_resumes, (namespace or "-", result)).inc()
+        self._child(self.lifecycle_resumes, (self._ns(namespace), result)).inc()
 
     def lifecycle_resume_wait(self, namespace: str, outcome: str, seconds: float) -> None:
-        self._child(self.resume_wait, (namespace or "-", outcome)).observe(seconds)
+        self._child(self.resume_wait, (self._ns(namespace), outcome)).observe(seconds)
 
     def lifecycle_activity_write(self, namespace: str, ok: bool) -> None:
-        self._child(self.activity_writes, (namespace or "-", "ok" if ok else "error")).inc()
+        self._child(self.activity_writes, (self._ns(namespace), "ok" if ok else "error")).inc()
 
     def cert_reload(self, ok: bool) -> None:
         self._child(self.cert_reloads, ("success" if ok else "failure",)).inc()

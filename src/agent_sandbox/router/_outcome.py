@@ -42,9 +42,11 @@ def timeout_error(route: Route, waited_for: str, seconds: float, proxy_timeout: 
 class Outcome:
     """What one request ended as (read by metrics, access log and keep-alive)."""
 
-    __slots__ = ("bytes_out", "keep_alive", "namespace", "sandbox_id", "status", "upgraded")
+    __slots__ = ("allowed", "bytes_out", "keep_alive", "namespace", "sandbox_id", "status", "upgraded")
 
     def __init__(self) -> None:
+        self.allowed: bool | None = None
+        """The authorization verdict, counted with the request (its namespace label known by then)."""
         self.status = 0
         self.namespace = ""
         self.sandbox_id = ""

@@ -143,6 +143,8 @@ class Proxy:
         finally:
             self.inflight -= 1
             self.metrics.inflight.dec()
+            if out.allowed is not None:
+                self.metrics.authz_decision(out.namespace, out.allowed)
             if out.status:
                 elapsed = loop.time() - start
                 self.metrics.observe_request(req.method, out.status, out.namespace, elapsed)
@@ -191,10 +193,10 @@ class Proxy:
             if pending is not None:
                 await pending
         except RouteError as exc:
-            self.metrics.authz_decision(route.namespace, False)
+            out.allowed = False
             reply(conn, out, exc.status, exc.detail, req)
             return
-        self.metrics.authz_decision(route.namespace, True)
+        out.allowed = True
         body = req.body
         assert body is not None
         limit = settings.max_body_bytes
@@ -306,6 +308,7 @@ class Proxy:
                     async with asyncio.timeout_at(deadline):
                         target = await resolver.resolve(route)
                 upstream = None if fresh else self.pool.take((target.host, target.port))
+                self.metrics.admit_namespace(route.namespace)  # resolved: a sandbox of that namespace
                 if upstream is None:
                     upstream = await self.pool.dial(target.host, target.port, deadline=deadline)
             except RouteError as exc:

@@ -292,8 +292,15 @@ class ClientConnection(asyncio.Protocol):
                 self._cancel_timer()
                 self.limits.h2c(self, data)
                 return
-        if not self._in_head and self._active is None and not self._pending:
-            # First byte of a new request on an idle keep-alive connection: the header clock starts.
+        if (
+            not self._in_head
+            and self._active is None
+            and not self._pending
+            and self._on_deadline != self._header_timeout
+        ):
+            # First byte of a new request on an idle keep-alive connection: the header clock starts. On a new
+            # connection it runs from the accept already, as Go's does (restarted here, a client could take
+            # nearly twice --read-header-timeout, until December 6).
             self._arm(self.limits.read_header_timeout, self._header_timeout)
         if self._in_head or self._current is None:
             self._head_bytes += len(data)

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -357,3 +358,19 @@ async def test_tokenreview_against_the_api_server(
     for _ in range(3):
         assert (await call(router, backend.headers(Authorization=f"Bearer {good}")))[0] == 200
     assert router.proxy.authorizer.reviews == reviews  # type: ignore[union-attr]  # verdicts are cached
+
+
+async def test_a_namespace_outside_the_cache_is_dialled_as_upstream(
+    start_router: Callable[..., Awaitable[Router]], cluster: DevCluster, backend: Backend
+) -> None:
+    """`--cache-namespace`: a Pod IP in a namespace the cache does not watch is dialled directly, as
+    upstream's router does (docs/router.md). Until December 6 every such request waited 2 s for the cache
+    and got 403 - upstream's SDK, which keeps its Pod IP after a 4xx, failed every call."""
+    router = await start_router(
+        "--cache-enabled", "--cache-namespace=elsewhere", f"--kubeconfig={cluster.kubeconfig}"
+    )
+    started = time.monotonic()
+    assert (await call(router, backend.headers(**{"X-Sandbox-Namespace": "team"})))[0] == 200
+    assert time.monotonic() - started < 1.5
+    # In the watched namespace the address must still be a sandbox's of that name.
+    assert (await call(router, backend.headers(**{"X-Sandbox-Namespace": "elsewhere"})))[0] == 403

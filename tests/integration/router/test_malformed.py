@@ -314,6 +314,26 @@ async def test_slowloris_is_cut_off(start_router: Callable[..., Awaitable[Router
     assert received.endswith(b'{"detail":"Timed out reading the request headers."}')
 
 
+async def test_the_header_clock_runs_from_the_accept(start_router: Callable[..., Awaitable[Router]]) -> None:
+    """A new connection's first byte does not restart the header timeout (it did: 408 after 5.5 s with
+    --read-header-timeout=3s for a client that waited 2.5 s and then trickled)."""
+    router = await start_router("--read-header-timeout=1s")
+    reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port)
+    start = time.monotonic()
+    await asyncio.sleep(0.7)
+    reading = asyncio.create_task(reader.read())
+    async with asyncio.timeout(10):
+        for byte in b"GET / HTTP/1.1\r\nHost: r\r\nX-Pad: " + b"a" * 100:
+            if reading.done():
+                break
+            writer.write(bytes([byte]))
+            await asyncio.sleep(0.05)
+        received = await reading
+    writer.close()
+    assert received.startswith(b"HTTP/1.1 408 ")
+    assert time.monotonic() - start < 1.5
+
+
 async def test_idle_keep_alive_connections_are_closed(start_router: Callable[..., Awaitable[Router]]) -> None:
     router = await start_router("--idle-timeout=500ms")
     reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port)

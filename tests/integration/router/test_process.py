@@ -7,6 +7,7 @@ import hashlib
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -176,3 +177,34 @@ def _children(pid: int) -> list[str]:
 def _alive(pid: int) -> bool:
     status = Path(f"/proc/{pid}/status")
     return status.exists() and "zombie" not in status.read_text().lower()
+
+
+def test_sigterm_while_the_pod_cache_syncs_stops_at_once(tmp_path: Path) -> None:
+    """The initial sync waits up to a minute for an unreachable API server; SIGTERM meanwhile (a rollout, a
+    scale-down) stops the router at once. Until December 6 it was noticed after the sync gave up (59 s),
+    past the Deployment's 45 s grace period."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agent_sandbox.router", "--cache-enabled", f"--kubeconfig={kubeconfig}",
+         "--http-bind-address=127.0.0.1:0", "--metrics-bind-address=0", "--health-probe-bind-address=0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(2)
+        assert proc.poll() is None  # still syncing
+        proc.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        assert proc.wait(timeout=30) == 0
+        assert time.monotonic() - started < 5
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

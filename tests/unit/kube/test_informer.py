@@ -154,6 +154,34 @@ async def test_transport_errors_back_off_on_the_clock_then_resume() -> None:
         assert inf.relists == 1
 
 
+async def test_a_watch_that_worked_starts_a_new_outage_at_the_shortest_wait() -> None:
+    """The backoff of an earlier outage is not kept once a watch has delivered events again (it delayed the
+    next re-watch by up to 40 s, so a router or controller stayed on a stale view that long)."""
+    clock = FakeClock()
+    fake = FakeClient((CONFIG_MAP, _cm("a")))
+    inf = Informer(fake, CONFIG_MAP, clock=clock)
+
+    def watches() -> int:
+        return sum(1 for a in fake.actions if a[0] == "watch")
+
+    async with running(inf):
+        fake.inject_error("watch", TransportError("connection reset"), times=3)
+        fake.watch_control.close_all()
+        for wait in (1.2, 2.4, 4.8):  # the outage: 0.8, 1.6, 3.2 s (each up to 1.5 times that)
+            await settle()
+            clock.advance(wait)
+        await settle()
+        await fake.create(CONFIG_MAP, _cm("b"))  # the watch works again
+        await settle()
+        assert inf.get("ns/b") is not None
+        before = watches()
+        fake.watch_control.close_all(TransportError("frozen connection"))
+        await settle()
+        clock.advance(1.25)
+        await settle()
+        assert watches() == before + 1
+
+
 async def test_indexes_follow_updates_and_deletes_and_can_be_added_late() -> None:
     fake = FakeClient((CONFIG_MAP, _cm("a", team="x")), (CONFIG_MAP, _cm("b", "other", team="x")))
     inf = Informer(fake, CONFIG_MAP)

@@ -28,6 +28,8 @@ def test_worker_flags_override_the_supervisors() -> None:
 
 def test_merged_metrics_sum_workers(tmp_path: Path) -> None:
     own, worker = RouterMetrics(), RouterMetrics()
+    own.admit_namespace("team")
+    worker.admit_namespace("team")
     own.observe_request("GET", 200, "team", 0.01)
     worker.observe_request("GET", 200, "team", 0.02)
     worker.observe_request("GET", 404, "team", 0.02)
