@@ -31,6 +31,7 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
+from ..api.errortext import describe_error
 from ._cache import Cache, CachedClient, CacheOptions
 from ._cachemetrics import CACHED_OBJECTS_METRIC, CachedObjectsCollector
 from ._client import ApiClient
@@ -223,7 +224,17 @@ class Manager:
                 async with asyncio.timeout(self.options.cache_sync_timeout):
                     await self.cache.wait_for_sync()
             except TimeoutError:
-                raise TimeoutError("timed out waiting for caches to sync") from None
+                # Named, as controller-runtime names the kind: usually a CRD that is not installed (the
+                # informer's 404s are in the log), e.g. --sandbox-lifecycle without SandboxArchive.
+                waiting = sorted(
+                    f"{kind.plural}.{kind.group or 'core'}"
+                    for kind, inf in self.cache.informers.items()
+                    if not inf.has_synced
+                )
+                raise TimeoutError(
+                    f"timed out waiting for caches to sync: {', '.join(waiting) or 'none left'} "
+                    "(is its CustomResourceDefinition installed?)"
+                ) from None
             log.info("caches synced")
             if self.elector is not None:
                 await self.elector.acquire()
@@ -243,9 +254,16 @@ class Manager:
             await self._stop_tasks(hold, 1.0)
             if self.elector is not None:
                 if self.options.leader_election_release_on_cancel:
-                    with contextlib.suppress(Exception):
+                    try:
                         async with asyncio.timeout(2.0):
                             await self.elector.release()
+                    except Exception as exc:
+                        # Said, not swallowed: the next leader then waits out the lease (until December 6 a
+                        # timed-out release left no line in the log).
+                        log.warning(
+                            "lease not released; a successor waits for it to expire",
+                            extra={"error": describe_error(exc)},
+                        )
                 with contextlib.suppress(Exception):
                     await self.elector.close()
             await self._stop_tasks(background, 5.0)

@@ -94,11 +94,12 @@ class MetricsServer(HttpServer):
 
 
 class HealthServer(HttpServer):
-    """Serves /healthz and /readyz from named checks (a ping check each by default)."""
+    """Serves /healthz and /readyz from named checks: by default a ping each, named `healthz` and `readyz` as
+    upstream's manager names them (`/readyz/readyz`, `?verbose`; they were `ping` until December 6)."""
 
     def __init__(self, address: str) -> None:
-        self.healthz: dict[str, Check] = {"ping": lambda: True}
-        self.readyz: dict[str, Check] = {"ping": lambda: True}
+        self.healthz: dict[str, Check] = {"healthz": lambda: True}
+        self.readyz: dict[str, Check] = {"readyz": lambda: True}
         app = web.Application()
         app.router.add_get("/healthz", self._handler(self.healthz))
         app.router.add_get("/healthz/{check}", self._handler(self.healthz))

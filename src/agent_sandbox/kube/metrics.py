@@ -45,6 +45,9 @@ __all__ = [
     "REGISTRY",
     "REST_CLIENT_DURATION",
     "REST_CLIENT_REQUESTS",
+    "WEBHOOK_IN_FLIGHT",
+    "WEBHOOK_LATENCY",
+    "WEBHOOK_REQUESTS",
     "WORKQUEUE_ADDS",
     "WORKQUEUE_DEPTH",
     "WORKQUEUE_LONGEST_RUNNING",
@@ -84,6 +87,27 @@ REST_CLIENT_DURATION = Histogram(
     "Request latency in seconds. Broken down by verb, and host.",
     ["verb", "host"],
     buckets=_REST_BUCKETS,
+    registry=REGISTRY,
+)
+
+# controller-runtime's webhook metrics (pkg/webhook/internal/metrics), for the conversion webhook: every
+# replica serves it, and without them a failing conversion was invisible to an SRE (until December 6).
+WEBHOOK_REQUESTS = Counter(
+    "controller_runtime_webhook_requests_total",
+    "Total number of admission requests by HTTP status code.",
+    ["webhook", "code"],
+    registry=REGISTRY,
+)
+WEBHOOK_LATENCY = Histogram(
+    "controller_runtime_webhook_latency_seconds",
+    "Histogram of the latency of processing admission requests",
+    ["webhook"],
+    registry=REGISTRY,
+)
+WEBHOOK_IN_FLIGHT = Gauge(
+    "controller_runtime_webhook_requests_in_flight",
+    "Current number of admission requests being served.",
+    ["webhook"],
     registry=REGISTRY,
 )
 

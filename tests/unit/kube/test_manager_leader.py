@@ -334,3 +334,24 @@ async def test_the_delay_follows_the_observed_holders_expiry() -> None:
     clock.advance(1.0)
     assert await b.try_acquire_or_renew()
     assert b._expires_in() is None  # it holds the Lease itself now
+
+
+async def test_a_cache_that_never_syncs_is_named() -> None:
+    """A kind whose CRD is not installed keeps its informer failing: the start gives up naming it
+    (controller-runtime names the kind; until December 6 the message named nothing)."""
+    from agent_sandbox.kube import NotFound
+
+    fake = FakeClient()
+    fake.inject_error("list", NotFound("404 page not found"), kind=CONFIG_MAP, times=1000)
+    opts = ManagerOptions(
+        metrics_bind_address="0",
+        health_probe_bind_address="0",
+        cache_sync_timeout=0.5,
+        new_cache=lambda _api, o: Cache(fake, o),
+    )
+    mgr = Manager(fake, opts)  # type: ignore[arg-type]
+    mgr.cache.informer(CONFIG_MAP)
+    with pytest.raises(
+        TimeoutError, match=r"caches to sync: configmaps\.core \(is its CustomResourceDefinition"
+    ):
+        await asyncio.wait_for(mgr.start(asyncio.Event()), 10)

@@ -26,6 +26,8 @@ import contextlib
 import logging
 import ssl
 import threading
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,7 @@ from agent_sandbox.api.conversion import convert_review
 from agent_sandbox.controllers.webhook.certs import ensure_certificates, write_files
 from agent_sandbox.controllers.webhook.crds import ALL_CRD_NAMES, patch_crds
 from agent_sandbox.kube import NAMESPACE, AlreadyExists, Client, NotFound
+from agent_sandbox.kube.metrics import WEBHOOK_IN_FLIGHT, WEBHOOK_LATENCY, WEBHOOK_REQUESTS
 
 log = logging.getLogger(__name__)
 
@@ -144,9 +147,36 @@ async def handle_healthz(_: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def _instrumented(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """controller-runtime's webhook metrics for the conversion path (prometheus metrics are thread-safe:
+    this runs on the webhook's own thread)."""
+    if request.path != c.WEBHOOK_PATH:
+        return await handler(request)
+    path = c.WEBHOOK_PATH
+    in_flight = WEBHOOK_IN_FLIGHT.labels(path)
+    in_flight.inc()
+    started = time.perf_counter()
+    code = 500
+    try:
+        response = await handler(request)
+        code = response.status
+        return response
+    except web.HTTPException as exc:
+        code = exc.status
+        raise
+    finally:
+        in_flight.dec()
+        WEBHOOK_LATENCY.labels(path).observe(time.perf_counter() - started)
+        WEBHOOK_REQUESTS.labels(path, str(code)).inc()
+
+
 def build_app() -> web.Application:
     """The aiohttp application (routes only; no TLS, no I/O at construction)."""
-    app = web.Application(client_max_size=_MAX_BODY)
+    app = web.Application(client_max_size=_MAX_BODY, middlewares=[_instrumented])
     app.router.add_post(c.WEBHOOK_PATH, handle_convert)
     app.router.add_get("/healthz", handle_healthz)
     return app

@@ -24,6 +24,7 @@ from agent_sandbox.controllers.webhook import (
     patch_crds,
 )
 from agent_sandbox.kube import CRD, SECRET
+from agent_sandbox.kube.metrics import REGISTRY
 from agent_sandbox.kube.testing import FakeClient
 
 pytestmark = pytest.mark.unit
@@ -129,6 +130,14 @@ async def test_webhook_serves_conversion_over_tls_and_patches_crds(tmp_path: Pat
                             for i in range(40)],  # above the thread threshold
             },
         }  # fmt: skip
+
+        def served(code: str) -> float:
+            value = REGISTRY.get_sample_value(
+                "controller_runtime_webhook_requests_total", {"webhook": "/convert", "code": code}
+            )
+            return value or 0.0
+
+        ok_before, bad_before = served("200"), served("400")
         status, answer = await _post(webhook.url, orjson.dumps(review), ca_pem)
         assert status == 200
         assert answer["response"]["uid"] == "abc"
@@ -140,6 +149,13 @@ async def test_webhook_serves_conversion_over_tls_and_patches_crds(tmp_path: Pat
         status, text = await _post(webhook.url, b"{nope", ca_pem)
         assert status == 400
         assert "invalid JSON" in text
+        # controller-runtime's webhook metrics, as upstream's manager serves them (none until December 6)
+        assert (served("200") - ok_before, served("400") - bad_before) == (1, 1)
+        latency = {"webhook": "/convert"}
+        assert (
+            REGISTRY.get_sample_value("controller_runtime_webhook_latency_seconds_count", latency) or 0
+        ) >= 2
+        assert REGISTRY.get_sample_value("controller_runtime_webhook_requests_in_flight", latency) == 0
     finally:
         await webhook.stop()
     await webhook.stop()  # idempotent
