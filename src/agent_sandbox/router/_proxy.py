@@ -128,7 +128,11 @@ class Proxy:
         self.inflight += 1
         self.metrics.inflight.inc()
         span = start_span(self.tracer, self.propagator, req) if self.tracer is not None else None
+        conn.handler_started = True
         try:
+            if conn.failed_status:  # refused by the connection before this ran (see `ClientConnection.fail`)
+                out.status, out.keep_alive = conn.failed_status, False
+                return
             await self._serve(conn, req, out, start, span)
         except asyncio.CancelledError:
             # The client went away or sent something we refused mid-request (`ClientConnection.fail`).

@@ -253,6 +253,8 @@ class ClientConnection(asyncio.Protocol):
         self.failed_status = 0
         self.response_started = False
         """The active request's response head has been written (errors can no longer be sent)."""
+        self.handler_started = False
+        """The active request's handler has begun (set by it): `fail` cancels it only then."""
 
     # ------------------------------------------------------------------ asyncio.Protocol
 
@@ -483,6 +485,7 @@ class ClientConnection(asyncio.Protocol):
 
     def _start(self, req: Request) -> None:
         self._active = req
+        self.handler_started = False
         self._task = asyncio.get_running_loop().create_task(self.handler.handle(self, req))
 
     def finish_request(self, *, keep_alive: bool) -> None:
@@ -584,7 +587,10 @@ class ClientConnection(asyncio.Protocol):
         self._cancel_timer()
         if not self.response_started:
             self.write(json_response(status, {"detail": detail}, keep_alive=False))
-        if self._task is not None and not self._task.done():
+        if self._task is not None and not self._task.done() and self.handler_started:
+            # A handler that has not run yet is left to run: it sees `failed_status` and only counts and logs
+            # the request (cancelled before its first step, it did neither - a 413 for a body that came in
+            # the head's packet was missing from metrics and the access log until December 6).
             self._task.cancel()
         self._linger_close()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 
 from agent_sandbox.router import Router, mint_scoped_token
 
-from .conftest import Backend, raw_request, request_bytes
+from .conftest import Backend, raw_request, request_bytes, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -368,6 +369,24 @@ async def test_chunked_body_over_the_cap(
     resp = await raw_request(router.http_port or 0, request_bytes("POST", "/upload", headers, body))
     assert (resp.status, json.loads(resp.body)) == (413, {"detail": "Request body too large."})
     assert resp.closed
+
+
+async def test_a_refusal_in_the_heads_packet_is_counted_and_logged(
+    start_router: Callable[..., Awaitable[Router]], backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A chunked body over the cap that arrives with the head: the 413 was sent, but the request was missing
+    from the metrics and the access log (its handler was cancelled before it ran)."""
+    caplog.set_level(logging.INFO, logger="sandbox-router.access")
+    router = await start_router("--max-request-body-bytes=100")
+    headers = backend.headers(**{"Transfer-Encoding": "chunked"})
+    body = b"".join(b"40\r\n" + b"x" * 64 + b"\r\n" for _ in range(4)) + b"0\r\n\r\n"
+    for _ in range(2):
+        resp = await raw_request(router.http_port or 0, request_bytes("POST", "/upload", headers, body))
+        assert resp.status == 413
+    await asyncio.sleep(0.2)
+    text = await scrape(router)
+    assert 'sandbox_router_requests_total{code="413",method="POST",sandbox_namespace="-"} 2.0' in text
+    assert [r.__dict__["status"] for r in caplog.records if r.name == "sandbox-router.access"] == [413, 413]
 
 
 async def test_whitespace_around_header_values_is_not_part_of_them(router: Router, backend: Backend) -> None:
