@@ -163,13 +163,19 @@ def _bench(args: argparse.Namespace) -> int:
     os.execv(sys.executable, [sys.executable, "-m", "benchmarks", *args.bench_args])
 
 
+class _Parser(argparse.ArgumentParser):
+    """No abbreviations, in every command's parser too (subparsers are made of the parser's class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     # No abbreviations (as kubectl): argparse matches a prefix against the top-level options across the
     # whole command line, so `dev up --router` became ambiguous between --router-url and
     # --router-token-file (until December 6, with the second one added).
-    parser = argparse.ArgumentParser(
-        prog="agent-sandbox", description=__doc__.splitlines()[0], allow_abbrev=False
-    )
+    parser = _Parser(prog="agent-sandbox", description=__doc__.splitlines()[0])
     add_connection_options(parser, before_the_command=True)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -277,7 +283,12 @@ _STOPPING = (signal.SIGTERM, signal.SIGHUP)
 def main(argv: Sequence[str] | None = None) -> int:
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
-        previous = {sig: signal.signal(sig, _raise_terminated) for sig in _STOPPING}
+        # An ignored signal stays ignored: `nohup agent-sandbox ...` must survive a hangup.
+        previous = {
+            sig: signal.signal(sig, _raise_terminated)
+            for sig in _STOPPING
+            if signal.getsignal(sig) is not signal.SIG_IGN
+        }
     try:
         return _main(argv)
     except KeyboardInterrupt as interrupt:

@@ -126,6 +126,12 @@ def make_client(args: argparse.Namespace, *, sandboxd: bool = False) -> SandboxC
         dev_kubeconfig = _dev_cluster(args.dev_cluster)[0]
         kubeconfig = kubeconfig or dev_kubeconfig
     router_url = _router_url(args)
+    if not router_url and getattr(args, "router_token_file", None):
+        # Without a URL the tunnel to `sandbox-router-svc` carries no headers (upstream's config has none):
+        # the token would be dropped and the router answer 401 without a hint.
+        raise ValueError(
+            "--router-token-file needs the router's URL (--router-url or $AGENT_SANDBOX_ROUTER_URL)"
+        )
     config: SandboxConnectionConfig | None = (
         _router_config(router_url, sandboxd, _router_headers(args)) if router_url else None
     )
@@ -234,7 +240,14 @@ def _create(args: argparse.Namespace) -> int:
             f"warning: SandboxClaim {args.namespace}/{claim} is Ready; reading it failed: {err}",
             file=sys.stderr,
         )
-        print(f"{CLAIM_RESOURCE}/{claim}")
+        known = SandboxInfo(
+            claim_name=claim,
+            namespace=args.namespace,
+            sandbox_id=sandbox.sandbox_id,
+            ready=True,
+            suspended=None,
+        )
+        _render_sandboxes(known, args.output)  # what the create itself knows, in the format asked for
         return 0
     _render_sandboxes(info, args.output)
     return 0

@@ -27,12 +27,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..api.errortext import describe_error
+from ._client import WATCH_BOOKMARK_GAP
 from ._clock import REAL_CLOCK, Clock
 from ._protocols import ListWatcher
 from ._resources import ResourceKind
 from ._selectors import compile_selector
 from ._types import LabelSelector, Object, WatchEvent, object_key
-from .errors import Gone, KubeError
+from .errors import Gone, KubeError, Timeout
 
 __all__ = ["EventHandler", "HandlerFuncs", "IndexFunc", "Informer", "Transform", "strip_managed_fields"]
 
@@ -325,9 +326,19 @@ class Informer:
             allow_bookmarks=True,
             timeout_seconds=timeout,
         )
-        async for event in stream:
-            self._watching = True
-            self._apply(event)
+        loop = asyncio.get_running_loop()
+        opened = loop.time()
+        try:
+            async for event in stream:
+                self._watching = True
+                self._apply(event)
+        except Timeout:
+            if loop.time() - opened < WATCH_BOOKMARK_GAP / 2:
+                raise  # not a silent watch: the connection itself timed out (backoff applies)
+            # Silent past the bookmark gap: a connection a proxy froze, or a server that sends no bookmarks.
+            # Watched again at once from the last resourceVersion, as after the server's own timeout - no
+            # backoff, no warning (the silence says nothing about the API server's health).
+            log.info("informer %s: watch silent, re-opening it", self.kind.kind)
 
     async def run(self) -> None:
         """List, then watch forever (until cancelled); see module docstring for error handling."""

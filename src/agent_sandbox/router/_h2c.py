@@ -489,7 +489,12 @@ class _Session:
             return False
         if route != self.route:
             return False
-        # Every stream is authorized, also with the credential the connection started with: a token
+        if self.upstream_write is None and authorization == self.authorization:
+            # The connection's own check is still running: streams with its credential wait with it (their
+            # frames are held until it passes; refused, nothing of them is forwarded). Refused here, the
+            # concurrent calls of a new gRPC channel would each reconnect while a TokenReview is pending.
+            return True
+        # Every later stream is authorized, also with the credential the connection started with: a token
         # expires, a TokenReview verdict's cache ends, and a pinned connection lives for hours (a shortcut
         # for an unchanged header kept expired and revoked tokens working on it until December 6).
         try:

@@ -183,10 +183,15 @@ class Resolver:
                         current.ip, route.port, "cache-name", _authority(current.ip, route.port), current
                     )
             if not cache.covers(route.namespace):
-                # A namespace the cache does not watch (`--cache-namespace`): dialled as upstream's router
-                # dials it, an address of a watched namespace's pod excepted (refused above). Until December 6
-                # every such request waited 2 s for the cache and got 403.
-                return Target(ip, route.port, "pod-ip", _authority(ip, route.port))
+                # A namespace the cache does not watch (`--cache-namespace`): the address cannot be checked,
+                # and the cache knows sandbox pods only (not a watched namespace's other pods, nor nodes), so
+                # it is refused - at once and saying why (until December 6 after a 2 s wait for the cache,
+                # as an address of another sandbox). Requests by name resolve by DNS there, as upstream's.
+                raise RouteError(
+                    403,
+                    f"X-Sandbox-Pod-IP cannot be checked for namespace {route.namespace}: the router's Pod "
+                    "cache does not watch it (--cache-namespace); send the request without it.",
+                )
             return None
         if cache is None:
             return None

@@ -135,7 +135,7 @@ class ProcessService:
         req = await _parse(pb.WriteStdinRequest, raw, context)
         proc = await self._running(req.process_id, context)
         if req.WhichOneof("payload") == "eof":
-            proc.close_stdin()
+            await proc.close_stdin()
             return pb.WriteStdinResponse()
         if not proc.stdin_open:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"process {req.process_id} has no stdin")

@@ -312,7 +312,7 @@ class Process:
 
         Chunk by chunk, each handed over once the previous one is: a call cancelled (its deadline) while the
         program does not read has delivered a prefix of its data at most, as a blocking write would, and
-        leaves at most a chunk behind. Handed over whole, every timed-out call's data stayed queued - memory
+        leaves at most two chunks queued (asyncio's transport buffers 64 KiB before `drain` waits). Handed over whole, every timed-out call's data stayed queued - memory
         without bound, and input delivered that the client was told had failed (until December 6).
         """
         async with self._stdin_lock:
@@ -326,14 +326,16 @@ class Process:
             if self._stdin is not None:
                 await self._stdin.drain()
 
-    def close_stdin(self) -> None:
-        """Close stdin (EOF for the program); with a PTY, send the terminal's EOF character."""
-        if self._pty_master is not None and self._stdin is not None:
-            self._stdin.write(b"\x04")
-            return
-        if self._stdin is not None:
-            self._stdin.close()
-            self._stdin = None
+    async def close_stdin(self) -> None:
+        """Close stdin (EOF for the program); with a PTY, send the terminal's EOF character. After the writes
+        in progress, in order (a write is handed over in chunks: an EOF between two would cut it)."""
+        async with self._stdin_lock:
+            if self._pty_master is not None and self._stdin is not None:
+                self._stdin.write(b"\x04")
+                return
+            if self._stdin is not None:
+                self._stdin.close()
+                self._stdin = None
 
     @property
     def stdin_open(self) -> bool:

@@ -208,9 +208,12 @@ def test_a_role_short_of_one_verb_gets_the_truth(
         cluster, namespace, "no-get", [{**claims, "verbs": ["create", "list", "watch", "delete"]}, sandboxes],
         capsys, tmp_path,
     )  # fmt: skip
-    code, out, err = wait_for(lambda: (r := no_get("create", "pool"))[0] != 1 and r, what="the role")
+    code, out, err = wait_for(
+        lambda: (r := no_get("create", "pool", "-o", "json"))[0] != 1 and r, what="the role"
+    )
     assert code == 0, err
-    assert out.startswith("sandboxclaim.extensions.agents.x-k8s.io/sandbox-claim-"), out
+    created = json.loads(out)  # what the create knows, in the format asked for
+    assert (created["claim_name"].startswith("sandbox-claim-"), created["ready"]) == (True, True)
     assert "is Ready; reading it failed" in err
 
     no_delete = _cli_as(

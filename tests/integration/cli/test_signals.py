@@ -52,3 +52,27 @@ def test_a_signal_during_create_rolls_the_claim_back(
             proc.kill()
     assert code == 128 + sig
     assert wait_for(lambda: _claims(cluster, namespace) == [] or None, timeout=30)
+
+
+def test_nohup_keeps_a_hangup_ignored(cluster: DevCluster, namespace: str, controller: Started) -> None:
+    """`nohup agent-sandbox ...`: an ignored SIGHUP stays ignored (the CLI's own handler is for a terminal
+    that goes away under an interactive session)."""
+    apply_pool(cluster, namespace, replicas=0, nodeSelector={"no-such-node": "x"})
+    proc = subprocess.Popen(
+        [CLI, "create", "--template", "tmpl", "-n", namespace, "--kubeconfig", str(cluster.kubeconfig),
+         "--router-url", "http://127.0.0.1:9", "-o", "name"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # what nohup does
+    )  # fmt: skip
+    try:
+        wait_for(lambda: _claims(cluster, namespace), what="the claim the CLI creates")
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1)
+        assert proc.poll() is None  # still waiting for its sandbox
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 143
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert wait_for(lambda: _claims(cluster, namespace) == [] or None, timeout=30)

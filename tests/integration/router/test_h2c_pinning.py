@@ -355,3 +355,40 @@ async def test_binary_metadata_leaves_the_connection_up(
         rest = [await counting.read() for _ in range(4)]
         assert await counting.read() == grpc.aio.EOF
     assert rest == [f"alpha {i}".encode() for i in range(1, 5)]
+
+
+class SlowReview:
+    """An authorizer whose first verdict needs an API call (a TokenReview cache miss), then is cached."""
+
+    def __init__(self) -> None:
+        self.cached = False
+
+    def check(self, route: object, authorization: bytes | None) -> Any:
+        if self.cached:
+            return None
+
+        async def review() -> None:
+            await asyncio.sleep(0.3)
+            self.cached = True
+
+        return review()
+
+
+async def test_streams_with_the_connections_credential_wait_for_its_check(
+    h2c_router: Router, sandboxes: tuple[Sandbox, Sandbox], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Calls started together on a new connection while its credential is being reviewed ride on that
+    review, instead of each being refused (GOAWAY) and retried on a new connection."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    alpha, _ = sandboxes
+    assert h2c_router.proxy is not None
+    h2c_router.proxy.authorizer = SlowReview()
+    metadata = (*alpha.metadata(), ("authorization", "Bearer t0ken"))
+    target = f"127.0.0.1:{h2c_router.http_port}"
+    async with grpc.aio.insecure_channel(target, options=OWN_CONNECTION) as channel:
+        who = _who(channel)
+        answers = await asyncio.gather(*(who(b"", metadata=metadata, timeout=10) for _ in range(4)))
+    assert answers == [b"alpha"] * 4
+    assert not [r for r in caplog.records if "GOAWAY" in r.getMessage()]

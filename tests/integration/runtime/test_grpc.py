@@ -212,7 +212,25 @@ async def test_stdin_writes_that_time_out_are_not_queued(grpc_client: ProcessCli
     await grpc_client.write_stdin_call(pb.WriteStdinRequest(process_id=pid, eof=eof), timeout=10)
     rest = [e async for e in it]
     delivered = int(b"".join(e.stdout for e in rest))
-    assert 0 < delivered <= 256 * 1024, delivered
+    assert 0 < delivered <= 256 * 1024, delivered  # the pipe (64 KiB) and what the transport held
+
+
+async def test_an_eof_sent_during_a_write_follows_it(grpc_client: ProcessClient) -> None:
+    """A write is handed over in chunks; a CloseStdin that arrives meanwhile waits for it (between two chunks
+    it cut the input short, and the writer failed)."""
+    call = grpc_client.start("/bin/sh", "-c", "sleep 0.5; wc -c")  # not reading yet: the write is in progress
+    it = grpc_client.events(call)
+    pid = (await anext(it)).init.process_id
+    eof = pb.process_pb2.google_dot_protobuf_dot_empty__pb2.Empty()
+    data = b"y" * (1 << 20)
+    writing = asyncio.ensure_future(
+        grpc_client.write_stdin_call(pb.WriteStdinRequest(process_id=pid, input=data), timeout=20)
+    )
+    await asyncio.sleep(0.2)
+    await grpc_client.write_stdin_call(pb.WriteStdinRequest(process_id=pid, eof=eof), timeout=20)
+    await writing
+    rest = [e async for e in it]
+    assert int(b"".join(e.stdout for e in rest)) == len(data)
 
 
 async def test_cancelled_stream_kills_the_process(runtime: RuntimeServer, grpc_client: ProcessClient) -> None:

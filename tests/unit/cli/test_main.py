@@ -149,3 +149,11 @@ def test_dev_up_router_is_not_an_abbreviation() -> None:
 
     args = build_parser().parse_args(["dev", "up", "--name", "x", "--controller", "--router", "--lifecycle"])
     assert (args.name, args.controller, args.router, args.lifecycle) == ("x", True, True, True)
+
+
+def test_no_command_takes_abbreviations() -> None:
+    """As kubectl: `list --kubec X` was taken for --kubeconfig by the command's parser (not the top level's)."""
+    from agent_sandbox.cli.main import build_parser
+
+    _, unknown = build_parser().parse_known_args(["list", "--kubec", "x"])
+    assert unknown == ["--kubec", "x"]

@@ -182,6 +182,29 @@ async def test_a_watch_that_worked_starts_a_new_outage_at_the_shortest_wait() ->
         assert watches() == before + 1
 
 
+async def test_a_silent_watch_is_reopened_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A watch that went silent past the bookmark gap (a frozen connection, or a server without bookmarks)
+    is watched again at once, without backoff: quiet is not an outage."""
+    from agent_sandbox.kube import Timeout
+    from agent_sandbox.kube import _informer as informer_module
+
+    monkeypatch.setattr(informer_module, "WATCH_BOOKMARK_GAP", 0.2, raising=False)
+    clock = FakeClock()
+    fake = FakeClient((CONFIG_MAP, _cm("a")))
+    inf = Informer(fake, CONFIG_MAP, clock=clock)
+
+    def watches() -> int:
+        return sum(1 for a in fake.actions if a[0] == "watch")
+
+    async with running(inf):
+        before = watches()
+        await asyncio.sleep(0.15)
+        fake.watch_control.close_all(Timeout("no byte for 100 s"))
+        await settle()
+        assert watches() == before + 1  # no clock advance needed: no backoff
+        assert inf.relists == 1
+
+
 async def test_indexes_follow_updates_and_deletes_and_can_be_added_late() -> None:
     fake = FakeClient((CONFIG_MAP, _cm("a", team="x")), (CONFIG_MAP, _cm("b", "other", team="x")))
     inf = Informer(fake, CONFIG_MAP)

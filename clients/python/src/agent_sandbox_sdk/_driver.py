@@ -634,9 +634,11 @@ class AsyncDriver(_DriverBase):
     async def _release_opened(self, opened: list[Any], completed: bool) -> None:
         """Release what a flow left open, in reverse order, to the end: a cancellation meanwhile waits for it.
 
-        Once the flow has completed, that cancellation is dropped: its result (a claim created and Ready, say)
-        is the caller's. Raised, it lost the result after the flow's rollback could run - a create cancelled as
-        its watch closed left a Ready claim behind, neither deleted nor tracked (until December 6).
+        Once the flow has completed, that cancellation is put off to the caller's next await: the result (a
+        claim created and Ready, say) reaches the caller first, which records it (a create tracks its claim,
+        so the client deletes it on exit). Raised here, it lost the result after the flow's rollback could
+        run - a create cancelled as its watch closed left a Ready claim behind, neither deleted nor tracked
+        (until December 6). The cancellation is not lost: re-requested, it ends the task at its next await.
         """
         releasing = asyncio.ensure_future(self._release_each(opened))
         interrupted: asyncio.CancelledError | None = None
@@ -647,11 +649,12 @@ class AsyncDriver(_DriverBase):
                 interrupted = cancel
         if interrupted is None:
             return
-        if not completed:
-            raise interrupted
         task = asyncio.current_task()
-        if task is not None:
-            task.uncancel()
+        if not completed or task is None:
+            raise interrupted
+        # Same count of cancellation requests (asyncio.timeout and TaskGroup compare it), now pending.
+        task.uncancel()
+        task.cancel(*interrupted.args)
 
     async def _release_each(self, opened: list[Any]) -> None:
         for handle in reversed(opened):
@@ -752,10 +755,12 @@ class AsyncDriver(_DriverBase):
 
     async def aclose(self) -> None:
         """Close every pooled connection and channel; the driver stays usable (it reopens lazily)."""
-        self._closes += 1
+        # Both taken before the first await: a call starting meanwhile opens new ones, and a call cancelled
+        # by these closes started before the count moved (told from a cancelled task by it).
         clients, self._clients = self._clients, {}
+        channels, self._channels = self._channels, {}
+        self._closes += 1
         for client in clients.values():
             await client.aclose()
-        channels, self._channels = self._channels, {}
         for channel in channels.values():
             await channel.close()

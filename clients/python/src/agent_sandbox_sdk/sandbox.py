@@ -50,13 +50,17 @@ class CommandStream:
     def _pull(self) -> CommandEvent | _commands.Started | None:
         """The next item of the flow (None at the end), with the bookkeeping of start and exit; hold
         `_reading`."""
-        for item in self._events:
-            if isinstance(item, _commands.Started):
-                self._started = True
-                self._start_seen.set()
-            elif item.type == "exit":
-                self.exit_code, self.timed_out = item.exit_code, item.timed_out
-            return item  # type: ignore[no-any-return]
+        try:
+            for item in self._events:
+                if isinstance(item, _commands.Started):
+                    self._started = True
+                    self._start_seen.set()
+                elif item.type == "exit":
+                    self.exit_code, self.timed_out = item.exit_code, item.timed_out
+                return item  # type: ignore[no-any-return]
+        except BaseException:
+            self._start_seen.set()  # a waiter for the start must not wait for a stream that failed
+            raise
         self._start_seen.set()
         return None
 

@@ -311,13 +311,15 @@ class LifecycleReconciler:
         """Delete an expired archive (`shutdownPolicy: Delete`): the garbage collector deletes the volumes
         and Service whose only owner it is, as it would have with the Sandbox."""
         ns = request.namespace
-        with contextlib.suppress(NotFound):
-            await self._client.delete(
-                lc.ARCHIVE, request.name, namespace=ns, uid=plan.archive_uid, propagation_policy="Background"
-            )
+        # The claim first: with the archive gone, nothing would lead a later pass back to a claim left marked
+        # (a failure between the two steps); the archive still there, the next pass repeats both.
         if plan.claim_name:  # the claim sees its Sandbox gone, as after a live Sandbox's expiry
             unmark = {"metadata": {"annotations": {lc.ANNOTATION_HIBERNATED_SANDBOX: None}}}
             with contextlib.suppress(NotFound):
                 await self._client.patch(SANDBOX_CLAIM, plan.claim_name, unmark, namespace=ns)
+        with contextlib.suppress(NotFound):
+            await self._client.delete(
+                lc.ARCHIVE, request.name, namespace=ns, uid=plan.archive_uid, propagation_policy="Background"
+            )
         log.info("deleted the expired archive %s (shutdownPolicy Delete)", request)
         return Result()

@@ -134,3 +134,38 @@ async def test_an_expired_archive_is_deleted_or_kept_by_its_shutdown_policy() ->
         except NotFound:
             found = False
         assert found is kept, policy
+
+
+async def test_an_expired_archive_unmarks_its_claim_before_it_goes() -> None:
+    """A failure between the two steps leaves the archive (the next pass repeats both), never a claim marked
+    hibernated with no archive left to lead back to it (the order until December 6)."""
+    from agent_sandbox.kube import SANDBOX_CLAIM, ServerError
+
+    past = format_time(datetime.now(UTC) - timedelta(minutes=1))
+    client, events = FakeClient(), Events()
+    rec = LifecycleReconciler(
+        client, probe=None, events=events, metrics=LifecycleMetrics(CollectorRegistry()), extensions=True
+    )
+    claim = await client.create(
+        SANDBOX_CLAIM,
+        {"metadata": {"name": "c", "namespace": NS, "annotations": {lc.ANNOTATION_HIBERNATED_SANDBOX: "sb"}},
+         "spec": {"warmPoolRef": {"name": "p"}}},
+        namespace=NS,
+    )  # fmt: skip
+    owner = {"apiVersion": "extensions.agents.x-k8s.io/v1beta1", "kind": "SandboxClaim", "name": "c",
+             "uid": claim["metadata"]["uid"], "controller": True}  # fmt: skip
+    old = sandbox("sb", uid="old-uid", mode="Suspended")
+    old["spec"].update(shutdownTime=past, shutdownPolicy="Delete")
+    old["metadata"]["ownerReferences"] = [owner]
+    await client.create(lc.ARCHIVE, lc.archive_body(old, cause=lc.Cause.REQUESTED, now=datetime.now(UTC),
+                                                    children=[]), namespace=NS)  # fmt: skip
+    client.inject_error("patch", ServerError("etcd is slow"), kind=SANDBOX_CLAIM)
+    with pytest.raises(ServerError):
+        await rec.reconcile(Request(NS, "sb"))
+    assert await client.get(lc.ARCHIVE, "sb", namespace=NS)  # still there: the next pass finishes
+    await rec.reconcile(Request(NS, "sb"))
+    assert lc.ANNOTATION_HIBERNATED_SANDBOX not in (await client.get(SANDBOX_CLAIM, "c", namespace=NS))[
+        "metadata"
+    ].get("annotations", {})
+    with pytest.raises(NotFound):
+        await client.get(lc.ARCHIVE, "sb", namespace=NS)
