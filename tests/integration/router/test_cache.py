@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+import grpc
 import pytest
 
 from agent_sandbox.devcluster import DevCluster
@@ -375,3 +376,72 @@ async def test_a_pod_ip_outside_the_cache_is_refused_at_once_saying_why(
     assert status == 403
     assert "the router's Pod cache does not watch it (--cache-namespace)" in body["detail"]
     assert not backend.seen
+
+
+def _service_account_token(cluster: DevCluster, namespace: str, name: str) -> str:
+    admin = cluster.admin()
+    status, _ = admin.request(
+        "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": name}}
+    )
+    assert status == 201
+    status, body = admin.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 600},
+        },
+    )
+    assert status == 201, body
+    token: str = body["status"]["token"]
+    return token
+
+
+async def test_a_revoked_token_stops_working_on_its_pinned_h2c_connection(
+    start_router: Callable[..., Awaitable[Router]], cluster: DevCluster, namespace: str
+) -> None:
+    """tokenreview against the API server, gRPC through h2c: each stream is authorized, also one repeating
+    the connection's credential. Until December 6 an unchanged header skipped the check, so a revoked
+    ServiceAccount token (and an expired scoped token) kept working on a pinned connection. Concurrent calls
+    on a new connection ride on its pending review instead of each being refused and retried."""
+    from .test_h2c_pinning import OWN_CONNECTION, Sandbox, _who
+
+    router = await start_router(
+        "--enable-h2c",
+        "--authz-mode=tokenreview",
+        "--authz-tokenreview-require-token",
+        "--authz-tokenreview-ttl=1s",
+        f"--kubeconfig={cluster.kubeconfig}",
+    )
+    token = _service_account_token(cluster, namespace, "caller")
+    alpha = Sandbox("alpha")
+    await alpha.server.start()
+    try:
+        metadata = (*alpha.metadata(), ("authorization", f"Bearer {token}"))
+        async with grpc.aio.insecure_channel(
+            f"127.0.0.1:{router.http_port}", options=OWN_CONNECTION
+        ) as channel:
+            who = _who(channel)
+            answers = await asyncio.gather(*(who(b"", metadata=metadata, timeout=10) for _ in range(4)))
+            assert answers == [b"alpha"] * 4
+            reviews = router.proxy.authorizer.reviews  # type: ignore[union-attr]
+            assert reviews == 1  # the concurrent calls waited for the connection's review
+            status, _ = cluster.admin().request(
+                "DELETE", f"/api/v1/namespaces/{namespace}/serviceaccounts/caller"
+            )
+            assert status == 200
+            # Refused once the router's verdict (1 s) and the API server's own token cache (~10 s) expire;
+            # the channel keeps calling meanwhile, as a long-lived gRPC client does.
+            refused: grpc.aio.AioRpcError | None = None
+            deadline = time.monotonic() + 30
+            while refused is None and time.monotonic() < deadline:
+                await asyncio.sleep(1)
+                try:
+                    await who(b"", metadata=metadata, timeout=10)
+                except grpc.aio.AioRpcError as err:
+                    refused = err
+        assert refused is not None, "the revoked token kept working"
+        assert refused.code() == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        await alpha.server.stop(None)

@@ -299,43 +299,6 @@ async def test_a_preface_that_arrives_in_pieces_is_still_h2c(h2c_router: Router,
             writer.close()
 
 
-class Revocable:
-    """An authorizer whose verdict on one token changes, as a token's expiry or revocation changes it."""
-
-    def __init__(self, token: str) -> None:
-        self.header = f"Bearer {token}".encode()
-        self.revoked = False
-
-    def check(self, route: object, authorization: bytes | None) -> None:
-        from agent_sandbox.router._routing import RouteError
-
-        if authorization != self.header or self.revoked:
-            raise RouteError(401, "unauthenticated")
-
-
-async def test_a_revoked_token_stops_working_on_its_pinned_connection(
-    h2c_router: Router, sandboxes: tuple[Sandbox, Sandbox]
-) -> None:
-    """Each stream is authorized, also one repeating the credential the connection was opened with: an
-    expired scoped token and a revoked ServiceAccount token kept working on a gRPC channel's connection
-    (the router skipped the check for an unchanged Authorization header)."""
-    alpha, _ = sandboxes
-    authorizer = Revocable("t0ken")
-    assert h2c_router.proxy is not None
-    h2c_router.proxy.authorizer = authorizer
-    metadata = (*alpha.metadata(), ("authorization", "Bearer t0ken"))
-    target = f"127.0.0.1:{h2c_router.http_port}"
-    async with grpc.aio.insecure_channel(target, options=OWN_CONNECTION) as channel:
-        who = _who(channel)
-        assert await who(b"", metadata=metadata, timeout=10) == b"alpha"
-        assert await who(b"", metadata=metadata, timeout=10) == b"alpha"
-        authorizer.revoked = True
-        with pytest.raises(grpc.aio.AioRpcError) as refused:
-            await who(b"", metadata=metadata, timeout=10)
-    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    assert alpha.calls == 2
-
-
 async def test_binary_metadata_leaves_the_connection_up(
     h2c_router: Router, sandboxes: tuple[Sandbox, Sandbox]
 ) -> None:
@@ -355,40 +318,3 @@ async def test_binary_metadata_leaves_the_connection_up(
         rest = [await counting.read() for _ in range(4)]
         assert await counting.read() == grpc.aio.EOF
     assert rest == [f"alpha {i}".encode() for i in range(1, 5)]
-
-
-class SlowReview:
-    """An authorizer whose first verdict needs an API call (a TokenReview cache miss), then is cached."""
-
-    def __init__(self) -> None:
-        self.cached = False
-
-    def check(self, route: object, authorization: bytes | None) -> Any:
-        if self.cached:
-            return None
-
-        async def review() -> None:
-            await asyncio.sleep(0.3)
-            self.cached = True
-
-        return review()
-
-
-async def test_streams_with_the_connections_credential_wait_for_its_check(
-    h2c_router: Router, sandboxes: tuple[Sandbox, Sandbox], caplog: pytest.LogCaptureFixture
-) -> None:
-    """Calls started together on a new connection while its credential is being reviewed ride on that
-    review, instead of each being refused (GOAWAY) and retried on a new connection."""
-    import logging
-
-    caplog.set_level(logging.INFO)
-    alpha, _ = sandboxes
-    assert h2c_router.proxy is not None
-    h2c_router.proxy.authorizer = SlowReview()
-    metadata = (*alpha.metadata(), ("authorization", "Bearer t0ken"))
-    target = f"127.0.0.1:{h2c_router.http_port}"
-    async with grpc.aio.insecure_channel(target, options=OWN_CONNECTION) as channel:
-        who = _who(channel)
-        answers = await asyncio.gather(*(who(b"", metadata=metadata, timeout=10) for _ in range(4)))
-    assert answers == [b"alpha"] * 4
-    assert not [r for r in caplog.records if "GOAWAY" in r.getMessage()]
