@@ -19,6 +19,11 @@ from .test_exec_cp import CLI
 pytestmark = pytest.mark.integration
 
 
+def _foreground() -> None:
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _claims(cluster: DevCluster, namespace: str) -> list[str]:
     status, body = cluster.admin().request("GET", f"/apis/{EXT}/namespaces/{namespace}/sandboxclaims")
     assert status == 200, body
@@ -38,9 +43,9 @@ def test_a_signal_during_create_rolls_the_claim_back(
          "--router-url", "http://127.0.0.1:9", "-o", "name"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        # pytest-xdist's workers ignore SIGINT, and an ignored signal is inherited: Python then installs no
-        # KeyboardInterrupt for it (a shell's foreground job has the default, as restored here)
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        # pytest-xdist's workers ignore SIGINT (and under nohup SIGHUP), and an ignored signal is inherited:
+        # the CLI then leaves it ignored (a shell's foreground job has the defaults, as restored here)
+        preexec_fn=_foreground,
     )  # fmt: skip
     try:
         wait_for(lambda: _claims(cluster, namespace), what="the claim the CLI creates")
