@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from agent_sandbox.devcluster import DevCluster
-from agent_sandbox.devcluster.processes import stop
+from agent_sandbox.devcluster.processes import stop, wait_ready
 from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE
 
-__all__ = ["EXT", "RUNTIME_IMAGE", "apply_pool", "cli_proxy", "router"]
+__all__ = ["EXT", "RUNTIME_IMAGE", "apply_pool", "cli_proxy", "router", "router_process"]
 
 EXT = "extensions.agents.x-k8s.io/v1beta1"
 
@@ -31,6 +32,25 @@ def router(cluster: DevCluster) -> Iterator[str]:
         url = router_url(cluster)
         assert url is not None
         yield url
+    finally:
+        stop(started)
+
+
+@contextmanager
+def router_process(cluster: DevCluster, name: str, http_bind: str, *flags: str) -> Iterator[int]:
+    """A router of its own (Pod cache on, loopback pod IPs as a sandbox's) listening on `http_bind`, owned by
+    the cluster, Ready; yields its metrics port. Stopped by PID afterwards."""
+    health = cluster.reserve_port(f"{name}_health")
+    metrics = cluster.reserve_port(f"{name}_metrics")
+    argv = [
+        sys.executable, "-m", "agent_sandbox.router", f"--kubeconfig={cluster.kubeconfig}", "--cache-enabled",
+        "--allow-loopback-pod-ip", *flags, f"--http-bind-address={http_bind}",
+        f"--metrics-bind-address=127.0.0.1:{metrics}", f"--health-probe-bind-address=127.0.0.1:{health}",
+    ]  # fmt: skip
+    started = cluster.add_process(name.replace("_", "-"), argv)
+    try:
+        wait_ready(started, f"http://127.0.0.1:{health}/readyz", deadline=time.monotonic() + 90)
+        yield metrics
     finally:
         stop(started)
 

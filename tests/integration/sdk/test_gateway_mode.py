@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -25,13 +24,13 @@ from pathlib import Path
 import pytest
 
 from agent_sandbox.devcluster import DevCluster
-from agent_sandbox.devcluster.processes import Started, stop, wait_ready
+from agent_sandbox.devcluster.processes import Started
 from agent_sandbox_sdk import AsyncSandboxClient, SandboxClient, SandboxGatewayConnectionConfig
 from tests.gateway_api import install_gateway_crd
 from tests.go_examples import run_go_basic
 from tests.upstream_sdk import ensure_upstream_sdk, run_script
 
-from .conftest import RUNTIME_IMAGE, apply_pool
+from .conftest import RUNTIME_IMAGE, apply_pool, router_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -66,26 +65,9 @@ def _gateway_address(cluster: DevCluster) -> str:
 def gateway_router(cluster: DevCluster) -> Iterator[GatewayRouter]:
     """A router listening on <gateway address>:80, its own process (the dev router keeps its port)."""
     address = _gateway_address(cluster)
-    health = cluster.reserve_port("gateway_router_health")
-    metrics = cluster.reserve_port("gateway_router_metrics")
     install_gateway_crd(cluster)  # once per module: every test's Gateway needs it
-    argv = [
-        sys.executable,
-        "-m",
-        "agent_sandbox.router",
-        f"--kubeconfig={cluster.kubeconfig}",
-        "--cache-enabled",
-        "--allow-loopback-pod-ip",
-        f"--http-bind-address={address}:80",
-        f"--metrics-bind-address=127.0.0.1:{metrics}",
-        f"--health-probe-bind-address=127.0.0.1:{health}",
-    ]
-    started = cluster.add_process("gateway-router", argv)
-    try:
-        wait_ready(started, f"http://127.0.0.1:{health}/readyz", deadline=time.monotonic() + 90)
+    with router_process(cluster, "gateway_router", f"{address}:80") as metrics:
         yield GatewayRouter(address, metrics)
-    finally:
-        stop(started)
 
 
 @pytest.fixture

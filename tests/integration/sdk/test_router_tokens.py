@@ -11,14 +11,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from agent_sandbox.devcluster import DevCluster
-from agent_sandbox.devcluster.processes import Started, stop, wait_ready
+from agent_sandbox.devcluster.processes import Started
 from agent_sandbox.router import mint_scoped_token
 from agent_sandbox_sdk import (
     SandboxClient,
@@ -27,7 +26,7 @@ from agent_sandbox_sdk import (
     SandboxRequestError,
 )
 
-from .conftest import RUNTIME_IMAGE, apply_pool
+from .conftest import RUNTIME_IMAGE, apply_pool, router_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -41,28 +40,9 @@ def scoped_router(cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory)
     secret = tmp_path_factory.mktemp("scoped") / "secret"
     secret.write_bytes(SECRET)
     port = cluster.reserve_port("scoped_router_http")
-    health = cluster.reserve_port("scoped_router_health")
-    metrics = cluster.reserve_port("scoped_router_metrics")
-    argv = [
-        sys.executable,
-        "-m",
-        "agent_sandbox.router",
-        f"--kubeconfig={cluster.kubeconfig}",
-        "--cache-enabled",
-        "--allow-loopback-pod-ip",
-        "--enable-h2c",
-        "--authz-mode=scoped-token",
-        f"--authz-scoped-token-secret-file={secret}",
-        f"--http-bind-address=127.0.0.1:{port}",
-        f"--metrics-bind-address=127.0.0.1:{metrics}",
-        f"--health-probe-bind-address=127.0.0.1:{health}",
-    ]
-    started: Started = cluster.add_process("scoped-router", argv)
-    try:
-        wait_ready(started, f"http://127.0.0.1:{health}/readyz", deadline=time.monotonic() + 90)
+    flags = ("--enable-h2c", "--authz-mode=scoped-token", f"--authz-scoped-token-secret-file={secret}")
+    with router_process(cluster, "scoped_router", f"127.0.0.1:{port}", *flags):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        stop(started)
 
 
 @pytest.fixture
