@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -30,25 +31,37 @@ def _claims(cluster: DevCluster, namespace: str) -> list[str]:
     return [item["metadata"]["name"] for item in body["items"]]
 
 
-@pytest.mark.parametrize(
-    "sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"]
-)
-def test_a_signal_during_create_rolls_the_claim_back(
-    cluster: DevCluster, namespace: str, controller: Started, sig: signal.Signals
-) -> None:
-    # a Pod no node takes: the claim waits (cold, from the template), until the signal
+def _waiting_create(
+    cluster: DevCluster, namespace: str, preexec: Callable[[], object]
+) -> subprocess.Popen[bytes]:
+    """`agent-sandbox create` waiting for a sandbox that cannot come (a Pod no node takes, cold from the
+    template), once its claim exists."""
     apply_pool(cluster, namespace, replicas=0, nodeSelector={"no-such-node": "x"})
     proc = subprocess.Popen(
         [CLI, "create", "--template", "tmpl", "-n", namespace, "--kubeconfig", str(cluster.kubeconfig),
          "--router-url", "http://127.0.0.1:9", "-o", "name"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        # pytest-xdist's workers ignore SIGINT (and under nohup SIGHUP), and an ignored signal is inherited:
-        # the CLI then leaves it ignored (a shell's foreground job has the defaults, as restored here)
-        preexec_fn=_foreground,
+        preexec_fn=preexec,
     )  # fmt: skip
     try:
         wait_for(lambda: _claims(cluster, namespace), what="the claim the CLI creates")
+    except BaseException:
+        proc.kill()
+        raise
+    return proc
+
+
+@pytest.mark.parametrize(
+    "sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"]
+)
+def test_a_signal_during_create_rolls_the_claim_back(
+    cluster: DevCluster, namespace: str, controller: Started, sig: signal.Signals
+) -> None:
+    # pytest-xdist's workers ignore SIGINT (and under nohup SIGHUP), and an ignored signal is inherited: the
+    # CLI then leaves it ignored (a shell's foreground job has the defaults, as restored here)
+    proc = _waiting_create(cluster, namespace, _foreground)
+    try:
         time.sleep(0.5)  # into the wait for Ready
         proc.send_signal(sig)
         code = proc.wait(timeout=60)
@@ -62,16 +75,10 @@ def test_a_signal_during_create_rolls_the_claim_back(
 def test_nohup_keeps_a_hangup_ignored(cluster: DevCluster, namespace: str, controller: Started) -> None:
     """`nohup agent-sandbox ...`: an ignored SIGHUP stays ignored (the CLI's own handler is for a terminal
     that goes away under an interactive session)."""
-    apply_pool(cluster, namespace, replicas=0, nodeSelector={"no-such-node": "x"})
-    proc = subprocess.Popen(
-        [CLI, "create", "--template", "tmpl", "-n", namespace, "--kubeconfig", str(cluster.kubeconfig),
-         "--router-url", "http://127.0.0.1:9", "-o", "name"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # what nohup does
-    )  # fmt: skip
+    proc = _waiting_create(
+        cluster, namespace, lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    )  # nohup's
     try:
-        wait_for(lambda: _claims(cluster, namespace), what="the claim the CLI creates")
         proc.send_signal(signal.SIGHUP)
         time.sleep(1)
         assert proc.poll() is None  # still waiting for its sandbox

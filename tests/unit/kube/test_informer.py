@@ -35,6 +35,11 @@ class Recorder:
         self.events.append(("delete", obj["metadata"]["name"]))
 
 
+def _watches(fake: FakeClient) -> int:
+    """Watch calls so far (a re-watch adds one)."""
+    return sum(1 for a in fake.actions if a[0] == "watch")
+
+
 async def settle() -> None:
     for _ in range(20):
         await asyncio.sleep(0)
@@ -141,13 +146,13 @@ async def test_transport_errors_back_off_on_the_clock_then_resume() -> None:
         fake.inject_error("watch", TransportError("connection reset"), times=1)
         fake.watch_control.close_all()
         await settle()
-        watches_before = sum(1 for a in fake.actions if a[0] == "watch")
+        watches_before = _watches(fake)
         clock.advance(0.5)
         await settle()
-        assert sum(1 for a in fake.actions if a[0] == "watch") == watches_before  # still backing off
+        assert _watches(fake) == watches_before  # still backing off
         clock.advance(1.0)  # 0.8 s * jitter (<= 1.2 s) has elapsed
         await settle()
-        assert sum(1 for a in fake.actions if a[0] == "watch") == watches_before + 1
+        assert _watches(fake) == watches_before + 1
         await fake.create(CONFIG_MAP, _cm("b"))
         await settle()
         assert inf.get("ns/b") is not None
@@ -161,9 +166,6 @@ async def test_a_watch_that_worked_starts_a_new_outage_at_the_shortest_wait() ->
     fake = FakeClient((CONFIG_MAP, _cm("a")))
     inf = Informer(fake, CONFIG_MAP, clock=clock)
 
-    def watches() -> int:
-        return sum(1 for a in fake.actions if a[0] == "watch")
-
     async with running(inf):
         fake.inject_error("watch", TransportError("connection reset"), times=3)
         fake.watch_control.close_all()
@@ -174,12 +176,12 @@ async def test_a_watch_that_worked_starts_a_new_outage_at_the_shortest_wait() ->
         await fake.create(CONFIG_MAP, _cm("b"))  # the watch works again
         await settle()
         assert inf.get("ns/b") is not None
-        before = watches()
+        before = _watches(fake)
         fake.watch_control.close_all(TransportError("frozen connection"))
         await settle()
         clock.advance(1.25)
         await settle()
-        assert watches() == before + 1
+        assert _watches(fake) == before + 1
 
 
 async def test_a_silent_watch_is_reopened_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -193,15 +195,12 @@ async def test_a_silent_watch_is_reopened_at_once(monkeypatch: pytest.MonkeyPatc
     fake = FakeClient((CONFIG_MAP, _cm("a")))
     inf = Informer(fake, CONFIG_MAP, clock=clock)
 
-    def watches() -> int:
-        return sum(1 for a in fake.actions if a[0] == "watch")
-
     async with running(inf):
-        before = watches()
+        before = _watches(fake)
         await asyncio.sleep(0.15)
         fake.watch_control.close_all(Timeout("no byte for 100 s"))
         await settle()
-        assert watches() == before + 1  # no clock advance needed: no backoff
+        assert _watches(fake) == before + 1  # no clock advance needed: no backoff
         assert inf.relists == 1
 
 
