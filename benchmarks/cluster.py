@@ -1,11 +1,13 @@
 """One benchmark cluster: the gate-tuned local control plane with the real controller, torn down by PID.
 
-Owns: `Bench` - one cluster per run (`async with Bench.up(...)`), always torn down in `finally`; an admin
+Owns: `Bench` - one cluster per run (`async with Bench.up(...)`), always torn down in `finally`, also when
+the run is interrupted while the cluster or the controller is still starting; an admin
 `ApiClient` for the load; `/proc` sampling of every component (CPU cores, RSS); `/metrics` scrapes of the
 controller and the API server; the namespaces, templates and warm pools a scenario draws from; optional
 py-spy profiling of the controller - plus the bring-up steps it waits for (the conversion webhook on every
-CRD, v1alpha1 unserved when asked), `retry_503` and `isolate_clusters` (bench clusters under their own state
-root).
+CRD, v1alpha1 unserved when asked), `retry_503`, `isolate_clusters` (bench clusters under their own state
+root) and `clear_stale_cluster` (a cluster whose bench process was killed outright is stopped by the next
+run).
 
 Everything listens on 127.0.0.1.
 """
@@ -14,10 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -28,8 +33,10 @@ from typing import Any, TypeVar
 from agent_sandbox.api import constants as c
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.binaries import cache_root
+from agent_sandbox.devcluster.config import ClusterConfig
 from agent_sandbox.devcluster.controller import start_binary_controller, start_controller
 from agent_sandbox.devcluster.processes import Started, is_ours
+from agent_sandbox.devcluster.state import clusters_root
 from agent_sandbox.kube import (
     CRD,
     NAMESPACE,
@@ -48,7 +55,14 @@ from .log import log
 from .proc_sampling import ProcSampler
 from .tuning import Tuning
 
-__all__ = ["Bench", "await_conversion_webhook", "isolate_clusters", "retry_503", "unserve_v1alpha1"]
+__all__ = [
+    "Bench",
+    "await_conversion_webhook",
+    "clear_stale_cluster",
+    "isolate_clusters",
+    "retry_503",
+    "unserve_v1alpha1",
+]
 
 T = TypeVar("T")
 
@@ -105,6 +119,7 @@ async def retry_503(call: Callable[[], Awaitable[T]], within: float = 30.0) -> T
 
 
 _BENCH_CACHE_ENV = "AGENT_SANDBOX_BENCH_ISOLATE"
+_BENCH_ROOT_ENV = "AGENT_SANDBOX_BENCH_ROOT"
 
 
 def isolate_clusters() -> Path:
@@ -112,14 +127,17 @@ def isolate_clusters() -> Path:
 
     On a shared machine a parallel `agent-sandbox dev down --all` (or `make down`) stops every cluster it
     finds under the cache root; a measurement in flight must not be one of them. Set
-    `AGENT_SANDBOX_BENCH_ISOLATE=0` to keep bench clusters visible to `dev status`/`dev down`.
+    `AGENT_SANDBOX_BENCH_ISOLATE=0` to keep bench clusters visible to `dev status`/`dev down`, or
+    `AGENT_SANDBOX_BENCH_ROOT=<dir>` to put them elsewhere (a test's own directory) while the control-plane
+    binaries still come from the cache.
     """
     if os.environ.get(_BENCH_CACHE_ENV, "1") == "0":
         return cache_root()
     real = cache_root()
-    if real.name == "bench":
-        return real
-    root = real / "bench"
+    override = os.environ.get(_BENCH_ROOT_ENV, "")
+    root = Path(override).expanduser().absolute() if override else real / "bench"
+    if real == root or (not override and real.name == "bench"):
+        return real  # isolated already (an earlier run in this process, or the caller's environment)
     root.mkdir(parents=True, exist_ok=True)
     (real / "bin").mkdir(parents=True, exist_ok=True)
     link = root / "bin"
@@ -127,6 +145,110 @@ def isolate_clusters() -> Path:
         link.symlink_to(real / "bin", target_is_directory=True)
     os.environ["AGENT_SANDBOX_CACHE"] = str(root)
     return root
+
+
+async def _finish_in_thread(call: Callable[[], T]) -> T:
+    """Run a blocking step (start or stop of processes) in a thread; an interruption waits for it to end.
+
+    Cancelling the await of `asyncio.to_thread` does not stop the thread: the step would go on starting
+    processes while the teardown, already running, stops the ones recorded so far. So a cancellation (Ctrl-C,
+    or `asyncio.run` cancelling what is left after SIGTERM/SIGHUP) waits for the step to finish first. The
+    step is a plain future, not a task: `asyncio.run`'s shutdown cancels every task, and would cancel it too.
+    """
+    future = asyncio.get_running_loop().run_in_executor(None, call)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await future
+        raise
+
+
+class _StartAborted(Exception):
+    """Raised inside `DevCluster.up`'s thread at its next step once the run was interrupted."""
+
+
+_OWNER_FILE = "bench-owner.json"
+
+
+def _process_start(pid: int) -> int | None:
+    """The start time of process `pid` (clock ticks since boot, /proc/<pid>/stat field 22); None when gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()
+    return int(fields[19]) if len(fields) > 19 and fields[0] != "Z" else None
+
+
+def _record_owner(name: str) -> None:
+    """Note in the cluster's directory which process runs it (see `clear_stale_cluster`)."""
+    pid = os.getpid()
+    # Best effort: a note for a later run must never fail this one's start.
+    with contextlib.suppress(OSError):
+        (clusters_root() / name / _OWNER_FILE).write_text(
+            json.dumps({"pid": pid, "start": _process_start(pid)})
+        )
+
+
+def clear_stale_cluster(name: str) -> bool:
+    """Stop the cluster `name` when the bench process that started it is gone; True if there was one.
+
+    A bench killed with SIGKILL (or by a second signal during its teardown) leaves its cluster running, and
+    the next run of the same scenario would refuse to start. A cluster whose owner still runs (a parallel
+    bench of the same scenario) or is unknown (not started by a bench) is left alone: `DevCluster.up` then
+    names the command that stops it.
+    """
+    existing = DevCluster.load(name)
+    if existing is None or not any(existing.running().values()):
+        return False  # nothing running: DevCluster.up clears a dead record itself
+    try:
+        owner = json.loads((existing.directory / _OWNER_FILE).read_text())
+        pid, start = int(owner["pid"]), owner["start"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if start is not None and _process_start(pid) == start:
+        return False
+    log(f"cluster {name}: left running by bench process {pid}, which is gone; stopping it")
+    existing.down(quiet=True)
+    return True
+
+
+async def _start_cluster(config: ClusterConfig) -> DevCluster:
+    """`DevCluster.up` in a thread; interrupted, it stops at its next step and nothing of it stays running.
+
+    `DevCluster.up` stops what it started when a step fails; the interruption makes its next progress line
+    fail (`_StartAborted`). The last line comes after the start, when `up` no longer cleans up: the cluster
+    is then stopped here.
+    """
+    aborted = threading.Event()
+
+    def say(msg: str) -> None:
+        _record_owner(config.name)  # from the first step on: etcd is running by the time of the next line
+        if aborted.is_set():
+            raise _StartAborted(f"cluster {config.name}: start interrupted")
+        print(msg, file=sys.stderr, flush=True)
+
+    future = asyncio.get_running_loop().run_in_executor(None, lambda: DevCluster.up(config, log=say))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        aborted.set()
+        log(f"cluster {config.name}: interrupted while starting; stopping it")
+        cluster: DevCluster | None = None
+        try:
+            cluster = await future
+        except _StartAborted:
+            # Raised by a step (`up` has stopped everything) or by the line after the start (it has not).
+            cluster = DevCluster.load(config.name)
+        except Exception:
+            pass  # the start failed on its own and `up` has cleaned up
+        if cluster is not None:
+            await asyncio.get_running_loop().run_in_executor(
+                None, functools.partial(cluster.down, quiet=True)
+            )
+        log(f"cluster {config.name}: down")
+        raise
 
 
 @dataclass
@@ -144,27 +266,34 @@ class Bench:
     @classmethod
     @contextlib.asynccontextmanager
     async def up(cls, name: str, tuning: Tuning, *, extensions: bool = True) -> AsyncIterator[Bench]:
-        """Start the cluster and the controller; always stop both (by PID) when the block ends."""
+        """Start the cluster and the controller; always stop both (by PID) when the block ends.
+
+        Also when the run is interrupted (Ctrl-C, `kill`, a hangup) while they are still starting: the start
+        runs in a thread that an interruption cannot stop, so the teardown waits for it (`_start_cluster`,
+        `_finish_in_thread`) before stopping what it started.
+        """
         root = isolate_clusters()
         log(
             f"cluster {name} (under {root}): {tuning.nodes} nodes, controller {' '.join(tuning.controller_flags())}"
         )
-        cluster = await asyncio.to_thread(DevCluster.up, tuning.cluster_config(name))
+        await _finish_in_thread(lambda: clear_stale_cluster(name))
+        cluster = await _start_cluster(tuning.cluster_config(name))
         api: ApiClient | None = None
         sampler: ProcSampler | None = None
         failed = True
         try:
             if tuning.controller_binary:
-                started = await asyncio.to_thread(
-                    start_binary_controller,
-                    cluster,
-                    tuning.controller_binary,
-                    extensions=extensions,
-                    extra=tuning.controller_flags(),
+                started = await _finish_in_thread(
+                    lambda: start_binary_controller(
+                        cluster,
+                        tuning.controller_binary,
+                        extensions=extensions,
+                        extra=tuning.controller_flags(),
+                    )
                 )
             else:
-                started = await asyncio.to_thread(
-                    start_controller, cluster, extensions=extensions, extra=tuning.controller_flags()
+                started = await _finish_in_thread(
+                    lambda: start_controller(cluster, extensions=extensions, extra=tuning.controller_flags())
                 )
             api = await ApiClient.from_kubeconfig(str(cluster.kubeconfig), connections=4)
             if not tuning.controller_binary:
@@ -183,7 +312,7 @@ class Bench:
             if api is not None:
                 await api.close()
             # A failed run keeps the component logs (copied under <cache>/failed/) for the post-mortem.
-            await asyncio.to_thread(cluster.down, quiet=not failed, keep_logs=failed)
+            await _finish_in_thread(lambda: cluster.down(quiet=not failed, keep_logs=failed))
             log(f"cluster {name}: down")
 
     # -- description

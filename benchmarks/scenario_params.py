@@ -16,7 +16,7 @@ from agent_sandbox.devcluster.config import KWOK_POD_PARALLELISM, POD_DELETION_I
 
 from .tuning import Tuning
 
-__all__ = ["Params", "Scenario", "resolve_params", "tuning_from_params"]
+__all__ = ["ParamError", "Params", "Scenario", "resolve_params", "tuning_from_params"]
 
 
 Params = dict[str, Any]
@@ -33,14 +33,40 @@ class Scenario:
     run: Callable[[Params], Awaitable[dict[str, Any]]]
 
 
+class ParamError(ValueError):
+    """A parameter the scenario does not have, or a value its type cannot take (a usage error: exit 2)."""
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+
 def _coerce(value: str, like: Any) -> Any:
+    """`value` as the type of the default `like` (ValueError naming the expected type)."""
     if isinstance(like, bool):
-        return value.lower() in ("1", "true", "yes", "on")
-    if isinstance(like, int):
-        return int(value)
-    if isinstance(like, float):
-        return float(value)
+        if value.strip().lower() in _TRUE:
+            return True
+        if value.strip().lower() in _FALSE:
+            return False
+        raise ValueError(f"expects a boolean ({'/'.join(_TRUE)} or {'/'.join(_FALSE[:-1])})")
+    try:
+        if isinstance(like, int):
+            return int(value)
+        if isinstance(like, float):
+            return float(value)
+    except ValueError:
+        raise ValueError(f"expects {'an integer' if isinstance(like, int) else 'a number'}") from None
     return value
+
+
+def _value(scenario: Scenario, key: str, raw: str, source: str) -> Any:
+    try:
+        return _coerce(raw, scenario.defaults[key])
+    except ValueError as exc:
+        raise ParamError(
+            f"{source}: {scenario.name} parameter {key!r} {exc}, got {raw!r} "
+            f"(default {scenario.defaults[key]!r})"
+        ) from None
 
 
 def resolve_params(
@@ -50,21 +76,29 @@ def resolve_params(
     overrides: Mapping[str, str] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Params:
-    """defaults < smoke preset < BENCH_<KEY> environment < explicit overrides (type of the default)."""
+    """defaults < smoke preset < BENCH_<KEY> environment < explicit overrides (type of the default).
+
+    Raises:
+        ParamError: an override names a parameter the scenario does not have (the message lists the ones it
+            has), or a value does not fit the parameter's type (the message names the parameter and where
+            the value came from).
+    """
     params: Params = dict(scenario.defaults)
     if smoke:
         params.update(scenario.smoke)
     env = os.environ if environ is None else environ
-    for key, default in scenario.defaults.items():
-        raw = env.get(f"BENCH_{key.upper()}")
+    for key in scenario.defaults:
+        variable = f"BENCH_{key.upper()}"
+        raw = env.get(variable)
         if raw is not None:
-            params[key] = _coerce(raw, default)
+            params[key] = _value(scenario, key, raw, variable)
     for key, raw in (overrides or {}).items():
         if key not in scenario.defaults:
-            raise KeyError(
-                f"{scenario.name}: unknown parameter {key!r} (known: {', '.join(scenario.defaults)})"
+            raise ParamError(
+                f"--set {key}: {scenario.name} has no parameter {key!r} "
+                f"(its parameters: {', '.join(scenario.defaults)})"
             )
-        params[key] = _coerce(raw, scenario.defaults[key])
+        params[key] = _value(scenario, key, raw, f"--set {key}")
     params["smoke"] = smoke
     return params
 

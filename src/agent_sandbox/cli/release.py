@@ -7,6 +7,7 @@ control plane's own kubectl, built once and cached) and writes the files.
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,10 @@ from pathlib import Path
 from agent_sandbox.api.errortext import describe_error
 from agent_sandbox.devcluster import ensure_binaries
 from agent_sandbox.manifests import REPO_ROOT, DriftError, check_drift, render_assets
+
+#: An image tag as the OCI distribution spec and Docker define it: anything else renders an image reference
+#: no registry accepts (`...:v1 0`), and the release would ship it.
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
 
 def release_command(args: argparse.Namespace) -> int:
@@ -25,11 +30,22 @@ def release_command(args: argparse.Namespace) -> int:
         if not args.tag.strip():
             print("usage error: agent-sandbox release needs --tag (e.g. --tag v0.1.0)", file=sys.stderr)
             return 2
+        if not _TAG.fullmatch(args.tag):
+            print(
+                f"usage error: --tag {args.tag!r} is not a valid image tag (letters, digits, '_', '.' and '-', "
+                "at most 128, not starting with '.' or '-'; e.g. v0.1.0)",
+                file=sys.stderr,
+            )
+            return 2
         if not args.registry.strip("/"):
             print(
                 "usage error: --registry must name a registry, e.g. registry.k8s.io/agent-sandbox",
                 file=sys.stderr,
             )
+            return 2
+        out = Path(args.out)
+        if out.exists() and not out.is_dir():
+            print(f"usage error: --out {args.out} exists and is not a directory", file=sys.stderr)
             return 2
     try:
         if args.check:
@@ -51,8 +67,12 @@ def release_command(args: argparse.Namespace) -> int:
         print(f"error: {describe_error(err)}", file=sys.stderr)
         return 1
     out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in assets.files.items():
-        (out_dir / name).write_text(text, encoding="utf-8")
-        print(f"wrote {out_dir / name}")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in assets.files.items():
+            (out_dir / name).write_text(text, encoding="utf-8")
+            print(f"wrote {out_dir / name}")
+    except OSError as err:  # a parent that is a file, no permission, a full disk
+        print(f"error: cannot write the release assets to {out_dir}: {describe_error(err)}", file=sys.stderr)
+        return 1
     return 0

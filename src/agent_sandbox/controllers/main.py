@@ -131,7 +131,8 @@ async def run(
     pressure = ClaimPressure(opts.sandbox_claim_priority_hold if opts.extensions else 0.0)
     try:
         mgr = build_manager(opts, pressure)
-    except (ConfigError, ValueError) as exc:
+    except (ConfigError, ValueError, OSError) as exc:
+        # One line naming what is wrong (a missing certificate file, a bad flag), exit 1: not a traceback.
         log.error("unable to start manager: %s", describe_error(exc))
         return 1
     stop = stop or _signal_stop()

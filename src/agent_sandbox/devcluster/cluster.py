@@ -20,6 +20,8 @@ fake nodes and volumes report; docs/devcluster.md describes each simulated behav
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import shutil
 import sys
 import time
@@ -34,6 +36,18 @@ from agent_sandbox.devcluster.node_controls import ClusterControls
 from agent_sandbox.devcluster.runner_client import RunnerClient
 from agent_sandbox.devcluster.startup import RUNNER, ClusterStartup
 from agent_sandbox.devcluster.state import ClusterError, ClusterState, clusters_root
+
+
+def down_command(name: str) -> str:
+    """The shell command that stops the cluster `name` of this process's cache root.
+
+    A cluster under another root than the default (the benchmarks keep theirs under `<cache>/bench/`, tests
+    under their own) is invisible to a plain `agent-sandbox dev down`, which would answer "no dev cluster
+    named ..." and leave it running: the command then carries the root.
+    """
+    root = os.environ.get("AGENT_SANDBOX_CACHE")
+    prefix = f"AGENT_SANDBOX_CACHE={shlex.quote(root)} " if root else ""
+    return f"{prefix}agent-sandbox dev down --name {shlex.quote(name)}"
 
 
 class DevCluster(ClusterStartup, ClusterControls, RunnerClient):
@@ -71,7 +85,7 @@ class DevCluster(ClusterStartup, ClusterControls, RunnerClient):
             if any(existing.running().values()):
                 raise ClusterError(
                     f"cluster {config.name!r} is already running (kubeconfig {existing.kubeconfig}); "
-                    f"run `agent-sandbox dev down --name {config.name}` first"
+                    f"run `{down_command(config.name)}` first"
                 )
             existing.down(quiet=True)
         bins = ensure_binaries()

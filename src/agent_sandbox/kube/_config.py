@@ -287,7 +287,11 @@ def _from_single(single: Any, source: str, raw_cluster: Mapping[str, Any]) -> Cl
     ctx: ssl.SSLContext | None = None
     trust: Callable[[], ssl.SSLContext] | None = None
     if server.startswith("https://"):
-        ctx = _ssl_context(cluster, user, single.abs_file)
+        try:
+            ctx = _ssl_context(cluster, user, single.abs_file)
+        except ConfigError as exc:
+            # Name the kubeconfig too: the message alone names a certificate file, not where it is referenced.
+            raise ConfigError(f"kubeconfig {source}: {exc}") from exc
 
         def trust() -> ssl.SSLContext:
             return _ssl_context(cluster, user, single.abs_file)
@@ -335,7 +339,11 @@ def _ssl_context(cluster: Any, user: Any, abs_file: Any) -> ssl.SSLContext:
     if cluster.certificate_auth_data:
         ctx = ssl.create_default_context(cadata=base64.b64decode(cluster.certificate_auth_data).decode())
     elif cluster.certificate_auth:
-        ctx = ssl.create_default_context(cafile=str(abs_file(cluster.certificate_auth)))
+        cafile = str(abs_file(cluster.certificate_auth))
+        try:
+            ctx = ssl.create_default_context(cafile=cafile)
+        except OSError as exc:  # ssl.SSLError too; ssl's FileNotFoundError names no file
+            raise ConfigError(f"cannot load certificate-authority {cafile}: {_reason(exc)}") from exc
     else:
         ctx = ssl.create_default_context()
     if cluster.insecure:
@@ -354,7 +362,17 @@ def _load_client_cert(ctx: ssl.SSLContext, user: Any, abs_file: Any) -> None:
         try:
             ctx.load_cert_chain(cert_path, key_path)
         except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(f"cannot load client certificate: {exc}") from exc
+            # Only the kubeconfig's own files are named: inline data went through temp files.
+            named = [str(abs_file(f)) for f in (user.client_cert, user.client_key) if f]
+            files = f" (files: {', '.join(named)})" if named else ""
+            raise ConfigError(f"cannot load client certificate{files}: {_reason(exc)}") from exc
+
+
+def _reason(exc: OSError) -> str:
+    """`[Errno 2] No such file or directory` for a missing file, ssl's own text for a bad one."""
+    if isinstance(exc, ssl.SSLError) or exc.errno is None:
+        return str(exc)
+    return f"[Errno {exc.errno}] {exc.strerror}"
 
 
 def _load_pem_pair(ctx: ssl.SSLContext, cert: str, key: str) -> None:

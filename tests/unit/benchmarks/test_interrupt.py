@@ -1,4 +1,4 @@
-"""`kill` (SIGTERM) stops a benchmark with its `finally` blocks run, as Ctrl-C does."""
+"""`kill` (SIGTERM) and a hangup (SIGHUP) stop a benchmark with its `finally` blocks run, as Ctrl-C does."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,59 @@ def test_without_it_sigterm_skips_them(tmp_path: Path) -> None:
     proc.communicate(timeout=30)
     assert proc.returncode == -signal.SIGTERM
     assert not (tmp_path / "torn-down").exists()
+
+
+def _start_slow_teardown(
+    tmp_path: Path, preexec: Callable[[], object] | None = None
+) -> subprocess.Popen[str]:
+    """A benchmark whose teardown takes a moment and says when it begins."""
+    script = textwrap.dedent(f"""
+        import asyncio
+        from benchmarks.interrupt import stop_cleanly_on_sigterm
+        stop_cleanly_on_sigterm()
+
+        async def run() -> None:
+            try:
+                print("running", flush=True)
+                await asyncio.sleep(60)
+            finally:
+                print("tearing down", flush=True)
+                await asyncio.sleep(1)
+                open({str(tmp_path / "torn-down")!r}, "w").write("yes")
+
+        asyncio.run(run())
+    """)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=preexec,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "running"
+    return proc
+
+
+def test_sighup_runs_the_finally_blocks_and_a_second_one_does_not_cut_them_short(tmp_path: Path) -> None:
+    """A closed terminal or dropped SSH session: until December 6 it left the bench cluster running."""
+    proc = _start_slow_teardown(tmp_path, lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+    proc.send_signal(signal.SIGHUP)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "tearing down"
+    proc.send_signal(signal.SIGHUP)  # the shell's own hangup after the kernel's
+    _, err = proc.communicate(timeout=30)
+    assert (tmp_path / "torn-down").read_text() == "yes"
+    assert "KeyboardInterrupt: stopped by signal 1" in err
+
+
+def test_an_inherited_ignored_sighup_stays_ignored(tmp_path: Path) -> None:
+    """`nohup python -m benchmarks ...`: the hangup it was started to survive must not stop it."""
+    proc = _start_slow_teardown(tmp_path, lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    proc.send_signal(signal.SIGHUP)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert "KeyboardInterrupt: stopped by signal 15" in err
+    assert "stopped by signal 1\n" not in err
+    assert (tmp_path / "torn-down").read_text() == "yes"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from benchmarks import report
-from benchmarks.scenario_params import resolve_params
+from benchmarks.scenario_params import ParamError, resolve_params
 from benchmarks.scenarios import SCENARIOS
 
 pytestmark = pytest.mark.unit
@@ -168,7 +168,7 @@ def test_resolve_params_layers() -> None:
     assert env["profile"] is True
     explicit = resolve_params(burst, smoke=False, overrides={"rate": "30"}, environ={"BENCH_RATE": "20"})
     assert explicit["rate"] == 30.0
-    with pytest.raises(KeyError, match="unknown parameter"):
+    with pytest.raises(ParamError, match="has no parameter"):
         resolve_params(burst, smoke=False, overrides={"nope": "1"}, environ={})
 
 

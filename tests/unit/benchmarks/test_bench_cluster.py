@@ -1,0 +1,145 @@
+"""A bench cluster left running: the command the refusal names works, and a dead bench's cluster is cleared.
+
+No control plane: the "cluster" is a recorded `sleep` process under a temporary cache root, which is all
+`DevCluster.up`'s refusal and `clear_stale_cluster` look at.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+from benchmarks.cluster import _OWNER_FILE, _process_start, clear_stale_cluster, isolate_clusters
+
+from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.devcluster import cluster as cluster_module
+from agent_sandbox.devcluster.config import ClusterConfig
+from agent_sandbox.devcluster.processes import is_ours
+from agent_sandbox.devcluster.state import ClusterError, ClusterState
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.unit
+
+
+def _no_build() -> None:
+    raise AssertionError("the test must not get as far as building the control plane")
+
+
+NAME = "bench-unit"
+
+
+@pytest.fixture
+def recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
+    """A cluster `bench-unit` under `<tmp>/bench`, its one process running; the cache root is that root."""
+    root = tmp_path / "bench"
+    monkeypatch.setenv("AGENT_SANDBOX_CACHE", str(root))
+    directory = root / "clusters" / NAME
+    (directory / "logs").mkdir(parents=True)
+    proc = subprocess.Popen(["sleep", "60"])
+    # Popen returns before the kernel shows the new command line; until then the PID is not "ours".
+    wait_for(lambda: is_ours(proc.pid, "sleep"), timeout=10, what="sleep to exec")
+    # Never build or start a real control plane here, whatever goes wrong.
+    monkeypatch.setattr(cluster_module, "ensure_binaries", _no_build)
+    state = ClusterState(
+        name=NAME,
+        directory=str(directory),
+        binaries=str(tmp_path / "bin"),
+        ports={"apiserver": 1},
+        pod_cidr="127.10.0.0/16",
+        kubeconfig=str(directory / "kubeconfig"),
+        server="https://127.0.0.1:1",
+        nodes=[],
+        processes=[
+            {"name": "etcd", "pid": proc.pid, "exe": "sleep", "log": str(directory / "logs" / "etcd")}
+        ],
+    )
+    (directory / "state.json").write_text(json.dumps(asdict(state)))
+    try:
+        yield directory, proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_refusal_names_a_command_that_finds_the_cluster(
+    recorded: tuple[Path, subprocess.Popen[bytes]],
+) -> None:
+    """Until December 6 it said `agent-sandbox dev down --name bench-burst`, which looked in the default root
+    and answered "no dev cluster named 'bench-burst'" while the cluster kept running."""
+    directory, proc = recorded
+    with pytest.raises(ClusterError) as refused:
+        DevCluster.up(ClusterConfig(name=NAME))
+    command = str(refused.value).split("run `", 1)[1].split("`", 1)[0]
+    root = os.environ["AGENT_SANDBOX_CACHE"]
+    assert command == f"AGENT_SANDBOX_CACHE={shlex.quote(root)} agent-sandbox dev down --name {NAME}"
+    # Run it as printed, from a shell that does not have the bench's cache root in its environment.
+    env = {k: v for k, v in os.environ.items() if k != "AGENT_SANDBOX_CACHE"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    done = subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert f"cluster {NAME!r} stopped and removed" in done.stderr
+    proc.wait(timeout=30)
+    assert not directory.exists()
+
+
+def test_without_a_cache_override_the_command_is_the_plain_one(
+    recorded: tuple[Path, subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent_sandbox.devcluster.cluster import down_command
+
+    monkeypatch.delenv("AGENT_SANDBOX_CACHE")
+    assert down_command("bench-burst") == "agent-sandbox dev down --name bench-burst"
+
+
+def test_a_cluster_whose_bench_process_is_gone_is_stopped(
+    recorded: tuple[Path, subprocess.Popen[bytes]],
+) -> None:
+    directory, proc = recorded
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead_pid = int(gone.stdout)
+    (directory / _OWNER_FILE).write_text(json.dumps({"pid": dead_pid, "start": 1}))
+    assert clear_stale_cluster(NAME)
+    proc.wait(timeout=30)
+    assert not is_ours(proc.pid, "sleep")
+    assert not directory.exists()
+
+
+@pytest.mark.parametrize("owner", ["alive", "unknown"])
+def test_a_cluster_of_a_running_or_unknown_owner_is_left_alone(
+    recorded: tuple[Path, subprocess.Popen[bytes]], owner: str
+) -> None:
+    """A parallel bench of the same scenario, or a cluster some other tool started under the bench root."""
+    directory, proc = recorded
+    if owner == "alive":
+        (directory / _OWNER_FILE).write_text(
+            json.dumps({"pid": os.getpid(), "start": _process_start(os.getpid())})
+        )
+    assert not clear_stale_cluster(NAME)
+    assert is_ours(proc.pid, "sleep")
+    assert directory.is_dir()
+
+
+def test_bench_root_override_keeps_the_shared_binaries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`AGENT_SANDBOX_BENCH_ROOT`: a test's own cluster root, the control-plane binaries still from the cache."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("AGENT_SANDBOX_CACHE", str(cache))
+    monkeypatch.setenv("AGENT_SANDBOX_BENCH_ROOT", str(tmp_path / "mine"))
+    monkeypatch.delenv("AGENT_SANDBOX_BENCH_ISOLATE", raising=False)
+    root = isolate_clusters()
+    assert root == tmp_path / "mine"
+    assert os.environ["AGENT_SANDBOX_CACHE"] == str(root)
+    assert (root / "bin").resolve() == (cache / "bin").resolve()
+    assert isolate_clusters() == root  # a second Bench in the same process
