@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from agent_sandbox_sdk import (
     SandboxClient,
     SandboxConnectionError,
     SandboxdInClusterConnectionConfig,
+    SandboxDirectConnectionConfig,
 )
 from agent_sandbox_sdk._driver import AsyncDriver
 from agent_sandbox_sdk._steps import StreamHandle
@@ -131,3 +133,122 @@ def test_a_create_cancelled_as_it_completes_leaves_nothing_behind(
 
     asyncio.run(main())
     wait_for(lambda: _claims(cluster, pool) == [], timeout=30, what="no claim left")
+
+
+def test_a_timeout_as_a_create_or_a_resume_completes_is_raised_by_that_call(
+    cluster: DevCluster, pool: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`asyncio.timeout` expiring while the call closes its watch (the claim Ready; the resumed pod Ready): the
+    call itself raises TimeoutError, nothing is left pending for the task's next await, and the claim is
+    tracked (deleted with the client). Until December 6 the call returned inside the block, and the next,
+    unrelated await raised a CancelledError with `cancelling() == 0`."""
+    original = AsyncDriver._release
+    closing: list[asyncio.Event] = []  # armed for one call at a time
+
+    async def slow_release(handle: Any) -> None:
+        if isinstance(handle, StreamHandle) and closing:
+            closing[-1].set()
+            await asyncio.sleep(0.3)
+        await original(handle)
+
+    monkeypatch.setattr(AsyncDriver, "_release", staticmethod(slow_release))
+
+    async def expiring(call: Any) -> bool:
+        """Whether `call()` raised TimeoutError for a deadline reached as its watch closes."""
+        closing.append(event := asyncio.Event())
+        timed_out = False
+        try:
+            async with asyncio.timeout(None) as deadline:
+
+                async def expire() -> None:
+                    await event.wait()
+                    deadline.reschedule(asyncio.get_running_loop().time())
+
+                expirer = asyncio.create_task(expire())
+                await call()
+        except TimeoutError:
+            timed_out = True
+        finally:
+            closing.clear()
+        await expirer
+        await asyncio.sleep(0)  # a cancellation left pending would be raised here
+        return timed_out
+
+    async def main() -> None:
+        async with AsyncSandboxClient(SANDBOXD, kubeconfig=cluster.kubeconfig) as client:
+            assert await expiring(lambda: client.create_sandbox("pool", pool, sandbox_ready_timeout=90))
+            [(namespace, claim)] = await client.list_active_sandboxes()  # tracked all the same
+            sandbox = await client.get_sandbox(claim, namespace)
+            await sandbox.suspend(timeout=60)
+            assert await expiring(lambda: sandbox.resume(timeout=60))
+            assert sandbox.commands is not None
+            assert (await sandbox.commands.run("echo resumed")).stdout == "resumed\n"
+            task = asyncio.current_task()
+            assert task is not None
+            assert task.cancelling() == 0
+
+    asyncio.run(main())
+    wait_for(lambda: _claims(cluster, pool) == [], timeout=30, what="the tracked claim deleted")
+
+
+def test_a_legacy_stream_cut_by_the_clients_close_says_so(
+    cluster: DevCluster, pool: str, router: str
+) -> None:
+    """Async `close()` under a legacy stream through the router; then the sync client closed from another
+    thread under a stream and a run. Each fails with the same "(client closed)" `SandboxConnectionError`
+    (until December 6 the legacy stream blamed the sandbox or a proxy, and the sync stream ran to exit 0)."""
+    legacy = SandboxDirectConnectionConfig(api_url=router)
+    ticking = "for i in 1 2 3 4 5 6; do echo $i; sleep 1; done"
+
+    async def in_a_task() -> BaseException | None:
+        client = AsyncSandboxClient(legacy, kubeconfig=cluster.kubeconfig)
+        sandbox = await client.create_sandbox("pool", pool, sandbox_ready_timeout=90)
+        assert sandbox.commands is not None
+        events = aiter(sandbox.commands.stream(f"sh -c '{ticking}'"))
+        assert (await anext(events)).data == b"1\n"
+        await client.close()
+        try:
+            async for _ in events:
+                pass
+        except SandboxConnectionError as err:
+            return err
+        finally:
+            await sandbox.terminate()
+        return None
+
+    error = asyncio.run(in_a_task())
+    assert error is not None
+    assert "/execute/stream: the connection was closed while the call was in flight (client closed)" in str(
+        error
+    )
+
+    with SandboxClient(legacy, kubeconfig=cluster.kubeconfig) as client:
+        sandboxes = [client.create_sandbox("pool", pool, sandbox_ready_timeout=90) for _ in range(2)]
+        commands = [s.commands for s in sandboxes]
+        assert commands[0] is not None
+        assert commands[1] is not None
+        outcomes: dict[str, BaseException | int] = {}
+
+        def attempt(name: str, call: Any) -> None:
+            try:
+                outcomes[name] = call()
+            except BaseException as err:  # reported to the test's thread
+                outcomes[name] = err
+
+        threads = [
+            threading.Thread(target=attempt, args=("run", lambda: commands[0].run("sleep 2").exit_code)),
+            threading.Thread(
+                target=attempt, args=("stream", lambda: commands[1].stream("sleep 2").result().exit_code)
+            ),
+        ]
+        for thread in threads:
+            thread.start()
+        time.sleep(1)  # both are waiting for their command's answer
+        client.close()
+        for thread in threads:
+            thread.join(30)
+        for name in ("run", "stream"):
+            assert isinstance(outcomes[name], SandboxConnectionError), (name, outcomes[name])
+            assert "(client closed)" in str(outcomes[name]), outcomes[name]
+        for sandbox in sandboxes:
+            sandbox.terminate()

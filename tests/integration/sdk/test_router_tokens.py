@@ -147,3 +147,76 @@ def test_the_sdk_reads_the_token_from_the_environment(
         sandbox = client.get_sandbox(claim, namespace)
         assert sandbox.commands is not None
         assert sandbox.commands.run("echo env").stdout == "env\n"
+
+
+@pytest.mark.parametrize("runtime", ["legacy", "sandboxd"])
+def test_a_refused_request_says_why(
+    cluster: DevCluster,
+    namespace: str,
+    scoped_router: str,
+    claimed: tuple[str, str],
+    runtime: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The router answers only `unauthenticated`/`forbidden`; the SDK adds what the request shows. Until
+    December 6 each case below read the same bare `HTTP 401: unauthenticated` / `HTTP 403: forbidden`.
+    REST calls keep the router's status; sandboxd's gRPC calls say the code (UNAUTHENTICATED, ...)."""
+    claim, sandbox_id = claimed
+    kind = SandboxDirectConnectionConfig if runtime == "legacy" else SandboxdDirectConnectionConfig
+    monkeypatch.setenv("AGENT_SANDBOX_ROUTER_TOKEN", "set-but-not-read")
+    token = mint_scoped_token(SECRET, namespace, sandbox_id, 600)
+    cases: list[tuple[dict[str, str], dict[str, object], int, str]] = [
+        ({}, {}, 401, "no Authorization header was sent"),
+        ({}, {}, 401, "$AGENT_SANDBOX_ROUTER_TOKEN is set, but this client was given a connection_config"),
+        (
+            {"Authorization": f"Bearer {mint_scoped_token(SECRET, namespace, sandbox_id, 1, now=1e9)}"},
+            {},
+            401,
+            "the scoped token expired at 2001-09-09T01:46:41Z",
+        ),
+        (
+            _bearer(namespace, "someone-else"),
+            {},
+            403,
+            f"the scoped token is for sandbox {namespace}/someone-else, not {namespace}/{sandbox_id}",
+        ),
+        (_bearer(namespace, sandbox_id), {"pod_ip_routing": True}, 403, "pod_ip_routing=True sends"),
+        ({"Authorization": f"Bearer Bearer {token}"}, {}, 401, "'Bearer Bearer ...'"),
+        (
+            {"Authorization": f"Bearer {mint_scoped_token(b'another key' * 4, namespace, sandbox_id, 600)}"},
+            {},
+            401,
+            "did not sign it",
+        ),
+    ]
+    for headers, options, status, why in cases:
+        config = kind(api_url=scoped_router, extra_headers=headers, **options)  # type: ignore[arg-type]
+        with SandboxClient(config, kubeconfig=cluster.kubeconfig) as client:
+            sandbox = client.get_sandbox(claim, namespace)
+            assert sandbox.files is not None
+            assert sandbox.commands is not None
+            with pytest.raises(SandboxRequestError) as refused:
+                sandbox.files.read("t.txt")
+            assert refused.value.status_code == status, refused.value
+            assert why in str(refused.value), refused.value
+            with pytest.raises(SandboxRequestError) as refused:
+                sandbox.commands.run("true")
+            assert why in str(refused.value), refused.value
+
+
+def test_the_environment_token_may_carry_its_bearer_scheme(
+    cluster: DevCluster,
+    namespace: str,
+    scoped_router: str,
+    claimed: tuple[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`$AGENT_SANDBOX_ROUTER_TOKEN="Bearer v1...."` (an Authorization header's value) is sent once, not
+    as `Bearer Bearer v1....` (until December 6: 401 unauthenticated, unexplained)."""
+    claim, sandbox_id = claimed
+    monkeypatch.setenv("AGENT_SANDBOX_ROUTER_URL", scoped_router)
+    monkeypatch.setenv("AGENT_SANDBOX_ROUTER_TOKEN", _bearer(namespace, sandbox_id)["Authorization"])
+    with SandboxClient(kubeconfig=cluster.kubeconfig) as client:
+        sandbox = client.get_sandbox(claim, namespace)
+        assert sandbox.commands is not None
+        assert sandbox.commands.run("echo env").stdout == "env\n"

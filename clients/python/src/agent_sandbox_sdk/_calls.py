@@ -17,6 +17,7 @@ from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from ._authhint import AUTH_STATUSES, auth_hint
 from ._checks import check_timeout
 from ._claims import SandboxView
 from ._connection import Connection, Target
@@ -32,6 +33,7 @@ __all__ = [
     "check",
     "check_timeout",
     "error_detail",
+    "explain_refusal",
     "explain_unreachable",
     "malformed_answer",
     "open_stream",
@@ -154,6 +156,22 @@ def stale_pod_ip(status: int, detail: str) -> bool:
 def _refused_for_stale_pod_ip(resp: HttpResponse) -> bool:
     # The status first: the body of a success can be a whole file, not worth decoding for an error message.
     return resp.status_code == 403 and stale_pod_ip(403, error_detail(resp))
+
+
+def explain_refusal(
+    conn: Connection, err: SandboxRequestError, headers: Mapping[str, str]
+) -> SandboxRequestError:
+    """`err` (a 401 or 403), with the reason when the request sent (`headers`) shows it (`_authhint`): the
+    router's answers say only `unauthenticated`/`forbidden`. Same type, status and response."""
+    status = err.status_code
+    if status not in AUTH_STATUSES or (err.response is not None and _refused_for_stale_pod_ip(err.response)):
+        return err
+    hint = auth_hint(status, headers, conn.namespace, conn.sandbox_id)
+    if hint is None:
+        return err
+    explained = SandboxRequestError(f"{err} - {hint}", status, err.response)
+    explained.request_sent = err.request_sent
+    return explained
 
 
 def explain_unreachable(conn: Connection, err: SandboxRequestError) -> Flow[SandboxRequestError]:
@@ -311,6 +329,8 @@ def call(
         try:
             return check(resp, allow=allow)
         except SandboxRequestError as err:
+            if resp.status_code in AUTH_STATUSES:
+                raise explain_refusal(conn, err, req.headers) from None
             if resp.status_code not in UNREACHABLE:
                 raise
             if settled:
@@ -354,6 +374,8 @@ def open_stream(
         try:
             check(answer)
         except SandboxRequestError as err:
+            if handle.status_code in AUTH_STATUSES:
+                raise explain_refusal(conn, err, req.headers) from None
             if handle.status_code not in UNREACHABLE:
                 raise
             raise (yield from explain_unreachable(conn, err)) from None

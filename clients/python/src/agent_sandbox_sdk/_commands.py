@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _process
+from ._authhint import auth_hint
 from ._calls import (
     MAX_RUN_RESPONSE,
     call,
@@ -91,11 +92,20 @@ def _grpc_error(err: GrpcFailure) -> SandboxRequestError:
     return SandboxRequestError(message)
 
 
-def _call_failed(conn: Connection, err: GrpcFailure) -> Flow[SandboxRequestError]:
+#: The gRPC codes of a router's authorization answers (its h2c maps 401 and 403 to them), as HTTP statuses.
+_AUTH_CODES = {"UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403}
+
+
+def _call_failed(conn: Connection, err: GrpcFailure, target: Target) -> Flow[SandboxRequestError]:
     """The error for a failed gRPC call. When the router could not use the sandbox's address (unreachable, or
     a pod IP that is no longer the sandbox's) the connection forgets it - the next call re-reads it - and the
-    error says why when the Sandbox tells (suspended, deleted)."""
+    error says why when the Sandbox tells (suspended, deleted). A refused token says why when the metadata
+    sent shows it (`_authhint`)."""
     refused = err.code == "PERMISSION_DENIED" and stale_pod_ip(403, err.details)
+    if err.code in _AUTH_CODES and not refused:
+        hint = auth_hint(_AUTH_CODES[err.code], dict(target.grpc_metadata), conn.namespace, conn.sandbox_id)
+        failed = _grpc_error(err)
+        return SandboxRequestError(f"{failed} - {hint}") if hint else failed
     if err.code != "UNAVAILABLE" and not refused:
         return _grpc_error(err)
     conn.failed()
@@ -198,7 +208,7 @@ def _run_sandboxd(
             raise SandboxRequestTimeoutError(
                 f"sandboxd Execute did not finish within {deadline:g} s"
             ) from err
-        raise (yield from _call_failed(conn, err)) from err
+        raise (yield from _call_failed(conn, err, target)) from err
     return ExecutionResult(
         stdout=reply.stdout.decode("utf-8", errors="replace"),
         stderr=reply.stderr.decode("utf-8", errors="replace"),
@@ -274,7 +284,7 @@ def stream_command(
         if err.code == "DEADLINE_EXCEEDED":
             yield Emit(CommandEvent(type="exit", exit_code=TIMED_OUT_EXIT_CODE, timed_out=True))
             return
-        raise (yield from _call_failed(conn, err)) from err
+        raise (yield from _call_failed(conn, err, target)) from err
     raise SandboxRequestError("sandboxd Start stream ended without an exit event")
 
 

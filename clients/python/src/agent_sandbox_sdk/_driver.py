@@ -11,7 +11,6 @@ share one pool of up to `max_connections` sockets without any thread pool (gRPC'
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
 import importlib
 import os
@@ -19,11 +18,13 @@ import ssl
 import time
 import urllib.request
 import weakref
-from collections.abc import AsyncIterator, Iterator
-from typing import Any, Generic, TypeVar
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, Generic, TypeVar, overload
 
 import httpx2
 
+from ._bodies import MAX_LINE_BYTES, Body, Lines, async_body, sync_body
+from ._closewatch import CloseWatch, closed_error, step_where
 from ._execauth import ExecCredential, ExecCredentialAuth
 from ._kubeconfig import KubeEndpoint
 from ._steps import (
@@ -45,7 +46,6 @@ from ._steps import (
     StreamHandle,
     TlsSettings,
     Trace,
-    Upload,
 )
 from ._tracing import FlowTrace, Tracing
 from .exceptions import SandboxConnectionError, SandboxRequestError, SandboxRequestTimeoutError
@@ -53,61 +53,8 @@ from .exceptions import SandboxConnectionError, SandboxRequestError, SandboxRequ
 __all__ = ["MAX_LINE_BYTES", "AsyncDriver", "SyncDriver", "import_grpc"]
 
 T = TypeVar("T")
+U = TypeVar("U")
 CONNECT_TIMEOUT = 10.0
-#: Longest line `ReadLine` returns. A streamed line is one output chunk of a command or one watch event
-#: (kilobytes); a sandbox that never ends a line must not make the client buffer without bound.
-MAX_LINE_BYTES = 16 << 20
-
-
-class _Body:
-    """A response body read up to a limit (`HttpRequest.max_response_bytes`)."""
-
-    __slots__ = ("_data", "_limit", "over")
-
-    def __init__(self, limit: int | None) -> None:
-        self._data = bytearray()
-        self._limit = limit
-        self.over = False
-
-    def add(self, chunk: bytes) -> bool:
-        """Keep `chunk`; False once past the limit (stop reading)."""
-        self._data += chunk
-        if self._limit is not None and len(self._data) > self._limit:
-            del self._data[self._limit :]
-            self.over = True
-            return False
-        return True
-
-    def response(self, resp: httpx2.Response, request: HttpRequest) -> HttpResponse:
-        return HttpResponse(
-            resp.status_code, dict(resp.headers), bytes(self._data), request.method, request.url, self.over
-        )
-
-
-class _Lines:
-    """Splits a streamed body into lines (`\n`, a trailing `\r` dropped), each at most `MAX_LINE_BYTES`."""
-
-    __slots__ = ("_buf", "lines")
-
-    def __init__(self) -> None:
-        self._buf = bytearray()
-        self.lines: collections.deque[str] = collections.deque()
-
-    def feed(self, chunk: bytes | None, handle: StreamHandle) -> None:
-        """Add a chunk (None: the body ended; what is left is the last line)."""
-        if chunk is None:
-            if self._buf:
-                self.lines.append(self._buf.rstrip(b"\r").decode("utf-8", "replace"))
-                self._buf.clear()
-            return
-        self._buf += chunk
-        while (end := self._buf.find(b"\n")) >= 0:
-            self.lines.append(self._buf[:end].rstrip(b"\r").decode("utf-8", "replace"))
-            del self._buf[: end + 1]
-        if len(self._buf) > MAX_LINE_BYTES:
-            raise SandboxRequestError(
-                f"{handle.method} {handle.url}: a streamed line longer than {MAX_LINE_BYTES} bytes"
-            )
 
 
 def import_grpc() -> Any:
@@ -121,10 +68,22 @@ def import_grpc() -> Any:
 
 
 class _Result(Generic[T]):
-    __slots__ = ("value",)
+    """A flow's result, and what the caller makes of it (`keep`), done once, as soon as the flow completes."""
 
-    def __init__(self) -> None:
+    __slots__ = ("_keep", "_kept", "value")
+
+    def __init__(self, keep: Callable[[Any], Any] | None = None) -> None:
         self.value: Any = None
+        self._keep = keep
+        self._kept = False
+
+    def kept(self) -> Any:
+        """`keep(value)` (the value itself without `keep`), computed on the first call only."""
+        if not self._kept:
+            self._kept = True
+            if self._keep is not None:
+                self.value = self._keep(self.value)
+        return self.value
 
 
 def _timeout(seconds: float | None) -> httpx2.Timeout:
@@ -154,20 +113,6 @@ def _plaintext_tls_context() -> ssl.SSLContext | bool:
     if urllib.request.getproxies():
         return default_tls_context()
     return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-
-
-def _sync_body(upload: Upload) -> Iterator[bytes]:
-    if upload.prefix:
-        yield upload.prefix
-    while chunk := upload.source.read(upload.chunk_size):
-        yield bytes(chunk)
-    if upload.suffix:
-        yield upload.suffix
-
-
-async def _async_body(upload: Upload) -> AsyncIterator[bytes]:
-    for chunk in _sync_body(upload):
-        yield chunk
 
 
 def _absolute(url: str, err: httpx2.TransportError) -> str:
@@ -226,6 +171,9 @@ os.register_at_fork(after_in_child=_forget_inherited_connections)
 
 class _DriverBase:
     """What both drivers share: request building, client keys, the limits."""
+
+    _closes = 0
+    """`close()`/`aclose()` calls so far: a call cut by one is told from other failures (`CloseWatch`)."""
 
     def __init__(
         self,
@@ -373,6 +321,7 @@ class SyncDriver(_DriverBase):
 
     def _drive(self, flow: Flow[Any], box: _Result[Any]) -> Iterator[Any]:
         opened: list[Any] = []
+        watch = CloseWatch(lambda: self._closes)
         value: Any = None
         error: BaseException | None = None
         spans = FlowTrace(self.tracing) if self.tracing is not None else None
@@ -392,6 +341,8 @@ class SyncDriver(_DriverBase):
                     continue
                 if spans is not None and isinstance(step, Send | Open):
                     step = type(step)(spans.stamp(step.request))
+                if (error := watch.start(step)) is not None:
+                    continue
                 try:
                     value = self._execute(step, opened)
                 except BaseException as err:
@@ -399,7 +350,10 @@ class SyncDriver(_DriverBase):
                     # rollback steps run; any other exception is not the flow's to handle.
                     if isinstance(err, Exception) and not isinstance(err, SandboxRequestError | GrpcFailure):
                         raise
-                    error = err
+                    error = watch.failed(step, err)
+                else:
+                    if (error := watch.succeeded(step, value)) is not None:
+                        value = None
         except BaseException as failure:
             if spans is not None:
                 spans.finish(failure)
@@ -446,7 +400,7 @@ class SyncDriver(_DriverBase):
         client = self._client(request)
         kw = self._request_kwargs(request)
         if request.upload is not None:
-            kw["content"] = _sync_body(request.upload)
+            kw["content"] = sync_body(request.upload)
         req = client.build_request(request.method, request.url, timeout=_timeout(request.timeout), **kw)
         limit = request.max_response_bytes
         try:
@@ -456,7 +410,7 @@ class SyncDriver(_DriverBase):
                     resp.status_code, dict(resp.headers), resp.content, request.method, request.url
                 )
             if not stream:
-                body = _Body(limit)
+                body = Body(limit)
                 try:
                     for chunk in resp.iter_bytes():
                         if not body.add(chunk):
@@ -480,7 +434,7 @@ class SyncDriver(_DriverBase):
                 state[2] = resp.iter_bytes()
             if not isinstance(step, ReadLine):
                 return next(state[2], None)
-            lines = state[1] = state[1] or _Lines()
+            lines = state[1] = state[1] or Lines()
             while not lines.lines:
                 chunk = next(state[2], None)
                 lines.feed(chunk, step.handle)
@@ -503,7 +457,10 @@ class SyncDriver(_DriverBase):
             pass
 
     def close(self) -> None:
-        """Close every pooled connection and channel; the driver stays usable (it reopens lazily)."""
+        """Close every pooled connection and channel; the driver stays usable (it reopens lazily).
+
+        Calls running meanwhile (other threads) fail with the client-closed `SandboxConnectionError`."""
+        self._closes += 1
         clients, self._clients = self._clients, {}
         for client in clients.values():
             client.close()
@@ -528,8 +485,6 @@ class AsyncDriver(_DriverBase):
     """
 
     _loop: asyncio.AbstractEventLoop | None = None
-    _closes = 0
-    """`aclose()` calls so far: a call cancelled underneath by one is told from a cancelled task."""
 
     def _follow_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -564,12 +519,23 @@ class AsyncDriver(_DriverBase):
                 await stale.aclose()
         return client
 
-    async def run(self, flow: Flow[T]) -> T:
-        """Run a flow to completion and return its result."""
-        box: _Result[T] = _Result()
+    @overload
+    async def run(self, flow: Flow[T]) -> T: ...
+
+    @overload
+    async def run(self, flow: Flow[T], keep: Callable[[T], U]) -> U: ...
+
+    async def run(self, flow: Flow[Any], keep: Callable[[Any], Any] | None = None) -> Any:
+        """Run a flow to completion and return its result - or `keep(result)`.
+
+        `keep` records a result that must not be lost (a created claim: tracked, so that the client deletes
+        it). It runs as soon as the flow completes, before the connections the flow opened are released: a
+        cancellation arriving during that release is raised from here, after `keep` ran.
+        """
+        box: _Result[Any] = _Result(keep)
         async for value in self._drive(flow, box):
             raise RuntimeError(f"internal error: a non-streaming flow emitted {value!r}")
-        return box.value  # type: ignore[no-any-return]
+        return box.kept()
 
     def iterate(self, flow: Flow[Any]) -> AsyncIterator[Any]:
         """Run a streaming flow, yielding what it emits."""
@@ -581,6 +547,7 @@ class AsyncDriver(_DriverBase):
         value: Any = None
         error: BaseException | None = None
         completed = False
+        watch = CloseWatch(lambda: self._closes)
         spans = FlowTrace(self.tracing) if self.tracing is not None else None
         try:
             while True:
@@ -599,7 +566,8 @@ class AsyncDriver(_DriverBase):
                     continue
                 if spans is not None and isinstance(step, Send | Open):
                     step = type(step)(spans.stamp(step.request))
-                closes = self._closes
+                if (error := watch.start(step)) is not None:
+                    continue
                 try:
                     value = await self._execute(step, opened)
                 except BaseException as err:
@@ -607,19 +575,15 @@ class AsyncDriver(_DriverBase):
                     # rollback steps run; any other exception is not the flow's to handle.
                     if isinstance(err, Exception) and not isinstance(err, SandboxRequestError | GrpcFailure):
                         raise
-                    if (
-                        isinstance(err, asyncio.CancelledError)
-                        and self._closes != closes
-                        and not _cancelling()
-                    ):
+                    if isinstance(err, asyncio.CancelledError) and watch.cut() and not _cancelling():
                         # Not this task's cancellation: grpc.aio cancels the calls of a channel being closed
                         # (`close()` of the client while they run). Until December 6 that came out as a
                         # CancelledError of a task nobody cancelled (a TaskGroup took it for a cancellation).
-                        where = getattr(step, "method", None) or type(step).__name__
-                        err = SandboxConnectionError(
-                            f"{where}: the connection was closed while the call was in flight (client closed)"
-                        )
-                    error = err
+                        err = closed_error(step_where(step))
+                    error = watch.failed(step, err)
+                else:
+                    if (error := watch.succeeded(step, value)) is not None:
+                        value = None
         except BaseException as failure:
             if spans is not None:
                 spans.finish(failure)
@@ -628,17 +592,22 @@ class AsyncDriver(_DriverBase):
             if spans is not None:
                 spans.finish(None)
             flow.close()
-            if opened:
-                await self._release_opened(opened, completed)
+            try:
+                if completed:
+                    box.kept()  # recorded before any await: a cancellation from now on must not lose it
+            finally:
+                if opened:
+                    await self._release_opened(opened)
 
-    async def _release_opened(self, opened: list[Any], completed: bool) -> None:
-        """Release what a flow left open, in reverse order, to the end: a cancellation meanwhile waits for it.
+    async def _release_opened(self, opened: list[Any]) -> None:
+        """Release what a flow left open, in reverse order, to the end: a cancellation meanwhile waits for it,
+        then is raised here - from the SDK call the task was in, as `asyncio.timeout` and `TaskGroup` expect.
 
-        Once the flow has completed, that cancellation is put off to the caller's next await: the result (a
-        claim created and Ready, say) reaches the caller first, which records it (a create tracks its claim,
-        so the client deletes it on exit). Raised here, it lost the result after the flow's rollback could
-        run - a create cancelled as its watch closed left a Ready claim behind, neither deleted nor tracked
-        (until December 6). The cancellation is not lost: re-requested, it ends the task at its next await.
+        A completed flow's result was kept first (`run(..., keep=)`: a create tracks its claim, so the client
+        deletes it on exit). Raised before that, it lost a Ready claim (neither deleted nor tracked). Then, until
+        December 6, it was re-requested for the caller's next await instead, which `asyncio.timeout` did not see:
+        the call returned inside the block with no TimeoutError, and the next, unrelated await raised a
+        `CancelledError` nobody was counting (`cancelling() == 0`).
         """
         releasing = asyncio.ensure_future(self._release_each(opened))
         interrupted: asyncio.CancelledError | None = None
@@ -647,14 +616,8 @@ class AsyncDriver(_DriverBase):
                 await asyncio.shield(releasing)
             except asyncio.CancelledError as cancel:
                 interrupted = cancel
-        if interrupted is None:
-            return
-        task = asyncio.current_task()
-        if not completed or task is None:
+        if interrupted is not None:
             raise interrupted
-        # Same count of cancellation requests (asyncio.timeout and TaskGroup compare it), now pending.
-        task.uncancel()
-        task.cancel(*interrupted.args)
 
     async def _release_each(self, opened: list[Any]) -> None:
         for handle in reversed(opened):
@@ -697,7 +660,7 @@ class AsyncDriver(_DriverBase):
         client = await self._kube_client(request) if request.kube else self._client(request)
         kw = self._request_kwargs(request)
         if request.upload is not None:
-            kw["content"] = _async_body(request.upload)
+            kw["content"] = async_body(request.upload)
         req = client.build_request(request.method, request.url, timeout=_timeout(request.timeout), **kw)
         limit = request.max_response_bytes
         try:
@@ -707,7 +670,7 @@ class AsyncDriver(_DriverBase):
                     resp.status_code, dict(resp.headers), resp.content, request.method, request.url
                 )
             if not stream:
-                body = _Body(limit)
+                body = Body(limit)
                 try:
                     async for chunk in resp.aiter_bytes():
                         if not body.add(chunk):
@@ -731,7 +694,7 @@ class AsyncDriver(_DriverBase):
                 state[2] = resp.aiter_bytes()
             if not isinstance(step, ReadLine):
                 return await anext(state[2], None)
-            lines = state[1] = state[1] or _Lines()
+            lines = state[1] = state[1] or Lines()
             while not lines.lines:
                 chunk = await anext(state[2], None)
                 lines.feed(chunk, step.handle)

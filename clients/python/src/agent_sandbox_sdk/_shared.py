@@ -48,8 +48,14 @@ def default_connection_config(*, async_client: bool) -> SandboxConnectionConfig:
 
 
 def router_token_headers(token: str | None) -> dict[str, str]:
-    """`Authorization: Bearer <token>` for the router: `token`, else `$AGENT_SANDBOX_ROUTER_TOKEN`, else none."""
+    """`Authorization: Bearer <token>` for the router: `token`, else `$AGENT_SANDBOX_ROUTER_TOKEN`, else none.
+
+    A value given with its scheme (`Bearer v1....`, what an `Authorization` header holds) is taken without it:
+    until December 6 it became `Bearer Bearer v1....`, which every router refuses as `unauthenticated`."""
     token = (token if token is not None else os.environ.get(ROUTER_TOKEN_ENV, "")).strip()
+    scheme, _, rest = token.partition(" ")
+    if scheme.lower() == "bearer" and rest.strip():
+        token = rest.strip()
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
@@ -133,7 +139,18 @@ class Registry:
         return self.handles.pop((namespace, claim), None)
 
     def active_keys(self) -> list[tuple[str, str]]:
-        for key in [k for k, h in self.handles.items() if not h.is_active]:
+        """The keys of the connected handles. Closed handles are forgotten here only when cleanup has nothing
+        left to do with them: an auto-named claim this process created stays until cleanup deletes it (until
+        December 6 listing after `close()` dropped it, and the claim outlived the process)."""
+        for key in [k for k, h in self.handles.items() if not h.is_active and not self._to_delete(k, h)]:
             del self.handles[key]
             self._pids.pop(key, None)
-        return list(self.handles)
+        return [k for k, h in self.handles.items() if h.is_active]
+
+    def _to_delete(self, key: tuple[str, str], handle: Any) -> bool:
+        """Whether cleanup would delete this handle's claim (`tracked_here`, auto-named, not yet deleted)."""
+        return bool(
+            self._pids.get(key) == os.getpid()
+            and handle._state.auto_named
+            and handle._state.claim_name is not None
+        )

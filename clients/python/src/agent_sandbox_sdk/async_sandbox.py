@@ -418,9 +418,12 @@ class AsyncSandbox:
         flow = _lifecycle.set_operating_mode(
             self.namespace, self.sandbox_id, suspended=True, wait=wait, timeout=timeout
         )
+
+        def forget(_view: SandboxView) -> None:  # the pod is gone, even if cancelled from here on
+            self._state.connection.set_pod_ip(None)
+
         with metrics.timed("sandbox_client_suspend_latency_ms"):
-            await self._driver.run(flow)
-        self._state.connection.set_pod_ip(None)
+            await self._driver.run(flow, forget)
 
     async def resume(self, *, wait: bool = True, timeout: float = 120) -> None:
         """Resume (ours): a new pod starts with the same volumes. `wait`: until Ready (then commands work)."""
@@ -428,9 +431,12 @@ class AsyncSandbox:
         flow = _lifecycle.set_operating_mode(
             self.namespace, self.sandbox_id, suspended=False, wait=wait, timeout=timeout
         )
+
+        def remember(view: SandboxView) -> None:  # the new pod's address, even if cancelled from here on
+            self._state.connection.set_pod_ip(view.pod_ip if wait else None)
+
         with metrics.timed("sandbox_client_resume_latency_ms"):
-            view = await self._driver.run(flow)
-        self._state.connection.set_pod_ip(view.pod_ip if wait else None)
+            await self._driver.run(flow, remember)
 
     def _require_active(self) -> None:
         if not self._state.active:
@@ -446,8 +452,11 @@ class AsyncSandbox:
         """Close the connection and delete the claim (the controller then deletes the sandbox). Idempotent."""
         await self.close_connection()
         if self._state.claim_name is not None:
-            await self._driver.run(_lifecycle.delete_claim(self.namespace, self._state.claim_name))
-            self._state.claim_name = None
+
+            def deleted(_existed: bool) -> None:  # even if cancelled from here on: cleanup need not retry
+                self._state.claim_name = None
+
+            await self._driver.run(_lifecycle.delete_claim(self.namespace, self._state.claim_name), deleted)
 
     async def __aenter__(self) -> AsyncSandbox:
         return self

@@ -163,30 +163,34 @@ class AsyncSandboxClient:
             env=env,
             volume_claim_templates=volume_claim_templates,
         )
-        with metrics.timed("sandbox_client_create_latency_ms"):
-            created = await self._driver.run(
-                _lifecycle.create_and_wait(
-                    warmpool=warmpool,
-                    namespace=namespace,
-                    timeout=sandbox_ready_timeout,
-                    labels=labels,
-                    shutdown_after_seconds=shutdown_after_seconds,
-                    volume_claim_templates=volume_claim_templates,
-                    pod_labels=pod_labels,
-                    pod_annotations=pod_annotations,
-                    env=env,
-                    claim_name=claim_name,
-                    adopt_existing=adopt_existing,
-                )
+
+        def track(created: _lifecycle.CreatedClaim) -> AsyncSandbox:
+            view = created.view
+            return self._track(
+                view.name,
+                view.sandbox_name or view.name,
+                namespace,
+                pod_ip=view.pod_ip,
+                auto_named=created.auto_named,
             )
-        view = created.view
-        return self._track(
-            view.name,
-            view.sandbox_name or view.name,
-            namespace,
-            pod_ip=view.pod_ip,
-            auto_named=created.auto_named,
+
+        flow = _lifecycle.create_and_wait(
+            warmpool=warmpool,
+            namespace=namespace,
+            timeout=sandbox_ready_timeout,
+            labels=labels,
+            shutdown_after_seconds=shutdown_after_seconds,
+            volume_claim_templates=volume_claim_templates,
+            pod_labels=pod_labels,
+            pod_annotations=pod_annotations,
+            env=env,
+            claim_name=claim_name,
+            adopt_existing=adopt_existing,
         )
+        with metrics.timed("sandbox_client_create_latency_ms"):
+            # Tracked as soon as it is Ready: a cancellation while the create closes its watch then ends the
+            # call (asyncio.timeout raises TimeoutError), and the client still deletes the claim.
+            return await self._driver.run(flow, track)
 
     async def create_sandbox_from_template(
         self,

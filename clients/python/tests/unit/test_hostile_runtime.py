@@ -22,8 +22,8 @@ from agent_sandbox_sdk import (
     SandboxClient,
     SandboxDirectConnectionConfig,
     SandboxError,
+    _bodies,
     _calls,
-    _driver,
 )
 from agent_sandbox_sdk._steps import StreamHandle
 from agent_sandbox_sdk.models import ExecutionResult, FileEntry
@@ -166,7 +166,7 @@ def test_any_answer_is_a_result_or_a_sandbox_error(
 def test_a_line_without_end_is_cut_off(handle: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A runtime that streams one endless line: the client stops at `MAX_LINE_BYTES` instead of buffering
     it all (both drivers)."""
-    monkeypatch.setattr(_driver, "MAX_LINE_BYTES", 1 << 16)
+    monkeypatch.setattr(_bodies, "MAX_LINE_BYTES", 1 << 16)
     fake, sandbox = handle
     fake.answer = (200, b'{"type": "start"}\n' + b"x" * (1 << 17))
     with (
@@ -185,7 +185,7 @@ def test_a_line_without_end_is_cut_off(handle: Any, monkeypatch: pytest.MonkeyPa
 
 
 def test_lines_split_anywhere() -> None:
-    lines = _driver._Lines()
+    lines = _bodies.Lines()
     handle = StreamHandle(200, {}, "GET", "http://x", None)
     for chunk in (b'{"a"', b": 1}\r\n\n{", b'"b": 2}\n', b"tail"):
         lines.feed(chunk, handle)
