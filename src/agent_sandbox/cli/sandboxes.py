@@ -40,7 +40,8 @@ from agent_sandbox_sdk import (
     SandboxWarmPoolNotFoundError,
     WarmPoolInfo,
 )
-from agent_sandbox_sdk.constants import ROUTER_TOKEN_ENV, ROUTER_URL_ENV
+from agent_sandbox_sdk._shared import router_token_headers
+from agent_sandbox_sdk.constants import ROUTER_URL_ENV
 from agent_sandbox_sdk.models import SandboxConnectionConfig
 
 from .arguments import claim_arg, common_options, seconds_arg
@@ -146,7 +147,8 @@ def make_client(args: argparse.Namespace, *, sandboxd: bool = False) -> SandboxC
 def _router_headers(args: argparse.Namespace) -> dict[str, str]:
     """`Authorization: Bearer <token>` from --router-token-file, else $AGENT_SANDBOX_ROUTER_TOKEN, else none.
 
-    The file is read at each start, so a projected service-account token kubelet rotates keeps working.
+    The file is read at each start, so a projected service-account token kubelet rotates keeps working. A
+    value written with its scheme (`Bearer v1....`) is taken without it, as the SDK does (`router_token_headers`).
     """
     path = getattr(args, "router_token_file", None)
     if path:
@@ -156,9 +158,8 @@ def _router_headers(args: argparse.Namespace) -> dict[str, str]:
             raise ValueError(f"--router-token-file {path}: {err.strerror or err}") from None
         if not token:
             raise ValueError(f"--router-token-file {path} is empty")
-    else:
-        token = os.environ.get(ROUTER_TOKEN_ENV, "").strip()
-    return {"Authorization": f"Bearer {token}"} if token else {}
+        return router_token_headers(token)
+    return router_token_headers(None)
 
 
 def _router_config(
@@ -453,16 +454,28 @@ def _proxy(args: argparse.Namespace) -> int:
         raise ValueError(
             f"SandboxClaim {args.namespace}/{args.claim} has no Sandbox yet (reason: {info.reason})"
         )
-    from .proxy import serve_proxy  # aiohttp's server, only for this command
+    from .proxy import ListenError, serve_proxy  # aiohttp's server, only for this command
 
     routing = {
         "X-Sandbox-ID": info.sandbox_id,
         "X-Sandbox-Namespace": args.namespace,
         "X-Sandbox-Port": str(args.port),
-        **_router_headers(args),
+        **_router_headers(args),  # checks the token file now; the proxy reads it again when it changes
     }
     describe = f"port {args.port} of {args.namespace}/{args.claim} (Sandbox {info.sandbox_id})"
-    asyncio.run(serve_proxy(router, routing, address=args.address, port=args.local_port, describe=describe))
+    serve = serve_proxy(
+        router,
+        routing,
+        address=args.address,
+        port=args.local_port,
+        describe=describe,
+        token_file=getattr(args, "router_token_file", None),
+    )
+    try:
+        asyncio.run(serve)
+    except ListenError as err:  # a port in use: one line, not aiohttp's traceback
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_ERROR
     return 0
 
 
