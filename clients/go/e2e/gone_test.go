@@ -24,25 +24,7 @@ func TestAFileCallToADeletedSandboxSaysSo(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 2*time.Minute)
 	sb := openThroughTheRouterWithAFile(t, ctx)
-	name := sb.SandboxName()
-	if err := k8s.Dynamic.Resource(claimsGVR).Namespace(cluster.Namespace).Delete(ctx, sb.ClaimName(), metav1.DeleteOptions{}); err != nil {
-		t.Fatalf("delete the claim: %v", err)
-	}
-	// Gone with its pod (the garbage collector deletes the pod after the Sandbox; until then the pod, still
-	// Ready, serves the handle's requests, as it should).
-	for _, gvr := range []schema.GroupVersionResource{sandboxesGVR, podsGVR} {
-		for {
-			_, err := k8s.Dynamic.Resource(gvr).Namespace(cluster.Namespace).Get(ctx, name, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				t.Fatalf("%s %s not deleted: %v", gvr.Resource, name, err)
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}
+	deleteBehindItsBack(t, ctx, sb)
 	start := time.Now()
 	_, err := sb.Read(ctx, "kept.txt")
 	t.Logf("the read failed after %s: %v", time.Since(start).Round(time.Millisecond), err)
@@ -84,10 +66,81 @@ func TestAFileCallToASuspendedSandboxSaysSo(t *testing.T) {
 	if errors.Is(err, sandbox.ErrRetriesExhausted) || !strings.Contains(err.Error(), "is suspended") {
 		t.Errorf("want the suspension named, without the attempts spent first: %v", err)
 	}
+	// a Run (one attempt) says so too (as the first call after a suspension, it got the bare 502 until
+	// December 6; here the handle reads the Sandbox before sending it)
+	if _, err := sb.Run(ctx, "true"); !errors.Is(err, sandbox.ErrNotReady) || !strings.Contains(err.Error(), "is suspended") {
+		t.Errorf("run on a suspended sandbox: %v; want ErrNotReady naming the suspension", err)
+	}
 	// Resumed (the pool's pods keep no volume, so the file itself is gone): the handle reaches the new pod.
 	setOperatingMode(t, ctx, name, "Running")
 	if _, err := sb.Exists(ctx, "kept.txt"); err != nil {
 		t.Errorf("a call after the resume: %v", err)
+	}
+}
+
+// deleteBehindItsBack deletes the handle's claim as another process would, and waits until its Sandbox and
+// pod are gone (the garbage collector deletes the pod after the Sandbox; until then the pod, still Ready,
+// serves the handle's requests, as it should).
+func deleteBehindItsBack(t *testing.T, ctx context.Context, sb *sandbox.Sandbox) {
+	t.Helper()
+	name := sb.SandboxName()
+	if err := k8s.Dynamic.Resource(claimsGVR).Namespace(cluster.Namespace).Delete(ctx, sb.ClaimName(), metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete the claim: %v", err)
+	}
+	for _, gvr := range []schema.GroupVersionResource{sandboxesGVR, podsGVR} {
+		for {
+			_, err := k8s.Dynamic.Resource(gvr).Namespace(cluster.Namespace).Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s %s not deleted: %v", gvr.Resource, name, err)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// The first call after the Sandbox was deleted behind the handle's back names it - also a Run or a Start
+// (one attempt, where no next attempt re-read the Sandbox) through the router, and every call straight to
+// the pod (ConnectivityInCluster), where sandboxd's Run and Start failed "Unavailable ... connection refused"
+// and a Write spent six attempts, all matching no sentinel (probe of December 6).
+func TestTheFirstCallAfterADeleteSaysSo(t *testing.T) {
+	t.Parallel()
+	ctx := ctxFor(t, 3*time.Minute)
+	for _, mode := range []string{"router", "pod IP, sandboxd", "pod IP, legacy"} {
+		opts := baseOptions()
+		switch mode {
+		case "router":
+			opts.APIURL = cluster.RouterURL
+		case "pod IP, sandboxd":
+			opts.Runtime, opts.Connectivity = sandbox.RuntimeSandboxd, sandbox.ConnectivityInCluster
+		default:
+			opts.Connectivity = sandbox.ConnectivityInCluster
+		}
+		sb := open(t, opts)
+		if _, err := sb.Run(ctx, "true"); err != nil {
+			t.Fatalf("%s: run before the delete: %v", mode, err)
+		}
+		deleteBehindItsBack(t, ctx, sb)
+		// the Run first: the first call after the delete (later ones may read the Sandbox before sending)
+		for _, call := range []string{"run", "start", "write"} {
+			start := time.Now()
+			var err error
+			switch call {
+			case "run":
+				_, err = sb.Run(ctx, "true")
+			case "start":
+				_, err = sb.Start(ctx, "true")
+			default:
+				err = sb.Write(ctx, "x", []byte("x"))
+			}
+			if !errors.Is(err, sandbox.ErrSandboxDeleted) || errors.Is(err, sandbox.ErrRetriesExhausted) {
+				t.Errorf("%s: %s after the delete (%s): %v; want ErrSandboxDeleted at once", mode, call,
+					time.Since(start).Round(time.Millisecond), err)
+			}
+		}
 	}
 }
 
@@ -102,4 +155,32 @@ func openThroughTheRouterWithAFile(t *testing.T, ctx context.Context) *sandbox.S
 		t.Fatalf("write: %v", err)
 	}
 	return sb
+}
+
+// A Run sent once waits for its answer as long as the call lasts (WithTimeout here), not PerAttemptTimeout:
+// the legacy runtime answers when the command ends, and a command quiet for longer than PerAttemptTimeout
+// (60 s by default) failed "no response headers within the per-attempt timeout" and was killed (probe of
+// December 6). A Process closed from another goroutine during a Recv says so (ErrProcessClosed), then again.
+func TestAQuietRunOutlastsPerAttemptTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := ctxFor(t, 2*time.Minute)
+	opts := baseOptions()
+	opts.APIURL = cluster.RouterURL
+	opts.PerAttemptTimeout = time.Second
+	sb := open(t, opts)
+	res, err := sb.Run(ctx, "sh -c 'sleep 3; echo done'", sandbox.WithTimeout(30*time.Second))
+	if err != nil || res.Stdout != "done\n" {
+		t.Fatalf("a 3 s quiet Run with PerAttemptTimeout 1 s: %+v, %v", res, err)
+	}
+	p, err := sb.Start(ctx, "sleep 30")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(300*time.Millisecond, func() { _ = p.Close() })
+	if _, err := p.Recv(); !errors.Is(err, sandbox.ErrProcessClosed) || errors.Is(err, context.Canceled) {
+		t.Errorf("Recv during Close: %v; want ErrProcessClosed", err)
+	}
+	if _, err := p.Recv(); !errors.Is(err, sandbox.ErrProcessClosed) {
+		t.Errorf("Recv after Close: %v; want ErrProcessClosed", err)
+	}
 }

@@ -9,9 +9,13 @@ import (
 // Sentinel errors. Every error the SDK returns wraps one of them (or is an [*HTTPError] /
 // [*ConditionError]) and carries a "sandbox[<namespace>/<claim>]:" prefix; test with errors.Is / errors.As.
 var (
-	// ErrNotReady: the sandbox is not open, or its transport died (see ErrPortForwardDied). Call Open.
+	// ErrNotReady: the handle is not connected - never opened, Disconnect, Close, or suspended by this
+	// handle's Suspend (the message says which: call Open, or Resume) -, its transport died (see
+	// ErrPortForwardDied), or the Sandbox is suspended or not Ready (found when a call could not reach it).
 	ErrNotReady = errors.New("sandbox is not ready")
-	// ErrTimeout: the sandbox, the Gateway or a tunnel did not become ready in time.
+	// ErrTimeout: the sandbox, the Gateway or a tunnel did not become ready in time; a call's deadline passed
+	// (also context.DeadlineExceeded); an attempt got no response headers within its limit (the message
+	// names it: PerAttemptTimeout, or WithCommandTimeout + 10 s).
 	ErrTimeout = errors.New("operation timed out")
 	// ErrClaimFailed: the SandboxClaim was rejected by the API server, or its Ready condition carries a
 	// terminal reason (then the error is also a *ConditionError).
@@ -40,6 +44,14 @@ var (
 	ErrNoService = errors.New("sandbox has no service (status.serviceFQDN is empty)")
 	// ErrInvalidArgument: an option, path or argument failed validation before anything was sent.
 	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrConnection: no response at all - the router, gateway or sandbox could not be reached (connection
+	// refused or reset, a name that does not resolve, a connection closed before the answer); wraps the
+	// transport error (e.g. a *net.OpError). Retried like a 5xx; wrapped in ErrRetriesExhausted after the
+	// last attempt. The Python SDK's SandboxConnectionError.
+	ErrConnection = errors.New("no response: could not connect")
+	// ErrProcessClosed: Recv, Wait or Events (and the stdin, signal and resize calls) on a Process that
+	// Process.Close ended before its exit event; Recv keeps returning it, not io.EOF.
+	ErrProcessClosed = errors.New("process was closed (Process.Close) before it exited")
 	// ErrNotADirectory: List of a path that is a file or does not exist, on either runtime (the legacy
 	// runtime answers both with 404 "Path is not a directory"; the *HTTPError of a 404 stays reachable).
 	ErrNotADirectory = errors.New("path is not a directory")

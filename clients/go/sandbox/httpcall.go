@@ -55,6 +55,10 @@ type endpoint struct {
 	podIPStale atomic.Bool
 	// lookupPodIP reads the Sandbox's pod IP now ("" for none); nil when the pod IP is not sent.
 	lookupPodIP func(ctx context.Context) (string, error)
+	// explain reads the Sandbox after a call could not reach it and returns why when the Sandbox tells:
+	// ErrSandboxDeleted (gone) or ErrNotReady (suspended; for a connection to the pod's own address also not
+	// Ready, or on another pod now). nil func: no Kubernetes client.
+	explain func(ctx context.Context) error
 	// sendHeaders: the requests go to a router or a gateway, so Options.Headers (its credentials) go with
 	// them. Until December 6 they went to the sandbox too (pod IP, Service, sandboxd port-forward modes),
 	// handing e.g. the router's Authorization token to the code running in it.
@@ -96,6 +100,29 @@ func (ep *endpoint) podIPForAttempt(ctx context.Context) (string, error) {
 		}
 	}
 	return ep.currentPodIP(), nil
+}
+
+// whyUnreachable asks the Sandbox why a call could not reach it, at most once per call (*asked): the
+// named error (ErrSandboxDeleted, ErrNotReady) when it tells one, else nil. Until December 6 only a next
+// attempt's pod-IP lookup asked, so a Run or Start (one attempt), and any call without X-Sandbox-Pod-IP,
+// got the bare 502 the first time and the cause only on the call after.
+func (ep *endpoint) whyUnreachable(ctx context.Context, asked *bool) error {
+	if ep.explain == nil || *asked {
+		return nil
+	}
+	*asked = true
+	err := ep.explain(ctx)
+	if errors.Is(err, ErrSandboxDeleted) || errors.Is(err, ErrNotReady) {
+		return err
+	}
+	return nil
+}
+
+// unreachableStatus is a router's (or gateway's) answer that it could not reach the sandbox: a 502, or a 503
+// other than a lifecycle router's "could not be resumed" (which says why itself), as the Python SDK reads it.
+func unreachableStatus(e *HTTPError) bool {
+	return e.StatusCode == http.StatusBadGateway ||
+		(e.StatusCode == http.StatusServiceUnavailable && !strings.Contains(e.Body, "could not be resumed"))
 }
 
 // dropPodIP stops sending ip (if it is still the one sent) until the Sandbox is read again: the router
@@ -179,8 +206,15 @@ type wireRequest struct {
 	contentType string
 	accept      func(status int) bool // success statuses besides 2xx (e.g. 404 for HEAD)
 	maxAttempts int
-	// headerTimeout bounds the wait for response headers of one attempt (0: PerAttemptTimeout).
+	// headerTimeout bounds the wait for response headers of one attempt (0: PerAttemptTimeout); headerLimit
+	// names where it came from, for the error.
 	headerTimeout time.Duration
+	headerLimit   string
+	// answerAtExit: the answer comes when the command ends (legacy POST execute). Sent once (not retried),
+	// such a request waits for it as long as the call lasts (WithTimeout, RequestTimeout, the caller's
+	// deadline), as the Python SDK's run(timeout=...) does: until December 6 a Run of a command quiet for
+	// longer than PerAttemptTimeout (60 s) always failed, and the command was killed.
+	answerAtExit bool
 }
 
 func (r *wireRequest) describe() string {
@@ -230,8 +264,20 @@ func timeoutHeader(ctx context.Context) string {
 	return strconv.FormatFloat(left.Seconds(), 'f', 3, 64)
 }
 
-// errHeaderTimeout marks an attempt that got no response headers in time (retryable like a dial error).
-var errHeaderTimeout = errors.New("no response headers within the per-attempt timeout")
+// headerTimeoutError is an attempt that got no response headers within its limit (retryable like a dial
+// error). It is ErrTimeout and names the limit: until December 6 it matched no sentinel and said "the
+// per-attempt timeout" whichever limit it was.
+func headerTimeoutError(limit string, d time.Duration) error {
+	return fmt.Errorf("%w: no response headers within %s (%s)", ErrTimeout, limit, d)
+}
+
+// connectionError is a request that got no response at all (ErrConnection wrapping the transport error).
+func connectionError(err error) error {
+	if errors.Is(err, ErrTimeout) || errors.Is(err, ErrConnection) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrConnection, err)
+}
 
 // do sends r until it succeeds, fails for good, or runs out of attempts. On success the caller owns the
 // response body (closing it releases the attempt).
@@ -241,11 +287,17 @@ func (c *httpCaller) do(ctx context.Context, ep *endpoint, r wireRequest) (*http
 		attempts = 1
 	}
 	if r.headerTimeout <= 0 {
-		r.headerTimeout = c.opts.PerAttemptTimeout
+		r.headerTimeout, r.headerLimit = c.opts.PerAttemptTimeout, "PerAttemptTimeout"
+	}
+	if r.headerLimit == "" {
+		r.headerLimit = "the per-attempt timeout"
+	}
+	if _, ok := ctx.Deadline(); ok && r.answerAtExit && attempts == 1 {
+		r.headerTimeout = 0 // the call's deadline bounds the wait (its error names it)
 	}
 	reqID := newRequestID()
 	var last error
-	resentWithoutIP, immediate := false, false
+	resentWithoutIP, immediate, asked := false, false, false
 	for n := 1; n <= attempts; n++ {
 		if n > 1 && !immediate {
 			if err := c.sleep(ctx, backoff(n, c.jitter())); err != nil {
@@ -279,7 +331,16 @@ func (c *httpCaller) do(ctx context.Context, ep *endpoint, r wireRequest) (*http
 				// again send up to the limit and fail the same way. Until December 6 all six attempts ran.
 				return nil, fmt.Errorf("%s: %w", r.describe(), err)
 			}
-			last = fmt.Errorf("%s: %w", r.describe(), err)
+			last = fmt.Errorf("%s: %w", r.describe(), connectionError(err))
+			if !ep.router && errors.Is(last, ErrConnection) {
+				// Straight to the sandbox (its pod IP, Service, tunnel): no answer may mean it is gone or
+				// suspended, which no further attempt changes (in pod-IP mode a deleted sandbox's Write used to
+				// spend six attempts, ~7.5 s, and end without a cause). Through a router it says nothing of the
+				// sandbox.
+				if gone := ep.whyUnreachable(ctx, &asked); gone != nil {
+					return nil, fmt.Errorf("%w; %w", last, gone)
+				}
+			}
 			continue
 		}
 		if (resp.StatusCode >= 200 && resp.StatusCode < 300) || (r.accept != nil && r.accept(resp.StatusCode)) {
@@ -306,6 +367,14 @@ func (c *httpCaller) do(ctx context.Context, ep *endpoint, r wireRequest) (*http
 		}
 		if podIP != "" && resp.StatusCode == http.StatusBadGateway {
 			ep.podIPStale.Store(true) // the pod at that address may be gone: read the Sandbox again
+		}
+		// The router could not reach the sandbox. Unless the next attempt reads the Sandbox anyway (for its pod
+		// IP), read it now: gone or suspended, the call ends here with the cause (wrapping this answer).
+		lookupNext := podIP != "" && resp.StatusCode == http.StatusBadGateway && ep.lookupPodIP != nil && n < attempts
+		if unreachableStatus(httpErr) && !lookupNext {
+			if gone := ep.whyUnreachable(ctx, &asked); gone != nil {
+				return nil, fmt.Errorf("%w; %w", httpErr, gone)
+			}
 		}
 		last = httpErr
 	}
@@ -403,6 +472,15 @@ func (c *httpCaller) attempt(
 	}
 	c.tracing.inject(ctx, req.Header)
 
+	if r.headerTimeout <= 0 { // bounded by the call's deadline only (answerAtExit)
+		resp, err := c.client.Do(req)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+		return resp, nil
+	}
 	timedOut := make(chan struct{})
 	timer := time.AfterFunc(r.headerTimeout, func() { close(timedOut); cancel() })
 	resp, err := c.client.Do(req)
@@ -416,7 +494,7 @@ func (c *httpCaller) attempt(
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("%w (%s)", errHeaderTimeout, r.headerTimeout)
+		return nil, headerTimeoutError(r.headerLimit, r.headerTimeout)
 	}
 	if err != nil {
 		cancel()

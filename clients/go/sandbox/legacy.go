@@ -44,14 +44,16 @@ func newExecuteBody(command string, o *callOptions, outputEncoding string) ([]by
 	return json.Marshal(body)
 }
 
-// headerTimeoutFor is how long a command call waits for response headers: the legacy /execute answers only
-// when the command ends, so a command timeout extends it (Python SDK: max(timeout, command_timeout + 10)).
-func headerTimeoutFor(opts *Options, o *callOptions) time.Duration {
-	t := opts.PerAttemptTimeout
+// headerTimeoutFor is how long one attempt of a retried command call (WithMaxAttempts > 1) waits for response
+// headers, and which limit that is: the legacy /execute answers only when the command ends, so a command
+// timeout extends it (Python SDK: max(timeout, command_timeout + 10)). A call sent once waits as long as
+// the call lasts (wireRequest.answerAtExit).
+func headerTimeoutFor(opts *Options, o *callOptions) (time.Duration, string) {
+	t, limit := opts.PerAttemptTimeout, "PerAttemptTimeout"
 	if o.commandTimeout > 0 && o.commandTimeout+commandTimeoutSlack > t {
-		t = o.commandTimeout + commandTimeoutSlack
+		t, limit = o.commandTimeout+commandTimeoutSlack, "WithCommandTimeout + 10s"
 	}
-	return t
+	return t, limit
 }
 
 func (l *legacyRuntime) run(ctx context.Context, ep *endpoint, command string, o *callOptions) (*ExecutionResult, error) {
@@ -59,10 +61,11 @@ func (l *legacyRuntime) run(ctx context.Context, ep *endpoint, command string, o
 	if err != nil {
 		return nil, err
 	}
+	headerTimeout, headerLimit := headerTimeoutFor(l.opts, o)
 	resp, err := l.http.do(ctx, ep, wireRequest{
 		op: "run", method: http.MethodPost, path: "execute", body: bytesBody(body),
 		contentType: "application/json", maxAttempts: attemptsOr(o, defaultRunAttempts),
-		headerTimeout: headerTimeoutFor(l.opts, o),
+		headerTimeout: headerTimeout, headerLimit: headerLimit, answerAtExit: true,
 	})
 	if err != nil {
 		return nil, err

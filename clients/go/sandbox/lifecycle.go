@@ -362,7 +362,7 @@ func (s *Sandbox) Suspend(ctx context.Context) (err error) {
 	if err := s.setMode(ctx, name, "Suspended"); err != nil {
 		return s.wrap(fmt.Errorf("suspend: %w", err))
 	}
-	_ = s.Disconnect(ctx)
+	s.disconnect("the sandbox was suspended by this handle (Suspend): call Resume")
 	wctx, cancel := context.WithTimeoutCause(ctx, s.opts.SandboxReadyTimeout, errReadyTimeout)
 	defer cancel()
 	var last lastSeen
@@ -391,7 +391,7 @@ func (s *Sandbox) Resume(ctx context.Context) (err error) {
 	if err := s.setMode(ctx, name, "Running"); err != nil {
 		return s.wrap(fmt.Errorf("resume: %w", err))
 	}
-	_ = s.Disconnect(ctx)
+	s.disconnect("the handle's Resume did not complete: call Resume (or Open) again")
 	wctx, cancel := context.WithTimeoutCause(ctx, s.opts.SandboxReadyTimeout, errReadyTimeout)
 	defer cancel()
 	var last lastSeen

@@ -60,10 +60,8 @@ func sandboxdPathParam(p string) string {
 // not empty, POSIX-normalised, leading "/" dropped, and no "." / ".." segment left. The result is relative to
 // the runtime root.
 func sanitizeFilePath(p string) (string, error) {
-	for i := 0; i < len(p); i++ {
-		if p[i] < 0x20 || p[i] == 0x7f {
-			return "", invalidf("path %q contains a control character", p)
-		}
+	if err := checkControlChars(p); err != nil {
+		return "", err
 	}
 	if strings.TrimSpace(p) == "" {
 		return "", invalidf("path must not be empty")
@@ -84,6 +82,16 @@ func sanitizeFilePath(p string) (string, error) {
 func checkSandboxdWritePath(p string) error {
 	if strings.HasSuffix(p, "/") {
 		return invalidf("path %q must not end with '/'", p)
+	}
+	return nil
+}
+
+// checkControlChars refuses a path with a control character (ErrInvalidArgument), as the Python SDK's sanitizer.
+func checkControlChars(p string) error {
+	for i := 0; i < len(p); i++ {
+		if p[i] < 0x20 || p[i] == 0x7f {
+			return invalidf("path %q contains a control character", p)
+		}
 	}
 	return nil
 }

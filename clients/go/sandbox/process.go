@@ -69,8 +69,9 @@ type Process struct {
 
 	mu       sync.Mutex
 	finished bool
-	closed   bool
-	exit     *Event
+	// closed: Close ended the stream before its exit event (a Close after the exit changes nothing).
+	closed bool
+	exit   *Event
 }
 
 func newProcess(id int, b processBackend, release func()) *Process {
@@ -102,21 +103,31 @@ func withContextCause(cause, err error) error {
 // ID is the runtime's id of the process (sandboxd's process_id; the legacy runtime's pid).
 func (p *Process) ID() int { return p.id }
 
-// Recv returns the next event. After EventExit it returns io.EOF; after Close, or when the stream breaks,
-// an error.
+// Recv returns the next event. After EventExit it returns io.EOF; when the stream breaks, its error; once
+// Close ended the stream before the exit (also from another goroutine, during a Recv), ErrProcessClosed,
+// every time.
 func (p *Process) Recv() (Event, error) {
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return Event{}, p.closedError()
+	}
 	if p.finished {
 		p.mu.Unlock()
 		return Event{}, io.EOF
 	}
-	if p.closed {
-		p.mu.Unlock()
-		return Event{}, errProcessClosed
-	}
 	p.mu.Unlock()
 	ev, err := p.backend.recv()
 	if err != nil {
+		p.mu.Lock()
+		closed := p.closed
+		p.mu.Unlock()
+		if closed {
+			// Close cut the stream: the runtime's error for that (legacy "context canceled", which matched
+			// context.Canceled though the caller cancelled nothing; sandboxd "code = Canceled") is not the
+			// caller's news, and the next Recv used to return io.EOF as if the command had finished.
+			return Event{}, p.closedError()
+		}
 		err = p.fail(p.ended(), err) // before finish, which cancels the stream's context
 		p.finish()
 		return Event{}, err
@@ -130,7 +141,9 @@ func (p *Process) Recv() (Event, error) {
 	return ev, nil
 }
 
-var errProcessClosed = errors.New("process stream closed")
+func (p *Process) closedError() error {
+	return p.wrap(fmt.Errorf("process %d: %w", p.id, ErrProcessClosed))
+}
 
 func (p *Process) finish() {
 	p.mu.Lock()
@@ -211,6 +224,9 @@ func (p *Process) collect(stdout, stderr io.Writer) (*ExecutionResult, error) {
 
 // WriteStdin writes data to the command's standard input (sandboxd).
 func (p *Process) WriteStdin(ctx context.Context, data []byte) error {
+	if err := p.closedNow(); err != nil {
+		return err
+	}
 	if err := p.backend.writeStdin(ctx, data, false); err != nil {
 		return p.fail(ctx.Err(), err)
 	}
@@ -219,6 +235,9 @@ func (p *Process) WriteStdin(ctx context.Context, data []byte) error {
 
 // CloseStdin closes the command's standard input (sandboxd).
 func (p *Process) CloseStdin(ctx context.Context) error {
+	if err := p.closedNow(); err != nil {
+		return err
+	}
 	if err := p.backend.writeStdin(ctx, nil, true); err != nil {
 		return p.fail(ctx.Err(), err)
 	}
@@ -227,6 +246,9 @@ func (p *Process) CloseStdin(ctx context.Context) error {
 
 // Signal sends sig to the command's process group (sandboxd).
 func (p *Process) Signal(ctx context.Context, sig Signal) error {
+	if err := p.closedNow(); err != nil {
+		return err
+	}
 	if err := p.backend.signal(ctx, sig); err != nil {
 		return p.fail(ctx.Err(), err)
 	}
@@ -235,17 +257,34 @@ func (p *Process) Signal(ctx context.Context, sig Signal) error {
 
 // ResizeTTY changes the terminal size of a command started WithPTY (sandboxd).
 func (p *Process) ResizeTTY(ctx context.Context, cols, rows uint32) error {
+	if err := p.closedNow(); err != nil {
+		return err
+	}
 	if err := p.backend.resize(ctx, cols, rows); err != nil {
 		return p.fail(ctx.Err(), err)
 	}
 	return nil
 }
 
-// Close ends the stream; a command still running is killed by the runtime. Safe to call more than once.
+// Close ends the stream; a command still running is killed by the runtime, and Recv, Wait and Events then
+// return ErrProcessClosed (after the exit event they keep returning io.EOF). Safe to call more than once,
+// and from any goroutine.
 func (p *Process) Close() error {
 	p.mu.Lock()
-	p.closed = true
+	if !p.finished {
+		p.closed = true
+	}
 	p.mu.Unlock()
 	p.finish()
+	return nil
+}
+
+// closedNow reports a Process that Close ended before its exit (the stdin, signal and resize calls refuse).
+func (p *Process) closedNow() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return p.closedError()
+	}
 	return nil
 }

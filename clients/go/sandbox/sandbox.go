@@ -37,7 +37,10 @@ type Sandbox struct {
 	sandboxName string
 	info        sandboxInfo
 	conn        *liveConn
-	inflight    int
+	// noConn says why conn is nil, for ErrNotReady ("" before the first Open): until December 6 every call
+	// after Suspend, Disconnect or Close said only "sandbox is not ready".
+	noConn   string
+	inflight int
 }
 
 // New validates opts and returns an unopened handle. It talks to nothing yet.
@@ -307,6 +310,7 @@ func (s *Sandbox) reconnect(ctx context.Context) error {
 func (s *Sandbox) forget() {
 	s.mu.Lock()
 	s.claimName, s.claimUID, s.sandboxName, s.info, s.attach = "", "", "", sandboxInfo{}, false
+	s.noConn = "its claim no longer exists: open a new sandbox"
 	s.mu.Unlock()
 }
 
@@ -329,14 +333,19 @@ func (s *Sandbox) watchTunnel(c *liveConn) {
 // Disconnect closes the transport and keeps the claim; Open reconnects.
 func (s *Sandbox) Disconnect(ctx context.Context) error {
 	_ = ctx
+	s.disconnect("the handle was disconnected (Disconnect): call Open to reconnect")
+	return nil
+}
+
+// disconnect closes the transport; calls then fail with ErrNotReady and why.
+func (s *Sandbox) disconnect(why string) {
 	s.mu.Lock()
 	conn := s.conn
-	s.conn = nil
+	s.conn, s.noConn = nil, why
 	s.mu.Unlock()
 	if conn != nil {
 		conn.close()
 	}
-	return nil
 }
 
 // Close closes the transport, lets in-flight calls finish (at most half of CleanupTimeout) and deletes the
@@ -347,7 +356,7 @@ func (s *Sandbox) Close(ctx context.Context) (err error) {
 	defer func() { endSpan(span, err) }()
 	s.mu.Lock()
 	conn, claim, uid := s.conn, s.claimName, s.claimUID
-	s.conn = nil
+	s.conn, s.noConn = nil, "the handle was closed (Close); Open claims a new sandbox"
 	s.mu.Unlock()
 	if conn != nil {
 		conn.close()
@@ -385,7 +394,11 @@ func (s *Sandbox) begin() (*liveConn, func(), error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conn == nil {
-		return nil, nil, ErrNotReady
+		why := s.noConn
+		if why == "" {
+			why = "the handle is not open: call Open"
+		}
+		return nil, nil, fmt.Errorf("%w: %s", ErrNotReady, why)
 	}
 	if err := s.conn.dead(); err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrNotReady, err)
@@ -402,19 +415,26 @@ func (s *Sandbox) begin() (*liveConn, func(), error) {
 }
 
 // callContext bounds a call: WithTimeout, else RequestTimeout when ctx has no deadline (raised to fit a
-// command timeout).
-func (s *Sandbox) callContext(ctx context.Context, o *callOptions) (context.Context, context.CancelFunc) {
+// command timeout). budget names the limit, for the error when it runs out.
+func (s *Sandbox) callContext(ctx context.Context, o *callOptions) (context.Context, context.CancelFunc, string) {
+	parent, hasParent := ctx.Deadline()
 	if o.timeout > 0 {
-		return context.WithTimeout(ctx, o.timeout)
+		c, cancel := context.WithTimeout(ctx, o.timeout)
+		if hasParent && time.Until(parent) < o.timeout {
+			return c, cancel, "the context's deadline"
+		}
+		return c, cancel, fmt.Sprintf("WithTimeout(%s)", o.timeout)
 	}
-	if _, ok := ctx.Deadline(); ok {
-		return context.WithCancel(ctx)
+	if hasParent {
+		c, cancel := context.WithCancel(ctx)
+		return c, cancel, "the context's deadline"
 	}
-	d := s.opts.RequestTimeout
+	d, budget := s.opts.RequestTimeout, "RequestTimeout"
 	if o.commandTimeout > 0 && o.commandTimeout+commandTimeoutSlack > d {
-		d = o.commandTimeout + commandTimeoutSlack
+		d, budget = o.commandTimeout+commandTimeoutSlack, "WithCommandTimeout + 10s"
 	}
-	return context.WithTimeout(ctx, d)
+	c, cancel := context.WithTimeout(ctx, d)
+	return c, cancel, fmt.Sprintf("%s (%s)", budget, d)
 }
 
 // op runs one SDK call: options, span, deadline, in-flight accounting, error prefix.
@@ -435,7 +455,7 @@ func (s *Sandbox) op(ctx context.Context, name string, opts []CallOption, fileCa
 	}
 	ctx, span := s.tracing.start(ctx, name, attribute.String("sandbox.namespace", s.opts.Namespace))
 	defer func() { endSpan(span, err) }()
-	ctx, cancel := s.callContext(ctx, &o)
+	ctx, cancel, budget := s.callContext(ctx, &o)
 	defer cancel()
 	c, release, err := s.begin()
 	if err != nil {
@@ -443,11 +463,13 @@ func (s *Sandbox) op(ctx context.Context, name string, opts []CallOption, fileCa
 	}
 	defer release()
 	err = fn(ctx, c, &o)
-	if err != nil && !errors.Is(err, ErrTimeout) && errors.Is(ctx.Err(), context.DeadlineExceeded) &&
-		errors.Is(err, context.DeadlineExceeded) {
-		// the deadline met the call after its answer began (reading a Read's body, a listing): still the
-		// documented ErrTimeout, which until December 6 only a call without an answer yet got
-		err = fmt.Errorf("%s: %w: %w", name, ErrTimeout, err)
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && errors.Is(err, context.DeadlineExceeded) {
+		if !errors.Is(err, ErrTimeout) {
+			// the deadline met the call after its answer began (reading a Read's body, a listing): still the
+			// documented ErrTimeout, which until December 6 only a call without an answer yet got
+			err = fmt.Errorf("%s: %w: %w", name, ErrTimeout, err)
+		}
+		err = fmt.Errorf("%w - the call's budget, %s, ran out", err, budget) // which limit it was
 	}
 	return s.wrap(err)
 }
@@ -467,7 +489,7 @@ func (s *Sandbox) Run(ctx context.Context, command string, opts ...CallOption) (
 			if c.proc == nil {
 				return fmt.Errorf("run: %w: this transport has no gRPC target (APIURL with RuntimeSandboxd)", ErrNotReady)
 			}
-			res, err = s.sandboxd.run(ctx, c.proc, command, o)
+			res, err = s.sandboxd.run(ctx, c.proc, c.ep, command, o)
 			return err
 		}
 		res, err = s.legacy.run(ctx, c.ep, command, o)
@@ -550,7 +572,7 @@ func (s *Sandbox) startOn(ctx context.Context, c *liveConn, command string, o *c
 		if c.proc == nil {
 			return nil, fmt.Errorf("start: %w: this transport has no gRPC target (APIURL with RuntimeSandboxd)", ErrNotReady)
 		}
-		return s.sandboxd.start(ctx, c.proc, command, o, release)
+		return s.sandboxd.start(ctx, c.proc, c.ep, command, o, release)
 	}
 	return s.legacy.start(ctx, c.ep, command, o, release)
 }
@@ -630,6 +652,10 @@ func (s *Sandbox) List(ctx context.Context, path string, opts ...CallOption) (ou
 
 // Exists says whether a file or directory exists at path.
 func (s *Sandbox) Exists(ctx context.Context, path string, opts ...CallOption) (out bool, err error) {
+	if err := checkControlChars(path); err != nil {
+		// as Write and Read refuse it, before anything is sent (until December 6 it was sent)
+		return false, s.wrap(fmt.Errorf("exists: %w", err))
+	}
 	err = s.op(ctx, "exists", opts, true, func(ctx context.Context, c *liveConn, o *callOptions) (err error) {
 		out, err = s.files().exists(ctx, c.ep, path, o)
 		return err

@@ -55,11 +55,26 @@ func formatSeconds(d time.Duration) string {
 	return fmt.Sprintf("%g", d.Seconds())
 }
 
-func (s *sandboxdRuntime) run(ctx context.Context, client processv1.ProcessServiceClient, command string,
+// unavailable returns the named cause of a gRPC UNAVAILABLE (the router's 502, or no connection to the pod)
+// when the Sandbox tells one (ErrSandboxDeleted, ErrNotReady; see endpoint.whyUnreachable), wrapping err;
+// else nil. In pod-IP mode a deleted sandbox's Run and Start used to fail "Unavailable ... connection
+// refused" matching no sentinel.
+func unavailable(ctx context.Context, ep *endpoint, asked *bool, err, cause error) error {
+	if status.Code(cause) != codes.Unavailable || ep == nil {
+		return nil
+	}
+	if gone := ep.whyUnreachable(ctx, asked); gone != nil {
+		return fmt.Errorf("%w; %w", err, gone)
+	}
+	return nil
+}
+
+func (s *sandboxdRuntime) run(ctx context.Context, client processv1.ProcessServiceClient, ep *endpoint, command string,
 	o *callOptions) (*ExecutionResult, error) {
 	req := &processv1.ExecuteRequest{Config: processConfig(command, o)}
 	attempts := attemptsOr(o, defaultRunAttempts)
 	var last error
+	asked := false
 	for n := 1; n <= attempts; n++ {
 		if n > 1 {
 			if err := s.http.sleep(ctx, backoff(n, s.http.jitter())); err != nil {
@@ -94,6 +109,9 @@ func (s *sandboxdRuntime) run(ctx context.Context, client processv1.ProcessServi
 		if status.Code(err) != codes.Unavailable {
 			return nil, last
 		}
+		if named := unavailable(ctx, ep, &asked, last, err); named != nil {
+			return nil, named // gone or suspended: no further attempt reaches it
+		}
 	}
 	if attempts == 1 {
 		return nil, last
@@ -104,23 +122,31 @@ func (s *sandboxdRuntime) run(ctx context.Context, client processv1.ProcessServi
 // start opens a process.v1 Start stream. The first event must be init (the process id); a command
 // timeout is enforced client side by ending the stream (which kills the process) and reported as a
 // TimedOut exit with code 124.
-func (s *sandboxdRuntime) start(ctx context.Context, client processv1.ProcessServiceClient, command string,
-	o *callOptions, release func()) (*Process, error) {
+func (s *sandboxdRuntime) start(ctx context.Context, client processv1.ProcessServiceClient, ep *endpoint,
+	command string, o *callOptions, release func()) (*Process, error) {
 	req := &processv1.StartRequest{Config: processConfig(command, o)}
 	if o.pty != nil {
 		req.Pty = &processv1.PTY{Cols: o.pty.cols, Rows: o.pty.rows}
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	b := &grpcProcess{client: client, cancel: cancel, commandTimeout: o.commandTimeout}
+	failed := func(err error) error {
+		cancel()
+		out, asked := grpcError("start (process.v1 Start)", err), false
+		if ctx.Err() == nil {
+			if named := unavailable(ctx, ep, &asked, out, err); named != nil {
+				return named
+			}
+		}
+		return out
+	}
 	stream, err := client.Start(sctx, req)
 	if err != nil {
-		cancel()
-		return nil, grpcError("start (process.v1 Start)", err)
+		return nil, failed(err)
 	}
 	first, err := stream.Recv()
 	if err != nil {
-		cancel()
-		return nil, grpcError("start (process.v1 Start)", err)
+		return nil, failed(err)
 	}
 	init := first.GetInit()
 	if init == nil {

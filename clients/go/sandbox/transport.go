@@ -99,6 +99,13 @@ func (s *Sandbox) connect(ctx context.Context, sandboxName string, info sandboxI
 	if podIPRouting && s.k8s != nil {
 		c.ep.lookupPodIP = func(ctx context.Context) (string, error) { return s.readPodIP(ctx, sandboxName) }
 	}
+	if s.k8s != nil {
+		directIP := ""
+		if o.mode() == modeInClusterPodIP {
+			directIP = info.podIP
+		}
+		c.ep.explain = func(ctx context.Context) error { return s.whyUnreachable(ctx, sandboxName, directIP) }
+	}
 	var base string
 	switch o.mode() {
 	case modeDirect:
@@ -333,4 +340,61 @@ func (s *Sandbox) readPodIP(ctx context.Context, sandboxName string) (string, er
 	}
 	s.mu.Unlock()
 	return ip, nil
+}
+
+// whyUnreachable reads the Sandbox after a call could not reach it, and says why when it tells (the Python
+// SDK's explain_unreachable): ErrSandboxDeleted when it is gone or being deleted, ErrNotReady when it is
+// suspended. directIP is the pod IP a ConnectivityInCluster connection goes to ("" otherwise): then a Sandbox
+// that is not Ready, or is on another pod now, is ErrNotReady too (the Python SDK reads the pod IP before
+// every call there). nil when the Sandbox is fine or could not be read: the original error stands.
+func (s *Sandbox) whyUnreachable(ctx context.Context, sandboxName, directIP string) error {
+	where := s.opts.Namespace + "/" + sandboxName
+	obj, err := s.k8s.sandboxes(s.opts.Namespace).Get(ctx, sandboxName, metav1.GetOptions{})
+	var ready *condition
+	var podIP string
+	switch {
+	case apierrors.IsForbidden(err):
+		// claims-only credentials: the claim mirrors the Sandbox's Ready condition and pod IPs
+		claim, cerr := s.boundClaim(ctx, sandboxName)
+		if cerr != nil {
+			if errors.Is(cerr, ErrSandboxDeleted) {
+				return cerr
+			}
+			return nil
+		}
+		ready, podIP = findCondition(conditionsOf(claim), "Ready"), claimSandboxInfo(claim).podIP
+	case isNotFound(err):
+		return fmt.Errorf("Sandbox %s no longer exists (deleted, or its claim expired): %w", where, ErrSandboxDeleted)
+	case err != nil:
+		return nil
+	default:
+		info := readSandboxInfo(obj)
+		if obj.GetDeletionTimestamp() != nil {
+			return fmt.Errorf("Sandbox %s is being deleted: %w", where, ErrSandboxDeleted)
+		}
+		if info.mode == "Suspended" {
+			return fmt.Errorf("Sandbox %s is suspended (spec.operatingMode: Suspended): call Resume, "+
+				"or run the router with --sandbox-lifecycle to resume it on request: %w", where, ErrNotReady)
+		}
+		ready, podIP = findCondition(conditionsOf(obj), "Ready"), info.podIP
+	}
+	if directIP == "" {
+		return nil // through a router or a Service: the router's own errors say the rest
+	}
+	if ready == nil || ready.Status != "True" {
+		why := "no Ready condition"
+		if ready != nil {
+			why = fmt.Sprintf("Ready=%s, reason %s", ready.Status, ready.Reason)
+			if ready.Message != "" {
+				why += ": " + ready.Message
+			}
+		}
+		return fmt.Errorf("Sandbox %s is not Ready (%s): %w", where, why, ErrNotReady)
+	}
+	if podIP != directIP {
+		return fmt.Errorf("Sandbox %s is on another pod now (pod IP %q, this handle connected to %s; it was "+
+			"suspended and resumed elsewhere): call Disconnect, then Open to reconnect: %w", where, podIP, directIP,
+			ErrNotReady)
+	}
+	return nil
 }
