@@ -26,7 +26,7 @@ from typing import IO, Any
 from . import _commands
 from ._calls import MAX_LIST_RESPONSE, call, malformed_answer, open_stream
 from ._connection import Connection
-from ._paths import legacy_path, sandboxd_path, sanitize_path
+from ._paths import legacy_path, reject_control_characters, sandboxd_path, sanitize_path
 from ._steps import Flow, ReadChunk, Trace, Upload
 from .exceptions import SandboxError, SandboxRequestError
 from .models import FileEntry
@@ -298,6 +298,7 @@ def list_dir(conn: Connection, path: str, *, timeout: float) -> Flow[list[FileEn
 
 def exists(conn: Connection, path: str, *, timeout: float) -> Flow[bool]:
     """Whether a file or directory exists at `path`. Span `exists`."""
+    reject_control_characters(path)  # as write/read do (and the Go SDK's Exists): not a 404 from the runtime
     yield Trace("exists", {"sandbox.file.path": path})
     if conn.runtime == "legacy":
         resp = yield from call(

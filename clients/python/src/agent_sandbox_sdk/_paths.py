@@ -9,7 +9,7 @@ from __future__ import annotations
 import posixpath
 from urllib.parse import quote
 
-__all__ = ["legacy_path", "sandboxd_path", "sanitize_path"]
+__all__ = ["legacy_path", "reject_control_characters", "sandboxd_path", "sanitize_path"]
 
 
 def sanitize_path(path: str) -> str:
@@ -21,14 +21,19 @@ def sanitize_path(path: str) -> str:
         raise TypeError(f"path must be a str, got {type(path).__name__}")
     if not path:
         raise ValueError("path must not be empty")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
-        raise ValueError(f"path {path!r} contains control characters")
+    reject_control_characters(path)
     if ".." in path.split("/"):
         raise ValueError(f"path {path!r} contains a '..' segment")
     normalized = posixpath.normpath(path).lstrip("/")
     if normalized in ("", "."):
         raise ValueError(f"path {path!r} does not name a file")
     return normalized
+
+
+def reject_control_characters(path: str) -> None:
+    """`ValueError` naming `path` when it holds a control character (no runtime has such a file name to give)."""
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+        raise ValueError(f"path {path!r} contains control characters")
 
 
 def legacy_path(path: str) -> str:

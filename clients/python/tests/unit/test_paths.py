@@ -68,3 +68,15 @@ def test_legacy_encoding_percent_encodes_the_whole_path(path: str, encoded: str)
 )
 def test_sandboxd_encoding_encodes_segments_and_dot_segments(path: str, encoded: str) -> None:
     assert sandboxd_path(path) == encoded
+
+
+@pytest.mark.parametrize("bad", ["new\nline", "tab\there", "del\x7f"])
+def test_exists_refuses_control_characters_before_any_request(bad: str) -> None:
+    """As write/read (and the Go SDK's Exists): a ValueError naming the path, not the runtime's 404."""
+    from typing import Any
+
+    from agent_sandbox_sdk import _files
+
+    conn: Any = None  # never reached: the check comes first
+    with pytest.raises(ValueError, match="control characters"):
+        next(_files.exists(conn, bad, timeout=1.0))
