@@ -236,14 +236,26 @@ def test_a_legacy_stream_cut_by_the_clients_close_says_so(
                 outcomes[name] = err
 
         threads = [
-            threading.Thread(target=attempt, args=("run", lambda: commands[0].run("sleep 2").exit_code)),
             threading.Thread(
-                target=attempt, args=("stream", lambda: commands[1].stream("sleep 2").result().exit_code)
+                target=attempt,
+                args=("run", lambda: commands[0].run("sh -c 'touch started; sleep 3'").exit_code),
+            ),
+            threading.Thread(
+                target=attempt,
+                args=(
+                    "stream",
+                    lambda: commands[1].stream("sh -c 'touch started; sleep 3'").result().exit_code,
+                ),
             ),
         ]
         for thread in threads:
             thread.start()
-        time.sleep(1)  # both are waiting for their command's answer
+        # Both are waiting for their command's answer once both commands run (a fixed sleep was not enough on a
+        # loaded machine: a call sent after the close rightly succeeds).
+        deadline = time.monotonic() + 30
+        while not all(s.files.exists("started") for s in sandboxes):
+            assert time.monotonic() < deadline, "the commands did not start"
+            time.sleep(0.1)
         client.close()
         for thread in threads:
             thread.join(30)

@@ -22,6 +22,8 @@ __all__ = ["CloseWatch", "closed_error", "step_where"]
 
 #: Steps that use a connection or channel `close()` closes (a `Sleep` or a `Close` does not).
 _CONNECTION_STEPS = (Send, Open, ReadLine, ReadChunk, GrpcCall, GrpcOpen, GrpcRead)
+#: Reads of an open stream: what arrives after a `close()` no longer belongs to a usable call.
+_STREAM_READS = (ReadLine, ReadChunk, GrpcRead)
 #: What grpc reports for a call whose channel was closed under it.
 _GRPC_CUT = frozenset({"CANCELLED", "UNAVAILABLE"})
 
@@ -60,7 +62,7 @@ class CloseWatch:
     def start(self, step: Step) -> SandboxConnectionError | None:
         """Before a step: the error when it reads a stream that a `close()` since its opening cut, else None."""
         self._start = self._closes()
-        if isinstance(step, ReadLine | ReadChunk | GrpcRead):
+        if isinstance(step, _STREAM_READS):
             opened = self._streams.get(id(step.handle))
             if opened is not None and opened[0] != self._start:
                 return closed_error(opened[1])
@@ -91,9 +93,15 @@ class CloseWatch:
         return err
 
     def succeeded(self, step: Step, value: Any) -> SandboxConnectionError | None:
-        """After a step succeeded: the client-closed error when a `close()` ran meanwhile (a read blocked on a
-        socket that another thread closed still returns what arrives), else None; records opened streams."""
-        if isinstance(step, _CONNECTION_STEPS) and self.cut():
+        """After a step succeeded: the client-closed error when it read a stream and a `close()` ran meanwhile
+        (a read blocked on a socket that another thread closed still returns what arrives), else None; records
+        opened streams.
+
+        A request that got its answer (`Send`, a unary gRPC call, a stream's `Open`) keeps it: it may have been
+        sent on a connection opened after the `close()` (the count is read before the connection is looked up,
+        and an exec-plugin credential can take a while), and its result - a created claim, a written file, a
+        command's exit - must reach the caller rather than be reported as a failure."""
+        if isinstance(step, _STREAM_READS) and self.cut():
             return closed_error(self._where(step))
         if isinstance(step, Open | GrpcOpen):
             self._streams[id(value)] = (self._start, step_where(step))

@@ -30,7 +30,7 @@ from agent_sandbox_sdk import (
     SandboxDirectConnectionConfig,
 )
 from agent_sandbox_sdk._driver import AsyncDriver, SyncDriver
-from agent_sandbox_sdk._steps import HttpRequest, Open, ReadChunk, StreamHandle
+from agent_sandbox_sdk._steps import HttpRequest, Open, ReadChunk, Send, StreamHandle
 
 from .fakes import ROUTER, FakeCluster, endpoint
 
@@ -209,3 +209,22 @@ def test_an_async_stream_read_across_aclose_says_the_client_closed_it() -> None:
         await closing
 
     asyncio.run(main())
+
+
+def test_an_answer_received_across_close_reaches_the_caller() -> None:
+    """A request answered while another thread closed the client keeps its answer: it may have gone out on a
+    connection opened after the close, and its result (a claim created, a file written) must not become an
+    error the caller retries into a 409."""
+    driver: SyncDriver
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        driver.close()  # between the flow's step starting and its answer, as another thread may
+        return httpx2.Response(201, json={"created": True})
+
+    driver = SyncDriver(None, transport=httpx2.MockTransport(answer))
+
+    def create():  # type: ignore[no-untyped-def]
+        resp = yield Send(HttpRequest("POST", f"{ROUTER}/claims"))
+        return resp.status_code
+
+    assert driver.run(create()) == 201
