@@ -65,6 +65,24 @@ class WarmPoolNotFound(ClaimError):
 
     def __init__(self, name: str) -> None:
         super().__init__(f'SandboxWarmPool "{name}" not found')
+        self.name = name
+
+    @property
+    def message(self) -> str:
+        """The pinned `SandboxWarmPool "<name>" not found`, plus a migration hint for a shadow pool.
+
+        A v1alpha1 claim that names only a template converts to a v1beta1 claim on `shadow-pool-<template>`
+        (api spec §8.4), a pool its author never mentioned and that only the migration bootstrap creates
+        (the controller never does, controllers spec quirks); the hint says what to do.
+        """
+        if not self.name.startswith(c.SHADOW_POOL_PREFIX):
+            return str(self)
+        template = self.name.removeprefix(c.SHADOW_POOL_PREFIX)
+        return (
+            f'{self}; a v1alpha1 claim that names SandboxTemplate "{template}" directly needs this pool '
+            f'(replicas 0, sandboxTemplateRef "{template}"): create it or run '
+            "helm/files/migrate.sh --phase=bootstrap (docs/api-migration-guide.md)"
+        )
 
 
 class SandboxCreatePending(ClaimError):

@@ -44,10 +44,15 @@ PRIVATE_V6: Final = ("fc00::/7", "fe80::/10")
 
 @dataclass(frozen=True, slots=True)
 class TemplateSnapshot:
-    """What one pass observed: the template and the same-named policy (None when absent)."""
+    """What one pass observed: the template and the same-named policy (None when absent).
+
+    `policy_uncached`: the policy is the answer of this controller's own write, which the informer has
+    not delivered yet (the reconciler then looks again soon); decisions do not depend on it.
+    """
 
     template: Object
     policy: Object | None
+    policy_uncached: bool = False
 
 
 @dataclass(frozen=True, slots=True)
