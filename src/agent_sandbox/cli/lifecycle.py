@@ -25,10 +25,13 @@ from agent_sandbox.api.constants import REASON_SANDBOX_EXPIRED, OperatingMode
 from agent_sandbox.api.kinds import SANDBOX_WARM_POOL
 from agent_sandbox.api.meta import controller_name, is_ready, parse_time, status_condition
 from agent_sandbox.cli.arguments import add_connection_options
+from agent_sandbox.controllers.lifecycle.decide import claim_expired
 from agent_sandbox.kube import (
     SANDBOX,
+    SANDBOX_CLAIM,
     ApiClient,
     Conflict,
+    Forbidden,
     KubeError,
     NotFound,
     Object,
@@ -76,6 +79,36 @@ def _refusal(sandbox: Object, doing: str, now: datetime) -> str:
     return ""
 
 
+def _pool_member(sandbox: Object, doing: str) -> str:
+    """Why an unclaimed warm-pool member is not `doing` ("" for any other Sandbox)."""
+    pool = controller_name(sandbox, SANDBOX_WARM_POOL)
+    if not pool:
+        return ""
+    meta = sandbox["metadata"]
+    return (
+        f"Sandbox {meta.get('namespace')}/{meta['name']} is an unclaimed member of warm pool {pool!r}: pool "
+        f"members are never suspended or hibernated (the pool owns them); {doing} the Sandbox of a claim instead"
+    )
+
+
+async def _expired_claim(api: ApiClient, owned: Object, what: str, doing: str) -> str:
+    """Why `owned` (a Sandbox, or an archive: it carries the Sandbox's owners) is not `doing` because its
+    claim expired ("" when it has no claim, or the claim cannot be read). The claim controller deletes a
+    claimed Sandbox at its claim's expiry, and the lifecycle controller an archived one: until December 6 a
+    restore under an expired claim was accepted (then deleted again, or left Ready under the claim)."""
+    name = controller_name(owned, SANDBOX_CLAIM)
+    if not name:
+        return ""
+    namespace = str(owned["metadata"].get("namespace") or "")
+    try:
+        claim = await _get(api, SANDBOX_CLAIM, name, namespace)
+    except Forbidden:
+        return ""  # a role without claims: the lifecycle controller still refuses the restore
+    if claim is None or not claim_expired(claim, datetime.now(UTC))[0]:
+        return ""
+    return f"{what} {namespace}/{owned['metadata']['name']}: its SandboxClaim {name!r} has expired: it cannot be {doing}"
+
+
 class ResumeOutcome(enum.StrEnum):
     RESUMED = "resumed"
     RESTORING = "restoring"
@@ -98,7 +131,7 @@ async def resume(
 
     Raises:
         NoSuchSandbox: no Sandbox and no archive of that name.
-        Refused: it (or its archive) is being deleted, or expired.
+        Refused: it (or its archive) is being deleted, or expired, or its claim expired.
         TimeoutError: not Ready within `wait`.
     """
     outcome = await _resume_once(api, name, namespace)
@@ -114,7 +147,9 @@ async def _resume_once(api: ApiClient, name: str, namespace: str) -> ResumeOutco
         if await _being_archived(api, sandbox, name, namespace):
             sandbox = None  # deleted to be archived (volumes orphaned to the archive): restore it
         if sandbox is not None:
-            if why := _refusal(sandbox, "resumed", now):
+            if why := _refusal(sandbox, "resumed", now) or await _expired_claim(
+                api, sandbox, "Sandbox", "resumed"
+            ):
                 raise Refused(why)
             rv = sandbox["metadata"].get("resourceVersion")
             annotations = sandbox["metadata"].get("annotations") or {}
@@ -139,6 +174,8 @@ async def _resume_once(api: ApiClient, name: str, namespace: str) -> ResumeOutco
             raise Refused(f"{where} is being deleted: it cannot be restored")
         if _expired(((archive.get("spec") or {}).get("sandbox") or {}).get("spec") or {}, now):
             raise Refused(f"{where} has expired (its shutdownTime passed): it is not restored")
+        if why := await _expired_claim(api, archive, "hibernated Sandbox", "restored"):
+            raise Refused(why)
         try:
             await api.patch(
                 lc.ARCHIVE, name, lc.restore_request_patch(lc.Cause.MANUAL, now), namespace=namespace
@@ -181,12 +218,19 @@ async def _missing(api: ApiClient, name: str, namespace: str) -> Exception:
 
 
 async def suspend(api: ApiClient, name: str, namespace: str) -> None:
-    """Suspend Sandbox `namespace/name` (as `kubectl patch ... operatingMode: Suspended` would)."""
+    """Suspend Sandbox `namespace/name` (as `kubectl patch ... operatingMode: Suspended` would).
+
+    Raises:
+        NoSuchSandbox: no Sandbox of that name.
+        Refused: hibernated already, being deleted, expired, or an unclaimed warm-pool member.
+    """
     sandbox = await _get(api, SANDBOX, name, namespace)
     if sandbox is None:
         raise await _missing(api, name, namespace)
     now = datetime.now(UTC)
-    if why := _refusal(sandbox, "suspended", now):
+    if why := _refusal(sandbox, "suspended", now) or _pool_member(sandbox, "suspend"):
+        # A pool member suspended stays in the pool, counted as warm: until December 6 it was accepted
+        # (`hibernate` refused it), leaving the pool one Ready member short for good.
         raise Refused(why)
     patch = lc.suspend_patch(lc.Cause.MANUAL, now, sandbox["metadata"]["resourceVersion"])
     await api.patch(SANDBOX, name, patch, namespace=namespace)
@@ -203,14 +247,8 @@ async def hibernate(api: ApiClient, name: str, namespace: str) -> None:
     sandbox = await _get(api, SANDBOX, name, namespace)
     if sandbox is None:
         raise await _missing(api, name, namespace)
-    if why := _refusal(sandbox, "hibernated", datetime.now(UTC)):
+    if why := _refusal(sandbox, "hibernated", datetime.now(UTC)) or _pool_member(sandbox, "hibernate"):
         raise Refused(why)
-    pool = controller_name(sandbox, SANDBOX_WARM_POOL)
-    if pool:
-        raise Refused(
-            f"Sandbox {namespace}/{name} is an unclaimed member of warm pool {pool!r}: pool members are never "
-            "suspended or hibernated (the pool owns them); hibernate the Sandbox of a claim instead"
-        )
     patch = {
         "metadata": {
             # Guarded: a claim adopting the member meanwhile makes this fail rather than hit the claimer.

@@ -13,7 +13,7 @@ import pytest
 from agent_sandbox.api import lifecycle as lc
 from agent_sandbox.api.meta import format_time
 from agent_sandbox.cli.lifecycle import Refused, ResumeOutcome, hibernate, resume, suspend
-from agent_sandbox.kube import SANDBOX
+from agent_sandbox.kube import SANDBOX, SANDBOX_CLAIM
 from agent_sandbox.kube.testing import FakeClient
 
 pytestmark = pytest.mark.unit
@@ -83,15 +83,45 @@ async def test_a_sandbox_that_expires_while_resuming_is_not_waited_for() -> None
         await resume(api, "sb", NS, wait=30, poll=0.05)  # type: ignore[arg-type]
 
 
-async def test_a_warm_pool_member_is_not_hibernated() -> None:
-    # Until December 6 the request was accepted, did nothing, and hibernated whoever claimed the member.
+async def test_a_warm_pool_member_is_not_hibernated_or_suspended() -> None:
+    # Until December 6 hibernate was accepted, did nothing, and hibernated whoever claimed the member; and
+    # suspend was accepted, leaving the pool one warm member short for good.
     api = FakeClient()
     obj = body()
     obj["metadata"]["ownerReferences"] = [POOL_REF]
     await api.create(SANDBOX, obj, namespace=NS)
-    with pytest.raises(Refused, match="unclaimed member of warm pool 'pool'"):
-        await hibernate(api, "sb", NS)  # type: ignore[arg-type]
+    for call in (hibernate, suspend):
+        with pytest.raises(Refused, match="unclaimed member of warm pool 'pool'"):
+            await call(api, "sb", NS)  # type: ignore[arg-type]
     assert lc.ANNOTATION_HIBERNATE not in await annotations_of(api)
+    assert (await api.get(SANDBOX, "sb", namespace=NS))["spec"]["operatingMode"] == "Running"
+
+
+CLAIM_REF = {**POOL_REF, "kind": "SandboxClaim", "name": "c", "uid": "claim-uid"}
+
+
+@pytest.mark.parametrize("hibernated", [False, True])
+async def test_nothing_under_an_expired_claim_is_resumed(hibernated: bool) -> None:
+    # Until December 6 a restore under an expired claim was accepted: a Ready Sandbox under the expired
+    # claim, or restored Sandboxes the claim controller deleted one after the other.
+    api = FakeClient()
+    expired = {"type": "Ready", "status": "False", "reason": "ClaimExpired", "message": "Claim expired."}
+    claim = {"metadata": {"name": "c", "namespace": NS}, "spec": {}, "status": {"conditions": [expired]}}
+    await api.create(SANDBOX_CLAIM, claim, namespace=NS)
+    obj = body("Suspended")
+    obj["metadata"]["ownerReferences"] = [CLAIM_REF]
+    if hibernated:
+        archive = lc.archive_body(obj | {"metadata": {**obj["metadata"], "uid": "old"}}, cause=lc.Cause.AFTER,
+                                  now=datetime.now(UTC), children=[])  # fmt: skip
+        await api.create(lc.ARCHIVE, archive, namespace=NS)
+    else:
+        await api.create(SANDBOX, obj, namespace=NS)
+    with pytest.raises(Refused, match="its SandboxClaim 'c' has expired"):
+        await resume(api, "sb", NS)  # type: ignore[arg-type]
+    if hibernated:
+        assert "restore" not in (await api.get(lc.ARCHIVE, "sb", namespace=NS))["spec"]
+    else:
+        assert (await api.get(SANDBOX, "sb", namespace=NS))["spec"]["operatingMode"] == "Suspended"
 
 
 async def test_a_hibernated_sandbox_is_not_suspended_or_hibernated_again() -> None:

@@ -257,6 +257,14 @@ def resolve_claim(
                 "refusing to attach"
             )
         if not view.sandbox_name:
+            if view.reason == REASON_CLAIM_EXPIRED:
+                # Ours: an expired claim is never bound again (its Sandbox, or hibernated archive, is deleted
+                # at expiry); until December 6 this waited out `resolve_timeout`, then said "not bound".
+                raise SandboxClaimFailedError(
+                    f"SandboxClaim {namespace}/{name} has expired: it has no Sandbox ({view.describe()})",
+                    reason=REASON_CLAIM_EXPIRED,
+                    condition_message=view.message,
+                )
             view = yield from wait_claim_ready(
                 namespace,
                 name,
@@ -307,6 +315,42 @@ def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
     return None
 
 
+def _claim_is_expired(claim: Mapping[str, Any], now: datetime) -> bool:
+    """Marked `Ready=False/ClaimExpired`, or past `spec.lifecycle.shutdownTime` (as the claim controller
+    reckons it; the controller marks it at that time)."""
+    if (_condition(claim, "Ready") or {}).get("reason") == REASON_CLAIM_EXPIRED:
+        return True
+    deadline = ((claim.get("spec") or {}).get("lifecycle") or {}).get("shutdownTime")
+    if not isinstance(deadline, str):
+        return False
+    try:
+        return datetime.fromisoformat(deadline.replace("Z", "+00:00")) <= now
+    except ValueError:
+        return False
+
+
+def _refuse_under_expired_claim(namespace: str, sandbox: str, archive: Mapping[str, Any]) -> Flow[None]:
+    """Ours: raise when the hibernated Sandbox's claim (the archive's controller) has expired: the lifecycle
+    controller deletes the archive at the claim's expiry and never restores it. Until December 6 the
+    restore went ahead (a Ready Sandbox under an expired claim, or one the claim controller deleted again)."""
+    owners = (archive.get("metadata") or {}).get("ownerReferences") or []
+    claim_name = next(
+        (o.get("name") for o in owners if o.get("controller") and o.get("kind") == "SandboxClaim"), None
+    )
+    if not claim_name:
+        return
+    try:
+        claim = yield from _kube.get(_kube.CLAIMS, namespace, str(claim_name))
+    except SandboxError:
+        return  # cannot be read (a role without claims): the controller still refuses the restore
+    if claim is not None and _claim_is_expired(claim, datetime.now(UTC)):
+        raise SandboxClaimFailedError(
+            f"Sandbox {namespace}/{sandbox} is hibernated under SandboxClaim {namespace}/{claim_name}, which "
+            "has expired: it will not be restored",
+            reason=REASON_CLAIM_EXPIRED,
+        )
+
+
 def _restore(namespace: str, sandbox: str) -> Flow[dict[str, Any]]:
     """Ours: ask the lifecycle controller to restore a hibernated Sandbox (its SandboxArchive)."""
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -328,6 +372,7 @@ def _restore(namespace: str, sandbox: str) -> Flow[dict[str, Any]]:
     # An expired one is never restored (the lifecycle controller deletes or keeps it by its shutdownPolicy).
     kept = ((archive.get("spec") or {}).get("sandbox") or {}).get("spec") or {}
     _final(namespace, sandbox, {"spec": {"shutdownTime": kept.get("shutdownTime")}}, 0, "restored")
+    yield from _refuse_under_expired_claim(namespace, sandbox, archive)
     # Until the controller recreates it, the Sandbox is absent: wait from "nothing" (generation 0).
     return {"metadata": {"name": sandbox, "generation": 0}, "spec": {"operatingMode": OPERATING_MODE_RUNNING}}
 
@@ -343,6 +388,7 @@ SUSPENDED_AT_ANNOTATION = _PREFIX + "suspended-at"
 HIBERNATE_ANNOTATION = _PREFIX + "hibernate"
 REASON_SANDBOX_EXPIRED = "SandboxExpired"
 REASON_SANDBOX_HIBERNATED = "SandboxHibernated"
+REASON_CLAIM_EXPIRED = "ClaimExpired"
 
 
 def operating_mode_patch(*, suspended: bool, now: datetime) -> dict[str, Any]:

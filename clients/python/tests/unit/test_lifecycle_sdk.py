@@ -142,3 +142,33 @@ def test_a_sandbox_name_given_for_a_claim_says_so() -> None:
         client.get_sandbox("bare")
     with pytest.raises(SandboxNotFoundError, match=r"SandboxClaim default/nothing not found$"):
         client.get_sandbox("nothing")
+
+
+EXPIRED_CLAIM = {"type": "Ready", "status": "False", "reason": "ClaimExpired", "message": "Claim expired."}
+
+
+def test_a_hibernated_sandbox_under_an_expired_claim_is_not_restored() -> None:
+    # Until December 6 the restore went ahead: a Ready Sandbox under an expired claim, or one its claim
+    # controller deleted again at once.
+    fake = LifecycleCluster()
+    sandbox = SandboxClient(CONFIG, api_client=endpoint(), transport=fake.transport()).create_sandbox("p")
+    claim = sandbox.claim_name
+    assert claim is not None
+    _hibernated(fake, sandbox.sandbox_id)
+    owner = {"kind": "SandboxClaim", "name": claim, "uid": f"uid-{claim}", "controller": True}
+    fake.archives[sandbox.sandbox_id]["metadata"]["ownerReferences"] = [owner]
+    fake.claims[claim]["status"] = {"conditions": [EXPIRED_CLAIM]}
+    with pytest.raises(SandboxClaimFailedError, match="has expired: it will not be restored"):
+        sandbox.resume(timeout=30)
+    assert not fake.find(lambda r: r.url.params.get("watch") == "true" and "/sandboxes" in r.url.path)
+
+
+def test_an_expired_claim_without_its_sandbox_is_said_at_once() -> None:
+    # Until December 6 `agent-sandbox resume CLAIM` waited the whole resolve timeout, then said "not bound".
+    fake = LifecycleCluster(bind=False, claim_conditions=[EXPIRED_CLAIM])
+    client = SandboxClient(CONFIG, api_client=endpoint(), transport=fake.transport())
+    fake.claims["gone"] = {"metadata": {"name": "gone", "resourceVersion": "5"}, "spec": {}, "status": {}}
+    fake.claims["gone"]["status"] = {"conditions": [EXPIRED_CLAIM]}
+    with pytest.raises(SandboxNotFoundError, match="has expired"):
+        client.get_sandbox("gone", resolve_timeout=5)
+    assert not fake.find(lambda r: r.url.params.get("watch") == "true")

@@ -7,12 +7,15 @@ One object name, three possible states, one decision per pass:
 | Running, idle timeout set | - | idle for the timeout (and the runtime agrees) -> suspend (`Idle`); else look again at the deadline |
 | Running, `hibernate: "true"` | - | suspend (`Hibernate`) |
 | Suspended and its Pod gone, `hibernate-after` due or `hibernate: "true"` | - | archive: create the archive, hand the volumes (and Service) to it, mark the claim, delete the Sandbox keeping its children (`Orphan`) |
-| the archived one (same UID) | exists | archiving in progress: finish it (idempotent steps) |
-| - | restore asked for | restore: create the Sandbox (Running, same name) |
+| the archived one (same UID), still Suspended and its hibernation still asked for or due, no restore asked for | exists | archiving in progress: finish it (idempotent steps; the delete is guarded by the resourceVersion decided on) |
+| the archived one (same UID), resumed meanwhile (Running, `hibernate` withdrawn, or a restore asked for) | exists | the resume wins: drop the archive's references, unmark the claim, delete the archive (and resume the Sandbox if a restore was asked of the archive) |
+| - | restore asked for | restore: create the Sandbox (Running, same name), then record its UID on the archive (`restored-uid`) |
 | a new one (other UID) | restore asked for | restore in progress: once the Sandbox controller has taken each volume back (its controller reference), drop the archive's reference; then unmark the claim, delete the archive |
+| - | restore asked for, `restored-uid` recorded | the restored Sandbox was deleted (by a user, its claim) during the restore: it stays deleted; the archive is deleted, its volumes go as a deleted Sandbox's would |
 | a new one, no restore asked for | exists | someone created a Sandbox with an archived name: reported, left alone |
-| - | exists, no restore | hibernated: nothing (until its `shutdownTime`) |
-| - | exists, archived `shutdownTime` passed | expired while hibernated: `shutdownPolicy: Delete` -> delete the archive (its volumes go with it, as with the Sandbox), unmark the claim; `Retain` -> keep it; never restored |
+| - | exists, no restore | hibernated: nothing (until its `shutdownTime`, or its claim's expiry) |
+| - | exists, archived `shutdownTime` passed | expired while hibernated: `shutdownPolicy: Delete` -> delete the archive (its volumes go with it, as with the Sandbox), unmark the claim; `Retain` -> keep it, marked `expired-at`; never restored |
+| - | exists, its claim expired | as the claim controller does to a live Sandbox at expiry: the archive is deleted (volumes with it), the claim unmarked; never restored |
 
 The archive keeps its reference on a volume until the restored Sandbox controls it: dropped earlier, a
 Sandbox that never takes it back (expired, being deleted) would leave it with no owner, never deleted; and
@@ -51,15 +54,20 @@ from agent_sandbox.api.meta import (
     controller_name,
     controller_ref,
     is_ready,
-    new_controller_ref,
     parse_time,
     status_condition,
 )
 
+from .owners import adopt_child_patch, archive_owner_ref, handover_child_patch, release_child_patch
+
 __all__ = [
+    "ANNOTATION_EXPIRED_AT",
+    "ANNOTATION_RESTORED_UID",
+    "AbandonArchive",
     "ArchiveSteps",
     "DropHibernate",
     "ExpireArchive",
+    "MarkArchiveExpired",
     "Nothing",
     "Plan",
     "Probe",
@@ -69,6 +77,7 @@ __all__ = [
     "Suspend",
     "adopt_child_patch",
     "archive_owner_ref",
+    "claim_expired",
     "decide",
     "handover_child_patch",
     "idle_since",
@@ -82,6 +91,16 @@ BUSY_RECHECK = 60.0
 """Longest wait before asking a busy runtime again."""
 START_GRACE = 300.0
 """Seconds after creation or `resumed-at` during which a Sandbox that is not Ready yet is not idle-suspended."""
+
+# Records on a SandboxArchive (metadata: the kind has no status subresource, and its spec schema would
+# prune unknown fields). Ours, read by the lifecycle controller only.
+ANNOTATION_RESTORED_UID = f"{lc.LIFECYCLE_GROUP}/restored-uid"
+"""The UID of the Sandbox a restore created: once that Sandbox is gone, it was deleted (by a user, by its
+claim's expiry), and the restore is over, not to be done again. Until December 6 a Sandbox deleted during
+its restore was created again from the archive."""
+ANNOTATION_EXPIRED_AT = f"{lc.LIFECYCLE_GROUP}/expired-at"
+"""When the controller found a hibernated Sandbox expired with `shutdownPolicy: Retain`: kept, never
+restored (`kubectl get sbarchive -o yaml` tells it from a restorable one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +180,22 @@ class ArchiveSteps:
     """Claim to mark `hibernated-sandbox` (None: no claim, or already marked)."""
     delete_uid: str
     """The Sandbox UID to delete with propagation Orphan."""
+    resource_version: str = ""
+    """The Sandbox's resourceVersion decided on: the delete is guarded by it too, so a resume that lands
+    between the archive's creation and the delete makes the delete fail (409) and the pass decide again.
+    Until December 6 only the UID guarded it: the resumed Sandbox was deleted, its new Pod orphaned."""
+
+
+@dataclass(frozen=True, slots=True)
+class AbandonArchive:
+    """The archived Sandbox was resumed before its archiving finished: the resume wins. Drop the archive's
+    owner reference from `children`, unmark the claim, delete the archive (UID precondition); with
+    `resume_resource_version`, first resume the Sandbox (a restore was asked of the archive meanwhile)."""
+
+    archive_uid: str
+    children: tuple[ReadOnlyObject, ...]
+    claim_name: str | None
+    resume_resource_version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,18 +221,41 @@ class RestoreSteps:
     """The restored Sandbox (for `handover`)."""
     waiting: bool = False
     """Some child is still to be taken back by the Sandbox controller: look again in `RESTORE_POLL`."""
+    record_uid: str | None = None
+    """The restored Sandbox's UID, to record on the archive (`restored-uid`; None: recorded already)."""
 
 
 @dataclass(frozen=True, slots=True)
 class ExpireArchive:
-    """A hibernated Sandbox's `shutdownTime` passed with `shutdownPolicy: Delete`: delete its archive (the
-    volumes it alone keeps go with it, as with the Sandbox), then unmark the claim."""
+    """Unmark the claim, then delete the archive (the volumes it alone keeps go with it, as with the
+    Sandbox): the hibernated Sandbox's `shutdownTime` passed with `shutdownPolicy: Delete`, its claim
+    expired, or the Sandbox its restore created was deleted (`why`)."""
 
     archive_uid: str
     claim_name: str | None
+    why: str = "SandboxExpired"
+    """`SandboxExpired`, `ClaimExpired` or `RestoredSandboxDeleted` (logs; the last is confirmed by an
+    uncached read before the delete: the Sandbox informer may lag behind the archive's)."""
 
 
-Plan: TypeAlias = Nothing | Probe | Suspend | DropHibernate | ArchiveSteps | RestoreSteps | ExpireArchive
+@dataclass(frozen=True, slots=True)
+class MarkArchiveExpired:
+    """An expired hibernated Sandbox with `shutdownPolicy: Retain`: record `expired-at` on its archive."""
+
+    archive_uid: str
+
+
+Plan: TypeAlias = (
+    Nothing
+    | Probe
+    | Suspend
+    | DropHibernate
+    | ArchiveSteps
+    | AbandonArchive
+    | RestoreSteps
+    | ExpireArchive
+    | MarkArchiveExpired
+)
 
 
 # --------------------------------------------------------------------------- small readers
@@ -221,18 +279,6 @@ def _condition_time(obj: ReadOnlyObject, type_: str, status: str = "True") -> da
     if cond is None or cond.get("status") != status:
         return None
     return parse_time(cond.get("lastTransitionTime"))
-
-
-def archive_owner_ref(archive: ReadOnlyObject) -> dict[str, Any]:
-    """The owner reference the archive puts on the children it keeps (not a controller reference)."""
-    return {
-        "apiVersion": lc.ARCHIVE.api_version,
-        "kind": lc.ARCHIVE.kind,
-        "name": _meta(archive)["name"],
-        "uid": _meta(archive).get("uid", ""),
-        "controller": False,
-        "blockOwnerDeletion": False,
-    }
 
 
 def _has_owner_uid(obj: ReadOnlyObject, uid: str) -> bool:
@@ -271,6 +317,28 @@ def _suspended_since(sandbox: ReadOnlyObject) -> datetime | None:
 def _expired(sandbox: ReadOnlyObject, now: datetime) -> bool:
     deadline = parse_time((sandbox.get("spec") or {}).get("shutdownTime"))
     return deadline is not None and now >= deadline
+
+
+def claim_expired(claim: ReadOnlyObject | None, now: datetime) -> tuple[bool, float | None]:
+    """(expired, seconds left) of a SandboxClaim, as the claim controller reckons it (its `status.expiry`,
+    kept in step by a unit test): the earliest of `lifecycle.shutdownTime` and Finished + `ttlSecondsAfter
+    Finished`; or marked `Ready=False/ClaimExpired` already. The CLI asks this too (no claim: not expired)."""
+    if claim is None:
+        return False, None
+    ready = status_condition(claim, c.CONDITION_READY)
+    marked = ready is not None and ready.get("reason") == c.REASON_CLAIM_EXPIRED
+    lifecycle = (claim.get("spec") or {}).get("lifecycle") or {}
+    deadlines = []
+    if (shutdown := parse_time(lifecycle.get("shutdownTime"))) is not None:
+        deadlines.append(shutdown)
+    ttl = lifecycle.get("ttlSecondsAfterFinished")
+    finished = status_condition(claim, c.CONDITION_FINISHED)
+    if ttl is not None and finished is not None and finished.get("status") == c.ConditionStatus.TRUE:
+        at = parse_time(finished.get("lastTransitionTime"))
+        if at is not None and at.timestamp() > 0:
+            deadlines.append(at + timedelta(seconds=int(ttl)))
+    left = (min(deadlines) - now).total_seconds() if deadlines else None
+    return marked or (left is not None and left <= 0), left
 
 
 def _claim_name(obj: ReadOnlyObject) -> str | None:
@@ -350,26 +418,37 @@ def _running(s: Snapshot, sb: ReadOnlyObject, timeout: float, problems: tuple[st
     return Suspend(lc.Cause.IDLE, _meta(sb).get("resourceVersion", ""), idle_for)
 
 
-def _suspended(s: Snapshot, sb: ReadOnlyObject, policy: lc.LifecyclePolicy, hibernate_now: bool) -> Plan:
+def _hibernation_due(
+    s: Snapshot, sb: ReadOnlyObject, policy: lc.LifecyclePolicy, hibernate_now: bool
+) -> lc.Cause | Nothing:
+    """Why a Suspended Sandbox is to be archived now, or what to wait for."""
     since = _suspended_since(sb)
     if since is None:
         return Nothing(problems=policy.problems)  # the Pod is still going away; its events wake us
     if hibernate_now:
-        cause = lc.Cause.REQUESTED
-    elif policy.hibernate_after is not None:
+        return lc.Cause.REQUESTED
+    if policy.hibernate_after is not None:
         due = since + timedelta(seconds=policy.hibernate_after)
         if s.now < due:
             return Nothing(_seconds(due - s.now), policy.problems)
-        cause = lc.Cause.AFTER
-    else:
-        return Nothing(problems=policy.problems)
+        return lc.Cause.AFTER
+    return Nothing(problems=policy.problems)
+
+
+def _suspended(s: Snapshot, sb: ReadOnlyObject, policy: lc.LifecyclePolicy, hibernate_now: bool) -> Plan:
+    cause = _hibernation_due(s, sb, policy, hibernate_now)
+    if isinstance(cause, Nothing):
+        return cause
     body = lc.archive_body(
         sb,
         cause=cause,
         now=s.now,
         children=[{"kind": str(ch.get("kind", "")), "name": _meta(ch)["name"]} for ch in s.children],
     )
-    return ArchiveSteps(cause, body, s.children, _claim_name(sb), _meta(sb).get("uid", ""))
+    meta = _meta(sb)
+    return ArchiveSteps(
+        cause, body, s.children, _claim_name(sb), meta.get("uid", ""), meta.get("resourceVersion", "")
+    )
 
 
 def _archived_spec(archive: ReadOnlyObject) -> Mapping[str, Any]:
@@ -386,6 +465,78 @@ def _sandbox_takes_back(sb: ReadOnlyObject, child: ReadOnlyObject, now: datetime
     return str(child.get("kind")) != "Service" or bool((sb.get("spec") or {}).get("service"))
 
 
+def _still_archiving(s: Snapshot, sb: ReadOnlyObject, requested: bool) -> bool:
+    """Whether the archived Sandbox (same UID, not deleted yet) is still to be archived: Suspended, its
+    hibernation still asked for or due, and no restore asked of the archive. Anything else is a resume that
+    landed while it was being archived (or while the controller was down): the resume wins. Until December 6
+    the archiving went on whatever the Sandbox had become, deleting a resumed one and orphaning its Pod."""
+    if requested or _mode(sb) != c.OperatingMode.SUSPENDED:
+        return False
+    policy = lc.lifecycle_policy(_annotations(sb), s.template_annotations)
+    hibernate_now = _annotations(sb).get(lc.ANNOTATION_HIBERNATE) == "true"
+    return isinstance(_hibernation_due(s, sb, policy, hibernate_now), lc.Cause)
+
+
+def _being_archived(s: Snapshot, archive: ReadOnlyObject, sb: ReadOnlyObject, claim_mark: str | None) -> Plan:
+    """The archived Sandbox (same UID) still exists: finish archiving it, or give the archive up."""
+    spec = archive.get("spec") or {}
+    archive_uid = str(_meta(archive).get("uid") or "")
+    requested = lc.restore_requested(archive) is not None
+    if _meta(sb).get("deletionTimestamp"):
+        # Its children are being orphaned; a restore must wait until the old object is gone.
+        return Nothing(RESTORE_POLL if requested else None)
+    if not _still_archiving(s, sb, requested):
+        held = tuple(ch for ch in s.children if _has_owner_uid(ch, archive_uid))
+        resume = _meta(sb).get("resourceVersion", "") if _mode(sb) == c.OperatingMode.SUSPENDED else None
+        return AbandonArchive(archive_uid, held, claim_mark, resume if requested else None)
+    try:
+        cause = lc.Cause(str(spec.get("reason") or lc.Cause.AFTER))
+    except ValueError:
+        cause = lc.Cause.AFTER
+    pending = tuple(ch for ch in s.children if not _has_owner_uid(ch, archive_uid))
+    meta = _meta(sb)
+    return ArchiveSteps(
+        cause,
+        None,
+        pending,
+        None if claim_mark else _claim_name(sb),
+        meta.get("uid", ""),
+        meta.get("resourceVersion", ""),
+    )
+
+
+def _hibernated(s: Snapshot, archive: ReadOnlyObject, claim_mark: str | None) -> Plan | None:
+    """Only the archive exists: what ends it other than a restore (None: nothing does, restore if asked)."""
+    archive_uid = str(_meta(archive).get("uid") or "")
+    if _meta(archive).get("deletionTimestamp"):
+        return Nothing()
+    if _annotations(archive).get(ANNOTATION_RESTORED_UID):
+        # Its restore created the Sandbox, which is gone: deleted (a user, its claim's expiry) during the
+        # restore. It stays deleted; the volumes go as that Sandbox's would (the archive alone keeps them).
+        return ExpireArchive(archive_uid, claim_mark, "RestoredSandboxDeleted")
+    claim_gone, claim_left = claim_expired(s.claim, s.now)
+    if claim_gone:
+        # As the claim controller does to a live Sandbox at its claim's expiry (deleted: `Retain` keeps the
+        # claim only; `Delete` deletes the claim, and the archive with it). Until December 6 the archive and
+        # its volumes stayed, and a restore brought back a Sandbox under an expired claim.
+        return ExpireArchive(archive_uid, claim_mark, "ClaimExpired")
+    # Expiry of its own still applies (until December 6 it never did, and the archive kept the volumes
+    # forever). An expired one is never restored: the Sandbox would only be torn down again.
+    archived = _archived_spec(archive)
+    deadline = parse_time(archived.get("shutdownTime"))
+    if deadline is not None and s.now >= deadline:
+        if archived.get("shutdownPolicy") == c.ShutdownPolicy.DELETE:
+            return ExpireArchive(archive_uid, claim_mark)
+        if not _annotations(archive).get(ANNOTATION_EXPIRED_AT):
+            return MarkArchiveExpired(archive_uid)
+        return Nothing()  # Retain: kept, volumes and all, until someone deletes the archive
+    if lc.restore_requested(archive) is None:
+        own_left = (deadline - s.now).total_seconds() if deadline is not None else None
+        lefts = [t for t in (claim_left, own_left) if t is not None]
+        return Nothing(max(min(lefts), 0.001) if lefts else None)  # looked at again at the earliest
+    return None
+
+
 def _with_archive(s: Snapshot, archive: ReadOnlyObject) -> Plan:
     spec = archive.get("spec") or {}
     archived_uid = str(spec.get("sandboxUID") or "")
@@ -395,31 +546,12 @@ def _with_archive(s: Snapshot, archive: ReadOnlyObject) -> Plan:
     claim = s.claim
     claim_marked = claim is not None and bool(_annotations(claim).get(lc.ANNOTATION_HIBERNATED_SANDBOX))
     claim_name = _meta(claim)["name"] if claim is not None else None
+    claim_mark = claim_name if claim_marked else None
     if sb is not None and _meta(sb).get("uid") == archived_uid:
-        if _meta(sb).get("deletionTimestamp"):
-            # Its children are being orphaned; a restore must wait until the old object is gone.
-            return Nothing(RESTORE_POLL if requested else None)
-        try:
-            cause = lc.Cause(str(spec.get("reason") or lc.Cause.AFTER))
-        except ValueError:
-            cause = lc.Cause.AFTER
-        pending = tuple(ch for ch in s.children if not _has_owner_uid(ch, archive_uid))
-        return ArchiveSteps(
-            cause, None, pending, None if claim_marked else _claim_name(sb), _meta(sb).get("uid", "")
-        )
+        return _being_archived(s, archive, sb, claim_mark)
     if sb is None:
-        # Hibernated: expiry still applies (until December 6 it never did, and the archive kept the volumes
-        # forever). An expired one is never restored: the Sandbox would only be torn down again.
-        archived = _archived_spec(archive)
-        deadline = parse_time(archived.get("shutdownTime"))
-        if deadline is not None and s.now >= deadline:
-            if _meta(archive).get("deletionTimestamp"):
-                return Nothing()
-            if archived.get("shutdownPolicy") == c.ShutdownPolicy.DELETE:
-                return ExpireArchive(archive_uid, claim_name if claim_marked else None)
-            return Nothing()  # Retain: kept, volumes and all, until someone deletes the archive
-        if requested is None:
-            return Nothing(_seconds(deadline - s.now) if deadline is not None else None)
+        if (ended := _hibernated(s, archive, claim_mark)) is not None:
+            return ended
     elif requested is None:
         return Nothing(
             conflict=f"a new Sandbox named {_meta(archive)['name']!r} exists while it is hibernated"
@@ -449,41 +581,11 @@ def _with_archive(s: Snapshot, archive: ReadOnlyObject) -> Plan:
         requested_at,
         None,
         tuple(release),
-        claim_name if claim_marked and done else None,
+        claim_mark if done else None,
         archive_uid,
         handover=tuple(handover),
         sandbox=sb,
         waiting=waiting,
+        # Recorded by the pass that created it; this one covers a pass interrupted right after the create.
+        record_uid=None if _annotations(archive).get(ANNOTATION_RESTORED_UID) else sb_uid,
     )
-
-
-def adopt_child_patch(child: ReadOnlyObject, archive: ReadOnlyObject) -> dict[str, Any]:
-    """Merge patch adding the archive's (non-controller) owner reference to a child."""
-    refs = [dict(r) for r in _meta(child).get("ownerReferences") or []]
-    refs.append(archive_owner_ref(archive))
-    return {"metadata": {"resourceVersion": _meta(child).get("resourceVersion"), "ownerReferences": refs}}
-
-
-def handover_child_patch(child: ReadOnlyObject, sandbox: ReadOnlyObject, archive_uid: str) -> dict[str, Any]:
-    """Merge patch giving a child the archive keeps to the restored Sandbox (its controller reference, as
-    the Sandbox controller's adoption writes it) and dropping the archive's, in one guarded write."""
-    refs = [
-        dict(r)
-        for r in _meta(child).get("ownerReferences") or []
-        if r.get("uid") != archive_uid and not r.get("controller")
-    ]
-    meta = _meta(sandbox)
-    refs.append(
-        new_controller_ref(
-            api_version=c.SANDBOX_API_VERSION, kind=c.KIND_SANDBOX, name=meta["name"], uid=meta.get("uid", "")
-        )
-    )
-    return {"metadata": {"resourceVersion": _meta(child).get("resourceVersion"), "ownerReferences": refs}}
-
-
-def release_child_patch(child: ReadOnlyObject, archive_uid: str) -> dict[str, Any]:
-    """Merge patch removing the archive's owner reference from a child (the restored Sandbox adopts it)."""
-    refs = [dict(r) for r in _meta(child).get("ownerReferences") or [] if r.get("uid") != archive_uid]
-    return {
-        "metadata": {"resourceVersion": _meta(child).get("resourceVersion"), "ownerReferences": refs or None}
-    }

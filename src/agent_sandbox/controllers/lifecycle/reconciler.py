@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from agent_sandbox.api import lifecycle as lc
-from agent_sandbox.api.meta import controller_name
+from agent_sandbox.api.meta import controller_name, format_rfc3339nano
 from agent_sandbox.kube import (
     PVC,
     SANDBOX,
@@ -36,10 +36,14 @@ from agent_sandbox.kube import (
 )
 
 from .decide import (
+    ANNOTATION_EXPIRED_AT,
+    ANNOTATION_RESTORED_UID,
     RESTORE_POLL,
+    AbandonArchive,
     ArchiveSteps,
     DropHibernate,
     ExpireArchive,
+    MarkArchiveExpired,
     Nothing,
     Plan,
     Probe,
@@ -78,6 +82,7 @@ class LifecycleReconciler:
         metrics: LifecycleMetrics,
         extensions: bool = True,
         now: Callable[[], datetime] = _wall_clock,
+        authoritative: Client | None = None,
     ) -> None:
         """Args:
         client: reads from the cache, writes to the API server.
@@ -86,6 +91,8 @@ class LifecycleReconciler:
         metrics: counters and timers.
         extensions: templates and claims are cached (`--extensions`); without, neither is read.
         now: wall clock.
+        authoritative: uncached reads (the manager's API client), to confirm that a restored Sandbox the
+            cache no longer shows is really gone before its archive is deleted; default `client`.
         """
         self._client = client
         self._probe = probe
@@ -93,6 +100,7 @@ class LifecycleReconciler:
         self.metrics = metrics
         self._extensions = extensions
         self._now = now
+        self._authoritative = authoritative or client
         # (namespace, name) -> (uid, problem set) last reported; pruned once the Sandbox is gone, so deleted
         # Sandboxes do not pile up here (keyed by name: the request of a deleted object carries no UID).
         self._reported: dict[tuple[str, str], tuple[str, frozenset[str]]] = {}
@@ -205,6 +213,14 @@ class LifecycleReconciler:
             return Result()
         if isinstance(plan, ArchiveSteps):
             return await self._archive(request, snap, plan)
+        if isinstance(plan, AbandonArchive):
+            return await self._abandon(request, snap, plan)
+        if isinstance(plan, MarkArchiveExpired):
+            mark = {"metadata": {"annotations": {ANNOTATION_EXPIRED_AT: format_rfc3339nano(snap.now)}}}
+            with contextlib.suppress(NotFound):
+                await self._client.patch(lc.ARCHIVE, request.name, mark, namespace=request.namespace)
+            log.info("hibernated %s expired (shutdownPolicy Retain): kept, never restored", request)
+            return Result()
         if isinstance(plan, RestoreSteps):
             return await self._restore(request, snap, plan)
         if isinstance(plan, ExpireArchive):
@@ -261,7 +277,13 @@ class LifecycleReconciler:
                 await self._client.patch(SANDBOX_CLAIM, plan.claim_name, mark, namespace=ns)
         with contextlib.suppress(NotFound):
             await self._client.delete(
-                SANDBOX, request.name, namespace=ns, propagation_policy="Orphan", uid=plan.delete_uid
+                SANDBOX,
+                request.name,
+                namespace=ns,
+                propagation_policy="Orphan",
+                uid=plan.delete_uid,
+                # A resume that landed since we decided: 409 (Conflict), decided again (`AbandonArchive`).
+                resource_version=plan.resource_version or None,
             )
         if plan.archive is not None:  # counted once, by the pass that archived it
             self.metrics.hibernations.labels(str(plan.cause)).inc()
@@ -274,6 +296,18 @@ class LifecycleReconciler:
     async def _restore(self, request: Request, snap: Snapshot, plan: RestoreSteps) -> Result:
         ns = request.namespace
         if plan.create is not None:
+            # The archive in the cache may not show yet the `restored-uid` our previous pass wrote: with the
+            # restored Sandbox deleted meanwhile, a create now would bring it back. Asked of the API server
+            # (once per restore: rare).
+            try:
+                live = await self._authoritative.get(lc.ARCHIVE, request.name, namespace=ns)
+            except NotFound:
+                return Result()  # deleted meanwhile: nothing to restore
+            live_meta = live["metadata"]
+            if live_meta.get("uid") != plan.archive_uid or (live_meta.get("annotations") or {}).get(
+                ANNOTATION_RESTORED_UID
+            ):
+                return Result(requeue_after=_RETRY_SOON)  # decided on a stale archive: the cache catches up
             try:
                 created = await self._client.create(SANDBOX, plan.create, namespace=ns)
             except AlreadyExists:
@@ -286,8 +320,12 @@ class LifecycleReconciler:
                 created, "Normal", "Restored", "Restore", f"Restored from its archive ({plan.cause})"
             )
             log.info("restored %s (%s)", request, plan.cause)
+            # Recorded at once: a Sandbox deleted from here on stays deleted (the next pass sees it gone).
+            await self._record_restored(request, created["metadata"]["uid"])
             # The volumes stay the archive's until the Sandbox controller has taken them back (next passes).
             return Result(requeue_after=RESTORE_POLL)
+        if plan.record_uid:
+            await self._record_restored(request, plan.record_uid)
         if plan.sandbox is not None:
             for child in plan.handover:
                 kind = _CHILD_KINDS[str(child.get("kind"))]
@@ -307,10 +345,47 @@ class LifecycleReconciler:
             await self._client.delete(lc.ARCHIVE, request.name, namespace=ns, uid=plan.archive_uid)
         return Result()
 
-    async def _expire_archive(self, request: Request, plan: ExpireArchive) -> Result:
-        """Delete an expired archive (`shutdownPolicy: Delete`): the garbage collector deletes the volumes
-        and Service whose only owner it is, as it would have with the Sandbox."""
+    async def _record_restored(self, request: Request, uid: str) -> None:
+        mark = {"metadata": {"annotations": {ANNOTATION_RESTORED_UID: uid}}}
+        with contextlib.suppress(NotFound):
+            await self._client.patch(lc.ARCHIVE, request.name, mark, namespace=request.namespace)
+
+    async def _abandon(self, request: Request, snap: Snapshot, plan: AbandonArchive) -> Result:
+        """The archived Sandbox was resumed before the archiving finished: give the archive up, leaving the
+        Sandbox as it was (its children released first, so none is ever left without its owner)."""
         ns = request.namespace
+        if plan.resume_resource_version is not None:
+            requested = lc.restore_requested(snap.archive)
+            cause = requested[0] if requested is not None else lc.Cause.OTHER
+            patch = lc.resume_patch(cause, snap.now, plan.resume_resource_version)
+            await self._client.patch(SANDBOX, request.name, patch, namespace=ns)
+        for child in plan.children:
+            kind = _CHILD_KINDS[str(child.get("kind"))]
+            patch = release_child_patch(child, plan.archive_uid)
+            await self._client.patch(kind, child["metadata"]["name"], patch, namespace=ns)
+        if plan.claim_name:
+            unmark = {"metadata": {"annotations": {lc.ANNOTATION_HIBERNATED_SANDBOX: None}}}
+            with contextlib.suppress(NotFound):
+                await self._client.patch(SANDBOX_CLAIM, plan.claim_name, unmark, namespace=ns)
+        with contextlib.suppress(NotFound):
+            await self._client.delete(lc.ARCHIVE, request.name, namespace=ns, uid=plan.archive_uid)
+        log.info("%s was resumed while being archived: its archive is given up", request)
+        return Result()
+
+    async def _expire_archive(self, request: Request, plan: ExpireArchive) -> Result:
+        """Delete an archive that ends without a restore (`ExpireArchive.why`): the garbage collector deletes
+        the volumes and Service whose only owner it is, as it would have with the Sandbox."""
+        ns = request.namespace
+        if plan.why == "RestoredSandboxDeleted":
+            # The cache said the restored Sandbox is gone; the Sandbox informer may only lag behind the
+            # archive's (which showed the `restored-uid` we just wrote). Deleting the archive of a Sandbox
+            # that exists would take volumes it has not adopted yet: ask the API server.
+            try:
+                await self._authoritative.get(SANDBOX, request.name, namespace=ns)
+            except NotFound:
+                pass
+            else:
+                return Result(requeue_after=RESTORE_POLL)
         # The claim first: with the archive gone, nothing would lead a later pass back to a claim left marked
         # (a failure between the two steps); the archive still there, the next pass repeats both.
         if plan.claim_name:  # the claim sees its Sandbox gone, as after a live Sandbox's expiry
@@ -321,5 +396,5 @@ class LifecycleReconciler:
             await self._client.delete(
                 lc.ARCHIVE, request.name, namespace=ns, uid=plan.archive_uid, propagation_policy="Background"
             )
-        log.info("deleted the expired archive %s (shutdownPolicy Delete)", request)
+        log.info("deleted the archive %s (%s)", request, plan.why)
         return Result()

@@ -3,7 +3,8 @@
 Keyed by namespace/name, because a Sandbox and its SandboxArchive share the name: Sandbox events and
 SandboxArchive events enqueue their own key; a SandboxTemplate whose lifecycle annotations change enqueues
 every Sandbox built from it (index on `agents.x-k8s.io/sandbox-template-ref`, with `--extensions` only:
-without it no template or claim is read). Sandbox events also feed the resume counters and timers, and
+without it no template or claim is read); a SandboxClaim marked `hibernated-sandbox` enqueues that name, so
+its expiry (or a changed `shutdownTime`) reaches the archive when it happens, not at the next requeue. Sandbox events also feed the resume counters and timers, and
 the archive informer the hibernated gauge. Workers: `--sandbox-lifecycle-concurrent-workers`.
 """
 
@@ -15,6 +16,7 @@ from datetime import UTC, datetime
 from agent_sandbox.api import lifecycle as lc
 from agent_sandbox.kube import (
     SANDBOX,
+    SANDBOX_CLAIM,
     SANDBOX_TEMPLATE,
     Builder,
     HandlerFuncs,
@@ -22,6 +24,7 @@ from agent_sandbox.kube import (
     Object,
     PredicateFuncs,
     Request,
+    object_predicate,
     request_for_object,
 )
 
@@ -47,6 +50,21 @@ TEMPLATE_SETTINGS_CHANGED = PredicateFuncs(
     on_delete=lambda _obj: False,
     on_generic=lambda _obj: False,
 )
+
+
+def _hibernated_name(claim: Object) -> str:
+    return str(
+        ((claim.get("metadata") or {}).get("annotations") or {}).get(lc.ANNOTATION_HIBERNATED_SANDBOX) or ""
+    )
+
+
+def hibernated_of_claim(claim: Object) -> list[Request]:
+    """The archive a marked claim keeps (its expiry deletes it: docs/lifecycle.md "Deep hibernation")."""
+    name = _hibernated_name(claim)
+    return [Request(claim["metadata"]["namespace"], name)] if name else []
+
+
+CLAIM_MARKED = object_predicate(lambda claim: bool(_hibernated_name(claim)))
 
 
 class _CloseProbe:
@@ -79,6 +97,7 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
         events=mgr.event_recorder(EVENT_REPORTER),
         metrics=metrics,
         extensions=opts.extensions,
+        authoritative=mgr.api,
     )
     builder = (
         Builder(mgr)
@@ -97,7 +116,9 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
                 for sb in sandboxes.by_index(INDEX_SANDBOX_TEMPLATE_REF, meta["name"], meta["namespace"])
             ]
 
-        builder = builder.watches(SANDBOX_TEMPLATE, built_from, TEMPLATE_SETTINGS_CHANGED)
+        builder = builder.watches(SANDBOX_TEMPLATE, built_from, TEMPLATE_SETTINGS_CHANGED).watches(
+            SANDBOX_CLAIM, hibernated_of_claim, CLAIM_MARKED
+        )
     builder.complete(reconciler)
 
     def now() -> datetime:

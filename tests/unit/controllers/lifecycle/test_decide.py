@@ -10,9 +10,11 @@ import pytest
 from agent_sandbox.api import lifecycle as lc
 from agent_sandbox.api.meta import format_time
 from agent_sandbox.controllers.lifecycle.decide import (
+    ANNOTATION_EXPIRED_AT,
     ArchiveSteps,
     DropHibernate,
     ExpireArchive,
+    MarkArchiveExpired,
     Nothing,
     Probe,
     RestoreSteps,
@@ -207,7 +209,8 @@ def test_suspended_sandbox_is_archived_once_its_pod_is_gone_and_the_time_is_due(
 
 
 def test_interrupted_archiving_finishes_only_what_is_left() -> None:
-    sb = sandbox(mode="Suspended", suspended_at=T0, owners=[CLAIM_REF])
+    hibernating = {lc.ANNOTATION_HIBERNATE: "true"}  # still asked for: the archiving goes on
+    sb = sandbox(annotations=hibernating, mode="Suspended", suspended_at=T0, owners=[CLAIM_REF])
     archive = lc.archive_body(sb, cause=lc.Cause.REQUESTED, now=T0, children=[])
     archive["metadata"]["uid"] = "archive-uid"
     kept = {
@@ -220,7 +223,7 @@ def test_interrupted_archiving_finishes_only_what_is_left() -> None:
     }
     claim = {"metadata": {"name": "c", "annotations": {lc.ANNOTATION_HIBERNATED_SANDBOX: "sb"}}}
     plan = decide(snap(sb, now=T0, archive=archive, children=(kept, left), claim=claim))
-    assert plan == ArchiveSteps(lc.Cause.REQUESTED, None, (left,), None, "sb-uid")
+    assert plan == ArchiveSteps(lc.Cause.REQUESTED, None, (left,), None, "sb-uid", "7")
     deleting = sandbox(uid="sb-uid", deletionTimestamp=format_time(T0))
     assert decide(snap(deleting, now=T0, archive=archive)) == Nothing()
 
@@ -266,6 +269,7 @@ def test_restore_creates_releases_unmarks_and_deletes() -> None:
         "c",
         "archive-uid",
         sandbox=fresh,
+        record_uid="new-uid",  # the pass that created it was interrupted before recording it
     )
 
 
@@ -315,7 +319,8 @@ def test_a_hibernated_sandbox_expires_by_its_shutdown_policy(restore: bool) -> N
     sb = sandbox(mode="Suspended", suspended_at=T0, owners=[CLAIM_REF])
     sb["spec"]["shutdownTime"] = format_time(T0 + timedelta(hours=1))
     claim = {"metadata": {"name": "c", "annotations": {lc.ANNOTATION_HIBERNATED_SANDBOX: "sb"}}}
-    for policy, expected in (("Delete", ExpireArchive("archive-uid", "c")), ("Retain", Nothing())):
+    retained = MarkArchiveExpired("archive-uid")
+    for policy, expected in (("Delete", ExpireArchive("archive-uid", "c")), ("Retain", retained)):
         sb["spec"]["shutdownPolicy"] = policy
         archive = lc.archive_body(sb, cause=lc.Cause.REQUESTED, now=T0, children=[])
         archive["metadata"]["uid"] = "archive-uid"
@@ -324,6 +329,9 @@ def test_a_hibernated_sandbox_expires_by_its_shutdown_policy(restore: bool) -> N
         else:  # not yet: looked at again at its shutdownTime
             assert decide(snap(None, now=T0, archive=archive, claim=claim)) == Nothing(3600.0)
         assert decide(snap(None, now=T0 + timedelta(hours=2), archive=archive, claim=claim)) == expected
+        if policy == "Retain":  # marked once (`kubectl get sbarchive -o yaml` tells it), then left alone
+            archive["metadata"]["annotations"] = {ANNOTATION_EXPIRED_AT: format_time(T0)}
+            assert decide(snap(None, now=T0 + timedelta(hours=2), archive=archive)) == Nothing()
 
 
 def test_a_new_sandbox_in_an_archived_name_is_reported_not_touched() -> None:
