@@ -20,6 +20,7 @@ import functools
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -51,7 +52,7 @@ from agent_sandbox.kube import (
 )
 
 from . import promtext
-from .log import log
+from .log import log, write_err
 from .proc_sampling import ProcSampler
 from .tuning import Tuning
 
@@ -181,14 +182,43 @@ def _process_start(pid: int) -> int | None:
     return int(fields[19]) if len(fields) > 19 and fields[0] != "Z" else None
 
 
+def _pid_namespace() -> str | None:
+    """This process's PID namespace (`pid:[4026531836]`); None when /proc does not say."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def _owner_gone(pid: int, start: int) -> bool:
+    """Whether process `pid` of this PID namespace, started at `start`, has ended.
+
+    Under `hidepid` another user's process has no /proc entry, yet it runs: signal 0 then answers EPERM.
+    """
+    seen = _process_start(pid)
+    if seen is not None:
+        return seen != start  # another process under a reused PID
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # EPERM: it exists, only hidden
+    return False  # visible to signals but its /proc entry unreadable: not known to be gone
+
+
 def _record_owner(name: str) -> None:
     """Note in the cluster's directory which process runs it (see `clear_stale_cluster`)."""
     pid = os.getpid()
+    owner = {
+        "pid": pid,
+        "start": _process_start(pid),
+        "pidns": _pid_namespace(),
+        "host": socket.gethostname(),
+    }
     # Best effort: a note for a later run must never fail this one's start.
     with contextlib.suppress(OSError):
-        (clusters_root() / name / _OWNER_FILE).write_text(
-            json.dumps({"pid": pid, "start": _process_start(pid)})
-        )
+        (clusters_root() / name / _OWNER_FILE).write_text(json.dumps(owner))
 
 
 def clear_stale_cluster(name: str) -> bool:
@@ -196,18 +226,22 @@ def clear_stale_cluster(name: str) -> bool:
 
     A bench killed with SIGKILL (or by a second signal during its teardown) leaves its cluster running, and
     the next run of the same scenario would refuse to start. A cluster whose owner still runs (a parallel
-    bench of the same scenario) or is unknown (not started by a bench) is left alone: `DevCluster.up` then
-    names the command that stops it.
+    bench of the same scenario) or cannot be known to be gone is left alone, and `DevCluster.up` then names
+    the command that stops it: an owner not started by a bench, with no start time recorded, or on another
+    host or in another PID namespace (two containers sharing the cache directory: its PID means nothing
+    here, and a live bench would look dead).
     """
     existing = DevCluster.load(name)
     if existing is None or not any(existing.running().values()):
         return False  # nothing running: DevCluster.up clears a dead record itself
     try:
         owner = json.loads((existing.directory / _OWNER_FILE).read_text())
-        pid, start = int(owner["pid"]), owner["start"]
+        pid, start, pidns, host = int(owner["pid"]), owner["start"], owner["pidns"], owner["host"]
     except (OSError, ValueError, KeyError, TypeError):
         return False
-    if start is not None and _process_start(pid) == start:
+    if not isinstance(start, int) or pidns is None or pidns != _pid_namespace():
+        return False
+    if host != socket.gethostname() or not _owner_gone(pid, start):
         return False
     log(f"cluster {name}: left running by bench process {pid}, which is gone; stopping it")
     existing.down(quiet=True)
@@ -227,14 +261,14 @@ async def _start_cluster(config: ClusterConfig) -> DevCluster:
         _record_owner(config.name)  # from the first step on: etcd is running by the time of the next line
         if aborted.is_set():
             raise _StartAborted(f"cluster {config.name}: start interrupted")
-        print(msg, file=sys.stderr, flush=True)
+        write_err(msg)  # a lost terminal (EIO after a hangup) must not fail the start
 
     future = asyncio.get_running_loop().run_in_executor(None, lambda: DevCluster.up(config, log=say))
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
         aborted.set()
-        log(f"cluster {config.name}: interrupted while starting; stopping it")
+        # Nothing is printed before the cluster is down: the teardown must not depend on the terminal.
         cluster: DevCluster | None = None
         try:
             cluster = await future
@@ -247,7 +281,7 @@ async def _start_cluster(config: ClusterConfig) -> DevCluster:
             await asyncio.get_running_loop().run_in_executor(
                 None, functools.partial(cluster.down, quiet=True)
             )
-        log(f"cluster {config.name}: down")
+        log(f"cluster {config.name}: down (interrupted while starting)")
         raise
 
 
@@ -311,9 +345,12 @@ class Bench:
                 await sampler.stop()
             if api is not None:
                 await api.close()
-            # A failed run keeps the component logs (copied under <cache>/failed/) for the post-mortem.
-            await _finish_in_thread(lambda: cluster.down(quiet=not failed, keep_logs=failed))
-            log(f"cluster {name}: down")
+            # A failed run keeps the component logs (copied under <cache>/failed/) for the post-mortem. Quiet:
+            # `down` prints between stopping the processes and removing the directory, and a print to a
+            # terminal that hung up (EIO) would leave the directory behind; the line is logged after it.
+            await _finish_in_thread(lambda: cluster.down(quiet=True, keep_logs=failed))
+            kept = f"; logs kept under {cache_root() / 'failed'}/{name}-*" if failed else ""
+            log(f"cluster {name}: down{kept}")
 
     # -- description
     def describe(self) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 from yarl import URL
 
 from agent_sandbox_sdk._shared import router_token_headers
@@ -187,17 +188,21 @@ class SandboxProxy:
         if self._session is not None:
             await self._session.close()
 
-    def _headers(self, request: web.Request, *, websocket: bool = False) -> dict[str, str]:
+    def _headers(self, request: web.Request, *, websocket: bool = False) -> CIMultiDict[str]:
+        """The client's headers as the router must get them: each header the proxy sets (routing, token,
+        `Host`) replaces every client header of that name in any letter case - a plain dict kept a client's
+        `authorization` beside the proxy's `Authorization`, and the router (as Go's `Header.Get`) read the
+        client's first. Repeated client headers (`Cookie`, `Accept`) go on as they came."""
         skip = _HOP_BY_HOP | (_WS_HANDSHAKE if websocket else frozenset())
         tokens = {t.strip().lower() for t in request.headers.get("Connection", "").split(",")}
-        headers = {
-            name: value
+        headers: CIMultiDict[str] = CIMultiDict(
+            (name, value)
             for name, value in request.headers.items()
             if name.lower() not in skip
             and name.lower() not in tokens
             and not name.lower().startswith("x-sandbox-")
-        }
-        headers.update(self.routing)
+        )
+        headers.update(self.routing)  # CIMultiDict.update replaces all values of a name, in any case
         if self._token is not None:
             headers["Authorization"] = self._token.authorization()
         if self._pass_host:
@@ -234,10 +239,21 @@ class SandboxProxy:
             mine = URL(f"{self._router.scheme}://{local}")
         except ValueError:
             return value
-        if target not in (router, (mine.scheme, (mine.host or "").lower(), mine.port)):
+        path = url.raw_path
+        if target == router:
+            # Requests go to the router URL + the client's path: a redirect into the router's path (say
+            # /router of https://gw.example.com/router) comes back as the path after it, and one outside it
+            # is not this sandbox's (the proxy would send it to /router/<path>).
+            prefix = self._router.raw_path.rstrip("/")
+            if prefix:
+                if path != prefix and not path.startswith(prefix + "/"):
+                    return value
+                path = path[len(prefix) :] or "/"
+        elif target != (mine.scheme, (mine.host or "").lower(), mine.port):
             return value
+        query = f"?{url.raw_query_string}" if url.raw_query_string else ""
         fragment = f"#{url.raw_fragment}" if url.raw_fragment else ""
-        return f"http://{local}{url.raw_path_qs}{fragment}"
+        return f"http://{local}{path}{query}{fragment}"
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         task = asyncio.current_task()
@@ -254,7 +270,7 @@ class SandboxProxy:
         finally:
             self._active.discard(task)
 
-    async def _http(self, request: web.Request, headers: dict[str, str]) -> web.StreamResponse:
+    async def _http(self, request: web.Request, headers: CIMultiDict[str]) -> web.StreamResponse:
         assert self._session is not None
         try:
             upstream = await self._session.request(
@@ -288,12 +304,12 @@ class SandboxProxy:
                 return _abort(request, response)
             return response
 
-    async def _websocket(self, request: web.Request, headers: dict[str, str]) -> web.StreamResponse:
+    async def _websocket(self, request: web.Request, headers: CIMultiDict[str]) -> web.StreamResponse:
         assert self._session is not None
         protocols = [
             p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()
         ]
-        headers = {k: v for k, v in headers.items() if k.lower() != "sec-websocket-protocol"}
+        headers.popall("Sec-WebSocket-Protocol", None)  # ws_connect sends `protocols` itself
         refused: list[bytes] = []
         _handshake_body.set(refused)
         try:

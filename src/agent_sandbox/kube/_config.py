@@ -287,14 +287,17 @@ def _from_single(single: Any, source: str, raw_cluster: Mapping[str, Any]) -> Cl
     ctx: ssl.SSLContext | None = None
     trust: Callable[[], ssl.SSLContext] | None = None
     if server.startswith("https://"):
-        try:
-            ctx = _ssl_context(cluster, user, single.abs_file)
-        except ConfigError as exc:
-            # Name the kubeconfig too: the message alone names a certificate file, not where it is referenced.
-            raise ConfigError(f"kubeconfig {source}: {exc}") from exc
 
         def trust() -> ssl.SSLContext:
-            return _ssl_context(cluster, user, single.abs_file)
+            """The cluster's trust, built now and again for each exec plugin certificate (its CA file may
+            have changed or gone since)."""
+            try:
+                return _ssl_context(cluster, user, single.abs_file)
+            except ConfigError as exc:
+                # Name the kubeconfig too: the message alone names a field or file, not where it is set.
+                raise ConfigError(f"kubeconfig {source}: {exc}") from exc
+
+        ctx = trust()
 
     name = single.context.cluster
     return ClusterConfig(
@@ -337,7 +340,10 @@ def _proxy_url(raw_cluster: Mapping[str, Any], name: str) -> str | None:
 
 def _ssl_context(cluster: Any, user: Any, abs_file: Any) -> ssl.SSLContext:
     if cluster.certificate_auth_data:
-        ctx = ssl.create_default_context(cadata=base64.b64decode(cluster.certificate_auth_data).decode())
+        try:
+            ctx = ssl.create_default_context(cadata=base64.b64decode(cluster.certificate_auth_data).decode())
+        except (ValueError, OSError) as exc:  # binascii.Error and UnicodeDecodeError; ssl.SSLError: not PEM
+            raise ConfigError(f"invalid certificate-authority-data: {_data_reason(exc)}") from exc
     elif cluster.certificate_auth:
         cafile = str(abs_file(cluster.certificate_auth))
         try:
@@ -357,8 +363,12 @@ def _ssl_context(cluster: Any, user: Any, abs_file: Any) -> ssl.SSLContext:
 def _load_client_cert(ctx: ssl.SSLContext, user: Any, abs_file: Any) -> None:
     # ssl can only load a cert chain from files; inline data goes through short-lived private temp files.
     with tempfile.TemporaryDirectory(prefix="kube-cert-") as tmp:
-        cert_path = _material(user.client_cert_data, user.client_cert, abs_file, Path(tmp) / "c.pem")
-        key_path = _material(user.client_key_data, user.client_key, abs_file, Path(tmp) / "k.pem")
+        cert_path = _material(
+            user.client_cert_data, user.client_cert, abs_file, Path(tmp) / "c.pem", "client-certificate-data"
+        )
+        key_path = _material(
+            user.client_key_data, user.client_key, abs_file, Path(tmp) / "k.pem", "client-key-data"
+        )
         try:
             ctx.load_cert_chain(cert_path, key_path)
         except (OSError, ssl.SSLError) as exc:
@@ -388,9 +398,22 @@ def _load_pem_pair(ctx: ssl.SSLContext, cert: str, key: str) -> None:
             raise ConfigError(f"cannot load the exec plugin's client certificate: {exc}") from exc
 
 
-def _material(data: str | None, file: str | None, abs_file: Any, target: Path) -> str:
+def _data_reason(exc: ValueError | OSError) -> str:
+    """Why inline base64 PEM data was refused, never quoting it (a key's bytes must not reach a log)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "not PEM text once base64-decoded"
+    if isinstance(exc, ValueError):
+        return f"not valid base64 ({exc})"
+    return _reason(exc)
+
+
+def _material(data: str | None, file: str | None, abs_file: Any, target: Path, field: str) -> str:
     if data:
-        target.write_bytes(base64.b64decode(data))
+        try:
+            decoded = base64.b64decode(data)
+        except ValueError as exc:  # binascii.Error
+            raise ConfigError(f"invalid {field}: {_data_reason(exc)}") from exc
+        target.write_bytes(decoded)
         target.chmod(0o600)
         return str(target)
     if file:

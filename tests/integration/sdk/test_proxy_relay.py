@@ -253,6 +253,22 @@ def test_refused_websocket_handshakes_and_a_rotated_token(
         assert p.stop() == 130
 
 
+def test_a_clients_own_authorization_does_not_reach_the_router_beside_the_token(
+    cluster: DevCluster, scoped_router: str, app: App, tmp_path: Path
+) -> None:
+    """Node's fetch sends `authorization` in lower case (the app's own Basic credentials): the proxy kept it
+    beside its own `Authorization: Bearer` (a case-sensitive dict), and only aiohttp 3.14's client merging
+    the names on the way out kept the router from reading the client's first (a 401). The proxy now replaces
+    it itself (tests/unit/cli/test_proxy_logic.py); this is the same end to end, whatever the client library."""
+    token_file = tmp_path / "token"
+    token_file.write_text(mint_scoped_token(SECRET, app.namespace, app.sandbox_id, 600))
+    with proxy(cluster, scoped_router, app, tmp_path, "--router-token-file", str(token_file)) as p:
+        _wait_for_app(p.url)
+        status, _, body = asyncio.run(_get(p.url + "echo", authorization="Basic YWxpY2U6c2VjcmV0"))
+        assert status == 200, body
+        assert p.stop() == 130
+
+
 def test_many_long_lived_requests_a_taken_port_and_client_aborts(
     cluster: DevCluster, router: str, app: App, tmp_path: Path
 ) -> None:

@@ -9,14 +9,22 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
+import benchmarks.cluster as bench_cluster
 import pytest
-from benchmarks.cluster import _OWNER_FILE, _process_start, clear_stale_cluster, isolate_clusters
+from benchmarks.cluster import (
+    _OWNER_FILE,
+    _process_start,
+    _record_owner,
+    clear_stale_cluster,
+    isolate_clusters,
+)
 
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster import cluster as cluster_module
@@ -100,31 +108,72 @@ def test_without_a_cache_override_the_command_is_the_plain_one(
     assert down_command("bench-burst") == "agent-sandbox dev down --name bench-burst"
 
 
+def _owner(pid: int, start: int | None, **changes: object) -> dict[str, object]:
+    """The owner note `_record_owner` writes for process `pid` of this host and PID namespace."""
+    return {
+        "pid": pid,
+        "start": start,
+        "pidns": os.readlink("/proc/self/ns/pid"),
+        "host": socket.gethostname(),
+        **changes,
+    }
+
+
+def _dead_pid() -> int:
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    return int(gone.stdout)
+
+
 def test_a_cluster_whose_bench_process_is_gone_is_stopped(
     recorded: tuple[Path, subprocess.Popen[bytes]],
 ) -> None:
     directory, proc = recorded
-    gone = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
-    )
-    dead_pid = int(gone.stdout)
-    (directory / _OWNER_FILE).write_text(json.dumps({"pid": dead_pid, "start": 1}))
+    _record_owner(NAME)  # the note a bench writes, its process then gone (another under its PID later)
+    note = json.loads((directory / _OWNER_FILE).read_text())
+    assert note == _owner(os.getpid(), _process_start(os.getpid()))
+    (directory / _OWNER_FILE).write_text(json.dumps({**note, "pid": _dead_pid()}))
     assert clear_stale_cluster(NAME)
     proc.wait(timeout=30)
     assert not is_ours(proc.pid, "sleep")
     assert not directory.exists()
 
 
-@pytest.mark.parametrize("owner", ["alive", "unknown"])
+@pytest.mark.parametrize(
+    "owner",
+    [
+        "alive",
+        "unknown",
+        "no-start",
+        "other-pid-namespace",
+        "other-host",
+        "written-before-namespaces",
+        "hidden",
+    ],
+)
 def test_a_cluster_of_a_running_or_unknown_owner_is_left_alone(
-    recorded: tuple[Path, subprocess.Popen[bytes]], owner: str
+    recorded: tuple[Path, subprocess.Popen[bytes]], owner: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A parallel bench of the same scenario, or a cluster some other tool started under the bench root."""
+    """A parallel bench of the same scenario, or a cluster some other tool started under the bench root.
+
+    A bench in another container sharing the cache directory (another PID namespace, another host name) has
+    a PID that means nothing here: its live cluster looked stale and was stopped under it. So did an owner
+    whose start time could not be read, and one that /proc hides (`hidepid`) while it runs."""
     directory, proc = recorded
-    if owner == "alive":
-        (directory / _OWNER_FILE).write_text(
-            json.dumps({"pid": os.getpid(), "start": _process_start(os.getpid())})
-        )
+    dead = _dead_pid()
+    notes: dict[str, dict[str, object]] = {
+        "alive": _owner(os.getpid(), _process_start(os.getpid())),
+        "no-start": _owner(dead, None),
+        "other-pid-namespace": _owner(dead, 1, pidns="pid:[1]"),
+        "other-host": _owner(dead, 1, host="elsewhere.invalid"),
+        "written-before-namespaces": {"pid": dead, "start": 1},
+        "hidden": _owner(os.getpid(), 1),
+    }
+    if owner == "hidden":  # running, but its /proc entry is not visible to this user
+        monkeypatch.setattr(bench_cluster, "_process_start", lambda pid: None)
+    if owner in notes:
+        (directory / _OWNER_FILE).write_text(json.dumps(notes[owner]))
     assert not clear_stale_cluster(NAME)
     assert is_ours(proc.pid, "sleep")
     assert directory.is_dir()

@@ -91,3 +91,67 @@ def test_a_token_written_with_its_scheme_is_not_sent_as_bearer_bearer(
     assert _router_headers(argparse.Namespace(router_token_file=None)) == {
         "Authorization": "Bearer v1.ghi.jkl"
     }
+
+
+@pytest.mark.parametrize(
+    ("location", "back"),
+    [
+        ("https://gw.example.com/router/login?a=1", "http://localhost:8001/login?a=1"),
+        ("https://gw.example.com/router", "http://localhost:8001/"),
+        ("https://gw.example.com/router/", "http://localhost:8001/"),
+        ("https://gw.example.com/router/a/b#f", "http://localhost:8001/a/b#f"),
+        ("https://gw.example.com/routerx/login", "https://gw.example.com/routerx/login"),  # not under it
+        ("https://gw.example.com/other", "https://gw.example.com/other"),  # the gateway's, not the router's
+        ("https://localhost:8001/tree", "http://localhost:8001/tree"),  # the proxy itself: path as it is
+    ],
+)
+def test_a_redirect_into_a_router_with_a_path_drops_that_path(location: str, back: str) -> None:
+    """The proxy sends each request to the router URL + its path: a redirect to
+    https://gw.example.com/router/login came back as /router/login, which the proxy then sent to
+    /router/router/login."""
+    proxy = SandboxProxy("https://gw.example.com/router/", {})
+    assert proxy._location(_Request("localhost:8001"), location) == back  # type: ignore[arg-type]
+
+
+class _HeaderRequest:
+    def __init__(self, headers: list[tuple[str, str]]) -> None:
+        from multidict import CIMultiDict, CIMultiDictProxy
+
+        self.headers = CIMultiDictProxy(CIMultiDict(headers))
+        self.transport: Any = None
+
+
+def _all(headers: Any, name: str) -> list[str]:
+    return [value for key, value in headers.items() if key.lower() == name.lower()]
+
+
+def test_the_proxys_own_headers_replace_the_clients_in_any_letter_case(tmp_path: Path) -> None:
+    """Node's fetch sends `authorization: Basic abc`; beside the proxy's `Authorization: Bearer T` the
+    router got both and read the client's first (401). Routing headers cannot be added by the client either;
+    headers the client repeats go on repeated."""
+    token = tmp_path / "token"
+    token.write_text("T")
+    routing = {"X-Sandbox-ID": "sb", "X-Sandbox-Namespace": "ns", "X-Sandbox-Port": "8000"}
+    client = [
+        ("authorization", "Basic abc"),
+        ("x-sandbox-id", "other"),
+        ("X-SANDBOX-POD-IP", "10.0.0.9"),
+        ("x-sandbox-namespace", "kube-system"),
+        ("cookie", "a=1"),
+        ("Cookie", "b=2"),
+        ("host", "127.0.0.1:5000"),
+    ]
+    headers = SandboxProxy("http://127.0.0.1:8080", routing, token_file=str(token))._headers(
+        _HeaderRequest(client)  # type: ignore[arg-type]
+    )
+    assert _all(headers, "Authorization") == ["Bearer T"]
+    assert _all(headers, "X-Sandbox-ID") == ["sb"]
+    assert _all(headers, "X-Sandbox-Namespace") == ["ns"]
+    assert _all(headers, "X-Sandbox-Pod-IP") == []
+    assert _all(headers, "Cookie") == ["a=1", "b=2"]
+    assert _all(headers, "Host") == ["127.0.0.1:5000"]
+    # A token from $AGENT_SANDBOX_ROUTER_TOKEN travels in `routing`: it too replaces the client's.
+    headers = SandboxProxy("https://gw.example.com", {**routing, "Authorization": "Bearer E"})._headers(
+        _HeaderRequest(client)  # type: ignore[arg-type]
+    )
+    assert _all(headers, "Authorization") == ["Bearer E"]

@@ -7,6 +7,7 @@ pool). Like upstream, `connection_config` is required unless `$AGENT_SANDBOX_ROU
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import os
 from collections.abc import Mapping, Sequence
@@ -164,15 +165,26 @@ class AsyncSandboxClient:
             volume_claim_templates=volume_claim_templates,
         )
 
+        untracked: list[str] = []
+
         def track(created: _lifecycle.CreatedClaim) -> AsyncSandbox:
             view = created.view
-            return self._track(
-                view.name,
-                view.sandbox_name or view.name,
-                namespace,
-                pod_ip=view.pod_ip,
-                auto_named=created.auto_named,
-            )
+            try:
+                return self._track(
+                    view.name,
+                    view.sandbox_name or view.name,
+                    namespace,
+                    pod_ip=view.pod_ip,
+                    auto_named=created.auto_named,
+                )
+            except BaseException:
+                # The handle could not be made (a `sandbox_class` whose constructor raises): the claim is in
+                # no registry, so no cleanup would ever delete it. `track` runs synchronously inside the
+                # driver; the DELETE follows below, once the error comes out of `run`. An explicit name is
+                # the caller's (perhaps adopted) claim and stays, as on any failed create.
+                if created.auto_named:
+                    untracked.append(view.name)
+                raise
 
         flow = _lifecycle.create_and_wait(
             warmpool=warmpool,
@@ -190,7 +202,28 @@ class AsyncSandboxClient:
         with metrics.timed("sandbox_client_create_latency_ms"):
             # Tracked as soon as it is Ready: a cancellation while the create closes its watch then ends the
             # call (asyncio.timeout raises TimeoutError), and the client still deletes the claim.
-            return await self._driver.run(flow, track)
+            try:
+                return await self._driver.run(flow, track)
+            except BaseException:
+                for name in untracked:
+                    await self._delete_untracked(namespace, name)
+                raise
+
+    async def _delete_untracked(self, namespace: str, name: str) -> None:
+        """Best effort: DELETE a Ready auto-named claim no handle stands for; a failure is logged.
+        Shielded: a cancellation meanwhile is raised once
+        the DELETE has gone out and been answered, not in its middle."""
+        deleting = asyncio.ensure_future(self._driver.run(_lifecycle.delete_claim(namespace, name)))
+        interrupted: asyncio.CancelledError | None = None
+        while not deleting.done():
+            try:
+                await asyncio.shield(deleting)
+            except asyncio.CancelledError as cancel:
+                interrupted = cancel
+            except Exception as err:  # the caller gets the error that left the claim untracked
+                log.error("deleting SandboxClaim %s/%s after its handle failed: %s", namespace, name, err)
+        if interrupted is not None:
+            raise interrupted
 
     async def create_sandbox_from_template(
         self,

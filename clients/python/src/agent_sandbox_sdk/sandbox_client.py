@@ -166,13 +166,25 @@ class SandboxClient:
                 )
             )
         view = created.view
-        return self._track(
-            view.name,
-            view.sandbox_name or view.name,
-            namespace,
-            pod_ip=view.pod_ip,
-            auto_named=created.auto_named,
-        )
+        try:
+            return self._track(
+                view.name,
+                view.sandbox_name or view.name,
+                namespace,
+                pod_ip=view.pod_ip,
+                auto_named=created.auto_named,
+            )
+        except BaseException:
+            # No handle (a `sandbox_class` whose constructor raises): no registry holds the claim, so no
+            # cleanup would delete it. An explicit name is the caller's claim and stays, as on a failed create.
+            if created.auto_named:
+                try:
+                    self._driver.run(_lifecycle.delete_claim(namespace, view.name))
+                except Exception as err:  # the caller gets the error that left the claim untracked
+                    log.error(
+                        "deleting SandboxClaim %s/%s after its handle failed: %s", namespace, view.name, err
+                    )
+            raise
 
     def create_sandbox_from_template(
         self,
