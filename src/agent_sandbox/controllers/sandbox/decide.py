@@ -33,6 +33,7 @@ from agent_sandbox.api.lifecycle import ANNOTATION_CLAIM_ENV
 from agent_sandbox.api.meta import (
     Ownership,
     classify_ownership,
+    parse_time,
     reset_managed_fields,
     server_side_applied,
     status_condition,
@@ -102,9 +103,13 @@ def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
 
 
 def shutdown_time(sandbox: Object) -> datetime | None:
-    """`spec.shutdownTime` as an aware datetime, or None."""
-    raw = (sandbox.get("spec") or {}).get("shutdownTime")
-    return datetime.fromisoformat(raw) if raw else None
+    """`spec.shutdownTime` as an aware datetime, or None.
+
+    `parse_time`, as every other reader of the field (claims, the lifecycle controller, the router, the CLI):
+    the CRD's date-time format admits a lowercase `z` and Go's nine fraction digits, which
+    `datetime.fromisoformat` refuses - until December 6 such a Sandbox failed every pass (no Pod, no status).
+    """
+    return parse_time((sandbox.get("spec") or {}).get("shutdownTime"))
 
 
 def check_expiry(deadline: datetime | None, now: datetime) -> tuple[bool, float | None]:

@@ -642,3 +642,24 @@ def test_adoption_is_never_deferred() -> None:
     )
     assert _pod_actions(plan) == [("patch", "Pod", SB)]
     assert plan.pod.deferred_wait is None
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "2030-01-01T00:00:00z",
+        "2030-01-01t00:00:00Z",
+        "2030-01-01T00:00:00.123456789Z",
+        "2030-01-01T01:00:00+01:00",
+    ],
+)
+def test_every_shutdown_time_the_crd_admits_is_read(raw: str) -> None:
+    """The CRD's date-time format admits a lowercase `z`/`t` and nine fraction digits; `fromisoformat` alone
+    refused some, and the Sandbox failed every pass (no Pod, no status) while the router read the deadline."""
+    from datetime import UTC, datetime
+
+    from agent_sandbox.controllers.sandbox.decide import shutdown_time
+
+    parsed = shutdown_time({"spec": {"shutdownTime": raw}})
+    assert parsed is not None
+    assert parsed.astimezone(UTC).replace(microsecond=0) == datetime(2030, 1, 1, tzinfo=UTC)
