@@ -80,8 +80,8 @@ while (($# > 0)); do
   case "$arg" in
     --phase=*) PHASE="${arg#*=}" ;;
     --phase) (($# > 0)) || die_usage "--phase needs a value"; PHASE="$1"; shift ;;
-    --namespace=*) NAMESPACE="${arg#*=}" ;;
-    --namespace | -n) (($# > 0)) || die_usage "$arg needs a value"; NAMESPACE="$1"; shift ;;
+    --namespace=*) NAMESPACE="${arg#*=}"; [[ -n "$NAMESPACE" ]] || die_usage "--namespace needs a value (--all-namespaces for all)" ;;
+    --namespace | -n) (($# > 0)) && [[ -n "$1" ]] || die_usage "$arg needs a value (--all-namespaces for all)"; NAMESPACE="$1"; shift ;;
     --all-namespaces | -A) NAMESPACE="" ;;
     --all-templates) ALL_TEMPLATES="true" ;;
     --dry-run) DRY_RUN="true" ;;
@@ -157,9 +157,11 @@ needed_pairs() {
     done <<<"$claims"
   else
     claims="$(kctl get "sandboxclaims.v1alpha1.$EXT_GROUP" $(scope) \
-      -o jsonpath='{range .items[*]}{.metadata.namespace}{"\t"}{.metadata.name}{"\t"}{.spec.sandboxTemplateRef.name}{"\t"}{.spec.warmpool}{"\t"}{.status.sandbox.name}{.status.sandboxStatus.name}{"\n"}{end}')" || return 1
+      -o jsonpath='{range .items[*]}{.metadata.namespace}{"|"}{.metadata.name}{"|"}{.spec.sandboxTemplateRef.name}{"|"}{.spec.warmpool}{"|"}{.status.sandbox.name}{.status.sandboxStatus.name}{"\n"}{end}')" || return 1
     local ns name template warmpool sandbox
-    while IFS=$'\t' read -r ns name template warmpool sandbox; do
+    # "|" (never in a Kubernetes name), not a tab: bash's read folds adjacent whitespace delimiters, so an
+    # empty `warmpool` took the bound Sandbox's name and an empty template skipped the error below.
+    while IFS='|' read -r ns name template warmpool sandbox; do
       [[ -n "$ns" ]] || continue
       case "$warmpool" in
         "" | default | none)

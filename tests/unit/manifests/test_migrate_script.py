@@ -31,7 +31,7 @@ if args[0] == "api-versions":
     print("\n".join(state["versions"]))
 elif args[0] == "get" and args[1].startswith("sandboxclaims."):
     for c in state["claims"]:
-        print("\t".join(c))
+        print("|".join(c))  # the script's jsonpath separator
 elif args[0] == "get" and args[1].startswith("sandboxwarmpools.") and args[3].startswith("-"):
     print("\n".join(state["pools"]))
 elif args[0] == "get" and args[1].startswith("sandboxwarmpools."):
@@ -49,7 +49,9 @@ else:
 """
 
 
-def run(tmp_path: Path, claims: list[list[str]], pools: dict[str, str], *args: str) -> tuple[str, list[str]]:
+def run(
+    tmp_path: Path, claims: list[list[str]], pools: dict[str, str], *args: str, rc: int = 0
+) -> tuple[str, list[str]]:
     state = tmp_path / "state.json"
     log = tmp_path / "calls.log"
     log.write_text("")
@@ -73,7 +75,7 @@ def run(tmp_path: Path, claims: list[list[str]], pools: dict[str, str], *args: s
         text=True,
         check=False,
     )
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.returncode == rc, out.stdout + out.stderr
     return out.stdout + out.stderr, log.read_text().splitlines()
 
 
@@ -123,3 +125,25 @@ def test_dry_run_writes_nothing(tmp_path: Path) -> None:
     text, calls = run(tmp_path, [["a", "x", "py", "", ""]], {}, "--dry-run")
     assert not [line for line in calls if line.startswith("CREATE ") or '"create"' in line]
     assert "would create=1" in text
+
+
+def test_empty_fields_keep_their_place(tmp_path: Path) -> None:
+    """An empty `warmpool` with a bound Sandbox is a warm start (not a claim on a pool named like the Sandbox),
+    and a claim naming no template is an error: with tab-separated fields bash's `read` folded the empty ones."""
+    text, calls = run(tmp_path, [["a", "x", "py", "", "py-pool-abcde"]], {})
+    assert "warm-started" in text
+    assert "does not exist" not in text
+    assert not [line for line in calls if line.startswith("CREATE ")]
+    text, _ = run(tmp_path, [["a", "y", "", "", ""]], {}, rc=1)
+    assert "names no template" in text
+
+
+def test_an_empty_namespace_is_a_usage_error(tmp_path: Path) -> None:
+    out = subprocess.run(
+        ["bash", str(SCRIPT), "--phase=bootstrap", "--namespace="],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "--all-namespaces" in out.stderr
