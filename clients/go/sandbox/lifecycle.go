@@ -11,8 +11,19 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 )
+
+// archivesGVR is a hibernated Sandbox's SandboxArchive (ours, the opt-in lifecycle component; same name as
+// the Sandbox). Read only to say why a Resume cannot be done: this SDK does not restore archives.
+var archivesGVR = schema.GroupVersionResource{Group: "lifecycle.agents.x-k8s.io", Version: "v1alpha1", Resource: "sandboxarchives"}
+
+// ExpiredAtAnnotation marks a SandboxArchive whose Sandbox expired while hibernated (shutdownPolicy
+// Retain): kept, never restored.
+const ExpiredAtAnnotation = "lifecycle.agents.x-k8s.io/expired-at"
+
+const reasonClaimExpired = "ClaimExpired"
 
 var getOpts = metav1.GetOptions{}
 
@@ -379,8 +390,102 @@ func (s *Sandbox) Suspend(ctx context.Context) (err error) {
 	return nil
 }
 
+// claimExpiry reports whether a SandboxClaim has expired, as the claim controller reckons it: marked
+// Ready=False/ClaimExpired, or past the earliest of spec.lifecycle.shutdownTime and Finished +
+// ttlSecondsAfterFinished (at: that time, zero when only the mark says so).
+func claimExpiry(claim *unstructured.Unstructured, now time.Time) (expired bool, at time.Time) {
+	var deadlines []time.Time
+	if text, _, _ := unstructured.NestedString(claim.Object, "spec", "lifecycle", "shutdownTime"); text != "" {
+		if t, err := time.Parse(time.RFC3339, text); err == nil {
+			deadlines = append(deadlines, t)
+		}
+	}
+	if ttl, found, _ := unstructured.NestedFieldNoCopy(claim.Object, "spec", "lifecycle", "ttlSecondsAfterFinished"); found {
+		seconds, ok := ttl.(int64)
+		if f, isFloat := ttl.(float64); isFloat {
+			seconds, ok = int64(f), true
+		}
+		raw, _, _ := unstructured.NestedSlice(claim.Object, "status", "conditions")
+		for _, r := range raw {
+			c, _ := r.(map[string]any)
+			if ok && c["type"] == "Finished" && c["status"] == "True" {
+				if t, err := time.Parse(time.RFC3339, fmt.Sprint(c["lastTransitionTime"])); err == nil && t.Unix() > 0 {
+					deadlines = append(deadlines, t.Add(time.Duration(seconds)*time.Second))
+				}
+			}
+		}
+	}
+	for _, d := range deadlines {
+		if at.IsZero() || d.Before(at) {
+			at = d
+		}
+	}
+	ready := findCondition(conditionsOf(claim), "Ready")
+	marked := ready != nil && ready.Status == "False" && ready.Reason == reasonClaimExpired
+	return marked || (!at.IsZero() && !now.Before(at)), at
+}
+
+// refuseUnderExpiredClaim is ours: the handle's claim has expired, so its Sandbox - live or hibernated - is
+// deleted at the expiry (the claim controller, the lifecycle controller) and never resumed or restored. A
+// *ConditionError (ClaimExpired, also ErrClaimFailed) that is also ErrSandboxDeleted. A claim that cannot
+// be read says nothing (the resume goes on, as before). Until December 6 Resume set such a Sandbox Running
+// and waited for it.
+func (s *Sandbox) refuseUnderExpiredClaim(ctx context.Context, sandboxName string) error {
+	name := s.ClaimName()
+	if name == "" {
+		return nil
+	}
+	claim, err := s.k8s.getClaim(ctx, s.opts.Namespace, name)
+	if err != nil {
+		return nil
+	}
+	expired, at := claimExpiry(claim, time.Now())
+	if !expired {
+		return nil
+	}
+	when := "it is marked ClaimExpired"
+	if !at.IsZero() {
+		when = "it expired at " + at.UTC().Format(time.RFC3339)
+	}
+	ce := &ConditionError{Kind: "SandboxClaim", Namespace: s.opts.Namespace, Name: name, Type: "Ready",
+		Reason: reasonClaimExpired, Message: fmt.Sprintf(
+			"%s: its Sandbox %s (live or hibernated) is deleted at the claim's expiry and never resumed or restored",
+			when, sandboxName)}
+	return fmt.Errorf("%w: %w", ce, ErrSandboxDeleted)
+}
+
+// whyGone names a Sandbox that is gone because it is hibernated (its SandboxArchive exists): expired while
+// hibernated (marked expired-at, or its archived shutdownTime passed: never restored; a *ConditionError
+// SandboxExpired), or restorable by the CLI or the Python SDK, not by this SDK. Both are ErrSandboxDeleted,
+// as the missing Sandbox was before; nil when there is no archive (or it cannot be read).
+func (s *Sandbox) whyGone(ctx context.Context, sandboxName string) error {
+	archive, err := s.k8s.Dynamic.Resource(archivesGVR).Namespace(s.opts.Namespace).Get(ctx, sandboxName, getOpts)
+	if err != nil {
+		return nil
+	}
+	mark := archive.GetAnnotations()[ExpiredAtAnnotation]
+	if mark == "" {
+		text, _, _ := unstructured.NestedString(archive.Object, "spec", "sandbox", "spec", "shutdownTime")
+		if t, perr := time.Parse(time.RFC3339, text); perr == nil && !time.Now().Before(t) {
+			mark = "its shutdownTime " + text + " passed"
+		}
+	} else {
+		mark = "its SandboxArchive is marked " + ExpiredAtAnnotation + "=" + mark
+	}
+	if mark != "" {
+		ce := &ConditionError{Kind: "Sandbox", Namespace: s.opts.Namespace, Name: sandboxName, Type: "Ready",
+			Reason: "SandboxExpired", Message: "hibernated, and expired (" + mark + "): it is never restored"}
+		return fmt.Errorf("%w: %w", ce, ErrSandboxDeleted)
+	}
+	return fmt.Errorf("Sandbox %s/%s is hibernated (its SandboxArchive exists): this SDK does not restore it; "+
+		"`agent-sandbox lifecycle resume %s` or a lifecycle router request does: %w",
+		s.opts.Namespace, sandboxName, sandboxName, ErrSandboxDeleted)
+}
+
 // Resume sets spec.operatingMode back to Running, waits until the Sandbox is Ready again (a new Pod, same
-// volumes) and reconnects the transport to it.
+// volumes) and reconnects the transport to it. Refused at once, before any write, when the handle's claim
+// has expired (*ConditionError ClaimExpired, also ErrSandboxDeleted); a hibernated Sandbox (deleted, its
+// SandboxArchive kept) is named so, expired or not (ErrSandboxDeleted).
 func (s *Sandbox) Resume(ctx context.Context) (err error) {
 	ctx, span := s.tracing.start(ctx, "resume")
 	defer func() { endSpan(span, err) }()
@@ -388,7 +493,15 @@ func (s *Sandbox) Resume(ctx context.Context) (err error) {
 	if err != nil {
 		return s.wrap(err)
 	}
+	if err := s.refuseUnderExpiredClaim(ctx, name); err != nil {
+		return s.wrap(fmt.Errorf("resume: %w", err))
+	}
 	if err := s.setMode(ctx, name, "Running"); err != nil {
+		if errors.Is(err, ErrSandboxDeleted) {
+			if why := s.whyGone(ctx, name); why != nil {
+				err = why
+			}
+		}
 		return s.wrap(fmt.Errorf("resume: %w", err))
 	}
 	s.disconnect("the handle's Resume did not complete: call Resume (or Open) again")

@@ -20,7 +20,7 @@ import math
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 import orjson
@@ -29,20 +29,26 @@ from .constants import (
     ANNOTATION_POD_NAME,
     ANNOTATION_SANDBOX_TEMPLATE_REF,
     ANNOTATION_V1ALPHA1_SANDBOX_STATE,
+    CONDITION_FINISHED,
+    CONDITION_READY,
+    REASON_CLAIM_EXPIRED,
     SANDBOX_API_VERSION,
+    ConditionStatus,
     OperatingMode,
 )
 from .kinds import ResourceKind
-from .meta import ReadOnlyObject, format_rfc3339nano, parse_duration, parse_time
+from .meta import ReadOnlyObject, format_rfc3339nano, parse_duration, parse_time, status_condition
 
 __all__ = [
     "ANNOTATION_AUTO_RESUME",
     "ANNOTATION_CLAIM_ENV",
+    "ANNOTATION_EXPIRED_AT",
     "ANNOTATION_HIBERNATE",
     "ANNOTATION_HIBERNATED_SANDBOX",
     "ANNOTATION_HIBERNATE_AFTER",
     "ANNOTATION_IDLE_TIMEOUT",
     "ANNOTATION_LAST_ACTIVITY",
+    "ANNOTATION_RESTORED_UID",
     "ANNOTATION_RESUMED_AT",
     "ANNOTATION_RESUME_REASON",
     "ANNOTATION_SUSPENDED_AT",
@@ -58,6 +64,7 @@ __all__ = [
     "archived_sandbox",
     "claim_env_annotation",
     "claim_env_containers",
+    "claim_expired",
     "decode_claim_env",
     "encode_claim_env",
     "lifecycle_policy",
@@ -93,6 +100,17 @@ ANNOTATION_RESUMED_AT: Final = f"{_PREFIX}resumed-at"
 # On a SandboxClaim while its Sandbox is archived: the claim controller neither replaces it nor reports
 # it missing (Ready=False, reason SandboxHibernated).
 ANNOTATION_HIBERNATED_SANDBOX: Final = f"{_PREFIX}hibernated-sandbox"
+
+# Records on a SandboxArchive (metadata: the kind has no status subresource, and its spec schema would
+# prune unknown fields). Written by the lifecycle controller; `expired-at` is also read by routers and the
+# Go SDK (an archive marked so is never restored) and shown by `kubectl get sbarchive` (column Expired).
+ANNOTATION_RESTORED_UID: Final = f"{_PREFIX}restored-uid"
+"""The UID of the Sandbox a restore created: once that Sandbox is gone, it was deleted (by a user, by its
+claim's expiry), and the restore is over, not to be done again. Until December 6 a Sandbox deleted during
+its restore was created again from the archive."""
+ANNOTATION_EXPIRED_AT: Final = f"{_PREFIX}expired-at"
+"""When the controller found a hibernated Sandbox expired with `shutdownPolicy: Retain`: kept, never
+restored (`kubectl get sbarchive` tells it from a restorable one)."""
 
 # Warm claims that keep per-claim env (docs/lifecycle.md "Warm claims with env").
 ANNOTATION_CLAIM_ENV: Final = "runtime.agents.x-k8s.io/claim-env"
@@ -417,6 +435,32 @@ def restore_requested(archive: ReadOnlyObject | None) -> tuple[Cause, datetime |
     except ValueError:
         cause = Cause.OTHER
     return cause, parse_time(restore.get("requestedAt"))
+
+
+def claim_expired(claim: ReadOnlyObject | None, now: datetime) -> tuple[bool, float | None]:
+    """(expired, seconds left) of a SandboxClaim, as the claim controller reckons it (its `status.expiry`,
+    kept in step by a unit test): the earliest of `lifecycle.shutdownTime` and Finished + `ttlSecondsAfter
+    Finished`; or marked `Ready=False/ClaimExpired` already. No claim: not expired.
+
+    The lifecycle controller ends a hibernated Sandbox's archive by it; the CLI, the Python SDK and routers
+    refuse a restore under an expired claim by it (the controller would never carry it out).
+    """
+    if claim is None:
+        return False, None
+    ready = status_condition(claim, CONDITION_READY)
+    marked = ready is not None and ready.get("reason") == REASON_CLAIM_EXPIRED
+    lifecycle = (claim.get("spec") or {}).get("lifecycle") or {}
+    deadlines = []
+    if (shutdown := parse_time(lifecycle.get("shutdownTime"))) is not None:
+        deadlines.append(shutdown)
+    ttl = lifecycle.get("ttlSecondsAfterFinished")
+    finished = status_condition(claim, CONDITION_FINISHED)
+    if ttl is not None and finished is not None and finished.get("status") == ConditionStatus.TRUE:
+        at = parse_time(finished.get("lastTransitionTime"))
+        if at is not None and at.timestamp() > 0:
+            deadlines.append(at + timedelta(seconds=int(ttl)))
+    left = (min(deadlines) - now).total_seconds() if deadlines else None
+    return marked or (left is not None and left <= 0), left
 
 
 def archive_auto_resume(archive: ReadOnlyObject, template_annotations: Mapping[str, str] | None) -> bool:

@@ -18,7 +18,10 @@ router saw, so of several routers exactly one writes and the others wait. The re
 pod appears in the Pod cache, bounded by `--sandbox-lifecycle-resume-timeout` and by the request's own
 deadline, then goes on as any request. When the Sandbox cannot start (its pod is Unschedulable, or its
 controller reports an error such as a quota refusal) or the wait runs out, the request gets a 503 JSON
-`{"detail": ...}` naming the Sandbox and the reason, with `Retry-After`.
+`{"detail": ...}` naming the Sandbox and the reason, with `Retry-After`. A hibernated Sandbox the lifecycle
+controller will never restore (its archive marked `expired-at`, or its SandboxClaim expired) gets that 503 at
+once, before any restore request is written; so does a held restore whose archive was deleted without a
+Sandbox coming back (the controller ended it: its claim expired, or it was deleted).
 """
 
 from __future__ import annotations
@@ -28,13 +31,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from ..api import lifecycle as lc
 from ..api.constants import OperatingMode
-from ..api.meta import format_rfc3339nano
-from ..kube import SANDBOX, ApiClient, Conflict, KubeError, NotFound
+from ..api.meta import controller_name, format_rfc3339nano
+from ..kube import SANDBOX, SANDBOX_CLAIM, ApiClient, Conflict, Forbidden, KubeError, NotFound
 from ._lifecycle_state import LifecycleState
 from ._metrics import RouterMetrics
 from ._podcache import PodCache, PodEntry
@@ -350,6 +353,8 @@ class RouterLifecycle:
             else:
                 raise RuntimeError(f"Sandbox {ns}/{name} kept changing while resuming")
         if action == "restore":
+            if why := await self._restore_refused(ns, name, now):
+                raise ResumeFailed(why)
             archive = self.state.archives.get(key)
             if archive is not None and archive.restore_requested:
                 self.metrics.lifecycle_resume(ns, "joined")
@@ -366,6 +371,60 @@ class RouterLifecycle:
             log.info("asked to restore %s/%s on request", ns, name)
             return "restored"
         return "waited"
+
+    async def _restore_refused(self, ns: str, name: str, now: datetime) -> str:
+        """Why the lifecycle controller will never restore archive `ns/name` ("" when nothing says so): it is
+        marked `expired-at` (expired with `shutdownPolicy: Retain`), or its SandboxClaim (the archive's
+        controller) has expired, as `lc.claim_expired` reckons it (the controller deletes such an archive
+        instead). Until December 6 the router wrote the restore request anyway and held the request for the
+        whole resume timeout while the controller deleted the archive.
+
+        Uncached reads: the router's archive view keeps neither the archive's own annotations nor its owners.
+        A claim that cannot be read (a router role without `get` on sandboxclaims) is taken as not expired;
+        `_wait_ready` then still ends the hold once the archive is gone with no Sandbox restored.
+        """
+        try:
+            archive = await self.api.get(lc.ARCHIVE, name, namespace=ns)
+        except KubeError:
+            return ""  # gone (the patch says so) or unreadable: the controller decides
+        what = f"Sandbox {ns}/{name} could not be restored"
+        expired_at = ((archive.get("metadata") or {}).get("annotations") or {}).get(lc.ANNOTATION_EXPIRED_AT)
+        if expired_at:
+            return f"{what}: it has expired (its archive is marked {lc.ANNOTATION_EXPIRED_AT}={expired_at})"
+        claim_name = controller_name(archive, SANDBOX_CLAIM)
+        if not claim_name:
+            return ""
+        try:
+            claim = await self.api.get(SANDBOX_CLAIM, claim_name, namespace=ns)
+        except (Forbidden, NotFound):
+            return ""  # no grant on claims / deleted (the archive goes with it): nothing to tell here
+        except KubeError as exc:
+            log.info("claim %s/%s of archive %s not read: %s", ns, claim_name, name, exc)
+            return ""
+        expired, left = lc.claim_expired(claim, now)
+        if not expired:
+            return ""
+        when = f" at {format_rfc3339nano(now + timedelta(seconds=left))}" if left is not None else ""
+        return f"{what}: its SandboxClaim {claim_name!r} has expired{when}"
+
+    async def _restore_ended(self, key: Key) -> bool:
+        """The restore asked for `key` will not bring the Sandbox back: neither it nor its archive exists (the
+        controller deleted the archive without restoring: its claim expired, or the Sandbox the restore
+        created, or the archive, was deleted). Confirmed by uncached reads: the router's informers may lag
+        (an archive created just before the restore request, a Sandbox created just before its archive's
+        deletion)."""
+        ns, name = key
+        if key in self.state.sandboxes or key in self.state.archives:
+            return False
+        for kind in (SANDBOX, lc.ARCHIVE):
+            try:
+                await self.api.get(kind, name, namespace=ns)
+            except NotFound:
+                continue
+            except KubeError:
+                return False
+            return False
+        return True
 
     async def _wait_ready(
         self,
@@ -387,8 +446,20 @@ class RouterLifecycle:
                 view = self.state.sandboxes.get(key)
                 if leaving and view is not None and not view.suspended and view.ready:
                     return  # resumed before the suspend deleted it: the controller kept it, Ready, for this spec
-            if task.done() and not task.cancelled() and task.exception() is not None:
-                raise ResumeFailed(f"Sandbox {ns}/{name} could not be resumed: {task.exception()}")
+            if task.done() and not task.cancelled() and (exc := task.exception()) is not None:
+                if isinstance(exc, ResumeFailed):
+                    raise ResumeFailed(exc.detail)  # one per held request: the task's is shared
+                raise ResumeFailed(f"Sandbox {ns}/{name} could not be resumed: {exc}")
+            if (
+                task.done()
+                and not task.cancelled()
+                and task.result() in ("restored", "joined")
+                and await self._restore_ended(key)
+            ):
+                raise ResumeFailed(
+                    f"Sandbox {ns}/{name} could not be restored: its archive was deleted and no Sandbox came "
+                    "back (its SandboxClaim expired, or it was deleted)"
+                )
             if task.done() and not task.cancelled() and task.result() == "waited":
                 # We waited for a Sandbox that looked Running (its pod being deleted by a suspend whose
                 # write we had not seen yet): now that it shows Suspended (or archived), resume it.

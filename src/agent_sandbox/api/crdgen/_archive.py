@@ -11,13 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_sandbox.api.lifecycle import ARCHIVE, Cause
+from agent_sandbox.api.lifecycle import ANNOTATION_EXPIRED_AT, ARCHIVE, Cause
 
 __all__ = ["archive_crd"]
 
 
 def _string(**extra: Any) -> dict[str, Any]:
     return {"type": "string", **extra}
+
+
+def _annotation_path(key: str) -> str:
+    """The printer-column JSONPath of annotation `key` (`.metadata.annotations.a\\.b/c`)."""
+    return ".metadata.annotations." + key.replace(".", "\\.")
 
 
 def archive_crd() -> dict[str, Any]:
@@ -80,6 +85,13 @@ def archive_crd() -> dict[str, Any]:
                         {"jsonPath": ".spec.reason", "name": "Reason", "type": "string"},
                         {"jsonPath": ".spec.archivedAt", "name": "Archived", "type": "date"},
                         {"jsonPath": ".spec.restore.cause", "name": "Restore", "type": "string"},
+                        # Set on an expired `Retain` archive (never restored): tells it from a restorable
+                        # one in `kubectl get sbarchive`. The key's dots are escaped (JSONPath field).
+                        {
+                            "jsonPath": _annotation_path(ANNOTATION_EXPIRED_AT),
+                            "name": "Expired",
+                            "type": "date",
+                        },
                     ],
                     "schema": {
                         "openAPIV3Schema": {

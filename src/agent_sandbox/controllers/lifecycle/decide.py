@@ -48,6 +48,7 @@ from typing import Any, TypeAlias
 from agent_sandbox.api import constants as c
 from agent_sandbox.api import lifecycle as lc
 from agent_sandbox.api.kinds import SANDBOX_CLAIM, SANDBOX_WARM_POOL
+from agent_sandbox.api.lifecycle import ANNOTATION_EXPIRED_AT, ANNOTATION_RESTORED_UID, claim_expired
 from agent_sandbox.api.meta import (
     ReadOnlyObject,
     controlled_by,
@@ -91,16 +92,6 @@ BUSY_RECHECK = 60.0
 """Longest wait before asking a busy runtime again."""
 START_GRACE = 300.0
 """Seconds after creation or `resumed-at` during which a Sandbox that is not Ready yet is not idle-suspended."""
-
-# Records on a SandboxArchive (metadata: the kind has no status subresource, and its spec schema would
-# prune unknown fields). Ours, read by the lifecycle controller only.
-ANNOTATION_RESTORED_UID = f"{lc.LIFECYCLE_GROUP}/restored-uid"
-"""The UID of the Sandbox a restore created: once that Sandbox is gone, it was deleted (by a user, by its
-claim's expiry), and the restore is over, not to be done again. Until December 6 a Sandbox deleted during
-its restore was created again from the archive."""
-ANNOTATION_EXPIRED_AT = f"{lc.LIFECYCLE_GROUP}/expired-at"
-"""When the controller found a hibernated Sandbox expired with `shutdownPolicy: Retain`: kept, never
-restored (`kubectl get sbarchive -o yaml` tells it from a restorable one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,28 +308,6 @@ def _suspended_since(sandbox: ReadOnlyObject) -> datetime | None:
 def _expired(sandbox: ReadOnlyObject, now: datetime) -> bool:
     deadline = parse_time((sandbox.get("spec") or {}).get("shutdownTime"))
     return deadline is not None and now >= deadline
-
-
-def claim_expired(claim: ReadOnlyObject | None, now: datetime) -> tuple[bool, float | None]:
-    """(expired, seconds left) of a SandboxClaim, as the claim controller reckons it (its `status.expiry`,
-    kept in step by a unit test): the earliest of `lifecycle.shutdownTime` and Finished + `ttlSecondsAfter
-    Finished`; or marked `Ready=False/ClaimExpired` already. The CLI asks this too (no claim: not expired)."""
-    if claim is None:
-        return False, None
-    ready = status_condition(claim, c.CONDITION_READY)
-    marked = ready is not None and ready.get("reason") == c.REASON_CLAIM_EXPIRED
-    lifecycle = (claim.get("spec") or {}).get("lifecycle") or {}
-    deadlines = []
-    if (shutdown := parse_time(lifecycle.get("shutdownTime"))) is not None:
-        deadlines.append(shutdown)
-    ttl = lifecycle.get("ttlSecondsAfterFinished")
-    finished = status_condition(claim, c.CONDITION_FINISHED)
-    if ttl is not None and finished is not None and finished.get("status") == c.ConditionStatus.TRUE:
-        at = parse_time(finished.get("lastTransitionTime"))
-        if at is not None and at.timestamp() > 0:
-            deadlines.append(at + timedelta(seconds=int(ttl)))
-    left = (min(deadlines) - now).total_seconds() if deadlines else None
-    return marked or (left is not None and left <= 0), left
 
 
 def _claim_name(obj: ReadOnlyObject) -> str | None:

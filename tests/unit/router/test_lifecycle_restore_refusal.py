@@ -1,0 +1,147 @@
+"""`RouterLifecycle.hold` of a hibernated Sandbox the lifecycle controller will never restore.
+
+Until December 6 the router wrote the restore request of an archive whose SandboxClaim had expired (or that
+was marked `expired-at`), then held the request for the whole resume timeout while the controller deleted
+the archive instead; now the 503 comes at once, before any write. The real controller's side:
+tests/integration/lifecycle/test_restore_refused.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from agent_sandbox.api import lifecycle as lc
+from agent_sandbox.kube import SANDBOX_CLAIM, Forbidden
+from agent_sandbox.kube.testing import FakeClient
+from agent_sandbox.router._lifecycle import ResumeFailed, RouterLifecycle
+from agent_sandbox.router._lifecycle_state import LifecycleState, _diet_archive, archive_view
+from agent_sandbox.router._metrics import RouterMetrics
+from agent_sandbox.router._podcache import PodCache
+from agent_sandbox.router._routing import Route
+
+pytestmark = pytest.mark.unit
+
+ROUTE = Route("sb", "team", 8888)
+PAST = "2026-01-01T00:00:00Z"
+FUTURE = "2999-01-01T00:00:00Z"
+
+
+def archive(*, annotations: dict[str, str] | None = None, claim: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "sb", "namespace": "team", "annotations": annotations or {}}
+    if claim:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": SANDBOX_CLAIM.api_version,
+                "kind": "SandboxClaim",
+                "name": claim,
+                "uid": f"uid-{claim}",
+                "controller": True,
+            }
+        ]
+    kept = {
+        "metadata": {"annotations": {lc.ANNOTATION_AUTO_RESUME: "true"}},
+        "spec": {"shutdownTime": FUTURE},
+    }
+    return {
+        "apiVersion": lc.ARCHIVE.api_version,
+        "kind": lc.ARCHIVE.kind,
+        "metadata": meta,
+        "spec": {"sandbox": kept, "sandboxUID": "old-uid", "archivedAt": PAST, "children": []},
+    }
+
+
+def claim(name: str, shutdown_time: str) -> dict[str, Any]:
+    return {
+        "apiVersion": SANDBOX_CLAIM.api_version,
+        "kind": "SandboxClaim",
+        "metadata": {"name": name, "namespace": "team"},
+        "spec": {"lifecycle": {"shutdownTime": shutdown_time, "shutdownPolicy": "Retain"}},
+    }
+
+
+async def lifecycle_of(api: FakeClient, stored: dict[str, Any]) -> RouterLifecycle:
+    state = LifecycleState(api)
+    state.archives[("team", "sb")] = archive_view(_diet_archive(stored))
+    return RouterLifecycle(
+        api,  # type: ignore[arg-type]
+        state,
+        PodCache(api),
+        RouterMetrics(),
+        resume_timeout=30,
+        activity_interval=0,
+    )
+
+
+async def hold_fails(lifecycle: RouterLifecycle, said: str) -> None:
+    deadline = asyncio.get_running_loop().time() + 30
+    with pytest.raises(ResumeFailed, match=said):
+        await asyncio.wait_for(lifecycle.hold(ROUTE, deadline), 3)
+    await lifecycle.close()
+
+
+async def test_an_archive_under_an_expired_claim_is_not_restored() -> None:
+    api = FakeClient()
+    await api.create(SANDBOX_CLAIM, claim("c1", PAST), namespace="team")
+    stored = await api.create(lc.ARCHIVE, archive(claim="c1"), namespace="team")
+    lifecycle = await lifecycle_of(api, stored)
+    await hold_fails(
+        lifecycle,
+        r"^Sandbox team/sb could not be restored: its SandboxClaim 'c1' has expired at 2026-01-01T00:00:00",
+    )
+    after = await api.get(lc.ARCHIVE, "sb", namespace="team")
+    assert "restore" not in after["spec"]  # no restore request written
+
+
+async def test_an_archive_marked_expired_at_is_not_restored() -> None:
+    # Its own shutdownTime (FUTURE here: another clock) does not say so; the controller's mark does.
+    api = FakeClient()
+    marked = archive(annotations={lc.ANNOTATION_EXPIRED_AT: "2026-12-06T10:00:00Z"})
+    stored = await api.create(lc.ARCHIVE, marked, namespace="team")
+    lifecycle = await lifecycle_of(api, stored)
+    await hold_fails(lifecycle, "could not be restored: it has expired .*expired-at=2026-12-06T10:00:00Z")
+    assert "restore" not in (await api.get(lc.ARCHIVE, "sb", namespace="team"))["spec"]
+
+
+async def test_a_claim_not_expired_or_not_readable_lets_the_restore_be_asked() -> None:
+    api = FakeClient()
+    await api.create(SANDBOX_CLAIM, claim("c1", FUTURE), namespace="team")
+    stored = await api.create(lc.ARCHIVE, archive(claim="c1"), namespace="team")
+    for forbidden in (False, True):
+        if forbidden:  # a router role without claims: the controller still decides
+            api.inject_error("get", Forbidden(403, "Forbidden", "no grant"), kind=SANDBOX_CLAIM)
+            stored = await api.patch(lc.ARCHIVE, "sb", {"spec": {"restore": None}}, namespace="team")
+        lifecycle = await lifecycle_of(api, stored)
+        held = asyncio.create_task(lifecycle.hold(ROUTE, asyncio.get_running_loop().time() + 30))
+        for _ in range(100):
+            if (await api.get(lc.ARCHIVE, "sb", namespace="team"))["spec"].get("restore"):
+                break
+            await asyncio.sleep(0.02)
+        else:
+            pytest.fail(f"no restore request written (claims forbidden: {forbidden})")
+        held.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await held
+        await lifecycle.close()
+
+
+async def test_a_restore_whose_archive_goes_without_a_sandbox_ends_at_once() -> None:
+    # A claim the router may not read, expired: the controller deletes the archive instead of restoring.
+    # Until December 6 the request waited out the resume timeout ("was not Ready within 30s").
+    api = FakeClient()
+    stored = await api.create(lc.ARCHIVE, archive(claim="c1"), namespace="team")
+    api.inject_error("get", Forbidden(403, "Forbidden", "no grant"), kind=SANDBOX_CLAIM)
+    lifecycle = await lifecycle_of(api, stored)
+    held = asyncio.create_task(lifecycle.hold(ROUTE, asyncio.get_running_loop().time() + 30))
+    for _ in range(100):
+        if (await api.get(lc.ARCHIVE, "sb", namespace="team"))["spec"].get("restore"):
+            break
+        await asyncio.sleep(0.02)
+    await api.delete(lc.ARCHIVE, "sb", namespace="team")
+    lifecycle.state.archives.pop(("team", "sb"))
+    lifecycle.state._changes.notify()
+    with pytest.raises(ResumeFailed, match="its archive was deleted and no Sandbox came back"):
+        await asyncio.wait_for(held, 3)
+    await lifecycle.close()
