@@ -48,5 +48,10 @@ ROUTER_LIFECYCLE_RULES: Final[tuple[Rule, ...]] = (
         (ARCHIVE.plural,),
         ("get", "list", "watch", "patch"),
         "Restore on request: the router only asks (spec.restore); the controller recreates the Sandbox.",
+    ),    Rule(
+        (c.EXTENSIONS_GROUP,),
+        (c.PLURAL_SANDBOX_CLAIMS,),
+        ("get",),
+        "A restore under an expired claim is refused at once (503), not held until the archive goes.",
     ),
 )
