@@ -25,7 +25,6 @@ from agent_sandbox.api.constants import REASON_SANDBOX_EXPIRED, OperatingMode
 from agent_sandbox.api.kinds import SANDBOX_WARM_POOL
 from agent_sandbox.api.meta import controller_name, is_ready, parse_time, status_condition
 from agent_sandbox.cli.arguments import add_connection_options
-from agent_sandbox.controllers.lifecycle.decide import claim_expired
 from agent_sandbox.kube import (
     SANDBOX,
     SANDBOX_CLAIM,
@@ -104,7 +103,7 @@ async def _expired_claim(api: ApiClient, owned: Object, what: str, doing: str) -
         claim = await _get(api, SANDBOX_CLAIM, name, namespace)
     except Forbidden:
         return ""  # a role without claims: the lifecycle controller still refuses the restore
-    if claim is None or not claim_expired(claim, datetime.now(UTC))[0]:
+    if claim is None or not lc.claim_expired(claim, datetime.now(UTC))[0]:
         return ""
     return f"{what} {namespace}/{owned['metadata']['name']}: its SandboxClaim {name!r} has expired: it cannot be {doing}"
 
