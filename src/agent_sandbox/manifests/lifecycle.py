@@ -48,7 +48,8 @@ ROUTER_LIFECYCLE_RULES: Final[tuple[Rule, ...]] = (
         (ARCHIVE.plural,),
         ("get", "list", "watch", "patch"),
         "Restore on request: the router only asks (spec.restore); the controller recreates the Sandbox.",
-    ),    Rule(
+    ),
+    Rule(
         (c.EXTENSIONS_GROUP,),
         (c.PLURAL_SANDBOX_CLAIMS,),
         ("get",),
