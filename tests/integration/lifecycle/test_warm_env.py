@@ -97,3 +97,40 @@ async def test_same_claim_on_a_template_without_the_projection_is_cold(
     assert ANNOTATION_CLAIM_ENV not in (sandbox["spec"]["podTemplate"]["metadata"].get("annotations") or {})
     body = await execute(http, await ready_ip(kube, namespace, bound), "sh -c 'echo $API_KEY'")
     assert body["stdout"] == "k-123\n"  # upstream's way: in the container's environment
+
+
+async def test_an_env_edit_of_a_bound_claim_obeys_the_templates_policy(
+    kube: ApiClient, namespace: str, controller: Started, http: aiohttp.ClientSession
+) -> None:
+    """Until December 6 a bound claim's env edit reached the Pod (and every later command) whatever the
+    template's envVarsInjectionPolicy said: `Disallowed` ran the injected variable. Now the edit is refused
+    with the policy's reason and the Pod keeps the env it had."""
+    await kube.create(
+        SANDBOX_TEMPLATE,
+        runtime_template("deny", claim_env=True, envVarsInjectionPolicy="Disallowed"),
+        namespace=namespace,
+    )
+    await kube.create(SANDBOX_WARM_POOL, pool_body("deny-pool", "deny", 1), namespace=namespace)
+    await _ready_pool_member(kube, namespace, "deny-pool")
+    await kube.create(SANDBOX_CLAIM, claim_body("edited", "deny-pool"), namespace=namespace)
+    bound = await _bound(kube, namespace, "edited")
+    ip = await ready_ip(kube, namespace, bound)
+    await kube.patch(
+        SANDBOX_CLAIM,
+        "edited",
+        {"spec": {"env": [{"name": "INJECTED", "value": "yes"}]}},
+        namespace=namespace,
+    )
+
+    async def refused() -> str | None:
+        cl = await kube.get(SANDBOX_CLAIM, "edited", namespace=namespace)
+        ready = next(
+            (x for x in (cl.get("status") or {}).get("conditions") or [] if x["type"] == "Ready"), {}
+        )
+        return str(ready["reason"]) if ready.get("reason") == "EnvVarsInjectionRejected" else None
+
+    assert await eventually(refused, "the env edit refused", within=30) == "EnvVarsInjectionRejected"
+    pod = await kube.get(POD, bound, namespace=namespace)
+    assert pod["metadata"]["annotations"][ANNOTATION_CLAIM_ENV] == "{}"
+    body = await execute(http, ip, "sh -c 'echo [$INJECTED]'")
+    assert body["stdout"] == "[]\n"

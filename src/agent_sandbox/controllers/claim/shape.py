@@ -63,15 +63,24 @@ def desired_pod_metadata(claim: ReadOnlyObject, template: ReadOnlyObject) -> dic
     metadata merged without overrides.
 
     Raises:
-        ReconcilerError: additional metadata conflicts with the template (§4.7.2).
+        ReconcilerError: additional metadata conflicts with the template (§4.7.2), or the claim's env
+            overrides a variable the template's policy does not let it (§4.7.3).
+        EnvVarsInjectionRejected: the claim has env and the template's policy refuses injection.
     """
     pod_meta = ((template.get("spec") or {}).get("podTemplate") or {}).get("metadata") or {}
     labels = dict(pod_meta.get("labels") or {})
     annotations = dict(pod_meta.get("annotations") or {})
     apply_claim_labels(labels, claim, template_ref_hash(template["metadata"]["name"]))
     # Ours (docs/lifecycle.md): a template that projects the claim env annotation gets it on every claim.
-    env = claim_env_annotation(list((claim.get("spec") or {}).get("env") or []), _pod_spec(template))
+    claim_env = list((claim.get("spec") or {}).get("env") or [])
+    env = claim_env_annotation(claim_env, _pod_spec(template))
     if env is not None:
+        if claim_env:
+            # The template's envVarsInjectionPolicy holds for every env that reaches the Pod: the annotation
+            # follows edits of a bound claim's env, and until December 6 those skipped the policy (a
+            # `Disallowed` template ran a claim's injected or overridden variables). Refused, the whole
+            # metadata sync is skipped, so the Pod keeps the last env the policy allowed.
+            inject_env(template.get("spec") or {}, copy.deepcopy(dict(_pod_spec(template))), claim_env)
         annotations[ANNOTATION_CLAIM_ENV] = env
     extra_labels, extra_annotations = additional_metadata(claim)
     merge_no_override(labels, extra_labels, what="label")

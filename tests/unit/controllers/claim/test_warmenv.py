@@ -11,7 +11,7 @@ import pytest
 from agent_sandbox.api.lifecycle import ANNOTATION_CLAIM_ENV, CLAIM_ENV_FIELD_PATH
 from agent_sandbox.controllers.claim.adoption import adoption_patch
 from agent_sandbox.controllers.claim.decide import Adopt, Create, Failed, NeedCandidate, Snapshot, resolve
-from agent_sandbox.controllers.claim.errors import EnvVarsInjectionRejected
+from agent_sandbox.controllers.claim.errors import EnvVarsInjectionRejected, ReconcilerError
 from agent_sandbox.controllers.claim.shape import build_cold_sandbox
 from agent_sandbox.kube import apply_json_patch
 from tests.unit.controllers.claim.builders import T0, claim, member, pool, template
@@ -104,3 +104,29 @@ def test_cold_start_of_an_opted_in_template_carries_both() -> None:
         body["spec"]["podTemplate"]["metadata"]["annotations"][ANNOTATION_CLAIM_ENV]
         == '{"API_KEY":"k1","MODE":"fast"}'
     )
+
+
+@pytest.mark.parametrize(
+    ("policy", "env", "refused"),
+    [
+        ("Disallowed", [{"name": "INJECTED", "value": "yes"}], EnvVarsInjectionRejected),
+        ("Allowed", [{"name": "BASE", "value": "hacked"}], ReconcilerError),  # an override Allowed forbids
+        ("Allowed", [{"name": "INJECTED", "value": "yes"}], None),
+        ("Disallowed", [], None),  # no env: the empty delivery
+    ],
+)
+def test_an_env_edit_after_binding_obeys_the_templates_policy(
+    policy: str, env: list[dict[str, str]], refused: type[Exception] | None
+) -> None:
+    """The annotation follows a bound claim's env edits; until December 6 they skipped
+    envVarsInjectionPolicy, so a `Disallowed` template's pod ran injected and overridden variables."""
+    from agent_sandbox.controllers.claim.shape import desired_pod_metadata
+
+    tmpl = projecting(policy=policy)
+    tmpl["spec"]["podTemplate"]["spec"]["containers"][0]["env"] = [{"name": "BASE", "value": "b"}]
+    if refused is None:
+        annotations = desired_pod_metadata(claim(env=env), tmpl)["annotations"]
+        assert annotations[ANNOTATION_CLAIM_ENV] == ('{"INJECTED":"yes"}' if env else "{}")
+    else:
+        with pytest.raises(refused):
+            desired_pod_metadata(claim(env=env), tmpl)
