@@ -30,8 +30,6 @@ from .constants import (
     ANNOTATION_SANDBOX_TEMPLATE_REF,
     ANNOTATION_V1ALPHA1_SANDBOX_STATE,
     CONDITION_FINISHED,
-    CONDITION_READY,
-    REASON_CLAIM_EXPIRED,
     SANDBOX_API_VERSION,
     ConditionStatus,
     OperatingMode,
@@ -438,17 +436,17 @@ def restore_requested(archive: ReadOnlyObject | None) -> tuple[Cause, datetime |
 
 
 def claim_expired(claim: ReadOnlyObject | None, now: datetime) -> tuple[bool, float | None]:
-    """(expired, seconds left) of a SandboxClaim, as the claim controller reckons it (its `status.expiry`,
-    kept in step by a unit test): the earliest of `lifecycle.shutdownTime` and Finished + `ttlSecondsAfter
-    Finished`; or marked `Ready=False/ClaimExpired` already. No claim: not expired.
+    """(expired, seconds left) of a SandboxClaim, exactly as the claim controller reckons it (its
+    `status.expiry`, kept in step by a unit test): the earliest of `lifecycle.shutdownTime` and Finished +
+    `ttlSecondsAfterFinished`. No claim: not expired. A `Ready=False/ClaimExpired` condition is not read:
+    it lags behind a `shutdownTime` moved later (until December 6 it counted, and such a claim's hibernated
+    Sandbox was deleted before the claim controller rewrote the condition).
 
     The lifecycle controller ends a hibernated Sandbox's archive by it; the CLI, the Python SDK and routers
     refuse a restore under an expired claim by it (the controller would never carry it out).
     """
     if claim is None:
         return False, None
-    ready = status_condition(claim, CONDITION_READY)
-    marked = ready is not None and ready.get("reason") == REASON_CLAIM_EXPIRED
     lifecycle = (claim.get("spec") or {}).get("lifecycle") or {}
     deadlines = []
     if (shutdown := parse_time(lifecycle.get("shutdownTime"))) is not None:
@@ -460,7 +458,7 @@ def claim_expired(claim: ReadOnlyObject | None, now: datetime) -> tuple[bool, fl
         if at is not None and at.timestamp() > 0:
             deadlines.append(at + timedelta(seconds=int(ttl)))
     left = (min(deadlines) - now).total_seconds() if deadlines else None
-    return marked or (left is not None and left <= 0), left
+    return left is not None and left <= 0, left
 
 
 def archive_auto_resume(archive: ReadOnlyObject, template_annotations: Mapping[str, str] | None) -> bool:

@@ -23,7 +23,7 @@ from typing import Any
 from agent_sandbox.api import lifecycle as lc
 from agent_sandbox.api.constants import REASON_SANDBOX_EXPIRED, OperatingMode
 from agent_sandbox.api.kinds import SANDBOX_WARM_POOL
-from agent_sandbox.api.meta import controller_name, is_ready, parse_time, status_condition
+from agent_sandbox.api.meta import controlled_by, controller_name, is_ready, parse_time, status_condition
 from agent_sandbox.cli.arguments import add_connection_options
 from agent_sandbox.kube import (
     SANDBOX,
@@ -103,7 +103,9 @@ async def _expired_claim(api: ApiClient, owned: Object, what: str, doing: str) -
         claim = await _get(api, SANDBOX_CLAIM, name, namespace)
     except Forbidden:
         return ""  # a role without claims: the lifecycle controller still refuses the restore
-    if claim is None or not lc.claim_expired(claim, datetime.now(UTC))[0]:
+    if claim is None or not controlled_by(owned, SANDBOX_CLAIM, str(claim["metadata"].get("uid") or "")):
+        return ""  # gone, or a new claim under the name: not the one whose expiry ends this Sandbox
+    if not lc.claim_expired(claim, datetime.now(UTC))[0]:
         return ""
     return f"{what} {namespace}/{owned['metadata']['name']}: its SandboxClaim {name!r} has expired: it cannot be {doing}"
 

@@ -106,7 +106,14 @@ async def test_nothing_under_an_expired_claim_is_resumed(hibernated: bool) -> No
     # claim, or restored Sandboxes the claim controller deleted one after the other.
     api = FakeClient()
     expired = {"type": "Ready", "status": "False", "reason": "ClaimExpired", "message": "Claim expired."}
-    claim = {"metadata": {"name": "c", "namespace": NS}, "spec": {}, "status": {"conditions": [expired]}}
+    past = {
+        "lifecycle": {"shutdownTime": "2026-01-01T00:00:00Z"}
+    }  # expiry is the deadline, as the claim controller's
+    claim = {
+        "metadata": {"name": "c", "namespace": NS, "uid": CLAIM_REF["uid"]},
+        "spec": past,
+        "status": {"conditions": [expired]},
+    }
     await api.create(SANDBOX_CLAIM, claim, namespace=NS)
     obj = body("Suspended")
     obj["metadata"]["ownerReferences"] = [CLAIM_REF]
@@ -140,3 +147,21 @@ async def test_a_hibernated_sandbox_is_not_suspended_or_hibernated_again() -> No
     await api.patch(lc.ARCHIVE, "sb", {"spec": past}, namespace=NS)
     with pytest.raises(Refused, match="has expired"):
         await resume(api, "sb", NS)  # type: ignore[arg-type]
+
+
+async def test_an_expired_claim_created_again_under_the_name_is_not_the_sandboxs() -> None:
+    """The Sandbox's claim was deleted (orphaning it) and a new claim took the name and expired: it is not
+    the claim whose expiry ends this Sandbox, so the resume goes ahead."""
+    api = FakeClient()
+    expired = {"type": "Ready", "status": "False", "reason": "ClaimExpired", "message": "Claim expired."}
+    claim = {
+        "metadata": {"name": "c", "namespace": NS, "uid": "another-uid"},
+        "spec": {"lifecycle": {"shutdownTime": "2026-01-01T00:00:00Z"}},
+        "status": {"conditions": [expired]},
+    }
+    await api.create(SANDBOX_CLAIM, claim, namespace=NS)
+    obj = body("Suspended")
+    obj["metadata"]["ownerReferences"] = [CLAIM_REF]
+    await api.create(SANDBOX, obj, namespace=NS)
+    assert await resume(api, "sb", NS) is ResumeOutcome.RESUMED  # type: ignore[arg-type]
+    assert (await api.get(SANDBOX, "sb", namespace=NS))["spec"]["operatingMode"] == "Running"

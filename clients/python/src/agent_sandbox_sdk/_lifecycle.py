@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from . import _kube
@@ -316,17 +316,28 @@ def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
 
 
 def _claim_is_expired(claim: Mapping[str, Any], now: datetime) -> bool:
-    """Marked `Ready=False/ClaimExpired`, or past `spec.lifecycle.shutdownTime` (as the claim controller
-    reckons it; the controller marks it at that time)."""
-    if (_condition(claim, "Ready") or {}).get("reason") == REASON_CLAIM_EXPIRED:
-        return True
-    deadline = ((claim.get("spec") or {}).get("lifecycle") or {}).get("shutdownTime")
-    if not isinstance(deadline, str):
-        return False
+    """As the claim controller reckons it: the earliest of `spec.lifecycle.shutdownTime` and `Finished` +
+    `ttlSecondsAfterFinished` has passed. A `Ready=False/ClaimExpired` condition is not read: it lags
+    behind a `shutdownTime` moved later (the lifecycle controller does not read it either)."""
+    lifecycle = (claim.get("spec") or {}).get("lifecycle") or {}
+    deadlines = [t for t in (_parse_time(lifecycle.get("shutdownTime")),) if t is not None]
+    ttl = lifecycle.get("ttlSecondsAfterFinished")
+    finished = _condition(claim, "Finished") or {}
+    if isinstance(ttl, int) and finished.get("status") == "True":
+        at = _parse_time(finished.get("lastTransitionTime"))
+        if at is not None and at.timestamp() > 0:
+            deadlines.append(at + timedelta(seconds=ttl))
+    return bool(deadlines) and min(deadlines) <= now
+
+
+def _parse_time(value: object) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
     try:
-        return datetime.fromisoformat(deadline.replace("Z", "+00:00")) <= now
+        parsed = datetime.fromisoformat(value.strip().replace("z", "Z").replace("Z", "+00:00"))
     except ValueError:
-        return False
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _refuse_under_expired_claim(namespace: str, sandbox: str, archive: Mapping[str, Any]) -> Flow[None]:
@@ -334,16 +345,17 @@ def _refuse_under_expired_claim(namespace: str, sandbox: str, archive: Mapping[s
     controller deletes the archive at the claim's expiry and never restores it. Until December 6 the
     restore went ahead (a Ready Sandbox under an expired claim, or one the claim controller deleted again)."""
     owners = (archive.get("metadata") or {}).get("ownerReferences") or []
-    claim_name = next(
-        (o.get("name") for o in owners if o.get("controller") and o.get("kind") == "SandboxClaim"), None
-    )
+    owner = next((o for o in owners if o.get("controller") and o.get("kind") == "SandboxClaim"), None)
+    claim_name = (owner or {}).get("name")
     if not claim_name:
         return
     try:
         claim = yield from _kube.get(_kube.CLAIMS, namespace, str(claim_name))
     except SandboxError:
         return  # cannot be read (a role without claims): the controller still refuses the restore
-    if claim is not None and _claim_is_expired(claim, datetime.now(UTC)):
+    if claim is None or (claim.get("metadata") or {}).get("uid") != (owner or {}).get("uid"):
+        return  # gone, or a new claim under the name: not the one whose expiry ends this archive
+    if _claim_is_expired(claim, datetime.now(UTC)):
         raise SandboxClaimFailedError(
             f"Sandbox {namespace}/{sandbox} is hibernated under SandboxClaim {namespace}/{claim_name}, which "
             "has expired: it will not be restored",

@@ -158,6 +158,9 @@ def test_a_hibernated_sandbox_under_an_expired_claim_is_not_restored() -> None:
     owner = {"kind": "SandboxClaim", "name": claim, "uid": f"uid-{claim}", "controller": True}
     fake.archives[sandbox.sandbox_id]["metadata"]["ownerReferences"] = [owner]
     fake.claims[claim]["status"] = {"conditions": [EXPIRED_CLAIM]}
+    fake.claims[claim]["metadata"]["uid"] = f"uid-{claim}"
+    # Expiry as the claim controller reckons it (the deadline); the condition alone lags behind a moved one.
+    fake.claims[claim].setdefault("spec", {})["lifecycle"] = {"shutdownTime": "2026-01-01T00:00:00Z"}
     with pytest.raises(SandboxClaimFailedError, match="has expired: it will not be restored"):
         sandbox.resume(timeout=30)
     assert not fake.find(lambda r: r.url.params.get("watch") == "true" and "/sandboxes" in r.url.path)
@@ -172,3 +175,21 @@ def test_an_expired_claim_without_its_sandbox_is_said_at_once() -> None:
     with pytest.raises(SandboxNotFoundError, match="has expired"):
         client.get_sandbox("gone", resolve_timeout=5)
     assert not fake.find(lambda r: r.url.params.get("watch") == "true")
+
+
+def test_claim_expiry_is_the_claim_controllers_deadline_not_the_condition() -> None:
+    from datetime import UTC, datetime
+
+    from agent_sandbox_sdk._lifecycle import _claim_is_expired
+
+    now = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+    moved = {
+        "spec": {"lifecycle": {"shutdownTime": "2026-12-06T13:00:00Z"}},
+        "status": {"conditions": [EXPIRED_CLAIM]},
+    }
+    assert not _claim_is_expired(moved, now)  # marked, then its deadline moved later: not expired
+    finished = {"type": "Finished", "status": "True", "lastTransitionTime": "2026-12-06T11:59:00Z"}
+    ttl = {"spec": {"lifecycle": {"ttlSecondsAfterFinished": 30}}, "status": {"conditions": [finished]}}
+    assert _claim_is_expired(ttl, now)
+    assert _claim_is_expired({"spec": {"lifecycle": {"shutdownTime": "2026-12-06T11:00:00z"}}}, now)
+    assert not _claim_is_expired({"spec": {}}, now)

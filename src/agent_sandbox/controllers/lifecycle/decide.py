@@ -7,9 +7,9 @@ One object name, three possible states, one decision per pass:
 | Running, idle timeout set | - | idle for the timeout (and the runtime agrees) -> suspend (`Idle`); else look again at the deadline |
 | Running, `hibernate: "true"` | - | suspend (`Hibernate`) |
 | Suspended and its Pod gone, `hibernate-after` due or `hibernate: "true"` | - | archive: create the archive, hand the volumes (and Service) to it, mark the claim, delete the Sandbox keeping its children (`Orphan`) |
-| the archived one (same UID), still Suspended and its hibernation still asked for or due, no restore asked for | exists | archiving in progress: finish it (idempotent steps; the delete is guarded by the resourceVersion decided on) |
-| the archived one (same UID), resumed meanwhile (Running, `hibernate` withdrawn, or a restore asked for) | exists | the resume wins: drop the archive's references, unmark the claim, delete the archive (and resume the Sandbox if a restore was asked of the archive) |
-| - | restore asked for | restore: create the Sandbox (Running, same name), then record its UID on the archive (`restored-uid`) |
+| the archived one (same UID), still Suspended and its hibernation still asked for or due, no restore asked for (or one under an expired claim) | exists | archiving in progress: finish it (idempotent steps; the archive's copy taken again if the Sandbox changed since; the delete is guarded by the resourceVersion decided on) |
+| the archived one (same UID), resumed meanwhile (Running, `hibernate` withdrawn, or a restore asked for) | exists | the resume wins, once an uncached read confirms the Sandbox: drop the archive's references (a child it alone holds is handed to the Sandbox), unmark the claim, delete the archive (and resume the Sandbox if a restore was asked of the archive, its claim not expired) |
+| - | restore asked for | restore: create the Sandbox (Running, same name; without archived owners that are gone), then record its UID on the archive (`restored-uid`) |
 | a new one (other UID) | restore asked for | restore in progress: once the Sandbox controller has taken each volume back (its controller reference), drop the archive's reference; then unmark the claim, delete the archive |
 | - | restore asked for, `restored-uid` recorded | the restored Sandbox was deleted (by a user, its claim) during the restore: it stays deleted; the archive is deleted, its volumes go as a deleted Sandbox's would |
 | a new one, no restore asked for | exists | someone created a Sandbox with an archived name: reported, left alone |
@@ -41,7 +41,7 @@ Never touched: Sandboxes being deleted, unclaimed warm-pool members (the pool ow
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
@@ -62,6 +62,7 @@ from agent_sandbox.api.meta import (
 from .owners import adopt_child_patch, archive_owner_ref, handover_child_patch, release_child_patch
 
 __all__ = [
+    "ANNOTATION_ARCHIVED_VERSION",
     "ANNOTATION_EXPIRED_AT",
     "ANNOTATION_RESTORED_UID",
     "AbandonArchive",
@@ -84,6 +85,11 @@ __all__ = [
     "idle_since",
     "release_child_patch",
 ]
+
+ANNOTATION_ARCHIVED_VERSION = f"{lc.LIFECYCLE_GROUP}/sandbox-resource-version"
+"""On a SandboxArchive while its Sandbox still exists: the Sandbox's resourceVersion its `spec.sandbox` was
+copied from. The Sandbox is deleted only at that resourceVersion (delete precondition), so what the archive
+keeps is what was deleted; a Sandbox changed since is copied again first."""
 
 RESTORE_POLL = 0.5
 """Seconds between looks while an archived Sandbox is still being deleted (its children being orphaned), and
@@ -175,18 +181,31 @@ class ArchiveSteps:
     """The Sandbox's resourceVersion decided on: the delete is guarded by it too, so a resume that lands
     between the archive's creation and the delete makes the delete fail (409) and the pass decide again.
     Until December 6 only the UID guarded it: the resumed Sandbox was deleted, its new Pod orphaned."""
+    refresh: dict[str, Any] | None = None
+    """The Sandbox changed since the archive copied it (`ANNOTATION_ARCHIVED_VERSION` differs from
+    `resource_version`, and so does the copy: an edit that is no resume, such as a later `shutdownTime`):
+    the archive's new `spec.sandbox`, written (guarded by the archive's resourceVersion) before the delete.
+    Until December 6 the old copy was kept and the edit lost."""
 
 
 @dataclass(frozen=True, slots=True)
 class AbandonArchive:
     """The archived Sandbox was resumed before its archiving finished: the resume wins. Drop the archive's
     owner reference from `children`, unmark the claim, delete the archive (UID precondition); with
-    `resume_resource_version`, first resume the Sandbox (a restore was asked of the archive meanwhile)."""
+    `resume_resource_version`, first resume the Sandbox (a restore was asked of the archive meanwhile).
+
+    Carried out only once an uncached read shows the Sandbox `sandbox_uid` still there and not being
+    deleted: the Sandbox informer may lag behind the PVCs', and giving the archive up after the Sandbox's
+    (Orphan) deletion went through would leave its volumes with no owner at all."""
 
     archive_uid: str
     children: tuple[ReadOnlyObject, ...]
     claim_name: str | None
     resume_resource_version: str | None = None
+    handover: tuple[ReadOnlyObject, ...] = ()
+    """Children the archive alone holds (the Sandbox's controller reference gone or never there): given to
+    the Sandbox in one patch, never released to no owner."""
+    sandbox_uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,6 +434,7 @@ def _suspended(s: Snapshot, sb: ReadOnlyObject, policy: lc.LifecyclePolicy, hibe
         children=[{"kind": str(ch.get("kind", "")), "name": _meta(ch)["name"]} for ch in s.children],
     )
     meta = _meta(sb)
+    body["metadata"]["annotations"] = {ANNOTATION_ARCHIVED_VERSION: meta.get("resourceVersion", "")}
     return ArchiveSteps(
         cause, body, s.children, _claim_name(sb), meta.get("uid", ""), meta.get("resourceVersion", "")
     )
@@ -450,28 +470,45 @@ def _being_archived(s: Snapshot, archive: ReadOnlyObject, sb: ReadOnlyObject, cl
     """The archived Sandbox (same UID) still exists: finish archiving it, or give the archive up."""
     spec = archive.get("spec") or {}
     archive_uid = str(_meta(archive).get("uid") or "")
-    requested = lc.restore_requested(archive) is not None
+    # A restore under an expired claim is never carried out, nor is this resume (until December 6 it was):
+    # the archiving goes on if still due, and the archive then ends as any under an expired claim.
+    requested = lc.restore_requested(archive) is not None and not claim_expired(s.claim, s.now)[0]
     if _meta(sb).get("deletionTimestamp"):
         # Its children are being orphaned; a restore must wait until the old object is gone.
         return Nothing(RESTORE_POLL if requested else None)
+    meta = _meta(sb)
+    sb_uid, sb_version = str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
     if not _still_archiving(s, sb, requested):
-        held = tuple(ch for ch in s.children if _has_owner_uid(ch, archive_uid))
-        resume = _meta(sb).get("resourceVersion", "") if _mode(sb) == c.OperatingMode.SUSPENDED else None
-        return AbandonArchive(archive_uid, held, claim_mark, resume if requested else None)
+        held = [ch for ch in s.children if _has_owner_uid(ch, archive_uid)]
+        # A child the Sandbox no longer controls would be left with no owner by a release: handed over.
+        handover = tuple(ch for ch in held if _controller_uid(ch) != sb_uid)
+        release = tuple(ch for ch in held if _controller_uid(ch) == sb_uid)
+        resume = sb_version if requested and _mode(sb) == c.OperatingMode.SUSPENDED else None
+        return AbandonArchive(archive_uid, release, claim_mark, resume, handover, sb_uid)
     try:
         cause = lc.Cause(str(spec.get("reason") or lc.Cause.AFTER))
     except ValueError:
         cause = lc.Cause.AFTER
     pending = tuple(ch for ch in s.children if not _has_owner_uid(ch, archive_uid))
-    meta = _meta(sb)
+    refresh = None
+    if _annotations(archive).get(ANNOTATION_ARCHIVED_VERSION) != sb_version:
+        fresh = lc.archive_body(sb, cause=cause, now=s.now, children=[])["spec"]["sandbox"]
+        # A write that left the copy as it was (the Sandbox controller's status) needs no new copy.
+        refresh = fresh if fresh != spec.get("sandbox") else None
     return ArchiveSteps(
         cause,
         None,
         pending,
         None if claim_mark else _claim_name(sb),
-        meta.get("uid", ""),
-        meta.get("resourceVersion", ""),
+        sb_uid,
+        sb_version,
+        refresh=refresh,
     )
+
+
+def _controller_uid(obj: ReadOnlyObject) -> str | None:
+    ref = controller_ref(_meta(obj))
+    return str(ref.get("uid") or "") if ref is not None else None
 
 
 def _hibernated(s: Snapshot, archive: ReadOnlyObject, claim_mark: str | None) -> Plan | None:
@@ -506,13 +543,28 @@ def _hibernated(s: Snapshot, archive: ReadOnlyObject, claim_mark: str | None) ->
     return None
 
 
+def _archived_claim(claim: ReadOnlyObject | None, archive: ReadOnlyObject) -> ReadOnlyObject | None:
+    """The cached claim (read by name) if it is the archived Sandbox's (same UID); None for one deleted
+    and created again under the name: its expiry, and its mark, are not this archive's."""
+    if claim is None:
+        return None
+    kept_meta = ((archive.get("spec") or {}).get("sandbox") or {}).get("metadata") or {}
+    ref = controller_ref(kept_meta)
+    uid = _meta(claim).get("uid")
+    if ref is not None and ref.get("uid") and uid and ref.get("uid") != uid:
+        return None
+    return claim
+
+
 def _with_archive(s: Snapshot, archive: ReadOnlyObject) -> Plan:
     spec = archive.get("spec") or {}
     archived_uid = str(spec.get("sandboxUID") or "")
     archive_uid = str(_meta(archive).get("uid") or "")
     sb = s.sandbox
     requested = lc.restore_requested(archive)
-    claim = s.claim
+    claim = _archived_claim(s.claim, archive)
+    if claim is not s.claim:
+        s = replace(s, claim=claim)
     claim_marked = claim is not None and bool(_annotations(claim).get(lc.ANNOTATION_HIBERNATED_SANDBOX))
     claim_name = _meta(claim)["name"] if claim is not None else None
     claim_mark = claim_name if claim_marked else None

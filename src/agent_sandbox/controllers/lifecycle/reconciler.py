@@ -11,12 +11,14 @@ again. Everything else is raised for backoff.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 
 from agent_sandbox.api import lifecycle as lc
+from agent_sandbox.api.kinds import KINDS_BY_NAME
 from agent_sandbox.api.meta import controller_name, format_rfc3339nano
 from agent_sandbox.kube import (
     PVC,
@@ -28,6 +30,7 @@ from agent_sandbox.kube import (
     Client,
     Conflict,
     EventSink,
+    Forbidden,
     NotFound,
     Object,
     Request,
@@ -36,6 +39,7 @@ from agent_sandbox.kube import (
 )
 
 from .decide import (
+    ANNOTATION_ARCHIVED_VERSION,
     ANNOTATION_EXPIRED_AT,
     ANNOTATION_RESTORED_UID,
     RESTORE_POLL,
@@ -266,6 +270,20 @@ class LifecycleReconciler:
             except AlreadyExists:
                 return Result(requeue_after=_RETRY_SOON)  # the cache will show it (ours from a lost pass)
         assert archive is not None
+        if plan.refresh is not None:
+            # The Sandbox changed since it was copied: copy it again (guarded by the archive's
+            # resourceVersion: a stale cache gets 409), so the delete below, guarded by the Sandbox's
+            # resourceVersion, deletes exactly what the archive keeps.
+            body = copy.deepcopy(dict(archive))
+            body["spec"]["sandbox"] = plan.refresh
+            body["metadata"].setdefault("annotations", {})[ANNOTATION_ARCHIVED_VERSION] = (
+                plan.resource_version
+            )
+            body["metadata"]["labels"] = dict((plan.refresh.get("metadata") or {}).get("labels") or {})
+            try:
+                archive = await self._client.update(lc.ARCHIVE, body)
+            except NotFound:
+                return Result(requeue_after=_RETRY_SOON)
         for child in plan.children:
             kind = _CHILD_KINDS[str(child.get("kind"))]
             await self._client.patch(
@@ -275,21 +293,25 @@ class LifecycleReconciler:
             mark = {"metadata": {"annotations": {lc.ANNOTATION_HIBERNATED_SANDBOX: request.name}}}
             with contextlib.suppress(NotFound):
                 await self._client.patch(SANDBOX_CLAIM, plan.claim_name, mark, namespace=ns)
-        with contextlib.suppress(NotFound):
+        try:
             await self._client.delete(
                 SANDBOX,
                 request.name,
                 namespace=ns,
                 propagation_policy="Orphan",
                 uid=plan.delete_uid,
-                # A resume that landed since we decided: 409 (Conflict), decided again (`AbandonArchive`).
+                # A resume (or any write) since we decided: 409 (Conflict), decided again: `AbandonArchive`,
+                # or the archive's copy refreshed before the next try.
                 resource_version=plan.resource_version or None,
             )
-        if plan.archive is not None:  # counted once, by the pass that archived it
-            self.metrics.hibernations.labels(str(plan.cause)).inc()
-            if snap.sandbox is not None:
-                note = f"Archived ({plan.cause}); volumes kept"
-                self._events.event(dict(snap.sandbox), "Normal", "Hibernated", "Hibernate", note)
+        except NotFound:
+            return Result()
+        # Counted once, by the pass whose delete went through (a later one gets 409 or NotFound): until
+        # December 6 only the pass that created the archive counted, and lost it when its delete got 409.
+        self.metrics.hibernations.labels(str(plan.cause)).inc()
+        if snap.sandbox is not None:
+            note = f"Archived ({plan.cause}); volumes kept"
+            self._events.event(dict(snap.sandbox), "Normal", "Hibernated", "Hibernate", note)
         log.info("hibernated %s (%s)", request, plan.cause)
         return Result()
 
@@ -308,18 +330,20 @@ class LifecycleReconciler:
                 ANNOTATION_RESTORED_UID
             ):
                 return Result(requeue_after=_RETRY_SOON)  # decided on a stale archive: the cache catches up
+            body, gone = await self._live_owners(plan.create, ns)
             try:
-                created = await self._client.create(SANDBOX, plan.create, namespace=ns)
+                created = await self._client.create(SANDBOX, body, namespace=ns)
             except AlreadyExists:
                 return Result(requeue_after=_RETRY_SOON)
             self.metrics.restore_started(
                 created["metadata"]["uid"], plan.requested_at or snap.now, plan.cause
             )
             self.metrics.restores.labels(str(plan.cause)).inc()
-            self._events.event(
-                created, "Normal", "Restored", "Restore", f"Restored from its archive ({plan.cause})"
-            )
-            log.info("restored %s (%s)", request, plan.cause)
+            note = f"Restored from its archive ({plan.cause})"
+            if gone:
+                note += f"; without its deleted owner {', '.join(gone)}"
+            self._events.event(created, "Normal", "Restored", "Restore", note)
+            log.info("restored %s (%s)%s", request, plan.cause, f" without {', '.join(gone)}" if gone else "")
             # Recorded at once: a Sandbox deleted from here on stays deleted (the next pass sees it gone).
             await self._record_restored(request, created["metadata"]["uid"])
             # The volumes stay the archive's until the Sandbox controller has taken them back (next passes).
@@ -345,6 +369,42 @@ class LifecycleReconciler:
             await self._client.delete(lc.ARCHIVE, request.name, namespace=ns, uid=plan.archive_uid)
         return Result()
 
+    async def _live_owners(self, sandbox: Object, ns: str) -> tuple[Object, list[str]]:
+        """`sandbox` without the archived owner references whose owner is gone (asked of the API server),
+        and those owners (`Kind/name`).
+
+        The garbage collector deletes an object whose owners are all gone: a Sandbox restored under a claim
+        deleted meanwhile (`--cascade=orphan` keeps the archive; or deleted and created again under the
+        name) would go at once, and its archive, its volumes with it, as a restored Sandbox deleted during
+        its restore. Until December 6 that happened. It is restored as an ordinary unowned Sandbox instead,
+        as the live one would be after such a deletion of its claim. Owners of kinds other than ours are
+        kept as they are (no grant to read them)."""
+        refs = (sandbox.get("metadata") or {}).get("ownerReferences") or []
+        kept: list[Object] = []
+        gone: list[str] = []
+        for ref in refs:
+            kind = KINDS_BY_NAME.get(str(ref.get("kind")))
+            if kind is None or str(ref.get("apiVersion") or "").rpartition("/")[0] != kind.group:
+                kept.append(ref)
+                continue
+            try:
+                owner = await self._authoritative.get(kind, str(ref.get("name")), namespace=ns)
+            except NotFound:
+                owner = None
+            except Forbidden:
+                kept.append(ref)  # cannot tell (no grant without `--extensions`): kept as archived
+                continue
+            if owner is not None and owner["metadata"].get("uid") == ref.get("uid"):
+                kept.append(ref)
+            else:
+                gone.append(f"{ref.get('kind')}/{ref.get('name')}")
+        if not gone:
+            return sandbox, gone
+        meta = {k: v for k, v in sandbox["metadata"].items() if k != "ownerReferences"}
+        if kept:
+            meta["ownerReferences"] = kept
+        return {**sandbox, "metadata": meta}, gone
+
     async def _record_restored(self, request: Request, uid: str) -> None:
         mark = {"metadata": {"annotations": {ANNOTATION_RESTORED_UID: uid}}}
         with contextlib.suppress(NotFound):
@@ -354,11 +414,28 @@ class LifecycleReconciler:
         """The archived Sandbox was resumed before the archiving finished: give the archive up, leaving the
         Sandbox as it was (its children released first, so none is ever left without its owner)."""
         ns = request.namespace
+        # The cache may still show a Sandbox whose (Orphan) deletion went through, while the garbage
+        # collector already took its reference off the volumes: giving the archive up then would leave
+        # them with no owner at all. Asked of the API server (rare: a resume during the archiving).
+        try:
+            live = await self._authoritative.get(SANDBOX, request.name, namespace=ns)
+        except NotFound:
+            live = None
+        if (
+            live is None
+            or live["metadata"].get("uid") != plan.sandbox_uid
+            or live["metadata"].get("deletionTimestamp")
+        ):
+            return Result(requeue_after=RESTORE_POLL)  # archived after all: the cache catches up
         if plan.resume_resource_version is not None:
             requested = lc.restore_requested(snap.archive)
             cause = requested[0] if requested is not None else lc.Cause.OTHER
             patch = lc.resume_patch(cause, snap.now, plan.resume_resource_version)
             await self._client.patch(SANDBOX, request.name, patch, namespace=ns)
+        for child in plan.handover:
+            kind = _CHILD_KINDS[str(child.get("kind"))]
+            patch = handover_child_patch(child, live, plan.archive_uid)
+            await self._client.patch(kind, child["metadata"]["name"], patch, namespace=ns)
         for child in plan.children:
             kind = _CHILD_KINDS[str(child.get("kind"))]
             patch = release_child_patch(child, plan.archive_uid)

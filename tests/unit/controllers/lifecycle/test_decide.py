@@ -10,6 +10,7 @@ import pytest
 from agent_sandbox.api import lifecycle as lc
 from agent_sandbox.api.meta import format_time
 from agent_sandbox.controllers.lifecycle.decide import (
+    ANNOTATION_ARCHIVED_VERSION,
     ANNOTATION_EXPIRED_AT,
     ArchiveSteps,
     DropHibernate,
@@ -213,6 +214,7 @@ def test_interrupted_archiving_finishes_only_what_is_left() -> None:
     sb = sandbox(annotations=hibernating, mode="Suspended", suspended_at=T0, owners=[CLAIM_REF])
     archive = lc.archive_body(sb, cause=lc.Cause.REQUESTED, now=T0, children=[])
     archive["metadata"]["uid"] = "archive-uid"
+    archive["metadata"]["annotations"] = {ANNOTATION_ARCHIVED_VERSION: "7"}  # copied from this very Sandbox
     kept = {
         "kind": "PersistentVolumeClaim",
         "metadata": {"name": "a", "ownerReferences": [{"uid": "archive-uid"}]},

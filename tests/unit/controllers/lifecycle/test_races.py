@@ -79,6 +79,15 @@ HELD = {
     "kind": "PersistentVolumeClaim",
     "metadata": {"name": "a", "ownerReferences": [{"uid": "archive-uid"}]},
 }
+"""Held by the archive alone (the Sandbox's reference gone): handed to the Sandbox, never released."""
+SHARED = {
+    "kind": "PersistentVolumeClaim",
+    "metadata": {
+        "name": "b",
+        "ownerReferences": [{"uid": "sb-uid", "controller": True}, {"uid": "archive-uid"}],
+    },
+}
+"""Held by the archive and still controlled by the Sandbox: released."""
 MARKED = {"metadata": {"name": "c", "annotations": {lc.ANNOTATION_HIBERNATED_SANDBOX: "sb"}}}
 
 
@@ -103,14 +112,14 @@ def test_a_sandbox_resumed_while_being_archived_keeps_running_and_the_archive_go
     # Until December 6 the archiving went on: the Running Sandbox was deleted (Orphan), its Pod left
     # running with no owner, the router answering 502.
     archive = archive_of(sandbox())
-    plan = decide(Snapshot(now=T0, sandbox=resumed, archive=archive, children=(HELD,), claim=MARKED))
-    assert plan == AbandonArchive("archive-uid", (HELD,), "c", None)
+    plan = decide(Snapshot(now=T0, sandbox=resumed, archive=archive, children=(HELD, SHARED), claim=MARKED))
+    assert plan == AbandonArchive("archive-uid", (SHARED,), "c", None, (HELD,), "sb-uid")
 
 
 def test_a_restore_asked_of_an_archive_whose_sandbox_is_still_there_resumes_it() -> None:
     archive = archive_of(sandbox(), restore={"cause": "Request"})
-    plan = decide(Snapshot(now=T0, sandbox=sandbox(), archive=archive, children=(HELD,)))
-    assert plan == AbandonArchive("archive-uid", (HELD,), None, "7")
+    plan = decide(Snapshot(now=T0, sandbox=sandbox(), archive=archive, children=(SHARED,)))
+    assert plan == AbandonArchive("archive-uid", (SHARED,), None, "7", (), "sb-uid")
 
 
 def test_a_restored_sandbox_deleted_during_its_restore_stays_deleted() -> None:
@@ -146,18 +155,27 @@ def test_a_hibernated_sandbox_goes_with_its_claims_expiry(restore: bool) -> None
 def test_claim_expiry_is_reckoned_as_the_claim_controller_does() -> None:
     finished = {"type": "Finished", "status": "True", "lastTransitionTime": format_time(T0)}
     marked = {"type": "Ready", "status": "False", "reason": "ClaimExpired"}
+    extended = {  # marked expired, then its shutdownTime moved later: no longer expired
+        **claim(shutdownTime=format_time(T0 + timedelta(hours=1))),
+        "status": {"conditions": [marked]},
+    }
     cases = [
         claim(),
         claim(shutdownTime=format_time(T0 + timedelta(seconds=5))),
         claim(shutdownTime=format_time(T0 - timedelta(seconds=5))),
         {**claim(ttlSecondsAfterFinished=3), "status": {"conditions": [finished]}},
         {**claim(ttlSecondsAfterFinished=30), "status": {"conditions": [finished]}},
+        {**claim(shutdownTime=format_time(T0)), "status": {"conditions": [marked]}},
+        extended,
     ]
     for case in cases:
         ours = claim_expired(case, T0 + timedelta(seconds=10))
         theirs = expiry(case, T0 + timedelta(seconds=10))
         assert ours == (theirs.expired, theirs.time_left), case
-    assert claim_expired({**claim(), "status": {"conditions": [marked]}}, T0)[0]
+    # Until December 6 the stale condition counted: the extended claim's hibernated Sandbox was deleted.
+    assert not claim_expired(extended, T0 + timedelta(seconds=10))[0]
+    archive = archive_of(sandbox())
+    assert decide(Snapshot(now=T0, archive=archive, claim=extended)) == Nothing(3600.0)
     assert claim_expired(None, T0) == (False, None)
 
 
