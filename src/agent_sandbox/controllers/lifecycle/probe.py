@@ -15,7 +15,7 @@ import logging
 
 import aiohttp
 
-from .decide import RuntimeActivity
+from .plan import RuntimeActivity
 
 __all__ = ["PROBE_TIMEOUT", "ActivityProbe"]
 
