@@ -55,10 +55,11 @@ type endpoint struct {
 	podIPStale atomic.Bool
 	// lookupPodIP reads the Sandbox's pod IP now ("" for none); nil when the pod IP is not sent.
 	lookupPodIP func(ctx context.Context) (string, error)
-	// explain reads the Sandbox after a call could not reach it and returns why when the Sandbox tells:
-	// ErrSandboxDeleted (gone) or ErrNotReady (suspended; for a connection to the pod's own address also not
-	// Ready, or on another pod now). nil func: no Kubernetes client.
-	explain func(ctx context.Context) error
+	// explain reads the Sandbox after a call could not reach it (Sandbox.whyUnreachable): stop is why no
+	// attempt can reach it (ErrSandboxDeleted: gone; ErrNotReady: suspended, or for a connection to the pod's
+	// own address on another pod now); note a state that may pass (that pod not Ready), named in the call's
+	// error only if it fails anyway. nil func: no Kubernetes client.
+	explain func(ctx context.Context) (stop, note error)
 	// sendHeaders: the requests go to a router or a gateway, so Options.Headers (its credentials) go with
 	// them. Until December 6 they went to the sandbox too (pod IP, Service, sandboxd port-forward modes),
 	// handing e.g. the router's Authorization token to the code running in it.
@@ -73,6 +74,10 @@ func newEndpoint(router bool, sandboxID, namespace string, serverPort int, podIP
 	return ep
 }
 
+// viaRouter: the requests go to a router or a gateway (with either runtime; router is the legacy runtime's
+// X-Sandbox-* headers only), so a request without response says nothing of the sandbox.
+func (ep *endpoint) viaRouter() bool { return ep.sendHeaders }
+
 // currentPodIP is the X-Sandbox-Pod-IP to send ("" for none).
 func (ep *endpoint) currentPodIP() string {
 	if p := ep.podIP.Load(); p != nil {
@@ -86,7 +91,9 @@ func (ep *endpoint) currentPodIP() string {
 // attempt can reach it then. Other lookup failures are not the call's (the cached IP is sent).
 func (ep *endpoint) podIPForAttempt(ctx context.Context) (string, error) {
 	if ep.podIPStale.Load() && ep.lookupPodIP != nil {
-		ip, err := ep.lookupPodIP(ctx)
+		lctx, cancel := context.WithTimeout(ctx, explainTimeout) // as whyUnreachable: not the call's budget
+		ip, err := ep.lookupPodIP(lctx)
+		cancel()
 		if errors.Is(err, ErrSandboxDeleted) || errors.Is(err, ErrNotReady) {
 			return "", err
 		}
@@ -102,27 +109,65 @@ func (ep *endpoint) podIPForAttempt(ctx context.Context) (string, error) {
 	return ep.currentPodIP(), nil
 }
 
-// whyUnreachable asks the Sandbox why a call could not reach it, at most once per call (*asked): the
-// named error (ErrSandboxDeleted, ErrNotReady) when it tells one, else nil. Until December 6 only a next
+// explainTimeout bounds the reads that say why a call could not reach its sandbox: a diagnosis, which a
+// hung API server must not turn into the call's whole budget (until December 6 it could).
+var explainTimeout = 5 * time.Second
+
+// diagnosis is what one call learnt from its Sandbox after failing to reach it (read at most once per call).
+type diagnosis struct {
+	asked bool
+	note  error
+}
+
+// whyUnreachable asks the Sandbox why a call could not reach it, at most once per call: the named error
+// (ErrSandboxDeleted, ErrNotReady) that ends the call when it tells one, else nil; a state that may pass is
+// kept for the call's final error (d.final). Bounded by explainTimeout. Until December 6 only a next
 // attempt's pod-IP lookup asked, so a Run or Start (one attempt), and any call without X-Sandbox-Pod-IP,
 // got the bare 502 the first time and the cause only on the call after.
-func (ep *endpoint) whyUnreachable(ctx context.Context, asked *bool) error {
-	if ep.explain == nil || *asked {
+func (ep *endpoint) whyUnreachable(ctx context.Context, d *diagnosis) error {
+	if ep.explain == nil || d.asked {
 		return nil
 	}
-	*asked = true
-	err := ep.explain(ctx)
-	if errors.Is(err, ErrSandboxDeleted) || errors.Is(err, ErrNotReady) {
-		return err
+	d.asked = true
+	rctx, cancel := context.WithTimeout(ctx, explainTimeout)
+	defer cancel()
+	type answer struct{ stop, note error }
+	told := make(chan answer, 1)
+	go func() { // a client that ignores its context's deadline does not hold the call either
+		stop, note := ep.explain(rctx)
+		told <- answer{stop, note}
+	}()
+	var a answer
+	select {
+	case a = <-told:
+	case <-rctx.Done():
+		return nil
+	}
+	d.note = a.note
+	if errors.Is(a.stop, ErrSandboxDeleted) || errors.Is(a.stop, ErrNotReady) {
+		return a.stop
 	}
 	return nil
 }
 
-// unreachableStatus is a router's (or gateway's) answer that it could not reach the sandbox: a 502, or a 503
-// other than a lifecycle router's "could not be resumed" (which says why itself), as the Python SDK reads it.
+// final is a call's last error with what its Sandbox said of a state that may pass (nothing when it said
+// nothing): e.g. ErrNotReady for a pod not Ready that did not come back within the call's attempts.
+func (d *diagnosis) final(err error) error {
+	if err == nil || d.note == nil {
+		return err
+	}
+	return fmt.Errorf("%w; %w", err, d.note)
+}
+
+// unreachableStatus is a router's (or gateway's) answer that it could not reach the sandbox: a 502 (the
+// router's "Could not connect to the backend sandbox"). Ours: not a 503 - the router's own are its
+// overload answer ("Too many concurrent requests.": until December 6 each failed call added a Sandbox read
+// to an overloaded cluster) and a lifecycle router's ("Sandbox <ns>/<name> could not be resumed: ...",
+// "... is resuming but was not Ready within <n>s"), which say why themselves or that it is coming back:
+// until December 6 the latter, for a Sandbox being hibernated and restored, ended the call "no longer
+// exists". The Python SDK reads the Sandbox after a 503 too.
 func unreachableStatus(e *HTTPError) bool {
-	return e.StatusCode == http.StatusBadGateway ||
-		(e.StatusCode == http.StatusServiceUnavailable && !strings.Contains(e.Body, "could not be resumed"))
+	return e.StatusCode == http.StatusBadGateway
 }
 
 // dropPodIP stops sending ip (if it is still the one sent) until the Sandbox is read again: the router
@@ -297,11 +342,12 @@ func (c *httpCaller) do(ctx context.Context, ep *endpoint, r wireRequest) (*http
 	}
 	reqID := newRequestID()
 	var last error
-	resentWithoutIP, immediate, asked := false, false, false
+	resentWithoutIP, immediate := false, false
+	var diag diagnosis
 	for n := 1; n <= attempts; n++ {
 		if n > 1 && !immediate {
 			if err := c.sleep(ctx, backoff(n, c.jitter())); err != nil {
-				return nil, callContextError(ctx, r.describe(), last)
+				return nil, callContextError(ctx, r.describe(), diag.final(last))
 			}
 		}
 		podIP := ""
@@ -332,12 +378,12 @@ func (c *httpCaller) do(ctx context.Context, ep *endpoint, r wireRequest) (*http
 				return nil, fmt.Errorf("%s: %w", r.describe(), err)
 			}
 			last = fmt.Errorf("%s: %w", r.describe(), connectionError(err))
-			if !ep.router && errors.Is(last, ErrConnection) {
+			if !ep.viaRouter() && errors.Is(last, ErrConnection) {
 				// Straight to the sandbox (its pod IP, Service, tunnel): no answer may mean it is gone or
 				// suspended, which no further attempt changes (in pod-IP mode a deleted sandbox's Write used to
 				// spend six attempts, ~7.5 s, and end without a cause). Through a router it says nothing of the
-				// sandbox.
-				if gone := ep.whyUnreachable(ctx, &asked); gone != nil {
+				// sandbox (until December 6 a sandboxd runtime's call to an unreachable router read it).
+				if gone := ep.whyUnreachable(ctx, &diag); gone != nil {
 					return nil, fmt.Errorf("%w; %w", last, gone)
 				}
 			}
@@ -372,16 +418,16 @@ func (c *httpCaller) do(ctx context.Context, ep *endpoint, r wireRequest) (*http
 		// IP), read it now: gone or suspended, the call ends here with the cause (wrapping this answer).
 		lookupNext := podIP != "" && resp.StatusCode == http.StatusBadGateway && ep.lookupPodIP != nil && n < attempts
 		if unreachableStatus(httpErr) && !lookupNext {
-			if gone := ep.whyUnreachable(ctx, &asked); gone != nil {
+			if gone := ep.whyUnreachable(ctx, &diag); gone != nil {
 				return nil, fmt.Errorf("%w; %w", httpErr, gone)
 			}
 		}
 		last = httpErr
 	}
 	if attempts == 1 {
-		return nil, last
+		return nil, diag.final(last)
 	}
-	return nil, fmt.Errorf("%w after %d attempts: %w", ErrRetriesExhausted, attempts, last)
+	return nil, diag.final(fmt.Errorf("%w after %d attempts: %w", ErrRetriesExhausted, attempts, last))
 }
 
 // callContextError reports a call whose context ended: ErrTimeout for a deadline (also matching

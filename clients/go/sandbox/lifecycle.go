@@ -454,14 +454,14 @@ func (s *Sandbox) refuseUnderExpiredClaim(ctx context.Context, sandboxName strin
 	return fmt.Errorf("%w: %w", ce, ErrSandboxDeleted)
 }
 
-// whyGone names a Sandbox that is gone because it is hibernated (its SandboxArchive exists): expired while
-// hibernated (marked expired-at, or its archived shutdownTime passed: never restored; a *ConditionError
-// SandboxExpired), or restorable by the CLI or the Python SDK, not by this SDK. Both are ErrSandboxDeleted,
-// as the missing Sandbox was before; nil when there is no archive (or it cannot be read).
-func (s *Sandbox) whyGone(ctx context.Context, sandboxName string) error {
+// hibernation reads the SandboxArchive of a Sandbox that was not found: archived is false when there is
+// none (or it cannot be read: no lifecycle component, no grant, as the Python SDK takes it); expired is the
+// *ConditionError SandboxExpired (also ErrSandboxDeleted) of one that is never restored: marked expired-at,
+// or its archived shutdownTime passed.
+func (s *Sandbox) hibernation(ctx context.Context, sandboxName string) (archived bool, expired error) {
 	archive, err := s.k8s.Dynamic.Resource(archivesGVR).Namespace(s.opts.Namespace).Get(ctx, sandboxName, getOpts)
 	if err != nil {
-		return nil
+		return false, nil
 	}
 	mark := archive.GetAnnotations()[ExpiredAtAnnotation]
 	if mark == "" {
@@ -472,14 +472,34 @@ func (s *Sandbox) whyGone(ctx context.Context, sandboxName string) error {
 	} else {
 		mark = "its SandboxArchive is marked " + ExpiredAtAnnotation + "=" + mark
 	}
-	if mark != "" {
-		ce := &ConditionError{Kind: "Sandbox", Namespace: s.opts.Namespace, Name: sandboxName, Type: "Ready",
-			Reason: "SandboxExpired", Message: "hibernated, and expired (" + mark + "): it is never restored"}
-		return fmt.Errorf("%w: %w", ce, ErrSandboxDeleted)
+	if mark == "" {
+		return true, nil
 	}
-	return fmt.Errorf("Sandbox %s/%s is hibernated (its SandboxArchive exists): this SDK does not restore it; "+
-		"`agent-sandbox lifecycle resume %s` or a lifecycle router request does: %w",
-		s.opts.Namespace, sandboxName, sandboxName, ErrSandboxDeleted)
+	ce := &ConditionError{Kind: "Sandbox", Namespace: s.opts.Namespace, Name: sandboxName, Type: "Ready",
+		Reason: "SandboxExpired", Message: "hibernated, and expired (" + mark + "): it is never restored"}
+	return true, fmt.Errorf("%w: %w", ce, ErrSandboxDeleted)
+}
+
+// hibernatedText says how a hibernated (restorable) Sandbox comes back: this SDK does not restore it.
+func (s *Sandbox) hibernatedText(sandboxName string) string {
+	return fmt.Sprintf("Sandbox %s/%s is hibernated (its SandboxArchive exists): this SDK does not restore it; "+
+		"`agent-sandbox lifecycle resume %s` or a lifecycle router request does", s.opts.Namespace, sandboxName,
+		sandboxName)
+}
+
+// whyGone names a Sandbox that is gone because it is hibernated (its SandboxArchive exists): expired while
+// hibernated (marked expired-at, or its archived shutdownTime passed: never restored; a *ConditionError
+// SandboxExpired), or restorable by the CLI or the Python SDK, not by this SDK. Both are ErrSandboxDeleted,
+// as the missing Sandbox was before; nil when there is no archive (or it cannot be read).
+func (s *Sandbox) whyGone(ctx context.Context, sandboxName string) error {
+	archived, expired := s.hibernation(ctx, sandboxName)
+	switch {
+	case !archived:
+		return nil
+	case expired != nil:
+		return expired
+	}
+	return fmt.Errorf("%s: %w", s.hibernatedText(sandboxName), ErrSandboxDeleted)
 }
 
 // Resume sets spec.operatingMode back to Running, waits until the Sandbox is Ready again (a new Pod, same

@@ -237,6 +237,7 @@ func fakeCluster(t *testing.T, objs ...runtime.Object) (*Sandbox, *dynamicfake.F
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		claimsGVR: "SandboxClaimList", sandboxesGVR: "SandboxList", gatewaysGVR: "GatewayList",
 		endpointSlicesGVR: "EndpointSliceList", servicesGVR: "ServiceList", podsGVR: "PodList",
+		archivesGVR: "SandboxArchiveList",
 	}, objs...)
 	o := Options{Quiet: true, SandboxReadyTimeout: 2 * time.Second, Namespace: "ns"}
 	o.setDefaults()

@@ -108,6 +108,10 @@ func (p *Process) ID() int { return p.id }
 // every time.
 func (p *Process) Recv() (Event, error) {
 	p.mu.Lock()
+	if p.exit != nil { // first: a Close that raced the exit event's return below came after the exit
+		p.mu.Unlock()
+		return Event{}, io.EOF
+	}
 	if p.closed {
 		p.mu.Unlock()
 		return Event{}, p.closedError()
@@ -133,8 +137,11 @@ func (p *Process) Recv() (Event, error) {
 		return Event{}, err
 	}
 	if ev.Type == EventExit {
+		// A Close between the backend's answer and here marked the Process closed before its exit: it came
+		// after the exit (the command had ended), so it changes nothing. Until December 6 Events and Recv
+		// then gave a spurious ErrProcessClosed after the exit event, and the stdin calls refused.
 		p.mu.Lock()
-		p.exit = &ev
+		p.exit, p.closed = &ev, false
 		p.mu.Unlock()
 		p.finish()
 	}

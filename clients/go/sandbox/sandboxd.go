@@ -58,15 +58,29 @@ func formatSeconds(d time.Duration) string {
 // unavailable returns the named cause of a gRPC UNAVAILABLE (the router's 502, or no connection to the pod)
 // when the Sandbox tells one (ErrSandboxDeleted, ErrNotReady; see endpoint.whyUnreachable), wrapping err;
 // else nil. In pod-IP mode a deleted sandbox's Run and Start used to fail "Unavailable ... connection
-// refused" matching no sentinel.
-func unavailable(ctx context.Context, ep *endpoint, asked *bool, err, cause error) error {
+// refused" matching no sentinel. Through a router only its "could not connect" answer reads the Sandbox:
+// a router that cannot be reached (restarting), its overload answer and a lifecycle router's 503 (which
+// says why itself) say nothing of the sandbox - until December 6 each of them cost a Sandbox read.
+func unavailable(ctx context.Context, ep *endpoint, d *diagnosis, err, cause error) error {
 	if status.Code(cause) != codes.Unavailable || ep == nil {
 		return nil
 	}
-	if gone := ep.whyUnreachable(ctx, asked); gone != nil {
+	if ep.viaRouter() && !routerCouldNotConnect(cause) {
+		return nil
+	}
+	if gone := ep.whyUnreachable(ctx, d); gone != nil {
 		return fmt.Errorf("%w; %w", err, gone)
 	}
 	return nil
+}
+
+// routerCouldNotConnect: a gRPC status that is a router's 502 for the sandbox (ours as grpc-message
+// "Could not connect to the backend sandbox: <id>"; a router that answers gRPC with an HTTP 502 - upstream's
+// - as grpc-go's "unexpected HTTP status code received from server: 502").
+func routerCouldNotConnect(cause error) bool {
+	msg := status.Convert(cause).Message()
+	return strings.Contains(msg, "Could not connect to the backend sandbox") ||
+		strings.Contains(msg, "status code received from server: 502")
 }
 
 func (s *sandboxdRuntime) run(ctx context.Context, client processv1.ProcessServiceClient, ep *endpoint, command string,
@@ -74,11 +88,11 @@ func (s *sandboxdRuntime) run(ctx context.Context, client processv1.ProcessServi
 	req := &processv1.ExecuteRequest{Config: processConfig(command, o)}
 	attempts := attemptsOr(o, defaultRunAttempts)
 	var last error
-	asked := false
+	var diag diagnosis
 	for n := 1; n <= attempts; n++ {
 		if n > 1 {
 			if err := s.http.sleep(ctx, backoff(n, s.http.jitter())); err != nil {
-				return nil, callContextError(ctx, "run (process.v1 Execute)", last)
+				return nil, callContextError(ctx, "run (process.v1 Execute)", diag.final(last))
 			}
 		}
 		cctx, cancel := ctx, context.CancelFunc(func() {})
@@ -109,14 +123,14 @@ func (s *sandboxdRuntime) run(ctx context.Context, client processv1.ProcessServi
 		if status.Code(err) != codes.Unavailable {
 			return nil, last
 		}
-		if named := unavailable(ctx, ep, &asked, last, err); named != nil {
+		if named := unavailable(ctx, ep, &diag, last, err); named != nil {
 			return nil, named // gone or suspended: no further attempt reaches it
 		}
 	}
 	if attempts == 1 {
-		return nil, last
+		return nil, diag.final(last)
 	}
-	return nil, fmt.Errorf("%w after %d attempts: %w", ErrRetriesExhausted, attempts, last)
+	return nil, diag.final(fmt.Errorf("%w after %d attempts: %w", ErrRetriesExhausted, attempts, last))
 }
 
 // start opens a process.v1 Start stream. The first event must be init (the process id); a command
@@ -132,13 +146,14 @@ func (s *sandboxdRuntime) start(ctx context.Context, client processv1.ProcessSer
 	b := &grpcProcess{client: client, cancel: cancel, commandTimeout: o.commandTimeout}
 	failed := func(err error) error {
 		cancel()
-		out, asked := grpcError("start (process.v1 Start)", err), false
+		out := grpcError("start (process.v1 Start)", err)
+		var diag diagnosis
 		if ctx.Err() == nil {
-			if named := unavailable(ctx, ep, &asked, out, err); named != nil {
+			if named := unavailable(ctx, ep, &diag, out, err); named != nil {
 				return named
 			}
 		}
-		return out
+		return diag.final(out)
 	}
 	stream, err := client.Start(sctx, req)
 	if err != nil {

@@ -100,11 +100,13 @@ func (s *Sandbox) connect(ctx context.Context, sandboxName string, info sandboxI
 		c.ep.lookupPodIP = func(ctx context.Context) (string, error) { return s.readPodIP(ctx, sandboxName) }
 	}
 	if s.k8s != nil {
-		directIP := ""
+		directIP, viaRouter := "", o.toRouter()
 		if o.mode() == modeInClusterPodIP {
 			directIP = info.podIP
 		}
-		c.ep.explain = func(ctx context.Context) error { return s.whyUnreachable(ctx, sandboxName, directIP) }
+		c.ep.explain = func(ctx context.Context) (error, error) {
+			return s.whyUnreachable(ctx, sandboxName, directIP, viaRouter)
+		}
 	}
 	var base string
 	switch o.mode() {
@@ -321,8 +323,13 @@ func (s *Sandbox) readPodIP(ctx context.Context, sandboxName string) (string, er
 		}
 		ip = claimSandboxInfo(claim).podIP
 	case isNotFound(err):
-		return "", fmt.Errorf("Sandbox %s/%s no longer exists (deleted, or its claim expired): %w",
-			s.opts.Namespace, sandboxName, ErrSandboxDeleted)
+		// (through a router: this lookup is for X-Sandbox-Pod-IP) hibernated and restorable, no pod IP: the
+		// router finds the Sandbox by name, and a lifecycle router restores it on request. Until December 6
+		// the call ended "no longer exists" here.
+		if gone := s.whyMissing(ctx, sandboxName, true); gone != nil {
+			return "", gone
+		}
+		ip = ""
 	case err != nil:
 		return "", err
 	default:
@@ -342,12 +349,35 @@ func (s *Sandbox) readPodIP(ctx context.Context, sandboxName string) (string, er
 	return ip, nil
 }
 
-// whyUnreachable reads the Sandbox after a call could not reach it, and says why when it tells (the Python
-// SDK's explain_unreachable): ErrSandboxDeleted when it is gone or being deleted, ErrNotReady when it is
-// suspended. directIP is the pod IP a ConnectivityInCluster connection goes to ("" otherwise): then a Sandbox
-// that is not Ready, or is on another pod now, is ErrNotReady too (the Python SDK reads the pod IP before
-// every call there). nil when the Sandbox is fine or could not be read: the original error stands.
-func (s *Sandbox) whyUnreachable(ctx context.Context, sandboxName, directIP string) error {
+// whyMissing says why a Sandbox that was not found cannot be reached (ErrSandboxDeleted): deleted (no
+// SandboxArchive), or hibernated and expired (never restored). A hibernated Sandbox that can still be
+// restored is nil through a router (viaRouter: a lifecycle router restores it on request, so the call's
+// next attempt may be held while it does), and ErrSandboxDeleted straight to the sandbox (nothing there
+// restores it; whyGone says how). Until December 6 a Sandbox being hibernated - or just hibernated, while
+// the router was holding the request to restore it - ended the call "no longer exists" at the first 502.
+func (s *Sandbox) whyMissing(ctx context.Context, sandboxName string, viaRouter bool) error {
+	archived, expired := s.hibernation(ctx, sandboxName)
+	switch {
+	case !archived:
+		return fmt.Errorf("Sandbox %s/%s no longer exists (deleted, or its claim expired): %w",
+			s.opts.Namespace, sandboxName, ErrSandboxDeleted)
+	case expired != nil:
+		return expired
+	case viaRouter:
+		return nil
+	}
+	return fmt.Errorf("%s: %w", s.hibernatedText(sandboxName), ErrSandboxDeleted)
+}
+
+// whyUnreachable reads the Sandbox after a call could not reach it (the Python SDK's explain_unreachable).
+// stop is why no further attempt can reach it: ErrSandboxDeleted when it is gone, being deleted, or
+// hibernated where nothing restores it (see whyMissing); ErrNotReady when it is suspended, or - directIP,
+// the pod IP a ConnectivityInCluster connection goes to ("" otherwise) - on another pod now. note is a state
+// that may pass, for the call's error if it fails anyway: that pod not Ready (its runtime container
+// restarting: same pod, same address, back in seconds; until December 6 the call ended at once with
+// ErrNotReady instead of riding through its attempts), or, through a router, a hibernated Sandbox. Both nil
+// when the Sandbox is fine or could not be read: the original error stands.
+func (s *Sandbox) whyUnreachable(ctx context.Context, sandboxName, directIP string, viaRouter bool) (stop, note error) {
 	where := s.opts.Namespace + "/" + sandboxName
 	obj, err := s.k8s.sandboxes(s.opts.Namespace).Get(ctx, sandboxName, metav1.GetOptions{})
 	var ready *condition
@@ -358,28 +388,36 @@ func (s *Sandbox) whyUnreachable(ctx context.Context, sandboxName, directIP stri
 		claim, cerr := s.boundClaim(ctx, sandboxName)
 		if cerr != nil {
 			if errors.Is(cerr, ErrSandboxDeleted) {
-				return cerr
+				return cerr, nil
 			}
-			return nil
+			return nil, nil
 		}
 		ready, podIP = findCondition(conditionsOf(claim), "Ready"), claimSandboxInfo(claim).podIP
 	case isNotFound(err):
-		return fmt.Errorf("Sandbox %s no longer exists (deleted, or its claim expired): %w", where, ErrSandboxDeleted)
+		if gone := s.whyMissing(ctx, sandboxName, viaRouter); gone != nil {
+			return gone, nil
+		}
+		return nil, errors.New(s.hibernatedText(sandboxName)) // if the router does not bring it back
 	case err != nil:
-		return nil
+		return nil, nil
 	default:
 		info := readSandboxInfo(obj)
 		if obj.GetDeletionTimestamp() != nil {
-			return fmt.Errorf("Sandbox %s is being deleted: %w", where, ErrSandboxDeleted)
+			return fmt.Errorf("Sandbox %s is being deleted: %w", where, ErrSandboxDeleted), nil
 		}
 		if info.mode == "Suspended" {
 			return fmt.Errorf("Sandbox %s is suspended (spec.operatingMode: Suspended): call Resume, "+
-				"or run the router with --sandbox-lifecycle to resume it on request: %w", where, ErrNotReady)
+				"or run the router with --sandbox-lifecycle to resume it on request: %w", where, ErrNotReady), nil
 		}
 		ready, podIP = findCondition(conditionsOf(obj), "Ready"), info.podIP
 	}
 	if directIP == "" {
-		return nil // through a router or a Service: the router's own errors say the rest
+		return nil, nil // through a router or a Service: the router's own errors say the rest
+	}
+	if podIP != "" && podIP != directIP {
+		return fmt.Errorf("Sandbox %s is on another pod now (pod IP %q, this handle connected to %s; it was "+
+			"suspended and resumed elsewhere): call Disconnect, then Open to reconnect: %w", where, podIP, directIP,
+			ErrNotReady), nil
 	}
 	if ready == nil || ready.Status != "True" {
 		why := "no Ready condition"
@@ -389,12 +427,7 @@ func (s *Sandbox) whyUnreachable(ctx context.Context, sandboxName, directIP stri
 				why += ": " + ready.Message
 			}
 		}
-		return fmt.Errorf("Sandbox %s is not Ready (%s): %w", where, why, ErrNotReady)
+		return nil, fmt.Errorf("Sandbox %s is not Ready (%s): %w", where, why, ErrNotReady)
 	}
-	if podIP != directIP {
-		return fmt.Errorf("Sandbox %s is on another pod now (pod IP %q, this handle connected to %s; it was "+
-			"suspended and resumed elsewhere): call Disconnect, then Open to reconnect: %w", where, podIP, directIP,
-			ErrNotReady)
-	}
-	return nil
+	return nil, nil
 }

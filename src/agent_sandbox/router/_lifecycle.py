@@ -21,7 +21,9 @@ controller reports an error such as a quota refusal) or the wait runs out, the r
 `{"detail": ...}` naming the Sandbox and the reason, with `Retry-After`. A hibernated Sandbox the lifecycle
 controller will never restore (its archive marked `expired-at`, or its SandboxClaim expired) gets that 503 at
 once, before any restore request is written; so does a held restore whose archive was deleted without a
-Sandbox coming back (the controller ended it: its claim expired, or it was deleted).
+Sandbox coming back (the controller ended it: its claim expired, or it was deleted). Every such refusal says
+`Sandbox <ns>/<name> could not be resumed: <why>`: both SDKs take that phrase as "the router said why" (and
+add no guess of their own); only the hold running out says `is resuming but was not Ready within <n>s`.
 """
 
 from __future__ import annotations
@@ -30,13 +32,15 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from ..api import lifecycle as lc
 from ..api.constants import OperatingMode
-from ..api.meta import controller_name, format_rfc3339nano
+from ..api.meta import controlled_by, controller_name, format_rfc3339nano
 from ..kube import SANDBOX, SANDBOX_CLAIM, ApiClient, Conflict, Forbidden, KubeError, NotFound
 from ._lifecycle_state import LifecycleState
 from ._metrics import RouterMetrics
@@ -53,6 +57,8 @@ _URGENT_WRITE_TIMEOUT = 2.0
 _FLUSH_PERIOD = 1.0
 _WAKE = 1.0  # a held request re-checks at least this often
 _SLOW_HOLD = 5.0  # holds longer than this are logged
+_REFUSALS_KEPT = 1024  # archives whose restore verdict is remembered (least recently used dropped)
+_VERDICT_TTL = 10.0  # a verdict that rests on a claim's state is read again after this long (seconds)
 
 
 class ResumeFailed(RouteError):
@@ -63,6 +69,24 @@ class ResumeFailed(RouteError):
 
 
 Key = tuple[str, str]
+
+
+def _refused(ns: str, name: str, why: str) -> str:
+    """The detail of a 503 for a hibernated Sandbox that will not be restored. It carries "could not be
+    resumed", the phrase both SDKs take for "the router said why": until December 6 it said "could not be
+    restored", so the Python SDK added "is hibernated: restore it with resume()" to a refusal that said it
+    never would be, and the Go SDK replaced the reason with a generic "deleted"."""
+    return f"Sandbox {ns}/{name} could not be resumed: {why}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    """`_restore_refused`'s answer for one version (uid + resourceVersion) of an archive, until `until`."""
+
+    uid: str
+    resource_version: str
+    refusal: str
+    until: float
 
 
 class Traffic(Protocol):
@@ -96,6 +120,8 @@ class RouterLifecycle:
         self._pending: dict[Key, float] = {}
         self._written: dict[Key, float] = {}
         self._resuming: dict[Key, asyncio.Task[str]] = {}
+        self._verdicts: OrderedDict[Key, _Verdict] = OrderedDict()
+        self._ending: dict[Key, asyncio.Task[bool]] = {}
         self._open: dict[Key, int] = {}
         self._tunnels: dict[Key, set[Traffic]] = {}
 
@@ -306,9 +332,9 @@ class RouterLifecycle:
             and self.state.policy(ns, archive.annotations, archive.template).auto_resume
         ):
             if archive.shutdown_time is not None and now >= archive.shutdown_time:
-                return f"Sandbox {ns}/{name} could not be restored: it has expired (its shutdownTime passed)"
+                return _refused(ns, name, "it is hibernated and has expired (its shutdownTime passed)")
             if archive.deleting:
-                return f"Sandbox {ns}/{name} could not be restored: its archive is being deleted"
+                return _refused(ns, name, "it is hibernated and its archive is being deleted")
         return ""
 
     def _action(self, key: Key) -> str | None:
@@ -379,33 +405,67 @@ class RouterLifecycle:
         instead). Until December 6 the router wrote the restore request anyway and held the request for the
         whole resume timeout while the controller deleted the archive.
 
-        Uncached reads: the router's archive view keeps neither the archive's own annotations nor its owners.
+        The router's archive view keeps neither the archive's own annotations nor its owners, so the verdict
+        comes from uncached reads, and is remembered per archive version (uid + resourceVersion, as the
+        informer shows it): an `expired-at` archive is kept indefinitely, and until December 6 every request
+        to it cost two API reads. A verdict that rests on the claim is read again after `_VERDICT_TTL` (or
+        at the claim's expiry, if sooner): the claim's own changes do not change the archive's version.
         A claim that cannot be read (a router role without `get` on sandboxclaims) is taken as not expired;
         `_wait_ready` then still ends the hold once the archive is gone with no Sandbox restored.
         """
+        key = (ns, name)
+        clock = self._clock()
+        view = self.state.archives.get(key)
+        known = self._verdicts.get(key)
+        if (
+            known is not None
+            and view is not None
+            and (known.uid, known.resource_version) == (view.uid, view.resource_version)
+            and clock < known.until
+        ):
+            self._verdicts.move_to_end(key)
+            return known.refusal
         try:
             archive = await self.api.get(lc.ARCHIVE, name, namespace=ns)
         except KubeError:
             return ""  # gone (the patch says so) or unreadable: the controller decides
-        what = f"Sandbox {ns}/{name} could not be restored"
+        refusal, ttl = await self._archive_refusal(ns, name, archive, now)
+        meta = archive.get("metadata") or {}
+        self._verdicts[key] = _Verdict(
+            str(meta.get("uid", "")), str(meta.get("resourceVersion", "")), refusal, clock + ttl
+        )
+        self._verdicts.move_to_end(key)
+        while len(self._verdicts) > _REFUSALS_KEPT:
+            self._verdicts.popitem(last=False)
+        return refusal
+
+    async def _archive_refusal(
+        self, ns: str, name: str, archive: dict[str, Any], now: datetime
+    ) -> tuple[str, float]:
+        """(`_restore_refused`'s answer for `archive`, for how long it holds in seconds)."""
         expired_at = ((archive.get("metadata") or {}).get("annotations") or {}).get(lc.ANNOTATION_EXPIRED_AT)
-        if expired_at:
-            return f"{what}: it has expired (its archive is marked {lc.ANNOTATION_EXPIRED_AT}={expired_at})"
+        if expired_at:  # the controller's mark is never taken back: this archive version is final
+            why = f"it is hibernated and has expired (its archive is marked {lc.ANNOTATION_EXPIRED_AT}={expired_at})"
+            return _refused(ns, name, why), float("inf")
         claim_name = controller_name(archive, SANDBOX_CLAIM)
         if not claim_name:
-            return ""
+            return "", float("inf")
         try:
             claim = await self.api.get(SANDBOX_CLAIM, claim_name, namespace=ns)
         except (Forbidden, NotFound):
-            return ""  # no grant on claims / deleted (the archive goes with it): nothing to tell here
+            # no grant on claims / deleted (the archive goes with it): nothing to tell here
+            return "", _VERDICT_TTL
         except KubeError as exc:
             log.info("claim %s/%s of archive %s not read: %s", ns, claim_name, name, exc)
-            return ""
+            return "", 0.0
+        if not controlled_by(archive, SANDBOX_CLAIM, str(claim["metadata"].get("uid") or "")):
+            return "", _VERDICT_TTL  # a new claim under the name: not the one whose expiry ends this archive
         expired, left = lc.claim_expired(claim, now)
         if not expired:
-            return ""
+            return "", _VERDICT_TTL if left is None else max(0.0, min(_VERDICT_TTL, left))
         when = f" at {format_rfc3339nano(now + timedelta(seconds=left))}" if left is not None else ""
-        return f"{what}: its SandboxClaim {claim_name!r} has expired{when}"
+        why = f"it is hibernated and its SandboxClaim {claim_name!r} has expired{when}"
+        return _refused(ns, name, why), _VERDICT_TTL
 
     async def _restore_ended(self, key: Key) -> bool:
         """The restore asked for `key` will not bring the Sandbox back: neither it nor its archive exists (the
@@ -425,6 +485,26 @@ class RouterLifecycle:
                 return False
             return False
         return True
+
+    async def _restore_ended_within(self, key: Key, remaining: float) -> bool:
+        """`_restore_ended`, bounded by the held request's time left; the reads are shared by every request
+        held for `key` that asks meanwhile (one check per key per wake). Until December 6 each held request
+        made its own reads on every wake, unbounded: with a slow API server (a 60 s client timeout per read,
+        two reads) a request was held up to ~120 s past its deadline."""
+        if remaining <= 0 or key in self.state.sandboxes or key in self.state.archives:
+            return False  # out of time (the caller says so), or the cache answers: no reads
+        check = self._ending.get(key)
+        if check is None:
+            check = asyncio.create_task(self._restore_ended(key), name=f"restore ended {key[0]}/{key[1]}")
+            self._ending[key] = check
+            check.add_done_callback(
+                lambda t: self._ending.pop(key, None) if self._ending.get(key) is t else None
+            )
+        try:
+            async with asyncio.timeout(remaining):
+                return await asyncio.shield(check)  # one request's deadline does not cancel the others' check
+        except TimeoutError:
+            return False  # the caller's own bound says the rest
 
     async def _wait_ready(
         self,
@@ -454,11 +534,15 @@ class RouterLifecycle:
                 task.done()
                 and not task.cancelled()
                 and task.result() in ("restored", "joined")
-                and await self._restore_ended(key)
+                and await self._restore_ended_within(key, until - loop.time())
             ):
                 raise ResumeFailed(
-                    f"Sandbox {ns}/{name} could not be restored: its archive was deleted and no Sandbox came "
-                    "back (its SandboxClaim expired, or it was deleted)"
+                    _refused(
+                        ns,
+                        name,
+                        "it was hibernated, and its archive was deleted with no Sandbox coming back (its "
+                        "SandboxClaim expired, or it was deleted)",
+                    )
                 )
             if task.done() and not task.cancelled() and task.result() == "waited":
                 # We waited for a Sandbox that looked Running (its pod being deleted by a suspend whose
@@ -498,5 +582,5 @@ class RouterLifecycle:
                         await fut
 
     async def close(self) -> None:
-        for task in list(self._resuming.values()):
+        for task in [*self._resuming.values(), *self._ending.values()]:
             task.cancel()

@@ -85,7 +85,7 @@ async def refused(http: aiohttp.ClientSession, router: Router, name: str, namesp
         status, body = await through(http, router, name, namespace)
         detail = str((body or {}).get("detail", "")) if isinstance(body, dict) else ""
         assert "not Ready within" not in detail, detail  # held for the resume timeout: the old behaviour
-        return detail if status == 503 and "could not be restored" in detail else None
+        return detail if status == 503 and "could not be resumed: it is hibernated" in detail else None
 
     return await eventually(attempt, f"the router's 503 for {name}", within=30)
 
@@ -109,7 +109,8 @@ async def test_a_hibernated_sandbox_under_an_expired_claim_is_refused_at_once(
     router = await start_router()
     detail = await refused(http, router, "sleeper", namespace)
     assert detail.startswith(
-        f"Sandbox {namespace}/sleeper could not be restored: its SandboxClaim 'gone' has expired at "
+        f"Sandbox {namespace}/sleeper could not be resumed: it is hibernated and its SandboxClaim 'gone' has "
+        "expired at "
     ), detail
     archive = await kube.get(lc.ARCHIVE, "sleeper", namespace=namespace)
     assert "restore" not in archive["spec"]  # no restore request written
@@ -128,7 +129,7 @@ async def test_an_archive_marked_expired_is_refused_and_shown_expired(
     await kube.create(lc.ARCHIVE, archive_body("restorable"), namespace=namespace)
     router = await start_router()
     detail = await refused(http, router, "kept", namespace)
-    assert "it has expired" in detail, detail
+    assert "it is hibernated and has expired" in detail, detail
     assert lc.ANNOTATION_EXPIRED_AT in detail, detail
     kept = await get_or_none(kube, lc.ARCHIVE, "kept", namespace)
     assert kept is not None

@@ -223,6 +223,6 @@ async def test_an_expired_archive_is_not_restored() -> None:
         activity_interval=0,
     )
     deadline = asyncio.get_running_loop().time() + 30
-    with pytest.raises(ResumeFailed, match="could not be restored: it has expired"):
+    with pytest.raises(ResumeFailed, match="could not be resumed: it is hibernated and has expired"):
         await asyncio.wait_for(lifecycle.hold(ROUTE, deadline), 2)
     await lifecycle.close()

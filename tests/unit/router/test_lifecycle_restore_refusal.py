@@ -9,6 +9,7 @@ tests/integration/lifecycle/test_restore_refused.py.
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -57,7 +58,7 @@ def claim(name: str, shutdown_time: str) -> dict[str, Any]:
     return {
         "apiVersion": SANDBOX_CLAIM.api_version,
         "kind": "SandboxClaim",
-        "metadata": {"name": name, "namespace": "team"},
+        "metadata": {"name": name, "namespace": "team", "uid": f"uid-{name}"},  # the archive's owner
         "spec": {"lifecycle": {"shutdownTime": shutdown_time, "shutdownPolicy": "Retain"}},
     }
 
@@ -89,7 +90,8 @@ async def test_an_archive_under_an_expired_claim_is_not_restored() -> None:
     lifecycle = await lifecycle_of(api, stored)
     await hold_fails(
         lifecycle,
-        r"^Sandbox team/sb could not be restored: its SandboxClaim 'c1' has expired at 2026-01-01T00:00:00",
+        r"^Sandbox team/sb could not be resumed: it is hibernated and its SandboxClaim 'c1' has expired at "
+        r"2026-01-01T00:00:00",
     )
     after = await api.get(lc.ARCHIVE, "sb", namespace="team")
     assert "restore" not in after["spec"]  # no restore request written
@@ -101,7 +103,9 @@ async def test_an_archive_marked_expired_at_is_not_restored() -> None:
     marked = archive(annotations={lc.ANNOTATION_EXPIRED_AT: "2026-12-06T10:00:00Z"})
     stored = await api.create(lc.ARCHIVE, marked, namespace="team")
     lifecycle = await lifecycle_of(api, stored)
-    await hold_fails(lifecycle, "could not be restored: it has expired .*expired-at=2026-12-06T10:00:00Z")
+    await hold_fails(
+        lifecycle, "could not be resumed: it is hibernated and has expired .*expired-at=2026-12-06T10:00:00Z"
+    )
     assert "restore" not in (await api.get(lc.ARCHIVE, "sb", namespace="team"))["spec"]
 
 
@@ -142,6 +146,81 @@ async def test_a_restore_whose_archive_goes_without_a_sandbox_ends_at_once() -> 
     await api.delete(lc.ARCHIVE, "sb", namespace="team")
     lifecycle.state.archives.pop(("team", "sb"))
     lifecycle.state._changes.notify()
-    with pytest.raises(ResumeFailed, match="its archive was deleted and no Sandbox came back"):
+    with pytest.raises(ResumeFailed, match="its archive was deleted with no Sandbox coming back"):
         await asyncio.wait_for(held, 3)
     await lifecycle.close()
+
+
+async def refusal_of(case: str) -> str:
+    """The detail of the router's 503 for a hibernated Sandbox in `case`."""
+    api = FakeClient()
+    annotations: dict[str, str] = {}
+    owner: str | None = None
+    if case == "claim expired":
+        await api.create(SANDBOX_CLAIM, claim("c1", PAST), namespace="team")
+        owner = "c1"
+    if case == "marked expired-at":
+        annotations = {lc.ANNOTATION_EXPIRED_AT: "2026-12-06T10:00:00Z"}
+    body = archive(annotations=annotations, claim=owner)
+    if case == "shutdownTime passed":
+        body["spec"]["sandbox"]["spec"]["shutdownTime"] = PAST
+    if case == "archive being deleted":
+        body["metadata"]["deletionTimestamp"] = PAST
+    stored = await api.create(lc.ARCHIVE, body, namespace="team")
+    lifecycle = await lifecycle_of(api, stored)
+    if case == "archive deleted without a restore":
+        api.inject_error("get", Forbidden(403, "Forbidden", "no grant"), kind=SANDBOX_CLAIM)
+        held = asyncio.create_task(lifecycle.hold(ROUTE, asyncio.get_running_loop().time() + 30))
+        for _ in range(100):
+            if (await api.get(lc.ARCHIVE, "sb", namespace="team"))["spec"].get("restore"):
+                break
+            await asyncio.sleep(0.02)
+        await api.delete(lc.ARCHIVE, "sb", namespace="team")
+        lifecycle.state.archives.pop(("team", "sb"))
+        lifecycle.state._changes.notify()
+    else:
+        held = asyncio.create_task(lifecycle.hold(ROUTE, asyncio.get_running_loop().time() + 30))
+    with pytest.raises(ResumeFailed) as failed:
+        await asyncio.wait_for(held, 3)
+    await lifecycle.close()
+    return failed.value.detail
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "claim expired",
+        "marked expired-at",
+        "shutdownTime passed",
+        "archive being deleted",
+        "archive deleted without a restore",
+    ],
+)
+async def test_a_restore_refusal_carries_the_sdks_marker(case: str) -> None:
+    # Until December 6 these said "could not be restored": the Python SDK then added "is hibernated: restore
+    # it with resume()" to a refusal saying it never would be, and the Go SDK replaced it with "deleted".
+    # "could not be resumed" is what both SDKs take for "the router said why" (and add nothing).
+    from agent_sandbox_sdk._calls import explain_unreachable
+    from agent_sandbox_sdk.exceptions import SandboxRequestError
+
+    detail = await refusal_of(case)
+    assert detail.startswith("Sandbox team/sb could not be resumed: it "), detail
+    assert "hibernated" in detail, detail
+    err = SandboxRequestError(f"GET http://router/files/a: HTTP 503: {detail}", 503)
+    explaining = explain_unreachable(None, err)  # type: ignore[arg-type]  # no read: no connection needed
+    with pytest.raises(StopIteration) as passed:
+        next(explaining)  # a first step would be the SDK's read of the Sandbox
+    assert passed.value.value is err  # the router's reason, as it was
+
+
+async def test_an_expired_claim_created_again_under_the_name_is_not_the_archives() -> None:
+    """The archive's claim was deleted (orphaning it) and a new claim took the name and expired: its expiry
+    does not end this archive (the controller ignores it too), so the restore is not refused for it."""
+    api = FakeClient()
+    stored = archive(claim="c1")
+    await api.create(lc.ARCHIVE, stored, namespace="team")
+    other = claim("c1", PAST)
+    other["metadata"]["uid"] = "a-new-claim"
+    await api.create(SANDBOX_CLAIM, other, namespace="team")
+    lifecycle = await lifecycle_of(api, stored)
+    assert await lifecycle._restore_refused("team", "sb", datetime.now(UTC)) == ""
