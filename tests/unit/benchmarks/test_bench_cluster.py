@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import asdict
 from pathlib import Path
 
 import benchmarks.cluster as bench_cluster
@@ -27,17 +26,12 @@ from benchmarks.cluster import (
 )
 
 from agent_sandbox.devcluster import DevCluster
-from agent_sandbox.devcluster import cluster as cluster_module
 from agent_sandbox.devcluster.config import ClusterConfig
 from agent_sandbox.devcluster.processes import is_ours
-from agent_sandbox.devcluster.state import ClusterError, ClusterState
-from tests.helpers import wait_for
+from agent_sandbox.devcluster.state import ClusterError
+from tests.unit.benchmarks.recorded_cluster import recorded_cluster
 
 pytestmark = pytest.mark.unit
-
-
-def _no_build() -> None:
-    raise AssertionError("the test must not get as far as building the control plane")
 
 
 NAME = "bench-unit"
@@ -48,34 +42,8 @@ def recorded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
     """A cluster `bench-unit` under `<tmp>/bench`, its one process running; the cache root is that root."""
-    root = tmp_path / "bench"
-    monkeypatch.setenv("AGENT_SANDBOX_CACHE", str(root))
-    directory = root / "clusters" / NAME
-    (directory / "logs").mkdir(parents=True)
-    proc = subprocess.Popen(["sleep", "60"])
-    # Popen returns before the kernel shows the new command line; until then the PID is not "ours".
-    wait_for(lambda: is_ours(proc.pid, "sleep"), timeout=10, what="sleep to exec")
-    # Never build or start a real control plane here, whatever goes wrong.
-    monkeypatch.setattr(cluster_module, "ensure_binaries", _no_build)
-    state = ClusterState(
-        name=NAME,
-        directory=str(directory),
-        binaries=str(tmp_path / "bin"),
-        ports={"apiserver": 1},
-        pod_cidr="127.10.0.0/16",
-        kubeconfig=str(directory / "kubeconfig"),
-        server="https://127.0.0.1:1",
-        nodes=[],
-        processes=[
-            {"name": "etcd", "pid": proc.pid, "exe": "sleep", "log": str(directory / "logs" / "etcd")}
-        ],
-    )
-    (directory / "state.json").write_text(json.dumps(asdict(state)))
-    try:
-        yield directory, proc
-    finally:
-        proc.kill()
-        proc.wait()
+    with recorded_cluster(tmp_path, monkeypatch, NAME) as found:
+        yield found
 
 
 def test_the_refusal_names_a_command_that_finds_the_cluster(

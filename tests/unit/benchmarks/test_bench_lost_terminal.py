@@ -10,13 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import json
 import os
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +23,9 @@ from benchmarks.log import log
 from benchmarks.tuning import Tuning
 
 from agent_sandbox.devcluster import DevCluster
-from agent_sandbox.devcluster import cluster as cluster_module
 from agent_sandbox.devcluster.config import ClusterConfig
 from agent_sandbox.devcluster.processes import is_ours
-from agent_sandbox.devcluster.state import ClusterState
-from tests.helpers import wait_for
+from tests.unit.benchmarks.recorded_cluster import recorded_cluster
 
 pytestmark = pytest.mark.unit
 
@@ -121,35 +116,8 @@ def test_an_interrupted_start_is_stopped_although_the_terminal_is_gone(
 @pytest.fixture
 def recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, int]]:
     """A cluster `bench-hangup` under `<tmp>/bench` whose one process (a `sleep`) runs."""
-    root = tmp_path / "bench"
-    monkeypatch.setenv("AGENT_SANDBOX_CACHE", str(root))
-    monkeypatch.delenv("AGENT_SANDBOX_BENCH_ROOT", raising=False)
-    monkeypatch.delenv("AGENT_SANDBOX_BENCH_ISOLATE", raising=False)
-    directory = root / "clusters" / NAME
-    (directory / "logs").mkdir(parents=True)
-    (directory / "logs" / "etcd").write_text("etcd's log\n")
-    proc = subprocess.Popen(["sleep", "60"])
-    wait_for(lambda: is_ours(proc.pid, "sleep"), timeout=10, what="sleep to exec")
-    monkeypatch.setattr(cluster_module, "ensure_binaries", lambda: pytest.fail("no control plane here"))
-    state = ClusterState(
-        name=NAME,
-        directory=str(directory),
-        binaries=str(tmp_path / "bin"),
-        ports={"apiserver": 1},
-        pod_cidr="127.10.0.0/16",
-        kubeconfig=str(directory / "kubeconfig"),
-        server="https://127.0.0.1:1",
-        nodes=[],
-        processes=[
-            {"name": "etcd", "pid": proc.pid, "exe": "sleep", "log": str(directory / "logs" / "etcd")}
-        ],
-    )
-    (directory / "state.json").write_text(json.dumps(asdict(state)))
-    try:
+    with recorded_cluster(tmp_path, monkeypatch, NAME) as (directory, proc):
         yield directory, proc.pid
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_a_failed_run_is_torn_down_although_the_terminal_is_gone(
