@@ -25,8 +25,10 @@ LIFECYCLE_RULES: Final[tuple[Rule, ...]] = (
     Rule(
         (ARCHIVE.group,),
         (ARCHIVE.plural,),
-        ("create", "delete", "get", "list", "watch"),
-        "Hibernation creates a SandboxArchive (informer for the restore requests); a restore deletes it.",
+        ("create", "delete", "get", "list", "patch", "update", "watch"),
+        "Hibernation creates a SandboxArchive (informer for the restore requests), records on it the restored"
+        " Sandbox's UID and an expiry mark (patch), refreshes its copy of a Sandbox edited while being archived"
+        " (update); a restore deletes it.",
     ),
 )
 
