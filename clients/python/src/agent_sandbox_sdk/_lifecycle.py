@@ -445,12 +445,8 @@ def _final(namespace: str, sandbox: str, obj: Mapping[str, Any], generation: int
         raise SandboxNotFoundError(f"Sandbox {namespace}/{sandbox} is being deleted: it will not be {mode}")
     ready = _condition(obj, "Ready") or {}
     deadline = (obj.get("spec") or {}).get("shutdownTime")
-    passed = False
-    if isinstance(deadline, str):
-        try:
-            passed = datetime.fromisoformat(deadline.replace("Z", "+00:00")) <= datetime.now(UTC)
-        except ValueError:
-            passed = False
+    at = _parse_time(deadline)
+    passed = at is not None and at <= datetime.now(UTC)
     marked = (
         ready.get("reason") == REASON_SANDBOX_EXPIRED
         and int(ready.get("observedGeneration") or 0) >= generation
