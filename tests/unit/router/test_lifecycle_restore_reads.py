@@ -20,10 +20,8 @@ from agent_sandbox.api import lifecycle as lc
 from agent_sandbox.kube import SANDBOX, SANDBOX_CLAIM, ResourceKind
 from agent_sandbox.kube.testing import FakeClient
 from agent_sandbox.router._lifecycle import ResumeFailed, RouterLifecycle
-from agent_sandbox.router._lifecycle_state import LifecycleState, _diet_archive, archive_view
-from agent_sandbox.router._metrics import RouterMetrics
-from agent_sandbox.router._podcache import PodCache
-from tests.unit.router.test_lifecycle_restore_refusal import PAST, ROUTE, archive, claim
+from agent_sandbox.router._lifecycle_state import _diet_archive, archive_view
+from tests.unit.router.test_lifecycle_restore_refusal import PAST, ROUTE, archive, claim, lifecycle_over
 
 pytestmark = pytest.mark.unit
 
@@ -36,20 +34,6 @@ class Clock:
 
     def __call__(self) -> float:
         return time.time() + self.offset
-
-
-def lifecycle_over(api: FakeClient, stored: dict[str, Any], clock: Clock | None = None) -> RouterLifecycle:
-    state = LifecycleState(api)
-    state.archives[("team", "sb")] = archive_view(_diet_archive(stored))
-    return RouterLifecycle(
-        api,  # type: ignore[arg-type]
-        state,
-        PodCache(api),
-        RouterMetrics(),
-        resume_timeout=30,
-        activity_interval=0,
-        clock=clock or time.time,
-    )
 
 
 def lc_now(clock: Clock) -> datetime:

@@ -9,6 +9,8 @@ tests/integration/lifecycle/test_restore_refused.py.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -63,7 +65,10 @@ def claim(name: str, shutdown_time: str) -> dict[str, Any]:
     }
 
 
-async def lifecycle_of(api: FakeClient, stored: dict[str, Any]) -> RouterLifecycle:
+def lifecycle_over(
+    api: FakeClient, stored: dict[str, Any], clock: Callable[[], float] | None = None
+) -> RouterLifecycle:
+    """A router lifecycle whose archive informer already shows `stored` (the fake API server holds it)."""
     state = LifecycleState(api)
     state.archives[("team", "sb")] = archive_view(_diet_archive(stored))
     return RouterLifecycle(
@@ -73,6 +78,7 @@ async def lifecycle_of(api: FakeClient, stored: dict[str, Any]) -> RouterLifecyc
         RouterMetrics(),
         resume_timeout=30,
         activity_interval=0,
+        clock=clock or time.time,
     )
 
 
@@ -87,7 +93,7 @@ async def test_an_archive_under_an_expired_claim_is_not_restored() -> None:
     api = FakeClient()
     await api.create(SANDBOX_CLAIM, claim("c1", PAST), namespace="team")
     stored = await api.create(lc.ARCHIVE, archive(claim="c1"), namespace="team")
-    lifecycle = await lifecycle_of(api, stored)
+    lifecycle = lifecycle_over(api, stored)
     await hold_fails(
         lifecycle,
         r"^Sandbox team/sb could not be resumed: it is hibernated and its SandboxClaim 'c1' has expired at "
@@ -102,7 +108,7 @@ async def test_an_archive_marked_expired_at_is_not_restored() -> None:
     api = FakeClient()
     marked = archive(annotations={lc.ANNOTATION_EXPIRED_AT: "2026-12-06T10:00:00Z"})
     stored = await api.create(lc.ARCHIVE, marked, namespace="team")
-    lifecycle = await lifecycle_of(api, stored)
+    lifecycle = lifecycle_over(api, stored)
     await hold_fails(
         lifecycle, "could not be resumed: it is hibernated and has expired .*expired-at=2026-12-06T10:00:00Z"
     )
@@ -117,7 +123,7 @@ async def test_a_claim_not_expired_or_not_readable_lets_the_restore_be_asked() -
         if forbidden:  # a router role without claims: the controller still decides
             api.inject_error("get", Forbidden(403, "Forbidden", "no grant"), kind=SANDBOX_CLAIM)
             stored = await api.patch(lc.ARCHIVE, "sb", {"spec": {"restore": None}}, namespace="team")
-        lifecycle = await lifecycle_of(api, stored)
+        lifecycle = lifecycle_over(api, stored)
         held = asyncio.create_task(lifecycle.hold(ROUTE, asyncio.get_running_loop().time() + 30))
         for _ in range(100):
             if (await api.get(lc.ARCHIVE, "sb", namespace="team"))["spec"].get("restore"):
@@ -137,7 +143,7 @@ async def test_a_restore_whose_archive_goes_without_a_sandbox_ends_at_once() -> 
     api = FakeClient()
     stored = await api.create(lc.ARCHIVE, archive(claim="c1"), namespace="team")
     api.inject_error("get", Forbidden(403, "Forbidden", "no grant"), kind=SANDBOX_CLAIM)
-    lifecycle = await lifecycle_of(api, stored)
+    lifecycle = lifecycle_over(api, stored)
     held = asyncio.create_task(lifecycle.hold(ROUTE, asyncio.get_running_loop().time() + 30))
     for _ in range(100):
         if (await api.get(lc.ARCHIVE, "sb", namespace="team"))["spec"].get("restore"):
@@ -167,7 +173,7 @@ async def refusal_of(case: str) -> str:
     if case == "archive being deleted":
         body["metadata"]["deletionTimestamp"] = PAST
     stored = await api.create(lc.ARCHIVE, body, namespace="team")
-    lifecycle = await lifecycle_of(api, stored)
+    lifecycle = lifecycle_over(api, stored)
     if case == "archive deleted without a restore":
         api.inject_error("get", Forbidden(403, "Forbidden", "no grant"), kind=SANDBOX_CLAIM)
         held = asyncio.create_task(lifecycle.hold(ROUTE, asyncio.get_running_loop().time() + 30))
@@ -222,5 +228,5 @@ async def test_an_expired_claim_created_again_under_the_name_is_not_the_archives
     other = claim("c1", PAST)
     other["metadata"]["uid"] = "a-new-claim"
     await api.create(SANDBOX_CLAIM, other, namespace="team")
-    lifecycle = await lifecycle_of(api, stored)
+    lifecycle = lifecycle_over(api, stored)
     assert await lifecycle._restore_refused("team", "sb", datetime.now(UTC)) == ""
