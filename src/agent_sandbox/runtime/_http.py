@@ -13,14 +13,16 @@ from urllib.parse import unquote
 import orjson
 from aiohttp import BodyPartReader, MultipartReader, hdrs, web
 from aiohttp.abc import AbstractStreamWriter
-from aiohttp.http_exceptions import BadHttpMethod, HttpProcessingError, LineTooLong
+from aiohttp.http_exceptions import BadHttpMethod, ContentEncodingError, HttpProcessingError, LineTooLong
 from aiohttp.typedefs import Middleware
+from aiohttp.web_protocol import RequestPayloadError
 
 from . import byteranges
 from .paths import InvalidPath
 from .processes import ShuttingDown
 
 __all__ = [
+    "ANY_PATH",
     "ERROR_SHAPE",
     "ErrorShape",
     "JsonErrorAppRunner",
@@ -43,6 +45,9 @@ log = logging.getLogger(__name__)
 # (status, message) -> response body
 ErrorShape = Callable[[int, str], dict[str, Any]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+#: A route's path parameter matching any character, a newline too (aiohttp's patterns are not DOTALL).
+ANY_PATH = "{path:(?s:.*)}"
 
 #: The app's error shape, for the answers aiohttp gives before any middleware runs (JsonErrorAppRunner).
 ERROR_SHAPE: web.AppKey[ErrorShape] = web.AppKey("error_shape")
@@ -125,6 +130,17 @@ def error_middleware(shape: ErrorShape) -> Middleware:
                 if name in exc.headers:
                     resp.headers[name] = exc.headers[name]
             return resp
+        except RequestPayloadError as exc:
+            # The body broke off as the handler read it: not what its Content-Encoding says (`gzip` that is no
+            # gzip), a malformed chunk. The client's fault, found only now (an encoding aiohttp lacks, `br`, is
+            # refused up front): a 400 naming it, not a 500 with two tracebacks (until December 6).
+            text = _payload_error_text(exc)
+            log.info("refused a request body from %s: %s", request.remote, text)
+            resp = json_response(shape(400, text), 400)
+            resp.force_close()  # the rest of the body cannot be read, so the connection cannot carry another
+            # ...and aiohttp must not try to read it after this answer either: it would log the error again.
+            request.content.feed_eof()
+            return resp
         except ShuttingDown:
             # Nothing was run and this pod is going away: the connection is closed unanswered, as a draining
             # server closes the ones it has not read, so a router sends the request whole to the pod that
@@ -179,8 +195,20 @@ def _parse_error_text(exc: BaseException | None, message: str | None, status: in
         return f"request line or header field too long (limit: {exc.args[1]} bytes)"
     if isinstance(exc, BadHttpMethod):
         return "not an HTTP/1.x request (bad method)"
+    if isinstance(exc, ContentEncodingError) and message == "deflate":  # aiohttp's whole text for it
+        return "Can not decode content-encoding: deflate"
     # aiohttp's messages point at the offending byte on a line of their own (`b'...'\n   ^`): one line here.
     text = " ".join((message or HTTPStatus(status).phrase).split()).removesuffix(" ^")
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
+def _payload_error_text(exc: RequestPayloadError) -> str:
+    """One line saying what is wrong with a request body (aiohttp's cause, without its `400, message:`)."""
+    cause = exc.__cause__
+    if isinstance(cause, ContentEncodingError) and cause.message == "deflate":
+        return "Can not decode content-encoding: deflate"
+    text = cause.message if isinstance(cause, HttpProcessingError) else str(exc)
+    text = " ".join(text.split()).removeprefix("400, message: ")
     return text if len(text) <= 300 else text[:300] + "..."
 
 

@@ -108,9 +108,21 @@ class NotRegularFile(PermissionError):
     """A FIFO, socket or device: never read (a FIFO would block the reader)."""
 
 
+#: What opening something that is not a file can fail with: a Unix socket (ENXIO), a device without a driver
+#: (ENXIO, ENODEV). Such a path is no file to read - NotRegularFile, as a FIFO (these were 500s until
+#: December 6).
+_NOT_OPENABLE = frozenset({errno.ENXIO, errno.ENODEV})
+
+
 def open_file(root: str, path: str) -> tuple[int, os.stat_result]:
-    """Open a regular file for reading; IsADirectoryError for a directory, FileNotFoundError if absent."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    """Open a regular file for reading; IsADirectoryError for a directory, FileNotFoundError if absent,
+    NotRegularFile for a FIFO, socket or device."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as err:
+        if err.errno in _NOT_OPENABLE:
+            raise NotRegularFile(errno.EACCES, "not a regular file", path) from None
+        raise
     try:
         check_fd(fd, root)
         st = os.fstat(fd)
@@ -165,6 +177,16 @@ async def list_directory(root: str, path: str) -> list[Entry]:
     return await asyncio.to_thread(_list, root, path)
 
 
+def _check_length(root: str, path: str) -> None:
+    """ENAMETOOLONG before anything is created: past the path limit the parents were made down to the level
+    the kernel refused (a 5,000-character upload left twenty directories behind)."""
+    name_max = os.pathconf(root, "PC_NAME_MAX")
+    if len(os.fsencode(path)) >= os.pathconf(root, "PC_PATH_MAX") or any(
+        len(os.fsencode(part)) > name_max for part in path.split("/")
+    ):
+        raise OSError(errno.ENAMETOOLONG, "File name too long")
+
+
 def _open_parent(root: str, path: str) -> int:
     parent = os.path.dirname(path)
     os.makedirs(parent, mode=0o755, exist_ok=True)
@@ -185,6 +207,7 @@ async def atomic_write(root: str, path: str, chunks: AsyncIterator[bytes], *, mo
     """
     if is_directory(path):
         raise IsADirectoryError(errno.EISDIR, "target path is a directory", path)
+    _check_length(root, path)
     dir_fd = await asyncio.to_thread(_open_parent, root, path)
     base = os.path.basename(path)
     tmp = f"{TEMP_PREFIX}{secrets.token_hex(6)}"

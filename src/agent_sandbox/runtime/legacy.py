@@ -23,6 +23,7 @@ from aiohttp import web
 
 from . import files
 from ._http import (
+    ANY_PATH,
     find_part,
     json_error_app,
     json_response,
@@ -293,8 +294,11 @@ class _Legacy:
             proc.kill_group()  # client went away or the server is stopping
             raise
         finally:
-            await out.stop()
+            # The process first: a client that went away fails a write, then aiohttp cancels the handler, and
+            # that cancellation cut `out.stop()` short now and then - the output pumps, nobody reading them,
+            # then waited for good (until December 6).
             await proc.close()
+            await out.stop()
         return resp
 
     async def upload(self, request: web.Request) -> web.Response:
@@ -333,11 +337,23 @@ class _Legacy:
             return json_response(_ACCESS_DENIED, 403)
         except files.TooLarge as err:
             return json_response({"message": f"File upload failed: {err}"}, 413)
-        except (IsADirectoryError, NotADirectoryError, FileExistsError) as err:
-            return json_response({"message": f"File upload failed: {err}"}, 400)
+        # Worded as sandboxd's PUT answers them, by `strerror`: `str(err)` names the host's path of the root
+        # (until December 6 `[Errno 21] target path is a directory: '/var/lib/.../adir'`).
+        except IsADirectoryError:
+            return json_response({"message": "File upload failed: target path is a directory"}, 400)
+        except (NotADirectoryError, FileExistsError) as err:
+            message = f"File upload failed: a parent of the target is not a directory: {err.strerror}"
+            return json_response({"message": message}, 400)
         except ValueError as err:  # malformed multipart mid-stream
             return json_response({"message": f"invalid multipart body: {err}"}, 400)
         except OSError as err:
+            # The client's name or the sandbox's links, not a server failure (500s until December 6).
+            if err.errno == errno.ENAMETOOLONG:
+                return json_response({"message": "File upload failed: file name too long"}, 400)
+            if err.errno == errno.ELOOP:
+                return json_response(
+                    {"message": "File upload failed: too many levels of symbolic links"}, 400
+                )
             return json_response({"message": f"File upload failed: {err.strerror}"}, 500)
         return json_response({"message": f"File '{filename}' uploaded successfully."})
 
@@ -423,7 +439,9 @@ def _line(obj: object) -> bytes:
 
 
 def _attachment(path: str) -> str:
-    if path.isascii() and '"' not in path and "\\" not in path:
+    """Content-Disposition naming `path`: plain when it can be quoted as is, else RFC 5987's `filename*`
+    (non-ASCII, a quote or backslash, a control character: a CR or LF in a header was a 500 until December 6)."""
+    if path.isascii() and path.isprintable() and '"' not in path and "\\" not in path:
         return f'attachment; filename="{path}"'
     return f"attachment; filename*=utf-8''{quote(path, safe='')}"
 
@@ -440,8 +458,10 @@ def legacy_app(state: RuntimeState) -> web.Application:
     app.router.add_post("/execute", h.execute)
     app.router.add_post("/execute/stream", h.execute_stream)
     app.router.add_post("/upload", h.upload)
-    app.router.add_get("/download/{path:.*}", h.download)
-    app.router.add_get("/list/{path:.*}", h.list)
-    app.router.add_get("/exists/{path:.*}", h.exists)
-    app.router.add_delete("/files/{path:.*}", h.delete)
+    # Any character, a newline too: upstream's Starlette (`{path:path}`, `.*`) misses a name with one (404), but
+    # the same server uploads such a name, and sandboxd serves it; a file it wrote must be readable.
+    app.router.add_get("/download/" + ANY_PATH, h.download)
+    app.router.add_get("/list/" + ANY_PATH, h.list)
+    app.router.add_get("/exists/" + ANY_PATH, h.exists)
+    app.router.add_delete("/files/" + ANY_PATH, h.delete)
     return app

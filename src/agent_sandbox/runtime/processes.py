@@ -233,6 +233,13 @@ class Process:
             self._pty_slave = None
 
     async def _pump(self, name: str, reader: asyncio.StreamReader) -> None:
+        """Hand a stream's output on to `events`, then its end (None).
+
+        Cancelled (`_abandon_streams`: nobody reads any more) it just ends. It used to put its end marker
+        then too, and with the queue full (a command with lots of output, timed out or its client gone)
+        waited for good: a task pending forever, "Task was destroyed but it is pending!" once collected
+        (until December 6).
+        """
         try:
             while True:
                 try:
@@ -242,8 +249,11 @@ class Process:
                 if not data:
                     break
                 await self._events.put(OutputEvent(name, data))
-        finally:
-            await self._events.put(None)
+        except Exception:
+            with contextlib.suppress(asyncio.QueueFull):  # the stream ends for `events` all the same
+                self._events.put_nowait(None)
+            raise
+        await self._events.put(None)
 
     async def events(self) -> AsyncIterator[OutputEvent]:
         """Output in arrival order until every stream ends, or after the program exited: once the pipes
@@ -471,6 +481,9 @@ class Supervisor:
         self._on_activity = on_activity
         self._ids = itertools.count(1)
         self._running: dict[int, Process] = {}
+        # Spawns past the limit check that have not registered their process yet (they await on the way):
+        # counted against the limit, or commands that arrive together all pass it.
+        self._starting = 0
         self._groups: set[int] = set()  # groups started here that may still have members
         self.closed = False
 
@@ -499,12 +512,30 @@ class Supervisor:
         """Start `argv` (no shell) in its own process group; pty = (cols, rows) gives it a terminal."""
         if self.closed:
             raise ShuttingDown("runtime is shutting down")
-        if len(self._running) >= self.max_processes:
+        # A slot is taken before the first await and given back however the start ends: checked here but
+        # counted only once registered, 150 commands sent together all ran under a limit of 64 (until
+        # December 6).
+        if len(self._running) + self._starting >= self.max_processes:
             raise TooManyProcesses(f"too many running commands (limit {self.max_processes})")
         if not argv or not argv[0]:
             raise SpawnError("invalid", "command is required")
         if any("\x00" in a for a in argv):
             raise SpawnError("invalid", "command contains a NUL byte")
+        self._starting += 1
+        try:
+            return await self._spawn(argv, cwd=cwd, env=env, pty=pty, stdin=stdin)
+        finally:
+            self._starting -= 1
+
+    async def _spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str] | None,
+        pty: tuple[int, int] | None,
+        stdin: bool,
+    ) -> Process:
         if self.claim_env is not None:
             try:
                 claim = await self.claim_env.wait()
@@ -544,16 +575,30 @@ class Supervisor:
         exited = _reaper().watch(popen.pid)
         readers: list[tuple[str, asyncio.StreamReader, asyncio.BaseTransport]] = []
         writer: asyncio.StreamWriter | None = None
-        if pty is not None:
-            readers.append(await _reader(loop, "stdout", os.fdopen(os.dup(master), "rb", buffering=0)))
-            writer = await _writer(loop, os.fdopen(os.dup(master), "wb", buffering=0))
-        else:
-            assert popen.stdout is not None
-            assert popen.stderr is not None
-            readers.append(await _reader(loop, "stdout", popen.stdout))
-            readers.append(await _reader(loop, "stderr", popen.stderr))
-            if popen.stdin is not None:
-                writer = await _writer(loop, popen.stdin)
+        try:
+            if pty is not None:
+                readers.append(await _reader(loop, "stdout", os.fdopen(os.dup(master), "rb", buffering=0)))
+                writer = await _writer(loop, os.fdopen(os.dup(master), "wb", buffering=0))
+            else:
+                assert popen.stdout is not None
+                assert popen.stderr is not None
+                readers.append(await _reader(loop, "stdout", popen.stdout))
+                readers.append(await _reader(loop, "stderr", popen.stderr))
+                if popen.stdin is not None:
+                    writer = await _writer(loop, popen.stdin)
+        except BaseException:
+            # Cancelled (its caller gone) while the pipes were wired up: the command is nobody's, it must
+            # not run on unseen, nor hold its pipes and PTY.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(popen.pid, signal.SIGKILL)
+            for _, _, transport in readers:
+                transport.close()
+            for pipe in (popen.stdin, popen.stdout, popen.stderr):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
+            self._close_fds(master, slave)
+            raise
         ident = next(self._ids)
         terminal = (master, slave) if pty is not None else None
         proc = Process(

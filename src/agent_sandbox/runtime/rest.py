@@ -13,6 +13,7 @@ from aiohttp import web
 
 from . import files
 from ._http import (
+    ANY_PATH,
     find_part,
     json_error_app,
     json_response,
@@ -73,6 +74,9 @@ def _os_failure(err: OSError) -> web.Response:
         return _error(*_DENIED)
     if err.errno == errno.ENAMETOOLONG:
         return _error(400, "file name too long")
+    if err.errno == errno.ELOOP:
+        # The sandbox's own state (a link cycle), not the server's fault: a 500 until December 6.
+        return _error(400, "too many levels of symbolic links")
     return _error(500, err.strerror or type(err).__name__)  # not str(err): it names the host's path
 
 
@@ -146,8 +150,8 @@ class _Rest:
             return _error(*_ESCAPE)
         except InvalidPath as err:
             return _error(400, str(err))
-        except (FileNotFoundError, NotADirectoryError):
-            return _error(*_NOT_FOUND)
+        except OSError as err:  # absent, a symlink loop, a name too long
+            return _os_failure(err)
         recursive = False
         if request.query.get("recursive", ""):
             raw = request.query["recursive"]
@@ -186,9 +190,11 @@ def rest_app(state: RuntimeState) -> web.Application:
     """The aiohttp application of sandboxd's REST API for one server."""
     h = _Rest(state)
     app = json_error_app(_error_body, before=[state.activity.middleware()])
-    app.router.add_get(_PREFIX + "{path:.*}", h.get)  # also HEAD
-    app.router.add_put(_PREFIX + "{path:.*}", h.put)
-    app.router.add_delete(_PREFIX + "{path:.*}", h.delete)
+    # Any character, a newline too (`.*` stops at one: a file named so was a route miss, 404 `Not Found`, until
+    # December 6); sandboxd serves every byte but NUL. The path itself is read raw (`path_tail`).
+    app.router.add_get(_PREFIX + ANY_PATH, h.get)  # also HEAD
+    app.router.add_put(_PREFIX + ANY_PATH, h.put)
+    app.router.add_delete(_PREFIX + ANY_PATH, h.delete)
     app.router.add_get("/v1/health", h.health)
     app.router.add_get("/v1/metadata", h.metadata)
     app.router.add_get("/v1/activity", h.activity)  # ours: docs/lifecycle.md

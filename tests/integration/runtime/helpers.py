@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import socket
+import tempfile
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -83,3 +85,14 @@ def zombie_children(parent: int | None = None) -> list[int]:
         if fields[0] == "Z" and int(fields[1]) == ppid:
             zombies.append(int(entry))
     return zombies
+
+
+def make_special_files(root: str) -> None:
+    """A FIFO and a Unix socket named `fifo` and `sock` in `root`."""
+    os.mkfifo(os.path.join(root, "fifo"))
+    # A socket's path is limited to 108 bytes: bound in a short directory, then moved (it stays a socket).
+    short = tempfile.mkdtemp(prefix="s")
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(os.path.join(short, "s"))
+        os.rename(os.path.join(short, "s"), os.path.join(root, "sock"))
+    os.rmdir(short)

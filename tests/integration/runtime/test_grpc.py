@@ -8,6 +8,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpc import aio
 
 from agent_sandbox.api import processv1 as pb
 from agent_sandbox.runtime import RuntimeServer
@@ -66,6 +67,19 @@ async def test_execute_errors(
     assert details in (err.value.details() or "")
     assert len(err.value.details() or "") < 1000
     assert runtime.root not in (err.value.details() or "")
+
+
+async def test_the_process_limit_holds_for_calls_that_arrive_together(make_runtime: object) -> None:
+    """`--max-processes` is RESOURCE_EXHAUSTED past the limit, also for calls that arrive together (they all
+    ran until December 6: the limit was checked before the spawn's first await and counted after it)."""
+    server = await make_runtime(max_processes=3)  # type: ignore[operator]
+    async with aio.insecure_channel(f"127.0.0.1:{server.ports['grpc']}") as channel:
+        client = ProcessClient(channel)
+        results = await asyncio.gather(
+            *(client.execute("sleep", "2") for _ in range(10)), return_exceptions=True
+        )
+    codes = sorted((r.code().name if isinstance(r, grpc.aio.AioRpcError) else "OK") for r in results)
+    assert codes == ["OK"] * 3 + ["RESOURCE_EXHAUSTED"] * 7, results
 
 
 async def test_malformed_request_is_invalid_argument(grpc_client: ProcessClient) -> None:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
+import logging
 import os
 import signal
 import stat
 import time
+import urllib.parse
 from pathlib import Path
 
 import aiohttp
@@ -17,7 +20,7 @@ import yarl
 
 from agent_sandbox.runtime import RuntimeServer
 from tests.integration.runtime.conftest import MakeRuntime, url
-from tests.integration.runtime.helpers import leaked_processes
+from tests.integration.runtime.helpers import leaked_processes, make_special_files
 
 pytestmark = pytest.mark.integration
 
@@ -293,6 +296,66 @@ async def test_client_disconnect_kills_the_command(runtime: RuntimeServer) -> No
     assert leaked_processes(runtime.root) == []
 
 
+async def test_the_process_limit_holds_for_requests_that_arrive_together(
+    make_runtime: MakeRuntime, http: aiohttp.ClientSession
+) -> None:
+    """`--max-processes` was checked before the spawn's first await and counted after it: 150 commands sent
+    together all ran under the default limit of 64 (until December 6). Past the limit: 429, on both routes."""
+    server = await make_runtime(max_processes=3)
+
+    async def one(route: str) -> int:
+        body = orjson.dumps({"command": "sleep 2"})
+        async with http.post(url(server, "legacy", route), data=body) as resp:
+            if resp.status == 429:
+                assert (await resp.json())["message"] == "too many running commands (limit 3)"
+            else:
+                await resp.read()
+            return resp.status
+
+    statuses = await asyncio.gather(
+        *(one("/execute") for _ in range(8)), *(one("/execute/stream") for _ in range(4))
+    )
+    assert sorted(statuses) == [200] * 3 + [429] * 9, statuses
+
+
+def _pending_pumps() -> list[asyncio.Task[object]]:
+    return [
+        t
+        for t in asyncio.all_tasks()
+        if not t.done() and getattr(t.get_coro(), "__qualname__", "") == "Process._pump"
+    ]
+
+
+async def test_commands_given_up_on_leave_no_task_behind(runtime: RuntimeServer) -> None:
+    """A command with lots of output that times out, or whose streaming client goes away: its output pumps
+    were cancelled while their queue was full and waited forever to hand on their end marker - tasks pending
+    for good, "Task was destroyed but it is pending!" when collected (until December 6)."""
+    gc.disable()  # a collected pending task would vanish from `all_tasks` and hide the leak
+    try:
+        async with aiohttp.ClientSession() as session:
+            body = orjson.dumps({"command": "yes", "timeout_seconds": 0.3})
+            for _ in range(2):
+                async with session.post(url(runtime, "legacy", "/execute"), data=body) as resp:
+                    assert (await resp.json())["timed_out"] is True
+        for _ in range(8):  # the cancellation that follows a disconnect cut the cleanup short now and then
+            session = aiohttp.ClientSession()
+            async with (
+                session,
+                session.post(
+                    url(runtime, "legacy", "/execute/stream"), data=orjson.dumps({"command": "yes"})
+                ) as resp,
+            ):
+                await resp.content.readline()
+        for _ in range(100):
+            if not _pending_pumps() and runtime.state.supervisor.running == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert runtime.state.supervisor.running == 0
+        assert _pending_pumps() == []
+    finally:
+        gc.enable()
+
+
 async def _upload(
     http: aiohttp.ClientSession, server: RuntimeServer, filename: str, data: bytes, query: str = ""
 ) -> tuple[int, object]:
@@ -421,3 +484,84 @@ async def test_unknown_routes_are_json_404_and_405(
         assert (resp.status, await resp.json()) == (404, {"detail": "Not Found"})
     async with http.get(url(runtime, "legacy", "/execute")) as resp:
         assert (resp.status, await resp.json()) == (405, {"detail": "Method Not Allowed"})
+
+
+@pytest.mark.parametrize("name", ["fifo", "sock"])
+async def test_a_fifo_or_a_socket_is_not_a_file(
+    runtime: RuntimeServer, http: aiohttp.ClientSession, name: str
+) -> None:
+    """Not a regular file: `404 File not found`, as upstream's `os.path.isfile` says. Opening a socket fails
+    (ENXIO) before the check: a 500 with a traceback until December 6."""
+    make_special_files(runtime.root)
+    async with http.get(url(runtime, "legacy", f"/download/{name}")) as resp:
+        assert (resp.status, await resp.json()) == (404, {"message": "File not found"})
+
+
+@pytest.mark.parametrize("route", ["/execute", "/execute/stream", "/upload"])
+async def test_a_body_that_does_not_decode_is_400(
+    runtime: RuntimeServer, route: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A body that is not what its Content-Encoding says: a 400 naming the encoding, no traceback in the log
+    (a 500 and two tracebacks per request until December 6; `br`, which aiohttp refuses up front, was a 400)."""
+    headers = {"Content-Encoding": "gzip"}
+    if route == "/upload":
+        headers["Content-Type"] = "multipart/form-data; boundary=zz"
+    async with (
+        aiohttp.ClientSession(auto_decompress=False) as session,
+        session.post(url(runtime, "legacy", route), data=b"not gzip at all", headers=headers) as resp,
+    ):
+        assert resp.status == 400, await resp.text()
+        assert "gzip" in (await resp.json())["message"]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+@pytest.mark.parametrize("name", ["cr\rx.txt", "nl\nx.txt", "tab\tx.txt"])
+async def test_a_name_with_a_control_character_downloads(
+    runtime: RuntimeServer, http: aiohttp.ClientSession, name: str
+) -> None:
+    """Its Content-Disposition names it in the RFC 5987 form (a CR or LF in a header was a 500: "Forbidden
+    control character detected in headers"); a LF in the path is routed (`.*` stopped at it: a 404)."""
+    Path(runtime.root, name).write_bytes(b"odd")
+    quoted = urllib.parse.quote(name, safe="")
+    async with http.get(yarl.URL(url(runtime, "legacy", f"/download/{quoted}"), encoded=True)) as resp:
+        assert resp.status == 200, await resp.text()
+        assert resp.headers["Content-Disposition"] == f"attachment; filename*=utf-8''{quoted}"
+        assert await resp.read() == b"odd"
+    async with http.get(yarl.URL(url(runtime, "legacy", f"/exists/{quoted}"), encoded=True)) as resp:
+        assert await resp.json() == {"path": name, "exists": True}
+    async with http.delete(yarl.URL(url(runtime, "legacy", f"/files/{quoted}"), encoded=True)) as resp:
+        assert resp.status == 200, await resp.text()
+    assert not Path(runtime.root, name).exists()
+
+
+async def test_a_directory_with_a_newline_in_its_name_lists(
+    runtime: RuntimeServer, http: aiohttp.ClientSession
+) -> None:
+    Path(runtime.root, "d\ne").mkdir()
+    Path(runtime.root, "d\ne", "f").write_bytes(b"")
+    async with http.get(yarl.URL(url(runtime, "legacy", "/list/d%0Ae"), encoded=True)) as resp:
+        assert resp.status == 200, await resp.text()
+        assert [e["name"] for e in await resp.json()] == ["f"]
+
+
+@pytest.mark.parametrize(
+    ("filename", "message"),
+    [
+        ("adir", "File upload failed: target path is a directory"),
+        ("", "File upload failed: target path is a directory"),
+        ("/", "File upload failed: target path is a directory"),
+        ("afile/x", "File upload failed: a parent of the target is not a directory: File exists"),
+        ("a" * 300, "File upload failed: file name too long"),
+        (("d" * 200 + "/") * 25 + "f", "File upload failed: file name too long"),
+    ],
+)
+async def test_upload_refusals_are_400_without_the_host_path(
+    runtime: RuntimeServer, http: aiohttp.ClientSession, filename: str, message: str
+) -> None:
+    """The root is the host's volume directory: no answer names it (docs/runtime.md). Until December 6 these
+    said `[Errno 21] target path is a directory: '/var/lib/.../root/adir'`, and a name too long was a 500."""
+    Path(runtime.root, "adir").mkdir()
+    Path(runtime.root, "afile").write_bytes(b"")
+    status, body = await _upload(http, runtime, filename, b"x")
+    assert (status, body) == (400, {"message": message})
+    assert sorted(os.listdir(runtime.root)) == ["adir", "afile"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -12,6 +13,7 @@ import yarl
 
 from agent_sandbox.runtime import RuntimeServer
 from tests.integration.runtime.conftest import MakeRuntime, url
+from tests.integration.runtime.helpers import make_special_files
 
 pytestmark = pytest.mark.integration
 
@@ -307,11 +309,22 @@ async def test_a_symlink_loop_and_a_name_too_long_are_not_server_errors(
         assert resp.status == 404, await resp.text()
     async with http.get(files_url(runtime, long)) as resp:
         assert (resp.status, (await resp.json())["message"]) == (400, "file name too long")
-    async with http.get(files_url(runtime, "loop1%2Fx")) as resp:
-        body = await resp.text()
-        assert resp.status == 500
-        assert str(runtime.root) not in body
-        assert "symbolic links" in body
+    # Past the path limit nothing is created (the parents were, down to the level the kernel refused).
+    async with http.put(files_url(runtime, ("d" * 200 + "/") * 25 + "f"), data=b"x") as resp:
+        assert (resp.status, (await resp.json())["message"]) == (400, "file name too long")
+    assert sorted(os.listdir(runtime.root)) == ["loop1", "loop2"]
+    # A loop is the sandbox's state, not the server's fault: a 400 naming it (a 500 until December 6).
+    for path in ("loop1", "loop1%2Fx", "loop1/x/y"):
+        async with http.get(files_url(runtime, path)) as resp:
+            body = await resp.json()
+            assert (resp.status, body) == (
+                400,
+                {"code": "INVALID_ARGUMENT", "message": "too many levels of symbolic links"},
+            ), path
+        async with http.head(files_url(runtime, path)) as resp:
+            assert resp.status == 400, path
+    async with http.delete(files_url(runtime, "loop1%2Fx")) as resp:
+        assert (resp.status, (await resp.json())["code"]) == (400, "INVALID_ARGUMENT")
 
 
 @pytest.mark.parametrize("protocol", ["rest", "legacy"])
@@ -336,3 +349,58 @@ async def test_a_multipart_body_cut_short_is_refused_and_the_file_kept(
     async with send(target, data=whole, headers=headers) as resp:
         assert resp.status in (200, 204), await resp.text()
     assert Path(runtime.root, "kept.txt").read_bytes() == b"first half of the fi"
+
+
+@pytest.mark.parametrize("name", ["fifo", "sock"])
+async def test_a_fifo_or_a_socket_is_not_read(
+    runtime: RuntimeServer, http: aiohttp.ClientSession, name: str
+) -> None:
+    """403 `not a regular file`: a FIFO would block the reader, a socket cannot be opened (ENXIO, which was a
+    500 `No such device or address` until December 6)."""
+    make_special_files(runtime.root)
+    async with http.get(files_url(runtime, name)) as resp:
+        assert (resp.status, await resp.json()) == (
+            403,
+            {
+                "code": "PERMISSION_DENIED",
+                "message": "not a regular file (a FIFO, socket or device is not read)",
+            },
+        )
+    async with http.head(files_url(runtime, name)) as resp:
+        assert resp.status == 403
+    async with http.get(files_url(runtime, "")) as resp:  # listed as sandboxd lists them
+        assert sorted(e["name"] for e in (await resp.json())["entries"]) == ["fifo", "sock"]
+
+
+async def test_a_body_that_does_not_decode_is_400(
+    runtime: RuntimeServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 400 naming the encoding, no traceback, nothing written (a 500 with two tracebacks until December 6)."""
+    Path(runtime.root, "kept.txt").write_bytes(b"old")
+    async with (
+        aiohttp.ClientSession(auto_decompress=False) as session,
+        session.put(
+            files_url(runtime, "kept.txt"), data=b"not gzip at all", headers={"Content-Encoding": "gzip"}
+        ) as resp,
+    ):
+        body = await resp.json()
+        assert (resp.status, body["code"]) == (400, "INVALID_ARGUMENT"), body
+        assert "gzip" in body["message"]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert os.listdir(runtime.root) == ["kept.txt"]
+    assert Path(runtime.root, "kept.txt").read_bytes() == b"old"
+
+
+async def test_a_name_with_a_newline_is_served(runtime: RuntimeServer, http: aiohttp.ClientSession) -> None:
+    """As sandboxd serves any byte but NUL: the routes' `.*` stopped at a LF, so such a file (which any program
+    may create) was a route miss - 404 `Not Found` - on every method (until December 6)."""
+    async with http.put(files_url(runtime, "d%0Ae/nl%0Aname.txt"), data=b"x") as resp:
+        assert resp.status == 204, await resp.text()
+    assert Path(runtime.root, "d\ne", "nl\nname.txt").read_bytes() == b"x"
+    async with http.get(files_url(runtime, "d%0Ae/nl%0Aname.txt")) as resp:
+        assert (resp.status, await resp.read()) == (200, b"x")
+    async with http.get(files_url(runtime, "d%0Ae")) as resp:
+        assert (await resp.json())["entries"][0]["name"] == "nl\nname.txt"
+    async with http.delete(files_url(runtime, "d%0Ae", "?recursive=true")) as resp:
+        assert resp.status == 204, await resp.text()
+    assert os.listdir(runtime.root) == []
