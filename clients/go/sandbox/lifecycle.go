@@ -390,13 +390,15 @@ func (s *Sandbox) Suspend(ctx context.Context) (err error) {
 	return nil
 }
 
-// claimExpiry reports whether a SandboxClaim has expired, as the claim controller reckons it: marked
-// Ready=False/ClaimExpired, or past the earliest of spec.lifecycle.shutdownTime and Finished +
-// ttlSecondsAfterFinished (at: that time, zero when only the mark says so).
+// claimExpiry reports whether a SandboxClaim has expired, as the claim controller reckons it: past the
+// earliest of spec.lifecycle.shutdownTime and Finished + ttlSecondsAfterFinished (at: that time, zero when
+// the claim never expires). A Ready=False/ClaimExpired condition is not read: it lags behind a
+// shutdownTime moved later, and the controllers, the CLI, routers and the Python SDK do not read it either
+// (until December 6 it counted here on its own).
 func claimExpiry(claim *unstructured.Unstructured, now time.Time) (expired bool, at time.Time) {
 	var deadlines []time.Time
 	if text, _, _ := unstructured.NestedString(claim.Object, "spec", "lifecycle", "shutdownTime"); text != "" {
-		if t, err := time.Parse(time.RFC3339, text); err == nil {
+		if t, err := parseTime(text); err == nil {
 			deadlines = append(deadlines, t)
 		}
 	}
@@ -409,7 +411,8 @@ func claimExpiry(claim *unstructured.Unstructured, now time.Time) (expired bool,
 		for _, r := range raw {
 			c, _ := r.(map[string]any)
 			if ok && c["type"] == "Finished" && c["status"] == "True" {
-				if t, err := time.Parse(time.RFC3339, fmt.Sprint(c["lastTransitionTime"])); err == nil && t.Unix() > 0 {
+				text, _ := c["lastTransitionTime"].(string)
+				if t, err := parseTime(text); err == nil && t.Unix() > 0 {
 					deadlines = append(deadlines, t.Add(time.Duration(seconds)*time.Second))
 				}
 			}
@@ -420,9 +423,7 @@ func claimExpiry(claim *unstructured.Unstructured, now time.Time) (expired bool,
 			at = d
 		}
 	}
-	ready := findCondition(conditionsOf(claim), "Ready")
-	marked := ready != nil && ready.Status == "False" && ready.Reason == reasonClaimExpired
-	return marked || (!at.IsZero() && !now.Before(at)), at
+	return !at.IsZero() && !now.Before(at), at
 }
 
 // refuseUnderExpiredClaim is ours: the handle's claim has expired, so its Sandbox - live or hibernated - is
@@ -443,10 +444,7 @@ func (s *Sandbox) refuseUnderExpiredClaim(ctx context.Context, sandboxName strin
 	if !expired {
 		return nil
 	}
-	when := "it is marked ClaimExpired"
-	if !at.IsZero() {
-		when = "it expired at " + at.UTC().Format(time.RFC3339)
-	}
+	when := "it expired at " + at.UTC().Format(time.RFC3339)
 	ce := &ConditionError{Kind: "SandboxClaim", Namespace: s.opts.Namespace, Name: name, Type: "Ready",
 		Reason: reasonClaimExpired, Message: fmt.Sprintf(
 			"%s: its Sandbox %s (live or hibernated) is deleted at the claim's expiry and never resumed or restored",
@@ -466,7 +464,7 @@ func (s *Sandbox) hibernation(ctx context.Context, sandboxName string) (archived
 	mark := archive.GetAnnotations()[ExpiredAtAnnotation]
 	if mark == "" {
 		text, _, _ := unstructured.NestedString(archive.Object, "spec", "sandbox", "spec", "shutdownTime")
-		if t, perr := time.Parse(time.RFC3339, text); perr == nil && !time.Now().Before(t) {
+		if t, perr := parseTime(text); perr == nil && !time.Now().Before(t) {
 			mark = "its shutdownTime " + text + " passed"
 		}
 	} else {

@@ -56,8 +56,15 @@ func TestResumeUnderAnExpiredClaimIsRefusedAtOnce(t *testing.T) {
 	for name, claim := range map[string]*unstructured.Unstructured{
 		"shutdownTime passed": lifecycleClaim(map[string]any{"lifecycle": map[string]any{
 			"shutdownTime": past.Format(time.RFC3339), "shutdownPolicy": "Retain"}}),
-		"marked ClaimExpired": lifecycleClaim(map[string]any{},
-			map[string]any{"type": "Ready", "status": "False", "reason": "ClaimExpired"}),
+		// the CRD's date-time format admits a lowercase z and t (every other reader parses them); until
+		// December 6 this SDK could not, and such a claim looked live
+		"shutdownTime passed, lowercase z": lifecycleClaim(map[string]any{"lifecycle": map[string]any{
+			"shutdownTime": strings.Replace(past.Format(time.RFC3339), "Z", "z", 1)}}),
+		"shutdownTime passed, lowercase t and z": lifecycleClaim(map[string]any{"lifecycle": map[string]any{
+			"shutdownTime": strings.ToLower(past.Format(time.RFC3339Nano))}}),
+		"ttl after finished, lowercase": lifecycleClaim(map[string]any{"lifecycle": map[string]any{"ttlSecondsAfterFinished": int64(30)}},
+			map[string]any{"type": "Finished", "status": "True",
+				"lastTransitionTime": strings.ToLower(past.Add(-time.Minute).Format(time.RFC3339))}),
 		"ttl after finished": lifecycleClaim(map[string]any{"lifecycle": map[string]any{"ttlSecondsAfterFinished": int64(30)}},
 			map[string]any{"type": "Finished", "status": "True", "lastTransitionTime": past.Add(-time.Minute).Format(time.RFC3339)}),
 	} {
@@ -71,9 +78,10 @@ func TestResumeUnderAnExpiredClaimIsRefusedAtOnce(t *testing.T) {
 		err := s.Resume(context.Background())
 		var ce *ConditionError
 		if !errors.As(err, &ce) || ce.Reason != "ClaimExpired" || !errors.Is(err, ErrClaimFailed) || !errors.Is(err, ErrSandboxDeleted) {
-			t.Fatalf("%s: Resume = %v; want a ClaimExpired *ConditionError, also ErrSandboxDeleted", name, err)
+			t.Errorf("%s: Resume = %v; want a ClaimExpired *ConditionError, also ErrSandboxDeleted", name, err)
+			continue
 		}
-		if name == "shutdownTime passed" && !strings.Contains(err.Error(), "expired at "+past.Format(time.RFC3339)) {
+		if strings.HasPrefix(name, "shutdownTime passed") && !strings.Contains(err.Error(), "expired at "+past.Format(time.RFC3339)) {
 			t.Errorf("%s: %v does not name the claim's expiry", name, err)
 		}
 		if waited := time.Since(start); waited >= s.opts.SandboxReadyTimeout {
@@ -89,6 +97,8 @@ func TestResumeUnderAnExpiredClaimIsRefusedAtOnce(t *testing.T) {
 func TestResumeOfAHibernatedSandboxSaysSo(t *testing.T) {
 	later := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	earlier := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	lowerZ := strings.Replace(earlier, "Z", "z", 1)
+	lowerTZ := strings.ToLower(time.Now().Add(-time.Minute).UTC().Format(time.RFC3339Nano))
 	live := lifecycleClaim(map[string]any{"lifecycle": map[string]any{"shutdownTime": later}})
 	for _, tc := range []struct {
 		name    string
@@ -99,6 +109,13 @@ func TestResumeOfAHibernatedSandboxSaysSo(t *testing.T) {
 		{"marked expired-at", hibernatedArchive(later, map[string]string{ExpiredAtAnnotation: earlier}), "SandboxExpired",
 			ExpiredAtAnnotation + "=" + earlier},
 		{"shutdownTime passed", hibernatedArchive(earlier, nil), "SandboxExpired", "its shutdownTime " + earlier + " passed"},
+		// admitted by the CRD's date-time format; until December 6 reported "hibernated ... restorable"
+		{"shutdownTime passed, lowercase z", hibernatedArchive(lowerZ, nil), "SandboxExpired",
+			"its shutdownTime " + lowerZ + " passed"},
+		{"shutdownTime passed, lowercase t and z", hibernatedArchive(lowerTZ, nil), "SandboxExpired",
+			"its shutdownTime " + lowerTZ + " passed"},
+		{"restorable, lowercase t and z", hibernatedArchive(strings.ToLower(later), nil), "",
+			"is hibernated (its SandboxArchive exists)"},
 		{"restorable", hibernatedArchive(later, nil), "", "is hibernated (its SandboxArchive exists)"},
 		{"no archive", nil, "", "Sandbox sb: sandbox was deleted"},
 	} {
@@ -132,5 +149,48 @@ func TestClaimExpiryFollowsTheEarliestDeadline(t *testing.T) {
 	}
 	if expired, when := claimExpiry(lifecycleClaim(map[string]any{}), now); expired || !when.IsZero() {
 		t.Errorf("claimExpiry without a deadline = %v, %v", expired, when)
+	}
+}
+
+// A Ready=False/ClaimExpired condition alone is not an expiry: it lags behind a shutdownTime moved later,
+// and the claim controller, the lifecycle controller, the CLI, routers and the Python SDK do not read it.
+// Until December 6 this SDK did, and refused to resume such a claim's Sandbox.
+func TestClaimExpiryDoesNotReadTheClaimExpiredCondition(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	mark := map[string]any{"type": "Ready", "status": "False", "reason": "ClaimExpired"}
+	moved := lifecycleClaim(map[string]any{"lifecycle": map[string]any{
+		"shutdownTime": now.Add(time.Hour).Format(time.RFC3339)}}, mark)
+	if expired, when := claimExpiry(moved, now); expired || !when.Equal(now.Add(time.Hour)) {
+		t.Errorf("claimExpiry of a marked claim whose shutdownTime moved later = %v, %v; want not yet, due %v",
+			expired, when, now.Add(time.Hour))
+	}
+	if expired, when := claimExpiry(lifecycleClaim(map[string]any{}, mark), now); expired || !when.IsZero() {
+		t.Errorf("claimExpiry of a marked claim without a deadline = %v, %v; want never", expired, when)
+	}
+}
+
+func TestParseTimeReadsWhatTheCRDsAdmit(t *testing.T) {
+	want := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+	for text, at := range map[string]time.Time{
+		"2027-01-01T00:00:00Z":            want,
+		"2027-01-01T00:00:00z":            want,
+		"2027-01-01t00:00:00z":            want,
+		"2027-01-01t00:00:00Z":            want,
+		" 2027-01-01T00:00:00Z ":          want,
+		"2027-01-01T00:00:00.123456789z":  want.Add(123456789),
+		"2027-01-01T00:00:00.5Z":          want.Add(500 * time.Millisecond),
+		"2027-01-01t01:30:00+01:30":       want,
+		"2026-12-31T19:00:00.000-05:00":   want,
+		"2027-01-01T00:00:00.1234567891Z": want.Add(123456789),
+	} {
+		got, err := parseTime(text)
+		if err != nil || !got.Equal(at) {
+			t.Errorf("parseTime(%q) = %v, %v; want %v", text, got, err, at)
+		}
+	}
+	for _, text := range []string{"", "2027-01-01", "2027-01-01T00:00:00", "2027-01-01 00:00:00Z", "soon", "<nil>"} {
+		if got, err := parseTime(text); err == nil {
+			t.Errorf("parseTime(%q) = %v; want an error", text, got)
+		}
 	}
 }

@@ -342,7 +342,7 @@ func (s *sandboxdRuntime) list(ctx context.Context, ep *endpoint, path string, o
 		if e.Type != FileTypeFile && e.Type != FileTypeDirectory {
 			continue
 		}
-		mod, err := time.Parse(time.RFC3339, e.ModifiedAt)
+		mod, err := parseTime(e.ModifiedAt)
 		if err != nil {
 			return nil, fmt.Errorf("list (GET %s): entry %q has modified_at %q: %w", p, e.Name, e.ModifiedAt, err)
 		}
