@@ -7,7 +7,9 @@ Retry policy (both drivers, one implementation):
 - up to 5 retries, waiting 0.5 * 2^attempt s, as upstream. After the last try a 5xx is returned to the
   status check (so it raises `SandboxRequestError` with that status), not a "retries exhausted" error;
 - ours: after the first 502/503 the Sandbox is read once; when it no longer exists (deleted, or its claim
-  expired) there is nothing to retry for, and the error says so at once (it took the 15.5 s of backoff).
+  expired) there is nothing to retry for, and the error says so at once (it took the 15.5 s of backoff);
+- ours: a lifecycle router's 503 "Sandbox <ns>/<name> could not be resumed: <why>" is raised as it is, at
+  once, whatever the method: neither read nor retried (the router said why, and its refusals are final).
 After a 5xx or a transport failure the connection forgets its cached pod IP and tunnel.
 """
 
@@ -174,11 +176,24 @@ def explain_refusal(
     return explained
 
 
+#: What a lifecycle router's 503 says when it will not resume the Sandbox (`Sandbox <ns>/<name> could not be
+#: resumed: <why>`, the router's module docstring): it said why, and the SDKs add no guess of their own.
+RESUME_REFUSED = "could not be resumed"
+
+
+def _resume_refused(resp: HttpResponse) -> bool:
+    """A lifecycle router's 503 that says why it did not resume the Sandbox: raised as it is, not retried,
+    and nothing read to explain it. Until December 6 a GET/HEAD/PUT/DELETE read the Sandbox and its archive
+    and was retried, then said "restore it with the handle's resume()" of an archive the router had just said
+    would never be restored (a POST, not retried, went to `explain_unreachable`, which knew the phrase)."""
+    return resp.status_code == 503 and RESUME_REFUSED in error_detail(resp)
+
+
 def explain_unreachable(conn: Connection, err: SandboxRequestError) -> Flow[SandboxRequestError]:
     """`err` (the sandbox could not be reached), with the reason when its Sandbox object tells one: it is
     suspended (a router without `--sandbox-lifecycle` does not resume it) or it no longer exists. One GET of
     the Sandbox, on this failure path only; when that fails too, `err` as it was."""
-    if "could not be resumed" in str(err):  # a lifecycle router's 503 already says why, better than we could
+    if err.response is not None and _resume_refused(err.response):  # said why, better than we could
         return err
     found, view = yield from _read_sandbox(conn)
     if not found:
@@ -318,6 +333,7 @@ def call(
                 and method in IDEMPOTENT
                 and attempt < MAX_RETRIES
                 and replayable
+                and not _resume_refused(resp)  # final: raised below as it is (`explain_unreachable`)
             ):
                 if attempt == 0 and resp.status_code in UNREACHABLE:
                     found, view = yield from _read_sandbox(conn)

@@ -364,27 +364,48 @@ def _refuse_under_expired_claim(namespace: str, sandbox: str, archive: Mapping[s
 
 
 def _restore(namespace: str, sandbox: str) -> Flow[dict[str, Any]]:
-    """Ours: ask the lifecycle controller to restore a hibernated Sandbox (its SandboxArchive)."""
+    """Ours: ask the lifecycle controller to restore a hibernated Sandbox (its SandboxArchive).
+
+    The archive is read, and refused, before the request is written: one being deleted, expired (its
+    shutdownTime passed, or marked `expired-at`), or under an expired claim is never restored. Until
+    December 6 `spec.restore` was written first, and an archive this then refused showed a restore request
+    (`kubectl get sbarchive`: RESTORE Manual) that nothing would carry out; the CLI and a lifecycle router
+    refuse before any write too (the Go SDK does not restore)."""
+    missing = f"no Sandbox or hibernated Sandbox named {namespace}/{sandbox}"
+    try:
+        archive = yield from _kube.get(_kube.ARCHIVES, namespace, sandbox)
+    except SandboxRequestError as err:
+        if err.status_code == 404:  # no archive API (lifecycle not installed): nothing to restore
+            raise SandboxNotFoundError(missing) from err
+        raise
+    if archive is None:
+        raise SandboxNotFoundError(missing)
+    # An expired one is never restored (the lifecycle controller deletes or keeps it by its shutdownPolicy),
+    # nor one being deleted.
+    kept = ((archive.get("spec") or {}).get("sandbox") or {}).get("spec") or {}
+    seen = {"metadata": archive.get("metadata") or {}, "spec": {"shutdownTime": kept.get("shutdownTime")}}
+    _final(namespace, sandbox, seen, 0, "restored")
+    # The controller's mark (its clock), as the router and the Go SDK read it: final even where this clock
+    # says the shutdownTime has not passed.
+    if mark := ((archive.get("metadata") or {}).get("annotations") or {}).get(EXPIRED_AT_ANNOTATION):
+        raise SandboxClaimFailedError(
+            f"Sandbox {namespace}/{sandbox} is hibernated and has expired (its SandboxArchive is marked "
+            f"{EXPIRED_AT_ANNOTATION}={mark}): it will not be restored",
+            reason=REASON_SANDBOX_EXPIRED,
+        )
+    yield from _refuse_under_expired_claim(namespace, sandbox, archive)
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     try:
-        archive = yield from _kube.merge_patch(
+        yield from _kube.merge_patch(
             _kube.ARCHIVES,
             namespace,
             sandbox,
             {"spec": {"restore": {"cause": "Manual", "requestedAt": stamp}}},
         )
     except SandboxRequestError as err:
-        if (
-            err.status_code == 404
-        ):  # no archive, or no archive API (lifecycle not installed): nothing to restore
-            raise SandboxNotFoundError(
-                f"no Sandbox or hibernated Sandbox named {namespace}/{sandbox}"
-            ) from err
+        if err.status_code == 404:  # gone since it was read: restored or deleted meanwhile
+            raise SandboxNotFoundError(missing) from err
         raise
-    # An expired one is never restored (the lifecycle controller deletes or keeps it by its shutdownPolicy).
-    kept = ((archive.get("spec") or {}).get("sandbox") or {}).get("spec") or {}
-    _final(namespace, sandbox, {"spec": {"shutdownTime": kept.get("shutdownTime")}}, 0, "restored")
-    yield from _refuse_under_expired_claim(namespace, sandbox, archive)
     # Until the controller recreates it, the Sandbox is absent: wait from "nothing" (generation 0).
     return {"metadata": {"name": sandbox, "generation": 0}, "spec": {"operatingMode": OPERATING_MODE_RUNNING}}
 
@@ -398,6 +419,9 @@ _PREFIX = "lifecycle.agents.x-k8s.io/"
 SUSPEND_REASON_ANNOTATION = _PREFIX + "suspend-reason"
 SUSPENDED_AT_ANNOTATION = _PREFIX + "suspended-at"
 HIBERNATE_ANNOTATION = _PREFIX + "hibernate"
+#: On a SandboxArchive: the lifecycle controller found it expired (`shutdownPolicy: Retain`): kept, never
+#: restored (`agent_sandbox.api.lifecycle.ANNOTATION_EXPIRED_AT`).
+EXPIRED_AT_ANNOTATION = _PREFIX + "expired-at"
 REASON_SANDBOX_EXPIRED = "SandboxExpired"
 REASON_SANDBOX_HIBERNATED = "SandboxHibernated"
 REASON_CLAIM_EXPIRED = "ClaimExpired"

@@ -3,7 +3,9 @@ hibernated, expired or deleted Sandbox is called (one message at once, not a tim
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,8 +13,10 @@ import httpx2
 import pytest
 
 from agent_sandbox_sdk import (
+    AsyncSandboxClient,
     SandboxClaimFailedError,
     SandboxClient,
+    SandboxdDirectConnectionConfig,
     SandboxDirectConnectionConfig,
     SandboxNotFoundError,
     SandboxRequestError,
@@ -39,6 +43,14 @@ class LifecycleCluster(FakeCluster):
     archives: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: merged into the Sandbox a PATCH answers with (and the controller never confirms the new mode)
     stuck: dict[str, Any] | None = None
+    #: a lifecycle router's refusal: every router request is answered 503 with this `detail`
+    refusal: str | None = None
+
+    def handle(self, request: httpx2.Request) -> httpx2.Response:
+        if self.refusal is not None and request.url.host != "kube.test":
+            self.requests.append(request)
+            return httpx2.Response(503, json={"detail": self.refusal}, headers={"Retry-After": "5"})
+        return super().handle(request)
 
     def _kube(self, request: httpx2.Request, path: str) -> httpx2.Response:
         parts = path.split("/")
@@ -164,6 +176,9 @@ def test_a_hibernated_sandbox_under_an_expired_claim_is_not_restored() -> None:
     with pytest.raises(SandboxClaimFailedError, match="has expired: it will not be restored"):
         sandbox.resume(timeout=30)
     assert not fake.find(lambda r: r.url.params.get("watch") == "true" and "/sandboxes" in r.url.path)
+    # Refused before any write: until December 6 the archive kept the restore request (RESTORE Manual).
+    assert "restore" not in fake.archives[sandbox.sandbox_id]["spec"]
+    assert not _archive_writes(fake)
 
 
 def test_an_expired_claim_without_its_sandbox_is_said_at_once() -> None:
@@ -193,3 +208,138 @@ def test_claim_expiry_is_the_claim_controllers_deadline_not_the_condition() -> N
     assert _claim_is_expired(ttl, now)
     assert _claim_is_expired({"spec": {"lifecycle": {"shutdownTime": "2026-12-06T11:00:00z"}}}, now)
     assert not _claim_is_expired({"spec": {}}, now)
+
+
+def _archive_writes(fake: FakeCluster) -> list[httpx2.Request]:
+    return fake.find(lambda r: r.method != "GET" and "/sandboxarchives/" in r.url.path)
+
+
+@pytest.mark.parametrize(
+    ("kept", "meta", "error", "said"),
+    [
+        (  # its shutdownTime passed
+            {"shutdownTime": "2026-01-01T00:00:00Z", "shutdownPolicy": "Retain"},
+            {},
+            SandboxClaimFailedError,
+            r"has expired \(its shutdownTime .* it will not be restored",
+        ),
+        (  # marked by the controller, whose clock says it passed (this one does not)
+            {"shutdownTime": "2999-01-01T00:00:00Z", "shutdownPolicy": "Retain"},
+            {"annotations": {LC + "expired-at": "2026-12-06T10:00:00Z"}},
+            SandboxClaimFailedError,
+            r"marked lifecycle.agents.x-k8s.io/expired-at=2026-12-06T10:00:00Z\): it will not be restored",
+        ),
+        ({}, {"deletionTimestamp": "2026-12-06T10:00:00Z"}, SandboxNotFoundError, "is being deleted"),
+    ],
+    ids=["shutdown-time", "expired-at", "deleting"],
+)
+def test_an_archive_never_restored_gets_no_restore_request(
+    kept: dict[str, Any], meta: dict[str, Any], error: type[Exception], said: str
+) -> None:
+    # Until December 6 resume() wrote `spec.restore` (RESTORE column Manual) on the archive it then said
+    # would never be restored; the CLI, the router and the Go SDK refuse before any write.
+    fake = LifecycleCluster()
+    sandbox = SandboxClient(CONFIG, api_client=endpoint(), transport=fake.transport()).create_sandbox("p")
+    _hibernated(fake, sandbox.sandbox_id, **kept)
+    fake.archives[sandbox.sandbox_id]["metadata"].update(meta)
+    with pytest.raises(error, match=said):
+        sandbox.resume(timeout=30)
+    assert "restore" not in fake.archives[sandbox.sandbox_id]["spec"]
+    assert not _archive_writes(fake)
+
+
+def test_a_restorable_hibernated_sandbox_gets_its_restore_request() -> None:
+    fake = LifecycleCluster()
+    sandbox = SandboxClient(CONFIG, api_client=endpoint(), transport=fake.transport()).create_sandbox("p")
+    _hibernated(fake, sandbox.sandbox_id, shutdownTime="2999-01-01T00:00:00Z")
+    sandbox.resume(wait=False)
+    restore = fake.archives[sandbox.sandbox_id]["spec"]["restore"]
+    assert restore["cause"] == "Manual"
+    assert restore["requestedAt"].endswith("Z")
+    (write,) = _archive_writes(fake)
+    assert write.method == "PATCH"
+    assert write.headers["content-type"] == "application/merge-patch+json"
+    assert json.loads(write.content) == {"spec": {"restore": restore}}
+
+
+def test_resume_without_sandbox_or_archive_is_not_found() -> None:
+    fake = LifecycleCluster()
+    sandbox = SandboxClient(CONFIG, api_client=endpoint(), transport=fake.transport()).create_sandbox("p")
+    del fake.sandboxes[sandbox.sandbox_id]
+    with pytest.raises(SandboxNotFoundError, match="no Sandbox or hibernated Sandbox named"):
+        sandbox.resume(timeout=30)
+    assert not _archive_writes(fake)
+
+
+REFUSAL = (
+    "Sandbox default/{} could not be resumed: it is hibernated and has expired "
+    "(its archive is marked lifecycle.agents.x-k8s.io/expired-at=2026-12-06T10:00:00Z)"
+)
+
+
+def _refused(fake: LifecycleCluster, sandbox_id: str) -> str:
+    """`sandbox_id` hibernated and expired, as a lifecycle router says of it from now on; the refusal."""
+    _hibernated(fake, sandbox_id, shutdownTime="2026-01-01T00:00:00Z", shutdownPolicy="Retain")
+    fake.refusal = REFUSAL.format(sandbox_id)
+    fake.requests.clear()
+    return fake.refusal
+
+
+def _op(sandbox: Any, op: str) -> Any:
+    """`op` on a `Sandbox` or `AsyncSandbox` (a coroutine for the latter)."""
+    files, commands = sandbox.files, sandbox.commands
+    calls: dict[str, Callable[[], Any]] = {
+        "run": lambda: commands.run("true"),
+        "read": lambda: files.read("a.txt"),
+        "exists": lambda: files.exists("a.txt"),
+        "list": lambda: files.list("."),
+        "write": lambda: files.write("a.txt", b"x"),
+        "delete": lambda: files.delete("a.txt"),
+    }
+    return calls[op]()
+
+
+SANDBOXD = SandboxdDirectConnectionConfig(api_url=ROUTER)
+
+
+@pytest.mark.parametrize(
+    ("op", "config"),
+    [
+        *((op, CONFIG) for op in ("read", "exists", "list", "write", "delete", "run")),
+        # sandboxd: HEAD (exists) and PUT (write); its commands go over gRPC, not this transport
+        *((op, SANDBOXD) for op in ("read", "exists", "list", "write", "delete")),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "sandboxd" if v is SANDBOXD else "legacy",
+)
+def test_a_routers_could_not_be_resumed_is_raised_as_it_is(op: str, config: Any) -> None:
+    # The router said why, and that it never will: until December 6 a GET/HEAD/PUT/DELETE read the Sandbox
+    # and its archive (two API reads), was retried, and then added "restore it with the handle's resume()"
+    # (a POST, never retried, was raised as it is already).
+    fake = LifecycleCluster()
+    sandbox = SandboxClient(config, api_client=endpoint(), transport=fake.transport()).create_sandbox("p")
+    refusal = _refused(fake, sandbox.sandbox_id)
+    with pytest.raises(SandboxRequestError) as info:
+        _op(sandbox, op)
+    assert info.value.status_code == 503
+    assert str(info.value).endswith(f": HTTP 503: {refusal}"), str(info.value)
+    assert "restore it with" not in str(info.value)
+    assert len(fake.requests) == 1, fake.requests  # the router's answer: no retry, no Sandbox or archive read
+
+
+@pytest.mark.parametrize("op", ["read", "exists", "list"])
+def test_a_routers_could_not_be_resumed_is_raised_as_it_is_async(op: str) -> None:
+    fake = LifecycleCluster()
+
+    async def main() -> tuple[str, SandboxRequestError, list[httpx2.Request]]:
+        client = AsyncSandboxClient(CONFIG, api_client=endpoint(), transport=fake.transport(), cleanup=False)
+        async with client:  # its exit deletes the claim: the requests of the call are taken before
+            sandbox = await client.create_sandbox("p")
+            refusal = _refused(fake, sandbox.sandbox_id)
+            with pytest.raises(SandboxRequestError) as info:
+                await _op(sandbox, op)
+            return refusal, info.value, list(fake.requests)
+
+    refusal, err, sent = asyncio.run(main())
+    assert str(err).endswith(f": HTTP 503: {refusal}"), str(err)
+    assert "restore it with" not in str(err)
+    assert len(sent) == 1, sent
