@@ -103,10 +103,26 @@ def sandbox_owner_ref(sandbox: Object) -> dict[str, Any]:
     )
 
 
+def _group(api_version: str) -> str:
+    return api_version.rpartition("/")[0]
+
+
 def owner_refs_with_controller(obj: Object, sandbox: Object) -> list[dict[str, Any]]:
-    """`obj`'s owner references with the Sandbox as controller; other non-controller refs are kept (§0.4)."""
-    refs = [dict(r) for r in _meta(obj).get("ownerReferences") or () if not r.get("controller")]
-    refs.append(sandbox_owner_ref(sandbox))
+    """`obj`'s owner references with the Sandbox as controller; other non-controller refs are kept (§0.4).
+
+    A reference to the Sandbox itself (same group, kind and name, as controller-runtime's
+    `SetControllerReference` compares them) is replaced, not kept beside the new one: a Pod, PVC or Service
+    whose reference a user had set to `controller: false` ended up with two references to one Sandbox
+    (until December 6).
+    """
+    own = sandbox_owner_ref(sandbox)
+    key = (_group(own["apiVersion"]), own["kind"], own["name"])
+    refs = [
+        dict(r)
+        for r in _meta(obj).get("ownerReferences") or ()
+        if not r.get("controller") and (_group(r.get("apiVersion", "")), r.get("kind"), r.get("name")) != key
+    ]
+    refs.append(own)
     return refs
 
 

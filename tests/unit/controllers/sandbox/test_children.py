@@ -28,6 +28,7 @@ from agent_sandbox.controllers.sandbox.children import (
     build_service,
     extension_pod_labels,
     merge_volume_claim_volumes,
+    owner_refs_with_controller,
     repair_pod_metadata,
     service_ports,
     service_ports_equal,
@@ -444,3 +445,14 @@ def test_name_hash_matches_independent_fnv1a() -> None:
     for s in samples:
         assert name_hash(s) == reference(s)
         assert len(name_hash(s)) == 8
+
+
+@pytest.mark.parametrize("api_version", ["agents.x-k8s.io/v1beta1", "agents.x-k8s.io/v1alpha1"])
+def test_taking_control_replaces_a_reference_to_the_same_sandbox(api_version: str) -> None:
+    # A user set the Sandbox's reference to `controller: false`: taking control again must not leave two
+    # references to one Sandbox (controller-runtime's SetControllerReference replaces the same object's).
+    other = ref("ConfigMap", "keep", "cm-uid", api_version="v1", controller=False)
+    child = pod()
+    child["metadata"]["ownerReferences"] = [ref(api_version=api_version, controller=False), other]
+    refs = owner_refs_with_controller(child, sandbox())
+    assert refs == [other, ref()]
