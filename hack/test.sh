@@ -32,7 +32,9 @@ bash clients/go/hack/test.sh
 
 echo "==> tests (unit + integration + e2e, $WORKERS workers)"
 # Least privilege, proven: every controller the suite starts authenticates as the installed ServiceAccount
-# (token auth, RBAC on, exactly the grants of `kubectl kustomize k8s/`), not as the cluster admin.
+# (token auth, RBAC on, exactly the grants of `kubectl kustomize k8s/`), not as the cluster admin; so does
+# every dev router and every router the router and lifecycle tests start (`sandbox-router`, with the grants
+# of the k8s/router components its flags need: devcluster/router.py).
 # AGENT_SANDBOX_CONTROLLER_IDENTITY=admin reverts to the admin identity (docs/install.md).
 export AGENT_SANDBOX_CONTROLLER_IDENTITY="${AGENT_SANDBOX_CONTROLLER_IDENTITY:-serviceaccount}"
 set +e

@@ -1,7 +1,12 @@
 """The router's part in sandbox lifecycle (`--sandbox-lifecycle`, ours, docs/lifecycle.md).
 
 Two jobs, both only for Sandboxes that asked for them (`lifecycle.agents.x-k8s.io/*` on the Sandbox or its
-template); every other request is proxied exactly as without the flag.
+template); every other request is proxied exactly as without the flag. So is every request to an unclaimed
+warm-pool member (`agents.x-k8s.io/warm-pool-sandbox` on the Sandbox), whatever its template asks: it is no
+one's Sandbox yet, not routable by name (router spec §1.9.4), and its pool owns its lifecycle (the lifecycle
+controller never touches it either). Until December 6 a request naming one whose template asked for
+`auto-resume` was held for the whole resume timeout and then told the member "was not Ready within 60s",
+instead of the prompt 502 it gets without the flag.
 
 **Activity.** A proxied request to a Sandbox with an idle timeout is activity, from its start until its end;
 a WebSocket or h2c connection is activity while bytes move on it. The router keeps it in memory
@@ -138,8 +143,8 @@ class RouterLifecycle:
             return None
         key = (namespace, name)
         view = self.state.sandboxes.get(key)
-        if view is None or view.suspended:
-            return None
+        if view is None or view.suspended or view.unclaimed_pool_member:
+            return None  # an unclaimed pool member: not to be tampered with (module docstring)
         timeout = self.state.policy(namespace, view.annotations, view.template).idle_timeout
         if timeout is None:
             return None
@@ -213,7 +218,7 @@ class RouterLifecycle:
     def seen_suspended(self, route: Route) -> bool:
         """The Sandbox is Suspended as this router last saw it (its pod, if the cache still has one, is going)."""
         view = self.state.sandboxes.get((route.namespace, route.sandbox_id))
-        return view is not None and view.suspended
+        return view is not None and view.suspended and not view.unclaimed_pool_member
 
     def current_pod(self, route: Route) -> PodEntry | None:
         """The Ready pod the Pod cache has for the route's Sandbox now (one a suspend is about to delete)."""
@@ -319,6 +324,8 @@ class RouterLifecycle:
         held for the whole resume timeout and then told the Sandbox "was not Ready within 60s"."""
         ns, name = key
         view = self.state.sandboxes.get(key)
+        if view is not None and view.unclaimed_pool_member:
+            return ""  # not ours to answer for (module docstring): proxied as without lifecycle
         archive = self.state.archives.get(key)
         now = self._clock()
         if view is not None and self.state.policy(ns, view.annotations, view.template).auto_resume:
@@ -338,8 +345,12 @@ class RouterLifecycle:
         return ""
 
     def _action(self, key: Key) -> str | None:
-        """What a held request for `key` needs: "resume", "restore", "wait", or None (not ours to hold)."""
+        """What a held request for `key` needs: "resume", "restore", "wait", or None (not ours to hold: it did
+        not ask for `auto-resume`, or it is an unclaimed warm-pool member, which the router does not route to
+        by name and nobody but a claim may start)."""
         view = self.state.sandboxes.get(key)
+        if view is not None and view.unclaimed_pool_member:
+            return None
         if view is not None and not view.deleting:
             if not self.state.policy(key[0], view.annotations, view.template).auto_resume:
                 return None

@@ -3,7 +3,8 @@
 Owns three informers, each keeping only what the router reads (a few hundred bytes per object):
 
 - Sandboxes: operatingMode, shutdownTime, generation, resourceVersion, being deleted, our
-  `lifecycle.agents.x-k8s.io/*` annotations and the template reference, and why a resumed Sandbox cannot
+  `lifecycle.agents.x-k8s.io/*` annotations and the template reference, whether it is an unclaimed warm-pool
+  member (its `agents.x-k8s.io/warm-pool-sandbox` label), and why a resumed Sandbox cannot
   start (a PodScheduled=False `Unschedulable`, a Ready=False `ReconcilerError` such as a quota refusal, or
   `SandboxExpired`) for its current generation;
 - SandboxTemplates: our annotations (template-level settings);
@@ -51,10 +52,12 @@ def _diet_sandbox(obj: Object) -> Object:
     meta = obj.get("metadata") or {}
     status = obj.get("status") or {}
     keep = ("name", "namespace", "uid", "resourceVersion", "generation", "deletionTimestamp")
+    pool = (meta.get("labels") or {}).get(c.LABEL_WARM_POOL_SANDBOX)
     return {
         "metadata": {
             **{k: meta[k] for k in keep if k in meta},
             "annotations": _ours(meta.get("annotations")),
+            **({"labels": {c.LABEL_WARM_POOL_SANDBOX: pool}} if pool is not None else {}),
         },
         "spec": {
             "operatingMode": (obj.get("spec") or {}).get("operatingMode"),
@@ -113,6 +116,9 @@ class SandboxView:
     """The controller reports the current generation Ready (it has a Ready pod for this spec)."""
     shutdown_time: float | None = None
     """`spec.shutdownTime` as epoch seconds: past it, the Sandbox is expired and never resumed."""
+    unclaimed_pool_member: bool = False
+    """It carries `agents.x-k8s.io/warm-pool-sandbox`: a warm-pool member no claim has taken yet (the claim's
+    takeover removes the label before the claim is Ready). The same test as the resolver's `ClaimedCheck`."""
 
     @property
     def template(self) -> str | None:
@@ -191,6 +197,7 @@ def sandbox_view(obj: Object) -> SandboxView:
         blocker=_blocker(obj, generation),
         ready=_ready(obj, generation),
         shutdown_time=_epoch((obj.get("spec") or {}).get("shutdownTime")),
+        unclaimed_pool_member=c.LABEL_WARM_POOL_SANDBOX in (meta.get("labels") or {}),
     )
 
 

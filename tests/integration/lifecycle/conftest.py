@@ -11,6 +11,7 @@ import pytest
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.processes import Started, stop
+from agent_sandbox.devcluster.router import router_kubeconfig
 from agent_sandbox.router import Router, load_router_config
 
 
@@ -47,12 +48,14 @@ async def start_router(
             "--health-probe-bind-address=127.0.0.1:0",
             "--allow-loopback-pod-ip",
             "--cache-enabled",
-            f"--kubeconfig={cluster.kubeconfig}",
             *(["--sandbox-lifecycle"] if lifecycle else []),
             "--upstream-retry-initial-delay=50ms",
             "--upstream-retry-max-delay=100ms",
             *flags,
         ]
+        # The admin, or (AGENT_SANDBOX_CONTROLLER_IDENTITY=serviceaccount, as CI runs) the install's
+        # `sandbox-router` ServiceAccount with the grants of k8s/router (+ k8s/router/lifecycle).
+        args.append(f"--kubeconfig={router_kubeconfig(cluster, args)}")
         config, _ = load_router_config(args, {})
         router = Router(config)
         await router.start()

@@ -26,10 +26,19 @@ import httptools
 import pytest
 from aiohttp import WSMsgType, web
 
+from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.devcluster.router import router_kubeconfig
 from agent_sandbox.router import Router, load_router_config
 from tests.helpers import listen_port
 
 _ips = itertools.count(random.randrange(1, 200) * 256)
+
+
+def with_identity(cluster: DevCluster, *flags: str) -> tuple[str, ...]:
+    """`flags` and the `--kubeconfig` of the router's identity for them: the admin's, or (with
+    `AGENT_SANDBOX_CONTROLLER_IDENTITY=serviceaccount`, as CI runs) the install's `sandbox-router`
+    ServiceAccount holding the grants of the router components those flags need (`devcluster.router`)."""
+    return (*flags, f"--kubeconfig={router_kubeconfig(cluster, flags)}")
 
 
 def fresh_ip() -> str:

@@ -29,7 +29,7 @@ from agent_sandbox.router import Router
 from tests import helpers
 from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE, create_runtime_pool
 
-from .conftest import Backend, raw_request, request_bytes
+from .conftest import Backend, raw_request, request_bytes, with_identity
 
 pytestmark = pytest.mark.integration
 
@@ -50,10 +50,12 @@ async def cached_router(
     start_router: Callable[..., Awaitable[Router]], cluster: DevCluster, controller: Started
 ) -> Router:
     return await start_router(
-        "--cache-enabled",
-        f"--kubeconfig={cluster.kubeconfig}",
-        "--upstream-retry-initial-delay=50ms",
-        "--upstream-retry-max-delay=100ms",
+        *with_identity(
+            cluster,
+            "--cache-enabled",
+            "--upstream-retry-initial-delay=50ms",
+            "--upstream-retry-max-delay=100ms",
+        )
     )
 
 
@@ -319,10 +321,12 @@ async def test_tokenreview_against_the_api_server(
     backend: Backend,
 ) -> None:
     router = await start_router(
-        "--authz-mode=tokenreview",
-        "--authz-tokenreview-audiences=sandbox-router",
-        "--authz-tokenreview-require-token",
-        f"--kubeconfig={cluster.kubeconfig}",
+        *with_identity(
+            cluster,
+            "--authz-mode=tokenreview",
+            "--authz-tokenreview-audiences=sandbox-router",
+            "--authz-tokenreview-require-token",
+        )
     )
     admin = cluster.admin()
     status, _ = admin.request(
@@ -367,9 +371,7 @@ async def test_a_pod_ip_outside_the_cache_is_refused_at_once_saying_why(
     """`--cache-namespace`: a Pod IP in a namespace the cache does not watch cannot be checked (the cache
     knows sandbox pods only), so it is refused - at once, saying why. Until December 6 it waited 2 s and was
     refused as another sandbox's address."""
-    router = await start_router(
-        "--cache-enabled", "--cache-namespace=elsewhere", f"--kubeconfig={cluster.kubeconfig}"
-    )
+    router = await start_router(*with_identity(cluster, "--cache-enabled", "--cache-namespace=elsewhere"))
     started = time.monotonic()
     status, body = await call(router, backend.headers(**{"X-Sandbox-Namespace": "team"}))
     assert time.monotonic() - started < 1.0
@@ -408,11 +410,13 @@ async def test_a_revoked_token_stops_working_on_its_pinned_h2c_connection(
     from .test_h2c_pinning import OWN_CONNECTION, Sandbox, _who
 
     router = await start_router(
-        "--enable-h2c",
-        "--authz-mode=tokenreview",
-        "--authz-tokenreview-require-token",
-        "--authz-tokenreview-ttl=1s",
-        f"--kubeconfig={cluster.kubeconfig}",
+        *with_identity(
+            cluster,
+            "--enable-h2c",
+            "--authz-mode=tokenreview",
+            "--authz-tokenreview-require-token",
+            "--authz-tokenreview-ttl=1s",
+        )
     )
     token = _service_account_token(cluster, namespace, "caller")
     alpha = Sandbox("alpha")

@@ -27,6 +27,7 @@ from agent_sandbox.kube import POD, SANDBOX, ApiClient, Object
 from agent_sandbox.router import Router
 from tests import helpers
 from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE
+from tests.integration.router.conftest import with_identity
 from tests.integration.router.test_cache import answered_by, controller, execute, sandbox_body, sandbox_pod
 
 pytestmark = pytest.mark.integration
@@ -38,7 +39,7 @@ __all__ = ["controller"]  # the module-scoped controller fixture, used here thro
 async def cached_router(
     start_router: Callable[..., Awaitable[Router]], cluster: DevCluster, controller: Started
 ) -> Router:
-    return await start_router("--cache-enabled", f"--kubeconfig={cluster.kubeconfig}")
+    return await start_router(*with_identity(cluster, "--cache-enabled"))
 
 
 def impostor_body(name: str) -> Object:
