@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from .. import __version__, glibc_malloc, python_gc
 from ..api.errortext import describe_error
 from ..kube import (
+    EXPECTED_ERRORS,
     ApiClient,
     ConfigError,
     LeaderElectionLost,
@@ -45,11 +46,31 @@ from .context import ControllerContext, Setup
 from .options import PROGRAM, Options, flag_set, parse_options, read_allowed_label_domains, validate
 from .version import register_build_info, version_text
 
-__all__ = ["LEADER_ELECTION_ID", "SETUPS", "ControllerContext", "Setup", "build_manager", "main", "run"]
+__all__ = [
+    "LEADER_ELECTION_ID",
+    "SETUPS",
+    "START_UP_ERRORS",
+    "ControllerContext",
+    "Setup",
+    "build_manager",
+    "main",
+    "run",
+]
 
 log = logging.getLogger("agent_sandbox.controllers.main")
 
 LEADER_ELECTION_ID = "a3317529.agent-sandbox.x-k8s.io"
+
+START_UP_ERRORS: tuple[type[BaseException], ...] = (
+    *EXPECTED_ERRORS,  # API errors, connection errors, timeouts (e.g. caches that never sync)
+    OSError,  # a listener's port in use, an unresolvable host, an unreadable file
+    ConfigError,
+    TracingError,
+    webhook.WebhookError,
+    webhook.CertificateError,
+)
+"""Failures of the manager logged without a traceback: their message names the problem. Any other exception
+is a programming error and keeps its traceback."""
 
 
 SETUPS: list[Setup] = [
@@ -148,8 +169,13 @@ async def run(
     except LeaderElectionLost as exc:
         log.error("%s", describe_error(exc))
         return 1
+    except START_UP_ERRORS as exc:
+        # A known configuration or environment problem (a port in use, a missing certificate, an API error at
+        # start-up): the message says it all, as upstream's one-line "problem running manager".
+        log.error("problem running manager: %s", describe_error(exc))
+        return 1
     except Exception as exc:
-        log.error("problem running manager: %s", describe_error(exc), exc_info=exc)
+        log.error("problem running manager: %s", describe_error(exc), exc_info=exc)  # a bug: keep the stack
         return 1
     finally:
         await mgr.api.close()

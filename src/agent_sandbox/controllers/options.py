@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..kube._servers import parse_bind_address
 from ..kube.flags import ZAP_FLAGS, Flag, FlagSet
 
 __all__ = [
@@ -312,6 +313,16 @@ def validate(opts: Options) -> tuple[list[str], list[str]]:
         errors.append("--sandbox-lifecycle-concurrent-workers must be > 0")
     if not 0 <= opts.sandbox_lifecycle_runtime_port <= 65535:
         errors.append("--sandbox-lifecycle-runtime-port must be within 0-65535")
+    if not 1 <= opts.webhook_port <= 65535:
+        # Checked here rather than at bind time: the listener wrapped 99999 to 34463 and took -1 for a crash.
+        errors.append("--webhook-port must be within 1-65535")
+    for flag in ("metrics-bind-address", "health-probe-bind-address"):
+        value = getattr(opts, flag.replace("-", "_"))
+        try:
+            parse_bind_address(value)
+        except ValueError:
+            # The manager would fail on it when it starts its server; say so up front, naming the flag.
+            errors.append(f'--{flag} must be [host]:port, "0" or empty (disabled); got {value!r}')
     if opts.kube_api_burst <= 0:
         errors.append("--kube-api-burst must be > 0")
     if opts.api_connections < 1:

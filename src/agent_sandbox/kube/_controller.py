@@ -6,7 +6,8 @@ Owns the worker loop semantics of controller-runtime (`pkg/internal/controller`)
 * outcome switch: exception -> `add_rate_limited` (unless `TerminalError`: logged, counted, forgotten);
   `requeue_after` > 0 -> `forget` + `add_after`; otherwise -> `forget`;
 * exceptions are contained at the worker boundary, logged with a reconcile id, and counted
-  (`controller_runtime_reconcile_*` metrics, result label success / error / requeue_after); a `Waiting`
+  (`controller_runtime_reconcile_*` metrics, result label success / error / requeue_after); an expected
+  error (`EXPECTED_ERRORS`: API, connection, timeout) is one line without a traceback; a `Waiting`
   (an expected wait, ours) is retried the same way but logged at info and counted as `requeue`;
 * start order: wait for the sources' informers to sync (bounded by `cache_sync_timeout`), register the
   event handlers (existing objects are replayed as adds), launch the workers;
@@ -213,7 +214,14 @@ class Controller:
                 if not isinstance(exc, EXPECTED_ERRORS):
                     # A programming error (KeyError, TypeError, ...) is our analogue of a recovered Go panic.
                     self._m_panics.inc()
-            log.error("reconciler error: %s", describe_error(exc), exc_info=exc)
+            if isinstance(exc, EXPECTED_ERRORS):
+                # An API-server outage fails every worker with these on every retry: a traceback (chained,
+                # ~4.7 KB) per line flooded the log with nothing the error text does not say. The text
+                # stays in the line and in the structured `error` field, as exc_info would put it there.
+                text = describe_error(exc)
+                log.error("reconciler error: %s", text, extra={"error": text})
+            else:
+                log.error("reconciler error: %s", describe_error(exc), exc_info=exc)
         else:
             queue.forget(req)
             if result.requeue_after and result.requeue_after > 0:

@@ -25,6 +25,7 @@ from agent_sandbox.controllers.webhook.certs import (
 from agent_sandbox.controllers.webhook.crds import ALL_CRD_NAMES, client_config, conversion_patch, patch_crds
 from agent_sandbox.controllers.webhook.runnable import WEBHOOK_URL_ENV, WebhookRunnable, options_from, setup
 from agent_sandbox.controllers.webhook.server import (
+    CertWatcher,
     ConversionWebhook,
     WebhookError,
     WebhookOptions,
@@ -35,6 +36,7 @@ __all__ = [
     "ALL_CRD_NAMES",
     "WEBHOOK_URL_ENV",
     "CertBundle",
+    "CertWatcher",
     "CertificateError",
     "ConversionWebhook",
     "WebhookError",

@@ -18,9 +18,11 @@ three PEM blocks parse.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import logging
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,15 +153,26 @@ def bundle_problem(bundle: CertBundle, *, hosts: list[str], now: dt.datetime) ->
 
 
 def write_files(bundle: CertBundle, cert_dir: Path, cert_name: str, key_name: str) -> tuple[Path, Path]:
-    """Write the serving pair (dir 0755, files 0600); returns (cert path, key path)."""
+    """Write the serving pair (dir 0755, files 0600); returns (cert path, key path).
+
+    Each file is replaced atomically (written aside, then renamed over), so a reader - this process's
+    certificate watcher, or another replica's sharing the directory (the dev cluster's) - never sees a
+    truncated file; between the two renames it can see a mismatched pair, which it does not load.
+    """
     cert_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(cert_dir, 0o755)
     paths = (cert_dir / cert_name, cert_dir / key_name)
     for path, data in zip(paths, (bundle.cert_pem, bundle.key_pem), strict=True):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(path, 0o600)
+        fd, tmp = tempfile.mkstemp(dir=cert_dir, prefix=f".{path.name}.")  # mode 0600
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
     return paths
 
 

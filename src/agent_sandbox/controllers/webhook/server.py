@@ -14,15 +14,26 @@ changes. On the controllers' loop that latency included the loop's backlog under
 (docs/design/webhook-thread.md). Large reviews (a v1alpha1 list of many objects) are converted in
 a worker thread so even that loop is not blocked.
 
-Failure modes: :class:`WebhookError` when the certificate files are missing (unmanaged
-mode) or the listener cannot bind; API errors while loading the Secret or patching CRDs
-propagate (upstream exits with status 1 in both cases).
+The serving pair is **followed on disk** (:class:`CertWatcher`, controller-runtime's certwatcher): every
+``cert_poll_interval`` (10 s) the serving thread reads ``tls.crt``/``tls.key`` and, when they changed and
+load as a matching pair, new connections get the new pair; a pair that does not load (half written, key and
+certificate from different rotations) keeps the previous one until it does. cert-manager or a mounted
+Secret can thus rotate the certificate of a running webhook (``--manage-webhook-certs=false``). With managed
+certificates the webhook also re-reads its Secret every ``secret_poll_interval`` (60 s): when another replica
+replaced it (an expired or unsuitable bundle), the new pair is written to the cert dir and followed the same
+way. docs/design/webhook-cert-reload.md.
+
+Failure modes: :class:`WebhookError` when the certificate files are missing or do not load at start-up
+(unmanaged mode) or the listener cannot bind; API errors while loading the Secret or patching CRDs
+propagate (upstream exits with status 1 in both cases). After start-up nothing is fatal: a pair or Secret
+that cannot be used is logged once and the webhook keeps serving the pair it has.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 import ssl
 import threading
@@ -38,15 +49,31 @@ from aiohttp import web
 
 from agent_sandbox.api import constants as c
 from agent_sandbox.api.conversion import convert_review
-from agent_sandbox.controllers.webhook.certs import ensure_certificates, write_files
+from agent_sandbox.api.errortext import describe_error
+from agent_sandbox.controllers.webhook.certs import (
+    CertBundle,
+    CertificateError,
+    bundle_problem,
+    ensure_certificates,
+    service_hosts,
+    write_files,
+)
 from agent_sandbox.controllers.webhook.crds import ALL_CRD_NAMES, patch_crds
-from agent_sandbox.kube import NAMESPACE, AlreadyExists, Client, NotFound
+from agent_sandbox.kube import EXPECTED_ERRORS, NAMESPACE, SECRET, AlreadyExists, Client, NotFound
 from agent_sandbox.kube.metrics import WEBHOOK_IN_FLIGHT, WEBHOOK_LATENCY, WEBHOOK_REQUESTS
 
 log = logging.getLogger(__name__)
 
 #: Reviews with more objects than this are converted off the event loop.
 THREAD_THRESHOLD = 32
+#: How often the serving pair's files are checked for a new pair: controller-runtime's certwatcher polls
+#: every 10 s (besides its inotify watch, which misses Secret-volume symlink swaps on some filesystems).
+CERT_POLL_INTERVAL = 10.0
+#: How often a replica with managed certificates re-reads the shared Secret for a bundle another
+#: replica wrote.
+SECRET_POLL_INTERVAL = 60.0
+#: What stops one read of the Secret from being followed (logged, retried at the next poll).
+_SECRET_FOLLOW_ERRORS: tuple[type[BaseException], ...] = (*EXPECTED_ERRORS, CertificateError, OSError)
 _MAX_BODY = 64 * 1024 * 1024  # a v1alpha1 list of many large objects
 
 
@@ -71,6 +98,10 @@ class WebhookOptions:
         webhook_url: dev mode: CRDs get ``clientConfig.url`` instead of the Service reference.
             ``{port}`` is replaced by the bound port, so ``port=0`` works.
         crd_names: CRDs to patch (all four by default; missing ones are skipped).
+        cert_poll_interval: seconds between checks of the serving pair's files for a new pair; <= 0: never
+            (no flag: upstream's certwatcher has a fixed 10 s; tests shorten it).
+        secret_poll_interval: managed certificates: seconds between reads of the shared Secret for a bundle
+            another replica stored; <= 0: never.
     """
 
     host: str = ""
@@ -84,6 +115,8 @@ class WebhookOptions:
     manage_certs: bool = True
     webhook_url: str | None = None
     crd_names: tuple[str, ...] = field(default=ALL_CRD_NAMES)
+    cert_poll_interval: float = CERT_POLL_INTERVAL
+    secret_poll_interval: float = SECRET_POLL_INTERVAL
 
 
 async def handle_convert(request: web.Request) -> web.Response:
@@ -182,11 +215,104 @@ def build_app() -> web.Application:
     return app
 
 
-class _ServingThread:
-    """The aiohttp listener on a dedicated thread with its own event loop."""
+def server_context(cert_path: Path, key_path: Path) -> ssl.SSLContext:
+    """A TLS server context serving the pair in ``cert_path``/``key_path`` (TLS 1.2+, no client certificates).
 
-    def __init__(self, host: str | None, port: int, ssl_context: ssl.SSLContext) -> None:
-        self._host, self._port, self._ssl = host, port, ssl_context
+    Raises:
+        OSError: a file cannot be read (:class:`ssl.SSLError`, an ``OSError`` too: a file is no PEM, or the
+            key does not match the certificate).
+    """
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)  # server side; no client certs requested
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert_path, key_path)
+    return ctx
+
+
+def _read_pair(cert_path: Path, key_path: Path) -> tuple[bytes, bytes] | str:
+    """Both files' bytes, or why they cannot be read."""
+    try:
+        return cert_path.read_bytes(), key_path.read_bytes()
+    except OSError as exc:
+        return describe_error(exc)
+
+
+class CertWatcher:
+    """The serving pair of a TLS listener, reloaded when its files change (controller-runtime's certwatcher).
+
+    :attr:`context` is the context to give the listener. Its ``sni_callback`` runs for every new connection,
+    SNI or not (the API server sends none for an IP address), and switches the connection to the context of
+    the current pair, so connections made after a reload get the new certificate and open ones are left alone.
+
+    :meth:`check` compares the files' bytes with those of the loaded pair: content, not mtimes, because a
+    rotation through a Secret volume swaps a directory symlink and leaves the files' own names and times as
+    they were, and a same-second rewrite can keep mtime and size. A changed pair that does not load (key and
+    certificate from different rotations, a torn write) keeps the previous pair; it is retried on every check
+    and reported once per distinct content.
+    """
+
+    def __init__(self, cert_path: Path, key_path: Path) -> None:
+        """Load the pair.
+
+        Raises:
+            WebhookError: the files cannot be read or do not hold a matching certificate and key.
+        """
+        self.cert_path, self.key_path = cert_path, key_path
+        loaded = _read_pair(cert_path, key_path)
+        try:
+            if isinstance(loaded, str):
+                raise OSError(loaded)
+            self._current = server_context(cert_path, key_path)
+        except OSError as exc:
+            raise WebhookError(
+                f"webhook certificate {cert_path} and key {key_path} cannot be loaded: {describe_error(exc)}"
+            ) from None
+        # What was read before loading; if the files changed in between, the next check reloads them again.
+        self._loaded: tuple[bytes, bytes] | str = loaded
+        self._reported: tuple[bytes, bytes] | str | None = None
+        self.reloads = 0
+        self.context = self._current
+        self.context.sni_callback = self._select
+
+    @property
+    def current(self) -> ssl.SSLContext:
+        """The context of the most recently loaded pair."""
+        return self._current
+
+    def _select(self, ssl_obj: ssl.SSLObject, _server_name: str | None, base: ssl.SSLContext) -> None:
+        current = self._current
+        if current is not base:
+            ssl_obj.context = current
+
+    def check(self) -> bool:
+        """Load the pair again if its files changed; True when a new pair is now served."""
+        seen = _read_pair(self.cert_path, self.key_path)
+        if seen == self._loaded:
+            return False
+        try:
+            if isinstance(seen, str):
+                raise OSError(seen)
+            fresh = server_context(self.cert_path, self.key_path)
+        except OSError as exc:
+            if seen != self._reported:  # once per state, not once per poll
+                self._reported = seen
+                log.warning(
+                    "webhook certificate %s / key %s changed but do not load; keeping the previous pair: %s",
+                    self.cert_path,
+                    self.key_path,
+                    describe_error(exc),
+                )
+            return False
+        self._current, self._loaded, self._reported = fresh, seen, None
+        self.reloads += 1
+        log.info("reloaded webhook serving certificate from %s and %s", self.cert_path, self.key_path)
+        return True
+
+
+class _ServingThread:
+    """The aiohttp listener on a dedicated thread with its own event loop (and the pair's watcher)."""
+
+    def __init__(self, host: str | None, port: int, certs: CertWatcher, poll_interval: float) -> None:
+        self._host, self._port, self._certs, self._poll = host, port, certs, poll_interval
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -229,7 +355,9 @@ class _ServingThread:
         runner = web.AppRunner(build_app(), access_log=None, handle_signals=False)
         try:
             await runner.setup()
-            site = web.TCPSite(runner, self._host, self._port, ssl_context=self._ssl, reuse_address=True)
+            site = web.TCPSite(
+                runner, self._host, self._port, ssl_context=self._certs.context, reuse_address=True
+            )
             await site.start()
         except OSError as exc:
             self._error = WebhookError(f"cannot listen on {self._host or '*'}:{self._port}: {exc}")
@@ -241,10 +369,23 @@ class _ServingThread:
             return
         self.port = _bound_port(runner, self._port)
         self._ready.set()
+        watcher = asyncio.create_task(self._watch_certs()) if self._poll > 0 else None
         try:
             await self._stop.wait()
         finally:
+            if watcher is not None:
+                watcher.cancel()
             await runner.cleanup()
+
+    async def _watch_certs(self) -> None:
+        # On this thread's loop: reading two small files (and loading them when they changed) takes well
+        # under a millisecond, and the SNI callback that reads the result runs here too.
+        while True:
+            await asyncio.sleep(self._poll)
+            try:
+                self._certs.check()
+            except Exception as exc:  # never let the watcher end: the listener keeps the pair it has
+                log.error("checking the webhook certificate failed: %s", describe_error(exc), exc_info=exc)
 
 
 class ConversionWebhook:
@@ -258,6 +399,9 @@ class ConversionWebhook:
         self._client = client
         self.options = options or WebhookOptions()
         self._server: _ServingThread | None = None
+        self._secret_follower: asyncio.Task[None] | None = None
+        self._bundle: CertBundle | None = None
+        self.certs: CertWatcher | None = None
         self.port: int | None = None
         self.url: str | None = None
         self.ca_pem: bytes | None = None
@@ -266,16 +410,18 @@ class ConversionWebhook:
         """Obtain the certificate, start listening, then patch the CRDs (in that order).
 
         Raises:
-            WebhookError: certificate files missing (unmanaged mode) or bind failure.
+            WebhookError: certificate files missing or not loadable (unmanaged mode) or bind failure.
         """
         opts = self.options
         cert_path, key_path = await self._certificate()
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)  # server side; no client certs requested
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        ctx.load_cert_chain(cert_path, key_path)
-        server = _ServingThread(opts.host or None, opts.port, ctx)
+        self.certs = CertWatcher(cert_path, key_path)
+        server = _ServingThread(opts.host or None, opts.port, self.certs, opts.cert_poll_interval)
         self.port = await asyncio.to_thread(server.start)
         self._server = server
+        if opts.manage_certs and opts.secret_poll_interval > 0:
+            self._secret_follower = asyncio.create_task(
+                self._follow_secret(cert_path.parent), name="webhook-certificate-secret"
+            )
         self.url = opts.webhook_url.replace("{port}", str(self.port)) if opts.webhook_url else None
         log.info("conversion webhook listening on %s:%d", opts.host or "*", self.port)
         if opts.manage_certs and self.ca_pem is not None:
@@ -290,6 +436,11 @@ class ConversionWebhook:
 
     async def stop(self) -> None:
         """Stop listening (idempotent)."""
+        if self._secret_follower is not None:
+            follower, self._secret_follower = self._secret_follower, None
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
         if self._server is not None:
             server, self._server = self._server, None
             await asyncio.to_thread(server.stop)
@@ -320,7 +471,7 @@ class ConversionWebhook:
                 log.info("creating namespace %s for the webhook certificate Secret", opts.namespace)
                 await _ensure_namespace(self._client, opts.namespace)
                 bundle = await ensure_certificates(self._client, **kwargs)
-            self.ca_pem = bundle.ca_pem
+            self._bundle, self.ca_pem = bundle, bundle.ca_pem
             return write_files(bundle, opts.cert_dir, opts.cert_name, opts.key_name)
         cert, key = opts.cert_dir / opts.cert_name, opts.cert_dir / opts.key_name
         if cert.is_file() and key.is_file():
@@ -332,6 +483,56 @@ class ConversionWebhook:
         raise WebhookError(
             f"webhook certificate files {cert} and {key} are missing (--manage-webhook-certs=false)"
         )
+
+    async def _follow_secret(self, cert_dir: Path) -> None:
+        """Managed certificates: write the Secret's bundle to the cert dir when another replica replaced it.
+
+        A replica replaces the shared Secret (and re-points the CRDs' caBundle at its new CA) when the stored
+        bundle is expired or does not cover its host names; the others would keep serving the old pair,
+        which the API server no longer trusts. Reads only (the Secret's ``get`` grant); never writes the
+        Secret or the CRDs: the replica that replaced the bundle did both.
+        """
+        opts = self.options
+        hosts = [
+            *service_hosts(opts.service_name, opts.namespace, opts.cluster_domain),
+            *_url_hosts(opts.webhook_url),
+        ]
+        secret_name = f"{opts.namespace}/{c.WEBHOOK_CERTS_SECRET}"
+        rejected: CertBundle | None = None  # said once: an unsuitable bundle stays so until it changes
+        reported: str | None = None  # said once: the last error reading or writing
+        while True:
+            await asyncio.sleep(opts.secret_poll_interval)
+            try:
+                secret = await self._client.get(SECRET, c.WEBHOOK_CERTS_SECRET, namespace=opts.namespace)
+                bundle = CertBundle.from_secret(secret)
+                if bundle in (self._bundle, rejected):
+                    reported = None
+                    continue
+                if problem := bundle_problem(bundle, hosts=hosts, now=dt.datetime.now(dt.UTC)):
+                    rejected = bundle
+                    log.warning(
+                        "webhook certificate Secret %s changed but is not usable here; "
+                        "keeping the current pair: %s",
+                        secret_name,
+                        problem,
+                    )
+                    continue
+                await asyncio.to_thread(write_files, bundle, cert_dir, opts.cert_name, opts.key_name)
+            except _SECRET_FOLLOW_ERRORS as exc:
+                text = describe_error(exc)
+                if text != reported:
+                    reported = text
+                    log.warning(
+                        "cannot follow webhook certificate Secret %s; keeping the current pair: %s",
+                        secret_name,
+                        text,
+                    )
+                continue
+            reported = None
+            self._bundle, self.ca_pem = bundle, bundle.ca_pem
+            log.info(
+                "webhook certificate Secret %s was replaced; wrote its pair to %s", secret_name, cert_dir
+            )
 
 
 async def _ensure_namespace(client: Client, name: str) -> None:
