@@ -250,13 +250,20 @@ def _is_root(path: str) -> bool:
 
 
 def _remote_entry(sandbox: Sandbox, path: str, timeout: float) -> FileEntry | None:
-    """What the parent's listing says of `path` (not the root: no listing names it); None: nothing there."""
+    """What the parent's listing says of `path` (not the root: no listing names it); None: nothing there.
+
+    Only a 404 (no such parent, or not a directory) means nothing there; any other failure is raised. Until
+    December 6 every failure did: a router that timed out made `cp` wait out its `--timeout` twice (the listing,
+    then the transfer), and a transient one could send `cp file sb:dir` to `dir` itself instead of into it.
+    """
     files = sandbox.files
     assert files is not None
     parent, name = posixpath.split(posixpath.normpath(path))
     try:
         entries = files.list(parent, timeout=timeout)
-    except SandboxError:
+    except SandboxRequestError as err:
+        if err.status_code != 404:
+            raise
         return None  # no such parent
     return next((e for e in entries if e.name == name), None)
 

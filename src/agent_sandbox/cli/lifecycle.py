@@ -29,6 +29,7 @@ from agent_sandbox.kube import (
     SANDBOX,
     SANDBOX_CLAIM,
     ApiClient,
+    ConfigError,
     Conflict,
     Forbidden,
     KubeError,
@@ -276,7 +277,11 @@ def _kubeconfig(args: argparse.Namespace) -> str | None:
 
         cluster = DevCluster.load(args.dev_cluster)
         if cluster is None:
-            raise RuntimeError(f"no dev cluster named {args.dev_cluster!r}")
+            # Said as the sandbox commands say it (cli/sandboxes.py), with the same exit code.
+            raise ConfigError(
+                f"no dev cluster named {args.dev_cluster!r}; start one with "
+                f"`agent-sandbox dev up --name {args.dev_cluster}`"
+            )
         return str(cluster.kubeconfig)
     return None
 
@@ -300,15 +305,24 @@ async def _run(args: argparse.Namespace) -> str:
         await api.close()
 
 
+#: Exit codes, as the sandbox commands' (cli/sandboxes.py): an error from the cluster, or unusable input.
+_EXIT_ERROR, _EXIT_USAGE = 1, 2
+
+
 def _handler(args: argparse.Namespace) -> int:
     try:
         print(asyncio.run(_run(args)), file=sys.stderr)
     except (NoSuchSandbox, Refused) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 1
+        return _EXIT_ERROR
     except (KubeError, TimeoutError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 1
+        return _EXIT_ERROR
+    except ConfigError as err:
+        # No kubeconfig, a missing file, an unknown context or dev cluster: one line and exit 2, as `list`
+        # says it (until December 6 a traceback, or `error: RuntimeError: ...` for the dev cluster).
+        print(f"error: {err}", file=sys.stderr)
+        return _EXIT_USAGE
     return 0
 
 

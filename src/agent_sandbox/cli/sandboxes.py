@@ -6,7 +6,8 @@ context's, as kubectl), `--kubeconfig`, `--context`, `--router-url` (default `$A
 (a local dev cluster's kubeconfig and router); all but `-o` may also come before the command.
 
 Exit codes: 0 success; `exec` exits with the command's own code (124 when it timed out); 1 an error from
-the cluster, router or sandbox; 2 invalid usage or input; 3 not found; 4 timed out waiting.
+the cluster, router or sandbox (one that cannot be reached too); 2 invalid usage or input; 3 not found (said
+by the SDK, or answered 404); 4 timed out waiting.
 """
 
 from __future__ import annotations
@@ -315,25 +316,19 @@ def _exec(args: argparse.Namespace) -> int:
         )
     sandbox = _handle(make_client(args), args)
     assert sandbox.commands is not None
+    # Without --timeout the runtime's own limit ends the command (300 s by default), as kubectl exec waits for
+    # as long as it runs; a router or sandbox that stops answering is given up after the SDK's idle limit for
+    # streams (90 s: the runtime writes a keep-alive line after 30 s of silence).
+    stream = sandbox.commands.stream(command, timeout=args.timeout, env=env or None, cwd=args.cwd)
     if args.output != "table":
-        result = sandbox.commands.run(
-            command,
-            # Without --timeout the runtime's own limit ends the command (300 s by default), as kubectl exec
-            # waits for as long as it runs; until December 5 the answer was given up after 70 s.
-            timeout=args.timeout + 10 if args.timeout else _WAIT_FOR_THE_RUNTIME,
-            command_timeout=args.timeout,
-            env=env or None,
-            cwd=args.cwd,
-        )
+        # The stream, collected: not `run`, one request answered only when the command ends, which could not
+        # tell a quiet command from a router that stopped answering (it waited up to a day for one, until
+        # December 6) and met a router's --proxy-timeout (180 s) however long the command was let run.
+        with stream:
+            result = stream.result()
         render(result, args.output)
         return _exit_code(result)
-    stream = sandbox.commands.stream(command, timeout=args.timeout, env=env or None, cwd=args.cwd)
     return _exit_of(relay_output(stream), args.timeout)
-
-
-#: How long `exec -o json` waits for a command's answer without --timeout: the runtime's own limit ends it first
-#: (its largest is a day); a router bounds it by its --proxy-timeout, and says so.
-_WAIT_FOR_THE_RUNTIME = 24 * 3600.0
 
 
 def _exit_of(exit_event: CommandEvent | None, timeout: float | None) -> int:
@@ -497,10 +492,12 @@ def _guard(handler: Handler) -> Handler:
             return handler(args)
         except (SandboxNotFoundError, SandboxWarmPoolNotFoundError, SandboxTemplateNotFoundError) as err:
             _report(err)
-            # `get_sandbox` reports every failure as not found (upstream's contract); a refusal is not one.
+            # `get_sandbox` reports every failure as not found (upstream's contract): it is one only when the
+            # SDK said so itself or something answered 404. A refusal is not one, nor a request that got no
+            # answer (status None: an unreachable API server was exit 3 until December 6, where `get` said 1).
             cause = err.__cause__
-            refused = isinstance(cause, SandboxRequestError) and cause.status_code not in (None, 404)
-            return EXIT_ERROR if refused else EXIT_NOT_FOUND
+            missing = not isinstance(cause, SandboxRequestError) or cause.status_code == 404
+            return EXIT_NOT_FOUND if missing else EXIT_ERROR
         except SandboxTimeoutError as err:
             _report(err)
             return EXIT_TIMEOUT

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import argparse
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agent_sandbox.cli.copy import _checked_name, _download_tree
-from agent_sandbox_sdk import SandboxError
+from agent_sandbox.cli.copy import _checked_name, _download_tree, copy
+from agent_sandbox_sdk import (
+    SandboxConnectionError,
+    SandboxError,
+    SandboxRequestError,
+    SandboxRequestTimeoutError,
+)
 from agent_sandbox_sdk.models import FileEntry
 
 pytestmark = pytest.mark.unit
@@ -54,3 +60,73 @@ def test_a_listing_that_climbs_out_writes_nothing_outside(tmp_path: Path) -> Non
         _download_tree(sandbox, "work", target, 10)
     assert files.read == []  # the whole tree is listed before any file is written
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dest"]
+
+
+class _FailingListing:
+    """A sandbox's file API whose listing fails with `error` (a router that timed out, answered 5xx, refused)."""
+
+    def __init__(self, error: SandboxError) -> None:
+        self.error = error
+        self.listed: list[str] = []
+        self.written: list[str] = []
+        self.read: list[str] = []
+
+    def list(self, path: str, timeout: float) -> list[FileEntry]:
+        self.listed.append(path)
+        raise self.error
+
+    def write(self, path: str, content: object, timeout: float, mode: int | None = None) -> None:
+        self.written.append(path)
+
+    def read_to(self, path: str, destination: object, timeout: float) -> int:
+        self.read.append(path)
+        return 0
+
+
+def _args(src: str, dst: str) -> Any:
+    return argparse.Namespace(src=src, dst=dst, namespace="ns", timeout=10.0)
+
+
+def _client(files: _FailingListing) -> Any:
+    sandbox = type("S", (), {"files": files, "commands": None})()
+    return type("C", (), {"get_sandbox": lambda self, claim, namespace: sandbox})()
+
+
+FAILURES = [
+    SandboxRequestTimeoutError("GET /list/: timed out (ReadTimeout)"),
+    SandboxConnectionError("GET /list/: no response (ConnectError)"),
+    SandboxRequestError("router unavailable", 503),
+    SandboxRequestError("forbidden", 403),
+]
+
+
+@pytest.mark.parametrize("error", FAILURES, ids=["timeout", "connection", "503", "403"])
+def test_a_listing_that_fails_stops_an_upload_rather_than_guessing_the_name(
+    error: SandboxError, tmp_path: Path
+) -> None:
+    """`cp file sb:dir` looks at what `dir` is first; a listing that failed was taken for "nothing there" (so
+    the file could be written as `dir` itself, not into it), after the listing had spent the whole timeout
+    that the upload then spent again (until December 6)."""
+    local = tmp_path / "a.txt"
+    local.write_text("x")
+    files = _FailingListing(error)
+    with pytest.raises(type(error)):
+        copy(_client(files), _args(str(local), "sb:existing"))
+    assert (files.listed, files.written) == ([""], [])
+
+
+@pytest.mark.parametrize("error", FAILURES, ids=["timeout", "connection", "503", "403"])
+def test_a_listing_that_fails_stops_a_download_at_once(error: SandboxError, tmp_path: Path) -> None:
+    files = _FailingListing(error)
+    with pytest.raises(type(error)):
+        copy(_client(files), _args("sb:dir/a.txt", str(tmp_path)))
+    assert (files.listed, files.read) == (["dir"], [])
+
+
+def test_a_parent_that_is_not_there_is_nothing_there(tmp_path: Path) -> None:
+    """A 404 for the parent's listing: nothing at the path (the upload creates it under that name)."""
+    local = tmp_path / "a.txt"
+    local.write_text("x")
+    files = _FailingListing(SandboxRequestError("Path is not a directory", 404))
+    assert copy(_client(files), _args(str(local), "sb:new/name.txt")) == 0
+    assert (files.listed, files.written) == (["new"], ["new/name.txt"])

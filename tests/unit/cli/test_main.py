@@ -110,18 +110,17 @@ def test_dev_status_takes_a_name_like_the_other_dev_commands(
     assert "no dev cluster named 'nosuch'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(
-    ("flags", "read_timeout", "command_timeout"), [([], 86400.0, None), (["--timeout", "5"], 15.0, 5.0)]
-)
+@pytest.mark.parametrize(("flags", "timeout"), [([], None), (["--timeout", "5"], 5.0)])
 def test_exec_json_waits_for_the_command_as_long_as_the_runtime_lets_it_run(
     flags: list[str],
-    read_timeout: float,
-    command_timeout: float | None,
+    timeout: float | None,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """`exec -o json` without --timeout gave up on the answer after 70 s (a `sleep 75` failed), although the
-    runtime lets a command run 300 s and `exec` without -o waits as long as it runs."""
+    runtime lets a command run 300 s and `exec` without -o waits as long as it runs. It reads the command's
+    stream, as `exec` does: the command's limit is the runtime's (or --timeout), and a router that stops
+    answering is given up after the stream's idle limit (it waited up to a day for one, until December 6)."""
     from types import SimpleNamespace
 
     from agent_sandbox.cli import sandboxes
@@ -130,15 +129,26 @@ def test_exec_json_waits_for_the_command_as_long_as_the_runtime_lets_it_run(
 
     calls: list[dict[str, object]] = []
 
-    def run(command: str, **kw: object) -> ExecutionResult:
+    class Stream:
+        def __enter__(self) -> Stream:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def result(self) -> ExecutionResult:
+            return ExecutionResult(stdout="done\n", exit_code=0)
+
+    def stream(command: str, **kw: object) -> Stream:
         calls.append({"command": command, **kw})
-        return ExecutionResult(stdout="done\n", exit_code=0)
+        return Stream()
 
     monkeypatch.setattr(sandboxes, "make_client", lambda *a, **k: None)
-    monkeypatch.setattr(sandboxes, "_handle", lambda *a: SimpleNamespace(commands=SimpleNamespace(run=run)))
+    monkeypatch.setattr(
+        sandboxes, "_handle", lambda *a: SimpleNamespace(commands=SimpleNamespace(stream=stream))
+    )
     assert main(["exec", "c", "-o", "json", *flags, "--", "sleep", "75"]) == 0
-    assert calls[0]["timeout"] == read_timeout
-    assert calls[0]["command_timeout"] == command_timeout
+    assert calls == [{"command": "sleep 75", "timeout": timeout, "env": None, "cwd": None}]
     assert '"stdout": "done\\n"' in capsys.readouterr().out
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -288,15 +289,47 @@ def stream_command(
     raise SandboxRequestError("sandboxd Start stream ended without an exit event")
 
 
+#: The longest a legacy command stream may go without a byte when the command has no timeout (ours): the
+#: response head comes as the command starts, and this project's runtime then writes a keep-alive line after
+#: `--stream-keepalive` (30 s) of silence, so a quiet command still runs as long as it needs while a router or
+#: sandbox that stopped answering is given up after three of those. Until December 6 such a stream waited for
+#: good. (It is also the stream's `X-Sandbox-Timeout`: the router allows that long a silence, and that long
+#: to reach the sandbox - a resume on request included; 180 s, its --proxy-timeout, without one.)
+STREAM_IDLE_TIMEOUT = 90.0
+
+
+@contextmanager
+def _silence_said(read_timeout: float) -> Iterator[None]:
+    """A read that went `read_timeout` seconds without a byte, said as such."""
+    try:
+        yield
+    except SandboxRequestTimeoutError as err:
+        if not err.request_sent:  # a connect timeout: nothing was asked yet, and the error says so
+            raise
+        raise SandboxRequestTimeoutError(
+            f"{err} - no answer from the router or the sandbox for {read_timeout:g} s (a running command's "
+            "stream carries a keep-alive line after 30 s of silence: they stopped answering)"
+        ) from err
+
+
 def _stream_legacy(
     conn: Connection, command: str, *, timeout: float | None, env: Mapping[str, str] | None, cwd: str | None
 ) -> Flow[None]:
     # The bytes exactly as the command wrote them (this project's runtime; one that predates the field
     # ignores it and sends UTF-8 text as `data`, read below too).
     body = {**legacy_body(command, timeout, env, cwd), "output_encoding": "base64"}
-    read_timeout = timeout + 10 if timeout else None
-    handle = yield from open_stream(conn, "POST", "/execute/stream", timeout=read_timeout, json=body)
-    while (line := (yield ReadLine(handle))) is not None:
+    # httpx's read timeout bounds each read, the response head's included: the longest silence.
+    read_timeout = timeout + 10 if timeout else STREAM_IDLE_TIMEOUT
+    # Resolved first (kept by the connection, open_stream finds it there), so that a Kubernetes API that
+    # times out on the way is not said to be the router or the sandbox.
+    yield from conn.resolve()
+    with _silence_said(read_timeout):
+        handle = yield from open_stream(conn, "POST", "/execute/stream", timeout=read_timeout, json=body)
+    while True:
+        with _silence_said(read_timeout):
+            line = yield ReadLine(handle)
+        if line is None:
+            break
         if not line.strip():
             continue
         with malformed_answer("/execute/stream", sample=line):

@@ -1,0 +1,160 @@
+"""What the CLI says when it cannot reach the cluster: one `error:` line and the module docstring's exit codes
+(cli/sandboxes.py: 1 an error from the cluster, router or sandbox; 2 invalid usage or input; 3 not found).
+
+Until December 6 the `lifecycle` commands printed a traceback for a missing or wrong kubeconfig (and
+`error: RuntimeError: ...` for an unknown --dev-cluster), and an API server that could not be reached was
+reported by `exec`, `cp`, `suspend`, `resume` and `logs` as "not found" (exit 3), where `get` said 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent_sandbox.cli.main import main
+from agent_sandbox.cli.sandboxes import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_USAGE, _guard
+from agent_sandbox_sdk import SandboxConnectionError, SandboxNotFoundError, SandboxRequestError
+
+pytestmark = pytest.mark.unit
+
+#: A kubeconfig whose API server refuses connections (nothing listens on port 1).
+UNREACHABLE = """\
+apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://127.0.0.1:1"}
+users:
+- name: u
+  user: {token: abc}
+contexts:
+- name: ctx
+  context: {cluster: c, user: u, namespace: ns1}
+current-context: ctx
+"""
+
+
+@pytest.fixture
+def no_kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No $KUBECONFIG, no ~/.kube/config, not in a cluster, no dev clusters."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AGENT_SANDBOX_CACHE", str(tmp_path / "cache"))
+
+
+def _one_error_line(err: str) -> str:
+    assert "Traceback" not in err, err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: "), err
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", ["suspend", "resume", "hibernate"])
+@pytest.mark.usefixtures("no_kubeconfig")
+def test_lifecycle_without_any_kubeconfig_is_one_line(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["lifecycle", command, "x"]) == EXIT_USAGE
+    line = _one_error_line(capsys.readouterr().err)
+    assert "no Kubernetes configuration" in line
+
+
+@pytest.mark.usefixtures("no_kubeconfig")
+def test_lifecycle_with_a_missing_kubeconfig_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nonexist"
+    assert main(["--kubeconfig", str(missing), "lifecycle", "suspend", "x"]) == EXIT_USAGE
+    assert str(missing) in _one_error_line(capsys.readouterr().err)
+    # as the sandbox commands say it (exit 2 there too)
+    assert main(["--kubeconfig", str(missing), "list"]) == EXIT_USAGE
+    assert str(missing) in _one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.usefixtures("no_kubeconfig")
+def test_lifecycle_with_an_unknown_context_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(UNREACHABLE)
+    assert (
+        main(["--kubeconfig", str(kubeconfig), "--context", "nope", "lifecycle", "resume", "x"]) == EXIT_USAGE
+    )
+    assert "Context 'nope' not found" in _one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.usefixtures("no_kubeconfig")
+def test_lifecycle_with_an_unknown_dev_cluster_says_it_as_the_sandbox_commands(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["--dev-cluster", "nope", "list"]) == EXIT_USAGE
+    said = _one_error_line(capsys.readouterr().err)
+    assert main(["--dev-cluster", "nope", "lifecycle", "resume", "x"]) == EXIT_USAGE
+    line = _one_error_line(capsys.readouterr().err)
+    assert (
+        line
+        == said
+        == ("error: no dev cluster named 'nope'; start one with `agent-sandbox dev up --name nope`")
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["exec", "x", "--", "true"],
+        ["exec", "x", "-o", "json", "--", "true"],
+        ["cp", "x:a.txt", "-"],
+        ["suspend", "x"],
+        ["resume", "x"],
+        ["logs", "x"],
+        ["get", "x"],
+        ["delete", "x"],
+        ["lifecycle", "suspend", "x"],
+    ],
+    ids=lambda argv: " ".join(argv[:3]),
+)
+@pytest.mark.usefixtures("no_kubeconfig")
+def test_an_unreachable_api_server_is_an_error_not_a_missing_sandbox(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(UNREACHABLE)
+    assert main(["--kubeconfig", str(kubeconfig), *argv]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "127.0.0.1:1" in err, err
+    assert "Connection refused" in err or "Connect call failed" in err, err
+
+
+def _raising(err: BaseException) -> int:
+    def handler(_args: object) -> int:
+        raise err
+
+    return _guard(handler)(None)  # type: ignore[arg-type]
+
+
+def _not_found(cause: BaseException | None) -> SandboxNotFoundError:
+    err = SandboxNotFoundError("SandboxClaim ns/x: ...")
+    err.__cause__ = cause
+    return err
+
+
+@pytest.mark.parametrize(
+    ("cause", "code"),
+    [
+        (None, EXIT_NOT_FOUND),  # said by the SDK itself (a claim that does not exist, one being deleted)
+        (SandboxRequestError("404", 404), EXIT_NOT_FOUND),
+        (SandboxConnectionError("no response (ConnectError)"), EXIT_ERROR),  # no status: never reached
+        (SandboxRequestError("forbidden", 403), EXIT_ERROR),
+        (SandboxRequestError("unavailable", 503), EXIT_ERROR),
+    ],
+    ids=["none", "404", "transport", "403", "503"],
+)
+def test_not_found_only_when_something_answered_that_it_is_not_there(
+    cause: BaseException | None, code: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _raising(_not_found(cause)) == code
+    _one_error_line(capsys.readouterr().err)
