@@ -9,16 +9,20 @@ Lossless round trips (§8.2): converting v1alpha1 -> v1beta1 stores a JSON snaps
 v1alpha1 object in ``api.agents.x-k8s.io/v1alpha1-<kind>-state``; converting back strips
 the snapshot and, for Sandbox and SandboxClaim, restores what v1beta1 cannot represent.
 Deliberate differences from upstream are listed in ``docs/design/api-quirks.md``:
-the snapshot holds ``apiVersion``/``kind``/``spec`` only. Metadata is copied verbatim both
-ways, so storing it again would only double the object size and change on every write;
-status is excluded because v1alpha1 ``status.replicas`` is synthesised from the mode, and a
-snapshotted copy (taken from whatever a v1alpha1 client echoed back, e.g. on ``/scale``)
-would pin it to a stale value. Snapshots written by upstream do carry ``status``; their
-``status.replicas`` is still honoured on the way back, as upstream does.
 
-Failure modes: :class:`ConversionError` for an unknown kind/version, a malformed snapshot
-(as upstream: the object is then unreadable as v1alpha1 until the annotation is fixed
-through v1beta1) or an invalid ``v1beta1-volume-claim-templates-policy`` annotation.
+* the snapshot holds ``apiVersion``/``kind`` and only the spec fields the way back reads (Sandbox
+  ``replicas``; claim ``sandboxTemplateRef.name`` and ``warmpool``), and is left out when it would push
+  the annotations over the API server's 256 KiB limit;
+* a snapshot is untrusted input (anyone who may edit the v1beta1 object can write it): one that does not
+  parse, or values the v1alpha1 schema (or the JSON encoder) would refuse, are ignored;
+* a claim's warm start (rule (b) of §8.4) is read from its assignment record in metadata, not from
+  ``status.sandbox.name``, and the way back never returns a spec that converts to another pool: a v1alpha1
+  ``/status`` write reaches the to-hub conversion with a status the client chose, and must not move
+  ``spec.warmPoolRef``.
+
+Failure modes: :class:`ConversionError` for an unknown kind/version, an object whose fields have the wrong
+shapes or that is nested too deeply to copy, or an invalid ``v1beta1-volume-claim-templates-policy``
+annotation.
 """
 
 from __future__ import annotations
@@ -42,6 +46,13 @@ __all__ = [
     "to_hub",
     "to_spoke",
 ]
+
+
+#: kube-apiserver's limit on the annotations of one object: the sum of the keys' and values' lengths in bytes
+#: (apimachinery ``TotalAnnotationSizeLimitB``).
+ANNOTATIONS_SIZE_LIMIT = 256 * 1024
+#: Largest value of a Kubernetes ``int32`` field (v1alpha1 ``status.replicas``).
+INT32_MAX = 2**31 - 1
 
 
 class ConversionError(ValueError):
@@ -83,12 +94,53 @@ def _tidy_status(obj: Obj) -> None:
 
 
 def _write_snapshot(src: Obj, dst: Obj, kind: str) -> None:
-    """Store the v1alpha1 ``src`` (minus metadata and status) on the v1beta1 ``dst``."""
-    snapshot = {k: src[k] for k in ("apiVersion", "kind", "spec") if k in src}
-    # sort_keys: an unchanged v1alpha1 update must produce a byte-identical annotation, or
-    # the API server would see a change and bump resourceVersion on every no-op apply.
+    """Store on the v1beta1 ``dst`` what the way back reads of the v1alpha1 ``src`` (:func:`_snapshot_spec`).
+
+    Left out (and any snapshot the client sent removed) when it would push ``dst``'s annotations over
+    kube-apiserver's limit: the write would fail with "metadata.annotations: Too long" where the same
+    object written as v1beta1 is accepted, and the snapshot is only an aid for lossless round trips.
+    """
+    snapshot: Obj = {k: src[k] for k in ("apiVersion", "kind") if k in src}
+    snapshot["spec"] = _snapshot_spec(src, kind)
+    # sort_keys: an unchanged v1alpha1 update must produce a byte-identical annotation, or the API server
+    # would see a change and bump resourceVersion on every no-op apply.
     text = json.dumps(snapshot, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    _annotations(dst)[c.STATE_ANNOTATIONS[kind]] = text
+    key = c.STATE_ANNOTATIONS[kind]
+    annotations = _annotations(dst)
+    annotations.pop(key, None)
+    if _annotations_size(annotations) + _utf8_len(key) + _utf8_len(text) <= ANNOTATIONS_SIZE_LIMIT:
+        annotations[key] = text
+    _tidy_annotations(dst)
+
+
+def _snapshot_spec(src: Obj, kind: str) -> Obj:
+    """The spec fields of the v1alpha1 ``src`` that the way back restores, and nothing else.
+
+    Upstream stores the whole object (metadata and status included); its reader unmarshals the snapshot
+    into the typed object and reads only these fields, so a smaller snapshot reads back the same there.
+    """
+    spec = src.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
+    out: Obj = {}
+    if kind == c.KIND_SANDBOX:
+        if _is_int(spec.get("replicas")):
+            out["replicas"] = spec["replicas"]
+    elif kind == c.KIND_SANDBOX_CLAIM:
+        ref = spec.get("sandboxTemplateRef")
+        if isinstance(ref, dict) and isinstance(ref.get("name"), str):
+            out["sandboxTemplateRef"] = {"name": ref["name"]}
+        if isinstance(spec.get("warmpool"), str):
+            out["warmpool"] = spec["warmpool"]
+    return out
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "replace"))
+
+
+def _annotations_size(annotations: dict[str, Any]) -> int:
+    """Bytes kube-apiserver counts against :data:`ANNOTATIONS_SIZE_LIMIT` (keys plus values)."""
+    return sum(_utf8_len(str(k)) + _utf8_len(str(v)) for k, v in annotations.items())
 
 
 def _pop_snapshot(obj: Obj, kind: str) -> Obj | None:
@@ -98,29 +150,40 @@ def _pop_snapshot(obj: Obj, kind: str) -> Obj | None:
     snapshot it cannot unmarshal. The annotation is writable by anyone who may edit the v1beta1 object, and one
     bad value failed every v1alpha1 LIST of the namespace (each object of a list is converted) and kept the API
     server's v1alpha1 watch cache retrying - a warning in the controller's log per retry. A snapshot is only an
-    aid for lossless round trips, so an unusable one is ignored: the object converts as if it had none.
+    aid for lossless round trips, so an unusable one is ignored: the object converts as if it had none. That
+    includes JSON nested too deeply for the parser (RecursionError); callers check every value they use.
     """
     meta = obj.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     raw = annotations.pop(c.STATE_ANNOTATIONS[kind], None)
     _tidy_annotations(obj)
-    if raw is None:
+    if not isinstance(raw, str):
         return None
     try:
         parsed = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return parsed if isinstance(parsed, dict) else None
 
 
-def _replicas(value: object, *, most: int | None) -> bool:
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _replicas(value: object, *, most: int) -> bool:
     """A snapshot's replicas count is usable: an integer (not a bool) within the v1alpha1 schema's range."""
-    return (
-        isinstance(value, int)
-        and not isinstance(value, bool)
-        and value >= 0
-        and (most is None or value <= most)
-    )
+    return _is_int(value) and 0 <= value <= most  # type: ignore[operator]
+
+
+def _text(value: object) -> str | None:
+    """``value`` if it is a string the JSON encoder can write (a lone surrogate from ``\\ud800`` cannot be)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return value
 
 
 def _start(obj: Obj, group: str, version: str) -> tuple[Obj, Obj, Obj]:
@@ -161,8 +224,9 @@ def _sandbox_from_hub(obj: Obj) -> Obj:
     status["replicas"] = 0 if suspended else 1
     original = _pop_snapshot(out, c.KIND_SANDBOX)
     if original is not None:
-        # Values that break the v1alpha1 schema (`"abc"`, -5) are ignored, not returned: typed clients and the
-        # `/scale` subresource failed on them (until December 6).
+        # Values that break the v1alpha1 schema (`"abc"`, -5, more than int32) are ignored, not returned:
+        # typed clients and the `/scale` subresource failed on them (until December 6), and Go's unmarshal
+        # into upstream's int32 fails on the larger ones.
         orig_spec = original.get("spec", {})
         usable = isinstance(orig_spec, dict)
         orig_replicas = orig_spec.get("replicas") if usable else None
@@ -177,7 +241,7 @@ def _sandbox_from_hub(obj: Obj) -> Obj:
                 spec["replicas"] = orig_replicas
         orig_status = original.get("status")
         orig_status = orig_status if isinstance(orig_status, dict) else {}
-        if _replicas(orig_status.get("replicas"), most=None):  # only in snapshots written by upstream
+        if _replicas(orig_status.get("replicas"), most=INT32_MAX):  # only in snapshots written by upstream
             status["replicas"] = orig_status["replicas"]
     return out
 
@@ -187,18 +251,21 @@ def _sandbox_from_hub(obj: Obj) -> Obj:
 # ---------------------------------------------------------------------------
 
 
-def _usable_claim_snapshot(original: Obj) -> bool:
-    """The snapshot's `warmpool` (a string, or absent) and `sandboxTemplateRef` (an object whose name is a
-    string) are what the v1alpha1 schema allows."""
-    spec = original.get("spec")
-    if spec is None:
-        return True
+def _claim_snapshot(original: Obj | None) -> tuple[Obj, str | None] | None:
+    """The snapshot's ``sandboxTemplateRef`` (reduced to its ``name``) and ``warmpool``, if both are usable.
+
+    Usable: a name that is a string (the v1alpha1 schema requires one), a ``warmpool`` that is a string or
+    absent, both encodable. Only the name is taken, as upstream's typed unmarshal does: copying the
+    snapshot's object whole returned whatever else it held.
+    """
+    spec = original.get("spec") if original is not None else None
     if not isinstance(spec, dict):
-        return False
-    policy, ref = spec.get("warmpool"), spec.get("sandboxTemplateRef")
-    if policy is not None and not isinstance(policy, str):
-        return False
-    return ref is None or (isinstance(ref, dict) and isinstance(ref.get("name", ""), str))
+        return None
+    ref, policy = spec.get("sandboxTemplateRef"), spec.get("warmpool")
+    name = _text(ref.get("name")) if isinstance(ref, dict) else None
+    if name is None or (policy is not None and _text(policy) is None):
+        return None
+    return {"name": name}, policy
 
 
 def _bound_sandbox_name(obj: Obj) -> str:
@@ -206,19 +273,44 @@ def _bound_sandbox_name(obj: Obj) -> str:
     return str(sandbox.get("name") or "")
 
 
+def _assigned_sandbox_name(obj: Obj) -> str:
+    """The claim's assignment record: annotation ``agents.x-k8s.io/sandbox-name``, else the legacy label.
+
+    What the claim controller reads to recognise a warm adoption (controllers spec §4.5); metadata, so a
+    ``/status`` write cannot change it.
+    """
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    for where, key in (("annotations", c.ANNOTATION_SANDBOX_NAME), ("labels", c.LABEL_SANDBOX_NAME_LEGACY)):
+        values = meta.get(where)
+        name = values.get(key) if isinstance(values, dict) else None
+        if isinstance(name, str) and name:
+            return name
+    return ""
+
+
+def _warm_pool_for(template_ref: Any, policy: Any, obj: Obj) -> str:
+    """``spec.warmPoolRef.name`` of a v1alpha1 claim with this template reference and ``warmpool`` (§8.4).
+
+    (a) a specific pool; (b) warm-started: the pool the assigned Sandbox came from; (c) the template's shadow
+    pool. Ours (docs/design/api-quirks.md): (b) reads the assignment record in metadata, not upstream's
+    ``status.sandbox.name`` - on a v1alpha1 ``/status`` write the API server converts the client's new status,
+    so a status-only write rewrote ``spec.warmPoolRef`` without a new generation.
+    """
+    if is_specific_pool(policy):
+        return str(policy)
+    claim_name = (obj.get("metadata") or {}).get("name") or ""
+    assigned = _assigned_sandbox_name(obj)
+    if assigned and assigned != claim_name:
+        return strip_random_suffix(assigned)  # warm-started: the originating pool
+    return f"{c.SHADOW_POOL_PREFIX}{template_ref.get('name', '')}"
+
+
 def _claim_to_hub(obj: Obj) -> Obj:
     out, spec, _ = _start(obj, c.EXTENSIONS_GROUP, c.V1BETA1)
     template_ref = spec.pop("sandboxTemplateRef", None) or {}
     policy = spec.pop("warmpool", None)
-    claim_name = (obj.get("metadata") or {}).get("name") or ""
-    sandbox_name = _bound_sandbox_name(obj)
-    if is_specific_pool(policy):
-        pool = str(policy)
-    elif sandbox_name and sandbox_name != claim_name:
-        pool = strip_random_suffix(sandbox_name)  # warm-started: the originating pool
-    else:
-        pool = f"{c.SHADOW_POOL_PREFIX}{template_ref.get('name', '')}"
-    spec["warmPoolRef"] = {"name": pool}
+    spec["warmPoolRef"] = {"name": _warm_pool_for(template_ref, policy, obj)}
     spec.pop("volumeClaimTemplates", None)  # v1alpha1 has none; never invent them
     _tidy_status(out)
     _write_snapshot(obj, out, c.KIND_SANDBOX_CLAIM)
@@ -235,30 +327,38 @@ def _claim_from_hub(obj: Obj) -> Obj:
     out, spec, _ = _start(obj, c.EXTENSIONS_GROUP, c.V1ALPHA1)
     pool = str((spec.pop("warmPoolRef", None) or {}).get("name", ""))
     spec.pop("volumeClaimTemplates", None)  # lossy by design (v1alpha1 cannot express them)
+    template_ref: Obj
+    policy: str | None
     if pool.startswith(c.SHADOW_POOL_PREFIX):
-        spec["sandboxTemplateRef"] = {"name": pool.removeprefix(c.SHADOW_POOL_PREFIX)}
-        spec["warmpool"] = c.WARMPOOL_POLICY_DEFAULT
+        template_ref, policy = {"name": pool.removeprefix(c.SHADOW_POOL_PREFIX)}, c.WARMPOOL_POLICY_DEFAULT
     else:
         # Upstream quirk (api spec §10.2): the template name is a guess, the pool name.
-        spec["sandboxTemplateRef"] = {"name": pool}
-        spec["warmpool"] = pool
-    original = _pop_snapshot(out, c.KIND_SANDBOX_CLAIM)
-    if original is not None and not _usable_claim_snapshot(original):
-        original = None  # as _pop_snapshot: ignored, not returned against the v1alpha1 schema
+        template_ref, policy = {"name": pool}, pool
+    # An unusable snapshot is ignored, as in _pop_snapshot: never returned against the v1alpha1 schema.
+    original = _claim_snapshot(_pop_snapshot(out, c.KIND_SANDBOX_CLAIM))
     if original is not None:
-        orig_spec = original.get("spec") or {}
-        orig_policy = orig_spec.get("warmpool")
-        orig_ref = orig_spec.get("sandboxTemplateRef") or {}
-        expected = str(orig_policy) if is_specific_pool(orig_policy) else str(orig_ref.get("name", ""))
-        if _warm_pool_ref_matches(pool, expected, _bound_sandbox_name(obj)):
-            spec["sandboxTemplateRef"] = copy.deepcopy(orig_ref)
-            if orig_policy is None:
-                spec.pop("warmpool", None)
-            else:
-                spec["warmpool"] = orig_policy
-        else:
-            spec["warmpool"] = pool
-            spec["sandboxTemplateRef"] = copy.deepcopy(orig_ref)
+        template_ref, orig_policy = original
+        expected = (
+            orig_policy if orig_policy is not None and is_specific_pool(orig_policy) else template_ref["name"]
+        )
+        # Ours: the assignment record explains the pool as well as the bound name does (rule (b) reads it).
+        matches = any(
+            _warm_pool_ref_matches(pool, expected, bound)
+            for bound in (_bound_sandbox_name(obj), _assigned_sandbox_name(obj))
+        )
+        policy = orig_policy if matches else pool
+    if is_specific_pool(pool) and _warm_pool_for(template_ref, policy, out) != pool:
+        # Ours: a v1alpha1 write of what is returned here (a /status write above all: the API server
+        # converts the stored spec with the client's status) must store the same pool. Where the rules above
+        # give a spec that would convert to another pool - the snapshot matched through the bound Sandbox
+        # while the assignment record says otherwise, or a record contradicts the shadow pool - name the
+        # pool itself, as for a pool changed through v1beta1.
+        policy = pool
+    spec["sandboxTemplateRef"] = template_ref
+    if policy is None:
+        spec.pop("warmpool", None)
+    else:
+        spec["warmpool"] = policy
     _tidy_status(out)
     return out
 
@@ -421,7 +521,9 @@ def _convert_one(index: int, obj: Any, desired: str) -> Obj:
         return convert(obj, desired)
     except ConversionError:
         raise
-    except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
+    # RecursionError: an object nested too deeply to copy (the API server never sends one: its schemas
+    # bound the depth; a review POSTed by anything else can).
+    except (AttributeError, TypeError, ValueError, KeyError, IndexError, RecursionError) as exc:
         name = obj.get("metadata", {}).get("name") if isinstance(obj.get("metadata"), dict) else None
         raise ConversionError(
             f"objects[{index}] ({obj.get('kind')} {name}): malformed: {type(exc).__name__}: {exc}"

@@ -80,7 +80,7 @@ def test_sandbox_replicas_to_operating_mode(replicas: int | None, mode: str) -> 
     assert hub["status"] == {"selector": "x=y", "podIPs": ["10.0.0.1"], "conditions": [COND]}
     assert annotations(hub)["keep"] == "me"
     snapshot = json.loads(annotations(hub)[c.ANNOTATION_V1ALPHA1_SANDBOX_STATE])
-    assert snapshot["spec"] == src["spec"]
+    assert snapshot["spec"] == ({} if replicas is None else {"replicas": replicas})  # what the way back reads
     back = to_spoke(hub)
     assert back == src, "alpha -> beta -> alpha must be lossless"
 
@@ -190,7 +190,9 @@ def test_state_annotation_is_removed_and_empty_map_dropped() -> None:
 # ---------------------------------------------------------------------------
 
 
-def alpha_claim(warmpool: str | None, template: str = "my-template", sandbox: str = "") -> dict[str, Any]:
+def alpha_claim(
+    warmpool: str | None, template: str = "my-template", sandbox: str = "", *, assigned: str = ""
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "sandboxTemplateRef": {"name": template},
         "lifecycle": {"shutdownPolicy": "Delete", "ttlSecondsAfterFinished": 30},
@@ -207,6 +209,8 @@ def alpha_claim(warmpool: str | None, template: str = "my-template", sandbox: st
     }
     if sandbox:
         obj["status"] = {"sandbox": {"name": sandbox, "podIPs": ["10.1.1.1"]}, "conditions": [COND]}
+    if assigned:  # the claim controller's record of a warm adoption (api spec §5.5)
+        obj["metadata"]["annotations"] = {c.ANNOTATION_SANDBOX_NAME: assigned}
     return obj
 
 
@@ -227,7 +231,10 @@ def alpha_claim(warmpool: str | None, template: str = "my-template", sandbox: st
 def test_claim_to_hub_pool_resolution_and_round_trip(
     warmpool: str | None, sandbox: str, expected: str
 ) -> None:
-    src = alpha_claim(warmpool, sandbox=sandbox)
+    # A warm-started claim carries the controller's assignment record; rule (b) reads it (ours: not the
+    # status, which a v1alpha1 /status write sets - tests/unit/api/test_conversion_snapshots.py).
+    warm = sandbox not in ("", "my-claim")
+    src = alpha_claim(warmpool, sandbox=sandbox, assigned=sandbox if warm else "")
     hub = to_hub(src)
     assert hub["spec"]["warmPoolRef"] == {"name": expected}
     assert "sandboxTemplateRef" not in hub["spec"]
@@ -269,12 +276,25 @@ def test_claim_snapshot_with_changed_pool() -> None:
 
 def test_claim_snapshot_matches_bound_sandbox() -> None:
     hub = to_hub(alpha_claim("default", template="tmpl"))
-    # controller later binds a warm sandbox and a v1beta1 client rewrites the pool name
+    # controller later binds a warm sandbox (recording it) and a v1beta1 client rewrites the pool name
     hub["status"] = {"sandbox": {"name": "warm-xyz12"}}
+    hub["metadata"]["annotations"][c.ANNOTATION_SANDBOX_NAME] = "warm-xyz12"
     hub["spec"]["warmPoolRef"]["name"] = "warm"
     alpha = to_spoke(hub)
     assert alpha["spec"]["warmpool"] == "default"
     assert alpha["spec"]["sandboxTemplateRef"] == {"name": "tmpl"}
+    assert to_hub(alpha)["spec"]["warmPoolRef"] == {"name": "warm"}
+
+
+def test_claim_snapshot_matched_only_through_the_status_names_the_pool() -> None:
+    """Ours: without the assignment record, the restored `warmpool: default` would convert back to the shadow
+    pool, so a v1alpha1 write of what was read (a /status write included) would move the claim."""
+    hub = to_hub(alpha_claim("default", template="tmpl"))
+    hub["status"] = {"sandbox": {"name": "warm-xyz12"}}
+    hub["spec"]["warmPoolRef"]["name"] = "warm"
+    alpha = to_spoke(hub)
+    assert alpha["spec"] == {**alpha["spec"], "warmpool": "warm", "sandboxTemplateRef": {"name": "tmpl"}}
+    assert to_hub(alpha)["spec"]["warmPoolRef"] == {"name": "warm"}
 
 
 def test_strip_random_suffix() -> None:

@@ -75,6 +75,10 @@ SECRET_POLL_INTERVAL = 60.0
 #: What stops one read of the Secret from being followed (logged, retried at the next poll).
 _SECRET_FOLLOW_ERRORS: tuple[type[BaseException], ...] = (*EXPECTED_ERRORS, CertificateError, OSError)
 _MAX_BODY = 64 * 1024 * 1024  # a v1alpha1 list of many large objects
+#: Options of the listener's request handler. No automatic decompression: a review is never compressed
+#: (:func:`_read_body` refuses a compressed body with 415), and what aiohttp still drains of a refused body
+#: after answering (its lingering close, at most 10 s) is then discarded as it comes, never inflated.
+SERVER_OPTIONS: dict[str, Any] = {"auto_decompress": False}
 
 
 class WebhookError(RuntimeError):
@@ -120,27 +124,101 @@ class WebhookOptions:
 
 
 async def handle_convert(request: web.Request) -> web.Response:
-    """``POST /convert``: answer a ``ConversionReview``."""
+    """``POST /convert``: answer a ``ConversionReview``.
+
+    A body that is not a review gets a 4xx (:func:`_read_body`, :func:`_shape_problem`). A review gets a 200
+    whatever happens while converting it or encoding the answer: a review that cannot be answered is a
+    ``Failure`` with the reason, never a 500, because kube-apiserver retries the conversions of its
+    v1alpha1 watch cache without pause and a 500 fails every v1alpha1 list of the kind in the namespace.
+    """
+    body = await _read_body(request)
+    if isinstance(body, web.Response):
+        return body
     try:
-        review = orjson.loads(await request.read())
+        review = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         return web.Response(status=400, text=f"invalid JSON: {exc}")
+    del body  # only the parsed review is needed from here on
     if not isinstance(review, dict) or not isinstance(review.get("request"), dict):
         return web.Response(status=400, text="body is not a ConversionReview with a request")
     if problem := _shape_problem(review):
         return web.Response(status=400, text=problem)
-    if len(review["request"].get("objects") or ()) > THREAD_THRESHOLD:
-        answer = await asyncio.to_thread(convert_review, review)
-    else:
-        answer = convert_review(review)
-    result = answer["response"]["result"]
-    if result["status"] != "Success":
-        log.warning(
-            "conversion to %s failed: %s", review["request"].get("desiredAPIVersion"), result["message"]
+    desired = review["request"].get("desiredAPIVersion")
+    try:
+        if len(review["request"].get("objects") or ()) > THREAD_THRESHOLD:
+            answer = await asyncio.to_thread(convert_review, review)
+        else:
+            answer = convert_review(review)
+        result = answer["response"]["result"]
+        if result["status"] != "Success":
+            log.warning("conversion to %s failed: %s", desired, result["message"])
+        else:
+            _keep_read_metadata(answer["response"]["convertedObjects"])
+        return web.Response(body=orjson.dumps(answer), content_type="application/json")
+    except orjson.JSONEncodeError as exc:  # e.g. nested deeper than orjson writes (254 levels)
+        message = f"the converted objects cannot be encoded as JSON: {exc}"
+        log.warning("conversion to %s failed: %s", desired, message)
+    except Exception as exc:
+        message = f"conversion failed: {type(exc).__name__}: {exc}"
+        log.error("conversion to %s failed unexpectedly", desired, exc_info=exc)
+    return web.Response(body=_failure_answer(review, message), content_type="application/json")
+
+
+def _failure_answer(review: dict[str, Any], message: str) -> bytes:
+    """A ``Failure`` ConversionReview answering ``review`` (its fields' types checked by _shape_problem)."""
+    text = message.encode("utf-8", "replace").decode("utf-8")  # no lone surrogates: orjson refuses them
+    return orjson.dumps(
+        {
+            "apiVersion": review["apiVersion"],
+            "kind": "ConversionReview",
+            "response": {
+                "uid": review["request"].get("uid", ""),
+                "convertedObjects": [],
+                "result": {"status": "Failure", "message": text},
+            },
+        }
+    )
+
+
+#: The only Content-Encoding a review comes with: kube-apiserver sends it as plain JSON.
+_IDENTITY = frozenset({"", "identity"})
+
+
+async def _read_body(request: web.Request) -> bytearray | web.Response:
+    """The request body, or the 415/413 that refuses it.
+
+    Refused before anything is read: a ``Content-Encoding`` other than identity (kube-apiserver never
+    compresses a review; a 200 KiB gzip body used to be inflated to 200 MiB before its 413) and a declared
+    ``Content-Length`` over the limit. A body of undeclared length is read a chunk at a time and refused as
+    soon as it passes the limit, dropping what was read. Returned, not raised: aiohttp keeps a raised
+    ``HTTPException`` as the response, and its traceback - frames holding the partly read body - in a
+    reference cycle that only a full collection frees (the probe: ~320 MB held per refused gzip request, 64 MiB
+    per plain one, until the controller's next full collection).
+    """
+    encodings = ",".join(request.headers.getall("Content-Encoding", ())).split(",")
+    if any(token.strip().lower() not in _IDENTITY for token in encodings):
+        return _refusal(
+            415, "a ConversionReview is sent as identity-encoded JSON; unsupported Content-Encoding"
         )
-    else:
-        _keep_read_metadata(answer["response"]["convertedObjects"])
-    return web.Response(body=orjson.dumps(answer), content_type="application/json")
+    if request.content_length is not None and request.content_length > _MAX_BODY:
+        return _refusal(413, f"body larger than {_MAX_BODY} bytes")
+    body = bytearray()
+    async for chunk in request.content.iter_any():
+        if len(body) + len(chunk) > _MAX_BODY:
+            return _refusal(413, f"body larger than {_MAX_BODY} bytes")
+        body += chunk
+    return body
+
+
+def _refusal(status: int, text: str) -> web.Response:
+    """A refusal after which the connection is closed, not reused.
+
+    aiohttp first drains what the client still sends (its lingering close: read and discarded chunk by chunk,
+    for at most 10 s) so that the client gets to read the answer.
+    """
+    response = web.Response(status=status, text=text)
+    response.force_close()
+    return response
 
 
 #: All kube-apiserver reads of a converted object's metadata: it checks name, namespace and uid against the
@@ -161,8 +239,13 @@ def _keep_read_metadata(objects: list[dict[str, Any]]) -> None:
             obj["metadata"] = {key: meta[key] for key in _READ_METADATA if key in meta}
 
 
+#: The ConversionReview versions the CRDs declare (``conversionReviewVersions``); controller-runtime's webhook
+#: refuses any other apiVersion or kind with a 400, as this one does.
+REVIEW_API_VERSIONS = ("apiextensions.k8s.io/v1", "apiextensions.k8s.io/v1beta1")
+
+
 def _shape_problem(review: dict[str, Any]) -> str | None:
-    """What is wrong with the shape of a review's fields (None when each has its type)."""
+    """What is wrong with a review's type or the shape of its fields (None when each has its type)."""
     request = review["request"]
     for where, value, types in (
         ("apiVersion", review.get("apiVersion", ""), str),
@@ -172,6 +255,11 @@ def _shape_problem(review: dict[str, Any]) -> str | None:
     ):
         if not isinstance(value, types):
             return f"{where}: expected {types.__name__}, got {type(value).__name__}"
+    if review.get("apiVersion") not in REVIEW_API_VERSIONS:
+        got = repr(review.get("apiVersion"))[:100]
+        return f"apiVersion: expected {' or '.join(REVIEW_API_VERSIONS)}, got {got}"
+    if review.get("kind") != "ConversionReview":
+        return f"kind: expected ConversionReview, got {repr(review.get('kind'))[:100]}"
     return None
 
 
@@ -352,7 +440,7 @@ class _ServingThread:
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
-        runner = web.AppRunner(build_app(), access_log=None, handle_signals=False)
+        runner = web.AppRunner(build_app(), access_log=None, handle_signals=False, **SERVER_OPTIONS)
         try:
             await runner.setup()
             site = web.TCPSite(
