@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 
 from agent_sandbox.api import constants as c
@@ -138,7 +139,7 @@ def bundle_problem(bundle: CertBundle, *, hosts: list[str], now: dt.datetime) ->
         x509.load_pem_x509_certificate(bundle.ca_pem)
         cert = x509.load_pem_x509_certificate(bundle.cert_pem)
         serialization.load_pem_private_key(bundle.key_pem, password=None)
-    except ValueError as exc:
+    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:  # TypeError: an encrypted key
         return f"PEM does not parse: {exc}"
     if not cert.not_valid_before_utc <= now < cert.not_valid_after_utc:
         return f"server certificate not valid at {now.isoformat()} (expires {cert.not_valid_after_utc.isoformat()})"

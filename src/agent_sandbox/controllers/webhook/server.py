@@ -36,6 +36,7 @@ import contextlib
 import datetime as dt
 import logging
 import ssl
+import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -324,6 +325,22 @@ def _read_pair(cert_path: Path, key_path: Path) -> tuple[bytes, bytes] | str:
         return describe_error(exc)
 
 
+def _context_of(pair: tuple[bytes, bytes]) -> ssl.SSLContext:
+    """A server context of exactly these bytes (``load_cert_chain`` reads files: a private copy is loaded).
+
+    Loading the watched files themselves read them a second time: a rotation landing between the comparison's
+    read and the load served one pair while the watcher recorded another (until December 6).
+
+    Raises:
+        OSError: the bytes are no PEM pair, or the key does not match the certificate.
+    """
+    with tempfile.TemporaryDirectory(prefix="webhook-pair-") as private:  # mode 0700
+        cert, key = Path(private) / "tls.crt", Path(private) / "tls.key"
+        cert.write_bytes(pair[0])
+        key.write_bytes(pair[1])
+        return server_context(cert, key)
+
+
 class CertWatcher:
     """The serving pair of a TLS listener, reloaded when its files change (controller-runtime's certwatcher).
 
@@ -335,7 +352,9 @@ class CertWatcher:
     rotation through a Secret volume swaps a directory symlink and leaves the files' own names and times as
     they were, and a same-second rewrite can keep mtime and size. A changed pair that does not load (key and
     certificate from different rotations, a torn write) keeps the previous pair; it is retried on every check
-    and reported once per distinct content.
+    and reported once per distinct content that two checks in a row saw (a rotation replaces the two files one
+    after the other: a check between the two renames sees a mismatched pair that is not worth a warning).
+    The bytes compared are the bytes loaded (:func:`_context_of`).
     """
 
     def __init__(self, cert_path: Path, key_path: Path) -> None:
@@ -349,13 +368,13 @@ class CertWatcher:
         try:
             if isinstance(loaded, str):
                 raise OSError(loaded)
-            self._current = server_context(cert_path, key_path)
+            self._current = _context_of(loaded)
         except OSError as exc:
             raise WebhookError(
                 f"webhook certificate {cert_path} and key {key_path} cannot be loaded: {describe_error(exc)}"
             ) from None
-        # What was read before loading; if the files changed in between, the next check reloads them again.
-        self._loaded: tuple[bytes, bytes] | str = loaded
+        self._loaded: tuple[bytes, bytes] | str = loaded  # what is served
+        self._failed: tuple[bytes, bytes] | str | None = None  # the last check's content that did not load
         self._reported: tuple[bytes, bytes] | str | None = None
         self.reloads = 0
         self.context = self._current
@@ -379,9 +398,11 @@ class CertWatcher:
         try:
             if isinstance(seen, str):
                 raise OSError(seen)
-            fresh = server_context(self.cert_path, self.key_path)
+            fresh = _context_of(seen)
         except OSError as exc:
-            if seen != self._reported:  # once per state, not once per poll
+            # Said once per state, and only once two checks in a row saw it (not a rotation caught midway).
+            settled, self._failed = seen == self._failed, seen
+            if settled and seen != self._reported:
                 self._reported = seen
                 log.warning(
                     "webhook certificate %s / key %s changed but do not load; keeping the previous pair: %s",
@@ -390,7 +411,7 @@ class CertWatcher:
                     describe_error(exc),
                 )
             return False
-        self._current, self._loaded, self._reported = fresh, seen, None
+        self._current, self._loaded, self._failed, self._reported = fresh, seen, None, None
         self.reloads += 1
         log.info("reloaded webhook serving certificate from %s and %s", self.cert_path, self.key_path)
         return True
@@ -506,10 +527,6 @@ class ConversionWebhook:
         server = _ServingThread(opts.host or None, opts.port, self.certs, opts.cert_poll_interval)
         self.port = await asyncio.to_thread(server.start)
         self._server = server
-        if opts.manage_certs and opts.secret_poll_interval > 0:
-            self._secret_follower = asyncio.create_task(
-                self._follow_secret(cert_path.parent), name="webhook-certificate-secret"
-            )
         self.url = opts.webhook_url.replace("{port}", str(self.port)) if opts.webhook_url else None
         log.info("conversion webhook listening on %s:%d", opts.host or "*", self.port)
         if opts.manage_certs and self.ca_pem is not None:
@@ -521,6 +538,12 @@ class ConversionWebhook:
                 namespace=opts.namespace,
                 crd_names=opts.crd_names,
             )
+        # Started last: a start that fails above is never stopped (the runnable sees the error), and a task
+        # started before it would run on unowned.
+        if opts.manage_certs and opts.secret_poll_interval > 0:
+            self._secret_follower = asyncio.create_task(
+                self._follow_secret(cert_path.parent), name="webhook-certificate-secret"
+            )
 
     async def stop(self) -> None:
         """Stop listening (idempotent)."""
@@ -528,7 +551,10 @@ class ConversionWebhook:
             follower, self._secret_follower = self._secret_follower, None
             follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await follower
+                try:
+                    await follower
+                except Exception as exc:
+                    log.error("webhook certificate Secret follower had failed: %s", describe_error(exc))
         if self._server is not None:
             server, self._server = self._server, None
             await asyncio.to_thread(server.stop)
@@ -606,7 +632,11 @@ class ConversionWebhook:
                     )
                     continue
                 await asyncio.to_thread(write_files, bundle, cert_dir, opts.cert_name, opts.key_name)
-            except _SECRET_FOLLOW_ERRORS as exc:
+            except Exception as exc:
+                # Expected ones (API errors, a bundle that does not parse, a full disk) in one line; anything
+                # else (an encrypted key made `cryptography` raise TypeError) with its traceback. Until
+                # December 6 an unexpected one ended the task: the replica silently stopped following the
+                # Secret, and `stop()` raised it at shutdown.
                 text = describe_error(exc)
                 if text != reported:
                     reported = text
@@ -614,6 +644,7 @@ class ConversionWebhook:
                         "cannot follow webhook certificate Secret %s; keeping the current pair: %s",
                         secret_name,
                         text,
+                        exc_info=None if isinstance(exc, _SECRET_FOLLOW_ERRORS) else exc,
                     )
                 continue
             reported = None

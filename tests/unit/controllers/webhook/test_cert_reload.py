@@ -237,3 +237,105 @@ async def test_managed_certificates_follow_a_secret_another_replica_replaced(
         assert len([r for r in caplog.records if "reloaded" in r.getMessage()]) == 1
     finally:
         await webhook.stop()
+
+
+def test_the_pair_served_is_the_pair_compared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A rotation landing between the watcher's read of the files and their load: the watcher used to record
+    # one pair and serve the other for good (files back at A, B served).
+    from agent_sandbox.controllers.webhook import server
+
+    a, b = _bundle(), _bundle()
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_bytes(b.cert_pem)
+    key.write_bytes(b.key_pem)
+    watcher = server.CertWatcher(cert, key)
+    cert.write_bytes(a.cert_pem)
+    key.write_bytes(a.key_pem)
+    real = server.server_context
+
+    def rotated_meanwhile(c: Path, k: Path) -> ssl.SSLContext:
+        cert.write_bytes(b.cert_pem)  # whatever is loaded, the files now hold B again
+        key.write_bytes(b.key_pem)
+        return real(c, k)
+
+    monkeypatch.setattr(server, "server_context", rotated_meanwhile)
+    assert watcher.check()  # A was read: A must be what is served
+    monkeypatch.setattr(server, "server_context", real)
+    cert.write_bytes(a.cert_pem)
+    key.write_bytes(a.key_pem)
+    assert not watcher.check()
+    served = asyncio.run(_served_by(watcher.current))
+    assert served == _der(a)
+
+
+async def _served_by(context: ssl.SSLContext) -> bytes:
+    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0, ssl=context)
+    async with server:
+        return await _served(server.sockets[0].getsockname()[1])
+
+
+async def test_a_rotation_caught_between_its_two_renames_is_not_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from agent_sandbox.controllers.webhook import server
+
+    a, b = _bundle(), _bundle()
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_bytes(a.cert_pem)
+    key.write_bytes(a.key_pem)
+    watcher = server.CertWatcher(cert, key)
+    caplog.set_level(logging.WARNING, LOGGER)
+    _replace(cert, b.cert_pem)  # the certificate is renamed in, the key not yet
+    assert not watcher.check()
+    _replace(key, b.key_pem)
+    assert watcher.check()
+    assert [r.getMessage() for r in caplog.records] == []
+    _replace(cert, a.cert_pem)  # a pair that stays mismatched is said, once
+    for _ in range(3):
+        assert not watcher.check()
+    assert len(caplog.records) == 1
+
+
+async def test_the_secret_follower_outlives_an_unexpected_error(tmp_path: Path) -> None:
+    # A passphrase-protected key in the Secret made `cryptography` raise TypeError: the follower task ended
+    # silently (the replica never followed the Secret again) and stop() raised it.
+    from cryptography.hazmat.primitives import serialization
+
+    from agent_sandbox.api import constants as c
+    from agent_sandbox.kube import SECRET
+
+    client = FakeClient()
+    opts = WebhookOptions(host="127.0.0.1", port=0, namespace="ns", cert_dir=tmp_path,
+                          webhook_url="https://127.0.0.1:{port}/convert",
+                          cert_poll_interval=POLL, secret_poll_interval=POLL)  # fmt: skip
+    webhook = ConversionWebhook(client, opts)  # type: ignore[arg-type]
+    await webhook.start()
+    try:
+
+        def bundle() -> CertBundle:
+            return generate_bundle(service=opts.service_name, namespace="ns", cluster_domain="cluster.local",
+                                   extra_hosts=("127.0.0.1",), now=dt.datetime.now(dt.UTC))  # fmt: skip
+
+        async def store(stored: CertBundle) -> None:
+            secret = await client.get(SECRET, c.WEBHOOK_CERTS_SECRET, namespace="ns")
+            secret["data"] = stored.to_secret_data()
+            await client.update(SECRET, secret)
+
+        locked = bundle()
+        key = serialization.load_pem_private_key(locked.key_pem, None)
+        encrypted = key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"pw"),
+        )
+        await store(CertBundle(locked.ca_pem, locked.cert_pem, encrypted))
+        await asyncio.sleep(10 * POLL)
+        good = bundle()
+        await store(good)
+
+        async def followed() -> bool:
+            return webhook.ca_pem == good.ca_pem
+
+        await _until(followed)
+    finally:
+        await webhook.stop()
