@@ -19,7 +19,13 @@ from agent_sandbox.devcluster.cluster import DevCluster
 from agent_sandbox.devcluster.install import apply, kustomize, token_kubeconfig
 from agent_sandbox.manifests import CONTROLLER_NAME, REPO_ROOT
 
-__all__ = ["IDENTITIES", "IDENTITY_ENV", "controller_kubeconfig", "install_controller_rbac"]
+__all__ = [
+    "IDENTITIES",
+    "IDENTITY_ENV",
+    "chosen_identity",
+    "controller_kubeconfig",
+    "install_controller_rbac",
+]
 
 IDENTITY_ENV: Final = "AGENT_SANDBOX_CONTROLLER_IDENTITY"
 IDENTITIES: Final = ("admin", "serviceaccount")
@@ -32,6 +38,18 @@ _RBAC_KINDS: Final = (
     "Role",
     "RoleBinding",
 )
+
+
+def chosen_identity(identity: str | None = None) -> str:
+    """`identity`, else `$AGENT_SANDBOX_CONTROLLER_IDENTITY`, else `admin` (one of IDENTITIES).
+
+    Raises:
+        ValueError: an unknown identity.
+    """
+    chosen = identity or os.environ.get(IDENTITY_ENV) or "admin"
+    if chosen not in IDENTITIES:
+        raise ValueError(f"{IDENTITY_ENV} must be one of {', '.join(IDENTITIES)}, not {chosen!r}")
+    return chosen
 
 
 def install_controller_rbac(cluster: DevCluster) -> None:
@@ -47,11 +65,8 @@ def controller_kubeconfig(cluster: DevCluster, identity: str | None = None) -> P
         ValueError: an unknown identity.
         InstallError: the RBAC or the token could not be installed.
     """
-    chosen = identity or os.environ.get(IDENTITY_ENV) or "admin"
-    if chosen == "admin":
+    if chosen_identity(identity) == "admin":
         return cluster.kubeconfig
-    if chosen != "serviceaccount":
-        raise ValueError(f"{IDENTITY_ENV} must be one of {', '.join(IDENTITIES)}, not {chosen!r}")
     install_controller_rbac(cluster)
     # A fresh token every time: one issued earlier dies with its ServiceAccount, which a test that
     # uninstalled and reinstalled the RBAC has replaced. Written aside and renamed, so a controller

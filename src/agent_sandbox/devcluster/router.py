@@ -30,7 +30,7 @@ from typing import Any
 from agent_sandbox.manifests import REPO_ROOT
 
 from .cluster import DevCluster
-from .identity import IDENTITIES, IDENTITY_ENV
+from .identity import chosen_identity
 from .install import apply, kustomize, token_kubeconfig
 from .lifecycle import install_lifecycle, lifecycle_requested
 from .processes import Started, is_ours, wait_ready
@@ -122,11 +122,8 @@ def router_kubeconfig(
         ValueError: an unknown identity.
         InstallError: the RBAC or the token could not be installed.
     """
-    chosen = identity or os.environ.get(IDENTITY_ENV) or "admin"
-    if chosen == "admin":
+    if chosen_identity(identity) == "admin":
         return cluster.kubeconfig
-    if chosen != "serviceaccount":
-        raise ValueError(f"{IDENTITY_ENV} must be one of {', '.join(IDENTITIES)}, not {chosen!r}")
     install_router_rbac(cluster, router_components(argv))
     # Written aside and renamed, so a router reading the file meanwhile sees the old or the new one whole.
     path = cluster.directory / f"{ROUTER_SERVICE_ACCOUNT}.kubeconfig"

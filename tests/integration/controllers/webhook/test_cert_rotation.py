@@ -14,7 +14,6 @@ import asyncio
 import base64
 import datetime as dt
 import json
-import os
 import ssl
 import time
 from pathlib import Path
@@ -23,28 +22,18 @@ from typing import Any
 import pytest
 
 from agent_sandbox.api import constants as c
-from agent_sandbox.controllers.webhook import CertBundle, ConversionWebhook, WebhookOptions, generate_bundle
+from agent_sandbox.controllers.webhook import ConversionWebhook, WebhookOptions, generate_bundle
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import install_crds
 from agent_sandbox.devcluster.identity import controller_kubeconfig
 from agent_sandbox.kube import ApiClient
 from tests.helpers import eventually
+from tests.unit.controllers.webhook.test_cert_reload import _bundle, _replace
 
 pytestmark = pytest.mark.integration
 
 CRD_NAME = "sandboxes.agents.x-k8s.io"
 POLL = 1.0  # the certificate poll interval here (10 s by default, as upstream's certwatcher)
-
-
-def _bundle() -> CertBundle:
-    return generate_bundle(service="s", namespace="n", cluster_domain="cluster.local", extra_hosts=("127.0.0.1",),
-                           now=dt.datetime.now(dt.UTC))  # fmt: skip
-
-
-def _replace(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 async def _kubectl(cluster: DevCluster, *args: str, check: bool = False, stdin: str | None = None) -> Any:
