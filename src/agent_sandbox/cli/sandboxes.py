@@ -26,6 +26,8 @@ from pydantic import ValidationError
 
 from agent_sandbox_sdk import (
     CommandEvent,
+    CommandExecutor,
+    CommandStream,
     ExecutionResult,
     Sandbox,
     SandboxClient,
@@ -321,14 +323,54 @@ def _exec(args: argparse.Namespace) -> int:
     # streams (90 s: the runtime writes a keep-alive line after 30 s of silence).
     stream = sandbox.commands.stream(command, timeout=args.timeout, env=env or None, cwd=args.cwd)
     if args.output != "table":
-        # The stream, collected: not `run`, one request answered only when the command ends, which could not
-        # tell a quiet command from a router that stopped answering (it waited up to a day for one, until
-        # December 6) and met a router's --proxy-timeout (180 s) however long the command was let run.
-        with stream:
-            result = stream.result()
+        result = _collected(stream, sandbox.commands, command, args, env)
+        if result.timed_out:
+            print(f"error: the command timed out after {args.timeout:g} s", file=sys.stderr)
         render(result, args.output)
         return _exit_code(result)
     return _exit_of(relay_output(stream), args.timeout)
+
+
+def _collected(
+    stream: CommandStream,
+    commands: CommandExecutor,
+    command: str,
+    args: argparse.Namespace,
+    env: dict[str, str],
+) -> ExecutionResult:
+    """`exec -o json|yaml`'s result: the stream, collected, else (upstream's runtime) one `/execute`.
+
+    The stream, not `run`: one request answered only when the command ends could not tell a quiet command from a
+    router that stopped answering (it waited up to a day for one, until December 6) and met a router's
+    --proxy-timeout (180 s) however long the command was let run. A timed-out command's exit code is 124, as
+    sandboxd's `run` and the table output report it (the stream says how it was killed: -9). Upstream's
+    python-runtime has no `/execute/stream` (404): there the command runs through `/execute` as before.
+    """
+    try:
+        with stream:
+            result: ExecutionResult = stream.result()
+    except SandboxRequestError as err:
+        if err.status_code != 404:
+            raise
+        return commands.run(
+            command,
+            # Without --timeout the runtime's own limit ends the command (300 s by default); a router bounds
+            # the wait by its --proxy-timeout, and says so.
+            timeout=args.timeout + 10 if args.timeout else _WAIT_FOR_THE_RUNTIME,
+            command_timeout=args.timeout,
+            env=env or None,
+            cwd=args.cwd,
+        )
+    if result.timed_out:
+        result = result.model_copy(update={"exit_code": TIMED_OUT_EXIT_CODE})
+    return result
+
+
+#: How long `exec -o json` waits for upstream's runtime's answer (`/execute`, no stream) without --timeout: the
+#: runtime's own limit ends the command first (its largest is a day).
+_WAIT_FOR_THE_RUNTIME = 24 * 3600.0
+#: What a command the runtime killed for its time limit exits with (GNU timeout's, sandboxd's).
+TIMED_OUT_EXIT_CODE = 124
 
 
 def _exit_of(exit_event: CommandEvent | None, timeout: float | None) -> int:

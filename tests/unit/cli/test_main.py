@@ -5,7 +5,9 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -167,3 +169,68 @@ def test_no_command_takes_abbreviations() -> None:
 
     _, unknown = build_parser().parse_known_args(["list", "--kubec", "x"])
     assert unknown == ["--kubec", "x"]
+
+
+def _exec_json_against(
+    monkeypatch: pytest.MonkeyPatch, stream_result: Callable[[], Any], run_result: Any = None
+) -> list[str]:
+    """`exec -o json` with a fake handle whose stream collects to `stream_result()`; the calls it made."""
+    from types import SimpleNamespace
+
+    from agent_sandbox.cli import sandboxes
+
+    calls: list[str] = []
+
+    class Stream:
+        def __enter__(self) -> Any:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def result(self) -> Any:
+            calls.append("stream")
+            return stream_result()
+
+    def run(command: str, **kw: object) -> Any:
+        calls.append("run")
+        return run_result
+
+    commands = SimpleNamespace(stream=lambda command, **kw: Stream(), run=run)
+    monkeypatch.setattr(sandboxes, "make_client", lambda *a, **k: None)
+    monkeypatch.setattr(sandboxes, "_handle", lambda *a: SimpleNamespace(commands=commands))
+    return calls
+
+
+def test_exec_json_runs_through_execute_on_a_runtime_without_a_stream(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Upstream's python-runtime has only POST /execute: its 404 for /execute/stream made `exec -o json` fail
+    # there once the CLI read the stream (December 6); it runs the command through /execute instead.
+    from agent_sandbox.cli.main import main
+    from agent_sandbox_sdk import SandboxRequestError
+    from agent_sandbox_sdk.models import ExecutionResult
+
+    def no_stream() -> Any:
+        raise SandboxRequestError("POST http://router.test/execute/stream: HTTP 404: Not Found", 404)
+
+    calls = _exec_json_against(monkeypatch, no_stream, ExecutionResult(stdout="hi\n", exit_code=0))
+    assert main(["exec", "c", "-o", "json", "--", "echo", "hi"]) == 0
+    assert calls == ["stream", "run"]
+    assert '"stdout": "hi\\n"' in capsys.readouterr().out
+
+
+def test_exec_json_says_a_timed_out_command_as_the_table_output_does(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The stream reports how the command was killed (-9); scripts reading `exit_code` got -9 where sandboxd's
+    # run and the process's own exit status say 124, and nothing said it timed out.
+    from agent_sandbox.cli.main import main
+    from agent_sandbox_sdk.models import ExecutionResult
+
+    _exec_json_against(monkeypatch, lambda: ExecutionResult(stdout="partial\n", exit_code=-9, timed_out=True))
+    assert main(["exec", "c", "-o", "json", "--timeout", "1", "--", "sleep", "5"]) == 124
+    out, err = capsys.readouterr()
+    assert '"exit_code": 124' in out
+    assert '"stdout": "partial\\n"' in out
+    assert "timed out after 1 s" in err
