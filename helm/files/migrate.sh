@@ -21,8 +21,10 @@
 # Which claims need a shadow pool: when the API server serves v1beta1, the claims are read as v1beta1
 # and every warmPoolRef that starts with `shadow-pool-` names one (conversion already applied the rule
 # of api spec 8.4). When it serves only v1alpha1 (an upstream v0.4.x install before the upgrade), the
-# rule is applied here: warmpool unset/default/none and no warm-adopted Sandbox (status sandbox name
-# empty or equal to the claim's name). Claims naming a specific pool need none; a specific pool that
+# rule is applied here as this project's conversion applies it: warmpool unset/default/none and no
+# warm adoption recorded (the claim's assignment record - annotation agents.x-k8s.io/sandbox-name, else
+# the legacy label of that key - empty or equal to the claim's name; not status.sandbox.name, which a
+# /status write can change: docs/design/api-quirks.md). Claims naming a specific pool need none; a specific pool that
 # does not exist is listed for the operator.
 #
 # Writes go through v1beta1 whenever it is served: a write through v1alpha1 would briefly drop the
@@ -157,12 +159,13 @@ needed_pairs() {
     done <<<"$claims"
   else
     claims="$(kctl get "sandboxclaims.v1alpha1.$EXT_GROUP" $(scope) \
-      -o jsonpath='{range .items[*]}{.metadata.namespace}{"|"}{.metadata.name}{"|"}{.spec.sandboxTemplateRef.name}{"|"}{.spec.warmpool}{"|"}{.status.sandbox.name}{.status.sandboxStatus.name}{"\n"}{end}')" || return 1
-    local ns name template warmpool sandbox
+      -o jsonpath='{range .items[*]}{.metadata.namespace}{"|"}{.metadata.name}{"|"}{.spec.sandboxTemplateRef.name}{"|"}{.spec.warmpool}{"|"}{.metadata.annotations.agents\.x-k8s\.io/sandbox-name}{"|"}{.metadata.labels.agents\.x-k8s\.io/sandbox-name}{"\n"}{end}')" || return 1
+    local ns name template warmpool sandbox label
     # "|" (never in a Kubernetes name), not a tab: bash's read folds adjacent whitespace delimiters, so an
     # empty `warmpool` took the bound Sandbox's name and an empty template skipped the error below.
-    while IFS='|' read -r ns name template warmpool sandbox; do
+    while IFS='|' read -r ns name template warmpool sandbox label; do
       [[ -n "$ns" ]] || continue
+      sandbox="${sandbox:-$label}" # the assignment record: the annotation, else the legacy label
       case "$warmpool" in
         "" | default | none)
           if [[ -n "$sandbox" && "$sandbox" != "$name" ]]; then

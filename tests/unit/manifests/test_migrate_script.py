@@ -81,7 +81,7 @@ def run(
 
 def test_v1alpha1_cold_start_claims_get_one_shadow_pool_per_namespace_and_template(tmp_path: Path) -> None:
     claims = [
-        # namespace, name, template, warmpool, bound Sandbox
+        # namespace, name, template, warmpool, assignment record (annotation)
         ["a", "cold", "py", "", ""],
         ["a", "cold-default", "py", "default", ""],
         ["a", "cold-none", "py", "none", "cold-none"],  # a cold Sandbox is named like its claim
@@ -147,3 +147,24 @@ def test_an_empty_namespace_is_a_usage_error(tmp_path: Path) -> None:
     )
     assert out.returncode == 2, out.stdout + out.stderr
     assert "--all-namespaces" in out.stderr
+
+
+def test_a_warm_start_is_read_from_the_assignment_record_as_the_conversion_reads_it(tmp_path: Path) -> None:
+    """Rule (b) reads the claim's assignment record (annotation, else the legacy label), not status.sandbox.name
+    (docs/design/api-quirks.md): a claim whose record is empty converts to its shadow pool, so bootstrap must
+    create that pool (it decided from status.sandbox.name until December 6)."""
+    claims = [
+        # namespace, name, template, warmpool, record annotation, record label
+        ["a", "by-annotation", "py", "", "py-pool-x7k2q", ""],
+        ["a", "by-label", "go", "default", "", "go-pool-abcde"],
+        ["a", "no-record", "rb", "", "", ""],
+    ]
+    text, calls = run(tmp_path, claims, {})
+    creates = [json.loads(line.removeprefix("CREATE ")) for line in calls if line.startswith("CREATE ")]
+    assert [doc.split('name: "')[1].split('"')[0] for doc in creates] == ["shadow-pool-rb"]
+    assert text.count("warm-started") == 2
+    (listing,) = [json.loads(line) for line in calls if line.startswith("[") and "sandboxclaims." in line]
+    jsonpath = next(arg for arg in listing if "{range" in arg)
+    assert r".metadata.annotations.agents\.x-k8s\.io/sandbox-name" in jsonpath
+    assert r".metadata.labels.agents\.x-k8s\.io/sandbox-name" in jsonpath
+    assert ".status." not in jsonpath
