@@ -195,18 +195,25 @@ def _parse_error_text(exc: BaseException | None, message: str | None, status: in
         return f"request line or header field too long (limit: {exc.args[1]} bytes)"
     if isinstance(exc, BadHttpMethod):
         return "not an HTTP/1.x request (bad method)"
-    if isinstance(exc, ContentEncodingError) and message == "deflate":  # aiohttp's whole text for it
-        return "Can not decode content-encoding: deflate"
+    if (text := _deflate_text(exc)) is not None:
+        return text
     # aiohttp's messages point at the offending byte on a line of their own (`b'...'\n   ^`): one line here.
     text = " ".join((message or HTTPStatus(status).phrase).split()).removesuffix(" ^")
     return text if len(text) <= 300 else text[:300] + "..."
 
 
+def _deflate_text(exc: BaseException | None) -> str | None:
+    """aiohttp's whole text for a body that is no deflate is "deflate": said in full, as for gzip."""
+    if isinstance(exc, ContentEncodingError) and exc.message == "deflate":
+        return "Can not decode content-encoding: deflate"
+    return None
+
+
 def _payload_error_text(exc: RequestPayloadError) -> str:
     """One line saying what is wrong with a request body (aiohttp's cause, without its `400, message:`)."""
     cause = exc.__cause__
-    if isinstance(cause, ContentEncodingError) and cause.message == "deflate":
-        return "Can not decode content-encoding: deflate"
+    if (deflate := _deflate_text(cause)) is not None:
+        return deflate
     text = cause.message if isinstance(cause, HttpProcessingError) else str(exc)
     text = " ".join(text.split()).removeprefix("400, message: ")
     return text if len(text) <= 300 else text[:300] + "..."

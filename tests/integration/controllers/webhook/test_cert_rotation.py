@@ -14,7 +14,6 @@ import asyncio
 import base64
 import datetime as dt
 import json
-import ssl
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from agent_sandbox.devcluster.identity import controller_kubeconfig
 from agent_sandbox.kube import ApiClient
 from tests.helpers import eventually
 from tests.unit.controllers.webhook.test_cert_reload import _bundle, _replace
+from tests.unit.controllers.webhook.test_cert_reload import _verified as _serves
 
 pytestmark = pytest.mark.integration
 
@@ -38,21 +38,6 @@ POLL = 1.0  # the certificate poll interval here (10 s by default, as upstream's
 
 async def _kubectl(cluster: DevCluster, *args: str, check: bool = False, stdin: str | None = None) -> Any:
     return await asyncio.to_thread(cluster.kubectl, *args, check=check, input=stdin)
-
-
-async def _serves(port: int, ca_pem: bytes) -> bool:
-    """Whether the webhook now presents a certificate of `ca_pem` (a client trusting only that CA gets through).
-
-    Checked before the API server's conversions count: right after the caBundle patch the API server may
-    still call with the previous bundle, so a conversion succeeding says nothing until the old pair is gone.
-    """
-    ctx = ssl.create_default_context(cadata=ca_pem.decode())
-    try:
-        _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
-    except ssl.SSLError:
-        return False
-    writer.close()
-    return True
 
 
 async def _point_crd(cluster: DevCluster, url: str, ca_pem: bytes) -> None:
