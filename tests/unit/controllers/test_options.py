@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import logging
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -305,15 +303,6 @@ def test_allowed_label_domains_file(tmp_path: Path) -> None:
     path.mkdir()
     with pytest.raises(IsADirectoryError):
         read_allowed_label_domains(path)
-
-
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 @pytest.mark.usefixtures("restore_logging")

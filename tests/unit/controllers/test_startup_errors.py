@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,15 +48,6 @@ def test_malformed_bind_addresses_are_fatal(flag: str, value: str) -> None:
 def test_wellformed_bind_addresses_are_accepted(value: str) -> None:
     opts, _ = parse_options([f"--metrics-bind-address={value}", "--leader-elect=false"])
     assert validate(opts)[0] == []
-
-
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 @pytest.mark.usefixtures("restore_logging")
