@@ -9,8 +9,9 @@ Semantics (kept close to the API server where controllers can observe the differ
   Main-resource writes keep the stored `status`; status writes change only `status`.
 * Strategic-merge and apply patches are applied as JSON merge patches (no schema here).
 * Delete honours uid/resourceVersion preconditions; with finalizers it only sets deletionTimestamp and
-  the object disappears when the last finalizer is removed. Dependents (ownerReferences to the deleted
-  uid) are deleted unless propagation is Orphan - a simplified garbage collector.
+  the object disappears when the last finalizer is removed. Unless propagation is Orphan, a dependent
+  (ownerReference to the deleted uid) is deleted when none of its other owners exists, else that reference
+  is dropped - the garbage collector's rule, simplified (at once, no blockOwnerDeletion).
 * Returned objects are deep copies (tests can mutate them freely).
 * `watch()` replays the event log after the given resourceVersion, then follows new writes; `compact()`
   makes older resourceVersions raise `Gone`; `WatchControl.close_all()` ends open watches.
@@ -240,9 +241,16 @@ class FakeClient(StatusViaSubresource):
     def _collect_dependents(self, uid: str) -> None:
         for key, dep in list(self._store.items()):
             refs = dep["metadata"].get("ownerReferences") or []
-            if key in self._store and any(r.get("uid") == uid for r in refs):
-                group, version = _split_api_version(dep["apiVersion"])
-                kind = ResourceKind(group, version, dep["kind"], key[1], namespaced=bool(key[2]))
+            if key not in self._store or not any(r.get("uid") == uid for r in refs):
+                continue
+            group, version = _split_api_version(dep["apiVersion"])
+            kind = ResourceKind(group, version, dep["kind"], key[1], namespaced=bool(key[2]))
+            live = {o["metadata"].get("uid") for o in self._store.values()}
+            if any(r.get("uid") != uid and r.get("uid") in live for r in refs):
+                dep["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") != uid]
+                self._bump(dep)
+                self._emit(kind, "MODIFIED", dep)
+            else:
                 self._delete_sync(kind, dep, "Background")
 
     # ----------------------------------------------------------------- Reader

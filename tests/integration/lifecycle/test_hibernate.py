@@ -76,6 +76,18 @@ def owner_uids(obj: Object, kind: str) -> list[str]:
     return [r["uid"] for r in obj["metadata"].get("ownerReferences") or [] if r["kind"] == kind]
 
 
+async def held_by_sandbox_alone(kube: ApiClient, ns: str, pvc_name: str, sandbox_uid: str) -> Object:
+    """The PVC once only the Sandbox holds it: the archive's reference is the garbage collector's to drop
+    after the archive is deleted (controllers/lifecycle/owners.py), a moment later."""
+
+    async def probe() -> Object | None:
+        pvc = await kube.get(PVC, pvc_name, namespace=ns)
+        alone = owner_uids(pvc, "Sandbox") == [sandbox_uid] and not owner_uids(pvc, "SandboxArchive")
+        return pvc if alone else None
+
+    return await eventually(probe, f"{pvc_name} held by Sandbox {sandbox_uid} alone", within=30)
+
+
 async def test_hibernated_then_restored_by_name_with_its_volume(
     kube: ApiClient, namespace: str, controller: Started, cluster: DevCluster, http: aiohttp.ClientSession
 ) -> None:

@@ -22,7 +22,7 @@ from agent_sandbox.devcluster.processes import Started, stop
 from agent_sandbox.kube import POD, PVC, SANDBOX, ApiClient, Object
 from tests.helpers import eventually, is_ready
 from tests.integration.lifecycle.helpers import get_or_none, ready_ip
-from tests.integration.lifecycle.test_hibernate import owner_uids, pvc_sandbox
+from tests.integration.lifecycle.test_hibernate import held_by_sandbox_alone, owner_uids, pvc_sandbox
 
 pytestmark = pytest.mark.integration
 
@@ -83,6 +83,4 @@ async def test_a_resume_while_the_controller_was_down_mid_archive_wins(
     assert resumed["spec"]["operatingMode"] == "Running"
     pod = await kube.get(POD, "halted", namespace=namespace)
     assert owner_uids(pod, "Sandbox") == [sb["metadata"]["uid"]]
-    pvc = await kube.get(PVC, "data-halted", namespace=namespace)
-    assert owner_uids(pvc, "Sandbox") == [sb["metadata"]["uid"]]
-    assert not owner_uids(pvc, "SandboxArchive")
+    await held_by_sandbox_alone(kube, namespace, "data-halted", sb["metadata"]["uid"])

@@ -57,7 +57,6 @@ from .decide import (
     adopt_child_patch,
     decide,
     handover_child_patch,
-    release_child_patch,
 )
 from .metrics import LifecycleMetrics
 from .probe import ActivityProbe
@@ -353,14 +352,10 @@ class LifecycleReconciler:
         if plan.sandbox is not None:
             for child in plan.handover:
                 kind = _CHILD_KINDS[str(child.get("kind"))]
-                patch = handover_child_patch(child, plan.sandbox, plan.archive_uid)
+                patch = handover_child_patch(child, plan.sandbox)
                 await self._client.patch(kind, child["metadata"]["name"], patch, namespace=ns)
-        for child in plan.children:
-            kind = _CHILD_KINDS[str(child.get("kind"))]
-            patch = release_child_patch(child, plan.archive_uid)
-            await self._client.patch(kind, child["metadata"]["name"], patch, namespace=ns)
         if plan.waiting or plan.handover:
-            return Result(requeue_after=RESTORE_POLL)  # finished once every child has left the archive
+            return Result(requeue_after=RESTORE_POLL)  # finished once the Sandbox controls every child
         if plan.claim_name:
             unmark = {"metadata": {"annotations": {lc.ANNOTATION_HIBERNATED_SANDBOX: None}}}
             with contextlib.suppress(NotFound):
@@ -412,7 +407,7 @@ class LifecycleReconciler:
 
     async def _abandon(self, request: Request, snap: Snapshot, plan: AbandonArchive) -> Result:
         """The archived Sandbox was resumed before the archiving finished: give the archive up, leaving the
-        Sandbox as it was (its children released first, so none is ever left without its owner)."""
+        Sandbox as it was (a child it does not control handed to it first, so none goes with the archive)."""
         ns = request.namespace
         # The cache may still show a Sandbox whose (Orphan) deletion went through, while the garbage
         # collector already took its reference off the volumes: giving the archive up then would leave
@@ -434,11 +429,7 @@ class LifecycleReconciler:
             await self._client.patch(SANDBOX, request.name, patch, namespace=ns)
         for child in plan.handover:
             kind = _CHILD_KINDS[str(child.get("kind"))]
-            patch = handover_child_patch(child, live, plan.archive_uid)
-            await self._client.patch(kind, child["metadata"]["name"], patch, namespace=ns)
-        for child in plan.children:
-            kind = _CHILD_KINDS[str(child.get("kind"))]
-            patch = release_child_patch(child, plan.archive_uid)
+            patch = handover_child_patch(child, live)
             await self._client.patch(kind, child["metadata"]["name"], patch, namespace=ns)
         if plan.claim_name:
             unmark = {"metadata": {"annotations": {lc.ANNOTATION_HIBERNATED_SANDBOX: None}}}
