@@ -39,12 +39,18 @@ def router(cluster: DevCluster) -> Iterator[str]:
 @contextmanager
 def router_process(cluster: DevCluster, name: str, http_bind: str, *flags: str) -> Iterator[int]:
     """A router of its own (Pod cache on, loopback pod IPs as a sandbox's) listening on `http_bind`, owned by
-    the cluster, Ready; yields its metrics port. Stopped by PID afterwards."""
+    the cluster, Ready; yields its metrics port. Stopped by PID afterwards. It runs as the dev routers do: the
+    install's `sandbox-router` ServiceAccount, with the grants its flags need, under
+    `AGENT_SANDBOX_CONTROLLER_IDENTITY=serviceaccount` (CI), so the shipped RBAC is what these tests exercise."""
+    from agent_sandbox.devcluster.router import router_kubeconfig
+
     health = cluster.reserve_port(f"{name}_health")
     metrics = cluster.reserve_port(f"{name}_metrics")
+    router_flags = ["--cache-enabled", "--allow-loopback-pod-ip", *flags]
+    kubeconfig = router_kubeconfig(cluster, router_flags)
     argv = [
-        sys.executable, "-m", "agent_sandbox.router", f"--kubeconfig={cluster.kubeconfig}", "--cache-enabled",
-        "--allow-loopback-pod-ip", *flags, f"--http-bind-address={http_bind}",
+        sys.executable, "-m", "agent_sandbox.router", f"--kubeconfig={kubeconfig}", *router_flags,
+        f"--http-bind-address={http_bind}",
         f"--metrics-bind-address=127.0.0.1:{metrics}", f"--health-probe-bind-address=127.0.0.1:{health}",
     ]  # fmt: skip
     started = cluster.add_process(name.replace("_", "-"), argv)
