@@ -2,19 +2,29 @@ package sandbox
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // uploadSource hands each attempt of an upload its body. A seekable source is rewound to where it
 // started, so the upload can be retried; any other reader is sent once.
+//
+// The transport never reads the source itself: each attempt's body is a pipe that a goroutine (a feeder)
+// fills from it, and the pipe is closed with the attempt context's error when that context ends. net/http's
+// Client.Do does not return before a Read of its request body has, so a source whose Read blocked (a pipe
+// nobody writes to, a stalled network stream) used to hold WriteFrom past its deadline and past a cancel -
+// forever, for a Read that never returns. Now the call ends with its context, and the feeder, abandoned in
+// that Read, ends when the Read returns (what it read is discarded).
 type uploadSource struct {
 	r      io.Reader
 	seeker io.Seeker
 	start  int64
 	limit  int64
 	used   bool
+	feed   *feeder // the feeder of the latest attempt (nil before the first, and once stopped)
 }
 
 func newUploadSource(r io.Reader, limit int64) (*uploadSource, error) {
@@ -37,7 +47,107 @@ func (u *uploadSource) attempts(def int) int {
 	return def
 }
 
-// open returns the body for the next attempt, capped at the upload limit.
+// body is a wireRequest's per-attempt body: encode writes the attempt's content (the source from where the
+// upload started, capped at the upload limit) in the wire format, through a feeder. The caller ends the
+// call with finish.
+func (u *uploadSource) body(encode func(w io.Writer, content io.Reader) error) func(context.Context) (io.Reader, error) {
+	return func(ctx context.Context) (io.Reader, error) {
+		// a retry: the previous attempt's feeder is stopped first, so only one goroutine ever reads the source
+		// and the rewind does not race a Read
+		if err := u.stopFeeding(ctx); err != nil {
+			return nil, err
+		}
+		content, err := u.open()
+		if err != nil {
+			return nil, err
+		}
+		u.feed = startFeeder(ctx, content, encode)
+		return u.feed, nil
+	}
+}
+
+// finish ends the upload's last feeder: when the call returns the source is no longer read - unless ctx (the
+// call's context) ended, and a Read of the source that had not returned yet is abandoned to its feeder.
+func (u *uploadSource) finish(ctx context.Context) {
+	_ = u.stopFeeding(ctx)
+}
+
+// errUploadEnded is what the transport reads from an attempt's pipe once the SDK has stopped its feeder.
+var errUploadEnded = errors.New("upload attempt ended")
+
+// stopFeeding closes the latest feeder and waits until its goroutine has stopped reading the source, or ctx
+// ends (then ctx's error, and the feeder is left to end when its Read of the source returns).
+func (u *uploadSource) stopFeeding(ctx context.Context) error {
+	f := u.feed
+	if f == nil {
+		return nil
+	}
+	f.unwatch()
+	f.closeWith(errUploadEnded) // no effect on a feeder already closed (by its context, say)
+	select {
+	case <-f.done:
+		u.feed = nil
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// feeder is one attempt's request body: a pipe that a goroutine fills (encode) from the content. Once it is
+// closed - by the transport, by its context's end, or by stopFeeding - a read of it returns at once,
+// whatever the goroutine is doing, and the goroutine reads the content no more (a Read already under way
+// is abandoned to it: the goroutine ends when that Read returns).
+type feeder struct {
+	pr        *io.PipeReader
+	done      chan struct{} // closed when the goroutine has returned
+	closed    chan struct{} // closed by closeWith
+	closeOnce sync.Once
+	unwatch   func() bool // unregisters the close at the context's end
+}
+
+func startFeeder(ctx context.Context, content io.Reader, encode func(w io.Writer, content io.Reader) error) *feeder {
+	pr, pw := io.Pipe()
+	f := &feeder{pr: pr, done: make(chan struct{}), closed: make(chan struct{})}
+	f.unwatch = context.AfterFunc(ctx, func() { f.closeWith(ctx.Err()) })
+	go func() {
+		defer close(f.done)
+		pw.CloseWithError(encode(pw, &guardedReader{r: content, closed: f.closed})) // nil: the reader gets io.EOF
+	}()
+	return f
+}
+
+func (f *feeder) Read(p []byte) (int, error) { return f.pr.Read(p) }
+
+// Close is the transport's, when it is done with the body.
+func (f *feeder) Close() error {
+	f.closeWith(errUploadEnded)
+	return nil
+}
+
+func (f *feeder) closeWith(err error) {
+	f.closeOnce.Do(func() {
+		f.pr.CloseWithError(err)
+		close(f.closed)
+	})
+}
+
+// guardedReader reads r until closed is: a feeder's goroutine starts no Read of the source after the
+// feeder was closed (io.Copy would, after a Read of no bytes and no error).
+type guardedReader struct {
+	r      io.Reader
+	closed <-chan struct{}
+}
+
+func (g *guardedReader) Read(p []byte) (int, error) {
+	select {
+	case <-g.closed:
+		return 0, errUploadEnded
+	default:
+	}
+	return g.r.Read(p)
+}
+
+// open returns the content for the next attempt, capped at the upload limit.
 func (u *uploadSource) open() (io.Reader, error) {
 	if u.used {
 		if u.seeker == nil {

@@ -191,6 +191,9 @@ type httpCaller struct {
 	client  *http.Client
 	opts    *Options
 	tracing *tracing
+	// own is the transport the SDK built for this handle (nil when the caller gave Options.HTTPTransport):
+	// closeIdle closes its kept-alive connections.
+	own *http.Transport
 	// sleep and jitter are replaced by tests.
 	sleep  func(ctx context.Context, d time.Duration) error
 	jitter func() float64 // in [0, 1)
@@ -198,10 +201,13 @@ type httpCaller struct {
 
 func newHTTPCaller(opts *Options, tr *tracing) *httpCaller {
 	rt := opts.HTTPTransport
+	var own *http.Transport
 	if rt == nil {
-		rt = defaultTransport(opts.PerAttemptTimeout)
+		own = defaultTransport(opts.PerAttemptTimeout)
+		rt = own
 	}
 	return &httpCaller{
+		own: own,
 		client: &http.Client{
 			Transport: rt,
 			// Redirects are never followed (spec 4.7.2): the 3xx comes back and becomes an *HTTPError.
@@ -227,6 +233,17 @@ func defaultTransport(dialTimeout time.Duration) *http.Transport {
 	}
 }
 
+// closeIdle closes the connections the SDK's own transport keeps alive, once the handle has no transport
+// (Close, Disconnect, Suspend) and no call in flight: until December 6 they stayed open for IdleConnTimeout
+// (90 s) after the handle was done, one set per handle (each has its own transport), most of them to the
+// router every client shares. A transport given as Options.HTTPTransport is the caller's, maybe shared by
+// other handles: left alone. The transport stays usable: an Open after Disconnect dials again.
+func (c *httpCaller) closeIdle() {
+	if c.own != nil {
+		c.own.CloseIdleConnections()
+	}
+}
+
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
@@ -243,11 +260,13 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // wireRequest is one logical call; do() may send it several times.
 type wireRequest struct {
-	op          string // SDK operation for errors and spans, e.g. "read"
-	method      string
-	path        string // already-encoded path relative to the base, e.g. "download/a%2Fb"
-	query       url.Values
-	body        func() (io.Reader, error) // called once per attempt; nil = no body
+	op     string // SDK operation for errors and spans, e.g. "read"
+	method string
+	path   string // already-encoded path relative to the base, e.g. "download/a%2Fb"
+	query  url.Values
+	// body is called once per attempt, with the attempt's context (ended when the attempt is: a body that
+	// reads something else should stop when it ends, see uploadSource); nil = no body
+	body        func(ctx context.Context) (io.Reader, error)
 	contentType string
 	accept      func(status int) bool // success statuses besides 2xx (e.g. 404 for HEAD)
 	maxAttempts int
@@ -482,15 +501,16 @@ func (c *httpCaller) attempt(
 	if r.query != nil {
 		target += "?" + r.query.Encode()
 	}
+	actx, cancel := context.WithCancel(ctx)
 	var body io.Reader
 	if r.body != nil {
-		b, err := r.body()
+		b, err := r.body(actx)
 		if err != nil {
+			cancel()
 			return nil, &invalidBodyError{err: err}
 		}
 		body = b
 	}
-	actx, cancel := context.WithCancel(ctx)
 	req, err := http.NewRequestWithContext(actx, r.method, target, body)
 	if err != nil {
 		cancel()
@@ -607,6 +627,6 @@ func readLimited(body io.Reader, limit int64, what string) ([]byte, error) {
 }
 
 // bytesBody makes a per-attempt body from bytes (each attempt reads from the start).
-func bytesBody(b []byte) func() (io.Reader, error) {
-	return func() (io.Reader, error) { return bytes.NewReader(b), nil }
+func bytesBody(b []byte) func(context.Context) (io.Reader, error) {
+	return func(context.Context) (io.Reader, error) { return bytes.NewReader(b), nil }
 }

@@ -257,49 +257,25 @@ func (l *legacyRuntime) write(ctx context.Context, ep *endpoint, path string, sr
 		return err
 	}
 	boundary := multipart.NewWriter(io.Discard).Boundary()
-	// each attempt gets a pipe fed by a goroutine; a retry first stops the previous one, so only one
-	// goroutine ever reads the source
-	var prev *io.PipeReader
-	var prevDone chan struct{}
-	defer func() {
-		if prev != nil {
-			_ = prev.Close()
-			<-prevDone
-		}
-	}()
-	body := func() (io.Reader, error) {
-		if prev != nil {
-			_ = prev.Close()
-			<-prevDone
-		}
-		content, err := src.open()
+	defer src.finish(ctx)
+	form := func(w io.Writer, content io.Reader) error {
+		mw := multipart.NewWriter(w)
+		_ = mw.SetBoundary(boundary)
+		part, err := mw.CreateFormFile("file", clean)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		pr, pw := io.Pipe()
-		done := make(chan struct{})
-		prev, prevDone = pr, done
-		go func() {
-			defer close(done)
-			mw := multipart.NewWriter(pw)
-			_ = mw.SetBoundary(boundary)
-			part, err := mw.CreateFormFile("file", clean)
-			if err == nil {
-				_, err = io.Copy(part, content)
-			}
-			if err == nil {
-				err = mw.Close()
-			}
-			pw.CloseWithError(err)
-		}()
-		return pr, nil
+		if _, err := io.Copy(part, content); err != nil {
+			return err
+		}
+		return mw.Close()
 	}
 	var query url.Values
 	if o.fileMode != nil { // this project's runtime sets it as it writes; upstream's ignores it (hence chmod)
 		query = url.Values{"mode": {fmt.Sprintf("%04o", uint32(*o.fileMode))}}
 	}
 	resp, err := l.http.do(ctx, ep, wireRequest{
-		op: "write", method: http.MethodPost, path: "upload", query: query, body: body,
+		op: "write", method: http.MethodPost, path: "upload", query: query, body: src.body(form),
 		contentType: "multipart/form-data; boundary=" + boundary,
 		maxAttempts: src.attempts(attemptsOr(o, defaultFileAttempts)),
 	})

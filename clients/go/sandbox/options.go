@@ -173,7 +173,9 @@ type Options struct {
 	K8sHelper  *K8sHelper
 	RestConfig *rest.Config
 
-	// HTTPTransport replaces the SDK's transport for runtime requests (custom TLS, proxies).
+	// HTTPTransport replaces the SDK's transport for runtime requests (custom TLS, proxies). It stays the
+	// caller's: Close and Disconnect leave its connections alone (those of the transport the SDK builds for
+	// each handle otherwise are closed).
 	HTTPTransport http.RoundTripper
 
 	// TraceServiceName prefixes span names ("<name>.run"). Default "sandbox-client".

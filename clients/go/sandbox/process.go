@@ -72,6 +72,10 @@ type Process struct {
 	// closed: Close ended the stream before its exit event (a Close after the exit changes nothing).
 	closed bool
 	exit   *Event
+	// broken is the error of a stream that broke before its exit event, returned by every later Recv (and so
+	// by Wait and Events): until December 6 the next Recv returned io.EOF as if the command had finished,
+	// and Wait said only "stream ended without an exit event".
+	broken error
 }
 
 func newProcess(id int, b processBackend, release func()) *Process {
@@ -103,9 +107,9 @@ func withContextCause(cause, err error) error {
 // ID is the runtime's id of the process (sandboxd's process_id; the legacy runtime's pid).
 func (p *Process) ID() int { return p.id }
 
-// Recv returns the next event. After EventExit it returns io.EOF; when the stream breaks, its error; once
-// Close ended the stream before the exit (also from another goroutine, during a Recv), ErrProcessClosed,
-// every time.
+// Recv returns the next event. After EventExit it returns io.EOF; when the stream breaks, its error, then
+// that error again on every later call (a Close after it changes nothing); once Close ended the stream
+// before the exit (also from another goroutine, during a Recv), ErrProcessClosed, every time.
 func (p *Process) Recv() (Event, error) {
 	p.mu.Lock()
 	if p.exit != nil { // first: a Close that raced the exit event's return below came after the exit
@@ -117,23 +121,32 @@ func (p *Process) Recv() (Event, error) {
 		return Event{}, p.closedError()
 	}
 	if p.finished {
+		broken := p.broken
 		p.mu.Unlock()
+		if broken != nil {
+			return Event{}, broken
+		}
 		return Event{}, io.EOF
 	}
 	p.mu.Unlock()
 	ev, err := p.backend.recv()
 	if err != nil {
+		err = p.fail(p.ended(), err) // before finish, which cancels the stream's context
 		p.mu.Lock()
-		closed := p.closed
-		p.mu.Unlock()
-		if closed {
+		if p.closed {
+			p.mu.Unlock()
 			// Close cut the stream: the runtime's error for that (legacy "context canceled", which matched
 			// context.Canceled though the caller cancelled nothing; sandboxd "code = Canceled") is not the
 			// caller's news, and the next Recv used to return io.EOF as if the command had finished.
 			return Event{}, p.closedError()
 		}
-		err = p.fail(p.ended(), err) // before finish, which cancels the stream's context
-		p.finish()
+		// kept as the Process is marked finished, at once: a Close from another goroutine cannot come in
+		// between and turn the break into ErrProcessClosed
+		p.broken = err
+		already := p.finished
+		p.finished = true
+		p.mu.Unlock()
+		p.stopOnce(already)
 		return Event{}, err
 	}
 	if ev.Type == EventExit {
@@ -157,6 +170,11 @@ func (p *Process) finish() {
 	already := p.finished
 	p.finished = true
 	p.mu.Unlock()
+	p.stopOnce(already)
+}
+
+// stopOnce ends the stream and its in-flight accounting, unless already finished.
+func (p *Process) stopOnce(already bool) {
 	if !already {
 		p.backend.stop()
 		p.release()
@@ -182,7 +200,8 @@ func (p *Process) Events() iter.Seq2[Event, error] {
 }
 
 // Wait reads the remaining events and returns the result. Output already consumed by Recv is not in it;
-// output for which a writer is given goes to that writer instead.
+// output for which a writer is given goes to that writer instead. A stream that broke before the exit
+// event (also in an earlier Recv) is an error: the break's.
 func (p *Process) Wait() (*ExecutionResult, error) {
 	return p.collect(nil, nil)
 }
@@ -199,8 +218,11 @@ func (p *Process) collect(stdout, stderr io.Writer) (*ExecutionResult, error) {
 		ev, err := p.Recv()
 		if errors.Is(err, io.EOF) {
 			p.mu.Lock()
-			exit := p.exit
+			exit, broken := p.exit, p.broken
 			p.mu.Unlock()
+			if exit == nil && broken != nil {
+				return nil, broken // why it ended (Recv returns it; this is a break that wraps io.EOF)
+			}
 			if exit == nil {
 				return nil, p.wrap(fmt.Errorf("process %d: stream ended without an exit event", p.id))
 			}
@@ -274,8 +296,8 @@ func (p *Process) ResizeTTY(ctx context.Context, cols, rows uint32) error {
 }
 
 // Close ends the stream; a command still running is killed by the runtime, and Recv, Wait and Events then
-// return ErrProcessClosed (after the exit event they keep returning io.EOF). Safe to call more than once,
-// and from any goroutine.
+// return ErrProcessClosed (after the exit event they keep returning io.EOF, after a broken stream its
+// error). Safe to call more than once, and from any goroutine.
 func (p *Process) Close() error {
 	p.mu.Lock()
 	if !p.finished {

@@ -330,27 +330,34 @@ func (s *Sandbox) watchTunnel(c *liveConn) {
 	}()
 }
 
-// Disconnect closes the transport and keeps the claim; Open reconnects.
+// Disconnect closes the transport and keeps the claim; Open reconnects. Calls in flight finish; the kept-alive
+// HTTP connections of the handle's own transport (not of Options.HTTPTransport) are closed once none is.
 func (s *Sandbox) Disconnect(ctx context.Context) error {
 	_ = ctx
 	s.disconnect("the handle was disconnected (Disconnect): call Open to reconnect")
 	return nil
 }
 
-// disconnect closes the transport; calls then fail with ErrNotReady and why.
+// disconnect closes the transport; calls then fail with ErrNotReady and why. The kept-alive connections
+// are closed now, or by the last call in flight when it ends (begin's release).
 func (s *Sandbox) disconnect(why string) {
 	s.mu.Lock()
 	conn := s.conn
 	s.conn, s.noConn = nil, why
+	idle := s.inflight == 0
 	s.mu.Unlock()
 	if conn != nil {
 		conn.close()
+	}
+	if idle {
+		s.http.closeIdle()
 	}
 }
 
 // Close closes the transport, lets in-flight calls finish (at most half of CleanupTimeout) and deletes the
 // claim (a claim already gone is fine). If the deletion fails the claim name is kept so Close can be
-// retried. Close on a handle without a claim does nothing.
+// retried. Close on a handle without a claim deletes nothing. The kept-alive HTTP connections of the
+// handle's own transport (not of Options.HTTPTransport) are closed once no call is in flight.
 func (s *Sandbox) Close(ctx context.Context) (err error) {
 	ctx, span := s.tracing.start(ctx, "close")
 	defer func() { endSpan(span, err) }()
@@ -362,6 +369,8 @@ func (s *Sandbox) Close(ctx context.Context) (err error) {
 		conn.close()
 	}
 	s.drain(s.opts.CleanupTimeout / 2)
+	// a call still in flight (past the drain) closes them when it ends: begin's release
+	s.http.closeIdle()
 	if claim == "" {
 		return nil
 	}
@@ -409,7 +418,13 @@ func (s *Sandbox) begin() (*liveConn, func(), error) {
 		once.Do(func() {
 			s.mu.Lock()
 			s.inflight--
+			// the last call of a handle that was closed or disconnected meanwhile: nothing will use the
+			// connections it leaves kept alive (an Open sets conn again first)
+			idle := s.inflight == 0 && s.conn == nil
 			s.mu.Unlock()
+			if idle {
+				s.http.closeIdle()
+			}
 		})
 	}, nil
 }
@@ -607,6 +622,12 @@ func (s *Sandbox) Write(ctx context.Context, path string, content []byte, opts .
 // WriteFrom streams r to path without holding it in memory; past MaxUploadSize bytes the upload is
 // aborted with ErrInvalidArgument. A reader that is also an io.Seeker is rewound for retries; any other
 // reader is sent in a single attempt.
+//
+// r is read by one goroutine at a time, never the caller's. The call ends with its context even while a Read
+// of r blocks (ErrTimeout at the deadline, context.Canceled at a cancel): that Read is then abandoned - it
+// may return after WriteFrom has, and what it read is discarded; r is not read again. Otherwise WriteFrom
+// has stopped reading r when it returns. Until December 6 a Read that blocked held WriteFrom until it
+// returned (forever, for one that never does), whatever the context.
 func (s *Sandbox) WriteFrom(ctx context.Context, path string, r io.Reader, opts ...CallOption) error {
 	src, err := newUploadSource(r, s.opts.MaxUploadSize)
 	if err != nil {

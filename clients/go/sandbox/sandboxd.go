@@ -265,8 +265,10 @@ func (s *sandboxdRuntime) write(ctx context.Context, ep *endpoint, path string, 
 	if o.fileMode != nil {
 		query = url.Values{"mode": {fmt.Sprintf("%04o", uint32(*o.fileMode))}}
 	}
+	defer src.finish(ctx)
+	raw := func(w io.Writer, content io.Reader) error { _, err := io.Copy(w, content); return err }
 	resp, err := s.http.do(ctx, ep, wireRequest{
-		op: "write", method: http.MethodPut, path: filesPath(clean), query: query, body: src.open,
+		op: "write", method: http.MethodPut, path: filesPath(clean), query: query, body: src.body(raw),
 		contentType: "application/octet-stream", maxAttempts: src.attempts(attemptsOr(o, defaultFileAttempts)),
 	})
 	if err != nil {
