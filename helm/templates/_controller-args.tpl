@@ -1,6 +1,9 @@
 {{/*
 The controller's arguments (operations spec §5.2): a named flag is emitted only when its key exists in
-.Values.controller; then --webhook-service-name (when non-empty), --webhook-namespace, then extraArgs.
+.Values.controller and is not null (null is how a values file unsets a key; Helm keeps a null given for a key
+the chart's values.yaml leaves commented out); then --webhook-service-name (when non-empty),
+--webhook-namespace, --sandbox-lifecycle (lifecycle.enabled), --manage-webhook-certs=false
+(controller.webhookCertSecret), then extraArgs.
 */}}
 {{- define "agent-sandbox.controllerArgs" -}}
 {{- $c := .Values.controller -}}
@@ -26,7 +29,7 @@ The controller's arguments (operations spec §5.2): a named flag is emitted only
   (list "enableWarmPoolEviction" "enable-warm-pool-eviction")
 -}}
 {{- range $named }}
-{{- if hasKey $c (index . 0) }}
+{{- if and (hasKey $c (index . 0)) (not (kindIs "invalid" (index $c (index . 0)))) }}
 - {{ printf "--%s=%s" (index . 1) (include "agent-sandbox.flagValue" (index $c (index . 0))) | quote }}
 {{- end }}
 {{- end }}
@@ -36,6 +39,9 @@ The controller's arguments (operations spec §5.2): a named flag is emitted only
 - {{ printf "--webhook-namespace=%s" (include "agent-sandbox.namespace" .) | quote }}
 {{- if include "agent-sandbox.lifecycle.enabled" . }}
 - "--sandbox-lifecycle"
+{{- end }}
+{{- if $c.webhookCertSecret }}
+- "--manage-webhook-certs=false"
 {{- end }}
 {{- range $c.extraArgs }}
 - {{ . | quote }}

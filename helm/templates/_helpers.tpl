@@ -18,11 +18,23 @@ app.kubernetes.io/name: {{ include "agent-sandbox.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/*
+image.tag as a label value. A valid image tag is not always a valid label value: a digest-pinned reference
+(`v0.1.0@sha256:<64 hex>`) has `@` and `:` and is longer than 63 bytes, and the API server would refuse
+every labelled object, failing the install half-way. Other characters become `_`, it is cut to 63 bytes and
+non-alphanumeric ends are trimmed; empty when nothing is left (no label then).
+*/}}
+{{- define "agent-sandbox.versionLabel" -}}
+{{- $v := regexReplaceAll "[^A-Za-z0-9._-]" (toString (.Values.image.tag | default "")) "_" -}}
+{{- $v = regexReplaceAll "^[^A-Za-z0-9]+" $v "" | trunc 63 -}}
+{{- regexReplaceAll "[^A-Za-z0-9]+$" $v "" -}}
+{{- end -}}
+
 {{- define "agent-sandbox.labels" -}}
 helm.sh/chart: {{ include "agent-sandbox.chart" . }}
 {{ include "agent-sandbox.selectorLabels" . }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
-{{- with .Values.image.tag }}
+{{- with include "agent-sandbox.versionLabel" . }}
 app.kubernetes.io/version: {{ . | quote }}
 {{- end }}
 {{- end -}}
@@ -55,7 +67,7 @@ app.kubernetes.io/component: sandbox-router
 helm.sh/chart: {{ include "agent-sandbox.chart" . }}
 {{ include "agent-sandbox.router.selectorLabels" . }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
-{{- with .Values.image.tag }}
+{{- with include "agent-sandbox.versionLabel" . }}
 app.kubernetes.io/version: {{ . | quote }}
 {{- end }}
 {{- end -}}
@@ -87,6 +99,26 @@ true
 
 {{- define "agent-sandbox.lifecycle.enabled" -}}
 {{- if (.Values.lifecycle | default dict).enabled -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+Whether this revision renders the SandboxArchive CRD: "true" or empty. Every revision does, lifecycle on or
+off, so that every revision's manifest holds it and `helm rollback` between a revision with lifecycle on and
+one with it off finds it in both (a CRD that only some revisions render is kept, by its
+helm.sh/resource-policy: keep, when it leaves the manifest, but a rollback to a revision that has it again does
+not adopt it and fails). The one exception: a CRD that already exists and is not this release's (made by
+`k8s/lifecycle`, or kept from a release under another name or namespace) is left alone while lifecycle is
+off, so that it does not block the install with Helm's ownership check; with lifecycle on it is rendered and
+Helm's check says how it is owned (helm/README.md says how to hand it over). `lookup` answers nothing without
+a cluster (`helm template`, --dry-run=client): rendered then.
+*/}}
+{{- define "agent-sandbox.lifecycle.crd" -}}
+{{- $crd := lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" "sandboxarchives.lifecycle.agents.x-k8s.io" -}}
+{{- $ann := ($crd.metadata | default dict).annotations | default dict -}}
+{{- $ours := and (eq (index $ann "meta.helm.sh/release-name" | default "") .Release.Name) (eq (index $ann "meta.helm.sh/release-namespace" | default "") .Release.Namespace) -}}
+{{- if or (not $crd) $ours (include "agent-sandbox.lifecycle.enabled" .) -}}
 true
 {{- end -}}
 {{- end -}}

@@ -37,6 +37,9 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 # `.Values.lifecycle.enabled`, because values stored by a chart without these maps (`helm upgrade
 # --reuse-values` of a release made by upstream's chart) have no `lifecycle` or `router` to read.
 _LIFECYCLE_ON = '{{- if include "agent-sandbox.lifecycle.enabled" . }}\n'
+# The SandboxArchive CRD is rendered in every revision, lifecycle on or off (the helper and its reason:
+# `agent-sandbox.lifecycle.crd` in _helpers.tpl); only its grants and the flag follow lifecycle.enabled.
+_LIFECYCLE_CRD = '{{- if include "agent-sandbox.lifecycle.crd" . }}\n'
 _ROUTER_LIFECYCLE_ON = '{{- if include "agent-sandbox.router.lifecycle.enabled" . }}\n'
 
 # Directories whose every *.yaml must be generated (a stray file there is drift too).
@@ -49,10 +52,10 @@ def generated_files() -> dict[Path, str]:
     for name, text in generate_crds().items():
         out[Path("k8s/crds") / name] = text
         out[Path("helm/crds") / name] = text
-    # Ours: the lifecycle component's CRD (docs/lifecycle.md); in Helm only with lifecycle.enabled.
+    # Ours: the lifecycle component's CRD (docs/lifecycle.md); in Helm in every revision (see _LIFECYCLE_CRD).
     archive = render(archive_crd())
     out[Path("k8s/lifecycle") / file_name(archive_crd())] = archive
-    out[Path("helm/templates/lifecycle/crd.yaml")] = _LIFECYCLE_ON + _helm_keep(archive) + "{{- end }}\n"
+    out[Path("helm/templates/lifecycle/crd.yaml")] = _LIFECYCLE_CRD + _helm_keep(archive) + "{{- end }}\n"
     lifecycle_role = render_cluster_role(LIFECYCLE_NAME, LIFECYCLE_RULES)
     router_role = render_cluster_role(ROUTER_LIFECYCLE_NAME, ROUTER_LIFECYCLE_RULES)
     out[Path("k8s/lifecycle/rbac.generated.yaml")] = lifecycle_role
@@ -77,10 +80,12 @@ def _helm_keep(crd: str) -> str:
     """``crd`` annotated ``helm.sh/resource-policy: keep``.
 
     A CRD under ``templates/`` (unlike ``crds/``) is deleted by ``helm uninstall`` and by any upgrade or
-    rollback that no longer renders it (``lifecycle.enabled=false``). Deleting the SandboxArchive CRD deletes
-    every archive and, by garbage collection, the PVCs they own: the data of every hibernated sandbox. With
-    the annotation Helm leaves it (and the archives) in place; removing it is a deliberate ``kubectl delete``
-    (docs/install.md). It stays in ``templates/`` because it must remain conditional on ``lifecycle.enabled``.
+    rollback to a revision that does not render it (one made by an older chart, which rendered it only with
+    ``lifecycle.enabled``). Deleting the SandboxArchive CRD deletes every archive and, by garbage collection,
+    the PVCs they own: the data of every hibernated sandbox. With the annotation Helm leaves it (and the
+    archives) in place; removing it is a deliberate ``kubectl delete`` (docs/install.md). It is in
+    ``templates/``, not ``crds/``, so that ``helm upgrade`` upgrades it and ``crds/`` stays identical to
+    ``k8s/crds/`` (operations spec §5.4); helm/README.md weighs the two.
     """
     marker = "\nmetadata:\n  name: "
     if marker not in crd:

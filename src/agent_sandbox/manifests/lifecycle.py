@@ -1,8 +1,12 @@
 """The lifecycle component's RBAC (ours, docs/lifecycle.md): what the controller and the router need beyond
 upstream's grants, and only when the feature is installed.
 
-The controller already holds everything lifecycle does to Sandboxes, PVCs, Services, claims and Events
-(``rbac.CORE_RULES`` / ``EXTENSIONS_RULES``); the only addition is its own kind, SandboxArchive. The router,
+The controller already holds everything lifecycle does to Sandboxes, PVCs, Services and Events
+(``rbac.CORE_RULES``); the additions are its own kind, SandboxArchive, and ``patch`` on SandboxClaims.
+Hibernating a claim-owned Sandbox marks its claim (and restore or expiry unmarks it) with or without
+``--extensions``, but the claim grants of ``EXTENSIONS_RULES`` are bound only with extensions (the Helm chart
+binds that role only with ``controller.extensions=true``). The reads of claims and templates happen only with
+``--extensions`` (controllers/lifecycle/watches.py), under that role, so they are not repeated here. The router,
 which upstream lets read Pods only, needs to write Sandboxes (``operatingMode``, the activity record) and
 restore requests on archives: that role ships in the opt-in ``k8s/router/lifecycle`` component and the Helm
 value ``router.lifecycle.enabled``, never with the plain router.
@@ -29,6 +33,13 @@ LIFECYCLE_RULES: Final[tuple[Rule, ...]] = (
         "Hibernation creates a SandboxArchive (informer for the restore requests), records on it the restored"
         " Sandbox's UID and an expiry mark (patch), refreshes its copy of a Sandbox edited while being archived"
         " (update); a restore deletes it.",
+    ),
+    Rule(
+        (c.EXTENSIONS_GROUP,),
+        (c.PLURAL_SANDBOX_CLAIMS,),
+        ("patch",),
+        "Hibernating a claim-owned Sandbox marks the claim (annotation hibernated-sandbox); restore and expiry"
+        " unmark it. Done with or without --extensions, whose role (with the claim reads) may not be bound.",
     ),
 )
 

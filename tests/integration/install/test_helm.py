@@ -83,6 +83,8 @@ def test_stock_values_render_upstreams_arguments_and_objects() -> None:
         ("ClusterRole", "agent-sandbox-controller"),
         ("ClusterRole", "agent-sandbox-controller-extensions"),  # always rendered, like upstream's
         ("ClusterRoleBinding", "agent-sandbox-controller"),
+        # Ours, in every revision (lifecycle on or off) so that `helm rollback` finds it in both
+        ("CustomResourceDefinition", "sandboxarchives.lifecycle.agents.x-k8s.io"),
         ("Deployment", "agent-sandbox-controller"),
         ("Namespace", "agent-sandbox-system"),
         ("Role", "agent-sandbox-controller"),
@@ -116,7 +118,8 @@ def test_stock_values_render_upstreams_arguments_and_objects() -> None:
     assert dep["metadata"]["labels"]["app.kubernetes.io/version"] == "v0.1.0"
     assert dep["spec"]["selector"]["matchLabels"] == SELECTOR
     for doc in docs:
-        if doc["kind"] != "ClusterRole":  # the generated roles are byte-identical to k8s/ (no chart labels)
+        # The generated roles and CRD are byte-identical to k8s/ (no chart labels).
+        if doc["kind"] not in ("ClusterRole", "CustomResourceDefinition"):
             assert doc["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm", doc["kind"]
     # The generated ClusterRoles are byte-identical copies of k8s/ (checked by `generate --check`) and render
     # to the same objects.
@@ -224,7 +227,7 @@ def test_namespace_pod_and_scheduling_values() -> None:
     )  # fmt: skip
     assert not [d for d in docs if d["kind"] == "Namespace"]
     for doc in docs:
-        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"):
             assert doc["metadata"]["namespace"] == "ops", doc["kind"]
     assert _args(docs)[-2:] == ["--webhook-service-name=wh", "--webhook-namespace=ops"]
     dep = _one(docs, "Deployment")
@@ -326,7 +329,7 @@ def test_router_is_opt_in() -> None:
             "at '/controller/sandboxConcurrentWorkers': minimum: got 0, want 1",
         ),
         ("controller.kubeApiBurst=0", "at '/controller/kubeApiBurst': minimum: got 0, want 1"),
-        ("controller.sandboxWarmPoolReadinessGracePeriod=5", "got number, want string"),
+        ("controller.sandboxWarmPoolReadinessGracePeriod=5", "got number, want null or string"),
         ("controller.sandboxWarmPoolReadinessGracePeriod=5 minutes", "does not match pattern"),
         ("router.proxyTimeout=abc", "at '/router/proxyTimeout': 'abc' does not match pattern"),
         ("router.service.port=70000", "at '/router/service/port': maximum: got 70,000, want 65,535"),
@@ -525,9 +528,10 @@ ARCHIVE_CRD = "sandboxarchives.lifecycle.agents.x-k8s.io"
 def test_lifecycle_crd_and_archives_outlive_disabling_and_uninstall(
     installed: Installed, install_ns: str
 ) -> None:
-    """The SandboxArchive CRD is a template (it exists only with lifecycle.enabled), and Helm deletes a
-    template's objects on uninstall and on an upgrade that stops rendering them: that would delete every
-    archive and, by garbage collection, the PVCs they own (hibernated sandboxes' data). It is kept."""
+    """The SandboxArchive CRD is a template, and Helm deletes a template's objects on uninstall and on an
+    upgrade or rollback to a revision that does not render them (one made by an older chart, which rendered
+    it only with lifecycle.enabled): that would delete every archive and, by garbage collection, the PVCs
+    they own (hibernated sandboxes' data). It is kept."""
     cluster = installed.cluster
     archives = f"/apis/lifecycle.agents.x-k8s.io/v1alpha1/namespaces/{install_ns}/sandboxarchives"
 
@@ -535,6 +539,8 @@ def test_lifecycle_crd_and_archives_outlive_disabling_and_uninstall(
         status, _ = cluster.admin().request("GET", f"{archives}/hibernated")
         return cluster.kubectl("get", "crd", ARCHIVE_CRD).returncode == 0 and status == 200
 
+    # One an earlier test applied (k8s/lifecycle) is not this release's: lifecycle on would be refused.
+    cluster.kubectl("delete", "crd", ARCHIVE_CRD, "--ignore-not-found", "--timeout=60s")
     try:
         helm(
             cluster,
@@ -559,16 +565,86 @@ def test_lifecycle_crd_and_archives_outlive_disabling_and_uninstall(
         assert status == 201, body
 
         helm(cluster, "upgrade", "agent-sandbox", CHART, "--reuse-values", "--set", "lifecycle.enabled=false")
-        # The upgrade did remove the other lifecycle objects; the CRD and its archive stay.
+        # The upgrade did remove the other lifecycle objects; the CRD (still rendered) and its archive stay.
         assert cluster.kubectl("get", "clusterrole", "agent-sandbox-controller-lifecycle").returncode != 0
         time.sleep(2)  # a deletion would have been requested by now (helm deletes before it returns)
         assert archive_left()
-        # Turning it back on adopts the kept CRD (it still carries this release's ownership annotations).
         helm(cluster, "upgrade", "agent-sandbox", CHART, "--reuse-values", "--set", "lifecycle.enabled=true")
 
         helm(cluster, "uninstall", "agent-sandbox", "--wait")
         time.sleep(2)
         assert archive_left()
+    finally:
+        cluster.kubectl("delete", "crd", ARCHIVE_CRD, "--ignore-not-found", "--timeout=60s")
+
+
+def _deployed_args(installed: Installed) -> list[str]:
+    dep = installed.kubectl_json(
+        "get", "deployment", "agent-sandbox-controller", "-n", "agent-sandbox-system"
+    )
+    args: list[str] = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args
+
+
+def test_rollback_between_lifecycle_on_and_off(installed: Installed) -> None:
+    """Every revision holds the SandboxArchive CRD, lifecycle on or off: a rollback from a revision with it
+    off to one with it on used to fail (`no CustomResourceDefinition with the name ... found`: the CRD kept
+    by the upgrade that turned it off is in the cluster but not in the current revision, and a rollback does
+    not adopt), leaving the release failed."""
+    cluster = installed.cluster
+    cluster.kubectl("delete", "crd", ARCHIVE_CRD, "--ignore-not-found", "--timeout=60s")  # another test's
+    try:
+        helm(
+            cluster, "install", "agent-sandbox", CHART, "--set", "image.tag=v1",
+            "--set", "controller.extensions=true", "--set", "lifecycle.enabled=true",
+        )  # fmt: skip
+        helm(cluster, "upgrade", "agent-sandbox", CHART, "--reuse-values", "--set", "lifecycle.enabled=false")
+        assert cluster.kubectl("get", "clusterrole", "agent-sandbox-controller-lifecycle").returncode != 0
+        assert "--sandbox-lifecycle" not in _deployed_args(installed)
+
+        out = helm(cluster, "rollback", "agent-sandbox", "1", check=False)
+        assert out.returncode == 0, out.stderr
+        assert "--sandbox-lifecycle" in _deployed_args(installed)
+        role = installed.kubectl_json("get", "clusterrole", "agent-sandbox-controller-lifecycle")
+        assert {
+            "apiGroups": ["extensions.agents.x-k8s.io"],
+            "resources": ["sandboxclaims"],
+            "verbs": ["patch"],
+        } in (role["rules"])
+        # And back to the revision with it off: the CRD stays (kept, and rendered there too).
+        helm(cluster, "rollback", "agent-sandbox", "2")
+        assert "--sandbox-lifecycle" not in _deployed_args(installed)
+        assert cluster.kubectl("get", "crd", ARCHIVE_CRD).returncode == 0
+        history = json.loads(helm(cluster, "history", "agent-sandbox", "-o", "json").stdout)
+        assert [h["status"] for h in history] == ["superseded", "superseded", "superseded", "deployed"]
+    finally:
+        helm(cluster, "uninstall", "agent-sandbox", check=False)
+        cluster.kubectl("delete", "crd", ARCHIVE_CRD, "--ignore-not-found", "--timeout=60s")
+
+
+def test_a_sandboxarchive_crd_the_release_does_not_own_is_left_alone(installed: Installed) -> None:
+    """Rendering the CRD in every revision must not make an install without lifecycle fail Helm's ownership
+    check on a SandboxArchive CRD someone else made (k8s/lifecycle, or a release under another name): that
+    one is not rendered while lifecycle is off, and never taken over or deleted."""
+    cluster = installed.cluster
+    crd_file = REPO_ROOT / "k8s" / "lifecycle" / "lifecycle.agents.x-k8s.io_sandboxarchives.yaml"
+    cluster.kubectl("delete", "crd", ARCHIVE_CRD, "--ignore-not-found", "--timeout=60s")
+    cluster.kubectl("apply", "--server-side", "-f", str(crd_file), check=True)
+    try:
+        helm(cluster, "install", "agent-sandbox", CHART, "--set", "image.tag=v1")
+        manifest = helm(cluster, "get", "manifest", "agent-sandbox").stdout
+        assert ARCHIVE_CRD not in manifest
+        crd = installed.kubectl_json("get", "crd", ARCHIVE_CRD)
+        assert "meta.helm.sh/release-name" not in (crd["metadata"].get("annotations") or {})
+        # With lifecycle on it is rendered, and Helm's own check names the ownership problem.
+        out = helm(
+            cluster, "upgrade", "agent-sandbox", CHART, "--reuse-values", "--set", "lifecycle.enabled=true",
+            check=False,
+        )  # fmt: skip
+        assert out.returncode != 0
+        assert "invalid ownership metadata" in out.stderr, out.stderr
+        helm(cluster, "uninstall", "agent-sandbox", "--wait")
+        assert cluster.kubectl("get", "crd", ARCHIVE_CRD).returncode == 0
     finally:
         cluster.kubectl("delete", "crd", ARCHIVE_CRD, "--ignore-not-found", "--timeout=60s")
 
@@ -654,3 +730,159 @@ def test_notes_warn_about_a_router_outside_the_system_namespace(installed: Insta
     assert warning in notes("--set", "namespace.name=ops")
     assert warning not in notes()
     assert warning not in notes("--set", "namespace.name=ops", "--set", "controller.extensions=false")
+
+
+# ---------------------------------------------------------------- values that used to break an install
+
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def test_optional_controller_values_may_be_null() -> None:
+    """null is how a values file (or `--set key=null`) says "not set": no flag, the binary's default. A
+    stored null must not make the schema refuse every later `--reuse-values` upgrade."""
+    optional = [
+        "clusterDomain", "leaderElectionNamespace", "enableTracing", "enablePprof", "enablePprofDebug",
+        "pprofBlockProfileRate", "pprofMutexProfileFraction", "kubeApiQps", "kubeApiBurst",
+        "sandboxConcurrentWorkers", "sandboxClaimConcurrentWorkers", "sandboxWarmPoolConcurrentWorkers",
+        "sandboxTemplateConcurrentWorkers", "sandboxWarmPoolMaxBatchSize", "sandboxWarmPoolReadinessGracePeriod",
+        "sandboxWarmPoolUnschedulableRecheckInterval", "enableWarmPoolEviction", "extraArgs",
+    ]  # fmt: skip
+    values = {"image": {"tag": "v1"}, "controller": dict.fromkeys(optional)}
+    out = subprocess.run(
+        [str(ensure_binaries().path("helm")), "template", "r", CHART, "-f", "-"],
+        input=yaml.safe_dump(values),
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    stock = _args(_template("--set", "image.tag=v1"))
+    assert _args([d for d in yaml.safe_load_all(out.stdout) if d]) == stock
+    assert _args(_template("--set", "image.tag=v1", "--set", "controller.clusterDomain=null")) == stock
+    # A non-null value is still checked.
+    bad = _helm("template", "r", CHART, "--set", "image.tag=v1,controller.kubeApiBurst=0", check=False)
+    assert "at '/controller/kubeApiBurst': minimum: got 0, want 1" in bad.stderr, bad.stderr
+    # The nullable duration repeats the duration pattern (a $ref would bring its "type": "string").
+    definitions = json.loads((Path(CHART) / "values.schema.json").read_text())["definitions"]
+    assert definitions["optionalDuration"]["pattern"] == definitions["duration"]["pattern"]
+
+
+def test_the_sandboxarchive_crd_is_in_every_revision_and_only_its_grants_follow_lifecycle() -> None:
+    """A revision without the CRD cannot be rolled back to one with it (test_rollback_between_lifecycle_on_and_off)."""
+    off = _template("--set", "image.tag=v1")
+    on = _template("--set", "image.tag=v1", "--set", "lifecycle.enabled=true")
+    for docs in (off, on):
+        crd = _one(docs, "CustomResourceDefinition", "sandboxarchives.lifecycle.agents.x-k8s.io")
+        assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert not [d for d in off if d["metadata"]["name"] == "agent-sandbox-controller-lifecycle"]
+    assert "--sandbox-lifecycle" not in _args(off)
+    _one(on, "ClusterRole", "agent-sandbox-controller-lifecycle")
+    _one(on, "ClusterRoleBinding", "agent-sandbox-controller-lifecycle")
+    assert "--sandbox-lifecycle" in _args(on)
+
+
+def test_a_digest_pinned_image_tag_makes_a_valid_version_label() -> None:
+    """`tag@sha256:<digest>` is a valid image reference but not a label value (`@`, `:`, over 63 bytes):
+    the label gets a sanitized copy, the image the tag as given."""
+    tag = "v0.1.0@sha256:" + "0123456789abcdef" * 4
+    docs = _template("--set", f"image.tag={tag}", "--set", "router.enabled=true")
+    container = _one(docs, "Deployment", "agent-sandbox-controller")["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    assert container["image"] == f"registry.k8s.io/agent-sandbox/agent-sandbox-controller:{tag}"
+    router = _one(docs, "Deployment", "sandbox-router")["spec"]["template"]["spec"]["containers"][0]
+    assert router["image"] == f"registry.k8s.io/agent-sandbox/sandbox-router:{tag}"
+    versions = {
+        d["metadata"]["labels"]["app.kubernetes.io/version"]
+        for d in docs
+        if "app.kubernetes.io/version" in (d["metadata"].get("labels") or {})
+    }
+    assert versions == {"v0.1.0_sha256_0123456789abcdef0123456789abcdef0123456789abcdef0"}
+    for value in versions:
+        assert len(value) <= 63, value
+        assert _LABEL_VALUE.match(value), value
+    # Ends that are not alphanumeric are trimmed; a tag with nothing left gets no label.
+    docs = _template("--set", "image.tag=_v1.2-")
+    assert _one(docs, "Deployment")["metadata"]["labels"]["app.kubernetes.io/version"] == "v1.2"
+    assert (
+        "app.kubernetes.io/version"
+        not in _one(_template("--set", "image.tag=@"), "Deployment")["metadata"]["labels"]
+    )
+
+
+def test_creating_the_release_namespace_is_refused_before_anything_is_installed() -> None:
+    """`helm install -n agent-sandbox-system [--create-namespace]` with the default namespace.create=true
+    would render the release's own namespace: the install fails half-way (it exists) and an uninstall would
+    delete the namespace holding the release record. Refused at render time, naming the way out."""
+    out = _helm("template", "x", CHART, "-n", "agent-sandbox-system", "--set", "image.tag=v1", check=False)
+    assert out.returncode != 0
+    assert "--set namespace.create=false" in out.stderr, out.stderr
+    docs = _template(
+        "--set", "image.tag=v1", "--set", "namespace.create=false", namespace="agent-sandbox-system"
+    )
+    assert not [d for d in docs if d["kind"] == "Namespace"]
+    assert _args(docs)[-1] == "--webhook-namespace=agent-sandbox-system"
+    # Another release namespace (the documented install) still creates agent-sandbox-system.
+    _one(_template("--set", "image.tag=v1", namespace="ops"), "Namespace", "agent-sandbox-system")
+
+
+def test_externally_managed_webhook_certificates() -> None:
+    """controller.webhookCertSecret: the operator's Secret (cert-manager's tls.crt/tls.key) is mounted at
+    the binary's cert dir and the controller neither generates nor stores a pair."""
+    docs = _template(
+        "--set", "image.tag=v1", "--set", "controller.webhookCertSecret=agent-sandbox-webhook-tls"
+    )
+    pod = _one(docs, "Deployment")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert "--manage-webhook-certs=false" in container["args"]
+    assert not [a for a in container["args"] if "webhookCertSecret" in a or "webhook-cert-secret" in a]
+    assert {
+        "name": "webhook-certs",
+        "mountPath": "/tmp/k8s-webhook-server/serving-certs",
+        "readOnly": True,
+    } in container["volumeMounts"]
+    assert {"name": "webhook-certs", "secret": {"secretName": "agent-sandbox-webhook-tls"}} in pod["volumes"]
+    stock = _one(_template("--set", "image.tag=v1"), "Deployment")["spec"]["template"]["spec"]
+    assert "--manage-webhook-certs=false" not in stock["containers"][0]["args"]
+    assert [v["name"] for v in stock["volumes"]] == ["config-volume", "tmp"]
+
+
+def _bound_rules(docs: list[dict[str, Any]], subject: tuple[str, str]) -> list[dict[str, Any]]:
+    """Every rule of the ClusterRoles the rendered ClusterRoleBindings give `subject` (namespace, name)."""
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
+    rules: list[dict[str, Any]] = []
+    for binding in (d for d in docs if d["kind"] == "ClusterRoleBinding"):
+        subjects = {
+            (s.get("namespace"), s["name"]) for s in binding["subjects"] if s["kind"] == "ServiceAccount"
+        }
+        if subject in subjects:
+            rules += roles[binding["roleRef"]["name"]]["rules"]
+    return rules
+
+
+def _allows(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
+    return any(
+        group in r["apiGroups"]
+        and resource in r["resources"]
+        and verb in r["verbs"]
+        and not r.get("resourceNames")
+        for r in rules
+    )
+
+
+@pytest.mark.parametrize("extensions", ["false", "true"])
+def test_lifecycle_grants_cover_marking_a_hibernated_sandboxs_claim(extensions: str) -> None:
+    """Hibernating a claim-owned Sandbox marks its claim (patch, annotation `hibernated-sandbox`) whether or
+    not --extensions is on; the chart binds the extensions ClusterRole only with controller.extensions=true,
+    so the lifecycle grant has to cover the patch itself."""
+    docs = _template(
+        "--set",
+        "image.tag=v1",
+        "--set",
+        "lifecycle.enabled=true",
+        "--set",
+        f"controller.extensions={extensions}",
+    )
+    rules = _bound_rules(docs, ("agent-sandbox-system", "agent-sandbox-controller"))
+    assert _allows(rules, "extensions.agents.x-k8s.io", "sandboxclaims", "patch")
+    for verb in ("create", "delete", "get", "list", "patch", "update", "watch"):
+        assert _allows(rules, "lifecycle.agents.x-k8s.io", "sandboxarchives", verb), verb
