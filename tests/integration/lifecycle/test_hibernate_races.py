@@ -106,10 +106,11 @@ async def test_a_sandbox_deleted_during_its_restore_stays_deleted(
 ) -> None:
     """Until December 6 the archive, still asking for the restore, created the deleted Sandbox again. And
     until the same day's evening the volume could be left with no owner, never deleted (2 of 6 runs under
-    load): the lifecycle controller removed the archive's reference from it once the restored Sandbox
-    held it while the garbage collector removed that (deleted) Sandbox's. Four in turn: the race needs the
-    deletion to land within milliseconds of the adoption (met in about 1 of 4 runs under load; the unit
-    test `test_a_restore_never_removes_the_archives_reference_itself` pins the rule itself)."""
+    load): the lifecycle controller, going by a cache that still showed the deleted Sandbox, removed the
+    archive's reference from it while the garbage collector removed that Sandbox's. Four in turn: the race
+    needs the deletion to land within milliseconds of the adoption (met in about 1 of 2 runs under load;
+    the unit test `test_the_archives_hold_is_released_only_from_a_sandbox_the_api_server_still_has` pins
+    the rule itself)."""
     names = [f"doomed-{i}" for i in range(4)]
 
     async def one(name: str) -> None:

@@ -8,23 +8,21 @@ One object name, three possible states, one decision per pass:
 | Running, `hibernate: "true"` | - | suspend (`Hibernate`) |
 | Suspended and its Pod gone, `hibernate-after` due or `hibernate: "true"` | - | archive: create the archive, hand the volumes (and Service) to it, mark the claim, delete the Sandbox keeping its children (`Orphan`) |
 | the archived one (same UID), still Suspended and its hibernation still asked for or due, no restore asked for (or one under an expired claim) | exists | archiving in progress: finish it (idempotent steps; the archive's copy taken again if the Sandbox changed since; the delete is guarded by the resourceVersion decided on) |
-| the archived one (same UID), resumed meanwhile (Running, `hibernate` withdrawn, or a restore asked for) | exists | the resume wins, once an uncached read confirms the Sandbox: a child it does not control is handed to it, the claim unmarked, the archive deleted (and resume the Sandbox if a restore was asked of the archive, its claim not expired) |
+| the archived one (same UID), resumed meanwhile (Running, `hibernate` withdrawn, or a restore asked for) | exists | the resume wins, once an uncached read confirms the Sandbox: drop the archive's references (a child it alone holds is handed to the Sandbox), unmark the claim, delete the archive (and resume the Sandbox if a restore was asked of the archive, its claim not expired) |
 | - | restore asked for | restore: create the Sandbox (Running, same name; without archived owners that are gone), then record its UID on the archive (`restored-uid`) |
-| a new one (other UID) | restore asked for | restore in progress: once the Sandbox controller has taken each volume back (its controller reference), unmark the claim, delete the archive |
+| a new one (other UID) | restore asked for | restore in progress: once the Sandbox controller has taken each volume back (its controller reference), drop the archive's reference; then unmark the claim, delete the archive |
 | - | restore asked for, `restored-uid` recorded | the restored Sandbox was deleted (by a user, its claim) during the restore: it stays deleted; the archive is deleted, its volumes go as a deleted Sandbox's would |
 | a new one, no restore asked for | exists | someone created a Sandbox with an archived name: reported, left alone |
 | - | exists, no restore | hibernated: nothing (until its `shutdownTime`, or its claim's expiry) |
 | - | exists, archived `shutdownTime` passed | expired while hibernated: `shutdownPolicy: Delete` -> delete the archive (its volumes go with it, as with the Sandbox), unmark the claim; `Retain` -> keep it, marked `expired-at`; never restored |
 | - | exists, its claim expired | as the claim controller does to a live Sandbox at expiry: the archive is deleted (volumes with it), the claim unmarked; never restored |
 
-The archive is deleted only once the restored Sandbox controls every volume: earlier, a Sandbox that never
-takes one back (expired, being deleted) would leave it with no owner, never deleted; and the Sandbox
-controller's adoption patch and ours, racing on the same resourceVersion, made one of them fail (the Sandbox
-controller's failure showed as a `ReconcilerError` that routers took for final). Until December 6 both
-happened. A child the Sandbox controller will not take (the Sandbox expired or being deleted, or a Service
-it does not ask for) is handed to it by us, in one patch. The archive's own references are never removed
-by us: the garbage collector drops them once the archive is gone (`owners` docstring: removing them raced
-with its removal of a deleted Sandbox's, and left volumes with no owner).
+The archive keeps its reference on a volume until the restored Sandbox controls it: dropped earlier, a
+Sandbox that never takes it back (expired, being deleted) would leave it with no owner, never deleted; and
+the Sandbox controller's adoption patch and ours, racing on the same resourceVersion, made one of them fail
+(the Sandbox controller's failure showed as a `ReconcilerError` that routers took for final). Until
+December 6 both happened. A child the Sandbox controller will not take (the Sandbox expired or being
+deleted, or a Service it does not ask for) is handed to it by us, in one patch.
 
 Activity, for the idle clock, is the latest of: the Sandbox's creation, its last Ready transition (a resume
 ends with one), the routers' `last-activity` record, our `resumed-at`, and its claim's creation (a warm
@@ -61,7 +59,7 @@ from agent_sandbox.api.meta import (
     status_condition,
 )
 
-from .owners import adopt_child_patch, archive_owner_ref, handover_child_patch
+from .owners import adopt_child_patch, archive_owner_ref, handover_child_patch, release_child_patch
 from .plan import (
     AbandonArchive,
     ArchiveSteps,
@@ -99,6 +97,7 @@ __all__ = [
     "decide",
     "handover_child_patch",
     "idle_since",
+    "release_child_patch",
 ]
 
 ANNOTATION_ARCHIVED_VERSION = f"{lc.LIFECYCLE_GROUP}/sandbox-resource-version"
@@ -326,12 +325,12 @@ def _being_archived(s: Snapshot, archive: ReadOnlyObject, sb: ReadOnlyObject, cl
     meta = _meta(sb)
     sb_uid, sb_version = str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
     if not _still_archiving(s, sb, requested):
-        # A child the Sandbox no longer controls would go with the archive: handed over first.
-        handover = tuple(
-            ch for ch in s.children if _has_owner_uid(ch, archive_uid) and _controller_uid(ch) != sb_uid
-        )
+        held = [ch for ch in s.children if _has_owner_uid(ch, archive_uid)]
+        # A child the Sandbox no longer controls would be left with no owner by a release: handed over.
+        handover = tuple(ch for ch in held if _controller_uid(ch) != sb_uid)
+        release = tuple(ch for ch in held if _controller_uid(ch) == sb_uid)
         resume = sb_version if requested and _mode(sb) == c.OperatingMode.SUSPENDED else None
-        return AbandonArchive(archive_uid, claim_mark, resume, handover, sb_uid)
+        return AbandonArchive(archive_uid, release, claim_mark, resume, handover, sb_uid)
     try:
         cause = lc.Cause(str(spec.get("reason") or lc.Cause.AFTER))
     except ValueError:
@@ -428,8 +427,9 @@ def _with_archive(s: Snapshot, archive: ReadOnlyObject) -> Plan:
     cause, requested_at = requested
     if sb is None:
         create = lc.archived_sandbox(archive, cause=cause, now=s.now)
-        return RestoreSteps(cause, requested_at, create, None, archive_uid)
+        return RestoreSteps(cause, requested_at, create, (), None, archive_uid)
     sb_uid = str(_meta(sb).get("uid") or "")
+    release: list[ReadOnlyObject] = []
     handover: list[ReadOnlyObject] = []
     waiting = False
     for ch in s.children:
@@ -437,8 +437,8 @@ def _with_archive(s: Snapshot, archive: ReadOnlyObject) -> Plan:
             continue
         ref = controller_ref(_meta(ch))
         if ref is not None and ref.get("uid") == sb_uid:
-            continue  # taken back: the archive may go (the garbage collector drops its reference then)
-        if ref is None and not _sandbox_takes_back(sb, ch, s.now):
+            release.append(ch)  # taken back: the archive's reference can go
+        elif ref is None and not _sandbox_takes_back(sb, ch, s.now):
             handover.append(ch)
         else:
             waiting = True  # the Sandbox controller adopts it (or reports why not): ours stays till then
@@ -447,6 +447,7 @@ def _with_archive(s: Snapshot, archive: ReadOnlyObject) -> Plan:
         cause,
         requested_at,
         None,
+        tuple(release),
         claim_mark if done else None,
         archive_uid,
         handover=tuple(handover),

@@ -3,13 +3,6 @@ handing back to the restored Sandbox (docs/design/lifecycle-archive.md "Mechanic
 
 Every patch carries the child's resourceVersion: a concurrent writer (the Sandbox controller adopting the
 same child) makes one of the two fail (409) instead of one silently undoing the other.
-
-References are only ever added here, never removed: once the archive is deleted, the garbage collector
-drops its reference from a child another owner still holds, and deletes a child no owner is left of,
-deciding both from live reads. Until December 6 the lifecycle controller removed the archive's reference
-itself once the restored Sandbox held the child; with that Sandbox deleted in the same moment, the garbage
-collector (its unguarded removal of the Sandbox's reference decided while the archive's was there) and
-ours each removed one, and the volume was left with no owner, never deleted.
 """
 
 from __future__ import annotations
@@ -21,7 +14,7 @@ from agent_sandbox.api import constants as c
 from agent_sandbox.api import lifecycle as lc
 from agent_sandbox.api.meta import ReadOnlyObject, new_controller_ref
 
-__all__ = ["adopt_child_patch", "archive_owner_ref", "handover_child_patch"]
+__all__ = ["adopt_child_patch", "archive_owner_ref", "handover_child_patch", "release_child_patch"]
 
 
 def _meta(obj: ReadOnlyObject) -> Mapping[str, Any]:
@@ -48,11 +41,14 @@ def adopt_child_patch(child: ReadOnlyObject, archive: ReadOnlyObject) -> dict[st
     return {"metadata": {"resourceVersion": _meta(child).get("resourceVersion"), "ownerReferences": refs}}
 
 
-def handover_child_patch(child: ReadOnlyObject, sandbox: ReadOnlyObject) -> dict[str, Any]:
-    """Merge patch giving a child the archive keeps to the restored Sandbox: its controller reference, as
-    the Sandbox controller's adoption writes it, in place of any other controller reference (a deleted
-    Sandbox's); the archive's reference stays until the archive is deleted (module docstring)."""
-    refs = [dict(r) for r in _meta(child).get("ownerReferences") or [] if not r.get("controller")]
+def handover_child_patch(child: ReadOnlyObject, sandbox: ReadOnlyObject, archive_uid: str) -> dict[str, Any]:
+    """Merge patch giving a child the archive keeps to the restored Sandbox (its controller reference, as
+    the Sandbox controller's adoption writes it) and dropping the archive's, in one guarded write."""
+    refs = [
+        dict(r)
+        for r in _meta(child).get("ownerReferences") or []
+        if r.get("uid") != archive_uid and not r.get("controller")
+    ]
     meta = _meta(sandbox)
     refs.append(
         new_controller_ref(
@@ -60,3 +56,11 @@ def handover_child_patch(child: ReadOnlyObject, sandbox: ReadOnlyObject) -> dict
         )
     )
     return {"metadata": {"resourceVersion": _meta(child).get("resourceVersion"), "ownerReferences": refs}}
+
+
+def release_child_patch(child: ReadOnlyObject, archive_uid: str) -> dict[str, Any]:
+    """Merge patch removing the archive's owner reference from a child (the restored Sandbox adopts it)."""
+    refs = [dict(r) for r in _meta(child).get("ownerReferences") or [] if r.get("uid") != archive_uid]
+    return {
+        "metadata": {"resourceVersion": _meta(child).get("resourceVersion"), "ownerReferences": refs or None}
+    }

@@ -118,21 +118,21 @@ class ArchiveSteps:
 
 @dataclass(frozen=True, slots=True)
 class AbandonArchive:
-    """The archived Sandbox was resumed before its archiving finished: the resume wins. Unmark the claim and
-    delete the archive (UID precondition; the garbage collector drops its reference from the children the
-    Sandbox holds); with `resume_resource_version`, first resume the Sandbox (a restore was asked of the
-    archive meanwhile).
+    """The archived Sandbox was resumed before its archiving finished: the resume wins. Drop the archive's
+    owner reference from `children`, unmark the claim, delete the archive (UID precondition); with
+    `resume_resource_version`, first resume the Sandbox (a restore was asked of the archive meanwhile).
 
     Carried out only once an uncached read shows the Sandbox `sandbox_uid` still there and not being
     deleted: the Sandbox informer may lag behind the PVCs', and giving the archive up after the Sandbox's
-    (Orphan) deletion went through would delete its volumes with the archive."""
+    (Orphan) deletion went through would leave its volumes with no owner at all."""
 
     archive_uid: str
+    children: tuple[ReadOnlyObject, ...]
     claim_name: str | None
     resume_resource_version: str | None = None
     handover: tuple[ReadOnlyObject, ...] = ()
-    """Children the Sandbox does not control (its controller reference gone or never there): given to it in
-    one patch before the archive goes, or the archive would take them along."""
+    """Children the archive alone holds (the Sandbox's controller reference gone or never there): given to
+    the Sandbox in one patch, never released to no owner."""
     sandbox_uid: str = ""
 
 
@@ -141,14 +141,16 @@ class RestoreSteps:
     """Restore an archived Sandbox, in order; each step is skipped when already done.
 
     With `create`, that is the whole pass (the next one, on the new Sandbox's events, goes on). The claim is
-    unmarked and the archive deleted only when `waiting` is False and nothing is to be handed over: the
-    restored Sandbox controls every child (the garbage collector then drops the archive's references).
+    unmarked and the archive deleted only when `waiting` is False: no child is held by the archive any more.
     """
 
     cause: lc.Cause
     requested_at: datetime | None
     create: dict[str, Any] | None
     """The Sandbox to create (None: it exists)."""
+    children: tuple[ReadOnlyObject, ...]
+    """Children the restored Sandbox controls, whose archive owner reference is to be removed (once an
+    uncached read confirms the Sandbox is still there: docs/design/lifecycle-archive.md)."""
     claim_name: str | None
     """Claim whose `hibernated-sandbox` mark is to be removed."""
     archive_uid: str

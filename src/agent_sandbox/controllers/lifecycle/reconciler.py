@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 
 from agent_sandbox.api import lifecycle as lc
 from agent_sandbox.api.kinds import KINDS_BY_NAME
-from agent_sandbox.api.meta import controller_name, format_rfc3339nano
+from agent_sandbox.api.meta import ReadOnlyObject, controller_name, format_rfc3339nano
 from agent_sandbox.kube import (
     PVC,
     SANDBOX,
@@ -57,6 +57,7 @@ from .decide import (
     adopt_child_patch,
     decide,
     handover_child_patch,
+    release_child_patch,
 )
 from .metrics import LifecycleMetrics
 from .probe import ActivityProbe
@@ -352,10 +353,18 @@ class LifecycleReconciler:
         if plan.sandbox is not None:
             for child in plan.handover:
                 kind = _CHILD_KINDS[str(child.get("kind"))]
-                patch = handover_child_patch(child, plan.sandbox)
+                patch = handover_child_patch(child, plan.sandbox, plan.archive_uid)
                 await self._client.patch(kind, child["metadata"]["name"], patch, namespace=ns)
+        if plan.children and plan.sandbox is not None and not await self._alive(plan.sandbox, ns):
+            # Deleted (or being deleted) since the cache showed it: the archive's reference stays, and the
+            # next pass ends the archive as a restore whose Sandbox was deleted (`_alive`).
+            return Result(requeue_after=RESTORE_POLL)
+        for child in plan.children:
+            kind = _CHILD_KINDS[str(child.get("kind"))]
+            patch = release_child_patch(child, plan.archive_uid)
+            await self._client.patch(kind, child["metadata"]["name"], patch, namespace=ns)
         if plan.waiting or plan.handover:
-            return Result(requeue_after=RESTORE_POLL)  # finished once the Sandbox controls every child
+            return Result(requeue_after=RESTORE_POLL)  # finished once every child has left the archive
         if plan.claim_name:
             unmark = {"metadata": {"annotations": {lc.ANNOTATION_HIBERNATED_SANDBOX: None}}}
             with contextlib.suppress(NotFound):
@@ -363,6 +372,26 @@ class LifecycleReconciler:
         with contextlib.suppress(NotFound):
             await self._client.delete(lc.ARCHIVE, request.name, namespace=ns, uid=plan.archive_uid)
         return Result()
+
+    async def _alive(self, sandbox: ReadOnlyObject, ns: str) -> bool:
+        """Whether the API server (not the cache) has `sandbox` (same UID), not being deleted.
+
+        Asked before the archive's reference is removed from a child the restored Sandbox controls. A
+        Sandbox deleted meanwhile (the cache lags by milliseconds) would make that removal race the garbage
+        collector's removal of the deleted Sandbox's reference - decided while the archive's was there, and
+        sent unguarded - and the volume was left with no owner, never deleted (until December 6: 2 of 6
+        runs of `test_a_sandbox_deleted_during_its_restore_stays_deleted` under load; the audit log showed
+        the two writes 2 ms apart). Only a deletion landing between this read and the patch can still do it.
+        Letting the collector drop the archive's reference after the archive's deletion instead was tried
+        and rejected: an orphaning delete of the Sandbox before the collector got to it deleted the volume."""
+        meta = sandbox.get("metadata") or {}
+        try:
+            live = await self._authoritative.get(SANDBOX, str(meta.get("name")), namespace=ns)
+        except NotFound:
+            return False
+        return live["metadata"].get("uid") == meta.get("uid") and not live["metadata"].get(
+            "deletionTimestamp"
+        )
 
     async def _live_owners(self, sandbox: Object, ns: str) -> tuple[Object, list[str]]:
         """`sandbox` without the archived owner references whose owner is gone (asked of the API server),
@@ -407,7 +436,7 @@ class LifecycleReconciler:
 
     async def _abandon(self, request: Request, snap: Snapshot, plan: AbandonArchive) -> Result:
         """The archived Sandbox was resumed before the archiving finished: give the archive up, leaving the
-        Sandbox as it was (a child it does not control handed to it first, so none goes with the archive)."""
+        Sandbox as it was (its children released first, so none is ever left without its owner)."""
         ns = request.namespace
         # The cache may still show a Sandbox whose (Orphan) deletion went through, while the garbage
         # collector already took its reference off the volumes: giving the archive up then would leave
@@ -429,7 +458,11 @@ class LifecycleReconciler:
             await self._client.patch(SANDBOX, request.name, patch, namespace=ns)
         for child in plan.handover:
             kind = _CHILD_KINDS[str(child.get("kind"))]
-            patch = handover_child_patch(child, live)
+            patch = handover_child_patch(child, live, plan.archive_uid)
+            await self._client.patch(kind, child["metadata"]["name"], patch, namespace=ns)
+        for child in plan.children:
+            kind = _CHILD_KINDS[str(child.get("kind"))]
+            patch = release_child_patch(child, plan.archive_uid)
             await self._client.patch(kind, child["metadata"]["name"], patch, namespace=ns)
         if plan.claim_name:
             unmark = {"metadata": {"annotations": {lc.ANNOTATION_HIBERNATED_SANDBOX: None}}}

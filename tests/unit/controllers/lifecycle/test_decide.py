@@ -26,6 +26,7 @@ from agent_sandbox.controllers.lifecycle.decide import (
     decide,
     handover_child_patch,
     idle_since,
+    release_child_patch,
 )
 
 pytestmark = pytest.mark.unit
@@ -229,7 +230,7 @@ def test_interrupted_archiving_finishes_only_what_is_left() -> None:
     assert decide(snap(deleting, now=T0, archive=archive)) == Nothing()
 
 
-def test_restore_creates_waits_unmarks_and_deletes() -> None:
+def test_restore_creates_releases_unmarks_and_deletes() -> None:
     sb = sandbox(mode="Suspended", suspended_at=T0, owners=[CLAIM_REF])
     archive = lc.archive_body(sb, cause=lc.Cause.REQUESTED, now=T0, children=[])
     archive["metadata"]["uid"] = "archive-uid"
@@ -246,9 +247,13 @@ def test_restore_creates_waits_unmarks_and_deletes() -> None:
     assert plan.create["metadata"]["ownerReferences"] == [CLAIM_REF]
     assert plan.create["spec"]["operatingMode"] == "Running"
     # Creating is the whole pass: the volumes stay the archive's, the claim marked, the archive kept.
-    assert (plan.cause, plan.claim_name, plan.archive_uid) == (lc.Cause.REQUEST, None, "archive-uid")
-    # The new Sandbox exists (another UID): finish without creating again, once it controls the volume. The
-    # archive's reference is not ours to remove: the garbage collector drops it once the archive is gone.
+    assert (plan.cause, plan.children, plan.claim_name, plan.archive_uid) == (
+        lc.Cause.REQUEST,
+        (),
+        None,
+        "archive-uid",
+    )
+    # The new Sandbox exists (another UID): finish without creating again, once it controls the volume.
     fresh = sandbox(uid="new-uid")
     taken = {
         "kind": "PersistentVolumeClaim",
@@ -262,6 +267,7 @@ def test_restore_creates_waits_unmarks_and_deletes() -> None:
         lc.Cause.REQUEST,
         datetime(2026, 3, 1, 13, tzinfo=UTC),
         None,
+        (taken,),
         "c",
         "archive-uid",
         sandbox=fresh,
@@ -283,7 +289,7 @@ def test_restore_keeps_the_volume_until_the_sandbox_controller_takes_it_back() -
     fresh = sandbox(uid="new-uid")
     plan = decide(snap(fresh, now=T0, archive=archive, children=(held,), claim=claim))
     assert isinstance(plan, RestoreSteps)
-    assert (plan.handover, plan.waiting, plan.claim_name) == ((), True, None)
+    assert (plan.children, plan.handover, plan.waiting, plan.claim_name) == ((), (), True, None)
     # A restored Sandbox that will never adopt it (expired, being deleted): we hand it over, in one write.
     expired = sandbox(uid="new-uid")
     expired["spec"]["shutdownTime"] = format_time(T0 - timedelta(seconds=1))
@@ -291,13 +297,11 @@ def test_restore_keeps_the_volume_until_the_sandbox_controller_takes_it_back() -
     for gone in (expired, deleting):
         plan = decide(snap(gone, now=T0, archive=archive, children=(held,), claim=claim))
         assert isinstance(plan, RestoreSteps)
-        assert (plan.handover, plan.waiting, plan.claim_name) == ((held,), False, None)
-        # The archive's reference stays (the garbage collector's to drop): never a moment with no owner.
-        assert handover_child_patch(held, gone) == {
+        assert (plan.children, plan.handover, plan.waiting, plan.claim_name) == ((), (held,), False, None)
+        assert handover_child_patch(held, gone, "archive-uid") == {
             "metadata": {
                 "resourceVersion": "9",
                 "ownerReferences": [
-                    {"uid": "archive-uid"},
                     {
                         "apiVersion": "agents.x-k8s.io/v1beta1",
                         "kind": "Sandbox",
@@ -305,7 +309,7 @@ def test_restore_keeps_the_volume_until_the_sandbox_controller_takes_it_back() -
                         "uid": "new-uid",
                         "controller": True,
                         "blockOwnerDeletion": True,
-                    },
+                    }
                 ],
             }
         }
@@ -347,17 +351,7 @@ def test_child_owner_patches_are_guarded_and_keep_other_owners() -> None:
     assert adopted["resourceVersion"] == "5"
     assert [r["uid"] for r in adopted["ownerReferences"]] == ["sb-uid", "archive-uid"]
     assert adopted["ownerReferences"][1]["controller"] is False
-    # A deleted Sandbox's controller reference gives way to the restored one's; every other reference stays.
-    held = {
-        "metadata": {
-            "resourceVersion": "6",
-            "ownerReferences": [{"uid": "old-uid", "controller": True}, {"uid": "archive-uid"}, {"uid": "x"}],
-        }
+    held = {"metadata": {"resourceVersion": "6", "ownerReferences": [{"uid": "archive-uid"}]}}
+    assert release_child_patch(held, "archive-uid") == {
+        "metadata": {"resourceVersion": "6", "ownerReferences": None}
     }
-    handed = handover_child_patch(held, {"metadata": {"name": "sb", "uid": "new-uid"}})["metadata"]
-    assert handed["resourceVersion"] == "6"
-    assert [(r["uid"], bool(r.get("controller"))) for r in handed["ownerReferences"]] == [
-        ("archive-uid", False),
-        ("x", False),
-        ("new-uid", True),
-    ]
