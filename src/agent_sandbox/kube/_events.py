@@ -11,7 +11,8 @@ Behaviour follows client-go's events/v1 broadcaster in simplified form:
 * a per-object spam filter (burst 25, one token per 5 minutes, like client-go) drops floods;
 * the buffer is bounded (1000); when full, events are dropped and counted rather than blocking.
 
-Failure modes: write errors are logged at debug level and dropped; events are best-effort by design.
+Failure modes: write errors are logged at debug level and dropped; events are best-effort by design. A 403
+is logged as a warning (a missing RBAC grant), unless it is the refusal of a namespace being deleted.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ._client import ApiClient
 from ._ratelimit import TokenBucket
 from ._resources import EVENT
 from ._types import Object
-from .errors import Forbidden, KubeError, NotFound
+from .errors import Forbidden, KubeError, NotFound, is_namespace_terminating
 
 __all__ = ["EventBroadcaster", "EventRecorder", "EventSink", "NullEventRecorder"]
 
@@ -180,6 +181,10 @@ class EventBroadcaster:
         except NotFound:
             self._series.pop(key, None)  # the Event expired server-side; next repeat creates a new one
         except Forbidden as exc:
+            if is_namespace_terminating(exc):
+                # The namespace is being deleted, the Event would go with it: nothing to report.
+                log.debug("dropping event %s/%s: %s", p.reason, ref.get("name"), describe_error(exc))
+                return
             # A missing RBAC grant is an installation problem: say so (client-go logs rejected events too).
             log.warning("dropping event %s/%s: %s", p.reason, ref.get("name"), describe_error(exc))
         except KubeError as exc:

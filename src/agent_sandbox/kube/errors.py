@@ -24,7 +24,7 @@ without a namespace) are `ValueError`/`TypeError`, deliberately outside `KubeErr
 `except KubeError` never hides a bug in the caller.
 
 `error_from_status()` is the single mapping function; transports chain the original exception with
-`raise ... from exc`.
+`raise ... from exc`. `is_namespace_terminating()` tells the one 403 that is not a permission problem.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import aiohttp
 import orjson
 
 __all__ = [
+    "NAMESPACE_TERMINATING_CAUSE",
     "AlreadyExists",
     "ApiError",
     "BadRequest",
@@ -53,6 +54,7 @@ __all__ = [
     "error_from_status",
     "ignore_already_exists",
     "ignore_not_found",
+    "is_namespace_terminating",
     "may_have_applied",
 ]
 
@@ -155,6 +157,29 @@ def may_have_applied(exc: BaseException) -> bool:
     if isinstance(exc, TransportError):
         return not isinstance(exc.__cause__, aiohttp.ClientConnectorError)
     return isinstance(exc, ServerError)
+
+
+NAMESPACE_TERMINATING_CAUSE = "NamespaceTerminating"
+"""The Status cause of a create refused in a namespace being deleted (Go's `v1.NamespaceTerminatingCause`).
+
+On the wire it is `details.causes[].reason`: Go's `StatusCause.Type` field serialises as `reason`."""
+
+
+def is_namespace_terminating(exc: BaseException | None) -> bool:
+    """Whether `exc` is a create refused because its namespace is being deleted.
+
+    The NamespaceLifecycle admission plugin answers 403 Forbidden with a `NamespaceTerminating` cause
+    ("unable to create new content in namespace <ns> because it is being terminated"). There is nothing
+    to do about it: everything in the namespace is about to go. Kubernetes' ReplicaSet and Job controllers
+    check it with `apierrors.HasStatusCause(err, v1.NamespaceTerminatingCause)` and treat the create as
+    nothing to do: no error, no FailedCreate Event. Every other 403 (RBAC) is a real failure and stays one.
+    """
+    if not isinstance(exc, ApiError):
+        return False
+    causes = exc.details.get("causes")
+    return isinstance(causes, list) and any(
+        isinstance(cause, dict) and cause.get("reason") == NAMESPACE_TERMINATING_CAUSE for cause in causes
+    )
 
 
 _BY_STATUS: dict[int, type[ApiError]] = {

@@ -20,7 +20,8 @@ trips instead of three (docs/performance.md). One stamp per claim is in flight a
 re-enqueues the claim with backoff, and that pass backfills exactly as a failed synchronous stamp would.
 
 Result mapping (§4.3 step 16): pool/template missing -> requeue 1 min; cold-create cache lag -> 200 ms;
-suppressed spec errors -> no retry; anything else -> raise (backoff).
+suppressed spec errors -> no retry; a cold create refused because the namespace is being deleted -> done,
+no status (as a ReplicaSet); anything else -> raise (backoff).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ from agent_sandbox.kube import (
     RetryLater,
     Tracing,
 )
+from agent_sandbox.kube.errors import is_namespace_terminating
 
 from ..claim_pressure import ClaimPressure
 from ..indexes import INDEX_SANDBOX_CLAIM_UID
@@ -120,6 +122,10 @@ _EXPIRED_REQUEUE = 0.001
 
 class ClaimRetry(RetryLater):
     """A claim error that must be retried with backoff (wraps the `ClaimError`)."""
+
+
+class _NamespaceTerminating(Exception):
+    """The cold create was refused because the claim's namespace is being deleted (`__cause__`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,7 +256,13 @@ class ClaimReconciler:
             # networked wakes it sooner than the timer.
             self.queue.wait(pool_key(ns, claim_pool_name(claim)), _request(claim))
             return Result(resolution.delay)
-        sandbox, error, drop = await self._apply(snap, resolution)
+        try:
+            sandbox, error, drop = await self._apply(snap, resolution)
+        except _NamespaceTerminating as going:
+            # As a ReplicaSet: the namespace is being deleted and the claim with it. No status, no Event,
+            # no retry; an error line per pass would only flood the log until the claim is gone.
+            log.debug("claim %s/%s: not creating a Sandbox: %s", ns, meta["name"], going.__cause__)
+            return Result()
 
         new_status = compute_status(claim, sandbox, error, expired=step.expired, now=now)
         if new_status is None:
@@ -339,8 +351,11 @@ class ClaimReconciler:
 
         A claim POSTed right after its pool and template can reach this controller before their watch events
         do; `WarmPoolNotFound` / `TemplateNotFound` would then be a false terminal condition (clients stop
-        waiting on it). One uncached GET, only on this miss path; None when it really is not there.
+        waiting on it). One uncached GET, only on this miss path; None when it really is not there, or when
+        no object can have that name (`_nameable`: asking would only get a 400 and retry it forever).
         """
+        if not _nameable(name):
+            return None
         try:
             return await self.authoritative.get(kind, name, namespace=ns)
         except NotFound:
@@ -368,6 +383,8 @@ class ClaimReconciler:
             except AlreadyExists:
                 return None, SandboxCreatePending(), resolution.drop_reference
             except KubeError as exc:
+                if is_namespace_terminating(exc):
+                    raise _NamespaceTerminating from exc
                 # Ours (upstream says it only in Ready): a ReplicaSet's `FailedCreate` Warning, so `kubectl
                 # describe sandboxclaim` says why no Sandbox appears (quota, admission, validation).
                 self._event(
@@ -590,6 +607,18 @@ class ClaimReconciler:
         if metrics_error is not None:
             raise metrics_error
         return Result(requeue)
+
+
+def _nameable(name: str) -> bool:
+    """Whether an object could have `name` as far as a GET by name goes: a valid URL path segment.
+
+    kube-apiserver refuses a GET whose name is ".", ".." or contains "/" or "%" (apimachinery's
+    `IsValidPathSegmentName`) with 400 BadRequest before any lookup, and no object is ever created with
+    such a name. A claim's `warmPoolRef` and a pool's `sandboxTemplateRef` are free text, so these names
+    are "not found" (WarmPoolNotFound / TemplateNotFound, as upstream's cached lookup reports them), known
+    without a request. Other invalid names ("Bad_Name") the server answers with an ordinary 404.
+    """
+    return name not in (".", "..") and "/" not in name and "%" not in name
 
 
 def _request(claim: Mapping[str, Any]) -> Request:

@@ -7,7 +7,8 @@ read the Pod live and let `decide.plan_existing_pod` handle it, §1.5.1), Events
 
 Does not own any decision: what to write comes from `decide`/`conclude`. NotFound on a delete is success;
 so is a UID-precondition Conflict (the object we meant to delete is already gone, a namesake replaced it).
-NotFound on a write to the Sandbox itself ends the pass (`SandboxGone`).
+NotFound on a write to the Sandbox itself ends the pass (`SandboxGone`); so does a child create refused
+because the namespace is being deleted (`NamespaceTerminating`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from agent_sandbox.kube import (
     PropagationPolicy,
     ResourceKind,
 )
+from agent_sandbox.kube.errors import is_namespace_terminating
 
 from .children import FIELD_MANAGER
 from .expectations import ChildExpectations
@@ -49,7 +51,7 @@ from .plan import (
     StepResult,
 )
 
-__all__ = ["Executor", "SandboxGone", "SandboxWriter", "error_text"]
+__all__ = ["Executor", "NamespaceTerminating", "SandboxGone", "SandboxWriter", "error_text"]
 
 log = logging.getLogger("agent_sandbox.controllers.sandbox")
 
@@ -58,6 +60,14 @@ class SandboxGone(Exception):
     """A write to the Sandbox itself answered NotFound: it was deleted mid-pass, so the pass has nothing
     left to do (its children go with it by owner reference). Not a reconcile error, as a status patch's
     NotFound is not one; the reconciler ends the pass as if the cache had not shown the Sandbox."""
+
+
+class NamespaceTerminating(Exception):
+    """A child create was refused because the Sandbox's namespace is being deleted.
+
+    Nothing to do, as for a ReplicaSet: the Sandbox and its children go with the namespace, every further
+    create would be refused the same way. The reconciler ends the pass quietly (no FailedCreate Event, no
+    status write, no retry); the Sandbox's deletion brings the pass that forgets it."""
 
 
 class SandboxWriter(Protocol):
@@ -163,6 +173,8 @@ class Executor:
                 return await self._existing_pod(index, action, on_pod_exists)
             except KubeError as exc:
                 self._abandon_creations(step.actions[index:])
+                if isinstance(action, CreateObject) and is_namespace_terminating(exc):
+                    raise NamespaceTerminating(f"{action.what}: {error_text(exc)}") from exc
                 log.info("sandbox %s/%s: %s: %s", self._ns, self._name, action.what, describe_error(exc))
                 if isinstance(action, CreateObject) and self.events is not None:
                     # Ours (upstream says it only in the Ready condition): the Warning a ReplicaSet or a

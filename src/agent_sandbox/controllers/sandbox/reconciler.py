@@ -13,7 +13,8 @@ Flow of one pass:
 2. open the `ReconcileSandbox` span (continuing the trace in the Sandbox's annotation);
 3. observe the children into a `Snapshot` (cache reads only, plus expectations and the write-behind clock);
 4. `decide` -> `Plan`; run its steps: trace annotation (failure aborts), PVCs, Pod, Service or the expiry
-   teardown, each step stopping at its first failing call while later steps still run;
+   teardown, each step stopping at its first failing call while later steps still run (a child create
+   refused because the namespace is being deleted ends the pass quietly: `NamespaceTerminating`);
 5. `conclude` at the post-execution time -> status patch, requeue and errors; write the status even when
    there are errors; raise `SandboxReconcileError` with all error texts (-> rate-limited retry) or return
    `Result(requeue_after)`.
@@ -51,7 +52,7 @@ from ..claim_pressure import ClaimPressure
 from ..indexes import INDEX_POD_NAME_HASH
 from .children import pvc_name
 from .decide import decide, plan_existing_pod
-from .execute import Executor, SandboxGone, SandboxWriter, error_text
+from .execute import Executor, NamespaceTerminating, SandboxGone, SandboxWriter, error_text
 from .expectations import ChildExpectations
 from .plan import Plan, PlanMode, Results, Snapshot, StepPlan, StepResult
 from .status import BOOT_HOLD, conclude
@@ -207,6 +208,10 @@ class SandboxReconciler:
             log.info("sandbox %s/%s deleted mid-pass (%s)", request.namespace, request.name, gone)
             executor.sandbox_writes.clear()
             return self._gone(request)
+        except NamespaceTerminating as going:
+            # Not an error (as for a ReplicaSet): the namespace and this Sandbox are being deleted.
+            log.debug("sandbox %s/%s: namespace being deleted (%s)", request.namespace, request.name, going)
+            return Result()
         finally:
             if executor.sandbox_writes:
                 self._own_writes.remember(SANDBOX, executor.sandbox_writes[-1])

@@ -21,11 +21,13 @@ from agent_sandbox.kube import (
     NETWORK_POLICY,
     SANDBOX_TEMPLATE,
     Conflict,
+    Forbidden,
     NotFound,
     OwnWrites,
     RetryLater,
     Writer,
 )
+from agent_sandbox.kube.errors import is_namespace_terminating
 
 from .decide import (
     CreatePolicy,
@@ -83,6 +85,12 @@ async def execute(
                     written = await writer.update(NETWORK_POLICY, action.body)
             except Conflict:  # AlreadyExists included: both mean "the cache is behind"
                 return Outcome.CACHE_LAG
+            except Forbidden as exc:
+                if is_namespace_terminating(exc):
+                    # The namespace is being deleted, and the template and its policy with it: nothing to
+                    # do (until December 6 a `reconciler error` with backoff retries until it was gone).
+                    return Outcome.DONE
+                raise
             if own_writes is not None:
                 own_writes.remember(NETWORK_POLICY, written)
         elif isinstance(action, DeletePolicy):

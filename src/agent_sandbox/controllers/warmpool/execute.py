@@ -35,6 +35,7 @@ from agent_sandbox.kube import (
     Writer,
     may_have_applied,
 )
+from agent_sandbox.kube.errors import is_namespace_terminating
 
 from .batch import slow_start_batch
 from .decide import DeleteMember, PatchMember
@@ -118,6 +119,9 @@ async def create_members(
 ) -> tuple[int, BaseException | None]:
     """Create `count` copies of `body` with slow-start batching under an already-raised expectation.
 
+    Returns (creates that succeeded, the first failure); a refusal because the namespace is being
+    deleted is no failure (None): the pool goes with its namespace, a retry would only be refused again.
+
     The same body dict is sent every time (the client only serialises it); the API server assigns each
     copy its name from `generateName`. Creates that were refused are lowered at once. A create whose answer
     was lost (timeout, dropped connection, 5xx: `may_have_applied`) may have made a member the cache has
@@ -143,6 +147,10 @@ async def create_members(
         asyncio.get_running_loop().call_later(
             AMBIGUOUS_CREATE_HOLD, functools.partial(exp.lower_creations, key, ambiguous, raised=raised)
         )
+    if is_namespace_terminating(error):
+        # As a ReplicaSet: the namespace is being deleted, the pool with it; nothing to retry or report.
+        log.debug("not creating members for pool %s after %d/%d: %s", key, successes, count, error)
+        return successes, None
     if error is not None:
         log.error("creating pool members in %s failed after %d/%d: %s", key, successes, count, error)
     else:

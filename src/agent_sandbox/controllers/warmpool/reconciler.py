@@ -8,7 +8,8 @@
    the event loop, so overlapping passes can never both create); the excess deletes only when
    expectations are satisfied; the not-progressing events; the post-grace requeue.
 4. Any failure is raised after all of that, *without* the status write (§3.2 step 4); otherwise the
-   status subresource is merge-patched when it changed, and the smallest requested delay is returned.
+   status subresource is merge-patched when it changed (NotFound: the pool was deleted mid-pass, done),
+   and the smallest requested delay is returned.
 
 In-memory state (expectations, hold, buckets, progress) is per pool and forgotten when the pool is
 gone or being deleted.
@@ -236,9 +237,15 @@ class WarmPoolReconciler:
             # Never held behind claims (issue 11): a client must see `readyReplicas` drop when a claim takes
             # a member, before its replacement is Ready, as with upstream. While claims arrive, passes (and
             # so these writes) are at most one per PASS_INTERVAL_WHILE_HOT.
-            await self.client.patch_status(
-                SANDBOX_WARM_POOL, pool["metadata"]["name"], {"status": plan.status}, namespace=ns
-            )
+            try:
+                await self.client.patch_status(
+                    SANDBOX_WARM_POOL, pool["metadata"]["name"], {"status": plan.status}, namespace=ns
+                )
+            except NotFound:
+                # Deleted during the pass (by a user, or with its namespace): as if the pass had not found
+                # it. Members go by garbage collection; an error would only retry a pool that is gone.
+                self.forget(key)
+                return Result()
         positive = [d for d in delays if d > 0]
         return Result(requeue_after=min(positive)) if positive else Result()
 

@@ -14,7 +14,7 @@ import pytest
 
 from agent_sandbox.controllers.template import TemplateReconciler
 from agent_sandbox.controllers.template.reconciler import CACHE_LAG_REQUEUE
-from agent_sandbox.kube import NETWORK_POLICY, SANDBOX_TEMPLATE, NotFound, Request, Result
+from agent_sandbox.kube import NETWORK_POLICY, SANDBOX_TEMPLATE, Forbidden, NotFound, Request, Result
 from agent_sandbox.kube.testing import FakeClient
 
 pytestmark = pytest.mark.unit
@@ -135,3 +135,19 @@ async def test_a_policy_written_for_a_deleted_template_of_the_same_name_is_not_r
     (pol,) = fake.objects(NETWORK_POLICY)
     tmpl = await fake.get(SANDBOX_TEMPLATE, "tmpl", namespace="ns")
     assert pol["metadata"]["ownerReferences"][0]["uid"] == tmpl["metadata"]["uid"]
+
+
+async def test_a_policy_create_refused_in_a_terminating_namespace_ends_the_pass_quietly() -> None:
+    """Until December 6 a `reconciler error` (and backoff retries) until the namespace was gone."""
+    from tests.unit.kube.test_namespace_terminating import rbac, terminating
+
+    fake = FakeClient((SANDBOX_TEMPLATE, template_obj()))
+    fake.inject_error(
+        "create", terminating(POLICY, "ns", "networkpolicies.networking.k8s.io"), kind=NETWORK_POLICY
+    )
+    assert await TemplateReconciler(fake).reconcile(REQ) == Result()
+    # Any other 403 (an RBAC grant missing) stays a failure.
+    fake = FakeClient((SANDBOX_TEMPLATE, template_obj()))
+    fake.inject_error("create", rbac(), kind=NETWORK_POLICY)
+    with pytest.raises(Forbidden):
+        await TemplateReconciler(fake).reconcile(REQ)
