@@ -168,6 +168,7 @@ class Router:
             allow_loopback=config.allow_loopback_pod_ip,
             cache=self.cache,
             claimed=claimed,
+            resumable=self.lifecycle.resumable if self.lifecycle is not None else None,
         )
         self.proxy = Proxy(
             ProxySettings(

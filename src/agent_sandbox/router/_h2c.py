@@ -435,17 +435,18 @@ class _Session:
         deadline = loop.time() + settings.proxy_timeout
         delay = settings.retry_initial
         retries = holds = 0
+        resumed = False  # as `Proxy._forward`: once held, a Pod IP the route carries predates the resume
         if lifecycle is not None and (suspending or lifecycle.seen_suspended(route)):
             holds += 1  # as `Proxy._forward`: not to the pod a suspend is taking away
-            await lifecycle.hold(route, deadline, lifecycle.current_pod(route), leaving=True)
+            resumed = await lifecycle.hold(route, deadline, lifecycle.current_pod(route), leaving=True)
         while True:
             retryable = True
             target: Target | None = None
             try:
-                target = proxy.resolver.resolve_fast(route)
+                target = proxy.resolver.resolve_fast(route, resumed=resumed)
                 if target is None:
                     async with asyncio.timeout_at(deadline):
-                        target = await proxy.resolver.resolve(route)
+                        target = await proxy.resolver.resolve(route, resumed=resumed)
                 proxy.metrics.admit_namespace(route.namespace)  # resolved: a sandbox of that namespace
                 upstream = await proxy.pool.dial(
                     target.host,
@@ -463,7 +464,7 @@ class _Session:
             if lifecycle is not None and holds < MAX_HOLDS and loop.time() < deadline:
                 holds += 1
                 if await lifecycle.hold(route, deadline, target.entry if target is not None else None):
-                    retries, delay = 0, settings.retry_initial
+                    retries, delay, resumed = 0, settings.retry_initial, True
                     continue
             if not retryable or retries >= settings.max_retries or loop.time() + delay >= deadline:
                 log.info(

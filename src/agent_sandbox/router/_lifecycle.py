@@ -220,6 +220,17 @@ class RouterLifecycle:
         view = self.state.sandboxes.get((route.namespace, route.sandbox_id))
         return view is not None and view.suspended and not view.unclaimed_pool_member
 
+    def resumable(self, namespace: str, name: str) -> bool:
+        """A request for Sandbox `namespace/name` that finds no pod is held while it resumes (suspended:
+        resumed, hibernated: restored, starting: waited for), or told at once why it cannot be (`hold`).
+
+        The resolver asks this for a request naming a pod IP it does not know while the Sandbox has no pod:
+        the address is then its former pod's (it went before this router saw it), and the request is held as
+        one by name instead of being refused as naming an address that is not the Sandbox's.
+        """
+        key = (namespace, name)
+        return self._action(key) is not None or bool(self._final(key))
+
     def current_pod(self, route: Route) -> PodEntry | None:
         """The Ready pod the Pod cache has for the route's Sandbox now (one a suspend is about to delete)."""
         return self.cache.by_name.get((route.namespace, route.sandbox_id))

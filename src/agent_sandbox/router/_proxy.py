@@ -293,6 +293,9 @@ class Proxy:
         retries = 0
         holds = 0
         fresh = False
+        # Ours: held while the Sandbox resumed, so an `X-Sandbox-Pod-IP` the request carries predates the resume
+        # and it is resolved by name (`Resolver.resolve_fast`).
+        resumed = False
         if self.lifecycle is not None and (suspending or self.lifecycle.seen_suspended(route)):
             # Ours: not to the pod a suspend is taking away; held for the resumed one. Whether the activity write
             # found the Sandbox just suspended or this router saw it Suspended, the pod there now is the one
@@ -302,15 +305,17 @@ class Proxy:
             # already) soon shows the Sandbox Running and Ready, and then that pod serves.
             holds += 1
             leaving = self.lifecycle.current_pod(route)
-            if await self._hold(conn, out, req, route, deadline, leaving, leaving=True) is None:
+            held = await self._hold(conn, out, req, route, deadline, leaving, leaving=True)
+            if held is None:
                 return
+            resumed = held
         while True:
             target: Target | None = None
             try:
-                target = resolver.resolve_fast(route)
+                target = resolver.resolve_fast(route, resumed=resumed)
                 if target is None:
                     async with asyncio.timeout_at(deadline):
-                        target = await resolver.resolve(route)
+                        target = await resolver.resolve(route, resumed=resumed)
                 upstream = None if fresh else self.pool.take((target.host, target.port))
                 self.metrics.admit_namespace(route.namespace)  # resolved: a sandbox of that namespace
                 if upstream is None:
@@ -335,7 +340,7 @@ class Proxy:
                     if held is None:
                         return
                     if held:
-                        retries, delay = 0, settings.retry_initial
+                        retries, delay, resumed = 0, settings.retry_initial, True
                         continue
                 if retries < settings.max_retries and loop.time() + delay < deadline:
                     retries += 1
@@ -389,7 +394,7 @@ class Proxy:
                 if held is None:
                     return
                 if held and self._replaced(route, target) and body.rewind():
-                    retries, delay, fresh = 0, settings.retry_initial, False
+                    retries, delay, fresh, resumed = 0, settings.retry_initial, False, True
                     continue
                 self.metrics.upstream_error(route.namespace, "eof")
                 reply(conn, out, 502, connect_error(route), req)

@@ -4,10 +4,17 @@ Order, first match wins: `X-Sandbox-Pod-IP` -> cached Sandbox UID -> cached `nam
 -> DNS form `<id>.<namespace>.svc.<cluster-domain>`. Stronger than upstream where the cache can tell:
 
 - With the cache on, an `X-Sandbox-Pod-IP` must belong to the named Sandbox. Another Sandbox's IP ->
-  403. An address that was this sandbox's former pod's is stale (the sandbox was suspended and resumed
-  on a new pod): it is re-resolved to the current address (source `cache-name`). Any other address the
-  cache does not know waits briefly for the watch to catch up (a pod that just became Ready), then
-  403. So a dev cluster's loopback pod IPs are reachable only as a sandbox's.
+  403. An address that was this sandbox's former pod's is stale (the sandbox was suspended, or
+  hibernated, since): the request is resolved as one by name, to the current pod (source `cache-name`)
+  or, while there is none, as a dial failure, which `--sandbox-lifecycle` holds while a Sandbox that
+  resumes on request resumes (until December 6 that was a 403 after 2 s, before any hold: a hibernated
+  Sandbox never came back for upstream's SDK, which sends the address it read once with every request).
+  So is an address the cache does not know when the Sandbox has no pod at all and the lifecycle would
+  resume it (`resumable`: a router that started after its pod went), and any address of this Sandbox's
+  once a request was held while it resumed (`resumed`: the address predates the resume). Any other
+  address the cache does not know waits briefly for the watch to catch up (a pod that just became
+  Ready), then 403. The named address itself is dialled only while it is the named sandbox's pod's, so a
+  dev cluster's loopback pod IPs are reachable only as a sandbox's.
 - With the cache on, an `X-Sandbox-UID` must belong to the named Sandbox (403 otherwise), and the DNS
   form is not used for namespaces the cache watches: a name without a Ready sandbox pod is a dial
   failure (retried with re-resolution, then 502), which is what the DNS form gives for a Sandbox whose
@@ -73,6 +80,10 @@ def _foreign(route: Route) -> RouteError:
         f"X-Sandbox-Pod-IP {route.pod_ip} does not belong to sandbox {route.namespace}/{route.sandbox_id}.",
     )
 
+
+Resumable = Callable[[str, str], bool]
+"""(namespace, name) -> a request for that Sandbox that finds no pod is held while it resumes (or told why it
+cannot be): `RouterLifecycle.resumable`."""
 
 GetSandbox = Callable[[str, str], Awaitable[Mapping[str, Any]]]
 """(namespace, name) -> the Sandbox object; raises `kube.NotFound`, `kube.Forbidden`, ..."""
@@ -154,45 +165,66 @@ class Resolver:
         allow_loopback: bool,
         cache: PodCache | None = None,
         claimed: ClaimedCheck | None = None,
+        resumable: Resumable | None = None,
     ) -> None:
         self.cluster_domain = cluster_domain
         self.allow_loopback = allow_loopback
         self.cache = cache
         self.claimed = claimed
+        self.resumable = resumable
 
-    def resolve_fast(self, route: Route) -> Target | None:
+    def _pod_ip(self, cache: PodCache, route: Route, resumed: bool) -> Target | bool:
+        """Check a request's `X-Sandbox-Pod-IP` against the cache: the target when the address is the named
+        Sandbox's pod's; True when the request is to be resolved by name instead (a stale address of the
+        Sandbox: its former pod's, or any once the request was held while it resumed); False when the cache
+        does not know the address (yet).
+
+        Raises:
+            RouteError: 403, the address is another sandbox's pod's, or the cache cannot check it.
+        """
+        assert route.pod_ip is not None
+        ip = str(route.pod_ip)
+        owner = cache.by_ip.get(ip)
+        if owner is not None:
+            if owner.namespace != route.namespace or owner.sandbox != route.sandbox_id:
+                raise _foreign(route)
+            if not resumed:
+                return Target(ip, route.port, "pod-ip", _authority(ip, route.port), owner)
+            # Held while the Sandbox resumed: its Ready pod now is the one the hold waited for (this one may be
+            # the pod a suspend is deleting, still in the cache).
+            return True
+        if not cache.covers(route.namespace):
+            # A namespace the cache does not watch (`--cache-namespace`): the address cannot be checked,
+            # and the cache knows sandbox pods only (not a watched namespace's other pods, nor nodes), so
+            # it is refused - at once and saying why (until December 6 after a 2 s wait for the cache,
+            # as an address of another sandbox). Requests by name resolve by DNS there, as upstream's.
+            raise RouteError(
+                403,
+                f"X-Sandbox-Pod-IP cannot be checked for namespace {route.namespace}: the router's Pod "
+                "cache does not watch it (--cache-namespace); send the request without it.",
+            )
+        return resumed or cache.former.get(ip) == (route.namespace, route.sandbox_id)
+
+    def resolve_fast(self, route: Route, *, resumed: bool = False) -> Target | None:
         """Resolve without waiting; None when the slow path (`resolve`) is needed.
+
+        `resumed`: the request was held while its Sandbox resumed (`RouterLifecycle.hold` returned True), so
+        its `X-Sandbox-Pod-IP`, unless another sandbox's, predates the resume: it is resolved by name.
 
         Raises:
             RouteError: 403, the request names another sandbox's Pod IP or UID.
         """
         cache = self.cache
         if route.pod_ip is not None:
-            ip = str(route.pod_ip)
             if cache is None:
+                ip = str(route.pod_ip)
                 return Target(ip, route.port, "pod-ip", _authority(ip, route.port))
-            owner = cache.by_ip.get(ip)
-            if owner is not None:
-                if owner.namespace == route.namespace and owner.sandbox == route.sandbox_id:
-                    return Target(ip, route.port, "pod-ip", _authority(ip, route.port), owner)
-                raise _foreign(route)
-            if cache.former.get(ip) == (route.namespace, route.sandbox_id):
-                current = cache.by_name.get((route.namespace, route.sandbox_id))
-                if current is not None:
-                    return Target(
-                        current.ip, route.port, "cache-name", _authority(current.ip, route.port), current
-                    )
-            if not cache.covers(route.namespace):
-                # A namespace the cache does not watch (`--cache-namespace`): the address cannot be checked,
-                # and the cache knows sandbox pods only (not a watched namespace's other pods, nor nodes), so
-                # it is refused - at once and saying why (until December 6 after a 2 s wait for the cache,
-                # as an address of another sandbox). Requests by name resolve by DNS there, as upstream's.
-                raise RouteError(
-                    403,
-                    f"X-Sandbox-Pod-IP cannot be checked for namespace {route.namespace}: the router's Pod "
-                    "cache does not watch it (--cache-namespace); send the request without it.",
-                )
-            return None
+            checked = self._pod_ip(cache, route, resumed)
+            if isinstance(checked, Target):
+                return checked
+            if not checked:
+                return None
+            # A stale address of this sandbox: on as a request by name (the address is not dialled).
         if cache is None:
             return None
         if route.uid:
@@ -210,26 +242,41 @@ class Resolver:
             return Target(entry.ip, route.port, "cache-name", _authority(entry.ip, route.port), entry)
         return None
 
-    async def resolve(self, route: Route) -> Target:
+    async def resolve(self, route: Route, *, resumed: bool = False) -> Target:
         """Resolve, waiting where needed (cache catch-up, DNS).
 
         Raises:
             RouteError: 403 (see `resolve_fast`; also a Pod IP that is no sandbox's).
-            DialError: nothing to dial (unknown sandbox, DNS failure): retryable.
+            DialError: nothing to dial (unknown sandbox, DNS failure, a stale Pod IP of a sandbox without a
+                Ready pod): retryable, and held by `--sandbox-lifecycle` for a Sandbox that resumes on request.
         """
-        target = self.resolve_fast(route)
+        target = self.resolve_fast(route, resumed=resumed)
         if target is not None:
             return target
         cache = self.cache
-        if route.pod_ip is not None and cache is not None:
+        if route.pod_ip is not None and cache is not None and not self._pod_ip(cache, route, resumed):
+            key = (route.namespace, route.sandbox_id)
+            if self.resumable is not None and not cache.sandbox_known(*key) and self.resumable(*key):
+                # The Sandbox has no pod and resumes on request (suspended or hibernated before this router
+                # saw its pod go): the address is its former pod's. Held as a request by name; once it is
+                # resumed, it is resolved by name (`resumed`), never by this address.
+                raise DialError(
+                    f"sandbox {route.namespace}/{route.sandbox_id} has no pod (X-Sandbox-Pod-IP {route.pod_ip} "
+                    "is not its pod's)"
+                )
+            stale = False
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(POD_IP_WAIT):
                     while True:
                         await cache.wait_changed()
-                        target = self.resolve_fast(route)
+                        target = self.resolve_fast(route, resumed=resumed)
                         if target is not None:
                             return target
-            raise _foreign(route)
+                        if self._pod_ip(cache, route, resumed):
+                            stale = True  # its pod went meanwhile: on by name
+                            break
+            if not stale:
+                raise _foreign(route)
         if cache is not None and cache.covers(route.namespace):
             warm = cache.warm_by_name.get((route.namespace, route.sandbox_id))
             if warm is not None and self.claimed is not None and await self.claimed.claimed(warm):
