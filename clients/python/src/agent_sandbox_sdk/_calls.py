@@ -19,12 +19,14 @@ from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from . import _kube
 from ._authhint import AUTH_STATUSES, auth_hint
 from ._checks import check_timeout
 from ._claims import SandboxView
 from ._connection import Connection, Target
 from ._lifecycle import REASON_SANDBOX_HIBERNATED, archived, hibernated_hint
 from ._steps import Flow, HttpRequest, HttpResponse, Open, ReadChunk, Send, Sleep, StreamHandle, Upload
+from .constants import AUTO_RESUME_ANNOTATION
 from .exceptions import SandboxRequestError, SandboxRequestTimeoutError
 
 __all__ = [
@@ -191,14 +193,15 @@ def _resume_refused(resp: HttpResponse) -> bool:
 
 def explain_unreachable(conn: Connection, err: SandboxRequestError) -> Flow[SandboxRequestError]:
     """`err` (the sandbox could not be reached), with the reason when its Sandbox object tells one: it is
-    suspended (a router without `--sandbox-lifecycle` does not resume it) or it no longer exists. One GET of
-    the Sandbox, on this failure path only; when that fails too, `err` as it was."""
+    suspended (only a router running `--sandbox-lifecycle` resumes it, and only if it asks for auto-resume)
+    or it no longer exists. One GET of the Sandbox (and, for a suspended one, at most one of its template), on
+    this failure path only; when that fails too, `err` as it was."""
     if err.response is not None and _resume_refused(err.response):  # said why, better than we could
         return err
     found, view = yield from _read_sandbox(conn)
     if not found:
         return err
-    return _explained(conn, err, view)
+    return (yield from _explained(conn, err, view))
 
 
 def _read_sandbox(conn: Connection) -> Flow[tuple[bool, SandboxView | None]]:
@@ -225,22 +228,71 @@ def _read_sandbox(conn: Connection) -> Flow[tuple[bool, SandboxView | None]]:
     return True, view
 
 
-def _explained(conn: Connection, err: SandboxRequestError, view: SandboxView | None) -> SandboxRequestError:
+def _explained(
+    conn: Connection, err: SandboxRequestError, view: SandboxView | None
+) -> Flow[SandboxRequestError]:
     where = f"Sandbox {conn.namespace}/{conn.sandbox_id}"
     if view is None:
         why = f"the {where} no longer exists (deleted, or its claim expired)"
     elif view.reason == REASON_SANDBOX_HIBERNATED:
         why = "the " + hibernated_hint(conn.namespace, conn.sandbox_id)
     elif view.operating_mode == "Suspended":
-        why = (
-            f"the {where} is suspended (spec.operatingMode: Suspended): resume it (the handle's resume(), "
-            "`agent-sandbox resume`), or run the router with --sandbox-lifecycle to resume it on request"
+        why = f"the {where} is suspended (spec.operatingMode: Suspended): " + (
+            yield from _suspended_advice(conn, view)
         )
     else:
         return err
     explained = SandboxRequestError(f"{err} - {why}", err.status_code, err.response)
     explained.request_sent = err.request_sent
     return explained
+
+
+def _suspended_advice(conn: Connection, view: SandboxView) -> Flow[str]:
+    """What to do about a suspended Sandbox, by its auto-resume setting (the Sandbox's own, else its template's).
+
+    Resume on request takes both the Sandbox's opt-in and a router running `--sandbox-lifecycle`; which one is
+    missing is said. Until December 6 the advice was always "run the router with --sandbox-lifecycle", also
+    through a router that runs it, where the missing piece was the annotation."""
+    advice = "resume it (the handle's resume(), `agent-sandbox resume`)"
+    setting = yield from _auto_resume_setting(conn, view)
+    if setting is None:
+        template = (
+            f"its SandboxTemplate {conn.namespace}/{view.template}"
+            if view.template
+            else "its SandboxTemplate"
+        )
+        return (
+            f"{advice}, or, for resume on request, annotate the Sandbox or {template} with "
+            f'{AUTO_RESUME_ANNOTATION}: "true" (served by a router running --sandbox-lifecycle)'
+        )
+    source, value = setting
+    if value.strip().lower() == "true":
+        return (
+            f'{advice}; it asks to be resumed on request ({AUTO_RESUME_ANNOTATION}: "true" on {source}), but '
+            "this request did not go through a router running --sandbox-lifecycle"
+        )
+    return (
+        f'{advice}; resume on request is off: {AUTO_RESUME_ANNOTATION}: "{value}" on {source} ("true" '
+        "turns it on, served by a router running --sandbox-lifecycle)"
+    )
+
+
+def _auto_resume_setting(conn: Connection, view: SandboxView) -> Flow[tuple[str, str] | None]:
+    """(where it is set, its value) of the `auto-resume` annotation that applies, as the router reads it: the
+    Sandbox's own, else its SandboxTemplate's (one GET, on this failure path only); None when neither sets it
+    or the template cannot be read (best effort, e.g. a role without `get sandboxtemplates`)."""
+    if view.auto_resume is not None:
+        return "the Sandbox", view.auto_resume
+    if not view.template:
+        return None
+    try:
+        template = yield from _kube.get(_kube.TEMPLATES, conn.namespace, view.template)
+    except Exception:  # a best-effort explanation
+        return None
+    value = (((template or {}).get("metadata") or {}).get("annotations") or {}).get(AUTO_RESUME_ANNOTATION)
+    if value is None:
+        return None
+    return f"its SandboxTemplate {conn.namespace}/{view.template}", str(value)
 
 
 def _request(
@@ -315,7 +367,7 @@ def call(
                 # resolve: "Name or service not known" after 15 s of retries, until December 6).
                 found, view = yield from _read_sandbox(conn)
                 if found and (view is None or view.operating_mode == "Suspended"):
-                    raise _explained(conn, err, view) from None
+                    raise (yield from _explained(conn, err, view)) from None
             safe = not err.request_sent or method in IDEMPOTENT
             if attempt < MAX_RETRIES and safe and replayable:
                 yield Sleep(BACKOFF_BASE * 2**attempt)
@@ -350,7 +402,7 @@ def call(
             if resp.status_code not in UNREACHABLE:
                 raise
             if settled:
-                raise _explained(conn, err, view) from None
+                raise (yield from _explained(conn, err, view)) from None
             raise (yield from explain_unreachable(conn, err)) from None
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from ._checks import check_timeout
 from .constants import (
+    AUTO_RESUME_ANNOTATION,
     CLAIM_API_GROUP,
     CLAIM_API_VERSION,
     CLAIM_KIND,
@@ -26,6 +27,7 @@ from .constants import (
     REASON_TEMPLATE_NOT_FOUND,
     REASON_WARM_POOL_NOT_FOUND,
     SANDBOX_NAME_HASH_LABEL,
+    SANDBOX_TEMPLATE_REF_ANNOTATION,
     TERMINAL_CLAIM_READY_REASONS,
 )
 from .exceptions import (
@@ -363,10 +365,15 @@ class SandboxView:
     pod_name: str
     name_hash: str | None
     operating_mode: str | None
+    #: Ours: the Sandbox's own `lifecycle.agents.x-k8s.io/auto-resume` value (None: not set on it).
+    auto_resume: str | None = None
+    #: Ours: the SandboxTemplate it was made from (`agents.x-k8s.io/sandbox-template-ref`), if any.
+    template: str | None = None
 
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> SandboxView:
         meta = obj.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
         status = obj.get("status") or {}
         ready = _ready_condition(obj)
         name = str(meta.get("name") or "")
@@ -382,9 +389,11 @@ class SandboxView:
             message=ready.get("message") if ready else None,
             pod_ip=select_pod_ip(status.get("podIPs")),
             service_fqdn=status.get("serviceFQDN") or None,
-            pod_name=(meta.get("annotations") or {}).get(POD_NAME_ANNOTATION) or name,
+            pod_name=annotations.get(POD_NAME_ANNOTATION) or name,
             name_hash=name_hash,
             operating_mode=(obj.get("spec") or {}).get("operatingMode"),
+            auto_resume=annotations.get(AUTO_RESUME_ANNOTATION),
+            template=annotations.get(SANDBOX_TEMPLATE_REF_ANNOTATION) or None,
         )
 
     @classmethod

@@ -21,6 +21,7 @@ from . import _kube
 from ._claims import ClaimView, SandboxView, build_claim, check_adoption, new_claim_name
 from ._steps import Flow, HttpResponse, Trace
 from .constants import (
+    AUTO_RESUME_ANNOTATION,
     HIBERNATED_SANDBOX_ANNOTATION,
     OPERATING_MODE_RUNNING,
     OPERATING_MODE_SUSPENDED,
@@ -32,6 +33,7 @@ from .exceptions import (
     SandboxClaimFailedError,
     SandboxError,
     SandboxMetadataError,
+    SandboxModeChangedError,
     SandboxNotFoundError,
     SandboxRequestError,
     SandboxTimeoutError,
@@ -483,6 +485,57 @@ def _final(namespace: str, sandbox: str, obj: Mapping[str, Any], generation: int
         )
 
 
+#: Who set `spec.operatingMode` as its recorded reason says (docs/lifecycle.md), for `SandboxModeChangedError`.
+_RESUMED_BY = {
+    "Request": (
+        "a lifecycle router resumed it for a request - it asks for auto-resume "
+        f"({AUTO_RESUME_ANNOTATION}) and is still in use: suspend it once nothing uses it"
+    ),
+    "Manual": "it was resumed by hand (`agent-sandbox resume`, `agent-sandbox lifecycle resume`, resume())",
+    "Other": "the lifecycle controller saw it set Running by a writer that recorded no reason (kubectl?)",
+}
+_SUSPENDED_BY = {
+    "Idle": "the lifecycle controller suspended it as idle (its idle-timeout passed without activity)",
+    "Hibernate": "the lifecycle controller suspended it to hibernate it",
+    "Manual": "it was suspended by hand (`agent-sandbox suspend`, `agent-sandbox lifecycle suspend`, suspend())",
+}
+
+
+def _overtaken(
+    namespace: str, sandbox: str, obj: Mapping[str, Any], ours: Mapping[str, Any], generation: int, mode: str
+) -> None:
+    """Raise `SandboxModeChangedError` when a write after ours (a later generation) set `spec.operatingMode`
+    to something else: the controller will never confirm `mode`. Who did it is what its reason annotation
+    says, when that annotation changed after our write (a stale one, from an earlier resume, is not cited)."""
+    meta = obj.get("metadata") or {}
+    now = (obj.get("spec") or {}).get("operatingMode") or OPERATING_MODE_RUNNING
+    if int(meta.get("generation") or 0) <= generation or now == mode:
+        return
+    resumed = now == OPERATING_MODE_RUNNING
+    reason_key, at_key = (
+        (RESUME_REASON_ANNOTATION, RESUMED_AT_ANNOTATION)
+        if resumed
+        else (SUSPEND_REASON_ANNOTATION, SUSPENDED_AT_ANNOTATION)
+    )
+    annotations = meta.get("annotations") or {}
+    before = (ours.get("metadata") or {}).get("annotations") or {}
+    recorded = [annotations.get(k) for k in (reason_key, at_key)] != [
+        before.get(k) for k in (reason_key, at_key)
+    ]
+    reason = annotations.get(reason_key) if recorded else None
+    head = f"Sandbox {namespace}/{sandbox} was set back to {now} before it was {mode}"
+    if reason is None:
+        short = reason_key.removeprefix(_PREFIX)
+        message = f"{head}, by a writer that recorded no {short} (kubectl?)"
+    else:
+        at = annotations.get(at_key)
+        why = (_RESUMED_BY if resumed else _SUSPENDED_BY).get(str(reason), "")
+        message = f"{head}: {reason_key}: {reason}"
+        message += f" ({at_key.removeprefix(_PREFIX)} {at})" if at else ""
+        message += f": {why}" if why else ""
+    raise SandboxModeChangedError(message, operating_mode=str(now), changed_by=reason)
+
+
 def set_operating_mode(
     namespace: str, sandbox: str, *, suspended: bool, wait: bool, timeout: float
 ) -> Flow[SandboxView]:
@@ -490,7 +543,8 @@ def set_operating_mode(
 
     Suspended = condition `Suspended=True` (the pod is gone; volumes stay). Running = `Ready=True`. Both
     must be observed for the patched generation, so a stale condition is never mistaken for the answer.
-    A Sandbox being deleted or expired raises at once (`SandboxNotFoundError`, `SandboxClaimFailedError`).
+    A Sandbox being deleted or expired raises at once (`SandboxNotFoundError`, `SandboxClaimFailedError`),
+    and so does one whose mode another writer set back meanwhile (`SandboxModeChangedError`).
     """
     mode = OPERATING_MODE_SUSPENDED if suspended else OPERATING_MODE_RUNNING
     body = operating_mode_patch(suspended=suspended, now=datetime.now(UTC))
@@ -522,6 +576,9 @@ def set_operating_mode(
         if cond and cond.get("status") == "True" and int(cond.get("observedGeneration") or 0) >= generation:
             return SandboxView.of(obj)
         _final(namespace, sandbox, obj, generation, mode)
+        # Ours: undone (an auto-resume Sandbox in use is resumed by the router within a second of a suspend);
+        # until December 6 the wait ran out its timeout, then named the stale condition (`NotSuspended`).
+        _overtaken(namespace, sandbox, obj, patched, generation, mode)
         return None
 
     if (done := decide("MODIFIED", patched)) is not None:

@@ -121,8 +121,18 @@ class Registry:
     _pids: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def add(self, namespace: str, claim: str, handle: Any) -> None:
-        self.handles[(namespace, claim)] = handle
-        self._pids[(namespace, claim)] = os.getpid()
+        """Track `handle` for the claim, replacing the handle tracked for it before.
+
+        A new handle on a claim this process created under a generated name (`get_sandbox` after `close()`,
+        or after its Sandbox changed) stands for the same claim: it stays one cleanup deletes. Until
+        December 6 the new handle, not auto-named, replaced the closed one and the claim outlived the
+        process. A forked child's new handle on its parent's claim does not become the child's to delete."""
+        key = (namespace, claim)
+        previous = self.handles.get(key)
+        if previous is not None and previous is not handle and self._to_delete(key, previous):
+            handle._state.auto_named = True
+        self.handles[key] = handle
+        self._pids[key] = os.getpid()
 
     def tracked_here(self) -> list[tuple[tuple[str, str], Any]]:
         """The handles this process tracked - what its cleanup may delete. A forked child (a prefork server's

@@ -322,7 +322,7 @@ class AsyncSandbox:
 
     @property
     def sandbox_id(self) -> str:
-        """The AsyncSandbox's name (the router's `X-AsyncSandbox-ID`)."""
+        """The Sandbox's name (the router's `X-Sandbox-ID`)."""
         return self._state.sandbox_id
 
     @property
@@ -352,10 +352,11 @@ class AsyncSandbox:
         return await self._driver.run(self._state.connection.sandbox())
 
     async def status(self) -> tuple[str, str]:
-        """(`SandboxReady`|`SandboxNotReady`|`SandboxNotFound`, message), read from the AsyncSandbox object."""
+        """(`SandboxReady`|`SandboxNotReady`|`SandboxNotFound`, message), read from the Sandbox object."""
         view = await self._view()
         if view is None:
-            return "SandboxNotFound", "AsyncSandbox object not found in Kubernetes."
+            # Upstream's text (spec §3.4), the sync handle's too: until December 6 a rename made it "AsyncSandbox ...".
+            return "SandboxNotFound", "Sandbox object not found in Kubernetes."
         return view.status_pair()
 
     async def get_pod_ip(self) -> str | None:
@@ -364,7 +365,7 @@ class AsyncSandbox:
         return view.pod_ip if view else None
 
     async def get_pod_name(self) -> str:
-        """The pod's name (legacy annotation, else the AsyncSandbox name); cached."""
+        """The pod's name (legacy annotation, else the Sandbox name); cached."""
         if self._state.pod_name is None:
             try:
                 view = await self._view()

@@ -1,4 +1,4 @@
-"""`AsyncSandboxClient`: the asyncio twin of `AsyncSandboxClient` (spec §3.9), running the same flows.
+"""`AsyncSandboxClient`: the asyncio twin of `SandboxClient` (spec §3.9), running the same flows.
 
 One client serves many concurrent sandboxes: its driver pools connections for all of them (no thread
 pool). Like upstream, `connection_config` is required unless `$AGENT_SANDBOX_ROUTER_URL` is set, and
@@ -281,7 +281,7 @@ class AsyncSandboxClient:
     async def list_sandboxes(
         self, namespace: str | None = "default", label_selector: str | None = None
     ) -> list[SandboxInfo]:
-        """Every claim in `namespace` with its AsyncSandbox's state (ours).
+        """Every claim in `namespace` with its Sandbox's state (ours).
 
         `namespace` None: every namespace (needs the right to list claims cluster-wide)."""
         return await self._driver.run(_inventory.list_sandboxes(namespace, label_selector))

@@ -62,6 +62,11 @@ ARCHIVE_PLURAL_NAME: Final = "sandboxarchives"
 HIBERNATED_SANDBOX_ANNOTATION: Final = "lifecycle.agents.x-k8s.io/hibernated-sandbox"
 RESUME_REASON_ANNOTATION: Final = "lifecycle.agents.x-k8s.io/resume-reason"
 RESUMED_AT_ANNOTATION: Final = "lifecycle.agents.x-k8s.io/resumed-at"
+#: A Sandbox's (or its SandboxTemplate's) opt-in to resume on request through a lifecycle router; the
+#: Sandbox's own value wins over its template's.
+AUTO_RESUME_ANNOTATION: Final = "lifecycle.agents.x-k8s.io/auto-resume"
+#: On Sandboxes made from a SandboxTemplate (warm pools, claims): the template's name (its namespace's).
+SANDBOX_TEMPLATE_REF_ANNOTATION: Final = "agents.x-k8s.io/sandbox-template-ref"
 
 #: Router request headers (spec §1.2).
 HEADER_SANDBOX_ID: Final = "X-Sandbox-ID"

@@ -12,6 +12,7 @@ SandboxError (RuntimeError)
 ├── SandboxClaimFailedError          terminal claim reason (InvalidMetadata, PodFailed, ...)
 ├── SandboxPortForwardError          kubectl tunnel crashed / router Service missing
 ├── SandboxMetadataError             claim deleted while waiting; claim missing fields
+├── SandboxModeChangedError          (ours) suspend()/resume() undone by another writer before it took effect
 ├── SandboxTimeoutError              (also TimeoutError) a wait ran out: names the last condition
 └── SandboxRequestError              an HTTP/gRPC call failed; .status_code, .response
     ├── SandboxConnectionError       no response at all (status_code None)
@@ -32,6 +33,7 @@ __all__ = [
     "SandboxConnectionError",
     "SandboxError",
     "SandboxMetadataError",
+    "SandboxModeChangedError",
     "SandboxNoServiceError",
     "SandboxNotFoundError",
     "SandboxNotReadyError",
@@ -96,6 +98,24 @@ class SandboxPortForwardError(SandboxError):
 
 class SandboxMetadataError(SandboxError):
     """The claim was deleted while waiting for it, or lacks a field the SDK needs."""
+
+
+class SandboxModeChangedError(SandboxError):
+    """Ours: `suspend()` / `resume()` was undone before the controller confirmed it: another writer set the
+    Sandbox's `spec.operatingMode` back (a lifecycle router resuming an auto-resume Sandbox for a request, the
+    lifecycle controller suspending an idle one, a person). Raised as soon as the change is seen; until
+    December 6 the wait ran out its whole timeout (`SandboxTimeoutError` "... reason NotSuspended").
+
+    Attributes:
+        operating_mode: the mode the other writer set (`Running` or `Suspended`).
+        changed_by: the reason it recorded (`lifecycle.agents.x-k8s.io/resume-reason` or `suspend-reason`:
+            `Request`, `Idle`, `Manual`, ...), or None when it recorded none.
+    """
+
+    def __init__(self, message: str, *, operating_mode: str, changed_by: str | None = None) -> None:
+        super().__init__(message)
+        self.operating_mode = operating_mode
+        self.changed_by = changed_by
 
 
 class SandboxTimeoutError(SandboxError, TimeoutError):

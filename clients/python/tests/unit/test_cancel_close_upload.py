@@ -228,3 +228,92 @@ def test_an_answer_received_across_close_reaches_the_caller() -> None:
         return resp.status_code
 
     assert driver.run(create()) == 201
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_claim_got_again_after_close_is_still_deleted_at_cleanup(mode: str) -> None:
+    """`close()`, then `get_sandbox()` of an auto-named claim this client created: the new handle stands for
+    the same claim, which cleanup still deletes. Until December 6 the new handle (not auto-named) replaced the
+    closed one in the registry, and the claim outlived the process (close alone, or get alone, deleted it)."""
+    fake = FakeCluster()
+    if mode == "sync":
+        with SandboxClient(CONFIG, api_client=endpoint(), transport=fake.transport()) as client:
+            auto = client.create_sandbox("python-pool")
+            client.create_sandbox("python-pool", claim_name="keep-me")
+            client.close()
+            assert auto.claim_name is not None
+            again = client.get_sandbox(auto.claim_name)
+            assert again is not auto
+            assert again.is_active
+            client.get_sandbox("keep-me")
+            assert again.commands is not None
+            assert again.commands.run("echo hi").stdout == "ran echo hi\n"
+    else:
+
+        async def main() -> Any:
+            async with _client(fake) as client:
+                auto = await client.create_sandbox("python-pool")
+                await client.create_sandbox("python-pool", claim_name="keep-me")
+                await client.close()
+                again = await client.get_sandbox(auto.claim_name)
+                assert again is not auto
+                assert again.is_active
+                await client.get_sandbox("keep-me")
+                assert again.commands is not None
+                assert (await again.commands.run("echo hi")).stdout == "ran echo hi\n"
+                return auto
+
+        auto = asyncio.run(main())
+    assert auto.claim_name not in fake.claims
+    assert "keep-me" in fake.claims  # an explicit name is only disconnected, however often it was got
+
+
+def test_a_claim_got_again_after_close_is_deleted_by_the_async_exit_hook(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same through `AsyncSandboxClient`'s atexit hook (`cleanup=True`, a synchronous driver at exit)."""
+    from agent_sandbox_sdk import async_sandbox_client
+
+    fake = FakeCluster()
+    monkeypatch.setattr(
+        async_sandbox_client,
+        "SyncDriver",
+        lambda kube: SyncDriver(kube, transport=fake.transport()),
+    )
+    client = AsyncSandboxClient(CONFIG, api_client=endpoint(), transport=fake.transport(), cleanup=False)
+
+    async def main() -> str:
+        sandbox = await client.create_sandbox("python-pool")
+        await client.close()
+        assert sandbox.claim_name is not None
+        await client.get_sandbox(sandbox.claim_name)
+        return sandbox.claim_name
+
+    claim = asyncio.run(main())
+    client._cleanup_at_exit()
+    assert claim not in fake.claims
+
+
+def test_a_forked_child_getting_its_parents_claim_again_does_not_delete_it() -> None:
+    """Carrying "created here" over to a re-got handle is for the process that created the claim: a forked
+    child that gets its parent's auto-named claim again, then exits normally, leaves it to the parent."""
+    import os
+
+    fake = FakeCluster()
+    with SandboxClient(CONFIG, api_client=endpoint(), transport=fake.transport()) as client:
+        sandbox = client.create_sandbox("python-pool")
+        assert sandbox.claim_name is not None
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                client.close()
+                client.get_sandbox(sandbox.claim_name)
+                client.__exit__(None, None, None)  # the child runs to the end of the block
+                status = 0 if not fake.find(lambda r: r.method == "DELETE") else 3
+            finally:
+                os._exit(status)
+        _, wait_status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(wait_status) == 0
+        assert sandbox.claim_name in fake.claims
+    assert sandbox.claim_name not in fake.claims  # the parent's own exit deleted it

@@ -585,3 +585,23 @@ def test_a_text_mode_file_is_refused_naming_binary_mode(tmp_path: Any) -> None:
     with source.open("rb") as binary:
         sandbox.files.write("notes.txt", binary)
     assert fake.files["notes.txt"] == b"hello"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_status_of_a_deleted_sandbox_is_upstreams_answer(mode: str) -> None:
+    """spec §3.4 (upstream 1.0.8, both handles): ("SandboxNotFound", "Sandbox object not found in Kubernetes.").
+    Until December 6 `AsyncSandbox.status()` said "AsyncSandbox object ..." (a rename that reached the text)."""
+    fake = FakeCluster()
+    if mode == "sync":
+        sandbox = sync_client(fake).create_sandbox("python-pool")
+        fake.sandboxes.clear()
+        status = sandbox.status()
+    else:
+
+        async def body(client: AsyncSandboxClient) -> tuple[str, str]:
+            sandbox = await client.create_sandbox("python-pool")
+            fake.sandboxes.clear()
+            return await sandbox.status()
+
+        status = run_async(fake, body)
+    assert status == ("SandboxNotFound", "Sandbox object not found in Kubernetes.")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +20,7 @@ from agent_sandbox_sdk import (
     SandboxClient,
     SandboxdDirectConnectionConfig,
     SandboxDirectConnectionConfig,
+    SandboxModeChangedError,
     SandboxNotFoundError,
     SandboxRequestError,
     _calls,
@@ -343,3 +346,191 @@ def test_a_routers_could_not_be_resumed_is_raised_as_it_is_async(op: str) -> Non
     assert str(err).endswith(f": HTTP 503: {refusal}"), str(err)
     assert "restore it with" not in str(err)
     assert len(sent) == 1, sent
+
+
+@dataclass
+class OvertakenCluster(LifecycleCluster):
+    """Our PATCH is applied (generation G) but not yet confirmed when another writer sets `spec.operatingMode`
+    back (generation G+1) with its own record (`others`): a lifecycle router resuming the Sandbox for a
+    request, the lifecycle controller suspending it as idle. `flip=False`: the other write leaves the mode as
+    we set it (another spec field), and the controller then confirms it."""
+
+    others: dict[str, str] = field(default_factory=dict)
+    flip: bool = True
+
+    def _kube(self, request: httpx2.Request, path: str) -> httpx2.Response:
+        parts = path.split("/")
+        if request.method != "PATCH" or len(parts) < 8 or parts[6] != "sandboxes":
+            return super()._kube(request, path)
+        obj = self.sandboxes[parts[7]]
+        patch = json.loads(request.content)
+        annotations = obj["metadata"].setdefault("annotations", {})
+        for key, value in patch["metadata"]["annotations"].items():
+            if value is None:
+                annotations.pop(key, None)
+            else:
+                annotations[key] = value
+        obj["spec"].update(patch["spec"])
+        gen = obj["metadata"]["generation"] = obj["metadata"].get("generation", 1) + 1
+        obj["metadata"]["resourceVersion"] = self._next_rv()
+        answer = json.loads(json.dumps(obj))  # ours, as the API server answered it
+        mode = patch["spec"]["operatingMode"]
+        if self.flip:
+            obj["spec"]["operatingMode"] = "Running" if mode == "Suspended" else "Suspended"
+        else:
+            obj["spec"]["shutdownTime"] = "2999-01-01T00:00:00Z"
+            want = "Suspended" if mode == "Suspended" else "Ready"
+            obj["status"]["conditions"] = [{"type": want, "status": "True", "observedGeneration": gen + 1}]
+        annotations.update(self.others)
+        obj["metadata"]["generation"] = gen + 1
+        obj["metadata"]["resourceVersion"] = self._next_rv()
+        return httpx2.Response(200, json=answer)
+
+
+def _suspend_or_resume(fake: FakeCluster, mode: str, suspend: bool) -> None:
+    """`suspend(timeout=3)`, or `resume(timeout=3)` of a suspended Sandbox, through the sync or async client."""
+    if mode == "sync":
+        sandbox = SandboxClient(CONFIG, api_client=endpoint(), transport=fake.transport()).create_sandbox("p")
+        if not suspend:
+            fake.sandboxes[sandbox.sandbox_id]["spec"]["operatingMode"] = "Suspended"
+        (sandbox.suspend if suspend else sandbox.resume)(timeout=3)
+        return
+
+    async def main() -> None:
+        client = AsyncSandboxClient(CONFIG, api_client=endpoint(), transport=fake.transport(), cleanup=False)
+        async with client:
+            sandbox = await client.create_sandbox("p")
+            if not suspend:
+                fake.sandboxes[sandbox.sandbox_id]["spec"]["operatingMode"] = "Suspended"
+            await (sandbox.suspend if suspend else sandbox.resume)(timeout=3)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("suspend", "others", "said"),
+    [
+        (
+            True,
+            {LC + "resume-reason": "Request", LC + "resumed-at": "2026-12-06T10:00:01.5Z"},
+            r"was set back to Running .*resume-reason: Request.* a lifecycle router resumed it for a request",
+        ),
+        (
+            False,
+            {LC + "suspend-reason": "Idle", LC + "suspended-at": "2026-12-06T10:00:01.5Z"},
+            r"was set back to Suspended .*suspend-reason: Idle.* the lifecycle controller suspended it as idle",
+        ),
+        (True, {}, r"was set back to Running .* by a writer that recorded no resume-reason"),
+    ],
+    ids=["suspend-resumed-by-a-request", "resume-suspended-as-idle", "suspend-undone-unrecorded"],
+)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_suspend_or_resume_undone_by_another_writer_fails_at_once(
+    suspend: bool, others: dict[str, str], said: str, mode: str
+) -> None:
+    """A suspend of an auto-resume Sandbox still in use is undone by the router within a second; a resume can
+    be undone by the idle controller. Until December 6 the wait ran out its whole timeout and then said
+    "not Suspended within 20 s: Suspended=False, reason NotSuspended", naming neither the undo nor its author."""
+    fake = OvertakenCluster(others=others)
+    started = time.monotonic()
+    with pytest.raises(SandboxModeChangedError, match=said) as info:
+        _suspend_or_resume(fake, mode, suspend)
+    assert time.monotonic() - started < 2  # at once, not after the timeout
+    assert info.value.operating_mode == ("Running" if suspend else "Suspended")
+    assert info.value.changed_by == next((v for k, v in others.items() if k.endswith("-reason")), None)
+    assert not isinstance(info.value, TimeoutError)
+
+
+@pytest.mark.parametrize("suspend", [True, False])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_later_write_that_keeps_the_mode_is_waited_through(suspend: bool, mode: str) -> None:
+    # Another spec field written after ours (generation G+1, the mode as we set it): not an undo.
+    _suspend_or_resume(OvertakenCluster(flip=False), mode, suspend)
+
+
+@dataclass
+class TemplatedCluster(LifecycleCluster):
+    """LifecycleCluster plus SandboxTemplates (the fake otherwise serves every other plural as Sandboxes)."""
+
+    templates: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def _kube(self, request: httpx2.Request, path: str) -> httpx2.Response:
+        parts = path.split("/")
+        if len(parts) > 7 and parts[6] == "sandboxtemplates" and request.method == "GET":
+            obj = self.templates.get(parts[7])
+            return httpx2.Response(200, json=obj) if obj else httpx2.Response(404, json=NOT_FOUND)
+        return super()._kube(request, path)
+
+
+AUTO_RESUME = LC + "auto-resume"
+TEMPLATE_REF = "agents.x-k8s.io/sandbox-template-ref"
+
+
+@pytest.mark.parametrize(
+    ("own", "template", "said", "not_said"),
+    [
+        (  # asked for, on the Sandbox: what is missing is a router that resumes
+            {AUTO_RESUME: "true"},
+            None,
+            r'it asks to be resumed on request \(lifecycle.agents.x-k8s.io/auto-resume: "true" on the Sandbox\)'
+            r".*this request did not go through a router running --sandbox-lifecycle",
+            "annotate",
+        ),
+        (  # asked for on its template
+            {},
+            {AUTO_RESUME: "true"},
+            r"it asks to be resumed on request \(lifecycle.agents.x-k8s.io/auto-resume: \"true\" on its "
+            r"SandboxTemplate default/tmpl\).*did not go through a router running --sandbox-lifecycle",
+            "annotate",
+        ),
+        (  # not asked for anywhere: what is missing is the opt-in (the router may well run the flag)
+            {},
+            {},
+            r"for resume on request, annotate the Sandbox or its SandboxTemplate default/tmpl with "
+            r'lifecycle.agents.x-k8s.io/auto-resume: "true" \(served by a router running --sandbox-lifecycle\)',
+            "did not go through",
+        ),
+        (  # switched off on the Sandbox, over its template's
+            {AUTO_RESUME: "false"},
+            {AUTO_RESUME: "true"},
+            r'resume on request is off: lifecycle.agents.x-k8s.io/auto-resume: "false" on the Sandbox',
+            "did not go through",
+        ),
+    ],
+    ids=["own", "template", "none", "own-off"],
+)
+def test_the_suspended_advice_names_the_auto_resume_opt_in(
+    own: dict[str, str], template: dict[str, str] | None, said: str, not_said: str
+) -> None:
+    """Until December 6 the advice was always "or run the router with --sandbox-lifecycle to resume it on
+    request", also through a router that runs it: the missing piece was the Sandbox's opt-in annotation."""
+    fake = TemplatedCluster()
+    sandbox = SandboxClient(CONFIG, api_client=endpoint(), transport=fake.transport()).create_sandbox("p")
+    assert sandbox.files is not None
+    obj = fake.sandboxes[sandbox.sandbox_id]
+    obj["spec"]["operatingMode"] = "Suspended"
+    obj["metadata"]["annotations"] = {**own, TEMPLATE_REF: "tmpl"}
+    fake.templates["tmpl"] = {"metadata": {"name": "tmpl", "annotations": template or {}}}
+    fake.faults["/download/"] = [502] * 6
+    with pytest.raises(
+        SandboxRequestError, match=r"is suspended .*resume it \(the handle's resume\(\)"
+    ) as info:
+        sandbox.files.read("a.txt")
+    assert re.search(said, str(info.value)), str(info.value)
+    assert not_said not in str(info.value)
+    template_reads = fake.find(lambda r: "/sandboxtemplates/" in r.url.path)
+    assert len(template_reads) == (0 if AUTO_RESUME in own else 1)  # the Sandbox's own value wins
+
+
+def test_the_suspended_advice_without_a_readable_template_names_both_places() -> None:
+    fake = TemplatedCluster()
+    sandbox = SandboxClient(CONFIG, api_client=endpoint(), transport=fake.transport()).create_sandbox("p")
+    assert sandbox.files is not None
+    fake.sandboxes[sandbox.sandbox_id]["spec"]["operatingMode"] = "Suspended"
+    fake.faults["/download/"] = [502] * 6
+    with pytest.raises(SandboxRequestError) as info:
+        sandbox.files.read("a.txt")
+    assert (
+        "for resume on request, annotate the Sandbox or its SandboxTemplate with "
+        'lifecycle.agents.x-k8s.io/auto-resume: "true"' in str(info.value)
+    ), str(info.value)
