@@ -192,13 +192,20 @@ class ResumeOnArchiveCreate(FakeClient):
         return created
 
 
-def reconciler(client: FakeClient) -> LifecycleReconciler:
+def reconciler(client: FakeClient, authoritative: FakeClient | None = None) -> LifecycleReconciler:
+    """`authoritative`: the API server when `client` plays a cache that lags behind it."""
+
     class Events:
         def event(self, *_args: Any) -> None:
             pass
 
     return LifecycleReconciler(
-        client, probe=None, events=Events(), metrics=LifecycleMetrics(CollectorRegistry()), extensions=False
+        client,
+        probe=None,
+        events=Events(),
+        metrics=LifecycleMetrics(CollectorRegistry()),
+        extensions=False,
+        authoritative=authoritative,
     )
 
 
@@ -265,14 +272,7 @@ async def test_a_restore_is_not_created_again_from_a_stale_archive() -> None:
     recorded = {**body, "metadata": {**body["metadata"], "annotations": {ANNOTATION_RESTORED_UID: "gone"}}}
     recorded["metadata"]["uid"] = stale["metadata"]["uid"]
     await live.create(lc.ARCHIVE, recorded, namespace=NS)
-    rec = LifecycleReconciler(
-        cache,
-        probe=None,
-        events=type("E", (), {"event": lambda *_a: None})(),
-        metrics=LifecycleMetrics(CollectorRegistry()),
-        extensions=False,
-        authoritative=live,
-    )
+    rec = reconciler(cache, live)
     await rec.reconcile(Request(NS, "sb"))
     with pytest.raises(NotFound):
         await cache.get(SANDBOX, "sb", namespace=NS)
@@ -316,14 +316,7 @@ async def test_the_archives_hold_is_released_only_from_a_sandbox_the_api_server_
         )
         if live_state == "deleting":
             await live.delete(SANDBOX, "sb", namespace=NS)  # deletionTimestamp set, kept by the finalizer
-    rec = LifecycleReconciler(
-        cache,
-        probe=None,
-        events=type("E", (), {"event": lambda *_a: None})(),
-        metrics=LifecycleMetrics(CollectorRegistry()),
-        extensions=False,
-        authoritative=live,
-    )
+    rec = reconciler(cache, live)
     await rec.reconcile(Request(NS, "sb"))
     owners = [
         r["uid"] for r in (await cache.get(PVC, "data-sb", namespace=NS))["metadata"]["ownerReferences"]
