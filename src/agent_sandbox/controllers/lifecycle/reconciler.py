@@ -374,7 +374,8 @@ class LifecycleReconciler:
         return Result()
 
     async def _alive(self, sandbox: ReadOnlyObject, ns: str) -> bool:
-        """Whether the API server (not the cache) has `sandbox` (same UID), not being deleted.
+        """Whether the API server (not the cache) has `sandbox` (same UID), not being deleted - or being
+        deleted with its children orphaned, which asks for the same release.
 
         Asked before the archive's reference is removed from a child the restored Sandbox controls. A
         Sandbox deleted meanwhile (the cache lags by milliseconds) would make that removal race the garbage
@@ -389,9 +390,15 @@ class LifecycleReconciler:
             live = await self._authoritative.get(SANDBOX, str(meta.get("name")), namespace=ns)
         except NotFound:
             return False
-        return live["metadata"].get("uid") == meta.get("uid") and not live["metadata"].get(
-            "deletionTimestamp"
-        )
+        live_meta = live["metadata"]
+        if live_meta.get("uid") != meta.get("uid"):
+            return False
+        if live_meta.get("deletionTimestamp"):
+            # An orphaning delete (`--cascade=orphan`) asks to keep the children: released, the volume ends
+            # with no owner, as asked. Kept, the collector would leave it to the archive alone, and the
+            # archive's ending would delete it (a reviewer's interleaving).
+            return "orphan" in (live_meta.get("finalizers") or [])
+        return True
 
     async def _live_owners(self, sandbox: Object, ns: str) -> tuple[Object, list[str]]:
         """`sandbox` without the archived owner references whose owner is gone (asked of the API server),

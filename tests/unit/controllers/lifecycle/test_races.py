@@ -278,13 +278,15 @@ async def test_a_restore_is_not_created_again_from_a_stale_archive() -> None:
         await cache.get(SANDBOX, "sb", namespace=NS)
 
 
-@pytest.mark.parametrize("live_state", ["gone", "deleting", "alive"])
+@pytest.mark.parametrize("live_state", ["gone", "deleting", "orphaning", "alive"])
 async def test_the_archives_hold_is_released_only_from_a_sandbox_the_api_server_still_has(
     live_state: str,
 ) -> None:
     """The cache showed the restored Sandbox, which its user had deleted milliseconds before: our removal of
     the archive's reference raced the garbage collector's removal of the Sandbox's, and the volume was left
-    with no owner, never deleted (2 of 6 runs under load on the real control plane until December 6)."""
+    with no owner, never deleted (2 of 6 runs under load on the real control plane until December 6). A
+    Sandbox being deleted with its children orphaned (`--cascade=orphan`) counts as there: kept, the volume
+    would be left to the archive alone and deleted with it, against what the orphaning delete asked."""
     cache, live = FakeClient(), FakeClient()
     body = archive_of(sandbox(), restore={"cause": "Manual"})
     body["spec"]["children"] = [{"kind": "PersistentVolumeClaim", "name": "data-sb"}]
@@ -310,18 +312,18 @@ async def test_the_archives_hold_is_released_only_from_a_sandbox_the_api_server_
         PVC, {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": held}, namespace=NS
     )
     if live_state != "gone":  # the same object (UID) as the API server has it
-        finalizers = ["example.com/hold"] if live_state == "deleting" else []
+        finalizers = {"deleting": ["example.com/hold"], "orphaning": ["orphan"]}.get(live_state, [])
         await live.create(
             SANDBOX, {**restored, "metadata": {**restored["metadata"], "finalizers": finalizers}}
         )
-        if live_state == "deleting":
+        if finalizers:
             await live.delete(SANDBOX, "sb", namespace=NS)  # deletionTimestamp set, kept by the finalizer
     rec = reconciler(cache, live)
     await rec.reconcile(Request(NS, "sb"))
     owners = [
         r["uid"] for r in (await cache.get(PVC, "data-sb", namespace=NS))["metadata"]["ownerReferences"]
     ]
-    if live_state == "alive":  # released, the restore finished
+    if live_state in ("alive", "orphaning"):  # released, the restore finished
         assert owners == [uid]
         with pytest.raises(NotFound):
             await cache.get(lc.ARCHIVE, "sb", namespace=NS)
