@@ -15,6 +15,7 @@ After a 5xx or a transport failure the connection forgets its cached pod IP and 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -266,14 +267,24 @@ def _suspended_advice(conn: Connection, view: SandboxView) -> Flow[str]:
             f'{AUTO_RESUME_ANNOTATION}: "true" (served by a router running --sandbox-lifecycle)'
         )
     source, value = setting
-    if value.strip().lower() == "true":
+    # The router's rule (`lifecycle_policy`): "true" or "false" in any case, nothing else - not even with a
+    # space around it; any other value is a problem it reports, and resume on request is off. Until
+    # December 6 "true " was taken as on here, and the advice blamed the router for what the value did.
+    quoted = json.dumps(value, ensure_ascii=False)  # as it is: a stray space or newline shows
+    if value.lower() == "true":
         return (
-            f'{advice}; it asks to be resumed on request ({AUTO_RESUME_ANNOTATION}: "true" on {source}), but '
-            "this request did not go through a router running --sandbox-lifecycle"
+            f"{advice}; it asks to be resumed on request ({AUTO_RESUME_ANNOTATION}: {quoted} on {source}), "
+            "but this request did not go through a router running --sandbox-lifecycle"
+        )
+    if value.lower() == "false":
+        return (
+            f"{advice}; resume on request is off: {AUTO_RESUME_ANNOTATION}: {quoted} on {source} "
+            '("true" turns it on, served by a router running --sandbox-lifecycle)'
         )
     return (
-        f'{advice}; resume on request is off: {AUTO_RESUME_ANNOTATION}: "{value}" on {source} ("true" '
-        "turns it on, served by a router running --sandbox-lifecycle)"
+        f"{advice}; resume on request is off: {AUTO_RESUME_ANNOTATION}: {quoted} on {source} is not a valid "
+        'value (want "true" or "false"; the router reads any other value as "false"): set it to "true" for '
+        "resume on request, served by a router running --sandbox-lifecycle"
     )
 
 

@@ -303,10 +303,20 @@ def resolve_claim(
     return view, SandboxView.of(sandbox)
 
 
-def delete_claim(namespace: str, name: str) -> Flow[bool]:
-    """DELETE the claim; True if it existed (404 is success: terminate is idempotent). Span `delete_claim`."""
+def delete_claim(namespace: str, name: str, *, uid: str | None = None) -> Flow[bool]:
+    """DELETE the claim; True if it existed (404 is success: terminate is idempotent). Span `delete_claim`.
+
+    `uid`: only the claim with that UID (a DeleteOptions precondition). The API server refuses the DELETE of
+    a claim of that name with another UID - one made again since, by someone else - with a 409, which is
+    False here: that claim is not the one meant, and it is left alone."""
     yield Trace("delete_claim", {"sandbox.claim.name": name})
-    existed: bool = yield from _kube.delete(_kube.CLAIMS, namespace, name)
+    try:
+        existed: bool = yield from _kube.delete(_kube.CLAIMS, namespace, name, uid=uid)
+    except SandboxRequestError as err:
+        if uid is None or err.status_code != 409:
+            raise
+        log.debug("SandboxClaim %s/%s is no longer the one with uid %s: left alone", namespace, name, uid)
+        return False
     return existed
 
 

@@ -76,6 +76,9 @@ class HandleState:
     tracer_config: SandboxTracerConfig
     #: Created by this client under a generated name (deleted on cleanup; explicit names are only disconnected).
     auto_named: bool = False
+    #: The claim's UID when the handle was made (None: not known). A name is not an identity - a claim can be
+    #: deleted and made again under it - so the claim cleanup deletes is this one (a DELETE precondition).
+    claim_uid: str | None = None
     active: bool = True
     pod_name: str | None = None
     name_hash: str | None = None
@@ -120,16 +123,27 @@ class Registry:
     #: The process that tracked each handle: a forked child inherits the registry, not the claims.
     _pids: dict[tuple[str, str], int] = field(default_factory=dict)
 
-    def add(self, namespace: str, claim: str, handle: Any) -> None:
+    def add(self, namespace: str, claim: str, handle: Any, *, inherit: bool = False) -> None:
         """Track `handle` for the claim, replacing the handle tracked for it before.
 
-        A new handle on a claim this process created under a generated name (`get_sandbox` after `close()`,
-        or after its Sandbox changed) stands for the same claim: it stays one cleanup deletes. Until
-        December 6 the new handle, not auto-named, replaced the closed one and the claim outlived the
-        process. A forked child's new handle on its parent's claim does not become the child's to delete."""
+        `inherit` (`get_sandbox`): a new handle on the very claim this process created under a generated name
+        (`get_sandbox` after `close()`, or after its Sandbox changed) stands for it, and stays one cleanup
+        deletes. Until December 6 the new handle, not auto-named, replaced the closed one and the claim
+        outlived the process. Only the same claim - the same UID, not just the same name - inherits: a claim
+        made again under that name since (by someone else, or by this program with an explicit name) is not
+        this process's to delete, and `create_sandbox` handles never inherit (an explicit name is only
+        disconnected; a generated one is auto-named already). A forked child's new handle on its parent's
+        claim does not become the child's to delete either."""
         key = (namespace, claim)
         previous = self.handles.get(key)
-        if previous is not None and previous is not handle and self._to_delete(key, previous):
+        if (
+            inherit
+            and previous is not None
+            and previous is not handle
+            and self._to_delete(key, previous)
+            and previous._state.claim_uid is not None
+            and previous._state.claim_uid == handle._state.claim_uid
+        ):
             handle._state.auto_named = True
         self.handles[key] = handle
         self._pids[key] = os.getpid()

@@ -92,7 +92,8 @@ class AsyncSandboxClient:
             for (namespace, claim), handle in self._registry.tracked_here():
                 if handle._state.auto_named and handle.claim_name is not None:
                     try:
-                        driver.run(_lifecycle.delete_claim(namespace, claim))
+                        # that claim, by UID: one made again under its name since is someone else's
+                        driver.run(_lifecycle.delete_claim(namespace, claim, uid=handle._state.claim_uid))
                     except SandboxError as err:
                         log.error("deleting SandboxClaim %s/%s at exit failed: %s", namespace, claim, err)
         finally:
@@ -101,10 +102,28 @@ class AsyncSandboxClient:
     async def _cleanup(self) -> None:
         for (namespace, claim), handle in self._registry.tracked_here():
             if handle._state.auto_named:
-                await self.delete_sandbox(claim, namespace)
+                await self._delete_created(namespace, claim, handle)
             else:
                 await handle.close_connection()
         await self._driver.aclose()
+
+    async def _delete_created(self, namespace: str, claim: str, handle: AsyncSandbox) -> None:
+        """Cleanup's delete of a claim this client created: that claim, by its UID. One made again under its
+        name since (by someone else) is refused by the API server and left alone, quietly; until December 6
+        cleanup deleted it by name. Errors are logged, as `delete_sandbox` logs them."""
+        self._registry.pop(namespace, claim)
+        await handle.close_connection()
+        state = handle._state
+        if state.claim_name is None:  # terminated already
+            return
+
+        def deleted(_existed: bool) -> None:  # even if cancelled from here on: nothing left to retry
+            state.claim_name = None
+
+        try:
+            await self._driver.run(_lifecycle.delete_claim(namespace, claim, uid=state.claim_uid), deleted)
+        except SandboxError as err:
+            log.error("deleting SandboxClaim %s/%s failed: %s", namespace, claim, err)
 
     def _track(
         self,
@@ -114,7 +133,10 @@ class AsyncSandboxClient:
         *,
         pod_ip: str | None = None,
         auto_named: bool = False,
+        uid: str | None = None,
+        inherit: bool = False,
     ) -> AsyncSandbox:
+        """A new handle, tracked. `uid`: the claim's; `inherit` (get_sandbox only): see `Registry.add`."""
         handle = self.sandbox_class(
             claim,
             sandbox_id,
@@ -125,7 +147,8 @@ class AsyncSandboxClient:
             pod_ip=pod_ip,
         )
         handle._state.auto_named = auto_named
-        self._registry.add(namespace, claim, handle)
+        handle._state.claim_uid = uid
+        self._registry.add(namespace, claim, handle, inherit=inherit)
         return handle
 
     # ------------------------------------------------------------------------------------ create
@@ -176,6 +199,7 @@ class AsyncSandboxClient:
                     namespace,
                     pod_ip=view.pod_ip,
                     auto_named=created.auto_named,
+                    uid=view.uid,
                 )
             except BaseException:
                 # The handle could not be made (a `sandbox_class` whose constructor raises): the claim is in
@@ -263,7 +287,14 @@ class AsyncSandboxClient:
         tracked = self._registry.get_active(namespace, claim_name)
         if tracked is not None and tracked.sandbox_id == sandbox.name:
             return tracked  # type: ignore[no-any-return]
-        return self._track(claim_name, sandbox.name, namespace, pod_ip=sandbox.pod_ip or claim.pod_ip)
+        return self._track(
+            claim_name,
+            sandbox.name,
+            namespace,
+            pod_ip=sandbox.pod_ip or claim.pod_ip,
+            uid=claim.uid,
+            inherit=True,
+        )
 
     async def list_active_sandboxes(self) -> list[tuple[str, str]]:
         """(namespace, claim name) of this client's handles that are still connected."""

@@ -86,10 +86,25 @@ class SandboxClient:
     def _cleanup(self) -> None:
         for (namespace, claim), handle in self._registry.tracked_here():
             if handle._state.auto_named:
-                self.delete_sandbox(claim, namespace)
+                self._delete_created(namespace, claim, handle)
             else:
                 handle.close_connection()
         self._driver.close()
+
+    def _delete_created(self, namespace: str, claim: str, handle: Sandbox) -> None:
+        """Cleanup's delete of a claim this client created: that claim, by its UID. One made again under its
+        name since (by someone else) is refused by the API server and left alone, quietly; until December 6
+        cleanup deleted it by name. Errors are logged, as `delete_sandbox` logs them."""
+        self._registry.pop(namespace, claim)
+        handle.close_connection()
+        state = handle._state
+        if state.claim_name is None:  # terminated already
+            return
+        try:
+            self._driver.run(_lifecycle.delete_claim(namespace, claim, uid=state.claim_uid))
+            state.claim_name = None
+        except SandboxError as err:
+            log.error("deleting SandboxClaim %s/%s failed: %s", namespace, claim, err)
 
     def _track(
         self,
@@ -99,7 +114,10 @@ class SandboxClient:
         *,
         pod_ip: str | None = None,
         auto_named: bool = False,
+        uid: str | None = None,
+        inherit: bool = False,
     ) -> Sandbox:
+        """A new handle, tracked. `uid`: the claim's; `inherit` (get_sandbox only): see `Registry.add`."""
         handle = self.sandbox_class(
             claim,
             sandbox_id,
@@ -110,7 +128,8 @@ class SandboxClient:
             pod_ip=pod_ip,
         )
         handle._state.auto_named = auto_named
-        self._registry.add(namespace, claim, handle)
+        handle._state.claim_uid = uid
+        self._registry.add(namespace, claim, handle, inherit=inherit)
         return handle
 
     # ------------------------------------------------------------------------------------ create
@@ -173,6 +192,7 @@ class SandboxClient:
                 namespace,
                 pod_ip=view.pod_ip,
                 auto_named=created.auto_named,
+                uid=view.uid,
             )
         except BaseException:
             # No handle (a `sandbox_class` whose constructor raises): no registry holds the claim, so no
@@ -224,7 +244,14 @@ class SandboxClient:
         tracked = self._registry.get_active(namespace, claim_name)
         if tracked is not None and tracked.sandbox_id == sandbox.name:
             return tracked  # type: ignore[no-any-return]
-        return self._track(claim_name, sandbox.name, namespace, pod_ip=sandbox.pod_ip or claim.pod_ip)
+        return self._track(
+            claim_name,
+            sandbox.name,
+            namespace,
+            pod_ip=sandbox.pod_ip or claim.pod_ip,
+            uid=claim.uid,
+            inherit=True,
+        )
 
     def list_active_sandboxes(self) -> list[tuple[str, str]]:
         """(namespace, claim name) of this client's handles that are still connected."""

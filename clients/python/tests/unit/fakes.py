@@ -23,6 +23,8 @@ CLAIMS = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/{ns}/sandboxclaims
 SANDBOXES = "/apis/agents.x-k8s.io/v1beta1/namespaces/{ns}/sandboxes"
 #: The API server's answer for an object that does not exist (a served type answers a `Status`).
 NOT_FOUND = {"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"}
+#: Its answer to a write whose precondition (a DELETE's `preconditions.uid`) does not hold.
+CONFLICT = {"kind": "Status", "status": "Failure", "reason": "Conflict", "code": 409}
 
 
 def endpoint() -> KubeEndpoint:
@@ -109,8 +111,16 @@ class FakeCluster:
             obj = store.get(name or "")
             return httpx2.Response(200, json=obj) if obj else httpx2.Response(404, json=NOT_FOUND)
         if request.method == "DELETE":
-            if store.pop(name or "", None) is None:
+            if (obj := store.get(name or "")) is None:
                 return httpx2.Response(404, json=NOT_FOUND)
+            want = ((json.loads(request.content) if request.content else {}).get("preconditions") or {}).get(
+                "uid"
+            )
+            have = obj.get("metadata", {}).get("uid")
+            if want and want != have:  # the API server's answer to a failed UID precondition
+                message = f"Precondition failed: UID in precondition: {want}, UID in object meta: {have}"
+                return httpx2.Response(409, json={**CONFLICT, "message": message})
+            del store[name or ""]
             return httpx2.Response(200, json={"kind": "Status"})
         if request.method == "PATCH":
             if (obj := store.get(name or "")) is None:

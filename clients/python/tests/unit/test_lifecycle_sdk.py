@@ -496,8 +496,28 @@ TEMPLATE_REF = "agents.x-k8s.io/sandbox-template-ref"
             r'resume on request is off: lifecycle.agents.x-k8s.io/auto-resume: "false" on the Sandbox',
             "did not go through",
         ),
+        (  # the router's rule: "true" or "false" in any case, nothing else - "True" is on
+            {AUTO_RESUME: "True"},
+            None,
+            r'it asks to be resumed on request \(lifecycle.agents.x-k8s.io/auto-resume: "True" on the Sandbox\)',
+            "annotate",
+        ),
+        (  # ... and "true " (a trailing space) is not a value the router takes: off, and said why
+            {AUTO_RESUME: "true "},
+            {AUTO_RESUME: "true"},
+            r'resume on request is off: lifecycle.agents.x-k8s.io/auto-resume: "true " on the Sandbox is not a '
+            r'valid value \(want "true" or "false"; the router reads any other value as "false"\)',
+            "did not go through",
+        ),
+        (  # an invalid value on the template, quoted as it is
+            {},
+            {AUTO_RESUME: "yes"},
+            r'resume on request is off: lifecycle.agents.x-k8s.io/auto-resume: "yes" on its SandboxTemplate '
+            r'default/tmpl is not a valid value \(want "true" or "false"',
+            "did not go through",
+        ),
     ],
-    ids=["own", "template", "none", "own-off"],
+    ids=["own", "template", "none", "own-off", "own-true-any-case", "own-invalid-space", "template-invalid"],
 )
 def test_the_suspended_advice_names_the_auto_resume_opt_in(
     own: dict[str, str], template: dict[str, str] | None, said: str, not_said: str
