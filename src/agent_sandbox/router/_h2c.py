@@ -437,6 +437,7 @@ class _Session:
         retries = holds = 0
         resumed = False  # as `Proxy._forward`: once held, a Pod IP the route carries predates the resume
         if lifecycle is not None and (suspending or lifecycle.seen_suspended(route)):
+            proxy.resolver.refuse_named_elsewhere(route)  # as `Proxy._forward`: 403 first, resuming nothing
             holds += 1  # as `Proxy._forward`: not to the pod a suspend is taking away
             resumed = await lifecycle.hold(route, deadline, lifecycle.current_pod(route), leaving=True)
         while True:

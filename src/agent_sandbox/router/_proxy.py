@@ -297,6 +297,13 @@ class Proxy:
         # and it is resolved by name (`Resolver.resolve_fast`).
         resumed = False
         if self.lifecycle is not None and (suspending or self.lifecycle.seen_suspended(route)):
+            try:
+                # Ours: what resolving after the hold would refuse (another sandbox's address or UID) is refused
+                # first, without resuming anything (until December 7 the Sandbox was resumed, then 403).
+                resolver.refuse_named_elsewhere(route)
+            except RouteError as exc:
+                reply(conn, out, exc.status, exc.detail, req)
+                return
             # Ours: not to the pod a suspend is taking away; held for the resumed one. Whether the activity write
             # found the Sandbox just suspended or this router saw it Suspended, the pod there now is the one
             # going, even while its deletion is not in the Pod cache yet (until December 5 a Sandbox seen

@@ -81,6 +81,12 @@ def _foreign(route: Route) -> RouteError:
     )
 
 
+def _foreign_uid(route: Route) -> RouteError:
+    return RouteError(
+        403, f"X-Sandbox-UID {route.uid} does not belong to sandbox {route.namespace}/{route.sandbox_id}."
+    )
+
+
 Resumable = Callable[[str, str], bool]
 """(namespace, name) -> a request for that Sandbox that finds no pod is held while it resumes (or told why it
 cannot be): `RouterLifecycle.resumable`."""
@@ -205,6 +211,31 @@ class Resolver:
             )
         return resumed or cache.former.get(ip) == (route.namespace, route.sandbox_id)
 
+    def refuse_named_elsewhere(self, route: Route) -> None:
+        """Refuse, before a request is held while its Sandbox resumes, what resolving it afterwards would refuse
+        anyway: an `X-Sandbox-Pod-IP` that is another sandbox's pod's (or one in a namespace the cache does not
+        watch), or, resolving by name, an `X-Sandbox-UID` that is another sandbox's. Nothing without the cache.
+
+        A request for a Sandbox the router has seen Suspended is held before it is resolved (not to the pod a
+        suspend is taking away), so until December 7 such a request resumed the Sandbox and only then got its
+        403. An address or UID the cache does not know (a former pod's) is not refused here: it is resolved by
+        name once the hold is over, as `resolve_fast(route, resumed=True)` does.
+
+        Raises:
+            RouteError: 403, as `resolve_fast(route, resumed=True)` would after the hold.
+        """
+        cache = self.cache
+        if cache is None:
+            return
+        if route.pod_ip is not None:
+            self._pod_ip(cache, route, True)  # resumed: raises or says "by name", never a Target
+        if route.uid:
+            entry = cache.by_uid.get(route.uid)
+            if entry is not None and (
+                entry.namespace != route.namespace or entry.sandbox != route.sandbox_id
+            ):
+                raise _foreign_uid(route)
+
     def resolve_fast(self, route: Route, *, resumed: bool = False) -> Target | None:
         """Resolve without waiting; None when the slow path (`resolve`) is needed.
 
@@ -231,11 +262,7 @@ class Resolver:
             entry = cache.by_uid.get(route.uid)
             if entry is not None:
                 if entry.namespace != route.namespace or entry.sandbox != route.sandbox_id:
-                    raise RouteError(
-                        403,
-                        f"X-Sandbox-UID {route.uid} does not belong to sandbox "
-                        f"{route.namespace}/{route.sandbox_id}.",
-                    )
+                    raise _foreign_uid(route)
                 return Target(entry.ip, route.port, "cache", _authority(entry.ip, route.port), entry)
         entry = cache.by_name.get((route.namespace, route.sandbox_id))
         if entry is not None:

@@ -28,6 +28,7 @@ from agent_sandbox.cli.lifecycle import hibernate
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.kube import POD, SANDBOX, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL, ApiClient, Object
 from agent_sandbox.router import Router
+from agent_sandbox.router._routing import Route
 from tests.helpers import eventually
 from tests.integration.lifecycle.helpers import (
     get_or_none,
@@ -186,23 +187,43 @@ async def test_a_router_that_never_saw_the_old_pod_resumes_the_sandbox_too(
     await expect_served(kube, answer, name, namespace, ip)
 
 
+@pytest.mark.parametrize("away", ["hibernated", "suspended"])
 async def test_another_sandboxes_pod_ip_is_refused_and_restores_nothing(
-    kube: ApiClient, namespace: str, start_router: StartRouter, http: aiohttp.ClientSession
+    kube: ApiClient, namespace: str, start_router: StartRouter, http: aiohttp.ClientSession, away: str
 ) -> None:
+    """Refused before any hold: a suspended Sandbox the router has seen Suspended is held before it is resolved
+    (not to the pod a suspend is taking away), and until December 7 it was resumed first and only then refused
+    the address (`resume-reason: Request` for a request that was never going to be served)."""
     router = await start_router()
     await kube.create(SANDBOX, runtime_sandbox("ip-mine", AUTO), namespace=namespace)
     await kube.create(SANDBOX, runtime_sandbox("ip-theirs", {}), namespace=namespace)
     await ready_ip(kube, namespace, "ip-mine")
     theirs = await ready_ip(kube, namespace, "ip-theirs")
     await served_via_pod_ip(http, router, "ip-theirs", namespace, theirs)
-    await hibernate(kube, "ip-mine", namespace)
-    await archived(kube, namespace, "ip-mine")
+    if away == "hibernated":
+        await hibernate(kube, "ip-mine", namespace)
+        await archived(kube, namespace, "ip-mine")
+    else:
+        await suspend_and_wait(kube, namespace, "ip-mine")
+        assert router.lifecycle is not None
+        lifecycle = router.lifecycle
+        mine = Route("ip-mine", namespace, 8888)
+
+        async def seen() -> bool:
+            return lifecycle.seen_suspended(mine)
+
+        await eventually(seen, "the router sees ip-mine Suspended")
 
     detail = f"X-Sandbox-Pod-IP {theirs} does not belong to sandbox {namespace}/ip-mine."
     assert await via_pod_ip(http, router, "ip-mine", namespace, theirs) == (403, detail)
-    archive = await kube.get(lc.ARCHIVE, "ip-mine", namespace=namespace)
-    assert not (archive.get("spec") or {}).get("restore")  # nothing was asked of the controller
-    assert await get_or_none(kube, SANDBOX, "ip-mine", namespace) is None
+    if away == "hibernated":
+        archive = await kube.get(lc.ARCHIVE, "ip-mine", namespace=namespace)
+        assert not (archive.get("spec") or {}).get("restore")  # nothing was asked of the controller
+        assert await get_or_none(kube, SANDBOX, "ip-mine", namespace) is None
+    else:
+        sandbox = await kube.get(SANDBOX, "ip-mine", namespace=namespace)
+        assert sandbox["spec"]["operatingMode"] == "Suspended"  # not resumed
+        assert lc.ANNOTATION_RESUME_REASON not in (sandbox["metadata"].get("annotations") or {})
 
 
 async def test_the_old_pod_ip_of_a_sandbox_that_did_not_ask_is_a_connect_failure(
@@ -251,6 +272,43 @@ async def test_a_grpc_call_with_the_old_pod_ip_restores_a_hibernated_sandbox(
                 f"{err.code()}: {err.details()}" if not denied else err.details() or "",
             )
     await expect_served(kube, answer, "grpc-ip", namespace, ip)
+
+
+async def test_a_grpc_call_with_another_sandboxes_pod_ip_resumes_nothing(
+    kube: ApiClient, namespace: str, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    """The h2c path holds a Sandbox seen Suspended before resolving too: refused first (`PERMISSION_DENIED`)."""
+    router = await start_router("--enable-h2c")
+    await kube.create(SANDBOX, runtime_sandbox("grpc-mine", AUTO), namespace=namespace)
+    await kube.create(SANDBOX, runtime_sandbox("grpc-theirs", {}), namespace=namespace)
+    await ready_ip(kube, namespace, "grpc-mine")
+    theirs = await ready_ip(kube, namespace, "grpc-theirs")
+    await served_via_pod_ip(http, router, "grpc-theirs", namespace, theirs)
+    await suspend_and_wait(kube, namespace, "grpc-mine")
+    assert router.lifecycle is not None
+    lifecycle = router.lifecycle
+    mine = Route("grpc-mine", namespace, 9090)
+
+    async def seen() -> bool:
+        return lifecycle.seen_suspended(mine)
+
+    await eventually(seen, "the router sees grpc-mine Suspended")
+    metadata = (
+        ("x-sandbox-id", "grpc-mine"),
+        ("x-sandbox-namespace", namespace),
+        ("x-sandbox-port", "9090"),
+        ("x-sandbox-pod-ip", theirs),
+    )
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{router.http_port}") as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await ProcessClient(channel).execute_call(HOSTNAME, timeout=90, metadata=metadata)
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert (
+        err.value.details() == f"X-Sandbox-Pod-IP {theirs} does not belong to sandbox {namespace}/grpc-mine."
+    )
+    sandbox = await kube.get(SANDBOX, "grpc-mine", namespace=namespace)
+    assert sandbox["spec"]["operatingMode"] == "Suspended"  # not resumed
+    assert lc.ANNOTATION_RESUME_REASON not in (sandbox["metadata"].get("annotations") or {})
 
 
 # Upstream's published SDK, unchanged, through the router: create a claim from pool argv[3], run a command

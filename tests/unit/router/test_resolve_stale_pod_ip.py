@@ -165,3 +165,41 @@ async def test_the_lifecycle_says_which_sandboxes_resume_on_request() -> None:
     assert not lifecycle.resumable("team", "member")  # an unclaimed pool member: nobody's to resume
     assert not lifecycle.resumable("team", "unknown")
     await lifecycle.close()
+
+
+def test_another_sandboxes_address_is_refused_before_any_hold() -> None:
+    """`Resolver.refuse_named_elsewhere` is asked before a request for a Sandbox the router has seen Suspended is
+    held (`Proxy._forward`, `H2Connection._dial`): until December 7 such a request was held first, so the Sandbox
+    was resumed for a request then refused for naming another sandbox's address."""
+    cache = gone(cache_with(pod("sb", "10.0.0.1"), pod("other", "10.0.0.2")), pod("sb", "10.0.0.1"))
+    res = resolver(cache, resumable={("team", "sb")})
+    with pytest.raises(
+        RouteError, match=r"X-Sandbox-Pod-IP 10\.0\.0\.2 does not belong to sandbox team/sb"
+    ) as err:
+        res.refuse_named_elsewhere(r(ip="10.0.0.2"))
+    assert err.value.status == 403
+    # Another sandbox's UID, without an address: as `resolve_fast` answers after the hold.
+    other_uid = cache.by_ip["10.0.0.2"].uid
+    with pytest.raises(
+        RouteError, match=f"X-Sandbox-UID {other_uid} does not belong to sandbox team/sb"
+    ) as err:
+        res.refuse_named_elsewhere(r(uid=other_uid))
+    assert err.value.status == 403
+    # Nothing to refuse: no address or UID, the Sandbox's former address, one the cache does not know (a
+    # former address the router never saw), or a UID the cache does not know. These are held.
+    for route in (r(), r(ip="10.0.0.1"), r(ip="10.0.0.77"), r(uid="uid-unknown")):
+        res.refuse_named_elsewhere(route)
+    # The Sandbox's own current pod (a suspend is deleting it): not refused either.
+    cache._upsert(pod("sb", "10.0.0.9"))
+    res.refuse_named_elsewhere(r(ip="10.0.0.9", uid=cache.by_ip["10.0.0.9"].uid))
+    # Without the cache nothing can be checked: nothing is refused.
+    Resolver(cluster_domain="cluster.local", allow_loopback=True).refuse_named_elsewhere(r(ip="10.0.0.2"))
+
+
+def test_an_address_in_a_namespace_the_cache_does_not_watch_is_refused_before_any_hold() -> None:
+    cache = PodCache(FakeClient(), namespace="watched")
+    res = resolver(cache, resumable={("team", "sb")})
+    with pytest.raises(RouteError, match="cannot be checked for namespace team") as err:
+        res.refuse_named_elsewhere(r(ip="10.0.0.1"))
+    assert err.value.status == 403
+    res.refuse_named_elsewhere(r())  # by name: resolved by DNS there, as upstream's
