@@ -55,6 +55,10 @@ var (
 	// ErrNotADirectory: List of a path that is a file or does not exist, on either runtime (the legacy
 	// runtime answers both with 404 "Path is not a directory"; the *HTTPError of a 404 stays reachable).
 	ErrNotADirectory = errors.New("path is not a directory")
+	// ErrModeChanged: Suspend or Resume was undone before the controller confirmed it - another writer set
+	// spec.operatingMode back after this handle's write (a lifecycle router resuming an auto-resume Sandbox
+	// for a request, the idle suspend, kubectl, another client). The error is also a *ModeChangedError.
+	ErrModeChanged = errors.New("operating mode changed by another writer")
 )
 
 // Claim Ready reasons the SDK treats as terminal (spec 0.2, Python SDK 1.0.8); any other reason keeps the
@@ -106,6 +110,26 @@ func (e *ConditionError) Is(target error) bool {
 	}
 	return false
 }
+
+// ModeChangedError is ErrModeChanged with its details: Suspend or Resume of Sandbox Namespace/Name, which
+// wanted Want ("Suspended" or "Running"), was overtaken by a later write (a later metadata.generation) that
+// set spec.operatingMode to OperatingMode. ChangedBy is the reason that writer recorded when it recorded one
+// after this handle's write (lifecycle.agents.x-k8s.io/resume-reason: Request, Manual, Other;
+// lifecycle.agents.x-k8s.io/suspend-reason: Idle, Hibernate, Manual), else "". The Python SDK's
+// SandboxModeChangedError.
+type ModeChangedError struct {
+	Namespace     string
+	Name          string
+	Want          string
+	OperatingMode string
+	ChangedBy     string
+	Message       string
+}
+
+func (e *ModeChangedError) Error() string { return e.Message }
+
+// Is makes errors.Is(err, ErrModeChanged) true.
+func (e *ModeChangedError) Is(target error) bool { return target == ErrModeChanged }
 
 // maxErrorBody is how much of an error response HTTPError keeps; Error() shows at most half of it.
 const maxErrorBody = 512

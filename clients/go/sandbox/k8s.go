@@ -232,6 +232,8 @@ func isObjectNotFound(err error) bool {
 // condition is a metav1.Condition read from unstructured status.
 type condition struct {
 	Type, Status, Reason, Message string
+	// ObservedGeneration is the metadata.generation the condition was written for (0 when absent).
+	ObservedGeneration int64
 }
 
 func conditionsOf(obj *unstructured.Unstructured) []condition {
@@ -243,7 +245,14 @@ func conditionsOf(obj *unstructured.Unstructured) []condition {
 			continue
 		}
 		str := func(k string) string { s, _ := m[k].(string); return s }
-		out = append(out, condition{Type: str("type"), Status: str("status"), Reason: str("reason"), Message: str("message")})
+		c := condition{Type: str("type"), Status: str("status"), Reason: str("reason"), Message: str("message")}
+		switch g := m["observedGeneration"].(type) { // int64 from the API server's JSON; float64 in fakes
+		case int64:
+			c.ObservedGeneration = g
+		case float64:
+			c.ObservedGeneration = int64(g)
+		}
+		out = append(out, c)
 	}
 	return out
 }

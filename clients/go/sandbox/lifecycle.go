@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -351,13 +352,228 @@ func (s *Sandbox) boundName() (string, error) {
 	return s.sandboxName, nil
 }
 
-func (s *Sandbox) setMode(ctx context.Context, name, mode string) error {
-	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"operatingMode": mode}})
-	_, err := s.k8s.sandboxes(s.opts.Namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
-	if isNotFound(err) {
-		return fmt.Errorf("Sandbox %s: %w", name, ErrSandboxDeleted)
+// Lifecycle annotations (ours, docs/lifecycle.md). A Sandbox without them behaves as upstream's.
+const (
+	// AutoResumeAnnotation "true" on a Sandbox, or on its SandboxTemplate (the Sandbox's own value wins), asks
+	// a router running --sandbox-lifecycle to resume (or restore) it for a request. Both are needed.
+	AutoResumeAnnotation = lifecyclePrefix + "auto-resume"
+	// SuspendReasonAnnotation records who suspended a Sandbox last: Idle, Hibernate (the lifecycle
+	// controller), Manual (Suspend, the CLI); SuspendedAtAnnotation when.
+	SuspendReasonAnnotation = lifecyclePrefix + "suspend-reason"
+	SuspendedAtAnnotation   = lifecyclePrefix + "suspended-at"
+	// ResumeReasonAnnotation records who resumed a Sandbox last: Request (a lifecycle router), Manual
+	// (Resume, the CLI), Other (the lifecycle controller, for a writer that recorded none);
+	// ResumedAtAnnotation when.
+	ResumeReasonAnnotation = lifecyclePrefix + "resume-reason"
+	ResumedAtAnnotation    = lifecyclePrefix + "resumed-at"
+
+	lifecyclePrefix = "lifecycle.agents.x-k8s.io/"
+	// hibernateAnnotation "true" asks the lifecycle controller to hibernate the Sandbox; a resume cancels it.
+	hibernateAnnotation = lifecyclePrefix + "hibernate"
+	// templateRefAnnotation names the SandboxTemplate a Sandbox was made from (warm pools and claims set it).
+	templateRefAnnotation = "agents.x-k8s.io/sandbox-template-ref"
+)
+
+// templatesGVR is read only for a suspended Sandbox's auto-resume setting (suspendedAdvice).
+var templatesGVR = schema.GroupVersionResource{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxtemplates"}
+
+// operatingModePatch is the merge patch of spec.operatingMode with who and when (Manual), as the CLI and the
+// Python SDK write it: the lifecycle controller and ModeChangedError read these records, and a resume
+// cancels a pending hibernation (hibernate removed). Until December 6 this SDK wrote the mode alone: a
+// suspend left an earlier suspend-reason: Idle in place, and a resume left a pending hibernate: "true", so
+// the lifecycle controller suspended and archived the Sandbox again right after it was resumed.
+func operatingModePatch(mode string, now time.Time) []byte {
+	stamp := now.UTC().Format(time.RFC3339Nano)
+	annotations := map[string]any{SuspendReasonAnnotation: "Manual", SuspendedAtAnnotation: stamp}
+	if mode == "Running" {
+		annotations = map[string]any{ResumeReasonAnnotation: "Manual", ResumedAtAnnotation: stamp, hibernateAnnotation: nil}
 	}
-	return err
+	patch, _ := json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": annotations},
+		"spec":     map[string]any{"operatingMode": mode},
+	})
+	return patch
+}
+
+// setMode writes spec.operatingMode (operatingModePatch); the Sandbox as that write left it.
+func (s *Sandbox) setMode(ctx context.Context, name, mode string) (*unstructured.Unstructured, error) {
+	obj, err := s.k8s.sandboxes(s.opts.Namespace).Patch(ctx, name, types.MergePatchType,
+		operatingModePatch(mode, time.Now()), metav1.PatchOptions{})
+	if isNotFound(err) {
+		return nil, fmt.Errorf("Sandbox %s: %w", name, ErrSandboxDeleted)
+	}
+	return obj, err
+}
+
+// waitMode waits (SandboxReadyTimeout) until reached: the controller confirms mode, written by ours (the
+// Sandbox setMode returned), in a condition observed at ours' generation or later, so that a stale one is
+// never taken for the answer (until December 6 any Suspended=True was). It ends at once, checked in this
+// order, when the Sandbox will never get there: deleted or being deleted (ErrSandboxDeleted), expired (a
+// *ConditionError SandboxExpired), or set to the other mode by a later write (*ModeChangedError); a later
+// write that keeps the mode is waited through. Until December 6 each of these waited out the timeout and
+// ended with ErrTimeout - among them a Suspend of an auto-resume Sandbox still in use, which a lifecycle
+// router resumes within a second. The Python SDK's set_operating_mode.
+func (s *Sandbox) waitMode(ctx context.Context, name, mode string, ours *unstructured.Unstructured,
+	reached func(obj *unstructured.Unstructured, generation int64) bool) error {
+	wctx, cancel := context.WithTimeoutCause(ctx, s.opts.SandboxReadyTimeout, errReadyTimeout)
+	defer cancel()
+	generation := ours.GetGeneration()
+	var last lastSeen
+	err := s.k8s.observe(wctx, sandboxesGVR, s.opts.Namespace, name, func(obj *unstructured.Unstructured) (bool, error) {
+		last.set("Sandbox", obj)
+		if reached(obj, generation) {
+			return true, nil
+		}
+		if err := s.modeFinal(obj, generation, mode); err != nil {
+			return false, err
+		}
+		return false, s.overtaken(obj, ours, mode)
+	})
+	if err != nil {
+		return s.waitError(wctx, err, "Sandbox", name, &last)
+	}
+	return nil
+}
+
+// confirmed reports a condition typ that is True and was observed at generation or later.
+func confirmed(obj *unstructured.Unstructured, typ string, generation int64) bool {
+	c := findCondition(conditionsOf(obj), typ)
+	return c != nil && c.Status == "True" && c.ObservedGeneration >= generation
+}
+
+// modeFinal is why the Sandbox will never be in mode, or nil: it is being deleted (ErrSandboxDeleted), or it
+// has expired - its spec.shutdownTime passed, or its Ready condition says SandboxExpired for this generation
+// (a *ConditionError SandboxExpired): its controller only tears it down.
+func (s *Sandbox) modeFinal(obj *unstructured.Unstructured, generation int64, mode string) error {
+	where := s.opts.Namespace + "/" + obj.GetName()
+	if obj.GetDeletionTimestamp() != nil {
+		return fmt.Errorf("Sandbox %s is being deleted: it will not be %s: %w", where, mode, ErrSandboxDeleted)
+	}
+	deadline, _, _ := unstructured.NestedString(obj.Object, "spec", "shutdownTime")
+	at, perr := parseTime(deadline)
+	passed := perr == nil && !time.Now().Before(at)
+	ready := findCondition(conditionsOf(obj), "Ready")
+	marked := ready != nil && ready.Reason == "SandboxExpired" && ready.ObservedGeneration >= generation
+	if !passed && !marked {
+		return nil
+	}
+	msg := fmt.Sprintf("it has expired (its shutdownTime %s passed): it will not be %s", deadline, mode)
+	if ready != nil && ready.Reason == "SandboxExpired" && ready.Message != "" {
+		msg += " (" + ready.Message + ")"
+	}
+	return &ConditionError{Kind: "Sandbox", Namespace: s.opts.Namespace, Name: obj.GetName(), Type: "Ready",
+		Reason: "SandboxExpired", Message: msg}
+}
+
+// resumedBy and suspendedBy say who set spec.operatingMode, by the reason it recorded (docs/lifecycle.md).
+var (
+	resumedBy = map[string]string{
+		"Request": "a lifecycle router resumed it for a request - it asks for auto-resume (" + AutoResumeAnnotation +
+			") and is still in use: suspend it once nothing uses it",
+		"Manual": "it was resumed by hand (`agent-sandbox resume`, `agent-sandbox lifecycle resume`, an SDK's Resume)",
+		"Other":  "the lifecycle controller saw it set Running by a writer that recorded no reason (kubectl?)",
+	}
+	suspendedBy = map[string]string{
+		"Idle":      "the lifecycle controller suspended it as idle (its idle-timeout passed without activity)",
+		"Hibernate": "the lifecycle controller suspended it to hibernate it",
+		"Manual":    "it was suspended by hand (`agent-sandbox suspend`, `agent-sandbox lifecycle suspend`, an SDK's Suspend)",
+	}
+)
+
+// overtaken is a *ModeChangedError when a write after ours (a later generation) set spec.operatingMode to
+// another mode than ours: the controller will never confirm ours. Who did it is what its reason annotation
+// says, when that annotation changed after our write (a stale one, from an earlier resume, is not cited).
+func (s *Sandbox) overtaken(obj, ours *unstructured.Unstructured, mode string) error {
+	now, _, _ := unstructured.NestedString(obj.Object, "spec", "operatingMode")
+	if now == "" {
+		now = "Running"
+	}
+	if obj.GetGeneration() <= ours.GetGeneration() || now == mode {
+		return nil
+	}
+	reasonKey, atKey, by := SuspendReasonAnnotation, SuspendedAtAnnotation, suspendedBy
+	if now == "Running" {
+		reasonKey, atKey, by = ResumeReasonAnnotation, ResumedAtAnnotation, resumedBy
+	}
+	annotations, before := obj.GetAnnotations(), ours.GetAnnotations()
+	reason, recorded := annotations[reasonKey]
+	if reason == before[reasonKey] && annotations[atKey] == before[atKey] {
+		reason, recorded = "", false
+	}
+	e := &ModeChangedError{Namespace: s.opts.Namespace, Name: obj.GetName(), Want: mode, OperatingMode: now,
+		ChangedBy: reason}
+	e.Message = fmt.Sprintf("Sandbox %s/%s was set back to %s before it was %s", e.Namespace, e.Name, now, mode)
+	if !recorded {
+		e.Message += ", by a writer that recorded no " + strings.TrimPrefix(reasonKey, lifecyclePrefix) + " (kubectl?)"
+		return e
+	}
+	e.Message += ": " + reasonKey + ": " + reason
+	if at := annotations[atKey]; at != "" {
+		e.Message += " (" + strings.TrimPrefix(atKey, lifecyclePrefix) + " " + at + ")"
+	}
+	if why := by[reason]; why != "" {
+		e.Message += ": " + why
+	}
+	return e
+}
+
+// suspendedText says that a suspended Sandbox (obj) is suspended, and what to do about it.
+func (s *Sandbox) suspendedText(ctx context.Context, obj *unstructured.Unstructured) string {
+	return fmt.Sprintf("Sandbox %s/%s is suspended (spec.operatingMode: Suspended): %s", s.opts.Namespace,
+		obj.GetName(), s.suspendedAdvice(ctx, obj))
+}
+
+// suspendedAdvice says what to do about a suspended Sandbox, by its auto-resume setting (the Sandbox's own,
+// else its template's, as the router reads it): resume on request takes both the Sandbox's opt-in and a
+// router running --sandbox-lifecycle, and the missing one is named. Until December 6 the advice was always
+// "or run the router with --sandbox-lifecycle to resume it on request", also through a router that runs
+// it, where the missing piece was the annotation. The Python SDK's _suspended_advice.
+func (s *Sandbox) suspendedAdvice(ctx context.Context, obj *unstructured.Unstructured) string {
+	const advice = "call Resume (or `agent-sandbox resume`)"
+	source, value, found := s.autoResumeSetting(ctx, obj)
+	if !found {
+		template := "its SandboxTemplate"
+		if ref := obj.GetAnnotations()[templateRefAnnotation]; ref != "" {
+			template += " " + s.opts.Namespace + "/" + ref
+		}
+		return fmt.Sprintf(`%s, or, for resume on request, annotate the Sandbox or %s with %s: "true" (served by `+
+			`a router running --sandbox-lifecycle)`, advice, template, AutoResumeAnnotation)
+	}
+	// The router's rule (lifecycle_policy): "true" or "false" in any case, nothing else - not even with a
+	// space around it; any other value it reports as a problem, and resume on request is off. The value is
+	// quoted as it is, so a stray space or newline shows.
+	switch strings.ToLower(value) {
+	case "true":
+		return fmt.Sprintf(`%s; it asks to be resumed on request (%s: %q on %s), but this request did not go `+
+			`through a router running --sandbox-lifecycle`, advice, AutoResumeAnnotation, value, source)
+	case "false":
+		return fmt.Sprintf(`%s; resume on request is off: %s: %q on %s ("true" turns it on, served by a router `+
+			`running --sandbox-lifecycle)`, advice, AutoResumeAnnotation, value, source)
+	}
+	return fmt.Sprintf(`%s; resume on request is off: %s: %q on %s is not a valid value (want "true" or "false"; `+
+		`the router reads any other value as "false"): set it to "true" for resume on request, served by a router `+
+		`running --sandbox-lifecycle`, advice, AutoResumeAnnotation, value, source)
+}
+
+// autoResumeSetting is the auto-resume annotation that applies, as the router reads it - the Sandbox's own,
+// else its SandboxTemplate's (one GET, on this failure path only) - and where it is set. found is false when
+// neither sets it or the template cannot be read: best effort, so a role without get on sandboxtemplates
+// (or a deleted template) gives the general advice, never another error.
+func (s *Sandbox) autoResumeSetting(ctx context.Context, obj *unstructured.Unstructured) (source, value string, found bool) {
+	annotations := obj.GetAnnotations()
+	if v, ok := annotations[AutoResumeAnnotation]; ok {
+		return "the Sandbox", v, true
+	}
+	ref := annotations[templateRefAnnotation]
+	if ref == "" {
+		return "", "", false
+	}
+	tpl, err := s.k8s.Dynamic.Resource(templatesGVR).Namespace(s.opts.Namespace).Get(ctx, ref, getOpts)
+	if err != nil {
+		return "", "", false
+	}
+	v, ok := tpl.GetAnnotations()[AutoResumeAnnotation]
+	return "its SandboxTemplate " + s.opts.Namespace + "/" + ref, v, ok
 }
 
 // Suspend sets the Sandbox's spec.operatingMode to Suspended (the controller deletes the Pod and keeps the
@@ -370,19 +586,16 @@ func (s *Sandbox) Suspend(ctx context.Context) (err error) {
 	if err != nil {
 		return s.wrap(err)
 	}
-	if err := s.setMode(ctx, name, "Suspended"); err != nil {
+	ours, err := s.setMode(ctx, name, "Suspended")
+	if err != nil {
 		return s.wrap(fmt.Errorf("suspend: %w", err))
 	}
 	s.disconnect("the sandbox was suspended by this handle (Suspend): call Resume")
-	wctx, cancel := context.WithTimeoutCause(ctx, s.opts.SandboxReadyTimeout, errReadyTimeout)
-	defer cancel()
-	var last lastSeen
-	err = s.k8s.observe(wctx, sandboxesGVR, s.opts.Namespace, name, func(obj *unstructured.Unstructured) (bool, error) {
-		last.set("Sandbox", obj)
-		return statusOf(obj).Suspended, nil
+	err = s.waitMode(ctx, name, "Suspended", ours, func(obj *unstructured.Unstructured, generation int64) bool {
+		return confirmed(obj, "Suspended", generation)
 	})
 	if err != nil {
-		return s.wrap(fmt.Errorf("suspend: %w", s.waitError(wctx, err, "Sandbox", name, &last)))
+		return s.wrap(fmt.Errorf("suspend: %w", err))
 	}
 	s.mu.Lock()
 	s.info.podIP, s.info.podName = "", ""
@@ -514,7 +727,8 @@ func (s *Sandbox) Resume(ctx context.Context) (err error) {
 	if err := s.refuseUnderExpiredClaim(ctx, name); err != nil {
 		return s.wrap(fmt.Errorf("resume: %w", err))
 	}
-	if err := s.setMode(ctx, name, "Running"); err != nil {
+	ours, err := s.setMode(ctx, name, "Running")
+	if err != nil {
 		if errors.Is(err, ErrSandboxDeleted) {
 			if why := s.whyGone(ctx, name); why != nil {
 				err = why
@@ -523,21 +737,16 @@ func (s *Sandbox) Resume(ctx context.Context) (err error) {
 		return s.wrap(fmt.Errorf("resume: %w", err))
 	}
 	s.disconnect("the handle's Resume did not complete: call Resume (or Open) again")
-	wctx, cancel := context.WithTimeoutCause(ctx, s.opts.SandboxReadyTimeout, errReadyTimeout)
-	defer cancel()
-	var last lastSeen
 	var info sandboxInfo
-	err = s.k8s.observe(wctx, sandboxesGVR, s.opts.Namespace, name, func(obj *unstructured.Unstructured) (bool, error) {
-		last.set("Sandbox", obj)
-		st := statusOf(obj)
-		if st.Ready && st.PodIP != "" {
-			info = readSandboxInfo(obj)
-			return true, nil
+	err = s.waitMode(ctx, name, "Running", ours, func(obj *unstructured.Unstructured, generation int64) bool {
+		if !confirmed(obj, "Ready", generation) {
+			return false
 		}
-		return false, nil
+		info = readSandboxInfo(obj)
+		return info.podIP != ""
 	})
 	if err != nil {
-		return s.wrap(fmt.Errorf("resume: %w", s.waitError(wctx, err, "Sandbox", name, &last)))
+		return s.wrap(fmt.Errorf("resume: %w", err))
 	}
 	conn, err := s.connect(ctx, name, info)
 	if err != nil {

@@ -335,9 +335,7 @@ func (s *Sandbox) readPodIP(ctx context.Context, sandboxName string) (string, er
 	default:
 		info := readSandboxInfo(obj)
 		if info.mode == "Suspended" {
-			return "", fmt.Errorf("Sandbox %s/%s is suspended (spec.operatingMode: Suspended): call Resume, "+
-				"or run the router with --sandbox-lifecycle to resume it on request: %w",
-				s.opts.Namespace, sandboxName, ErrNotReady)
+			return "", fmt.Errorf("%s: %w", s.suspendedText(ctx, obj), ErrNotReady)
 		}
 		ip = info.podIP
 	}
@@ -406,8 +404,7 @@ func (s *Sandbox) whyUnreachable(ctx context.Context, sandboxName, directIP stri
 			return fmt.Errorf("Sandbox %s is being deleted: %w", where, ErrSandboxDeleted), nil
 		}
 		if info.mode == "Suspended" {
-			return fmt.Errorf("Sandbox %s is suspended (spec.operatingMode: Suspended): call Resume, "+
-				"or run the router with --sandbox-lifecycle to resume it on request: %w", where, ErrNotReady), nil
+			return fmt.Errorf("%s: %w", s.suspendedText(ctx, obj), ErrNotReady), nil
 		}
 		ready, podIP = findCondition(conditionsOf(obj), "Ready"), info.podIP
 	}
