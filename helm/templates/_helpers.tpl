@@ -72,8 +72,19 @@ app.kubernetes.io/version: {{ . | quote }}
 {{- end }}
 {{- end -}}
 
+{{/*
+The router image; its tag defaults to image.tag, except a digest-pinned one (`v0.1.0@sha256:<digest>`): the
+digest is the controller image's, and `sandbox-router:v0.1.0@sha256:<controller digest>` cannot be pulled
+(the pod would stay in ImagePullBackOff), so router.image.tag must be given.
+*/}}
 {{- define "agent-sandbox.router.image" -}}
-{{- $tag := default .Values.image.tag .Values.router.image.tag -}}
+{{- $tag := .Values.router.image.tag -}}
+{{- if not $tag -}}
+{{- $tag = .Values.image.tag -}}
+{{- if contains "@" (toString ($tag | default "")) -}}
+{{- fail "image.tag is digest-pinned, and a digest names one image: set router.image.tag (the router image's own tag or tag@digest) when router.enabled=true" -}}
+{{- end -}}
+{{- end -}}
 {{- if not $tag -}}
 {{- fail "router.image.tag (or image.tag) is required when router.enabled=true" -}}
 {{- end -}}
@@ -104,22 +115,40 @@ true
 {{- end -}}
 
 {{/*
-Whether this revision renders the SandboxArchive CRD: "true" or empty. Every revision does, lifecycle on or
-off, so that every revision's manifest holds it and `helm rollback` between a revision with lifecycle on and
-one with it off finds it in both (a CRD that only some revisions render is kept, by its
-helm.sh/resource-policy: keep, when it leaves the manifest, but a rollback to a revision that has it again does
-not adopt it and fails). The one exception: a CRD that already exists and is not this release's (made by
-`k8s/lifecycle`, or kept from a release under another name or namespace) is left alone while lifecycle is
-off, so that it does not block the install with Helm's ownership check; with lifecycle on it is rendered and
-Helm's check says how it is owned (helm/README.md says how to hand it over). `lookup` answers nothing without
-a cluster (`helm template`, --dry-run=client): rendered then.
+Whether `lookup` reads the cluster: "true" or empty. It answers nothing, as if nothing existed, in `helm
+template` (with --validate too) and in an install or upgrade with --dry-run / --dry-run=client, although
+those still run Helm's ownership check against the cluster. The probe is the `default` Namespace, which
+every cluster has (the API server makes it and refuses to delete it); not the release namespace, which
+`helm install --create-namespace` creates only after rendering.
+*/}}
+{{- define "agent-sandbox.lookup.live" -}}
+{{- if lookup "v1" "Namespace" "" "default" -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+Whether this revision renders the SandboxArchive CRD: "true" or empty. With lifecycle on, always. With it off
+too when it can be, so that the revision's manifest holds it: `helm rollback` applies the target revision's
+manifest and does not adopt, so a rollback from a revision without the CRD to one with it fails (`no
+CustomResourceDefinition with the name ... found`; the CRD, kept by its helm.sh/resource-policy: keep when it
+left the manifest, is still there). With lifecycle off it is rendered when it does not exist or is this
+release's, and left alone when it exists and is not (made by `k8s/lifecycle`, or kept from a release under
+another name or namespace), so that it does not fail the install with Helm's ownership check; with lifecycle
+on it is rendered and Helm's check says how it is owned (helm/README.md says how to hand it over). When
+`lookup` cannot tell (`helm template`, --dry-run=client: see agent-sandbox.lookup.live) it is rendered with
+lifecycle on only, as a dry run would otherwise fail on a CRD that the real install leaves alone.
 */}}
 {{- define "agent-sandbox.lifecycle.crd" -}}
+{{- if include "agent-sandbox.lifecycle.enabled" . -}}
+true
+{{- else if include "agent-sandbox.lookup.live" . -}}
 {{- $crd := lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" "sandboxarchives.lifecycle.agents.x-k8s.io" -}}
 {{- $ann := ($crd.metadata | default dict).annotations | default dict -}}
 {{- $ours := and (eq (index $ann "meta.helm.sh/release-name" | default "") .Release.Name) (eq (index $ann "meta.helm.sh/release-namespace" | default "") .Release.Namespace) -}}
-{{- if or (not $crd) $ours (include "agent-sandbox.lifecycle.enabled" .) -}}
+{{- if or (not $crd) $ours -}}
 true
+{{- end -}}
 {{- end -}}
 {{- end -}}
 

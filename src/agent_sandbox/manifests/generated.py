@@ -37,8 +37,8 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 # `.Values.lifecycle.enabled`, because values stored by a chart without these maps (`helm upgrade
 # --reuse-values` of a release made by upstream's chart) have no `lifecycle` or `router` to read.
 _LIFECYCLE_ON = '{{- if include "agent-sandbox.lifecycle.enabled" . }}\n'
-# The SandboxArchive CRD is rendered in every revision, lifecycle on or off (the helper and its reason:
-# `agent-sandbox.lifecycle.crd` in _helpers.tpl); only its grants and the flag follow lifecycle.enabled.
+# The SandboxArchive CRD is rendered with lifecycle on and, where it can be, with it off, so that revisions
+# hold it for `helm rollback` (the helper and its reasons: `agent-sandbox.lifecycle.crd` in _helpers.tpl).
 _LIFECYCLE_CRD = '{{- if include "agent-sandbox.lifecycle.crd" . }}\n'
 _ROUTER_LIFECYCLE_ON = '{{- if include "agent-sandbox.router.lifecycle.enabled" . }}\n'
 
@@ -52,7 +52,7 @@ def generated_files() -> dict[Path, str]:
     for name, text in generate_crds().items():
         out[Path("k8s/crds") / name] = text
         out[Path("helm/crds") / name] = text
-    # Ours: the lifecycle component's CRD (docs/lifecycle.md); in Helm in every revision (see _LIFECYCLE_CRD).
+    # Ours: the lifecycle component's CRD (docs/lifecycle.md); in Helm see _LIFECYCLE_CRD.
     archive = render(archive_crd())
     out[Path("k8s/lifecycle") / file_name(archive_crd())] = archive
     out[Path("helm/templates/lifecycle/crd.yaml")] = _LIFECYCLE_CRD + _helm_keep(archive) + "{{- end }}\n"

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -83,8 +84,8 @@ def test_stock_values_render_upstreams_arguments_and_objects() -> None:
         ("ClusterRole", "agent-sandbox-controller"),
         ("ClusterRole", "agent-sandbox-controller-extensions"),  # always rendered, like upstream's
         ("ClusterRoleBinding", "agent-sandbox-controller"),
-        # Ours, in every revision (lifecycle on or off) so that `helm rollback` finds it in both
-        ("CustomResourceDefinition", "sandboxarchives.lifecycle.agents.x-k8s.io"),
+        # Not the SandboxArchive CRD: without a cluster to look it up in, only with lifecycle on (a real install
+        # renders it with lifecycle off too: test_rollback_between_lifecycle_on_and_off).
         ("Deployment", "agent-sandbox-controller"),
         ("Namespace", "agent-sandbox-system"),
         ("Role", "agent-sandbox-controller"),
@@ -587,10 +588,10 @@ def _deployed_args(installed: Installed) -> list[str]:
 
 
 def test_rollback_between_lifecycle_on_and_off(installed: Installed) -> None:
-    """Every revision holds the SandboxArchive CRD, lifecycle on or off: a rollback from a revision with it
-    off to one with it on used to fail (`no CustomResourceDefinition with the name ... found`: the CRD kept
-    by the upgrade that turned it off is in the cluster but not in the current revision, and a rollback does
-    not adopt), leaving the release failed."""
+    """Every revision holds the SandboxArchive CRD when it is the release's, lifecycle on or off: a rollback
+    from a revision with it off to one with it on used to fail (`no CustomResourceDefinition with the name
+    ... found`: the CRD kept by the upgrade that turned it off is in the cluster but not in the current
+    revision, and a rollback does not adopt), leaving the release failed."""
     cluster = installed.cluster
     cluster.kubectl("delete", "crd", ARCHIVE_CRD, "--ignore-not-found", "--timeout=60s")  # another test's
     try:
@@ -623,7 +624,7 @@ def test_rollback_between_lifecycle_on_and_off(installed: Installed) -> None:
 
 
 def test_a_sandboxarchive_crd_the_release_does_not_own_is_left_alone(installed: Installed) -> None:
-    """Rendering the CRD in every revision must not make an install without lifecycle fail Helm's ownership
+    """Rendering the CRD with lifecycle off must not make an install without lifecycle fail Helm's ownership
     check on a SandboxArchive CRD someone else made (k8s/lifecycle, or a release under another name): that
     one is not rendered while lifecycle is off, and never taken over or deleted."""
     cluster = installed.cluster
@@ -646,6 +647,53 @@ def test_a_sandboxarchive_crd_the_release_does_not_own_is_left_alone(installed: 
         helm(cluster, "uninstall", "agent-sandbox", "--wait")
         assert cluster.kubectl("get", "crd", ARCHIVE_CRD).returncode == 0
     finally:
+        cluster.kubectl("delete", "crd", ARCHIVE_CRD, "--ignore-not-found", "--timeout=60s")
+
+
+def test_a_dry_run_leaves_a_foreign_sandboxarchive_crd_alone(installed: Installed) -> None:
+    """`helm install/upgrade --dry-run` (client, Helm's default) answers every `lookup` with nothing, yet
+    still runs Helm's ownership check against the cluster: a SandboxArchive CRD made by `k8s/lifecycle` must
+    not fail it while lifecycle is off, as it does not fail the real install
+    (test_a_sandboxarchive_crd_the_release_does_not_own_is_left_alone). And the probe that tells a dry run
+    from a real install must not be the release namespace: `--create-namespace` creates it after rendering."""
+    cluster = installed.cluster
+    crd_file = REPO_ROOT / "k8s" / "lifecycle" / "lifecycle.agents.x-k8s.io_sandboxarchives.yaml"
+    release_ns = f"t-rel-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("delete", "crd", ARCHIVE_CRD, "--ignore-not-found", "--timeout=60s")
+    cluster.kubectl("apply", "--server-side", "-f", str(crd_file), check=True)
+    try:
+        for dry_run in ("--dry-run", "--dry-run=client", "--dry-run=server"):
+            out = helm(
+                cluster, "install", "agent-sandbox", CHART, "--set", "image.tag=v1", dry_run, check=False
+            )
+            assert out.returncode == 0, (dry_run, out.stderr)
+            assert f"name: {ARCHIVE_CRD}" not in out.stdout, dry_run
+        # With lifecycle on the dry run says what the install would: hand it over first.
+        out = helm(
+            cluster, "install", "agent-sandbox", CHART, "--set", "image.tag=v1", "--set",
+            "lifecycle.enabled=true", "--dry-run", check=False,
+        )  # fmt: skip
+        assert "invalid ownership metadata" in out.stderr, out.stderr
+        helm(cluster, "install", "agent-sandbox", CHART, "--set", "image.tag=v1")
+        out = helm(
+            cluster, "upgrade", "agent-sandbox", CHART, "--reuse-values", "--set", "image.tag=v2", "--dry-run",
+            check=False,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        helm(cluster, "uninstall", "agent-sandbox", "--wait")
+
+        # No CRD: a real install with lifecycle off renders it (so every revision holds it), also into a
+        # release namespace that --create-namespace makes after rendering.
+        cluster.kubectl("delete", "crd", ARCHIVE_CRD, "--timeout=60s", check=True)
+        helm(
+            cluster, "install", "agent-sandbox", CHART, "--set", "image.tag=v1",
+            "--namespace", release_ns, "--create-namespace",
+        )  # fmt: skip
+        manifest = helm(cluster, "get", "manifest", "agent-sandbox", "--namespace", release_ns).stdout
+        assert f"name: {ARCHIVE_CRD}" in manifest
+    finally:
+        helm(cluster, "uninstall", "agent-sandbox", "--namespace", release_ns, "--wait", check=False)
+        cluster.kubectl("delete", "namespace", release_ns, "--ignore-not-found", "--wait=false")
         cluster.kubectl("delete", "crd", ARCHIVE_CRD, "--ignore-not-found", "--timeout=60s")
 
 
@@ -766,13 +814,16 @@ def test_optional_controller_values_may_be_null() -> None:
     assert definitions["optionalDuration"]["pattern"] == definitions["duration"]["pattern"]
 
 
-def test_the_sandboxarchive_crd_is_in_every_revision_and_only_its_grants_follow_lifecycle() -> None:
-    """A revision without the CRD cannot be rolled back to one with it (test_rollback_between_lifecycle_on_and_off)."""
+def test_without_a_cluster_the_sandboxarchive_crd_follows_lifecycle() -> None:
+    """`helm template` (and --dry-run=client) cannot look the CRD up: rendering it with lifecycle off could
+    name one the real install leaves alone (test_a_dry_run_leaves_a_foreign_sandboxarchive_crd_alone), so it
+    is rendered with lifecycle on only. Against a cluster it is in every revision it can be
+    (test_rollback_between_lifecycle_on_and_off)."""
     off = _template("--set", "image.tag=v1")
     on = _template("--set", "image.tag=v1", "--set", "lifecycle.enabled=true")
-    for docs in (off, on):
-        crd = _one(docs, "CustomResourceDefinition", "sandboxarchives.lifecycle.agents.x-k8s.io")
-        assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert not [d for d in off if d["kind"] == "CustomResourceDefinition"]
+    crd = _one(on, "CustomResourceDefinition", "sandboxarchives.lifecycle.agents.x-k8s.io")
+    assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
     assert not [d for d in off if d["metadata"]["name"] == "agent-sandbox-controller-lifecycle"]
     assert "--sandbox-lifecycle" not in _args(off)
     _one(on, "ClusterRole", "agent-sandbox-controller-lifecycle")
@@ -784,13 +835,16 @@ def test_a_digest_pinned_image_tag_makes_a_valid_version_label() -> None:
     """`tag@sha256:<digest>` is a valid image reference but not a label value (`@`, `:`, over 63 bytes):
     the label gets a sanitized copy, the image the tag as given."""
     tag = "v0.1.0@sha256:" + "0123456789abcdef" * 4
-    docs = _template("--set", f"image.tag={tag}", "--set", "router.enabled=true")
+    router_tag = "v0.1.0@sha256:" + "fedcba9876543210" * 4
+    docs = _template(
+        "--set", f"image.tag={tag}", "--set", "router.enabled=true", "--set", f"router.image.tag={router_tag}"
+    )  # fmt: skip
     container = _one(docs, "Deployment", "agent-sandbox-controller")["spec"]["template"]["spec"][
         "containers"
     ][0]
     assert container["image"] == f"registry.k8s.io/agent-sandbox/agent-sandbox-controller:{tag}"
     router = _one(docs, "Deployment", "sandbox-router")["spec"]["template"]["spec"]["containers"][0]
-    assert router["image"] == f"registry.k8s.io/agent-sandbox/sandbox-router:{tag}"
+    assert router["image"] == f"registry.k8s.io/agent-sandbox/sandbox-router:{router_tag}"
     versions = {
         d["metadata"]["labels"]["app.kubernetes.io/version"]
         for d in docs
@@ -807,6 +861,22 @@ def test_a_digest_pinned_image_tag_makes_a_valid_version_label() -> None:
         "app.kubernetes.io/version"
         not in _one(_template("--set", "image.tag=@"), "Deployment")["metadata"]["labels"]
     )
+
+
+def test_a_digest_pinned_image_tag_is_not_the_routers() -> None:
+    """router.image.tag defaults to image.tag, but a digest names one image: `sandbox-router:<tag>@<the
+    controller's digest>` cannot be pulled. Refused at render time, naming router.image.tag."""
+    tag = "v0.1.0@sha256:" + "0123456789abcdef" * 4
+    out = _helm(
+        "template", "x", CHART, "--set", f"image.tag={tag}", "--set", "router.enabled=true", check=False
+    )
+    assert out.returncode != 0
+    assert "set router.image.tag" in out.stderr, out.stderr
+    # Without the router nothing is refused, and a plain tag is still the router's default.
+    _one(_template("--set", f"image.tag={tag}"), "Deployment", "agent-sandbox-controller")
+    docs = _template("--set", "image.tag=v0.1.0", "--set", "router.enabled=true")
+    router = _one(docs, "Deployment", "sandbox-router")["spec"]["template"]["spec"]["containers"][0]
+    assert router["image"] == "registry.k8s.io/agent-sandbox/sandbox-router:v0.1.0"
 
 
 def test_creating_the_release_namespace_is_refused_before_anything_is_installed() -> None:
