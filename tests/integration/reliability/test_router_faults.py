@@ -27,6 +27,7 @@ import pytest
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.processes import Started, stop
+from agent_sandbox.devcluster.router import router_kubeconfig
 from agent_sandbox.kube import POD, SANDBOX, ApiClient, Object
 from agent_sandbox.router import Router, load_router_config
 from tests.helpers import eventually, is_ready
@@ -48,13 +49,15 @@ def controller(cluster: DevCluster) -> Iterator[Started]:
 
 @pytest.fixture
 async def router(cluster: DevCluster, controller: Started) -> AsyncIterator[Router]:
+    flags = ["--allow-loopback-pod-ip", "--cache-enabled"]
+    # As the dev routers: the install's `sandbox-router` ServiceAccount under
+    # AGENT_SANDBOX_CONTROLLER_IDENTITY=serviceaccount (CI), so the shipped RBAC is what the faults meet.
     args = [
         "--http-bind-address=127.0.0.1:0",
         "--metrics-bind-address=127.0.0.1:0",
         "--health-probe-bind-address=127.0.0.1:0",
-        "--allow-loopback-pod-ip",
-        "--cache-enabled",
-        f"--kubeconfig={cluster.kubeconfig}",
+        *flags,
+        f"--kubeconfig={router_kubeconfig(cluster, flags)}",
     ]
     config, _ = load_router_config(args, {})
     started = Router(config)
