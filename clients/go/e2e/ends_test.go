@@ -97,9 +97,12 @@ func TestWriteFromABlockedReaderEndsWithItsContext(t *testing.T) {
 // A command's stream broken by its runtime dying (the local runner's hard crash: SIGKILL, connections reset,
 // no exit event): every later Recv, and Wait, report the break again. The next Recv returned io.EOF as if the
 // command had finished, and Wait said only "stream ended without an exit event" (probe of December 6).
+// Through the router only: sandboxd on the pod IP reports the killed command's exit before its connection
+// goes often enough that five crashes in a row all ended cleanly in CI (no break to test); the unit test
+// TestABrokenStreamKeepsItsError covers both runtimes' streams deterministically.
 func TestAStreamBrokenByACrashKeepsItsError(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{"router, legacy", "pod IP, sandboxd"} {
+	for _, mode := range []string{"router, legacy"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			ctx := ctxFor(t, 2*time.Minute)
