@@ -257,7 +257,8 @@ async def test_the_first_of_two_authorization_headers_counts(
     assert scoped.proxy is not None
     scoped.proxy.settings.max_retries = 0
 
-    async def no_dns(route: object) -> object:  # what got through would be resolved by name: not here
+    # What got through would be resolved by name: not here.
+    async def no_dns(route: object, **_: object) -> object:
         from agent_sandbox.router._resolve import DialError
 
         raise DialError("no DNS in tests")
@@ -285,7 +286,7 @@ async def test_scoped_token_reaches_its_sandbox(
     assert router.proxy is not None
     router.proxy.settings.max_retries = 0
 
-    async def no_dns(route: object) -> object:
+    async def no_dns(route: object, **_: object) -> object:
         from agent_sandbox.router._resolve import DialError
 
         raise DialError("no DNS in tests")
