@@ -451,13 +451,19 @@ class AsyncSandbox:
 
     async def terminate(self) -> None:
         """Close the connection and delete the claim (the controller then deletes the sandbox). Idempotent."""
+        await self._terminate(uid=None)
+
+    async def _terminate(self, *, uid: str | None) -> None:
+        """`terminate`; with `uid`, only the claim with that UID is deleted (the client's exit cleanup: a claim
+        made again under the name since is someone else's, refused by the API server and left alone)."""
         await self.close_connection()
         if self._state.claim_name is not None:
 
             def deleted(_existed: bool) -> None:  # even if cancelled from here on: cleanup need not retry
                 self._state.claim_name = None
 
-            await self._driver.run(_lifecycle.delete_claim(self.namespace, self._state.claim_name), deleted)
+            flow = _lifecycle.delete_claim(self.namespace, self._state.claim_name, uid=uid)
+            await self._driver.run(flow, deleted)
 
     async def __aenter__(self) -> AsyncSandbox:
         return self

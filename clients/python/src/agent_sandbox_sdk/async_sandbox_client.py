@@ -112,16 +112,8 @@ class AsyncSandboxClient:
         name since (by someone else) is refused by the API server and left alone, quietly; until December 6
         cleanup deleted it by name. Errors are logged, as `delete_sandbox` logs them."""
         self._registry.pop(namespace, claim)
-        await handle.close_connection()
-        state = handle._state
-        if state.claim_name is None:  # terminated already
-            return
-
-        def deleted(_existed: bool) -> None:  # even if cancelled from here on: nothing left to retry
-            state.claim_name = None
-
         try:
-            await self._driver.run(_lifecycle.delete_claim(namespace, claim, uid=state.claim_uid), deleted)
+            await handle._terminate(uid=handle._state.claim_uid)
         except SandboxError as err:
             log.error("deleting SandboxClaim %s/%s failed: %s", namespace, claim, err)
 

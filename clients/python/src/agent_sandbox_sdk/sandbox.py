@@ -444,9 +444,14 @@ class Sandbox:
 
     def terminate(self) -> None:
         """Close the connection and delete the claim (the controller then deletes the sandbox). Idempotent."""
+        self._terminate(uid=None)
+
+    def _terminate(self, *, uid: str | None) -> None:
+        """`terminate`; with `uid`, only the claim with that UID is deleted (the client's exit cleanup: a claim
+        made again under the name since is someone else's, refused by the API server and left alone)."""
         self.close_connection()
         if self._state.claim_name is not None:
-            self._driver.run(_lifecycle.delete_claim(self.namespace, self._state.claim_name))
+            self._driver.run(_lifecycle.delete_claim(self.namespace, self._state.claim_name, uid=uid))
             self._state.claim_name = None
 
     def __enter__(self) -> Sandbox:

@@ -96,13 +96,8 @@ class SandboxClient:
         name since (by someone else) is refused by the API server and left alone, quietly; until December 6
         cleanup deleted it by name. Errors are logged, as `delete_sandbox` logs them."""
         self._registry.pop(namespace, claim)
-        handle.close_connection()
-        state = handle._state
-        if state.claim_name is None:  # terminated already
-            return
         try:
-            self._driver.run(_lifecycle.delete_claim(namespace, claim, uid=state.claim_uid))
-            state.claim_name = None
+            handle._terminate(uid=handle._state.claim_uid)
         except SandboxError as err:
             log.error("deleting SandboxClaim %s/%s failed: %s", namespace, claim, err)
 
