@@ -299,7 +299,7 @@ class Proxy:
         if self.lifecycle is not None and (suspending or self.lifecycle.seen_suspended(route)):
             try:
                 # Ours: what resolving after the hold would refuse (another sandbox's address or UID) is refused
-                # first, without resuming anything (until December 7 the Sandbox was resumed, then 403).
+                # first, without resuming anything (until December 6 the Sandbox was resumed, then 403).
                 resolver.refuse_named_elsewhere(route)
             except RouteError as exc:
                 reply(conn, out, exc.status, exc.detail, req)

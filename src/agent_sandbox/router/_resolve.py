@@ -87,6 +87,18 @@ def _foreign_uid(route: Route) -> RouteError:
     )
 
 
+def _uid_entry(cache: PodCache, route: Route) -> PodEntry | None:
+    """The cached pod of the route's `X-Sandbox-UID` (None: no UID, or one the cache does not know).
+
+    Raises:
+        RouteError: 403, the UID is another sandbox's.
+    """
+    entry = cache.by_uid.get(route.uid) if route.uid else None
+    if entry is not None and (entry.namespace != route.namespace or entry.sandbox != route.sandbox_id):
+        raise _foreign_uid(route)
+    return entry
+
+
 Resumable = Callable[[str, str], bool]
 """(namespace, name) -> a request for that Sandbox that finds no pod is held while it resumes (or told why it
 cannot be): `RouterLifecycle.resumable`."""
@@ -217,7 +229,7 @@ class Resolver:
         watch), or, resolving by name, an `X-Sandbox-UID` that is another sandbox's. Nothing without the cache.
 
         A request for a Sandbox the router has seen Suspended is held before it is resolved (not to the pod a
-        suspend is taking away), so until December 7 such a request resumed the Sandbox and only then got its
+        suspend is taking away), so until December 6 such a request resumed the Sandbox and only then got its
         403. An address or UID the cache does not know (a former pod's) is not refused here: it is resolved by
         name once the hold is over, as `resolve_fast(route, resumed=True)` does.
 
@@ -229,12 +241,7 @@ class Resolver:
             return
         if route.pod_ip is not None:
             self._pod_ip(cache, route, True)  # resumed: raises or says "by name", never a Target
-        if route.uid:
-            entry = cache.by_uid.get(route.uid)
-            if entry is not None and (
-                entry.namespace != route.namespace or entry.sandbox != route.sandbox_id
-            ):
-                raise _foreign_uid(route)
+        _uid_entry(cache, route)
 
     def resolve_fast(self, route: Route, *, resumed: bool = False) -> Target | None:
         """Resolve without waiting; None when the slow path (`resolve`) is needed.
@@ -258,12 +265,9 @@ class Resolver:
             # A stale address of this sandbox: on as a request by name (the address is not dialled).
         if cache is None:
             return None
-        if route.uid:
-            entry = cache.by_uid.get(route.uid)
-            if entry is not None:
-                if entry.namespace != route.namespace or entry.sandbox != route.sandbox_id:
-                    raise _foreign_uid(route)
-                return Target(entry.ip, route.port, "cache", _authority(entry.ip, route.port), entry)
+        entry = _uid_entry(cache, route)
+        if entry is not None:
+            return Target(entry.ip, route.port, "cache", _authority(entry.ip, route.port), entry)
         entry = cache.by_name.get((route.namespace, route.sandbox_id))
         if entry is not None:
             return Target(entry.ip, route.port, "cache-name", _authority(entry.ip, route.port), entry)

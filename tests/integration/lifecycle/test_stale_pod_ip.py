@@ -192,7 +192,7 @@ async def test_another_sandboxes_pod_ip_is_refused_and_restores_nothing(
     kube: ApiClient, namespace: str, start_router: StartRouter, http: aiohttp.ClientSession, away: str
 ) -> None:
     """Refused before any hold: a suspended Sandbox the router has seen Suspended is held before it is resolved
-    (not to the pod a suspend is taking away), and until December 7 it was resumed first and only then refused
+    (not to the pod a suspend is taking away), and until December 6 it was resumed first and only then refused
     the address (`resume-reason: Request` for a request that was never going to be served)."""
     router = await start_router()
     await kube.create(SANDBOX, runtime_sandbox("ip-mine", AUTO), namespace=namespace)

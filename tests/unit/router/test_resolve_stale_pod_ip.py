@@ -169,7 +169,7 @@ async def test_the_lifecycle_says_which_sandboxes_resume_on_request() -> None:
 
 def test_another_sandboxes_address_is_refused_before_any_hold() -> None:
     """`Resolver.refuse_named_elsewhere` is asked before a request for a Sandbox the router has seen Suspended is
-    held (`Proxy._forward`, `H2Connection._dial`): until December 7 such a request was held first, so the Sandbox
+    held (`Proxy._forward`, `H2Connection._dial`): until December 6 such a request was held first, so the Sandbox
     was resumed for a request then refused for naming another sandbox's address."""
     cache = gone(cache_with(pod("sb", "10.0.0.1"), pod("other", "10.0.0.2")), pod("sb", "10.0.0.1"))
     res = resolver(cache, resumable={("team", "sb")})
