@@ -371,12 +371,13 @@ class _Session:
             self._refuse(stream, grpc, exc)
             return
         suspending = False
-        if proxy.lifecycle is not None:
-            # Ours (docs/lifecycle.md), as for HTTP/1.1: activity, written before the first stream when due.
-            urgent = proxy.lifecycle.record(route.namespace, route.sandbox_id)
-            if urgent is not None:
-                suspending = await urgent
         try:
+            if proxy.lifecycle is not None:
+                proxy.resolver.refuse_named_elsewhere(route)  # as HTTP/1.1: refused before it is activity
+                # Ours (docs/lifecycle.md), as for HTTP/1.1: activity, written before the first stream when due.
+                urgent = proxy.lifecycle.record(route.namespace, route.sandbox_id)
+                if urgent is not None:
+                    suspending = await urgent
             upstream = await self._dial(route, suspending)
         except RouteError as exc:
             proxy.metrics.authz_decision(route.namespace, True)

@@ -214,6 +214,13 @@ class Proxy:
         header_timeout = settings.response_header_timeout if route.timeout is None else timeout
         suspending = False
         if self.lifecycle is not None:
+            try:
+                # Ours: a request naming another sandbox's address or UID is refused before it counts as
+                # activity (until December 6 it kept the named Sandbox from its idle suspend).
+                self.resolver.refuse_named_elsewhere(route)
+            except RouteError as exc:
+                reply(conn, out, exc.status, exc.detail, req)
+                return
             # Ours (docs/lifecycle.md): activity of a Sandbox with an idle timeout; written first when due.
             urgent = self.lifecycle.record(route.namespace, route.sandbox_id)
             if urgent is not None:

@@ -377,3 +377,43 @@ async def test_upstream_sdk_reaches_its_hibernated_sandbox_again(
     holder = await sandbox_holding(kube, ip)
     if holder is None or holder == f"{namespace}/{name}":
         assert after == [f"{name}\n", 0], err.decode()
+
+
+@pytest.mark.parametrize("h2c", [False, True])
+async def test_a_request_refused_for_another_sandboxes_pod_ip_is_not_activity(
+    kube: ApiClient, namespace: str, start_router: StartRouter, http: aiohttp.ClientSession, h2c: bool
+) -> None:
+    """A request the router refuses (403, another sandbox's address) never reached the Sandbox, so it must not
+    keep it from its idle suspend: until December 6 the activity was written before the address was checked."""
+    router = await start_router(*(["--enable-h2c"] if h2c else []))
+    idle = {lc.ANNOTATION_IDLE_TIMEOUT: "1h"}
+    await kube.create(SANDBOX, runtime_sandbox("act-mine", idle), namespace=namespace)
+    await kube.create(SANDBOX, runtime_sandbox("act-theirs", {}), namespace=namespace)
+    await ready_ip(kube, namespace, "act-mine")
+    theirs = await ready_ip(kube, namespace, "act-theirs")
+    await served_via_pod_ip(http, router, "act-theirs", namespace, theirs)
+    assert router.lifecycle is not None
+    sandboxes = router.lifecycle.state.sandboxes
+
+    async def seen() -> bool:
+        view = sandboxes.get((namespace, "act-mine"))
+        return view is not None and lc.ANNOTATION_IDLE_TIMEOUT in view.annotations
+
+    await eventually(seen, "the router sees act-mine with its idle timeout")
+    detail = f"X-Sandbox-Pod-IP {theirs} does not belong to sandbox {namespace}/act-mine."
+    if h2c:
+        metadata = (
+            ("x-sandbox-id", "act-mine"),
+            ("x-sandbox-namespace", namespace),
+            ("x-sandbox-port", "9090"),
+            ("x-sandbox-pod-ip", theirs),
+        )
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{router.http_port}") as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await ProcessClient(channel).execute_call(HOSTNAME, timeout=30, metadata=metadata)
+        assert (err.value.code(), err.value.details()) == (grpc.StatusCode.PERMISSION_DENIED, detail)
+    else:
+        assert await via_pod_ip(http, router, "act-mine", namespace, theirs) == (403, detail)
+    await asyncio.sleep(1)  # a background flush of noted activity, had there been one
+    sandbox = await kube.get(SANDBOX, "act-mine", namespace=namespace)
+    assert lc.ANNOTATION_LAST_ACTIVITY not in (sandbox["metadata"].get("annotations") or {})
