@@ -450,19 +450,18 @@ class AsyncSandbox:
         self._files = None
 
     async def terminate(self) -> None:
-        """Close the connection and delete the claim (the controller then deletes the sandbox). Idempotent."""
-        await self._terminate(uid=None)
+        """Close the connection and delete the claim (the controller then deletes the sandbox). Idempotent.
 
-    async def _terminate(self, *, uid: str | None) -> None:
-        """`terminate`; with `uid`, only the claim with that UID is deleted (the client's exit cleanup: a claim
-        made again under the name since is someone else's, refused by the API server and left alone)."""
+        The claim this handle was made for, by its UID (a DeleteOptions precondition): one made again under
+        its name since - by someone else - is refused by the API server and left alone (until December 6 an
+        explicit `terminate()` deleted it by name; only the client's exit cleanup used the UID)."""
         await self.close_connection()
         if self._state.claim_name is not None:
 
             def deleted(_existed: bool) -> None:  # even if cancelled from here on: cleanup need not retry
                 self._state.claim_name = None
 
-            flow = _lifecycle.delete_claim(self.namespace, self._state.claim_name, uid=uid)
+            flow = _lifecycle.delete_claim(self.namespace, self._state.claim_name, uid=self._state.claim_uid)
             await self._driver.run(flow, deleted)
 
     async def __aenter__(self) -> AsyncSandbox:

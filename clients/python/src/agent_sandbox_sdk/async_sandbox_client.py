@@ -113,7 +113,7 @@ class AsyncSandboxClient:
         cleanup deleted it by name. Errors are logged, as `delete_sandbox` logs them."""
         self._registry.pop(namespace, claim)
         try:
-            await handle._terminate(uid=handle._state.claim_uid)
+            await handle.terminate()
         except SandboxError as err:
             log.error("deleting SandboxClaim %s/%s failed: %s", namespace, claim, err)
 
@@ -331,7 +331,8 @@ class AsyncSandboxClient:
     # ------------------------------------------------------------------------------------ delete
 
     async def delete_sandbox(self, claim_name: str, namespace: str = "default") -> None:
-        """Terminate the tracked handle, else delete the claim; errors are logged, not raised."""
+        """Terminate the tracked handle (its claim, by UID), else delete the claim by name; errors are logged,
+        not raised."""
         handle = self._registry.pop(namespace, claim_name)
         try:
             if handle is not None:

@@ -185,3 +185,27 @@ def test_a_stale_auto_named_handle_does_not_delete_a_same_name_recreation_at_exi
     assert fake.claims[name]["metadata"]["uid"] == "someone-elses"
     assert [precondition(r) for r in claim_deletes(fake)] == [uid]
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_terminate_of_a_stale_handle_leaves_a_same_name_recreation_alone(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An explicit `terminate()` means "delete this sandbox": the claim the handle was made for, by UID. Its
+    claim replaced by another program's under the same name, the handle's terminate left that one alone only
+    at the client's exit; until December 6 an explicit `terminate()` deleted it by name."""
+    fake = FakeCluster()
+    client = Client(fake, mode, monkeypatch)
+    sandbox = client.create(claim_name="mine")
+    uid = fake.claims["mine"]["metadata"]["uid"]
+    recreate_elsewhere(fake, "mine")
+    if mode == "sync":
+        sandbox.terminate()
+    else:
+        client.loop.run_until_complete(sandbox.terminate())
+    assert fake.claims["mine"]["metadata"]["uid"] == "someone-elses"
+    assert [precondition(r) for r in claim_deletes(fake)] == [uid]
+    assert not sandbox.is_active
+    sandbox.terminate() if mode == "sync" else client.loop.run_until_complete(sandbox.terminate())
+    assert len(claim_deletes(fake)) == 1  # idempotent: nothing left to delete
+    client.exit()
