@@ -58,7 +58,7 @@ FLAGS: tuple[Flag, ...] = (
         "kube-api-qps",
         "float",
         -1.0,
-        "Client QPS to the API server; negative disables client-side throttling.",
+        "Client QPS to the API server; <= 0 disables client-side throttling.",
     ),
     Flag("kube-api-burst", "int", 10, "Client burst to the API server; must be > 0."),
     Flag("api-connections", "int", 1, "Independent API connections used round-robin for non-watch traffic."),

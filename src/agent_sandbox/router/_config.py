@@ -70,7 +70,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag("upstream-retry-initial-delay", "duration", 0.2, "First retry backoff; doubles per retry."),
     Flag("upstream-retry-max-delay", "duration", 0.8, "Backoff ceiling."),
     Flag("enable-tracing", "bool", False, "OpenTelemetry tracing (auto-on with an OTLP endpoint env)."),
-    Flag("enable-otel-metrics", "bool", False, "Push metrics over OTLP (auto-on with an OTLP endpoint env)."),
+    Flag(
+        "enable-otel-metrics",
+        "bool",
+        False,
+        "Accepted for compatibility; pushing metrics over OTLP is not implemented (logs a warning; scrape /metrics).",
+    ),
     Flag("authz-mode", "string", "allow-all", "allow-all, tokenreview or scoped-token.", AUTHZ_MODES),
     Flag("authz-tokenreview-ttl", "duration", 30.0, "TokenReview verdict cache TTL."),
     Flag("authz-tokenreview-cache-size", "int", 2048, "TokenReview verdict cache entries."),

@@ -243,9 +243,14 @@ class LifecycleReconciler:
         if self._reported.get(key, (uid, frozenset())) == (uid, problems):
             return
         self._reported[key] = (uid, problems)
-        for problem in sorted(problems):
-            reason = "HibernationConflict" if problem == plan.conflict else "InvalidLifecycleSettings"
-            self._events.event(dict(subject), "Warning", reason, "Lifecycle", problem)
+        # One Event per reason with every problem in its note: Events of one object, reason and action are one
+        # series whose first note is kept (as client-go's recorder), so one Event per problem named only the
+        # first unusable annotation (until December 6).
+        invalid = "; ".join(sorted(p for p in problems if p != plan.conflict))
+        if invalid:
+            self._events.event(dict(subject), "Warning", "InvalidLifecycleSettings", "Lifecycle", invalid)
+        if plan.conflict:
+            self._events.event(dict(subject), "Warning", "HibernationConflict", "Lifecycle", plan.conflict)
 
     async def _suspend(self, request: Request, snap: Snapshot, plan: Suspend) -> Result:
         assert snap.sandbox is not None

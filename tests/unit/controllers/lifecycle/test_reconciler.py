@@ -25,9 +25,11 @@ BAD = {lc.ANNOTATION_IDLE_TIMEOUT: "soon"}  # not a duration: an InvalidLifecycl
 class Events:
     def __init__(self) -> None:
         self.reasons: list[tuple[str, str]] = []
+        self.notes: list[str] = []
 
     def event(self, regarding: Object, type_: Any, reason: str, action: str, note: str) -> None:
         self.reasons.append((regarding["metadata"]["name"], reason))
+        self.notes.append(note)
 
 
 def reconciler(client: FakeClient, events: Events) -> LifecycleReconciler:
@@ -60,6 +62,23 @@ async def test_a_recreated_sandbox_is_reported_again() -> None:
     await client.create(SANDBOX, sandbox("sb", uid="uid-2", annotations=BAD), namespace=NS)
     await rec.reconcile(Request(NS, "sb"))  # the delete's pass never ran: the UID tells them apart
     assert events.reasons == [("sb", "InvalidLifecycleSettings")] * 2
+
+
+async def test_every_unusable_annotation_is_named_in_one_event() -> None:
+    """Events of one object, reason and action are one series that keeps its first note (the recorder, as
+    client-go's): one Event per problem named only the first unusable annotation (until December 6)."""
+    client, events = FakeClient(), Events()
+    rec = reconciler(client, events)
+    bad = {
+        lc.ANNOTATION_IDLE_TIMEOUT: "15",
+        lc.ANNOTATION_HIBERNATE_AFTER: "-1h",
+        lc.ANNOTATION_AUTO_RESUME: "yes",
+    }
+    await client.create(SANDBOX, sandbox("sb", uid="uid-1", annotations=bad), namespace=NS)
+    await rec.reconcile(Request(NS, "sb"))
+    assert events.reasons == [("sb", "InvalidLifecycleSettings")]
+    for key, value in bad.items():
+        assert f'{key}="{value}"' in events.notes[0], events.notes[0]
 
 
 # --------------------------------------------------------------------------- restore and expiry of archives
