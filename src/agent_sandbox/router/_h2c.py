@@ -14,8 +14,9 @@ re-resolution as for HTTP/1.1, see `_Session._dial`; the sandbox's own SETTINGS,
 which may be read before the tunnel is attached, are kept for it; with `--sandbox-lifecycle` the first
 stream is activity and is held while its Sandbox resumes, as an HTTP/1.1 request) and replays the buffered bytes. From
 then on frames are relayed unchanged, but every later HEADERS block from the client is still decoded
-(HPACK state is per connection): a connection is pinned to one sandbox, and a stream that names other
-routing headers (or a credential that no longer verifies) is refused with a GOAWAY naming the last
+(HPACK state is per connection): a connection is pinned to one sandbox, and a stream that names another
+target (sandbox ID, namespace, port, Pod IP or UID; see `_PINNED_FIELDS`) or a credential that no longer
+verifies is refused with a GOAWAY naming the last
 accepted stream: none of its frames, nor those of any later stream, reach the sandbox, the accepted
 streams finish, and the client retries the refused ones on a new connection (gRPC does this by itself,
 once per call), which is then pinned to the other sandbox. One connection per sandbox, as with HTTP/1.1
@@ -24,6 +25,11 @@ SETTINGS etc. pass through untouched; the router's own frames go between two of 
 HTTP/2 responses; for gRPC requests as a trailers-only response with the matching `grpc-status`
 (400 -> INVALID_ARGUMENT, 401 -> UNAUTHENTICATED, 403 -> PERMISSION_DENIED, 502 -> UNAVAILABLE,
 504 -> DEADLINE_EXCEEDED) and the detail text as `grpc-message`.
+
+`x-sandbox-timeout` is not applied on h2c (nor validated; it is forwarded as metadata): a stream's deadline
+is gRPC's own `grpc-timeout`, which client and sandbox enforce. Ending one stream of a multiplexed connection
+the router only inspects would mean answering it with a header block of the router's own in the sandbox's
+HPACK context and dropping the sandbox's later frames for it, i.e. terminating HTTP/2 (docs/router.md).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import orjson
 from ..api.errortext import describe_error
 from ._lifecycle import MAX_HOLDS
 from ._resolve import Target
-from ._routing import Route, RouteError, parse_route
+from ._routing import HEADER_TIMEOUT, Route, RouteError, parse_route
 from ._server import H2C_PREFACE, ClientConnection
 from ._tunnel import Tunnel
 from ._upstream import UpstreamConnection
@@ -165,6 +171,11 @@ def _routing(headers: list[tuple[str, str]]) -> tuple[dict[bytes, bytes], set[by
     authorization: bytes | None = None
     for name, value in headers:
         key = name.lower().encode("latin-1")
+        if key == HEADER_TIMEOUT:
+            # Not applied on h2c (docs/router.md): a call's deadline is gRPC's own `grpc-timeout`. So neither
+            # validated nor part of the route; it reaches the sandbox as ordinary metadata (as the Go router
+            # forwards and ignores it).
+            continue
         if key.startswith(b"x-sandbox-"):
             if key in routing:
                 dups.add(key)
@@ -208,6 +219,17 @@ class _FrameBoundary:
             if first < 0 and self.at_boundary:
                 first = pos
         return first
+
+
+_PINNED_FIELDS = ("sandbox_id", "namespace", "port", "pod_ip", "uid")
+"""The `Route` fields a connection is pinned to: those that select the sandbox to dial (the credential,
+`authorization`, is checked per stream on its own). Not `timeout`: it selects nothing (and is not read on h2c).
+A field added to `Route` must be decided on here (tests/unit/router/test_h2c_pin.py fails until it is)."""
+
+
+def _pin_of(route: Route) -> tuple[object, ...]:
+    """What of `route` a later stream on the connection must repeat to be forwarded (`_PINNED_FIELDS`)."""
+    return (route.sandbox_id, route.namespace, route.port, route.pod_ip, route.uid)
 
 
 def _stream_of(frame: bytes) -> int:
@@ -490,7 +512,9 @@ class _Session:
             route = parse_route(routing, dups, allow_loopback=self.proxy.settings.allow_loopback)
         except RouteError:
             return False
-        if route != self.route:
+        if self.route is None or _pin_of(route) != _pin_of(self.route):
+            # Another sandbox (or the same one named another way: by Pod IP or UID, which the resolver checks
+            # against the sandbox, so the first stream's check does not vouch for it).
             return False
         if self.upstream_write is None and authorization == self.authorization:
             # The connection's own check is still running: streams with its credential wait with it (their

@@ -11,14 +11,20 @@ reaching the sandbox matter.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
 import hpack
 import pytest
 
+from agent_sandbox.api import processv1 as pb
 from agent_sandbox.router import Router
+from agent_sandbox.runtime import RuntimeConfig, RuntimeServer
+from tests.helpers import eventually
+from tests.integration.runtime.helpers import ProcessClient
 
 from .conftest import fresh_ip
 
@@ -318,3 +324,147 @@ async def test_binary_metadata_leaves_the_connection_up(
         rest = [await counting.read() for _ in range(4)]
         assert await counting.read() == grpc.aio.EOF
     assert rest == [f"alpha {i}".encode() for i in range(1, 5)]
+
+
+# ------------------------------------------------------------------ X-Sandbox-Timeout is not part of the pin
+
+
+def _timed_request(sandbox: RecordingSandbox, encoder: hpack.Encoder, stream: int, timeout: str) -> bytes:
+    """A gRPC request's HEADERS frame for `sandbox` carrying `x-sandbox-timeout: <timeout>`."""
+    block = encoder.encode(
+        [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", "/echo.Echo/Who"),
+            (":authority", "router"),
+            ("x-sandbox-id", "alpha"),
+            ("x-sandbox-pod-ip", sandbox.ip),
+            ("x-sandbox-port", str(sandbox.port)),
+            ("x-sandbox-timeout", timeout),
+        ]
+    )
+    return frame(HEADERS, END_HEADERS | END_STREAM, stream, block)
+
+
+async def test_streams_differing_only_in_x_sandbox_timeout_share_the_connection(h2c_router: Router) -> None:
+    """Byte-level: `x-sandbox-timeout` says nothing about which sandbox a call is for, so streams that differ
+    only in it all reach the pinned sandbox, in one write and one after another, and no GOAWAY comes back.
+    (The pin compared the whole route, timeout included: every such stream was refused with a GOAWAY and
+    gRPC reconnected for each call; 26-28 of 32 concurrent calls from a pool of threads failed
+    `UNAVAILABLE: Stream removed`.) An invalid value is not refused either: on h2c the header is ignored
+    (docs/router.md), as upstream's Go router ignores it."""
+    async with RecordingSandbox() as sandbox:
+        encoder = hpack.Encoder()
+        reader, writer = await asyncio.open_connection("127.0.0.1", h2c_router.http_port)
+        try:
+            writer.write(
+                PREFACE
+                + frame(SETTINGS, 0, 0, b"")
+                + _timed_request(sandbox, encoder, 1, "30")
+                + _timed_request(sandbox, encoder, 3, "31")
+                + _timed_request(sandbox, encoder, 5, "0.5")
+            )
+            await writer.drain()
+            for stream, timeout in ((7, "60"), (9, "not-a-number"), (11, "30")):
+                await asyncio.sleep(0.1)
+                writer.write(_timed_request(sandbox, encoder, stream, timeout))
+                await writer.drain()
+            expected = [1, 3, 5, 7, 9, 11]
+
+            async def all_relayed() -> bool:
+                return [s for t, _, s, _ in sandbox.relayed() if t == HEADERS] == expected
+
+            await eventually(all_relayed, f"streams {expected} at the sandbox", within=10, interval=0.05)
+            await asyncio.sleep(0.3)  # a GOAWAY would have been written by now
+            seen = b""
+            while True:
+                try:
+                    async with asyncio.timeout(0.2):
+                        chunk = await reader.read(65536)
+                except TimeoutError:
+                    break
+                assert chunk, f"connection closed: {frames(seen)}"
+                seen += chunk
+            assert not [f for f in frames(seen) if f[0] == GOAWAY], frames(seen)
+            assert [s for t, _, s, _ in sandbox.relayed() if t == HEADERS] == expected
+            assert not writer.is_closing()
+        finally:
+            writer.close()
+
+
+# ------------------------------------------------- the project's runtime (process.v1) behind the router
+
+
+@pytest.fixture
+async def runtime(tmp_path: Path) -> AsyncIterator[RuntimeServer]:
+    """The project's runtime on its own loopback address; its gRPC port serves process.v1 (sandboxd's)."""
+    server = RuntimeServer(
+        RuntimeConfig(
+            root_dir=tmp_path / "root", listen_host=fresh_ip(), legacy_port=0, rest_port=0, grpc_port=0
+        )
+    )
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop(2.0)
+
+
+def _runtime_metadata(runtime: RuntimeServer, timeout: str | None = None) -> tuple[tuple[str, str], ...]:
+    metadata = (
+        ("x-sandbox-id", "runtime"),
+        ("x-sandbox-namespace", "default"),
+        ("x-sandbox-pod-ip", runtime.config.listen_host),
+        ("x-sandbox-port", str(runtime.ports["grpc"])),
+    )
+    return metadata if timeout is None else (*metadata, ("x-sandbox-timeout", timeout))
+
+
+async def test_calls_differing_only_in_x_sandbox_timeout_are_all_served(
+    h2c_router: Router, runtime: RuntimeServer
+) -> None:
+    """The probe that found it: 32 concurrent Execute calls on one connection, each with its own
+    `x-sandbox-timeout` (as the SDK sends it: the call's read timeout), all succeed."""
+    target = f"127.0.0.1:{h2c_router.http_port}"
+    async with grpc.aio.insecure_channel(target, options=OWN_CONNECTION) as channel:
+        client = ProcessClient(channel)
+
+        async def execute(i: int) -> pb.ExecuteResponse:
+            request = pb.ExecuteRequest(config=pb.ProcessConfig(command=["echo", str(i)]))
+            response: pb.ExecuteResponse = await client.execute_call(
+                request, metadata=_runtime_metadata(runtime, str(30 + i)), timeout=30
+            )
+            return response
+
+        results = await asyncio.gather(*(execute(i) for i in range(32)), return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        assert not failed, f"{len(failed)} of 32 failed, first: {failed[0]!r}"
+        assert [(r.exit_code, r.stdout) for r in results] == [(0, f"{i}\n".encode()) for i in range(32)]  # type: ignore[union-attr]
+
+
+async def test_on_h2c_the_call_deadline_is_grpc_timeout_not_x_sandbox_timeout(
+    h2c_router: Router, runtime: RuntimeServer
+) -> None:
+    """What docs/router.md says: on h2c the router does not apply `x-sandbox-timeout` to a stream (it would
+    have to end a stream in the middle of a multiplexed connection it only inspects); a call's deadline is
+    gRPC's own (`grpc-timeout`), which the client and the runtime enforce."""
+    target = f"127.0.0.1:{h2c_router.http_port}"
+    sleep = pb.ExecuteRequest(config=pb.ProcessConfig(command=["sleep", "1.5"]))
+    async with grpc.aio.insecure_channel(target, options=OWN_CONNECTION) as channel:
+        client = ProcessClient(channel)
+        start = time.monotonic()
+        response = await client.execute_call(sleep, metadata=_runtime_metadata(runtime, "0.3"), timeout=30)
+        assert response.exit_code == 0
+        assert time.monotonic() - start >= 1.4
+        start = time.monotonic()
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await client.execute_call(sleep, metadata=_runtime_metadata(runtime, "60"), timeout=0.3)
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert time.monotonic() - start < 1.2
+        # The connection carries on after a call that ran out (both calls above used it).
+        response = await client.execute_call(
+            pb.ExecuteRequest(config=pb.ProcessConfig(command=["echo", "ok"])),
+            metadata=_runtime_metadata(runtime, "5"),
+            timeout=30,
+        )
+        assert response.stdout == b"ok\n"
