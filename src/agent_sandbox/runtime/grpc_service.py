@@ -183,7 +183,7 @@ def _serialize(message: Message) -> bytes:
 
 
 def add_process_service(server: aio.Server, state: RuntimeState) -> ProcessService:
-    """Register ProcessService (and reflection) on `server`."""
+    """Register ProcessService on `server` (reflection: `reflection.enable_reflection`)."""
     service = ProcessService(state)
     unary: dict[str, Callable[[bytes, Any], Awaitable[Message]]] = {
         "Execute": service.execute,

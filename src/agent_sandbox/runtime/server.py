@@ -16,7 +16,6 @@ import socket
 
 from aiohttp import web
 from grpc import aio
-from grpc_reflection.v1alpha import reflection
 
 from agent_sandbox.api import processv1
 
@@ -24,6 +23,7 @@ from ._http import JsonErrorAppRunner
 from .config import RuntimeConfig
 from .grpc_service import add_process_service
 from .legacy import legacy_app
+from .reflection import enable_reflection
 from .rest import rest_app
 from .state import RuntimeState
 
@@ -95,7 +95,8 @@ class RuntimeServer:
     async def _start_grpc(self) -> None:
         server = aio.server(options=[("grpc.so_reuseport", 0)])
         add_process_service(server, self.state)
-        reflection.enable_server_reflection((processv1.SERVICE, reflection.SERVICE_NAME), server)
+        # v1 and v1alpha, as grpc-go's reflection.Register in sandboxd (v1-only clients exist).
+        enable_reflection(server, (processv1.SERVICE,))
         self._grpc = server
         port = server.add_insecure_port(_host_port(self.config.listen_host, self.config.grpc_port))
         if port == 0:
