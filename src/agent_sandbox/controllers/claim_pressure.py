@@ -19,6 +19,10 @@ creates, ownership changes, takeovers, the claim's metadata that must precede it
 write that changes a condition or a count (the pool's `readyReplicas`), a Sandbox's Pod creation, deletes.
 
 With `hold <= 0` (`--sandbox-claim-priority-hold=0`) nothing is ever hot and every write is synchronous.
+
+A graceful stop ends the hold for good (`flush()`, a `kube.HeldWrites` the manager awaits before it releases
+the Lease): the held first-ready stamps are sent while this process may still write. The other held writes
+need not be: any leader's next pass recomputes them (docs/design/claim-priority.md).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -36,6 +40,7 @@ __all__ = [
     "DEFAULT_HOLD",
     "ClaimPressure",
     "ClaimPressureCollector",
+    "FlushesHeldWrites",
     "HoldsWrites",
 ]
 
@@ -53,6 +58,16 @@ class HoldsWrites(Protocol):
 
     def held_writes(self) -> Mapping[str, int]:
         """Writes this site holds right now, by write kind (the `write` label of the held gauge)."""
+        ...
+
+
+@runtime_checkable
+class FlushesHeldWrites(HoldsWrites, Protocol):
+    """A site whose held writes a graceful stop must send itself: no successor would redo them (the claim
+    controller's first-ready stamps: a successor finding a Ready claim without one can only write `unknown`)."""
+
+    async def flush_held(self) -> None:
+        """Return once the held writes are sent (`ClaimPressure.flush` has ended their hold)."""
         ...
 
 
@@ -78,6 +93,7 @@ class ClaimPressure:
         self.arrivals = 0
         self.episodes = 0
         self._holders: list[HoldsWrites] = []
+        self._stopped = False
 
     @property
     def enabled(self) -> bool:
@@ -85,7 +101,7 @@ class ClaimPressure:
 
     def note_arrival(self) -> None:
         """A new claim that is not Ready yet was observed (call from the event loop)."""
-        if not self.enabled:
+        if not self.enabled or self._stopped:
             return
         self.arrivals += 1
         self._last_arrival = self._clock()
@@ -143,6 +159,32 @@ class ClaimPressure:
                 await self._calm.wait()
         except TimeoutError:
             pass
+
+    def stop(self) -> None:
+        """End claim priority for good (the process is stopping): never hot again, every wait ends now."""
+        self._stopped = True
+        self._last_arrival = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._calm.set()
+
+    async def flush(self) -> None:
+        """`kube.HeldWrites`: `stop()`, then wait until the `FlushesHeldWrites` sites sent what they held.
+
+        Calm listeners are not run: they re-enqueue into controllers that have stopped.
+        """
+        self.stop()
+        await asyncio.gather(*(h.flush_held() for h in self._holders if isinstance(h, FlushesHeldWrites)))
+
+    def unwritten(self) -> dict[str, int]:
+        """`kube.HeldWrites`: what the `FlushesHeldWrites` sites still hold, by kind."""
+        out: dict[str, int] = {}
+        for holder in self._holders:
+            if isinstance(holder, FlushesHeldWrites):
+                for kind, count in holder.held_writes().items():
+                    out[kind] = out.get(kind, 0) + count
+        return out
 
     async def hold_event(self, age: float) -> None:
         """Hold an Event `age` seconds old until calm, for what is left of the hold (`ManagerOptions.event_hold`)."""

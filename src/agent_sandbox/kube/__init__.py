@@ -16,7 +16,7 @@ from ._handlers import EnqueueHandler, MapFunc, request_for_object, requests_for
 from ._informer import EventHandler, HandlerFuncs, IndexFunc, Informer, Transform, strip_managed_fields
 from ._leaderelection import Elector, LeaderElectionConfig, LeaderElectionLost, LeaderElector, RenewalRound
 from ._logging import configure_logging
-from ._manager import Manager, ManagerOptions, Runnable, in_cluster_namespace
+from ._manager import HeldWrites, Manager, ManagerOptions, Runnable, in_cluster_namespace
 from ._ownwrites import OwnWrites
 from ._patch import apply_json_patch, apply_merge_patch, create_merge_patch
 from ._predicates import (
@@ -150,6 +150,7 @@ __all__ = [
     "Forbidden",
     "Gone",
     "HandlerFuncs",
+    "HeldWrites",
     "IndexFunc",
     "IndexedReader",
     "Informer",

@@ -9,7 +9,10 @@ Behaviour follows client-go's events/v1 broadcaster in simplified form:
 * an isomorphic repeat (same object, type, reason, action, reporter) within 6 minutes patches the
   existing Event's `series` (count, lastObservedTime) instead of creating a new object;
 * a per-object spam filter (burst 25, one token per 5 minutes, like client-go) drops floods;
-* the buffer is bounded (1000); when full, events are dropped and counted rather than blocking.
+* the buffer is bounded (1000); when full, events are dropped and counted rather than blocking;
+* an optional `hold` delays each write (claim priority: Events wait while claims arrive); `flush()` ends
+  it and writes everything queued, which the manager awaits on a graceful stop *before* it releases the
+  Lease (afterwards every write is refused with `NotLeader`).
 
 Failure modes: write errors are logged at debug level and dropped; events are best-effort by design. A 403
 is logged as a warning (a missing RBAC grant), unless it is the refusal of a namespace being deleted.
@@ -127,6 +130,11 @@ class EventBroadcaster:
         self._spam: dict[str, TokenBucket] = {}
         self.dropped = 0
         self._hold = hold
+        self._running = False
+        self._flushing = False
+        self._flush_now: asyncio.Future[None] | None = None  # resolved by flush(): ends the hold in progress
+        self._current: _Pending | None = None  # taken from the queue, not written yet
+        self._writing = False  # `_current` was handed to the API client (not re-sent after a cancel)
 
     def recorder(self, controller: str) -> EventRecorder:
         """A recorder reporting as `controller`."""
@@ -148,18 +156,67 @@ class EventBroadcaster:
             self.dropped += 1
 
     async def start(self) -> None:
-        """Write queued events until cancelled; flushes what is already queued (1 s max) on the way out."""
+        """Write queued events until cancelled; flushes what is left (1 s max) on the way out.
+
+        That last flush runs after a leader released its Lease, so its writes are refused; the manager's
+        graceful stop calls `flush()` before the release, and this only catches what that left.
+        """
+        self._running = True
         try:
             while True:
-                pending = await self._queue.get()
-                if self._hold is not None:
-                    await self._hold(time.time() - pending.at)
+                pending = self._current = await self._queue.get()
+                await self._wait_hold(pending)
+                self._writing = True
                 await self._write(pending)
+                self._current, self._writing = None, False
+                self._queue.task_done()
         finally:
+            self._running = False
+            # An event cancelled in its hold was never sent: it goes first. One cancelled mid-write may
+            # have been sent: not again.
+            left = [self._current] if self._current is not None and not self._writing else []
+            self._current, self._writing = None, False
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 async with asyncio.timeout(1.0):
+                    for p in left:
+                        await self._write(p)
                     while not self._queue.empty():
                         await self._write(self._queue.get_nowait())
+                        self._queue.task_done()
+
+    async def flush(self) -> None:
+        """Stop holding and write every queued event; returns once the queue is empty (`manager.HeldWrites`).
+
+        The hold stays off afterwards (the process is stopping). The caller bounds the wait.
+        """
+        self._flushing = True
+        if self._flush_now is not None and not self._flush_now.done():
+            self._flush_now.set_result(None)
+        if self._running:
+            await self._queue.join()
+            return
+        while not self._queue.empty():  # not started (or stopped): write them here
+            await self._write(self._queue.get_nowait())
+            self._queue.task_done()
+
+    def unwritten(self) -> dict[str, int]:
+        """Events queued or held and not written yet (`manager.HeldWrites`)."""
+        return {"event": self._queue.qsize() + (1 if self._current is not None else 0)}
+
+    async def _wait_hold(self, pending: _Pending) -> None:
+        """The hold for `pending`, cut short by `flush()`."""
+        if self._hold is None or self._flushing:
+            return
+        if self._flush_now is None:
+            self._flush_now = asyncio.get_running_loop().create_future()
+        hold = asyncio.ensure_future(self._hold(time.time() - pending.at))
+        try:
+            await asyncio.wait((hold, self._flush_now), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not hold.done():
+                hold.cancel()
+            elif not hold.cancelled() and (exc := hold.exception()) is not None:
+                log.warning("event hold failed, writing now: %s", describe_error(exc))
 
     async def _write(self, p: _Pending) -> None:
         ref = p.regarding

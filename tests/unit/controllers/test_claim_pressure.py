@@ -121,3 +121,36 @@ async def test_collector_exports_hot_counters_and_held_writes() -> None:
     assert "agent_sandbox_claim_priority_episodes_total 1.0" in text
     assert 'agent_sandbox_claim_priority_held{write="sandbox"} 3.0' in text
     assert 'agent_sandbox_claim_priority_held{write="pool_refill"} 1.0' in text
+
+
+async def test_stop_ends_every_wait_for_good_and_flush_counts_only_what_a_stop_must_send() -> None:
+    p = ClaimPressure(30.0, calm_after=30.0)
+
+    class Recomputed:  # the Sandbox controller's held writes: any leader's next pass redoes them
+        def held_writes(self) -> dict[str, int]:
+            return {"sandbox": 4}
+
+    class Stamps:
+        def __init__(self) -> None:
+            self.held = 2
+
+        def held_writes(self) -> dict[str, int]:
+            return {"claim_stamp": self.held}
+
+        async def flush_held(self) -> None:
+            await p.wait_calm(30.0)
+            self.held = 0
+
+    stamps = Stamps()
+    p.report_held(Recomputed())
+    p.report_held(stamps)
+    p.note_arrival()
+    waiter = asyncio.create_task(p.wait_calm(30.0))
+    assert p.unwritten() == {"claim_stamp": 2}
+    await asyncio.wait_for(p.flush(), 1.0)
+    await asyncio.wait_for(waiter, 1.0)
+    assert p.unwritten() == {"claim_stamp": 0}
+    assert p.held_writes() == {"sandbox": 4, "claim_stamp": 0}
+    p.note_arrival()
+    assert not p.hot()
+    await asyncio.wait_for(p.hold_event(0.0), 1.0)

@@ -25,6 +25,10 @@ def test_event_hold_only_with_claim_pressure() -> None:
     assert manager_options(opts).event_hold is None
     assert manager_options(opts, ClaimPressure(0.0)).event_hold is None
     assert manager_options(opts, ClaimPressure(15.0)).event_hold is not None
+    # ... and its held writes are sent by a graceful stop before the Lease is released.
+    pressure = ClaimPressure(15.0)
+    assert manager_options(opts, pressure).held_writes == (pressure,)
+    assert manager_options(opts, ClaimPressure(0.0)).held_writes == ()
     # Cache scoping is configured once, by the Sandbox controller's setup, not by the process options.
     assert manager_options(opts).cache.by_kind == {}
 

@@ -18,6 +18,7 @@ In the controller process (`detach_metadata_writes`) the first-ready stamp runs 
 worker is free after the status write, so under a slow API server a worker serves a claim in two round
 trips instead of three (docs/performance.md). One stamp per claim is in flight at a time; a failure
 re-enqueues the claim with backoff, and that pass backfills exactly as a failed synchronous stamp would.
+A graceful stop sends the stamps still held before the Lease is released (`flush_held`).
 
 Result mapping (§4.3 step 16): pool/template missing -> requeue 1 min; cold-create cache lag -> 200 ms;
 suppressed spec errors -> no retry; a cold create refused because the namespace is being deleted -> done,
@@ -198,6 +199,15 @@ class ClaimReconciler:
     def held_writes(self) -> dict[str, int]:
         """`claim_pressure.HoldsWrites`: detached first-ready stamps not yet sent (most held behind claims)."""
         return {"claim_stamp": len(self._stamping)}
+
+    async def flush_held(self) -> None:
+        """`claim_pressure.FlushesHeldWrites`: return once every detached stamp is done.
+
+        Called on a graceful stop after `ClaimPressure.stop` ended their wait, while this process still
+        holds the Lease: a successor would find these claims Ready without a stamp and write `unknown`.
+        """
+        while pending := [t for t in self._stamping.values() if not t.done()]:
+            await asyncio.wait(pending)
 
     # ------------------------------------------------------------------ entry
 

@@ -143,3 +143,26 @@ async def test_a_claim_deleted_while_its_stamp_waits_is_not_patched() -> None:
     assert [w for w in world.writes() if w[0] == "patch"] == []  # no stamp
     assert retried == []
     assert world.reconciler._stamping == {}
+
+
+async def test_a_graceful_stop_sends_the_held_stamp_at_once() -> None:
+    """`ClaimPressure.flush` (the manager's graceful stop, before the Lease is released) ends the hold and
+    returns once the stamp is written: a successor would only find a Ready claim without it (`unknown`)."""
+    world = World(*standard(member("pool-a")), (SANDBOX_CLAIM, claim()))
+    pressure = ClaimPressure(30.0, calm_after=30.0)  # claims keep arriving for the whole test
+    pressure.report_held(world.reconciler)
+    world.reconciler.pressure = pressure
+    retried: list[Request] = []
+    world.reconciler.detach_metadata_writes(retried.append)
+    pressure.note_arrival()
+    await world.reconcile()
+    await _drain()
+    assert pressure.unwritten() == {"claim_stamp": 1}
+    await asyncio.wait_for(pressure.flush(), 1.0)
+    ann = world.get(SANDBOX_CLAIM, "c1")["metadata"]["annotations"]
+    assert ann[c.ANNOTATION_CLAIM_FIRST_READY_AT] == "2026-01-01T12:00:00.3Z"  # when it became Ready
+    assert pressure.unwritten() == {"claim_stamp": 0}
+    assert retried == []
+    pressure.note_arrival()  # claims still arriving while the process stops hold nothing any more
+    assert not pressure.hot()
+    assert pressure.wait(None) is None
