@@ -72,7 +72,15 @@ func (c *Client) track(sb *Sandbox) {
 }
 
 // GetSandbox returns a handle for an existing claim: the tracked handle if it is connected, otherwise a new
-// one that waits (SandboxReadyTimeout) for the claim's Sandbox to be Ready and connects to it.
+// one that waits (SandboxReadyTimeout) for the claim's Sandbox to be Ready and connects to it. The handle
+// owns the claim by its UID (Close deletes that claim, never one re-created under the name since).
+//
+// A Sandbox that waiting will not make Ready is reported at once, with the handle: suspended, GetSandbox
+// returns the handle - bound to the claim and Sandbox, not connected, tracked - and an ErrNotReady that says
+// "is suspended ...: call Resume"; call Resume on that handle. Hibernated (its SandboxArchive exists), the
+// same, with how it is restored (this SDK does not restore archives; after a restore, Open connects the
+// handle). Every other error comes without a handle. Until December 6 a suspended Sandbox ended in ErrTimeout
+// after SandboxReadyTimeout and a hibernated one in ErrSandboxDeleted, both without a handle.
 func (c *Client) GetSandbox(ctx context.Context, claimName, namespace string) (*Sandbox, error) {
 	o, err := c.optionsFor("", namespace)
 	if err != nil {
@@ -94,6 +102,10 @@ func (c *Client) GetSandbox(ctx context.Context, claimName, namespace string) (*
 	sb = newSandbox(o, c.k8s)
 	sb.claimName, sb.attach = claimName, true
 	if err := sb.Open(ctx); err != nil {
+		if errors.Is(err, ErrNotReady) && sb.SandboxName() != "" && !sb.IsReady() {
+			c.track(sb) // held back (suspended or hibernated): Resume or Open goes on from this handle
+			return sb, err
+		}
 		return nil, err
 	}
 	c.track(sb)

@@ -298,7 +298,7 @@ func TestCloseDuringRecvIsErrProcessClosed(t *testing.T) {
 		if err := p.Signal(context.Background(), SignalKill); !errors.Is(err, ErrProcessClosed) {
 			t.Errorf("%s: Signal after Close = %v", name, err)
 		}
-		s.drain(time.Second) // Close releases the call in its own goroutine
+		s.drain(context.Background(), time.Second) // Close releases the call in its own goroutine
 		s.mu.Lock()
 		if s.inflight != 0 {
 			t.Errorf("%s: in-flight = %d after Close", name, s.inflight)

@@ -26,6 +26,11 @@ var (
 	ErrWarmPoolNotFound = errors.New("sandbox warm pool not found")
 	// ErrPortForwardDied: the port-forward tunnel dropped; returned wrapped in ErrNotReady.
 	ErrPortForwardDied = errors.New("port-forward connection lost")
+	// ErrTransportClosed (ours): the handle closed its transport while the call was in flight - Close or
+	// Disconnect after letting calls finish for at most half of CleanupTimeout, or Suspend / Resume (which
+	// close it at once); returned wrapped in ErrNotReady, with why. Until December 6 such a call failed on
+	// sandboxd with gRPC's untyped "the client connection is closing" (and Close did not wait for it there).
+	ErrTransportClosed = errors.New("the handle closed its transport during the call")
 	// ErrAlreadyOpen: Open on a connected sandbox.
 	ErrAlreadyOpen = errors.New("sandbox is already open; call Close or Disconnect first")
 	// ErrOrphanedClaim: a claim could not be deleted or verified; call Close to retry the deletion.

@@ -101,14 +101,15 @@ func (k *K8sHelper) sandboxes(ns string) dynamic.ResourceInterface {
 }
 
 // deleteClaim deletes a claim; a claim already gone is success. uid, when set, is a precondition (a claim
-// re-created under the same name is never deleted by a rollback).
+// re-created under the same name is never deleted by a rollback or a Close): the API server refuses it with
+// 409 Conflict then, which is success too - the claim with that UID is gone.
 func (k *K8sHelper) deleteClaim(ctx context.Context, ns, name string, uid types.UID) error {
 	opts := metav1.DeleteOptions{}
 	if uid != "" {
 		opts.Preconditions = &metav1.Preconditions{UID: &uid}
 	}
 	err := k.claims(ns).Delete(ctx, name, opts)
-	if err == nil || apierrors.IsNotFound(err) {
+	if err == nil || apierrors.IsNotFound(err) || (uid != "" && apierrors.IsConflict(err)) {
 		return nil
 	}
 	return err

@@ -26,6 +26,17 @@ const ExpiredAtAnnotation = "lifecycle.agents.x-k8s.io/expired-at"
 
 const reasonClaimExpired = "ClaimExpired"
 
+// Claim Ready reasons of a held-back Sandbox (ours): the claim controller's for a hibernated one, and the
+// Sandbox's mirrored one for a suspended one.
+const (
+	reasonSandboxHibernated = "SandboxHibernated"
+	reasonSandboxSuspended  = "SandboxSuspended"
+)
+
+// hibernatedSandboxAnnotation on a claim names its hibernated Sandbox (the lifecycle controller sets it while
+// a SandboxArchive keeps the Sandbox; the claim controller may drop status.sandbox meanwhile).
+const hibernatedSandboxAnnotation = "lifecycle.agents.x-k8s.io/hibernated-sandbox"
+
 var getOpts = metav1.GetOptions{}
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
@@ -270,14 +281,21 @@ type Status struct {
 	Suspended bool
 	PodName   string
 	PodIP     string
+	// Hibernated (ours): the Sandbox is gone and its SandboxArchive keeps it (the lifecycle component's deep
+	// hibernation); Suspended is true, OperatingMode "Suspended", Reason "SandboxHibernated", and Message
+	// says how it is restored (this SDK does not restore archives).
+	Hibernated bool
 	// FromClaim: these credentials may not read Sandboxes (a role granting claims only), so this is the
 	// claim's status, which mirrors the Sandbox's Ready condition and pod IPs; OperatingMode and Suspended
 	// are not known then (empty and false).
 	FromClaim bool
 }
 
-// Status reads the bound Sandbox (ErrSandboxDeleted if it is gone), or its claim's status when the
-// credentials may not read Sandboxes (Status.FromClaim).
+// Status reads the bound Sandbox, or its claim's status when the credentials may not read Sandboxes
+// (Status.FromClaim). A Sandbox that is gone is ErrSandboxDeleted, unless it is hibernated: then its
+// SandboxArchive is read and the Status says Hibernated (Suspended, reason SandboxHibernated, how it is
+// restored), or, expired while hibernated, the *ConditionError SandboxExpired (also ErrSandboxDeleted) Resume
+// gives. Until December 6 a hibernated Sandbox's Status said only "sandbox was deleted".
 func (s *Sandbox) Status(ctx context.Context) (*Status, error) {
 	name, err := s.boundName()
 	if err != nil {
@@ -292,6 +310,12 @@ func (s *Sandbox) Status(ctx context.Context) (*Status, error) {
 		}
 		return st, nil
 	case isNotFound(err):
+		if archived, expired := s.hibernation(ctx, name); archived {
+			if expired != nil {
+				return nil, s.wrap(expired)
+			}
+			return hibernatedStatus(s.hibernatedText(name)), nil
+		}
 		return nil, s.wrap(fmt.Errorf("Sandbox %s: %w", name, ErrSandboxDeleted))
 	case err != nil:
 		return nil, s.wrap(err)
@@ -305,12 +329,23 @@ func (s *Sandbox) claimStatus(ctx context.Context, sandboxName string) (*Status,
 	if err != nil {
 		return nil, err
 	}
+	if c := findCondition(conditionsOf(claim), "Ready"); c != nil && c.Status == "False" && c.Reason == reasonSandboxHibernated {
+		st := hibernatedStatus(s.hibernatedText(sandboxName))
+		st.FromClaim = true
+		return st, nil
+	}
 	info := claimSandboxInfo(claim)
 	st := &Status{PodName: info.podName, PodIP: info.podIP, FromClaim: true}
 	if c := findCondition(conditionsOf(claim), "Ready"); c != nil {
 		st.Ready, st.Reason, st.Message = c.Status == "True", c.Reason, c.Message
 	}
 	return st, nil
+}
+
+// hibernatedStatus is the Status of a hibernated Sandbox (gone, its SandboxArchive kept and restorable).
+func hibernatedStatus(message string) *Status {
+	return &Status{Reason: reasonSandboxHibernated, Message: message, OperatingMode: "Suspended", Suspended: true,
+		Hibernated: true}
 }
 
 // boundClaim reads the handle's claim for credentials that may not read Sandboxes; ErrSandboxDeleted when
@@ -323,7 +358,11 @@ func (s *Sandbox) boundClaim(ctx context.Context, sandboxName string) (*unstruct
 	if err != nil {
 		return nil, err
 	}
-	if bound := claimSandboxName(claim); bound != sandboxName {
+	bound := claimSandboxName(claim)
+	if bound == "" {
+		bound = claim.GetAnnotations()[hibernatedSandboxAnnotation] // status.sandbox may be dropped meanwhile
+	}
+	if bound != sandboxName {
 		return nil, fmt.Errorf("claim %s is bound to Sandbox %q now, not %s: %w", s.ClaimName(), bound,
 			sandboxName, ErrSandboxDeleted)
 	}
@@ -590,7 +629,7 @@ func (s *Sandbox) Suspend(ctx context.Context) (err error) {
 	if err != nil {
 		return s.wrap(fmt.Errorf("suspend: %w", err))
 	}
-	s.disconnect("the sandbox was suspended by this handle (Suspend): call Resume")
+	s.disconnect(ctx, "the sandbox was suspended by this handle (Suspend): call Resume", 0)
 	err = s.waitMode(ctx, name, "Suspended", ours, func(obj *unstructured.Unstructured, generation int64) bool {
 		return confirmed(obj, "Suspended", generation)
 	})
@@ -736,7 +775,7 @@ func (s *Sandbox) Resume(ctx context.Context) (err error) {
 		}
 		return s.wrap(fmt.Errorf("resume: %w", err))
 	}
-	s.disconnect("the handle's Resume did not complete: call Resume (or Open) again")
+	s.disconnect(ctx, "the handle's Resume did not complete: call Resume (or Open) again", 0)
 	var info sandboxInfo
 	err = s.waitMode(ctx, name, "Running", ours, func(obj *unstructured.Unstructured, generation int64) bool {
 		if !confirmed(obj, "Ready", generation) {

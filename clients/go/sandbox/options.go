@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/net/http/httpguts"
 	"k8s.io/client-go/rest"
 )
 
@@ -132,7 +133,8 @@ type Options struct {
 	// Headers (ours) are added to every runtime request that goes to a router or a gateway (modes APIURL,
 	// GatewayName and router port-forward), e.g. Authorization for a router with authz. They are never sent
 	// to the sandbox itself (pod IP, Service and sandboxd port-forward modes): its code is not trusted with
-	// the router's credentials. Router headers (X-Sandbox-*) may not be set here.
+	// the router's credentials. Router headers (X-Sandbox-*) may not be set here, nor names and values no HTTP
+	// request can carry (New: ErrInvalidArgument).
 	Headers http.Header
 
 	// Labels (ours) are added to the claim's labels; PodLabels / PodAnnotations go to
@@ -318,11 +320,13 @@ func (o *Options) validate() error {
 			return invalidf("APIURL %q must include a host", o.APIURL)
 		}
 	}
-	for field, ns := range map[string]string{
-		"Namespace": o.Namespace, "GatewayNamespace": o.GatewayNamespace, "RouterNamespace": o.RouterNamespace,
+	// in a fixed order, Namespace first: RouterNamespace defaults to it, and until December 6 (map order) a bad
+	// Namespace was reported as RouterNamespace about 40% of the time
+	for _, f := range []struct{ field, ns string }{
+		{"Namespace", o.Namespace}, {"GatewayNamespace", o.GatewayNamespace}, {"RouterNamespace", o.RouterNamespace},
 	} {
-		if !isDNSLabel(ns) {
-			return invalidf("%s %q is not a valid Kubernetes namespace (DNS label)", field, ns)
+		if !isDNSLabel(f.ns) {
+			return invalidf("%s %q is not a valid Kubernetes namespace (DNS label)", f.field, f.ns)
 		}
 	}
 	if o.WarmPoolName != "" {
@@ -373,7 +377,17 @@ func (o *Options) validate() error {
 			return invalidf("SandboxdRESTPort and SandboxdGRPCPort must differ (both %d)", o.SandboxdRESTPort)
 		}
 	}
-	for name := range o.Headers {
+	for name, values := range o.Headers {
+		// what net/http would refuse on every request (until December 6 each call then failed as ErrConnection)
+		if !httpguts.ValidHeaderFieldName(name) {
+			return invalidf("Headers: %q is not a valid HTTP header name", name)
+		}
+		for _, v := range values {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return invalidf("Headers: the value of %q is not a valid HTTP header value (control characters "+
+					"such as CR, LF or NUL)", name)
+			}
+		}
 		if strings.HasPrefix(http.CanonicalHeaderKey(name), "X-Sandbox-") {
 			return invalidf("Headers may not set router header %q (the SDK sets the X-Sandbox-* headers)", name)
 		}
@@ -401,13 +415,16 @@ func (o *Options) validate() error {
 	if o.ShutdownAfter < 0 {
 		return invalidf("ShutdownAfter must not be negative")
 	}
-	for field, d := range map[string]time.Duration{
-		"SandboxReadyTimeout": o.SandboxReadyTimeout, "GatewayReadyTimeout": o.GatewayReadyTimeout,
-		"PortForwardReadyTimeout": o.PortForwardReadyTimeout, "CleanupTimeout": o.CleanupTimeout,
-		"RequestTimeout": o.RequestTimeout, "PerAttemptTimeout": o.PerAttemptTimeout,
+	for _, f := range []struct {
+		field string
+		d     time.Duration
+	}{
+		{"SandboxReadyTimeout", o.SandboxReadyTimeout}, {"GatewayReadyTimeout", o.GatewayReadyTimeout},
+		{"PortForwardReadyTimeout", o.PortForwardReadyTimeout}, {"CleanupTimeout", o.CleanupTimeout},
+		{"RequestTimeout", o.RequestTimeout}, {"PerAttemptTimeout", o.PerAttemptTimeout},
 	} {
-		if d <= 0 {
-			return invalidf("%s must be positive, got %s", field, d)
+		if f.d <= 0 {
+			return invalidf("%s must be positive, got %s", f.field, f.d)
 		}
 	}
 	if o.MaxDownloadSize <= 0 || o.MaxUploadSize <= 0 {

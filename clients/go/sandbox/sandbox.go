@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,13 +79,14 @@ func newSandbox(opts Options, k *K8sHelper) *Sandbox {
 	s.legacy = &legacyRuntime{http: hc, opts: &s.opts}
 	s.sandboxd = &sandboxdRuntime{http: hc, opts: &s.opts}
 	s.http.opts = &s.opts
-	if opts.ClaimName != "" {
-		s.claimName, s.explicit = opts.ClaimName, true
-	}
+	// Options.ClaimName is only the name Open asks for: the handle owns a claim (claimName, claimUID) once
+	// its create or attach succeeded. Until December 6 it was recorded here, so Close of a handle whose Open
+	// was refused "already exists" - or that was never opened - deleted another owner's claim of that name.
 	return s
 }
 
-// ClaimName is the SandboxClaim's name ("" before Open and after a successful Close).
+// ClaimName is the name of the SandboxClaim the handle owns ("" before Open, after an Open that created
+// nothing - Options.ClaimName taken by another claim - and after a successful Close).
 func (s *Sandbox) ClaimName() string { s.mu.Lock(); defer s.mu.Unlock(); return s.claimName }
 
 // SandboxName is the bound Sandbox's name (the router's X-Sandbox-ID).
@@ -118,6 +120,9 @@ func (s *Sandbox) wrap(err error) error {
 	claim := s.claimName
 	s.mu.Unlock()
 	if claim == "" {
+		claim = s.opts.ClaimName
+	}
+	if claim == "" {
 		claim = "<unclaimed>"
 	}
 	return wrapErr(s.opts.Namespace, claim, err)
@@ -138,7 +143,7 @@ func (s *Sandbox) Open(ctx context.Context) (err error) {
 		s.mu.Unlock()
 		return s.wrap(ErrOrphanedClaim)
 	}
-	existing := s.claimName != "" && (!s.explicit || s.attach || s.sandboxName != "")
+	existing := s.claimName != ""
 	s.mu.Unlock()
 	if existing {
 		return s.wrap(s.reconnect(ctx))
@@ -156,6 +161,12 @@ func (s *Sandbox) create(ctx context.Context) error {
 	if err != nil {
 		if o.ClaimName == "" && answerLost(err) {
 			s.removeUnansweredClaim(ctx, obj)
+		}
+		if apierrors.IsAlreadyExists(err) && o.ClaimName != "" {
+			// someone's claim: this handle neither uses nor deletes it (the Python SDK's "already exists; pass
+			// adopt_existing=True")
+			return fmt.Errorf("%w: SandboxClaim %s/%s already exists; this handle did not create it and will not "+
+				"delete it (Client.GetSandbox attaches to it): %w", ErrClaimFailed, o.Namespace, o.ClaimName, err)
 		}
 		return fmt.Errorf("%w: creating SandboxClaim from warm pool %q: %w", ErrClaimFailed, o.WarmPoolName, err)
 	}
@@ -257,7 +268,11 @@ func (s *Sandbox) reconnect(ctx context.Context) error {
 	var name string
 	var info sandboxInfo
 	if attach {
-		// a handle made by GetSandbox: the claim may still be provisioning, so wait like a new one
+		// a handle made by GetSandbox: a suspended or hibernated Sandbox will not become Ready by waiting
+		if held, err := s.attachHeld(ctx, claim); held {
+			return err
+		}
+		// the claim may still be provisioning, so wait like a new one
 		var err error
 		if name, info, err = s.waitReady(ctx, claim); err != nil {
 			if errors.Is(err, ErrSandboxDeleted) {
@@ -282,6 +297,14 @@ func (s *Sandbox) reconnect(ctx context.Context) error {
 		case apierrors.IsForbidden(err):
 			// claims-only credentials (waitClaimReady): the claim's Ready mirrors the Sandbox's
 			sb, info = obj, claimSandboxInfo(obj)
+		case isNotFound(err):
+			if archived, expired := s.hibernation(ctx, name); archived {
+				if expired != nil {
+					return expired
+				}
+				return fmt.Errorf("%w: %s", ErrNotReady, s.hibernatedText(name))
+			}
+			return fmt.Errorf("verifying Sandbox %s: %v: %w", name, err, ErrOrphanedClaim)
 		case err != nil:
 			return fmt.Errorf("verifying Sandbox %s: %v: %w", name, err, ErrOrphanedClaim)
 		default:
@@ -304,6 +327,76 @@ func (s *Sandbox) reconnect(ctx context.Context) error {
 	s.mu.Unlock()
 	s.watchTunnel(conn)
 	return nil
+}
+
+// attachHeld is the check GetSandbox makes before it waits for readiness: a claim whose Sandbox is
+// suspended, or hibernated (its SandboxArchive exists, restorable), does not become Ready by waiting. Then
+// held is true and the handle is bound (claim, UID, Sandbox name) but not connected, err is ErrNotReady
+// with the advice a reconnect gives, and Resume (suspended) or a restore (hibernated) is the way on. An
+// expired archive is its *ConditionError SandboxExpired (ErrSandboxDeleted), nothing bound. held is false
+// when there is nothing to say (also when the claim or Sandbox cannot be read: the wait reports it). Until
+// December 6 GetSandbox waited out SandboxReadyTimeout for a suspended Sandbox and returned no handle, and
+// called a hibernated one deleted.
+func (s *Sandbox) attachHeld(ctx context.Context, claim string) (held bool, err error) {
+	obj, err := s.k8s.getClaim(ctx, s.opts.Namespace, claim)
+	if err != nil || obj.GetDeletionTimestamp() != nil {
+		return false, nil
+	}
+	s.mu.Lock()
+	if s.claimUID == "" {
+		// the handle owns this claim from here on: Close deletes it by this UID, never a successor
+		s.claimUID = obj.GetUID()
+	}
+	s.mu.Unlock()
+	name := claimSandboxName(obj)
+	if name == "" {
+		name = obj.GetAnnotations()[hibernatedSandboxAnnotation]
+	}
+	if name == "" {
+		return false, nil
+	}
+	var why error
+	sb, err := s.k8s.sandboxes(s.opts.Namespace).Get(ctx, name, getOpts)
+	switch {
+	case apierrors.IsForbidden(err):
+		// claims-only credentials: the claim's Ready reason says it
+		ready := findCondition(conditionsOf(obj), "Ready")
+		switch {
+		case ready == nil || ready.Status == "True":
+			return false, nil
+		case ready.Reason == reasonSandboxHibernated:
+			why = fmt.Errorf("%w: %s", ErrNotReady, s.hibernatedText(name))
+		case ready.Reason == reasonSandboxSuspended:
+			why = fmt.Errorf("%w: Sandbox %s/%s is suspended: call Resume (or `agent-sandbox resume`)", ErrNotReady,
+				s.opts.Namespace, name)
+		default:
+			return false, nil
+		}
+	case isNotFound(err):
+		archived, expired := s.hibernation(ctx, name)
+		if !archived {
+			return false, nil
+		}
+		if expired != nil {
+			return true, expired
+		}
+		why = fmt.Errorf("%w: %s", ErrNotReady, s.hibernatedText(name))
+	case err != nil:
+		return false, nil
+	default:
+		if mode, _, _ := unstructured.NestedString(sb.Object, "spec", "operatingMode"); mode != "Suspended" {
+			return false, nil
+		}
+		why = fmt.Errorf("%w: %s", ErrNotReady, s.suspendedText(ctx, sb))
+	}
+	s.mu.Lock()
+	s.sandboxName, s.attach = name, false
+	if sb != nil && err == nil {
+		s.info = readSandboxInfo(sb)
+	}
+	s.noConn = strings.TrimPrefix(why.Error(), ErrNotReady.Error()+": ")
+	s.mu.Unlock()
+	return true, why
 }
 
 // forget clears the local state of a claim that no longer exists.
@@ -330,25 +423,34 @@ func (s *Sandbox) watchTunnel(c *liveConn) {
 	}()
 }
 
-// Disconnect closes the transport and keeps the claim; Open reconnects. Calls in flight finish; the kept-alive
-// HTTP connections of the handle's own transport (not of Options.HTTPTransport) are closed once none is.
+// Disconnect closes the transport and keeps the claim; Open reconnects. New calls fail with ErrNotReady at
+// once; calls in flight may finish, for at most half of CleanupTimeout (or until ctx ends), before the
+// transport is closed - one still running then fails with ErrNotReady wrapping ErrTransportClosed. The
+// kept-alive HTTP connections of the handle's own transport (not of Options.HTTPTransport) are closed once
+// no call is in flight.
 func (s *Sandbox) Disconnect(ctx context.Context) error {
-	_ = ctx
-	s.disconnect("the handle was disconnected (Disconnect): call Open to reconnect")
+	s.disconnect(ctx, "the handle was disconnected (Disconnect): call Open to reconnect", s.opts.CleanupTimeout/2)
 	return nil
 }
 
-// disconnect closes the transport; calls then fail with ErrNotReady and why. The kept-alive connections
-// are closed now, or by the last call in flight when it ends (begin's release).
-func (s *Sandbox) disconnect(why string) {
+// disconnect detaches the transport (calls then fail with ErrNotReady and why), lets calls in flight finish
+// for at most grace (0: none; Suspend and Resume, whose Pod goes or went away), and closes it. The kept-alive
+// connections are closed now, or by the last call in flight when it ends (begin's release). Until December 6
+// the transport was closed first, which on sandboxd cut every gRPC call in flight.
+func (s *Sandbox) disconnect(ctx context.Context, why string, grace time.Duration) {
 	s.mu.Lock()
 	conn := s.conn
 	s.conn, s.noConn = nil, why
+	s.mu.Unlock()
+	if conn != nil && grace > 0 {
+		s.drain(ctx, grace)
+	}
+	if conn != nil {
+		conn.closeWith(why)
+	}
+	s.mu.Lock()
 	idle := s.inflight == 0
 	s.mu.Unlock()
-	if conn != nil {
-		conn.close()
-	}
 	if idle {
 		s.http.closeIdle()
 	}
@@ -361,14 +463,17 @@ func (s *Sandbox) disconnect(why string) {
 func (s *Sandbox) Close(ctx context.Context) (err error) {
 	ctx, span := s.tracing.start(ctx, "close")
 	defer func() { endSpan(span, err) }()
+	why := "the handle was closed (Close); Open claims a new sandbox"
 	s.mu.Lock()
 	conn, claim, uid := s.conn, s.claimName, s.claimUID
-	s.conn, s.noConn = nil, "the handle was closed (Close); Open claims a new sandbox"
+	s.conn, s.noConn = nil, why
 	s.mu.Unlock()
+	// calls in flight finish before the transport closes (until December 6 it closed first, cutting
+	// sandboxd's gRPC calls with an untyped Canceled; the legacy runtime's calls happened to survive)
+	s.drain(context.WithoutCancel(ctx), s.opts.CleanupTimeout/2)
 	if conn != nil {
-		conn.close()
+		conn.closeWith(why)
 	}
-	s.drain(s.opts.CleanupTimeout / 2)
 	// a call still in flight (past the drain) closes them when it ends: begin's release
 	s.http.closeIdle()
 	if claim == "" {
@@ -384,14 +489,14 @@ func (s *Sandbox) Close(ctx context.Context) (err error) {
 	return nil
 }
 
-// drain waits until no call is in flight, at most d.
-func (s *Sandbox) drain(d time.Duration) {
+// drain waits until no call is in flight, at most d (and no longer than ctx).
+func (s *Sandbox) drain(ctx context.Context, d time.Duration) {
 	deadline := time.Now().Add(d)
 	for {
 		s.mu.Lock()
 		n := s.inflight
 		s.mu.Unlock()
-		if n == 0 || time.Now().After(deadline) {
+		if n == 0 || time.Now().After(deadline) || ctx.Err() != nil {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -478,6 +583,9 @@ func (s *Sandbox) op(ctx context.Context, name string, opts []CallOption, fileCa
 	}
 	defer release()
 	err = fn(ctx, c, &o)
+	if err != nil && ctx.Err() == nil {
+		err = c.cut(err) // the handle closed the transport under the call
+	}
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && errors.Is(err, context.DeadlineExceeded) {
 		if !errors.Is(err, ErrTimeout) {
 			// the deadline met the call after its answer began (reading a Read's body, a listing): still the
@@ -578,7 +686,7 @@ func (s *Sandbox) Start(ctx context.Context, command string, opts ...CallOption)
 		return nil, s.wrap(err)
 	}
 	claim := s.ClaimName()
-	p.ended, p.wrap = ended, func(err error) error { return wrapErr(s.opts.Namespace, claim, err) }
+	p.ended, p.wrap = ended, func(err error) error { return wrapErr(s.opts.Namespace, claim, c.cut(err)) }
 	return p, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,14 @@ type sandboxdRuntime struct {
 	http *httpCaller
 	opts *Options
 }
+
+// truncationMarkerRE is the line this project's runtime ends an output it cut with (runtime/processes.py
+// BoundedOutput: "\n[output truncated: N more bytes]\n"). process.v1's ExecuteResponse has no field for it,
+// so a sandboxd Run reads the marker: until December 6 its Truncated was always false, the legacy
+// runtime's true. Upstream's sandboxd does not cut output (no marker, Truncated stays false).
+var truncationMarkerRE = regexp.MustCompile(`\n\[output truncated: [0-9]+ more bytes\]\n\z`)
+
+func truncatedByRuntime(output []byte) bool { return truncationMarkerRE.Match(output) }
 
 // shellArgv is how both SDKs run a command string on sandboxd (which has no implicit shell).
 func shellArgv(command string) []string { return []string{"/bin/sh", "-c", command} }
@@ -107,6 +116,7 @@ func (s *sandboxdRuntime) run(ctx context.Context, client processv1.ProcessServi
 		if err == nil {
 			return &ExecutionResult{
 				Stdout: string(resp.GetStdout()), Stderr: string(resp.GetStderr()), ExitCode: int(resp.GetExitCode()),
+				Truncated: truncatedByRuntime(resp.GetStdout()) || truncatedByRuntime(resp.GetStderr()),
 			}, nil
 		}
 		if commandTimedOut {

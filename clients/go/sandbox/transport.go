@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -46,6 +47,26 @@ type liveConn struct {
 	dieErr   func() error
 	closers  []func()
 	closeOne sync.Once
+	// closedWhy is why the handle closed this transport (nil while open): calls it cut say so (cut).
+	closedWhy atomic.Pointer[string]
+}
+
+// closeWith closes the transport for the reason why (the handle's noConn text).
+func (c *liveConn) closeWith(why string) {
+	c.closedWhy.CompareAndSwap(nil, &why)
+	c.close()
+}
+
+// cut makes err, of a call on this transport, ErrNotReady wrapping ErrTransportClosed when the handle closed
+// the transport under it (gRPC's "the client connection is closing", a tunnel closed under an HTTP call);
+// other errors, and errors that already say what ended the call, are returned as they are.
+func (c *liveConn) cut(err error) error {
+	why := c.closedWhy.Load()
+	if err == nil || why == nil || errors.Is(err, ErrNotReady) || errors.Is(err, ErrProcessClosed) ||
+		errors.Is(err, ErrTimeout) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("%w: %w (%s): %w", ErrNotReady, ErrTransportClosed, *why, err)
 }
 
 func (c *liveConn) close() {

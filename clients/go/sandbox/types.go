@@ -16,7 +16,9 @@ type ExecutionResult struct {
 	// report, 124 on sandboxd).
 	TimedOut bool `json:"timed_out"`
 	// Truncated: the runtime kept only the start of the output (this project's runtime caps buffered
-	// output; streamed output is never truncated).
+	// output; streamed output is never truncated). The legacy runtime answers it; on sandboxd, whose
+	// process.v1 has no such field, it is read from the marker line this project's runtime ends a cut
+	// output with ("[output truncated: N more bytes]", kept in Stdout / Stderr).
 	Truncated bool `json:"truncated"`
 }
 
