@@ -395,7 +395,8 @@ class _Session:
         suspending = False
         try:
             if proxy.lifecycle is not None:
-                proxy.resolver.refuse_named_elsewhere(route)  # as HTTP/1.1: refused before it is activity
+                # as HTTP/1.1: refused before it is activity
+                proxy.resolver.refuse_named_elsewhere(route, held=False)
                 # Ours (docs/lifecycle.md), as for HTTP/1.1: activity, written before the first stream when due.
                 urgent = proxy.lifecycle.record(route.namespace, route.sandbox_id)
                 if urgent is not None:

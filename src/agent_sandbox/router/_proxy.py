@@ -217,7 +217,7 @@ class Proxy:
             try:
                 # Ours: a request naming another sandbox's address or UID is refused before it counts as
                 # activity (until December 6 it kept the named Sandbox from its idle suspend).
-                self.resolver.refuse_named_elsewhere(route)
+                self.resolver.refuse_named_elsewhere(route, held=False)
             except RouteError as exc:
                 reply(conn, out, exc.status, exc.detail, req)
                 return

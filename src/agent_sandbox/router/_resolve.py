@@ -223,7 +223,7 @@ class Resolver:
             )
         return resumed or cache.former.get(ip) == (route.namespace, route.sandbox_id)
 
-    def refuse_named_elsewhere(self, route: Route) -> None:
+    def refuse_named_elsewhere(self, route: Route, *, held: bool = True) -> None:
         """Refuse, before a request is held while its Sandbox resumes, what resolving it afterwards would refuse
         anyway: an `X-Sandbox-Pod-IP` that is another sandbox's pod's (or one in a namespace the cache does not
         watch), or, resolving by name, an `X-Sandbox-UID` that is another sandbox's. Nothing without the cache.
@@ -233,14 +233,18 @@ class Resolver:
         403. An address or UID the cache does not know (a former pod's) is not refused here: it is resolved by
         name once the hold is over, as `resolve_fast(route, resumed=True)` does.
 
+        `held=False`: the check before a request counts as activity, whether or not it is then held: what
+        `resolve_fast(route)` would refuse. The Sandbox's own current pod's address is served by address there
+        and its `X-Sandbox-UID` not read (spec §1.4, Pod IP first), so it is not refused for its UID either.
+
         Raises:
-            RouteError: 403, as `resolve_fast(route, resumed=True)` would after the hold.
+            RouteError: 403, as `resolve_fast(route, resumed=held)` would (after the hold).
         """
         cache = self.cache
         if cache is None:
             return
-        if route.pod_ip is not None:
-            self._pod_ip(cache, route, True)  # resumed: raises or says "by name", never a Target
+        if route.pod_ip is not None and isinstance(self._pod_ip(cache, route, held), Target):
+            return  # (never with `held`: a held request's address is resolved by name)
         _uid_entry(cache, route)
 
     def resolve_fast(self, route: Route, *, resumed: bool = False) -> Target | None:

@@ -203,3 +203,24 @@ def test_an_address_in_a_namespace_the_cache_does_not_watch_is_refused_before_an
         res.refuse_named_elsewhere(r(ip="10.0.0.1"))
     assert err.value.status == 403
     res.refuse_named_elsewhere(r())  # by name: resolved by DNS there, as upstream's
+
+
+def test_the_activity_check_refuses_what_resolve_fast_refuses_and_no_more() -> None:
+    """`refuse_named_elsewhere(route, held=False)` runs before every request counts as activity (lifecycle on):
+    the Sandbox's own current pod's address is served by address with its UID unread (Pod IP first, as
+    `resolve_fast`), so a contradicting `X-Sandbox-UID` beside it is not refused there either (a review found
+    the first version of the check refused it only with lifecycle on)."""
+    cache = cache_with(pod("sb", "10.0.0.1"), pod("other", "10.0.0.2"))
+    res = resolver(cache, resumable={("team", "sb")})
+    other_uid = cache.by_ip["10.0.0.2"].uid
+    own = r(ip="10.0.0.1", uid=other_uid)
+    target = res.resolve_fast(own)
+    assert target is not None
+    assert target.host == "10.0.0.1"
+    res.refuse_named_elsewhere(own, held=False)
+    with pytest.raises(RouteError, match="X-Sandbox-UID"):
+        res.refuse_named_elsewhere(own)  # held: resolved by name after the hold, where the UID is read
+    for foreign in (r(ip="10.0.0.2"), r(uid=other_uid)):
+        with pytest.raises(RouteError) as err:
+            res.refuse_named_elsewhere(foreign, held=False)
+        assert err.value.status == 403
