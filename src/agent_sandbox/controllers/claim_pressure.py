@@ -22,7 +22,8 @@ With `hold <= 0` (`--sandbox-claim-priority-hold=0`) nothing is ever hot and eve
 
 A graceful stop ends the hold for good (`flush()`, a `kube.HeldWrites` the manager awaits before it releases
 the Lease): the held first-ready stamps are sent while this process may still write. The other held writes
-need not be: any leader's next pass recomputes them (docs/design/claim-priority.md).
+need not be: any leader's next pass recomputes them (docs/design/claim-priority.md). The stamps are
+detached from the claim worker whenever `--extensions` is on, so this runs with `hold <= 0` too.
 """
 
 from __future__ import annotations
@@ -70,6 +71,11 @@ class FlushesHeldWrites(HoldsWrites, Protocol):
         """Return once the held writes are sent (`ClaimPressure.flush` has ended their hold)."""
         ...
 
+    def unwritten(self) -> Mapping[str, int]:
+        """Writes not sent: still held or in flight, or failed with nothing left to retry them (the
+        controller stopped), by kind."""
+        ...
+
 
 class ClaimPressure:
     """Recent claim arrivals, and the bounded wait they impose on deferrable writes (module docstring)."""
@@ -98,6 +104,11 @@ class ClaimPressure:
     @property
     def enabled(self) -> bool:
         return self.hold > 0
+
+    @property
+    def stopped(self) -> bool:
+        """`stop()` was called: the process is stopping, its controllers' queues are shut down."""
+        return self._stopped
 
     def note_arrival(self) -> None:
         """A new claim that is not Ready yet was observed (call from the event loop)."""
@@ -178,11 +189,11 @@ class ClaimPressure:
         await asyncio.gather(*(h.flush_held() for h in self._holders if isinstance(h, FlushesHeldWrites)))
 
     def unwritten(self) -> dict[str, int]:
-        """`kube.HeldWrites`: what the `FlushesHeldWrites` sites still hold, by kind."""
+        """`kube.HeldWrites`: what the `FlushesHeldWrites` sites did not send, by kind."""
         out: dict[str, int] = {}
         for holder in self._holders:
             if isinstance(holder, FlushesHeldWrites):
-                for kind, count in holder.held_writes().items():
+                for kind, count in holder.unwritten().items():
                     out[kind] = out.get(kind, 0) + count
         return out
 

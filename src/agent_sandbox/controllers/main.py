@@ -101,7 +101,8 @@ def manager_options(opts: Options, pressure: ClaimPressure | None = None) -> Man
 
     The Pod/Service cache scoping of §5.5 is the Sandbox controller's (`sandbox.setup`). With claim
     pressure, Events wait behind arriving claims, bounded by the hold, and a graceful stop sends the held
-    Events and first-ready stamps before it releases the Lease.
+    Events and first-ready stamps before it releases the Lease. The pressure is a held write even with the
+    hold off: the claim controller sends its first-ready stamps from background tasks either way.
     """
     return ManagerOptions(
         metrics_bind_address=opts.metrics_bind_address,
@@ -112,7 +113,7 @@ def manager_options(opts: Options, pressure: ClaimPressure | None = None) -> Man
         enable_pprof=opts.pprof_enabled,
         enable_pprof_debug=opts.enable_pprof_debug,
         event_hold=pressure.hold_event if pressure is not None and pressure.enabled else None,
-        held_writes=(pressure,) if pressure is not None and pressure.enabled else (),
+        held_writes=(pressure,) if pressure is not None else (),
     )
 
 

@@ -15,7 +15,10 @@ Behaviour follows client-go's events/v1 broadcaster in simplified form:
   Lease (afterwards every write is refused with `NotLeader`).
 
 Failure modes: write errors are logged at debug level and dropped; events are best-effort by design. A 403
-is logged as a warning (a missing RBAC grant), unless it is the refusal of a namespace being deleted.
+is logged as a warning (a missing RBAC grant), unless it is the refusal of a namespace being deleted. Once
+the process is stopping (`flush()` called, or `start()` cancelled), a write that fails is also counted in
+`unwritten()`, so the manager's stop warning names it: the API server down or leadership lost mid-flush
+(`NotLeader`) would otherwise lose every held Event without a word.
 """
 
 from __future__ import annotations
@@ -135,6 +138,7 @@ class EventBroadcaster:
         self._flush_now: asyncio.Future[None] | None = None  # resolved by flush(): ends the hold in progress
         self._current: _Pending | None = None  # taken from the queue, not written yet
         self._writing = False  # `_current` was handed to the API client (not re-sent after a cancel)
+        self._lost = 0  # writes that failed while stopping (part of `unwritten()`)
 
     def recorder(self, controller: str) -> EventRecorder:
         """A recorder reporting as `controller`."""
@@ -172,16 +176,18 @@ class EventBroadcaster:
                 self._queue.task_done()
         finally:
             self._running = False
-            # An event cancelled in its hold was never sent: it goes first. One cancelled mid-write may
-            # have been sent: not again.
-            left = [self._current] if self._current is not None and not self._writing else []
-            self._current, self._writing = None, False
+            if self._writing:  # cancelled mid-write: it may have been sent, so not again (nor counted)
+                self._current, self._writing = None, False
+                self._queue.task_done()
+            # An event cancelled in its hold was never sent: it goes first. Each stays `_current` (counted
+            # by `unwritten()`) until its write returned, whenever the manager takes the count.
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 async with asyncio.timeout(1.0):
-                    for p in left:
-                        await self._write(p)
-                    while not self._queue.empty():
-                        await self._write(self._queue.get_nowait())
+                    while self._current is not None or not self._queue.empty():
+                        if self._current is None:
+                            self._current = self._queue.get_nowait()
+                        await self._write(self._current)
+                        self._current = None
                         self._queue.task_done()
 
     async def flush(self) -> None:
@@ -196,12 +202,14 @@ class EventBroadcaster:
             await self._queue.join()
             return
         while not self._queue.empty():  # not started (or stopped): write them here
-            await self._write(self._queue.get_nowait())
+            self._current = self._queue.get_nowait()
+            await self._write(self._current)
+            self._current = None
             self._queue.task_done()
 
     def unwritten(self) -> dict[str, int]:
-        """Events queued or held and not written yet (`manager.HeldWrites`)."""
-        return {"event": self._queue.qsize() + (1 if self._current is not None else 0)}
+        """Events queued or held and not written yet, plus those that failed while stopping (`manager.HeldWrites`)."""
+        return {"event": self._queue.qsize() + (1 if self._current is not None else 0) + self._lost}
 
     async def _wait_hold(self, pending: _Pending) -> None:
         """The hold for `pending`, cut short by `flush()`."""
@@ -217,6 +225,11 @@ class EventBroadcaster:
                 hold.cancel()
             elif not hold.cancelled() and (exc := hold.exception()) is not None:
                 log.warning("event hold failed, writing now: %s", describe_error(exc))
+
+    def _failed(self) -> None:
+        """A write failed: lost for good once stopping (no successor emits it), best effort before."""
+        if self._flushing or not self._running:
+            self._lost += 1
 
     async def _write(self, p: _Pending) -> None:
         ref = p.regarding
@@ -244,8 +257,10 @@ class EventBroadcaster:
                 return
             # A missing RBAC grant is an installation problem: say so (client-go logs rejected events too).
             log.warning("dropping event %s/%s: %s", p.reason, ref.get("name"), describe_error(exc))
-        except KubeError as exc:
+            self._failed()
+        except KubeError as exc:  # includes NotLeader: leadership ended, nothing may be written any more
             log.debug("dropping event %s/%s: %s", p.reason, ref.get("name"), describe_error(exc))
+            self._failed()
 
     def _body(self, p: _Pending) -> Object:
         ref = p.regarding

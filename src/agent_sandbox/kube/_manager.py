@@ -16,8 +16,8 @@ client can delay a renewal past the renew deadline.
 Everything runs in one `asyncio.TaskGroup`. When `stop` is set: leader-gated runnables are cancelled
 first and drain their in-flight work (bounded by `graceful_shutdown_timeout`); then, still leader, the
 writes held back behind other work (`HeldWrites`: the Events, claim priority's first-ready stamps) are
-sent (bounded by `shutdown_flush_timeout`; what is left is named in a warning); then the Lease is released
-(a successor takes over at once), then caches and servers stop. If any runnable fails, or leadership is
+sent (bounded by `shutdown_flush_timeout`; what is left or failed is named in a warning); then the Lease is
+released (a successor takes over at once), then caches and servers stop. If any runnable fails, or leadership is
 lost, the TaskGroup cancels the rest and `start()` raises that error (unwrapped when it is the only one).
 
 Held writes are flushed before the release because the release ends this process's right to write (the
@@ -91,7 +91,8 @@ class HeldWrites(Protocol):
         ...
 
     def unwritten(self) -> Mapping[str, int]:
-        """Writes still held or being sent, by kind (the shutdown warning names what is lost)."""
+        """Writes still held or being sent, plus those that failed once the stop began, by kind (the shutdown
+        warning names what is lost)."""
         ...
 
 
@@ -309,18 +310,25 @@ class Manager:
         """Send the held writes (`HeldWrites`) while the gate still allows it, bounded; warn about the rest."""
         held: list[HeldWrites] = [self.events, *self.options.held_writes]
         timeout = self.options.shutdown_flush_timeout
+        timed_out = False
         if self._may_write():
-            why = f"not written within {timeout:g}s"
             try:
                 async with asyncio.timeout(timeout):
                     results = await asyncio.gather(*(h.flush() for h in held), return_exceptions=True)
             except TimeoutError:
-                results = []
+                results, timed_out = [], True
             for result in results:
                 if isinstance(result, Exception):
                     log.warning("flushing held writes failed", extra={"error": describe_error(result)})
+        # The count includes the writes that failed during the flush (API server down, `NotLeader`): the
+        # writers drop them as best effort but count them once stopping. It is taken here, before the
+        # release: after a timeout, writes still in flight may yet land before it, so it is an upper bound.
+        if not self._may_write():
+            why = "leadership lost"  # before the flush, or during it: every write since was refused
+        elif timed_out:
+            why = f"not written within {timeout:g}s"
         else:
-            why = "leadership lost"
+            why = "write failed"
         left: dict[str, int] = {}
         for h in held:
             for kind, count in h.unwritten().items():

@@ -137,6 +137,9 @@ async def test_stop_ends_every_wait_for_good_and_flush_counts_only_what_a_stop_m
         def held_writes(self) -> dict[str, int]:
             return {"claim_stamp": self.held}
 
+        def unwritten(self) -> dict[str, int]:
+            return {"claim_stamp": self.held}
+
         async def flush_held(self) -> None:
             await p.wait_calm(30.0)
             self.held = 0

@@ -18,9 +18,11 @@ from agent_sandbox.kube import (
     EVENT,
     Cache,
     LeaderElectionConfig,
+    LeaderElectionLost,
     Manager,
     ManagerOptions,
 )
+from agent_sandbox.kube.errors import TransportError
 from agent_sandbox.kube.testing import FakeClient
 
 pytestmark = pytest.mark.unit
@@ -214,3 +216,88 @@ async def test_a_leader_that_lost_the_lease_sends_nothing_and_says_what_is_lost(
     assert log == []
     assert [a for a in fake.actions if a[0] != "list" and a[0] != "watch"] == []
     assert "stopping: 3 held writes lost (leadership lost): claim_stamp=2, event=1" in caplog.text
+
+
+async def _stop_with_events(
+    fake: FakeClient, mgr: Manager, emitter: Emitter, fail: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Start, let `emitter` hold its Events, make Event creates go through `fail`, stop gracefully."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(mgr.start(stop))
+    await asyncio.wait_for(emitter.emitted.wait(), 5)
+    await asyncio.sleep(0.05)
+    fake.create = fail  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING, logger="agent_sandbox.kube.manager"):
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+
+async def test_held_events_the_api_server_refuses_during_the_flush_are_counted_as_lost(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An API server refusing connections (or answering 5xx) fails every flushed write at once: the
+    broadcaster drops them (best effort), but a stop must still say they are lost. (Before: no warning.)"""
+    fake = FakeClient((CONFIG_MAP, CM))
+    log: list[str] = []
+    mgr, _ = _manager(fake, log)
+    emitter = Emitter(mgr, 3)
+    mgr.add(emitter)
+
+    async def refused(*args: Any, **kwargs: Any) -> Any:
+        raise TransportError("POST events: connection refused")
+
+    await _stop_with_events(fake, mgr, emitter, refused, caplog)
+    assert await fake.list(EVENT, namespace="ns") == []
+    assert log == ["release"]
+    assert "stopping: 3 held writes lost (write failed): event=3" in caplog.text
+
+
+async def test_held_events_refused_because_leadership_ends_mid_flush_are_counted_as_lost(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake = FakeClient((CONFIG_MAP, CM))
+    log: list[str] = []
+    mgr, elector = _manager(fake, log)
+    emitter = Emitter(mgr, 3)
+    mgr.add(emitter)
+    real = fake.create
+
+    async def deposed(kind: Any, body: Any, **kw: Any) -> Any:
+        elector.is_leader = False  # the renew deadline passes while the flush runs
+        return await real(kind, body, **kw)  # the write gate refuses it (NotLeader)
+
+    await _stop_with_events(fake, mgr, emitter, deposed, caplog)
+    assert await fake.list(EVENT, namespace="ns") == []
+    assert "stopping: 3 held writes lost (leadership lost): event=3" in caplog.text
+
+
+async def test_a_lost_lease_counts_the_held_events_the_cancelled_writer_could_not_send(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`LeaderElectionLost` cancels the Event writer, whose last flush empties its queue into refused writes
+    before the manager counts: they are lost all the same. (Before: the warning named only the stamps.)"""
+    fake = FakeClient((CONFIG_MAP, CM))
+    log: list[str] = []
+    _logging_writes(fake, log)
+    held = Held(fake, log)
+    mgr, elector = _manager(fake, log, held_writes=(held,))
+    lost = asyncio.Event()
+
+    async def hold() -> None:
+        await lost.wait()
+        elector.is_leader = False
+        raise LeaderElectionLost("lease lost")
+
+    elector.hold = hold  # type: ignore[method-assign]
+    emitter = Emitter(mgr, 2)
+    mgr.add(emitter)
+    stop = asyncio.Event()
+    task = asyncio.create_task(mgr.start(stop))
+    await asyncio.wait_for(emitter.emitted.wait(), 5)
+    await asyncio.sleep(0.05)
+    with caplog.at_level(logging.WARNING):
+        lost.set()
+        with pytest.raises(LeaderElectionLost):
+            await asyncio.wait_for(task, 10)
+    assert "event" not in str(log)
+    assert "stopping: 4 held writes lost (leadership lost): claim_stamp=2, event=2" in caplog.text

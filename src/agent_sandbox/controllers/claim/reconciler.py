@@ -18,7 +18,9 @@ In the controller process (`detach_metadata_writes`) the first-ready stamp runs 
 worker is free after the status write, so under a slow API server a worker serves a claim in two round
 trips instead of three (docs/performance.md). One stamp per claim is in flight at a time; a failure
 re-enqueues the claim with backoff, and that pass backfills exactly as a failed synchronous stamp would.
-A graceful stop sends the stamps still held before the Lease is released (`flush_held`).
+A graceful stop sends the stamps still held before the Lease is released (`flush_held`); a stamp that
+fails then, or whose retry pass never ran (the queue shuts down first), is lost and counted
+(`unwritten`), so the manager's stop warning names it.
 
 Result mapping (§4.3 step 16): pool/template missing -> requeue 1 min; cold-create cache lag -> 200 ms;
 suppressed spec errors -> no retry; a cold create refused because the namespace is being deleted -> done,
@@ -187,6 +189,9 @@ class ClaimReconciler:
         )
         self._retry: Callable[[Request], None] | None = None
         self._stamping: dict[str, asyncio.Task[None]] = {}  # claim UID -> its in-flight metadata patch
+        # Claims whose detached stamp failed and whose retry pass has not run yet: the controller's queue
+        # drops the retry once it shuts down (or the stop outlasts its backoff), so a stop counts them.
+        self._unstamped: set[Request] = set()
 
     def detach_metadata_writes(self, retry: Callable[[Request], None]) -> None:
         """Send the post-Ready claim metadata patch from a background task instead of the worker.
@@ -209,9 +214,14 @@ class ClaimReconciler:
         while pending := [t for t in self._stamping.values() if not t.done()]:
             await asyncio.wait(pending)
 
+    def unwritten(self) -> dict[str, int]:
+        """`claim_pressure.FlushesHeldWrites`: stamps in flight, plus failed ones no pass has retried yet."""
+        return {"claim_stamp": len(self._stamping) + len(self._unstamped)}
+
     # ------------------------------------------------------------------ entry
 
     async def reconcile(self, request: Request) -> Result:
+        self._unstamped.discard(request)  # the retry of a failed stamp: this pass backfills it if need be
         ns, name = request.namespace, request.name
         cached = self.store.get(SANDBOX_CLAIM, ns, name)
         if cached is None:
@@ -570,6 +580,16 @@ class ClaimReconciler:
         finally:
             self._stamping.pop(uid, None)
         if failed is not None and self._retry is not None:
+            self._unstamped.add(request)
+            if self.pressure.stopped:
+                # The graceful stop's flush: the controller's queue is shut down, a retry would vanish.
+                log.info(
+                    "claim %s/%s: first-ready stamp failed while stopping, not retried: %s",
+                    request.namespace,
+                    request.name,
+                    describe_error(failed),
+                )
+                return
             log.info(
                 "claim %s/%s: metadata write failed, retrying: %s", request.namespace, request.name, failed
             )

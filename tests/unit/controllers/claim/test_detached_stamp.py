@@ -9,6 +9,7 @@ detached or held: the claim's intent metadata is on it before its status shows R
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ import pytest
 from agent_sandbox.api import constants as c
 from agent_sandbox.controllers.claim_pressure import ClaimPressure
 from agent_sandbox.kube import SANDBOX_CLAIM, Request
+from agent_sandbox.kube.errors import TransportError
 from tests.unit.controllers.claim.builders import (
     NS,
     T0,
@@ -166,3 +168,63 @@ async def test_a_graceful_stop_sends_the_held_stamp_at_once() -> None:
     pressure.note_arrival()  # claims still arriving while the process stops hold nothing any more
     assert not pressure.hot()
     assert pressure.wait(None) is None
+
+
+async def test_a_stamp_that_fails_during_the_graceful_stop_is_counted_as_lost_not_retried(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The controller queue is shut down by then (a retry would vanish) and the successor can only write
+    `unknown`: the manager's warning must name the stamp. (Before: counted 0, "retrying" logged.)"""
+    world = World(*standard(member("pool-a")), (SANDBOX_CLAIM, claim()))
+    pressure = ClaimPressure(30.0, calm_after=30.0)
+    pressure.report_held(world.reconciler)
+    world.reconciler.pressure = pressure
+    retried: list[Request] = []
+    world.reconciler.detach_metadata_writes(retried.append)
+    pressure.note_arrival()
+    await world.reconcile()
+    await _drain()
+    assert pressure.unwritten() == {"claim_stamp": 1}
+    real = world.fake.patch
+
+    async def refused(kind: Any, name: str, patch: Any, **kw: Any) -> Any:
+        if is_first_ready_stamp(kind, patch, **kw):
+            raise TransportError("PATCH sandboxclaims: connection refused")
+        return await real(kind, name, patch, **kw)
+
+    world.fake.patch = refused  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO):
+        await asyncio.wait_for(pressure.flush(), 1.0)
+    assert c.ANNOTATION_CLAIM_FIRST_READY_AT not in world.get(SANDBOX_CLAIM, "c1")["metadata"]["annotations"]
+    assert pressure.unwritten() == {"claim_stamp": 1}
+    assert pressure.held_writes() == {"claim_stamp": 0}  # the gauge: nothing held behind claims any more
+    assert retried == []
+    assert "retrying" not in caplog.text
+    assert "first-ready stamp failed while stopping, not retried" in caplog.text
+
+
+async def test_a_failed_stamp_counts_as_unwritten_until_its_retry_pass_runs() -> None:
+    """A stamp failing during the drain re-enqueues into a queue that is shutting down (or whose backoff
+    outlasts the stop): nothing would send it, so a stop counts it until a pass for the claim ran."""
+    world = World(*standard(member("pool-a")), (SANDBOX_CLAIM, claim()))
+    pressure = ClaimPressure(0.0)  # --sandbox-claim-priority-hold=0: the stamp is still detached
+    pressure.report_held(world.reconciler)
+    retried: list[Request] = []
+    world.reconciler.detach_metadata_writes(retried.append)
+    fail_metadata_once(world)
+    await world.reconcile()
+    await _drain()
+    assert retried == [Request(NS, "c1")]  # the queue drops it: it is shutting down
+    await asyncio.wait_for(pressure.flush(), 1.0)
+    assert pressure.unwritten() == {"claim_stamp": 1}
+    # Had the retry pass run, the stamp would be backfilled (or the claim gone): nothing left to count.
+    world2 = World(*standard(member("pool-a")), (SANDBOX_CLAIM, claim()))
+    retried2: list[Request] = []
+    world2.reconciler.detach_metadata_writes(retried2.append)
+    fail_metadata_once(world2)
+    await world2.reconcile()
+    await _drain()
+    assert world2.reconciler.unwritten() == {"claim_stamp": 1}
+    await world2.reconcile()  # the retry pass
+    await _drain()
+    assert world2.reconciler.unwritten() == {"claim_stamp": 0}
