@@ -68,7 +68,9 @@ def add_connection_options(parser: argparse.ArgumentParser, *, before_the_comman
         "--context", default=default, help="kubeconfig context (default: its current-context)"
     )
     parser.add_argument(
-        "--router-url", default=default, help=f"sandbox router URL (default: ${ROUTER_URL_ENV})"
+        "--router-url",
+        default=default,
+        help=f"sandbox router URL (default: the --dev-cluster's router, else ${ROUTER_URL_ENV})",
     )
     parser.add_argument(
         "--router-token-file",

@@ -6,7 +6,8 @@ everything under it: to a destination that exists as a directory it goes inside 
 `dir/src`), to one that does not exist it becomes it; a source ending in `/.` copies the directory's contents
 instead. Symbolic links are not followed when uploading (they are reported and skipped: following one could
 upload a file from outside the tree); the runtimes' file APIs list only files and directories. Empty
-directories are created (uploads: one `mkdir -p` command in the sandbox, as the file APIs have no mkdir).
+directories are created (uploads: one `mkdir -p` command in the sandbox, as the file APIs have no mkdir, with
+the paths relative to the sandbox's root as the file APIs take them: `CLAIM:/a` is `a` under the root).
 Files keep their permission bits, as `cp` without `-p` keeps them: the source's mode less the umask when
 downloading (where the runtime lists modes: sandboxd and this project's legacy runtime, not upstream's), the
 source's mode when uploading (one `chmod` command per file not 0644 on the legacy runtime).
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from agent_sandbox_sdk import Sandbox, SandboxClient, SandboxError, SandboxRequestError
+from agent_sandbox_sdk._paths import sanitize_path
 from agent_sandbox_sdk.models import FileEntry
 
 from .output import claim_of
@@ -211,6 +213,12 @@ def _upload_tree(sandbox: Sandbox, root: Path, target: str, timeout: float) -> _
             wrote = True
         if not wrote and not dirnames and remote_dir:
             empty.append(remote_dir)
+    # Root-relative, as the file API takes every path (the SDK's `sanitize_path`: `/a/b` is `a/b` under the
+    # sandbox's root, `..` refused): a command takes `/a/b` literally, outside the root - on the dev runner,
+    # on the host - and the tree's empty directories were missing where its files went (until December 6).
+    # Commands start in the root (both runtimes' working directory, spec §2.1), so these name the same place;
+    # checked before anything is written.
+    empty = [sanitize_path(directory) for directory in empty]
     sizes = _run_all(jobs)
     tally.files, tally.bytes = len(sizes), sum(sizes)
     if empty:

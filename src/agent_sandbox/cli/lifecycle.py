@@ -24,7 +24,7 @@ from agent_sandbox.api import lifecycle as lc
 from agent_sandbox.api.constants import REASON_SANDBOX_EXPIRED, OperatingMode
 from agent_sandbox.api.kinds import SANDBOX_WARM_POOL
 from agent_sandbox.api.meta import controlled_by, controller_name, is_ready, parse_time, status_condition
-from agent_sandbox.cli.arguments import add_connection_options
+from agent_sandbox.cli.arguments import add_connection_options, seconds_arg
 from agent_sandbox.kube import (
     SANDBOX,
     SANDBOX_CLAIM,
@@ -40,6 +40,7 @@ from agent_sandbox.kube import (
 )
 
 __all__ = [
+    "Hibernated",
     "NoSuchSandbox",
     "Refused",
     "ResumeOutcome",
@@ -58,6 +59,11 @@ class Refused(RuntimeError):
     """The Sandbox is in no state for this (being deleted, expired, a warm-pool member, hibernated): said at
     once. Until December 6 a resume of an expired or deleted Sandbox waited out its whole timeout, and a
     hibernation of a pool member was accepted and then hit whoever claimed it."""
+
+
+class Hibernated(Refused):
+    """`suspend` or `hibernate` of a hibernated Sandbox: there is no Sandbox object (only its archive), so,
+    as `agent-sandbox suspend CLAIM` says it, not found (exit 3)."""
 
 
 def _expired(spec: Mapping[str, Any], now: datetime, ready: Mapping[str, Any] | None = None) -> bool:
@@ -212,7 +218,7 @@ async def _wait_ready(api: ApiClient, name: str, namespace: str, within: float, 
 
 async def _missing(api: ApiClient, name: str, namespace: str) -> Exception:
     if await _get(api, lc.ARCHIVE, name, namespace) is not None:
-        return Refused(
+        return Hibernated(
             f"Sandbox {namespace}/{name} is hibernated already (archived, volumes kept); "
             f"`agent-sandbox lifecycle resume -n {namespace} {name}` restores it"
         )
@@ -305,17 +311,21 @@ async def _run(args: argparse.Namespace) -> str:
         await api.close()
 
 
-#: Exit codes, as the sandbox commands' (cli/sandboxes.py): an error from the cluster, or unusable input.
-_EXIT_ERROR, _EXIT_USAGE = 1, 2
+#: Exit codes, as the sandbox commands' (cli/sandboxes.py): an error from the cluster or a refusal, unusable
+#: input, not found, timed out waiting. Until December 6 not found and timed out were 1 here (3 and 4 there).
+_EXIT_ERROR, _EXIT_USAGE, _EXIT_NOT_FOUND, _EXIT_TIMEOUT = 1, 2, 3, 4
 
 
 def _handler(args: argparse.Namespace) -> int:
     try:
         print(asyncio.run(_run(args)), file=sys.stderr)
-    except (NoSuchSandbox, Refused) as err:
+    except (NoSuchSandbox, Hibernated, NotFound) as err:  # NotFound: gone between a read and a write
         print(f"error: {err}", file=sys.stderr)
-        return _EXIT_ERROR
-    except (KubeError, TimeoutError) as err:
+        return _EXIT_NOT_FOUND
+    except TimeoutError as err:  # not Ready within --timeout (the API client's own timeouts are KubeErrors)
+        print(f"error: {err}", file=sys.stderr)
+        return _EXIT_TIMEOUT
+    except (Refused, KubeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return _EXIT_ERROR
     except ConfigError as err:
@@ -342,8 +352,9 @@ def add_lifecycle_commands(sub: Any) -> None:
         add_connection_options(cmd)  # --router-url is accepted and unused: these calls need no router
         cmd.set_defaults(connection_options=True)
         if name == "resume":
+            # A positive number, as every --timeout (`nan` waited for good, until December 6).
             cmd.add_argument(
-                "--timeout", type=float, default=120, help="seconds to wait for Ready (default 120)"
+                "--timeout", type=seconds_arg, default=120, help="seconds to wait for Ready (default 120)"
             )
             cmd.add_argument("--no-wait", action="store_true", help="return once the resume is requested")
         cmd.set_defaults(handler=_handler)

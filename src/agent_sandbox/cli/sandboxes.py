@@ -2,8 +2,9 @@
 
 Every command is a thin layer over the Python SDK (`agent_sandbox_sdk.SandboxClient`). Common options:
 `-o table|json|yaml` (and `name` where it prints claims or pools), `-n/--namespace` (default: the kubeconfig
-context's, as kubectl), `--kubeconfig`, `--context`, `--router-url` (default `$AGENT_SANDBOX_ROUTER_URL`), `--dev-cluster NAME`
-(a local dev cluster's kubeconfig and router); all but `-o` may also come before the command.
+context's, as kubectl), `--kubeconfig`, `--context`, `--router-url` (default: the `--dev-cluster`'s router,
+else `$AGENT_SANDBOX_ROUTER_URL`), `--dev-cluster NAME` (a local dev cluster's kubeconfig and router); all
+but `-o` may also come before the command.
 
 Exit codes: 0 success; `exec` exits with the command's own code (124 when it timed out); 1 an error from
 the cluster, router or sandbox (one that cannot be reached too); 2 invalid usage or input; 3 not found (said
@@ -30,6 +31,7 @@ from agent_sandbox_sdk import (
     CommandStream,
     ExecutionResult,
     Sandbox,
+    SandboxClaimFailedError,
     SandboxClient,
     SandboxdDirectConnectionConfig,
     SandboxDirectConnectionConfig,
@@ -43,6 +45,8 @@ from agent_sandbox_sdk import (
     SandboxWarmPoolNotFoundError,
     WarmPoolInfo,
 )
+from agent_sandbox_sdk._kube import object_not_found
+from agent_sandbox_sdk._lifecycle import REASON_SANDBOX_HIBERNATED
 from agent_sandbox_sdk._shared import router_token_headers
 from agent_sandbox_sdk.constants import ROUTER_URL_ENV
 from agent_sandbox_sdk.models import SandboxConnectionConfig
@@ -111,10 +115,14 @@ def _dev_cluster(name: str) -> tuple[str, str | None]:
 
 
 def _router_url(args: argparse.Namespace) -> str | None:
-    """--router-url, else $AGENT_SANDBOX_ROUTER_URL, else the --dev-cluster's router."""
-    url = args.router_url or os.environ.get(ROUTER_URL_ENV)
+    """--router-url, else the --dev-cluster's router, else $AGENT_SANDBOX_ROUTER_URL.
+
+    `--dev-cluster NAME` is NAME's kubeconfig and router: until December 6 the environment's router (set for
+    another cluster, say) took NAME's sandboxes. The environment's serves a dev cluster that runs none."""
+    url = args.router_url
     if not url and args.dev_cluster:
         url = _dev_cluster(args.dev_cluster)[1]
+    url = url or os.environ.get(ROUTER_URL_ENV)
     return str(url) if url else None
 
 
@@ -325,7 +333,7 @@ def _exec(args: argparse.Namespace) -> int:
     if args.output != "table":
         result = _collected(stream, sandbox.commands, command, args, env)
         if result.timed_out:
-            print(f"error: the command timed out after {args.timeout:g} s", file=sys.stderr)
+            print(_timed_out(args.timeout), file=sys.stderr)
         render(result, args.output)
         return _exit_code(result)
     return _exit_of(relay_output(stream), args.timeout)
@@ -378,8 +386,19 @@ def _exit_of(exit_event: CommandEvent | None, timeout: float | None) -> int:
     if exit_event is None:
         raise SandboxError("the command stream ended without an exit code")
     if exit_event.timed_out:
-        print(f"error: the command timed out after {timeout:g} s", file=sys.stderr)
+        print(_timed_out(timeout), file=sys.stderr)
     return _exit_code(ExecutionResult(exit_code=exit_event.exit_code or 0, timed_out=exit_event.timed_out))
+
+
+def _timed_out(timeout: float | None) -> str:
+    """What exec says of a command killed for its time limit: --timeout's, else the runtime's own (until
+    December 6 that case formatted the missing --timeout: a TypeError traceback and exit 1, not 124)."""
+    if timeout is None:
+        return (
+            "error: the command timed out: the runtime's time limit ended it (300 s unless the runtime sets "
+            "another; --timeout N sets one)"
+        )
+    return f"error: the command timed out after {timeout:g} s"
 
 
 def _exit_code(result: ExecutionResult) -> int:
@@ -470,14 +489,39 @@ def _logs(args: argparse.Namespace) -> int:
         raise ValueError(
             "--follow and --previous cannot be combined (the previous container no longer writes)"
         )
-    sandbox = _handle(make_client(args), args)
-    if args.follow:
-        for text in sandbox.follow_logs(container=args.container, tail_lines=args.tail):
-            sys.stdout.write(text)
-            sys.stdout.flush()
-        return 0
-    sys.stdout.write(sandbox.get_logs(container=args.container, tail_lines=args.tail, previous=args.previous))
+    client = make_client(args)
+    sandbox = _handle(client, args)
+    try:
+        if args.follow:
+            for text in sandbox.follow_logs(container=args.container, tail_lines=args.tail):
+                sys.stdout.write(text)
+                sys.stdout.flush()
+            return 0
+        log = sandbox.get_logs(container=args.container, tail_lines=args.tail, previous=args.previous)
+    except SandboxRequestError as err:
+        why = _without_a_pod(client, args) if err.status_code == 404 else None
+        if why is None:
+            raise
+        raise why from err
+    sys.stdout.write(log)
     return 0
+
+
+def _without_a_pod(client: SandboxClient, args: argparse.Namespace) -> SandboxNotFoundError | None:
+    """Why `logs` found no pod, when the claim says: its sandbox is hibernated or suspended (until December 6:
+    `HTTP 404: pods "..." not found`, exit 1). None when it says neither, or cannot be read."""
+    try:
+        info = client.get_sandbox_info(args.claim, args.namespace)
+    except SandboxError:
+        return None
+    where = f"sandbox {args.namespace}/{args.claim}"
+    if info.reason == REASON_SANDBOX_HIBERNATED:
+        state = "hibernated: it has no pod, so no log"
+    elif info.suspended:
+        state = "suspended: its pod is gone, and the pod's log with it"
+    else:
+        return None
+    return SandboxNotFoundError(f"{where} is {state}; `agent-sandbox resume {args.claim}` first")
 
 
 def _proxy(args: argparse.Namespace) -> int:
@@ -532,6 +576,11 @@ def _guard(handler: Handler) -> Handler:
     def run(args: argparse.Namespace) -> int:
         try:
             return handler(args)
+        except SandboxClaimFailedError as err:
+            # Before "not found": what `get_sandbox` raises for a claim that failed is also a
+            # `SandboxNotFoundError` (upstream's contract), but it exists - exit 1, as `create`'s.
+            _report(err)
+            return EXIT_ERROR
         except (SandboxNotFoundError, SandboxWarmPoolNotFoundError, SandboxTemplateNotFoundError) as err:
             _report(err)
             # `get_sandbox` reports every failure as not found (upstream's contract): it is one only when the
@@ -543,6 +592,12 @@ def _guard(handler: Handler) -> Handler:
         except SandboxTimeoutError as err:
             _report(err)
             return EXIT_TIMEOUT
+        except SandboxRequestError as err:
+            # The API server's own "not there" (a namespace `create -n` names, a pod that is gone): not found,
+            # as the docstring says; until December 6 exit 1. Not a 404 for an API it does not serve (no CRDs),
+            # nor a router's or runtime's own 404 (cp and exec say those themselves).
+            _report(err)
+            return EXIT_NOT_FOUND if _object_missing(err) else EXIT_ERROR
         except SandboxError as err:
             _report(err)
             return EXIT_ERROR
@@ -551,6 +606,11 @@ def _guard(handler: Handler) -> Handler:
             return EXIT_USAGE
 
     return run
+
+
+def _object_missing(err: SandboxRequestError) -> bool:
+    """The Kubernetes API server answered 404 for an object (a `Status` body)."""
+    return err.status_code == 404 and err.response is not None and object_not_found(err.response)
 
 
 def _report(err: SandboxError) -> None:

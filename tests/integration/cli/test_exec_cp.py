@@ -304,3 +304,61 @@ def test_a_role_that_grants_claims_only_can_exec_and_copy(
     assert suspend.returncode == 1
     assert "forbidden" in suspend.stderr
     assert as_agent("delete", "mine").returncode == 0
+
+
+def test_exec_without_timeout_that_the_runtimes_limit_ends_exits_124(
+    cluster: DevCluster, namespace: str, controller: Started, router: str
+) -> None:
+    """`exec CLAIM -- sleep 400` without --timeout: the runtime's own limit (300 s by default; 2 s here, the
+    runtime's --command-timeout) killed it and `exec` crashed formatting the missing --timeout: a TypeError
+    traceback, exit 1, and with -o json no JSON (until December 6). One line and 124, as docs/sdk/python.md
+    says."""
+    runtime = {"name": "runtime", "image": RUNTIME_IMAGE, "args": ["--command-timeout", "2"]}
+    apply_pool(cluster, namespace, replicas=1, containers=[runtime])
+    ns = ("-n", namespace)
+    assert cli(cluster, router, "create", "pool", *ns, "--name", "limited").returncode == 0
+    said = (
+        "error: the command timed out: the runtime's time limit ended it (300 s unless the runtime sets "
+        "another; --timeout N sets one)\n"
+    )
+    out = cli(cluster, router, "exec", *ns, "limited", "--", "sh", "-c", "echo started; sleep 60")
+    assert (out.returncode, out.stdout, out.stderr) == (124, "started\n", said)
+    out = cli(
+        cluster, router, "exec", *ns, "limited", "-o", "json", "--", "sh", "-c", "echo started; sleep 60"
+    )
+    assert (out.returncode, out.stderr) == (124, said)
+    result = json.loads(out.stdout)
+    assert (result["stdout"], result["exit_code"], result["timed_out"]) == ("started\n", 124, True)
+
+
+def test_cp_of_empty_directories_to_an_absolute_path_stays_in_the_sandbox(
+    cluster: DevCluster, namespace: str, controller: Started, router: str, tmp_path: Path
+) -> None:
+    """`cp DIR CLAIM:/abs/d3`: the file API puts `/abs/d3/f` at `abs/d3/f` under the sandbox's root, but the
+    empty directories were made by `mkdir -p -- /abs/d3/...`, a path a command takes literally: outside the
+    root (the dev runner's commands run on this machine: there), and missing from the copy both ways (until
+    December 6). The destination here is under this test's tmp_path, so a regression leaves nothing behind."""
+    apply_pool(cluster, namespace, replicas=1, containers=[{"name": "runtime", "image": RUNTIME_IMAGE}])
+    ns = ("-n", namespace)
+    assert cli(cluster, router, "create", "pool", *ns, "--name", "abs").returncode == 0
+    tree = tmp_path / "tree"
+    (tree / "sub" / "empty").mkdir(parents=True)
+    (tree / "blank").mkdir()
+    (tree / "sub" / "f.txt").write_text("f\n")
+    outside = tmp_path / "abs"  # what `mkdir -p -- <tmp_path>/abs/d3/...` made on the runner's host
+    absolute = f"{outside}/d3"
+
+    up = cli(cluster, router, "cp", str(tree), f"abs:{absolute}", *ns)
+    assert up.returncode == 0, up.stderr
+    assert not outside.exists()
+    relative = absolute.lstrip("/")
+    found = cli(cluster, router, "exec", *ns, "abs", "--", "sh", "-c", f"cd {relative} && find . | sort")
+    assert found.stdout.split() == [".", "./blank", "./sub", "./sub/empty", "./sub/f.txt"], found.stderr
+
+    down = tmp_path / "down"
+    got = cli(cluster, router, "cp", f"abs:{absolute}", str(down), *ns)
+    assert got.returncode == 0, got.stderr
+    assert (down / "sub" / "empty").is_dir()
+    assert (down / "blank").is_dir()
+    assert (down / "sub" / "f.txt").read_text() == "f\n"
+    assert not outside.exists()

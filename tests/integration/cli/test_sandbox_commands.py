@@ -107,6 +107,10 @@ def test_commands_and_exit_codes(
     code, _, err = run(capsys, cluster, "create", "pool", *ns, "--label", "no-equals-sign")
     assert code == 2
     assert "KEY=VALUE" in err
+    # The API server's "not there" is not found, as the exit codes say (a namespace too: exit 1 until December 6).
+    code, _, err = run(capsys, cluster, "create", "pool", "-n", f"{namespace}-none")
+    assert code == 3, err
+    assert f'namespaces "{namespace}-none" not found' in err
 
 
 def test_waiting_too_long_exits_4_naming_the_condition(
@@ -432,7 +436,7 @@ def test_the_kubeconfig_contexts_namespace_and_flags_before_the_command_work_as_
     assert (code, out, err) == (0, "", f"No resources found in {namespace} namespace.\n")
     # `lifecycle` (the controller's own kubeconfig loader) takes the context's namespace too
     code, _, err = cli("--kubeconfig", str(kubeconfig), "lifecycle", "suspend", "nosuch")
-    assert (code, err) == (1, f"error: no Sandbox named {namespace}/nosuch\n")
+    assert (code, err) == (3, f"error: no Sandbox named {namespace}/nosuch\n")
     # --context picks another context of the file (here the current one points nowhere), before or after
     doc["clusters"].append({"name": "elsewhere", "cluster": {"server": "https://127.0.0.1:9"}})
     team = doc["contexts"][0]
@@ -452,7 +456,7 @@ def test_the_kubeconfig_contexts_namespace_and_flags_before_the_command_work_as_
     code, _, err = cli(
         "--context", team["name"], "--kubeconfig", str(kubeconfig), "lifecycle", "suspend", "x"
     )
-    assert (code, err) == (1, f"error: no Sandbox named {namespace}/x\n")
+    assert (code, err) == (3, f"error: no Sandbox named {namespace}/x\n")
     # a connection flag before a command that has no use for it is an error, not ignored
     with pytest.raises(SystemExit) as usage:
         main(["-n", namespace, "dev", "status"])

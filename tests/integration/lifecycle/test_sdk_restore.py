@@ -87,7 +87,7 @@ def test_cli_by_sandbox_name_and_unknown_names(
     namespace: str, controller: Started, cluster: DevCluster
 ) -> None:
     kubeconfig = str(cluster.kubeconfig)
-    assert cli(["lifecycle", "resume", "nothing-here", "-n", namespace, "--kubeconfig", kubeconfig]) == 1
+    assert cli(["lifecycle", "resume", "nothing-here", "-n", namespace, "--kubeconfig", kubeconfig]) == 3
     with (
         pytest.raises(SandboxNotFoundError),
         SandboxClient(UNUSED_ROUTER, kubeconfig=cluster.kubeconfig) as c,

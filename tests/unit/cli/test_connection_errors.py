@@ -158,3 +158,38 @@ def test_not_found_only_when_something_answered_that_it_is_not_there(
 ) -> None:
     assert _raising(_not_found(cause)) == code
     _one_error_line(capsys.readouterr().err)
+
+
+class _Answer:
+    """An HTTP answer as the SDK keeps it on a `SandboxRequestError` (`.response`)."""
+
+    def __init__(self, status: int, body: object) -> None:
+        self.status_code, self.body = status, body
+
+    def json(self) -> object:
+        if isinstance(self.body, str):
+            raise ValueError("not JSON")
+        return self.body
+
+
+@pytest.mark.parametrize(
+    ("response", "code"),
+    [
+        # The API server: that object (a namespace, a pod) is not there.
+        (_Answer(404, {"kind": "Status", "reason": "NotFound", "code": 404}), EXIT_NOT_FOUND),
+        (_Answer(404, "404 page not found"), EXIT_ERROR),  # an API the server does not serve (no CRDs)
+        (_Answer(404, {"error": "no route"}), EXIT_ERROR),  # a router's or runtime's own 404
+        (_Answer(403, {"kind": "Status", "reason": "Forbidden", "code": 403}), EXIT_ERROR),
+        (None, EXIT_ERROR),
+    ],
+    ids=["object", "api-not-served", "router", "forbidden", "no-response"],
+)
+def test_an_object_the_api_server_says_is_not_there_is_not_found(
+    response: _Answer | None, code: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`create -n nons` (`namespaces "nons" not found`) and `logs` of a claim whose pod is gone exited 1 where
+    the module docstring and docs/sdk/python.md say 3: something answered that it is not there."""
+    status = response.status_code if response is not None else 404
+    err = SandboxRequestError(f"Kubernetes API ...: HTTP {status}: ...", status, response)
+    assert _raising(err) == code
+    _one_error_line(capsys.readouterr().err)

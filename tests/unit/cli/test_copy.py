@@ -16,6 +16,7 @@ from agent_sandbox_sdk import (
     SandboxRequestError,
     SandboxRequestTimeoutError,
 )
+from agent_sandbox_sdk._paths import sanitize_path
 from agent_sandbox_sdk.models import FileEntry
 
 pytestmark = pytest.mark.unit
@@ -130,3 +131,58 @@ def test_a_parent_that_is_not_there_is_nothing_there(tmp_path: Path) -> None:
     files = _FailingListing(SandboxRequestError("Path is not a directory", 404))
     assert copy(_client(files), _args(str(local), "sb:new/name.txt")) == 0
     assert (files.listed, files.written) == (["new"], ["new/name.txt"])
+
+
+class _TreeSandbox:
+    """A sandbox whose file API records writes (nothing at any path yet) and whose commands record what runs."""
+
+    def __init__(self) -> None:
+        self.written: list[str] = []
+        self.ran: list[str] = []
+        self.files = self
+        self.commands = self
+
+    def list(self, path: str, timeout: float) -> list[FileEntry]:
+        raise SandboxRequestError("Path is not a directory", 404)
+
+    def write(self, path: str, content: object, timeout: float, mode: int | None = None) -> None:
+        self.written.append(path)
+
+    def run(self, command: str, timeout: float, **kw: object) -> Any:
+        self.ran.append(command)
+        return type("R", (), {"exit_code": 0, "stderr": ""})()
+
+
+@pytest.mark.parametrize(
+    ("destination", "under_the_root"),
+    [("/abs/d3", "abs/d3"), ("//abs//d3/", "abs/d3"), ("rel/d3", "rel/d3"), ("/", "tree"), ("/.", "tree")],
+)
+def test_empty_directories_go_where_the_files_go(
+    destination: str, under_the_root: str, tmp_path: Path
+) -> None:
+    """The file API takes `/abs/d3/f` as `abs/d3/f` under the sandbox's root; the empty directories were made
+    by `mkdir -p -- /abs/d3/...`, which a command takes literally: outside the root (on the dev runner, on
+    the host), and the copy's empty directories were missing from the tree its files went to (December 6)."""
+    tree = tmp_path / "tree"
+    (tree / "sub" / "empty").mkdir(parents=True)
+    (tree / "blank").mkdir()
+    (tree / "sub" / "f.txt").write_text("x")
+    sandbox = _TreeSandbox()
+    client: Any = type("C", (), {"get_sandbox": lambda self, claim, namespace: sandbox})()
+    assert copy(client, _args(str(tree), f"sb:{destination}")) == 0
+    prefix = f"{under_the_root}/" if under_the_root else ""
+    (written,) = sandbox.written
+    assert sanitize_path(written) == f"{prefix}sub/f.txt"  # where the file API puts it
+    assert sandbox.ran == [f"mkdir -p -- {prefix}sub/empty {prefix}blank"]
+
+
+def test_empty_directories_never_climb_out_of_the_root(tmp_path: Path) -> None:
+    """The mkdir's paths are checked as the file API's are: `..` is refused before anything is written (the
+    SDK's listing of the destination refuses it first today; this fake's does not)."""
+    tree = tmp_path / "tree"
+    (tree / "e").mkdir(parents=True)
+    sandbox = _TreeSandbox()
+    client: Any = type("C", (), {"get_sandbox": lambda self, claim, namespace: sandbox})()
+    with pytest.raises(ValueError, match=r"'\.\.'"):
+        copy(client, _args(str(tree), "sb:../x"))
+    assert sandbox.ran == []

@@ -87,13 +87,20 @@ def test_an_unusable_router_url_is_a_one_line_usage_error(
 
 
 @pytest.mark.parametrize("value", ["-1", "0", "nan", "inf", "abc"])
-@pytest.mark.parametrize("command", [["exec", "c", "--"], ["create", "pool"], ["suspend", "c"]])
+@pytest.mark.parametrize(
+    "command", [["exec", "c", "--"], ["create", "pool"], ["suspend", "c"], ["lifecycle", "resume", "c"]]
+)
 def test_a_timeout_must_be_a_positive_number(
     command: list[str], value: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from agent_sandbox.cli.main import main
 
-    argv = [*command[:2], "--timeout", value, *command[2:]]
+    # `lifecycle resume --timeout nan` waited for good, and 0 or a negative number was taken (December 6).
+    argv = (
+        [*command[:2], "--timeout", value, *command[2:]]
+        if command[0] != "lifecycle"
+        else [*command, "--timeout", value]
+    )
     with pytest.raises(SystemExit) as info:
         main([*argv, "true"] if command[0] == "exec" else argv)
     assert info.value.code == 2
@@ -234,3 +241,77 @@ def test_exec_json_says_a_timed_out_command_as_the_table_output_does(
     assert '"exit_code": 124' in out
     assert '"stdout": "partial\\n"' in out
     assert "timed out after 1 s" in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (
+            [],
+            "error: the command timed out: the runtime's time limit ended it (300 s unless the runtime sets another; --timeout N sets one)",
+        ),
+        (["--timeout", "2.5"], "error: the command timed out after 2.5 s"),
+    ],
+    ids=["runtime-limit", "timeout-flag"],
+)
+@pytest.mark.parametrize("output", ["table", "json"])
+def test_a_command_the_runtime_killed_for_its_own_limit_exits_124_with_one_line(
+    flags: list[str],
+    said: str,
+    output: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`exec CLAIM -- sleep 400` without --timeout: the runtime's limit (300 s) ends it and the stream's exit
+    event says `timed_out`. The message formatted --timeout, None then: a TypeError traceback and exit 1 (no
+    JSON with -o json), where docs/sdk/python.md promises exit 124."""
+    from types import SimpleNamespace
+
+    from agent_sandbox.cli import sandboxes
+    from agent_sandbox.cli.main import main
+    from agent_sandbox_sdk.models import CommandEvent, ExecutionResult
+
+    class Stream:
+        def __enter__(self) -> Stream:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def __iter__(self) -> Any:
+            yield CommandEvent(type="stdout", data=b"partial\n")
+            yield CommandEvent(type="exit", exit_code=-9, timed_out=True)
+
+        def result(self) -> ExecutionResult:
+            return ExecutionResult(stdout="partial\n", exit_code=-9, timed_out=True)
+
+    commands = SimpleNamespace(stream=lambda command, **kw: Stream())
+    monkeypatch.setattr(sandboxes, "make_client", lambda *a, **k: None)
+    monkeypatch.setattr(sandboxes, "_handle", lambda *a: SimpleNamespace(commands=commands))
+    assert main(["exec", "c", "-o", output, *flags, "--", "sleep", "400"]) == 124
+    out, err = capsys.readouterr()
+    assert err == said + "\n"
+    if output == "json":
+        assert '"exit_code": 124' in out
+        assert '"timed_out": true' in out
+
+
+def test_a_dev_clusters_router_wins_over_the_environments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--dev-cluster NAME` is NAME's kubeconfig *and* router (its help says so); $AGENT_SANDBOX_ROUTER_URL,
+    set for another cluster, sent NAME's sandboxes to that router. --router-url still wins over both, and the
+    environment's router serves a dev cluster that runs none."""
+    import argparse
+
+    from agent_sandbox.cli import sandboxes
+
+    routers = {"dev": "http://127.0.0.1:7001", "bare": None}
+    monkeypatch.setattr(sandboxes, "_dev_cluster", lambda name: ("kubeconfig", routers[name]))
+    monkeypatch.setenv("AGENT_SANDBOX_ROUTER_URL", "http://127.0.0.1:7002")
+
+    def url(router_url: str | None, dev_cluster: str | None) -> str | None:
+        return sandboxes._router_url(argparse.Namespace(router_url=router_url, dev_cluster=dev_cluster))
+
+    assert url(None, "dev") == "http://127.0.0.1:7001"
+    assert url("http://127.0.0.1:7003", "dev") == "http://127.0.0.1:7003"
+    assert url(None, "bare") == "http://127.0.0.1:7002"
+    assert url(None, None) == "http://127.0.0.1:7002"
