@@ -185,3 +185,25 @@ async def test_resume_refuses_before_it_writes(
         await asyncio.to_thread(resume)
     archive = await kube.get(lc.ARCHIVE, "sb", namespace=namespace)
     assert "restore" not in archive["spec"], archive["spec"]  # no restore request left behind
+
+
+async def test_a_hibernated_sandbox_is_listed_suspended_and_its_status_says_hibernated(
+    kube: ApiClient, namespace: str, cluster: DevCluster, controller: None
+) -> None:
+    """Until December 6 `agent-sandbox list` showed it `SUSPENDED false` and `status()` said
+    `("SandboxNotFound", "Sandbox object not found in Kubernetes.")`, as of a deleted one (docs/lifecycle.md:
+    the CLI and the SDK call it hibernated)."""
+    await hibernated(kube, namespace, "c", "sb", own_deadline=LATER, claim_deadline=None)
+
+    def read() -> tuple[bool | None, tuple[str, str]]:
+        with SandboxClient(
+            SandboxDirectConnectionConfig(api_url="http://127.0.0.1:9"), kubeconfig=cluster.kubeconfig
+        ) as c:
+            (row,) = c.list_sandboxes(namespace)
+            assert c.get_sandbox_info("c", namespace).suspended is True
+            return row.suspended, c.get_sandbox("c", namespace).status()
+
+    suspended, (state, message) = await asyncio.to_thread(read)
+    assert suspended is True
+    assert state == "SandboxNotReady"
+    assert message.startswith(f"Sandbox {namespace}/sb is hibernated (archived, volumes kept)"), message

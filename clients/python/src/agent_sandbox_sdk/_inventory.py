@@ -9,6 +9,7 @@ from typing import Any
 
 from . import _kube
 from ._claims import ClaimView, SandboxView, validate_claim_name
+from ._lifecycle import claim_says_hibernated
 from ._steps import Flow
 from .constants import OPERATING_MODE_SUSPENDED, REASON_TEMPLATE_NOT_FOUND, WARM_POOL_SANDBOX_LABEL
 from .exceptions import SandboxNotFoundError, SandboxRequestError, SandboxTemplateNotFoundError
@@ -35,10 +36,23 @@ def sandbox_info(
     """One `SandboxInfo` from a claim and Sandboxes by (namespace, name) (readiness from the Sandbox).
 
     `sandboxes` None: the caller may not read Sandboxes (RBAC), so the row is the claim's own status and
-    `suspended` is unknown (None)."""
+    `suspended` is unknown (None). A bound Sandbox that is missing is hibernated (`suspended` True) when the
+    claim says so, else not suspended (False: deleted, or made again by the claim controller in a moment)."""
     view = ClaimView.of(claim)
     sandbox = (sandboxes or {}).get((view.namespace, view.sandbox_name or ""))
     sview = SandboxView.of(sandbox) if sandbox else None
+    suspended: bool | None
+    if sandboxes is None:
+        suspended = None
+    elif sview is not None:
+        suspended = sview.operating_mode == OPERATING_MODE_SUSPENDED
+    elif not view.sandbox_name:
+        suspended = False  # not bound (yet): no Sandbox to be suspended
+    else:
+        # Ours: hibernated is suspended and more (docs/lifecycle.md); until December 6 `SUSPENDED false`.
+        # Not hibernated: deleted, made again by the claim controller in a moment - not suspended (None is kept
+        # for "Sandboxes not readable", which the CLI explains in a note).
+        suspended = claim_says_hibernated(claim, view.sandbox_name)
     return SandboxInfo(
         claim_name=view.name,
         namespace=view.namespace,
@@ -50,9 +64,7 @@ def sandbox_info(
         message=(sview.message if sview else view.message),
         # Not the claim's when the Sandbox has none: a just-suspended Sandbox's claim still lists the old pod's.
         pod_ip=sview.pod_ip if sview else view.pod_ip,
-        suspended=None
-        if sandboxes is None
-        else bool(sview and sview.operating_mode == OPERATING_MODE_SUSPENDED),
+        suspended=suspended,
         created=_created(claim),
     )
 

@@ -7,7 +7,8 @@ the SDK builds its own httpx2 clients from the result (docs/design/sdk-http-stac
 
 Resolution order, as the main project's controller (controller-runtime's `GetConfig`): an explicit
 `kubeconfig` path or `api_client`, then `$KUBECONFIG`, then the in-cluster service account, then
-`~/.kube/config`. Upstream's SDK tries in-cluster before `$KUBECONFIG`; we let an explicit `$KUBECONFIG`
+`~/.kube/config` - only when `$KUBECONFIG` is unset or empty, as kubectl (a `$KUBECONFIG` whose files are all
+missing is an error naming them, outside a pod). Upstream's SDK tries in-cluster before `$KUBECONFIG`; we let an explicit `$KUBECONFIG`
 win (a deliberate difference, docs/sdk/python.md).
 
 `api_client` may be a kubeconfig path, a lightkube `KubeConfig`/`SingleConfig`, a `KubeEndpoint`, or a
@@ -18,6 +19,7 @@ that passed upstream an `ApiClient` keeps working without the `kubernetes` packa
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import ssl
 from collections.abc import Generator
@@ -36,6 +38,8 @@ from ._execauth import ExecCredentialAuth
 from .exceptions import SandboxError
 
 __all__ = ["KubeEndpoint", "load_kube_endpoint"]
+
+log = logging.getLogger("agent_sandbox_sdk")
 
 _SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -315,10 +319,29 @@ def load_kube_endpoint(
     existing = [path for path in listed if path.exists()]
     if existing:
         return _from_files(existing, context)
+    # As kubectl (client-go's loading rules): a set `$KUBECONFIG` replaces ~/.kube/config, and its missing
+    # files are skipped - all of them missing is `Config not found: FILE` and the in-cluster configuration,
+    # else an error. Until December 6 this read ~/.kube/config (maybe another cluster), or said "no
+    # Kubernetes configuration ... set KUBECONFIG" without naming the file KUBECONFIG names.
+    unlisted = None
+    if listed:
+        names = ", ".join(map(str, listed))
+        unlisted = (
+            f"KUBECONFIG file {names}: no such file"
+            if len(listed) == 1
+            else f"KUBECONFIG files {names}: none exists"
+        )
     if os.environ.get("KUBERNETES_SERVICE_HOST") and (_SERVICE_ACCOUNT / "token").exists():
+        if unlisted:
+            log.warning("%s; using the in-cluster service account", unlisted)
         single = KubeConfig.from_service_account(_SERVICE_ACCOUNT).get()
         assert single is not None
         return _from_single(single, "in-cluster service account")
+    if unlisted:
+        raise ValueError(
+            f"{unlisted} (KUBECONFIG is set, so ~/.kube/config is not read, as kubectl: unset it or make it "
+            "name a kubeconfig)"
+        )
     default = Path("~/.kube/config").expanduser()
     if default.exists():
         return _from_file(default, context)

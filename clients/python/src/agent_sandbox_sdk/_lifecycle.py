@@ -36,19 +36,59 @@ from .exceptions import (
     SandboxModeChangedError,
     SandboxNotFoundError,
     SandboxRequestError,
+    SandboxTemplateNotFoundError,
     SandboxTimeoutError,
+    SandboxWarmPoolNotFoundError,
 )
 
 log = logging.getLogger("agent_sandbox_sdk")
 
 __all__ = [
+    "CLAIM_FAILURES",
+    "STATUS_NOT_FOUND",
     "CreatedClaim",
+    "claim_says_hibernated",
     "create_and_wait",
     "delete_claim",
     "resolve_claim",
+    "sandbox_status",
     "set_operating_mode",
     "wait_claim_ready",
 ]
+
+
+#: What `ClaimView.failure()` raises: a claim that will not become Ready (nor be bound) without user action.
+CLAIM_FAILURES = (SandboxClaimFailedError, SandboxTemplateNotFoundError, SandboxWarmPoolNotFoundError)
+
+
+# `resolve_claim` (so `get_sandbox`) raises a claim's failure at once, as `create_sandbox` does; upstream's contract
+# for `get_sandbox` is that every failure is a `SandboxNotFoundError`, so what it raises is both: code written for
+# upstream that catches `SandboxNotFoundError` still does, and `except SandboxClaimFailedError` works too.
+class _ClaimFailedNotFound(SandboxClaimFailedError, SandboxNotFoundError):
+    """`SandboxClaimFailedError` of an existing claim (`get_sandbox`), also a `SandboxNotFoundError`."""
+
+
+class _TemplateMissingNotFound(SandboxTemplateNotFoundError, SandboxNotFoundError):
+    """`SandboxTemplateNotFoundError` of an existing claim (`get_sandbox`), also a `SandboxNotFoundError`."""
+
+
+class _WarmPoolMissingNotFound(SandboxWarmPoolNotFoundError, SandboxNotFoundError):
+    """`SandboxWarmPoolNotFoundError` of an existing claim (`get_sandbox`), also a `SandboxNotFoundError`."""
+
+
+_ALSO_NOT_FOUND: dict[type[SandboxError], type[SandboxError]] = {
+    SandboxClaimFailedError: _ClaimFailedNotFound,
+    SandboxTemplateNotFoundError: _TemplateMissingNotFound,
+    SandboxWarmPoolNotFoundError: _WarmPoolMissingNotFound,
+}
+
+
+def _also_not_found(err: SandboxError) -> SandboxError:
+    """`err` as its class's variant that is also a `SandboxNotFoundError` (itself when it is one already)."""
+    if isinstance(err, SandboxNotFoundError):
+        return err
+    variant = _ALSO_NOT_FOUND[type(err)]
+    return variant(str(err), reason=err.reason, condition_message=err.condition_message)
 
 
 @dataclass(frozen=True)
@@ -75,7 +115,13 @@ def _claim_decider(
             if (failure := view.failure()) is not None:
                 raise failure
             return view if view.bound_and_ready else None
-        return view if view.sandbox_name else None
+        if view.sandbox_name:
+            return view
+        # Not bound, and never will be: the failure create_sandbox raises, at once. Until December 6 a claim
+        # the controller had refused (EnvVarsInjectionRejected, ...) was waited for until the timeout.
+        if (failure := view.failure()) is not None:
+            raise failure
+        return None
 
     return decide
 
@@ -243,30 +289,35 @@ def _not_a_claim(namespace: str, name: str) -> Flow[str]:
 def resolve_claim(
     namespace: str, name: str, *, timeout: float, warmpool: str | None = None
 ) -> Flow[tuple[ClaimView, SandboxView]]:
-    """An existing claim's bound Sandbox (no Ready requirement); any failure -> `SandboxNotFoundError`.
+    """An existing claim's bound Sandbox (no Ready requirement); a failure -> `SandboxNotFoundError`, except:
 
-    `warmpool`: refuse (`ValueError`) a claim that draws from another pool.
+    - an unbound claim that failed for good raises at once what `create_sandbox` raises for it
+      (`SandboxClaimFailedError`, `SandboxTemplateNotFoundError`, `SandboxWarmPoolNotFoundError`; ours:
+      upstream waits out `timeout`, then says not found);
+    - `warmpool`: refuse (`ValueError`) a claim that draws from another pool.
     """
+    where = f"SandboxClaim {namespace}/{name}"
     try:
         obj = yield from _kube.get(_kube.CLAIMS, namespace, name)
         if obj is None:
             hint = yield from _not_a_claim(namespace, name)
-            raise SandboxNotFoundError(f"SandboxClaim {namespace}/{name} not found{hint}")
+            raise SandboxNotFoundError(f"{where} not found{hint}")
         view = ClaimView.of(obj)
         if warmpool is not None and view.warmpool != warmpool:
             raise ValueError(
-                f"SandboxClaim {namespace}/{name} uses warm pool {view.warmpool!r}, not {warmpool!r}; "
-                "refusing to attach"
+                f"{where} uses warm pool {view.warmpool!r}, not {warmpool!r}; refusing to attach"
             )
         if not view.sandbox_name:
             if view.reason == REASON_CLAIM_EXPIRED:
                 # Ours: an expired claim is never bound again (its Sandbox, or hibernated archive, is deleted
                 # at expiry); until December 6 this waited out `resolve_timeout`, then said "not bound".
                 raise SandboxClaimFailedError(
-                    f"SandboxClaim {namespace}/{name} has expired: it has no Sandbox ({view.describe()})",
+                    f"{where} has expired: it has no Sandbox ({view.describe()})",
                     reason=REASON_CLAIM_EXPIRED,
                     condition_message=view.message,
                 )
+            # Raises the claim's terminal failure (ClaimView.failure) as soon as it is seen, the current
+            # state's included.
             view = yield from wait_claim_ready(
                 namespace,
                 name,
@@ -283,12 +334,7 @@ def resolve_claim(
             # Ours: a role that grants claims only (all `create_sandbox` needs) may still attach; the claim's
             # status stands in for its Sandbox (upstream's SDK needs `get sandboxes` here).
             return view, SandboxView.from_claim(view)
-        annotations = (obj.get("metadata") or {}).get("annotations") or {}
-        if (
-            sandbox is None
-            and view.sandbox_name
-            and annotations.get(HIBERNATED_SANDBOX_ANNOTATION) == view.sandbox_name
-        ):
+        if sandbox is None and view.sandbox_name and claim_says_hibernated(obj, view.sandbox_name):
             # Ours: hibernated (docs/lifecycle.md); presented as suspended, `resume()` restores it.
             sandbox = {
                 "metadata": {"name": view.sandbox_name},
@@ -296,8 +342,17 @@ def resolve_claim(
             }
     except SandboxNotFoundError:
         raise
+    except CLAIM_FAILURES as err:
+        raise _also_not_found(err) from err
     except SandboxError as err:
-        raise SandboxNotFoundError(f"SandboxClaim {namespace}/{name}: {err}") from err
+        # Upstream's contract: any other failure is "not found". The claim is named once: a wait that ran out
+        # names it already (until December 6: "SandboxClaim ns/x: SandboxClaim ns/x was not bound ...").
+        text = str(err)
+        raise SandboxNotFoundError(
+            text if text.startswith(where) else f"{where}: {text}",
+            reason=err.reason,
+            condition_message=err.condition_message,
+        ) from err
     if sandbox is None:
         raise SandboxNotFoundError(f"Sandbox {namespace}/{view.sandbox_name} of claim {name} not found")
     return view, SandboxView.of(sandbox)
@@ -462,6 +517,41 @@ def hibernated_hint(namespace: str, sandbox: str) -> str:
         f"Sandbox {namespace}/{sandbox} is hibernated (archived, volumes kept): restore it with the handle's "
         f"resume(), `agent-sandbox resume CLAIM` or `agent-sandbox lifecycle resume -n {namespace} {sandbox}`"
     )
+
+
+def claim_says_hibernated(claim: Mapping[str, Any], sandbox: str) -> bool:
+    """Whether the claim says its Sandbox `sandbox` is hibernated: the lifecycle controller's mark
+    (`hibernated-sandbox`) or the claim controller's `Ready=False/SandboxHibernated` (either may lag)."""
+    annotations = (claim.get("metadata") or {}).get("annotations") or {}
+    if annotations.get(HIBERNATED_SANDBOX_ANNOTATION) == sandbox:
+        return True
+    view = ClaimView.of(claim)
+    return view.sandbox_name == sandbox and not view.ready and view.reason == REASON_SANDBOX_HIBERNATED
+
+
+#: `Sandbox.status()` of a Sandbox that does not exist (upstream's words, spec §3.4).
+STATUS_NOT_FOUND = ("SandboxNotFound", "Sandbox object not found in Kubernetes.")
+
+
+def sandbox_status(namespace: str, sandbox: str, claim: str | None) -> Flow[tuple[str, str]]:
+    """`Sandbox.status()`: (`SandboxReady`|`SandboxNotReady`|`SandboxNotFound`, message) from the Sandbox.
+
+    Ours: a hibernated Sandbox - its SandboxArchive exists, or its claim says so (a role that may not read
+    archives) - is `SandboxNotReady` with how to restore it; until December 6 it was `SandboxNotFound`, as a
+    deleted one. Upstream's shape and words stay, `STATUS_NOT_FOUND` for one that is really gone."""
+    obj = yield from _kube.get(_kube.SANDBOXES, namespace, sandbox)
+    if obj is not None:
+        return SandboxView.of(obj).status_pair()
+    hibernated = yield from archived(namespace, sandbox)
+    if not hibernated and claim:
+        try:
+            owner = yield from _kube.get(_kube.CLAIMS, namespace, claim)
+        except SandboxError:
+            owner = None
+        hibernated = owner is not None and claim_says_hibernated(owner, sandbox)
+    if hibernated:
+        return "SandboxNotReady", hibernated_hint(namespace, sandbox)
+    return STATUS_NOT_FOUND
 
 
 def archived(namespace: str, sandbox: str) -> Flow[bool]:

@@ -352,12 +352,14 @@ class AsyncSandbox:
         return await self._driver.run(self._state.connection.sandbox())
 
     async def status(self) -> tuple[str, str]:
-        """(`SandboxReady`|`SandboxNotReady`|`SandboxNotFound`, message), read from the Sandbox object."""
-        view = await self._view()
-        if view is None:
-            # Upstream's text (spec §3.4), the sync handle's too: until December 6 a rename made it "AsyncSandbox ...".
-            return "SandboxNotFound", "Sandbox object not found in Kubernetes."
-        return view.status_pair()
+        """(`SandboxReady`|`SandboxNotReady`|`SandboxNotFound`, message), read from the Sandbox object.
+
+        `SandboxNotFound` ("Sandbox object not found in Kubernetes.", upstream's words) when it does not exist;
+        ours: a hibernated one is `SandboxNotReady`, the message saying how to restore it (`resume()`)."""
+        state = self._state
+        return await self._driver.run(
+            _lifecycle.sandbox_status(state.namespace, state.sandbox_id, state.claim_name)
+        )
 
     async def get_pod_ip(self) -> str | None:
         """The pod's IP (first IPv4, else first valid), read now."""

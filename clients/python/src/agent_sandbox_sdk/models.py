@@ -83,7 +83,8 @@ class SandboxInfo(BaseModel):
     message: str | None = None
     pod_ip: str | None = None
     suspended: bool | None = False
-    """None: unknown, the caller may not read Sandboxes (a role granting claims only)."""
+    """True also when hibernated (the Sandbox archived: the claim's `Ready=False/SandboxHibernated`). None:
+    unknown - the caller may not read Sandboxes (a role granting claims only)."""
     created: datetime | None = None
 
 

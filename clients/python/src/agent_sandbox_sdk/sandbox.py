@@ -353,11 +353,14 @@ class Sandbox:
         return self._driver.run(self._state.connection.sandbox())
 
     def status(self) -> tuple[str, str]:
-        """(`SandboxReady`|`SandboxNotReady`|`SandboxNotFound`, message), read from the Sandbox object."""
-        view = self._view()
-        if view is None:
-            return "SandboxNotFound", "Sandbox object not found in Kubernetes."
-        return view.status_pair()
+        """(`SandboxReady`|`SandboxNotReady`|`SandboxNotFound`, message), read from the Sandbox object.
+
+        `SandboxNotFound` ("Sandbox object not found in Kubernetes.", upstream's words) when it does not exist;
+        ours: a hibernated one is `SandboxNotReady`, the message saying how to restore it (`resume()`)."""
+        state = self._state
+        return self._driver.run(
+            _lifecycle.sandbox_status(state.namespace, state.sandbox_id, state.claim_name)
+        )
 
     def get_pod_ip(self) -> str | None:
         """The pod's IP (first IPv4, else first valid), read now."""

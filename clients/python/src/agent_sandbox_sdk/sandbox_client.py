@@ -224,6 +224,11 @@ class SandboxClient:
     ) -> Sandbox:
         """A handle on an existing claim (this process's tracked one if still active); `SandboxNotFoundError`.
 
+        A claim that is not bound and failed for good raises at once what `create_sandbox` raises for it (also
+        a `SandboxNotFoundError`, upstream's contract):
+        `SandboxClaimFailedError` (e.g. `EnvVarsInjectionRejected`, `ClaimExpired`),
+        `SandboxTemplateNotFoundError`, `SandboxWarmPoolNotFoundError` (ours: upstream waits out
+        `resolve_timeout`, then raises `SandboxNotFoundError`).
         `warmpool_name`: refuse (`ValueError`) a claim that draws from another warm pool.
         """
         try:
@@ -232,13 +237,18 @@ class SandboxClient:
                     namespace, claim_name, timeout=resolve_timeout, warmpool=warmpool_name
                 )
             )
-        except SandboxNotFoundError:
+        except (SandboxNotFoundError, *_lifecycle.CLAIM_FAILURES):
             if (stale := self._registry.get_active(namespace, claim_name)) is not None:
                 stale.close_connection()
             raise
         tracked = self._registry.get_active(namespace, claim_name)
-        if tracked is not None and tracked.sandbox_id == sandbox.name:
-            return tracked  # type: ignore[no-any-return]
+        if tracked is not None:
+            if tracked.sandbox_id == sandbox.name and tracked._state.claim_uid in (None, claim.uid):
+                return tracked  # type: ignore[no-any-return]
+            # Its Sandbox changed, or its claim was made again under the name (a cold start's Sandbox is named
+            # after its claim, so the name alone matched): a handle on another claim, whose `terminate()` (by
+            # UID) would leave this one alone. Until December 6 it was returned as this claim's handle.
+            tracked.close_connection()
         return self._track(
             claim_name,
             sandbox.name,

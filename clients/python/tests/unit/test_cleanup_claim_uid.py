@@ -209,3 +209,30 @@ def test_terminate_of_a_stale_handle_leaves_a_same_name_recreation_alone(
     sandbox.terminate() if mode == "sync" else client.loop.run_until_complete(sandbox.terminate())
     assert len(claim_deletes(fake)) == 1  # idempotent: nothing left to delete
     client.exit()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_get_sandbox_of_a_claim_made_again_under_the_name_is_a_new_handle_on_it(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold start's Sandbox is named after its claim, so a claim made again under the name has a Sandbox of
+    the same name: `get_sandbox` returned the tracked handle of the old claim (its UID), whose `terminate()`
+    then left the new claim alone (a review of the terminate-by-UID change). It is a new handle on the new
+    claim now, and the stale one is disconnected."""
+    fake = FakeCluster()
+    client = Client(fake, mode, monkeypatch)
+    old = client.create(claim_name="mine")
+    old_uid = fake.claims["mine"]["metadata"]["uid"]
+    recreate_elsewhere(fake, "mine")
+    again = client.get("mine")
+    assert again is not old
+    assert again._state.claim_uid == "someone-elses"
+    assert not old.is_active
+    if mode == "sync":
+        again.terminate()
+    else:
+        client.loop.run_until_complete(again.terminate())
+    assert "mine" not in fake.claims
+    assert [precondition(r) for r in claim_deletes(fake)] == ["someone-elses"]
+    assert old_uid != "someone-elses"
+    client.exit()

@@ -177,3 +177,82 @@ def test_a_socks_proxy_without_socksio_says_which_extra_to_install(
         match=r"SOCKS proxy, which needs the socksio package: pip install 'agent-sandbox-sdk\[socks\]'",
     ):
         load_kube_endpoint(config)
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home whose ~/.kube/config works, outside any pod."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    _write(tmp_path / "home" / ".kube" / "config", yaml.safe_load(_single_doc("https://home.example")))
+    return tmp_path / "home"
+
+
+def _single_doc(server: str) -> str:
+    return yaml.safe_dump(
+        {
+            "clusters": [{"name": "c", "cluster": {"server": server}}],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+            "current-context": "x",
+        }
+    )
+
+
+@pytest.mark.usefixtures("home")
+def test_a_kubeconfig_variable_naming_no_file_is_an_error_that_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As kubectl: a `$KUBECONFIG` whose files are all missing is not replaced by ~/.kube/config (another
+    cluster). Until December 6 `KUBECONFIG=/nonexistent agent-sandbox list` said "no Kubernetes configuration:
+    ... set KUBECONFIG ..." without the file, or used ~/.kube/config when there was one."""
+    missing = tmp_path / "nonexistent"
+    monkeypatch.setenv("KUBECONFIG", str(missing))
+    with pytest.raises(ValueError, match=rf"^KUBECONFIG file {missing}: no such file \(KUBECONFIG is set"):
+        load_kube_endpoint()
+    other = tmp_path / "other"
+    monkeypatch.setenv("KUBECONFIG", f"{missing}:{other}")
+    with pytest.raises(ValueError, match=rf"^KUBECONFIG files {missing}, {other}: none exists"):
+        load_kube_endpoint()
+
+
+@pytest.mark.usefixtures("home")
+def test_missing_files_of_kubeconfig_are_skipped_when_one_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    there = tmp_path / "there.yaml"
+    there.write_text(_single_doc("https://there.example"))
+    monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'nonexistent'}:{there}")
+    assert load_kube_endpoint().base_url == "https://there.example"
+
+
+def test_an_unset_or_empty_kubeconfig_variable_reads_the_home_file(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    assert load_kube_endpoint().base_url == "https://home.example"
+    monkeypatch.setenv("KUBECONFIG", "")
+    assert load_kube_endpoint().base_url == "https://home.example"
+
+
+@pytest.mark.usefixtures("home")
+def test_in_a_pod_a_kubeconfig_naming_no_file_falls_back_to_the_service_account(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kubectl: `Config not found: FILE` (a warning), then the in-cluster configuration."""
+    from agent_sandbox_sdk import _kubeconfig
+
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text("sa-token")
+    (account / "namespace").write_text("team-a")
+    (account / "ca.crt").write_bytes(CA.read_bytes())
+    monkeypatch.setattr(_kubeconfig, "_SERVICE_ACCOUNT", account)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    missing = tmp_path / "nonexistent"
+    monkeypatch.setenv("KUBECONFIG", str(missing))
+    with caplog.at_level("WARNING", logger="agent_sandbox_sdk"):
+        endpoint = load_kube_endpoint()
+    assert (endpoint.base_url, endpoint.namespace) == ("https://10.0.0.1:443", "team-a")
+    assert f"KUBECONFIG file {missing}: no such file" in caplog.text
