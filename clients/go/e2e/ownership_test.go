@@ -60,7 +60,8 @@ func TestAHandleNeverDeletesAClaimItDidNotMake(t *testing.T) {
 }
 
 // Probe of December 6: GetSandbox of a suspended Sandbox waited out its deadline (ErrTimeout) without a handle
-// to Resume. Now: at once, ErrNotReady "is suspended ...: call Resume", and the handle, which resumes it.
+// to Resume. Now: at once, the handle and no error (as the Python SDK); its calls say "is suspended ...: call
+// Resume", and it resumes it.
 func TestGetSandboxOfASuspendedSandboxResumesThroughItsHandle(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 3*time.Minute)
@@ -80,11 +81,14 @@ func TestGetSandboxOfASuspendedSandboxResumesThroughItsHandle(t *testing.T) {
 	if waited := time.Since(start); waited > 10*time.Second {
 		t.Errorf("GetSandbox of a suspended Sandbox took %v", waited)
 	}
-	if !errors.Is(err, sandbox.ErrNotReady) || !strings.Contains(err.Error(), "is suspended") {
-		t.Fatalf("GetSandbox = %v; want ErrNotReady, is suspended", err)
+	if err != nil {
+		t.Fatalf("GetSandbox = %v; want the handle and no error", err)
 	}
 	if got == nil || got.SandboxName() != sb.SandboxName() || got.IsReady() {
 		t.Fatalf("GetSandbox handle = %v; want one bound to %s, not connected", got, sb.SandboxName())
+	}
+	if _, err := got.Run(ctx, "true"); !errors.Is(err, sandbox.ErrNotReady) || !strings.Contains(err.Error(), "is suspended") {
+		t.Errorf("Run on the suspended handle = %v; want ErrNotReady, is suspended", err)
 	}
 	if err := got.Resume(ctx); err != nil {
 		t.Fatalf("Resume through the GetSandbox handle: %v", err)

@@ -125,8 +125,10 @@ func boundClaimObj(name, uid, sandbox string, conds ...map[string]any) *unstruct
 }
 
 // Probe of December 6: GetSandbox of a suspended Sandbox waited out its deadline (ErrTimeout) and gave no
-// handle to Resume with. It now answers at once with the handle, bound and not connected, and ErrNotReady
-// with the advice a reconnect gives.
+// handle to Resume with. It now answers at once with the handle, bound and not connected, and no error (as the
+// Python SDK): the handle's calls fail with ErrNotReady and the advice a reconnect gives. (The first fix
+// returned the handle with that ErrNotReady, which `if err != nil { return err }` callers never saw, though
+// DeleteAll and EnableAutoCleanup would Close it and delete the claim.)
 func TestGetSandboxOfASuspendedSandboxGivesAHandleToResume(t *testing.T) {
 	s, dyn := fakeCluster(t, boundClaimObj("c1", "uid-1", "sb"))
 	if _, err := dyn.Resource(sandboxesGVR).Namespace("ns").Create(context.Background(),
@@ -139,19 +141,25 @@ func TestGetSandboxOfASuspendedSandboxGivesAHandleToResume(t *testing.T) {
 	if waited := time.Since(start); waited > 2*time.Second {
 		t.Errorf("GetSandbox waited %v", waited)
 	}
-	if !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), "is suspended") ||
-		!strings.Contains(err.Error(), "call Resume") {
-		t.Fatalf("GetSandbox = %v; want ErrNotReady saying it is suspended: call Resume", err)
+	if err != nil {
+		t.Fatalf("GetSandbox = %v; want the handle and no error", err)
 	}
 	if sb == nil {
 		t.Fatal("GetSandbox returned no handle for a suspended Sandbox")
+	}
+	if keys := c.ListActiveSandboxes(); len(keys) != 0 {
+		t.Errorf("ListActiveSandboxes = %v; the suspended handle is not connected", keys)
+	}
+	if st, err := sb.Status(context.Background()); err != nil || st.OperatingMode != "Suspended" || st.Hibernated {
+		t.Errorf("Status of it = %+v, %v; want operating mode Suspended", st, err)
 	}
 	if sb.SandboxName() != "sb" || sb.ClaimName() != "c1" || sb.IsReady() {
 		t.Errorf("handle: sandbox %q claim %q ready %v; want bound to sb/c1, not connected", sb.SandboxName(),
 			sb.ClaimName(), sb.IsReady())
 	}
-	if _, err := sb.Run(context.Background(), "true"); !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), "Resume") {
-		t.Errorf("Run on it = %v; want ErrNotReady naming Resume", err)
+	if _, err := sb.Run(context.Background(), "true"); !errors.Is(err, ErrNotReady) ||
+		!strings.Contains(err.Error(), "is suspended") || !strings.Contains(err.Error(), "call Resume") {
+		t.Errorf("Run on it = %v; want ErrNotReady saying it is suspended: call Resume", err)
 	}
 	// Resume is what the handle is for: it writes the mode (the fake has no controller to confirm it)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -168,7 +176,8 @@ func TestGetSandboxOfASuspendedSandboxGivesAHandleToResume(t *testing.T) {
 }
 
 // Probe of December 6: GetSandbox of a hibernated Sandbox said ErrSandboxDeleted in milliseconds although
-// its claim exists (Ready=False, SandboxHibernated). It now says hibernated, with how to restore it.
+// its claim exists (Ready=False, SandboxHibernated). It now returns the handle (no error); its calls and
+// Status say hibernated, with how to restore it.
 func TestGetSandboxOfAHibernatedSandboxSaysSo(t *testing.T) {
 	later := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	claim := boundClaimObj("c1", "uid-1", "sb", map[string]any{"type": "Ready", "status": "False",
@@ -176,12 +185,15 @@ func TestGetSandboxOfAHibernatedSandboxSaysSo(t *testing.T) {
 	s, _ := fakeCluster(t, claim, hibernatedArchive(later, nil))
 	c := fakeClient(t, s)
 	sb, err := c.GetSandbox(context.Background(), "c1", "")
-	if !errors.Is(err, ErrNotReady) || errors.Is(err, ErrSandboxDeleted) ||
-		!strings.Contains(err.Error(), "is hibernated (its SandboxArchive exists)") {
-		t.Fatalf("GetSandbox = %v; want ErrNotReady saying it is hibernated", err)
+	if err != nil {
+		t.Fatalf("GetSandbox = %v; want the handle and no error", err)
 	}
-	if sb == nil || sb.SandboxName() != "sb" || sb.ClaimName() != "c1" {
-		t.Fatalf("GetSandbox handle = %v; want one bound to sb/c1", sb)
+	if sb == nil || sb.SandboxName() != "sb" || sb.ClaimName() != "c1" || sb.IsReady() {
+		t.Fatalf("GetSandbox handle = %v; want one bound to sb/c1, not connected", sb)
+	}
+	if _, err := sb.Read(context.Background(), "f"); !errors.Is(err, ErrNotReady) || errors.Is(err, ErrSandboxDeleted) ||
+		!strings.Contains(err.Error(), "is hibernated (its SandboxArchive exists)") {
+		t.Errorf("Read on it = %v; want ErrNotReady saying it is hibernated", err)
 	}
 	st, err := sb.Status(context.Background())
 	if err != nil || !st.Hibernated {
@@ -214,5 +226,47 @@ func TestStatusOfAHibernatedSandboxSaysHibernated(t *testing.T) {
 	s, _ = lifecycleCluster(t, lifecycleClaim(map[string]any{}))
 	if _, err := s.Status(context.Background()); !errors.Is(err, ErrSandboxDeleted) {
 		t.Errorf("Status of a deleted Sandbox = %v; want ErrSandboxDeleted", err)
+	}
+}
+
+// Review of December 6: GetSandbox read the claim's UID only in attachHeld's GET; when that GET failed
+// (transiently) the handle had none, and Close deleted by name - a claim re-created under the name since
+// too. The UID is now taken from the claim the readiness wait sees.
+func TestGetSandboxOwnsTheClaimByUIDWhenItsFirstReadFails(t *testing.T) {
+	s, dyn := fakeCluster(t, boundClaimObj("c1", "uid-1", "sb"))
+	if _, err := dyn.Resource(sandboxesGVR).Namespace("ns").Create(context.Background(),
+		sandboxObj("10.1.1.1", "", true), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var failed bool
+	dyn.PrependReactor("get", "sandboxclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if !failed {
+			failed = true
+			return true, nil, apierrors.NewServiceUnavailable("the API server is restarting")
+		}
+		return false, nil, nil
+	})
+	var preconditions []string
+	dyn.PrependReactor("delete", "sandboxclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if p := a.(k8stesting.DeleteAction).GetDeleteOptions().Preconditions; p != nil && p.UID != nil {
+			preconditions = append(preconditions, string(*p.UID))
+		} else {
+			preconditions = append(preconditions, "")
+		}
+		return false, nil, nil
+	})
+	c := fakeClient(t, s)
+	sb, err := c.GetSandbox(context.Background(), "c1", "")
+	if err != nil {
+		t.Fatalf("GetSandbox = %v", err)
+	}
+	if !failed {
+		t.Fatal("the first GET of the claim was not made")
+	}
+	if err := sb.Close(context.Background()); err != nil {
+		t.Errorf("Close = %v", err)
+	}
+	if len(preconditions) != 1 || preconditions[0] != "uid-1" {
+		t.Errorf("Close deleted with UID preconditions %q; want one, uid-1", preconditions)
 	}
 }

@@ -75,12 +75,16 @@ func (c *Client) track(sb *Sandbox) {
 // one that waits (SandboxReadyTimeout) for the claim's Sandbox to be Ready and connects to it. The handle
 // owns the claim by its UID (Close deletes that claim, never one re-created under the name since).
 //
-// A Sandbox that waiting will not make Ready is reported at once, with the handle: suspended, GetSandbox
-// returns the handle - bound to the claim and Sandbox, not connected, tracked - and an ErrNotReady that says
-// "is suspended ...: call Resume"; call Resume on that handle. Hibernated (its SandboxArchive exists), the
-// same, with how it is restored (this SDK does not restore archives; after a restore, Open connects the
-// handle). Every other error comes without a handle. Until December 6 a suspended Sandbox ended in ErrTimeout
-// after SandboxReadyTimeout and a hibernated one in ErrSandboxDeleted, both without a handle.
+// A Sandbox that waiting will not make Ready comes back at once, as in the Python SDK: suspended, or
+// hibernated (its SandboxArchive exists), GetSandbox returns the handle with a nil error - bound to the claim
+// and Sandbox, not connected (IsReady false, not in ListActiveSandboxes), tracked (DeleteAll and
+// EnableAutoCleanup Close it, deleting the claim). Its calls fail with ErrNotReady saying why and what to do
+// ("is suspended ...: call Resume"; "is hibernated ...": how it is restored, which this SDK does not do -
+// after a restore, Open connects the handle); Status says Suspended / Hibernated; Resume connects a
+// suspended one. An expired archive is its *ConditionError SandboxExpired (ErrSandboxDeleted), without a
+// handle, as is every other error. Until December 6 a suspended Sandbox ended in ErrTimeout after
+// SandboxReadyTimeout and a hibernated one in ErrSandboxDeleted, both without a handle (and for a few hours
+// of that day in the handle together with an ErrNotReady, which `if err != nil` callers never saw).
 func (c *Client) GetSandbox(ctx context.Context, claimName, namespace string) (*Sandbox, error) {
 	o, err := c.optionsFor("", namespace)
 	if err != nil {
@@ -103,8 +107,10 @@ func (c *Client) GetSandbox(ctx context.Context, claimName, namespace string) (*
 	sb.claimName, sb.attach = claimName, true
 	if err := sb.Open(ctx); err != nil {
 		if errors.Is(err, ErrNotReady) && sb.SandboxName() != "" && !sb.IsReady() {
-			c.track(sb) // held back (suspended or hibernated): Resume or Open goes on from this handle
-			return sb, err
+			// held back (suspended or hibernated, attachHeld): bound, and its calls say why (noConn); Resume
+			// or Open goes on from this handle
+			c.track(sb)
+			return sb, nil
 		}
 		return nil, err
 	}

@@ -200,6 +200,12 @@ func (s *Sandbox) claimFailure(claim string, obj *unstructured.Unstructured) err
 func (s *Sandbox) claimUIDChanged(obj *unstructured.Unstructured) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.claimUID == "" && obj.GetName() == s.claimName {
+		// an attach whose first read of the claim failed (attachHeld): the claim seen now is the handle's, and
+		// Close deletes it by this UID - until December 6 by name, so a claim re-created under it since too
+		s.claimUID = obj.GetUID()
+		return false
+	}
 	return s.claimUID != "" && obj.GetUID() != s.claimUID
 }
 

@@ -93,7 +93,10 @@ type Options struct {
 	WarmPoolName string
 
 	// ClaimName (ours) gives the claim an explicit name instead of generateName "sandbox-claim-". An Open
-	// that fails never deletes an explicitly named claim.
+	// that fails never deletes an explicitly named claim. The handle owns the claim once its create answered;
+	// when the answer was lost (a deadline, a connection reset after the request went out), the claim of that
+	// name is read and, if it carries this request's created-by label and client-first-requested-at stamp,
+	// owned as well (Close deletes it, Open waits for it).
 	ClaimName string
 
 	// Runtime selects the runtime protocol. Default RuntimeLegacyPython.

@@ -76,6 +76,8 @@ type Process struct {
 	// by Wait and Events): until December 6 the next Recv returned io.EOF as if the command had finished,
 	// and Wait said only "stream ended without an exit event".
 	broken error
+	// cut: the handle ended the stream (Close, Disconnect, Suspend, Resume; abort); broken says so.
+	cut bool
 }
 
 func newProcess(id int, b processBackend, release func()) *Process {
@@ -133,6 +135,12 @@ func (p *Process) Recv() (Event, error) {
 	if err != nil {
 		err = p.fail(p.ended(), err) // before finish, which cancels the stream's context
 		p.mu.Lock()
+		if p.cut {
+			// the handle ended the stream meanwhile (abort): its reason, not the runtime's cancellation
+			broken := p.broken
+			p.mu.Unlock()
+			return Event{}, broken
+		}
 		if p.closed {
 			p.mu.Unlock()
 			// Close cut the stream: the runtime's error for that (legacy "context canceled", which matched
@@ -159,6 +167,23 @@ func (p *Process) Recv() (Event, error) {
 		p.finish()
 	}
 	return ev, nil
+}
+
+// abort ends the stream because the handle takes its transport away (Close, Disconnect, Suspend, Resume):
+// the runtime kills the command, and Recv - also one in progress in another goroutine -, Wait, Events and
+// the stdin, signal and resize calls return ErrNotReady wrapping ErrTransportClosed, with why. Nothing
+// changes after the exit event, a break or a Close.
+func (p *Process) abort(why string) {
+	p.mu.Lock()
+	if p.finished {
+		p.mu.Unlock()
+		return
+	}
+	p.broken = p.wrap(fmt.Errorf("%w: process %d: %w (%s)", ErrNotReady, p.id, ErrTransportClosed, why))
+	p.finished, p.cut = true, true
+	p.mu.Unlock()
+	p.backend.stop()
+	p.release()
 }
 
 func (p *Process) closedError() error {
@@ -314,6 +339,9 @@ func (p *Process) closedNow() error {
 	defer p.mu.Unlock()
 	if p.closed {
 		return p.closedError()
+	}
+	if p.cut {
+		return p.broken // the handle ended the stream: the command is gone
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -40,8 +41,23 @@ type Sandbox struct {
 	conn        *liveConn
 	// noConn says why conn is nil, for ErrNotReady ("" before the first Open): until December 6 every call
 	// after Suspend, Disconnect or Close said only "sandbox is not ready".
-	noConn   string
+	noConn string
+	// inflight counts one-shot calls (Run, Read, Write, ...), which Close and Disconnect let finish; streams
+	// are the started Processes, which they end instead (a stream lasts as long as its command: until
+	// December 6 it held an in-flight slot, and Close waited out its whole drain for it, then cut it anyway).
 	inflight int
+	streams  map[*streamSlot]struct{}
+	// lostCreates are the client-first-requested-at stamps of this handle's creates of Options.ClaimName
+	// whose answer was lost and whose claim was not found then (the API server may apply such a create
+	// later): a claim of that name with one of these stamps is the handle's (ownUnanswered).
+	lostCreates []string
+}
+
+// streamSlot is a started Process's place among the handle's streams: p once Start has it; cut is why the
+// handle ended it before that ("" while it may run).
+type streamSlot struct {
+	p   *Process
+	cut string
 }
 
 // New validates opts and returns an unopened handle. It talks to nothing yet.
@@ -157,21 +173,49 @@ func (s *Sandbox) create(ctx context.Context) error {
 		return err
 	}
 	obj := buildClaim(o, time.Now(), s.tracing.annotation(ctx))
+	stamp := obj.GetAnnotations()[FirstRequestedAtAnnotation]
 	created, err := s.k8s.createClaim(ctx, o.Namespace, obj)
 	if err != nil {
-		if o.ClaimName == "" && answerLost(err) {
+		switch {
+		case o.ClaimName == "" && answerLost(err):
 			s.removeUnansweredClaim(ctx, obj)
-		}
-		if apierrors.IsAlreadyExists(err) && o.ClaimName != "" {
-			// someone's claim: this handle neither uses nor deletes it (the Python SDK's "already exists; pass
-			// adopt_existing=True")
-			return fmt.Errorf("%w: SandboxClaim %s/%s already exists; this handle did not create it and will not "+
-				"delete it (Client.GetSandbox attaches to it): %w", ErrClaimFailed, o.Namespace, o.ClaimName, err)
+		case o.ClaimName != "" && answerLost(err):
+			// The claim may exist, and it is this handle's: adopted, as a create that answered, so Close deletes
+			// it and the next Open waits for it. Until December 6 it was nobody's: Close left it, and a retried
+			// Open failed "already exists; this handle did not create it".
+			if own := s.ownUnanswered(ctx, stamp); own != nil {
+				s.adopt(own)
+				return fmt.Errorf("%w: creating SandboxClaim %s/%s: no answer (%w); the claim was made and is this "+
+					"handle's: Open waits for it, Close deletes it", ErrClaimFailed, o.Namespace, o.ClaimName, err)
+			}
+			s.mu.Lock()
+			s.lostCreates = append(s.lostCreates, stamp)
+			s.mu.Unlock()
+		case o.ClaimName != "" && apierrors.IsAlreadyExists(err):
+			s.mu.Lock()
+			lost := len(s.lostCreates) > 0
+			s.mu.Unlock()
+			if !lost {
+				// someone's claim: this handle neither uses nor deletes it (the Python SDK's "already exists;
+				// pass adopt_existing=True")
+				return fmt.Errorf("%w: SandboxClaim %s/%s already exists; this handle did not create it and will "+
+					"not delete it (Client.GetSandbox attaches to it): %w", ErrClaimFailed, o.Namespace, o.ClaimName, err)
+			}
+			// an earlier create of this handle went unanswered: the claim may be the one it made
+			if own := s.ownUnanswered(ctx, s.lostStamps()...); own != nil {
+				s.adopt(own)
+				return s.reconnect(ctx) // waits for it, as for a claim this Open made
+			}
+			return fmt.Errorf("%w: SandboxClaim %s/%s already exists; an earlier Open of this handle got no answer "+
+				"to its create and this claim could not be confirmed as the one it made, so this handle does not "+
+				"use or delete it (Client.GetSandbox attaches to it; delete it if it is yours): %w", ErrClaimFailed,
+				o.Namespace, o.ClaimName, err)
 		}
 		return fmt.Errorf("%w: creating SandboxClaim from warm pool %q: %w", ErrClaimFailed, o.WarmPoolName, err)
 	}
 	s.mu.Lock()
 	s.claimName, s.claimUID, s.explicit = created.GetName(), created.GetUID(), o.ClaimName != ""
+	s.lostCreates = nil // a name is unique: an earlier unanswered create of it made nothing
 	s.mu.Unlock()
 	o.Logger.V(1).Info("claim created", "namespace", o.Namespace, "claim", created.GetName())
 
@@ -222,6 +266,47 @@ func (s *Sandbox) removeUnansweredClaim(ctx context.Context, obj *unstructured.U
 		}
 		o.Logger.V(1).Info("deleted the claim a create without an answer made", "claim", item.GetName())
 	}
+}
+
+func (s *Sandbox) lostStamps() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.lostCreates)
+}
+
+// ownUnanswered reads the claim Options.ClaimName names and returns it if a create of this handle whose
+// answer was lost made it: it carries this SDK's created-by label, the warm pool asked for, and one of the
+// requests' client-first-requested-at stamps (nanoseconds: no other request has it). nil when it does not
+// exist, is someone else's, or cannot be read (logged). Within CleanupTimeout, even when ctx is cancelled.
+func (s *Sandbox) ownUnanswered(ctx context.Context, stamps ...string) *unstructured.Unstructured {
+	o := &s.opts
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.CleanupTimeout)
+	defer cancel()
+	obj, err := s.k8s.getClaim(gctx, o.Namespace, o.ClaimName)
+	if err != nil {
+		if !isNotFound(err) {
+			o.Logger.Info("could not read the claim a create without an answer may have made", "claim", o.ClaimName,
+				"error", err.Error())
+		}
+		return nil
+	}
+	pool, _, _ := unstructured.NestedString(obj.Object, "spec", "warmPoolRef", "name")
+	if obj.GetLabels()[CreatedByLabel] != "go-client" || pool != o.WarmPoolName ||
+		!slices.Contains(stamps, obj.GetAnnotations()[FirstRequestedAtAnnotation]) {
+		return nil
+	}
+	return obj
+}
+
+// adopt makes a claim of Options.ClaimName that this handle's unanswered create made the handle's, as a
+// create that answered would have: Close deletes it (by UID), Open waits for it (attach).
+func (s *Sandbox) adopt(obj *unstructured.Unstructured) {
+	s.mu.Lock()
+	s.claimName, s.claimUID, s.explicit, s.attach = obj.GetName(), obj.GetUID(), true, true
+	s.lostCreates = nil
+	s.mu.Unlock()
+	s.opts.Logger.V(1).Info("the claim a create without an answer made is this handle's", "namespace", s.opts.Namespace,
+		"claim", obj.GetName())
 }
 
 // rollback deletes an auto-named claim after a failed Open (explicit names are kept). If the deletion fails
@@ -424,10 +509,11 @@ func (s *Sandbox) watchTunnel(c *liveConn) {
 }
 
 // Disconnect closes the transport and keeps the claim; Open reconnects. New calls fail with ErrNotReady at
-// once; calls in flight may finish, for at most half of CleanupTimeout (or until ctx ends), before the
-// transport is closed - one still running then fails with ErrNotReady wrapping ErrTransportClosed. The
-// kept-alive HTTP connections of the handle's own transport (not of Options.HTTPTransport) are closed once
-// no call is in flight.
+// once. Started Processes' streams are ended at once (the runtime kills their commands; they fail with
+// ErrNotReady wrapping ErrTransportClosed); one-shot calls in flight (Run, Read, Write, ...) may finish, for
+// at most half of CleanupTimeout (or until ctx ends), before the transport is closed - one still running
+// then fails with ErrNotReady wrapping ErrTransportClosed. The kept-alive HTTP connections of the handle's
+// own transport (not of Options.HTTPTransport) are closed once no call is in flight.
 func (s *Sandbox) Disconnect(ctx context.Context) error {
 	s.disconnect(ctx, "the handle was disconnected (Disconnect): call Open to reconnect", s.opts.CleanupTimeout/2)
 	return nil
@@ -438,10 +524,7 @@ func (s *Sandbox) Disconnect(ctx context.Context) error {
 // connections are closed now, or by the last call in flight when it ends (begin's release). Until December 6
 // the transport was closed first, which on sandboxd cut every gRPC call in flight.
 func (s *Sandbox) disconnect(ctx context.Context, why string, grace time.Duration) {
-	s.mu.Lock()
-	conn := s.conn
-	s.conn, s.noConn = nil, why
-	s.mu.Unlock()
+	conn := s.detach(why)
 	if conn != nil && grace > 0 {
 		s.drain(ctx, grace)
 	}
@@ -456,18 +539,22 @@ func (s *Sandbox) disconnect(ctx context.Context, why string, grace time.Duratio
 	}
 }
 
-// Close closes the transport, lets in-flight calls finish (at most half of CleanupTimeout) and deletes the
-// claim (a claim already gone is fine). If the deletion fails the claim name is kept so Close can be
-// retried. Close on a handle without a claim deletes nothing. The kept-alive HTTP connections of the
-// handle's own transport (not of Options.HTTPTransport) are closed once no call is in flight.
+// Close refuses new calls, ends started Processes' streams at once (ErrNotReady wrapping
+// ErrTransportClosed; the runtime kills their commands), lets one-shot calls in flight finish (at most half
+// of CleanupTimeout), closes the transport and deletes the claim (a claim already gone is fine). If the
+// deletion fails the claim name is kept so Close can be retried. Close on a handle without a claim deletes
+// nothing - but the claim of an unanswered create of Options.ClaimName that has appeared since with this
+// handle's stamps. The kept-alive HTTP connections of the handle's own transport (not of
+// Options.HTTPTransport) are closed once no call is in flight. Until December 6 a streaming Process held
+// Close for its whole drain (15 s by default), and was cut then anyway.
 func (s *Sandbox) Close(ctx context.Context) (err error) {
 	ctx, span := s.tracing.start(ctx, "close")
 	defer func() { endSpan(span, err) }()
 	why := "the handle was closed (Close); Open claims a new sandbox"
 	s.mu.Lock()
-	conn, claim, uid := s.conn, s.claimName, s.claimUID
-	s.conn, s.noConn = nil, why
+	claim, uid := s.claimName, s.claimUID
 	s.mu.Unlock()
+	conn := s.detach(why)
 	// calls in flight finish before the transport closes (until December 6 it closed first, cutting
 	// sandboxd's gRPC calls with an untyped Canceled; the legacy runtime's calls happened to survive)
 	s.drain(context.WithoutCancel(ctx), s.opts.CleanupTimeout/2)
@@ -477,6 +564,7 @@ func (s *Sandbox) Close(ctx context.Context) (err error) {
 	// a call still in flight (past the drain) closes them when it ends: begin's release
 	s.http.closeIdle()
 	if claim == "" {
+		s.removeLostCreates(ctx)
 		return nil
 	}
 	if err := s.deleteClaim(ctx, claim, uid); err != nil {
@@ -489,7 +577,52 @@ func (s *Sandbox) Close(ctx context.Context) (err error) {
 	return nil
 }
 
-// drain waits until no call is in flight, at most d (and no longer than ctx).
+// removeLostCreates deletes the claim of Options.ClaimName if an unanswered create of this handle made it after
+// all (the API server applied the request after it was given up): a claim nobody would delete otherwise.
+// Best effort: a failure is logged.
+func (s *Sandbox) removeLostCreates(ctx context.Context) {
+	stamps := s.lostStamps()
+	if len(stamps) == 0 {
+		return
+	}
+	if own := s.ownUnanswered(ctx, stamps...); own != nil {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CleanupTimeout)
+		defer cancel()
+		if err := s.k8s.deleteClaim(dctx, s.opts.Namespace, own.GetName(), own.GetUID()); err != nil {
+			s.opts.Logger.Info("could not delete the claim a create without an answer made", "claim", own.GetName(),
+				"error", err.Error())
+			return
+		}
+		s.opts.Logger.V(1).Info("deleted the claim a create without an answer made", "claim", own.GetName())
+		s.mu.Lock()
+		s.lostCreates = nil
+		s.mu.Unlock()
+	}
+}
+
+// detach takes the transport from the handle - new calls fail with ErrNotReady and why - and ends the
+// started Processes' streams (they fail with ErrNotReady wrapping ErrTransportClosed); one-shot calls in
+// flight keep the transport, which the caller closes.
+func (s *Sandbox) detach(why string) *liveConn {
+	s.mu.Lock()
+	conn := s.conn
+	s.conn, s.noConn = nil, why
+	var procs []*Process
+	for slot := range s.streams {
+		slot.cut = why
+		if slot.p != nil {
+			procs = append(procs, slot.p)
+		}
+	}
+	clear(s.streams)
+	s.mu.Unlock()
+	for _, p := range procs {
+		p.abort(why)
+	}
+	return conn
+}
+
+// drain waits until no one-shot call is in flight, at most d (and no longer than ctx).
 func (s *Sandbox) drain(ctx context.Context, d time.Duration) {
 	deadline := time.Now().Add(d)
 	for {
@@ -503,19 +636,27 @@ func (s *Sandbox) drain(ctx context.Context, d time.Duration) {
 	}
 }
 
-// begin registers an in-flight call on the current transport; release must be called when it ends.
-func (s *Sandbox) begin() (*liveConn, func(), error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// usable is the current transport, or ErrNotReady with why there is none. s.mu is held.
+func (s *Sandbox) usable() error {
 	if s.conn == nil {
 		why := s.noConn
 		if why == "" {
 			why = "the handle is not open: call Open"
 		}
-		return nil, nil, fmt.Errorf("%w: %s", ErrNotReady, why)
+		return fmt.Errorf("%w: %s", ErrNotReady, why)
 	}
 	if err := s.conn.dead(); err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrNotReady, err)
+		return fmt.Errorf("%w: %w", ErrNotReady, err)
+	}
+	return nil
+}
+
+// begin registers an in-flight call on the current transport; release must be called when it ends.
+func (s *Sandbox) begin() (*liveConn, func(), error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return nil, nil, err
 	}
 	s.inflight++
 	var once sync.Once
@@ -525,13 +666,55 @@ func (s *Sandbox) begin() (*liveConn, func(), error) {
 			s.inflight--
 			// the last call of a handle that was closed or disconnected meanwhile: nothing will use the
 			// connections it leaves kept alive (an Open sets conn again first)
-			idle := s.inflight == 0 && s.conn == nil
+			idle := s.inflight == 0 && len(s.streams) == 0 && s.conn == nil
 			s.mu.Unlock()
 			if idle {
 				s.http.closeIdle()
 			}
 		})
 	}, nil
+}
+
+// beginStream registers a stream (Start) on the current transport; endStream must be called when it ends,
+// attachStream once its Process exists.
+func (s *Sandbox) beginStream() (*liveConn, *streamSlot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return nil, nil, err
+	}
+	if s.streams == nil {
+		s.streams = map[*streamSlot]struct{}{}
+	}
+	slot := &streamSlot{}
+	s.streams[slot] = struct{}{}
+	return s.conn, slot, nil
+}
+
+// attachStream gives the slot its Process, or ends the Process at once when the handle ended the slot's
+// stream while it was being started (Close or Disconnect in between).
+func (s *Sandbox) attachStream(slot *streamSlot, p *Process) {
+	s.mu.Lock()
+	why := slot.cut
+	if why == "" {
+		slot.p = p
+	}
+	s.mu.Unlock()
+	if why != "" {
+		p.abort(why)
+	}
+}
+
+// endStream unregisters a stream that ended (once is enough; a slot the handle ended is gone already).
+func (s *Sandbox) endStream(slot *streamSlot) {
+	s.mu.Lock()
+	_, live := s.streams[slot]
+	delete(s.streams, slot)
+	idle := live && s.inflight == 0 && len(s.streams) == 0 && s.conn == nil
+	s.mu.Unlock()
+	if idle {
+		s.http.closeIdle()
+	}
 }
 
 // callContext bounds a call: WithTimeout, else RequestTimeout when ctx has no deadline (raised to fit a
@@ -673,20 +856,25 @@ func (s *Sandbox) Start(ctx context.Context, command string, opts ...CallOption)
 		}
 		return parent.Err()
 	}
-	c, release, err := s.begin()
+	// a stream, not a one-shot call: Close and Disconnect end it rather than wait for it
+	c, slot, err := s.beginStream()
 	if err != nil {
 		cancel()
 		return nil, s.wrap(fmt.Errorf("start: %w", err))
 	}
-	p, err := s.startOn(ctx, c, command, &o, func() { cancel(); release() })
+	p, err := s.startOn(ctx, c, command, &o, func() { cancel(); s.endStream(slot) })
 	if err != nil {
+		if ctx.Err() == nil {
+			err = c.cut(err) // the handle closed the transport under the start
+		}
 		err = withContextCause(ended(), err)
 		cancel()
-		release()
+		s.endStream(slot)
 		return nil, s.wrap(err)
 	}
 	claim := s.ClaimName()
 	p.ended, p.wrap = ended, func(err error) error { return wrapErr(s.opts.Namespace, claim, c.cut(err)) }
+	s.attachStream(slot, p)
 	return p, nil
 }
 

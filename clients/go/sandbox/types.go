@@ -18,7 +18,10 @@ type ExecutionResult struct {
 	// Truncated: the runtime kept only the start of the output (this project's runtime caps buffered
 	// output; streamed output is never truncated). The legacy runtime answers it; on sandboxd, whose
 	// process.v1 has no such field, it is read from the marker line this project's runtime ends a cut
-	// output with ("[output truncated: N more bytes]", kept in Stdout / Stderr).
+	// output with ("[output truncated: N more bytes]", kept in Stdout / Stderr). That is a heuristic: on
+	// sandboxd an output that itself ends with such a line (a command printing it, `cat` of a file ending
+	// with it) is reported Truncated too - also by upstream's sandboxd, which never truncates; the output
+	// itself is always what the runtime returned.
 	Truncated bool `json:"truncated"`
 }
 
