@@ -171,7 +171,9 @@ def _upload(client: SandboxClient, args: argparse.Namespace, dst: tuple[str, str
         into = kind == "directory" and not contents_only
         target = posixpath.join(path.rstrip("/"), local.resolve().name) if into else path.rstrip("/")
         target = posixpath.normpath(target)
-        target = "" if target == "." else target
+        # The root however spelled (`.`, `/`, `/.`, `/tmp/..`): "" (a `/` reached `mkdir` as a path that names
+        # no file, refused; December 6).
+        target = "" if target in (".", "/") else target
     tally = _upload_tree(sandbox, local, target, timeout)
     for skipped in tally.skipped:
         print(

@@ -255,9 +255,18 @@ def load_config(path: str | os.PathLike[str] | None = None, *, context: str | No
             files = [Path(path).expanduser()]
             if not files[0].is_file():
                 raise ConfigError(f"kubeconfig {path} not found")
-        elif not (files := existing_files(os.environ.get("KUBECONFIG", ""))):
+        elif not (files := existing_files(env := os.environ.get("KUBECONFIG", ""))):
+            # As kubectl and the SDK: a set `$KUBECONFIG` replaces ~/.kube/config. Until December 6 one naming
+            # only missing files fell back to ~/.kube/config (maybe another cluster: `agent-sandbox lifecycle`
+            # acted there while the SDK's commands refused).
+            listed = [entry for entry in env.split(os.pathsep) if entry]
             if (SERVICE_ACCOUNT_DIR / "token").exists() and os.environ.get("KUBERNETES_SERVICE_HOST"):
                 kc, source = KubeConfig.from_service_account(SERVICE_ACCOUNT_DIR), "in-cluster"
+            elif listed:
+                raise ConfigError(
+                    f"KUBECONFIG {os.pathsep.join(listed)}: no such file (KUBECONFIG is set, so ~/.kube/config "
+                    "is not read, as kubectl: unset it or make it name a kubeconfig)"
+                )
             elif (default := Path("~/.kube/config").expanduser()).is_file():
                 files = [default]
             else:

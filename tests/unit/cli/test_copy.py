@@ -186,3 +186,15 @@ def test_empty_directories_never_climb_out_of_the_root(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"'\.\.'"):
         copy(client, _args(str(tree), "sb:../x"))
     assert sandbox.ran == []
+
+
+@pytest.mark.parametrize("root", ["/", "/.", "/tmp/..", "."])
+def test_an_empty_directorys_contents_to_the_root_however_spelled(root: str, tmp_path: Path) -> None:
+    """`cp EMPTY/. sb:/` : the root spelled `/` reached the mkdir's path check as a path naming no file and
+    the copy exited 2 (a review of the root-relative mkdir, December 6); nothing is to be made."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    sandbox = _TreeSandbox()
+    client: Any = type("C", (), {"get_sandbox": lambda self, claim, namespace: sandbox})()
+    assert copy(client, _args(f"{tree}/.", f"sb:{root}")) == 0
+    assert sandbox.written == []

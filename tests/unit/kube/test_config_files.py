@@ -239,3 +239,22 @@ def test_malformed_file_in_the_list_is_named(tmp_path: Path, monkeypatch: pytest
     _kubeconfig_env(monkeypatch, good, str(bad))
     with pytest.raises(ConfigError, match=str(bad)):
         load_config()
+
+
+def test_a_kubeconfig_variable_naming_only_missing_files_is_an_error_not_the_home_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As kubectl and the SDK: a set `$KUBECONFIG` replaces ~/.kube/config. Until December 6 one naming only
+    missing files fell back to ~/.kube/config - maybe another cluster, where `agent-sandbox lifecycle` acted."""
+    home = tmp_path / "home"
+    _write(
+        home / ".kube" / "config",
+        {"current-context": "c", "clusters": [_cluster("other")], "contexts": [_context("c", "other")]},
+    )
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    _kubeconfig_env(monkeypatch, str(tmp_path / "typo"))
+    with pytest.raises(ConfigError, match=r"KUBECONFIG .*typo: no such file"):
+        load_config()
+    monkeypatch.setenv("KUBECONFIG", "")
+    assert load_config().server == "http://other.invalid:1"  # unset or empty: the home file, as kubectl
