@@ -674,7 +674,8 @@ def add_sandbox_commands(sub: Any) -> None:
     exe.add_argument(
         "--timeout",
         type=seconds_arg,
-        help="kill the command after this many seconds (exit 124); default: the runtime's limit (300 s)",
+        help="kill the command after this many seconds (exit 124); default: the runtime's limit (300 s; "
+        "-i/-t sessions have none, as `kubectl exec -it`)",
     )
     exe.add_argument("--env", action="append", metavar="KEY=VALUE", help="environment variable (repeatable)")
     exe.add_argument("--cwd", help="working directory, relative to the sandbox root")
