@@ -61,7 +61,8 @@ func stamp() string { return time.Now().UTC().Format(time.RFC3339Nano) }
 
 // A Suspend that a lifecycle router undoes at once (an auto-resume Sandbox still in use: it sets the Sandbox
 // Running again, resume-reason: Request) fails at once with ErrModeChanged naming it; it used to wait out
-// SandboxReadyTimeout and end with ErrTimeout. Resume then reconnects the handle.
+// SandboxReadyTimeout and end with ErrTimeout. The handle stays connected (since the second review of
+// December 6; it used to be disconnected), and Resume brings it to the Sandbox as it is then.
 func TestASuspendUndoneByARouterResumeFailsAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 3*time.Minute)

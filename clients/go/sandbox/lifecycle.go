@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,14 +43,23 @@ var getOpts = metav1.GetOptions{}
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
 
-// buildClaim is the SandboxClaim a new sandbox asks for (spec 4.5 step 1, plus this project's extras).
-func buildClaim(o *Options, now time.Time, traceContext string) *unstructured.Unstructured {
+// newClaimRequestID is a create's random id (ClientRequestIDAnnotation).
+func newClaimRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics rather than return an error since Go 1.24)
+	return hex.EncodeToString(b[:])
+}
+
+// buildClaim is the SandboxClaim a new sandbox asks for (spec 4.5 step 1, plus this project's extras);
+// requestID is the create's own id (ClientRequestIDAnnotation).
+func buildClaim(o *Options, now time.Time, requestID, traceContext string) *unstructured.Unstructured {
 	labels := map[string]any{}
 	for k, v := range o.Labels {
 		labels[k] = v
 	}
 	labels[CreatedByLabel] = "go-client"
-	annotations := map[string]any{FirstRequestedAtAnnotation: now.UTC().Format(time.RFC3339Nano)}
+	annotations := map[string]any{FirstRequestedAtAnnotation: now.UTC().Format(time.RFC3339Nano),
+		ClientRequestIDAnnotation: requestID}
 	if traceContext != "" {
 		annotations[TraceContextAnnotation] = traceContext
 	}
@@ -622,8 +633,11 @@ func (s *Sandbox) autoResumeSetting(ctx context.Context, obj *unstructured.Unstr
 }
 
 // Suspend sets the Sandbox's spec.operatingMode to Suspended (the controller deletes the Pod and keeps the
-// Sandbox, its volumes and Service), closes the transport, and waits (SandboxReadyTimeout) until the
-// Suspended condition is True. The claim stays; Resume brings the sandbox back.
+// Sandbox, its volumes and Service), waits (SandboxReadyTimeout) until the Suspended condition is True, and
+// then closes the transport. The claim stays; Resume brings the sandbox back. Until the suspend is confirmed
+// the handle stays connected: a suspend that does not happen (ErrModeChanged, ErrTimeout, ...) leaves the
+// started Processes and calls in flight alone, as the Python SDK's suspend() does (their streams break when
+// the Pod goes).
 func (s *Sandbox) Suspend(ctx context.Context) (err error) {
 	ctx, span := s.tracing.start(ctx, "suspend")
 	defer func() { endSpan(span, err) }()
@@ -635,13 +649,16 @@ func (s *Sandbox) Suspend(ctx context.Context) (err error) {
 	if err != nil {
 		return s.wrap(fmt.Errorf("suspend: %w", err))
 	}
-	s.disconnect(ctx, "the sandbox was suspended by this handle (Suspend): call Resume", 0)
+	// Until December 6 the transport was closed here, before the suspend was confirmed: one set back to
+	// Running (a lifecycle router's auto-resume) still ended every started Process - the runtime kills a
+	// command whose stream ends.
 	err = s.waitMode(ctx, name, "Suspended", ours, func(obj *unstructured.Unstructured, generation int64) bool {
 		return confirmed(obj, "Suspended", generation)
 	})
 	if err != nil {
 		return s.wrap(fmt.Errorf("suspend: %w", err))
 	}
+	s.disconnect(ctx, "the sandbox was suspended by this handle (Suspend): call Resume", 0)
 	s.mu.Lock()
 	s.info.podIP, s.info.podName = "", ""
 	s.mu.Unlock()
@@ -759,7 +776,9 @@ func (s *Sandbox) whyGone(ctx context.Context, sandboxName string) error {
 }
 
 // Resume sets spec.operatingMode back to Running, waits until the Sandbox is Ready again (a new Pod, same
-// volumes) and reconnects the transport to it. Refused at once, before any write, when the handle's claim
+// volumes) and reconnects the transport to it. A connected handle whose Sandbox was Running and Ready all
+// along (the write found it so, on the Pod the handle reaches) keeps its transport, and the Processes
+// started on it. Refused at once, before any write, when the handle's claim
 // has expired (*ConditionError ClaimExpired, also ErrSandboxDeleted); a hibernated Sandbox (deleted, its
 // SandboxArchive kept) is named so, expired or not (ErrSandboxDeleted).
 func (s *Sandbox) Resume(ctx context.Context) (err error) {
@@ -780,6 +799,9 @@ func (s *Sandbox) Resume(ctx context.Context) (err error) {
 			}
 		}
 		return s.wrap(fmt.Errorf("resume: %w", err))
+	}
+	if s.keepsConnection(ours) {
+		return nil
 	}
 	s.disconnect(ctx, "the handle's Resume did not complete: call Resume (or Open) again", 0)
 	var info sandboxInfo
@@ -802,4 +824,24 @@ func (s *Sandbox) Resume(ctx context.Context) (err error) {
 	s.mu.Unlock()
 	s.watchTunnel(conn)
 	return nil
+}
+
+// keepsConnection says whether Resume has nothing to reconnect: ours (the Sandbox as Resume's write left it)
+// is Ready at its own generation - it was Running already - on the Pod (name and IP) the handle is connected
+// to, and that connection is alive; the handle's Sandbox details are refreshed from ours then. Until
+// December 6 Resume always closed the transport and connected again, which ended every started Process of
+// a handle whose Sandbox was running all along (the Python SDK's resume() leaves them alone).
+func (s *Sandbox) keepsConnection(ours *unstructured.Unstructured) bool {
+	if !confirmed(ours, "Ready", ours.GetGeneration()) {
+		return false
+	}
+	info := readSandboxInfo(ours)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil || s.conn.dead() != nil || info.podIP == "" || info.podIP != s.info.podIP ||
+		info.podName != s.info.podName {
+		return false
+	}
+	s.info = info
+	return true
 }

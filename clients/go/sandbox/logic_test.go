@@ -118,9 +118,10 @@ func TestBuildClaim(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.UTC)
 	o := Options{WarmPoolName: "pool", Labels: map[string]string{"team": "a"}, PodLabels: map[string]string{"x": "y"},
 		Env: []EnvVar{{Name: "K", Value: "v", ContainerName: "main"}}, ShutdownAfter: 90 * time.Second}
-	obj := buildClaim(&o, now, `{"traceparent":"00-1-2-01"}`)
+	obj := buildClaim(&o, now, "0123abcd", `{"traceparent":"00-1-2-01"}`)
 	want := `map[apiVersion:extensions.agents.x-k8s.io/v1beta1 kind:SandboxClaim ` +
 		`metadata:map[annotations:map[agents.x-k8s.io/client-first-requested-at:2026-01-02T03:04:05.123456789Z ` +
+		`agents.x-k8s.io/client-request-id:0123abcd ` +
 		`opentelemetry.io/trace-context:{"traceparent":"00-1-2-01"}] generateName:sandbox-claim- ` +
 		`labels:map[agents.x-k8s.io/created-by:go-client team:a]] ` +
 		`spec:map[additionalPodMetadata:map[labels:map[x:y]] env:[map[containerName:main name:K value:v]] ` +
@@ -129,7 +130,7 @@ func TestBuildClaim(t *testing.T) {
 		t.Errorf("claim:\n got %s\nwant %s", got, want)
 	}
 	o = Options{WarmPoolName: "pool", ClaimName: "mine"}
-	obj = buildClaim(&o, now, "")
+	obj = buildClaim(&o, now, "0123abcd", "")
 	if obj.GetName() != "mine" || obj.GetGenerateName() != "" || len(obj.Object["spec"].(map[string]any)) != 1 {
 		t.Errorf("explicit name claim: %v", obj.Object)
 	}

@@ -51,6 +51,11 @@ const (
 	CreatedByLabel = "agents.x-k8s.io/created-by"
 	// FirstRequestedAtAnnotation records when the client asked for the sandbox (RFC 3339, UTC, nanoseconds).
 	FirstRequestedAtAnnotation = "agents.x-k8s.io/client-first-requested-at"
+	// ClientRequestIDAnnotation (ours: not in upstream's spec, read by nothing but this SDK) is a random id
+	// (128 bits, hex) of the create that made the claim: a create whose answer was lost adopts (or deletes) a
+	// claim only when it carries this id, since client-first-requested-at alone is not unique - a Windows
+	// clock ticks every 0.5-15.6 ms, macOS's every microsecond.
+	ClientRequestIDAnnotation = "agents.x-k8s.io/client-request-id"
 	// TraceContextAnnotation carries the W3C trace context of the Open span, when tracing is on.
 	TraceContextAnnotation = "opentelemetry.io/trace-context"
 	// RouterServiceName is the router's Service, whose Pod port-forward mode finds through its EndpointSlices

@@ -47,10 +47,22 @@ type Sandbox struct {
 	// December 6 it held an in-flight slot, and Close waited out its whole drain for it, then cut it anyway).
 	inflight int
 	streams  map[*streamSlot]struct{}
-	// lostCreates are the client-first-requested-at stamps of this handle's creates of Options.ClaimName
-	// whose answer was lost and whose claim was not found then (the API server may apply such a create
-	// later): a claim of that name with one of these stamps is the handle's (ownUnanswered).
-	lostCreates []string
+	// lostCreates are the stamps of this handle's creates of Options.ClaimName whose answer was lost and
+	// whose claim was not found then (the API server may apply such a create later): a claim of that name
+	// with one of these stamps is the handle's (ownUnanswered).
+	lostCreates []createStamp
+}
+
+// createStamp marks the claim a create asked for: its client-first-requested-at time and its random
+// client-request-id. The time alone is not unique: a Windows clock ticks every 0.5-15.6 ms, macOS's every
+// microsecond, so until December 6 a create whose answer was lost could adopt - and its Close delete - the
+// claim another handle made under the same name within the same tick.
+type createStamp struct{ at, id string }
+
+// stampOf is the createStamp a claim carries ("" fields when it carries none).
+func stampOf(obj *unstructured.Unstructured) createStamp {
+	a := obj.GetAnnotations()
+	return createStamp{at: a[FirstRequestedAtAnnotation], id: a[ClientRequestIDAnnotation]}
 }
 
 // streamSlot is a started Process's place among the handle's streams: p once Start has it; cut is why the
@@ -172,8 +184,8 @@ func (s *Sandbox) create(ctx context.Context) error {
 	if err := validateWarmPoolName(o.WarmPoolName); err != nil {
 		return err
 	}
-	obj := buildClaim(o, time.Now(), s.tracing.annotation(ctx))
-	stamp := obj.GetAnnotations()[FirstRequestedAtAnnotation]
+	obj := buildClaim(o, time.Now(), newClaimRequestID(), s.tracing.annotation(ctx))
+	stamp := stampOf(obj)
 	created, err := s.k8s.createClaim(ctx, o.Namespace, obj)
 	if err != nil {
 		switch {
@@ -234,22 +246,30 @@ func (s *Sandbox) create(ctx context.Context) error {
 	return nil
 }
 
-// answerLost: the create may have been applied although no answer says so (a cancelled context, a connection
-// reset after the request went out) - any failure but an API server status.
+// answerLost: the create may have been applied although no answer says so - any failure but a refusal (a
+// 4xx status): no answer at all (a cancelled context, a connection reset after the request went out), or a
+// 5xx - the API server's own 504 Timeout ("may still be processing the request"), a 500, a proxy's 502, 503
+// or 504 (client-go makes its error page a status error). Until December 6 every status counted as a
+// refusal, and the claim such a create made leaked. A claim is only ever adopted or deleted by its stamp,
+// so counting a create that was not applied does no harm.
 func answerLost(err error) bool {
 	var status apierrors.APIStatus
-	return !errors.As(err, &status)
+	if !errors.As(err, &status) {
+		return true
+	}
+	code := status.Status().Code
+	return code < 400 || code >= 500
 }
 
 // removeUnansweredClaim deletes the claim a create without an answer may have made. Its name came from
-// generateName, so it is found by this handle's request stamp (client-first-requested-at, in nanoseconds)
-// among the Go client's claims of the same warm pool. Best effort within CleanupTimeout, even when ctx is
-// already cancelled: an orphaned claim would hold a sandbox until someone deletes it.
+// generateName, so it is found by this handle's request stamp (client-first-requested-at and the random
+// client-request-id) among the Go client's claims of the same warm pool. Best effort within CleanupTimeout,
+// even when ctx is already cancelled: an orphaned claim would hold a sandbox until someone deletes it.
 func (s *Sandbox) removeUnansweredClaim(ctx context.Context, obj *unstructured.Unstructured) {
 	o := &s.opts
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.CleanupTimeout)
 	defer cancel()
-	stamp := obj.GetAnnotations()[FirstRequestedAtAnnotation]
+	stamp := stampOf(obj)
 	list, err := s.k8s.claims(o.Namespace).List(dctx, metav1.ListOptions{LabelSelector: CreatedByLabel + "=go-client"})
 	if err != nil {
 		o.Logger.Info("could not look for a claim the failed create may have made", "error", err.Error())
@@ -257,7 +277,7 @@ func (s *Sandbox) removeUnansweredClaim(ctx context.Context, obj *unstructured.U
 	}
 	for _, item := range list.Items {
 		pool, _, _ := unstructured.NestedString(item.Object, "spec", "warmPoolRef", "name")
-		if item.GetAnnotations()[FirstRequestedAtAnnotation] != stamp || pool != o.WarmPoolName {
+		if stampOf(&item) != stamp || pool != o.WarmPoolName {
 			continue
 		}
 		if err := s.k8s.deleteClaim(dctx, o.Namespace, item.GetName(), item.GetUID()); err != nil {
@@ -268,7 +288,7 @@ func (s *Sandbox) removeUnansweredClaim(ctx context.Context, obj *unstructured.U
 	}
 }
 
-func (s *Sandbox) lostStamps() []string {
+func (s *Sandbox) lostStamps() []createStamp {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.lostCreates)
@@ -276,9 +296,10 @@ func (s *Sandbox) lostStamps() []string {
 
 // ownUnanswered reads the claim Options.ClaimName names and returns it if a create of this handle whose
 // answer was lost made it: it carries this SDK's created-by label, the warm pool asked for, and one of the
-// requests' client-first-requested-at stamps (nanoseconds: no other request has it). nil when it does not
-// exist, is someone else's, or cannot be read (logged). Within CleanupTimeout, even when ctx is cancelled.
-func (s *Sandbox) ownUnanswered(ctx context.Context, stamps ...string) *unstructured.Unstructured {
+// requests' stamps (client-first-requested-at and the random client-request-id: no other request has it).
+// nil when it does not exist, is someone else's, or cannot be read (logged). Within CleanupTimeout, even
+// when ctx is cancelled.
+func (s *Sandbox) ownUnanswered(ctx context.Context, stamps ...createStamp) *unstructured.Unstructured {
 	o := &s.opts
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.CleanupTimeout)
 	defer cancel()
@@ -292,7 +313,7 @@ func (s *Sandbox) ownUnanswered(ctx context.Context, stamps ...string) *unstruct
 	}
 	pool, _, _ := unstructured.NestedString(obj.Object, "spec", "warmPoolRef", "name")
 	if obj.GetLabels()[CreatedByLabel] != "go-client" || pool != o.WarmPoolName ||
-		!slices.Contains(stamps, obj.GetAnnotations()[FirstRequestedAtAnnotation]) {
+		!slices.Contains(stamps, stampOf(obj)) {
 		return nil
 	}
 	return obj
@@ -544,8 +565,9 @@ func (s *Sandbox) disconnect(ctx context.Context, why string, grace time.Duratio
 // of CleanupTimeout), closes the transport and deletes the claim (a claim already gone is fine). If the
 // deletion fails the claim name is kept so Close can be retried. Close on a handle without a claim deletes
 // nothing - but the claim of an unanswered create of Options.ClaimName that has appeared since with this
-// handle's stamps. The kept-alive HTTP connections of the handle's own transport (not of
-// Options.HTTPTransport) are closed once no call is in flight. Until December 6 a streaming Process held
+// handle's stamps (a failed deletion of it is ErrOrphanedClaim, and Close can be retried). The kept-alive
+// HTTP connections of the handle's own transport (not of Options.HTTPTransport) are closed once no call is
+// in flight. Until December 6 a streaming Process held
 // Close for its whole drain (15 s by default), and was cut then anyway.
 func (s *Sandbox) Close(ctx context.Context) (err error) {
 	ctx, span := s.tracing.start(ctx, "close")
@@ -564,7 +586,9 @@ func (s *Sandbox) Close(ctx context.Context) (err error) {
 	// a call still in flight (past the drain) closes them when it ends: begin's release
 	s.http.closeIdle()
 	if claim == "" {
-		s.removeLostCreates(ctx)
+		if err := s.removeLostCreates(ctx); err != nil {
+			return s.wrap(err)
+		}
 		return nil
 	}
 	if err := s.deleteClaim(ctx, claim, uid); err != nil {
@@ -579,25 +603,28 @@ func (s *Sandbox) Close(ctx context.Context) (err error) {
 
 // removeLostCreates deletes the claim of Options.ClaimName if an unanswered create of this handle made it after
 // all (the API server applied the request after it was given up): a claim nobody would delete otherwise.
-// Best effort: a failure is logged.
-func (s *Sandbox) removeLostCreates(ctx context.Context) {
+// A failed deletion is ErrOrphanedClaim, and the stamps are kept so Close can be retried (until December 6
+// it was only logged, and Close returned nil); a claim that cannot be read is logged (ownUnanswered).
+func (s *Sandbox) removeLostCreates(ctx context.Context) error {
 	stamps := s.lostStamps()
 	if len(stamps) == 0 {
-		return
+		return nil
 	}
-	if own := s.ownUnanswered(ctx, stamps...); own != nil {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CleanupTimeout)
-		defer cancel()
-		if err := s.k8s.deleteClaim(dctx, s.opts.Namespace, own.GetName(), own.GetUID()); err != nil {
-			s.opts.Logger.Info("could not delete the claim a create without an answer made", "claim", own.GetName(),
-				"error", err.Error())
-			return
-		}
-		s.opts.Logger.V(1).Info("deleted the claim a create without an answer made", "claim", own.GetName())
-		s.mu.Lock()
-		s.lostCreates = nil
-		s.mu.Unlock()
+	own := s.ownUnanswered(ctx, stamps...)
+	if own == nil {
+		return nil
 	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CleanupTimeout)
+	defer cancel()
+	if err := s.k8s.deleteClaim(dctx, s.opts.Namespace, own.GetName(), own.GetUID()); err != nil {
+		return fmt.Errorf("deleting claim %s, which an Open of this handle whose create got no answer made: %v: %w",
+			own.GetName(), err, ErrOrphanedClaim)
+	}
+	s.opts.Logger.V(1).Info("deleted the claim a create without an answer made", "claim", own.GetName())
+	s.mu.Lock()
+	s.lostCreates = nil
+	s.mu.Unlock()
+	return nil
 }
 
 // detach takes the transport from the handle - new calls fail with ErrNotReady and why - and ends the
