@@ -169,3 +169,32 @@ func TestAnUnansweredCreateDoesNotAdoptAnotherOwnersClaim(t *testing.T) {
 		t.Error("Close deleted another owner's claim")
 	}
 }
+
+// Review of December 6 (third): client-go retries a create answered 5xx with Retry-After by itself (kube-apiserver's
+// own ServerTimeout on create, a proxy's 503); when the first attempt was applied, the retry is answered 409 and
+// the handle saw only that: "already exists; this handle did not create it", and the claim it made leaked. The
+// claim carries this very create's random request id, so it is this handle's.
+func TestAnExplicitCreateAppliedThenAnsweredAlreadyExistsByItsRetryIsTheHandles(t *testing.T) {
+	s0, dyn := fakeCluster(t)
+	s := explicitHandle(t, s0)
+	dyn.PrependReactor("create", "sandboxclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		obj := a.(k8stesting.CreateAction).GetObject()
+		if err := dyn.Tracker().Create(claimsGVR, obj, "ns"); err != nil {
+			return true, nil, err
+		}
+		return true, nil, apierrors.NewAlreadyExists(schema.GroupResource{Group: claimsGVR.Group, Resource: "sandboxclaims"}, "mine")
+	})
+	err := s.Open(context.Background())
+	if err != nil && strings.Contains(err.Error(), "did not create it") {
+		t.Fatalf("Open = %v; the claim is the one this create made", err)
+	}
+	if s.ClaimName() != "mine" {
+		t.Errorf("ClaimName() = %q; want the claim its create made", s.ClaimName())
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Errorf("Close = %v", err)
+	}
+	if claimExists(t, s, "mine") {
+		t.Error("the claim this handle's create made (answered 409 by client-go's retry) survives Close: leaked")
+	}
+}

@@ -204,6 +204,14 @@ func (s *Sandbox) create(ctx context.Context) error {
 			s.lostCreates = append(s.lostCreates, stamp)
 			s.mu.Unlock()
 		case o.ClaimName != "" && apierrors.IsAlreadyExists(err):
+			// This very create may have made it: client-go retries a create answered 5xx with Retry-After by
+			// itself, and the retry of an applied first attempt is answered 409. Only a claim carrying this
+			// create's random request id (or an earlier unanswered one's) is the handle's; until December 6 it
+			// was "did not create it", and leaked.
+			if own := s.ownUnanswered(ctx, append(s.lostStamps(), stamp)...); own != nil {
+				s.adopt(own)
+				return s.reconnect(ctx) // waits for it, as for a claim this Open made
+			}
 			s.mu.Lock()
 			lost := len(s.lostCreates) > 0
 			s.mu.Unlock()
@@ -212,11 +220,6 @@ func (s *Sandbox) create(ctx context.Context) error {
 				// pass adopt_existing=True")
 				return fmt.Errorf("%w: SandboxClaim %s/%s already exists; this handle did not create it and will "+
 					"not delete it (Client.GetSandbox attaches to it): %w", ErrClaimFailed, o.Namespace, o.ClaimName, err)
-			}
-			// an earlier create of this handle went unanswered: the claim may be the one it made
-			if own := s.ownUnanswered(ctx, s.lostStamps()...); own != nil {
-				s.adopt(own)
-				return s.reconnect(ctx) // waits for it, as for a claim this Open made
 			}
 			return fmt.Errorf("%w: SandboxClaim %s/%s already exists; an earlier Open of this handle got no answer "+
 				"to its create and this claim could not be confirmed as the one it made, so this handle does not "+
