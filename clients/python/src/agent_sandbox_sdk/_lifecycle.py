@@ -44,8 +44,6 @@ from .exceptions import (
 log = logging.getLogger("agent_sandbox_sdk")
 
 __all__ = [
-    "CLAIM_FAILURES",
-    "STATUS_NOT_FOUND",
     "CreatedClaim",
     "claim_says_hibernated",
     "create_and_wait",
@@ -55,10 +53,6 @@ __all__ = [
     "set_operating_mode",
     "wait_claim_ready",
 ]
-
-
-#: What `ClaimView.failure()` raises: a claim that will not become Ready (nor be bound) without user action.
-CLAIM_FAILURES = (SandboxClaimFailedError, SandboxTemplateNotFoundError, SandboxWarmPoolNotFoundError)
 
 
 # `resolve_claim` (so `get_sandbox`) raises a claim's failure at once, as `create_sandbox` does; upstream's contract
@@ -81,6 +75,8 @@ _ALSO_NOT_FOUND: dict[type[SandboxError], type[SandboxError]] = {
     SandboxTemplateNotFoundError: _TemplateMissingNotFound,
     SandboxWarmPoolNotFoundError: _WarmPoolMissingNotFound,
 }
+#: What `ClaimView.failure()` raises: a claim that will not become Ready (nor be bound) without user action.
+_CLAIM_FAILURES = tuple(_ALSO_NOT_FOUND)
 
 
 def _also_not_found(err: SandboxError) -> SandboxError:
@@ -342,7 +338,7 @@ def resolve_claim(
             }
     except SandboxNotFoundError:
         raise
-    except CLAIM_FAILURES as err:
+    except _CLAIM_FAILURES as err:
         raise _also_not_found(err) from err
     except SandboxError as err:
         # Upstream's contract: any other failure is "not found". The claim is named once: a wait that ran out
@@ -530,7 +526,7 @@ def claim_says_hibernated(claim: Mapping[str, Any], sandbox: str) -> bool:
 
 
 #: `Sandbox.status()` of a Sandbox that does not exist (upstream's words, spec §3.4).
-STATUS_NOT_FOUND = ("SandboxNotFound", "Sandbox object not found in Kubernetes.")
+_STATUS_NOT_FOUND = ("SandboxNotFound", "Sandbox object not found in Kubernetes.")
 
 
 def sandbox_status(namespace: str, sandbox: str, claim: str | None) -> Flow[tuple[str, str]]:
@@ -538,7 +534,7 @@ def sandbox_status(namespace: str, sandbox: str, claim: str | None) -> Flow[tupl
 
     Ours: a hibernated Sandbox - its SandboxArchive exists, or its claim says so (a role that may not read
     archives) - is `SandboxNotReady` with how to restore it; until December 6 it was `SandboxNotFound`, as a
-    deleted one. Upstream's shape and words stay, `STATUS_NOT_FOUND` for one that is really gone."""
+    deleted one. Upstream's shape and words stay, `_STATUS_NOT_FOUND` for one that is really gone."""
     obj = yield from _kube.get(_kube.SANDBOXES, namespace, sandbox)
     if obj is not None:
         return SandboxView.of(obj).status_pair()
@@ -551,7 +547,7 @@ def sandbox_status(namespace: str, sandbox: str, claim: str | None) -> Flow[tupl
         hibernated = owner is not None and claim_says_hibernated(owner, sandbox)
     if hibernated:
         return "SandboxNotReady", hibernated_hint(namespace, sandbox)
-    return STATUS_NOT_FOUND
+    return _STATUS_NOT_FOUND
 
 
 def archived(namespace: str, sandbox: str) -> Flow[bool]:

@@ -237,7 +237,7 @@ class SandboxClient:
                     namespace, claim_name, timeout=resolve_timeout, warmpool=warmpool_name
                 )
             )
-        except (SandboxNotFoundError, *_lifecycle.CLAIM_FAILURES):
+        except SandboxNotFoundError:  # a failed claim's error is one too (`resolve_claim`)
             if (stale := self._registry.get_active(namespace, claim_name)) is not None:
                 stale.close_connection()
             raise
