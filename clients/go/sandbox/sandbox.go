@@ -279,8 +279,7 @@ func (s *Sandbox) removeUnansweredClaim(ctx context.Context, obj *unstructured.U
 		return
 	}
 	for _, item := range list.Items {
-		pool, _, _ := unstructured.NestedString(item.Object, "spec", "warmPoolRef", "name")
-		if stampOf(&item) != stamp || pool != o.WarmPoolName {
+		if !madeByCreate(&item, o.WarmPoolName, stamp) {
 			continue
 		}
 		if err := s.k8s.deleteClaim(dctx, o.Namespace, item.GetName(), item.GetUID()); err != nil {
@@ -314,12 +313,17 @@ func (s *Sandbox) ownUnanswered(ctx context.Context, stamps ...createStamp) *uns
 		}
 		return nil
 	}
-	pool, _, _ := unstructured.NestedString(obj.Object, "spec", "warmPoolRef", "name")
-	if obj.GetLabels()[CreatedByLabel] != "go-client" || pool != o.WarmPoolName ||
-		!slices.Contains(stamps, stampOf(obj)) {
+	if !madeByCreate(obj, o.WarmPoolName, stamps...) {
 		return nil
 	}
 	return obj
+}
+
+// madeByCreate: obj is a claim one of the Go client's creates with these stamps made from warm pool `pool`
+// (its created-by label, pool and stamp; the stamp's random request id is this create's alone).
+func madeByCreate(obj *unstructured.Unstructured, pool string, stamps ...createStamp) bool {
+	from, _, _ := unstructured.NestedString(obj.Object, "spec", "warmPoolRef", "name")
+	return obj.GetLabels()[CreatedByLabel] == "go-client" && from == pool && slices.Contains(stamps, stampOf(obj))
 }
 
 // adopt makes a claim of Options.ClaimName that this handle's unanswered create made the handle's, as a
