@@ -183,12 +183,7 @@ class EventBroadcaster:
             # by `unwritten()`) until its write returned, whenever the manager takes the count.
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 async with asyncio.timeout(1.0):
-                    while self._current is not None or not self._queue.empty():
-                        if self._current is None:
-                            self._current = self._queue.get_nowait()
-                        await self._write(self._current)
-                        self._current = None
-                        self._queue.task_done()
+                    await self._write_left()
 
     async def flush(self) -> None:
         """Stop holding and write every queued event; returns once the queue is empty (`manager.HeldWrites`).
@@ -201,8 +196,14 @@ class EventBroadcaster:
         if self._running:
             await self._queue.join()
             return
-        while not self._queue.empty():  # not started (or stopped): write them here
-            self._current = self._queue.get_nowait()
+        await self._write_left()  # not started (or stopped): write them here
+
+    async def _write_left(self) -> None:
+        """Write, here, the event taken and not sent (`_current`) and then every queued one. Each stays
+        `_current` (counted by `unwritten()`) until its write returned."""
+        while self._current is not None or not self._queue.empty():
+            if self._current is None:
+                self._current = self._queue.get_nowait()
             await self._write(self._current)
             self._current = None
             self._queue.task_done()
