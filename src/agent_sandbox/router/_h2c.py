@@ -229,7 +229,7 @@ A field added to `Route` must be decided on here (tests/unit/router/test_h2c_pin
 
 def _pin_of(route: Route) -> tuple[object, ...]:
     """What of `route` a later stream on the connection must repeat to be forwarded (`_PINNED_FIELDS`)."""
-    return (route.sandbox_id, route.namespace, route.port, route.pod_ip, route.uid)
+    return tuple(getattr(route, name) for name in _PINNED_FIELDS)
 
 
 def _stream_of(frame: bytes) -> int:
