@@ -12,6 +12,8 @@ from __future__ import annotations
 import signal
 from types import FrameType
 
+from agent_sandbox.interrupts import raise_where_safe
+
 __all__ = ["STOPPING_SIGNALS", "stop_cleanly_on_sigterm"]
 
 #: The signals turned into Ctrl-C's KeyboardInterrupt (the CLI handles the same two, cli/main.py).
@@ -26,7 +28,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     else:
         # A second SIGTERM during the teardown ends the process at once, as an impatient user expects.
         signal.signal(signum, signal.SIG_DFL)
-    raise KeyboardInterrupt(f"stopped by signal {signum}")
+    raise_where_safe(KeyboardInterrupt(f"stopped by signal {signum}"))
 
 
 def stop_cleanly_on_sigterm() -> None:

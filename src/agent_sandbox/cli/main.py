@@ -27,6 +27,7 @@ from agent_sandbox.devcluster import (
     ComponentError,
     DevCluster,
 )
+from agent_sandbox.interrupts import raise_where_safe
 
 Handler = Callable[[argparse.Namespace], int]
 _DEFAULTS = ClusterConfig()
@@ -273,7 +274,7 @@ class _Terminated(KeyboardInterrupt):
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
-    raise _Terminated(signum)
+    raise_where_safe(_Terminated(signum))
 
 
 #: Signals that stop the CLI as Ctrl-C does.

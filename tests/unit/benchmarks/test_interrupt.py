@@ -111,3 +111,45 @@ def test_an_inherited_ignored_sighup_stays_ignored(tmp_path: Path) -> None:
     assert "KeyboardInterrupt: stopped by signal 15" in err
     assert "stopped by signal 1\n" not in err
     assert (tmp_path / "torn-down").read_text() == "yes"
+
+
+def test_a_signal_between_two_steps_of_the_loop_does_not_wedge_it(tmp_path: Path) -> None:
+    """CPython bpo-39622, made deterministic: the signal arrives right after the loop took a task's wake-up off
+    its ready queue. Raised there, the wake-up was lost and `asyncio.run`'s clean-up waited for the task forever
+    (CI, December 6: the benchmark never exited and its `finally` never ran)."""
+    script = textwrap.dedent(f"""
+        import asyncio, collections, os, signal
+        from benchmarks.interrupt import stop_cleanly_on_sigterm
+        stop_cleanly_on_sigterm()
+
+        class ReadyQueue(collections.deque):
+            armed = False
+
+            def popleft(self):
+                handle = super().popleft()
+                if ReadyQueue.armed and repr(handle).startswith("<Handle Task.task_wakeup("):
+                    ReadyQueue.armed = False
+                    os.kill(os.getpid(), signal.SIGTERM)  # the handler runs before this method returns
+                return handle
+
+        async def run() -> None:
+            loop = asyncio.get_running_loop()
+            loop._ready = ReadyQueue(loop._ready)
+            try:
+                ReadyQueue.armed = True
+                await asyncio.sleep(0.05)
+                await asyncio.sleep(60)
+            finally:
+                open({str(tmp_path / "torn-down")!r}, "w").write("yes")
+
+        asyncio.run(run())
+    """)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert (tmp_path / "torn-down").read_text() == "yes"
+    assert "KeyboardInterrupt: stopped by signal 15" in err
