@@ -262,10 +262,11 @@ def load_config(path: str | os.PathLike[str] | None = None, *, context: str | No
             listed = [entry for entry in env.split(os.pathsep) if entry]
             if (SERVICE_ACCOUNT_DIR / "token").exists() and os.environ.get("KUBERNETES_SERVICE_HOST"):
                 kc, source = KubeConfig.from_service_account(SERVICE_ACCOUNT_DIR), "in-cluster"
-            elif listed:
+            elif env:  # only separators (":") is set too: kubectl reads no file at all then
+                what = f"{os.pathsep.join(listed)}: no such file" if listed else f"{env!r} names no file"
                 raise ConfigError(
-                    f"KUBECONFIG {os.pathsep.join(listed)}: no such file (KUBECONFIG is set, so ~/.kube/config "
-                    "is not read, as kubectl: unset it or make it name a kubeconfig)"
+                    f"KUBECONFIG {what} (KUBECONFIG is set, so ~/.kube/config is not read, as kubectl: unset it "
+                    "or make it name a kubeconfig)"
                 )
             elif (default := Path("~/.kube/config").expanduser()).is_file():
                 files = [default]

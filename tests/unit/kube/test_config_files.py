@@ -258,3 +258,6 @@ def test_a_kubeconfig_variable_naming_only_missing_files_is_an_error_not_the_hom
         load_config()
     monkeypatch.setenv("KUBECONFIG", "")
     assert load_config().server == "http://other.invalid:1"  # unset or empty: the home file, as kubectl
+    monkeypatch.setenv("KUBECONFIG", os.pathsep)  # only a separator: set, so kubectl reads no file at all
+    with pytest.raises(ConfigError, match=r"KUBECONFIG ':' names no file \(KUBECONFIG is set"):
+        load_config()

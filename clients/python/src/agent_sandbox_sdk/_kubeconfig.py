@@ -331,6 +331,9 @@ def load_kube_endpoint(
             if len(listed) == 1
             else f"KUBECONFIG files {names}: none exists"
         )
+    elif env := os.environ.get("KUBECONFIG", ""):
+        # Only separators (":"): set, so kubectl reads no file at all - not ~/.kube/config.
+        unlisted = f"KUBECONFIG {env!r} names no file"
     if os.environ.get("KUBERNETES_SERVICE_HOST") and (_SERVICE_ACCOUNT / "token").exists():
         if unlisted:
             log.warning("%s; using the in-cluster service account", unlisted)

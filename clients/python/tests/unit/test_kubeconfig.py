@@ -214,6 +214,9 @@ def test_a_kubeconfig_variable_naming_no_file_is_an_error_that_names_it(
     monkeypatch.setenv("KUBECONFIG", f"{missing}:{other}")
     with pytest.raises(ValueError, match=rf"^KUBECONFIG files {missing}, {other}: none exists"):
         load_kube_endpoint()
+    monkeypatch.setenv("KUBECONFIG", ":")  # only a separator: set, so kubectl reads no file at all
+    with pytest.raises(ValueError, match=r"^KUBECONFIG ':' names no file \(KUBECONFIG is set"):
+        load_kube_endpoint()
 
 
 @pytest.mark.usefixtures("home")
