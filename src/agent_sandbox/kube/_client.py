@@ -21,6 +21,7 @@ import asyncio
 import itertools
 import os
 import platform
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -381,7 +382,6 @@ class ApiClient(StatusViaSubresource):
             if delay > 0:
                 await asyncio.sleep(delay)
         url = URL(f"{self._base}{path}?{query}" if query else f"{self._base}{path}", encoded=True)
-        loop = asyncio.get_running_loop()
         refreshed = dropped = False
         throttled = 0
         while True:
@@ -389,7 +389,9 @@ class ApiClient(StatusViaSubresource):
             # Asked here (no connection is taken for a write that cannot go out) and again by the
             # connector once the connection is in hand (`_GatedConnector`).
             self._check_write(method)
-            start = loop.time()
+            # perf_counter, not loop.time(): uvloop's loop time has millisecond resolution and is cached per
+            # loop iteration, so durations came out as 0 or whole milliseconds.
+            start = time.perf_counter()
             try:
                 async with self._session().request(
                     method, url, data=body, headers=headers, timeout=self._timeout, **self._routed()
@@ -402,17 +404,17 @@ class ApiClient(StatusViaSubresource):
                 if method == "GET" and not dropped:
                     dropped = True
                     continue
-                self._observe(method, "<error>", loop.time() - start)
+                self._observe(method, "<error>", time.perf_counter() - start)
                 raise TransportError(f"{method} {path}: {describe_error(exc)}") from exc
             except TimeoutError as exc:
-                self._observe(method, "<error>", loop.time() - start)
+                self._observe(method, "<error>", time.perf_counter() - start)
                 raise Timeout(f"{method} {path}: timed out") from exc
             except aiohttp.ClientError as exc:
-                self._observe(method, "<error>", loop.time() - start)
+                self._observe(method, "<error>", time.perf_counter() - start)
                 if isinstance(exc.__cause__, NotLeader):  # refused at the socket (_GatedTransport)
                     raise exc.__cause__ from None
                 raise TransportError(f"{method} {path}: {describe_error(exc)}") from exc
-            self._observe(method, str(status), loop.time() - start)
+            self._observe(method, str(status), time.perf_counter() - start)
             if status < 400:
                 return data
             if status == 401 and not refreshed and await self.config.auth.refresh():
@@ -560,13 +562,12 @@ class ApiClient(StatusViaSubresource):
             read_gap = min(read_gap or WATCH_BOOKMARK_GAP, WATCH_BOOKMARK_GAP)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout, sock_read=read_gap)
         headers = await self._headers(None)
-        loop = asyncio.get_running_loop()
-        start = loop.time()
+        start = time.perf_counter()  # not loop.time(): see request()
         try:
             async with self._session(watch=True).get(
                 url, headers=headers, timeout=timeout, **self._routed()
             ) as resp:
-                self._observe("WATCH", str(resp.status), loop.time() - start)
+                self._observe("WATCH", str(resp.status), time.perf_counter() - start)
                 if resp.status >= 400:
                     raise error_from_status(resp.status, await resp.read())
                 buf = b""

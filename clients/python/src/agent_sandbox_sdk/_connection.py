@@ -5,6 +5,13 @@ doing whatever discovery the connection config needs (pod IP lookup, Gateway add
 tunnel). `failed()` forgets what may be stale after a 5xx or a transport failure: the cached pod IP
 (re-read on the next call) and the tunnel (re-opened on the next call).
 
+Discovery is timed as upstream 1.0.8's connectors time it (`sandbox_client_discovery_latency_ms{mode,status}`,
+spec §3.12): the wait for the Gateway address (`gateway`, once per connection, as upstream caches the URL)
+and the start of a kubectl tunnel up to its ports accepting (`port_forward`, `sandboxd_pod_tunnel`), with
+`status="failure"` when that raises. A reused URL or tunnel is not discovery and records nothing; nor do the
+direct and in-cluster modes (upstream records nothing for them). Flows run on both drivers, so sync and
+async clients record alike.
+
 | config | runtime | base URL | routing headers | gRPC |
 |---|---|---|---|---|
 | SandboxDirectConnectionConfig | legacy | api_url | yes | - |
@@ -27,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from . import _kube
+from . import _kube, metrics
 from ._claims import SandboxView
 from ._headers import merge_headers, routing_headers
 from ._steps import Flow, Sleep, TlsSettings
@@ -49,7 +56,10 @@ from .models import (
     SandboxLocalTunnelConnectionConfig,
 )
 
-__all__ = ["Connection", "Runtime", "Target", "runtime_of"]
+__all__ = ["DISCOVERY_LATENCY", "Connection", "Runtime", "Target", "runtime_of"]
+
+#: The histogram of endpoint discovery (spec §3.12), upstream's name.
+DISCOVERY_LATENCY = "sandbox_client_discovery_latency_ms"
 
 Runtime = Literal["legacy", "sandboxd"]
 _SANDBOXD_CONFIGS = (
@@ -236,14 +246,18 @@ class Connection:
             )
         if isinstance(cfg, SandboxGatewayConnectionConfig):
             if self._gateway_url is None:
-                self._gateway_url = yield from _gateway_url(cfg)
+                with metrics.timed(DISCOVERY_LATENCY, mode="gateway"):
+                    self._gateway_url = yield from _gateway_url(cfg)
             ip = yield from self._pod_ip_lazily()
             return Target(
                 self._gateway_url, "legacy", {}, True, {**routing, "port": cfg.server_port, "pod_ip": ip}
             )
         if isinstance(cfg, SandboxLocalTunnelConnectionConfig):
             port = yield from self._tunnel_port(
-                ["svc/sandbox-router-svc", "-n", cfg.router_namespace], [8080], cfg.port_forward_ready_timeout
+                "port_forward",
+                ["svc/sandbox-router-svc", "-n", cfg.router_namespace],
+                [8080],
+                cfg.port_forward_ready_timeout,
             )
             ip = yield from self._pod_ip_lazily()
             return Target(
@@ -261,6 +275,7 @@ class Connection:
             view = yield from self.sandbox()
             pod = view.pod_name if view else self.sandbox_id
             ports = yield from self._tunnel_port(
+                "sandboxd_pod_tunnel",
                 [f"pod/{pod}", "-n", self.namespace],
                 [cfg.rest_port, cfg.grpc_port],
                 cfg.port_forward_ready_timeout,
@@ -284,11 +299,20 @@ class Connection:
             return Target(f"http://{host}:{cfg.rest_port}", "sandboxd", grpc_target=f"{host}:{cfg.grpc_port}")
         raise TypeError(f"unsupported connection config {type(cfg).__name__}")
 
-    def _tunnel_port(self, args: list[str], remote: list[int], ready_timeout: float) -> Flow[list[int]]:
+    def _tunnel_port(
+        self, mode: str, args: list[str], remote: list[int], ready_timeout: float
+    ) -> Flow[list[int]]:
+        """The local ports of a ready tunnel, starting one if there is none (or it died)."""
         tunnel = self._tunnel
         if tunnel is None or tunnel.died() is not None:
             self._close_tunnel()
-            tunnel = self._tunnel = PortForward(args, remote, self._kubectl_flags)
+            # Only the call that starts the tunnel times it (upstream: per tunnel start, not per call).
+            with metrics.timed(DISCOVERY_LATENCY, mode=mode):
+                tunnel = self._tunnel = PortForward(args, remote, self._kubectl_flags)
+                return (yield from self._tunnel_ready(tunnel, args[0], ready_timeout))
+        return (yield from self._tunnel_ready(tunnel, args[0], ready_timeout))
+
+    def _tunnel_ready(self, tunnel: PortForward, what: str, ready_timeout: float) -> Flow[list[int]]:
         # Concurrent calls of an async handle share the tunnel: each waits until it is ready, not only the
         # call that started it (others would connect to a port kubectl has not bound yet).
         deadline = time.monotonic() + ready_timeout
@@ -300,9 +324,7 @@ class Connection:
             if time.monotonic() > deadline:
                 if self._tunnel is tunnel:
                     self._close_tunnel()
-                raise SandboxTimeoutError(
-                    f"kubectl port-forward {args[0]} not ready within {ready_timeout:g} s"
-                )
+                raise SandboxTimeoutError(f"kubectl port-forward {what} not ready within {ready_timeout:g} s")
             yield Sleep(0.05)
         return tunnel.local_ports
 

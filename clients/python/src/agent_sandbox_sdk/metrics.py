@@ -2,9 +2,12 @@
 
 Upstream keeps these in `prometheus_client`'s default registry; the SDK keeps its own few histograms
 (no dependency) with upstream's names, label and buckets, and renders the same exposition text:
-`sandbox_client_discovery_latency_ms{mode,status}` (gateway and tunnel discovery),
-`sandbox_client_suspend_latency_ms{status}`, `sandbox_client_resume_latency_ms{status}`, and, ours,
-`sandbox_client_create_latency_ms{status}` (create_sandbox: POST to Ready).
+`sandbox_client_discovery_latency_ms{mode,status}` (recorded by `_connection.py` where upstream's
+connectors record it: `mode="gateway"` while waiting for the Gateway address, `"port_forward"` and
+`"sandboxd_pod_tunnel"` while starting a kubectl tunnel; nothing for the direct and in-cluster modes,
+which discover nothing), `sandbox_client_suspend_latency_ms{status}`, `sandbox_client_resume_latency_ms{status}`,
+and, ours, `sandbox_client_create_latency_ms{status}` (create_sandbox: POST to Ready). `status` is
+`"success"` or `"failure"`.
 """
 
 from __future__ import annotations
@@ -16,11 +19,14 @@ from time import perf_counter
 
 __all__ = ["get_metrics", "observe", "print_metrics", "timed"]
 
-BUCKETS_MS = (100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000, 240000)
+#: Upstream 1.0.8's `_LATENCY_BUCKETS_MS` exactly (k8s_agent_sandbox/metrics.py): dashboards and alerts
+#: written for upstream's `le` boundaries read ours unchanged.
+BUCKETS_MS = (100, 250, 500, 750, 1000, 1250, 1500, 2000, 2500, 5000, 10000, 30000, 60000, 120000, 240000)
+#: Upstream's HELP texts for its histograms (the exposition text is the same).
 _HELP = {
-    "sandbox_client_discovery_latency_ms": "Time to discover the sandbox endpoint (gateway address, tunnel).",
-    "sandbox_client_suspend_latency_ms": "Time to suspend a sandbox.",
-    "sandbox_client_resume_latency_ms": "Time to resume a sandbox.",
+    "sandbox_client_discovery_latency_ms": "Latency of establishing connection to the sandbox in milliseconds",
+    "sandbox_client_suspend_latency_ms": "Latency of suspending the sandbox in milliseconds",
+    "sandbox_client_resume_latency_ms": "Latency of resuming the sandbox in milliseconds",
     "sandbox_client_create_latency_ms": "Time from creating a claim to the sandbox being Ready.",
 }
 _lock = threading.Lock()
@@ -29,6 +35,7 @@ _series: dict[tuple[str, tuple[tuple[str, str], ...]], list[float]] = {}
 
 
 def observe(name: str, value_ms: float, **labels: str) -> None:
+    """Add one observation (milliseconds) to the histogram `name` with these labels."""
     key = (name, tuple(sorted(labels.items())))
     with _lock:
         series = _series.setdefault(key, [0.0] * (len(BUCKETS_MS) + 2))
