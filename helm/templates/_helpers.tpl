@@ -157,3 +157,87 @@ true
 true
 {{- end -}}
 {{- end -}}
+
+{{/*
+The chart's Services under their effective names (the ones the templates render): two under one name would
+be one object, the later template's selector and ports winning, and the other Service's clients reaching the
+wrong pods or port. Refused, naming both values. Included by service.yaml, which every install renders.
+*/}}
+{{- define "agent-sandbox.serviceNames.check" -}}
+{{- $names := list (list "service.name" .Values.service.name) (list "webhookServiceName" (.Values.webhookServiceName | default "agent-sandbox-webhook-service")) -}}
+{{- if include "agent-sandbox.router.enabled" . -}}
+{{- $names = append $names (list "router.service.name" .Values.router.service.name) -}}
+{{- end -}}
+{{- range $i, $a := $names -}}
+{{- range $b := slice $names (add1 $i) -}}
+{{- if eq (index $a 1) (index $b 1) -}}
+{{- fail (printf "%s and %s are both %q: two of the chart's Services would be one object (with one's selector and ports), so give them different names" (index $a 0) (index $b 0) (index $a 1)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Namespaces this release created that this revision would drop (namespace.create=false, or another
+namespace.name): Helm deletes an object that leaves the manifest, and deleting a Namespace deletes everything
+in it - the controller, its webhook Secret, the router, sandboxes there. Refused, unless the Namespace was
+handed over first with helm.sh/resource-policy: keep (Helm then leaves it when it leaves the manifest). Only
+in an upgrade against a cluster: `lookup` answers nothing in `helm template` and --dry-run=client.
+*/}}
+{{- define "agent-sandbox.namespace.check" -}}
+{{- if .Release.IsUpgrade -}}
+{{- $keep := "" -}}
+{{- if .Values.namespace.create -}}
+{{- $keep = include "agent-sandbox.namespace" . -}}
+{{- end -}}
+{{- range $ns := (lookup "v1" "Namespace" "" "").items | default list -}}
+{{- $ann := $ns.metadata.annotations | default dict -}}
+{{- $ours := and (eq (index $ann "meta.helm.sh/release-name" | default "") $.Release.Name) (eq (index $ann "meta.helm.sh/release-namespace" | default "") $.Release.Namespace) -}}
+{{- if and $ours (ne $ns.metadata.name $keep) (not $ns.metadata.deletionTimestamp) (ne (index $ann "helm.sh/resource-policy" | default "") "keep") -}}
+{{- fail (printf "this upgrade (namespace.create=%v, namespace.name=%q) would delete Namespace %q, which release %s created, and everything in it (the controller, its webhook Secret, the router, any sandboxes there). Keep namespace.create=true and namespace.name=%s, or hand the Namespace over first - kubectl annotate namespace %s helm.sh/resource-policy=keep - and Helm leaves it in place" $.Values.namespace.create (include "agent-sandbox.namespace" $) $ns.metadata.name $.Release.Name $ns.metadata.name $ns.metadata.name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+nameOverride (app.kubernetes.io/name) is in the controller Deployment's selector, which the API server
+refuses to change; Helm would have re-pointed the Services at the new labels before the Deployment fails,
+leaving them selecting no pod. So on a live release a different selector is refused before anything is
+applied: nameOverride is install-time only.
+*/}}
+{{- define "agent-sandbox.selector.check" -}}
+{{- $dep := lookup "apps/v1" "Deployment" (include "agent-sandbox.namespace" .) "agent-sandbox-controller" -}}
+{{- if $dep -}}
+{{- $ann := $dep.metadata.annotations | default dict -}}
+{{- $ours := and (eq (index $ann "meta.helm.sh/release-name" | default "") .Release.Name) (eq (index $ann "meta.helm.sh/release-namespace" | default "") .Release.Namespace) -}}
+{{- $live := (($dep.spec | default dict).selector | default dict).matchLabels | default dict -}}
+{{- $want := include "agent-sandbox.selectorLabels" . | fromYaml -}}
+{{- if and $ours (ne (toJson $live) (toJson $want)) -}}
+{{- fail (printf "nameOverride is install-time only: the controller Deployment's selector (%s) cannot change to %s (the API server refuses, after the Services were re-pointed at it). Upgrade with the nameOverride the release was installed with (%q), or uninstall and install again" (toJson $live) (toJson $want) (index $live "app.kubernetes.io/name" | default "")) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The router PodDisruptionBudget's minAvailable, refused when it leaves no pod to evict (every node drain would
+wait for it forever): an integer of router.replicaCount or more, or a percentage that Kubernetes rounds up to
+that many. An empty string when it allows an eviction.
+*/}}
+{{- define "agent-sandbox.router.pdb.check" -}}
+{{- $min := .Values.router.podDisruptionBudget.minAvailable -}}
+{{- $replicas := int .Values.router.replicaCount -}}
+{{- $pods := 0 -}}
+{{- if kindIs "string" $min -}}
+{{- if not (regexMatch "^[0-9]+%$" $min) -}}
+{{- fail (printf "router.podDisruptionBudget.minAvailable must be a whole number or a percentage such as 50%%, not %q" $min) -}}
+{{- end -}}
+{{- /* ceil(p * replicas / 100) in integers */ -}}
+{{- $pods = div (add (mul (atoi (trimSuffix "%" $min)) $replicas) 99) 100 -}}
+{{- else -}}
+{{- $pods = int $min -}}
+{{- end -}}
+{{- if ge (int $pods) $replicas -}}
+{{- fail (printf "router.podDisruptionBudget.minAvailable=%v of router.replicaCount=%d allows no voluntary disruption: every node drain would wait for it forever. Set it below the replica count (e.g. 1, or 50%%), or router.podDisruptionBudget.enabled=false" $min $replicas) -}}
+{{- end -}}
+{{- end -}}

@@ -20,7 +20,7 @@ from agent_sandbox.devcluster import ensure_binaries
 from agent_sandbox.devcluster.install import helm
 from agent_sandbox.manifests import REPO_ROOT
 from tests.helpers import wait_for
-from tests.integration.install.conftest import Installed
+from tests.integration.install.conftest import SYSTEM_NS, Installed
 
 pytestmark = pytest.mark.integration
 
@@ -956,3 +956,159 @@ def test_lifecycle_grants_cover_marking_a_hibernated_sandboxs_claim(extensions: 
     assert _allows(rules, "extensions.agents.x-k8s.io", "sandboxclaims", "patch")
     for verb in ("create", "delete", "get", "list", "patch", "update", "watch"):
         assert _allows(rules, "lifecycle.agents.x-k8s.io", "sandboxarchives", verb), verb
+
+
+# ---------------------------------------------------------------- upgrades that used to break a live release
+
+
+def test_switching_off_the_chart_made_namespace_is_refused(installed: Installed) -> None:
+    """`helm upgrade --reuse-values --set namespace.create=false` on a release that created the Namespace
+    drops it from the manifest, and Helm deletes it - with the controller, its Secrets and whatever else is
+    in it - and reports success. Refused before anything changes, naming the hand-over (the keep policy),
+    after which the same upgrade goes through and the Namespace stays."""
+    cluster = installed.cluster
+    helm(cluster, "install", "agent-sandbox", CHART, "--set", "image.tag=v1")
+    for values in (("--set", "namespace.create=false"), ("--set", "namespace.name=elsewhere")):
+        out = helm(cluster, "upgrade", "agent-sandbox", CHART, "--reuse-values", *values, check=False)
+        assert out.returncode != 0, values
+        assert f'would delete Namespace "{SYSTEM_NS}"' in out.stderr, out.stderr
+        assert "helm.sh/resource-policy=keep" in out.stderr, out.stderr
+        ns = installed.kubectl_json("get", "namespace", SYSTEM_NS)
+        assert "deletionTimestamp" not in ns["metadata"]
+    history = json.loads(helm(cluster, "history", "agent-sandbox", "-o", "json").stdout)
+    assert [h["status"] for h in history] == ["deployed"]
+
+    cluster.kubectl("annotate", "namespace", SYSTEM_NS, "helm.sh/resource-policy=keep", check=True)
+    helm(cluster, "upgrade", "agent-sandbox", CHART, "--reuse-values", "--set", "namespace.create=false")
+    assert "kind: Namespace" not in helm(cluster, "get", "manifest", "agent-sandbox").stdout
+    ns = installed.kubectl_json("get", "namespace", SYSTEM_NS)
+    assert "deletionTimestamp" not in ns["metadata"]
+    cluster.kubectl("get", "deployment", "agent-sandbox-controller", "-n", SYSTEM_NS, check=True)
+
+
+def test_changing_name_override_on_a_live_release_is_refused(installed: Installed) -> None:
+    """nameOverride is in the controller Deployment's selector, which the API server refuses to change: the
+    upgrade used to fail only after Helm had re-pointed the Services at labels no pod has. Refused before
+    anything is applied; the Services keep their selectors."""
+    cluster = installed.cluster
+    helm(cluster, "install", "agent-sandbox", CHART, "--set", "image.tag=v1")
+    out = helm(
+        cluster, "upgrade", "agent-sandbox", CHART, "--reuse-values", "--set", "nameOverride=renamed",
+        check=False,
+    )  # fmt: skip
+    assert out.returncode != 0
+    assert "nameOverride is install-time only" in out.stderr, out.stderr
+    for name in ("agent-sandbox-controller", "agent-sandbox-webhook-service"):
+        svc = installed.kubectl_json("get", "service", name, "-n", SYSTEM_NS)
+        assert svc["spec"]["selector"] == SELECTOR, name
+    # Without leader election a rollout must not run two controllers at once: the live Deployment moves
+    # from the default rolling update to Recreate (the API server clears rollingUpdate).
+    helm(
+        cluster, "upgrade", "agent-sandbox", CHART, "--reuse-values", "--set", "controller.leaderElect=false"
+    )
+    dep = installed.kubectl_json("get", "deployment", "agent-sandbox-controller", "-n", SYSTEM_NS)
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+
+
+@pytest.mark.parametrize(
+    ("values", "names"),
+    [
+        ("router.service.name=agent-sandbox-webhook-service", ("webhookServiceName", "router.service.name")),
+        ("webhookServiceName=agent-sandbox-controller", ("service.name", "webhookServiceName")),
+        ("service.name=agent-sandbox-webhook-service", ("service.name", "webhookServiceName")),
+        ("service.name=sandbox-router-svc", ("service.name", "router.service.name")),
+        # An empty webhookServiceName means the default name, which the Service then has.
+        (
+            "webhookServiceName=,service.name=agent-sandbox-webhook-service",
+            ("service.name", "webhookServiceName"),
+        ),
+    ],
+)
+def test_colliding_service_names_are_refused(values: str, names: tuple[str, str]) -> None:
+    """Two of the chart's Services under one name would be one object: the later template's selector and
+    ports win, and the other Service's clients reach the wrong pods or port. Refused naming both values."""
+    out = _helm(
+        "template", "x", CHART, "--set", "image.tag=v1,router.enabled=true", "--set", values, check=False
+    )
+    assert out.returncode != 0
+    assert f"{names[0]} and {names[1]} are both" in out.stderr, out.stderr
+    # Without the router its Service name cannot collide.
+    if "router" not in " ".join(names):
+        return
+    _one(_template("--set", "image.tag=v1", "--set", values), "Deployment", "agent-sandbox-controller")
+
+
+def test_without_leader_election_a_rollout_replaces_the_controller() -> None:
+    """leaderElect=false: the default rolling update (maxSurge 25%, rounded up to 1) would run the new
+    controller beside the old, both unelected and reconciling. Recreate stops the old one first; with leader
+    election the rolling update stays (the new pod waits for the lease)."""
+    dep = _one(_template("--set", "image.tag=v1", "--set", "controller.leaderElect=false"), "Deployment")
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    assert "strategy" not in _one(_template("--set", "image.tag=v1"), "Deployment")["spec"]
+
+
+def test_reuse_values_of_a_release_made_before_router_lifecycle_and_scoped_token(tmp_path: Path) -> None:
+    """`--reuse-values` renders with the defaults of the chart that made the release: one from before
+    router.lifecycle, router.scopedTokenSecret, lifecycle and controller.webhookCertSecret (8f41bc9) has
+    none of them. A missing map means its default, not a nil-pointer error."""
+    chart = tmp_path / "older-chart"
+    shutil.copytree(CHART, chart)
+    values = yaml.safe_load((chart / "values.yaml").read_text())
+    for part in ("lifecycle", "scopedTokenSecret"):
+        del values["router"][part]
+    del values["lifecycle"]
+    del values["controller"]["webhookCertSecret"]
+    (chart / "values.yaml").write_text(yaml.safe_dump(values))
+    out = _helm("template", "r", str(chart), "--set", "image.tag=v1,router.enabled=true", check=False)
+    assert out.returncode == 0, out.stderr
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    router = _one(docs, "Deployment", "sandbox-router")["spec"]["template"]["spec"]["containers"][0]
+    assert "--sandbox-lifecycle" not in router["args"]
+    # scoped-token with only a name given: the key is values.yaml's default.
+    out = _helm(
+        "template", "r", str(chart), "--set", "image.tag=v1,router.enabled=true",
+        "--set", "router.authzMode=scoped-token,router.scopedTokenSecret.name=key", check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "--authz-scoped-token-secret-file=/etc/sandbox-router/scoped-token/secret" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("values", "error"),
+    [
+        ("imagePullSecrets[0]=regcred", "at '/imagePullSecrets/0': got string, want object"),
+        ('imagePullSecrets=[{"name": ""}]', "at '/imagePullSecrets/0/name': minLength: got 0, want 1"),
+        ('imagePullSecrets=[{"secret": "regcred"}]', "at '/imagePullSecrets/0': missing property 'name'"),
+        ("router.podDisruptionBudget.minAvailable=eighty", "at '/router/podDisruptionBudget/minAvailable'"),
+        ("router.podDisruptionBudget.minAvailable=101%", "at '/router/podDisruptionBudget/minAvailable'"),
+        ("router.podDisruptionBudget.minAvailable=-1", "at '/router/podDisruptionBudget/minAvailable'"),
+        ("router.podDisruptionBudget.minAvailable=2", "allows no voluntary disruption"),
+        ("router.podDisruptionBudget.minAvailable=3", "allows no voluntary disruption"),
+        ("router.podDisruptionBudget.minAvailable=100%", "allows no voluntary disruption"),
+        # Kubernetes rounds a percentage of minAvailable up: 51% of 2 replicas is 2.
+        ("router.podDisruptionBudget.minAvailable=51%", "allows no voluntary disruption"),
+    ],
+)
+def test_pull_secrets_and_blocking_disruption_budgets_are_refused(values: str, error: str) -> None:
+    """imagePullSecrets are LocalObjectReferences (a bare name is refused by the API server half-way through
+    the install); a router PDB whose minAvailable leaves no pod to evict blocks every node drain."""
+    flag = "--set-json" if values.endswith("]") else "--set"
+    out = _helm(
+        "template", "x", CHART, "--set", "image.tag=v1,router.enabled=true", flag, values, check=False
+    )
+    assert out.returncode != 0, values
+    assert error in out.stderr, out.stderr
+
+
+def test_disruption_budgets_that_allow_an_eviction_render() -> None:
+    for value, replicas in (("1", "2"), ("50%", "2"), ("2", "3"), ("66%", "3"), ("0", "2")):
+        docs = _template(
+            "--set", "image.tag=v1,router.enabled=true", "--set", f"router.replicaCount={replicas}",
+            "--set-string" if value.endswith("%") else "--set",
+            f"router.podDisruptionBudget.minAvailable={value}",
+        )  # fmt: skip
+        pdb = _one(docs, "PodDisruptionBudget")
+        assert str(pdb["spec"]["minAvailable"]) == value
+    docs = _template("--set", "image.tag=v1", "--set", "imagePullSecrets[0].name=regcred")
+    pod = _one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
