@@ -92,16 +92,27 @@ def generation_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return strip(old) == strip(new)
 
 
+def _unaddressed_and_not_ready(status: Mapping[str, Any]) -> bool:
+    if status.get("podIPs"):
+        return False
+    ready = find_condition(status.get("conditions"), CONDITION_READY)
+    return ready is None or ready.get("status") != "True"
+
+
 def booting_pool_member(sandbox: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """An unclaimed warm-pool member whose new status has neither Ready nor an address yet.
+    """An unclaimed warm-pool member that is still booting: neither its observed status nor `new` has
+    Ready=True or an address.
 
     Nothing reads such a member's intermediate states: claims take members by Ready, or by their Pod IPs
-    as a fallback (§4.5.2), and the pool judges members by Ready and reads their Pods for the rest.
+    as a fallback (§4.5.2), and the pool judges members by Ready and reads their Pods for the rest. A
+    member that was Ready or addressed is not booting: its leaving Ready (its Pod deleted or evicted and
+    not recreatable at once, or several Pods) or losing its address is exactly what claims must see, so
+    that write is never held - holding it let a claim adopt a Pod-less member whose status still showed
+    the dead Pod's Ready and IPs.
     """
-    if not controlled_by(sandbox, SANDBOX_WARM_POOL) or new.get("podIPs"):
+    if not controlled_by(sandbox, SANDBOX_WARM_POOL):
         return False
-    ready = find_condition(new.get("conditions"), CONDITION_READY)
-    return ready is None or ready.get("status") != "True"
+    return _unaddressed_and_not_ready(sandbox.get("status") or {}) and _unaddressed_and_not_ready(new)
 
 
 def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Object | None:

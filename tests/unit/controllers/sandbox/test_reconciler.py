@@ -655,6 +655,57 @@ async def test_a_booting_pool_members_status_rides_along_with_its_ready_write() 
     assert r.deferred() == []
 
 
+async def _ready_member() -> tuple[FakeClient, SandboxReconciler, Clock]:
+    """A pool member whose Pod booted and whose Ready=True status with the Pod's address is written."""
+    client, r, clock = await _booting_member()
+    await r.reconcile(REQ)
+    await _pod_becomes(client, ready=True, ip="10.0.0.1")
+    await r.reconcile(REQ)
+    assert cond(await get(client, SANDBOX), "Ready")[0] == "True"  # type: ignore[index]
+    client.actions.clear()
+    return client, r, clock
+
+
+async def test_a_ready_members_lost_pod_is_written_at_once_not_held_as_booting() -> None:
+    # Probe: the member's Pod was deleted and could not be recreated (a zero-pod quota); the Ready=False
+    # write was held for BOOT_HOLD, so the Sandbox kept Ready=True and the dead Pod's IPs for ~5 s and a
+    # claim adopted the Pod-less member in that window (§4.5.2 takes Ready members).
+    client, r, _ = await _ready_member()
+    await client.delete(POD, SB, namespace="ns")
+    client.actions.clear()
+    quota = Forbidden(403, "Forbidden", 'pods "sb" is forbidden: exceeded quota: pods1')
+    client.inject_error("create", quota, kind=POD)
+    with pytest.raises(SandboxReconcileError, match="exceeded quota"):
+        await r.reconcile(REQ)
+    status = (await get(client, SANDBOX))["status"]
+    assert cond(await get(client, SANDBOX), "Ready")[:2] == ("False", "ReconcilerError")  # type: ignore[index]
+    assert not status.get("podIPs")
+    assert r.deferred() == []
+
+
+async def test_a_ready_members_pod_going_away_is_written_at_once() -> None:
+    # The Pod is gone from the cache (evicted) and its recreation is still Pending: the member left Ready,
+    # which claims must see at once even though the new status looks like a booting one.
+    client, r, clock = await _ready_member()
+    await client.delete(POD, SB, namespace="ns")
+    client.actions.clear()
+    result = await r.reconcile(REQ)
+    status = (await get(client, SANDBOX))["status"]
+    assert cond(await get(client, SANDBOX), "Ready")[0] == "False"  # type: ignore[index]
+    assert not status.get("podIPs")
+    assert result.requeue_after is None
+    assert r.deferred() == []
+    # From there the recreated Pod boots like a new member's: its next booting state is held again (a
+    # restarted reconciler: this one still expects its create to show up in an informer).
+    pending = await get(client, POD)
+    pending["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}
+    await client.update(POD, pending, subresource="status")
+    restarted = reconciler(client, now=clock, pressure=ClaimPressure(15.0, clock=FakeClock().now))
+    held = await restarted.reconcile(REQ)
+    assert held.requeue_after == pytest.approx(BOOT_HOLD)
+    assert (await get(client, SANDBOX))["status"] == status
+
+
 async def test_a_booting_members_status_is_written_after_the_hold() -> None:
     client, r, clock = await _booting_member()
     await r.reconcile(REQ)

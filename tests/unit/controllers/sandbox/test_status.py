@@ -10,7 +10,8 @@ import pytest
 from agent_sandbox.api.constants import ANNOTATION_POD_NAME, LABEL_SANDBOX_NAME_HASH
 from agent_sandbox.controllers.sandbox import Results, StepResult, conclude, decide, status_patch
 from agent_sandbox.controllers.sandbox.plan import Snapshot
-from tests.unit.controllers.sandbox.builders import HASH, NOW, SB, pod, sandbox, service, snap
+from agent_sandbox.controllers.sandbox.status import BOOT_HOLD, booting_pool_member
+from tests.unit.controllers.sandbox.builders import HASH, NOW, SB, pod, ref, sandbox, service, snap
 
 pytestmark = pytest.mark.unit
 
@@ -157,6 +158,54 @@ def test_multiple_pods_status_no_error_no_service_change() -> None:
     assert "podIPs" not in status
     assert "nodeName" not in status
     assert status["service"] == SB  # untouched
+
+
+POOL = ref("SandboxWarmPool", "pool", "uid-pool", api_version="extensions.agents.x-k8s.io/v1beta1")
+READY_STATUS = {
+    "podIPs": ["10.0.0.1"],
+    "conditions": [
+        {"type": "Ready", "status": "True", "reason": "DependenciesReady", "message": "Pod is Ready"}
+    ],
+}
+BOOTING_STATUS = {
+    "conditions": [{"type": "Ready", "status": "False", "reason": "DependenciesNotReady", "message": "x"}]
+}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "booting"),
+    [
+        ({}, BOOTING_STATUS, True),
+        (BOOTING_STATUS, BOOTING_STATUS | {"selector": "s"}, True),
+        (READY_STATUS, BOOTING_STATUS, False),  # left Ready: claims must see it at once
+        ({"podIPs": ["10.0.0.1"], "conditions": BOOTING_STATUS["conditions"]}, BOOTING_STATUS, False),
+        ({}, {"podIPs": ["10.0.0.1"]}, False),
+        (BOOTING_STATUS, READY_STATUS, False),
+    ],
+    ids=["new", "still-booting", "ready-lost", "address-lost", "addressed", "becomes-ready"],
+)
+def test_only_a_member_that_never_was_ready_or_addressed_is_booting(
+    old: dict[str, Any], new: dict[str, Any], booting: bool
+) -> None:
+    assert booting_pool_member(sandbox(owner=POOL, status=old), new) is booting
+    assert booting_pool_member(sandbox(status=old), new) is False  # only pool members are held
+
+
+def test_a_ready_members_multiple_pods_write_is_never_held_as_booting() -> None:
+    # Probe: a Ready member whose status write to Ready=False was held for the boot hold kept the old
+    # Pod's Ready and IPs; a claim adopted it meanwhile (§4.5.2 picks Ready members).
+    held: dict[str, Any] = {"boot_hold": BOOT_HOLD, "deferral_since": NOW}
+    s = snap(sandbox(owner=POOL, status=READY_STATUS), pods=[pod("a", ips=["10.0.0.1"]), pod("b")], **held)
+    status, c = _run(s)
+    assert c.status_patch is not None
+    assert not c.status_deferred
+    assert _cond(status, "Ready")[:2] == ("False", "MultiplePods")  # type: ignore[index]
+    assert "podIPs" not in status
+    # A member that never was Ready still waits for its Ready write.
+    s = snap(sandbox(owner=POOL, status=BOOTING_STATUS), pods=[pod(phase="Pending")], **held)
+    _, c = _run(s)
+    assert c.status_patch is None
+    assert c.status_deferred
 
 
 def test_pod_delete_failure_stays_terminating() -> None:
