@@ -9,6 +9,7 @@ import (
 	"sort"
 	"sync"
 	"syscall"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -20,7 +21,14 @@ type Client struct {
 
 	mu      sync.Mutex
 	tracked map[Key]*Sandbox
+	// opening are the handles whose CreateSandbox or GetSandbox is still opening them: DeleteAll and
+	// EnableAutoCleanup close them too (which ends their Open and deletes the claim it made). Until December 6
+	// a handle was tracked only once its Open had succeeded, so a Ctrl-C during creates leaked every claim.
+	opening map[*Sandbox]struct{}
 }
+
+// deleteAllConcurrency is how many handles DeleteAll closes at a time.
+const deleteAllConcurrency = 16
 
 // NewClient validates opts (WarmPoolName may be empty here) and builds the Kubernetes clients.
 func NewClient(ctx context.Context, opts Options) (*Client, error) {
@@ -29,7 +37,7 @@ func NewClient(ctx context.Context, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{opts: opts, k8s: k, tracked: map[Key]*Sandbox{}}, nil
+	return &Client{opts: opts, k8s: k, tracked: map[Key]*Sandbox{}, opening: map[*Sandbox]struct{}{}}, nil
 }
 
 func (c *Client) optionsFor(warmPool, namespace string) (Options, error) {
@@ -51,18 +59,36 @@ func (c *Client) optionsFor(warmPool, namespace string) (Options, error) {
 }
 
 // CreateSandbox claims a sandbox from warmPoolName in namespace ("" for the client's defaults), waits until
-// it is Ready, connects, and tracks it.
+// it is Ready, connects, and tracks it. The handle is tracked from the start: a DeleteAll (or
+// EnableAutoCleanup's signal) while it is being opened ends the Open - CreateSandbox then fails with
+// ErrNotReady ("closed during Open") - and deletes the claim it made.
 func (c *Client) CreateSandbox(ctx context.Context, warmPoolName, namespace string) (*Sandbox, error) {
 	o, err := c.optionsFor(warmPoolName, namespace)
 	if err != nil {
 		return nil, err
 	}
 	sb := newSandbox(o, c.k8s)
-	if err := sb.Open(ctx); err != nil {
+	if err := c.open(ctx, sb); err != nil {
 		return nil, err
 	}
-	c.track(sb)
 	return sb, nil
+}
+
+// open opens sb while it is among the opening handles (DeleteAll closes those too), and tracks it when the
+// Open succeeds and no DeleteAll took it meanwhile (that one closes it, or tracks it if its Close fails).
+func (c *Client) open(ctx context.Context, sb *Sandbox) error {
+	c.mu.Lock()
+	c.opening[sb] = struct{}{}
+	c.mu.Unlock()
+	err := sb.Open(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, mine := c.opening[sb]
+	delete(c.opening, sb)
+	if err == nil && mine {
+		c.tracked[Key{Namespace: sb.opts.Namespace, ClaimName: sb.ClaimName()}] = sb
+	}
+	return err
 }
 
 func (c *Client) track(sb *Sandbox) {
@@ -105,8 +131,8 @@ func (c *Client) GetSandbox(ctx context.Context, claimName, namespace string) (*
 	}
 	sb = newSandbox(o, c.k8s)
 	sb.claimName, sb.attach = claimName, true
-	if err := sb.Open(ctx); err != nil {
-		if errors.Is(err, ErrNotReady) && sb.SandboxName() != "" && !sb.IsReady() {
+	if err := c.open(ctx, sb); err != nil {
+		if errors.Is(err, ErrNotReady) && !errors.Is(err, errClosedDuringOpen) && sb.SandboxName() != "" && !sb.IsReady() {
 			// held back (suspended or hibernated, attachHeld): bound, and its calls say why (noConn); Resume
 			// or Open goes on from this handle
 			c.track(sb)
@@ -114,7 +140,6 @@ func (c *Client) GetSandbox(ctx context.Context, claimName, namespace string) (*
 		}
 		return nil, err
 	}
-	c.track(sb)
 	return sb, nil
 }
 
@@ -180,29 +205,64 @@ func (c *Client) DeleteSandbox(ctx context.Context, claimName, namespace string)
 	return nil
 }
 
-// DeleteAll closes every tracked sandbox; it returns the failures joined (those stay tracked).
+// DeleteAll closes every tracked sandbox, and those a CreateSandbox or GetSandbox is still opening (their
+// Open ends; see Close); it returns the failures joined (those stay tracked). The handles are closed
+// together, 16 at a time, and share one drain: one-shot calls in flight may finish until half of
+// CleanupTimeout after DeleteAll began, or ctx's deadline if that comes first (the claims are deleted after
+// it all the same). Until December 6 they were closed one after another, each draining for up to half of
+// CleanupTimeout: 30 busy handles took minutes, far past a Pod's 30 s termination grace period.
 func (c *Client) DeleteAll(ctx context.Context) error {
-	c.mu.Lock()
-	all := make(map[Key]*Sandbox, len(c.tracked))
-	for k, sb := range c.tracked {
-		all[k] = sb
+	type entry struct {
+		key     Key
+		sb      *Sandbox
+		opening bool
 	}
+	c.mu.Lock()
+	all := make([]entry, 0, len(c.tracked)+len(c.opening))
+	for k, sb := range c.tracked {
+		all = append(all, entry{key: k, sb: sb})
+	}
+	for sb := range c.opening {
+		all = append(all, entry{sb: sb, opening: true})
+	}
+	clear(c.opening) // this DeleteAll closes them: their CreateSandbox does not track them any more
 	c.mu.Unlock()
-	var errs []error
-	for k, sb := range all {
-		if err := sb.Close(ctx); err != nil {
-			errs = append(errs, err)
-			continue
+	start := time.Now()
+	errs := make([]error, len(all))
+	sem := make(chan struct{}, deleteAllConcurrency)
+	var wg sync.WaitGroup
+	for i, e := range all {
+		until := start.Add(e.sb.opts.CleanupTimeout / 2)
+		if dl, ok := ctx.Deadline(); ok && dl.Before(until) {
+			until = dl
 		}
-		c.mu.Lock()
-		delete(c.tracked, k)
-		c.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			errs[i] = e.sb.close(ctx, until)
+		}()
+	}
+	wg.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, e := range all {
+		switch {
+		case errs[i] == nil && !e.opening && c.tracked[e.key] == e.sb:
+			delete(c.tracked, e.key)
+		case errs[i] != nil && e.opening:
+			if name := e.sb.ClaimName(); name != "" { // kept, so a later DeleteAll retries
+				c.tracked[Key{Namespace: e.sb.opts.Namespace, ClaimName: name}] = e.sb
+			}
+		}
 	}
 	return errors.Join(errs...)
 }
 
-// EnableAutoCleanup deletes all tracked sandboxes on SIGINT or SIGTERM and then re-raises the signal with
-// its default action. The returned stop function removes the handler.
+// EnableAutoCleanup deletes all tracked sandboxes on SIGINT or SIGTERM (DeleteAll: also the handles a
+// CreateSandbox is still opening, whose Open ends) and then re-raises the signal with its default action.
+// The returned stop function removes the handler.
 func (c *Client) EnableAutoCleanup() (stop func()) {
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)

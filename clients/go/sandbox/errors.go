@@ -29,9 +29,12 @@ var (
 	// ErrTransportClosed (ours): the handle closed its transport while the call was in flight - Close or
 	// Disconnect after letting calls finish for at most half of CleanupTimeout, or Suspend / Resume (which
 	// close it at once); returned wrapped in ErrNotReady, with why. Until December 6 such a call failed on
-	// sandboxd with gRPC's untyped "the client connection is closing" (and Close did not wait for it there).
+	// sandboxd with gRPC's untyped "the client connection is closing" (and Close did not wait for it there),
+	// and an HTTP call (router, gateway, pod IP, Service) was not cut at all.
 	ErrTransportClosed = errors.New("the handle closed its transport during the call")
-	// ErrAlreadyOpen: Open on a connected sandbox.
+	// ErrAlreadyOpen: Open on a connected sandbox, or while another Open of the same handle is in progress
+	// (the message says so; that Open creates nothing - until December 6 both created a claim, and one
+	// leaked).
 	ErrAlreadyOpen = errors.New("sandbox is already open; call Close or Disconnect first")
 	// ErrOrphanedClaim: a claim could not be deleted or verified; call Close to retry the deletion.
 	ErrOrphanedClaim = errors.New("orphaned claim; call Close to retry deletion")

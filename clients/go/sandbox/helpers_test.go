@@ -36,7 +36,8 @@ func openTestSandbox(t *testing.T, opts Options, base string, router bool, proc 
 	ep := newEndpoint(router, "sbx-1", opts.Namespace, opts.ServerPort, "10.1.2.3")
 	ep.restBase = u
 	ep.sendHeaders = router
-	s.conn = &liveConn{ep: ep, proc: proc}
+	s.conn = newLiveConn(ep)
+	s.conn.proc = proc
 	return s
 }
 

@@ -637,7 +637,9 @@ func (s *Sandbox) autoResumeSetting(ctx context.Context, obj *unstructured.Unstr
 // then closes the transport. The claim stays; Resume brings the sandbox back. Until the suspend is confirmed
 // the handle stays connected: a suspend that does not happen (ErrModeChanged, ErrTimeout, ...) leaves the
 // started Processes and calls in flight alone, as the Python SDK's suspend() does (their streams break when
-// the Pod goes).
+// the Pod goes). A one-shot call in flight while the Pod goes ends as the runtime answers it then (a command
+// killed by the Pod's SIGTERM: ExitCode -15, nil error - as for any Pod deleted under a call); one still
+// running when the suspend is confirmed is cut with the transport: ErrNotReady wrapping ErrTransportClosed.
 func (s *Sandbox) Suspend(ctx context.Context) (err error) {
 	ctx, span := s.tracing.start(ctx, "suspend")
 	defer func() { endSpan(span, err) }()

@@ -47,11 +47,26 @@ type Sandbox struct {
 	// December 6 it held an in-flight slot, and Close waited out its whole drain for it, then cut it anyway).
 	inflight int
 	streams  map[*streamSlot]struct{}
+	// opening is the Open in progress (nil when none): a second Open is refused with ErrAlreadyOpen, and Close
+	// cuts it (openRun.closed) and waits for it. Until December 6 a Close during an Open deleted nothing (the
+	// claim's name was not known yet) and the Open then connected the closed handle, its claim leaked; two
+	// Opens of one handle each created a claim and overwrote each other's.
+	opening *openRun
 	// lostCreates are the stamps of this handle's creates of Options.ClaimName whose answer was lost and
 	// whose claim was not found then (the API server may apply such a create later): a claim of that name
 	// with one of these stamps is the handle's (ownUnanswered).
 	lostCreates []createStamp
 }
+
+// openRun is one Open in progress.
+type openRun struct {
+	cancel context.CancelCauseFunc // ends the Open's context (Close: errClosedDuringOpen)
+	done   chan struct{}           // closed when the Open has returned
+	closed bool                    // Close cut it: it connects nothing (s.mu)
+}
+
+// errClosedDuringOpen is the cause of an Open's context that Close ended.
+var errClosedDuringOpen = errors.New("the handle was closed (Close) during Open")
 
 // createStamp marks the claim a create asked for: its client-first-requested-at time and its random
 // client-request-id. The time alone is not unique: a Windows clock ticks every 0.5-15.6 ms, macOS's every
@@ -159,11 +174,18 @@ func (s *Sandbox) wrap(err error) error {
 // Open creates the claim, waits until its Sandbox is Ready and connects the transport; on a handle that
 // already has a claim (after Disconnect, or from Client.GetSandbox) it verifies the claim and reconnects.
 // A failed Open of a new, auto-named claim deletes the claim again.
+//
+// One Open at a time: an Open while another of the same handle is in progress fails with ErrAlreadyOpen at
+// once (it creates nothing). A Close during an Open ends the Open, which fails with ErrNotReady ("closed
+// during Open") and connects nothing; Close waits for it and deletes the claim it made.
 func (s *Sandbox) Open(ctx context.Context) (err error) {
 	ctx, span := s.tracing.start(ctx, "open", attribute.String("sandbox.namespace", s.opts.Namespace))
 	defer func() { endSpan(span, err) }()
 	s.mu.Lock()
 	switch {
+	case s.opening != nil:
+		s.mu.Unlock()
+		return s.wrap(fmt.Errorf("%w (an Open of this handle is in progress)", ErrAlreadyOpen))
 	case s.conn != nil:
 		s.mu.Unlock()
 		return s.wrap(ErrAlreadyOpen)
@@ -171,15 +193,51 @@ func (s *Sandbox) Open(ctx context.Context) (err error) {
 		s.mu.Unlock()
 		return s.wrap(ErrOrphanedClaim)
 	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	run := &openRun{cancel: cancel, done: make(chan struct{})}
+	s.opening = run
 	existing := s.claimName != ""
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.opening = nil
+		s.mu.Unlock()
+		cancel(nil)
+		close(run.done)
+	}()
 	if existing {
-		return s.wrap(s.reconnect(ctx))
+		err = s.reconnect(ctx, run)
+	} else {
+		err = s.create(ctx, run)
 	}
-	return s.wrap(s.create(ctx))
+	s.mu.Lock()
+	closed := run.closed
+	s.mu.Unlock()
+	if err != nil && closed {
+		// what failed is only how the cut showed (a cancelled wait, a refused create): Close cleans up
+		err = fmt.Errorf("%w: %w; Close deletes the claim it made (the Open ended with: %v)", ErrNotReady,
+			errClosedDuringOpen, err)
+	}
+	return s.wrap(err)
 }
 
-func (s *Sandbox) create(ctx context.Context) error {
+// publishConn makes conn the handle's transport unless Close cut this Open (then conn is closed and false
+// returned); set runs under s.mu with it.
+func (s *Sandbox) publishConn(run *openRun, conn *liveConn, set func()) bool {
+	s.mu.Lock()
+	if run.closed {
+		s.mu.Unlock()
+		conn.closeWith(errClosedDuringOpen.Error())
+		return false
+	}
+	set()
+	s.conn = conn
+	s.mu.Unlock()
+	s.watchTunnel(conn)
+	return true
+}
+
+func (s *Sandbox) create(ctx context.Context, run *openRun) error {
 	o := &s.opts
 	if err := validateWarmPoolName(o.WarmPoolName); err != nil {
 		return err
@@ -210,7 +268,7 @@ func (s *Sandbox) create(ctx context.Context) error {
 			// was "did not create it", and leaked.
 			if own := s.ownUnanswered(ctx, append(s.lostStamps(), stamp)...); own != nil {
 				s.adopt(own)
-				return s.reconnect(ctx) // waits for it, as for a claim this Open made
+				return s.reconnect(ctx, run) // waits for it, as for a claim this Open made
 			}
 			s.mu.Lock()
 			lost := len(s.lostCreates) > 0
@@ -228,24 +286,25 @@ func (s *Sandbox) create(ctx context.Context) error {
 		}
 		return fmt.Errorf("%w: creating SandboxClaim from warm pool %q: %w", ErrClaimFailed, o.WarmPoolName, err)
 	}
+	// this Open's claim: its rollback deletes it by these, whatever the handle's fields say by then
+	claim, uid, explicit := created.GetName(), created.GetUID(), o.ClaimName != ""
 	s.mu.Lock()
-	s.claimName, s.claimUID, s.explicit = created.GetName(), created.GetUID(), o.ClaimName != ""
+	s.claimName, s.claimUID, s.explicit = claim, uid, explicit
 	s.lostCreates = nil // a name is unique: an earlier unanswered create of it made nothing
 	s.mu.Unlock()
-	o.Logger.V(1).Info("claim created", "namespace", o.Namespace, "claim", created.GetName())
+	o.Logger.V(1).Info("claim created", "namespace", o.Namespace, "claim", claim)
 
-	name, info, err := s.waitReady(ctx, created.GetName())
+	name, info, err := s.waitReady(ctx, claim)
 	var conn *liveConn
 	if err == nil {
 		conn, err = s.connect(ctx, name, info)
 	}
-	if err != nil {
-		return s.rollback(ctx, err)
+	if err == nil && !s.publishConn(run, conn, func() { s.sandboxName, s.info = name, info }) {
+		err = errClosedDuringOpen
 	}
-	s.mu.Lock()
-	s.sandboxName, s.info, s.conn = name, info, conn
-	s.mu.Unlock()
-	s.watchTunnel(conn)
+	if err != nil {
+		return s.rollback(ctx, claim, uid, explicit, err)
+	}
 	return nil
 }
 
@@ -339,10 +398,7 @@ func (s *Sandbox) adopt(obj *unstructured.Unstructured) {
 
 // rollback deletes an auto-named claim after a failed Open (explicit names are kept). If the deletion fails
 // too, the handle keeps the claim name and reports ErrOrphanedClaim until Close succeeds.
-func (s *Sandbox) rollback(ctx context.Context, cause error) error {
-	s.mu.Lock()
-	claim, uid, explicit := s.claimName, s.claimUID, s.explicit
-	s.mu.Unlock()
+func (s *Sandbox) rollback(ctx context.Context, claim string, uid types.UID, explicit bool, cause error) error {
 	if explicit {
 		// kept: the next Open attaches to it (waiting for readiness) instead of creating it again
 		s.mu.Lock()
@@ -350,11 +406,16 @@ func (s *Sandbox) rollback(ctx context.Context, cause error) error {
 		s.mu.Unlock()
 		return cause
 	}
+	if claim == "" {
+		return cause // nothing was made (until December 6 a rollback then asked to delete "": "name is required")
+	}
 	if err := s.deleteClaim(ctx, claim, uid); err != nil {
 		return fmt.Errorf("%w; deleting the claim failed too (%v): %w", cause, err, ErrOrphanedClaim)
 	}
 	s.mu.Lock()
-	s.claimName, s.claimUID = "", ""
+	if s.claimName == claim && s.claimUID == uid {
+		s.claimName, s.claimUID = "", ""
+	}
 	s.mu.Unlock()
 	return cause
 }
@@ -374,7 +435,7 @@ func (s *Sandbox) deleteClaim(ctx context.Context, claim string, uid types.UID) 
 }
 
 // reconnect re-opens the transport of an existing claim (spec 4.5 "Reconnect").
-func (s *Sandbox) reconnect(ctx context.Context) error {
+func (s *Sandbox) reconnect(ctx context.Context, run *openRun) error {
 	s.mu.Lock()
 	claim, attach := s.claimName, s.attach
 	s.mu.Unlock()
@@ -435,10 +496,9 @@ func (s *Sandbox) reconnect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.sandboxName, s.info, s.conn, s.attach = name, info, conn, false
-	s.mu.Unlock()
-	s.watchTunnel(conn)
+	if !s.publishConn(run, conn, func() { s.sandboxName, s.info, s.attach = name, info, false }) {
+		return errClosedDuringOpen // the claim stays the handle's: Close, waiting for this Open, deletes it
+	}
 	return nil
 }
 
@@ -569,24 +629,40 @@ func (s *Sandbox) disconnect(ctx context.Context, why string, grace time.Duratio
 
 // Close refuses new calls, ends started Processes' streams at once (ErrNotReady wrapping
 // ErrTransportClosed; the runtime kills their commands), lets one-shot calls in flight finish (at most half
-// of CleanupTimeout), closes the transport and deletes the claim (a claim already gone is fine). If the
+// of CleanupTimeout), closes the transport - a call still running then, gRPC or HTTP, fails with ErrNotReady
+// wrapping ErrTransportClosed (until December 6 an HTTP call went on, and through a router returned the
+// runtime's answer once the claim's deletion killed its command: exit -15, nil error) - and deletes the
+// claim (a claim already gone is fine). If the
 // deletion fails the claim name is kept so Close can be retried. Close on a handle without a claim deletes
 // nothing - but the claim of an unanswered create of Options.ClaimName that has appeared since with this
 // handle's stamps (a failed deletion of it is ErrOrphanedClaim, and Close can be retried). The kept-alive
 // HTTP connections of the handle's own transport (not of Options.HTTPTransport) are closed once no call is
 // in flight. Until December 6 a streaming Process held
 // Close for its whole drain (15 s by default), and was cut then anyway.
+//
+// A Close during an Open of the handle ends that Open (it fails with ErrNotReady, "closed during Open", and
+// connects nothing), waits for it to return (at most twice CleanupTimeout: it deletes an auto-named claim
+// it made itself), and then deletes the claim the handle owns. Until December 6 such a Close deleted
+// nothing and the Open connected the closed handle afterwards; its claim leaked.
 func (s *Sandbox) Close(ctx context.Context) (err error) {
+	return s.close(ctx, time.Now().Add(s.opts.CleanupTimeout/2))
+}
+
+// close is Close, letting one-shot calls in flight finish until drainUntil.
+func (s *Sandbox) close(ctx context.Context, drainUntil time.Time) (err error) {
 	ctx, span := s.tracing.start(ctx, "close")
 	defer func() { endSpan(span, err) }()
 	why := "the handle was closed (Close); Open claims a new sandbox"
+	if err := s.cutOpen(); err != nil {
+		return s.wrap(err)
+	}
 	s.mu.Lock()
 	claim, uid := s.claimName, s.claimUID
 	s.mu.Unlock()
 	conn := s.detach(why)
 	// calls in flight finish before the transport closes (until December 6 it closed first, cutting
 	// sandboxd's gRPC calls with an untyped Canceled; the legacy runtime's calls happened to survive)
-	s.drain(context.WithoutCancel(ctx), s.opts.CleanupTimeout/2)
+	s.drain(context.WithoutCancel(ctx), time.Until(drainUntil))
 	if conn != nil {
 		conn.closeWith(why)
 	}
@@ -606,6 +682,32 @@ func (s *Sandbox) Close(ctx context.Context) (err error) {
 	s.explicit = false
 	s.mu.Unlock()
 	return nil
+}
+
+// cutOpen ends the handle's Open in progress, if any (it connects nothing then), and waits for it to return
+// - at most twice CleanupTimeout: its own cleanup (a rollback, a search for the claim of a create without an
+// answer) is bounded by CleanupTimeout per step, even with its context ended.
+func (s *Sandbox) cutOpen() error {
+	s.mu.Lock()
+	run := s.opening
+	if run != nil {
+		run.closed = true
+	}
+	s.mu.Unlock()
+	if run == nil {
+		return nil
+	}
+	run.cancel(errClosedDuringOpen)
+	wait := 2 * s.opts.CleanupTimeout
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-run.done:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("the Open this Close ended had not returned after %s; it connects nothing, but the claim "+
+			"it may have made is deleted only by calling Close again once it has returned: %w", wait, ErrOrphanedClaim)
+	}
 }
 
 // removeLostCreates deletes the claim of Options.ClaimName if an unanswered create of this handle made it after
@@ -799,10 +901,12 @@ func (s *Sandbox) op(ctx context.Context, name string, opts []CallOption, fileCa
 		return s.wrap(fmt.Errorf("%s: %w", name, err))
 	}
 	defer release()
-	err = fn(ctx, c, &o)
+	bound, unbind := c.bind(ctx)
+	err = fn(bound, c, &o)
 	if err != nil && ctx.Err() == nil {
-		err = c.cut(err) // the handle closed the transport under the call
+		err = c.cutBound(bound, err) // the handle closed the transport under the call
 	}
+	unbind()
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && errors.Is(err, context.DeadlineExceeded) {
 		if !errors.Is(err, ErrTimeout) {
 			// the deadline met the call after its answer began (reading a Read's body, a listing): still the

@@ -49,6 +49,43 @@ type liveConn struct {
 	closeOne sync.Once
 	// closedWhy is why the handle closed this transport (nil while open): calls it cut say so (cut).
 	closedWhy atomic.Pointer[string]
+	// stopped ends (cause errTransportCut) when the transport is closed: every one-shot call's context is
+	// bound to it (bind), so an HTTP call still in flight is cut as gRPC calls and tunnels are. Until
+	// December 6 only those were: through a router, a gateway, a pod IP or a Service an HTTP call went on
+	// after Close, and returned the runtime's answer once the claim's deletion killed its command (exit -15,
+	// nil error).
+	stopped context.Context
+	stop    context.CancelCauseFunc
+}
+
+// errTransportCut is the cause of a call's context the closing of its transport ended.
+var errTransportCut = errors.New("the handle closed its transport")
+
+// newLiveConn is an open transport to ep.
+func newLiveConn(ep *endpoint) *liveConn {
+	c := &liveConn{ep: ep}
+	c.stopped, c.stop = context.WithCancelCause(context.Background())
+	return c
+}
+
+// bind returns ctx, also ended when the transport is closed; unbind releases it.
+func (c *liveConn) bind(ctx context.Context) (bound context.Context, unbind func()) {
+	if c.stopped == nil {
+		return ctx, func() {}
+	}
+	bctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(c.stopped, func() { cancel(errTransportCut) })
+	return bctx, func() { stop(); cancel(nil) }
+}
+
+// cutBound is cut for a call whose bound context (bind) the closing of the transport ended: err is then only
+// how the cancellation showed ("context canceled"), and becomes ErrNotReady wrapping ErrTransportClosed.
+func (c *liveConn) cutBound(bound context.Context, err error) error {
+	why := c.closedWhy.Load()
+	if err == nil || why == nil || !errors.Is(context.Cause(bound), errTransportCut) || errors.Is(err, ErrNotReady) {
+		return c.cut(err)
+	}
+	return fmt.Errorf("%w: %w (%s): %v", ErrNotReady, ErrTransportClosed, *why, err)
 }
 
 // closeWith closes the transport for the reason why (the handle's noConn text).
@@ -71,6 +108,9 @@ func (c *liveConn) cut(err error) error {
 
 func (c *liveConn) close() {
 	c.closeOne.Do(func() {
+		if c.stop != nil {
+			c.stop(errTransportCut)
+		}
 		if c.grpcConn != nil {
 			_ = c.grpcConn.Close()
 		}
@@ -115,7 +155,7 @@ func (s *Sandbox) connect(ctx context.Context, sandboxName string, info sandboxI
 	if podIPRouting {
 		podIP = info.podIP
 	}
-	c := &liveConn{ep: newEndpoint(router, sandboxName, o.Namespace, o.ServerPort, podIP)}
+	c := newLiveConn(newEndpoint(router, sandboxName, o.Namespace, o.ServerPort, podIP))
 	c.ep.sendHeaders = o.toRouter()
 	if podIPRouting && s.k8s != nil {
 		c.ep.lookupPodIP = func(ctx context.Context) (string, error) { return s.readPodIP(ctx, sandboxName) }
