@@ -3,6 +3,12 @@
 Owns: bind-address parsing with Go semantics (":8080" = all interfaces, "host:port", "0" = disabled,
 port 0 = any free port), serving the Prometheus registry, and `/healthz` + `/readyz` with named checks
 (controller-runtime `healthz.Ping` by default: OK once the process serves; controllers spec §5.4).
+
+Both listeners bound what a client can hold: a connection that has not sent a complete request head within
+`header_timeout` seconds (from its accept, or from the end of its previous response) is closed, and past
+`max_connections` open connections a new one is closed at once. Until December 6 neither was bounded: 237
+connections that sent half a request head stayed open for good and, on the router, took the descriptors
+its proxy listener needed.
 """
 
 from __future__ import annotations
@@ -17,11 +23,31 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from ..api.errortext import describe_error
 
-__all__ = ["Check", "HealthServer", "HttpServer", "MetricsServer", "parse_bind_address"]
+__all__ = [
+    "DEFAULT_HEADER_TIMEOUT",
+    "DEFAULT_MAX_CONNECTIONS",
+    "Check",
+    "HealthServer",
+    "HttpServer",
+    "MetricsServer",
+    "parse_bind_address",
+]
 
 log = logging.getLogger("agent_sandbox.kube.servers")
 
 Check = Callable[[], bool | Awaitable[bool]]
+
+DEFAULT_HEADER_TIMEOUT = 10.0
+"""Seconds a connection may take to send a request head (Go's servers commonly set ReadHeaderTimeout so)."""
+DEFAULT_MAX_CONNECTIONS = 128
+"""Open connections per listener: scrapers and kubelet probes need a handful."""
+
+
+class _Refused(asyncio.Protocol):
+    """A connection over the cap: closed as soon as it is accepted."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
 
 
 def parse_bind_address(addr: str) -> tuple[str | None, int] | None:
@@ -44,10 +70,28 @@ class HttpServer:
 
     need_leader_election = False
 
-    def __init__(self, name: str, address: str, app: web.Application) -> None:
+    def __init__(
+        self,
+        name: str,
+        address: str,
+        app: web.Application,
+        *,
+        header_timeout: float = DEFAULT_HEADER_TIMEOUT,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    ) -> None:
+        """Args:
+        name: for logs.
+        address: Go-style bind address ("0" or "" disables the server).
+        app: what to serve.
+        header_timeout: seconds a connection may take to send a complete request head (and may stay idle
+            between requests) before it is closed.
+        max_connections: connections open at once; more are closed as soon as they are accepted.
+        """
         self.name = name
         self.address = address
         self.app = app
+        self.header_timeout = header_timeout if header_timeout > 0 else DEFAULT_HEADER_TIMEOUT
+        self.max_connections = max_connections
         self.port: int | None = None
         self._ready = asyncio.Event()
 
@@ -62,25 +106,43 @@ class HttpServer:
             self._ready.set()
             await asyncio.Event().wait()
             return
-        runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        # aiohttp arms its keep-alive timer at accept and after each response, and closes a connection still
+        # waiting for a request head when it fires: with it set to the header timeout, that is the header
+        # deadline (aiohttp has no other), and the idle keep-alive limit too.
+        runner = web.AppRunner(
+            self.app, access_log=None, handle_signals=False, keepalive_timeout=self.header_timeout
+        )
         await runner.setup()
+        listener: asyncio.Server | None = None
         try:
-            site = web.TCPSite(runner, bind[0], bind[1], reuse_address=True)
-            await site.start()
-            server = site._server
-            sockets = getattr(server, "sockets", None) or []
-            self.port = sockets[0].getsockname()[1] if sockets else bind[1]
+            handlers = runner.server
+            assert handlers is not None
+            cap = self.max_connections
+
+            def factory() -> asyncio.Protocol:
+                if cap > 0 and len(handlers.connections) >= cap:
+                    return _Refused()
+                return handlers()
+
+            listener = await asyncio.get_running_loop().create_server(
+                factory, bind[0], bind[1], reuse_address=True
+            )
+            self.port = listener.sockets[0].getsockname()[1] if listener.sockets else bind[1]
             log.info("serving %s", self.name, extra={"address": self.address, "port": self.port})
             self._ready.set()
             await asyncio.Event().wait()
         finally:
+            if listener is not None:
+                listener.close()
             await runner.cleanup()
 
 
 class MetricsServer(HttpServer):
     """Serves `registry` at /metrics (plus pprof routes when enabled)."""
 
-    def __init__(self, address: str, registry: CollectorRegistry) -> None:
+    def __init__(
+        self, address: str, registry: CollectorRegistry, *, header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    ) -> None:
         app = web.Application()
         self.registry = registry
 
@@ -90,7 +152,7 @@ class MetricsServer(HttpServer):
             return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
         app.router.add_get("/metrics", metrics)
-        super().__init__("metrics", address, app)
+        super().__init__("metrics", address, app, header_timeout=header_timeout)
 
 
 class HealthServer(HttpServer):

@@ -27,6 +27,7 @@ from ..kube import ApiClient, Object, Tracing, load_config, setup_tracing
 from ..kube._servers import HttpServer, MetricsServer, parse_bind_address
 from ._authz import AllowAll, Authorizer, ScopedToken, TokenReview
 from ._config import RouterConfig, read_scoped_secret
+from ._fdlimit import FdReport
 from ._lifecycle import RouterLifecycle
 from ._lifecycle_state import SYNC_ERROR as LIFECYCLE_SYNC_ERROR
 from ._lifecycle_state import LifecycleState
@@ -196,6 +197,7 @@ class Router:
             tracer=self._tracing.tracer,
             propagator=self._tracing.propagator,
             lifecycle=self.lifecycle,
+            fd_report=FdReport(self.metrics),
         )
         await self._bind_all()
         self._tasks.append(asyncio.create_task(DeadlineSweeper(self.connections).run(), name="deadlines"))
@@ -252,6 +254,7 @@ class Router:
             max_body_bytes=config.max_request_body_bytes,
             read_header_timeout=config.read_header_timeout,
             idle_timeout=config.idle_timeout,
+            fd_guard=proxy.fd_guard,
         )
         if config.enable_h2c:
             from ._h2c import H2cPassThrough
@@ -294,8 +297,13 @@ class Router:
             else:
                 self.https_port = port
         served = self._metrics_view(self.metrics.registry) if self._metrics_view else self.metrics.registry
-        metrics = MetricsServer(config.metrics_bind_address, served)
-        probes = HttpServer("health probe", config.health_probe_bind_address, self._probe_app())
+        # The side listeners get the proxy listener's header deadline: a client that opens connections and
+        # never finishes a request head must not hold them (and the router's descriptors) forever.
+        header_timeout = config.read_header_timeout
+        metrics = MetricsServer(config.metrics_bind_address, served, header_timeout=header_timeout)
+        probes = HttpServer(
+            "health probe", config.health_probe_bind_address, self._probe_app(), header_timeout=header_timeout
+        )
         self._http_servers = [metrics, probes]
         for server_ in self._http_servers:
             task = asyncio.create_task(server_.start(), name=server_.name)

@@ -241,7 +241,7 @@ class Exchange:
         out.keep_alive = keep
         out.status = status
         data = b"".join(parts)
-        out.bytes_out += len(data)
+        # `bytes_out` counts body bytes only (`response_body`), as upstream's access log does.
         conn.response_started = True
         self._pending.append(data)
 

@@ -37,11 +37,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from ..api.errortext import describe_error
+from ._fdlimit import EXHAUSTED_DETAIL
 from ._lifecycle import MAX_HOLDS
 from ._resolve import Target
 from ._routing import HEADER_TIMEOUT, Route, RouteError, parse_route
@@ -183,6 +185,10 @@ def _routing(headers: list[tuple[str, str]]) -> tuple[dict[bytes, bytes], set[by
         elif key == b"authorization" and authorization is None:
             authorization = value.encode("latin-1")  # the first, as Go's Header.Get
     return routing, dups, authorization
+
+
+class _OutOfDescriptors(RouteError):
+    """The dial failed for want of descriptors (503 with `Retry-After`, as the HTTP/1.1 path answers)."""
 
 
 class _FrameBoundary:
@@ -414,8 +420,7 @@ class _Session:
         self.pending.clear()
         self._opening = (stream, grpc)
         early, upstream.early = bytes(upstream.early or b""), None
-        loop = asyncio.get_running_loop()
-        start = loop.time()
+        start = time.perf_counter()  # not the loop clock: uvloop's has whole-ms resolution
         tunnel = Tunnel(
             self.conn,
             upstream,
@@ -436,7 +441,7 @@ class _Session:
             if proxy.lifecycle is not None:
                 proxy.lifecycle.unwatch(route.namespace, route.sandbox_id, tunnel)
             if not self._refused:
-                proxy.metrics.observe_request("PRI", 200, route.namespace, loop.time() - start)
+                proxy.metrics.observe_request("PRI", 200, route.namespace, time.perf_counter() - start)
 
     async def _dial(self, route: Route, suspending: bool = False) -> UpstreamConnection:
         """Resolve and dial the sandbox, retrying dial-phase failures as the HTTP/1.1 path does.
@@ -485,6 +490,10 @@ class _Session:
             except TimeoutError:
                 retryable, error = False, "timed out"
             except OSError as exc:
+                if proxy.out_of_descriptors(route.namespace, exc):
+                    raise _OutOfDescriptors(
+                        503, EXHAUSTED_DETAIL
+                    ) from exc  # as HTTP/1.1: at once, no retries
                 error = str(exc)
             if lifecycle is not None and holds < MAX_HOLDS and loop.time() < deadline:
                 holds += 1
@@ -558,6 +567,8 @@ class _Session:
                 ("content-type", "application/json"),
                 ("content-length", str(len(body))),
             ]
+            if isinstance(error, _OutOfDescriptors):
+                headers.append(("retry-after", "1"))
             if self.first_is_head:
                 # the length is announced, no DATA follows: HTTP/2 clients failed on the body (until December 6)
                 out = _frame(_HEADERS, _END_HEADERS | _END_STREAM, stream, encoder.encode(headers))

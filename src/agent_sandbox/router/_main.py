@@ -24,6 +24,7 @@ from ..kube.buildinfo import version_text
 from ..kube.flags import HelpRequested, configure_logging_from_flags
 from ._app import Router, StartupError
 from ._config import PROGRAM, ConfigError, RouterConfig, flag_set, load_router_config
+from ._fdlimit import raise_open_files_limit
 from ._workers import WORKER_ENV, Supervisor, merged_registry, worker_metrics_loop
 
 __all__ = ["main", "run"]
@@ -129,6 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging_from_flags(config)
     if rest:
         log.warning("ignoring positional arguments: %s", " ".join(rest))
+    # Every proxied connection takes two descriptors: the usual soft limit of 1,024 is ~500 connections.
+    # Go's runtime raises the soft limit to the hard one at start (1.19+), so upstream's router runs so too.
+    raise_open_files_limit()
     return _exit(_run_loop(config, args), argv)
 
 

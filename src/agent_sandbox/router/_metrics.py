@@ -105,6 +105,13 @@ class RouterMetrics:
             ["sandbox_namespace", "result"],
             registry=r,
         )
+        # Ours (docs/router.md): the router out of file descriptors, on accepting a client or dialling.
+        self.fd_exhaustion = Counter(
+            "sandbox_router_fd_exhaustion_total",
+            "Connections refused because the router ran out of file descriptors, by side (accept, dial).",
+            ["side"],
+            registry=r,
+        )
         info = build_info()
         build = Gauge("sandbox_router_build_info", "Build information.", list(info), registry=r)
         build.labels(**info).set(1)
@@ -160,6 +167,9 @@ class RouterMetrics:
 
     def lifecycle_activity_write(self, namespace: str, ok: bool) -> None:
         self._child(self.activity_writes, (self._ns(namespace), "ok" if ok else "error")).inc()
+
+    def fd_exhausted(self, side: str) -> None:
+        self._child(self.fd_exhaustion, (side,)).inc()
 
     def cert_reload(self, ok: bool) -> None:
         self._child(self.cert_reloads, ("success" if ok else "failure",)).inc()

@@ -73,7 +73,8 @@ def reply(
     conn.write(data)
     out.status = status
     out.keep_alive = keep
-    out.bytes_out += len(data)
+    # The body's length only, as upstream's access log counts (headers were counted until December 6).
+    out.bytes_out += len(data) - data.index(b"\r\n\r\n") - 4
 
 
 def healthz(conn: ClientConnection, req: Request, out: Outcome) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import time
 from typing import Any
 
 import httptools
@@ -32,6 +33,7 @@ import httptools
 from ..api.errortext import describe_error
 from ._accesslog import AccessLog, log_request
 from ._exchange import Exchange
+from ._fdlimit import EXHAUSTED_DETAIL, RESOURCE_ERRNOS, FdReport
 from ._lifecycle import MAX_HOLDS, RETRY_AFTER, ResumeFailed, RouterLifecycle
 from ._metrics import RouterMetrics
 from ._outcome import Outcome, connect_error, healthz, reply, timeout_error
@@ -104,6 +106,7 @@ class Proxy:
         tracer: Any = None,
         propagator: Any = None,
         lifecycle: RouterLifecycle | None = None,
+        fd_report: FdReport | None = None,
     ) -> None:
         self.settings = settings
         self.resolver = resolver
@@ -117,12 +120,33 @@ class Proxy:
         self.inflight = 0
         self.tunnels: set[Tunnel] = set()
         self.lifecycle = lifecycle
+        self.fd_report = fd_report or FdReport(metrics)
+
+    def fd_guard(self, fd: int) -> bool:
+        """`ConnectionLimits.fd_guard`: an accepted socket numbered `fd` is within the descriptor reserve
+        (counted and logged as accept-side exhaustion)."""
+        if self.fd_report.near_limit(fd):
+            self.fd_report.exhausted("accept")
+            return True
+        return False
+
+    def out_of_descriptors(self, namespace: str, exc: OSError) -> bool:
+        """A dial failed because the router (or its host) ran out of descriptors or buffers: counted and
+        logged as such; True when so (the caller answers 503, no retries: nothing is wrong with the sandbox)."""
+        if exc.errno not in RESOURCE_ERRNOS:
+            return False
+        self.fd_report.exhausted("dial", exc)
+        self.metrics.upstream_error(namespace, "resources")
+        return True
 
     # ------------------------------------------------------------------ entry point
 
     async def handle(self, conn: ClientConnection, req: Request) -> None:
         loop = asyncio.get_running_loop()
-        start = loop.time()
+        start = loop.time()  # loop time: the deadlines compare with it
+        # Durations from perf_counter: uvloop's loop clock has whole-millisecond resolution and is read once
+        # per loop iteration, so fast requests measured 0 (or whole ms) until December 6.
+        began = time.perf_counter()
         out = Outcome()
         out.keep_alive = req.keep_alive
         self.inflight += 1
@@ -150,7 +174,7 @@ class Proxy:
             if out.allowed is not None:
                 self.metrics.authz_decision(out.namespace, out.allowed)
             if out.status:
-                elapsed = loop.time() - start
+                elapsed = time.perf_counter() - began
                 self.metrics.observe_request(req.method, out.status, out.namespace, elapsed)
                 if span is not None:
                     end_span(span, out)
@@ -338,6 +362,11 @@ class Proxy:
                 reply(conn, out, exc.status, exc.detail, req)
                 return
             except (OSError, TimeoutError) as exc:
+                if isinstance(exc, OSError) and self.out_of_descriptors(route.namespace, exc):
+                    # Ours: upstream's router answers 502 `Could not connect` after its retries; the sandbox is
+                    # fine, the router is out of descriptors: 503 with Retry-After, at once.
+                    reply(conn, out, 503, EXHAUSTED_DETAIL, req, extra=b"Retry-After: 1\r\n")
+                    return
                 timed_out = isinstance(exc, TimeoutError)
                 host_dead = timed_out or getattr(exc, "errno", None) in _HOST_DEAD
                 if (

@@ -319,6 +319,11 @@ class Resolver:
             if cache.sandbox_known(route.namespace, route.sandbox_id):
                 # Its pod exists but is not Ready (or is an unclaimed pool member named by name): a
                 # headless Service would not publish it either, so do not ask DNS.
+                if warm is not None:
+                    raise DialError(
+                        f"sandbox {route.namespace}/{route.sandbox_id} is an unclaimed warm-pool member "
+                        "(reachable by X-Sandbox-UID only)"
+                    )
                 raise DialError(f"sandbox {route.namespace}/{route.sandbox_id} has no Ready pod")
             raise DialError(f"no sandbox {route.namespace}/{route.sandbox_id} in the pod cache")
         return await self._resolve_dns(route)

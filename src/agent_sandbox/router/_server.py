@@ -24,6 +24,7 @@ from typing import Protocol, cast
 
 import httptools
 
+from ._fdlimit import EXHAUSTED_DETAIL
 from ._responses import json_response
 
 __all__ = [
@@ -57,7 +58,14 @@ class Handler(Protocol):
 class ConnectionLimits:
     """Per-connection limits shared by every connection of a listener."""
 
-    __slots__ = ("h2c", "idle_timeout", "max_body_bytes", "max_header_bytes", "read_header_timeout")
+    __slots__ = (
+        "fd_guard",
+        "h2c",
+        "idle_timeout",
+        "max_body_bytes",
+        "max_header_bytes",
+        "read_header_timeout",
+    )
 
     def __init__(
         self,
@@ -67,6 +75,7 @@ class ConnectionLimits:
         read_header_timeout: float = 10.0,
         idle_timeout: float = 120.0,
         h2c: Callable[[ClientConnection, bytes], None] | None = None,
+        fd_guard: Callable[[int], bool] | None = None,
     ) -> None:
         self.max_header_bytes = max_header_bytes
         self.max_body_bytes = max_body_bytes
@@ -74,6 +83,9 @@ class ConnectionLimits:
         self.idle_timeout = idle_timeout
         self.h2c = h2c
         """Takes over a connection that opens with the HTTP/2 preface (None: h2c refused)."""
+        self.fd_guard = fd_guard
+        """Called with an accepted socket's descriptor number: True when the router is nearly out of
+        descriptors (`_fdlimit.FdReport`), and the client is answered 503 instead of served."""
 
 
 class RequestBody:
@@ -246,6 +258,8 @@ class ClientConnection(asyncio.Protocol):
         """Loop time at which `_on_deadline` fires (checked by the listener's `DeadlineSweeper`)."""
         self._on_deadline: Callable[[], None] | None = None
         self._reading_paused_for: set[str] = set()
+        self._next_waits_for_write = False
+        """A pipelined request is due but the client's write buffer is full: it starts on `resume_writing`."""
         self._first_data = True
         self._preface_start = b""
         self._failed = False
@@ -269,6 +283,14 @@ class ClientConnection(asyncio.Protocol):
             tls = transport.get_extra_info("ssl_object")
             self._client_cert_required = tls is None or not tls.getpeercert()
         self._arm(self.limits.read_header_timeout, self._header_timeout)
+        guard = self.limits.fd_guard
+        if guard is not None:
+            sock = transport.get_extra_info("socket")
+            fd = sock.fileno() if sock is not None else -1
+            if fd >= 0 and guard(fd):
+                # Answered rather than served (the last descriptors are for what is being served already),
+                # and answered rather than reset, as libuv does once none is left (`_fdlimit`).
+                self.fail(503, EXHAUSTED_DETAIL, extra=b"Retry-After: 1\r\n")
 
     def data_received(self, data: bytes) -> None:
         if self.tunnel is not None:
@@ -374,11 +396,30 @@ class ClientConnection(asyncio.Protocol):
         self.write_paused = True
         if self.on_write_pause is not None:
             self.on_write_pause(True)
+        # The client does not read what it is sent: read no more of its requests either (pipelined ones the
+        # router answers itself - a 400, /healthz - would otherwise each add an answer to the write buffer:
+        # a client that sent and never read grew the router by 800 MB until December 6; Go's server writes
+        # a response before it reads the next request). Not while a request body is still coming in (the
+        # exchange relaying it applies its own flow control), once upgraded (the tunnel does), or while
+        # lingering (input is drained then, so the close does not reset the answer away).
+        if self.tunnel is None and not self._lingering and not self._body_incoming():
+            self.pause_reading_for_body("write")
 
     def resume_writing(self) -> None:
         self.write_paused = False
         if self.on_write_pause is not None:
             self.on_write_pause(False)
+        if "write" in self._reading_paused_for:
+            self.resume_reading_for_body("write")
+        if self._next_waits_for_write:
+            self._next_waits_for_write = False
+            if self._active is None:
+                self._cancel_timer()
+                self._serve_next()
+
+    def _body_incoming(self) -> bool:
+        active = self._active
+        return active is not None and active.body is not None and not active.body.done
 
     # ------------------------------------------------------------------ httptools callbacks
 
@@ -539,6 +580,13 @@ class ClientConnection(asyncio.Protocol):
         """After a response: the next pipelined request, or wait (idle) for one."""
         if self.closed:
             return
+        if self._pending and self.write_paused and self.tunnel is None:
+            # Answers are backing up: the next request starts once the client has read them (`resume_writing`).
+            # A client that never reads again is dropped after the keep-alive idle timeout.
+            self._next_waits_for_write = True
+            self.pause_reading_for_body("write")
+            self._arm(self.limits.idle_timeout, self.close)
+            return
         if self._pending:
             nxt = self._pending.popleft()
             if not self._pending:
@@ -577,16 +625,17 @@ class ClientConnection(asyncio.Protocol):
             self.closed = True
             self.transport.abort()
 
-    def fail(self, status: int, detail: str) -> None:
+    def fail(self, status: int, detail: str, *, extra: bytes = b"") -> None:
         """Refuse what the client sent (malformed, too large, too slow): answer with a JSON error if no
-        response has started, stop the active handler (it aborts its upstream exchange), close."""
+        response has started, stop the active handler (it aborts its upstream exchange), close. `extra`:
+        raw header lines (each ending in CRLF) for the answer."""
         if self._failed:
             return
         self._failed = True
         self.failed_status = status
         self._cancel_timer()
         if not self.response_started:
-            self.write(json_response(status, {"detail": detail}, keep_alive=False))
+            self.write(json_response(status, {"detail": detail}, keep_alive=False, extra_headers=extra))
         if self._task is not None and not self._task.done() and self.handler_started:
             # A handler that has not run yet is left to run: it sees `failed_status` and only counts and logs
             # the request (cancelled before its first step, it did neither - a 413 for a body that came in

@@ -11,12 +11,13 @@ Sandbox attributes (set by `_proxy` once the route is known).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from ._outcome import Outcome
 from ._server import Request
 
-__all__ = ["TRACE_HEADERS", "end_span", "span_context", "start_span"]
+__all__ = ["TRACE_HEADERS", "end_span", "span_context", "start_span", "target_path"]
 
 TRACE_HEADERS = frozenset({b"traceparent", b"tracestate"})
 
@@ -33,9 +34,22 @@ def start_span(tracer: Any, propagator: Any, req: Request) -> Any:
         f"HTTP {req.method}",
         context=parent,
         kind=_server_kind(),
-        attributes={"http.method": req.method, "http.target": req.url.decode("latin-1")},
+        attributes={"http.method": req.method, "http.target": target_path(req.url)},
     )
     return span
+
+
+def target_path(url: bytes) -> str:
+    """The path of a request target, as upstream's `r.URL.Path`: no query (it can carry tokens, which a
+    trace backend should not get; until December 6 the whole target was recorded), and the path of an
+    absolute-form target."""
+    if url.startswith((b"http://", b"https://")):
+        import httptools
+
+        with contextlib.suppress(httptools.HttpParserInvalidURLError):
+            url = httptools.parse_url(url).path or b"/"
+    q = url.find(b"?")
+    return (url if q < 0 else url[:q]).decode("latin-1")
 
 
 def end_span(span: Any, out: Outcome) -> None:

@@ -45,7 +45,7 @@ async def test_request_span_and_propagation(
     assert span.attributes is not None
     assert dict(span.attributes) | {} == {
         "http.method": "POST",
-        "http.target": "/traced?x=1",
+        "http.target": "/traced",  # the path only, as upstream's r.URL.Path (the query can carry secrets)
         "http.status_code": 200,
         "sandbox.id": "sb",
         "sandbox.namespace": "team",

@@ -308,3 +308,10 @@ async def test_claimed_check_says_no_for_another_sandbox_or_when_it_cannot_ask()
     refused = _Sandboxes({})
     refused.fail = Forbidden(403, "Forbidden", "sandboxes is forbidden")
     assert await ClaimedCheck(refused.get, clock=lambda: now[0]).claimed(_member_entry()) is False
+
+
+async def test_an_unclaimed_pool_member_by_name_is_not_said_to_have_no_ready_pod() -> None:
+    """Its pod is Ready; it is reachable by UID only (the log line said "has no Ready pod" until December 6)."""
+    res = resolver(cache_with(pod("warm-1", "10.0.0.2", warm=True)))
+    with pytest.raises(DialError, match="team/warm-1 is an unclaimed warm-pool member"):
+        await res.resolve(r(sid="warm-1"))
