@@ -242,6 +242,21 @@ class JsonErrorAppRunner(web.AppRunner):
 _MALFORMED = (HttpProcessingError, AssertionError, LookupError, ValueError, UnicodeError)
 
 
+def _malformed_text(err: BaseException) -> str:
+    """`invalid multipart body: <what>` in one line, never an exception's repr: a KeyError's `str` is its key
+    quoted (`'Content-Type'`), an HttpProcessingError's `400, message:\n  ...` (both until December 6)."""
+    if isinstance(err, HttpProcessingError):
+        text = err.message
+    elif isinstance(err, LookupError):
+        text = f"missing {err.args[0]}" if err.args and isinstance(err.args[0], str) else ""
+    else:
+        text = str(err)
+    text = " ".join(text.split())
+    if not text:
+        return "invalid multipart body"
+    return f"invalid multipart body: {text if len(text) <= 300 else text[:300] + '...'}"
+
+
 def media_type(request: web.Request) -> str:
     """The request's media type, lower-cased, without parameters ("" when absent).
 
@@ -256,7 +271,7 @@ async def multipart_reader(request: web.Request) -> MultipartReader:
     try:
         return await request.multipart()
     except _MALFORMED as err:
-        raise ValueError(f"invalid multipart body: {err}") from None
+        raise ValueError(_malformed_text(err)) from None
 
 
 async def find_part(reader: MultipartReader, name: str) -> BodyPartReader | None:
@@ -271,7 +286,7 @@ async def find_part(reader: MultipartReader, name: str) -> BodyPartReader | None
                 return part
             await part.release()
     except _MALFORMED as err:
-        raise ValueError(f"invalid multipart body: {err}") from None
+        raise ValueError(_malformed_text(err)) from None
 
 
 # A quoted `filename` parameter (group 1: between the quotes, escapes kept).
@@ -302,6 +317,6 @@ async def part_chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
         while chunk := await part.read_chunk(_CHUNK):
             yield chunk
     except _MALFORMED as err:
-        raise ValueError(f"invalid multipart body: {err}") from None
+        raise ValueError(_malformed_text(err)) from None
     if not part.at_eof():
         raise ValueError("invalid multipart body: it ends before the part's closing boundary")

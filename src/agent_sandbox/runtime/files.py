@@ -30,6 +30,8 @@ __all__ = [
     "TooLarge",
     "atomic_write",
     "delete",
+    "delete_symlink",
+    "existing_mode",
     "exists",
     "is_directory",
     "list_directory",
@@ -59,6 +61,19 @@ def parse_mode(raw: str | None) -> int:
     if not _MODE_RE.match(raw):
         raise ValueError(f"mode {raw!r} must match ^0[0-7]{{3}}$")
     return int(raw, 8)
+
+
+def existing_mode(path: str, default: int) -> int:
+    """The permission bits (0NNN, as `parse_mode` takes them) of the regular file at `path`, else `default`.
+
+    For a write that replaces a file the way writing it in place would: it keeps its mode. A symlink, a
+    directory or anything else at `path` (or nothing) gets `default`.
+    """
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return default
+    return st.st_mode & 0o777 if stat.S_ISREG(st.st_mode) else default
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +287,33 @@ def _remove(path: str, *, recursive: bool) -> None:
                     err.errno, "directory is not empty; pass recursive=true to remove it"
                 ) from None
             raise
+
+
+def _delete_symlink(root: str, parent: str, name: str) -> bool:
+    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        check_fd(fd, root)  # the directory the link is removed from lies inside the root
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        if not stat.S_ISLNK(st.st_mode):
+            return False
+        # Swapped for something else since: a file is unlinked (inside the root all the same), a directory
+        # refused (EISDIR).
+        os.unlink(name, dir_fd=fd)
+        return True
+    finally:
+        os.close(fd)
+
+
+async def delete_symlink(root: str, parent: str, name: str) -> bool:
+    """Remove `name` in the directory `parent` (already confined) if it is a symlink - the link, never what it
+    points at, as `rm` does; False, touching nothing, when `name` is no symlink or absent.
+
+    Raises PathEscape when `parent` turns out to be outside the root, OSError as it comes.
+    """
+    return await asyncio.to_thread(_delete_symlink, root, parent, name)
 
 
 async def delete(root: str, path: str, *, recursive: bool) -> None:

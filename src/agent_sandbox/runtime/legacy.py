@@ -14,6 +14,7 @@ import base64
 import codecs
 import errno
 import math
+import posixpath
 import shlex
 from typing import Any
 from urllib.parse import quote
@@ -27,6 +28,7 @@ from ._http import (
     find_part,
     json_error_app,
     json_response,
+    media_type,
     multipart_reader,
     part_chunks,
     part_filename,
@@ -302,12 +304,18 @@ class _Legacy:
         return resp
 
     async def upload(self, request: web.Request) -> web.Response:
+        raw_mode = request.query.get("mode")
         try:
             # Ours (upstream's runtime ignores it): `?mode=0NNN` as sandboxd's PUT takes it, so the SDKs' mode
             # is set as the file is written, with no moment at 0644 (they still chmod: upstream has no mode).
-            mode = files.parse_mode(request.query.get("mode"))
+            mode = files.parse_mode(raw_mode)
         except ValueError as err:
             return json_response({"message": f"File upload failed: {err}"}, 400)
+        if media_type(request) != "multipart/form-data":
+            # FastAPI reads only a multipart/form-data body for `File(...)`; any other (or none) is an empty
+            # form, so upstream answers the 422 of an absent part (until December 6 ours was a 400 naming a
+            # KeyError, `invalid multipart body: 'Content-Type'`, when the header was missing).
+            return _unprocessable(_Invalid("missing", ["body", "file"], "Field required"))
         try:
             part = await find_part(await multipart_reader(request), "file")
         except ValueError as err:
@@ -325,6 +333,11 @@ class _Legacy:
             return json_response(_ACCESS_DENIED, 403)
         except InvalidPath as err:
             return json_response({"message": f"File upload failed: {err}"}, 400)
+        if raw_mode is None:
+            # Upstream's runtime writes in place (`open(path, "wb")`): a file written again keeps its mode, so
+            # a script made executable stays so. The write stays atomic; the new file takes the old one's
+            # permission bits (until December 6 it came out 0644: `./run.sh` was `Permission denied`).
+            mode = files.existing_mode(target, mode)
         try:
             await files.atomic_write(
                 self.state.root,
@@ -344,8 +357,8 @@ class _Legacy:
         except (NotADirectoryError, FileExistsError) as err:
             message = f"File upload failed: a parent of the target is not a directory: {err.strerror}"
             return json_response({"message": message}, 400)
-        except ValueError as err:  # malformed multipart mid-stream
-            return json_response({"message": f"invalid multipart body: {err}"}, 400)
+        except ValueError as err:  # malformed multipart mid-stream, worded by `part_chunks`
+            return json_response({"message": str(err)}, 400)
         except OSError as err:
             # The client's name or the sandbox's links, not a server failure (500s until December 6).
             if err.errno == errno.ENAMETOOLONG:
@@ -409,8 +422,10 @@ class _Legacy:
         if recursive not in ("true", "false", "1", "0"):
             return json_response({"message": f"recursive {recursive!r} must be a boolean"}, 400)
         try:
-            user_path, target = self._resolve(request, "/files/")
-            await files.delete(self.state.root, target, recursive=recursive in ("true", "1"))
+            user_path = path_tail(request, "/files/")
+            if not await self._delete_symlink(user_path):
+                target = self.state.resolve(user_path)
+                await files.delete(self.state.root, target, recursive=recursive in ("true", "1"))
         except PathEscape:
             return json_response(_ACCESS_DENIED, 403)
         except InvalidPath as err:
@@ -426,6 +441,23 @@ class _Legacy:
                 return json_response({"message": "File not found"}, 404)
             return json_response({"message": f"Delete failed: {err.strerror}"}, 500)
         return json_response({"message": f"'{user_path}' deleted."})
+
+    async def _delete_symlink(self, user_path: str) -> bool:
+        """Remove the path's last component if it is a symlink (the link, as `rm` removes it), after confining
+        the directory it is in; False when it is no symlink.
+
+        Resolving the whole path, as every other route does, made a delete reach the link's target: a link to
+        a directory with `recursive=true` took the tree it pointed at and stayed behind dangling, a link
+        pointing out of the root could not be removed at all (403; both until December 6). Parents are still
+        resolved and confined; the path is normalised first (`link/` and `link/.` name the link).
+        """
+        if "\x00" in user_path:  # as `confine` refuses it (the name below is never confined)
+            raise InvalidPath("path contains a NUL byte")
+        normalised = posixpath.normpath("/" + user_path)
+        parent, name = posixpath.split(normalised)
+        if not name:  # the root
+            return False
+        return await files.delete_symlink(self.state.root, self.state.resolve(parent), name)
 
 
 #: What upstream's `os.path.isfile`/`isdir` answer False for, besides a missing path: a symlink loop and a name

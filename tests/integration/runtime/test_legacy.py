@@ -369,7 +369,8 @@ async def test_an_upload_takes_a_mode_as_sandboxd_does(
     runtime: RuntimeServer, http: aiohttp.ClientSession
 ) -> None:
     """Ours: `?mode=0600` sets the file's mode as it is written (a secret is never 0644, not even briefly);
-    without it 0644, as upstream's runtime writes every file; a malformed mode is refused before the body."""
+    without it a new file is 0644 (test_legacy_files.py: a file written again keeps its mode); a malformed mode
+    is refused before the body."""
     assert (await _upload(http, runtime, "secret", b"s", "?mode=0600"))[0] == 200
     assert stat.S_IMODE(Path(runtime.root, "secret").stat().st_mode) == 0o600
     assert (await _upload(http, runtime, "plain", b"p"))[0] == 200
@@ -474,7 +475,7 @@ async def test_upload_refusals(make_runtime: MakeRuntime, http: aiohttp.ClientSe
     ) as resp:
         assert resp.status == 400
     async with http.post(url(server, "legacy", "/upload"), data=b"garbage") as resp:
-        assert resp.status == 400
+        assert resp.status == 422  # not multipart/form-data: no `file` part, as FastAPI reads it
 
 
 async def test_unknown_routes_are_json_404_and_405(
