@@ -26,7 +26,7 @@ from typing import IO, Any
 from . import _commands
 from ._calls import MAX_LIST_RESPONSE, call, malformed_answer, open_stream
 from ._connection import Connection
-from ._paths import legacy_path, reject_control_characters, sandboxd_path, sanitize_path
+from ._paths import legacy_path, sandboxd_path, sanitize_path
 from ._steps import Flow, ReadChunk, Trace, Upload
 from .exceptions import SandboxError, SandboxRequestError
 from .models import FileEntry
@@ -47,13 +47,28 @@ def _files_path(conn: Connection, path: str, legacy_prefix: str) -> str:
     return f"/v1/files/{sandboxd_path(path)}"
 
 
+def _refuse_line_breaks(filename: str) -> None:
+    """`ValueError` for CR or LF in a legacy upload's name (reached only with `allow_unsafe_paths=True`).
+
+    The name travels in the multipart part's `Content-Disposition` header, where CR/LF cannot appear even
+    escaped. Sent as `%0D`/`%0A` (what requests, and so upstream's SDK, does), they are not decoded by the
+    legacy runtime: the file was silently written as `new%0Aline.txt` (until December 6). sandboxd takes the
+    name percent-encoded in the URL, so such names are written there as given.
+    """
+    if "\r" in filename or "\n" in filename:
+        raise ValueError(
+            f"path {filename!r} contains a line break (CR or LF), which a legacy runtime upload cannot carry "
+            "in its file name (sandboxd can)"
+        )
+
+
 def _multipart_framing(filename: str) -> tuple[bytes, bytes, str]:
+    _refuse_line_breaks(filename)
     boundary = secrets.token_hex(16)
     # A quoted-string with backslash escapes, as Go's mime/multipart writes it and both runtimes' parsers
     # (aiohttp; python-multipart under upstream's FastAPI) read it. The HTML5 form encoding (`"` as %22, what
     # requests sends) was stored as a file literally named `%22`, which the same name then could not read.
-    # CR/LF (only with allow_unsafe_paths) cannot appear in a header even escaped.
-    quoted = filename.replace("\\", "\\\\").replace('"', '\\"').replace("\r", "%0D").replace("\n", "%0A")
+    quoted = filename.replace("\\", "\\\\").replace('"', '\\"')
     head = (
         f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{quoted}"\r\n'
         "Content-Type: application/octet-stream\r\n\r\n"
@@ -91,7 +106,9 @@ def write(
     if not allow_unsafe_paths:
         path = sanitize_path(path)
     elif not path:
-        raise ValueError("path must not be empty")
+        raise ValueError("path cannot be empty")
+    if conn.runtime == "legacy":
+        _refuse_line_breaks(path)  # before the content is looked at or anything is sent
     data: bytes | None = None
     source: IO[bytes] | None = None
     if isinstance(content, str):
@@ -297,8 +314,11 @@ def list_dir(conn: Connection, path: str, *, timeout: float) -> Flow[list[FileEn
 
 
 def exists(conn: Connection, path: str, *, timeout: float) -> Flow[bool]:
-    """Whether a file or directory exists at `path`. Span `exists`."""
-    reject_control_characters(path)  # as write/read do (and the Go SDK's Exists): not a 404 from the runtime
+    """Whether a file or directory exists at `path`. Span `exists`.
+
+    The path is sent as given (encoded), as upstream 1.0.8 sends it: a name with control characters, which
+    `list` shows and `delete` takes, gets the runtime's answer, not a `ValueError` (until December 6).
+    """
     yield Trace("exists", {"sandbox.file.path": path})
     if conn.runtime == "legacy":
         resp = yield from call(

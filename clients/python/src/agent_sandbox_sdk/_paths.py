@@ -13,27 +13,34 @@ __all__ = ["legacy_path", "reject_control_characters", "sandboxd_path", "sanitiz
 
 
 def sanitize_path(path: str) -> str:
-    """Normalized relative form of `path`; `ValueError` for empty, control characters, `.`-only or `..`.
+    """Normalized relative form of `path`; `ValueError` for control characters, an empty or whitespace-only
+    path, one naming no file (`.`, `/`, `a/..`) or one that escapes the root.
 
-    `a//b/./c` -> `a/b/c`, `/etc/x` -> `etc/x` (paths are relative to the runtime root).
+    `a//b/./c` -> `a/b/c`, `/etc/x` -> `etc/x` (paths are relative to the runtime root), `a/../b` -> `b`.
+    The checks and their order are upstream 1.0.8's `_safe_upload_path` (spec §3.5): normalize first, then
+    refuse a `..` segment that is left (`../x`, `a/../../x`); the messages keep its key words
+    (`cannot be empty`, `ASCII control characters`, `does not name a file`, `escapes the sandbox root`).
     """
     if not isinstance(path, str):
         raise TypeError(f"path must be a str, got {type(path).__name__}")
-    if not path:
-        raise ValueError("path must not be empty")
+    # before normalizing: normpath keeps a NUL, which would cut the name short at the runtime's syscall
     reject_control_characters(path)
-    if ".." in path.split("/"):
-        raise ValueError(f"path {path!r} contains a '..' segment")
+    if not path.strip():
+        raise ValueError(f"path cannot be empty (got {path!r})")
     normalized = posixpath.normpath(path).lstrip("/")
     if normalized in ("", "."):
         raise ValueError(f"path {path!r} does not name a file")
+    if ".." in normalized.split("/"):
+        raise ValueError(
+            f"path {path!r} escapes the sandbox root: a '..' segment is left after normalizing it"
+        )
     return normalized
 
 
 def reject_control_characters(path: str) -> None:
-    """`ValueError` naming `path` when it holds a control character (no runtime has such a file name to give)."""
+    """`ValueError` naming `path` when it holds an ASCII control character (below 0x20, or 0x7F)."""
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
-        raise ValueError(f"path {path!r} contains control characters")
+        raise ValueError(f"path {path!r} contains ASCII control characters")
 
 
 def legacy_path(path: str) -> str:

@@ -18,6 +18,14 @@ pytestmark = pytest.mark.unit
         ("a//b/./c", "a/b/c"),
         ("./x", "x"),
         ("dir/", "dir"),
+        # normalized first, as upstream 1.0.8's `_safe_upload_path` and spec §3.5 do: only a `..` that is left
+        # after normalizing escapes the root (until December 6 `a/../b` was refused)
+        ("a/../b", "b"),
+        ("a/b/../c", "a/c"),
+        ("./a/../b/", "b"),
+        ("/a/../b", "b"),
+        ("/../x", "x"),  # `..` at the root is the root
+        (" a", " a"),
     ],
 )
 def test_sanitize_normalizes_to_a_relative_path(raw: str, clean: str) -> None:
@@ -25,7 +33,11 @@ def test_sanitize_normalizes_to_a_relative_path(raw: str, clean: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "bad", ["", ".", "/", "./", "..", "a/../b", "../x", "a\nb", "a\x00b", "tab\there", "\x7f"]
+    "bad",
+    [
+        *("", ".", "/", "./", "..", "a/..", "../x", "a/../../x", "../", "a\nb", "a\x00b", "tab\there"),
+        *("\x7f", " ", "   ", "\u00a0", "\u3000 "),  # whitespace only: upstream's `not path.strip()`
+    ],
 )
 def test_sanitize_rejects_unsafe_paths_naming_them(bad: str) -> None:
     with pytest.raises(ValueError, match="path"):
@@ -70,13 +82,17 @@ def test_sandboxd_encoding_encodes_segments_and_dot_segments(path: str, encoded:
     assert sandboxd_path(path) == encoded
 
 
-@pytest.mark.parametrize("bad", ["new\nline", "tab\there", "del\x7f"])
-def test_exists_refuses_control_characters_before_any_request(bad: str) -> None:
-    """As write/read (and the Go SDK's Exists): a ValueError naming the path, not the runtime's 404."""
-    from typing import Any
-
-    from agent_sandbox_sdk import _files
-
-    conn: Any = None  # never reached: the check comes first
-    with pytest.raises(ValueError, match="control characters"):
-        next(_files.exists(conn, bad, timeout=1.0))
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ("", "cannot be empty"),
+        (" ", "cannot be empty"),
+        ("a\nb", "contains ASCII control characters"),
+        (".", "does not name a file"),
+        ("a/../../x", r"escapes the sandbox root.*'\.\.' segment"),
+    ],
+)
+def test_sanitize_messages_carry_upstreams_wording(bad: str, message: str) -> None:
+    """Code written against upstream 1.0.8 that matches its ValueError's words keeps matching."""
+    with pytest.raises(ValueError, match=message):
+        sanitize_path(bad)
