@@ -12,8 +12,13 @@ Files keep their permission bits, as `cp` without `-p` keeps them: the source's 
 downloading (where the runtime lists modes: sandboxd and this project's legacy runtime, not upstream's), the
 source's mode when uploading (one `chmod` command per file not 0644 on the legacy runtime).
 Names a sandbox lists are checked before anything is written locally: the sandbox is not trusted, and an
-entry named `..` or `a/b` is refused rather than written outside the destination. A tree's files go 8 at a
-time (each costs a round trip through the router; measured in `benchmarks/cp_tree.py`).
+entry named `..` or `a/b` is refused - named on stderr, the rest copied, exit 1 - rather than written outside
+the destination. The runtimes' listings follow symbolic links and do not mark them, so a link to an ancestor
+(`d/up -> ..`) lists as a directory without end: a directory that lists exactly what one of its ancestors
+lists is taken for such a loop, named and not copied (and no tree goes deeper than `_MAX_DEPTH`). A local
+name no file API can carry (a control character: a newline) is found while the tree is walked, before
+anything is uploaded, named and skipped. A tree's files go 8 at a time (each costs a round trip through the
+router; measured in `benchmarks/cp_tree.py`).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from agent_sandbox_sdk import Sandbox, SandboxClient, SandboxError, SandboxRequestError
-from agent_sandbox_sdk._paths import sanitize_path
+from agent_sandbox_sdk._paths import reject_control_characters, sanitize_path
 from agent_sandbox_sdk.models import FileEntry
 
 from .output import claim_of
@@ -42,6 +47,9 @@ from .output import claim_of
 __all__ = ["STDIO", "copy", "split_remote"]
 
 _PARALLEL = 8  # files in flight at once in a directory copy
+#: Directory levels below a downloaded tree's top that are listed: a backstop for a symbolic link loop the
+#: listing comparison cannot see (a directory changing while it is listed); deeper ones are named, not copied.
+_MAX_DEPTH = 64
 
 #: `cp`'s name for standard input (as the source) or standard output (as the destination), as `docker cp`.
 STDIO = "-"
@@ -89,6 +97,7 @@ class _Tally:
     bytes: int = 0
     skipped: list[str] = field(default_factory=list)
     vanished: list[str] = field(default_factory=list)  # listed, then not there to read
+    refused: list[str] = field(default_factory=list)  # error lines: what was not copied, and why
 
     def summary(self) -> str:
         noun = "file" if self.files == 1 else "files"
@@ -179,8 +188,12 @@ def _upload(client: SandboxClient, args: argparse.Namespace, dst: tuple[str, str
         print(
             f"warning: skipped {skipped} (symbolic links and special files are not copied)", file=sys.stderr
         )
+    for line in tally.refused:
+        print(f"error: {line}", file=sys.stderr)
     print(f"{local} -> {claim}:{target or '.'} ({tally.summary()})", file=sys.stderr)
-    return 0
+    # A symbolic link is skipped by design (exit 0, as before); a file that could not be sent is a copy made
+    # in part: 1, as a download's.
+    return 1 if tally.refused else 0
 
 
 def _upload_tree(sandbox: Sandbox, root: Path, target: str, timeout: float) -> _Tally:
@@ -204,11 +217,19 @@ def _upload_tree(sandbox: Sandbox, root: Path, target: str, timeout: float) -> _
             if (here / name).is_symlink():
                 dirnames.remove(name)
                 tally.skipped.append(str(here / name))
+            elif not _sendable(name):
+                dirnames.remove(name)
+                tally.refused.append(_unsendable(here / name))
         wrote = False
         for name in sorted(filenames):
             local = here / name
             if local.is_symlink() or not local.is_file():
                 tally.skipped.append(str(local))
+                continue
+            if not _sendable(name):
+                # Found here, before any upload: the SDK refuses the path when it is sent, and that stopped
+                # the copy half-way with exit 2 (until December 6).
+                tally.refused.append(_unsendable(local))
                 continue
             remote = posixpath.join(remote_dir, name) if remote_dir else name
             jobs.append(functools.partial(upload, local, remote))
@@ -230,6 +251,21 @@ def _upload_tree(sandbox: Sandbox, root: Path, target: str, timeout: float) -> _
         if result.exit_code != 0:
             raise SandboxError(f"creating empty directories failed: {result.stderr.strip()}")
     return tally
+
+
+def _sendable(name: str) -> bool:
+    """Whether a file API can carry `name`: none takes a control character (a newline cannot be in a
+    header or a legacy path; the SDK refuses it)."""
+    try:
+        reject_control_characters(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _unsendable(local: Path) -> str:
+    # repr: the name's newline would otherwise break the line that names it
+    return f"{str(local)!r}: not copied: a name with a control character, which no sandbox file API takes"
 
 
 def _run_all(jobs: list[Callable[[], int]]) -> list[int]:
@@ -309,7 +345,9 @@ def _download(client: SandboxClient, args: argparse.Namespace, src: tuple[str, s
         target = target / _checked_name(name or claim, path)
     elif target.exists() and not target.is_dir():
         raise ValueError(f"{target}: not a directory")
-    tally = _download_tree(sandbox, posixpath.normpath(path), target, timeout)
+    tally = _download_tree(sandbox, posixpath.normpath(path), target, timeout, claim)
+    for line in tally.refused:
+        print(f"error: {claim}:{line}", file=sys.stderr)
     for gone in tally.vanished:
         print(
             f"error: {claim}:{gone}: no such file or directory (removed after it was listed, its name is not"
@@ -317,7 +355,7 @@ def _download(client: SandboxClient, args: argparse.Namespace, src: tuple[str, s
             file=sys.stderr,
         )
     print(f"{claim}:{path} -> {target} ({tally.summary()})", file=sys.stderr)
-    return 1 if tally.vanished else 0
+    return 1 if tally.vanished or tally.refused else 0
 
 
 def _read_to(sandbox: Sandbox, claim: str, path: str, destination: Path | BinaryIO, timeout: float) -> int:
@@ -332,18 +370,21 @@ def _read_to(sandbox: Sandbox, claim: str, path: str, destination: Path | Binary
         raise
 
 
-def _download_tree(sandbox: Sandbox, remote: str, local: Path, timeout: float) -> _Tally:
-    """Every file under `remote` into `local`: the whole tree listed (and its directories made) first, so a
-    listing the sandbox gets wrong stops the copy before any file is written.
+def _download_tree(sandbox: Sandbox, remote: str, local: Path, timeout: float, claim: str = "") -> _Tally:
+    """Every file under `remote` into `local`: the whole tree listed first, then its directories made, then
+    its files read, so nothing is made locally for what is not copied.
 
     A file or directory gone by the time it is read (a live sandbox's temporary files, a lock, a name that is
-    not UTF-8 and so was listed with U+FFFD) is reported in `vanished` and the rest copied, as `cp -r` does.
+    not UTF-8 and so was listed with U+FFFD) is reported in `vanished` and the rest copied, as `cp -r` does;
+    an unusable name, a symbolic link loop or a tree too deep is reported in `refused`, the rest copied.
     """
     files = sandbox.files
     assert files is not None
     tally = _Tally()
-    pairs: list[tuple[str, Path, FileEntry]] = []
-    _list_tree(sandbox, remote, local, pairs, timeout, tally.vanished)
+    plan = _Plan()
+    _list_tree(sandbox, claim, remote, local, plan, timeout, tally, ())
+    for directory in plan.directories:
+        directory.mkdir(parents=True, exist_ok=True)
     umask = _umask()
 
     def download(child: str, destination: Path, entry: FileEntry) -> int:
@@ -361,41 +402,100 @@ def _download_tree(sandbox: Sandbox, remote: str, local: Path, timeout: float) -
         _keep_mode(entry, destination, umask)
         return written
 
-    sizes = [n for n in _run_all([functools.partial(download, *pair) for pair in pairs]) if n >= 0]
+    sizes = [n for n in _run_all([functools.partial(download, *pair) for pair in plan.files]) if n >= 0]
     tally.files, tally.bytes = len(sizes), sum(sizes)
     return tally
 
 
+@dataclass
+class _Plan:
+    """What a download makes locally, in order: directories (parents first), then files."""
+
+    directories: list[Path] = field(default_factory=list)
+    files: list[tuple[str, Path, FileEntry]] = field(default_factory=list)
+
+
+#: What a listing says of a directory, to compare with its ancestors' (see `_list_tree`).
+_Listing = tuple[tuple[str, str, int, str, str | None], ...]
+
+
 def _list_tree(
     sandbox: Sandbox,
+    claim: str,
     remote: str,
     local: Path,
-    pairs: list[tuple[str, Path, FileEntry]],
+    plan: _Plan,
     timeout: float,
-    vanished: list[str],
+    tally: _Tally,
+    ancestors: tuple[tuple[str, _Listing], ...],
 ) -> None:
+    """Add `remote` and what is under it to `plan` (`ancestors`: the directories above it, with their
+    listings, nearest last).
+
+    The runtimes' listings follow symbolic links and do not mark them (spec: "symlinks followed"), so a link
+    to an ancestor (`d/up -> ..`) is a directory at every level: recursing into it ended in RecursionError,
+    with ~1000 empty local directories made and no file copied (until December 6). A directory that lists
+    exactly what an ancestor lists - every name, type, size, mode and modification time - is that ancestor
+    again: reported, not copied. (A real directory identical to one above it to the listed second would be
+    skipped too, and named: nothing is dropped unsaid.) `_MAX_DEPTH` is a backstop for a loop whose
+    directories change while they are listed.
+    """
     files = sandbox.files
     assert files is not None
+    if len(ancestors) >= _MAX_DEPTH:
+        tally.refused.append(f"{remote}: not copied: more than {_MAX_DEPTH} directory levels deep")
+        return
     try:
         entries = files.list(remote, timeout=timeout)
     except SandboxRequestError as err:
         if err.status_code != 404:
             raise
-        vanished.append(remote)
+        tally.vanished.append(remote)
         return
-    local.mkdir(parents=True, exist_ok=True)
+    listing: _Listing = tuple(
+        sorted((e.name, e.type, e.size, e.modified.isoformat(), e.mode) for e in entries)
+    )
+    same = next((path for path, seen in ancestors if seen == listing), None)
+    if same is not None:
+        tally.refused.append(
+            f"{remote}: not copied: it lists what {claim}:{same} lists (a symbolic link loop)"
+        )
+        return
+    plan.directories.append(local)
+    ancestors = (*ancestors, (remote, listing))
     for entry in entries:
-        name = _checked_name(entry.name, remote)
-        child = name if remote in ("", ".") else posixpath.join(remote, name)
+        reason = _unusable(entry.name)
+        if reason is not None:
+            tally.refused.append(
+                f"{remote}: not copied: the sandbox listed the name {entry.name!r} ({reason})"
+            )
+            continue
+        child = entry.name if remote in ("", ".") else posixpath.join(remote, entry.name)
         if entry.type == "directory":
-            _list_tree(sandbox, child, local / name, pairs, timeout, vanished)
+            _list_tree(sandbox, claim, child, local / entry.name, plan, timeout, tally, ancestors)
         else:
-            pairs.append((child, local / name, entry))
+            plan.files.append((child, local / entry.name, entry))
+
+
+def _unusable(name: str) -> str | None:
+    """Why a name from the sandbox's listing cannot be copied (None: it is one plain path component).
+
+    Refused: what would be written outside the destination or is no name (`..`, `a/b`, `.`, empty, NUL),
+    and a control character (no file API can carry it back to read the file). A backslash is an ordinary
+    character of a Linux file name (it was refused, failing the whole copy, until December 6).
+    """
+    if not name or name in (".", "..") or "/" in name or "\0" in name:
+        return "not one path component"
+    try:
+        reject_control_characters(name)
+    except ValueError:
+        return "a control character, which no sandbox file API takes"
+    return None
 
 
 def _checked_name(name: str, where: str) -> str:
     """A name from the sandbox's listing, refused unless it is one plain path component."""
-    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+    if _unusable(name) is not None:
         raise SandboxError(
             f"the sandbox listed an unusable name {name!r} in {where!r}; nothing written for it"
         )

@@ -22,13 +22,13 @@ from agent_sandbox_sdk.models import FileEntry
 pytestmark = pytest.mark.unit
 
 
-@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "../x", "a\\b", "nul\0"])
+@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "../x", "nul\0", "new\nline"])
 def test_unusable_names_are_refused(name: str) -> None:
     with pytest.raises(SandboxError, match="unusable name"):
         _checked_name(name, "dir")
 
 
-@pytest.mark.parametrize("name", ["a", ".hidden", "with space", "ü", "a..b"])
+@pytest.mark.parametrize("name", ["a", ".hidden", "with space", "ü", "a..b", "a\\b", "\\"])
 def test_plain_names_pass(name: str) -> None:
     assert _checked_name(name, "dir") == name
 
@@ -54,13 +54,60 @@ def _entry(name: str, kind: str = "file") -> FileEntry:
 
 
 def test_a_listing_that_climbs_out_writes_nothing_outside(tmp_path: Path) -> None:
-    files = _ListingFiles([_entry("ok.txt"), _entry("..", "directory")])
+    """`..` is named and not copied; the rest is (until December 6 one such name failed the whole copy)."""
+    files = _ListingFiles([_entry("ok.txt"), _entry("..", "directory"), _entry("a/b")])
     sandbox: Any = type("S", (), {"files": files})()
     target = tmp_path / "dest"
-    with pytest.raises(SandboxError, match=r"unusable name '\.\.'"):
-        _download_tree(sandbox, "work", target, 10)
-    assert files.read == []  # the whole tree is listed before any file is written
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["dest"]
+    tally = _download_tree(sandbox, "work", target, 10, "sb")
+    assert tally.refused == [
+        "work: not copied: the sandbox listed the name '..' (not one path component)",
+        "work: not copied: the sandbox listed the name 'a/b' (not one path component)",
+    ]
+    assert files.read == [("work/ok.txt", target / "ok.txt")]
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["dest", "dest/ok.txt"]
+
+
+def test_a_directory_that_lists_what_an_ancestor_lists_is_a_loop_not_copied(tmp_path: Path) -> None:
+    """Listings follow symbolic links: `d/up -> ..` lists as a directory at every level. It recursed until
+    RecursionError, with ~1000 local directories made and no file copied (until December 6)."""
+    listings = {
+        "proj": [_entry("top"), _entry("d", "directory")],
+        "proj/d": [_entry("in"), _entry("up", "directory")],
+    }
+
+    class Looping(_ListingFiles):
+        listed: list[str]
+
+        def list(self, path: str, timeout: float) -> list[FileEntry]:
+            self.listed.append(path)
+            # proj/d/up is proj again, proj/d/up/d is proj/d again, ...
+            while path not in listings:
+                path = path.replace("/d/up", "", 1)
+            return listings[path]
+
+    files = Looping([])
+    files.listed = []
+    sandbox: Any = type("S", (), {"files": files})()
+    tally = _download_tree(sandbox, "proj", tmp_path / "down", 10, "sb")
+    assert tally.refused == ["proj/d/up: not copied: it lists what sb:proj lists (a symbolic link loop)"]
+    assert files.listed == ["proj", "proj/d", "proj/d/up"]
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "down", "down/d", "down/d/in", "down/top",
+    ]  # fmt: skip
+
+
+def test_a_tree_deeper_than_the_limit_is_named_not_followed(tmp_path: Path) -> None:
+    """A backstop for a loop the comparison misses (its directories changing as they are listed)."""
+
+    class Deepening(_ListingFiles):
+        def list(self, path: str, timeout: float) -> list[FileEntry]:
+            # a different listing at every level: never the same as an ancestor's
+            return [_entry(f"f{path.count('/')}"), _entry("x", "directory")]
+
+    sandbox: Any = type("S", (), {"files": Deepening([])})()
+    tally = _download_tree(sandbox, "top", tmp_path / "down", 10, "sb")
+    assert tally.refused == ["top" + "/x" * 64 + ": not copied: more than 64 directory levels deep"]
+    assert tally.files == 64
 
 
 class _FailingListing:
