@@ -68,15 +68,17 @@ func (c *Client) CreateSandbox(ctx context.Context, warmPoolName, namespace stri
 		return nil, err
 	}
 	sb := newSandbox(o, c.k8s)
-	if err := c.open(ctx, sb); err != nil {
+	if err := c.open(ctx, sb, false); err != nil {
 		return nil, err
 	}
 	return sb, nil
 }
 
 // open opens sb while it is among the opening handles (DeleteAll closes those too), and tracks it when the
-// Open succeeds and no DeleteAll took it meanwhile (that one closes it, or tracks it if its Close fails).
-func (c *Client) open(ctx context.Context, sb *Sandbox) error {
+// Open succeeds - or, with held, is held back (heldBack: GetSandbox returns such a handle) - and no DeleteAll
+// took it meanwhile (that one closes it, or tracks it if its Close fails). Until December 6 GetSandbox
+// tracked a held-back handle after this, so one a DeleteAll had taken and closed stayed tracked.
+func (c *Client) open(ctx context.Context, sb *Sandbox, held bool) error {
 	c.mu.Lock()
 	c.opening[sb] = struct{}{}
 	c.mu.Unlock()
@@ -85,16 +87,16 @@ func (c *Client) open(ctx context.Context, sb *Sandbox) error {
 	defer c.mu.Unlock()
 	_, mine := c.opening[sb]
 	delete(c.opening, sb)
-	if err == nil && mine {
+	if mine && (err == nil || held && heldBack(sb, err)) {
 		c.tracked[Key{Namespace: sb.opts.Namespace, ClaimName: sb.ClaimName()}] = sb
 	}
 	return err
 }
 
-func (c *Client) track(sb *Sandbox) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.tracked[Key{Namespace: sb.opts.Namespace, ClaimName: sb.ClaimName()}] = sb
+// heldBack: err of sb's Open says its Sandbox is suspended or hibernated (attachHeld): sb is bound, not
+// connected, and its calls say why (noConn); Resume or Open goes on from it.
+func heldBack(sb *Sandbox, err error) bool {
+	return errors.Is(err, ErrNotReady) && !errors.Is(err, errClosedDuringOpen) && sb.SandboxName() != "" && !sb.IsReady()
 }
 
 // GetSandbox returns a handle for an existing claim: the tracked handle if it is connected, otherwise a new
@@ -131,11 +133,10 @@ func (c *Client) GetSandbox(ctx context.Context, claimName, namespace string) (*
 	}
 	sb = newSandbox(o, c.k8s)
 	sb.claimName, sb.attach = claimName, true
-	if err := c.open(ctx, sb); err != nil {
-		if errors.Is(err, ErrNotReady) && !errors.Is(err, errClosedDuringOpen) && sb.SandboxName() != "" && !sb.IsReady() {
-			// held back (suspended or hibernated, attachHeld): bound, and its calls say why (noConn); Resume
-			// or Open goes on from this handle
-			c.track(sb)
+	if err := c.open(ctx, sb, true); err != nil {
+		if heldBack(sb, err) {
+			// held back (suspended or hibernated): bound, tracked (open), and its calls say why; Resume or
+			// Open goes on from this handle
 			return sb, nil
 		}
 		return nil, err

@@ -32,9 +32,9 @@ var (
 	// sandboxd with gRPC's untyped "the client connection is closing" (and Close did not wait for it there),
 	// and an HTTP call (router, gateway, pod IP, Service) was not cut at all.
 	ErrTransportClosed = errors.New("the handle closed its transport during the call")
-	// ErrAlreadyOpen: Open on a connected sandbox, or while another Open of the same handle is in progress
-	// (the message says so; that Open creates nothing - until December 6 both created a claim, and one
-	// leaked).
+	// ErrAlreadyOpen: Open on a connected sandbox, or an Open or Resume while another Open or Resume of the
+	// same handle is in progress (the message says so; that call creates or writes nothing - until December 6
+	// two Opens both created a claim, and one leaked; two Resumes both connected, one transport leaked).
 	ErrAlreadyOpen = errors.New("sandbox is already open; call Close or Disconnect first")
 	// ErrOrphanedClaim: a claim could not be deleted or verified; call Close to retry the deletion.
 	ErrOrphanedClaim = errors.New("orphaned claim; call Close to retry deletion")

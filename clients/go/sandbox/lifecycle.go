@@ -783,15 +783,47 @@ func (s *Sandbox) whyGone(ctx context.Context, sandboxName string) error {
 // started on it. Refused at once, before any write, when the handle's claim
 // has expired (*ConditionError ClaimExpired, also ErrSandboxDeleted); a hibernated Sandbox (deleted, its
 // SandboxArchive kept) is named so, expired or not (ErrSandboxDeleted).
+//
+// One at a time, as Open: a Resume while an Open or another Resume of the handle is in progress fails with
+// ErrAlreadyOpen at once (it writes nothing). A Close during a Resume ends it - it fails with ErrNotReady
+// ("closed during Resume") and connects nothing - and waits for it; a Resume during a Close waits for the
+// Close (or ctx) and then finds the handle closed. Until December 6 a Resume connected a handle closed
+// meanwhile (its claim deleted), and two Resumes each connected it, one transport leaking.
 func (s *Sandbox) Resume(ctx context.Context) (err error) {
 	ctx, span := s.tracing.start(ctx, "resume")
 	defer func() { endSpan(span, err) }()
+	s.mu.Lock()
+	if err := s.awaitClose(ctx); err != nil {
+		s.mu.Unlock()
+		return s.wrap(fmt.Errorf("resume: %w", err))
+	}
+	if s.opening != nil {
+		err := s.refuseRun()
+		s.mu.Unlock()
+		return s.wrap(fmt.Errorf("resume: %w", err))
+	}
+	ctx, run := s.startRun(ctx, "Resume", errClosedDuringResume)
+	s.mu.Unlock()
+	defer s.endRun(run)
+	err = s.resume(ctx, run)
+	s.mu.Lock()
+	closed := run.closed
+	s.mu.Unlock()
+	if err != nil && closed {
+		// what failed is only how the cut showed (a cancelled write or wait)
+		err = fmt.Errorf("resume: %w: %w (the Resume ended with: %v)", ErrNotReady, errClosedDuringResume, err)
+	}
+	return s.wrap(err)
+}
+
+// resume is Resume's work, as the Resume in progress run; its errors are not wrapped yet.
+func (s *Sandbox) resume(ctx context.Context, run *openRun) error {
 	name, err := s.boundName()
 	if err != nil {
-		return s.wrap(err)
+		return err
 	}
 	if err := s.refuseUnderExpiredClaim(ctx, name); err != nil {
-		return s.wrap(fmt.Errorf("resume: %w", err))
+		return fmt.Errorf("resume: %w", err)
 	}
 	ours, err := s.setMode(ctx, name, "Running")
 	if err != nil {
@@ -800,7 +832,7 @@ func (s *Sandbox) Resume(ctx context.Context) (err error) {
 				err = why
 			}
 		}
-		return s.wrap(fmt.Errorf("resume: %w", err))
+		return fmt.Errorf("resume: %w", err)
 	}
 	if s.keepsConnection(ours) {
 		return nil
@@ -815,16 +847,15 @@ func (s *Sandbox) Resume(ctx context.Context) (err error) {
 		return info.podIP != ""
 	})
 	if err != nil {
-		return s.wrap(fmt.Errorf("resume: %w", err))
+		return fmt.Errorf("resume: %w", err)
 	}
 	conn, err := s.connect(ctx, name, info)
 	if err != nil {
-		return s.wrap(fmt.Errorf("resume: %w", err))
+		return fmt.Errorf("resume: %w", err)
 	}
-	s.mu.Lock()
-	s.info, s.conn = info, conn
-	s.mu.Unlock()
-	s.watchTunnel(conn)
+	if !s.publishConn(run, conn, func() { s.info = info }) {
+		return run.cause // a Close cut this Resume: it connects nothing
+	}
 	return nil
 }
 

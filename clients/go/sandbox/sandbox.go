@@ -47,26 +47,83 @@ type Sandbox struct {
 	// December 6 it held an in-flight slot, and Close waited out its whole drain for it, then cut it anyway).
 	inflight int
 	streams  map[*streamSlot]struct{}
-	// opening is the Open in progress (nil when none): a second Open is refused with ErrAlreadyOpen, and Close
-	// cuts it (openRun.closed) and waits for it. Until December 6 a Close during an Open deleted nothing (the
-	// claim's name was not known yet) and the Open then connected the closed handle, its claim leaked; two
-	// Opens of one handle each created a claim and overwrote each other's.
+	// opening is the Open or Resume in progress (nil when none): another Open or Resume is refused with
+	// ErrAlreadyOpen, and Close cuts it (openRun.closed) and waits for it. Until December 6 a Close during an
+	// Open deleted nothing (the claim's name was not known yet) and the Open then connected the closed handle,
+	// its claim leaked; two Opens of one handle each created a claim and overwrote each other's; a Close
+	// during a Resume, or two Resumes, left the handle connected (to a deleted claim; one transport leaked).
 	opening *openRun
+	// closing is closed when the Close in progress ends (nil when none): an Open or Resume begun meanwhile
+	// waits for it, and goes on from the handle it leaves. Until December 6 such an Open reconnected to the
+	// claim the Close was about to delete, and stayed connected to it.
+	closing chan struct{}
 	// lostCreates are the stamps of this handle's creates of Options.ClaimName whose answer was lost and
 	// whose claim was not found then (the API server may apply such a create later): a claim of that name
 	// with one of these stamps is the handle's (ownUnanswered).
 	lostCreates []createStamp
 }
 
-// openRun is one Open in progress.
+// openRun is one Open or Resume in progress.
 type openRun struct {
-	cancel context.CancelCauseFunc // ends the Open's context (Close: errClosedDuringOpen)
-	done   chan struct{}           // closed when the Open has returned
+	what   string                  // "Open" or "Resume"
+	cause  error                   // what Close ends its context with: errClosedDuringOpen or errClosedDuringResume
+	cancel context.CancelCauseFunc // ends its context
+	done   chan struct{}           // closed when it has returned
 	closed bool                    // Close cut it: it connects nothing (s.mu)
 }
 
-// errClosedDuringOpen is the cause of an Open's context that Close ended.
-var errClosedDuringOpen = errors.New("the handle was closed (Close) during Open")
+// errClosedDuringOpen and errClosedDuringResume are the causes of an Open's or a Resume's context that Close
+// ended.
+var (
+	errClosedDuringOpen   = errors.New("the handle was closed (Close) during Open")
+	errClosedDuringResume = errors.New("the handle was closed (Close) during Resume")
+)
+
+// startRun makes an Open or Resume the handle's one in progress (s.mu held, s.opening nil) and returns its
+// context, which Close ends; endRun must be called when it returns.
+func (s *Sandbox) startRun(ctx context.Context, what string, cause error) (context.Context, *openRun) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	run := &openRun{what: what, cause: cause, cancel: cancel, done: make(chan struct{})}
+	s.opening = run
+	return ctx, run
+}
+
+// endRun ends run (the Open or Resume has returned).
+func (s *Sandbox) endRun(run *openRun) {
+	s.mu.Lock()
+	if s.opening == run {
+		s.opening = nil
+	}
+	s.mu.Unlock()
+	run.cancel(nil)
+	close(run.done)
+}
+
+// awaitClose waits, s.mu held, until no Close of the handle is in progress (s.mu is unlocked meanwhile, and
+// held again when it returns); ctx ending first is its error.
+func (s *Sandbox) awaitClose(ctx context.Context) error {
+	for s.closing != nil {
+		ch := s.closing
+		s.mu.Unlock()
+		select {
+		case <-ch:
+			s.mu.Lock()
+		case <-ctx.Done():
+			s.mu.Lock()
+			return fmt.Errorf("waiting for the Close of this handle in progress: %w", ctx.Err())
+		}
+	}
+	return nil
+}
+
+// refuseRun is ErrAlreadyOpen for an Open or Resume while another is in progress (s.mu held).
+func (s *Sandbox) refuseRun() error {
+	what := "an Open"
+	if s.opening.what == "Resume" {
+		what = "a Resume"
+	}
+	return fmt.Errorf("%w (%s of this handle is in progress)", ErrAlreadyOpen, what)
+}
 
 // createStamp marks the claim a create asked for: its client-first-requested-at time and its random
 // client-request-id. The time alone is not unique: a Windows clock ticks every 0.5-15.6 ms, macOS's every
@@ -175,17 +232,23 @@ func (s *Sandbox) wrap(err error) error {
 // already has a claim (after Disconnect, or from Client.GetSandbox) it verifies the claim and reconnects.
 // A failed Open of a new, auto-named claim deletes the claim again.
 //
-// One Open at a time: an Open while another of the same handle is in progress fails with ErrAlreadyOpen at
-// once (it creates nothing). A Close during an Open ends the Open, which fails with ErrNotReady ("closed
-// during Open") and connects nothing; Close waits for it and deletes the claim it made.
+// One Open at a time: an Open while another Open or a Resume of the same handle is in progress fails with
+// ErrAlreadyOpen at once (it creates nothing). A Close during an Open ends the Open, which fails with
+// ErrNotReady ("closed during Open") and connects nothing; Close waits for it and deletes the claim it made.
+// An Open during a Close waits for the Close to end (or ctx), and goes on from the closed handle.
 func (s *Sandbox) Open(ctx context.Context) (err error) {
 	ctx, span := s.tracing.start(ctx, "open", attribute.String("sandbox.namespace", s.opts.Namespace))
 	defer func() { endSpan(span, err) }()
 	s.mu.Lock()
+	if err := s.awaitClose(ctx); err != nil {
+		s.mu.Unlock()
+		return s.wrap(err)
+	}
 	switch {
 	case s.opening != nil:
+		err := s.refuseRun()
 		s.mu.Unlock()
-		return s.wrap(fmt.Errorf("%w (an Open of this handle is in progress)", ErrAlreadyOpen))
+		return s.wrap(err)
 	case s.conn != nil:
 		s.mu.Unlock()
 		return s.wrap(ErrAlreadyOpen)
@@ -193,18 +256,10 @@ func (s *Sandbox) Open(ctx context.Context) (err error) {
 		s.mu.Unlock()
 		return s.wrap(ErrOrphanedClaim)
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	run := &openRun{cancel: cancel, done: make(chan struct{})}
-	s.opening = run
+	ctx, run := s.startRun(ctx, "Open", errClosedDuringOpen)
 	existing := s.claimName != ""
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.opening = nil
-		s.mu.Unlock()
-		cancel(nil)
-		close(run.done)
-	}()
+	defer s.endRun(run)
 	if existing {
 		err = s.reconnect(ctx, run)
 	} else {
@@ -215,8 +270,8 @@ func (s *Sandbox) Open(ctx context.Context) (err error) {
 	s.mu.Unlock()
 	if err != nil && closed {
 		// what failed is only how the cut showed (a cancelled wait, a refused create): Close cleans up
-		err = fmt.Errorf("%w: %w; Close deletes the claim it made (the Open ended with: %v)", ErrNotReady,
-			errClosedDuringOpen, err)
+		err = fmt.Errorf("%w: %w; Close deletes the claim it made or attached (the Open ended with: %v)",
+			ErrNotReady, errClosedDuringOpen, err)
 	}
 	return s.wrap(err)
 }
@@ -227,7 +282,7 @@ func (s *Sandbox) publishConn(run *openRun, conn *liveConn, set func()) bool {
 	s.mu.Lock()
 	if run.closed {
 		s.mu.Unlock()
-		conn.closeWith(errClosedDuringOpen.Error())
+		conn.closeWith(run.cause.Error())
 		return false
 	}
 	set()
@@ -300,7 +355,7 @@ func (s *Sandbox) create(ctx context.Context, run *openRun) error {
 		conn, err = s.connect(ctx, name, info)
 	}
 	if err == nil && !s.publishConn(run, conn, func() { s.sandboxName, s.info = name, info }) {
-		err = errClosedDuringOpen
+		err = run.cause
 	}
 	if err != nil {
 		return s.rollback(ctx, claim, uid, explicit, err)
@@ -497,7 +552,7 @@ func (s *Sandbox) reconnect(ctx context.Context, run *openRun) error {
 		return err
 	}
 	if !s.publishConn(run, conn, func() { s.sandboxName, s.info, s.attach = name, info, false }) {
-		return errClosedDuringOpen // the claim stays the handle's: Close, waiting for this Open, deletes it
+		return run.cause // the claim stays the handle's: Close, waiting for this Open, deletes it
 	}
 	return nil
 }
@@ -640,10 +695,14 @@ func (s *Sandbox) disconnect(ctx context.Context, why string, grace time.Duratio
 // in flight. Until December 6 a streaming Process held
 // Close for its whole drain (15 s by default), and was cut then anyway.
 //
-// A Close during an Open of the handle ends that Open (it fails with ErrNotReady, "closed during Open", and
-// connects nothing), waits for it to return (at most twice CleanupTimeout: it deletes an auto-named claim
-// it made itself), and then deletes the claim the handle owns. Until December 6 such a Close deleted
-// nothing and the Open connected the closed handle afterwards; its claim leaked.
+// A Close during an Open or a Resume of the handle ends it (it fails with ErrNotReady, "closed during Open"
+// or "closed during Resume", and connects nothing), waits for it to return (at most twice CleanupTimeout:
+// an Open deletes an auto-named claim it made itself), and then deletes the claim the handle owns. Until
+// December 6 such a Close deleted nothing and the Open connected the closed handle afterwards, its claim
+// leaked; a Resume connected the closed handle. A Client.GetSandbox handle whose Open it ended before the
+// claim was ever read deletes nothing: it never attached to it (it has no UID to delete it by). An Open or
+// Resume begun during a Close waits for it; a Close during another Close waits for it too, then deletes
+// what is left (usually nothing).
 func (s *Sandbox) Close(ctx context.Context) (err error) {
 	return s.close(ctx, time.Now().Add(s.opts.CleanupTimeout/2))
 }
@@ -653,11 +712,19 @@ func (s *Sandbox) close(ctx context.Context, drainUntil time.Time) (err error) {
 	ctx, span := s.tracing.start(ctx, "close")
 	defer func() { endSpan(span, err) }()
 	why := "the handle was closed (Close); Open claims a new sandbox"
-	if err := s.cutOpen(); err != nil {
+	run, end := s.beginClose()
+	defer end()
+	if err := s.cutOpen(run); err != nil {
 		return s.wrap(err)
 	}
 	s.mu.Lock()
 	claim, uid := s.claimName, s.claimUID
+	if claim != "" && uid == "" && s.attach && !s.explicit {
+		// an attach (Client.GetSandbox) whose Open this Close ended before it ever read the claim: the handle
+		// never owned it (a claim is the handle's by the UID it made or attached), so it deletes nothing -
+		// until this was checked, such a Close deleted whatever claim had the name, with no UID precondition
+		claim, s.claimName, s.attach = "", "", false
+	}
 	s.mu.Unlock()
 	conn := s.detach(why)
 	// calls in flight finish before the transport closes (until December 6 it closed first, cutting
@@ -684,20 +751,40 @@ func (s *Sandbox) close(ctx context.Context, drainUntil time.Time) (err error) {
 	return nil
 }
 
-// cutOpen ends the handle's Open in progress, if any (it connects nothing then), and waits for it to return
-// - at most twice CleanupTimeout: its own cleanup (a rollback, a search for the claim of a create without an
-// answer) is bounded by CleanupTimeout per step, even with its context ended.
-func (s *Sandbox) cutOpen() error {
+// beginClose makes this Close the handle's one in progress, once any other has ended - Opens and Resumes
+// begun from now on wait for end - and returns the Open or Resume in progress (nil when none), marked cut:
+// it connects nothing.
+func (s *Sandbox) beginClose() (run *openRun, end func()) {
 	s.mu.Lock()
-	run := s.opening
+	for s.closing != nil {
+		ch := s.closing
+		s.mu.Unlock()
+		<-ch
+		s.mu.Lock()
+	}
+	ch := make(chan struct{})
+	s.closing = ch
+	run = s.opening
 	if run != nil {
 		run.closed = true
 	}
 	s.mu.Unlock()
+	return run, func() {
+		s.mu.Lock()
+		s.closing = nil
+		s.mu.Unlock()
+		close(ch)
+	}
+}
+
+// cutOpen ends the Open or Resume run (nil: none; beginClose marked it cut) and waits for it to return - at
+// most twice CleanupTimeout: an Open's own cleanup (a rollback, a search for the claim of a create without
+// an answer) is bounded by CleanupTimeout per step, even with its context ended.
+func (s *Sandbox) cutOpen(run *openRun) error {
 	if run == nil {
 		return nil
 	}
-	run.cancel(errClosedDuringOpen)
+	run.cancel(run.cause)
 	wait := 2 * s.opts.CleanupTimeout
 	t := time.NewTimer(wait)
 	defer t.Stop()
@@ -705,8 +792,9 @@ func (s *Sandbox) cutOpen() error {
 	case <-run.done:
 		return nil
 	case <-t.C:
-		return fmt.Errorf("the Open this Close ended had not returned after %s; it connects nothing, but the claim "+
-			"it may have made is deleted only by calling Close again once it has returned: %w", wait, ErrOrphanedClaim)
+		return fmt.Errorf("the %s this Close ended had not returned after %s; it connects nothing, but the claim "+
+			"it may have made is deleted only by calling Close again once it has returned: %w", run.what, wait,
+			ErrOrphanedClaim)
 	}
 }
 
@@ -902,11 +990,13 @@ func (s *Sandbox) op(ctx context.Context, name string, opts []CallOption, fileCa
 	}
 	defer release()
 	bound, unbind := c.bind(ctx)
+	defer unbind()
 	err = fn(bound, c, &o)
-	if err != nil && ctx.Err() == nil {
-		err = c.cutBound(bound, err) // the handle closed the transport under the call
+	// the handle closed the transport under the call - also when the caller's context ended after that (what
+	// ended the call is what ended bound first: until December 6 such a call said context.Canceled)
+	if err != nil && (ctx.Err() == nil || errors.Is(context.Cause(bound), errTransportCut)) {
+		err = c.cutBound(bound, err)
 	}
-	unbind()
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && errors.Is(err, context.DeadlineExceeded) {
 		if !errors.Is(err, ErrTimeout) {
 			// the deadline met the call after its answer began (reading a Read's body, a listing): still the
