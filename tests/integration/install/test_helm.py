@@ -1112,3 +1112,30 @@ def test_disruption_budgets_that_allow_an_eviction_render() -> None:
     docs = _template("--set", "image.tag=v1", "--set", "imagePullSecrets[0].name=regcred")
     pod = _one(docs, "Deployment")["spec"]["template"]["spec"]
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+
+
+def test_ordinary_upgrades_pass_the_install_time_checks(installed: Installed) -> None:
+    """The Namespace and nameOverride checks refuse only what would break a live release: `helm upgrade
+    --install` from scratch and again, a release whose Namespace came from `--create-namespace` (no release
+    annotations), and leader election off and back on (Recreate, then the rolling update again) all go
+    through."""
+    cluster = installed.cluster
+    reuse = ("agent-sandbox", CHART, "--reuse-values", "--set")
+    for tag in ("v1", "v2"):  # the first is an install (nothing to check), the second an upgrade
+        helm(cluster, "upgrade", "--install", *reuse, f"image.tag={tag}")
+    for elect, strategy in (("false", "Recreate"), ("true", "RollingUpdate")):
+        helm(cluster, "upgrade", *reuse, f"controller.leaderElect={elect}")
+        dep = installed.kubectl_json("get", "deployment", "agent-sandbox-controller", "-n", SYSTEM_NS)
+        assert dep["spec"]["strategy"]["type"] == strategy
+    helm(cluster, "uninstall", "agent-sandbox", "--wait")
+    cluster.kubectl("delete", "namespace", SYSTEM_NS, "--ignore-not-found", "--timeout=60s")
+
+    in_ns = ("--namespace", SYSTEM_NS)
+    helm(
+        cluster, "install", "agent-sandbox", CHART, *in_ns, "--create-namespace", "--set",
+        "image.tag=v1,namespace.create=false",
+    )  # fmt: skip
+    helm(cluster, "upgrade", "agent-sandbox", CHART, *in_ns, "--reuse-values", "--set", "image.tag=v2")
+    history = json.loads(helm(cluster, "history", "agent-sandbox", *in_ns, "-o", "json").stdout)
+    assert [h["status"] for h in history] == ["superseded", "deployed"]
+    helm(cluster, "uninstall", "agent-sandbox", *in_ns, "--wait")

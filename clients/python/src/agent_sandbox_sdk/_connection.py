@@ -8,7 +8,8 @@ tunnel). `failed()` forgets what may be stale after a 5xx or a transport failure
 Discovery is timed as upstream 1.0.8's connectors time it (`sandbox_client_discovery_latency_ms{mode,status}`,
 spec §3.12): the wait for the Gateway address (`gateway`, once per connection, as upstream caches the URL)
 and the start of a kubectl tunnel up to its ports accepting (`port_forward`, `sandboxd_pod_tunnel`), with
-`status="failure"` when that raises. A reused URL or tunnel is not discovery and records nothing; nor do the
+`status="failure"` when that raises; one interrupted (task cancelled, Ctrl-C, flow closed) records nothing
+(`metrics.timed`). A reused URL or tunnel is not discovery and records nothing; nor do the
 direct and in-cluster modes (upstream records nothing for them). Flows run on both drivers, so sync and
 async clients record alike.
 

@@ -7,7 +7,7 @@ connectors record it: `mode="gateway"` while waiting for the Gateway address, `"
 `"sandboxd_pod_tunnel"` while starting a kubectl tunnel; nothing for the direct and in-cluster modes,
 which discover nothing), `sandbox_client_suspend_latency_ms{status}`, `sandbox_client_resume_latency_ms{status}`,
 and, ours, `sandbox_client_create_latency_ms{status}` (create_sandbox: POST to Ready). `status` is
-`"success"` or `"failure"`.
+`"success"` or `"failure"` (an exception); an interrupted operation (cancelled, Ctrl-C) records nothing.
 """
 
 from __future__ import annotations
@@ -48,14 +48,21 @@ def observe(name: str, value_ms: float, **labels: str) -> None:
 
 @contextmanager
 def timed(name: str, **labels: str) -> Iterator[None]:
-    """Observe the block's duration with `status="success"` or `"failure"`."""
+    """Observe the block's duration: `status="success"` when it ends normally, `"failure"` when it raises.
+
+    An interruption records nothing: a task cancelled (`asyncio.timeout`, a TaskGroup), Ctrl-C, or a flow
+    closed at a step (GeneratorExit) neither succeeded nor failed, and counting it as a failure would read
+    every caller-side timeout as a broken Gateway or tunnel. The exception leaves the block unchanged.
+    """
     start = perf_counter()
-    status = "failure"
     try:
         yield
-        status = "success"
-    finally:
-        observe(name, (perf_counter() - start) * 1000, **labels, status=status)
+    except Exception:
+        observe(name, (perf_counter() - start) * 1000, **labels, status="failure")
+        raise
+    # BaseException that is not an Exception (CancelledError, KeyboardInterrupt, GeneratorExit,
+    # SystemExit) passes through without an observation.
+    observe(name, (perf_counter() - start) * 1000, **labels, status="success")
 
 
 def _labels(pairs: tuple[tuple[str, str], ...], extra: str = "") -> str:

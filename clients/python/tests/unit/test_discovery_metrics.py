@@ -215,3 +215,70 @@ def test_buckets_are_upstreams() -> None:
     assert f"{series % '1250.0'} 1.0" in text
     assert f"{series % '+Inf'} 1.0" in text
     assert "# HELP sandbox_client_resume_latency_ms Latency of resuming the sandbox in milliseconds" in text
+
+
+# ------------------------------------------------------------------ interrupted discovery is not a failure
+
+
+def _waiting_gateway() -> SandboxGatewayConnectionConfig:
+    """A Gateway that keeps the discovery polling (no address yet) well past the tests' interruptions."""
+    return SandboxGatewayConnectionConfig(
+        gateway_name="gw", gateway_namespace="gw-ns", gateway_ready_timeout=30
+    )
+
+
+def test_a_cancelled_gateway_discovery_records_nothing() -> None:
+    # `asyncio.timeout`/`wait_for` around a call, or a TaskGroup sibling failing, cancels the task while the
+    # Gateway has no address yet: the discovery neither succeeded nor failed, so nothing is observed (a
+    # "failure" would count every caller-side timeout as a broken Gateway).
+    before = total()
+    conn = Connection(_waiting_gateway(), sandbox_id="sb", namespace="default")
+
+    async def main() -> None:
+        adriver = AsyncDriver(endpoint(), transport=api(None))
+        try:
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(adriver.run(conn.resolve()), 0.3)
+        finally:
+            conn.close()
+            await adriver.aclose()
+
+    asyncio.run(main())
+    assert total() == before
+
+
+def test_an_interrupted_sync_gateway_discovery_records_nothing() -> None:
+    # Ctrl-C while the sync client waits for the Gateway's address: KeyboardInterrupt reaches the caller
+    # unchanged and no "failure" is observed.
+    before = total()
+    polls = 0
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        nonlocal polls
+        polls += 1
+        if polls > 2:
+            raise KeyboardInterrupt
+        return api(None).handle_request(request)
+
+    conn = Connection(_waiting_gateway(), sandbox_id="sb", namespace="default")
+    driver = SyncDriver(endpoint(), transport=httpx2.MockTransport(handle))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            driver.run(conn.resolve())
+    finally:
+        conn.close()
+        driver.close()
+    assert total() == before
+
+
+def test_a_flow_closed_mid_discovery_records_nothing(tunnel: type[FakeTunnel]) -> None:
+    # A flow abandoned at a step (GeneratorExit from `close()`, as the drivers close every flow they stop
+    # driving) is not a failed discovery.
+    before = total()
+    conn = Connection(SandboxLocalTunnelConnectionConfig(), sandbox_id="sb", namespace="default")
+    flow = conn.resolve()
+    next(flow)  # the first readiness poll's Sleep, inside the timed tunnel start
+    flow.close()
+    conn.close()
+    assert len(tunnel.started) == 1
+    assert total() == before
