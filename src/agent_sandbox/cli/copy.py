@@ -15,7 +15,8 @@ Names a sandbox lists are checked before anything is written locally: the sandbo
 entry named `..` or `a/b` is refused - named on stderr, the rest copied, exit 1 - rather than written outside
 the destination. The runtimes' listings follow symbolic links and do not mark them, so a link to an ancestor
 (`d/up -> ..`) lists as a directory without end: a directory that lists exactly what one of its ancestors
-lists is taken for such a loop, named and not copied (and no tree goes deeper than `_MAX_DEPTH`). A local
+lists, and below which that repeats down to `_MAX_DEPTH`, is taken for such a loop, named and not copied (a
+look-alike that stops repeating - `mkdir -p x/x` - is copied; no tree goes deeper than `_MAX_DEPTH`). A local
 name no file API can carry (a control character: a newline) is found while the tree is walked, before
 anything is uploaded, named and skipped. A tree's files go 8 at a time (each costs a round trip through the
 router; measured in `benchmarks/cp_tree.py`).
@@ -152,7 +153,7 @@ def _upload(client: SandboxClient, args: argparse.Namespace, dst: tuple[str, str
         files = _sandbox(client, claim, args.namespace).files
         assert files is not None
         counted = _CountingReader(sys.stdin.buffer)
-        files.write(path, io.BufferedReader(counted), timeout=timeout)
+        files.write(_api_path(path), io.BufferedReader(counted), timeout=timeout)
         print(f"- -> {claim}:{path} ({counted.count} bytes)", file=sys.stderr)
         return 0
     local = Path(args.src)
@@ -165,7 +166,7 @@ def _upload(client: SandboxClient, args: argparse.Namespace, dst: tuple[str, str
         if not path or path.endswith("/") or _remote_type(sandbox, path, timeout) == "directory":
             path = posixpath.normpath(posixpath.join(path, local.name)) if path else local.name
         with local.open("rb") as fh:
-            files.write(path, fh, timeout=timeout, mode=_upload_mode(local))
+            files.write(_api_path(path), fh, timeout=timeout, mode=_upload_mode(local))
         print(f"{local} -> {claim}:{path} ({local.stat().st_size} bytes)", file=sys.stderr)
         return 0
     if not local.is_dir():
@@ -205,7 +206,7 @@ def _upload_tree(sandbox: Sandbox, root: Path, target: str, timeout: float) -> _
     def upload(local: Path, remote: str) -> int:
         assert files is not None
         with local.open("rb") as fh:
-            files.write(remote, fh, timeout=timeout, mode=_upload_mode(local))
+            files.write(_api_path(remote), fh, timeout=timeout, mode=_upload_mode(local))
         return local.stat().st_size
 
     for directory, dirnames, filenames in os.walk(root, followlinks=False):
@@ -241,7 +242,7 @@ def _upload_tree(sandbox: Sandbox, root: Path, target: str, timeout: float) -> _
     # on the host - and the tree's empty directories were missing where its files went (until December 6).
     # Commands start in the root (both runtimes' working directory, spec §2.1), so these name the same place;
     # checked before anything is written.
-    empty = [sanitize_path(directory) for directory in empty]
+    empty = [sanitize_path(_api_path(directory)) for directory in empty]
     sizes = _run_all(jobs)
     tally.files, tally.bytes = len(sizes), sum(sizes)
     if empty:
@@ -251,6 +252,16 @@ def _upload_tree(sandbox: Sandbox, root: Path, target: str, timeout: float) -> _
         if result.exit_code != 0:
             raise SandboxError(f"creating empty directories failed: {result.stderr.strip()}")
     return tally
+
+
+def _api_path(path: str) -> str:
+    """`path` as the SDK's file calls take it: a top-level name of only spaces (` `) as `./ `.
+
+    `sanitize_path` refuses a path of only whitespace, as upstream's SDK does (a caller's empty argument,
+    9abf078), but here it is a file name from a listing or a local tree: `./ ` names the same file and is
+    normalised to ` `. A copy to or from the sandbox's root stopped at such a name (ValueError).
+    """
+    return f"./{path}" if path and not path.strip() else path
 
 
 def _sendable(name: str) -> bool:
@@ -363,7 +374,7 @@ def _read_to(sandbox: Sandbox, claim: str, path: str, destination: Path | Binary
     files = sandbox.files
     assert files is not None
     try:
-        return files.read_to(path, destination, timeout=timeout)
+        return files.read_to(_api_path(path), destination, timeout=timeout)
     except SandboxRequestError as err:
         if err.status_code == 404:
             raise SandboxError(f"{claim}:{path}: no such file or directory") from err
@@ -390,7 +401,7 @@ def _download_tree(sandbox: Sandbox, remote: str, local: Path, timeout: float, c
     def download(child: str, destination: Path, entry: FileEntry) -> int:
         assert files is not None
         try:
-            written = files.read_to(child, destination, timeout=timeout)
+            written = files.read_to(_api_path(child), destination, timeout=timeout)
         except SandboxRequestError as err:
             # 404: gone since the listing (or, on the legacy runtime, not a regular file); sandboxd refuses a
             # FIFO or device as "not a regular file" - either way the rest is copied (until December 6 a FIFO
@@ -413,10 +424,24 @@ class _Plan:
 
     directories: list[Path] = field(default_factory=list)
     files: list[tuple[str, Path, FileEntry]] = field(default_factory=list)
+    #: Listings read ahead while a suspected loop was checked, each taken once by the walk (`_entries`).
+    listed: dict[str, list[FileEntry]] = field(default_factory=dict)
 
 
 #: What a listing says of a directory, to compare with its ancestors' (see `_list_tree`).
 _Listing = tuple[tuple[str, str, int, str, str | None], ...]
+
+
+def _listing(entries: list[FileEntry]) -> _Listing:
+    return tuple(sorted((e.name, e.type, e.size, e.modified.isoformat(), e.mode) for e in entries))
+
+
+def _entries(sandbox: Sandbox, remote: str, plan: _Plan, timeout: float) -> list[FileEntry]:
+    files = sandbox.files
+    assert files is not None
+    if remote in plan.listed:
+        return plan.listed.pop(remote)
+    return files.list(remote, timeout=timeout)
 
 
 def _list_tree(
@@ -435,32 +460,31 @@ def _list_tree(
     The runtimes' listings follow symbolic links and do not mark them (spec: "symlinks followed"), so a link
     to an ancestor (`d/up -> ..`) is a directory at every level: recursing into it ended in RecursionError,
     with ~1000 empty local directories made and no file copied (until December 6). A directory that lists
-    exactly what an ancestor lists - every name, type, size, mode and modification time - is that ancestor
-    again: reported, not copied. (A real directory identical to one above it to the listed second would be
-    skipped too, and named: nothing is dropped unsaid.) `_MAX_DEPTH` is a backstop for a loop whose
-    directories change while they are listed.
+    exactly what an ancestor lists - every name, type, size, mode and modification time - may be that
+    ancestor again, or a real directory that looks the same (`mkdir -p x/x` in one clock tick, a tar or a
+    reproducible build's one time: `out` and `out/x` both list `x`). Only a loop goes on repeating, so the
+    path from the ancestor is followed again and again from there (`_repeats`): a loop is reported and not
+    copied, a look-alike is copied (ef087c0 skipped it, files and all). `_MAX_DEPTH` is a backstop for a loop
+    whose directories change while they are listed.
     """
-    files = sandbox.files
-    assert files is not None
     if len(ancestors) >= _MAX_DEPTH:
         tally.refused.append(f"{remote}: not copied: more than {_MAX_DEPTH} directory levels deep")
         return
     try:
-        entries = files.list(remote, timeout=timeout)
+        entries = _entries(sandbox, remote, plan, timeout)
     except SandboxRequestError as err:
         if err.status_code != 404:
             raise
         tally.vanished.append(remote)
         return
-    listing: _Listing = tuple(
-        sorted((e.name, e.type, e.size, e.modified.isoformat(), e.mode) for e in entries)
-    )
-    same = next((path for path, seen in ancestors if seen == listing), None)
-    if same is not None:
-        tally.refused.append(
-            f"{remote}: not copied: it lists what {claim}:{same} lists (a symbolic link loop)"
-        )
-        return
+    listing = _listing(entries)
+    for at, (path, seen) in enumerate(ancestors):
+        cycle = (*ancestors[at + 1 :], (remote, listing))
+        if seen == listing and _repeats(sandbox, remote, len(ancestors), cycle, path, plan, timeout):
+            tally.refused.append(
+                f"{remote}: not copied: it lists what {claim}:{path} lists (a symbolic link loop)"
+            )
+            return
     plan.directories.append(local)
     ancestors = (*ancestors, (remote, listing))
     for entry in entries:
@@ -475,6 +499,45 @@ def _list_tree(
             _list_tree(sandbox, claim, child, local / entry.name, plan, timeout, tally, ancestors)
         else:
             plan.files.append((child, local / entry.name, entry))
+
+
+def _repeats(
+    sandbox: Sandbox,
+    remote: str,
+    depth: int,
+    cycle: tuple[tuple[str, _Listing], ...],
+    origin: str,
+    plan: _Plan,
+    timeout: float,
+) -> bool:
+    """Whether `remote`, which lists what its ancestor `origin` lists, is `origin` again: the directories on
+    the way from `origin` to `remote` (`cycle`, the listings below `origin`, `remote`'s last) are listed again
+    below `remote` (`depth` levels below the download's top), round after round, down to `_MAX_DEPTH` (where
+    the walk would stop anyway).
+
+    A symbolic link loop repeats without end; a look-alike stops repeating (the chain ends, a directory lists
+    something else). At most `_MAX_DEPTH` listings, kept in `plan.listed` for the walk that follows.
+    """
+    files = sandbox.files
+    assert files is not None
+    # the names from `origin` down to `remote` (`origin` may be the top as given: "", ".", "/", "/a")
+    names = (remote if origin in ("", ".") else remote[len(origin.rstrip("/")) + 1 :]).split("/")
+    assert len(names) == len(cycle)
+    here = remote
+    step = 0
+    while depth + step + 1 < _MAX_DEPTH:
+        here = posixpath.join(here, names[step % len(names)])
+        if here not in plan.listed:
+            try:
+                plan.listed[here] = files.list(here, timeout=timeout)
+            except SandboxRequestError as err:
+                if err.status_code != 404:
+                    raise
+                return False
+        if _listing(plan.listed[here]) != cycle[step % len(cycle)][1]:
+            return False
+        step += 1
+    return True
 
 
 def _unusable(name: str) -> str | None:

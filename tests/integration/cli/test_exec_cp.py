@@ -436,3 +436,42 @@ def test_cp_of_a_local_tree_skips_a_name_no_file_api_can_carry_before_uploading(
     )
     found = cli(cluster, router, "exec", *ns, "ctl", "--", "sh", "-c", "cd up && find . | sort")
     assert found.stdout.split("\n")[:-1] == [".", "./a", "./sub", "./sub/z"], found.stderr
+
+
+def test_cp_of_nested_directories_that_list_alike_copies_them_all(
+    cluster: DevCluster, namespace: str, controller: Started, router: str, tmp_path: Path
+) -> None:
+    """`chain` lists `x`, `chain/x` lists `x`, with the same size, mode and modification time (`mkdir -p` in
+    one clock tick, a tar, a reproducible build): `chain/x` was taken for a symbolic link loop of `chain` and
+    not copied, file and all, exit 1 (ef087c0). It is copied; only a listing that keeps repeating is a loop."""
+    apply_pool(cluster, namespace, replicas=1, containers=[{"name": "runtime", "image": RUNTIME_IMAGE}])
+    ns = ("-n", namespace)
+    assert cli(cluster, router, "create", "pool", *ns, "--name", "chain").returncode == 0
+    made = cli(
+        cluster, router, "exec", *ns, "chain", "--",
+        "sh", "-c", "mkdir -p chain/x/x && echo f > chain/x/x/f && touch -r chain/x/x chain/x",
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    down = tmp_path / "down"
+    got = cli(cluster, router, "cp", "chain:chain", str(down), *ns)
+    assert got.returncode == 0, got.stderr
+    assert got.stderr.splitlines() == [f"chain:chain -> {down} (1 file, 2 bytes)"]
+    assert (down / "x" / "x" / "f").read_text() == "f\n"
+
+
+def test_cp_of_a_tree_to_the_sandboxs_root_copies_a_name_of_spaces(
+    cluster: DevCluster, namespace: str, controller: Started, router: str, tmp_path: Path
+) -> None:
+    """The SDK refuses a path of only whitespace (upstream's order of checks, 9abf078); a file or empty
+    directory named ` ` at the top of a tree copied to the sandbox's root stopped the copy (ValueError)."""
+    apply_pool(cluster, namespace, replicas=1, containers=[{"name": "runtime", "image": RUNTIME_IMAGE}])
+    ns = ("-n", namespace)
+    assert cli(cluster, router, "create", "pool", *ns, "--name", "spaces").returncode == 0
+    tree = tmp_path / "tree"
+    (tree / "  ").mkdir(parents=True)  # an empty directory, made by `mkdir -p`
+    (tree / " ").write_text("s\n")
+    (tree / "a").write_text("a\n")
+    up = cli(cluster, router, "cp", f"{tree}/.", "spaces:", *ns)
+    assert up.returncode == 0, up.stderr
+    found = cli(cluster, router, "exec", *ns, "spaces", "--", "sh", "-c", "cat ' ' a && test -d '  '")
+    assert (found.returncode, found.stdout) == (0, "s\na\n"), found.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import posixpath
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,11 @@ def test_a_directory_that_lists_what_an_ancestor_lists_is_a_loop_not_copied(tmp_
     sandbox: Any = type("S", (), {"files": files})()
     tally = _download_tree(sandbox, "proj", tmp_path / "down", 10, "sb")
     assert tally.refused == ["proj/d/up: not copied: it lists what sb:proj lists (a symbolic link loop)"]
-    assert files.listed == ["proj", "proj/d", "proj/d/up"]
+    # proj/d/up is taken for proj again as proj/d, proj/d/up, ... keep repeating below it, to the depth limit
+    below = ["proj/d/up"]
+    for step in range(61):  # to depth 63 below proj: the walk would stop at 64
+        below.append(posixpath.join(below[-1], ("d", "up")[step % 2]))
+    assert files.listed == ["proj", "proj/d", *below]
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
         "down", "down/d", "down/d/in", "down/top",
     ]  # fmt: skip
@@ -245,3 +250,74 @@ def test_an_empty_directorys_contents_to_the_root_however_spelled(root: str, tmp
     client: Any = type("C", (), {"get_sandbox": lambda self, claim, namespace: sandbox})()
     assert copy(client, _args(f"{tree}/.", f"sb:{root}")) == 0
     assert sandbox.written == []
+
+
+class _TreeListing(_ListingFiles):
+    """A sandbox's file API over a fixed tree: `listings` maps each directory to its entries."""
+
+    def __init__(self, listings: dict[str, list[FileEntry]]) -> None:
+        super().__init__([])
+        self.listings = listings
+        self.listed: list[str] = []
+
+    def list(self, path: str, timeout: float) -> list[FileEntry]:
+        self.listed.append(path)
+        if path not in self.listings:
+            raise SandboxRequestError("not a directory", status_code=404)
+        return self.listings[path]
+
+
+_STAMP = datetime(2026, 12, 6, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("depth", [2, 3, 5])
+def test_nested_directories_of_one_name_that_list_alike_are_no_loop(depth: int, tmp_path: Path) -> None:
+    """`mkdir -p x/x/...` (or a tar, a reproducible build: one modification time for every directory) makes
+    directories that list exactly as their parent until the last: `out` lists `x`, `out/x` lists `x`, with
+    the same size, mode and time. Each was taken for a symbolic link loop of the one above it, and the whole
+    chain - with the files at its end - was not copied, exit 1 (ef087c0). A loop is one only when it goes on
+    repeating."""
+    same = FileEntry(name="x", size=4096, type="directory", modified=_STAMP, mode="0755")
+    chain = ["out", *("out" + "/x" * level for level in range(1, depth))]
+    listings = {path: [same] for path in chain}
+    listings["out" + "/x" * depth] = [FileEntry(name="f", size=1, type="file", modified=_STAMP)]
+    files = _TreeListing(listings)
+    sandbox: Any = type("S", (), {"files": files})()
+    tally = _download_tree(sandbox, "out", tmp_path / "down", 10, "sb")
+    assert tally.refused == []
+    assert files.read == [("out" + "/x" * depth + "/f", tmp_path / "down" / Path(*["x"] * depth) / "f")]
+    assert tally.files == 1
+    assert sorted(files.listed) == sorted(listings)  # each listed once: what the check read, the walk reuses
+
+
+def test_a_loop_below_the_sandboxs_root_spelled_slash_is_found(tmp_path: Path) -> None:
+    """The top as `/`: its children are `/d`, `/d/up`; the names between it and a loop are found alike."""
+    top = [FileEntry(name="d", size=4096, type="directory", modified=_STAMP)]
+    d = [FileEntry(name="up", size=4096, type="directory", modified=_STAMP), _entry("in")]
+
+    class Looping(_TreeListing):
+        def list(self, path: str, timeout: float) -> list[FileEntry]:
+            self.listed.append(path)
+            return top if path == "/" or path.endswith("/up") else d  # /d/up is / again
+
+    files = Looping({})
+    sandbox: Any = type("S", (), {"files": files})()
+    tally = _download_tree(sandbox, "/", tmp_path / "down", 10, "sb")
+    assert tally.refused == ["/d/up: not copied: it lists what sb:/ lists (a symbolic link loop)"]
+    assert [path for path, _ in files.read] == ["/d/in"]
+
+
+def test_a_name_of_spaces_at_the_top_of_the_sandbox_is_copied(tmp_path: Path) -> None:
+    """`sanitize_path` refuses a path of only whitespace (upstream's rule, 9abf078), but ` ` is a file name a
+    listing gives: a download of the sandbox's root stopped at it (ValueError, nothing copied after)."""
+
+    class Sanitizing(_TreeListing):
+        def read_to(self, path: str, destination: Path, timeout: float) -> int:
+            return super().read_to(sanitize_path(path), destination, timeout)  # as the SDK's read_to
+
+    files = Sanitizing({".": [_entry(" "), _entry("a")]})
+    sandbox: Any = type("S", (), {"files": files})()
+    tally = _download_tree(sandbox, ".", tmp_path / "down", 10, "sb")
+    assert (tally.files, tally.refused, tally.vanished) == (2, [], [])
+    assert sorted(path for path, _ in files.read) == [" ", "a"]
+    assert (tmp_path / "down" / " ").read_bytes() == b"x"
