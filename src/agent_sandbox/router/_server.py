@@ -411,6 +411,8 @@ class ClientConnection(asyncio.Protocol):
             self.on_write_pause(False)
         if "write" in self._reading_paused_for:
             self.resume_reading_for_body("write")
+            if self._active is None and not self._pending and not self.closed and not self._lingering:
+                self._await_next()  # a head begun meanwhile gets its header clock from now
         if self._next_waits_for_write:
             self._next_waits_for_write = False
             if self._active is None:
@@ -585,7 +587,7 @@ class ClientConnection(asyncio.Protocol):
             # A client that never reads again is dropped after the keep-alive idle timeout.
             self._next_waits_for_write = True
             self.pause_reading_for_body("write")
-            self._arm(self.limits.idle_timeout, self.close)
+            self._arm(self.limits.idle_timeout, self._idle_expired)
             return
         if self._pending:
             nxt = self._pending.popleft()
@@ -593,11 +595,32 @@ class ClientConnection(asyncio.Protocol):
                 self.resume_reading_for_body("pipeline")
             self._start(nxt)
             return
-        # `_current` is still the request whose body just ended when `_discard_rest` gets here (its parser
-        # callback runs before the parser lets it go); the connection is idle all the same.
+        self._await_next()
+
+    def _await_next(self) -> None:
+        """No request is due: arm the clock for the next one."""
         current = self._current
-        if current is None or (current.body is not None and current.body.done):
-            self._arm(self.limits.idle_timeout, self.close)
+        if current is not None and current.body is None and "write" not in self._reading_paused_for:
+            # A head begun while the previous request was served (and not finished yet): its clock starts
+            # now, as Go's server reads the next request under its read-header deadline. Nothing was armed
+            # until December 6: a client that sent half a head there held the connection for good. (While
+            # reading is paused for the client's unread answers, the idle timeout runs instead.)
+            self._arm(self.limits.read_header_timeout, self._header_timeout)
+        elif current is None or current.body is None or current.body.done:
+            # `_current` is still the request whose body just ended when `_discard_rest` gets here (its
+            # parser callback runs before the parser lets it go); the connection is idle all the same.
+            self._arm(self.limits.idle_timeout, self._idle_expired)
+
+    def _idle_expired(self) -> None:
+        """The keep-alive idle timeout passed. Answers the client has not read in all that time (its write
+        buffer is not empty) are dropped with the connection: a plain close would wait for a flush that a
+        client which never reads never lets happen (the connection, its descriptor and buffer were kept for
+        good until December 6)."""
+        transport = self.transport
+        if transport is not None and not self.closed and transport.get_write_buffer_size():
+            self.abort()
+        else:
+            self.close()
 
     def pause_reading_for_body(self, reason: str = "body") -> None:
         if not self._reading_paused_for and self.transport is not None:
@@ -614,14 +637,26 @@ class ClientConnection(asyncio.Protocol):
             self.transport.write(data)
 
     def close(self) -> None:
+        """Close once what is buffered is written; a flush still not done after `--idle-timeout` (a client
+        that stopped reading) ends in an abort (`transport.close()` alone would wait for it for good)."""
+        transport = self.transport
+        if self.closed:
+            return  # closed already: a flush deadline the first close armed stays armed
         self._cancel_timer()
-        if self.transport is not None and not self.closed:
+        if transport is not None:
             self.closed = True
-            self.transport.close()
+            transport.close()
+            if transport.get_write_buffer_size():
+                # The sweeper keeps checking a closed connection until `connection_lost` unregisters it.
+                self._arm(self.limits.idle_timeout, transport.abort)
 
     def abort(self) -> None:
+        """Drop the connection now, unwritten bytes and all (one closed already is left to its flush and the
+        deadline `close` armed for it)."""
+        if self.closed:
+            return
         self._cancel_timer()
-        if self.transport is not None and not self.closed:
+        if self.transport is not None:
             self.closed = True
             self.transport.abort()
 

@@ -453,11 +453,17 @@ class _Legacy:
         """
         if "\x00" in user_path:  # as `confine` refuses it (the name below is never confined)
             raise InvalidPath("path contains a NUL byte")
-        normalised = posixpath.normpath("/" + user_path)
-        parent, name = posixpath.split(normalised)
-        if not name:  # the root
+        root = self.state.root
+        # Normalised against the root, as `confine` does: a `..` that climbs above it is an escape (403), as on
+        # every route. Normalised against "/" (until December 6), `../name` named `<root>/name` and removed
+        # that link, and `../../etc/passwd` was a 404 for a missing `<root>/etc`.
+        joined = posixpath.normpath(root + "/" + user_path)
+        if joined != root and not joined.startswith(root.rstrip("/") + "/"):
+            raise PathEscape(f"path {user_path!r} escapes the root")
+        if joined == root:
             return False
-        return await files.delete_symlink(self.state.root, self.state.resolve(parent), name)
+        parent, name = posixpath.split(joined)
+        return await files.delete_symlink(root, self.state.resolve(posixpath.relpath(parent, root)), name)
 
 
 #: What upstream's `os.path.isfile`/`isdir` answer False for, besides a missing path: a symlink loop and a name

@@ -181,3 +181,26 @@ async def test_deleting_a_symlink_removes_the_link_not_its_target(
     assert (root / "d" / "again.txt").exists()
     (root / "d" / "again.txt").unlink()
     assert sorted(os.listdir(root)) == ["d", "f.txt", "out-again", "via"]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "..%2Fname",  # the link's name below the root, spelled through its parent
+        "%2E%2E%2F%2E%2E%2Fetc%2Fpasswd",
+        "sub%2F..%2F..%2Fname",
+        "%2F..%2Fname",  # absolute: taken relative to the root, `..` still leaves it
+    ],
+)
+async def test_deleting_a_path_that_leaves_the_root_is_403_even_where_a_symlink_is_named(
+    runtime: RuntimeServer, http: aiohttp.ClientSession, path: str
+) -> None:
+    """A `..` that climbs above the root is `403 Access denied` as on every route (upstream's answer to an
+    escape), before any symlink is looked at: normalised against `/` instead of the root, `../name` named
+    `<root>/name` (that link was removed, 200) and `../../etc/passwd` a missing `<root>/etc` (404)."""
+    root = Path(runtime.root)
+    (root / "sub").mkdir()
+    os.symlink("sub", root / "name")
+    async with http.delete(url(runtime, "legacy", "/files/" + path)) as resp:
+        assert (resp.status, await resp.json()) == (403, {"message": "Access denied"})
+    assert (root / "name").is_symlink()
