@@ -13,10 +13,13 @@ resolved exactly as for HTTP/1.1, and the router dials the sandbox (dial-phase f
 re-resolution as for HTTP/1.1, see `_Session._dial`; the sandbox's own SETTINGS, which it sends on accept and
 which may be read before the tunnel is attached, are kept for it; with `--sandbox-lifecycle` the first
 stream is activity and is held while its Sandbox resumes, as an HTTP/1.1 request) and replays the buffered bytes. From
-then on frames are relayed unchanged, but every later HEADERS block from the client is still decoded
-(HPACK state is per connection): a connection is pinned to one sandbox, and a stream that names another
+then on frames are relayed unchanged, except the client's header blocks: every one is decoded (HPACK state
+is per connection) and re-encoded for the sandbox without `authorization` (router spec 1.5: never
+forwarded) and the connection-specific fields, by an encoder that keeps no dynamic table (`_StaticEncoder`,
+docs/design/router-h2c-hpack.md). A connection is pinned to one sandbox, and a stream that names another
 target (sandbox ID, namespace, port, Pod IP or UID; see `_PINNED_FIELDS`) or a credential that no longer
-verifies is refused with a GOAWAY naming the last
+verifies (each stream's own: the first stream's check is never made with a later one's) is refused with
+a GOAWAY naming the last
 accepted stream: none of its frames, nor those of any later stream, reach the sandbox, the accepted
 streams finish, and the client retries the refused ones on a new connection (gRPC does this by itself,
 once per call), which is then pinned to the other sandbox. One connection per sandbox, as with HTTP/1.1
@@ -62,6 +65,27 @@ PREFACE = H2C_PREFACE
 _HEADERS, _CONTINUATION, _SETTINGS, _GOAWAY = 0x1, 0x9, 0x4, 0x7
 _END_STREAM, _ACK, _END_HEADERS, _PADDED, _PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
 _MAX_BUFFER = 1 << 20
+_MAX_FRAME = 16384
+"""The frame size every HTTP/2 peer accepts (SETTINGS_MAX_FRAME_SIZE's initial value, RFC 9113 6.5.2): the
+router re-frames the header blocks it re-encodes to it, whatever the sandbox advertised."""
+_TABLE_SIZE_ZERO = b"\x20"
+"""HPACK dynamic table size update to 0 (RFC 7541 6.3), at the start of every re-encoded block: a decoder
+whose SETTINGS_HEADER_TABLE_SIZE went below its current table size expects one (nghttp2 and hpack refuse the
+block otherwise), and 0 is within any setting."""
+_NOT_FORWARDED = frozenset(
+    (
+        # Consumed by the router's authorization, never forwarded (router spec 1.2, 1.5), as on HTTP/1.1.
+        b"authorization",
+        b"proxy-authorization",
+        # Connection-specific: an HTTP/2 request carrying one is malformed (RFC 9113 8.2.2); HTTP/1.1 drops
+        # these hop-by-hop headers too. `te` is kept when it is `trailers` (gRPC sends it).
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"transfer-encoding",
+        b"upgrade",
+    )
+)
 _GRPC_STATUS = {400: 3, 401: 16, 403: 7, 413: 8, 429: 8, 502: 14, 503: 14, 504: 4}
 
 
@@ -84,17 +108,132 @@ def _header_fragment(flags: int, payload: bytes) -> bytes:
     return payload[start:end]
 
 
+def _forwarded(headers: list[Any]) -> list[Any]:
+    """The decoded header fields of a client block that go on to the sandbox: all but `_NOT_FORWARDED`
+    (credentials, connection-specific fields and the names `connection` lists), in order."""
+    drop = _NOT_FORWARDED
+    for name, value in headers:
+        if name.lower() == b"connection":
+            drop = drop | {n.strip().lower() for n in bytes(value).split(b",")}
+    return [
+        h
+        for h in headers
+        if (name := h[0].lower()) not in drop and (name != b"te" or h[1].strip().lower() == b"trailers")
+    ]
+
+
+def _hpack_int(value: int, prefix_bits: int, first: int) -> bytes:
+    """An HPACK integer (RFC 7541 5.1) in a `prefix_bits` prefix, the octet's other bits from `first`."""
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes((first | value,))
+    out = bytearray((first | limit,))
+    value -= limit
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+class _StaticEncoder:
+    """HPACK encoding without the dynamic table: a field the static table holds whole is indexed, every other
+    one is a literal without indexing (RFC 7541 6.2.2; never indexed, 6.2.3, when the client marked it so),
+    its name indexed when the static table has it; no Huffman coding.
+
+    Nothing is indexed, so the sandbox's decoder keeps no state the router must follow (docs/design/
+    router-h2c-hpack.md). Not `hpack.Encoder`: with a zero-size table it cost 80 us a gRPC request block, nearly
+    all Huffman coding; this costs a few (a block is ~30% larger, on the pod network).
+    """
+
+    def __init__(self) -> None:
+        from hpack import NeverIndexedHeaderTuple
+        from hpack.table import HeaderTable
+
+        self._never = NeverIndexedHeaderTuple
+        self._fields: dict[tuple[bytes, bytes], bytes] = {}
+        """(name, value) -> its indexed representation, for the static table's fields."""
+        self._plain: dict[bytes, bytes] = {}
+        """name -> the start of a literal without indexing naming it (by static index, else literally)."""
+        self._sensitive: dict[bytes, bytes] = {}
+        """name -> the same for a never-indexed literal."""
+        for index, (name, value) in enumerate(HeaderTable.STATIC_TABLE, 1):
+            self._fields.setdefault((name, value), _hpack_int(index, 7, 0x80))
+            self._plain.setdefault(name, _hpack_int(index, 4, 0x00))
+            self._sensitive.setdefault(name, _hpack_int(index, 4, 0x10))
+        self._static_names = len(self._plain)
+
+    def _literal_name(self, name: bytes, names: dict[bytes, bytes], flag: int) -> bytes:
+        prefix = bytes((flag,)) + _hpack_int(len(name), 7, 0) + name
+        if len(names) < self._static_names + 1024:  # metadata names repeat; bounded all the same
+            names[name] = prefix
+        return prefix
+
+    def encode(self, headers: list[Any]) -> bytes:
+        """A header block: a table size update to 0, then `headers` (bytes pairs, as `hpack` decodes them)."""
+        out = [_TABLE_SIZE_ZERO]
+        fields, plain, sensitive, never = self._fields, self._plain, self._sensitive, self._never
+        for field in headers:
+            name, value = field[0], field[1]
+            if type(field) is never:
+                prefix = sensitive.get(name) or self._literal_name(name, sensitive, 0x10)
+            else:
+                indexed = fields.get((name, value))
+                if indexed is not None:
+                    out.append(indexed)
+                    continue
+                prefix = plain.get(name) or self._literal_name(name, plain, 0x00)
+            size = len(value)
+            out += (prefix, bytes((size,)) if size < 0x7F else _hpack_int(size, 7, 0), value)
+        return b"".join(out)
+
+
+_ENCODER: _StaticEncoder | None = None
+
+
+def _encoder() -> _StaticEncoder:
+    """The one encoder (it has no state: any connection may use it)."""
+    global _ENCODER
+    if _ENCODER is None:
+        _ENCODER = _StaticEncoder()
+    return _ENCODER
+
+
+def _header_frames(stream: int, flags: int, priority: bytes, block: bytes) -> bytes:
+    """`block` as a HEADERS frame and as many CONTINUATIONs as `_MAX_FRAME` needs: END_STREAM and the
+    priority fields of the client's HEADERS (`flags`, `priority`) on the HEADERS frame, END_HEADERS on the last
+    frame, no padding (it only hid the block's length, which re-encoding changes anyway)."""
+    room = _MAX_FRAME - len(priority)
+    rest = block[room:]
+    first_flags = (flags & _END_STREAM) | (_PRIORITY if priority else 0) | (0 if rest else _END_HEADERS)
+    out = [_frame(_HEADERS, first_flags, stream, priority + block[:room])]
+    while rest:
+        chunk, rest = rest[:_MAX_FRAME], rest[_MAX_FRAME:]
+        out.append(_frame(_CONTINUATION, 0 if rest else _END_HEADERS, stream, chunk))
+    return b"".join(out)
+
+
 class _ClientFrames:
-    """Splits the client->server byte stream into frames and decodes every header block."""
+    """Splits the client->server byte stream into frames, decodes every header block and re-encodes it for
+    the sandbox without the fields it must not see (`_forwarded`).
+
+    Re-encoding: the router's encoder never uses HPACK's dynamic table (`_StaticEncoder`; every block it
+    sends starts with a table size update to 0), so the sandbox's decoder keeps no state the router must
+    follow: a block the router drops (a refused stream's) or a SETTINGS_HEADER_TABLE_SIZE the sandbox
+    advertises cannot put the two out of step. The client's own encoder state is followed by `decoder`.
+    """
 
     def __init__(self) -> None:
         import hpack
 
         self.decoder = hpack.Decoder()
         self.decoder.max_allowed_table_size = 1 << 16
+        self.encoder = _encoder()
         self._buf = b""
         self._block = b""
         self._block_stream = 0
+        self._block_flags = 0
+        self._block_priority = b""
         self._in_block = False
         self._held: list[bytes] = []
         """Frames of the header block in progress: released with its last one, once it can be checked."""
@@ -132,6 +271,12 @@ class _ClientFrames:
                     raise ValueError(f"HEADERS on stream {stream} inside a header block or on stream 0")
                 self._block = _header_fragment(flags, payload)
                 self._block_stream = stream
+                self._block_flags = flags
+                if flags & _PRIORITY:
+                    start = 1 if flags & _PADDED else 0
+                    self._block_priority = payload[start : start + 5]
+                else:
+                    self._block_priority = b""
             elif ftype == _CONTINUATION:
                 if not self._in_block or stream != self._block_stream:
                     raise ValueError(f"CONTINUATION on stream {stream} outside its header block")
@@ -146,12 +291,18 @@ class _ClientFrames:
             if len(self._block) > _MAX_BUFFER:  # a CONTINUATION flood
                 raise ValueError(f"header block of stream {stream} over {_MAX_BUFFER} bytes")
             if not self._in_block:
-                frames.extend(self._held)
                 self._held.clear()
                 # Raw, then latin-1 (lossless, never fails): gRPC sends `-bin` metadata values as raw
                 # bytes (grpc-trace-bin), which a UTF-8 decode refused - and the router dropped the whole
-                # connection with every stream on it (until December 6). The frames go on untouched.
-                headers = self.decoder.decode(self._block, raw=True)
+                # connection with every stream on it (until December 6).
+                headers = list(self.decoder.decode(self._block, raw=True))
+                # Re-encoded, not relayed: relayed unchanged, the client's `authorization` (a ServiceAccount
+                # token in tokenreview mode) reached the sandbox (until December 6). The decoded tuples keep
+                # the client's never-indexed marks.
+                block = self.encoder.encode(_forwarded(headers))
+                frames.append(
+                    _header_frames(self._block_stream, self._block_flags, self._block_priority, block)
+                )
                 blocks.append(
                     (
                         self._block_stream,
@@ -254,6 +405,7 @@ class _Session:
         #: The first request is a HEAD: a refusal of it carries no body (RFC 9113 §8.1.1).
         self.first_is_head = False
         self.authorization: bytes | None = None
+        """The first stream's credential, which the connection's own check verifies (never a later one's)."""
         self.upstream_write: Any = None
         self.last_stream = 0
         self.refused_above: int | None = None
@@ -272,15 +424,13 @@ class _Session:
             log.info("h2c: malformed client frames: %s", describe_error(exc))
             self._goaway()
             return
-        opened: tuple[int, bool] | None = None
+        opened: tuple[int, bool, bytes | None] | None = None
         for stream, headers in blocks:
             if self.refused_above is not None:
-                if stream > self.refused_above:
-                    continue  # sent before the client read the GOAWAY; it retries it elsewhere
-                # A header block (trailers) on a forwarded stream: the sandbox's HPACK table lacks what the
-                # refused blocks added, so it might decode this one wrongly. End the connection instead.
-                self._goaway(self.refused_above, 0)
-                return
+                # Above: sent before the client read the GOAWAY; it retries it elsewhere. At or below: a
+                # header block (trailers) of an accepted stream, forwarded (the router's re-encoded blocks
+                # leave no HPACK state in the sandbox that the refused ones could have changed).
+                continue
             if self.route is None:
                 self.last_stream = stream
                 opened = self._first_request(stream, headers)
@@ -305,12 +455,12 @@ class _Session:
         if self.route is None and self.frames.buffered + sum(map(len, self.pending)) > _MAX_BUFFER:
             self._goaway()
         elif opened is not None and self.route is not None:
-            stream, grpc = opened
+            # The first stream's own credential, captured when it was parsed: the later streams of the read
+            # were checked with theirs (`_same_target`) and never stand in for it.
+            stream, grpc, authorization = opened
             if self.conn.transport is not None:
                 self.conn.transport.pause_reading()
-            asyncio.get_running_loop().create_task(
-                self._connect(stream, grpc, self.route, self.authorization)
-            )
+            asyncio.get_running_loop().create_task(self._connect(stream, grpc, self.route, authorization))
 
     def _refuse_from(self, stream: int) -> None:
         """Refuse `stream` (it names another sandbox, or a credential that needs an API call) and every
@@ -373,9 +523,11 @@ class _Session:
         self._refuse(stream, grpc, RouteError(502, detail))
         return b""
 
-    def _first_request(self, stream: int, headers: list[tuple[str, str]]) -> tuple[int, bool] | None:
-        """Pin the connection to the sandbox the first request names: (stream, is gRPC), or None after
-        refusing it (invalid routing headers)."""
+    def _first_request(
+        self, stream: int, headers: list[tuple[str, str]]
+    ) -> tuple[int, bool, bytes | None] | None:
+        """Pin the connection to the sandbox the first request names: (stream, is gRPC, its credential), or
+        None after refusing it (invalid routing headers)."""
         routing, dups, authorization = _routing(headers)
         grpc = any(k == "content-type" and v.startswith("application/grpc") for k, v in headers)
         self.first_is_head = (":method", "HEAD") in headers
@@ -386,7 +538,7 @@ class _Session:
             return None
         self.route = route
         self.authorization = authorization
-        return stream, grpc
+        return stream, grpc, authorization
 
     async def _connect(self, stream: int, grpc: bool, route: Route, authorization: bytes | None) -> None:
         proxy = self.proxy
@@ -527,9 +679,10 @@ class _Session:
             # against the sandbox, so the first stream's check does not vouch for it).
             return False
         if self.upstream_write is None and authorization == self.authorization:
-            # The connection's own check is still running: streams with its credential wait with it (their
-            # frames are held until it passes; refused, nothing of them is forwarded). Refused here, the
-            # concurrent calls of a new gRPC channel would each reconnect while a TokenReview is pending.
+            # The connection's own check (of the first stream's credential, `self.authorization`) is still
+            # running: streams with that credential wait with it (their frames are held until it passes;
+            # refused, nothing of them is forwarded). Refused here, the concurrent calls of a new gRPC
+            # channel would each reconnect while a TokenReview is pending.
             return True
         # Every later stream is authorized, also with the credential the connection started with: a token
         # expires, a TokenReview verdict's cache ends, and a pinned connection lives for hours (a shortcut
@@ -542,7 +695,9 @@ class _Session:
             if asyncio.iscoroutine(pending):
                 pending.close()
             return False  # a credential that needs an API call (new, or its cached verdict ended)
-        self.authorization = authorization
+        # `self.authorization` stays the first stream's: replaced here, the connection's own check, started
+        # after every block of the read, ran with this stream's credential, so a first stream without a
+        # valid one was let through by a later stream's (until December 6).
         return True
 
     def _refuse(self, stream: int, grpc: bool, error: RouteError) -> None:

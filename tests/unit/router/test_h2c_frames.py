@@ -81,8 +81,11 @@ def test_a_split_header_block_is_held_until_it_can_be_checked() -> None:
     assert client.feed(first) == ([], [])  # nothing of the block leaves before all of it is seen
     assert client.buffered == len(first)
     frames, blocks = client.feed(rest)
-    assert frames == [first, rest]
     assert blocks == [(3, [("x_sandbox_id", "beta")])]
+    # What leaves is the block re-encoded by the router, in one HEADERS frame (`test_re_encoding`).
+    assert len(frames) == 1
+    assert frames[0][3:9] == bytes((HEADERS, END_HEADERS)) + (3).to_bytes(4, "big")
+    assert [(str(k), str(v)) for k, v in hpack.Decoder().decode(frames[0][9:])] == [("x_sandbox_id", "beta")]
 
 
 @pytest.mark.parametrize(
@@ -105,3 +108,123 @@ def test_the_first_authorization_header_counts() -> None:
     from agent_sandbox.router._h2c import _routing
 
     assert _routing([("authorization", "Bearer a"), ("authorization", "Bearer b")])[2] == b"Bearer a"
+
+
+# ------------------------------------------------------------------------------------------- re-encoding
+
+END_STREAM, PADDED, PRIORITY = 0x1, 0x8, 0x20
+
+
+def _parsed(data: bytes) -> list[tuple[int, int, int, bytes]]:
+    out, pos = [], 0
+    while pos < len(data):
+        length = int.from_bytes(data[pos : pos + 3], "big")
+        stream = int.from_bytes(data[pos + 5 : pos + 9], "big")
+        out.append((data[pos + 3], data[pos + 4], stream, data[pos + 9 : pos + 9 + length]))
+        pos += 9 + length
+    assert pos == len(data)
+    return out
+
+
+def test_re_encoding_leaves_out_credentials_and_connection_specific_fields() -> None:
+    """Router spec 1.5: `Authorization` is consumed by authz, never forwarded; h2c relayed it to the sandbox."""
+    from agent_sandbox.router._h2c import _forwarded
+
+    headers = [
+        (b":method", b"POST"),
+        (b"authorization", b"Bearer t"),
+        (b"Authorization", b"Bearer u"),
+        (b"proxy-authorization", b"Basic x"),
+        (b"connection", b"keep-alive, x-hop"),
+        (b"x-hop", b"1"),
+        (b"keep-alive", b"5"),
+        (b"transfer-encoding", b"chunked"),
+        (b"upgrade", b"h2c"),
+        (b"te", b"trailers"),
+        (b"te", b"gzip"),
+        (b"x-keep", b"authorization"),
+    ]
+    assert _forwarded(headers) == [(b":method", b"POST"), (b"te", b"trailers"), (b"x-keep", b"authorization")]
+
+
+def _client_headers(flags: int, fields: bytes, block: bytes, split: bool) -> bytes:
+    """The client's HEADERS (padded by 3 and/or with priority `fields` as `flags` say), continued when `split`."""
+    cut = 30 if split else len(block)
+    pad = b"\x03" if flags & PADDED else b""
+    head = pad + (fields if flags & PRIORITY else b"") + block[:cut] + b"\x00" * len(pad) * 3
+    if not split:
+        return _raw(HEADERS, flags | END_HEADERS, 1, head)
+    return _raw(HEADERS, flags, 1, head) + _raw(CONTINUATION, END_HEADERS, 1, block[cut:])
+
+
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("priority", [False, True])
+@pytest.mark.parametrize("end_stream", [False, True])
+@pytest.mark.parametrize("size", [10, 16384, 40000])
+def test_re_encoded_blocks_are_re_framed(padded: bool, priority: bool, end_stream: bool, size: int) -> None:
+    """HEADERS flags of the client's frame carried over (END_STREAM, PRIORITY and its fields), padding
+    dropped, a block over 16384 bytes split into CONTINUATIONs, END_HEADERS on the last frame only; every
+    block starts with a table size update to 0 and indexes nothing, so a decoder limited to a zero-size
+    table (SETTINGS_HEADER_TABLE_SIZE 0) decodes every one, and keeps no state."""
+    encoder = hpack.Encoder()
+    headers = [("x-sandbox-id", "a"), ("authorization", "Bearer t"), ("x-big", "z" * size)]
+    flags = (END_STREAM if end_stream else 0) | (PADDED if padded else 0) | (PRIORITY if priority else 0)
+    fields = (5).to_bytes(4, "big") + b"\x07"
+    client = _ClientFrames()
+    sandbox = hpack.Decoder()
+    sandbox.max_allowed_table_size = 0
+    # The second time the client's encoder refers to its dynamic table (for what fits in it).
+    for split in (True, False):
+        frames, blocks = client.feed(_client_headers(flags, fields, encoder.encode(headers), split))
+        assert blocks == [(1, headers)]
+        out = _parsed(b"".join(frames))
+        assert all(len(p) <= 16384 for *_, p in out)
+        assert [t for t, *_ in out] == [HEADERS] + [CONTINUATION] * (len(out) - 1)
+        assert [f & END_HEADERS for _, f, _, _ in out] == [0] * (len(out) - 1) + [END_HEADERS]
+        assert out[0][1] & ~END_HEADERS == (END_STREAM if end_stream else 0) | (PRIORITY if priority else 0)
+        assert {s for _, _, s, _ in out} == {1}
+        first = out[0][3]
+        if priority:
+            assert first[:5] == fields
+            first = first[5:]
+        forwarded = [(str(k), str(v)) for k, v in sandbox.decode(first + b"".join(p for *_, p in out[1:]))]
+        assert forwarded == [("x-sandbox-id", "a"), ("x-big", "z" * size)]
+        assert not sandbox.header_table.dynamic_entries
+
+
+_names = st.one_of(
+    st.sampled_from(
+        [b":method", b":path", b"content-type", b"te", b"accept-encoding", b"x-a", b"www-authenticate"]
+    ),
+    st.binary(min_size=1, max_size=200),
+)
+
+
+@given(
+    fields=st.lists(
+        st.tuples(
+            _names,
+            st.one_of(
+                st.sampled_from([b"", b"GET", b"POST", b"gzip, deflate", b"/"]), st.binary(max_size=300)
+            ),
+            st.booleans(),
+        ),
+        max_size=12,
+    )
+)
+def test_the_static_encoder_round_trips_through_a_zero_size_table(
+    fields: list[tuple[bytes, bytes, bool]],
+) -> None:
+    """Whatever the fields (static-table hits, long names and values, never-indexed marks), the router's encoder
+    produces a block that a decoder limited to a zero-size table decodes to the same fields and marks."""
+    from agent_sandbox.router._h2c import _encoder
+
+    headers = [
+        hpack.NeverIndexedHeaderTuple(n, v) if never else hpack.HeaderTuple(n, v) for n, v, never in fields
+    ]
+    decoder = hpack.Decoder()
+    decoder.max_allowed_table_size = 0
+    decoded = list(decoder.decode(_encoder().encode(headers), raw=True))
+    assert [(bytes(k), bytes(v)) for k, v in decoded] == [(n, v) for n, v, _ in fields]
+    assert [isinstance(h, hpack.NeverIndexedHeaderTuple) for h in decoded] == [never for *_, never in fields]
+    assert not decoder.header_table.dynamic_entries
