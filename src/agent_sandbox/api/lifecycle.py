@@ -20,7 +20,7 @@ import math
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Final
 
 import orjson
@@ -35,7 +35,14 @@ from .constants import (
     OperatingMode,
 )
 from .kinds import ResourceKind
-from .meta import ReadOnlyObject, format_rfc3339nano, parse_duration, parse_time, status_condition
+from .meta import (
+    ReadOnlyObject,
+    deadline_after,
+    format_rfc3339nano,
+    parse_duration,
+    parse_time,
+    status_condition,
+)
 
 __all__ = [
     "ANNOTATION_AUTO_RESUME",
@@ -55,6 +62,7 @@ __all__ = [
     "CLAIM_ENV_FIELD_PATH",
     "DEFAULT_CLAIM_ENV_FILE",
     "LIFECYCLE_GROUP",
+    "MAX_GO_DURATION_SECONDS",
     "Cause",
     "LifecyclePolicy",
     "archive_auto_resume",
@@ -176,6 +184,10 @@ def template_name_of(sandbox: ReadOnlyObject) -> str | None:
     return str(ref) if ref else None
 
 
+MAX_GO_DURATION_SECONDS = (2**63 - 1) / 1e9
+"""The longest Go `time.Duration` (2562047h47m16.854775807s), in seconds."""
+
+
 def _duration(
     key: str, own: Mapping[str, str], inherited: Mapping[str, str], problems: list[str]
 ) -> float | None:
@@ -189,6 +201,9 @@ def _duration(
         return None
     if not math.isfinite(seconds) or seconds < 0:
         problems.append(f'{source} annotation {key}="{text}": must not be negative')
+        return None
+    if seconds > MAX_GO_DURATION_SECONDS:  # Go's ParseDuration rejects it too (upstream's controllers)
+        problems.append(f'{source} annotation {key}="{text}": longer than a Go duration can be (2562047h)')
         return None
     return seconds or None
 
@@ -455,8 +470,9 @@ def claim_expired(claim: ReadOnlyObject | None, now: datetime) -> tuple[bool, fl
     finished = status_condition(claim, CONDITION_FINISHED)
     if ttl is not None and finished is not None and finished.get("status") == ConditionStatus.TRUE:
         at = parse_time(finished.get("lastTransitionTime"))
-        if at is not None and at.timestamp() > 0:
-            deadlines.append(at + timedelta(seconds=int(ttl)))
+        # Past datetime's range (a TTL above int32: the apiserver does not check the CRD's int32): never.
+        if at is not None and at.timestamp() > 0 and (due := deadline_after(at, int(ttl))) is not None:
+            deadlines.append(due)
     left = (min(deadlines) - now).total_seconds() if deadlines else None
     return left is not None and left <= 0, left
 

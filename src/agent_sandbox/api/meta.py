@@ -5,7 +5,7 @@ function says so):
 
 * conditions: `find_condition` / `status_condition`, `is_condition_true`, `is_ready`, `new_condition`,
   `upsert_condition` (apimachinery `SetStatusCondition`), `remove_condition`;
-* time: `format_time` (metav1.Time), `format_rfc3339nano` (Go's RFC3339Nano), `parse_time`;
+* time: `format_time` (metav1.Time), `format_rfc3339nano` (Go's RFC3339Nano), `parse_time`, `deadline_after`;
 * ownership: `controller_ref`, `owner_ref_matches`, `controlled_by` / `controller_name` (controlled by a
   kind, optionally a UID), `owner_name`, `classify_ownership`, `new_controller_ref`;
 * named references: `claim_pool_name`, `claim_sandbox_name`, `pool_template_name`, `sandbox_pod_name`,
@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias
 
 from .constants import (
@@ -52,6 +52,7 @@ __all__ = [
     "controlled_by",
     "controller_name",
     "controller_ref",
+    "deadline_after",
     "drop_unapplied_managed_fields",
     "find_condition",
     "format_rfc3339nano",
@@ -168,10 +169,64 @@ def format_rfc3339nano(moment: datetime) -> str:
     return f"{base}.{frac}Z" if frac else f"{base}Z"
 
 
+# kube-apiserver's `format: date-time` check (k8s.io/kube-openapi pkg/validation/strfmt `IsDateTime`): the
+# lower-cased value split at every "t" (here: at every "t" or "T", and "z" or "Z" - Python's lower() turns a
+# few characters into two, Go's ToLower never); the first piece a Go `2006-01-02` date, the second this pattern (with
+# hour <= 23, minute and second <= 59). Its unescaped "." admits any one character before the fraction digits,
+# its offset any two-digit hours and minutes ("+24:00", "+99:99"), and pieces after a second "t" are never
+# looked at. Python's `$` would also match before a trailing newline, Go's does not: hence `\Z`.
+_APISERVER_TIME_RE = re.compile(
+    r"([0-9]{2}):([0-9]{2}):([0-9]{2})(.[0-9]+)?([zZ]|([+-])([0-9]{2}):([0-9]{2}))\Z"
+)
+_APISERVER_DATE_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})\Z")
+_UTC_MIN = datetime.min.replace(tzinfo=UTC)
+_UTC_MAX = datetime.max.replace(tzinfo=UTC)
+
+
+def _parse_apiserver_time(value: str) -> datetime | None:
+    """A value kube-apiserver admits as `format: date-time`, as an instant; None if it would not admit it.
+
+    The offset counts as +-(hh*60 + mm) minutes whatever its range, the fraction is cut to microseconds, and an
+    instant beyond `datetime`'s years 1-9999 (year 0000 is a valid Go date; a large offset crosses the ends)
+    is clamped to `datetime.min` / `datetime.max`: every comparison with a real `now` stays right.
+    """
+    pieces = re.split("[tT]", value)
+    if len(pieces) < 2:
+        return None
+    date, clock = _APISERVER_DATE_RE.match(pieces[0]), _APISERVER_TIME_RE.match(pieces[1])
+    if date is None or clock is None:
+        return None
+    year, month, day = (int(g) for g in date.groups())
+    hour, minute, second = int(clock[1]), int(clock[2]), int(clock[3])
+    if hour > 23 or minute > 59 or second > 59:
+        return None
+    try:  # Go's calendar check; year 0000 (a leap year) has 2000's month lengths
+        datetime(year or 2000, month, day)
+    except ValueError:
+        return None
+    if year == 0:
+        return _UTC_MIN
+    micros = int(clock[4][1:7].ljust(6, "0")) if clock[4] else 0
+    local = datetime(year, month, day, hour, minute, second, micros, tzinfo=UTC)
+    offset = 0 if clock[5] in "zZ" else int(clock[7]) * 60 + int(clock[8])
+    try:
+        return local - timedelta(minutes=offset if clock[6] != "-" else -offset)
+    except OverflowError:
+        return _UTC_MIN if clock[6] != "-" else _UTC_MAX
+
+
 def parse_time(value: object) -> datetime | None:
-    """Parse an RFC 3339 / ISO 8601 timestamp (any fraction length, 'Z' or offset); None if unusable."""
+    """Parse an RFC 3339 / ISO 8601 timestamp (any fraction length, 'Z' or offset); None if unusable.
+
+    Every value kube-apiserver admits for a `format: date-time` field (`spec.shutdownTime`) parses, read as
+    the apiserver's check reads it (`_parse_apiserver_time`): none of them may count as unset. Other ISO 8601
+    forms `datetime.fromisoformat` reads (annotations have no schema) are accepted as well.
+    """
     if not isinstance(value, str) or not value:
         return None
+    admitted = _parse_apiserver_time(value)
+    if admitted is not None:
+        return admitted
     text = value.strip().replace("z", "Z")
     if "." in text:  # Python parses at most 6 fractional digits; Go writes up to 9.
         head, _, rest = text.partition(".")
@@ -182,6 +237,20 @@ def parse_time(value: object) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def deadline_after(start: datetime, seconds: float) -> datetime | None:
+    """`start` + `seconds`, or None ("never") when that lies past `datetime.max`.
+
+    A TTL or duration the API admits (an int32 field the apiserver does not range-check, a Go duration of up
+    to 292 years, a far-future `last-activity`) can reach past year 9999: `datetime` raises OverflowError there
+    (and `timedelta` beyond ~2.7 million years), which would fail every pass of the caller. A deadline before
+    `datetime.min` (a negative span) is `datetime.min`.
+    """
+    try:
+        return start + timedelta(seconds=seconds)
+    except OverflowError:
+        return None if seconds > 0 else _UTC_MIN if start.tzinfo else datetime.min
 
 
 _DURATION_UNITS = {

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agent_sandbox.api import lifecycle as lc
-from agent_sandbox.api.constants import REASON_SANDBOX_EXPIRED, OperatingMode
+from agent_sandbox.api.constants import CONDITION_FINISHED, REASON_SANDBOX_EXPIRED, OperatingMode
 from agent_sandbox.api.kinds import SANDBOX_WARM_POOL
 from agent_sandbox.api.meta import controlled_by, controller_name, is_ready, parse_time, status_condition
 from agent_sandbox.cli.arguments import add_connection_options, seconds_arg
@@ -83,6 +83,26 @@ def _refusal(sandbox: Object, doing: str, now: datetime) -> str:
     if _expired(sandbox.get("spec") or {}, now, status_condition(sandbox, "Ready")):
         return f"{where} has expired (its shutdownTime passed): it cannot be {doing}"
     return ""
+
+
+def _finished(sandbox: Object) -> str:
+    """Why a Running `sandbox` will never be Ready: its Pod completed (`Finished=True`, a Pod of
+    restartPolicy Never or OnFailure that ran to its end is never restarted, and the Sandbox controller does
+    not replace a Pod it still has). Only a condition written for the current generation counts: a resume
+    from Suspended bumps it, so a stale one from before the suspend does not. "" otherwise. Until December 6
+    a resume waited out its whole timeout for such a Sandbox."""
+    meta = sandbox["metadata"]
+    finished = status_condition(sandbox, CONDITION_FINISHED)
+    if finished is None or finished.get("status") != "True":
+        return ""
+    if (sandbox.get("spec") or {}).get("operatingMode", OperatingMode.RUNNING) != OperatingMode.RUNNING:
+        return ""
+    if int(finished.get("observedGeneration") or 0) < int(meta.get("generation") or 0):
+        return ""
+    return (
+        f"Sandbox {meta.get('namespace')}/{meta['name']} has finished ({finished.get('reason')}: "
+        f"{finished.get('message')}): its Pod will not run again, so it will not become Ready"
+    )
 
 
 def _pool_member(sandbox: Object, doing: str) -> str:
@@ -207,7 +227,11 @@ async def _wait_ready(api: ApiClient, name: str, namespace: str, within: float, 
         sandbox = await _get(api, SANDBOX, name, namespace)
         if sandbox is not None and is_ready(sandbox):
             return
-        why = _refusal(sandbox, "Ready", datetime.now(UTC)) if sandbox is not None else ""
+        why = (
+            (_refusal(sandbox, "Ready", datetime.now(UTC)) or _finished(sandbox))
+            if sandbox is not None
+            else ""
+        )
         # The archived object going away before its restore is no reason to give up.
         if why and not await _being_archived(api, sandbox, name, namespace):
             raise Refused(why)

@@ -45,6 +45,7 @@ from agent_sandbox_sdk import (
     SandboxWarmPoolNotFoundError,
     WarmPoolInfo,
 )
+from agent_sandbox_sdk._claims import MAX_SHUTDOWN_AFTER_SECONDS
 from agent_sandbox_sdk._kube import object_not_found
 from agent_sandbox_sdk._lifecycle import REASON_SANDBOX_HIBERNATED
 from agent_sandbox_sdk._shared import router_token_headers
@@ -211,6 +212,20 @@ def _render_sandboxes(
 
 
 # ----------------------------------------------------------------------------------------- commands
+
+
+def _shutdown_after_arg(value: str) -> int:
+    """`--shutdown-after`: whole seconds, 1 to 100 years. Checked by argparse (exit 2 naming the option):
+    until December 6 the SDK refused it, naming its own parameter `shutdown_after_seconds`."""
+    try:
+        seconds = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {value!r}") from None
+    if not 0 < seconds <= MAX_SHUTDOWN_AFTER_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number of seconds up to {MAX_SHUTDOWN_AFTER_SECONDS} (100 years), got {value!r}"
+        )
+    return seconds
 
 
 def _create(args: argparse.Namespace) -> int:
@@ -656,7 +671,10 @@ def add_sandbox_commands(sub: Any) -> None:
         "--env", action="append", metavar="KEY=VALUE", help="environment variable (repeatable)"
     )
     create.add_argument(
-        "--shutdown-after", type=int, metavar="SECONDS", help="delete the claim after this long"
+        "--shutdown-after",
+        type=_shutdown_after_arg,
+        metavar="SECONDS",
+        help="delete the claim after this long (whole seconds, up to 100 years)",
     )
 
     lst = add("list", _list, "list claimed sandboxes", OBJECT_FORMATS)

@@ -40,6 +40,7 @@ from .exceptions import (
 from .models import AdditionalPodMetadata, SandboxClaimEnvVar
 
 __all__ = [
+    "MAX_SHUTDOWN_AFTER_SECONDS",
     "ClaimView",
     "SandboxView",
     "build_claim",
@@ -170,6 +171,8 @@ def validate_create_args(
 
 #: A shutdown this far ahead is "never"; beyond it the timestamp no longer fits (OverflowError from datetime).
 _MAX_SHUTDOWN_AFTER = 100 * 365 * 86400
+MAX_SHUTDOWN_AFTER_SECONDS = _MAX_SHUTDOWN_AFTER
+"""The largest `shutdown_after_seconds` (100 years): the CLI checks `--shutdown-after` against it."""
 
 
 def build_claim(

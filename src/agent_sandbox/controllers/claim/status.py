@@ -9,12 +9,13 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from agent_sandbox.api import constants as c
 from agent_sandbox.api.meta import (
     ReadOnlyObject,
+    deadline_after,
     new_condition,
     parse_time,
     status_condition,
@@ -62,8 +63,9 @@ def expiry(claim: ReadOnlyObject, now: datetime) -> Expiry:
         finished = status_condition(claim, c.CONDITION_FINISHED)
         if finished is not None and finished.get("status") == c.ConditionStatus.TRUE:
             at = parse_time(finished.get("lastTransitionTime"))
-            if at is not None and at.timestamp() > 0:
-                deadlines.append(at + timedelta(seconds=int(ttl)))
+            # Past datetime's range (a TTL above int32: the apiserver does not check the CRD's int32): never.
+            if at is not None and at.timestamp() > 0 and (due := deadline_after(at, int(ttl))) is not None:
+                deadlines.append(due)
     if not deadlines:
         return Expiry(False, None)
     left = (min(deadlines) - now).total_seconds()

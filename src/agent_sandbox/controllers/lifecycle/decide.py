@@ -54,6 +54,7 @@ from agent_sandbox.api.meta import (
     controlled_by,
     controller_name,
     controller_ref,
+    deadline_after,
     is_ready,
     parse_time,
     status_condition,
@@ -223,7 +224,8 @@ def _start_grace_left(sb: ReadOnlyObject, now: datetime) -> float | None:
     started = max((t for t in starts if t is not None), default=None)
     if started is None:
         return None
-    left = (started + timedelta(seconds=START_GRACE) - now).total_seconds()
+    grace_end = deadline_after(started, START_GRACE)  # None: a resumed-at past year 9999, still starting
+    left = (grace_end - now).total_seconds() if grace_end is not None else START_GRACE
     return left if left > 0 else None
 
 
@@ -233,7 +235,10 @@ def _running(s: Snapshot, sb: ReadOnlyObject, timeout: float, problems: tuple[st
         # Its Ready transition (an event) restarts the idle clock; the requeue bounds a Sandbox never Ready.
         return Nothing(starting, problems)
     since = idle_since(sb, s.claim) or s.now
-    due = since + timedelta(seconds=timeout)
+    due = deadline_after(since, timeout)
+    if due is None:
+        # Past year 9999 (a `last-activity` in the far future): never idle, nothing to requeue for.
+        return Nothing(problems=problems)
     if s.now < due:
         return Nothing(_seconds(due - s.now), problems)
     act = s.activity
@@ -262,7 +267,9 @@ def _hibernation_due(
     if hibernate_now:
         return lc.Cause.REQUESTED
     if policy.hibernate_after is not None:
-        due = since + timedelta(seconds=policy.hibernate_after)
+        due = deadline_after(since, policy.hibernate_after)
+        if due is None:  # past year 9999: never
+            return Nothing(problems=policy.problems)
         if s.now < due:
             return Nothing(_seconds(due - s.now), policy.problems)
         return lc.Cause.AFTER
