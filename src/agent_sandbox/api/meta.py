@@ -156,15 +156,22 @@ def remove_condition(conditions: list[dict[str, Any]], type_: str) -> None:
 # --------------------------------------------------------------------------- time
 
 
+def _utc_seconds(moment: datetime) -> str:
+    # Not strftime: glibc's "%Y" does not pad years before 1000 ("999-01-01"), which RFC 3339, Go and
+    # `parse_time` do not read; the four digits are always written.
+    m = moment
+    return f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}"
+
+
 def format_time(moment: datetime) -> str:
     """`metav1.Time` wire form: RFC 3339, UTC, second precision."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _utc_seconds(moment.astimezone(UTC)) + "Z"
 
 
 def format_rfc3339nano(moment: datetime) -> str:
     """Go's RFC3339Nano in UTC: fraction with trailing zeros trimmed (none when whole), 'Z' suffix."""
     moment = moment.astimezone(UTC)
-    base = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    base = _utc_seconds(moment)
     frac = f"{moment.microsecond:06d}".rstrip("0")
     return f"{base}.{frac}Z" if frac else f"{base}Z"
 
@@ -179,6 +186,8 @@ _APISERVER_TIME_RE = re.compile(
     r"([0-9]{2}):([0-9]{2}):([0-9]{2})(.[0-9]+)?([zZ]|([+-])([0-9]{2}):([0-9]{2}))\Z"
 )
 _APISERVER_DATE_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})\Z")
+# `YYYY-MM-DDTHH:MM:SS[.1-9 digits]Z`: metav1.Time, RFC3339Nano (`parse_time`'s fast path).
+_CANONICAL_TIME_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?Z\Z")
 _UTC_MIN = datetime.min.replace(tzinfo=UTC)
 _UTC_MAX = datetime.max.replace(tzinfo=UTC)
 
@@ -224,6 +233,16 @@ def parse_time(value: object) -> datetime | None:
     """
     if not isinstance(value, str) or not value:
         return None
+    if _CANONICAL_TIME_RE.match(value):
+        # Fast path (~0.4 us instead of ~4 us: creationTimestamps of every pool member each pass, router
+        # informer events): the form the apiserver and our own `format_time` / `format_rfc3339nano` write.
+        # For this shape `fromisoformat` accepts exactly the values the apiserver check does (save year 0000,
+        # which it refuses: the slow path below clamps it) and cuts the fraction to microseconds just as
+        # `_parse_apiserver_time`: identical results (tests/unit/api/test_parse_time_roundtrip.py).
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            pass
     admitted = _parse_apiserver_time(value)
     if admitted is not None:
         return admitted

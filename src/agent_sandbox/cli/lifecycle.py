@@ -23,9 +23,17 @@ from typing import Any
 from agent_sandbox.api import lifecycle as lc
 from agent_sandbox.api.constants import CONDITION_FINISHED, REASON_SANDBOX_EXPIRED, OperatingMode
 from agent_sandbox.api.kinds import SANDBOX_WARM_POOL
-from agent_sandbox.api.meta import controlled_by, controller_name, is_ready, parse_time, status_condition
+from agent_sandbox.api.meta import (
+    controlled_by,
+    controller_name,
+    is_ready,
+    parse_time,
+    sandbox_pod_name,
+    status_condition,
+)
 from agent_sandbox.cli.arguments import add_connection_options, seconds_arg
 from agent_sandbox.kube import (
+    POD,
     SANDBOX,
     SANDBOX_CLAIM,
     ApiClient,
@@ -85,12 +93,18 @@ def _refusal(sandbox: Object, doing: str, now: datetime) -> str:
     return ""
 
 
-def _finished(sandbox: Object) -> str:
+async def _finished(api: ApiClient, sandbox: Object) -> str:
     """Why a Running `sandbox` will never be Ready: its Pod completed (`Finished=True`, a Pod of
-    restartPolicy Never or OnFailure that ran to its end is never restarted, and the Sandbox controller does
-    not replace a Pod it still has). Only a condition written for the current generation counts: a resume
-    from Suspended bumps it, so a stale one from before the suspend does not. "" otherwise. Until December 6
-    a resume waited out its whole timeout for such a Sandbox."""
+    restartPolicy Never or OnFailure that ran to its end, or one evicted, is never restarted, and the Sandbox
+    controller does not replace a Pod it still has). Only a condition written for the current generation
+    counts: a resume from Suspended bumps it, so a stale one from before the suspend does not.
+
+    The Pod itself is read to confirm it stays: a Pod being deleted (a suspend just before this resume) ends
+    in phase Succeeded or Failed too, and the controller mirrors that as `Finished=True` for the new
+    generation, yet creates a new Pod once it is gone. A Pod gone, being deleted, not finished or not
+    readable (no `get pods` grant) is no refusal: the wait goes on. "" then. Until December 6 a resume
+    waited out its whole timeout for a finished Sandbox; the first refusal of that day also refused one
+    resumed while its old Pod was terminating."""
     meta = sandbox["metadata"]
     finished = status_condition(sandbox, CONDITION_FINISHED)
     if finished is None or finished.get("status") != "True":
@@ -98,6 +112,14 @@ def _finished(sandbox: Object) -> str:
     if (sandbox.get("spec") or {}).get("operatingMode", OperatingMode.RUNNING) != OperatingMode.RUNNING:
         return ""
     if int(finished.get("observedGeneration") or 0) < int(meta.get("generation") or 0):
+        return ""
+    try:
+        pod = await api.get(POD, sandbox_pod_name(sandbox), namespace=str(meta.get("namespace") or ""))
+    except (NotFound, Forbidden):
+        return ""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return ""
+    if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
         return ""
     return (
         f"Sandbox {meta.get('namespace')}/{meta['name']} has finished ({finished.get('reason')}: "
@@ -228,7 +250,7 @@ async def _wait_ready(api: ApiClient, name: str, namespace: str, within: float, 
         if sandbox is not None and is_ready(sandbox):
             return
         why = (
-            (_refusal(sandbox, "Ready", datetime.now(UTC)) or _finished(sandbox))
+            (_refusal(sandbox, "Ready", datetime.now(UTC)) or await _finished(api, sandbox))
             if sandbox is not None
             else ""
         )

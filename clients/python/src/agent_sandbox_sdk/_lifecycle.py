@@ -402,6 +402,7 @@ _APISERVER_TIME_RE = re.compile(
     r"([0-9]{2}):([0-9]{2}):([0-9]{2})(.[0-9]+)?([zZ]|([+-])([0-9]{2}):([0-9]{2}))\Z"
 )
 _APISERVER_DATE_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})\Z")
+_CANONICAL_TIME_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?Z\Z")
 _UTC_MIN = datetime.min.replace(tzinfo=UTC)
 _UTC_MAX = datetime.max.replace(tzinfo=UTC)
 
@@ -436,6 +437,13 @@ def _parse_time(value: object) -> datetime | None:
     """Every value the apiserver admits as `format: date-time` (above), else what `fromisoformat` reads."""
     if not isinstance(value, str) or not value:
         return None
+    if _CANONICAL_TIME_RE.match(value):
+        # Fast path (~0.4 us instead of ~4 us) for the form the apiserver writes; for this shape
+        # `fromisoformat` reads exactly what the check admits (year 0000 aside: refused, the slow path clamps it).
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            pass
     admitted = _parse_apiserver_time(value)
     if admitted is not None:
         return admitted
