@@ -40,12 +40,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from ..api import lifecycle as lc
 from ..api.constants import OperatingMode
-from ..api.meta import controlled_by, controller_name, format_rfc3339nano
+from ..api.meta import controlled_by, controller_name, deadline_after, format_rfc3339nano
 from ..kube import SANDBOX, SANDBOX_CLAIM, ApiClient, Conflict, Forbidden, KubeError, NotFound
 from ._lifecycle_state import LifecycleState
 from ._metrics import RouterMetrics
@@ -485,7 +485,10 @@ class RouterLifecycle:
         expired, left = lc.claim_expired(claim, now)
         if not expired:
             return "", _VERDICT_TTL if left is None else max(0.0, min(_VERDICT_TTL, left))
-        when = f" at {format_rfc3339nano(now + timedelta(seconds=left))}" if left is not None else ""
+        # Through deadline_after: a shutdownTime at datetime's lower end (year 0000 is clamped there) put
+        # `now + left` a rounding error below it - OverflowError instead of an answer.
+        at = deadline_after(now, left) if left is not None else None
+        when = f" at {format_rfc3339nano(at)}" if at is not None else ""
         why = f"it is hibernated and its SandboxClaim {claim_name!r} has expired{when}"
         return _refused(ns, name, why), _VERDICT_TTL
 

@@ -103,6 +103,17 @@ async def test_an_archive_under_an_expired_claim_is_not_restored() -> None:
     assert "restore" not in after["spec"]  # no restore request written
 
 
+@pytest.mark.parametrize("shutdown_time", ["0001-01-01T00:00:00Z", "0000-01-01T00:00:00Z"])
+async def test_a_claim_expired_at_the_start_of_time_is_refused_naming_it(shutdown_time: str) -> None:
+    """`now + seconds left` fell a rounding error below datetime's minimum (year 0000 is clamped there):
+    OverflowError instead of the refusal (until December 6)."""
+    api = FakeClient()
+    await api.create(SANDBOX_CLAIM, claim("c1", shutdown_time), namespace="team")
+    stored = await api.create(lc.ARCHIVE, archive(claim="c1"), namespace="team")
+    lifecycle = lifecycle_over(api, stored)
+    await hold_fails(lifecycle, r"its SandboxClaim 'c1' has expired at 0001-01-01T00:00:00")
+
+
 async def test_an_archive_marked_expired_at_is_not_restored() -> None:
     # Its own shutdownTime (FUTURE here: another clock) does not say so; the controller's mark does.
     api = FakeClient()
