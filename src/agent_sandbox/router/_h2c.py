@@ -165,7 +165,10 @@ class _StaticEncoder:
 
     def _literal_name(self, name: bytes, names: dict[bytes, bytes], flag: int) -> bytes:
         prefix = bytes((flag,)) + _hpack_int(len(name), 7, 0) + name
-        if len(names) < self._static_names + 1024:  # metadata names repeat; bounded all the same
+        # Metadata names repeat, so they are kept; bounded in number and length all the same: the encoder is
+        # shared by every connection, any client (before its credential is checked) picks the names, and one
+        # may be as long as a header list (1,024 names of 4 KB held ~8 MB for good until December 6).
+        if len(name) <= 128 and len(names) < self._static_names + 1024:
             names[name] = prefix
         return prefix
 
@@ -223,11 +226,16 @@ class _ClientFrames:
     advertises cannot put the two out of step. The client's own encoder state is followed by `decoder`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_header_list_size: int = _MAX_BUFFER) -> None:
         import hpack
 
         self.decoder = hpack.Decoder()
         self.decoder.max_allowed_table_size = 1 << 16
+        # A header list (RFC 7541 4.1 sizes) up to `--max-request-header-bytes`, as HTTP/1.1 takes a head. The
+        # bound stays (an index into a 64 KiB table inflates 1 byte to 64 KiB), but `hpack`'s default, 64 KiB,
+        # refused gRPC calls with large metadata that the sandbox's server takes (grpc-go: 16 MiB) and ended
+        # the connection with every call on it (until December 6).
+        self.decoder.max_header_list_size = max_header_list_size
         self.encoder = _encoder()
         self._buf = b""
         self._block = b""
@@ -399,7 +407,7 @@ class _Session:
     def __init__(self, proxy: Proxy, conn: ClientConnection) -> None:
         self.proxy = proxy
         self.conn = conn
-        self.frames = _ClientFrames()
+        self.frames = _ClientFrames(conn.limits.max_header_bytes)
         self.pending: list[bytes] = []
         self.route: Route | None = None
         #: The first request is a HEAD: a refusal of it carries no body (RFC 9113 §8.1.1).
@@ -422,7 +430,13 @@ class _Session:
             frames, blocks = self.frames.feed(data)
         except Exception as exc:  # hpack errors, malformed frames
             log.info("h2c: malformed client frames: %s", describe_error(exc))
-            self._goaway()
+            # The GOAWAY names the last stream forwarded, if any was: one naming 0 tells the client none was
+            # processed (RFC 9113 6.8), and gRPC retries such calls by itself, so a call the sandbox had run
+            # could run again (until December 6). A block that does not decode is a COMPRESSION_ERROR (4.3).
+            import hpack
+
+            forwarded = self.last_stream if self.upstream_write is not None else 0
+            self._goaway(forwarded, 0x9 if isinstance(exc, hpack.HPACKError) else 0x1)
             return
         opened: tuple[int, bool, bytes | None] | None = None
         for stream, headers in blocks:

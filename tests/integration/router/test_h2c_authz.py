@@ -41,11 +41,11 @@ MAX_FRAME = 16384
 class MetadataSandbox:
     """A real gRPC server on its own loopback address that records the metadata of every call."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, options: list[tuple[str, Any]] | None = None) -> None:
         self.name = name
         self.ip = fresh_ip()
         self.seen: list[dict[str, str | bytes]] = []
-        self.server = grpc.aio.server()
+        self.server = grpc.aio.server(options=options)
         self.server.add_generic_rpc_handlers(
             (
                 grpc.method_handlers_generic_handler(

@@ -228,3 +228,20 @@ def test_the_static_encoder_round_trips_through_a_zero_size_table(
     assert [(bytes(k), bytes(v)) for k, v in decoded] == [(n, v) for n, v, _ in fields]
     assert [isinstance(h, hpack.NeverIndexedHeaderTuple) for h in decoded] == [never for *_, never in fields]
     assert not decoder.header_table.dynamic_entries
+
+
+def test_the_encoders_name_cache_keeps_no_long_names() -> None:
+    """The encoder is shared by every connection and caches the literal names it encodes; any client (before
+    its credential is checked) chooses them, and a name may be as long as a header list (1 MiB). Only short
+    names are kept: 1,024 of 4 KB each (twice, never-indexed too) held ~8 MB for the router's life."""
+    from agent_sandbox.router._h2c import _StaticEncoder
+
+    encoder = _StaticEncoder()
+    for i in range(3000):
+        name = b"x-%d-" % i + b"n" * 4000
+        encoder.encode([hpack.HeaderTuple(name, b"v"), hpack.NeverIndexedHeaderTuple(name, b"v")])
+    cached = [*encoder._plain.items(), *encoder._sensitive.items()]
+    assert sum(len(name) + len(prefix) for name, prefix in cached) < 300_000
+    # short names (metadata keys) are still cached
+    encoder.encode([hpack.HeaderTuple(b"x-request-id", b"1")])
+    assert b"x-request-id" in encoder._plain
