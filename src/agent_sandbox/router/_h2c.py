@@ -16,7 +16,9 @@ stream is activity and is held while its Sandbox resumes, as an HTTP/1.1 request
 then on frames are relayed unchanged, except the client's header blocks: every one is decoded (HPACK state
 is per connection) and re-encoded for the sandbox without `authorization` (router spec 1.5: never
 forwarded) and the connection-specific fields, by an encoder that keeps no dynamic table (`_StaticEncoder`,
-docs/design/router-h2c-hpack.md). A connection is pinned to one sandbox, and a stream that names another
+docs/design/router-h2c-hpack.md). A block is either a new stream's request (checked, below) or the trailers
+of a stream the client still has open (`_ClientFrames.open`); any other, and a client PUSH_PROMISE, ends the
+connection with GOAWAY(PROTOCOL_ERROR). A connection is pinned to one sandbox, and a stream that names another
 target (sandbox ID, namespace, port, Pod IP or UID; see `_PINNED_FIELDS`) or a credential that no longer
 verifies (each stream's own: the first stream's check is never made with a later one's) is refused with
 a GOAWAY naming the last
@@ -62,9 +64,22 @@ __all__ = ["PREFACE", "H2cPassThrough"]
 log = logging.getLogger("agent_sandbox.router.h2c")
 
 PREFACE = H2C_PREFACE
-_HEADERS, _CONTINUATION, _SETTINGS, _GOAWAY = 0x1, 0x9, 0x4, 0x7
+_DATA, _HEADERS, _RST_STREAM, _SETTINGS, _PUSH_PROMISE, _GOAWAY, _CONTINUATION = (
+    0x0,
+    0x1,
+    0x3,
+    0x4,
+    0x5,
+    0x7,
+    0x9,
+)
 _END_STREAM, _ACK, _END_HEADERS, _PADDED, _PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
 _MAX_BUFFER = 1 << 20
+_MAX_OPEN_STREAMS = 10_000
+"""Client streams the router keeps as open at most (`_ClientFrames.open`): a client cannot have more running
+than the sandbox's SETTINGS_MAX_CONCURRENT_STREAMS allows (grpc-go's default has no limit, nghttp2's is
+100), but the record must be bounded whatever the sandbox says; a stream beyond it is refused like one
+naming another sandbox (GOAWAY, the client retries it on a new connection)."""
 _MAX_FRAME = 16384
 """The frame size every HTTP/2 peer accepts (SETTINGS_MAX_FRAME_SIZE's initial value, RFC 9113 6.5.2): the
 router re-frames the header blocks it re-encodes to it, whatever the sandbox advertised."""
@@ -246,6 +261,14 @@ class _ClientFrames:
         self._held: list[bytes] = []
         """Frames of the header block in progress: released with its last one, once it can be checked."""
         self.swallow_ack = True
+        self.open: set[int] = set()
+        """The client's open streams (RFC 9113 5.1: opened by a HEADERS without END_STREAM, until the client's
+        END_STREAM or RST_STREAM): the only ones a header block may follow the request on (trailers)."""
+        self.highest = 0
+        """The highest stream the client opened: a new stream's id must be above it (RFC 9113 5.1.1)."""
+        self.over_cap: int | None = None
+        """The first stream opened while `open` held `_MAX_OPEN_STREAMS`: it and every later one are refused
+        (`_Session.feed`) and not recorded."""
 
     def feed(self, data: bytes) -> tuple[list[bytes], list[tuple[int, list[tuple[str, str]]]]]:
         """Consume bytes; returns (complete frames in order, decoded header blocks (stream, headers)).
@@ -277,6 +300,7 @@ class _ClientFrames:
             if ftype == _HEADERS:
                 if self._in_block or stream == 0:
                     raise ValueError(f"HEADERS on stream {stream} inside a header block or on stream 0")
+                self._headers_on(stream, flags)
                 self._block = _header_fragment(flags, payload)
                 self._block_stream = stream
                 self._block_flags = flags
@@ -291,7 +315,13 @@ class _ClientFrames:
                 self._block += payload
             elif self._in_block:
                 raise ValueError(f"frame type {ftype} inside the header block of stream {self._block_stream}")
+            elif ftype == _PUSH_PROMISE:
+                # Clients never push (RFC 9113 8.4); its header block, which no check covered, was relayed
+                # unparsed (until December 6).
+                raise ValueError(f"PUSH_PROMISE from the client on stream {stream}")
             else:
+                if (ftype == _DATA and flags & _END_STREAM) or ftype == _RST_STREAM:
+                    self.open.discard(stream)
                 frames.append(frame)
                 continue
             self._in_block = not flags & _END_HEADERS
@@ -320,6 +350,41 @@ class _ClientFrames:
                 self._block = b""
         self._buf = buf[pos:]
         return frames, blocks
+
+    def _headers_on(self, stream: int, flags: int) -> None:
+        """Follow the client's streams through a HEADERS frame (the frames before it, in order, are
+        accounted for): a header block reaches the session only as a new stream's request, which it checks,
+        or as the trailers of an open stream.
+
+        Raises:
+            ValueError: a block on a stream the client has not open, i.e. ended or never opened below the
+                highest it opened (RFC 9113 5.1), on an even-numbered stream (clients open odd ones, 5.1.1),
+                or a second block on an open stream without END_STREAM (trailers end it, 8.1; a malformed
+                request, which 5.4.1 lets the router treat as a connection error). Taken for trailers by
+                its id, such a block reached the sandbox with neither the target nor the credential checked
+                (until December 6): a compliant server ends the connection for it, one that is not could
+                run it as a request.
+        """
+        if stream in self.open:
+            if not flags & _END_STREAM:
+                raise ValueError(f"a second header block on stream {stream} without END_STREAM")
+            self.open.discard(stream)
+            return
+        if not stream % 2:
+            raise ValueError(f"HEADERS on even-numbered stream {stream}, which a client cannot open")
+        if stream <= self.highest:
+            if self.over_cap is not None and stream >= self.over_cap:
+                return  # a stream refused as over the cap, never recorded: the session drops its blocks
+            raise ValueError(
+                f"HEADERS on stream {stream}, closed or never opened (the client opened {self.highest})"
+            )
+        self.highest = stream
+        if flags & _END_STREAM:
+            return  # opened half-closed: nothing may follow from the client
+        if self.over_cap is None and len(self.open) >= _MAX_OPEN_STREAMS:
+            self.over_cap = stream
+        if self.over_cap is None:
+            self.open.add(stream)
 
     @property
     def buffered(self) -> int:
@@ -439,20 +504,26 @@ class _Session:
             self._goaway(forwarded, 0x9 if isinstance(exc, hpack.HPACKError) else 0x1)
             return
         opened: tuple[int, bool, bytes | None] | None = None
+        over_cap = self.frames.over_cap
         for stream, headers in blocks:
             if self.refused_above is not None:
                 # Above: sent before the client read the GOAWAY; it retries it elsewhere. At or below: a
-                # header block (trailers) of an accepted stream, forwarded (the router's re-encoded blocks
-                # leave no HPACK state in the sandbox that the refused ones could have changed).
+                # header block (trailers) of an accepted stream the client still has open (`self.frames`
+                # ended the connection for any other), forwarded (the router's re-encoded blocks leave no
+                # HPACK state in the sandbox that the refused ones could have changed).
                 continue
-            if self.route is None:
+            if over_cap is not None and stream >= over_cap:
+                self._refuse_from(stream)  # more open streams than the router records (`_MAX_OPEN_STREAMS`)
+            elif self.route is None:
                 self.last_stream = stream
                 opened = self._first_request(stream, headers)
                 if opened is None:
                     return
             elif stream <= self.last_stream:
-                # Trailers of an accepted stream: they carry no routing headers. (A new stream cannot have
-                # a lower id than one already opened; the sandbox refuses one that does.)
+                # Trailers of an accepted stream the client still has open: they carry no routing headers.
+                # Only those: `self.frames` ends the connection for a block on a stream the client ended or
+                # never opened (taken for trailers by its id alone, it reached the sandbox unchecked until
+                # December 6).
                 continue
             elif self._same_target(headers):
                 self.last_stream = max(self.last_stream, stream)

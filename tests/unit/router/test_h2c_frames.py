@@ -66,7 +66,7 @@ def _raw(ftype: int, flags: int, stream: int, payload: bytes) -> bytes:
     return len(payload).to_bytes(3, "big") + bytes((ftype, flags)) + stream.to_bytes(4, "big") + payload
 
 
-HEADERS, CONTINUATION, DATA = 0x1, 0x9, 0x0
+HEADERS, CONTINUATION, DATA, RST_STREAM, PUSH_PROMISE = 0x1, 0x9, 0x0, 0x3, 0x5
 END_HEADERS = 0x4
 
 
@@ -101,6 +101,74 @@ def test_a_split_header_block_is_held_until_it_can_be_checked() -> None:
 def test_header_blocks_out_of_order_are_refused(frames: list[bytes]) -> None:
     with pytest.raises(ValueError, match=r"HEADERS|CONTINUATION|inside"):
         _ClientFrames().feed(b"".join(frames))
+
+
+_REQUEST = _block(x_sandbox_id="alpha")
+
+
+def _h(stream: int, end_stream: bool = False) -> bytes:
+    return _raw(HEADERS, END_HEADERS | (0x1 if end_stream else 0), stream, _REQUEST)
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        [_h(1), _h(5), _h(3)],  # never opened, below the highest opened
+        [_h(1), _raw(DATA, 0x1, 1, b"x"), _h(1, end_stream=True)],  # after the client's END_STREAM (DATA)
+        [_h(1, end_stream=True), _h(1, end_stream=True)],  # after END_STREAM on the request
+        [_h(1), _h(1, end_stream=True), _h(1, end_stream=True)],  # after the trailers
+        [_h(1), _raw(RST_STREAM, 0, 1, b"\x00\x00\x00\x08"), _h(1, end_stream=True)],  # after RST_STREAM
+        [_h(1), _h(1)],  # a second block that does not end the stream
+        [_h(1), _h(4)],  # an even-numbered stream
+        [_h(2)],
+        [_h(1), _raw(PUSH_PROMISE, END_HEADERS, 1, b"\x00\x00\x00\x02" + _REQUEST)],  # clients never push
+    ],
+    ids=[
+        "never-opened",
+        "data-ended",
+        "request-ended",
+        "trailers-ended",
+        "reset",
+        "second-block",
+        "even",
+        "even-first",
+        "push",
+    ],
+)
+@pytest.mark.parametrize("one_read", [True, False])
+def test_stream_states(frames: list[bytes], one_read: bool) -> None:
+    """A header block only opens a new stream (id above every one the client opened) or ends an open one
+    (trailers); anything else used to reach the sandbox as "trailers", unchecked."""
+    client = _ClientFrames()
+    reads = [b"".join(frames)] if one_read else frames
+    for data in reads[:-1]:
+        client.feed(data)  # fine so far
+    with pytest.raises(ValueError, match=r"stream"):
+        client.feed(reads[-1])
+
+
+def test_trailers_of_open_streams_pass() -> None:
+    client = _ClientFrames()
+    data = [_h(1), _h(3), _raw(DATA, 0, 1, b"x"), _h(1, end_stream=True), _h(5, end_stream=True), _h(3, True)]
+    _, blocks = client.feed(b"".join(data))
+    assert [s for s, _ in blocks] == [1, 3, 1, 5, 3]
+    assert client.open == set()
+    assert client.highest == 5
+
+
+def test_the_open_stream_record_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beyond `_MAX_OPEN_STREAMS` a stream is not recorded (the session refuses it and every later one); its
+    trailers, sent before the client read the GOAWAY, pass the splitter (the session drops them)."""
+    from agent_sandbox.router import _h2c
+
+    monkeypatch.setattr(_h2c, "_MAX_OPEN_STREAMS", 2)
+    client = _ClientFrames()
+    _, blocks = client.feed(b"".join([_h(1), _h(3), _h(5), _h(7), _h(5, True), _h(9, True), _h(1, True)]))
+    assert [s for s, _ in blocks] == [1, 3, 5, 7, 5, 9, 1]
+    assert client.over_cap == 5
+    assert client.open == {3}
+    with pytest.raises(ValueError, match="stream 3"):
+        client.feed(_h(3))
 
 
 def test_the_first_authorization_header_counts() -> None:
@@ -147,14 +215,15 @@ def test_re_encoding_leaves_out_credentials_and_connection_specific_fields() -> 
     assert _forwarded(headers) == [(b":method", b"POST"), (b"te", b"trailers"), (b"x-keep", b"authorization")]
 
 
-def _client_headers(flags: int, fields: bytes, block: bytes, split: bool) -> bytes:
-    """The client's HEADERS (padded by 3 and/or with priority `fields` as `flags` say), continued when `split`."""
+def _client_headers(flags: int, fields: bytes, block: bytes, split: bool, stream: int) -> bytes:
+    """The client's HEADERS on `stream` (padded by 3 and/or with priority `fields` as `flags` say), continued
+    when `split`."""
     cut = 30 if split else len(block)
     pad = b"\x03" if flags & PADDED else b""
     head = pad + (fields if flags & PRIORITY else b"") + block[:cut] + b"\x00" * len(pad) * 3
     if not split:
-        return _raw(HEADERS, flags | END_HEADERS, 1, head)
-    return _raw(HEADERS, flags, 1, head) + _raw(CONTINUATION, END_HEADERS, 1, block[cut:])
+        return _raw(HEADERS, flags | END_HEADERS, stream, head)
+    return _raw(HEADERS, flags, stream, head) + _raw(CONTINUATION, END_HEADERS, stream, block[cut:])
 
 
 @pytest.mark.parametrize("padded", [False, True])
@@ -173,16 +242,17 @@ def test_re_encoded_blocks_are_re_framed(padded: bool, priority: bool, end_strea
     client = _ClientFrames()
     sandbox = hpack.Decoder()
     sandbox.max_allowed_table_size = 0
-    # The second time the client's encoder refers to its dynamic table (for what fits in it).
-    for split in (True, False):
-        frames, blocks = client.feed(_client_headers(flags, fields, encoder.encode(headers), split))
-        assert blocks == [(1, headers)]
+    # The second time the client's encoder refers to its dynamic table (for what fits in it). On a new
+    # stream: a second request block on stream 1 is a protocol error (`test_stream_states`).
+    for stream, split in ((1, True), (3, False)):
+        frames, blocks = client.feed(_client_headers(flags, fields, encoder.encode(headers), split, stream))
+        assert blocks == [(stream, headers)]
         out = _parsed(b"".join(frames))
         assert all(len(p) <= 16384 for *_, p in out)
         assert [t for t, *_ in out] == [HEADERS] + [CONTINUATION] * (len(out) - 1)
         assert [f & END_HEADERS for _, f, _, _ in out] == [0] * (len(out) - 1) + [END_HEADERS]
         assert out[0][1] & ~END_HEADERS == (END_STREAM if end_stream else 0) | (PRIORITY if priority else 0)
-        assert {s for _, _, s, _ in out} == {1}
+        assert {s for _, _, s, _ in out} == {stream}
         first = out[0][3]
         if priority:
             assert first[:5] == fields
