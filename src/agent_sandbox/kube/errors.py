@@ -52,6 +52,7 @@ __all__ = [
     "TransportError",
     "Unauthorized",
     "error_from_status",
+    "error_text",
     "ignore_already_exists",
     "ignore_not_found",
     "is_namespace_terminating",
@@ -245,3 +246,11 @@ def ignore_not_found(err: BaseException | None) -> BaseException | None:
 def ignore_already_exists(err: BaseException | None) -> BaseException | None:
     """Return None for an `AlreadyExists` (or None), else the error unchanged."""
     return None if err is None or isinstance(err, AlreadyExists) else err
+
+
+def error_text(exc: BaseException) -> str:
+    """The server's message for API errors (what Go's StatusError prints), else the error itself: the text of
+    a condition message or Event note about a failed write."""
+    if isinstance(exc, ApiError) and exc.message:
+        return exc.message
+    return str(exc)

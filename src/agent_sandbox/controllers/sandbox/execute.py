@@ -24,7 +24,6 @@ from agent_sandbox.kube import (
     POD,
     SANDBOX,
     AlreadyExists,
-    ApiError,
     Conflict,
     EventSink,
     KubeError,
@@ -33,6 +32,7 @@ from agent_sandbox.kube import (
     PatchType,
     PropagationPolicy,
     ResourceKind,
+    error_text,
 )
 from agent_sandbox.kube.errors import is_namespace_terminating
 
@@ -113,13 +113,6 @@ class SandboxWriter(Protocol):
         namespace: str | None = None,
         patch_type: PatchType = PatchType.MERGE,
     ) -> Object: ...
-
-
-def error_text(exc: KubeError) -> str:
-    """The server's message for API errors (what Go's StatusError prints), else the error itself."""
-    if isinstance(exc, ApiError) and exc.message:
-        return exc.message
-    return str(exc)
 
 
 @dataclass(slots=True)

@@ -2,7 +2,10 @@
 
 observe: the template and its `<template>-network-policy` from the informer cache, overlaid with the
 answers of this reconciler's own writes (`kube.OwnWrites`); decide: `decide.py`; execute: `execute.py`.
-A missing template ends the pass (the policy is garbage-collected with it). No Events are emitted (§2).
+A missing template ends the pass (the policy is garbage-collected with it). Upstream emits no Events (§2);
+ours emit one: a Warning `FailedCreate` on the template when its NetworkPolicy create is refused (quota,
+admission), so `kubectl describe sandboxtemplate` says why its Sandboxes run without their default-deny
+policy (warmpool-quirks.md, difference 14).
 
 Why the overlay: the ref-hash label patch (§2 step 3) re-queues the template at once, and that second
 pass usually runs before the informer has delivered the NetworkPolicy the first pass created. Read from
@@ -29,7 +32,9 @@ from agent_sandbox.kube import (
     NETWORK_POLICY,
     SANDBOX_TEMPLATE,
     Client,
+    EventSink,
     NotFound,
+    NullEventRecorder,
     Object,
     OwnWrites,
     Request,
@@ -52,9 +57,13 @@ short enough that a policy deleted before its creation reached the cache is recr
 class TemplateReconciler:
     """Keeps the shared NetworkPolicy and the ref-hash label of every SandboxTemplate in shape."""
 
-    def __init__(self, client: Client, *, tracing: Tracing | None = None) -> None:
-        """Args: client: reads from the cache, writes to the API; tracing: span factory (no-op default)."""
+    def __init__(
+        self, client: Client, *, tracing: Tracing | None = None, events: EventSink | None = None
+    ) -> None:
+        """Args: client: reads from the cache, writes to the API; tracing: span factory (no-op default);
+        events: recorder reporting as `sandboxtemplate-controller` (default: discard)."""
         self._client = client
+        self._events = events or NullEventRecorder()
         self._tracing = tracing or Tracing()
         self._own_writes = OwnWrites(ttl=OVERLAY_TTL)
 
@@ -95,6 +104,9 @@ class TemplateReconciler:
                 namespace=request.namespace,
                 template_name=request.name,
                 own_writes=self._own_writes,
+                on_refused_create=lambda note: self._events.event(
+                    snap.template, "Warning", c.EVENT_FAILED_CREATE, "Creating", note
+                ),
             )
         if outcome is Outcome.CACHE_LAG or snap.policy_uncached:
             return Result(requeue_after=CACHE_LAG_REQUEUE)

@@ -11,9 +11,11 @@ from agent_sandbox.kube import NETWORK_POLICY, SANDBOX_TEMPLATE, Builder, Manage
 from ..context import ControllerContext
 from .reconciler import TemplateReconciler
 
-__all__ = ["CONTROLLER_NAME", "setup"]
+__all__ = ["CONTROLLER_NAME", "EVENT_REPORTER", "setup"]
 
 CONTROLLER_NAME = "sandboxtemplate"
+EVENT_REPORTER = "sandboxtemplate-controller"
+"""Upstream's recorder name (§2: wired there but unused; ours reports refused NetworkPolicy creates)."""
 
 
 def setup(mgr: Manager, ctx: ControllerContext) -> None:
@@ -26,5 +28,7 @@ def setup(mgr: Manager, ctx: ControllerContext) -> None:
         .owns(NETWORK_POLICY)
         .named(CONTROLLER_NAME)
         .with_options(workers=workers)
-        .complete(TemplateReconciler(mgr.client, tracing=ctx.tracing))
+        .complete(
+            TemplateReconciler(mgr.client, tracing=ctx.tracing, events=mgr.event_recorder(EVENT_REPORTER))
+        )
     )

@@ -7,7 +7,8 @@
    the replenish hold, the refill bucket and the expectations gate (`try_expect_creations`, atomic on
    the event loop, so overlapping passes can never both create); the excess deletes only when
    expectations are satisfied; the not-progressing events; the post-grace requeue.
-4. Any failure is raised after all of that, *without* the status write (§3.2 step 4); otherwise the
+4. Any failure is raised after all of that, *without* the status write (§3.2 step 4; a refused member
+   create is also a Warning `FailedCreate` Event on the pool, ours: warmpool-quirks.md); otherwise the
    status subresource is merge-patched when it changed (NotFound: the pool was deleted mid-pass, done),
    and the smallest requested delay is returned.
 
@@ -41,6 +42,7 @@ from agent_sandbox.kube import (
     Request,
     Result,
     RetryLater,
+    error_text,
 )
 
 from ..claim_pressure import ClaimPressure
@@ -206,6 +208,12 @@ class WarmPoolReconciler:
                 self.claim_yield.note_created(key, created)
                 if err is not None:
                     errors.append(err)
+                    # Ours (upstream says it only in its log): a ReplicaSet's `FailedCreate` Warning, so
+                    # `kubectl describe sandboxwarmpool` says why members are missing (quota, admission,
+                    # validation); repeats aggregate into the event's series. A refusal because the
+                    # namespace is being deleted is no error (`create_members` returns None): no event.
+                    note = f"failed to create sandbox: {error_text(err)}"
+                    self.events.event(pool, "Warning", c.EVENT_FAILED_CREATE, "Creating", note)
             next_due = self.claim_yield.next_due(key)
             if next_due > 0:
                 delays.append(next_due)  # further replacements are held behind the claims

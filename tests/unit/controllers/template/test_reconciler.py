@@ -9,7 +9,7 @@ import pytest
 from agent_sandbox.api import constants as c
 from agent_sandbox.api.naming import template_ref_hash
 from agent_sandbox.controllers.template import ForeignPolicyError, TemplateReconciler
-from agent_sandbox.kube import NETWORK_POLICY, SANDBOX_TEMPLATE, Request, Result
+from agent_sandbox.kube import NETWORK_POLICY, SANDBOX_TEMPLATE, Forbidden, Object, Request, Result
 from agent_sandbox.kube.testing import FakeClient
 
 pytestmark = pytest.mark.unit
@@ -82,3 +82,58 @@ async def test_missing_template_is_done() -> None:
     fake = FakeClient()
     assert await TemplateReconciler(fake).reconcile(REQ) == Result()
     assert [a for a in fake.actions if a[0] != "get"] == []
+
+
+class RecordedEvents:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str, str, str]] = []
+
+    def event(self, regarding: Object, type_: str, reason: str, action: str, note: str) -> None:
+        self.events.append((regarding["metadata"]["name"], type_, reason, action, note))
+
+
+async def test_a_policy_create_the_api_server_refuses_is_a_warning_event_on_the_template() -> None:
+    """warmpool-quirks.md #14: a refused NetworkPolicy create (quota, admission) is a `FailedCreate` Warning.
+
+    Upstream emits no Events here (§2); its Sandboxes then run without their default-deny policy unseen.
+    """
+    quota = Forbidden(
+        403,
+        "Forbidden",
+        'networkpolicies.networking.k8s.io "tmpl-network-policy" is forbidden: exceeded quota: q, '
+        "requested: count/networkpolicies.networking.k8s.io=1, used: count/networkpolicies.networking.k8s.io=0, "
+        "limited: count/networkpolicies.networking.k8s.io=0",
+    )
+    fake = FakeClient((SANDBOX_TEMPLATE, template_obj()))
+    fake.inject_error("create", quota, kind=NETWORK_POLICY)
+    events = RecordedEvents()
+    rec = TemplateReconciler(fake, events=events)
+    with pytest.raises(Forbidden):  # still retried with backoff (§2)
+        await rec.reconcile(REQ)
+    assert events.events == [
+        (
+            "tmpl",
+            "Warning",
+            c.EVENT_FAILED_CREATE,
+            "Creating",
+            "failed to create NetworkPolicy tmpl-network-policy: networkpolicies.networking.k8s.io "
+            '"tmpl-network-policy" is forbidden: exceeded quota: q, requested: '
+            "count/networkpolicies.networking.k8s.io=1, used: count/networkpolicies.networking.k8s.io=0, "
+            "limited: count/networkpolicies.networking.k8s.io=0",
+        )
+    ]
+    await rec.reconcile(REQ)  # admitted now: created, nothing more to say
+    assert len(fake.objects(NETWORK_POLICY)) == 1
+    assert len(events.events) == 1
+
+
+async def test_a_policy_create_refused_in_a_terminating_namespace_is_no_event() -> None:
+    from tests.unit.kube.test_namespace_terminating import terminating
+
+    fake = FakeClient((SANDBOX_TEMPLATE, template_obj()))
+    fake.inject_error(
+        "create", terminating("tmpl-network-policy", "ns", "networkpolicies"), kind=NETWORK_POLICY
+    )
+    events = RecordedEvents()
+    assert await TemplateReconciler(fake, events=events).reconcile(REQ) == Result()
+    assert events.events == []

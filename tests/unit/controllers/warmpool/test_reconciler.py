@@ -581,3 +581,48 @@ async def test_a_lost_create_the_cache_already_showed_defers_nothing(monkeypatch
     assert exp.try_expect_creations("ns/pool", 2)
     await asyncio.sleep(0.05)
     assert exp.pending("ns/pool") == (2, frozenset())
+
+
+async def test_a_member_create_the_api_server_refuses_is_a_warning_event() -> None:
+    """warmpool-quirks.md #13: a refused member create (quota, admission) is a `FailedCreate` Warning on the pool.
+
+    Upstream says it only in the controller log; `kubectl describe sandboxwarmpool` showed nothing.
+    """
+    quota = Forbidden(
+        403,
+        "Forbidden",
+        'sandboxes.agents.x-k8s.io "pool-x" is forbidden: exceeded quota: q, requested: '
+        "count/sandboxes.agents.x-k8s.io=1, used: count/sandboxes.agents.x-k8s.io=1, limited: "
+        "count/sandboxes.agents.x-k8s.io=1",
+    )
+    async with running(standard(3)) as h:
+        h.fake.inject_error("create", quota, kind=SANDBOX, times=2)
+        with pytest.raises(Forbidden):
+            await h.reconcile()
+        assert h.events.events == [
+            (
+                "Warning",
+                c.EVENT_FAILED_CREATE,
+                "Creating",
+                'failed to create sandbox: sandboxes.agents.x-k8s.io "pool-x" is forbidden: exceeded quota: '
+                "q, requested: count/sandboxes.agents.x-k8s.io=1, used: count/sandboxes.agents.x-k8s.io=1, "
+                "limited: count/sandboxes.agents.x-k8s.io=1",
+            )
+        ]
+        # Each failed pass reports once (the broadcaster aggregates repeats into the event's series).
+        with pytest.raises(Forbidden):
+            await h.reconcile()
+        assert [e[1] for e in h.events.events] == [c.EVENT_FAILED_CREATE] * 2
+        # Creates succeed again: no further event.
+        await h.reconcile()
+        assert len(h.events.events) == 2
+        assert len(h.fake.objects(SANDBOX)) == 3
+
+
+async def test_member_creates_refused_in_a_terminating_namespace_are_no_event() -> None:
+    from tests.unit.kube.test_namespace_terminating import terminating
+
+    async with running(standard(3)) as h:
+        h.fake.inject_error("create", terminating("", NS, "sandboxes.agents.x-k8s.io"), kind=SANDBOX)
+        await h.reconcile()
+        assert h.events.events == []
