@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -110,38 +111,72 @@ func TestTheFirstCallAfterADeleteSaysSo(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 3*time.Minute)
 	for _, mode := range []string{"router", "pod IP, sandboxd", "pod IP, legacy"} {
-		opts := baseOptions()
-		switch mode {
-		case "router":
-			opts.APIURL = cluster.RouterURL
-		case "pod IP, sandboxd":
-			opts.Runtime, opts.Connectivity = sandbox.RuntimeSandboxd, sandbox.ConnectivityInCluster
-		default:
-			opts.Connectivity = sandbox.ConnectivityInCluster
-		}
-		sb := open(t, opts)
-		if _, err := sb.Run(ctx, "true"); err != nil {
-			t.Fatalf("%s: run before the delete: %v", mode, err)
-		}
-		deleteBehindItsBack(t, ctx, sb)
-		// the Run first: the first call after the delete (later ones may read the Sandbox before sending)
-		for _, call := range []string{"run", "start", "write"} {
-			start := time.Now()
-			var err error
-			switch call {
-			case "run":
-				_, err = sb.Run(ctx, "true")
-			case "start":
-				_, err = sb.Start(ctx, "true")
-			default:
-				err = sb.Write(ctx, "x", []byte("x"))
+		for attempt := 1; ; attempt++ {
+			failures, taker := firstCallsAfterADelete(t, ctx, mode)
+			if len(failures) > 0 && taker != "" && attempt < 3 {
+				// not the SDK's doing: the calls went to another sandbox (see firstCallsAfterADelete)
+				t.Logf("%s: the deleted pod's address went to pod %s before the calls (%v); again", mode, taker, failures)
+				continue
 			}
-			if !errors.Is(err, sandbox.ErrSandboxDeleted) || errors.Is(err, sandbox.ErrRetriesExhausted) {
-				t.Errorf("%s: %s after the delete (%s): %v; want ErrSandboxDeleted at once", mode, call,
-					time.Since(start).Round(time.Millisecond), err)
+			for _, f := range failures {
+				t.Error(f)
+			}
+			break
+		}
+	}
+}
+
+// firstCallsAfterADelete opens a sandbox in mode, deletes it behind the handle's back, and makes the first
+// calls after it; what went wrong. taker is, when something did, the pod that holds the deleted pod's address
+// now (pod IP modes): the dev cluster hands a freed address to the next pod created (any test's), and a
+// call straight to the address then reaches that pod - a real cluster reuses addresses too, only later.
+func firstCallsAfterADelete(t *testing.T, ctx context.Context, mode string) (failures []string, taker string) {
+	t.Helper()
+	opts := baseOptions()
+	switch mode {
+	case "router":
+		opts.APIURL = cluster.RouterURL
+	case "pod IP, sandboxd":
+		opts.Runtime, opts.Connectivity = sandbox.RuntimeSandboxd, sandbox.ConnectivityInCluster
+	default:
+		opts.Connectivity = sandbox.ConnectivityInCluster
+	}
+	sb := open(t, opts)
+	if _, err := sb.Run(ctx, "true"); err != nil {
+		t.Fatalf("%s: run before the delete: %v", mode, err)
+	}
+	ip, name := sb.PodIP(), sb.SandboxName()
+	deleteBehindItsBack(t, ctx, sb)
+	// the Run first: the first call after the delete (later ones may read the Sandbox before sending)
+	for _, call := range []string{"run", "start", "write"} {
+		start := time.Now()
+		var err error
+		switch call {
+		case "run":
+			_, err = sb.Run(ctx, "true")
+		case "start":
+			_, err = sb.Start(ctx, "true")
+		default:
+			err = sb.Write(ctx, "x", []byte("x"))
+		}
+		if !errors.Is(err, sandbox.ErrSandboxDeleted) || errors.Is(err, sandbox.ErrRetriesExhausted) {
+			failures = append(failures, fmt.Sprintf("%s: %s after the delete (%s): %v; want ErrSandboxDeleted at once",
+				mode, call, time.Since(start).Round(time.Millisecond), err))
+		}
+	}
+	callsEnd := time.Now()
+	if len(failures) > 0 && mode != "router" && ip != "" {
+		pods, err := k8s.Dynamic.Resource(podsGVR).List(ctx, metav1.ListOptions{FieldSelector: "status.podIP=" + ip})
+		if err == nil {
+			for _, pod := range pods.Items {
+				// created before the calls ended (the timestamp is in whole seconds: not after)
+				if pod.GetName() != name && !pod.GetCreationTimestamp().After(callsEnd) {
+					taker = pod.GetNamespace() + "/" + pod.GetName()
+				}
 			}
 		}
 	}
+	return failures, taker
 }
 
 // openThroughTheRouterWithAFile opens a sandbox through the router and writes kept.txt into it (the call

@@ -689,9 +689,14 @@ func movePod(t *testing.T, ctx context.Context, name, from string) string {
 }
 
 // takeAddress opens sandboxes from the cold pool (closed when the test ends) until another Sandbox's pod
-// holds ip: one of them, or another test's (the dev cluster hands out the lowest free address). The suspended
-// Sandbox's own pod may still hold it, terminating: that one does not count (it used to, and the resumed pod
-// could then get the address back).
+// holds ip: one of them, or another test's. The suspended Sandbox's own pod may still hold it, terminating:
+// that one does not count (it used to, and the resumed pod could then get the address back).
+//
+// The dev cluster (kwok) hands out any of the freed addresses (a Go map's order), a new one only when none is
+// free: how many opens it takes is how many addresses other tests' deleted pods freed meanwhile. Each
+// sandbox opened here holds one, so ip is taken at the latest once the free ones are used up. Eight opens
+// were the bound until December 6; with the tests that close sandboxes during their Open (their pods end as
+// the parallel tests begin), more addresses were often free than that (2 failures in 3 full runs).
 func takeAddress(t *testing.T, ctx context.Context, ip, suspended string) {
 	t.Helper()
 	heldBySandbox := func() bool {
@@ -711,8 +716,9 @@ func takeAddress(t *testing.T, ctx context.Context, ip, suspended string) {
 		}
 		return false
 	}
-	for i := 0; i < 8; i++ {
+	for i := 0; i < maxAddressTakers; i++ {
 		if heldBySandbox() {
+			t.Logf("address %s taken after %d sandboxes opened here", ip, i)
 			return
 		}
 		opts := baseOptions()
@@ -721,6 +727,10 @@ func takeAddress(t *testing.T, ctx context.Context, ip, suspended string) {
 		open(t, opts)
 	}
 	if !heldBySandbox() {
-		t.Fatalf("no Sandbox's pod took the address %s", ip)
+		t.Fatalf("no Sandbox's pod took the address %s (%d sandboxes opened)", ip, maxAddressTakers)
 	}
 }
+
+// maxAddressTakers bounds the sandboxes takeAddress opens: more than the addresses the suite's pods can
+// have freed at once.
+const maxAddressTakers = 48
