@@ -4,7 +4,6 @@ and the exactness of what it reports (access-log bytes and durations, span targe
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import logging
 import re
@@ -21,7 +20,7 @@ import pytest
 
 from agent_sandbox.router import Router
 
-from .conftest import Backend, RouterProcess, exchange, request_bytes, scrape
+from .conftest import Backend, RouterProcess, exchange, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -186,75 +185,6 @@ async def test_near_fd_exhaustion_new_connections_get_503_not_a_reset(
     assert any("file descriptors" in r.getMessage() for r in caplog.records)
     text = await scrape(router)
     assert 'sandbox_router_fd_exhaustion_total{side="accept"} 1.0' in text
-
-
-async def test_fd_exhaustion_on_the_upstream_dial_is_503_without_retries(
-    router: Router, backend: Backend, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """EMFILE dialling the sandbox is the router out of descriptors, not a dead sandbox: 503 with
-    Retry-After at once (no 1.4 s of retries, no 502 `Could not connect`), a warning and its own labels."""
-    assert router.proxy is not None
-    dials = 0
-
-    async def dial(*_: Any, **__: Any) -> Any:
-        nonlocal dials
-        dials += 1
-        raise OSError(errno.EMFILE, "Too many open files")
-
-    monkeypatch.setattr(router.proxy.pool, "dial", dial)
-    caplog.set_level(logging.WARNING, logger="agent_sandbox.router")
-    start = time.perf_counter()
-    resp = await exchange(router.http_port or 0, request_bytes("GET", "/x", backend.headers()))
-    assert time.perf_counter() - start < 0.5
-    assert resp.status == 503, resp
-    assert resp.headers.get("retry-after") == "1"
-    assert b"open files" in resp.body
-    assert dials == 1
-    assert any("file descriptors" in r.getMessage() for r in caplog.records)
-    text = await scrape(router)
-    assert 'sandbox_router_fd_exhaustion_total{side="dial"} 1.0' in text
-    assert 'reason="resources"' in text
-    assert 'reason="dial"' not in text
-
-
-async def test_fd_exhaustion_on_the_h2c_dial_is_503(
-    start_router: Callable[..., Awaitable[Router]], backend: Backend, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    router = await start_router("--enable-h2c")
-    assert router.proxy is not None
-    dials = 0
-
-    async def dial(*_: Any, **__: Any) -> Any:
-        nonlocal dials
-        dials += 1
-        raise OSError(errno.EMFILE, "Too many open files")
-
-    monkeypatch.setattr(router.proxy.pool, "dial", dial)
-    import h2.config
-    import h2.connection
-    import h2.events
-
-    h2conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    h2conn.initiate_connection()
-    headers = [(":method", "GET"), (":path", "/x"), (":scheme", "http"), (":authority", "r")]
-    headers += [(k.lower(), v) for k, v in backend.headers().items()]
-    h2conn.send_headers(1, headers, end_stream=True)
-    reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port)
-    writer.write(h2conn.data_to_send())
-    status = None
-    async with asyncio.timeout(5):
-        while status is None:
-            data = await reader.read(65536)
-            assert data
-            for event in h2conn.receive_data(data):
-                if isinstance(event, h2.events.ResponseReceived):
-                    status = dict(event.headers)[b":status"]
-            writer.write(h2conn.data_to_send())
-    writer.close()
-    assert status == b"503"
-    assert dials == 1
-    text = await scrape(router)
-    assert 'sandbox_router_fd_exhaustion_total{side="dial"} 1.0' in text
 
 
 # ---------------------------------------------------------------- side listeners
