@@ -806,10 +806,7 @@ func (s *Sandbox) Resume(ctx context.Context) (err error) {
 	s.mu.Unlock()
 	defer s.endRun(run)
 	err = s.resume(ctx, run)
-	s.mu.Lock()
-	closed := run.closed
-	s.mu.Unlock()
-	if err != nil && closed {
+	if err != nil && s.wasCut(run) {
 		// what failed is only how the cut showed (a cancelled write or wait)
 		err = fmt.Errorf("resume: %w: %w (the Resume ended with: %v)", ErrNotReady, errClosedDuringResume, err)
 	}

@@ -88,6 +88,13 @@ func (s *Sandbox) startRun(ctx context.Context, what string, cause error) (conte
 	return ctx, run
 }
 
+// wasCut reports whether a Close cut run (beginClose).
+func (s *Sandbox) wasCut(run *openRun) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return run.closed
+}
+
 // endRun ends run (the Open or Resume has returned).
 func (s *Sandbox) endRun(run *openRun) {
 	s.mu.Lock()
@@ -265,10 +272,7 @@ func (s *Sandbox) Open(ctx context.Context) (err error) {
 	} else {
 		err = s.create(ctx, run)
 	}
-	s.mu.Lock()
-	closed := run.closed
-	s.mu.Unlock()
-	if err != nil && closed {
+	if err != nil && s.wasCut(run) {
 		// what failed is only how the cut showed (a cancelled wait, a refused create): Close cleans up
 		err = fmt.Errorf("%w: %w; Close deletes the claim it made or attached (the Open ended with: %v)",
 			ErrNotReady, errClosedDuringOpen, err)
@@ -756,12 +760,7 @@ func (s *Sandbox) close(ctx context.Context, drainUntil time.Time) (err error) {
 // it connects nothing.
 func (s *Sandbox) beginClose() (run *openRun, end func()) {
 	s.mu.Lock()
-	for s.closing != nil {
-		ch := s.closing
-		s.mu.Unlock()
-		<-ch
-		s.mu.Lock()
-	}
+	_ = s.awaitClose(context.Background()) // never ends early
 	ch := make(chan struct{})
 	s.closing = ch
 	run = s.opening

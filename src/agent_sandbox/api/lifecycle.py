@@ -452,7 +452,7 @@ def restore_requested(archive: ReadOnlyObject | None) -> tuple[Cause, datetime |
 
 def claim_expired(claim: ReadOnlyObject | None, now: datetime) -> tuple[bool, float | None]:
     """(expired, seconds left) of a SandboxClaim, exactly as the claim controller reckons it (its
-    `status.expiry`, kept in step by a unit test): the earliest of `lifecycle.shutdownTime` and Finished +
+    `status.expiry` is this): the earliest of `lifecycle.shutdownTime` and Finished +
     `ttlSecondsAfterFinished`. No claim: not expired. A `Ready=False/ClaimExpired` condition is not read:
     it lags behind a `shutdownTime` moved later (until December 6 it counted, and such a claim's hibernated
     Sandbox was deleted before the claim controller rewrote the condition).

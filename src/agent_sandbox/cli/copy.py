@@ -549,9 +549,7 @@ def _unusable(name: str) -> str | None:
     """
     if not name or name in (".", "..") or "/" in name or "\0" in name:
         return "not one path component"
-    try:
-        reject_control_characters(name)
-    except ValueError:
+    if not _sendable(name):
         return "a control character, which no sandbox file API takes"
     return None
 

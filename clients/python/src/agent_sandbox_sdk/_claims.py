@@ -154,10 +154,10 @@ def validate_create_args(
         isinstance(shutdown_after_seconds, bool)
         or not isinstance(shutdown_after_seconds, int)
         or shutdown_after_seconds <= 0
-        or shutdown_after_seconds > _MAX_SHUTDOWN_AFTER
+        or shutdown_after_seconds > MAX_SHUTDOWN_AFTER_SECONDS
     ):
         raise ValueError(
-            f"shutdown_after_seconds must be a positive integer up to {_MAX_SHUTDOWN_AFTER} (100 years), "
+            f"shutdown_after_seconds must be a positive integer up to {MAX_SHUTDOWN_AFTER_SECONDS} (100 years), "
             f"got {shutdown_after_seconds!r}"
         )
     if claim_name is not None:
@@ -170,8 +170,7 @@ def validate_create_args(
 
 
 #: A shutdown this far ahead is "never"; beyond it the timestamp no longer fits (OverflowError from datetime).
-_MAX_SHUTDOWN_AFTER = 100 * 365 * 86400
-MAX_SHUTDOWN_AFTER_SECONDS = _MAX_SHUTDOWN_AFTER
+MAX_SHUTDOWN_AFTER_SECONDS = 100 * 365 * 86400
 """The largest `shutdown_after_seconds` (100 years): the CLI checks `--shutdown-after` against it."""
 
 

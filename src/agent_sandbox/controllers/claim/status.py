@@ -13,11 +13,10 @@ from datetime import datetime
 from typing import Any
 
 from agent_sandbox.api import constants as c
+from agent_sandbox.api.lifecycle import claim_expired
 from agent_sandbox.api.meta import (
     ReadOnlyObject,
-    deadline_after,
     new_condition,
-    parse_time,
     status_condition,
     upsert_condition,
 )
@@ -51,25 +50,7 @@ class Expiry:
 
 def expiry(claim: ReadOnlyObject, now: datetime) -> Expiry:
     """Earliest of `lifecycle.shutdownTime` and (claim's own Finished=True time + ttlSecondsAfterFinished)."""
-    lifecycle = (claim.get("spec") or {}).get("lifecycle")
-    if not lifecycle:
-        return Expiry(False, None)
-    deadlines: list[datetime] = []
-    shutdown = parse_time(lifecycle.get("shutdownTime"))
-    if shutdown is not None:
-        deadlines.append(shutdown)
-    ttl = lifecycle.get("ttlSecondsAfterFinished")
-    if ttl is not None:
-        finished = status_condition(claim, c.CONDITION_FINISHED)
-        if finished is not None and finished.get("status") == c.ConditionStatus.TRUE:
-            at = parse_time(finished.get("lastTransitionTime"))
-            # Past datetime's range (a TTL above int32: the apiserver does not check the CRD's int32): never.
-            if at is not None and at.timestamp() > 0 and (due := deadline_after(at, int(ttl))) is not None:
-                deadlines.append(due)
-    if not deadlines:
-        return Expiry(False, None)
-    left = (min(deadlines) - now).total_seconds()
-    return Expiry(left <= 0, left)
+    return Expiry(*claim_expired(claim, now))
 
 
 # --------------------------------------------------------------------------- Ready table (§4.10)
