@@ -9,7 +9,10 @@ And a stream without a valid credential was authorized with a later stream's cre
 in one read (the connection's check ran after every block of the read was handled, with whatever credential
 the last accepted stream carried).
 
-Real router in-process, real grpcio sandboxes and raw-frame sandboxes that decode what reaches them.
+Real router in-process, real grpcio sandboxes and raw-frame sandboxes that decode what reaches them. The
+scoped-token tests name the sandbox only (scoped tokens forbid X-Sandbox-Pod-IP): the router's Pod cache
+resolves a real Sandbox default/alpha on the dev cluster (real controller, kwok pod) to its pod IP, where the
+test's server listens.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ import grpc
 import hpack
 import pytest
 
+from agent_sandbox.devcluster import DevCluster
+from agent_sandbox.devcluster.processes import Started
+from agent_sandbox.kube import POD, SANDBOX, ApiClient, NotFound, ResourceKind
 from agent_sandbox.router import Router, mint_scoped_token
-from agent_sandbox.router._resolve import Target
-from tests.helpers import eventually
+from tests.helpers import eventually, is_ready
 
-from .conftest import fresh_ip
+from .conftest import fresh_ip, with_identity
 from .test_h2c_pinning import OWN_CONNECTION, PREFACE, frame, frames
 
 pytestmark = pytest.mark.integration
@@ -41,9 +46,11 @@ MAX_FRAME = 16384
 class MetadataSandbox:
     """A real gRPC server on its own loopback address that records the metadata of every call."""
 
-    def __init__(self, name: str, options: list[tuple[str, Any]] | None = None) -> None:
+    def __init__(
+        self, name: str, options: list[tuple[str, Any]] | None = None, *, ip: str | None = None, port: int = 0
+    ) -> None:
         self.name = name
-        self.ip = fresh_ip()
+        self.ip = ip or fresh_ip()
         self.seen: list[dict[str, str | bytes]] = []
         self.server = grpc.aio.server(options=options)
         self.server.add_generic_rpc_handlers(
@@ -57,7 +64,7 @@ class MetadataSandbox:
                 ),
             )
         )
-        self.port = self.server.add_insecure_port(f"{self.ip}:0")
+        self.port = self.server.add_insecure_port(f"{self.ip}:{port}")
 
     def _record(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         self.seen.append({k: v for k, v in context.invocation_metadata() or ()})
@@ -320,27 +327,82 @@ async def _still_open(reader: asyncio.StreamReader) -> bool:
 # ------------------------------------------------------------------ each stream with its own credential
 
 
+ALPHA_NAMESPACE = "default"  # the scoped tokens are minted for default/alpha
+ALPHA_PORT = 19090  # a port the dev cluster's runner never binds
+
+
+async def _gone(kube: ApiClient, kind: ResourceKind, name: str) -> bool:
+    try:
+        await kube.get(kind, name, namespace=ALPHA_NAMESPACE)
+    except NotFound:
+        return True
+    return False
+
+
+@pytest.fixture
+async def alpha(cluster: DevCluster, controller: Started, kube: ApiClient) -> AsyncIterator[str]:
+    """A real Sandbox default/alpha, made by the real controller: a bare Sandbox (a pod template whose image
+    is no runtime's, so the runner serves nothing there) whose pod kwok starts on a 127.x address. Its pod IP,
+    where the test's server listens (at `ALPHA_PORT`); the Sandbox and its pod are gone after the test."""
+    body = {
+        "apiVersion": SANDBOX.api_version,
+        "kind": "Sandbox",
+        "metadata": {"name": "alpha"},
+        "spec": {"podTemplate": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}},
+    }
+    await kube.create(SANDBOX, body, namespace=ALPHA_NAMESPACE)
+    try:
+
+        async def ready_ip() -> str | None:
+            sandbox = await kube.get(SANDBOX, "alpha", namespace=ALPHA_NAMESPACE)
+            ips = (sandbox.get("status") or {}).get("podIPs") or []
+            return str(ips[0]) if is_ready(sandbox) and ips else None
+
+        ip = await eventually(ready_ip, "Sandbox default/alpha Ready with a pod IP", within=60)
+        assert ip.startswith("127."), ip
+        yield ip
+    finally:
+        await kube.delete(SANDBOX, "alpha", namespace=ALPHA_NAMESPACE)
+
+        async def both_gone() -> bool:
+            return await _gone(kube, SANDBOX, "alpha") and await _gone(kube, POD, "alpha")
+
+        await eventually(both_gone, "Sandbox default/alpha and its pod deleted", within=60)
+
+
+@pytest.fixture
+async def alpha_server(alpha: str) -> AsyncIterator[MetadataSandbox]:
+    """`sandbox`, listening on the real Sandbox alpha's pod IP."""
+    server = MetadataSandbox("alpha", ip=alpha, port=ALPHA_PORT)
+    await server.server.start()
+    try:
+        yield server
+    finally:
+        await server.server.stop(None)
+
+
 @pytest.fixture
 async def scoped(
-    start_router: Callable[..., Awaitable[Router]], tmp_path: Path
+    start_router: Callable[..., Awaitable[Router]], cluster: DevCluster, alpha: str, tmp_path: Path
 ) -> Callable[[Any], Awaitable[Router]]:
-    """A scoped-token h2c router whose resolver finds the sandbox by name at the given server's address
-    (scoped tokens forbid X-Sandbox-Pod-IP; tests never resolve the DNS form)."""
+    """A scoped-token h2c router with its Pod cache (scoped tokens forbid X-Sandbox-Pod-IP): it resolves the
+    real Sandbox default/alpha by name to its pod IP, where the given server listens."""
 
     async def start(server: Any) -> Router:
+        assert (server.ip, server.port) == (alpha, ALPHA_PORT), "the server must listen on alpha's pod IP"
         secret = tmp_path / "secret"
         secret.write_bytes(SECRET)
         router = await start_router(
-            "--enable-h2c", "--authz-mode=scoped-token", f"--authz-scoped-token-secret-file={secret}"
+            *with_identity(
+                cluster,
+                "--enable-h2c",
+                "--authz-mode=scoped-token",
+                f"--authz-scoped-token-secret-file={secret}",
+                "--cache-enabled",
+            )
         )
         assert router.proxy is not None
         router.proxy.settings.max_retries = 0
-
-        async def by_name(route: Any, **_: object) -> Target:
-            assert route.sandbox_id == "alpha", route
-            return Target(server.ip, server.port, "dns", f"{server.ip}:{server.port}".encode())
-
-        router.proxy.resolver.resolve = by_name  # type: ignore[method-assign]
         return router
 
     return start
@@ -353,14 +415,14 @@ def _token(name: str = "alpha") -> str:
 class RecordingByName:
     """A raw h2c sandbox reached by name: sends SETTINGS, records the HEADERS frames it receives."""
 
-    def __init__(self) -> None:
-        self.ip = fresh_ip()
-        self.port = 0
+    def __init__(self, ip: str, port: int) -> None:
+        self.ip = ip
+        self.port = port
         self.received = bytearray()
         self.server: asyncio.Server | None = None
 
     async def __aenter__(self) -> RecordingByName:
-        self.server = await asyncio.start_server(self._serve, self.ip, 0)
+        self.server = await asyncio.start_server(self._serve, self.ip, self.port)
         self.port = self.server.sockets[0].getsockname()[1]
         return self
 
@@ -405,13 +467,13 @@ async def _read_until_goaway(reader: asyncio.StreamReader) -> list[tuple[int, in
     ids=["none", "garbage", "other-sandbox"],
 )
 async def test_a_stream_is_not_authorized_by_a_later_streams_credential(
-    scoped: Callable[[Any], Awaitable[Router]], credential: str | None, grpc_status: bytes
+    scoped: Callable[[Any], Awaitable[Router]], alpha: str, credential: str | None, grpc_status: bytes
 ) -> None:
     """The probe: one write with the preface, stream 1 without a valid credential and stream 3 with a valid
     one. Stream 1 ran in the sandbox (checked with stream 3's token). It is refused with its own verdict
     (UNAUTHENTICATED, or PERMISSION_DENIED for a token of another sandbox) and nothing reaches the sandbox;
     the GOAWAY names stream 1, so the client retries stream 3 on a new connection."""
-    async with RecordingByName() as sandbox:
+    async with RecordingByName(alpha, ALPHA_PORT) as sandbox:
         router = await scoped(sandbox)
         encoder = hpack.Encoder()
         auth = _token("other") if credential == "other" else credential
@@ -442,11 +504,11 @@ async def test_a_stream_is_not_authorized_by_a_later_streams_credential(
 
 
 async def test_a_later_stream_without_a_credential_is_refused_while_the_first_runs(
-    scoped: Callable[[Any], Awaitable[Router]],
+    scoped: Callable[[Any], Awaitable[Router]], alpha: str
 ) -> None:
     """The converse, in one write: stream 1 with a valid token reaches the sandbox, stream 3 without one does
     not (GOAWAY naming stream 1)."""
-    async with RecordingByName() as sandbox:
+    async with RecordingByName(alpha, ALPHA_PORT) as sandbox:
         router = await scoped(sandbox)
         encoder = hpack.Encoder()
         reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port)
@@ -473,10 +535,11 @@ async def test_a_later_stream_without_a_credential_is_refused_while_the_first_ru
 
 
 async def test_concurrent_grpc_calls_are_each_authorized_with_their_own_credential(
-    scoped: Callable[[Any], Awaitable[Router]], sandbox: MetadataSandbox
+    scoped: Callable[[Any], Awaitable[Router]], alpha_server: MetadataSandbox
 ) -> None:
     """grpcio, two concurrent calls on a fresh channel, one without a token: it fails UNAUTHENTICATED
     whichever call opens the connection; the other is served."""
+    sandbox = alpha_server
     router = await scoped(sandbox)
     target = f"127.0.0.1:{router.http_port}"
     for _ in range(5):
