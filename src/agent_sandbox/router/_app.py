@@ -27,7 +27,6 @@ from ..kube import ApiClient, Object, Tracing, load_config, setup_tracing
 from ..kube._servers import HttpServer, MetricsServer, parse_bind_address
 from ._authz import AllowAll, Authorizer, ScopedToken, TokenReview
 from ._config import RouterConfig, read_scoped_secret
-from ._fdlimit import FdReport
 from ._lifecycle import RouterLifecycle
 from ._lifecycle_state import SYNC_ERROR as LIFECYCLE_SYNC_ERROR
 from ._lifecycle_state import LifecycleState
@@ -197,7 +196,6 @@ class Router:
             tracer=self._tracing.tracer,
             propagator=self._tracing.propagator,
             lifecycle=self.lifecycle,
-            fd_report=FdReport(self.metrics),
         )
         await self._bind_all()
         self._tasks.append(asyncio.create_task(DeadlineSweeper(self.connections).run(), name="deadlines"))

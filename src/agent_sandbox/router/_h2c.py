@@ -40,6 +40,7 @@ HPACK context and dropping the sandbox's later frames for it, i.e. terminating H
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import struct
 import time
@@ -206,15 +207,10 @@ class _StaticEncoder:
         return b"".join(out)
 
 
-_ENCODER: _StaticEncoder | None = None
-
-
+@functools.cache
 def _encoder() -> _StaticEncoder:
     """The one encoder (it has no state: any connection may use it)."""
-    global _ENCODER
-    if _ENCODER is None:
-        _ENCODER = _StaticEncoder()
-    return _ENCODER
+    return _StaticEncoder()
 
 
 def _header_frames(stream: int, flags: int, priority: bytes, block: bytes) -> bytes:
@@ -503,7 +499,7 @@ class _Session:
             forwarded = self.last_stream if self.upstream_write is not None else 0
             self._goaway(forwarded, 0x9 if isinstance(exc, hpack.HPACKError) else 0x1)
             return
-        opened: tuple[int, bool, bytes | None] | None = None
+        opened: tuple[int, bool] | None = None
         over_cap = self.frames.over_cap
         for stream, headers in blocks:
             if self.refused_above is not None:
@@ -540,12 +536,14 @@ class _Session:
         if self.route is None and self.frames.buffered + sum(map(len, self.pending)) > _MAX_BUFFER:
             self._goaway()
         elif opened is not None and self.route is not None:
-            # The first stream's own credential, captured when it was parsed: the later streams of the read
-            # were checked with theirs (`_same_target`) and never stand in for it.
-            stream, grpc, authorization = opened
+            # The first stream's own credential (`self.authorization`, which `_same_target` never replaces):
+            # the later streams of the read were checked with theirs and never stand in for it.
+            stream, grpc = opened
             if self.conn.transport is not None:
                 self.conn.transport.pause_reading()
-            asyncio.get_running_loop().create_task(self._connect(stream, grpc, self.route, authorization))
+            asyncio.get_running_loop().create_task(
+                self._connect(stream, grpc, self.route, self.authorization)
+            )
 
     def _refuse_from(self, stream: int) -> None:
         """Refuse `stream` (it names another sandbox, or a credential that needs an API call) and every
@@ -608,11 +606,9 @@ class _Session:
         self._refuse(stream, grpc, RouteError(502, detail))
         return b""
 
-    def _first_request(
-        self, stream: int, headers: list[tuple[str, str]]
-    ) -> tuple[int, bool, bytes | None] | None:
-        """Pin the connection to the sandbox the first request names: (stream, is gRPC, its credential), or
-        None after refusing it (invalid routing headers)."""
+    def _first_request(self, stream: int, headers: list[tuple[str, str]]) -> tuple[int, bool] | None:
+        """Pin the connection to the sandbox the first request names (and keep its credential): (stream, is
+        gRPC), or None after refusing it (invalid routing headers)."""
         routing, dups, authorization = _routing(headers)
         grpc = any(k == "content-type" and v.startswith("application/grpc") for k, v in headers)
         self.first_is_head = (":method", "HEAD") in headers
@@ -623,7 +619,7 @@ class _Session:
             return None
         self.route = route
         self.authorization = authorization
-        return stream, grpc, authorization
+        return stream, grpc
 
     async def _connect(self, stream: int, grpc: bool, route: Route, authorization: bytes | None) -> None:
         proxy = self.proxy
@@ -728,9 +724,8 @@ class _Session:
                 retryable, error = False, "timed out"
             except OSError as exc:
                 if proxy.out_of_descriptors(route.namespace, exc):
-                    raise _OutOfDescriptors(
-                        503, EXHAUSTED_DETAIL
-                    ) from exc  # as HTTP/1.1: at once, no retries
+                    # As HTTP/1.1: at once, no retries.
+                    raise _OutOfDescriptors(503, EXHAUSTED_DETAIL) from exc
                 error = str(exc)
             if lifecycle is not None and holds < MAX_HOLDS and loop.time() < deadline:
                 holds += 1

@@ -106,7 +106,6 @@ class Proxy:
         tracer: Any = None,
         propagator: Any = None,
         lifecycle: RouterLifecycle | None = None,
-        fd_report: FdReport | None = None,
     ) -> None:
         self.settings = settings
         self.resolver = resolver
@@ -120,7 +119,7 @@ class Proxy:
         self.inflight = 0
         self.tunnels: set[Tunnel] = set()
         self.lifecycle = lifecycle
-        self.fd_report = fd_report or FdReport(metrics)
+        self.fd_report = FdReport(metrics)
 
     def fd_guard(self, fd: int) -> bool:
         """`ConnectionLimits.fd_guard`: an accepted socket numbered `fd` is within the descriptor reserve

@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import httptools
+
 from ._outcome import Outcome
 from ._server import Request
 
@@ -44,8 +46,6 @@ def target_path(url: bytes) -> str:
     trace backend should not get; until December 6 the whole target was recorded), and the path of an
     absolute-form target."""
     if url.startswith((b"http://", b"https://")):
-        import httptools
-
         with contextlib.suppress(httptools.HttpParserInvalidURLError):
             url = httptools.parse_url(url).path or b"/"
     q = url.find(b"?")

@@ -36,7 +36,7 @@ from ._http import (
     send_open_file,
 )
 from .execution import run_command
-from .paths import InvalidPath, PathEscape
+from .paths import InvalidPath, PathEscape, confine_lexically
 from .processes import ShuttingDown, SpawnError, TooManyProcesses
 from .state import RuntimeState
 
@@ -451,15 +451,11 @@ class _Legacy:
         pointing out of the root could not be removed at all (403; both until December 6). Parents are still
         resolved and confined; the path is normalised first (`link/` and `link/.` name the link).
         """
-        if "\x00" in user_path:  # as `confine` refuses it (the name below is never confined)
-            raise InvalidPath("path contains a NUL byte")
         root = self.state.root
         # Normalised against the root, as `confine` does: a `..` that climbs above it is an escape (403), as on
         # every route. Normalised against "/" (until December 6), `../name` named `<root>/name` and removed
         # that link, and `../../etc/passwd` was a 404 for a missing `<root>/etc`.
-        joined = posixpath.normpath(root + "/" + user_path)
-        if joined != root and not joined.startswith(root.rstrip("/") + "/"):
-            raise PathEscape(f"path {user_path!r} escapes the root")
+        joined = confine_lexically(root, user_path)
         if joined == root:
             return False
         parent, name = posixpath.split(joined)

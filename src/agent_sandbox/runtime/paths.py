@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import posixpath
 
-__all__ = ["InvalidPath", "PathEscape", "check_fd", "confine", "real_root"]
+__all__ = ["InvalidPath", "PathEscape", "check_fd", "confine", "confine_lexically", "real_root"]
 
 
 class PathEscape(PermissionError):
@@ -47,13 +47,25 @@ def confine(root: str, user_path: str, *, configured_root: str | None = None) ->
         prefix = posixpath.normpath(configured_root)
         if prefix != "/" and _inside(cleaned, prefix):
             user_path = cleaned[len(prefix) :]
-    joined = posixpath.normpath(root + "/" + user_path)
-    if not _inside(joined, root):
-        raise PathEscape(f"path {user_path!r} escapes the root")
-    resolved = os.path.realpath(joined)
+    resolved = os.path.realpath(_joined(root, user_path))
     if not _inside(resolved, root):
         raise PathEscape(f"path {user_path!r} escapes the root")
     return resolved
+
+
+def _joined(root: str, user_path: str) -> str:
+    joined = posixpath.normpath(root + "/" + user_path)
+    if not _inside(joined, root):
+        raise PathEscape(f"path {user_path!r} escapes the root")
+    return joined
+
+
+def confine_lexically(root: str, user_path: str) -> str:
+    """`user_path` joined to `root` and normalised, as `confine` does before it resolves symlinks (none are
+    resolved here: a path naming a link names the link); PathEscape / InvalidPath as `confine`."""
+    if "\x00" in user_path:
+        raise InvalidPath("path contains a NUL byte")
+    return _joined(root, user_path)
 
 
 def check_fd(fd: int, root: str) -> None:
