@@ -46,6 +46,7 @@ from ._events import EventBroadcaster, EventRecorder
 from ._leaderelection import Elector, LeaderElectionConfig, default_identity
 from ._pprof import add_pprof_routes
 from ._servers import Check, HealthServer, MetricsServer
+from ._stopreport import StopReport
 from .errors import NotLeader
 from .metrics import REGISTRY, register_replacing
 
@@ -124,6 +125,9 @@ class ManagerOptions:
     graceful_shutdown_timeout: float = 30.0
     shutdown_flush_timeout: float = 5.0
     """Longest a graceful stop spends sending held writes (after the drain, before the Lease release)."""
+    stop_report_after: float = 15.0
+    """A stop still running this many seconds after `stop` logs every thread's and task's stack (`StopReport`),
+    before the kubelet's default 30 s grace ends in a SIGKILL; 0 disables."""
     cache_sync_timeout: float = 120.0
     cache: CacheOptions = field(default_factory=CacheOptions)
     enable_pprof: bool = False
@@ -226,16 +230,20 @@ class Manager:
 
     async def start(self, stop: asyncio.Event) -> None:
         """Run until `stop` is set, then shut down in order. Raises the first failure."""
+        report = StopReport(self.options.stop_report_after)
         try:
             async with asyncio.TaskGroup() as tg:
-                tg.create_task(self._run(tg, stop), name="manager")
+                tg.create_task(self._run(tg, stop, report), name="manager")
         except BaseExceptionGroup as group:
             leaves = _leaves(group)
             if len(leaves) == 1:
                 raise leaves[0] from None
             raise
+        finally:
+            # Only now: the task group waits for runnables that outlived their grace (`_stop_tasks`).
+            report.cancel()
 
-    async def _run(self, tg: asyncio.TaskGroup, stop: asyncio.Event) -> None:
+    async def _run(self, tg: asyncio.TaskGroup, stop: asyncio.Event, report: StopReport) -> None:
         servers = [self.metrics_server, self.health_server]
         background: list[asyncio.Task[None]] = [tg.create_task(s.start(), name=s.name) for s in servers]
         leader_tasks: list[asyncio.Task[None]] = []
@@ -277,6 +285,7 @@ class Manager:
             await stop.wait()
             log.info("stopping: draining leader-gated runnables")
         finally:
+            report.arm()
             starting.cancel()
             await self._stop_tasks(leader_tasks, self.options.graceful_shutdown_timeout)
             # Still leader (the renewals go on until `hold` stops): send what the controllers did but held

@@ -41,6 +41,9 @@ DEFAULT_HEADER_TIMEOUT = 10.0
 """Seconds a connection may take to send a request head (Go's servers commonly set ReadHeaderTimeout so)."""
 DEFAULT_MAX_CONNECTIONS = 128
 """Open connections per listener: scrapers and kubelet probes need a handful."""
+SHUTDOWN_GRACE = 2.0
+"""Seconds a stopping listener waits for its requests in flight. aiohttp's default (60 s) let one client that
+left a request body half-sent hold the whole controller's stop past the kubelet's 30 s grace."""
 
 
 class _Refused(asyncio.Protocol):
@@ -110,7 +113,11 @@ class HttpServer:
         # waiting for a request head when it fires: with it set to the header timeout, that is the header
         # deadline (aiohttp has no other), and the idle keep-alive limit too.
         runner = web.AppRunner(
-            self.app, access_log=None, handle_signals=False, keepalive_timeout=self.header_timeout
+            self.app,
+            access_log=None,
+            handle_signals=False,
+            keepalive_timeout=self.header_timeout,
+            shutdown_timeout=SHUTDOWN_GRACE,
         )
         await runner.setup()
         listener: asyncio.Server | None = None

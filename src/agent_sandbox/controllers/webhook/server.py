@@ -80,6 +80,10 @@ _MAX_BODY = 64 * 1024 * 1024  # a v1alpha1 list of many large objects
 #: (:func:`_read_body` refuses a compressed body with 415), and what aiohttp still drains of a refused body
 #: after answering (its lingering close, at most 10 s) is then discarded as it comes, never inflated.
 SERVER_OPTIONS: dict[str, Any] = {"auto_decompress": False}
+#: Seconds a stopping listener waits for the reviews in flight (a review takes milliseconds; the API server
+#: retries one that fails). aiohttp's default, 60 s, let a review whose body was still arriving at a SIGTERM
+#: hold the controller's stop past the kubelet's 30 s grace (CI, December 7), Lease release included.
+SHUTDOWN_GRACE = 3.0
 
 
 class WebhookError(RuntimeError):
@@ -439,12 +443,14 @@ class _ServingThread:
         return self.port
 
     def stop(self) -> None:
-        """Close the listener and end the thread (blocks until it has)."""
+        """Close the listener and end the thread (blocks until it has, at most a few seconds)."""
         loop, stop = self._loop, self._stop
         if loop is not None and stop is not None and self._thread.is_alive():
             with contextlib.suppress(RuntimeError):  # the loop already closed
                 loop.call_soon_threadsafe(stop.set)
-        self._thread.join()
+        self._thread.join(SHUTDOWN_GRACE + 2.0)
+        if self._thread.is_alive():  # a daemon thread: it does not keep the process alive
+            log.warning("conversion webhook listener did not stop within %.0fs", SHUTDOWN_GRACE + 2.0)
 
     def _main(self) -> None:
         try:  # the loop the controller process runs on (`controllers.main`), when installed
@@ -461,7 +467,13 @@ class _ServingThread:
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
-        runner = web.AppRunner(build_app(), access_log=None, handle_signals=False, **SERVER_OPTIONS)
+        runner = web.AppRunner(
+            build_app(),
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=SHUTDOWN_GRACE,
+            **SERVER_OPTIONS,
+        )
         try:
             await runner.setup()
             site = web.TCPSite(

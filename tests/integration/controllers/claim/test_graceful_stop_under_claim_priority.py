@@ -76,7 +76,12 @@ async def test_a_graceful_stop_writes_the_events_and_stamps_it_held_before_relea
         os.kill(leader.pid, signal.SIGTERM)
         signalled = time.monotonic()
         while is_ours(leader.pid, leader.exe):
-            assert time.monotonic() - signalled < 20, "the controller did not stop within 20 s of SIGTERM"
+            if time.monotonic() - signalled >= 20:
+                # The manager's stop report (at 15 s) is in the log: where every thread and task waited.
+                log = leader.log.read_text(errors="replace")
+                pytest.fail(
+                    f"the controller did not stop within 20 s of SIGTERM; its log ends:\n{log[-20000:]}"
+                )
             await asyncio.sleep(0.05)
         took = time.monotonic() - signalled
     finally:
