@@ -132,6 +132,13 @@ class Relays:
         async def stop() -> None:
             for server in self._servers:
                 server.close()
+            # End the connections still relaying here, on a running loop: left for the garbage collector
+            # after `loop.close()`, their `finally: writer.close()` raised "Event loop is closed".
+            current = asyncio.current_task()
+            open_relays = [t for t in asyncio.all_tasks() if t is not current]
+            for task in open_relays:
+                task.cancel()
+            await asyncio.gather(*open_relays, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
 
