@@ -10,7 +10,10 @@ directories are created (uploads: one `mkdir -p` command in the sandbox, as the 
 the paths relative to the sandbox's root as the file APIs take them: `CLAIM:/a` is `a` under the root).
 Files keep their permission bits, as `cp` without `-p` keeps them: the source's mode less the umask when
 downloading (where the runtime lists modes: sandboxd and this project's legacy runtime, not upstream's), the
-source's mode when uploading (one `chmod` command per file not 0644 on the legacy runtime).
+source's mode when uploading (one `chmod` command per file not 0644 on the legacy runtime). Directories
+too, as GNU `cp -r` (they all came out 0755 until December 7): each gets its mode once everything under it
+is in - downloading, one the copy makes (not one already there) is 0700 until then; uploading, one not 0755
+(the runtime's) gets its source's by a `find ... -exec chmod` command per mode (`_chmod_commands`).
 Names a sandbox lists are checked before anything is written locally: the sandbox is not trusted, and an
 entry named `..` or `a/b` is refused - named on stderr, the rest copied, exit 1 - rather than written outside
 the destination. The runtimes' listings follow symbolic links and do not mark them, so a link to an ancestor
@@ -58,6 +61,9 @@ STDIO = "-"
 
 #: What a runtime writes when no mode is given: no need to ask for it.
 _DEFAULT_MODE = 0o644
+#: What a runtime makes a directory with (the file APIs' parents, `mkdir -p`, under the usual umask 022): an
+#: uploaded directory of another mode is given it once its contents are in.
+_RUNTIME_DIRECTORY_MODE = 0o755
 #: A mode as a sandbox lists it ("0755"); anything else is ignored (the sandbox is not trusted).
 _LISTED_MODE = re.compile(r"^0?[0-7]{3}$")
 
@@ -99,6 +105,7 @@ class _Tally:
     skipped: list[str] = field(default_factory=list)
     vanished: list[str] = field(default_factory=list)  # listed, then not there to read
     refused: list[str] = field(default_factory=list)  # error lines: what was not copied, and why
+    unset: list[str] = field(default_factory=list)  # error lines: a local directory whose mode was not set
 
     def summary(self) -> str:
         noun = "file" if self.files == 1 else "files"
@@ -172,6 +179,7 @@ def _upload(client: SandboxClient, args: argparse.Namespace, dst: tuple[str, str
     if not local.is_dir():
         raise ValueError(f"{local}: not a file or directory")
     contents_only = _contents_only(args.src)
+    kind: str | None = None
     if not path:
         target = "" if contents_only else local.resolve().name
     else:
@@ -184,7 +192,10 @@ def _upload(client: SandboxClient, args: argparse.Namespace, dst: tuple[str, str
         # The root however spelled (`.`, `/`, `/.`, `/tmp/..`): "" (a `/` reached `mkdir` as a path that names
         # no file, refused; December 6).
         target = "" if target in (".", "/") else target
-    tally = _upload_tree(sandbox, local, target, timeout)
+    # The top is given its mode when the copy makes it: not the sandbox's root, and not a directory that
+    # exists when only the contents go into it (`cp -r src/. dir` leaves `dir`'s mode as it is).
+    top_is_new = bool(target) and not (contents_only and kind == "directory")
+    tally = _upload_tree(sandbox, local, target, timeout, top_is_new)
     for skipped in tally.skipped:
         print(
             f"warning: skipped {skipped} (symbolic links and special files are not copied)", file=sys.stderr
@@ -197,11 +208,14 @@ def _upload(client: SandboxClient, args: argparse.Namespace, dst: tuple[str, str
     return 1 if tally.refused else 0
 
 
-def _upload_tree(sandbox: Sandbox, root: Path, target: str, timeout: float) -> _Tally:
+def _upload_tree(
+    sandbox: Sandbox, root: Path, target: str, timeout: float, top_is_new: bool = True
+) -> _Tally:
     files, commands = sandbox.files, sandbox.commands
     assert files is not None
     tally, empty = _Tally(), []
     jobs: list[Callable[[], int]] = []
+    modes: list[tuple[str, int]] = []  # (remote directory, its source's mode), parents first
 
     def upload(local: Path, remote: str) -> int:
         assert files is not None
@@ -214,6 +228,10 @@ def _upload_tree(sandbox: Sandbox, root: Path, target: str, timeout: float) -> _
         rel = here.relative_to(root).as_posix()
         remote_dir = posixpath.normpath(posixpath.join(target, rel)) if target else rel
         remote_dir = "" if remote_dir == "." else remote_dir
+        mode = stat.S_IMODE(here.stat().st_mode) & 0o777
+        if remote_dir and mode != _RUNTIME_DIRECTORY_MODE and (top_is_new or here != root):
+            modes.append((remote_dir, mode))
+        dirnames.sort()  # walked in order: the same commands for the same tree
         for name in list(dirnames):
             if (here / name).is_symlink():
                 dirnames.remove(name)
@@ -251,7 +269,57 @@ def _upload_tree(sandbox: Sandbox, root: Path, target: str, timeout: float) -> _
         result = commands.run(shlex.join(["mkdir", "-p", "--", *empty]), timeout=timeout)
         if result.exit_code != 0:
             raise SandboxError(f"creating empty directories failed: {result.stderr.strip()}")
+    if modes:
+        assert commands is not None
+        for command in _chmod_commands([(sanitize_path(_api_path(d)), mode) for d, mode in modes]):
+            result = commands.run(command, timeout=timeout)
+            if result.exit_code != 0:
+                raise SandboxError(f"setting directory modes failed: {result.stderr.strip()}")
     return tally
+
+
+def _chmod_commands(modes: list[tuple[str, int]]) -> list[str]:
+    """Commands that give each directory (root-relative, parents first) its mode, after everything is in it.
+
+    One command per mode, except for directories the owner cannot search (no `u+x`): those go last, deepest
+    first, as a change below one of them needs that search; their own contents are all written by then, so a
+    directory without `u+w` (0500) is no obstacle. Run as `find DIR... -maxdepth 0 -type d -exec chmod`: `find`
+    does not follow a symbolic link (`-P`, its default) and `-type d` passes over one, so a link the sandbox
+    has where the tree has a directory (the files went through it) is left alone, not the directory it names
+    chmodded. `./` before each path: `find` would take one starting with `-` for an expression.
+    """
+    searchable: dict[int, list[str]] = {}
+    for directory, mode in modes:
+        if mode & stat.S_IXUSR:
+            searchable.setdefault(mode, []).append(directory)
+    closed = sorted(
+        ((d, m) for d, m in modes if not m & stat.S_IXUSR), key=lambda dm: dm[0].count("/"), reverse=True
+    )
+    last: list[tuple[int, list[str]]] = []  # consecutive ones of one mode share a command
+    for directory, mode in closed:
+        if last and last[-1][0] == mode:
+            last[-1][1].append(directory)
+        else:
+            last.append((mode, [directory]))
+    return [
+        shlex.join(
+            [
+                "find",
+                *(f"./{d}" for d in dirs),
+                "-maxdepth",
+                "0",
+                "-type",
+                "d",
+                "-exec",
+                "chmod",
+                f"{mode:04o}",
+                "--",
+                "{}",
+                "+",
+            ]
+        )
+        for mode, dirs in [*searchable.items(), *last]
+    ]
 
 
 def _api_path(path: str) -> str:
@@ -356,9 +424,11 @@ def _download(client: SandboxClient, args: argparse.Namespace, src: tuple[str, s
         target = target / _checked_name(name or claim, path)
     elif target.exists() and not target.is_dir():
         raise ValueError(f"{target}: not a directory")
-    tally = _download_tree(sandbox, posixpath.normpath(path), target, timeout, claim)
+    tally = _download_tree(sandbox, posixpath.normpath(path), target, timeout, claim, entry)
     for line in tally.refused:
         print(f"error: {claim}:{line}", file=sys.stderr)
+    for line in tally.unset:
+        print(f"error: {line}", file=sys.stderr)
     for gone in tally.vanished:
         print(
             f"error: {claim}:{gone}: no such file or directory (removed after it was listed, its name is not"
@@ -366,7 +436,7 @@ def _download(client: SandboxClient, args: argparse.Namespace, src: tuple[str, s
             file=sys.stderr,
         )
     print(f"{claim}:{path} -> {target} ({tally.summary()})", file=sys.stderr)
-    return 1 if tally.vanished or tally.refused else 0
+    return 1 if tally.vanished or tally.refused or tally.unset else 0
 
 
 def _read_to(sandbox: Sandbox, claim: str, path: str, destination: Path | BinaryIO, timeout: float) -> int:
@@ -381,9 +451,12 @@ def _read_to(sandbox: Sandbox, claim: str, path: str, destination: Path | Binary
         raise
 
 
-def _download_tree(sandbox: Sandbox, remote: str, local: Path, timeout: float, claim: str = "") -> _Tally:
+def _download_tree(
+    sandbox: Sandbox, remote: str, local: Path, timeout: float, claim: str = "", top: FileEntry | None = None
+) -> _Tally:
     """Every file under `remote` into `local`: the whole tree listed first, then its directories made, then
-    its files read, so nothing is made locally for what is not copied.
+    its files read, so nothing is made locally for what is not copied; last, the directories made are given
+    their listed modes (`top`: what the parent's listing says of `remote`; see `_make_directories`).
 
     A file or directory gone by the time it is read (a live sandbox's temporary files, a lock, a name that is
     not UTF-8 and so was listed with U+FFFD) is reported in `vanished` and the rest copied, as `cp -r` does;
@@ -393,10 +466,9 @@ def _download_tree(sandbox: Sandbox, remote: str, local: Path, timeout: float, c
     assert files is not None
     tally = _Tally()
     plan = _Plan()
-    _list_tree(sandbox, claim, remote, local, plan, timeout, tally, ())
-    for directory in plan.directories:
-        directory.mkdir(parents=True, exist_ok=True)
+    _list_tree(sandbox, claim, remote, local, plan, timeout, tally, (), top)
     umask = _umask()
+    made = _make_directories(plan.directories)
 
     def download(child: str, destination: Path, entry: FileEntry) -> int:
         assert files is not None
@@ -413,16 +485,61 @@ def _download_tree(sandbox: Sandbox, remote: str, local: Path, timeout: float, c
         _keep_mode(entry, destination, umask)
         return written
 
-    sizes = [n for n in _run_all([functools.partial(download, *pair) for pair in plan.files]) if n >= 0]
+    try:
+        sizes = [n for n in _run_all([functools.partial(download, *pair) for pair in plan.files]) if n >= 0]
+    finally:
+        # also when the copy stops half-way, as `cp -r` does: what was made is not left at 0700
+        _keep_directory_modes(made, umask, tally)
     tally.files, tally.bytes = len(sizes), sum(sizes)
     return tally
+
+
+def _make_directories(
+    directories: list[tuple[Path, FileEntry | None]],
+) -> list[tuple[Path, FileEntry | None]]:
+    """Make the tree's directories (parents first); those made here (not those already there), returned.
+
+    Each is made 0700 (less the umask) and gets its own mode only once its files are in it
+    (`_keep_directory_modes`), as GNU `cp -r` does: a 0500 directory could not be written into, and a 0700
+    one's files are not open to others while the copy runs.
+    """
+    made = []
+    for directory, entry in directories:
+        if directory.is_dir():  # already there (or a link to one: written through, as `cp -r` writes)
+            continue
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            directory.mkdir(mode=0o700)
+        except FileExistsError:
+            if not directory.is_dir():
+                raise
+            continue
+        made.append((directory, entry))
+    return made
+
+
+def _keep_directory_modes(made: list[tuple[Path, FileEntry | None]], umask: int, tally: _Tally) -> None:
+    """Give each directory `made` its listed mode less the umask (set-id bits never), deepest first: a parent
+    the owner cannot search (no `u+x`) would stop the change below it. One listed without a mode (upstream's
+    runtime lists none) gets what `mkdir` gives. A directory replaced by a symbolic link meanwhile is left
+    alone: `chmod` would change what it names."""
+    for directory, entry in reversed(made):
+        mode = 0o777
+        if entry is not None and entry.mode is not None and _LISTED_MODE.match(entry.mode):
+            mode = int(entry.mode, 8) & 0o777
+        try:
+            if stat.S_ISDIR(os.lstat(directory).st_mode):
+                os.chmod(directory, mode & ~umask)
+        except OSError as err:
+            tally.unset.append(f"{directory}: its mode {mode & ~umask:04o} not set: {err.strerror or err}")
 
 
 @dataclass
 class _Plan:
     """What a download makes locally, in order: directories (parents first), then files."""
 
-    directories: list[Path] = field(default_factory=list)
+    #: each with what its parent's listing says of it (None: the top when it is the root, or not listed)
+    directories: list[tuple[Path, FileEntry | None]] = field(default_factory=list)
     files: list[tuple[str, Path, FileEntry]] = field(default_factory=list)
     #: Listings read ahead while a suspected loop was checked, each taken once by the walk (`_entries`).
     listed: dict[str, list[FileEntry]] = field(default_factory=dict)
@@ -453,9 +570,10 @@ def _list_tree(
     timeout: float,
     tally: _Tally,
     ancestors: tuple[tuple[str, _Listing], ...],
+    listed: FileEntry | None = None,
 ) -> None:
     """Add `remote` and what is under it to `plan` (`ancestors`: the directories above it, with their
-    listings, nearest last).
+    listings, nearest last; `listed`: what its parent's listing says of it).
 
     The runtimes' listings follow symbolic links and do not mark them (spec: "symlinks followed"), so a link
     to an ancestor (`d/up -> ..`) is a directory at every level: recursing into it ended in RecursionError,
@@ -485,7 +603,7 @@ def _list_tree(
                 f"{remote}: not copied: it lists what {claim}:{path} lists (a symbolic link loop)"
             )
             return
-    plan.directories.append(local)
+    plan.directories.append((local, listed))
     ancestors = (*ancestors, (remote, listing))
     for entry in entries:
         reason = _unusable(entry.name)
@@ -496,7 +614,7 @@ def _list_tree(
             continue
         child = entry.name if remote in ("", ".") else posixpath.join(remote, entry.name)
         if entry.type == "directory":
-            _list_tree(sandbox, claim, child, local / entry.name, plan, timeout, tally, ancestors)
+            _list_tree(sandbox, claim, child, local / entry.name, plan, timeout, tally, ancestors, entry)
         else:
             plan.files.append((child, local / entry.name, entry))
 

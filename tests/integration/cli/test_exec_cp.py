@@ -244,6 +244,87 @@ def test_cp_keeps_permission_bits_both_ways(
     }
 
 
+def test_cp_keeps_directory_modes_both_ways(
+    cluster: DevCluster, namespace: str, controller: Started, router: str, tmp_path: Path
+) -> None:
+    """A private 0700 directory stays private: every directory arrived 0755, both ways (the runtime's, then
+    mkdir's), open to every other user. As `cp -r`: the source's mode (less the umask, locally), set once its
+    contents are in (a 0500 one too); a directory that was already there, or a symbolic link where the tree
+    has a directory, is left as it is."""
+    apply_pool(cluster, namespace, replicas=1, containers=[{"name": "runtime", "image": RUNTIME_IMAGE}])
+    ns = ("-n", namespace)
+    assert cli(cluster, router, "create", "pool", *ns, "--name", "dirmodes").returncode == 0
+    tree = tmp_path / "tree"
+    for sub in ("sub/deep", "ro", "emptyd", "plain"):
+        (tree / sub).mkdir(parents=True)
+    (tree / "sub" / "deep" / "f").write_text("deep\n")
+    (tree / "ro" / "f").write_text("ro\n")
+    local_modes = {"sub": 0o700, "ro": 0o500, "emptyd": 0o700, "plain": 0o755, "": 0o750}
+    for sub, mode in local_modes.items():
+        (tree / sub).chmod(mode)
+
+    def remote_modes(*paths: str) -> list[str]:
+        out = cli(cluster, router, "exec", *ns, "dirmodes", "--", "stat", "-c", "%n %a", *paths)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.splitlines()
+
+    up = cli(cluster, router, "cp", str(tree), "dirmodes:tree", *ns)
+    assert up.returncode == 0, up.stderr
+    assert remote_modes("tree", "tree/sub", "tree/sub/deep", "tree/ro", "tree/emptyd", "tree/plain") == [
+        "tree 750", "tree/sub 700", "tree/sub/deep 755", "tree/ro 500", "tree/emptyd 700", "tree/plain 755",
+    ]  # fmt: skip
+    assert cli(cluster, router, "exec", *ns, "dirmodes", "--", "cat", "tree/ro/f").stdout == "ro\n"
+    # The contents into a directory the sandbox has: its mode is left alone; a symbolic link where the tree
+    # has `sub` is written through, and what it names not chmodded.
+    made = cli(cluster, router, "exec", *ns, "dirmodes", "--", "sh", "-c",
+               "mkdir -m 0711 into shared && chmod 0755 shared && ln -s ../shared into/sub")  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    up = cli(cluster, router, "cp", f"{tree}/.", "dirmodes:into", *ns)
+    assert up.returncode == 0, up.stderr
+    assert remote_modes("into", "shared", "into/ro", "shared/deep/f") == [
+        "into 711", "shared 755", "into/ro 500", "shared/deep/f 644",
+    ]  # fmt: skip
+
+    changed = cli(cluster, router, "exec", *ns, "dirmodes", "--", "chmod", "0700", "tree/plain")
+    assert changed.returncode == 0, changed.stderr
+    umask = os.umask(0o022)
+    os.umask(umask)
+    out = tmp_path / "out"
+    down = cli(cluster, router, "cp", "dirmodes:tree", str(out), *ns)
+    assert down.returncode == 0, down.stderr
+    got = {p.relative_to(out).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in [out, *out.rglob("*")]}
+    assert got == {
+        ".": 0o750 & ~umask,
+        "sub": 0o700 & ~umask,
+        "sub/deep": 0o755 & ~umask,
+        "sub/deep/f": 0o644 & ~umask,
+        "ro": 0o500 & ~umask,
+        "ro/f": 0o644 & ~umask,
+        "emptyd": 0o700 & ~umask,
+        "plain": 0o700 & ~umask,
+    }
+    assert (out / "ro" / "f").read_text() == "ro\n"
+    # Into a local directory that exists: `out/tree` (made) gets its mode, `again` keeps its own; and a
+    # local symbolic link where the tree has `sub` is written through, what it names not chmodded.
+    again = tmp_path / "again"
+    (again / "tree").mkdir(parents=True)
+    (again / "tree").chmod(0o755)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    elsewhere.chmod(0o755)
+    (again / "tree" / "sub").symlink_to(elsewhere)
+    down = cli(cluster, router, "cp", "dirmodes:tree", str(again), *ns)
+    assert down.returncode == 0, down.stderr
+    assert stat.S_IMODE((again / "tree").stat().st_mode) == 0o755
+    assert stat.S_IMODE(elsewhere.stat().st_mode) == 0o755
+    assert (elsewhere / "deep" / "f").read_text() == "deep\n"
+    assert stat.S_IMODE((again / "tree" / "ro").stat().st_mode) == 0o500 & ~umask
+    # leave nothing a cleanup cannot remove (as a user other than root)
+    for place in (tree, out, again):
+        subprocess.run(["chmod", "-R", "u+rwx", str(place)], check=True)
+    cli(cluster, router, "exec", *ns, "dirmodes", "--", "chmod", "-R", "u+rwx", "tree", "into", "shared")
+
+
 def test_cp_of_a_tree_copies_the_rest_when_a_listed_file_cannot_be_read(
     cluster: DevCluster, namespace: str, controller: Started, router: str, tmp_path: Path
 ) -> None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import posixpath
+import shlex
+import stat
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -225,7 +228,7 @@ def test_empty_directories_go_where_the_files_go(
     prefix = f"{under_the_root}/" if under_the_root else ""
     (written,) = sandbox.written
     assert sanitize_path(written) == f"{prefix}sub/f.txt"  # where the file API puts it
-    assert sandbox.ran == [f"mkdir -p -- {prefix}sub/empty {prefix}blank"]
+    assert sandbox.ran == [f"mkdir -p -- {prefix}blank {prefix}sub/empty"]  # in name order
 
 
 def test_empty_directories_never_climb_out_of_the_root(tmp_path: Path) -> None:
@@ -321,3 +324,179 @@ def test_a_name_of_spaces_at_the_top_of_the_sandbox_is_copied(tmp_path: Path) ->
     assert (tally.files, tally.refused, tally.vanished) == (2, [], [])
     assert sorted(path for path, _ in files.read) == [" ", "a"]
     assert (tmp_path / "down" / " ").read_bytes() == b"x"
+
+
+def _chmods(ran: list[str]) -> list[tuple[str, list[str]]]:
+    """(mode, directories) of each `find DIR... -maxdepth 0 -type d -exec chmod MODE -- {} +` that ran."""
+    found = []
+    for command in ran:
+        words = shlex.split(command)
+        if words[0] == "find":
+            cut = words.index("-maxdepth")
+            assert words[cut:] == [
+                "-maxdepth",
+                "0",
+                "-type",
+                "d",
+                "-exec",
+                "chmod",
+                words[-4],
+                "--",
+                "{}",
+                "+",
+            ]
+            found.append((words[-4], words[1:cut]))
+    return found
+
+
+def test_an_uploaded_tree_keeps_its_directories_modes_set_after_their_contents(tmp_path: Path) -> None:
+    """A private 0700 directory arrived 0755 (the runtime's), open to every user of the sandbox: `cp` keeps
+    a directory's mode as `cp -r` does. Set once everything is in (a 0500 one could not be written into
+    after), and those the owner cannot search (0600) last, deepest first: a change below one needs it."""
+    tree = tmp_path / "tree"
+    for sub in ("sub/deep", "ro", "emptyd", "plain", "closed/inner", "closed/inner2"):
+        (tree / sub).mkdir(parents=True)
+    (tree / "sub" / "deep" / "f").write_text("x")
+    (tree / "ro" / "f").write_text("x")
+    (tree / "closed" / "inner" / "f").write_text("x")
+    (tree / "closed" / "inner2" / "f").write_text("x")
+    modes = {"": 0o750, "sub": 0o700, "ro": 0o500, "emptyd": 0o700, "closed": 0o600, "closed/inner": 0o600}
+    modes |= {"closed/inner2": 0o640}
+    sandbox = _TreeSandbox()
+    client: Any = type("C", (), {"get_sandbox": lambda self, claim, namespace: sandbox})()
+    try:
+        for sub, mode in sorted(modes.items(), key=lambda kv: -kv[0].count("/")):
+            (tree / sub).chmod(mode)
+        assert copy(client, _args(str(tree), "sb:dest")) == 0
+    finally:
+        for sub in modes:
+            (tree / sub).chmod(0o755)
+    assert sandbox.ran[0] == "mkdir -p -- dest/emptyd dest/plain"  # made before any mode is set
+    assert _chmods(sandbox.ran) == [
+        ("0750", ["./dest"]),
+        ("0700", ["./dest/emptyd", "./dest/sub"]),
+        ("0500", ["./dest/ro"]),  # searchable: any time after its file is in
+        ("0600", ["./dest/closed/inner"]),
+        ("0640", ["./dest/closed/inner2"]),
+        ("0600", ["./dest/closed"]),
+    ]
+    assert len(sandbox.ran) == 7
+
+
+@pytest.mark.parametrize(
+    ("source", "destination"), [("tree/.", "sb:/"), ("tree/.", "sb:."), ("tree", "sb:/")]
+)
+def test_an_uploaded_tree_leaves_the_sandboxs_root_mode_alone(
+    source: str, destination: str, tmp_path: Path
+) -> None:
+    tree = tmp_path / "tree"
+    (tree / "d").mkdir(parents=True)
+    (tree / "d" / "f").write_text("x")
+    (tree / "d").chmod(0o700)
+    tree.chmod(0o700)
+    sandbox = _TreeSandbox()
+    client: Any = type("C", (), {"get_sandbox": lambda self, claim, namespace: sandbox})()
+    assert copy(client, _args(f"{tmp_path}/{source}", destination)) == 0
+    prefix = "" if source.endswith(".") else "tree/"
+    top = [] if source.endswith(".") else [f"./{prefix}".rstrip("/")]
+    assert _chmods(sandbox.ran) == [("0700", [*top, f"./{prefix}d"])]
+
+
+def test_an_uploaded_trees_contents_leave_an_existing_destinations_mode_alone(tmp_path: Path) -> None:
+    """`cp -r src/. dir` gives `dir`, which exists, no mode; made by the copy, it gets the source's."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "f").write_text("x")
+    tree.chmod(0o700)
+    there = _TreeSandbox()
+    there.list = lambda path, timeout: [FileEntry(name="dir", size=0, type="directory", modified=_STAMP)]  # type: ignore[method-assign]
+    client: Any = type("C", (), {"get_sandbox": lambda self, claim, namespace: there})()
+    assert copy(client, _args(f"{tree}/.", "sb:dir")) == 0
+    assert there.ran == []
+    absent = _TreeSandbox()
+    client = type("C", (), {"get_sandbox": lambda self, claim, namespace: absent})()
+    assert copy(client, _args(f"{tree}/.", "sb:dir")) == 0
+    assert _chmods(absent.ran) == [("0700", ["./dir"])]
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+def test_a_downloaded_tree_keeps_its_directories_modes_less_the_umask(tmp_path: Path) -> None:
+    """Every directory came out 0755 (mkdir's), whatever the sandbox listed: a private 0700 one was open to
+    every local user. Each is made 0700 while its files are written (a 0500 one could not be written into),
+    then given its listed mode less the umask, deepest first; one listed without a mode gets mkdir's."""
+
+    def d(name: str, mode: str | None) -> FileEntry:
+        return FileEntry(name=name, size=4096, type="directory", modified=_STAMP, mode=mode)
+
+    listings = {
+        "tree": [
+            d("sub", "0700"),
+            d("ro", "0500"),
+            d("emptyd", "0700"),
+            d("plain", None),
+            d("closed", "0600"),
+        ],
+        "tree/sub": [d("deep", "0755")],
+        "tree/sub/deep": [_entry("f")],
+        "tree/ro": [_entry("f")],
+        "tree/emptyd": [],
+        "tree/plain": [],
+        "tree/closed": [d("inner", "0750")],
+        "tree/closed/inner": [_entry("f")],
+    }
+    seen: dict[str, int] = {}
+
+    class Recording(_TreeListing):
+        def read_to(self, path: str, destination: Path, timeout: float) -> int:
+            seen[path] = _mode(destination.parent)  # while the copy runs
+            return super().read_to(path, destination, timeout)
+
+    sandbox: Any = type("S", (), {"files": Recording(listings)})()
+    down = tmp_path / "down"
+    old = os.umask(0o027)
+    try:
+        tally = _download_tree(sandbox, "tree", down, 10, "sb", d("tree", "2775"))
+    finally:
+        os.umask(old)
+    try:
+        assert (tally.files, tally.refused, tally.unset) == (3, [], [])
+        assert seen == {"tree/sub/deep/f": 0o700, "tree/ro/f": 0o700, "tree/closed/inner/f": 0o700}
+        got = {p.relative_to(down).as_posix(): _mode(p) for p in [down, *down.rglob("*")] if p.is_dir()}
+        assert got == {
+            ".": 0o750,  # 2775 less 027, no set-id bit
+            "sub": 0o700,
+            "sub/deep": 0o750,
+            "ro": 0o500,
+            "emptyd": 0o700,
+            "plain": 0o750,
+            "closed": 0o600,
+            "closed/inner": 0o750,
+        }
+    finally:
+        for p in [down, *down.iterdir()]:
+            p.chmod(0o755)
+
+
+def test_a_downloaded_tree_leaves_directories_already_there_alone(tmp_path: Path) -> None:
+    """As `cp -r`: a directory that exists keeps its mode, and one that is a symbolic link to a directory is
+    written through, never chmodded (that would change the directory it names)."""
+    listings = {
+        "tree": [FileEntry(name="sub", size=0, type="directory", modified=_STAMP, mode="0700")],
+        "tree/sub": [_entry("f")],
+    }
+    sandbox: Any = type("S", (), {"files": _TreeListing(listings)})()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    elsewhere.chmod(0o755)
+    down = tmp_path / "down"
+    down.mkdir()
+    down.chmod(0o755)
+    (down / "sub").symlink_to(elsewhere)
+    top = FileEntry(name="tree", size=0, type="directory", modified=_STAMP, mode="0700")
+    tally = _download_tree(sandbox, "tree", down, 10, "sb", top)
+    assert (tally.files, tally.unset) == (1, [])
+    assert (_mode(down), _mode(elsewhere)) == (0o755, 0o755)
+    assert (elsewhere / "f").read_bytes() == b"x"

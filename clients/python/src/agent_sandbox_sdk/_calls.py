@@ -192,17 +192,20 @@ def _resume_refused(resp: HttpResponse) -> bool:
     return resp.status_code == 503 and RESUME_REFUSED in error_detail(resp)
 
 
-def explain_unreachable(conn: Connection, err: SandboxRequestError) -> Flow[SandboxRequestError]:
+def explain_unreachable(
+    conn: Connection, err: SandboxRequestError, unsent_body: str | None = None
+) -> Flow[SandboxRequestError]:
     """`err` (the sandbox could not be reached), with the reason when its Sandbox object tells one: it is
     suspended (only a router running `--sandbox-lifecycle` resumes it, and only if it asks for auto-resume)
     or it no longer exists. One GET of the Sandbox (and, for a suspended one, at most one of its template), on
-    this failure path only; when that fails too, `err` as it was."""
+    this failure path only; when that fails too, `err` as it was. `unsent_body`: why a router could not hold
+    the request's body to send it again (`_unsendable_body`), None when it could or there was none."""
     if err.response is not None and _resume_refused(err.response):  # said why, better than we could
         return err
     found, view = yield from _read_sandbox(conn)
     if not found:
         return err
-    return (yield from _explained(conn, err, view))
+    return (yield from _explained(conn, err, view, unsent_body))
 
 
 def _read_sandbox(conn: Connection) -> Flow[tuple[bool, SandboxView | None]]:
@@ -230,7 +233,7 @@ def _read_sandbox(conn: Connection) -> Flow[tuple[bool, SandboxView | None]]:
 
 
 def _explained(
-    conn: Connection, err: SandboxRequestError, view: SandboxView | None
+    conn: Connection, err: SandboxRequestError, view: SandboxView | None, unsent_body: str | None = None
 ) -> Flow[SandboxRequestError]:
     where = f"Sandbox {conn.namespace}/{conn.sandbox_id}"
     if view is None:
@@ -239,7 +242,7 @@ def _explained(
         why = "the " + hibernated_hint(conn.namespace, conn.sandbox_id)
     elif view.operating_mode == "Suspended":
         why = f"the {where} is suspended (spec.operatingMode: Suspended): " + (
-            yield from _suspended_advice(conn, view)
+            yield from _suspended_advice(conn, view, unsent_body)
         )
     else:
         return err
@@ -248,12 +251,19 @@ def _explained(
     return explained
 
 
-def _suspended_advice(conn: Connection, view: SandboxView) -> Flow[str]:
+def _suspended_advice(conn: Connection, view: SandboxView, unsent_body: str | None = None) -> Flow[str]:
     """What to do about a suspended Sandbox, by its auto-resume setting (the Sandbox's own, else its template's).
 
     Resume on request takes both the Sandbox's opt-in and a router running `--sandbox-lifecycle`; which one is
     missing is said. Until December 6 the advice was always "run the router with --sandbox-lifecycle", also
-    through a router that runs it, where the missing piece was the annotation."""
+    through a router that runs it, where the missing piece was the annotation.
+
+    With the opt-in, what answered cannot be told from here: a router without the flag, or one with it that
+    could not send this request again once the Sandbox was back (docs/lifecycle.md) - it holds a request and
+    resends it whole to the resumed pod, but not one whose body was streamed or is over 64 KiB (`unsent_body`
+    says which, when the SDK sent such a body), nor one that had reached the pod as it went (it may have run).
+    Until December 7 this said "this request did not go through a router running --sandbox-lifecycle" also
+    of a streamed `files.write` cut by a suspend through a router that runs it, where calling again succeeds."""
     advice = "resume it (the handle's resume(), `agent-sandbox resume`)"
     setting = yield from _auto_resume_setting(conn, view)
     if setting is None:
@@ -272,9 +282,19 @@ def _suspended_advice(conn: Connection, view: SandboxView) -> Flow[str]:
     # December 6 "true " was taken as on here, and the advice blamed the router for what the value did.
     quoted = json.dumps(value, ensure_ascii=False)  # as it is: a stray space or newline shows
     if value.lower() == "true":
+        asks = f"{advice}; it asks to be resumed on request ({AUTO_RESUME_ANNOTATION}: {quoted} on {source})"
+        if unsent_body is not None:
+            return (
+                f"{asks}, and a router running --sandbox-lifecycle does so, but this request's body {unsent_body}, "
+                "which a router cannot hold to send again once the Sandbox is back (only a body sent whole, up to "
+                f"{_ROUTER_HOLDS >> 10} KiB with the request's head): calling again (with the content from its "
+                "start) resumes the Sandbox and succeeds - unless this request did not go through a router "
+                "running --sandbox-lifecycle"
+            )
         return (
-            f"{advice}; it asks to be resumed on request ({AUTO_RESUME_ANNOTATION}: {quoted} on {source}), "
-            "but this request did not go through a router running --sandbox-lifecycle"
+            f"{asks}, but this request did not go through a router running --sandbox-lifecycle, or it reached "
+            "the Sandbox's pod as it was suspended and that router could not send it again (it may have run "
+            "there): calling again then resumes the Sandbox"
         )
     if value.lower() == "false":
         return (
@@ -304,6 +324,29 @@ def _auto_resume_setting(conn: Connection, view: SandboxView) -> Flow[tuple[str,
     if value is None:
         return None
     return f"its SandboxTemplate {conn.namespace}/{view.template}", str(value)
+
+
+#: The most of a request (head and body, sent whole) a lifecycle router holds to send it again to a resumed
+#: pod (`router/_exchange.py`'s `_REPLAY_LIMIT`; docs/lifecycle.md: "streamed or is over 64 KiB").
+_ROUTER_HOLDS = 64 << 10
+
+
+def _unsendable_body(req: HttpRequest) -> str | None:
+    """Why a lifecycle router could not hold `req` to send it again once its Sandbox resumed, as the rest of
+    "this request's body ..." (None: no body, or one small enough, sent whole). The head's size is estimated
+    from what the SDK sets (the HTTP library adds a few short headers)."""
+    if req.upload is not None:
+        # an in-memory body over 1 MiB (`files.write`) is streamed with its length, said as its size
+        length = next((v for k, v in req.headers.items() if k.lower() == "content-length"), None)
+        return f"is {length} bytes" if length is not None and length.isdigit() else "was streamed"
+    if req.content is not None:
+        size = len(req.content)
+    elif req.json is not None:
+        size = len(json.dumps(req.json).encode())
+    else:
+        return None
+    head = len(req.method) + len(req.url) + sum(len(k) + len(v) + 4 for k, v in req.headers.items()) + 128
+    return f"is {size} bytes" if size + head > _ROUTER_HOLDS else None
 
 
 def _request(
@@ -412,9 +455,10 @@ def call(
                 raise explain_refusal(conn, err, req.headers) from None
             if resp.status_code not in UNREACHABLE:
                 raise
+            unsent = _unsendable_body(req)
             if settled:
-                raise (yield from _explained(conn, err, view)) from None
-            raise (yield from explain_unreachable(conn, err)) from None
+                raise (yield from _explained(conn, err, view, unsent)) from None
+            raise (yield from explain_unreachable(conn, err, unsent)) from None
 
 
 def open_stream(
