@@ -600,8 +600,12 @@ func (s *Sandbox) suspendedAdvice(ctx context.Context, obj *unstructured.Unstruc
 	// quoted as it is, so a stray space or newline shows.
 	switch strings.ToLower(value) {
 	case "true":
+		// Both causes: the SDK cannot tell a router without the flag from one that could not send this
+		// request again (its body streamed or above 64 KiB); until December 7 only the first was named.
 		return fmt.Sprintf(`%s; it asks to be resumed on request (%s: %q on %s), but this request did not go `+
-			`through a router running --sandbox-lifecycle`, advice, AutoResumeAnnotation, value, source)
+			`through a router running --sandbox-lifecycle, or it reached the Sandbox's pod as it was suspended `+
+			`and that router could not send it again (it may have run there): calling again then resumes the `+
+			`Sandbox`, advice, AutoResumeAnnotation, value, source)
 	case "false":
 		return fmt.Sprintf(`%s; resume on request is off: %s: %q on %s ("true" turns it on, served by a router `+
 			`running --sandbox-lifecycle)`, advice, AutoResumeAnnotation, value, source)

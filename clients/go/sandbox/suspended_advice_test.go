@@ -41,7 +41,9 @@ func TestTheSuspendedAdviceNamesTheAutoResumeOptIn(t *testing.T) {
 			testAutoResume + `: "true" (served by a router running --sandbox-lifecycle)`},
 		{"asks on the Sandbox", map[string]string{testAutoResume: "true"}, false, map[string]string{}, false,
 			`it asks to be resumed on request (` + testAutoResume + `: "true" on the Sandbox), but this request did ` +
-				`not go through a router running --sandbox-lifecycle`},
+				`not go through a router running --sandbox-lifecycle, or it reached the Sandbox's pod as it was ` +
+				`suspended and that router could not send it again (it may have run there): calling again then ` +
+				`resumes the Sandbox`},
 		{"asks on the template", nil, false, map[string]string{testAutoResume: "True"}, false,
 			`it asks to be resumed on request (` + testAutoResume + `: "True" on its SandboxTemplate ns/tpl), but ` +
 				`this request did not go through a router running --sandbox-lifecycle`},
