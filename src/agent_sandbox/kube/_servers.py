@@ -42,8 +42,9 @@ DEFAULT_HEADER_TIMEOUT = 10.0
 DEFAULT_MAX_CONNECTIONS = 128
 """Open connections per listener: scrapers and kubelet probes need a handful."""
 SHUTDOWN_GRACE = 2.0
-"""Seconds a stopping listener waits for its requests in flight. aiohttp's default (60 s) let one client that
-left a request body half-sent hold the whole controller's stop past the kubelet's 30 s grace."""
+"""Seconds a stopping listener waits for its requests in flight (then aiohttp cancels their handlers, and waits
+as long again for one that ignores that). Its default (60 s) let one client that left a request body
+half-sent hold the whole controller's stop past the kubelet's 30 s grace."""
 
 
 class _Refused(asyncio.Protocol):

@@ -7,7 +7,9 @@ import logging
 
 import pytest
 
+from agent_sandbox.kube import Cache, Manager, ManagerOptions
 from agent_sandbox.kube._stopreport import StopReport, task_await_chain
+from agent_sandbox.kube.testing import FakeClient
 
 pytestmark = pytest.mark.unit
 
@@ -70,3 +72,54 @@ async def test_zero_disables_the_report(caplog: pytest.LogCaptureFixture) -> Non
         report.arm()
         await asyncio.sleep(0.05)
     assert caplog.records == []
+
+
+class _SlowToStop:
+    """A leader-gated runnable whose drain outlasts the report's bound (cancellation is not instant)."""
+
+    name = "slow-drain"
+
+    def __init__(self, drain: float) -> None:
+        self.drain = drain
+        self.started = asyncio.Event()
+
+    async def start(self) -> None:
+        self.started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.sleep(self.drain)  # in-flight work finishing (the manager waits for it)
+
+
+def _manager(after: float) -> Manager:
+    fake = FakeClient()
+    opts = ManagerOptions(
+        metrics_bind_address="0",
+        health_probe_bind_address="0",
+        stop_report_after=after,
+        new_cache=lambda _api, o: Cache(fake, o),
+    )
+    return Manager(fake, opts)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("drain", "reported"), [(0.4, True), (0.0, False)])
+async def test_the_manager_reports_a_stop_that_outlasts_the_bound_and_only_such_a_stop(
+    caplog: pytest.LogCaptureFixture, drain: float, reported: bool
+) -> None:
+    mgr = _manager(0.1)
+    slow = _SlowToStop(drain)
+    mgr.add(slow)
+    stop = asyncio.Event()
+    with caplog.at_level(logging.WARNING, logger="agent_sandbox.kube.manager"):
+        task = asyncio.create_task(mgr.start(stop))
+        await asyncio.wait_for(slow.started.wait(), 5)
+        await asyncio.sleep(0.2)  # running longer than the bound is no stop: nothing reported
+        assert not [r for r in caplog.records if "stop still running" in r.getMessage()]
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await asyncio.sleep(0.2)  # a report armed and not cancelled would fire by now
+    reports = [r for r in caplog.records if "stop still running" in r.getMessage()]
+    if not reported:
+        assert reports == []
+        return
+    assert any("task slow-drain:" in getattr(r, "stacks", "") for r in reports), reports
