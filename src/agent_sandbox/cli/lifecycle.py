@@ -7,6 +7,10 @@ SDK).
 lifecycle controller carries out, a running one is left alone. With `wait`, it returns once the Sandbox is
 Ready. Every write is a merge patch of our own keys plus `spec.operatingMode`, exactly what a user could
 write with kubectl.
+
+A Sandbox created under a hibernated Sandbox's name (while its SandboxArchive exists) is not the hibernated
+one: `resume` refuses (until December 7 it said "already running" while the archive stayed hibernated).
+A restore whose archived volume was deleted meanwhile goes ahead, with a warning (`on_warning`).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import asyncio
 import enum
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,8 +36,10 @@ from agent_sandbox.api.meta import (
     status_condition,
 )
 from agent_sandbox.cli.arguments import add_connection_options, seconds_arg
+from agent_sandbox.controllers.lifecycle.owners import restores
 from agent_sandbox.kube import (
     POD,
+    PVC,
     SANDBOX,
     SANDBOX_CLAIM,
     ApiClient,
@@ -173,32 +179,47 @@ async def _get(api: ApiClient, kind: ResourceKind, name: str, namespace: str) ->
 
 
 async def resume(
-    api: ApiClient, name: str, namespace: str, *, wait: float | None = None, poll: float = 0.25
+    api: ApiClient,
+    name: str,
+    namespace: str,
+    *,
+    wait: float | None = None,
+    poll: float = 0.25,
+    on_warning: Callable[[str], None] | None = None,
 ) -> ResumeOutcome:
     """Resume (or restore) Sandbox `namespace/name`; with `wait` seconds, until it is Ready.
 
     Any resume cancels a pending hibernation (`hibernate` removed), of a running Sandbox too.
 
+    Args:
+        on_warning: called with each thing the caller should know that does not stop the resume (a restore
+            whose archived volume was deleted: it comes back with a new, empty one).
+
     Raises:
         NoSuchSandbox: no Sandbox and no archive of that name.
-        Refused: it (or its archive) is being deleted, or expired, or its claim expired.
+        Refused: it (or its archive) is being deleted, or expired, or its claim expired; or the Sandbox of
+            that name is not the hibernated one (created under the name while it is hibernated).
         TimeoutError: not Ready within `wait`.
     """
-    outcome = await _resume_once(api, name, namespace)
+    outcome = await _resume_once(api, name, namespace, on_warning or (lambda _note: None))
     if wait is not None:
         await _wait_ready(api, name, namespace, wait, poll)
     return outcome
 
 
-async def _resume_once(api: ApiClient, name: str, namespace: str) -> ResumeOutcome:
+async def _resume_once(
+    api: ApiClient, name: str, namespace: str, warn: Callable[[str], None]
+) -> ResumeOutcome:
     for _attempt in range(3):
         now = datetime.now(UTC)
         sandbox = await _get(api, SANDBOX, name, namespace)
         if await _being_archived(api, sandbox, name, namespace):
             sandbox = None  # deleted to be archived (volumes orphaned to the archive): restore it
         if sandbox is not None:
-            if why := _refusal(sandbox, "resumed", now) or await _expired_claim(
-                api, sandbox, "Sandbox", "resumed"
+            if why := (
+                _refusal(sandbox, "resumed", now)
+                or await _expired_claim(api, sandbox, "Sandbox", "resumed")
+                or await _newcomer(api, sandbox)
             ):
                 raise Refused(why)
             rv = sandbox["metadata"].get("resourceVersion")
@@ -226,14 +247,68 @@ async def _resume_once(api: ApiClient, name: str, namespace: str) -> ResumeOutco
             raise Refused(f"{where} has expired (its shutdownTime passed): it is not restored")
         if why := await _expired_claim(api, archive, "hibernated Sandbox", "restored"):
             raise Refused(why)
+        missing = await _missing_volumes(api, archive)
         try:
             await api.patch(
                 lc.ARCHIVE, name, lc.restore_request_patch(lc.Cause.MANUAL, now), namespace=namespace
             )
         except NotFound:
             continue  # restored (or deleted) meanwhile: look again
+        for pvc in missing:
+            warn(
+                f"the volume PersistentVolumeClaim {pvc!r} of {where} was deleted while it was hibernated: "
+                "it is restored without that data, with a new, empty volume in its place"
+            )
         return ResumeOutcome.RESTORING
     raise Refused(f"Sandbox {namespace}/{name} kept changing while resuming; try again")
+
+
+async def _newcomer(api: ApiClient, sandbox: Object) -> str:
+    """Why `sandbox` is not the hibernated Sandbox its name's SandboxArchive keeps ("" when there is no
+    archive, or `sandbox` is the archived one or its restore; "" too when archives cannot be read: the
+    controllers still keep the archived volumes from it).
+
+    A Sandbox created under the name while it is hibernated does not get the archived volumes (the Sandbox
+    controller refuses them), and the archive is restored only once it is deleted. Until December 7
+    `resume` said "already running" of it, exit 0, with the archive left hibernated."""
+    meta = sandbox["metadata"]
+    namespace, name = str(meta.get("namespace") or ""), str(meta["name"])
+    try:
+        archive = await _get(api, lc.ARCHIVE, name, namespace)
+    except Forbidden:
+        return ""
+    if archive is None or archive["metadata"].get("deletionTimestamp"):
+        return ""
+    spec = archive.get("spec") or {}
+    archive_meta = archive["metadata"]
+    restored_uid = (archive_meta.get("annotations") or {}).get(lc.ANNOTATION_RESTORED_UID)
+    if meta.get("uid") == spec.get("sandboxUID") or restores(
+        sandbox, str(archive_meta.get("uid") or ""), restored_uid
+    ):
+        return ""
+    return (
+        f"Sandbox {namespace}/{name} is not the hibernated one: it was created under the name while "
+        f"SandboxArchive {namespace}/{name} keeps the Sandbox hibernated at {spec.get('archivedAt') or '?'} "
+        "and its volumes, which this one does not get. Delete it "
+        f"(kubectl delete sandbox -n {namespace} {name}) and run this again to restore the hibernated one, "
+        f"or delete the archive (kubectl delete sandboxarchive -n {namespace} {name}; its volumes go with "
+        "it) to keep this one"
+    )
+
+
+async def _missing_volumes(api: ApiClient, archive: Object) -> list[str]:
+    """The archive's PVCs (`spec.children`) that are gone; none said when PVCs cannot be read."""
+    namespace = str(archive["metadata"].get("namespace") or "")
+    missing = []
+    for child in (archive.get("spec") or {}).get("children") or []:
+        if child.get("kind") != "PersistentVolumeClaim":
+            continue
+        try:
+            if await _get(api, PVC, str(child.get("name")), namespace) is None:
+                missing.append(str(child.get("name")))
+        except Forbidden:
+            return []
+    return missing
 
 
 async def _being_archived(api: ApiClient, sandbox: Object | None, name: str, namespace: str) -> bool:
@@ -345,7 +420,11 @@ async def _run(args: argparse.Namespace) -> str:
     try:
         if args.lifecycle_command == "resume":
             outcome = await resume(
-                api, args.sandbox, args.namespace, wait=None if args.no_wait else args.timeout
+                api,
+                args.sandbox,
+                args.namespace,
+                wait=None if args.no_wait else args.timeout,
+                on_warning=lambda note: print(f"warning: {note}", file=sys.stderr),
             )
             return f"sandbox {args.namespace}/{args.sandbox}: {outcome}" + ("" if args.no_wait else ", Ready")
         if args.lifecycle_command == "suspend":

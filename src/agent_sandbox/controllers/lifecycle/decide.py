@@ -9,10 +9,10 @@ One object name, three possible states, one decision per pass:
 | Suspended and its Pod gone, `hibernate-after` due or `hibernate: "true"` | - | archive: create the archive, hand the volumes (and Service) to it, mark the claim, delete the Sandbox keeping its children (`Orphan`) |
 | the archived one (same UID), still Suspended and its hibernation still asked for or due, no restore asked for (or one under an expired claim) | exists | archiving in progress: finish it (idempotent steps; the archive's copy taken again if the Sandbox changed since; the delete is guarded by the resourceVersion decided on) |
 | the archived one (same UID), resumed meanwhile (Running, `hibernate` withdrawn, or a restore asked for) | exists | the resume wins, once an uncached read confirms the Sandbox: drop the archive's references (a child it alone holds is handed to the Sandbox), unmark the claim, delete the archive (and resume the Sandbox if a restore was asked of the archive, its claim not expired) |
-| - | restore asked for | restore: create the Sandbox (Running, same name; without archived owners that are gone), then record its UID on the archive (`restored-uid`) |
-| a new one (other UID) | restore asked for | restore in progress: once the Sandbox controller has taken each volume back (its controller reference), drop the archive's reference; then unmark the claim, delete the archive |
-| - | restore asked for, `restored-uid` recorded | the restored Sandbox was deleted (by a user, its claim) during the restore: it stays deleted; the archive is deleted, its volumes go as a deleted Sandbox's would |
-| a new one, no restore asked for | exists | someone created a Sandbox with an archived name: reported, left alone |
+| - | restore asked for | restore: create the Sandbox (Running, same name; without archived owners that are gone; `restored-from`: the archive's UID), then record its UID on the archive (`restored-uid`); an archived volume gone meanwhile is reported (`RestoreVolumeMissing`) |
+| the restore (`restored-from` the archive's UID, or the `restored-uid`) | restore asked for | restore in progress: once the Sandbox controller has taken each volume back (its controller reference), drop the archive's reference; then unmark the claim, delete the archive |
+| - or a newcomer | restore asked for, `restored-uid` recorded | the restored Sandbox was deleted (by a user, its claim) during the restore: it stays deleted; the archive is deleted, its volumes go as a deleted Sandbox's would |
+| a newcomer (another UID, not the restore) | exists | someone created a Sandbox with an archived name: reported on it, left alone; it does not get the archived volumes (the Sandbox controller refuses them, `owners.restores`), and a restore asked for waits until it is deleted |
 | - | exists, no restore | hibernated: nothing (until its `shutdownTime`, or its claim's expiry) |
 | - | exists, archived `shutdownTime` passed | expired while hibernated: `shutdownPolicy: Delete` -> delete the archive (its volumes go with it, as with the Sandbox), unmark the claim; `Retain` -> keep it, marked `expired-at`; never restored |
 | - | exists, its claim expired | as the claim controller does to a live Sandbox at expiry: the archive is deleted (volumes with it), the claim unmarked; never restored |
@@ -60,7 +60,14 @@ from agent_sandbox.api.meta import (
     status_condition,
 )
 
-from .owners import adopt_child_patch, archive_owner_ref, handover_child_patch, release_child_patch
+from .owners import (
+    ANNOTATION_RESTORED_FROM,
+    adopt_child_patch,
+    archive_owner_ref,
+    handover_child_patch,
+    release_child_patch,
+    restores,
+)
 from .plan import (
     AbandonArchive,
     ArchiveSteps,
@@ -79,6 +86,7 @@ from .plan import (
 __all__ = [
     "ANNOTATION_ARCHIVED_VERSION",
     "ANNOTATION_EXPIRED_AT",
+    "ANNOTATION_RESTORED_FROM",
     "ANNOTATION_RESTORED_UID",
     "AbandonArchive",
     "ArchiveSteps",
@@ -99,6 +107,7 @@ __all__ = [
     "handover_child_patch",
     "idle_since",
     "release_child_patch",
+    "restores",
 ]
 
 ANNOTATION_ARCHIVED_VERSION = f"{lc.LIFECYCLE_GROUP}/sandbox-resource-version"
@@ -365,14 +374,15 @@ def _controller_uid(obj: ReadOnlyObject) -> str | None:
 
 
 def _hibernated(s: Snapshot, archive: ReadOnlyObject, claim_mark: str | None) -> Plan | None:
-    """Only the archive exists: what ends it other than a restore (None: nothing does, restore if asked)."""
+    """Only the archive exists (or a newcomer under its name): what ends it other than a restore (None:
+    nothing does, restore if asked)."""
     archive_uid = str(_meta(archive).get("uid") or "")
     if _meta(archive).get("deletionTimestamp"):
         return Nothing()
-    if _annotations(archive).get(ANNOTATION_RESTORED_UID):
+    if restored_uid := _annotations(archive).get(ANNOTATION_RESTORED_UID):
         # Its restore created the Sandbox, which is gone: deleted (a user, its claim's expiry) during the
         # restore. It stays deleted; the volumes go as that Sandbox's would (the archive alone keeps them).
-        return ExpireArchive(archive_uid, claim_mark, "RestoredSandboxDeleted")
+        return ExpireArchive(archive_uid, claim_mark, "RestoredSandboxDeleted", restored_uid)
     claim_gone, claim_left = claim_expired(s.claim, s.now)
     if claim_gone:
         # As the claim controller does to a live Sandbox at its claim's expiry (deleted: `Retain` keeps the
@@ -423,19 +433,27 @@ def _with_archive(s: Snapshot, archive: ReadOnlyObject) -> Plan:
     claim_mark = claim_name if claim_marked else None
     if sb is not None and _meta(sb).get("uid") == archived_uid:
         return _being_archived(s, archive, sb, claim_mark)
-    if sb is None:
-        if (ended := _hibernated(s, archive, claim_mark)) is not None:
-            return ended
-    elif requested is None:
-        return Nothing(
-            conflict=f"a new Sandbox named {_meta(archive)['name']!r} exists while it is hibernated"
-        )
+    restored_uid = _annotations(archive).get(ANNOTATION_RESTORED_UID)
+    if sb is not None and (requested is None or not restores(sb, archive_uid, restored_uid)):
+        # A newcomer: created under the name while it is hibernated, not by the restore. Until December 7
+        # a restore asked for meanwhile took it for the restored one and handed it the archived volumes.
+        if restored_uid:
+            sb = None  # the restore's own Sandbox is gone: ended as when the name is free (`_hibernated`)
+        else:
+            return Nothing(conflict=_conflict(archive, requested is not None))
+    if sb is None and (ended := _hibernated(s, archive, claim_mark)) is not None:
+        return ended
     assert requested is not None
     cause, requested_at = requested
     if sb is None:
         create = lc.archived_sandbox(archive, cause=cause, now=s.now)
-        return RestoreSteps(cause, requested_at, create, (), None, archive_uid)
+        # How the Sandbox controller tells the restore from a newcomer (`owners.restores`).
+        create["metadata"]["annotations"][ANNOTATION_RESTORED_FROM] = archive_uid
+        return RestoreSteps(cause, requested_at, create, (), None, archive_uid, missing=_missing(s, archive))
     sb_uid = str(_meta(sb).get("uid") or "")
+    # A restore created before `restored-from` existed (known by `restored-uid` only): the Sandbox controller
+    # refuses it the volumes, so they are handed over by us.
+    marked = _annotations(sb).get(ANNOTATION_RESTORED_FROM) == archive_uid
     release: list[ReadOnlyObject] = []
     handover: list[ReadOnlyObject] = []
     waiting = False
@@ -445,7 +463,7 @@ def _with_archive(s: Snapshot, archive: ReadOnlyObject) -> Plan:
         ref = controller_ref(_meta(ch))
         if ref is not None and ref.get("uid") == sb_uid:
             release.append(ch)  # taken back: the archive's reference can go
-        elif ref is None and not _sandbox_takes_back(sb, ch, s.now):
+        elif ref is None and not (marked and _sandbox_takes_back(sb, ch, s.now)):
             handover.append(ch)
         else:
             waiting = True  # the Sandbox controller adopts it (or reports why not): ours stays till then
@@ -462,4 +480,32 @@ def _with_archive(s: Snapshot, archive: ReadOnlyObject) -> Plan:
         waiting=waiting,
         # Recorded by the pass that created it; this one covers a pass interrupted right after the create.
         record_uid=None if _annotations(archive).get(ANNOTATION_RESTORED_UID) else sb_uid,
+    )
+
+
+def _conflict(archive: ReadOnlyObject, restore_asked: bool) -> str:
+    """The `HibernationConflict` note on a newcomer: what keeps the name, what it does not get, what to do."""
+    name = str(_meta(archive).get("name") or "")
+    spec = archive.get("spec") or {}
+    kept = ", ".join(f"{ch.get('kind')} {ch.get('name')}" for ch in spec.get("children") or [])
+    note = (
+        f"a new Sandbox named {name!r} exists while it is hibernated: SandboxArchive {name!r} keeps the "
+        f"hibernated Sandbox (UID {spec.get('sandboxUID') or '?'})"
+        + (f" and its {kept}, which this Sandbox does not get" if kept else "")
+        + f"; delete this Sandbox to restore the hibernated one (agent-sandbox lifecycle resume {name}), or "
+        f"delete the archive (kubectl delete sandboxarchive {name}; its volumes go with it) to keep this one"
+    )
+    return note + ("; the restore asked for waits until this Sandbox is deleted" if restore_asked else "")
+
+
+def _missing(s: Snapshot, archive: ReadOnlyObject) -> tuple[str, ...]:
+    """The archived PVCs that are gone (deleted while hibernated): the restored Sandbox gets new, empty ones
+    in their place (the Sandbox controller creates what is missing). Reported, not refused (docs/lifecycle.md
+    "Deep hibernation"): the data is gone either way, and a router's restore on request must not hang."""
+    found = {(str(ch.get("kind")), str(_meta(ch).get("name"))) for ch in s.children}
+    return tuple(
+        str(ch.get("name"))
+        for ch in (archive.get("spec") or {}).get("children") or []
+        if ch.get("kind") == "PersistentVolumeClaim"
+        and (str(ch.get("kind")), str(ch.get("name"))) not in found
     )

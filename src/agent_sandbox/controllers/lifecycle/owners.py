@@ -3,6 +3,13 @@ handing back to the restored Sandbox (docs/design/lifecycle-archive.md "Mechanic
 
 Every patch carries the child's resourceVersion: a concurrent writer (the Sandbox controller adopting the
 same child) makes one of the two fail (409) instead of one silently undoing the other.
+
+Which Sandbox a held child goes back to: only the archive's restore, told by `ANNOTATION_RESTORED_FROM`
+(written on the Sandbox the lifecycle controller creates) or by the archive's `restored-uid`. The Sandbox
+controller (`controllers/sandbox/children.py`), the lifecycle controller and `agent-sandbox lifecycle
+resume` all go by `archive_hold` and `restores`. Any other Sandbox of the name (created by a user while the
+name is hibernated) is a newcomer: never given the archived data (until December 7 the Sandbox controller
+adopted the PVC for it, as any unowned PVC carrying its tracking label, and its Pod mounted the data).
 """
 
 from __future__ import annotations
@@ -14,7 +21,20 @@ from agent_sandbox.api import constants as c
 from agent_sandbox.api import lifecycle as lc
 from agent_sandbox.api.meta import ReadOnlyObject, new_controller_ref
 
-__all__ = ["adopt_child_patch", "archive_owner_ref", "handover_child_patch", "release_child_patch"]
+__all__ = [
+    "ANNOTATION_RESTORED_FROM",
+    "adopt_child_patch",
+    "archive_hold",
+    "archive_owner_ref",
+    "handover_child_patch",
+    "release_child_patch",
+    "restores",
+]
+
+ANNOTATION_RESTORED_FROM = f"{lc.LIFECYCLE_GROUP}/restored-from"
+"""On a Sandbox a restore created: the UID of the SandboxArchive it was restored from. The Sandbox
+controller adopts a child that archive holds for this Sandbox only; it stays on the Sandbox afterwards
+(a record, as `resumed-at`; a later hibernation's archive has another UID, and the restore writes it anew)."""
 
 
 def _meta(obj: ReadOnlyObject) -> Mapping[str, Any]:
@@ -64,3 +84,24 @@ def release_child_patch(child: ReadOnlyObject, archive_uid: str) -> dict[str, An
     return {
         "metadata": {"resourceVersion": _meta(child).get("resourceVersion"), "ownerReferences": refs or None}
     }
+
+
+def archive_hold(child: ReadOnlyObject) -> Mapping[str, Any] | None:
+    """The owner reference of the SandboxArchive keeping `child` (a hibernated Sandbox's PVC or Service),
+    if any (`archive_owner_ref`: kind and API group compared, the version not)."""
+    for ref in _meta(child).get("ownerReferences") or []:
+        group = str(ref.get("apiVersion") or "").rpartition("/")[0]
+        if ref.get("kind") == lc.ARCHIVE.kind and group == lc.ARCHIVE.group:
+            held: Mapping[str, Any] = ref
+            return held
+    return None
+
+
+def restores(sandbox: ReadOnlyObject, archive_uid: str, restored_uid: str | None = None) -> bool:
+    """Whether `sandbox` is the restore of the archive `archive_uid`: it carries `ANNOTATION_RESTORED_FROM`
+    with that UID, or it is the Sandbox the archive's `restored-uid` names (`restored_uid`: a restore
+    created by a controller from before the annotation). Anything else of the name is a newcomer."""
+    meta = _meta(sandbox)
+    if archive_uid and (meta.get("annotations") or {}).get(ANNOTATION_RESTORED_FROM) == archive_uid:
+        return True
+    return bool(restored_uid) and meta.get("uid") == restored_uid

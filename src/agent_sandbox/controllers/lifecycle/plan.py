@@ -162,6 +162,10 @@ class RestoreSteps:
     """Some child is still to be taken back by the Sandbox controller: look again in `RESTORE_POLL`."""
     record_uid: str | None = None
     """The restored Sandbox's UID, to record on the archive (`restored-uid`; None: recorded already)."""
+    missing: tuple[str, ...] = ()
+    """With `create`: names of the archived PVCs the cache does not have (deleted while hibernated). Those an
+    uncached read confirms gone are reported (`RestoreVolumeMissing` Event on the restored Sandbox): it gets
+    new, empty ones. Until December 7 nothing said so."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +179,9 @@ class ExpireArchive:
     why: str = "SandboxExpired"
     """`SandboxExpired`, `ClaimExpired` or `RestoredSandboxDeleted` (logs; the last is confirmed by an
     uncached read before the delete: the Sandbox informer may lag behind the archive's)."""
+    restored_uid: str = ""
+    """For `RestoredSandboxDeleted`: the restored Sandbox's UID (`restored-uid`). The uncached read holds the
+    delete back only while that Sandbox (or one `restored-from` the archive) exists, not for a newcomer."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,7 @@ from .decide import (
     decide,
     handover_child_patch,
     release_child_patch,
+    restores,
 )
 from .metrics import LifecycleMetrics
 from .probe import ActivityProbe
@@ -348,6 +349,14 @@ class LifecycleReconciler:
             if gone:
                 note += f"; without its deleted owner {', '.join(gone)}"
             self._events.event(created, "Normal", "Restored", "Restore", note)
+            if missing := await self._missing_volumes(plan.missing, ns):
+                names = ", ".join(f"PersistentVolumeClaim {n!r}" for n in missing)
+                warning = (
+                    f"the archived volume {names} was deleted while hibernated: restored without its data, "
+                    "with a new, empty volume in its place"
+                )
+                self._events.event(created, "Warning", "RestoreVolumeMissing", "Restore", warning)
+                log.warning("restored %s without its deleted volume %s", request, names)
             log.info("restored %s (%s)%s", request, plan.cause, f" without {', '.join(gone)}" if gone else "")
             # Recorded at once: a Sandbox deleted from here on stays deleted (the next pass sees it gone).
             await self._record_restored(request, created["metadata"]["uid"])
@@ -441,6 +450,17 @@ class LifecycleReconciler:
             meta["ownerReferences"] = kept
         return {**sandbox, "metadata": meta}, gone
 
+    async def _missing_volumes(self, names: tuple[str, ...], ns: str) -> list[str]:
+        """Those of `names` (archived PVCs the cache does not have) that the API server has not either: a
+        PVC created again under the name since (the cache lagging behind) is not reported."""
+        missing = []
+        for name in names:
+            try:
+                await self._authoritative.get(PVC, name, namespace=ns)
+            except NotFound:
+                missing.append(name)
+        return missing
+
     async def _record_restored(self, request: Request, uid: str) -> None:
         mark = {"metadata": {"annotations": {ANNOTATION_RESTORED_UID: uid}}}
         with contextlib.suppress(NotFound):
@@ -494,11 +514,14 @@ class LifecycleReconciler:
             # archive's (which showed the `restored-uid` we just wrote). Deleting the archive of a Sandbox
             # that exists would take volumes it has not adopted yet: ask the API server.
             try:
-                await self._authoritative.get(SANDBOX, request.name, namespace=ns)
+                live = await self._authoritative.get(SANDBOX, request.name, namespace=ns)
             except NotFound:
                 pass
             else:
-                return Result(requeue_after=RESTORE_POLL)
+                # Held back for the restored Sandbox only: a newcomer created under the name since does not
+                # keep the restore's archive (and its volumes) alive (`decide._with_archive`).
+                if restores(live, plan.archive_uid, plan.restored_uid or None):
+                    return Result(requeue_after=RESTORE_POLL)
         # The claim first: with the archive gone, nothing would lead a later pass back to a claim left marked
         # (a failure between the two steps); the archive still there, the next pass repeats both.
         if plan.claim_name:  # the claim sees its Sandbox gone, as after a live Sandbox's expiry

@@ -2,7 +2,8 @@
 
 Owns: the exact shape of every object the Sandbox controller creates (names, labels, annotations, owner
 references, volumes, Service ports), the Pod metadata repair of §1.6 step 2 (template label/annotation
-propagation with `propagated-*` bookkeeping and reserved-key scrubbing), the adoption rule of §0.4, and the
+propagation with `propagated-*` bookkeeping and reserved-key scrubbing), the adoption rule of §0.4 (and
+ours on top of it: a hibernated Sandbox's volumes go to its restore only, `archive_refusal`), and the
 error texts that name foreign owners. Everything works on raw dicts (`kube.Object`) and never mutates its
 inputs: objects handed out by informer caches are shared.
 
@@ -40,12 +41,14 @@ from agent_sandbox.api.meta import (
     new_controller_ref,
     normalize_created_by,
 )
+from agent_sandbox.controllers.lifecycle.owners import archive_hold, restores
 from agent_sandbox.kube import Object
 
 __all__ = [
     "FIELD_MANAGER",
     "adoption_allowed",
     "adoption_refusal",
+    "archive_refusal",
     "build_pod",
     "build_pvc",
     "build_service",
@@ -137,6 +140,28 @@ def adoption_refusal(kind: str, name: str) -> str:
     return (
         f"cannot adopt unowned {kind} {_q(name)}: missing required pool authorization label "
         f"({_q(LABEL_ADOPTABLE)}) or sandbox tracking label ({_q(LABEL_SANDBOX_NAME_HASH)})"
+    )
+
+
+def archive_refusal(kind: str, obj: Object, sandbox: Object) -> str | None:
+    """Why the unowned `obj`, kept by a SandboxArchive (a hibernated Sandbox's PVC or Service), is not
+    adopted by `sandbox`; None when no archive keeps it, or `sandbox` is that archive's restore.
+
+    Ours, on top of §0.4 (upstream has no archives: a child without an archive's owner reference is adopted
+    exactly as the spec says). A hibernated Sandbox's volumes carry its tracking label, so by §0.4 alone a
+    new Sandbox created under the hibernated name adopted them, and its Pod mounted (and could change) the
+    hibernated data; until December 7 it did. Only the Sandbox the lifecycle controller creates to restore
+    the archive (`restores`: its `restored-from` annotation names the archive's UID) takes them back.
+    """
+    ref = archive_hold(obj)
+    if ref is None or restores(sandbox, str(ref.get("uid") or "")):
+        return None
+    name, archive = _meta(obj).get("name", ""), str(ref.get("name") or "")
+    return (
+        f"{kind} {_q(name)} belongs to the hibernated Sandbox {_q(archive)} (SandboxArchive {_q(archive)}, "
+        f"UID: {ref.get('uid', '')}) and is not given to this Sandbox, which is not restored from it: "
+        f"delete this Sandbox and restore the hibernated one (agent-sandbox lifecycle resume {archive}), or "
+        f"delete the archive (kubectl delete sandboxarchive {archive}; its volumes go with it) to keep this one"
     )
 
 

@@ -44,6 +44,7 @@ from agent_sandbox.kube import POD, PVC, SERVICE, Object, create_merge_patch
 from .children import (
     adoption_allowed,
     adoption_refusal,
+    archive_refusal,
     build_pod,
     build_pvc,
     build_service,
@@ -196,6 +197,8 @@ def _plan_pvcs(snapshot: Snapshot, hash_: str) -> StepPlan:
             return StepPlan(
                 tuple(actions), foreign_owner_error("PVC", pvc, name), waiting=owned_by_predecessor(pvc, name)
             )
+        if (held := archive_refusal("PVC", pvc, sandbox)) is not None:
+            return StepPlan(tuple(actions), held)  # a hibernated Sandbox's volume (ours: `archive_refusal`)
         if not adoption_allowed(pvc, hash_):
             return StepPlan(tuple(actions), adoption_refusal("PVC", claim))
         # resourceVersion makes the adoption optimistic: never overwrite an owner set concurrently.
@@ -295,6 +298,21 @@ def plan_existing_pod(
     return PodPlan(tuple(actions), pod=pod, owned=True, deferred_wait=deferred_wait)
 
 
+def _archived_volume(snapshot: Snapshot) -> bool:
+    """Whether a PVC this Sandbox's Pod would mount is a hibernated Sandbox's, refused to it
+    (`archive_refusal`): its Pod is then not created (ours; upstream creates the Pod even when its PVC step
+    failed, §1.3, and a Pod mounts its claim by name, whoever owns it)."""
+    sandbox = snapshot.sandbox
+    uid = _meta(sandbox).get("uid", "")
+    for template in (sandbox.get("spec") or {}).get("volumeClaimTemplates") or ():
+        pvc = snapshot.pvcs.get(pvc_name(template, _meta(sandbox)["name"]))
+        if pvc is None or classify_ownership(_meta(pvc), uid) is not Ownership.UNOWNED:
+            continue
+        if archive_refusal("PVC", pvc, sandbox) is not None:
+            return True
+    return False
+
+
 def _plan_pod(snapshot: Snapshot, hash_: str, now: datetime) -> PodPlan:
     """§1.5 resolution, then suspend (§1.7), repair (§1.6) or create (§1.5.1)."""
     sandbox = snapshot.sandbox
@@ -328,6 +346,9 @@ def _plan_pod(snapshot: Snapshot, hash_: str, now: datetime) -> PodPlan:
         return plan_existing_pod(
             snapshot, pod, now, annotated=annotated, current_annotation=current, prior=tuple(actions)
         )
+    if _archived_volume(snapshot):
+        # Never a Pod mounting a hibernated Sandbox's data (the PVC step reports why).
+        return PodPlan(tuple(actions))
     manifest = build_pod(sandbox, hash_)
     actions.append(CreateObject(kind=POD, obj=manifest, what="failed to create pod"))
     actions.extend(_ensure_pod_name(sandbox, current, manifest["metadata"]["name"]))
@@ -379,6 +400,8 @@ def _plan_service(snapshot: Snapshot, hash_: str) -> ServicePlan:
     if ownership is Ownership.UNOWNED:
         if desired is None:
             return ServicePlan()  # an unowned Service is never adopted implicitly
+        if (held := archive_refusal("service", svc, sandbox)) is not None:
+            return ServicePlan(error=held, fields=ServiceFields.KEEP)  # a hibernated Sandbox's Service
         if not adoption_allowed(svc, hash_):
             return ServicePlan(error=adoption_refusal("service", meta["name"]), fields=ServiceFields.KEEP)
         cluster_ip = (svc.get("spec") or {}).get("clusterIP") or ""

@@ -12,6 +12,7 @@ from agent_sandbox.api.meta import format_time
 from agent_sandbox.controllers.lifecycle.decide import (
     ANNOTATION_ARCHIVED_VERSION,
     ANNOTATION_EXPIRED_AT,
+    ANNOTATION_RESTORED_FROM,
     ArchiveSteps,
     DropHibernate,
     ExpireArchive,
@@ -253,8 +254,9 @@ def test_restore_creates_releases_unmarks_and_deletes() -> None:
         None,
         "archive-uid",
     )
+    assert plan.create["metadata"]["annotations"][ANNOTATION_RESTORED_FROM] == "archive-uid"
     # The new Sandbox exists (another UID): finish without creating again, once it controls the volume.
-    fresh = sandbox(uid="new-uid")
+    fresh = sandbox(uid="new-uid", annotations={ANNOTATION_RESTORED_FROM: "archive-uid"})
     taken = {
         "kind": "PersistentVolumeClaim",
         "metadata": {
@@ -286,14 +288,15 @@ def test_restore_keeps_the_volume_until_the_sandbox_controller_takes_it_back() -
         "metadata": {"name": "a", "resourceVersion": "9", "ownerReferences": [{"uid": "archive-uid"}]},
     }
     claim = {"metadata": {"name": "c", "annotations": {lc.ANNOTATION_HIBERNATED_SANDBOX: "sb"}}}
-    fresh = sandbox(uid="new-uid")
+    restored = {ANNOTATION_RESTORED_FROM: "archive-uid"}
+    fresh = sandbox(uid="new-uid", annotations=restored)
     plan = decide(snap(fresh, now=T0, archive=archive, children=(held,), claim=claim))
     assert isinstance(plan, RestoreSteps)
     assert (plan.children, plan.handover, plan.waiting, plan.claim_name) == ((), (), True, None)
     # A restored Sandbox that will never adopt it (expired, being deleted): we hand it over, in one write.
-    expired = sandbox(uid="new-uid")
+    expired = sandbox(uid="new-uid", annotations=restored)
     expired["spec"]["shutdownTime"] = format_time(T0 - timedelta(seconds=1))
-    deleting = sandbox(uid="new-uid", deletionTimestamp=format_time(T0))
+    deleting = sandbox(uid="new-uid", annotations=restored, deletionTimestamp=format_time(T0))
     for gone in (expired, deleting):
         plan = decide(snap(gone, now=T0, archive=archive, children=(held,), claim=claim))
         assert isinstance(plan, RestoreSteps)

@@ -128,7 +128,7 @@ def test_a_restored_sandbox_deleted_during_its_restore_stays_deleted() -> None:
     assert isinstance(decide(Snapshot(now=T0, archive=archive)), RestoreSteps)  # not created yet
     archive["metadata"]["annotations"] = {ANNOTATION_RESTORED_UID: "new-uid"}
     plan = decide(Snapshot(now=T0, archive=archive, children=(HELD,), claim=MARKED))
-    assert plan == ExpireArchive("archive-uid", "c", "RestoredSandboxDeleted")
+    assert plan == ExpireArchive("archive-uid", "c", "RestoredSandboxDeleted", "new-uid")
 
 
 def claim(**lifecycle: Any) -> Object:

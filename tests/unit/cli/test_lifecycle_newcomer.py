@@ -1,0 +1,92 @@
+"""`agent-sandbox lifecycle resume` (cli/lifecycle.py) of a name whose Sandbox is not the hibernated one, and
+of a hibernated Sandbox whose volume was deleted, over the in-memory FakeClient.
+
+Until December 7 a resume of a Sandbox created under a hibernated name said "already running" (exit 0)
+with the archive left hibernated, and a restore without its volume said nothing of it.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from agent_sandbox.api import lifecycle as lc
+from agent_sandbox.cli.lifecycle import Refused, ResumeOutcome, resume
+from agent_sandbox.controllers.lifecycle.owners import ANNOTATION_RESTORED_FROM, archive_owner_ref
+from agent_sandbox.kube import PVC, SANDBOX, Object
+from agent_sandbox.kube.testing import FakeClient
+
+pytestmark = pytest.mark.unit
+
+NS = "lc"
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def sandbox(annotations: dict[str, str] | None = None, uid: str = "new-uid") -> dict[str, Any]:
+    return {
+        "apiVersion": "agents.x-k8s.io/v1beta1",
+        "kind": "Sandbox",
+        "metadata": {"name": "sb", "namespace": NS, "uid": uid, "annotations": annotations or {}},
+        "spec": {"operatingMode": "Running"},
+    }
+
+
+async def hibernated(api: FakeClient, *, with_volume: bool = True) -> Object:
+    children = [{"kind": "PersistentVolumeClaim", "name": "data-sb"}]
+    archive = await api.create(
+        lc.ARCHIVE,
+        lc.archive_body(sandbox(uid="old-uid"), cause=lc.Cause.REQUESTED, now=T0, children=children),
+        namespace=NS,
+    )
+    if with_volume:
+        held = {"name": "data-sb", "ownerReferences": [archive_owner_ref(archive)]}
+        await api.create(
+            PVC, {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": held}, namespace=NS
+        )
+    return archive
+
+
+async def test_a_newcomer_under_a_hibernated_name_is_refused() -> None:
+    api = FakeClient()
+    await hibernated(api)
+    await api.create(SANDBOX, sandbox(), namespace=NS)  # another UID: created under the name since
+    with pytest.raises(Refused) as refused:
+        await resume(api, "sb", NS)  # type: ignore[arg-type]
+    said = str(refused.value)
+    assert said.startswith(f"Sandbox {NS}/sb is not the hibernated one")
+    assert f"kubectl delete sandbox -n {NS} sb" in said
+    assert f"kubectl delete sandboxarchive -n {NS} sb" in said
+    assert "restore" not in (await api.get(lc.ARCHIVE, "sb", namespace=NS))["spec"]  # nothing asked
+
+
+async def test_the_restore_under_way_is_not_a_newcomer() -> None:
+    api = FakeClient()
+    archive = await hibernated(api)
+    marked = sandbox({ANNOTATION_RESTORED_FROM: archive["metadata"]["uid"]})
+    await api.create(SANDBOX, marked, namespace=NS)
+    assert await resume(api, "sb", NS) is ResumeOutcome.ALREADY_RUNNING  # type: ignore[arg-type]
+    # The archived Sandbox itself (still there while being archived) is no newcomer either.
+    await api.delete(SANDBOX, "sb", namespace=NS)
+    archived = await api.create(SANDBOX, sandbox(), namespace=NS)
+    patch = {"spec": {"sandboxUID": archived["metadata"]["uid"]}}
+    await api.patch(lc.ARCHIVE, "sb", patch, namespace=NS)
+    assert await resume(api, "sb", NS) is ResumeOutcome.ALREADY_RUNNING  # type: ignore[arg-type]
+
+
+async def test_a_restore_without_its_volume_goes_ahead_with_a_warning() -> None:
+    api = FakeClient()
+    await hibernated(api, with_volume=False)
+    warnings: list[str] = []
+    outcome = await resume(api, "sb", NS, on_warning=warnings.append)  # type: ignore[arg-type]
+    assert outcome is ResumeOutcome.RESTORING
+    assert warnings == [
+        f"the volume PersistentVolumeClaim 'data-sb' of hibernated Sandbox {NS}/sb was deleted while it was "
+        "hibernated: it is restored without that data, with a new, empty volume in its place"
+    ]
+    assert (await api.get(lc.ARCHIVE, "sb", namespace=NS))["spec"]["restore"]["cause"] == "Manual"
+    api2, quiet = FakeClient(), list[str]()
+    await hibernated(api2)
+    assert await resume(api2, "sb", NS, on_warning=quiet.append) is ResumeOutcome.RESTORING  # type: ignore[arg-type]
+    assert quiet == []
