@@ -370,6 +370,40 @@ def _claim_from_hub(obj: Obj) -> Obj:
 _VCT_POLICIES = frozenset(p.value for p in c.VolumeClaimTemplatesPolicy)
 
 
+#: Go's strconv.Quote escapes of the non-printable ASCII controls that have a letter.
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+
+
+def _go_quote(value: object) -> str:
+    """``value`` quoted as Go's ``%q`` (``strconv.Quote``) writes it, for error texts upstream formats so.
+
+    ``"`` and ``\\`` are escaped; printable characters stay as they are (Go's ``unicode.IsPrint`` is Python's
+    ``str.isprintable``: letters, marks, numbers, punctuation, symbols and the ASCII space); the others become
+    ``\\a``-style, ``\\xNN`` (other ASCII controls), ``\\uNNNN`` or ``\\UNNNNNNNN``. A lone surrogate, which
+    a Go string cannot hold (its JSON decoder makes it U+FFFD), is written as U+FFFD.
+    """
+    text = value if isinstance(value, str) else str(value)
+    out = ['"']
+    for ch in text:
+        code = ord(ch)
+        if 0xD800 <= code <= 0xDFFF:
+            ch, code = "\ufffd", 0xFFFD
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch.isprintable():
+            out.append(ch)
+        elif ch in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[ch])
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
+
+
 def _template_to_hub(obj: Obj) -> Obj:
     out, spec, _ = _start(obj, c.EXTENSIONS_GROUP, c.V1BETA1)
     spec.pop("volumeClaimTemplatesPolicy", None)
@@ -377,7 +411,7 @@ def _template_to_hub(obj: Obj) -> Obj:
     if c.ANNOTATION_V1BETA1_VCT_POLICY in annotations:
         policy = annotations.pop(c.ANNOTATION_V1BETA1_VCT_POLICY)
         if policy not in _VCT_POLICIES:
-            raise ConversionError(f"invalid VolumeClaimTemplatesPolicy annotation value: {policy!r}")
+            raise ConversionError(f"invalid VolumeClaimTemplatesPolicy annotation value: {_go_quote(policy)}")
         spec["volumeClaimTemplatesPolicy"] = policy
     _tidy_status(out)
     _write_snapshot(obj, out, c.KIND_SANDBOX_TEMPLATE)

@@ -8,18 +8,31 @@ The client config is the upstream Service reference, or, in dev mode, a ``url`` 
 ``https://127.0.0.1:9443/convert``: the local control plane has no kube-proxy and Endpoints
 reject loopback addresses, so a Service could never reach a webhook running on the host.
 Exactly one of ``service`` and ``url`` may be set, so the patch nulls the other.
+
+The caBundle may hold several PEM certificates (the API server trusts each). Start-up sets it to the
+Secret's CA unless it already trusts that CA, in which case it is left as it is: a replica following a
+replaced Secret (:func:`trust_ca`) may have added the new CA next to the one the other replicas still
+serve, and a replica starting meanwhile must not cut that old CA out under them. Every write is
+read-modify-write under the CRD's resourceVersion, retried on a conflict, so two replicas never undo each
+other's caBundle (docs/design/webhook-cert-reload.md).
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
+import datetime as dt
 import logging
+import re
 from collections.abc import Iterable
 from typing import Any
 
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
+
 from agent_sandbox.api import constants as c
 from agent_sandbox.api.kinds import ALL_KINDS
-from agent_sandbox.kube import CRD, Client, NotFound
+from agent_sandbox.kube import CRD, Client, Conflict, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +40,14 @@ log = logging.getLogger(__name__)
 ALL_CRD_NAMES: tuple[str, ...] = tuple(k.crd_name for k in ALL_KINDS)
 
 
-def client_config(*, ca_pem: bytes, url: str | None, service: str, namespace: str) -> dict[str, Any]:
-    """The ``clientConfig`` merge-patch body (pure)."""
-    cfg: dict[str, Any] = {"caBundle": base64.b64encode(ca_pem).decode()}
+#: Read-modify-write rounds of one CRD before a conflict is given up on (each round re-reads the CRD).
+_CONFLICT_ROUNDS = 5
+_PEM_CERTIFICATE = re.compile(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL)
+
+
+def client_config(*, ca_pem: bytes | None, url: str | None, service: str, namespace: str) -> dict[str, Any]:
+    """The ``clientConfig`` merge-patch body (pure); ``ca_pem=None`` leaves the caBundle as it is."""
+    cfg: dict[str, Any] = {} if ca_pem is None else {"caBundle": base64.b64encode(ca_pem).decode()}
     if url:
         cfg["url"] = url
         cfg["service"] = None
@@ -50,6 +68,65 @@ def conversion_patch(crd: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]
     return {"spec": {"conversion": {"webhook": webhook}}}
 
 
+def certificates(pem: bytes) -> list[x509.Certificate]:
+    """The certificates of the ``CERTIFICATE`` PEM blocks in ``pem``, in order; blocks that do not parse are
+    skipped, as the API server's ``AppendCertsFromPEM`` skips them (pure)."""
+    found = []
+    for block in _PEM_CERTIFICATE.findall(pem.replace(b"\r\n", b"\n")):
+        try:
+            found.append(x509.load_pem_x509_certificate(block))
+        except ValueError:
+            continue
+    return found
+
+
+def _ders(pem: bytes) -> list[bytes]:
+    return [cert.public_bytes(Encoding.DER) for cert in certificates(pem)]
+
+
+def trusts(ca_bundle: bytes, ca_pem: bytes) -> bool:
+    """Whether ``ca_bundle`` holds every certificate of ``ca_pem`` (compared as certificates, not text); False
+    when ``ca_pem`` holds none (pure)."""
+    wanted, held = _ders(ca_pem), set(_ders(ca_bundle))
+    return bool(wanted) and all(der in held for der in wanted)
+
+
+def switched_ca_bundle(ca_pem: bytes, *, keep: bytes | None, now: dt.datetime) -> bytes:
+    """The caBundle of a switch to ``ca_pem``: that CA first, then the certificates of ``keep`` (the CA of the
+    pair served until now) that are valid at ``now`` and not already there, so that connections served with
+    either pair verify until every replica has switched (pure). An expired CA verifies nothing: left out."""
+    kept = []
+    seen = set(_ders(ca_pem))
+    for cert in certificates(keep or b""):
+        der = cert.public_bytes(Encoding.DER)
+        if der not in seen and cert.not_valid_before_utc <= now < cert.not_valid_after_utc:
+            seen.add(der)
+            kept.append(cert.public_bytes(Encoding.PEM))
+    if not kept:
+        return ca_pem
+    return b"".join([ca_pem if ca_pem.endswith(b"\n") else ca_pem + b"\n", *kept])
+
+
+def current_ca_bundle(crd: dict[str, Any]) -> bytes:
+    """The decoded ``spec.conversion.webhook.clientConfig.caBundle`` of a CRD object (b"" when unset)."""
+    conversion = (crd.get("spec") or {}).get("conversion") or {}
+    encoded = ((conversion.get("webhook") or {}).get("clientConfig") or {}).get("caBundle") or ""
+    try:
+        return base64.b64decode(encoded)
+    except (binascii.Error, ValueError):
+        return b""
+
+
+def _uses_webhook(crd: dict[str, Any]) -> bool:
+    return bool(((crd.get("spec") or {}).get("conversion") or {}).get("strategy") == "Webhook")
+
+
+def _guarded(crd: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """``patch`` applied only to the version of ``crd`` it was computed from (a stale one is a Conflict)."""
+    version = (crd.get("metadata") or {}).get("resourceVersion")
+    return {"metadata": {"resourceVersion": version}, **patch} if version else patch
+
+
 async def patch_crds(
     client: Client,
     *,
@@ -61,26 +138,83 @@ async def patch_crds(
 ) -> list[str]:
     """Patch every named CRD that exists and uses webhook conversion; returns the patched names.
 
+    The caBundle is set to ``ca_pem`` unless it already trusts it (:func:`trusts`): then it is left as it is,
+    other CAs included (see the module docstring).
+
     Raises:
-        agent_sandbox.kube.ApiError: any API failure other than a missing CRD (upstream exits).
+        agent_sandbox.kube.ApiError: any API failure other than a missing CRD (upstream exits); a Conflict
+            only after several rounds of re-reading the CRD.
     """
-    cfg = client_config(ca_pem=ca_pem, url=url, service=service, namespace=namespace)
     patched = []
     for name in crd_names:
-        try:
-            crd = await client.get(CRD, name)
-        except NotFound:
-            log.info("CRD %s not installed; not patching its conversion webhook", name)
-            continue
-        patch = conversion_patch(crd, cfg)
-        if patch is None:
-            log.info("CRD %s does not use webhook conversion; leaving it alone", name)
-            continue
-        await client.patch(CRD, name, patch)
-        patched.append(name)
+        for round_ in range(_CONFLICT_ROUNDS):
+            try:
+                crd = await client.get(CRD, name)
+            except NotFound:
+                log.info("CRD %s not installed; not patching its conversion webhook", name)
+                break
+            keep = trusts(current_ca_bundle(crd), ca_pem)
+            cfg = client_config(
+                ca_pem=None if keep else ca_pem, url=url, service=service, namespace=namespace
+            )
+            patch = conversion_patch(crd, cfg)
+            if patch is None:
+                log.info("CRD %s does not use webhook conversion; leaving it alone", name)
+                break
+            try:
+                await client.patch(CRD, name, _guarded(crd, patch))
+            except Conflict:
+                if round_ + 1 == _CONFLICT_ROUNDS:
+                    raise
+                continue
+            patched.append(name)
+            break
     log.info(
         "conversion webhook of %s points at %s",
         ", ".join(patched) or "no CRD",
         url or f"{namespace}/{service}",
     )
+    return patched
+
+
+async def trust_ca(
+    client: Client,
+    *,
+    ca_pem: bytes,
+    keep: bytes | None,
+    crd_names: Iterable[str] = ALL_CRD_NAMES,
+    now: dt.datetime,
+) -> list[str]:
+    """Make the caBundle of every named CRD that uses webhook conversion trust ``ca_pem``; returns the names
+    it had to patch (empty: all of them trusted it already).
+
+    A caBundle that does not trust ``ca_pem`` becomes :func:`switched_ca_bundle` (``ca_pem``, then ``keep``);
+    nothing else of the CRD is touched (the Service reference or dev-mode URL stays as start-up set it).
+    Only a caBundle that does not trust ``ca_pem`` is written, so replicas switching to the same Secret never
+    undo each other: the first one's write makes the others' a no-op.
+
+    Raises:
+        agent_sandbox.kube.ApiError: an API failure other than a missing CRD; a Conflict only after several
+            rounds of re-reading the CRD.
+    """
+    patched = []
+    for name in crd_names:
+        for round_ in range(_CONFLICT_ROUNDS):
+            try:
+                crd = await client.get(CRD, name)
+            except NotFound:
+                break
+            if not _uses_webhook(crd) or trusts(current_ca_bundle(crd), ca_pem):
+                break
+            bundle = switched_ca_bundle(ca_pem, keep=keep, now=now)
+            patch = {"spec": {"conversion": {"webhook": {"clientConfig": {
+                "caBundle": base64.b64encode(bundle).decode()}}}}}  # fmt: skip
+            try:
+                await client.patch(CRD, name, _guarded(crd, patch))
+            except Conflict:
+                if round_ + 1 == _CONFLICT_ROUNDS:
+                    raise
+                continue
+            patched.append(name)
+            break
     return patched

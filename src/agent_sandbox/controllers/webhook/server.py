@@ -19,9 +19,10 @@ The serving pair is **followed on disk** (:class:`CertWatcher`, controller-runti
 load as a matching pair, new connections get the new pair; a pair that does not load (half written, key and
 certificate from different rotations) keeps the previous one until it does. cert-manager or a mounted
 Secret can thus rotate the certificate of a running webhook (``--manage-webhook-certs=false``). With managed
-certificates the webhook also re-reads its Secret every ``secret_poll_interval`` (60 s): when another replica
-replaced it (an expired or unsuitable bundle), the new pair is written to the cert dir and followed the same
-way. docs/design/webhook-cert-reload.md.
+certificates the webhook also re-reads its Secret every ``secret_poll_interval`` (60 s): when it was replaced
+(by another replica, or behind the controller's back), the new pair is written to the cert dir and followed the
+same way - but only once the CRDs' caBundle trusts its CA, which this replica makes so first when needed.
+docs/design/webhook-cert-reload.md.
 
 Failure modes: :class:`WebhookError` when the certificate files are missing or do not load at start-up
 (unmanaged mode) or the listener cannot bind; API errors while loading the Secret or patching CRDs
@@ -59,7 +60,7 @@ from agent_sandbox.controllers.webhook.certs import (
     service_hosts,
     write_files,
 )
-from agent_sandbox.controllers.webhook.crds import ALL_CRD_NAMES, patch_crds
+from agent_sandbox.controllers.webhook.crds import ALL_CRD_NAMES, patch_crds, trust_ca
 from agent_sandbox.kube import EXPECTED_ERRORS, NAMESPACE, SECRET, AlreadyExists, Client, NotFound
 from agent_sandbox.kube.metrics import WEBHOOK_IN_FLIGHT, WEBHOOK_LATENCY, WEBHOOK_REQUESTS
 
@@ -71,7 +72,7 @@ THREAD_THRESHOLD = 32
 #: every 10 s (besides its inotify watch, which misses Secret-volume symlink swaps on some filesystems).
 CERT_POLL_INTERVAL = 10.0
 #: How often a replica with managed certificates re-reads the shared Secret for a bundle another
-#: replica wrote.
+#: replica (or anything else) stored there.
 SECRET_POLL_INTERVAL = 60.0
 #: What stops one read of the Secret from being followed (logged, retried at the next poll).
 _SECRET_FOLLOW_ERRORS: tuple[type[BaseException], ...] = (*EXPECTED_ERRORS, CertificateError, OSError)
@@ -110,7 +111,8 @@ class WebhookOptions:
         cert_poll_interval: seconds between checks of the serving pair's files for a new pair; <= 0: never
             (no flag: upstream's certwatcher has a fixed 10 s; tests shorten it).
         secret_poll_interval: managed certificates: seconds between reads of the shared Secret for a bundle
-            another replica stored; <= 0: never.
+            another replica (or anything else) stored; <= 0: never. A bundle whose CA the CRDs do not trust
+            yet is served one poll after this replica added its CA to their caBundle.
     """
 
     host: str = ""
@@ -448,9 +450,12 @@ class _ServingThread:
         if loop is not None and stop is not None and self._thread.is_alive():
             with contextlib.suppress(RuntimeError):  # the loop already closed
                 loop.call_soon_threadsafe(stop.set)
-        self._thread.join(SHUTDOWN_GRACE + 2.0)
+        # aiohttp waits up to the grace for a review's handler, then cancels it and waits up to the grace again
+        # (a conversion in a worker thread does not end on cancellation).
+        bound = 2 * SHUTDOWN_GRACE + 1.0
+        self._thread.join(bound)
         if self._thread.is_alive():  # a daemon thread: it does not keep the process alive
-            log.warning("conversion webhook listener did not stop within %.0fs", SHUTDOWN_GRACE + 2.0)
+            log.warning("conversion webhook listener did not stop within %.0fs", bound)
 
     def _main(self) -> None:
         try:  # the loop the controller process runs on (`controllers.main`), when installed
@@ -611,12 +616,24 @@ class ConversionWebhook:
         )
 
     async def _follow_secret(self, cert_dir: Path) -> None:
-        """Managed certificates: write the Secret's bundle to the cert dir when another replica replaced it.
+        """Managed certificates: serve the Secret's bundle when it was replaced, once the CRDs trust its CA.
 
         A replica replaces the shared Secret (and re-points the CRDs' caBundle at its new CA) when the stored
-        bundle is expired or does not cover its host names; the others would keep serving the old pair,
-        which the API server no longer trusts. Reads only (the Secret's ``get`` grant); never writes the
-        Secret or the CRDs: the replica that replaced the bundle did both.
+        bundle is expired or does not cover its host names; so may something else - a backup restore, a GitOps
+        re-apply, a manual rotation, a replica stopped between storing the Secret and patching the CRDs - that
+        leaves the caBundle trusting only the old CA. A pair the API server does not trust must never be
+        served: every conversion on a new connection would fail ("x509: certificate signed by unknown
+        authority") and v1beta1 writes would silently drop the managedFields of objects with a v1alpha1
+        manager. So a replaced bundle is taken in two steps:
+
+        * the CRDs' caBundle already trusts its CA: its pair is written to the cert dir (the CertWatcher
+          serves it from its next check);
+        * it does not: the caBundle gets the new CA next to the one served now (:func:`trust_ca`), and the pair
+          is written at a later poll that sees the CRDs trusting it - the API server applies a changed
+          caBundle asynchronously, after its CRD informer saw it.
+
+        A poll that cannot do its step (an API error, a full disk) keeps the current pair, says why once,
+        and the next poll tries again. Never writes the Secret (docs/design/webhook-cert-reload.md).
         """
         opts = self.options
         hosts = [
@@ -634,7 +651,8 @@ class ConversionWebhook:
                 if bundle in (self._bundle, rejected):
                     reported = None
                     continue
-                if problem := bundle_problem(bundle, hosts=hosts, now=dt.datetime.now(dt.UTC)):
+                now = dt.datetime.now(dt.UTC)
+                if problem := bundle_problem(bundle, hosts=hosts, now=now):
                     rejected = bundle
                     log.warning(
                         "webhook certificate Secret %s changed but is not usable here; "
@@ -643,7 +661,11 @@ class ConversionWebhook:
                         problem,
                     )
                     continue
-                await asyncio.to_thread(write_files, bundle, cert_dir, opts.cert_name, opts.key_name)
+                patched = await trust_ca(
+                    self._client, ca_pem=bundle.ca_pem, keep=self.ca_pem, crd_names=opts.crd_names, now=now
+                )
+                if not patched:
+                    await asyncio.to_thread(write_files, bundle, cert_dir, opts.cert_name, opts.key_name)
             except Exception as exc:
                 # Expected ones (API errors, a bundle that does not parse, a full disk) in one line; anything
                 # else (an encrypted key made `cryptography` raise TypeError) with its traceback. Until
@@ -660,6 +682,15 @@ class ConversionWebhook:
                     )
                 continue
             reported = None
+            if patched:
+                log.info(
+                    "webhook certificate Secret %s holds a new CA that the caBundle of %s did not trust (the "
+                    "Secret was replaced without them); added it next to the CA served now, whose pair is kept "
+                    "until a later check sees the CRDs trusting the new one",
+                    secret_name,
+                    ", ".join(patched),
+                )
+                continue
             self._bundle, self.ca_pem = bundle, bundle.ca_pem
             log.info(
                 "webhook certificate Secret %s was replaced; wrote its pair to %s", secret_name, cert_dir
