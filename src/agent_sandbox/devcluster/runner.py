@@ -12,6 +12,10 @@ counts a restart, and brings the runtime back after a short back-off, as a kubel
 All pods share one event loop; an idle runtime pod costs about 50 KB (two aiohttp apps, one grpc.aio server,
 three listening sockets), so 1,000 of them fit where 1,000 Python processes would not. Commands are real
 child processes, each confined to its pod's workspace by path rules only: there is no isolation.
+
+Stop (`dev down`, SIGTERM or Ctrl-C): every runtime drains (`_STOP_GRACE`), then the process exits. A
+second signal meanwhile exits at once, as the runtime's own process does: every command of every runtime is
+SIGKILLed first, so none outlives the runner.
 """
 
 from __future__ import annotations
@@ -67,6 +71,10 @@ _RESTART_BACKOFF = 1.0  # seconds before a crashed runtime comes back
 _RETRY = 2.0  # seconds before retrying a runtime that could not start (port taken, volume unbound)
 _HEALTH_TIMEOUT = 5.0
 _MAX_GRACE = 10.0
+_STOP_GRACE = 3.0
+"""Drain of every runtime when the runner stops: the runtime SIGKILLs commands still running 2 s after their
+SIGTERM; the third second lets their requests be answered (with 1 s they were reset, the kill and the
+listeners' deadline coming at once)."""
 _CONCURRENCY = 32  # reconciles at once (bursts of hundreds of pods)
 
 
@@ -169,6 +177,9 @@ class Runner:
         self._tasks: set[asyncio.Task[None]] = set()
         self._limit = asyncio.Semaphore(_CONCURRENCY)
         self._http: aiohttp.ClientSession | None = None
+        # Every runtime started and not yet stopped, also one a terminating pod is still draining (its
+        # PodRuntime no longer holds it): `kill_children` must reach all of their commands.
+        self._servers: set[RuntimeServer] = set()
         self.pods.add_handler(
             HandlerFuncs(add=self._on_pod, update=lambda _old, new: self._on_pod(new), delete=self._on_pod)
         )
@@ -218,8 +229,7 @@ class Runner:
                 grace = min(float(meta.get("deletionGracePeriodSeconds") or 1), _MAX_GRACE)
                 rt.state, rt.healthy = "terminating", False
                 server, rt.server = rt.server, None
-                with _logging_to(rt):
-                    await server.stop(grace)
+                await self._stop_server(rt, server, grace)
             return
         ip = status.get("podIP")
         if status.get("phase") != "Running" or not ip:
@@ -302,6 +312,7 @@ class Runner:
             rt.not_before = time.monotonic() + _RETRY
             self.schedule(key, _RETRY)
             return
+        self._servers.add(server)
         rt.server, rt.started_at, rt.message = server, _now(), ""
         rt.healthy = await self._healthy(rt)
         rt.state = "ready" if rt.healthy else "unhealthy"
@@ -397,8 +408,7 @@ class Runner:
     async def _retire(self, key: str, rt: PodRuntime, *, gone: bool) -> None:
         if rt.server is not None:
             server, rt.server = rt.server, None
-            with _logging_to(rt):
-                await server.stop(1.0)
+            await self._stop_server(rt, server, 1.0)
         if gone:
             self.runtimes.pop(key, None)
             if rt.owned_workspace:
@@ -421,8 +431,7 @@ class Runner:
         server, rt.server = rt.server, None
         rt.healthy, rt.state, rt.restarts = False, "crashed", rt.restarts + 1
         rt.message = "runtime crashed; restarting"
-        with _logging_to(rt):
-            await (server.kill() if hard else server.stop(0.0))
+        await self._stop_server(rt, server, 0.0, hard=hard)
         rt.not_before = time.monotonic() + noticed_after + _RESTART_BACKOFF
         if noticed_after > 0:
             task = asyncio.create_task(self._notice_crash(key, rt, noticed_after))
@@ -431,6 +440,19 @@ class Runner:
         else:
             await self._notice_crash(key, rt, 0.0)
         return rt
+
+    async def _stop_server(
+        self, rt: PodRuntime, server: RuntimeServer, grace: float, *, hard: bool = False
+    ) -> None:
+        """Drain `server` (`grace` s), or kill it as SIGKILL would (`hard`), logging to the pod's log."""
+        with _logging_to(rt):
+            await (server.kill() if hard else server.stop(grace))
+        self._servers.discard(server)
+
+    def kill_children(self) -> None:
+        """SIGKILL every command of every runtime, now: the process is about to exit without draining."""
+        for server in list(self._servers):
+            server.kill_children()
 
     async def _notice_crash(self, key: str, rt: PodRuntime, after: float) -> None:
         await asyncio.sleep(after)
@@ -507,7 +529,11 @@ class Runner:
             for task in list(self._active.values()):
                 task.cancel()
             await asyncio.gather(
-                *(rt.server.stop(1.0) for rt in self.runtimes.values() if rt.server is not None),
+                *(
+                    self._stop_server(rt, rt.server, _STOP_GRACE)
+                    for rt in self.runtimes.values()
+                    if rt.server is not None
+                ),
                 return_exceptions=True,
             )
             await control.cleanup()
@@ -532,8 +558,26 @@ async def _main(args: argparse.Namespace) -> None:
         )
     )
     loop = asyncio.get_running_loop()
+    stopping = False
+
+    def on_signal(signum: int) -> None:
+        # The first signal stops the runner (its task's `finally` drains every runtime); a second one must not
+        # cancel that drain halfway - the control listener and HTTP session left open, asyncio errors in the
+        # log, the process lingering - but exit at once, as the runtime's own process does.
+        nonlocal stopping
+        name = signal.Signals(signum).name
+        if not stopping:
+            stopping = True
+            log.info("received %s, stopping every runtime (a second signal exits at once)", name)
+            task.cancel()
+            return
+        log.warning("received %s again: killing every command and exiting now", name)
+        runner.kill_children()  # no orphans: nothing would stop them after the exit
+        logging.shutdown()
+        os._exit(1)
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, task.cancel)
+        loop.add_signal_handler(sig, on_signal, sig)
     try:
         with contextlib.suppress(asyncio.CancelledError):
             await task

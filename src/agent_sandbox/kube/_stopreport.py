@@ -22,7 +22,7 @@ import traceback
 from types import CoroutineType, FrameType, GeneratorType
 from typing import Any
 
-__all__ = ["StopReport", "task_await_chain"]
+__all__ = ["StopReport", "task_await_chain", "thread_stacks"]
 
 log = logging.getLogger("agent_sandbox.kube.manager")
 
@@ -53,7 +53,8 @@ def task_await_chain(task: asyncio.Task[Any]) -> list[str]:
     return lines
 
 
-def _thread_stacks() -> str:
+def thread_stacks() -> str:
+    """Every thread's Python stack, by thread name (for a log record's `stacks` field)."""
     names = {t.ident: t.name for t in threading.enumerate()}
     parts: list[str] = []
     for ident, frame in sys._current_frames().items():
@@ -106,7 +107,7 @@ class StopReport:
         log.warning(
             "stop still running after %.0fs: thread stacks follow",
             self.after,
-            extra={"stacks": _thread_stacks()},
+            extra={"stacks": thread_stacks()},
         )
         loop = self._loop
         if loop is not None and not loop.is_closed():

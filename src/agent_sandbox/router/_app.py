@@ -4,8 +4,8 @@ Start-up: tracing -> metrics -> TLS -> Kubernetes client (only for the cache or 
 initial sync (60 s, else `pod cache failed initial sync ...`) -> authorizer -> bind every listener (a bind
 failure aborts before readiness) -> ready. Probes: `/healthz` -> 200 `{"status":"ok"}`; `/readyz` -> 200
 `ok` when ready, 503 `draining` otherwise. Shutdown: unready, stop accepting, let in-flight requests
-finish (keep-alive connections close after their current response) within `--shutdown-timeout`, then
-cut what is left (upgraded connections included) and stop.
+finish (keep-alive connections close after their current response) until `stop_reserve` before
+`--shutdown-timeout`, then cut what is left (upgraded connections included) and stop, done by the timeout.
 
 `Router` is also the in-process API tests and the dev cluster use: `await router.start()`, the bound
 ports, `await router.shutdown()`.
@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -39,12 +40,21 @@ from ._tls import ReloadingTLS
 from ._tunnel import TunnelLimits
 from ._upstream import UpstreamPool
 
-__all__ = ["CACHE_SYNC_TIMEOUT", "Router", "StartupError"]
+__all__ = ["CACHE_SYNC_TIMEOUT", "Router", "StartupError", "stop_reserve"]
 
 log = logging.getLogger("agent_sandbox.router")
 
 CACHE_SYNC_TIMEOUT = 60.0
 SERVICE_NAME = "sandbox-router"
+
+
+def stop_reserve(shutdown_timeout: float) -> float:
+    """Seconds of `--shutdown-timeout` kept for stopping after the drain: a fifth of it, at most 1 s.
+
+    The router must be gone by the timeout (at the default 30 s, the kubelet's default grace period): the
+    drain ends this much earlier, so cutting what is left, flushing spans and exiting fit in the timeout.
+    """
+    return min(1.0, max(0.0, shutdown_timeout) / 5)
 
 
 class StartupError(RuntimeError):
@@ -330,26 +340,30 @@ class Router:
     # ------------------------------------------------------------------ shutdown
 
     async def shutdown(self) -> None:
-        """Drain (router spec §1.12): unready, stop accepting, finish in-flight requests, then stop."""
+        """Drain (router spec §1.12): unready, stop accepting, finish in-flight requests, then stop; returns
+        within `--shutdown-timeout` (requests still running `stop_reserve` before it are cut)."""
         self.ready = False
         for server in self._servers:
             server.close()
         for conn in list(self.connections):
             conn.start_drain()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.config.shutdown_timeout
-        while self._busy() and loop.time() < deadline:  # noqa: ASYNC110 - polls connection states
+        timeout = self.config.shutdown_timeout
+        end = loop.time() + timeout
+        reserve = stop_reserve(timeout)
+        while self._busy() and loop.time() < end - reserve:  # noqa: ASYNC110 - polls connection states
             await asyncio.sleep(0.05)
         if self._busy():
             log.warning("shutdown timeout: closing %d connection(s) still busy", len(self.connections))
-        await self._stop_everything()
+        await self._stop_everything(flush_until=end - reserve / 2)
 
     def _busy(self) -> bool:
         # Upgraded connections do not hold the drain up (Go's Shutdown does not wait for hijacked
         # connections either); they are cut when the process stops.
         return any(not c.idle and c.tunnel is None for c in self.connections if not c.closed)
 
-    async def _stop_everything(self) -> None:
+    async def _stop_everything(self, flush_until: float | None = None) -> None:
+        """Stop every component; `flush_until` (loop time) bounds the wait for queued spans to be exported."""
         self.ready = False
         for server in self._servers:
             server.close()
@@ -371,4 +385,33 @@ class Router:
         if self._kube is not None and self._owns_kube:
             await self._kube.close()
         if self._given_tracing is None:
+            await self._shutdown_tracing(flush_until)
+
+    async def _shutdown_tracing(self, until: float | None) -> None:
+        if until is None:
             self._tracing.shutdown()
+            return
+        # The exporter flushes queued spans synchronously, retrying for up to its 10 s timeout when the
+        # collector does not answer: in a daemon thread, waited for only until `until`, so a collector that
+        # is down cannot hold the stop past `--shutdown-timeout` (nor block the loop meanwhile).
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def finished() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        def flush() -> None:
+            try:
+                self._tracing.shutdown()
+            finally:
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                    loop.call_soon_threadsafe(finished)
+
+        threading.Thread(target=flush, name="trace-flush", daemon=True).start()
+        flushed, _ = await asyncio.wait({done}, timeout=max(0.1, until - loop.time()))
+        if not flushed:
+            done.cancel()
+            log.warning(
+                "trace export did not finish before --shutdown-timeout: dropping the spans still queued"
+            )

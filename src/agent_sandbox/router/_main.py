@@ -2,7 +2,14 @@
 
 Exit codes (router spec §1.12): 0 clean stop, `--version` or `-h`; 2 invalid configuration (flags,
 environment, config file, settings); 1 runtime errors (a listener cannot bind, the Pod cache does not
-sync, TLS files unreadable, no Kubernetes configuration).
+sync, TLS files unreadable, no Kubernetes configuration, a stop still running a second past
+`--shutdown-timeout`).
+
+The process is gone by `--shutdown-timeout` after SIGTERM: at the default 30 s that is the kubelet's default
+termination grace period, past which it is SIGKILLed (and its last log lines with it). `Router.shutdown`
+keeps a reserve of that time for its own stop; the console script then leaves without the interpreter's
+teardown (0.5-1.5 s of garbage collection and module clean-up on a loaded node, for a process about to
+vanish anyway), and a watchdog ends a stop that hangs regardless.
 """
 
 from __future__ import annotations
@@ -14,15 +21,18 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from ..api.errortext import describe_error
 from ..kube import ConfigError as KubeConfigError
 from ..kube import TracingError
+from ..kube._stopreport import thread_stacks
 from ..kube.buildinfo import version_text
 from ..kube.flags import HelpRequested, configure_logging_from_flags
-from ._app import Router, StartupError
+from ._app import Router, StartupError, stop_reserve
 from ._config import PROGRAM, ConfigError, RouterConfig, flag_set, load_router_config
 from ._fdlimit import raise_open_files_limit
 from ._workers import WORKER_ENV, Supervisor, merged_registry, worker_metrics_loop
@@ -31,27 +41,40 @@ __all__ = ["main", "run"]
 
 log = logging.getLogger("agent_sandbox.router")
 
+WATCHDOG_SLACK = 1.0
+"""Seconds past `--shutdown-timeout` a stop may still run (in the console script) before the process ends
+itself: the normal stop is done well before the timeout, so only a hang gets here."""
 
-async def run(config: RouterConfig, argv: Sequence[str] = ()) -> int:
+
+async def run(config: RouterConfig, argv: Sequence[str] = (), *, watchdog: bool = False) -> int:
     """Start the router, serve until the first SIGTERM/SIGINT, drain; returns the exit status.
 
     With `--workers N` this process supervises N-1 workers started with `argv` plus overrides; in a
     worker (`WORKER_ENV` set) it publishes its metrics for the supervisor instead of serving them.
+    `watchdog` (the console script): a stop still running `WATCHDOG_SLACK` seconds past
+    `--shutdown-timeout` logs every thread's stack and exits the process (status 1).
     """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    worker_file = os.environ.get(WORKER_ENV)
+    supervisor = Supervisor(config.workers, argv) if config.workers > 1 and not worker_file else None
 
     def on_signal(signum: int) -> None:
-        if stop.is_set():
-            os._exit(1)  # a second signal: stop now (as Go's signal handler)
+        if stop.is_set():  # a second signal: stop now (as Go's signal handler)
+            log.warning("received %s again: exiting now", signal.Signals(signum).name)
+            _kill_workers(supervisor)  # no orphans: nothing would stop them now
+            _leave(1)
         log.info("received %s, draining", signal.Signals(signum).name)
         stop.set()
+        if watchdog:
+            timer = threading.Timer(config.shutdown_timeout + WATCHDOG_SLACK, _overdue, (config, supervisor))
+            timer.daemon = True
+            timer.name = "stop-watchdog"
+            timer.start()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, on_signal, sig)
-    worker_file = os.environ.get(WORKER_ENV)
-    supervisor = Supervisor(config.workers, argv) if config.workers > 1 and not worker_file else None
     router = Router(
         config,
         reuse_port=bool(worker_file),
@@ -86,13 +109,49 @@ async def run(config: RouterConfig, argv: Sequence[str] = ()) -> int:
         )
     await stop.wait()
     if supervisor is not None:
-        await asyncio.gather(router.shutdown(), supervisor.stop(config.shutdown_timeout + 5))
+        # The workers got the same timeout and keep the same reserve, so they are gone before half of the
+        # reserve is left; one still running then is killed, so the supervisor too is gone by the timeout.
+        grace = config.shutdown_timeout - stop_reserve(config.shutdown_timeout) / 2
+        await asyncio.gather(router.shutdown(), supervisor.stop(grace))
     else:
         await router.shutdown()
     if publisher is not None:
         await publisher
     log.info("router stopped")
     return 0
+
+
+def _kill_workers(supervisor: Supervisor | None) -> None:
+    for pid in supervisor.pids() if supervisor is not None else ():
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _overdue(config: RouterConfig, supervisor: Supervisor | None) -> None:
+    """The watchdog (a timer thread, so it fires even if the event loop is blocked): say where the stop hangs,
+    take the workers along, exit."""
+    log.error(
+        "stop still running %.0f s after the signal (--shutdown-timeout %gs): exiting now; thread stacks follow",
+        config.shutdown_timeout + WATCHDOG_SLACK,
+        config.shutdown_timeout,
+        extra={"stacks": thread_stacks()},
+    )
+    _kill_workers(supervisor)
+    _leave(1)
+
+
+def _leave(code: int) -> NoReturn:
+    """Exit now with `code`, after flushing the log and standard streams, without the interpreter's teardown.
+
+    What teardown would do is not needed by a process that is about to be gone: the router has stopped every
+    component itself (spans flushed, access log written, connections closed), and the garbage collection and
+    module clean-up of a full interpreter cost 0.5-1.5 s on a loaded node - past `--shutdown-timeout`.
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def _bound(address: str, port: int | None) -> str | None:
@@ -102,14 +161,14 @@ def _bound(address: str, port: int | None) -> str | None:
     return f"{address.rpartition(':')[0]}:{port}"
 
 
-def _run_loop(config: RouterConfig, argv: Sequence[str]) -> int:
+def _run_loop(config: RouterConfig, argv: Sequence[str], *, watchdog: bool = False) -> int:
     # uvloop when installed (the `fast` extra); AGENT_SANDBOX_EVENT_LOOP=asyncio forces the stdlib loop
     # (benchmarks compare both, docs/design/router-performance.md).
     if importlib.util.find_spec("uvloop") is None or os.environ.get("AGENT_SANDBOX_EVENT_LOOP") == "asyncio":
-        return asyncio.run(run(config, argv))
+        return asyncio.run(run(config, argv, watchdog=watchdog))
     import uvloop
 
-    code: int = uvloop.run(run(config, argv))
+    code: int = uvloop.run(run(config, argv, watchdog=watchdog))
     return code
 
 
@@ -133,7 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Every proxied connection takes two descriptors: the usual soft limit of 1,024 is ~500 connections.
     # Go's runtime raises the soft limit to the hard one at start (1.19+), so upstream's router runs so too.
     raise_open_files_limit()
-    return _exit(_run_loop(config, args), argv)
+    if argv is None:  # the console script: bounded stop, no interpreter teardown
+        _leave(_run_loop(config, args, watchdog=True))
+    return _run_loop(config, args)
 
 
 def _exit(code: int, argv: Sequence[str] | None) -> int:
