@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -20,13 +21,28 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 async def serve(config: RuntimeConfig) -> None:
-    """Run one server until SIGTERM or SIGINT, then stop it within the shutdown timeout."""
+    """Run one server until SIGTERM or SIGINT, then stop it within the shutdown timeout.
+
+    A second signal while it drains exits at once, status 1 (as the router, Go's signal handling and
+    controller-runtime do): every command's process group is SIGKILLed first, so none is left behind.
+    """
     server = RuntimeServer(config)
     await server.start()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+
+    def on_signal(signum: int) -> None:
+        name = signal.Signals(signum).name
+        if not stop.is_set():
+            log.info("received %s, draining (a second signal exits at once)", name)
+            stop.set()
+            return
+        log.warning("received %s again: killing every command and exiting now", name)
+        server.kill_children()
+        os._exit(1)
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     await stop.wait()
     await server.stop()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import socket
 
 from aiohttp import web
@@ -34,6 +35,11 @@ log = logging.getLogger(__name__)
 #: Longest request line or header field the HTTP listeners read.
 MAX_HEAD_LINE = 64 << 10
 _CHILD_GRACE = 2.0  # spec §2.2: children get SIGTERM, SIGKILL after 2 s (or the shutdown deadline)
+_AIOHTTP_UNBOUNDED = 7 * 24 * 3600.0  # aiohttp's own drain bound, never reached: the stop's deadline is ours
+# After the deadline's aborts: how long the handlers get to finish their cancellation (they kill their
+# command's group and return; nothing is written any more).
+_AFTER_ABORT = 1.0
+_FLUSH_POLL = 0.05
 
 
 class RuntimeServer:
@@ -77,7 +83,10 @@ class RuntimeServer:
             handle_signals=False,
             access_log=None,
             keepalive_timeout=self.config.http_idle_timeout,
-            shutdown_timeout=self.config.shutdown_timeout,
+            # The stop's deadline is ours (`_close_http`), one for the whole close: aiohttp's waits its timeout
+            # for a handler, then cancels it and waits as long again - a client that stopped reading held the
+            # stop for twice --shutdown-timeout (until December 7).
+            shutdown_timeout=_AIOHTTP_UNBOUNDED,
             handler_cancellation=True,  # a client that goes away cancels its command
             # A path is in the request line, percent-encoded: a legal one (PATH_MAX 4096 bytes, non-ASCII
             # names 3 characters per byte) needs up to ~12 KiB, past aiohttp's default of 8190. Upstream's
@@ -87,7 +96,7 @@ class RuntimeServer:
         )
         await runner.setup()
         self._runners.append((name, runner))
-        sock = _bind(self.config.listen_host, port)
+        sock = _bind(self.config.listen_host, port, name)
         site = web.SockSite(runner, sock)
         await site.start()
         self.ports[name] = sock.getsockname()[1]
@@ -98,9 +107,17 @@ class RuntimeServer:
         # v1 and v1alpha, as grpc-go's reflection.Register in sandboxd (v1-only clients exist).
         enable_reflection(server, (processv1.SERVICE,))
         self._grpc = server
-        port = server.add_insecure_port(_host_port(self.config.listen_host, self.config.grpc_port))
+        host, wanted = self.config.listen_host, self.config.grpc_port
+        if wanted:
+            # grpcio says only "Failed to bind to address" (a RuntimeError, after a log line of its own on
+            # stderr): a socket bound here first gives the reason (Address already in use) as an OSError.
+            _bind(host, wanted, "gRPC", listen=False).close()
+        try:
+            port = server.add_insecure_port(_host_port(host, wanted))
+        except RuntimeError as err:  # grpcio >= 1.5x raises; older ones returned 0
+            raise OSError(f"cannot bind gRPC to {_host_port(host, wanted)}: {err}") from None
         if port == 0:
-            raise OSError(f"cannot bind gRPC to {self.config.listen_host}:{self.config.grpc_port}")
+            raise OSError(f"cannot bind gRPC to {_host_port(host, wanted)}")
         await server.start()
         self.ports["grpc"] = port
 
@@ -109,17 +126,34 @@ class RuntimeServer:
         return self.state.draining
 
     async def stop(self, grace: float | None = None) -> None:
-        """Drain: health 503, children SIGTERM then SIGKILL after 2 s, HTTP drains, gRPC stops (forced at the deadline)."""
+        """Drain: health 503, children SIGTERM then SIGKILL after 2 s, HTTP drains, gRPC stops.
+
+        One deadline, `grace` (default `--shutdown-timeout`) from now, bounds it all: in-flight requests are
+        answered and answers already written are flushed while the clients read them; what is still going
+        at the deadline is cut off (HTTP connections reset, gRPC calls cancelled).
+        """
         if self._stopped.is_set():
             return
         deadline = self.config.shutdown_timeout if grace is None else grace
         log.info("draining (shutdown timeout %.1fs)", deadline)
         self.state.draining = True
+        loop = asyncio.get_running_loop()
+        end = loop.time() + deadline
         children = asyncio.ensure_future(self.state.supervisor.shutdown(min(_CHILD_GRACE, deadline)))
         await self._close_listeners(deadline)
-        with contextlib.suppress(Exception):
+        # The children were SIGKILLed at their grace; one that does not die of it (stuck in the kernel)
+        # does not hold the stop past its deadline either.
+        await asyncio.wait({children}, timeout=max(0.0, end - loop.time()))
+        if not children.done():
+            self.kill_children()
+            children.cancel()
+        with contextlib.suppress(Exception, asyncio.CancelledError):
             await children
         self._stopped.set()
+
+    def kill_children(self) -> None:
+        """SIGKILL every process group this server started, now (the process is about to exit unclean)."""
+        self.state.supervisor.signal_all(signal.SIGKILL)
 
     async def kill(self) -> None:
         """Die as SIGKILL would have the process die: every HTTP connection reset unanswered, then stop at once.
@@ -128,14 +162,15 @@ class RuntimeServer:
         answered).
         """
         for _, runner in self._runners:
-            server = runner.server
-            for handler in list(server.connections if server is not None else ()):
-                if handler.transport is not None:
-                    handler.transport.abort()
+            _abort_connections(runner)
         await self.stop(0.0)
 
     async def _close_listeners(self, deadline: float) -> None:
-        tasks = [runner.cleanup() for _, runner in self._runners]
+        end = asyncio.get_running_loop().time() + deadline
+        # A stop with no grace (a simulated crash, a pod deleted with grace 0) asked for the resets: not worth
+        # a warning in the pod's log.
+        level = logging.WARNING if deadline > 0 else logging.DEBUG
+        tasks = [self._close_http(name, runner, end, level) for name, runner in self._runners]
         if self._grpc is not None:
             tasks.append(self._grpc.stop(deadline))
         results = await asyncio.gather(*tasks, return_exceptions=True)
@@ -145,21 +180,83 @@ class RuntimeServer:
         self._runners.clear()
         self._grpc = None
 
+    async def _close_http(self, name: str, runner: web.AppRunner, end: float, level: int) -> None:
+        """Close one HTTP listener by `end` (loop time): drain, flush, then reset what is left."""
+        loop = asyncio.get_running_loop()
+        server = runner.server
+        # Snapshot now: aiohttp forgets a connection once its handler is done, while its answer may still
+        # be queued in the transport for a client that reads slowly.
+        transports = [h.transport for h in (server.connections if server is not None else ()) if h.transport]
+        cleanup = asyncio.ensure_future(runner.cleanup())
+        try:
+            await asyncio.wait({cleanup}, timeout=max(0.0, end - loop.time()))
+            if not cleanup.done():
+                if count := _abort_connections(runner):
+                    log.log(
+                        level,
+                        "%s: %d request(s) still in progress at the shutdown deadline: reset",
+                        name,
+                        count,
+                    )
+                await asyncio.wait({cleanup}, timeout=_AFTER_ABORT)
+                if not cleanup.done():
+                    log.warning(
+                        "%s: request handlers did not finish after their connections were reset", name
+                    )
+                    cleanup.cancel()
+            # Answers written but not yet sent: flushed while the deadline lasts (closed transports close
+            # their sockets once their buffers are empty), then dropped. Polled: asyncio tells no one when a
+            # closing transport's buffer empties.
+            while (pending := [t for t in transports if t.get_write_buffer_size()]) and loop.time() < end:  # noqa: ASYNC110
+                await asyncio.sleep(min(_FLUSH_POLL, end - loop.time()))
+            if pending:
+                log.log(
+                    level, "%s: %d answer(s) not sent by the shutdown deadline: reset", name, len(pending)
+                )
+                for transport in pending:
+                    transport.abort()
+        finally:
+            if not cleanup.done():  # stop() itself was cancelled
+                cleanup.cancel()
+        if not cleanup.cancelled():
+            await cleanup  # its error, if any, is logged by the caller
+
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+
+def _abort_connections(runner: web.AppRunner) -> int:
+    """Reset every connection of `runner` (their handlers are cancelled); how many were still open."""
+    server = runner.server
+    count = 0
+    for handler in list(server.connections if server is not None else ()):
+        if (transport := handler.transport) is not None:
+            count += not transport.is_closing()
+            transport.abort()  # a closing one too: it may still hold an answer nobody reads
+    return count
 
 
 def _host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, name: str, *, listen: bool = True) -> socket.socket:
+    """A non-blocking socket bound to host:port (listening unless `listen` is false).
+
+    OSError names the listener and the address (`[Errno 98] cannot bind legacy to 127.0.0.1:8888: Address
+    already in use`), keeping the errno: the console script prints it as its one-line error.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(128)
+        try:
+            sock.bind((host, port))
+        except OSError as err:
+            reason = err.strerror or str(err)
+            raise OSError(err.errno, f"cannot bind {name} to {_host_port(host, port)}: {reason}") from None
+        if listen:
+            sock.listen(128)
         sock.setblocking(False)
     except BaseException:
         sock.close()
