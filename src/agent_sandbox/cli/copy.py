@@ -6,14 +6,22 @@ everything under it: to a destination that exists as a directory it goes inside 
 `dir/src`), to one that does not exist it becomes it; a source ending in `/.` copies the directory's contents
 instead. Symbolic links are not followed when uploading (they are reported and skipped: following one could
 upload a file from outside the tree); the runtimes' file APIs list only files and directories. Empty
-directories are created (uploads: one `mkdir -p` command in the sandbox, as the file APIs have no mkdir, with
+directories are created (uploads: by `mkdir -p` in the sandbox, as the file APIs have no mkdir, with
 the paths relative to the sandbox's root as the file APIs take them: `CLAIM:/a` is `a` under the root).
-Files keep their permission bits, as `cp` without `-p` keeps them: the source's mode less the umask when
-downloading (where the runtime lists modes: sandboxd and this project's legacy runtime, not upstream's), the
-source's mode when uploading (one `chmod` command per file not 0644 on the legacy runtime). Directories
-too, as GNU `cp -r` (they all came out 0755 until December 7): each gets its mode once everything under it
-is in - downloading, one the copy makes (not one already there) is 0700 until then; uploading, one not 0755
-(the runtime's) gets its source's by a `find ... -exec chmod` command per mode (`_chmod_commands`).
+Modes are kept as GNU `cp -r` without `-p` gives them to what it makes: the source's permission bits - a
+directory's sticky bit too - less the umask of the process that copies (this one, both ways: uploading, a
+0777 tree from WSL's /mnt/c or a FAT stick is not world-writable in the sandbox), and a set-user-ID or
+set-group-ID bit of the source's never (a directory made under a local set-group-ID one keeps the bit mkdir
+gives it, as `cp -r` leaves it). Downloading, the runtime lists them (sandboxd and this project's
+legacy runtime; upstream's does not), in four digits ("2770" on a volume with an fsGroup). Files: the file
+API's mode (one `chmod` command per file not 0644 on the legacy runtime). Directories (they all came out
+0755 until December 7): each gets its mode once everything under it is in, and only one the copy makes -
+one already there keeps its own, as `cp -r` leaves it; downloading, one made is 0700 until then; uploading,
+those not 0755 (what the runtime makes) are looked for first (`_present`), and those not there get their
+modes by `find ... -exec chmod` commands (`_chmod_commands`). No command `cp` runs in a sandbox is over
+`_MAX_COMMAND` bytes: a tree of thousands of directories takes a few, not one over Linux's limit for one
+argument. A local entry that cannot be read (in a directory the user cannot search, a file that cannot be
+opened) is named on stderr and the rest copied, exit 1, as `cp -r`.
 Names a sandbox lists are checked before anything is written locally: the sandbox is not trusted, and an
 entry named `..` or `a/b` is refused - named on stderr, the rest copied, exit 1 - rather than written outside
 the destination. The runtimes' listings follow symbolic links and do not mark them, so a link to an ancestor
@@ -45,6 +53,7 @@ from typing import Any, BinaryIO
 from agent_sandbox_sdk import Sandbox, SandboxClient, SandboxError, SandboxRequestError
 from agent_sandbox_sdk._paths import reject_control_characters, sanitize_path
 from agent_sandbox_sdk.models import FileEntry
+from agent_sandbox_sdk.sandbox import CommandExecutor
 
 from .output import claim_of
 
@@ -64,20 +73,41 @@ _DEFAULT_MODE = 0o644
 #: What a runtime makes a directory with (the file APIs' parents, `mkdir -p`, under the usual umask 022): an
 #: uploaded directory of another mode is given it once its contents are in.
 _RUNTIME_DIRECTORY_MODE = 0o755
-#: A mode as a sandbox lists it ("0755"); anything else is ignored (the sandbox is not trusted).
-_LISTED_MODE = re.compile(r"^0?[0-7]{3}$")
+#: A mode as a sandbox lists it: `stat.S_IMODE` in four digits ("0755"; "2770" on a volume with an fsGroup,
+#: where every directory is set-group-ID; "1777" sticky); anything else is ignored (the sandbox is not
+#: trusted). Until December 7 only "0NNN" was taken: a private "2700" directory came out 0777 less the umask.
+_LISTED_MODE = re.compile(r"^0?[0-7]{3,4}$")
+#: The bits a copy keeps, as `cp -r` without `-p`: a file's permission bits, a directory's and its sticky bit
+#: (mkdir keeps S_ISVTX); a set-user-ID or set-group-ID bit never.
+_FILE_BITS = 0o777
+_DIRECTORY_BITS = 0o1777
+#: The longest command `cp` sends, in bytes. One `mkdir -p` for every empty directory and one `chmod` for
+#: every directory of a mode failed for a large tree (a node_modules) once every file was sent (until December
+#: 7): over the legacy runtime's 1 MiB request body (HTTP 413), and sandboxd runs a command as `/bin/sh -c
+#: COMMAND`, where Linux takes at most 128 KiB in one argument (MAX_ARG_STRLEN; E2BIG from ~2,000
+#: directories on). Half that leaves room, and fits 1 MiB however JSON escapes the names.
+_MAX_COMMAND = 64 * 1024
 
 
-def _upload_mode(local: Path) -> int | None:
-    """The permission bits to give an uploaded copy of `local` (None: the runtime's default will do)."""
-    mode = stat.S_IMODE(local.stat().st_mode) & 0o777
-    return None if mode == _DEFAULT_MODE else mode
+def _upload_mode(mode: int, umask: int) -> int | None:
+    """The permission bits to give an uploaded copy of a file of `mode` (`st_mode`): its own less the umask,
+    as `cp` gives a file it makes (None: the runtime's default will do)."""
+    bits = stat.S_IMODE(mode) & _FILE_BITS & ~umask
+    return None if bits == _DEFAULT_MODE else bits
+
+
+def _listed_mode(entry: FileEntry | None, keep: int) -> int | None:
+    """The `keep` bits of the mode a listing gives (None: none given, or not a mode)."""
+    if entry is None or entry.mode is None or not _LISTED_MODE.match(entry.mode):
+        return None
+    return int(entry.mode, 8) & keep
 
 
 def _keep_mode(entry: FileEntry | None, local: Path, umask: int) -> None:
     """Give a downloaded file its source's permission bits less the umask, as `cp` does (set-id bits never)."""
-    if entry is not None and entry.mode is not None and _LISTED_MODE.match(entry.mode):
-        os.chmod(local, int(entry.mode, 8) & 0o777 & ~umask)
+    mode = _listed_mode(entry, _FILE_BITS)
+    if mode is not None:
+        os.chmod(local, mode & ~umask)
 
 
 def _umask() -> int:
@@ -173,7 +203,9 @@ def _upload(client: SandboxClient, args: argparse.Namespace, dst: tuple[str, str
         if not path or path.endswith("/") or _remote_type(sandbox, path, timeout) == "directory":
             path = posixpath.normpath(posixpath.join(path, local.name)) if path else local.name
         with local.open("rb") as fh:
-            files.write(_api_path(path), fh, timeout=timeout, mode=_upload_mode(local))
+            files.write(
+                _api_path(path), fh, timeout=timeout, mode=_upload_mode(local.stat().st_mode, _umask())
+            )
         print(f"{local} -> {claim}:{path} ({local.stat().st_size} bytes)", file=sys.stderr)
         return 0
     if not local.is_dir():
@@ -192,10 +224,14 @@ def _upload(client: SandboxClient, args: argparse.Namespace, dst: tuple[str, str
         # The root however spelled (`.`, `/`, `/.`, `/tmp/..`): "" (a `/` reached `mkdir` as a path that names
         # no file, refused; December 6).
         target = "" if target in (".", "/") else target
-    # The top is given its mode when the copy makes it: not the sandbox's root, and not a directory that
-    # exists when only the contents go into it (`cp -r src/. dir` leaves `dir`'s mode as it is).
-    top_is_new = bool(target) and not (contents_only and kind == "directory")
-    tally = _upload_tree(sandbox, local, target, timeout, top_is_new)
+    # What is known of the top: there (the root; `dir` of `cp -r src/. dir`), not there (a destination that
+    # does not exist becomes the copy - so nothing under it is there either), or to be looked for.
+    top_exists: bool | None = None  # `dir/src` of `cp -r src dir`; `src` of `cp -r src CLAIM:`
+    if not target or (contents_only and kind == "directory"):
+        top_exists = True
+    elif path and kind is None:
+        top_exists = False
+    tally = _upload_tree(sandbox, local, target, timeout, top_exists)
     for skipped in tally.skipped:
         print(
             f"warning: skipped {skipped} (symbolic links and special files are not copied)", file=sys.stderr
@@ -209,84 +245,169 @@ def _upload(client: SandboxClient, args: argparse.Namespace, dst: tuple[str, str
 
 
 def _upload_tree(
-    sandbox: Sandbox, root: Path, target: str, timeout: float, top_is_new: bool = True
+    sandbox: Sandbox, root: Path, target: str, timeout: float, top_exists: bool | None = None
 ) -> _Tally:
+    """Every file under `root` into `target` (root-relative; "" the sandbox's root), then its empty
+    directories made, then its directories' modes set (`top_exists`: whether `target` is there - True, False:
+    and so nothing under it either - or None: not known).
+
+    Walked as `cp -r` walks, without following a symbolic link (reported, skipped); what cannot be read - an
+    entry of a directory the user cannot search (0600), a directory that cannot be listed, a file that
+    cannot be opened - is named in `refused` and the rest copied (until December 7 a PermissionError stopped
+    the whole upload with a traceback, for everyone but root). A directory is made also when its contents
+    could not be read, and given its mode, as `cp -r` makes it.
+    """
     files, commands = sandbox.files, sandbox.commands
     assert files is not None
-    tally, empty = _Tally(), []
+    tally = _Tally()
+    umask = _umask()
     jobs: list[Callable[[], int]] = []
-    modes: list[tuple[str, int]] = []  # (remote directory, its source's mode), parents first
+    directories: list[tuple[str, int]] = []  # (remote directory, the mode to give it), parents first
+    filled: set[str] = set()  # remote directories a file went into (the file API made them)
 
-    def upload(local: Path, remote: str) -> int:
+    def upload(local: Path, remote: str, mode: int | None) -> int:
         assert files is not None
-        with local.open("rb") as fh:
-            files.write(_api_path(remote), fh, timeout=timeout, mode=_upload_mode(local))
-        return local.stat().st_size
+        try:
+            # O_NOFOLLOW: a file replaced by a symbolic link since the walk is not followed out of the tree
+            fd = os.open(local, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as err:
+            tally.refused.append(f"{local}: not copied: {err.strerror or err}")
+            return -1
+        with open(fd, "rb") as fh:
+            files.write(_api_path(remote), fh, timeout=timeout, mode=mode)
+            size = os.fstat(fh.fileno()).st_size
+        filled.add(posixpath.dirname(remote))
+        return size
 
-    for directory, dirnames, filenames in os.walk(root, followlinks=False):
-        here = Path(directory)
-        rel = here.relative_to(root).as_posix()
-        remote_dir = posixpath.normpath(posixpath.join(target, rel)) if target else rel
-        remote_dir = "" if remote_dir == "." else remote_dir
-        mode = stat.S_IMODE(here.stat().st_mode) & 0o777
-        if remote_dir and mode != _RUNTIME_DIRECTORY_MODE and (top_is_new or here != root):
-            modes.append((remote_dir, mode))
-        dirnames.sort()  # walked in order: the same commands for the same tree
-        for name in list(dirnames):
-            if (here / name).is_symlink():
-                dirnames.remove(name)
-                tally.skipped.append(str(here / name))
-            elif not _sendable(name):
-                dirnames.remove(name)
-                tally.refused.append(_unsendable(here / name))
-        wrote = False
-        for name in sorted(filenames):
-            local = here / name
-            if local.is_symlink() or not local.is_file():
-                tally.skipped.append(str(local))
+    pending = [(root, target, _directory_mode(root.stat().st_mode, umask))]
+    while pending:  # depth first, parents before their contents, in name order: the same commands each time
+        here, remote_dir, mode = pending.pop()
+        directories.append((remote_dir, mode))
+        try:
+            with os.scandir(here) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError as err:
+            tally.refused.append(f"{here}: its contents not copied: {err.strerror or err}")
+            continue
+        below = []
+        for entry in entries:
+            local = here / entry.name
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError as err:  # in a directory the user can read but not search (0600)
+                tally.refused.append(f"{local}: not copied: {err.strerror or err}")
                 continue
-            if not _sendable(name):
+            if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+                tally.skipped.append(str(local))  # a symbolic link, a FIFO, a socket, a device
+                continue
+            if not _sendable(entry.name):
                 # Found here, before any upload: the SDK refuses the path when it is sent, and that stopped
                 # the copy half-way with exit 2 (until December 6).
                 tally.refused.append(_unsendable(local))
                 continue
-            remote = posixpath.join(remote_dir, name) if remote_dir else name
-            jobs.append(functools.partial(upload, local, remote))
-            wrote = True
-        if not wrote and not dirnames and remote_dir:
-            empty.append(remote_dir)
+            remote = posixpath.join(remote_dir, entry.name) if remote_dir else entry.name
+            if stat.S_ISDIR(st.st_mode):
+                below.append((local, remote, _directory_mode(st.st_mode, umask)))
+            else:
+                jobs.append(functools.partial(upload, local, remote, _upload_mode(st.st_mode, umask)))
+        pending.extend(reversed(below))
     # Root-relative, as the file API takes every path (the SDK's `sanitize_path`: `/a/b` is `a/b` under the
     # sandbox's root, `..` refused): a command takes `/a/b` literally, outside the root - on the dev runner,
     # on the host - and the tree's empty directories were missing where its files went (until December 6).
     # Commands start in the root (both runtimes' working directory, spec §2.1), so these name the same place;
     # checked before anything is written.
-    empty = [sanitize_path(_api_path(directory)) for directory in empty]
-    sizes = _run_all(jobs)
+    checked = [(sanitize_path(_api_path(d)) if d else "", mode) for d, mode in directories]
+    # As `cp -r`: a directory already there keeps its mode, only one the copy makes gets its source's (until
+    # December 7 every one but the top was chmodded: `cp src/. CLAIM:dir` made the sandbox's `dir/shared`,
+    # 0755 and used by others, 0700). What is there is asked before anything is written.
+    modes = [(d, mode) for d, mode in checked if d and mode != _RUNTIME_DIRECTORY_MODE]
+    if top_exists:
+        modes = [(d, mode) for d, mode in modes if d != checked[0][0]]
+    if modes and top_exists is not False:
+        assert commands is not None
+        there = _present(commands, [d for d, _ in modes], timeout)
+        modes = [(d, mode) for d, mode in modes if d not in there]
+    sizes = [n for n in _run_all(jobs) if n >= 0]
     tally.files, tally.bytes = len(sizes), sum(sizes)
-    if empty:
+    # Made by the file API: a directory a file went into, and those above it. Any other (empty; or whose
+    # files could not be read) by `mkdir -p` - the file APIs have none - of those with no directory below.
+    parents = {posixpath.dirname(d) for d, _ in directories[1:]}
+    empty = [
+        c
+        for (d, _), (c, _) in zip(directories, checked, strict=True)
+        if c and d not in filled and d not in parents
+    ]
+    for paths in _split(empty, _MAX_COMMAND - len(shlex.join(["mkdir", "-p", "--"]))):
         assert commands is not None
         # Quoted for a shell (sandboxd) and for the legacy runtime's shell-like split alike.
-        result = commands.run(shlex.join(["mkdir", "-p", "--", *empty]), timeout=timeout)
+        result = commands.run(shlex.join(["mkdir", "-p", "--", *paths]), timeout=timeout)
         if result.exit_code != 0:
             raise SandboxError(f"creating empty directories failed: {result.stderr.strip()}")
-    if modes:
+    for command in _chmod_commands(modes):
         assert commands is not None
-        for command in _chmod_commands([(sanitize_path(_api_path(d)), mode) for d, mode in modes]):
-            result = commands.run(command, timeout=timeout)
-            if result.exit_code != 0:
-                raise SandboxError(f"setting directory modes failed: {result.stderr.strip()}")
+        result = commands.run(command, timeout=timeout)
+        if result.exit_code != 0:
+            raise SandboxError(f"setting directory modes failed: {result.stderr.strip()}")
     return tally
+
+
+def _directory_mode(mode: int, umask: int) -> int:
+    """The mode to give an uploaded copy of a directory of `mode` (`st_mode`), as GNU `cp -r` without `-p`
+    makes one: its permission bits and sticky bit less the umask of this process (the one copying), a set-id
+    bit never. A 1777 directory became 0777 (no sticky bit: anyone could remove anyone's files), and a tree
+    of 0777 (WSL's /mnt/c, a FAT stick) world-writable in the sandbox, until December 7."""
+    return stat.S_IMODE(mode) & _DIRECTORY_BITS & ~umask
+
+
+#: Prints the index of each argument that names something (a directory, a file, a symbolic link, dangling
+#: or not): a POSIX `sh` script, run as `sh -c SCRIPT sh PATH...` on both runtimes (the legacy one has no
+#: shell); indices, so that no name has to come back through the output intact.
+_PRESENT_SCRIPT = (
+    'i=0; for p in "$@"; do if [ -e "$p" ] || [ -L "$p" ]; then echo "$i"; fi; i=$((i + 1)); done'
+)
+
+
+def _present(commands: CommandExecutor, directories: list[str], timeout: float) -> set[str]:
+    """Which of `directories` (root-relative) the sandbox has: one command per `_MAX_COMMAND` bytes of paths
+    (not one round trip per directory), its output a few bytes per one there."""
+    head = ["sh", "-c", _PRESENT_SCRIPT, "sh"]
+    there: set[str] = set()
+    for paths in _split([f"./{d}" for d in directories], _MAX_COMMAND - len(shlex.join(head))):
+        result = commands.run(shlex.join([*head, *paths]), timeout=timeout)
+        if result.exit_code != 0:
+            raise SandboxError(f"looking for directories already there failed: {result.stderr.strip()}")
+        for line in result.stdout.split():
+            # the sandbox is not trusted: an index it did not get is ignored
+            if line.isdigit() and int(line) < len(paths):
+                there.add(paths[int(line)][2:])
+    return there
+
+
+def _split(paths: list[str], room: int) -> list[list[str]]:
+    """`paths` (in order) in as few runs as fit: each quoted for a shell, a space before each, at most `room`
+    bytes (at least one path a run)."""
+    runs: list[list[str]] = []
+    size = room
+    for path in paths:
+        length = 1 + len(shlex.quote(path).encode("utf-8", "surrogateescape"))
+        if size + length > room:
+            runs.append([])
+            size = 0
+        runs[-1].append(path)
+        size += length
+    return runs
 
 
 def _chmod_commands(modes: list[tuple[str, int]]) -> list[str]:
     """Commands that give each directory (root-relative, parents first) its mode, after everything is in it.
 
-    One command per mode, except for directories the owner cannot search (no `u+x`): those go last, deepest
-    first, as a change below one of them needs that search; their own contents are all written by then, so a
-    directory without `u+w` (0500) is no obstacle. Run as `find DIR... -maxdepth 0 -type d -exec chmod`: `find`
-    does not follow a symbolic link (`-P`, its default) and `-type d` passes over one, so a link the sandbox
-    has where the tree has a directory (the files went through it) is left alone, not the directory it names
-    chmodded. `./` before each path: `find` would take one starting with `-` for an expression.
+    One command per mode (more for more than `_MAX_COMMAND` bytes of paths), except for directories the
+    owner cannot search (no `u+x`): those go last, deepest first, as a change below one of them needs that
+    search - across commands too; their own contents are all written by then, so a directory without `u+w`
+    (0500) is no obstacle. Run as `find DIR... -maxdepth 0 -type d -exec chmod`: `find` does not follow a
+    symbolic link (`-P`, its default) and `-type d` passes over one, so a link the sandbox has where the tree
+    has a directory (the files went through it) is left alone, not the directory it names chmodded. `./`
+    before each path: `find` would take one starting with `-` for an expression.
     """
     searchable: dict[int, list[str]] = {}
     for directory, mode in modes:
@@ -301,25 +422,12 @@ def _chmod_commands(modes: list[tuple[str, int]]) -> list[str]:
             last[-1][1].append(directory)
         else:
             last.append((mode, [directory]))
-    return [
-        shlex.join(
-            [
-                "find",
-                *(f"./{d}" for d in dirs),
-                "-maxdepth",
-                "0",
-                "-type",
-                "d",
-                "-exec",
-                "chmod",
-                f"{mode:04o}",
-                "--",
-                "{}",
-                "+",
-            ]
-        )
-        for mode, dirs in [*searchable.items(), *last]
-    ]
+    commands = []
+    for mode, dirs in [*searchable.items(), *last]:
+        tail = ["-maxdepth", "0", "-type", "d", "-exec", "chmod", f"{mode:04o}", "--", "{}", "+"]
+        room = _MAX_COMMAND - len(shlex.join(["find", *tail]))
+        commands += [shlex.join(["find", *run, *tail]) for run in _split([f"./{d}" for d in dirs], room)]
+    return commands
 
 
 def _api_path(path: str) -> str:
@@ -468,7 +576,7 @@ def _download_tree(
     plan = _Plan()
     _list_tree(sandbox, claim, remote, local, plan, timeout, tally, (), top)
     umask = _umask()
-    made = _make_directories(plan.directories)
+    made: list[tuple[Path, FileEntry | None]] = []
 
     def download(child: str, destination: Path, entry: FileEntry) -> int:
         assert files is not None
@@ -486,24 +594,27 @@ def _download_tree(
         return written
 
     try:
+        _make_directories(plan.directories, made)
         sizes = [n for n in _run_all([functools.partial(download, *pair) for pair in plan.files]) if n >= 0]
     finally:
-        # also when the copy stops half-way, as `cp -r` does: what was made is not left at 0700
+        # also when the copy stops half-way, as `cp -r` does: what was made is not left at 0700 - stopped
+        # while the directories were made too (a local file where the tree has a directory; until December 7
+        # those made until then stayed 0700)
         _keep_directory_modes(made, umask, tally)
     tally.files, tally.bytes = len(sizes), sum(sizes)
     return tally
 
 
 def _make_directories(
-    directories: list[tuple[Path, FileEntry | None]],
-) -> list[tuple[Path, FileEntry | None]]:
-    """Make the tree's directories (parents first); those made here (not those already there), returned.
+    directories: list[tuple[Path, FileEntry | None]], made: list[tuple[Path, FileEntry | None]]
+) -> None:
+    """Make the tree's directories (parents first); each made here (not one already there) is added to
+    `made` as it is made, so that a failure half-way leaves what was made known.
 
     Each is made 0700 (less the umask) and gets its own mode only once its files are in it
     (`_keep_directory_modes`), as GNU `cp -r` does: a 0500 directory could not be written into, and a 0700
     one's files are not open to others while the copy runs.
     """
-    made = []
     for directory, entry in directories:
         if directory.is_dir():  # already there (or a link to one: written through, as `cp -r` writes)
             continue
@@ -515,23 +626,24 @@ def _make_directories(
                 raise
             continue
         made.append((directory, entry))
-    return made
 
 
 def _keep_directory_modes(made: list[tuple[Path, FileEntry | None]], umask: int, tally: _Tally) -> None:
-    """Give each directory `made` its listed mode less the umask (set-id bits never), deepest first: a parent
-    the owner cannot search (no `u+x`) would stop the change below it. One listed without a mode (upstream's
+    """Give each directory `made` its listed mode less the umask, deepest first: a parent the owner cannot
+    search (no `u+x`) would stop the change below it. As `cp -r` makes a directory: the sticky bit kept, a
+    set-id bit of the source's never - but the set-group-ID bit `mkdir` gave it under a local set-group-ID
+    parent (a shared group's directory) kept, as `mkdir` keeps it. One listed without a mode (upstream's
     runtime lists none) gets what `mkdir` gives. A directory replaced by a symbolic link meanwhile is left
     alone: `chmod` would change what it names."""
     for directory, entry in reversed(made):
-        mode = 0o777
-        if entry is not None and entry.mode is not None and _LISTED_MODE.match(entry.mode):
-            mode = int(entry.mode, 8) & 0o777
+        listed = _listed_mode(entry, _DIRECTORY_BITS)
+        mode = (0o777 if listed is None else listed) & ~umask
         try:
-            if stat.S_ISDIR(os.lstat(directory).st_mode):
-                os.chmod(directory, mode & ~umask)
+            now = os.lstat(directory).st_mode
+            if stat.S_ISDIR(now):
+                os.chmod(directory, mode | (now & stat.S_ISGID))
         except OSError as err:
-            tally.unset.append(f"{directory}: its mode {mode & ~umask:04o} not set: {err.strerror or err}")
+            tally.unset.append(f"{directory}: its mode {mode:04o} not set: {err.strerror or err}")
 
 
 @dataclass

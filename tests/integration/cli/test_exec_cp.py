@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -24,16 +26,23 @@ CLI = str(Path(sys.executable).with_name("agent-sandbox"))
 
 
 def cli(
-    cluster: DevCluster, router: str, *argv: str, stdin: str | None = None
+    cluster: DevCluster,
+    router: str,
+    *argv: str,
+    stdin: str | None = None,
+    umask: int = -1,
+    prefix: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[str]:
+    """The CLI's `argv` (`umask`: the process's, -1 this one's; `prefix`: a command that runs it)."""
     common = ["--kubeconfig", str(cluster.kubeconfig), "--router-url", router]
     return subprocess.run(
-        [CLI, argv[0], *common, *argv[1:]],
+        [*prefix, CLI, argv[0], *common, *argv[1:]],
         capture_output=True,
         text=True,
         timeout=120,
         input=stdin,
         check=False,
+        umask=umask,
     )
 
 
@@ -323,6 +332,94 @@ def test_cp_keeps_directory_modes_both_ways(
     for place in (tree, out, again):
         subprocess.run(["chmod", "-R", "u+rwx", str(place)], check=True)
     cli(cluster, router, "exec", *ns, "dirmodes", "--", "chmod", "-R", "u+rwx", "tree", "into", "shared")
+
+
+def test_cp_makes_directories_as_cp_r_makes_them(
+    cluster: DevCluster, namespace: str, controller: Started, router: str, tmp_path: Path
+) -> None:
+    """A review of 74c9dba (December 7), end to end: a tree of 8,000 directories of one mode (0775 under
+    umask 002) is copied (its `mkdir -p` and its `chmod` were one command each: over the legacy runtime's
+    1 MiB request body here - 413 once every file was sent - and, through sandboxd's `/bin/sh -c`, over
+    Linux's 128 KiB for one argument from ~2,000 directories on: E2BIG); a directory the sandbox has keeps
+    its mode; a sticky directory stays sticky, less the umask of `cp`; modes listed in four digits
+    (set-group-ID, sticky) are kept, less the umask, set-id bits never; and, for a user other than root,
+    what cannot be read is named, the rest copied."""
+    apply_pool(cluster, namespace, replicas=1, containers=[{"name": "runtime", "image": RUNTIME_IMAGE}])
+    ns = ("-n", namespace)
+    assert cli(cluster, router, "create", "pool", *ns, "--name", "ascp").returncode == 0
+
+    def sh(script: str) -> str:
+        out = cli(cluster, router, "exec", *ns, "ascp", "--", "sh", "-c", script)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    # 8,000 empty directories of 0775 (umask 002, Ubuntu's and Fedora's for a user): 1.1 MB of paths
+    big = tmp_path / "big"
+    for i in range(8000):
+        (big / f"directory-{i:05d}-{'x' * 120}").mkdir(parents=True)
+        (big / f"directory-{i:05d}-{'x' * 120}").chmod(0o775)
+    (big / "private").mkdir()
+    (big / "private").chmod(0o700)
+    up = cli(cluster, router, "cp", str(big), "ascp:big", *ns, umask=0o002)
+    assert up.returncode == 0, up.stderr
+    assert sh("find big -mindepth 1 -type d -perm 0775 | wc -l; stat -c %a big/private") == "8000\n700\n"
+
+    # what the sandbox has keeps its mode (`shared`, 0755, used by others); what the copy makes gets the
+    # source's less the umask, its sticky bit too: a 1777 one is 1755 under umask 022, as `cp -r` makes it
+    src = tmp_path / "src"
+    for sub in ("shared/new", "sticky", "open"):
+        (src / sub).mkdir(parents=True)
+        (src / sub / "f").write_text("x")
+    (src / "open" / "f").chmod(0o777)
+    for sub, mode in {"shared/new": 0o700, "shared": 0o700, "sticky": 0o1777, "open": 0o777}.items():
+        (src / sub).chmod(mode)
+    sh("mkdir -p into/shared into/src && chmod 0755 into/shared into/src")
+    up = cli(cluster, router, "cp", f"{src}/.", "ascp:into", *ns, umask=0o022)
+    assert up.returncode == 0, up.stderr
+    up = cli(cluster, router, "cp", str(src), "ascp:into", *ns, umask=0o022)
+    assert up.returncode == 0, up.stderr
+    assert sh(
+        "cd into && stat -c '%n %a' shared shared/new sticky open open/f src src/shared src/sticky"
+    ) == (
+        "shared 755\nshared/new 700\nsticky 1755\nopen 755\nopen/f 755\nsrc 755\nsrc/shared 700\n"
+        "src/sticky 1755\n"
+    )
+
+    # four-digit modes listed (a volume with an fsGroup: every directory set-group-ID)
+    sh("mkdir -p fsg/private fsg/tmp && echo s > fsg/private/secret && chmod 4755 fsg/private/secret"
+       " && chmod 2700 fsg/private && chmod 1777 fsg/tmp && chmod 2770 fsg")  # fmt: skip
+    out = tmp_path / "fsg"
+    down = cli(cluster, router, "cp", "ascp:fsg", str(out), *ns, umask=0o022)
+    assert down.returncode == 0, down.stderr
+    got = {p.relative_to(out).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in [out, *out.rglob("*")]}
+    assert got == {".": 0o750, "private": 0o700, "private/secret": 0o755, "tmp": 0o1755}
+
+    # as a user the kernel checks permissions for (root reads a 0600 directory's entries): the CLI with
+    # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH and CAP_FOWNER taken away
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            return  # what remains needs a user other than root
+        prefix = [setpriv, "--bounding-set", "-dac_override,-dac_read_search,-fowner"]
+    tree = tmp_path / "unreadable"
+    (tree / "ok").mkdir(parents=True)
+    (tree / "ok" / "f").write_text("ok")
+    (tree / "closed").mkdir()
+    (tree / "closed" / "g").write_text("g")
+    (tree / "secret").write_text("s")
+    (tree / "secret").chmod(0)
+    (tree / "closed").chmod(0o600)
+    try:
+        up = cli(cluster, router, "cp", str(tree), "ascp:unreadable", *ns, umask=0o022, prefix=prefix)
+    finally:
+        (tree / "closed").chmod(0o700)
+    assert up.returncode == 1, up.stderr
+    assert f"error: {tree / 'closed' / 'g'}: not copied: Permission denied\n" in up.stderr
+    assert f"error: {tree / 'secret'}: not copied: Permission denied\n" in up.stderr
+    assert up.stderr.endswith(f"{tree} -> ascp:unreadable (1 file, 2 bytes)\n")
+    assert sh("cat unreadable/ok/f; stat -c %a unreadable/closed") == "ok600\n"
+    assert sh("test -e unreadable/secret || echo absent") == "absent\n"
 
 
 def test_cp_of_a_tree_copies_the_rest_when_a_listed_file_cannot_be_read(
