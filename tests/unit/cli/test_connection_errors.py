@@ -193,3 +193,23 @@ def test_an_object_the_api_server_says_is_not_there_is_not_found(
     err = SandboxRequestError(f"Kubernetes API ...: HTTP {status}: ...", status, response)
     assert _raising(err) == code
     _one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    "err",
+    [
+        FileExistsError(17, "File exists", "out/d2/b"),  # a local file where the copied tree has a directory
+        PermissionError(13, "Permission denied", "secret.txt"),  # a local file the user cannot read
+        OSError(28, "No space left on device"),
+    ],
+    ids=["exists", "permission", "no-space"],
+)
+def test_a_local_file_system_error_is_one_line_and_exit_1(
+    err: OSError, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`cp` writing or reading local files: until December 7 these ended the CLI with a traceback."""
+    assert _raising(err) == EXIT_ERROR
+    line = capsys.readouterr().err
+    _one_error_line(line)
+    assert err.strerror is not None
+    assert err.strerror in line
