@@ -377,10 +377,17 @@ _GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", 
 def _go_quote(value: object) -> str:
     """``value`` quoted as Go's ``%q`` (``strconv.Quote``) writes it, for error texts upstream formats so.
 
-    ``"`` and ``\\`` are escaped; printable characters stay as they are (Go's ``unicode.IsPrint`` is Python's
-    ``str.isprintable``: letters, marks, numbers, punctuation, symbols and the ASCII space); the others become
-    ``\\a``-style, ``\\xNN`` (other ASCII controls), ``\\uNNNN`` or ``\\UNNNNNNNN``. A lone surrogate, which
-    a Go string cannot hold (its JSON decoder makes it U+FFFD), is written as U+FFFD.
+    ``"`` and ``\\`` are escaped; printable characters stay as they are (Go's ``unicode.IsPrint`` and Python's
+    ``str.isprintable`` take the same classes as printable: letters, marks, numbers, punctuation, symbols and the
+    ASCII space); the others become ``\\a``-style, ``\\xNN`` (other ASCII controls), ``\\uNNNN`` or
+    ``\\UNNNNNNNN``. A lone surrogate, which a Go string cannot hold (its JSON decoder makes it U+FFFD), is
+    written as U+FFFD.
+
+    The two agree only for the same Unicode version: each classifies by its own tables, and a code point that is
+    unassigned (not printable) in one may be assigned in the other. Python 3.11 has Unicode 14.0, Go 1.26 Unicode
+    15.0: they differ on 4,482 code points, all unassigned in 14.0 (new CJK ideographs, Kawi, Nag Mundari, ...),
+    which Go writes as they are and this writes as ``\\uNNNN``/``\\UNNNNNNNN``; every other code point is quoted
+    alike (compared over all of them with ``strconv.Quote``).
     """
     text = value if isinstance(value, str) else str(value)
     out = ['"']

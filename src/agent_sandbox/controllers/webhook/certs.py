@@ -10,9 +10,9 @@ all replicas) or creates it, resolving a create race by loading the winner's cop
 ``tls.crt``/``tls.key`` into the cert directory.
 
 Deliberate differences from upstream (``docs/design/api-quirks.md``): a stored bundle that
-is expired, or whose server certificate does not cover the host names/IPs we need (e.g. the
-``127.0.0.1`` of dev mode), is replaced instead of reused; upstream only checks that the
-three PEM blocks parse.
+is expired, whose server certificate does not cover the host names/IPs we need (e.g. the
+``127.0.0.1`` of dev mode), was not issued by its CA, or whose key is not the certificate's, is
+replaced instead of reused; upstream only checks that the three PEM blocks parse.
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from cryptography import x509
-from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from agent_sandbox.api import constants as c
 from agent_sandbox.kube import SECRET, AlreadyExists, Client, Conflict, NotFound
@@ -134,15 +136,27 @@ def generate_bundle(
 
 
 def bundle_problem(bundle: CertBundle, *, hosts: list[str], now: dt.datetime) -> str | None:
-    """Why ``bundle`` is unusable for ``hosts`` at ``now``, or None if it is fine."""
+    """Why ``bundle`` is unusable for ``hosts`` at ``now``, or None if it is fine.
+
+    Usable: the three parts parse, the server certificate (the first of ``tls.crt``) is valid at ``now`` and
+    covers ``hosts``, ``tls.key`` is its key, and it was issued by a CA of ``ca.crt`` - directly, or through
+    the certificates after it in ``tls.crt`` (a chain, which TLS sends along). ``ca.crt`` is what the CRDs'
+    caBundle is made to trust: a pair it did not issue would be served to an API server that rejects it, and
+    a key of another certificate is a pair no TLS listener loads.
+    """
     try:
-        x509.load_pem_x509_certificate(bundle.ca_pem)
-        cert = x509.load_pem_x509_certificate(bundle.cert_pem)
-        serialization.load_pem_private_key(bundle.key_pem, password=None)
+        cas = x509.load_pem_x509_certificates(bundle.ca_pem)
+        chain = x509.load_pem_x509_certificates(bundle.cert_pem)
+        key = serialization.load_pem_private_key(bundle.key_pem, password=None)
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:  # TypeError: an encrypted key
         return f"PEM does not parse: {exc}"
+    cert = chain[0]
     if not cert.not_valid_before_utc <= now < cert.not_valid_after_utc:
         return f"server certificate not valid at {now.isoformat()} (expires {cert.not_valid_after_utc.isoformat()})"
+    if _public_der(key.public_key()) != _public_der(cert.public_key()):
+        return "server key does not match the server certificate (tls.key is another certificate's key)"
+    if not _chains_to(chain, cas):
+        return f"server certificate is not issued by a CA of {CA_CERT_KEY} (issuer {cert.issuer.rfc4514_string()})"
     try:
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
@@ -151,6 +165,32 @@ def bundle_problem(bundle: CertBundle, *, hosts: list[str], now: dt.datetime) ->
     covered |= {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}
     missing = [h for h in hosts if h not in covered]
     return f"server certificate does not cover {missing}" if missing else None
+
+
+def _public_der(key: PublicKeyTypes) -> bytes:
+    return key.public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+
+
+def _issued(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
+    """Whether ``issuer`` signed ``cert`` (names and signature; the API server checks the same)."""
+    try:
+        cert.verify_directly_issued_by(issuer)
+    except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm):
+        return False
+    return True
+
+
+def _chains_to(chain: list[x509.Certificate], cas: list[x509.Certificate]) -> bool:
+    """Whether ``chain[0]`` was issued by one of ``cas``, directly or through other certificates of ``chain``."""
+    current, rest = chain[0], chain[1:]
+    while True:
+        if any(_issued(current, ca) for ca in cas):
+            return True
+        parent = next((c for c in rest if _issued(current, c)), None)
+        if parent is None:
+            return False
+        rest = [c for c in rest if c is not parent]  # each used once: no loop on a cross-signed pair
+        current = parent
 
 
 def write_files(bundle: CertBundle, cert_dir: Path, cert_name: str, key_name: str) -> tuple[Path, Path]:

@@ -9,12 +9,16 @@ The client config is the upstream Service reference, or, in dev mode, a ``url`` 
 reject loopback addresses, so a Service could never reach a webhook running on the host.
 Exactly one of ``service`` and ``url`` may be set, so the patch nulls the other.
 
-The caBundle may hold several PEM certificates (the API server trusts each). Start-up sets it to the
-Secret's CA unless it already trusts that CA, in which case it is left as it is: a replica following a
-replaced Secret (:func:`trust_ca`) may have added the new CA next to the one the other replicas still
-serve, and a replica starting meanwhile must not cut that old CA out under them. Every write is
-read-modify-write under the CRD's resourceVersion, retried on a conflict, so two replicas never undo each
-other's caBundle (docs/design/webhook-cert-reload.md).
+The caBundle may hold several PEM certificates (the API server trusts each). A caBundle that already trusts
+the Secret's CA is left as it is, at start-up (:func:`patch_crds`) as when following a replaced Secret
+(:func:`trust_ca`). One that does not becomes the Secret's CA followed by the CAs still valid that it held
+(at most :data:`KEPT_CAS` of them; a follower puts the CA of the pair it serves first): the Secret may have been
+replaced (a backup restore, a GitOps re-apply, a manual rotation, another replica's start-up) while replicas
+still serve a pair of a CA the caBundle holds, and cutting that CA out would make the API server reject them
+until their next poll. Writes happen only when the caBundle does not trust the Secret's CA and each one makes
+it trust it, so replicas (which all read the same Secret) never flap it. Every write is read-modify-write under
+the CRD's resourceVersion, retried on a conflict, so two replicas never undo each other's caBundle
+(docs/design/webhook-cert-reload.md).
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ ALL_CRD_NAMES: tuple[str, ...] = tuple(k.crd_name for k in ALL_KINDS)
 
 #: Read-modify-write rounds of one CRD before a conflict is given up on (each round re-reads the CRD).
 _CONFLICT_ROUNDS = 5
+#: At most this many CAs are kept next to the one a caBundle write adds: with every replica following the Secret
+#: within a poll, a served pair's CA is among the last two added unless the Secret changed three times in a poll.
+KEPT_CAS = 2
 _PEM_CERTIFICATE = re.compile(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL)
 
 
@@ -91,13 +98,18 @@ def trusts(ca_bundle: bytes, ca_pem: bytes) -> bool:
     return bool(wanted) and all(der in held for der in wanted)
 
 
-def switched_ca_bundle(ca_pem: bytes, *, keep: bytes | None, now: dt.datetime) -> bytes:
-    """The caBundle of a switch to ``ca_pem``: that CA first, then the certificates of ``keep`` (the CA of the
-    pair served until now) that are valid at ``now`` and not already there, so that connections served with
-    either pair verify until every replica has switched (pure). An expired CA verifies nothing: left out."""
-    kept = []
+def switched_ca_bundle(
+    ca_pem: bytes, *, keep: bytes | None, now: dt.datetime, limit: int = KEPT_CAS
+) -> bytes:
+    """The caBundle of a switch to ``ca_pem``: that CA first, then the first ``limit`` certificates of ``keep``
+    (PEM, most wanted first: the CA of the pair served here, then those of the caBundle being replaced, in its
+    order) that are valid at ``now`` and not already there, so that connections served with any of those pairs
+    verify until every replica has switched (pure, deterministic). An expired CA verifies nothing: left out."""
+    kept: list[bytes] = []
     seen = set(_ders(ca_pem))
     for cert in certificates(keep or b""):
+        if len(kept) >= limit:
+            break
         der = cert.public_bytes(Encoding.DER)
         if der not in seen and cert.not_valid_before_utc <= now < cert.not_valid_after_utc:
             seen.add(der)
@@ -135,16 +147,20 @@ async def patch_crds(
     service: str,
     namespace: str,
     crd_names: Iterable[str] = ALL_CRD_NAMES,
+    now: dt.datetime | None = None,
 ) -> list[str]:
     """Patch every named CRD that exists and uses webhook conversion; returns the patched names.
 
-    The caBundle is set to ``ca_pem`` unless it already trusts it (:func:`trusts`): then it is left as it is,
-    other CAs included (see the module docstring).
+    A caBundle that trusts ``ca_pem`` (:func:`trusts`) is left as it is, other CAs included; one that does not
+    becomes ``ca_pem`` followed by the CAs it held that are valid at ``now`` (default: the current time), at
+    most :data:`KEPT_CAS` of them (:func:`switched_ca_bundle`): replicas may still serve pairs of those CAs
+    (see the module docstring). A fresh install (no caBundle) gets ``ca_pem`` alone, as upstream's.
 
     Raises:
         agent_sandbox.kube.ApiError: any API failure other than a missing CRD (upstream exits); a Conflict
             only after several rounds of re-reading the CRD.
     """
+    now = now or dt.datetime.now(dt.UTC)
     patched = []
     for name in crd_names:
         for round_ in range(_CONFLICT_ROUNDS):
@@ -153,10 +169,9 @@ async def patch_crds(
             except NotFound:
                 log.info("CRD %s not installed; not patching its conversion webhook", name)
                 break
-            keep = trusts(current_ca_bundle(crd), ca_pem)
-            cfg = client_config(
-                ca_pem=None if keep else ca_pem, url=url, service=service, namespace=namespace
-            )
+            held = current_ca_bundle(crd)
+            bundle = None if trusts(held, ca_pem) else switched_ca_bundle(ca_pem, keep=held, now=now)
+            cfg = client_config(ca_pem=bundle, url=url, service=service, namespace=namespace)
             patch = conversion_patch(crd, cfg)
             if patch is None:
                 log.info("CRD %s does not use webhook conversion; leaving it alone", name)
@@ -188,10 +203,12 @@ async def trust_ca(
     """Make the caBundle of every named CRD that uses webhook conversion trust ``ca_pem``; returns the names
     it had to patch (empty: all of them trusted it already).
 
-    A caBundle that does not trust ``ca_pem`` becomes :func:`switched_ca_bundle` (``ca_pem``, then ``keep``);
-    nothing else of the CRD is touched (the Service reference or dev-mode URL stays as start-up set it).
-    Only a caBundle that does not trust ``ca_pem`` is written, so replicas switching to the same Secret never
-    undo each other: the first one's write makes the others' a no-op.
+    A caBundle that does not trust ``ca_pem`` becomes :func:`switched_ca_bundle`: ``ca_pem``, then ``keep`` (the
+    CA of the pair this replica serves) and the caBundle's own CAs, those valid at ``now``, at most
+    :data:`KEPT_CAS` besides ``ca_pem`` - another replica may already serve a CA the caBundle holds (the Secret
+    changed twice within a poll). Nothing else of the CRD is touched (the Service reference or dev-mode URL
+    stays as start-up set it). Only a caBundle that does not trust ``ca_pem`` is written, so replicas
+    switching to the same Secret never undo each other: the first one's write makes the others' a no-op.
 
     Raises:
         agent_sandbox.kube.ApiError: an API failure other than a missing CRD; a Conflict only after several
@@ -206,7 +223,7 @@ async def trust_ca(
                 break
             if not _uses_webhook(crd) or trusts(current_ca_bundle(crd), ca_pem):
                 break
-            bundle = switched_ca_bundle(ca_pem, keep=keep, now=now)
+            bundle = switched_ca_bundle(ca_pem, keep=(keep or b"") + b"\n" + current_ca_bundle(crd), now=now)
             patch = {"spec": {"conversion": {"webhook": {"clientConfig": {
                 "caBundle": base64.b64encode(bundle).decode()}}}}}  # fmt: skip
             try:

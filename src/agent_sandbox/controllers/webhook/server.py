@@ -20,9 +20,9 @@ load as a matching pair, new connections get the new pair; a pair that does not 
 certificate from different rotations) keeps the previous one until it does. cert-manager or a mounted
 Secret can thus rotate the certificate of a running webhook (``--manage-webhook-certs=false``). With managed
 certificates the webhook also re-reads its Secret every ``secret_poll_interval`` (60 s): when it was replaced
-(by another replica, or behind the controller's back), the new pair is written to the cert dir and followed the
-same way - but only once the CRDs' caBundle trusts its CA, which this replica makes so first when needed.
-docs/design/webhook-cert-reload.md.
+(by another replica, or behind the controller's back) with a usable bundle (its CA issued its pair), the new
+pair is written to the cert dir and followed the same way - but only once the CRDs' caBundle trusts its CA,
+which this replica makes so first when needed. docs/design/webhook-cert-reload.md.
 
 Failure modes: :class:`WebhookError` when the certificate files are missing or do not load at start-up
 (unmanaged mode) or the listener cannot bind; API errors while loading the Secret or patching CRDs
@@ -391,6 +391,10 @@ class CertWatcher:
         """The context of the most recently loaded pair."""
         return self._current
 
+    def serves(self, cert_pem: bytes, key_pem: bytes) -> bool:
+        """Whether the pair served to new connections is exactly these bytes (safe from any thread)."""
+        return self._loaded == (cert_pem, key_pem)
+
     def _select(self, ssl_obj: ssl.SSLObject, _server_name: str | None, base: ssl.SSLContext) -> None:
         current = self._current
         if current is not base:
@@ -526,10 +530,14 @@ class ConversionWebhook:
         self.options = options or WebhookOptions()
         self._server: _ServingThread | None = None
         self._secret_follower: asyncio.Task[None] | None = None
-        self._bundle: CertBundle | None = None
+        self._bundle: CertBundle | None = None  # the Secret's bundle whose pair is served
+        self._rejected: CertBundle | None = None  # said once: an unsuitable bundle stays so until it changes
+        self._written: CertBundle | None = None  # the bundle whose pair the follower last wrote (said once)
+        self._reported: str | None = None  # said once: the last error reading or writing
         self.certs: CertWatcher | None = None
         self.port: int | None = None
         self.url: str | None = None
+        #: The CA of the pair served (managed certificates): changes only once the listener serves a new pair.
         self.ca_pem: bytes | None = None
 
     async def start(self) -> None:
@@ -559,7 +567,7 @@ class ConversionWebhook:
         # started before it would run on unowned.
         if opts.manage_certs and opts.secret_poll_interval > 0:
             self._secret_follower = asyncio.create_task(
-                self._follow_secret(cert_path.parent), name="webhook-certificate-secret"
+                self._follow_secret(), name="webhook-certificate-secret"
             )
 
     async def stop(self) -> None:
@@ -615,85 +623,95 @@ class ConversionWebhook:
             f"webhook certificate files {cert} and {key} are missing (--manage-webhook-certs=false)"
         )
 
-    async def _follow_secret(self, cert_dir: Path) -> None:
-        """Managed certificates: serve the Secret's bundle when it was replaced, once the CRDs trust its CA.
+    async def _follow_secret(self) -> None:
+        """Managed certificates: :meth:`_poll_secret` every ``secret_poll_interval`` seconds, until cancelled."""
+        while True:
+            await asyncio.sleep(self.options.secret_poll_interval)
+            await self._poll_secret()
+
+    async def _poll_secret(self) -> None:
+        """One read of the Secret: serve its bundle when it was replaced, once the CRDs trust its CA.
 
         A replica replaces the shared Secret (and re-points the CRDs' caBundle at its new CA) when the stored
-        bundle is expired or does not cover its host names; so may something else - a backup restore, a GitOps
-        re-apply, a manual rotation, a replica stopped between storing the Secret and patching the CRDs - that
-        leaves the caBundle trusting only the old CA. A pair the API server does not trust must never be
-        served: every conversion on a new connection would fail ("x509: certificate signed by unknown
-        authority") and v1beta1 writes would silently drop the managedFields of objects with a v1alpha1
-        manager. So a replaced bundle is taken in two steps:
+        bundle is expired or not usable here; so may something else - a backup restore, a GitOps re-apply, a
+        manual rotation, a replica stopped between storing the Secret and patching the CRDs - that leaves the
+        caBundle without the new CA. A pair the API server does not trust must never be served: every conversion
+        on a new connection would fail ("x509: certificate signed by unknown authority") and v1beta1 writes would
+        silently drop the managedFields of objects with a v1alpha1 manager. So a replaced bundle that is usable
+        (:func:`bundle_problem`: its CA issued its pair, its key is the pair's) is taken in steps, one per poll:
 
-        * the CRDs' caBundle already trusts its CA: its pair is written to the cert dir (the CertWatcher
-          serves it from its next check);
-        * it does not: the caBundle gets the new CA next to the one served now (:func:`trust_ca`), and the pair
-          is written at a later poll that sees the CRDs trusting it - the API server applies a changed
-          caBundle asynchronously, after its CRD informer saw it.
+        * the CRDs' caBundle does not trust its CA: the caBundle gets it, next to the CA served here and the
+          valid ones it held (:func:`trust_ca`); nothing else this poll - the API server applies a changed
+          caBundle asynchronously, after its CRD informer saw it;
+        * it does: the pair is written to the cert dir (the CertWatcher serves it from its next check);
+        * the watcher serves it: it becomes this replica's bundle (:attr:`ca_pem`, the CA kept by a later switch).
+          A pair the watcher does not load is never taken: the CA served stays the one kept.
 
-        A poll that cannot do its step (an API error, a full disk) keeps the current pair, says why once,
-        and the next poll tries again. Never writes the Secret (docs/design/webhook-cert-reload.md).
+        A poll that cannot do its step (an API error, a full disk) keeps the current pair, says why once, and the
+        next poll tries again. Never writes the Secret (docs/design/webhook-cert-reload.md).
         """
         opts = self.options
-        hosts = [
-            *service_hosts(opts.service_name, opts.namespace, opts.cluster_domain),
-            *_url_hosts(opts.webhook_url),
-        ]
+        assert self.certs is not None  # started
+        certs = self.certs
         secret_name = f"{opts.namespace}/{c.WEBHOOK_CERTS_SECRET}"
-        rejected: CertBundle | None = None  # said once: an unsuitable bundle stays so until it changes
-        reported: str | None = None  # said once: the last error reading or writing
-        while True:
-            await asyncio.sleep(opts.secret_poll_interval)
-            try:
-                secret = await self._client.get(SECRET, c.WEBHOOK_CERTS_SECRET, namespace=opts.namespace)
-                bundle = CertBundle.from_secret(secret)
-                if bundle in (self._bundle, rejected):
-                    reported = None
-                    continue
-                now = dt.datetime.now(dt.UTC)
-                if problem := bundle_problem(bundle, hosts=hosts, now=now):
-                    rejected = bundle
-                    log.warning(
-                        "webhook certificate Secret %s changed but is not usable here; "
-                        "keeping the current pair: %s",
-                        secret_name,
-                        problem,
-                    )
-                    continue
-                patched = await trust_ca(
-                    self._client, ca_pem=bundle.ca_pem, keep=self.ca_pem, crd_names=opts.crd_names, now=now
-                )
-                if not patched:
-                    await asyncio.to_thread(write_files, bundle, cert_dir, opts.cert_name, opts.key_name)
-            except Exception as exc:
-                # Expected ones (API errors, a bundle that does not parse, a full disk) in one line; anything
-                # else (an encrypted key made `cryptography` raise TypeError) with its traceback. Until
-                # December 6 an unexpected one ended the task: the replica silently stopped following the
-                # Secret, and `stop()` raised it at shutdown.
-                text = describe_error(exc)
-                if text != reported:
-                    reported = text
-                    log.warning(
-                        "cannot follow webhook certificate Secret %s; keeping the current pair: %s",
-                        secret_name,
-                        text,
-                        exc_info=None if isinstance(exc, _SECRET_FOLLOW_ERRORS) else exc,
-                    )
-                continue
-            reported = None
-            if patched:
-                log.info(
-                    "webhook certificate Secret %s holds a new CA that the caBundle of %s did not trust (the "
-                    "Secret was replaced without them); added it next to the CA served now, whose pair is kept "
-                    "until a later check sees the CRDs trusting the new one",
+        try:
+            secret = await self._client.get(SECRET, c.WEBHOOK_CERTS_SECRET, namespace=opts.namespace)
+            bundle = CertBundle.from_secret(secret)
+            if bundle == self._rejected:
+                self._reported = None
+                return
+            if certs.serves(bundle.cert_pem, bundle.key_pem):
+                self._reported = None
+                if bundle != self._bundle:
+                    self._bundle, self.ca_pem = bundle, bundle.ca_pem
+                    log.info("webhook now serves the pair of certificate Secret %s", secret_name)
+                return
+            now = dt.datetime.now(dt.UTC)
+            hosts = [
+                *service_hosts(opts.service_name, opts.namespace, opts.cluster_domain),
+                *_url_hosts(opts.webhook_url),
+            ]
+            if problem := bundle_problem(bundle, hosts=hosts, now=now):
+                self._rejected, self._reported = bundle, None
+                log.warning(
+                    "webhook certificate Secret %s changed but is not usable here; keeping the current pair: %s",
                     secret_name,
-                    ", ".join(patched),
+                    problem,
                 )
-                continue
-            self._bundle, self.ca_pem = bundle, bundle.ca_pem
+                return
+            patched = await trust_ca(
+                self._client, ca_pem=bundle.ca_pem, keep=self.ca_pem, crd_names=opts.crd_names, now=now
+            )
+            if not patched:
+                await asyncio.to_thread(write_files, bundle, opts.cert_dir, opts.cert_name, opts.key_name)
+        except Exception as exc:
+            # Expected ones (API errors, a bundle that does not parse, a full disk) in one line; anything else
+            # (an encrypted key made `cryptography` raise TypeError) with its traceback. Until December 6 an
+            # unexpected one ended the task: the replica silently stopped following the Secret, and `stop()`
+            # raised it at shutdown.
+            text = describe_error(exc)
+            if text != self._reported:
+                self._reported = text
+                log.warning(
+                    "cannot follow webhook certificate Secret %s; keeping the current pair: %s",
+                    secret_name,
+                    text,
+                    exc_info=None if isinstance(exc, _SECRET_FOLLOW_ERRORS) else exc,
+                )
+            return
+        self._reported = None
+        if patched:
             log.info(
-                "webhook certificate Secret %s was replaced; wrote its pair to %s", secret_name, cert_dir
+                "webhook certificate Secret %s holds a new CA that the caBundle of %s did not trust (the Secret "
+                "was replaced without them); added it next to the CA served now, whose pair is kept until a "
+                "later check sees the CRDs trusting the new one",
+                secret_name,
+                ", ".join(patched),
+            )
+        elif bundle != self._written:
+            self._written = bundle
+            log.info(
+                "webhook certificate Secret %s was replaced; wrote its pair to %s", secret_name, opts.cert_dir
             )
 
 

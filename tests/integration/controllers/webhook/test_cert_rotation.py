@@ -157,8 +157,12 @@ async def test_a_running_replica_follows_a_webhook_secret_another_replica_replac
             pytest.fail(
                 f"no v1alpha1 read 30 s after another replica replaced the Secret; last attempt: {last}"
             )
-        assert webhook.ca_pem == replacement.ca_pem
         assert (tmp_path / "tls.crt").read_bytes() == replacement.cert_pem
+
+        async def taken() -> bool:  # at the Secret poll after the watcher served the pair
+            return webhook.ca_pem == replacement.ca_pem
+
+        await eventually(taken, "the served pair's CA taken as the replica's", within=10)
     finally:
         await webhook.stop()
         await client.close()

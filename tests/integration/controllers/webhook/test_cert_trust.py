@@ -22,6 +22,7 @@ import base64
 import contextlib
 import datetime as dt
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -172,7 +173,11 @@ async def test_a_secret_replaced_without_the_crds_keeps_v1alpha1_working_on_new_
         ca_bundle = base64.b64decode(got["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"])
         assert _ders(ca_bundle) == _ders(fresh.ca_pem) + _ders(old_ca)  # both, during the switch
         assert got["spec"]["conversion"]["webhook"]["clientConfig"]["url"] == webhook.url
-        assert webhook.ca_pem == fresh.ca_pem
+
+        async def taken() -> bool:  # at the Secret poll after the watcher served the pair
+            return webhook.ca_pem == fresh.ca_pem
+
+        await eventually(taken, "the served pair's CA taken as the replica's", within=10)
 
         # A v1beta1 write keeps the v1alpha1 manager's entry (with the pair untrusted, all entries were lost).
         await _kubectl(cluster, "patch", BETA, "probe", "-n", namespace, "--type=merge",
@@ -183,6 +188,77 @@ async def test_a_secret_replaced_without_the_crds_keeps_v1alpha1_working_on_new_
         assert "alpha-mgr" in managers, obj["metadata"].get("managedFields")
     finally:
         await webhook.stop()
+        await client.close()
+        await relay.close()
+        if original_webhook is not None:  # leave the CRD as found (another suite's webhook may be live)
+            restore = [{"op": "replace", "path": "/spec/conversion/webhook", "value": original_webhook}]
+            with contextlib.suppress(Exception):
+                await _kubectl(cluster, "patch", "crd", CRD_NAME, "--type=json", "-p", json.dumps(restore),
+                               check=True)  # fmt: skip
+
+
+async def test_a_replica_starting_after_the_secret_was_replaced_keeps_the_running_replicas_pair_trusted(
+    cluster: DevCluster, namespace: str, tmp_path: Path
+) -> None:
+    """A backup restore replaces the Secret; before the running replica's next poll another one starts (a pod
+    restart, a scale-up) and patches the CRDs. It wrote the Secret's CA alone: the API server rejected the
+    running replica's pair on every new connection until that replica's poll (up to 70 s)."""
+    await asyncio.to_thread(install_crds, cluster)
+    crd = json.loads((await _kubectl(cluster, "get", "crd", CRD_NAME, "-o", "json", check=True)).stdout)
+    original_webhook = crd["spec"]["conversion"].get("webhook")
+    client = await ApiClient.from_kubeconfig(str(await asyncio.to_thread(controller_kubeconfig, cluster)))
+    relay = _Relay()
+    relay_port = await relay.start()
+    # Both replicas behind the relay's URL (as behind the Service in a cluster); the running one does not poll
+    # the Secret during the test.
+    opts = WebhookOptions(host="127.0.0.1", port=0, cert_dir=tmp_path / "running", crd_names=(CRD_NAME,),
+                          webhook_url=f"https://127.0.0.1:{relay_port}/convert", cert_poll_interval=POLL,
+                          secret_poll_interval=3600.0)  # fmt: skip
+    running = ConversionWebhook(client, opts)
+    await running.start()
+    try:
+        assert running.port is not None
+        assert running.ca_pem is not None
+        relay.target, served = running.port, running.ca_pem
+        sandbox = {"apiVersion": c.SANDBOX_API_VERSION, "kind": "Sandbox", "metadata": {"name": "probe"},
+                   "spec": {"podTemplate": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}  # fmt: skip
+        await _kubectl(cluster, "apply", "-n", namespace, "-f", "-", stdin=json.dumps(sandbox), check=True)
+        last: dict[str, str] = {}
+
+        async def converted() -> bool:
+            out = await _kubectl(cluster, "get", ALPHA, "probe", "-n", namespace, "-o", "name")
+            last.update(code=str(out.returncode), stderr=out.stderr.strip()[-300:])
+            return bool(out.returncode == 0)
+
+        await eventually(converted, "v1alpha1 reads through the running replica", within=60)
+
+        fresh = generate_bundle(service=opts.service_name, namespace=opts.namespace,
+                                cluster_domain=opts.cluster_domain, extra_hosts=("127.0.0.1",),
+                                now=dt.datetime.now(dt.UTC))  # fmt: skip
+        await _kubectl(cluster, "-n", opts.namespace, "patch", "secret", c.WEBHOOK_CERTS_SECRET, "--type=merge",
+                       "-p", json.dumps({"data": fresh.to_secret_data()}), check=True)  # fmt: skip
+        starting = ConversionWebhook(
+            client, replace(opts, cert_dir=tmp_path / "starting", secret_poll_interval=0)
+        )
+        await starting.start()
+        await starting.stop()
+        got = json.loads((await _kubectl(cluster, "get", "crd", CRD_NAME, "-o", "json", check=True)).stdout)
+        ca_bundle = base64.b64decode(got["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"])
+        assert _ders(ca_bundle) == _ders(fresh.ca_pem) + _ders(served)
+
+        # The API server applies the new caBundle within moments; from then on, each read on a new connection
+        # reaches the running replica, which still serves the old pair.
+        await asyncio.sleep(3)
+        for _ in range(5):
+            accepted = relay.accepted
+            relay.cut()
+            if not await converted():
+                pytest.fail(f"a v1alpha1 read on a new connection failed after a replica started: {last}")
+            assert relay.accepted > accepted
+            await asyncio.sleep(1)
+        assert await _serves(running.port, served)
+    finally:
+        await running.stop()
         await client.close()
         await relay.close()
         if original_webhook is not None:  # leave the CRD as found (another suite's webhook may be live)

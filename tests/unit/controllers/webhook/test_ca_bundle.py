@@ -93,14 +93,62 @@ async def test_a_conflicting_write_is_recomputed_from_a_fresh_read() -> None:
         await trust_ca(client, ca_pem=_fresh().ca_pem, keep=new, crd_names=(SANDBOXES,), now=now)
 
 
-async def test_start_up_writes_the_secret_ca_alone_when_the_ca_bundle_does_not_trust_it() -> None:
-    # As upstream (and the install tests): a fresh install, or a Secret replaced at start-up.
-    new, other = _fresh().ca_pem, _fresh().ca_pem
-    client = FakeClient((CRD, crd(SANDBOXES)))
-    await patch_crds(client, ca_pem=other, url=None, service="s", namespace="ns", crd_names=(SANDBOXES,))
+async def test_start_up_writes_the_secret_ca_alone_on_a_fresh_install() -> None:
+    # As upstream (and the install tests): no caBundle yet, or one holding only CAs that verify nothing.
+    new = _fresh().ca_pem
+    client = FakeClient((CRD, crd(SANDBOXES)), (CRD, crd(POOLS)))
+    await patch_crds(client, ca_pem=_expired_ca(), url=None, service="s", namespace="ns", crd_names=(POOLS,))
     await patch_crds(client, ca_pem=new, url="https://127.0.0.1:1/convert", service="s", namespace="ns",
-                     crd_names=(SANDBOXES,))  # fmt: skip
+                     crd_names=(SANDBOXES, POOLS))  # fmt: skip
     assert await _ca_bundle(client, SANDBOXES) == new
+    assert await _ca_bundle(client, POOLS) == new  # the expired CA is not kept
     cfg = (await client.get(CRD, SANDBOXES))["spec"]["conversion"]["webhook"]["clientConfig"]
     assert cfg["url"] == "https://127.0.0.1:1/convert"
     assert "service" not in cfg
+
+
+async def test_start_up_keeps_the_valid_cas_of_a_ca_bundle_that_does_not_trust_the_secret() -> None:
+    # A replica starting after the Secret was replaced (a backup restore, a GitOps re-apply, a manual rotation)
+    # but before the running replicas' next poll: they still serve the pair of a CA the caBundle holds. Start-up
+    # used to write the Secret's CA alone, and the API server rejected their pair for up to a poll.
+    served, new = _fresh().ca_pem, _fresh().ca_pem
+    client = FakeClient((CRD, crd(SANDBOXES)))
+    await patch_crds(client, ca_pem=served, url=None, service="s", namespace="ns", crd_names=(SANDBOXES,))
+    await patch_crds(client, ca_pem=new, url=None, service="s", namespace="ns", crd_names=(SANDBOXES,))
+    assert _ders(await _ca_bundle(client, SANDBOXES)) == _ders(new) + _ders(served)
+
+
+async def test_start_up_keeps_at_most_two_other_cas_the_most_recently_added_first() -> None:
+    a, b, c, new = (_fresh().ca_pem for _ in range(4))
+    client = FakeClient((CRD, crd(SANDBOXES)))
+    # caBundle [a, b, expired, c]: a was added last (every write puts the CA it adds first).
+    held = a + b + _expired_ca() + c
+    await trust_ca(client, ca_pem=held, keep=None, crd_names=(SANDBOXES,), now=dt.datetime.now(dt.UTC))
+    await patch_crds(client, ca_pem=new, url=None, service="s", namespace="ns", crd_names=(SANDBOXES,))
+    assert _ders(await _ca_bundle(client, SANDBOXES)) == _ders(new) + _ders(a) + _ders(b)
+
+
+async def test_trust_ca_keeps_the_valid_cas_the_ca_bundle_already_holds() -> None:
+    # Two Secret changes within about a poll: X -> Y (replica A added Y: caBundle [Y, X]; replica B then took
+    # Y's pair) -> Z. Replica A, still serving X, adds Z: keeping only its own X cut out Y, which B serves.
+    x, y, z = _fresh().ca_pem, _fresh().ca_pem, _fresh().ca_pem
+    client = FakeClient((CRD, crd(SANDBOXES)))
+    now = dt.datetime.now(dt.UTC)
+    await patch_crds(client, ca_pem=x, url=None, service="s", namespace="ns", crd_names=(SANDBOXES,))
+    assert await trust_ca(client, ca_pem=y, keep=x, crd_names=(SANDBOXES,), now=now) == [SANDBOXES]
+    assert await trust_ca(client, ca_pem=z, keep=x, crd_names=(SANDBOXES,), now=now) == [SANDBOXES]
+    assert _ders(await _ca_bundle(client, SANDBOXES)) == _ders(z) + _ders(x) + _ders(y)
+    # Bounded: the CA served here first, then the caBundle's in its order, at most two besides the new one.
+    w = _fresh().ca_pem
+    assert await trust_ca(client, ca_pem=w, keep=y, crd_names=(SANDBOXES,), now=now) == [SANDBOXES]
+    assert _ders(await _ca_bundle(client, SANDBOXES)) == _ders(w) + _ders(y) + _ders(z)
+    # Trusted: never written again, whatever this replica serves (no flapping between replicas).
+    assert await trust_ca(client, ca_pem=w, keep=x, crd_names=(SANDBOXES,), now=now) == []
+
+
+def test_switched_ca_bundle_is_bounded_and_deterministic() -> None:
+    now = dt.datetime.now(dt.UTC)
+    new, a, b, c = (_fresh().ca_pem for _ in range(4))
+    assert _ders(switched_ca_bundle(new, keep=a + b + c, now=now)) == _ders(new) + _ders(a) + _ders(b)
+    assert _ders(switched_ca_bundle(new, keep=a + new + a + b, now=now)) == _ders(new) + _ders(a) + _ders(b)
+    assert _ders(switched_ca_bundle(new, keep=_expired_ca() + c + b"junk", now=now)) == _ders(new) + _ders(c)

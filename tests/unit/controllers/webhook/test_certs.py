@@ -74,6 +74,58 @@ def test_bundle_problem() -> None:
     assert "PEM" in (bundle_problem(broken, hosts=hosts, now=NOW) or "")
 
 
+def test_bundle_problem_needs_a_pair_the_secrets_ca_issued() -> None:
+    # Each part parsed, in date, covering the hosts - and still unusable: a pair no CA of the bundle issued (the
+    # caBundle would trust a CA that verifies nothing served), or a key of another certificate (no TLS listener
+    # loads it). Both used to pass.
+    hosts = service_hosts(SVC, NS, DOMAIN)
+    a, b = bundle(), bundle()
+    assert "not issued by" in (bundle_problem(CertBundle(b.ca_pem, a.cert_pem, a.key_pem), hosts=hosts,
+                                              now=NOW) or "")  # fmt: skip
+    assert "key does not match" in (bundle_problem(CertBundle(a.ca_pem, a.cert_pem, b.key_pem), hosts=hosts,
+                                                   now=NOW) or "")  # fmt: skip
+    # A ca.crt of several CAs: the issuer may be any of them.
+    assert (
+        bundle_problem(CertBundle(b.ca_pem + a.ca_pem, a.cert_pem, a.key_pem), hosts=hosts, now=NOW) is None
+    )
+
+
+def test_bundle_problem_accepts_a_chain_up_to_the_secrets_ca() -> None:
+    # tls.crt as a chain (server certificate, then the intermediate that issued it; TLS sends both), ca.crt the
+    # root: the API server verifies it with the root alone.
+    from cryptography.hazmat.primitives import serialization
+
+    from agent_sandbox.kube.x509 import SERVER_AUTH, Issuer, cert_pem, issue, key_pem, name, new_key
+
+    start, end = NOW - dt.timedelta(hours=1), NOW + dt.timedelta(days=30)
+    root_key, mid_key, key = new_key(), new_key(), new_key()
+    root = issue(name("root"), root_key, issuer=None, not_before=start, not_after=end, serial=1, ca=True)
+    mid = issue(name("mid"), mid_key, issuer=Issuer(root, root_key), not_before=start, not_after=end, serial=2,
+                ca=True)  # fmt: skip
+    hosts = service_hosts(SVC, NS, DOMAIN)
+    leaf = issue(name("leaf"), key, issuer=Issuer(mid, mid_key), not_before=start, not_after=end, serial=3,
+                 usages=[SERVER_AUTH], hosts=hosts, basic_constraints=False)  # fmt: skip
+    chained = CertBundle(cert_pem(root), cert_pem(leaf) + cert_pem(mid), key_pem(key, traditional=True))
+    assert bundle_problem(chained, hosts=hosts, now=NOW) is None
+    no_link = CertBundle(cert_pem(root), cert_pem(leaf), chained.key_pem)  # the intermediate left out
+    assert "not issued by" in (bundle_problem(no_link, hosts=hosts, now=NOW) or "")
+    pkcs8 = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption())  # fmt: skip
+    assert bundle_problem(CertBundle(chained.ca_pem, chained.cert_pem, pkcs8), hosts=hosts, now=NOW) is None
+
+
+async def test_ensure_replaces_a_secret_whose_pair_its_ca_did_not_issue() -> None:
+    client = FakeClient()
+    first = await ensure_certificates(client, namespace=NS, service=SVC, cluster_domain=DOMAIN)
+    other = generate_bundle(service=SVC, namespace=NS, cluster_domain=DOMAIN, now=dt.datetime.now(dt.UTC))
+    secret = await client.get(SECRET, "agent-sandbox-webhook-certs", namespace=NS)
+    secret["data"] = CertBundle(other.ca_pem, first.cert_pem, first.key_pem).to_secret_data()
+    await client.update(SECRET, secret)
+    got = await ensure_certificates(client, namespace=NS, service=SVC, cluster_domain=DOMAIN)
+    assert got.ca_pem not in (first.ca_pem, other.ca_pem)
+    assert bundle_problem(got, hosts=service_hosts(SVC, NS, DOMAIN), now=dt.datetime.now(dt.UTC)) is None
+
+
 def test_secret_round_trip_and_incomplete_secret() -> None:
     b = bundle()
     assert CertBundle.from_secret({"data": b.to_secret_data()}) == b
