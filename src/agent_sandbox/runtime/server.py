@@ -40,6 +40,11 @@ _AIOHTTP_UNBOUNDED = 7 * 24 * 3600.0  # aiohttp's own drain bound, never reached
 # command's group and return; nothing is written any more).
 _AFTER_ABORT = 1.0
 _FLUSH_POLL = 0.05
+# A command SIGKILLed by the stop is still answered (`exit_code: -9`): the kill comes this long before the
+# listeners' deadline (half the grace when that is shorter), and a stop with less grace than this (a crash,
+# grace 0) keeps its listeners open this long after the kill. Without it a grace <= 2 s killed the commands
+# at the very moment the connections were reset (until December 7): their answers were lost.
+_ANSWER_WINDOW = 0.5
 
 
 class RuntimeServer:
@@ -130,7 +135,9 @@ class RuntimeServer:
 
         One deadline, `grace` (default `--shutdown-timeout`) from now, bounds it all: in-flight requests are
         answered and answers already written are flushed while the clients read them; what is still going
-        at the deadline is cut off (HTTP connections reset, gRPC calls cancelled).
+        at the deadline is cut off (HTTP connections reset, gRPC calls cancelled). With a short grace the
+        children are SIGKILLed 0.5 s (at most half the grace) before the deadline, so their commands are
+        still answered; a grace under 1 s (0: a crash) keeps the listeners open 0.5 s after that kill.
         """
         if self._stopped.is_set():
             return
@@ -138,9 +145,16 @@ class RuntimeServer:
         log.info("draining (shutdown timeout %.1fs)", deadline)
         self.state.draining = True
         loop = asyncio.get_running_loop()
-        end = loop.time() + deadline
-        children = asyncio.ensure_future(self.state.supervisor.shutdown(min(_CHILD_GRACE, deadline)))
-        await self._close_listeners(deadline)
+        # SIGKILL at 2 s, or _ANSWER_WINDOW (at most half the grace) before the deadline; the listeners close
+        # by the deadline, or _ANSWER_WINDOW after the kill when the grace is shorter than that. So the stop
+        # never outlasts a grace >= 2 x _ANSWER_WINDOW, and a grace-0 crash takes at most _ANSWER_WINDOW.
+        kill_at = max(0.0, min(_CHILD_GRACE, deadline - min(_ANSWER_WINDOW, deadline / 2)))
+        window = max(deadline, kill_at + _ANSWER_WINDOW)
+        end = loop.time() + window
+        children = asyncio.ensure_future(self.state.supervisor.shutdown(kill_at))
+        # A stop with no grace (a simulated crash, a pod deleted with grace 0) asked for the resets: not worth
+        # a warning in the pod's log.
+        await self._close_listeners(window, logging.WARNING if deadline > 0 else logging.DEBUG)
         # The children were SIGKILLed at their grace; one that does not die of it (stuck in the kernel)
         # does not hold the stop past its deadline either.
         await asyncio.wait({children}, timeout=max(0.0, end - loop.time()))
@@ -165,11 +179,8 @@ class RuntimeServer:
             _abort_connections(runner)
         await self.stop(0.0)
 
-    async def _close_listeners(self, deadline: float) -> None:
+    async def _close_listeners(self, deadline: float, level: int = logging.DEBUG) -> None:
         end = asyncio.get_running_loop().time() + deadline
-        # A stop with no grace (a simulated crash, a pod deleted with grace 0) asked for the resets: not worth
-        # a warning in the pod's log.
-        level = logging.WARNING if deadline > 0 else logging.DEBUG
         tasks = [self._close_http(name, runner, end, level) for name, runner in self._runners]
         if self._grpc is not None:
             tasks.append(self._grpc.stop(deadline))
