@@ -371,7 +371,10 @@ class Router:
             conn.abort()
         if self.proxy is not None:
             self.proxy.pool.close_all()
+            await self._settle_cut_handlers(flush_until)
             if self.proxy.access_log is not None:
+                # The batched access log's flush timer would fire after the process is gone: write it now,
+                # once the cut requests (499) are in it.
                 self.proxy.access_log.flush()
         if self.lifecycle is not None:
             await self.lifecycle.close()
@@ -386,6 +389,16 @@ class Router:
             await self._kube.close()
         if self._given_tracing is None:
             await self._shutdown_tracing(flush_until)
+
+    async def _settle_cut_handlers(self, until: float | None) -> None:
+        """Let the handlers of the requests just cut see their cancellation (the aborted connections are lost
+        on the next loop turns) and count and log them, for a quarter of a second at most (and not past
+        `until`): until December 7 their access-log lines went into the batch after the last flush and were
+        lost with the process."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 0.25 if until is None else min(loop.time() + 0.25, until)
+        while self.proxy is not None and self.proxy.inflight and loop.time() < end:  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
 
     async def _shutdown_tracing(self, until: float | None) -> None:
         if until is None:

@@ -44,6 +44,9 @@ log = logging.getLogger("agent_sandbox.router")
 WATCHDOG_SLACK = 1.0
 """Seconds past `--shutdown-timeout` a stop may still run (in the console script) before the process ends
 itself: the normal stop is done well before the timeout, so only a hang gets here."""
+WATCHDOG_LOG_GRACE = 0.5
+"""Seconds the watchdog's stack log and flush may take before the process exits without them (a stop hung
+inside a log write holds the handler's lock: the watchdog's own log line would wait for it too)."""
 
 
 async def run(config: RouterConfig, argv: Sequence[str] = (), *, watchdog: bool = False) -> int:
@@ -62,7 +65,7 @@ async def run(config: RouterConfig, argv: Sequence[str] = (), *, watchdog: bool 
     def on_signal(signum: int) -> None:
         if stop.is_set():  # a second signal: stop now (as Go's signal handler)
             log.warning("received %s again: exiting now", signal.Signals(signum).name)
-            _kill_workers(supervisor)  # no orphans: nothing would stop them now
+            _abandon_workers(supervisor)  # no orphans: nothing would stop them now
             _leave(1)
         log.info("received %s, draining", signal.Signals(signum).name)
         stop.set()
@@ -72,9 +75,27 @@ async def run(config: RouterConfig, argv: Sequence[str] = (), *, watchdog: bool 
             timer.name = "stop-watchdog"
             timer.start()
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    signals = [signal.SIGTERM, signal.SIGINT]
+    if worker_file:
+        # Ctrl-C in a terminal sends SIGINT to the whole process group: the supervisor relays the stop as
+        # SIGTERM, which a worker that took the SIGINT as well would have taken as a second signal (exit
+        # at once, no drain).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signals.remove(signal.SIGINT)
+    for sig in signals:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        return await _serve(config, stop, supervisor, worker_file)
+    finally:
+        if supervisor is not None:
+            supervisor.remove_directory()  # the stop removed it; a failed or cancelled start had not
+
+
+async def _serve(
+    config: RouterConfig, stop: asyncio.Event, supervisor: Supervisor | None, worker_file: str | None
+) -> int:
+    loop = asyncio.get_running_loop()
     router = Router(
         config,
         reuse_port=bool(worker_file),
@@ -121,22 +142,32 @@ async def run(config: RouterConfig, argv: Sequence[str] = (), *, watchdog: bool 
     return 0
 
 
-def _kill_workers(supervisor: Supervisor | None) -> None:
-    for pid in supervisor.pids() if supervisor is not None else ():
+def _abandon_workers(supervisor: Supervisor | None) -> None:
+    """Before an exit without the stop: kill the workers and remove their metrics directory."""
+    if supervisor is None:
+        return
+    for pid in supervisor.pids():
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
+    supervisor.remove_directory()
 
 
 def _overdue(config: RouterConfig, supervisor: Supervisor | None) -> None:
-    """The watchdog (a timer thread, so it fires even if the event loop is blocked): say where the stop hangs,
-    take the workers along, exit."""
+    """The watchdog (a timer thread, so it fires even if the event loop is blocked): take the workers along,
+    say where the stop hangs, exit."""
+    # The exit must not depend on the log: a stop hung inside a log write holds the handler's lock, and the
+    # line below would wait for it as well. A bare timer ends the process if the log does not let go.
+    backstop = threading.Timer(WATCHDOG_LOG_GRACE, os._exit, (1,))
+    backstop.daemon = True
+    backstop.name = "stop-watchdog-backstop"
+    backstop.start()
+    _abandon_workers(supervisor)
     log.error(
         "stop still running %.0f s after the signal (--shutdown-timeout %gs): exiting now; thread stacks follow",
         config.shutdown_timeout + WATCHDOG_SLACK,
         config.shutdown_timeout,
         extra={"stacks": thread_stacks()},
     )
-    _kill_workers(supervisor)
     _leave(1)
 
 

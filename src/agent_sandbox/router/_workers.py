@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -196,11 +197,12 @@ class Supervisor:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        for path in self.directory.glob("*"):
-            with contextlib.suppress(OSError):
-                path.unlink()
-        with contextlib.suppress(OSError):
-            self.directory.rmdir()
+        self.remove_directory()
+
+    def remove_directory(self) -> None:
+        """Remove the workers' metrics directory (a normal stop, a failed or cancelled start, an exit without
+        the stop: a second signal, the watchdog); a worker still writing its file there is gone or killed."""
+        shutil.rmtree(self.directory, ignore_errors=True)
 
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs.values() if p.poll() is None]
