@@ -9,7 +9,9 @@ Ready. Every write is a merge patch of our own keys plus `spec.operatingMode`, e
 write with kubectl.
 
 A Sandbox created under a hibernated Sandbox's name (while its SandboxArchive exists) is not the hibernated
-one: `resume` refuses (until December 7 it said "already running" while the archive stayed hibernated).
+one: `resume` refuses (until December 7 it said "already running" while the archive stayed hibernated),
+saying to delete it to restore the hibernated one - or, when that has expired, only that the archive is to
+be deleted (`Retain`), or nothing but a warning when the controller deletes it (`Delete`, claim expired).
 A restore whose archived volume was deleted meanwhile goes ahead, with a warning (`on_warning`).
 """
 
@@ -25,7 +27,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agent_sandbox.api import lifecycle as lc
-from agent_sandbox.api.constants import CONDITION_FINISHED, REASON_SANDBOX_EXPIRED, OperatingMode
+from agent_sandbox.api.constants import (
+    CONDITION_FINISHED,
+    REASON_SANDBOX_EXPIRED,
+    OperatingMode,
+    ShutdownPolicy,
+)
 from agent_sandbox.api.kinds import SANDBOX_WARM_POOL
 from agent_sandbox.api.meta import (
     controlled_by,
@@ -36,7 +43,7 @@ from agent_sandbox.api.meta import (
     status_condition,
 )
 from agent_sandbox.cli.arguments import add_connection_options, seconds_arg
-from agent_sandbox.controllers.lifecycle.owners import restores
+from agent_sandbox.controllers.lifecycle.owners import legacy_restore, restores
 from agent_sandbox.kube import (
     POD,
     PVC,
@@ -193,12 +200,14 @@ async def resume(
 
     Args:
         on_warning: called with each thing the caller should know that does not stop the resume (a restore
-            whose archived volume was deleted: it comes back with a new, empty one).
+            whose archived volume was deleted: it comes back with a new, empty one; a Sandbox created under
+            the name of a hibernated Sandbox that has expired: it gets new volumes once the archive is gone).
 
     Raises:
         NoSuchSandbox: no Sandbox and no archive of that name.
         Refused: it (or its archive) is being deleted, or expired, or its claim expired; or the Sandbox of
-            that name is not the hibernated one (created under the name while it is hibernated).
+            that name is not the hibernated one (created under the name while it is hibernated), and the
+            archive is not being deleted by the controller.
         TimeoutError: not Ready within `wait`.
     """
     outcome = await _resume_once(api, name, namespace, on_warning or (lambda _note: None))
@@ -210,18 +219,23 @@ async def resume(
 async def _resume_once(
     api: ApiClient, name: str, namespace: str, warn: Callable[[str], None]
 ) -> ResumeOutcome:
+    warned: set[str] = set()
     for _attempt in range(3):
         now = datetime.now(UTC)
         sandbox = await _get(api, SANDBOX, name, namespace)
         if await _being_archived(api, sandbox, name, namespace):
             sandbox = None  # deleted to be archived (volumes orphaned to the archive): restore it
         if sandbox is not None:
-            if why := (
-                _refusal(sandbox, "resumed", now)
-                or await _expired_claim(api, sandbox, "Sandbox", "resumed")
-                or await _newcomer(api, sandbox)
+            if why := _refusal(sandbox, "resumed", now) or await _expired_claim(
+                api, sandbox, "Sandbox", "resumed"
             ):
                 raise Refused(why)
+            why, note = await _newcomer(api, sandbox, now)
+            if why:
+                raise Refused(why)
+            if note and note not in warned:  # once, also when a conflict makes us look again
+                warned.add(note)
+                warn(note)
             rv = sandbox["metadata"].get("resourceVersion")
             annotations = sandbox["metadata"].get("annotations") or {}
             try:
@@ -263,37 +277,63 @@ async def _resume_once(
     raise Refused(f"Sandbox {namespace}/{name} kept changing while resuming; try again")
 
 
-async def _newcomer(api: ApiClient, sandbox: Object) -> str:
-    """Why `sandbox` is not the hibernated Sandbox its name's SandboxArchive keeps ("" when there is no
-    archive, or `sandbox` is the archived one or its restore; "" too when archives cannot be read: the
-    controllers still keep the archived volumes from it).
+async def _newcomer(api: ApiClient, sandbox: Object, now: datetime) -> tuple[str, str]:
+    """(why `sandbox` is refused, a warning) when it is not the hibernated Sandbox its name's SandboxArchive
+    keeps; ("", "") when there is no archive, or `sandbox` is the archived one or its restore (also one an
+    older controller created: `owners.legacy_restore`), or archives cannot be read (the controllers still
+    keep the archived volumes from it).
 
     A Sandbox created under the name while it is hibernated does not get the archived volumes (the Sandbox
-    controller refuses them), and the archive is restored only once it is deleted. Until December 7
-    `resume` said "already running" of it, exit 0, with the archive left hibernated."""
+    controller refuses them). While the hibernated one can be restored, it is refused: delete it and resume
+    again to restore, or delete the archive to keep it. An archive that has expired is never restored: one
+    the lifecycle controller deletes (`shutdownPolicy: Delete`, or its claim expired) is no refusal, only a
+    warning (the newcomer gets new volumes once the old ones are gone); one kept (`Retain`) is refused with
+    "delete the archive" (until December 7 both were refused with "delete it ... to restore the hibernated
+    one", which never happens). Until December 7 `resume` said "already running" of a newcomer, exit 0,
+    with the archive left hibernated."""
     meta = sandbox["metadata"]
     namespace, name = str(meta.get("namespace") or ""), str(meta["name"])
     try:
         archive = await _get(api, lc.ARCHIVE, name, namespace)
     except Forbidden:
-        return ""
+        return "", ""
     if archive is None or archive["metadata"].get("deletionTimestamp"):
-        return ""
+        return "", ""
     spec = archive.get("spec") or {}
     archive_meta = archive["metadata"]
     restored_uid = (archive_meta.get("annotations") or {}).get(lc.ANNOTATION_RESTORED_UID)
-    if meta.get("uid") == spec.get("sandboxUID") or restores(
-        sandbox, str(archive_meta.get("uid") or ""), restored_uid
+    if (
+        meta.get("uid") == spec.get("sandboxUID")
+        or restores(sandbox, str(archive_meta.get("uid") or ""), restored_uid)
+        or legacy_restore(sandbox, archive)
     ):
-        return ""
-    return (
-        f"Sandbox {namespace}/{name} is not the hibernated one: it was created under the name while "
-        f"SandboxArchive {namespace}/{name} keeps the Sandbox hibernated at {spec.get('archivedAt') or '?'} "
-        "and its volumes, which this one does not get. Delete it "
-        f"(kubectl delete sandbox -n {namespace} {name}) and run this again to restore the hibernated one, "
-        f"or delete the archive (kubectl delete sandboxarchive -n {namespace} {name}; its volumes go with "
-        "it) to keep this one"
+        return "", ""
+    archived = (spec.get("sandbox") or {}).get("spec") or {}
+    kept = f"SandboxArchive {namespace}/{name}"
+    newcomer = (
+        f"Sandbox {namespace}/{name} is not the hibernated one: it was created under the name while {kept} "
+        f"keeps the Sandbox hibernated at {spec.get('archivedAt') or '?'} and its volumes, which this one "
+        "does not get"
     )
+    delete_archive = f"kubectl delete sandboxarchive -n {namespace} {name}; its volumes go with it"
+    expired = _expired(archived, now)
+    if (expired and archived.get("shutdownPolicy") == ShutdownPolicy.DELETE) or await _expired_claim(
+        api, archive, "hibernated Sandbox", "restored"
+    ):
+        return "", (
+            f"Sandbox {namespace}/{name} was created under the name while {kept} keeps a hibernated Sandbox "
+            "that has expired: the lifecycle controller deletes that archive and its volumes, and this "
+            "Sandbox gets new, empty volumes once they are gone"
+        )
+    if expired or (archive_meta.get("annotations") or {}).get(lc.ANNOTATION_EXPIRED_AT):
+        return (
+            f"{newcomer}. The hibernated one has expired (its shutdownTime passed; shutdownPolicy Retain): it "
+            f"is never restored. Delete the archive ({delete_archive}) for this one to get new volumes"
+        ), ""
+    return (
+        f"{newcomer}. Delete it (kubectl delete sandbox -n {namespace} {name}) and run this again to "
+        f"restore the hibernated one, or delete the archive ({delete_archive}) to keep this one"
+    ), ""
 
 
 async def _missing_volumes(api: ApiClient, archive: Object) -> list[str]:

@@ -9,10 +9,10 @@ One object name, three possible states, one decision per pass:
 | Suspended and its Pod gone, `hibernate-after` due or `hibernate: "true"` | - | archive: create the archive, hand the volumes (and Service) to it, mark the claim, delete the Sandbox keeping its children (`Orphan`) |
 | the archived one (same UID), still Suspended and its hibernation still asked for or due, no restore asked for (or one under an expired claim) | exists | archiving in progress: finish it (idempotent steps; the archive's copy taken again if the Sandbox changed since; the delete is guarded by the resourceVersion decided on) |
 | the archived one (same UID), resumed meanwhile (Running, `hibernate` withdrawn, or a restore asked for) | exists | the resume wins, once an uncached read confirms the Sandbox: drop the archive's references (a child it alone holds is handed to the Sandbox), unmark the claim, delete the archive (and resume the Sandbox if a restore was asked of the archive, its claim not expired) |
-| - | restore asked for | restore: create the Sandbox (Running, same name; without archived owners that are gone; `restored-from`: the archive's UID), then record its UID on the archive (`restored-uid`); an archived volume gone meanwhile is reported (`RestoreVolumeMissing`) |
-| the restore (`restored-from` the archive's UID, or the `restored-uid`) | restore asked for | restore in progress: once the Sandbox controller has taken each volume back (its controller reference), drop the archive's reference; then unmark the claim, delete the archive |
+| - | restore asked for | restore: create the Sandbox (Running, same name; without archived owners that are gone; `restored-from`: the archive's UID), then at once record its UID on the archive (`restored-uid`); an archived volume gone meanwhile is reported (`RestoreVolumeMissing`) |
+| the restore (`restored-from` the archive's UID, or the `restored-uid`, or an older controller's unrecorded one: `owners.legacy_restore`) | restore asked for | restore in progress: once the Sandbox controller has taken each volume back (its controller reference), drop the archive's reference; then unmark the claim, delete the archive. A restore without `restored-from` gets it (and its UID recorded), and its volumes handed over by us |
 | - or a newcomer | restore asked for, `restored-uid` recorded | the restored Sandbox was deleted (by a user, its claim) during the restore: it stays deleted; the archive is deleted, its volumes go as a deleted Sandbox's would |
-| a newcomer (another UID, not the restore) | exists | someone created a Sandbox with an archived name: reported on it, left alone; it does not get the archived volumes (the Sandbox controller refuses them, `owners.restores`), and a restore asked for waits until it is deleted |
+| a newcomer (another UID, not the restore) | exists | someone created a Sandbox with an archived name: the archive's expiry (below) still ends it; otherwise reported on the newcomer, both left alone (looked at again at the archive's deadline); it does not get the archived volumes (the Sandbox controller refuses them, `owners.restores`), and a restore asked for waits until it is deleted |
 | - | exists, no restore | hibernated: nothing (until its `shutdownTime`, or its claim's expiry) |
 | - | exists, archived `shutdownTime` passed | expired while hibernated: `shutdownPolicy: Delete` -> delete the archive (its volumes go with it, as with the Sandbox), unmark the claim; `Retain` -> keep it, marked `expired-at`; never restored |
 | - | exists, its claim expired | as the claim controller does to a live Sandbox at expiry: the archive is deleted (volumes with it), the claim unmarked; never restored |
@@ -41,7 +41,7 @@ Never touched: Sandboxes being deleted, unclaimed warm-pool members (the pool ow
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -65,6 +65,7 @@ from .owners import (
     adopt_child_patch,
     archive_owner_ref,
     handover_child_patch,
+    legacy_restore,
     release_child_patch,
     restores,
 )
@@ -374,8 +375,7 @@ def _controller_uid(obj: ReadOnlyObject) -> str | None:
 
 
 def _hibernated(s: Snapshot, archive: ReadOnlyObject, claim_mark: str | None) -> Plan | None:
-    """Only the archive exists (or a newcomer under its name): what ends it other than a restore (None:
-    nothing does, restore if asked)."""
+    """Only the archive exists: what ends it other than a restore (None: nothing does, restore if asked)."""
     archive_uid = str(_meta(archive).get("uid") or "")
     if _meta(archive).get("deletionTimestamp"):
         return Nothing()
@@ -383,6 +383,26 @@ def _hibernated(s: Snapshot, archive: ReadOnlyObject, claim_mark: str | None) ->
         # Its restore created the Sandbox, which is gone: deleted (a user, its claim's expiry) during the
         # restore. It stays deleted; the volumes go as that Sandbox's would (the archive alone keeps them).
         return ExpireArchive(archive_uid, claim_mark, "RestoredSandboxDeleted", restored_uid)
+    ended = _expiry(s, archive, claim_mark)
+    if not isinstance(ended, _Left):
+        return ended
+    if lc.restore_requested(archive) is None:
+        return Nothing(ended.seconds)  # looked at again at the earliest deadline
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Left:
+    """An archive not expired: seconds until its earliest deadline (None: it has none)."""
+
+    seconds: float | None
+
+
+def _expiry(s: Snapshot, archive: ReadOnlyObject, claim_mark: str | None) -> Plan | _Left:
+    """The ending of a hibernated Sandbox's archive by expiry - its claim's, or its own `shutdownTime` - or
+    how long until the earliest (`_Left`). An expired one is never restored (the Sandbox would only be torn
+    down again), with a newcomer under its name too: the newcomer does not keep it alive."""
+    archive_uid = str(_meta(archive).get("uid") or "")
     claim_gone, claim_left = claim_expired(s.claim, s.now)
     if claim_gone:
         # As the claim controller does to a live Sandbox at its claim's expiry (deleted: `Retain` keeps the
@@ -390,7 +410,7 @@ def _hibernated(s: Snapshot, archive: ReadOnlyObject, claim_mark: str | None) ->
         # its volumes stayed, and a restore brought back a Sandbox under an expired claim.
         return ExpireArchive(archive_uid, claim_mark, "ClaimExpired")
     # Expiry of its own still applies (until December 6 it never did, and the archive kept the volumes
-    # forever). An expired one is never restored: the Sandbox would only be torn down again.
+    # forever).
     archived = _archived_spec(archive)
     deadline = parse_time(archived.get("shutdownTime"))
     if deadline is not None and s.now >= deadline:
@@ -399,11 +419,26 @@ def _hibernated(s: Snapshot, archive: ReadOnlyObject, claim_mark: str | None) ->
         if not _annotations(archive).get(ANNOTATION_EXPIRED_AT):
             return MarkArchiveExpired(archive_uid)
         return Nothing()  # Retain: kept, volumes and all, until someone deletes the archive
-    if lc.restore_requested(archive) is None:
-        own_left = (deadline - s.now).total_seconds() if deadline is not None else None
-        lefts = [t for t in (claim_left, own_left) if t is not None]
-        return Nothing(max(min(lefts), 0.001) if lefts else None)  # looked at again at the earliest
-    return None
+    own_left = (deadline - s.now).total_seconds() if deadline is not None else None
+    lefts = [t for t in (claim_left, own_left) if t is not None]
+    return _Left(max(min(lefts), 0.001) if lefts else None)
+
+
+def _newcomer(s: Snapshot, archive: ReadOnlyObject, claim_mark: str | None, restore_asked: bool) -> Plan:
+    """A Sandbox created under the name while it is hibernated (not the archived one, not its restore).
+
+    It does not keep the archive from ending: the archive's expiry is carried out as when the name is free,
+    and looked for again at its deadline (until December 7 a newcomer stopped both, and an expired archive
+    kept the name - and the volumes the newcomer is refused - for good). Otherwise both are left alone and
+    the newcomer is told what keeps it from its volumes (`_conflict`)."""
+    if _meta(archive).get("deletionTimestamp"):
+        return Nothing()  # going, its volumes with it: the newcomer then creates its own
+    ended = _expiry(s, archive, claim_mark)
+    if isinstance(ended, _Left):
+        return Nothing(ended.seconds, conflict=_conflict(archive, restore_asked=restore_asked))
+    if isinstance(ended, Nothing):  # expired and kept (`Retain`): never restored
+        return Nothing(conflict=_conflict(archive, expired=True))
+    return ended
 
 
 def _archived_claim(claim: ReadOnlyObject | None, archive: ReadOnlyObject) -> ReadOnlyObject | None:
@@ -434,13 +469,17 @@ def _with_archive(s: Snapshot, archive: ReadOnlyObject) -> Plan:
     if sb is not None and _meta(sb).get("uid") == archived_uid:
         return _being_archived(s, archive, sb, claim_mark)
     restored_uid = _annotations(archive).get(ANNOTATION_RESTORED_UID)
+    if sb is not None and legacy_restore(sb, archive):
+        # The restore an older controller created and did not record (stopped by an upgrade): recorded now,
+        # and given `restored-from` so that the Sandbox controller takes its volumes back (below).
+        restored_uid = str(_meta(sb).get("uid") or "")
     if sb is not None and (requested is None or not restores(sb, archive_uid, restored_uid)):
         # A newcomer: created under the name while it is hibernated, not by the restore. Until December 7
         # a restore asked for meanwhile took it for the restored one and handed it the archived volumes.
         if restored_uid:
             sb = None  # the restore's own Sandbox is gone: ended as when the name is free (`_hibernated`)
         else:
-            return Nothing(conflict=_conflict(archive, requested is not None))
+            return _newcomer(s, archive, claim_mark, requested is not None)
     if sb is None and (ended := _hibernated(s, archive, claim_mark)) is not None:
         return ended
     assert requested is not None
@@ -451,8 +490,9 @@ def _with_archive(s: Snapshot, archive: ReadOnlyObject) -> Plan:
         create["metadata"]["annotations"][ANNOTATION_RESTORED_FROM] = archive_uid
         return RestoreSteps(cause, requested_at, create, (), None, archive_uid, missing=_missing(s, archive))
     sb_uid = str(_meta(sb).get("uid") or "")
-    # A restore created before `restored-from` existed (known by `restored-uid` only): the Sandbox controller
-    # refuses it the volumes, so they are handed over by us.
+    # A restore created before `restored-from` existed (known by `restored-uid`, or by `legacy_restore`): the
+    # Sandbox controller refuses it the volumes until it carries the annotation, so they are handed over by
+    # us, and the annotation written (`mark`) - the Sandbox controller and `lifecycle resume` go by it.
     marked = _annotations(sb).get(ANNOTATION_RESTORED_FROM) == archive_uid
     release: list[ReadOnlyObject] = []
     handover: list[ReadOnlyObject] = []
@@ -478,13 +518,21 @@ def _with_archive(s: Snapshot, archive: ReadOnlyObject) -> Plan:
         handover=tuple(handover),
         sandbox=sb,
         waiting=waiting,
-        # Recorded by the pass that created it; this one covers a pass interrupted right after the create.
+        # Recorded by the pass that created it; this one covers a pass interrupted right after the create,
+        # and a restore an older controller created (`legacy_restore`).
         record_uid=None if _annotations(archive).get(ANNOTATION_RESTORED_UID) else sb_uid,
+        mark=None
+        if marked or _meta(sb).get("deletionTimestamp")
+        else str(_meta(sb).get("resourceVersion") or ""),
     )
 
 
-def _conflict(archive: ReadOnlyObject, restore_asked: bool) -> str:
-    """The `HibernationConflict` note on a newcomer: what keeps the name, what it does not get, what to do."""
+def _conflict(archive: ReadOnlyObject, *, restore_asked: bool = False, expired: bool = False) -> str:
+    """The `HibernationConflict` note on a newcomer: what keeps the name, what it does not get, what to do.
+
+    Deleting the newcomer to restore the hibernated Sandbox is offered only while a restore can happen: an
+    archive expired and kept (`shutdownPolicy: Retain`) is never restored, only deleted (until December 7
+    the note offered the restore all the same)."""
     name = str(_meta(archive).get("name") or "")
     spec = archive.get("spec") or {}
     kept = ", ".join(f"{ch.get('kind')} {ch.get('name')}" for ch in spec.get("children") or [])
@@ -492,7 +540,15 @@ def _conflict(archive: ReadOnlyObject, restore_asked: bool) -> str:
         f"a new Sandbox named {name!r} exists while it is hibernated: SandboxArchive {name!r} keeps the "
         f"hibernated Sandbox (UID {spec.get('sandboxUID') or '?'})"
         + (f" and its {kept}, which this Sandbox does not get" if kept else "")
-        + f"; delete this Sandbox to restore the hibernated one (agent-sandbox lifecycle resume {name}), or "
+    )
+    if expired:
+        return note + (
+            "; the hibernated Sandbox has expired (shutdownPolicy Retain): it is never restored; delete the "
+            f"archive (kubectl delete sandboxarchive {name}; its volumes go with it) for this Sandbox to get "
+            "new ones"
+        )
+    note += (
+        f"; delete this Sandbox to restore the hibernated one (agent-sandbox lifecycle resume {name}), or "
         f"delete the archive (kubectl delete sandboxarchive {name}; its volumes go with it) to keep this one"
     )
     return note + ("; the restore asked for waits until this Sandbox is deleted" if restore_asked else "")

@@ -10,6 +10,11 @@ controller (`controllers/sandbox/children.py`), the lifecycle controller and `ag
 resume` all go by `archive_hold` and `restores`. Any other Sandbox of the name (created by a user while the
 name is hibernated) is a newcomer: never given the archived data (until December 7 the Sandbox controller
 adopted the PVC for it, as any unowned PVC carrying its tracking label, and its Pod mounted the data).
+
+A restore created by a controller from before `restored-from` and stopped (an upgrade) before it recorded
+`restored-uid` carries neither marker: `legacy_restore` knows it by what that controller wrote on it, and
+the lifecycle controller then records its UID and writes `restored-from` on it, after which it is told
+as any restore.
 """
 
 from __future__ import annotations
@@ -19,14 +24,16 @@ from typing import Any
 
 from agent_sandbox.api import constants as c
 from agent_sandbox.api import lifecycle as lc
-from agent_sandbox.api.meta import ReadOnlyObject, new_controller_ref
+from agent_sandbox.api.meta import ReadOnlyObject, new_controller_ref, parse_time
 
 __all__ = [
     "ANNOTATION_RESTORED_FROM",
+    "LEGACY_RESTORE_SLACK",
     "adopt_child_patch",
     "archive_hold",
     "archive_owner_ref",
     "handover_child_patch",
+    "legacy_restore",
     "release_child_patch",
     "restores",
 ]
@@ -105,3 +112,48 @@ def restores(sandbox: ReadOnlyObject, archive_uid: str, restored_uid: str | None
     if archive_uid and (meta.get("annotations") or {}).get(ANNOTATION_RESTORED_FROM) == archive_uid:
         return True
     return bool(restored_uid) and meta.get("uid") == restored_uid
+
+
+LEGACY_RESTORE_SLACK = 60.0
+"""Seconds of clock difference `legacy_restore` allows between the times it compares: the restore request's
+(the requester's clock), the restored Sandbox's `resumed-at` (the controller's) and its `creationTimestamp`
+(the API server's, whole seconds)."""
+
+
+def legacy_restore(sandbox: ReadOnlyObject, archive: ReadOnlyObject) -> bool:
+    """Whether `sandbox`, which carries no `restored-from`, is the restore of `archive` that a controller from
+    before that annotation created and did not get to record (`restored-uid`) before it was stopped.
+
+    Told by what that controller wrote (`lc.archived_sandbox`): a restore is asked of the archive and none
+    recorded; the Sandbox is not the archived one; its `resume-reason` is the request's cause; its
+    `resumed-at`, stamped just before the create, is within `LEGACY_RESTORE_SLACK` of its creation and not
+    before the request (or, without a request time, the archiving). A Sandbox a user creates under the name
+    carries no such stamp of its own creation: copied from the hibernated Sandbox, its `resumed-at` is
+    older than the archive. Until December 7 such a restore was taken for a newcomer after an upgrade: its
+    volumes and Pod refused, `lifecycle resume` refused, the restore stuck until it was deleted.
+    """
+    meta = _meta(sandbox)
+    annotations = meta.get("annotations") or {}
+    archive_meta = _meta(archive)
+    requested = lc.restore_requested(archive)
+    spec = archive.get("spec") or {}
+    if (
+        requested is None
+        or (archive_meta.get("annotations") or {}).get(lc.ANNOTATION_RESTORED_UID)
+        or ANNOTATION_RESTORED_FROM in annotations
+        or not meta.get("uid")
+        or meta.get("uid") == spec.get("sandboxUID")
+    ):
+        return False
+    cause, requested_at = requested
+    if annotations.get(lc.ANNOTATION_RESUME_REASON) != str(cause):
+        return False
+    resumed = parse_time(annotations.get(lc.ANNOTATION_RESUMED_AT))
+    created = parse_time(meta.get("creationTimestamp"))
+    since = requested_at or parse_time(spec.get("archivedAt"))
+    if resumed is None or created is None or since is None:
+        return False
+    return (
+        abs((created - resumed).total_seconds()) <= LEGACY_RESTORE_SLACK
+        and (resumed - since).total_seconds() >= -LEGACY_RESTORE_SLACK
+    )

@@ -166,6 +166,11 @@ class RestoreSteps:
     """With `create`: names of the archived PVCs the cache does not have (deleted while hibernated). Those an
     uncached read confirms gone are reported (`RestoreVolumeMissing` Event on the restored Sandbox): it gets
     new, empty ones. Until December 7 nothing said so."""
+    mark: str | None = None
+    """The restored Sandbox's resourceVersion when it lacks `restored-from` (a restore an older controller
+    created): the annotation is written on it (guarded by that resourceVersion: the Sandbox decided on, not
+    a newcomer that replaced it), so the Sandbox controller and `lifecycle resume` know it as the restore.
+    None: it carries it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,13 @@ from datetime import UTC, datetime
 
 from agent_sandbox.api import lifecycle as lc
 from agent_sandbox.api.kinds import KINDS_BY_NAME
-from agent_sandbox.api.meta import ReadOnlyObject, controller_name, format_rfc3339nano
+from agent_sandbox.api.meta import (
+    ReadOnlyObject,
+    controller_name,
+    controller_ref,
+    format_rfc3339nano,
+    parse_time,
+)
 from agent_sandbox.kube import (
     PVC,
     SANDBOX,
@@ -31,6 +37,7 @@ from agent_sandbox.kube import (
     Conflict,
     EventSink,
     Forbidden,
+    KubeError,
     NotFound,
     Object,
     Request,
@@ -41,6 +48,7 @@ from agent_sandbox.kube import (
 from .decide import (
     ANNOTATION_ARCHIVED_VERSION,
     ANNOTATION_EXPIRED_AT,
+    ANNOTATION_RESTORED_FROM,
     ANNOTATION_RESTORED_UID,
     RESTORE_POLL,
     AbandonArchive,
@@ -341,6 +349,11 @@ class LifecycleReconciler:
                 created = await self._client.create(SANDBOX, body, namespace=ns)
             except AlreadyExists:
                 return Result(requeue_after=_RETRY_SOON)
+            # Recorded at once, before anything else that can fail: a Sandbox deleted from here on stays
+            # deleted (the next pass sees it gone). Until December 7 an uncached PVC read came first, and a
+            # failed one (503, 429, a timeout) ended the pass unrecorded: the restored Sandbox, deleted before
+            # the next pass, was created again with an empty volume.
+            await self._record_restored(request, created["metadata"]["uid"])
             self.metrics.restore_started(
                 created["metadata"]["uid"], plan.requested_at or snap.now, plan.cause
             )
@@ -349,7 +362,7 @@ class LifecycleReconciler:
             if gone:
                 note += f"; without its deleted owner {', '.join(gone)}"
             self._events.event(created, "Normal", "Restored", "Restore", note)
-            if missing := await self._missing_volumes(plan.missing, ns):
+            if missing := await self._missing_volumes(plan.missing, ns, created):
                 names = ", ".join(f"PersistentVolumeClaim {n!r}" for n in missing)
                 warning = (
                     f"the archived volume {names} was deleted while hibernated: restored without its data, "
@@ -358,12 +371,23 @@ class LifecycleReconciler:
                 self._events.event(created, "Warning", "RestoreVolumeMissing", "Restore", warning)
                 log.warning("restored %s without its deleted volume %s", request, names)
             log.info("restored %s (%s)%s", request, plan.cause, f" without {', '.join(gone)}" if gone else "")
-            # Recorded at once: a Sandbox deleted from here on stays deleted (the next pass sees it gone).
-            await self._record_restored(request, created["metadata"]["uid"])
             # The volumes stay the archive's until the Sandbox controller has taken them back (next passes).
             return Result(requeue_after=RESTORE_POLL)
         if plan.record_uid:
             await self._record_restored(request, plan.record_uid)
+        if plan.mark is not None and plan.sandbox is not None:
+            # A restore an older controller created (no `restored-from`): marked as the restore for the
+            # Sandbox controller (which then adopts the volumes itself) and `lifecycle resume`. The
+            # resourceVersion guards against marking a newcomer that replaced it (409: decided again).
+            meta: dict[str, object] = {"annotations": {ANNOTATION_RESTORED_FROM: plan.archive_uid}}
+            if plan.mark:
+                meta["resourceVersion"] = plan.mark
+            mark = {"metadata": meta}
+            try:
+                await self._client.patch(SANDBOX, request.name, mark, namespace=ns)
+            except NotFound:
+                return Result(requeue_after=RESTORE_POLL)  # deleted meanwhile: ended by the next pass
+            log.info("marked %s as the restore of its archive (created by an older controller)", request)
         if plan.sandbox is not None:
             for child in plan.handover:
                 kind = _CHILD_KINDS[str(child.get("kind"))]
@@ -377,6 +401,12 @@ class LifecycleReconciler:
             kind = _CHILD_KINDS[str(child.get("kind"))]
             patch = release_child_patch(child, plan.archive_uid)
             await self._client.patch(kind, child["metadata"]["name"], patch, namespace=ns)
+        if plan.children and plan.sandbox is not None and not await self._alive(plan.sandbox, ns):
+            # Deleted between the read above and the releases: the collector's unguarded removal of its
+            # reference may land after ours and leave a volume with no owner (`_alive`). The archive takes
+            # the volumes back, and the next pass ends it as a restore whose Sandbox was deleted.
+            await self._hold_again(plan.children, request.name, plan.archive_uid, ns)
+            return Result(requeue_after=RESTORE_POLL)
         if plan.waiting or plan.handover:
             return Result(requeue_after=RESTORE_POLL)  # finished once every child has left the archive
         if plan.claim_name:
@@ -391,14 +421,19 @@ class LifecycleReconciler:
         """Whether the API server (not the cache) has `sandbox` (same UID), not being deleted - or being
         deleted with its children orphaned, which asks for the same release.
 
-        Asked before the archive's reference is removed from a child the restored Sandbox controls. A
-        Sandbox deleted meanwhile (the cache lags by milliseconds) would make that removal race the garbage
-        collector's removal of the deleted Sandbox's reference - decided while the archive's was there, and
-        sent unguarded - and the volume was left with no owner, never deleted (until December 6: 2 of 6
-        runs of `test_a_sandbox_deleted_during_its_restore_stays_deleted` under load; the audit log showed
-        the two writes 2 ms apart). Only a deletion landing between this read and the patch can still do it.
-        Letting the collector drop the archive's reference after the archive's deletion instead was tried
-        and rejected: an orphaning delete of the Sandbox before the collector got to it deleted the volume."""
+        Asked before the archive's reference is removed from a child the restored Sandbox controls, and
+        again after. A Sandbox deleted meanwhile (the cache lags by milliseconds) would make that removal
+        race the garbage collector's removal of the deleted Sandbox's reference - decided while the
+        archive's was there, and sent unguarded (a strategic merge patch deleting it by UID: no
+        resourceVersion of ours can make it fail) - and the volume was left with no owner, never deleted
+        (until December 6: 2 of 6 runs of `test_a_sandbox_deleted_during_its_restore_stays_deleted` under
+        load; the audit log showed the two writes 2 ms apart). A deletion landing between the first read and
+        the patch did it still (until December 7: once under load); the second read catches it, and the
+        archive's reference is put back (`_hold_again`). A deletion after the second read is harmless: the
+        collector then reads the child released, with the Sandbox as its only owner, and deletes it with the
+        Sandbox. Letting the collector drop the archive's reference after the archive's deletion instead was
+        tried and rejected: an orphaning delete of the Sandbox before the collector got to it deleted the
+        volume."""
         meta = sandbox.get("metadata") or {}
         try:
             live = await self._authoritative.get(SANDBOX, str(meta.get("name")), namespace=ns)
@@ -413,6 +448,37 @@ class LifecycleReconciler:
             # archive's ending would delete it (a reviewer's interleaving).
             return "orphan" in (live_meta.get("finalizers") or [])
         return True
+
+    async def _hold_again(
+        self, children: tuple[ReadOnlyObject, ...], name: str, archive_uid: str, ns: str
+    ) -> None:
+        """Put the archive's owner reference back on `children` (released to a Sandbox deleted meanwhile),
+        each read afresh and patched guarded by its resourceVersion: a concurrent change (the collector
+        removing the deleted Sandbox's reference) fails it with 409 and it is read and written again. A
+        child gone (the collector deleted it with the Sandbox) or held already is left as it is."""
+        archive = {"metadata": {"name": name, "uid": archive_uid}}
+        for child in children:
+            kind = _CHILD_KINDS[str(child.get("kind"))]
+            child_name = str(child["metadata"]["name"])
+            for _attempt in range(5):
+                try:
+                    live = await self._authoritative.get(kind, child_name, namespace=ns)
+                    if any(
+                        r.get("uid") == archive_uid for r in live["metadata"].get("ownerReferences") or []
+                    ):
+                        break
+                    await self._client.patch(kind, child_name, adopt_child_patch(live, archive), namespace=ns)
+                except NotFound:
+                    break
+                except Conflict:
+                    continue
+                log.info(
+                    "%s %s/%s held again by its archive: its restored Sandbox was deleted",
+                    kind.kind,
+                    ns,
+                    child_name,
+                )
+                break
 
     async def _live_owners(self, sandbox: Object, ns: str) -> tuple[Object, list[str]]:
         """`sandbox` without the archived owner references whose owner is gone (asked of the API server),
@@ -450,14 +516,29 @@ class LifecycleReconciler:
             meta["ownerReferences"] = kept
         return {**sandbox, "metadata": meta}, gone
 
-    async def _missing_volumes(self, names: tuple[str, ...], ns: str) -> list[str]:
-        """Those of `names` (archived PVCs the cache does not have) that the API server has not either: a
-        PVC created again under the name since (the cache lagging behind) is not reported."""
+    async def _missing_volumes(self, names: tuple[str, ...], ns: str, restored: Object) -> list[str]:
+        """Those of `names` (archived PVCs the cache does not have) that the API server has not either - or
+        has only as the new, empty one the Sandbox controller created for `restored` already (controlled
+        by it, created no earlier than it: it sees the restore at once, and the read below comes after the
+        restore's record). A PVC created again under the name before the restore (a backup; the cache
+        lagging behind) is not reported. A read that fails (503, 429, a timeout) reports nothing of that
+        PVC: the warning is not worth failing the pass for (the restore is created and recorded already;
+        it would not be tried again)."""
+        since = parse_time(restored["metadata"].get("creationTimestamp"))
+        uid = restored["metadata"].get("uid")
         missing = []
         for name in names:
             try:
-                await self._authoritative.get(PVC, name, namespace=ns)
+                pvc = await self._authoritative.get(PVC, name, namespace=ns)
             except NotFound:
+                missing.append(name)
+                continue
+            except (KubeError, TimeoutError, ConnectionError) as exc:
+                log.warning("could not tell whether the archived volume %s/%s is gone: %s", ns, name, exc)
+                continue
+            ref = controller_ref(pvc["metadata"]) or {}
+            created = parse_time(pvc["metadata"].get("creationTimestamp"))
+            if ref.get("uid") == uid and since is not None and created is not None and created >= since:
                 missing.append(name)
         return missing
 

@@ -151,7 +151,14 @@ def archive_refusal(kind: str, obj: Object, sandbox: Object) -> str | None:
     exactly as the spec says). A hibernated Sandbox's volumes carry its tracking label, so by §0.4 alone a
     new Sandbox created under the hibernated name adopted them, and its Pod mounted (and could change) the
     hibernated data; until December 7 it did. Only the Sandbox the lifecycle controller creates to restore
-    the archive (`restores`: its `restored-from` annotation names the archive's UID) takes them back.
+    the archive (`restores`: its `restored-from` annotation names the archive's UID) takes them back; a
+    restore an older controller created without it is given the annotation (or its volumes) by the
+    lifecycle controller.
+
+    The archive itself is not read here (this controller has no grant for archives): whether the hibernated
+    Sandbox can still be restored (not expired) is said by `agent-sandbox lifecycle resume` and the
+    lifecycle controller's `HibernationConflict` Event, not by this text (until December 7 it offered the
+    restore of an expired one too).
     """
     ref = archive_hold(obj)
     if ref is None or restores(sandbox, str(ref.get("uid") or "")):
@@ -160,8 +167,9 @@ def archive_refusal(kind: str, obj: Object, sandbox: Object) -> str | None:
     return (
         f"{kind} {_q(name)} belongs to the hibernated Sandbox {_q(archive)} (SandboxArchive {_q(archive)}, "
         f"UID: {ref.get('uid', '')}) and is not given to this Sandbox, which is not restored from it: "
-        f"delete this Sandbox and restore the hibernated one (agent-sandbox lifecycle resume {archive}), or "
-        f"delete the archive (kubectl delete sandboxarchive {archive}; its volumes go with it) to keep this one"
+        f"delete the archive (kubectl delete sandboxarchive {archive}; its volumes go with it) to keep this "
+        f"Sandbox, with new volumes; or delete this Sandbox and restore the hibernated one, unless it has "
+        f"expired (agent-sandbox lifecycle resume {archive} says which)"
     )
 
 

@@ -74,6 +74,7 @@ from .plan import (
 )
 
 __all__ = [
+    "ARCHIVE_RETRY",
     "EXPIRY_REQUEUE",
     "MIN_EXPIRY_REQUEUE",
     "check_expiry",
@@ -88,6 +89,12 @@ EXPIRY_REQUEUE = 0.001
 """Requeue delay after marking a Sandbox expired (upstream `immediateRequeueDelay`, 1 ms)."""
 MIN_EXPIRY_REQUEUE = 2.0
 """Floor of the requeue while waiting for `shutdownTime` (§1.10)."""
+ARCHIVE_RETRY = 30.0
+"""Seconds between passes of a Sandbox refused a hibernated Sandbox's PVC or Service (ours:
+`children.archive_refusal`). What ends the refusal - the archive deleted (by a user, its expiry), then the
+child collected - is no event this controller watches (PVCs are not watched; a Service the archive alone
+holds maps to no Sandbox): with the error backoff, the Sandbox waited up to 1000 s for its new volumes
+(until December 7)."""
 
 
 # --------------------------------------------------------------------------- small pure helpers
@@ -198,7 +205,8 @@ def _plan_pvcs(snapshot: Snapshot, hash_: str) -> StepPlan:
                 tuple(actions), foreign_owner_error("PVC", pvc, name), waiting=owned_by_predecessor(pvc, name)
             )
         if (held := archive_refusal("PVC", pvc, sandbox)) is not None:
-            return StepPlan(tuple(actions), held)  # a hibernated Sandbox's volume (ours: `archive_refusal`)
+            # A hibernated Sandbox's volume (ours: `archive_refusal`), retried at `ARCHIVE_RETRY`.
+            return StepPlan(tuple(actions), held, retry_after=ARCHIVE_RETRY)
         if not adoption_allowed(pvc, hash_):
             return StepPlan(tuple(actions), adoption_refusal("PVC", claim))
         # resourceVersion makes the adoption optimistic: never overwrite an owner set concurrently.
@@ -401,7 +409,8 @@ def _plan_service(snapshot: Snapshot, hash_: str) -> ServicePlan:
         if desired is None:
             return ServicePlan()  # an unowned Service is never adopted implicitly
         if (held := archive_refusal("service", svc, sandbox)) is not None:
-            return ServicePlan(error=held, fields=ServiceFields.KEEP)  # a hibernated Sandbox's Service
+            # A hibernated Sandbox's Service (ours: `archive_refusal`), retried at `ARCHIVE_RETRY`.
+            return ServicePlan(error=held, fields=ServiceFields.KEEP, retry_after=ARCHIVE_RETRY)
         if not adoption_allowed(svc, hash_):
             return ServicePlan(error=adoption_refusal("service", meta["name"]), fields=ServiceFields.KEEP)
         cluster_ip = (svc.get("spec") or {}).get("clusterIP") or ""

@@ -148,11 +148,15 @@ class StepPlan:
 
     `waiting`: the error is a wait on a deleted namesake's child going away (`owned_by_predecessor`),
     expected in normal operation; the status reports it all the same.
+    `retry_after`: the error ends by a change no watch of this controller sees (a hibernated Sandbox's
+    archive deleted, its PVC collected: `children.archive_refusal`): the pass is tried again after this
+    many seconds instead of with the error backoff (up to 1000 s); the status reports it all the same.
     """
 
     actions: tuple[Action, ...] = ()
     error: str | None = None
     waiting: bool = False
+    retry_after: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -242,6 +242,15 @@ class SandboxReconciler:
             except KubeError as exc:
                 errors.append(f"failed to patch sandbox status: {error_text(exc)}")
         if errors:
+            if conclusion.retry_after is not None and len(errors) == len(conclusion.errors):
+                # Reported in the status already; what ends it is no event of ours (`StepPlan.retry_after`).
+                log.info(
+                    "sandbox %s: %s; looked at again in %gs",
+                    request,
+                    "; ".join(errors),
+                    conclusion.retry_after,
+                )
+                return Result(requeue_after=conclusion.retry_after)
             if conclusion.waiting and len(errors) == len(conclusion.errors):
                 raise SandboxWaiting("\n".join(errors))
             raise SandboxReconcileError("\n".join(errors))

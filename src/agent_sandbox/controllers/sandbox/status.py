@@ -46,6 +46,9 @@ class Conclusion:
         requeue_after: seconds until the next pass (None: event driven).
         errors: returned errors (-> exponential backoff); the status is still written first.
         waiting: every error is a wait on a deleted namesake's child (`StepPlan.waiting`): not a fault.
+        retry_after: every error is one decided with a `StepPlan.retry_after`: look again in that many
+            seconds (the least of them, or `requeue_after` if sooner) instead of returning the errors for
+            backoff.
         sandbox_deleted: the Sandbox was deleted by expiry (no status write).
         clear_deferral: drop the write-behind clock entry of this Sandbox.
         status_deferred: a status write was held back (an observedGeneration-only echo under claim
@@ -61,6 +64,7 @@ class Conclusion:
     requeue_after: float | None = None
     errors: tuple[str, ...] = ()
     waiting: bool = False
+    retry_after: float | None = None
     sandbox_deleted: bool = False
     clear_deferral: bool = False
     status_deferred: bool = False
@@ -241,6 +245,23 @@ def _conclude_teardown(snapshot: Snapshot, plan: Plan, results: Results, now: da
     return Conclusion(status_patch=status_patch(old, status))
 
 
+def _retry_after(plan: Plan, results: Results, pod_plan: PodPlan) -> float | None:
+    """The least `StepPlan.retry_after` of the steps that ended with an error, if every one of them ended
+    with its planned error (a failed API call is retried with backoff); None otherwise."""
+    steps = [(plan.pvcs, results.pvcs), (pod_plan, results.pod)]
+    if plan.service is not None:
+        steps.append((plan.service, results.service))
+    retries = []
+    for step, result in steps:
+        if not result.ok:
+            return None
+        if step.error and not (isinstance(step, PodPlan) and step.multiple):
+            if step.retry_after is None:
+                return None
+            retries.append(step.retry_after)
+    return min(retries) if retries else None
+
+
 def _generation(snapshot: Snapshot) -> int:
     return int(snapshot.sandbox["metadata"].get("generation") or 0)
 
@@ -288,6 +309,7 @@ def conclude(snapshot: Snapshot, plan: Plan, results: Results, now: datetime) ->
         status_wait = deferral(snapshot.boot_hold, snapshot.deferral_since, now)
     if status_wait is not None:
         patch = None
+    retry = _retry_after(plan, results, pod_plan) if outcome.errors else None
     clear = False
     if not outcome.errors:
         waits = [w for w in (pod_plan.deferred_wait, status_wait) if w is not None]
@@ -300,6 +322,8 @@ def conclude(snapshot: Snapshot, plan: Plan, results: Results, now: datetime) ->
         requeue_after=requeue,
         errors=outcome.errors,
         waiting=outcome.waiting,
+        # The sooner of the two: an expiry due before the retry is not put off.
+        retry_after=_min_positive(requeue, retry) if retry is not None else None,
         clear_deferral=clear,
         status_deferred=status_wait is not None,
         write_behind=behind_claims or pod_plan.deferred_wait is not None,

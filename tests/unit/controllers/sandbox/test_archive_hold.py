@@ -3,7 +3,8 @@
 
 The SandboxArchive holds them by a non-controller owner reference, and they carry the tracking label: by
 §0.4 alone any Sandbox created under the hibernated name adopted them (until December 7), and its Pod
-mounted the hibernated data. A child no archive holds is adopted exactly as the spec says.
+mounted the hibernated data. A child no archive holds is adopted exactly as the spec says. A refused
+Sandbox is looked at again every `ARCHIVE_RETRY` seconds (nothing it watches says when the archive goes).
 """
 
 from __future__ import annotations
@@ -14,10 +15,26 @@ import pytest
 
 from agent_sandbox.api import lifecycle as lc
 from agent_sandbox.api.constants import LABEL_SANDBOX_NAME_HASH
+from agent_sandbox.controllers.indexes import INDEX_POD_NAME_HASH, pod_name_hash_index
 from agent_sandbox.controllers.lifecycle.owners import ANNOTATION_RESTORED_FROM, archive_hold, restores
-from agent_sandbox.controllers.sandbox import decide
+from agent_sandbox.controllers.sandbox import SandboxReconcileError, SandboxReconciler, decide
+from agent_sandbox.controllers.sandbox.decide import ARCHIVE_RETRY
 from agent_sandbox.controllers.sandbox.plan import CreateObject, PatchObject
-from tests.unit.controllers.sandbox.builders import HASH, NOW, SB_UID, pvc, ref, sandbox, service, snap, vct
+from agent_sandbox.kube import POD, PVC, SANDBOX, Request, ServerError
+from agent_sandbox.kube.testing import FakeClient
+from tests.unit.controllers.sandbox.builders import (
+    HASH,
+    NOW,
+    NS,
+    SB,
+    SB_UID,
+    pvc,
+    ref,
+    sandbox,
+    service,
+    snap,
+    vct,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -96,3 +113,56 @@ def test_restores_goes_by_the_annotation_or_the_recorded_uid() -> None:
     assert restores(sandbox(), "uid-archive", SB_UID)  # restored before the annotation existed
     assert not restores(sandbox(), "uid-archive", None)
     assert not restores(sandbox(), "", None)
+
+
+# --------------------------------------------------------------------------- the refusal's text and retry
+
+
+def test_the_refusal_does_not_promise_a_restore_of_an_expired_archive() -> None:
+    """This controller does not read archives: the text offers the restore only "unless it has expired"
+    (until December 7 it offered it outright, also of an archive that is never restored)."""
+    plan = decide(snap(sandbox(vcts=[vct("data")]), pvcs=[_archived_pvc()]), NOW)
+    error = plan.pvcs.error
+    assert error is not None
+    assert "delete the archive (kubectl delete sandboxarchive sb; its volumes go with it) to keep" in error
+    assert "unless it has expired (agent-sandbox lifecycle resume sb says which)" in error
+
+
+def test_the_refusal_is_looked_at_again_at_a_bounded_interval() -> None:
+    plan = decide(snap(sandbox(vcts=[vct("data")]), pvcs=[_archived_pvc()]), NOW)
+    assert plan.pvcs.retry_after == ARCHIVE_RETRY
+    plan = decide(snap(sandbox(service=True), svc=service(owner=ARCHIVE_REF)), NOW)
+    assert plan.service is not None
+    assert plan.service.retry_after == ARCHIVE_RETRY
+
+
+async def test_a_refused_newcomer_is_retried_in_30s_not_with_the_error_backoff() -> None:
+    """What ends the refusal (the archive deleted, then its PVC collected) is no event this controller
+    watches: with the error backoff the newcomer waited up to 1000 s for its volumes (until December 7)."""
+    newcomer = sandbox(vcts=[vct("data")])
+    client = FakeClient((SANDBOX, newcomer), (PVC, _archived_pvc()))
+    client.add_index(POD, INDEX_POD_NAME_HASH, lambda o: list(pod_name_hash_index(o)))
+    reconciler = SandboxReconciler(client, client, now=lambda: NOW)
+    result = await reconciler.reconcile(Request(NS, SB))  # no error raised: no backoff
+    assert result.requeue_after == ARCHIVE_RETRY
+    status = (await client.get(SANDBOX, SB, namespace=NS))["status"]
+    (ready,) = [c for c in status["conditions"] if c["type"] == "Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "ReconcilerError")
+    assert "SandboxArchive" in ready["message"]
+    assert client.objects(POD) == []
+    # The archive deleted, its PVC collected: the next (bounded) pass creates the newcomer's own.
+    await client.delete(PVC, "data-sb", namespace=NS)
+    assert (await reconciler.reconcile(Request(NS, SB))).requeue_after is None
+    (own,) = client.objects(PVC)
+    assert own["metadata"]["ownerReferences"][0]["uid"] == SB_UID
+    assert len(client.objects(POD)) == 1
+
+
+async def test_an_api_failure_besides_the_refusal_still_backs_off() -> None:
+    newcomer = sandbox(vcts=[vct("logs"), vct("data")])  # the create of "logs" fails
+    client = FakeClient((SANDBOX, newcomer), (PVC, _archived_pvc()))
+    client.add_index(POD, INDEX_POD_NAME_HASH, lambda o: list(pod_name_hash_index(o)))
+    client.inject_error("create", ServerError(503, "ServiceUnavailable", "etcd leader change"), kind=PVC)
+    reconciler = SandboxReconciler(client, client, now=lambda: NOW)
+    with pytest.raises(SandboxReconcileError):
+        await reconciler.reconcile(Request(NS, SB))

@@ -1,0 +1,411 @@
+"""A hibernated Sandbox's archive and a Sandbox under its name: what still ends the archive, which Sandbox is
+its restore after an upgrade, and a restore pass that must not lose its record (controllers/lifecycle).
+
+- A newcomer (a Sandbox created under the hibernated name) does not keep the archive from its expiry (its
+  own `shutdownTime`, its claim's): until December 7 it did, for good, and the newcomer was refused its
+  volumes forever; the note tells it to delete the archive of an expired one, not to restore it.
+- A restore an older controller created and did not record (no `restored-from`, no `restored-uid`) is known
+  by what that controller wrote (`owners.legacy_restore`): recorded, marked `restored-from`, handed its
+  volumes. Until December 7 it was taken for a newcomer and stuck.
+- The restore's UID is recorded right after the create: a failed read after it (the missing-volume check)
+  neither ends the pass nor lets a deleted restore come back (until December 7 it did both).
+- A restored Sandbox deleted between the release's liveness read and the release: the archive takes the
+  volume back (the collector's unguarded removal of the Sandbox's reference would leave it with no owner).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from agent_sandbox.api import lifecycle as lc
+from agent_sandbox.api.meta import format_time
+from agent_sandbox.controllers.lifecycle.decide import (
+    ANNOTATION_EXPIRED_AT,
+    ANNOTATION_RESTORED_FROM,
+    ANNOTATION_RESTORED_UID,
+    ExpireArchive,
+    MarkArchiveExpired,
+    Nothing,
+    RestoreSteps,
+    Snapshot,
+    archive_owner_ref,
+    decide,
+)
+from agent_sandbox.controllers.lifecycle.metrics import LifecycleMetrics
+from agent_sandbox.controllers.lifecycle.owners import legacy_restore
+from agent_sandbox.controllers.lifecycle.reconciler import LifecycleReconciler
+from agent_sandbox.kube import PVC, SANDBOX, NotFound, Object, Request, ResourceKind, ServerError
+from agent_sandbox.kube.testing import FakeClient
+
+pytestmark = pytest.mark.unit
+
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+NS = "ns"
+DATA = {"kind": "PersistentVolumeClaim", "name": "data-sb"}
+CLAIM_REF = {
+    "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+    "kind": "SandboxClaim",
+    "name": "c",
+    "uid": "claim-uid",
+    "controller": True,
+}
+
+
+def sandbox(uid: str, annotations: dict[str, str] | None = None, created: datetime = T0) -> Object:
+    return {
+        "apiVersion": "agents.x-k8s.io/v1beta1",
+        "kind": "Sandbox",
+        "metadata": {
+            "name": "sb",
+            "namespace": NS,
+            "uid": uid,
+            "resourceVersion": "7",
+            "creationTimestamp": format_time(created),
+            "annotations": annotations or {},
+        },
+        "spec": {"operatingMode": "Running", "volumeClaimTemplates": [{"metadata": {"name": "data"}}]},
+    }
+
+
+def archive(
+    *,
+    restore_at: datetime | None = None,
+    shutdown: datetime | None = None,
+    policy: str = "Retain",
+    annotations: dict[str, str] | None = None,
+    claimed: bool = False,
+) -> Object:
+    old = sandbox("old-uid")
+    if claimed:
+        old["metadata"]["ownerReferences"] = [CLAIM_REF]
+    if shutdown is not None:
+        old["spec"] |= {"shutdownTime": format_time(shutdown), "shutdownPolicy": policy}
+    body = lc.archive_body(old, cause=lc.Cause.REQUESTED, now=T0, children=[DATA])
+    body["metadata"]["uid"] = "archive-uid"
+    if restore_at is not None:
+        body["spec"]["restore"] = lc.restore_request_patch(lc.Cause.MANUAL, restore_at)["spec"]["restore"]
+    if annotations:
+        body["metadata"]["annotations"] = annotations
+    return body
+
+
+HELD: Object = {
+    "kind": "PersistentVolumeClaim",
+    "metadata": {"name": "data-sb", "resourceVersion": "3", "ownerReferences": [{"uid": "archive-uid"}]},
+}
+
+
+def expired_claim() -> Object:
+    return {
+        "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+        "kind": "SandboxClaim",
+        "metadata": {"name": "c", "namespace": NS, "uid": "claim-uid"},
+        "spec": {"lifecycle": {"shutdownTime": format_time(T0 - timedelta(seconds=1))}},
+    }
+
+
+# --------------------------------------------------------------------------- a newcomer and the archive's expiry
+
+
+@pytest.mark.parametrize("restore", [False, True])
+def test_a_newcomer_does_not_keep_an_expired_archive_with_delete(restore: bool) -> None:
+    arch = archive(shutdown=T0 - timedelta(hours=1), policy="Delete", restore_at=T0 if restore else None)
+    plan = decide(Snapshot(now=T0, sandbox=sandbox("newcomer"), archive=arch, children=(HELD,)))
+    assert plan == ExpireArchive("archive-uid", None)
+
+
+def test_a_newcomer_does_not_keep_an_archive_under_an_expired_claim() -> None:
+    arch = archive(claimed=True)
+    plan = decide(
+        Snapshot(now=T0, sandbox=sandbox("newcomer"), archive=arch, claim=expired_claim(), children=(HELD,))
+    )
+    assert plan == ExpireArchive("archive-uid", None, "ClaimExpired")
+
+
+def test_an_expired_archive_kept_under_a_newcomer_is_marked_and_never_offered_for_restore() -> None:
+    expired = archive(shutdown=T0 - timedelta(hours=1), restore_at=T0)
+    plan = decide(Snapshot(now=T0, sandbox=sandbox("newcomer"), archive=expired, children=(HELD,)))
+    assert plan == MarkArchiveExpired("archive-uid")
+    marked = archive(
+        shutdown=T0 - timedelta(hours=1),
+        restore_at=T0,
+        annotations={ANNOTATION_EXPIRED_AT: format_time(T0)},
+    )
+    plan = decide(Snapshot(now=T0, sandbox=sandbox("newcomer"), archive=marked, children=(HELD,)))
+    assert isinstance(plan, Nothing)
+    assert "has expired (shutdownPolicy Retain): it is never restored" in plan.conflict
+    assert "delete the archive (kubectl delete sandboxarchive sb; its volumes go with it)" in plan.conflict
+    assert "to restore the hibernated one" not in plan.conflict
+    assert "waits until this Sandbox is deleted" not in plan.conflict
+
+
+def test_a_newcomer_is_looked_at_again_at_the_archives_deadline() -> None:
+    arch = archive(shutdown=T0 + timedelta(minutes=5), policy="Delete")
+    plan = decide(Snapshot(now=T0, sandbox=sandbox("newcomer"), archive=arch, children=(HELD,)))
+    assert isinstance(plan, Nothing)
+    assert plan.requeue_after == 300.0
+    assert "delete this Sandbox to restore the hibernated one" in plan.conflict
+
+
+async def test_a_newcomer_no_longer_blocks_an_expired_archives_deletion() -> None:
+    client, events = FakeClient(), Events()
+    await hibernated(client, shutdown=T0 - timedelta(hours=1), policy="Delete")
+    await client.create(SANDBOX, sandbox("ignored"), namespace=NS)
+    await reconciler(client, events).reconcile(Request(NS, "sb"))
+    with pytest.raises(NotFound):
+        await client.get(lc.ARCHIVE, "sb", namespace=NS)
+    with pytest.raises(NotFound):  # the archive was its only owner: collected with it
+        await client.get(PVC, "data-sb", namespace=NS)
+
+
+# --------------------------------------------------------------------------- an older controller's restore
+
+
+def legacy(restore_at: datetime = T0, created_after: float = 1.0) -> Object:
+    """What a controller from before `restored-from` created for the restore asked at `restore_at`."""
+    made = lc.archived_sandbox(archive(restore_at=restore_at), cause=lc.Cause.MANUAL, now=restore_at)
+    made["metadata"] |= {
+        "uid": "legacy-uid",
+        "resourceVersion": "9",
+        # The API server's clock, whole seconds.
+        "creationTimestamp": format_time(restore_at + timedelta(seconds=created_after)),
+    }
+    return made
+
+
+def test_an_older_controllers_unrecorded_restore_is_recorded_marked_and_handed_its_volume() -> None:
+    restored = legacy()
+    assert ANNOTATION_RESTORED_FROM not in restored["metadata"]["annotations"]
+    plan = decide(Snapshot(now=T0, sandbox=restored, archive=archive(restore_at=T0), children=(HELD,)))
+    assert isinstance(plan, RestoreSteps)
+    assert (plan.record_uid, plan.mark, plan.handover) == ("legacy-uid", "9", (HELD,))
+
+
+def test_a_restore_recorded_by_an_older_controller_is_marked_too() -> None:
+    recorded = archive(restore_at=T0, annotations={ANNOTATION_RESTORED_UID: "legacy-uid"})
+    plan = decide(Snapshot(now=T0, sandbox=legacy(), archive=recorded, children=(HELD,)))
+    assert isinstance(plan, RestoreSteps)
+    assert (plan.record_uid, plan.mark) == (None, "9")
+    marked = legacy()
+    marked["metadata"]["annotations"][ANNOTATION_RESTORED_FROM] = "archive-uid"
+    plan = decide(Snapshot(now=T0, sandbox=marked, archive=recorded, children=(HELD,)))
+    assert isinstance(plan, RestoreSteps)
+    assert plan.mark is None
+
+
+def test_what_is_not_an_older_controllers_restore() -> None:
+    arch = archive(restore_at=T0)
+    assert legacy_restore(legacy(), arch)
+    # A newcomer copied from the hibernated Sandbox: its resume stamp is older than the archive.
+    copied = legacy(restore_at=T0 - timedelta(days=1), created_after=86400)
+    assert not legacy_restore(copied, arch)
+    # Stamped long before it was created (a manifest applied again), or another cause.
+    assert not legacy_restore(legacy(created_after=3600), arch)
+    other = legacy()
+    other["metadata"]["annotations"][lc.ANNOTATION_RESUME_REASON] = "Request"
+    assert not legacy_restore(other, arch)
+    # No restore asked, or one recorded already (`restores` tells those), or a mark of another archive.
+    assert not legacy_restore(legacy(), archive())
+    assert not legacy_restore(legacy(), archive(restore_at=T0, annotations={ANNOTATION_RESTORED_UID: "x"}))
+    foreign = legacy()
+    foreign["metadata"]["annotations"][ANNOTATION_RESTORED_FROM] = "earlier-archive-uid"
+    assert not legacy_restore(foreign, arch)
+    # Clocks a little apart (the requester's ahead of the controller's) are no newcomer.
+    assert legacy_restore(legacy(restore_at=T0), archive(restore_at=T0 + timedelta(seconds=20)))
+    plan = decide(Snapshot(now=T0, sandbox=copied, archive=arch, children=(HELD,)))
+    assert isinstance(plan, Nothing)
+    assert plan.conflict
+
+
+async def test_an_older_controllers_restore_is_finished_after_an_upgrade() -> None:
+    client, events = FakeClient(), Events()
+    created = await hibernated(client)
+    asked = datetime.now(UTC) - timedelta(seconds=5)
+    await client.patch(lc.ARCHIVE, "sb", lc.restore_request_patch(lc.Cause.MANUAL, asked), namespace=NS)
+    # The older controller's create (its own clock), then it was stopped: nothing recorded.
+    made = lc.archived_sandbox(created, cause=lc.Cause.MANUAL, now=asked + timedelta(seconds=1))
+    restored = await client.create(SANDBOX, made, namespace=NS)
+    await reconciler(client, events).reconcile(Request(NS, "sb"))
+    arch = await client.get(lc.ARCHIVE, "sb", namespace=NS)
+    assert arch["metadata"]["annotations"][ANNOTATION_RESTORED_UID] == restored["metadata"]["uid"]
+    marked = await client.get(SANDBOX, "sb", namespace=NS)
+    assert marked["metadata"]["annotations"][ANNOTATION_RESTORED_FROM] == arch["metadata"]["uid"]
+    pvc = await client.get(PVC, "data-sb", namespace=NS)
+    assert [r["uid"] for r in pvc["metadata"]["ownerReferences"]] == [restored["metadata"]["uid"]]
+    assert [reason for _, _, reason, _ in events.seen] == []  # no HibernationConflict
+
+
+# --------------------------------------------------------------------------- the restore's record
+
+
+class Flaky:
+    """Uncached reads: the first PVC read fails (an etcd leader change)."""
+
+    def __init__(self, client: FakeClient) -> None:
+        self.client = client
+        self.fail = True
+
+    async def get(self, kind: ResourceKind, name: str, namespace: str | None = None) -> Object:
+        if kind is PVC and self.fail:
+            self.fail = False
+            raise ServerError(503, "ServiceUnavailable", "etcd leader change")
+        return await self.client.get(kind, name, namespace=namespace)
+
+
+async def test_a_failed_missing_volume_read_neither_fails_the_restore_nor_loses_its_record() -> None:
+    client, events = FakeClient(), Events()
+    await hibernated(client, with_volume=False)  # its PVC was deleted while hibernated
+    await client.patch(lc.ARCHIVE, "sb", lc.restore_request_patch(lc.Cause.MANUAL, T0), namespace=NS)
+    rec = reconciler(client, events, authoritative=Flaky(client))
+    await rec.reconcile(Request(NS, "sb"))  # no error: the warning is skipped, the restore recorded
+    first = await client.get(SANDBOX, "sb", namespace=NS)
+    arch = await client.get(lc.ARCHIVE, "sb", namespace=NS)
+    assert arch["metadata"]["annotations"][ANNOTATION_RESTORED_UID] == first["metadata"]["uid"]
+    assert [reason for _, _, reason, _ in events.seen] == ["Restored"]
+    # Deleted before the next pass, it stays deleted.
+    await client.delete(SANDBOX, "sb", namespace=NS)
+    await rec.reconcile(Request(NS, "sb"))
+    with pytest.raises(NotFound):
+        await client.get(SANDBOX, "sb", namespace=NS)
+    with pytest.raises(NotFound):
+        await client.get(lc.ARCHIVE, "sb", namespace=NS)
+
+
+class QuickSandboxController(FakeClient):
+    """The Sandbox controller sees the restored Sandbox at once and creates the PVC it misses (new, empty)
+    before the lifecycle controller's uncached read of it."""
+
+    async def create(self, kind: ResourceKind, obj: Object, **kwargs: Any) -> Object:
+        made = await super().create(kind, obj, **kwargs)
+        if kind is SANDBOX:
+            ref = {
+                "apiVersion": "agents.x-k8s.io/v1beta1",
+                "kind": "Sandbox",
+                "name": "sb",
+                "uid": made["metadata"]["uid"],
+                "controller": True,
+            }
+            pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim"}
+            meta = {"name": "data-sb", "ownerReferences": [ref]}
+            await super().create(PVC, {**pvc, "metadata": meta}, namespace=NS)
+        return made
+
+
+async def test_the_new_empty_volume_made_for_the_restore_is_no_archived_volume() -> None:
+    """Until December 7 the read found the Sandbox controller's new PVC when that controller was quick, and
+    the restore without its data said nothing (it lost the race more often once the record came first)."""
+    client, events = QuickSandboxController(), Events()
+    await hibernated(client, with_volume=False)
+    await client.patch(lc.ARCHIVE, "sb", lc.restore_request_patch(lc.Cause.MANUAL, T0), namespace=NS)
+    await reconciler(client, events).reconcile(Request(NS, "sb"))
+    assert [reason for _, _, reason, _ in events.seen] == ["Restored", "RestoreVolumeMissing"]
+
+
+async def test_a_volume_brought_back_before_the_restore_is_not_reported_missing() -> None:
+    """A PVC created again under the name before the restore (a backup) that the cache does not show yet."""
+    client, events = FakeClient(), Events()
+    await hibernated(client, with_volume=False)
+    await client.patch(lc.ARCHIVE, "sb", lc.restore_request_patch(lc.Cause.MANUAL, T0), namespace=NS)
+    rec = reconciler(client, events)
+    snap = await rec._observe(Request(NS, "sb"))  # the cache's view: no PVC
+    backup = {"apiVersion": "v1", "kind": "PersistentVolumeClaim"}
+    meta = {"name": "data-sb", "creationTimestamp": "2020-01-01T00:00:00Z"}
+    await client.create(PVC, {**backup, "metadata": meta}, namespace=NS)
+    plan = decide(snap)
+    assert isinstance(plan, RestoreSteps)
+    assert plan.missing == ("data-sb",)
+    await rec._execute(Request(NS, "sb"), snap, plan)
+    assert [reason for _, _, reason, _ in events.seen] == ["Restored"]
+
+
+# --------------------------------------------------------------------------- a deletion during the release
+
+
+class DeletedBeforeTheRelease(FakeClient):
+    """Once armed: the restored Sandbox is deleted right before the release patch (after the liveness read),
+    and the garbage collector's removal of its reference - decided before the release, unguarded (a
+    strategic merge patch by UID) - lands right after it."""
+
+    armed = False
+
+    async def patch(self, kind: ResourceKind, name: str, patch: Any, **kwargs: Any) -> Object:
+        if not (self.armed and kind is PVC):
+            return await super().patch(kind, name, patch, **kwargs)
+        self.armed = False
+        ns = kwargs.get("namespace")
+        gone = await self.delete(SANDBOX, "sb", namespace=ns, propagation_policy="Orphan")
+        done = await super().patch(kind, name, patch, **kwargs)
+        uid = gone["metadata"]["uid"]
+        refs = [r for r in done["metadata"].get("ownerReferences") or [] if r.get("uid") != uid]
+        await super().patch(PVC, name, {"metadata": {"ownerReferences": refs or None}}, namespace=ns)
+        return done
+
+
+async def test_a_restored_sandbox_deleted_during_the_release_leaves_its_volume_to_the_archive() -> None:
+    client, events = DeletedBeforeTheRelease(), Events()
+    created = await hibernated(client)
+    await client.patch(lc.ARCHIVE, "sb", lc.restore_request_patch(lc.Cause.MANUAL, T0), namespace=NS)
+    rec = reconciler(client, events)
+    await rec.reconcile(Request(NS, "sb"))  # creates the restore
+    restored = await client.get(SANDBOX, "sb", namespace=NS)
+    # The Sandbox controller takes the volume back (its controller reference; the archive's stays).
+    pvc = await client.get(PVC, "data-sb", namespace=NS)
+    sb_ref = {
+        "apiVersion": "agents.x-k8s.io/v1beta1",
+        "kind": "Sandbox",
+        "name": "sb",
+        "uid": restored["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    refs = [*pvc["metadata"]["ownerReferences"], sb_ref]
+    await client.patch(PVC, "data-sb", {"metadata": {"ownerReferences": refs}}, namespace=NS)
+    client.armed = True
+    await rec.reconcile(Request(NS, "sb"))  # the release, the Sandbox deleted meanwhile
+    pvc = await client.get(PVC, "data-sb", namespace=NS)
+    assert [r["uid"] for r in pvc["metadata"]["ownerReferences"]] == [created["metadata"]["uid"]]
+    # The next pass ends the archive as a restore whose Sandbox was deleted: the volume goes with it.
+    await rec.reconcile(Request(NS, "sb"))
+    with pytest.raises(NotFound):
+        await client.get(lc.ARCHIVE, "sb", namespace=NS)
+    with pytest.raises(NotFound):
+        await client.get(PVC, "data-sb", namespace=NS)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+class Events:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str, str]] = []
+
+    def event(self, regarding: Object, type_: Any, reason: str, action: str, note: str) -> None:
+        self.seen.append((str(regarding["metadata"].get("uid")), type_, reason, note))
+
+
+def reconciler(client: FakeClient, events: Events, authoritative: Any = None) -> LifecycleReconciler:
+    metrics = LifecycleMetrics(CollectorRegistry())
+    return LifecycleReconciler(
+        client, probe=None, events=events, metrics=metrics, extensions=False, authoritative=authoritative
+    )
+
+
+async def hibernated(
+    client: FakeClient,
+    *,
+    with_volume: bool = True,
+    shutdown: datetime | None = None,
+    policy: str = "Retain",
+) -> Object:
+    body = archive(shutdown=shutdown, policy=policy)
+    body["metadata"].pop("uid")
+    created = await client.create(lc.ARCHIVE, body, namespace=NS)
+    if with_volume:
+        pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim"}
+        held = {"name": "data-sb", "ownerReferences": [archive_owner_ref(created)]}
+        await client.create(PVC, {**pvc, "metadata": held}, namespace=NS)
+    return created
