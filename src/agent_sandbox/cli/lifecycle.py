@@ -280,8 +280,8 @@ async def _resume_once(
 async def _newcomer(api: ApiClient, sandbox: Object, now: datetime) -> tuple[str, str]:
     """(why `sandbox` is refused, a warning) when it is not the hibernated Sandbox its name's SandboxArchive
     keeps; ("", "") when there is no archive, or `sandbox` is the archived one or its restore (also one an
-    older controller created: `owners.legacy_restore`), or archives cannot be read (the controllers still
-    keep the archived volumes from it).
+    older controller created, of an archive not expired: `owners.legacy_restore`), or archives cannot be
+    read (the controllers still keep the archived volumes from it).
 
     A Sandbox created under the name while it is hibernated does not get the archived volumes (the Sandbox
     controller refuses them). While the hibernated one can be restored, it is refused: delete it and resume
@@ -302,10 +302,8 @@ async def _newcomer(api: ApiClient, sandbox: Object, now: datetime) -> tuple[str
     spec = archive.get("spec") or {}
     archive_meta = archive["metadata"]
     restored_uid = (archive_meta.get("annotations") or {}).get(lc.ANNOTATION_RESTORED_UID)
-    if (
-        meta.get("uid") == spec.get("sandboxUID")
-        or restores(sandbox, str(archive_meta.get("uid") or ""), restored_uid)
-        or legacy_restore(sandbox, archive)
+    if meta.get("uid") == spec.get("sandboxUID") or restores(
+        sandbox, str(archive_meta.get("uid") or ""), restored_uid
     ):
         return "", ""
     archived = (spec.get("sandbox") or {}).get("spec") or {}
@@ -326,10 +324,14 @@ async def _newcomer(api: ApiClient, sandbox: Object, now: datetime) -> tuple[str
             "Sandbox gets new, empty volumes once they are gone"
         )
     if expired or (archive_meta.get("annotations") or {}).get(lc.ANNOTATION_EXPIRED_AT):
+        # An older controller's restore too: the lifecycle controller takes an expired archive's Sandbox for
+        # a newcomer (`decide._with_archive`), and gives it none of the archived volumes.
         return (
             f"{newcomer}. The hibernated one has expired (its shutdownTime passed; shutdownPolicy Retain): it "
             f"is never restored. Delete the archive ({delete_archive}) for this one to get new volumes"
         ), ""
+    if legacy_restore(sandbox, archive):
+        return "", ""  # an older controller's restore (of an archive not expired): finished by the controller
     return (
         f"{newcomer}. Delete it (kubectl delete sandbox -n {namespace} {name}) and run this again to "
         f"restore the hibernated one, or delete the archive ({delete_archive}) to keep this one"

@@ -181,3 +181,19 @@ async def test_a_restore_an_older_controller_created_is_not_a_newcomer() -> None
     archive = await api.get(lc.ARCHIVE, "sb", namespace=NS)
     await api.create(SANDBOX, lc.archived_sandbox(archive, cause=lc.Cause.MANUAL, now=asked), namespace=NS)
     assert await resume(api, "sb", NS) is ResumeOutcome.ALREADY_RUNNING  # type: ignore[arg-type]
+
+
+async def test_a_newcomer_the_sdk_resumed_while_a_restore_was_asked_is_refused() -> None:
+    """The Python SDK's `resume()` stamps `resume-reason` and `resumed-at` on a Sandbox in any mode: until
+    December 7 a newcomer so stamped within a minute of its creation, a restore asked meanwhile, was taken
+    for an older controller's restore (`owners.legacy_restore`) and said "already running"."""
+    api = FakeClient()
+    await hibernated(api)
+    asked = datetime.now(UTC)
+    await api.patch(lc.ARCHIVE, "sb", lc.restore_request_patch(lc.Cause.MANUAL, asked), namespace=NS)
+    await api.create(SANDBOX, sandbox(), namespace=NS)
+    sdk = {lc.ANNOTATION_RESUME_REASON: "Manual", lc.ANNOTATION_RESUMED_AT: lc.format_rfc3339nano(asked)}
+    await api.patch(SANDBOX, "sb", {"metadata": {"annotations": sdk}}, namespace=NS)
+    with pytest.raises(Refused) as refused:
+        await resume(api, "sb", NS)  # type: ignore[arg-type]
+    assert str(refused.value).startswith(f"Sandbox {NS}/sb is not the hibernated one")

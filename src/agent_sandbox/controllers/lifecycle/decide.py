@@ -469,9 +469,16 @@ def _with_archive(s: Snapshot, archive: ReadOnlyObject) -> Plan:
     if sb is not None and _meta(sb).get("uid") == archived_uid:
         return _being_archived(s, archive, sb, claim_mark)
     restored_uid = _annotations(archive).get(ANNOTATION_RESTORED_UID)
-    if sb is not None and legacy_restore(sb, archive):
+    if (
+        sb is not None
+        and legacy_restore(sb, archive)
+        and not _meta(archive).get("deletionTimestamp")
+        and isinstance(_expiry(s, archive, claim_mark), _Left)
+    ):
         # The restore an older controller created and did not record (stopped by an upgrade): recorded now,
-        # and given `restored-from` so that the Sandbox controller takes its volumes back (below).
+        # and given `restored-from` so that the Sandbox controller takes its volumes back (below). Only of an
+        # archive not expired (nor going): an expired one ends (`_newcomer`), its volumes given to no one
+        # (until December 7 the check came first, and such a Sandbox got an expired archive's volumes).
         restored_uid = str(_meta(sb).get("uid") or "")
     if sb is not None and (requested is None or not restores(sb, archive_uid, restored_uid)):
         # A newcomer: created under the name while it is hibernated, not by the restore. Until December 7

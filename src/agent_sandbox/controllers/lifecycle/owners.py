@@ -12,9 +12,9 @@ name is hibernated) is a newcomer: never given the archived data (until December
 adopted the PVC for it, as any unowned PVC carrying its tracking label, and its Pod mounted the data).
 
 A restore created by a controller from before `restored-from` and stopped (an upgrade) before it recorded
-`restored-uid` carries neither marker: `legacy_restore` knows it by what that controller wrote on it, and
-the lifecycle controller then records its UID and writes `restored-from` on it, after which it is told
-as any restore.
+`restored-uid` carries neither marker: `legacy_restore` knows it by what that controller wrote on it (and
+clients do not), and the lifecycle controller then records its UID and writes `restored-from` on it, after
+which it is told as any restore.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from agent_sandbox.api.meta import ReadOnlyObject, new_controller_ref, parse_tim
 
 __all__ = [
     "ANNOTATION_RESTORED_FROM",
+    "LEGACY_RESTORE_AFTER",
     "LEGACY_RESTORE_SLACK",
     "adopt_child_patch",
     "archive_hold",
@@ -116,21 +117,33 @@ def restores(sandbox: ReadOnlyObject, archive_uid: str, restored_uid: str | None
 
 LEGACY_RESTORE_SLACK = 60.0
 """Seconds of clock difference `legacy_restore` allows between the times it compares: the restore request's
-(the requester's clock), the restored Sandbox's `resumed-at` (the controller's) and its `creationTimestamp`
-(the API server's, whole seconds)."""
+(the requester's clock) before the restored Sandbox's `resumed-at` (the controller's), and that stamp before
+the Sandbox's `creationTimestamp` (the API server's, whole seconds; the create may be slow)."""
+
+LEGACY_RESTORE_AFTER = 2.0
+"""Seconds `legacy_restore` allows `resumed-at` to be after `creationTimestamp`: the older controller stamped
+it before its create, so only the API server's whole seconds (under 1 s) and clocks a little apart put it
+after. A client's resume of a Sandbox (the SDK's, a router's) stamps it later than that."""
 
 
 def legacy_restore(sandbox: ReadOnlyObject, archive: ReadOnlyObject) -> bool:
     """Whether `sandbox`, which carries no `restored-from`, is the restore of `archive` that a controller from
     before that annotation created and did not get to record (`restored-uid`) before it was stopped.
 
-    Told by what that controller wrote (`lc.archived_sandbox`): a restore is asked of the archive and none
-    recorded; the Sandbox is not the archived one; its `resume-reason` is the request's cause; its
-    `resumed-at`, stamped just before the create, is within `LEGACY_RESTORE_SLACK` of its creation and not
-    before the request (or, without a request time, the archiving). A Sandbox a user creates under the name
-    carries no such stamp of its own creation: copied from the hibernated Sandbox, its `resumed-at` is
-    older than the archive. Until December 7 such a restore was taken for a newcomer after an upgrade: its
-    volumes and Pod refused, `lifecycle resume` refused, the restore stuck until it was deleted.
+    Told by what that controller wrote and clients do not: a restore is asked of the archive and none
+    recorded; the Sandbox is not the archived one; it is `lc.archived_sandbox(archive)` - the archived spec
+    (apart from `operatingMode`) and labels, `resume-reason` the request's cause, `last-activity` the very
+    stamp of `resumed-at` - and that stamp is from just before its creation (`LEGACY_RESTORE_AFTER`,
+    `LEGACY_RESTORE_SLACK`) and not before the request (or, without a request time, the archiving).
+
+    Clients write `resume-reason` and `resumed-at` too (the Python SDK's `resume()` on a Sandbox in any
+    mode, with no `last-activity`; a router's resume of a Suspended one, with it): until December 7 those
+    alone were compared, and a newcomer resumed within a minute of its creation while a restore was asked
+    (the controller down) was taken for the restore and handed the archived volumes. A newcomer copied from
+    the hibernated Sandbox carries that Sandbox's stamps, older than the archive. Missed (a false negative:
+    a restore whose `last-activity` a router moved on before the upgraded controller saw it), the restore
+    is treated as a newcomer: deleting it and resuming again restores (docs/lifecycle.md). Until December 7
+    every such restore was taken for a newcomer after an upgrade.
     """
     meta = _meta(sandbox)
     annotations = meta.get("annotations") or {}
@@ -146,14 +159,29 @@ def legacy_restore(sandbox: ReadOnlyObject, archive: ReadOnlyObject) -> bool:
     ):
         return False
     cause, requested_at = requested
-    if annotations.get(lc.ANNOTATION_RESUME_REASON) != str(cause):
+    stamp = annotations.get(lc.ANNOTATION_RESUMED_AT)
+    if annotations.get(lc.ANNOTATION_RESUME_REASON) != str(cause) or not stamp:
         return False
-    resumed = parse_time(annotations.get(lc.ANNOTATION_RESUMED_AT))
+    if annotations.get(lc.ANNOTATION_LAST_ACTIVITY) != stamp:
+        return False
+    kept = spec.get("sandbox") or {}
+    if dict((kept.get("metadata") or {}).get("labels") or {}) != dict(meta.get("labels") or {}):
+        return False
+    if _without_mode(kept.get("spec")) != _without_mode(sandbox.get("spec")):
+        return False
+    resumed = parse_time(stamp)
     created = parse_time(meta.get("creationTimestamp"))
     since = requested_at or parse_time(spec.get("archivedAt"))
     if resumed is None or created is None or since is None:
         return False
+    after_creation = (resumed - created).total_seconds()
     return (
-        abs((created - resumed).total_seconds()) <= LEGACY_RESTORE_SLACK
+        -LEGACY_RESTORE_SLACK <= after_creation <= LEGACY_RESTORE_AFTER
         and (resumed - since).total_seconds() >= -LEGACY_RESTORE_SLACK
     )
+
+
+def _without_mode(spec: Any) -> dict[str, Any]:
+    """A Sandbox spec without `operatingMode` (the restore is created Running; a lifecycle write may change
+    it since)."""
+    return {k: v for k, v in (spec or {}).items() if k != "operatingMode"}

@@ -38,7 +38,7 @@ from agent_sandbox.controllers.lifecycle.decide import (
 from agent_sandbox.controllers.lifecycle.metrics import LifecycleMetrics
 from agent_sandbox.controllers.lifecycle.owners import legacy_restore
 from agent_sandbox.controllers.lifecycle.reconciler import LifecycleReconciler
-from agent_sandbox.kube import PVC, SANDBOX, NotFound, Object, Request, ResourceKind, ServerError
+from agent_sandbox.kube import PVC, SANDBOX, Conflict, NotFound, Object, Request, ResourceKind, ServerError
 from agent_sandbox.kube.testing import FakeClient
 
 pytestmark = pytest.mark.unit
@@ -376,6 +376,189 @@ async def test_a_restored_sandbox_deleted_during_the_release_leaves_its_volume_t
         await client.get(PVC, "data-sb", namespace=NS)
 
 
+# --------------------------------------------------------------------------- what clients write is no restore
+
+
+def resumed(newcomer: Object, patch: dict[str, Any]) -> Object:
+    """`newcomer` after a client's merge patch of its annotations (and mode)."""
+    notes = newcomer["metadata"]["annotations"]
+    for key, value in patch["metadata"]["annotations"].items():
+        if value is None:
+            notes.pop(key, None)
+        else:
+            notes[key] = value
+    newcomer["spec"] |= patch.get("spec") or {}
+    return newcomer
+
+
+def sdk_resume(at: datetime) -> dict[str, Any]:
+    """The Python SDK's `resume()` of a Sandbox in any mode (`operating_mode_patch`): no `last-activity`."""
+    stamp = lc.format_rfc3339nano(at)
+    notes = {lc.ANNOTATION_RESUME_REASON: "Manual", lc.ANNOTATION_RESUMED_AT: stamp}
+    return {"metadata": {"annotations": notes}, "spec": {"operatingMode": "Running"}}
+
+
+def test_a_newcomer_the_sdk_resumed_at_once_is_no_older_controllers_restore() -> None:
+    """A reviewer's probe: the controller down, a restore asked; the newcomer (applied again from the same
+    manifest) resumed by the SDK a second after its creation was taken for the restore and handed the
+    archived volume (until December 7)."""
+    arch = archive(restore_at=T0)
+    newcomer = resumed(
+        sandbox("newcomer-uid", created=T0 + timedelta(seconds=2)), sdk_resume(T0 + timedelta(seconds=3))
+    )
+    assert not legacy_restore(newcomer, arch)
+    plan = decide(Snapshot(now=T0 + timedelta(seconds=4), sandbox=newcomer, archive=arch, children=(HELD,)))
+    assert isinstance(plan, Nothing)
+    assert plan.conflict
+
+
+def test_a_newcomer_a_router_resumed_after_its_creation_is_no_older_controllers_restore() -> None:
+    """A reviewer's probe: created Suspended 2 s after the router's restore request, woken by the router 8 s
+    later (`resume_patch` writes `last-activity` too)."""
+    arch = archive()
+    arch["spec"]["restore"] = lc.restore_request_patch(lc.Cause.REQUEST, T0)["spec"]["restore"]
+    newcomer = sandbox("newcomer-uid", created=T0 + timedelta(seconds=2))
+    newcomer["spec"]["operatingMode"] = "Suspended"
+    newcomer = resumed(newcomer, lc.resume_patch(lc.Cause.REQUEST, T0 + timedelta(seconds=10)))
+    assert not legacy_restore(newcomer, arch)
+    plan = decide(Snapshot(now=T0 + timedelta(seconds=11), sandbox=newcomer, archive=arch, children=(HELD,)))
+    assert isinstance(plan, Nothing)
+    assert plan.conflict
+
+
+def test_an_older_controllers_restore_is_told_by_its_spec_labels_and_stamps() -> None:
+    arch = archive(restore_at=T0)
+    assert legacy_restore(legacy(created_after=-1.0), arch)  # the API server's clock a little behind
+    stale = legacy()
+    stale["metadata"]["annotations"][lc.ANNOTATION_LAST_ACTIVITY] = format_time(T0 + timedelta(minutes=1))
+    assert not legacy_restore(stale, arch)
+    other_spec = legacy()
+    other_spec["spec"]["volumeClaimTemplates"] = [{"metadata": {"name": "scratch"}}]
+    assert not legacy_restore(other_spec, arch)
+    labelled = legacy()
+    labelled["metadata"]["labels"] = {"app": "other"}
+    assert not legacy_restore(labelled, arch)
+    suspended = legacy()
+    suspended["spec"]["operatingMode"] = "Suspended"  # the mode is not compared
+    assert legacy_restore(suspended, arch)
+    # Stamped well after its creation: a client's resume, not the older controller's create.
+    assert not legacy_restore(legacy(created_after=-5.0), arch)
+
+
+def test_an_expired_archive_is_ended_not_handed_to_an_older_controllers_restore() -> None:
+    arch = archive(restore_at=T0, shutdown=T0 - timedelta(hours=1), policy="Delete")
+    plan = decide(Snapshot(now=T0, sandbox=legacy(), archive=arch, children=(HELD,)))
+    assert plan == ExpireArchive("archive-uid", None)
+    kept = archive(restore_at=T0, shutdown=T0 - timedelta(hours=1))
+    plan = decide(Snapshot(now=T0, sandbox=legacy(), archive=kept, children=(HELD,)))
+    assert plan == MarkArchiveExpired("archive-uid")
+
+
+async def test_a_newcomer_the_sdk_resumed_while_the_controller_was_down_gets_no_archived_volume() -> None:
+    """The reviewer's probe against the reconciler: the newcomer was marked `restored-from`, handed the
+    volume, and the archive deleted, with no HibernationConflict (until December 7)."""
+    client, events = FakeClient(), Events()
+    created = await hibernated(client)
+    now = datetime.now(UTC)
+    asked = lc.restore_request_patch(lc.Cause.MANUAL, now - timedelta(seconds=20))
+    await client.patch(lc.ARCHIVE, "sb", asked, namespace=NS)
+    body = sandbox("x")
+    for key in ("uid", "creationTimestamp", "resourceVersion"):
+        body["metadata"].pop(key)
+    newcomer = await client.create(SANDBOX, body, namespace=NS)
+    await client.patch(SANDBOX, "sb", sdk_resume(now), namespace=NS)
+    rec = reconciler(client, events)
+    for _ in range(2):
+        await rec.reconcile(Request(NS, "sb"))
+    sb = await client.get(SANDBOX, "sb", namespace=NS)
+    assert sb["metadata"]["uid"] == newcomer["metadata"]["uid"]
+    assert ANNOTATION_RESTORED_FROM not in sb["metadata"]["annotations"]
+    pvc = await client.get(PVC, "data-sb", namespace=NS)
+    assert [r["uid"] for r in pvc["metadata"]["ownerReferences"]] == [created["metadata"]["uid"]]
+    arch = await client.get(lc.ARCHIVE, "sb", namespace=NS)
+    assert ANNOTATION_RESTORED_UID not in (arch["metadata"].get("annotations") or {})
+    assert "HibernationConflict" in [reason for _, _, reason, _ in events.seen]
+
+
+# --------------------------------------------------------------------------- a failed hold-again
+
+
+class FailingReads:
+    """Uncached reads; once armed, the next PVC read fails (an etcd leader change during `_hold_again`)."""
+
+    def __init__(self, client: FakeClient) -> None:
+        self.client = client
+        self.armed = False
+
+    async def get(self, kind: ResourceKind, name: str, namespace: str | None = None) -> Object:
+        if self.armed and kind is PVC:
+            self.armed = False
+            raise ServerError(503, "ServiceUnavailable", "etcd leader change")
+        return await self.client.get(kind, name, namespace=namespace)
+
+
+async def released_to_a_deleted_restore(client: DeletedBeforeTheRelease, reads: Any) -> LifecycleReconciler:
+    """A restore created and its volume taken back by the Sandbox controller; the release pass armed to see
+    the restored Sandbox deleted right before its patch."""
+    await hibernated(client)
+    await client.patch(lc.ARCHIVE, "sb", lc.restore_request_patch(lc.Cause.MANUAL, T0), namespace=NS)
+    rec = reconciler(client, Events(), authoritative=reads)
+    await rec.reconcile(Request(NS, "sb"))
+    restored = await client.get(SANDBOX, "sb", namespace=NS)
+    pvc = await client.get(PVC, "data-sb", namespace=NS)
+    sb_ref = {
+        "apiVersion": "agents.x-k8s.io/v1beta1",
+        "kind": "Sandbox",
+        "name": "sb",
+        "uid": restored["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    refs = [*pvc["metadata"]["ownerReferences"], sb_ref]
+    await client.patch(PVC, "data-sb", {"metadata": {"ownerReferences": refs}}, namespace=NS)
+    client.armed = True
+    return rec
+
+
+async def test_a_failed_hold_again_does_not_leave_the_volume_ownerless_past_the_archive() -> None:
+    """A reviewer's probe: the pass that saw the restored Sandbox deleted failed in `_hold_again`; the next
+    pass deleted the archive and the volume was kept with no owner, for good (until December 7)."""
+    client = DeletedBeforeTheRelease()
+    reads = FailingReads(client)
+    rec = await released_to_a_deleted_restore(client, reads)
+    reads.armed = True
+    with pytest.raises(ServerError):
+        await rec.reconcile(Request(NS, "sb"))
+    assert not (await client.get(PVC, "data-sb", namespace=NS))["metadata"].get("ownerReferences")
+    await rec.reconcile(Request(NS, "sb"))
+    with pytest.raises(NotFound):
+        await client.get(lc.ARCHIVE, "sb", namespace=NS)
+    with pytest.raises(NotFound):  # held again before the archive's deletion: collected with it
+        await client.get(PVC, "data-sb", namespace=NS)
+
+
+class AlwaysConflicting(FakeClient):
+    """Every guarded PVC write conflicts (a writer always in between)."""
+
+    async def patch(self, kind: ResourceKind, name: str, patch: Any, **kwargs: Any) -> Object:
+        if kind is PVC and (patch.get("metadata") or {}).get("resourceVersion"):
+            raise Conflict(409, "Conflict", "the object has been modified")
+        return await super().patch(kind, name, patch, **kwargs)
+
+
+async def test_hold_again_giving_up_after_conflicts_fails_the_pass() -> None:
+    """Until December 7 the fifth conflict fell through: the pass went on as if the volume were held."""
+    client = AlwaysConflicting()
+    await client.create(
+        PVC,
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data-sb"}},
+        namespace=NS,
+    )
+    rec = reconciler(client, Events())
+    with pytest.raises(Conflict):
+        await rec._hold_again((HELD,), "sb", "archive-uid", NS)
+
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -406,6 +589,11 @@ async def hibernated(
     created = await client.create(lc.ARCHIVE, body, namespace=NS)
     if with_volume:
         pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim"}
-        held = {"name": "data-sb", "ownerReferences": [archive_owner_ref(created)]}
+        # Created before its archive, as an archived volume is (`_hold_ownerless` goes by it).
+        held = {
+            "name": "data-sb",
+            "ownerReferences": [archive_owner_ref(created)],
+            "creationTimestamp": "2020-01-01T00:00:00Z",
+        }
         await client.create(PVC, {**pvc, "metadata": held}, namespace=NS)
     return created
