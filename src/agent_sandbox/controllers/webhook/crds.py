@@ -28,7 +28,7 @@ import binascii
 import datetime as dt
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from cryptography import x509
@@ -139,6 +139,30 @@ def _guarded(crd: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": {"resourceVersion": version}, **patch} if version else patch
 
 
+async def _patch_read_crd(
+    client: Client, name: str, compute: Callable[[dict[str, Any] | None], dict[str, Any] | None]
+) -> bool:
+    """Read CRD ``name`` and send the patch ``compute`` makes of it (``None``: the CRD is missing), guarded by
+    the version read; on a Conflict read it again and recompute, a few rounds. True when a patch was sent;
+    False when ``compute`` returned None (nothing to write, or nothing to write to)."""
+    for round_ in range(_CONFLICT_ROUNDS):
+        try:
+            crd: dict[str, Any] | None = await client.get(CRD, name)
+        except NotFound:
+            crd = None
+        patch = compute(crd)
+        if crd is None or patch is None:
+            return False
+        try:
+            await client.patch(CRD, name, _guarded(crd, patch))
+        except Conflict:
+            if round_ + 1 == _CONFLICT_ROUNDS:
+                raise
+            continue
+        return True
+    return False  # not reached: the last round returns or raises
+
+
 async def patch_crds(
     client: Client,
     *,
@@ -163,27 +187,21 @@ async def patch_crds(
     now = now or dt.datetime.now(dt.UTC)
     patched = []
     for name in crd_names:
-        for round_ in range(_CONFLICT_ROUNDS):
-            try:
-                crd = await client.get(CRD, name)
-            except NotFound:
+
+        def compute(crd: dict[str, Any] | None, name: str = name) -> dict[str, Any] | None:
+            if crd is None:
                 log.info("CRD %s not installed; not patching its conversion webhook", name)
-                break
+                return None
             held = current_ca_bundle(crd)
             bundle = None if trusts(held, ca_pem) else switched_ca_bundle(ca_pem, keep=held, now=now)
             cfg = client_config(ca_pem=bundle, url=url, service=service, namespace=namespace)
             patch = conversion_patch(crd, cfg)
             if patch is None:
                 log.info("CRD %s does not use webhook conversion; leaving it alone", name)
-                break
-            try:
-                await client.patch(CRD, name, _guarded(crd, patch))
-            except Conflict:
-                if round_ + 1 == _CONFLICT_ROUNDS:
-                    raise
-                continue
+            return patch
+
+        if await _patch_read_crd(client, name, compute):
             patched.append(name)
-            break
     log.info(
         "conversion webhook of %s points at %s",
         ", ".join(patched) or "no CRD",
@@ -214,24 +232,12 @@ async def trust_ca(
         agent_sandbox.kube.ApiError: an API failure other than a missing CRD; a Conflict only after several
             rounds of re-reading the CRD.
     """
-    patched = []
-    for name in crd_names:
-        for round_ in range(_CONFLICT_ROUNDS):
-            try:
-                crd = await client.get(CRD, name)
-            except NotFound:
-                break
-            if not _uses_webhook(crd) or trusts(current_ca_bundle(crd), ca_pem):
-                break
-            bundle = switched_ca_bundle(ca_pem, keep=(keep or b"") + b"\n" + current_ca_bundle(crd), now=now)
-            patch = {"spec": {"conversion": {"webhook": {"clientConfig": {
-                "caBundle": base64.b64encode(bundle).decode()}}}}}  # fmt: skip
-            try:
-                await client.patch(CRD, name, _guarded(crd, patch))
-            except Conflict:
-                if round_ + 1 == _CONFLICT_ROUNDS:
-                    raise
-                continue
-            patched.append(name)
-            break
-    return patched
+
+    def compute(crd: dict[str, Any] | None) -> dict[str, Any] | None:
+        if crd is None or not _uses_webhook(crd) or trusts(current_ca_bundle(crd), ca_pem):
+            return None
+        bundle = switched_ca_bundle(ca_pem, keep=(keep or b"") + b"\n" + current_ca_bundle(crd), now=now)
+        return {"spec": {"conversion": {"webhook": {"clientConfig": {
+            "caBundle": base64.b64encode(bundle).decode()}}}}}  # fmt: skip
+
+    return [name for name in crd_names if await _patch_read_crd(client, name, compute)]
