@@ -619,6 +619,8 @@ def _guard(handler: Handler) -> Handler:
         except (ValueError, FileNotFoundError, IsADirectoryError, NotImplementedError) as err:
             print(f"error: {err}", file=sys.stderr)
             return EXIT_USAGE
+        except BrokenPipeError:
+            raise  # stdout closed by a reader (`| head`): the entry point's exit 141, as a shell's SIGPIPE
         except OSError as err:
             # The local file system (`cp`: a file where the tree has a directory, one the user cannot read,
             # a full disk): exit 1 as cp's, one line (until December 7 a traceback).

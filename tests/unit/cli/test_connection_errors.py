@@ -213,3 +213,9 @@ def test_a_local_file_system_error_is_one_line_and_exit_1(
     _one_error_line(line)
     assert err.strerror is not None
     assert err.strerror in line
+
+
+def test_a_closed_stdout_is_left_to_the_entry_point() -> None:
+    """`| head` closing the pipe is not a file-system error: the entry point makes it exit 141 (SIGPIPE)."""
+    with pytest.raises(BrokenPipeError):
+        _raising(BrokenPipeError(32, "Broken pipe"))
