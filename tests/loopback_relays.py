@@ -12,7 +12,7 @@ import struct
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 
-__all__ = ["Relays", "loopback_relays"]
+__all__ = ["Relays", "loopback_relays", "pipe"]
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -24,7 +24,8 @@ def _loopback(host: str) -> str:
     return host
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy `reader` to `writer` until EOF or a connection error, then close `writer`."""
     try:
         while data := await reader.read(65536):
             writer.write(data)
@@ -37,7 +38,7 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 async def _splice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str, port: int) -> None:
     up_reader, up_writer = await asyncio.open_connection(_loopback(host), port)
-    await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+    await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
 
 class Relays:

@@ -37,6 +37,7 @@ from agent_sandbox.devcluster.controller import install_crds
 from agent_sandbox.devcluster.identity import controller_kubeconfig
 from agent_sandbox.kube import ApiClient
 from tests.helpers import eventually
+from tests.loopback_relays import pipe as _pipe
 from tests.unit.controllers.webhook.test_cert_reload import _verified as _serves
 
 pytestmark = pytest.mark.integration
@@ -90,17 +91,6 @@ class _Relay:
             self._server.close()
         self.cut()
         await asyncio.gather(*self._handlers, return_exceptions=True)
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-    except (ConnectionError, OSError):
-        pass
-    finally:
-        writer.close()
 
 
 async def _kubectl(cluster: DevCluster, *args: str, check: bool = False, stdin: str | None = None) -> Any:
