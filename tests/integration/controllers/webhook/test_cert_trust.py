@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from agent_sandbox.api import constants as c
 from agent_sandbox.controllers.webhook import ConversionWebhook, WebhookOptions, generate_bundle
+from agent_sandbox.controllers.webhook.crds import KEPT_CAS
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import install_crds
 from agent_sandbox.devcluster.identity import controller_kubeconfig
@@ -101,6 +102,19 @@ def _ders(pem: bytes) -> list[bytes]:
     return [cert.public_bytes(Encoding.DER) for cert in x509.load_pem_x509_certificates(pem)]
 
 
+async def _trusted(cluster: DevCluster) -> list[bytes]:
+    """The CAs the CRD's caBundle holds now (DER, in its order)."""
+    got = json.loads((await _kubectl(cluster, "get", "crd", CRD_NAME, "-o", "json", check=True)).stdout)
+    return _ders(base64.b64decode(got["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"]))
+
+
+def _switched(new_ca: bytes, served_ca: bytes, before: list[bytes]) -> list[bytes]:
+    """The caBundle a switch to ``new_ca`` must leave: that CA, the served pair's, then the CAs the caBundle
+    already held (an earlier test or replica on this cluster may have left one), at most KEPT_CAS besides."""
+    head = _ders(new_ca) + _ders(served_ca)
+    return (head + [der for der in before if der not in head])[: len(_ders(new_ca)) + KEPT_CAS]
+
+
 async def test_a_secret_replaced_without_the_crds_keeps_v1alpha1_working_on_new_connections(
     cluster: DevCluster, namespace: str, tmp_path: Path
 ) -> None:
@@ -137,6 +151,7 @@ async def test_a_secret_replaced_without_the_crds_keeps_v1alpha1_working_on_new_
 
         await eventually(applied, "a v1alpha1 server-side apply through the webhook", within=60)
         await eventually(converted, "v1alpha1 reads through the managed webhook")
+        before = await _trusted(cluster)
 
         # The Secret replaced with a fresh bundle (a backup restore, say); the CRDs are left as they were.
         fresh = generate_bundle(service=opts.service_name, namespace=opts.namespace,
@@ -161,7 +176,7 @@ async def test_a_secret_replaced_without_the_crds_keeps_v1alpha1_working_on_new_
 
         got = json.loads((await _kubectl(cluster, "get", "crd", CRD_NAME, "-o", "json", check=True)).stdout)
         ca_bundle = base64.b64decode(got["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"])
-        assert _ders(ca_bundle) == _ders(fresh.ca_pem) + _ders(old_ca)  # both, during the switch
+        assert _ders(ca_bundle) == _switched(fresh.ca_pem, old_ca, before)  # both, during the switch
         assert got["spec"]["conversion"]["webhook"]["clientConfig"]["url"] == webhook.url
 
         async def taken() -> bool:  # at the Secret poll after the watcher served the pair
@@ -221,6 +236,7 @@ async def test_a_replica_starting_after_the_secret_was_replaced_keeps_the_runnin
             return bool(out.returncode == 0)
 
         await eventually(converted, "v1alpha1 reads through the running replica", within=60)
+        before = await _trusted(cluster)
 
         fresh = generate_bundle(service=opts.service_name, namespace=opts.namespace,
                                 cluster_domain=opts.cluster_domain, extra_hosts=("127.0.0.1",),
@@ -232,9 +248,7 @@ async def test_a_replica_starting_after_the_secret_was_replaced_keeps_the_runnin
         )
         await starting.start()
         await starting.stop()
-        got = json.loads((await _kubectl(cluster, "get", "crd", CRD_NAME, "-o", "json", check=True)).stdout)
-        ca_bundle = base64.b64decode(got["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"])
-        assert _ders(ca_bundle) == _ders(fresh.ca_pem) + _ders(served)
+        assert await _trusted(cluster) == _switched(fresh.ca_pem, served, before)
 
         # The API server applies the new caBundle within moments; from then on, each read on a new connection
         # reaches the running replica, which still serves the old pair.
