@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Callable
@@ -198,7 +200,23 @@ def test_sigterm_while_the_pod_cache_syncs_stops_at_once(tmp_path: Path) -> None
         text=True,
     )  # fmt: skip
     try:
-        time.sleep(2)
+        # Signal only once it syncs: its first failed list is logged after the signal handlers are in place (a
+        # fixed 2 s sleep sent SIGTERM to a router still importing on a loaded CI box: killed, status -15).
+        lines: queue.Queue[str] = queue.Queue()
+        assert proc.stderr is not None
+        stderr = proc.stderr
+
+        def forward() -> None:
+            for line in stderr:
+                lines.put(line)
+
+        threading.Thread(target=forward, daemon=True).start()
+        deadline = time.monotonic() + 60
+        try:
+            while "informer Pod" not in lines.get(timeout=max(0.1, deadline - time.monotonic())):
+                pass
+        except queue.Empty:
+            pytest.fail(f"the router logged no failed Pod list within 60 s (exit status {proc.poll()})")
         assert proc.poll() is None  # still syncing
         proc.send_signal(signal.SIGTERM)
         started = time.monotonic()
