@@ -18,16 +18,14 @@ failure, configuration error, lost leadership, or a runtime failure.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
 import logging
-import os
-import signal
 import sys
 from collections.abc import Sequence
 
 from .. import __version__, glibc_malloc, python_gc
 from ..api.errortext import describe_error
+from ..interrupts import handle_stop_signals
 from ..kube import (
     EXPECTED_ERRORS,
     ApiClient,
@@ -189,17 +187,15 @@ async def run(
 def _signal_stop() -> asyncio.Event:
     """An event set by the first SIGTERM/SIGINT; a second signal exits at once (controller-runtime)."""
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
 
-    def on_signal(signum: int) -> None:
-        if stop.is_set():
-            os._exit(1)
-        log.info("received %s, shutting down", signal.Signals(signum).name)
+    def first(name: str) -> None:
+        log.info("received %s, shutting down (a second signal exits at once)", name)
         stop.set()
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, on_signal, sig)
+    def again(name: str) -> None:
+        log.warning("received %s again: exiting now", name)
+
+    handle_stop_signals(first, again)
     return stop
 
 

@@ -27,7 +27,6 @@ import datetime as dt
 import logging
 import os
 import shutil
-import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -49,6 +48,7 @@ from agent_sandbox.devcluster.kubelet_api import (
 )
 from agent_sandbox.devcluster.provisioner import PV, volume_host_path
 from agent_sandbox.devcluster.runtime_pods import RuntimePod, is_runtime_pod, runtime_pod
+from agent_sandbox.interrupts import handle_stop_signals
 from agent_sandbox.kube import (
     POD,
     PVC,
@@ -557,27 +557,19 @@ async def _main(args: argparse.Namespace) -> None:
             control_port=args.control_port, ready_file=Path(args.ready_file) if args.ready_file else None
         )
     )
-    loop = asyncio.get_running_loop()
-    stopping = False
 
-    def on_signal(signum: int) -> None:
-        # The first signal stops the runner (its task's `finally` drains every runtime); a second one must not
-        # cancel that drain halfway - the control listener and HTTP session left open, asyncio errors in the
-        # log, the process lingering - but exit at once, as the runtime's own process does.
-        nonlocal stopping
-        name = signal.Signals(signum).name
-        if not stopping:
-            stopping = True
-            log.info("received %s, stopping every runtime (a second signal exits at once)", name)
-            task.cancel()
-            return
+    # The first signal stops the runner (its task's `finally` drains every runtime); a second one must not
+    # cancel that drain halfway - the control listener and HTTP session left open, asyncio errors in the log,
+    # the process lingering - but exit at once, as the runtime's own process does.
+    def first(name: str) -> None:
+        log.info("received %s, stopping every runtime (a second signal exits at once)", name)
+        task.cancel()
+
+    def again(name: str) -> None:
         log.warning("received %s again: killing every command and exiting now", name)
         runner.kill_children()  # no orphans: nothing would stop them after the exit
-        logging.shutdown()
-        os._exit(1)
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal, sig)
+    handle_stop_signals(first, again)
     try:
         with contextlib.suppress(asyncio.CancelledError):
             await task

@@ -24,9 +24,9 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
 
 from ..api.errortext import describe_error
+from ..interrupts import STOP_SIGNALS, exit_now, handle_stop_signals
 from ..kube import ConfigError as KubeConfigError
 from ..kube import TracingError
 from ..kube._stopreport import thread_stacks
@@ -58,16 +58,11 @@ async def run(config: RouterConfig, argv: Sequence[str] = (), *, watchdog: bool 
     `--shutdown-timeout` logs every thread's stack and exits the process (status 1).
     """
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     worker_file = os.environ.get(WORKER_ENV)
     supervisor = Supervisor(config.workers, argv) if config.workers > 1 and not worker_file else None
 
-    def on_signal(signum: int) -> None:
-        if stop.is_set():  # a second signal: stop now (as Go's signal handler)
-            log.warning("received %s again: exiting now", signal.Signals(signum).name)
-            _abandon_workers(supervisor)  # no orphans: nothing would stop them now
-            _leave(1)
-        log.info("received %s, draining", signal.Signals(signum).name)
+    def first(name: str) -> None:
+        log.info("received %s, draining (a second signal exits at once)", name)
         stop.set()
         if watchdog:
             timer = threading.Timer(config.shutdown_timeout + WATCHDOG_SLACK, _overdue, (config, supervisor))
@@ -75,16 +70,18 @@ async def run(config: RouterConfig, argv: Sequence[str] = (), *, watchdog: bool 
             timer.name = "stop-watchdog"
             timer.start()
 
-    signals = [signal.SIGTERM, signal.SIGINT]
+    def again(name: str) -> None:
+        log.warning("received %s again: exiting now", name)
+        _abandon_workers(supervisor)  # no orphans: nothing would stop them now
+
+    signals = list(STOP_SIGNALS)
     if worker_file:
         # Ctrl-C in a terminal sends SIGINT to the whole process group: the supervisor relays the stop as
         # SIGTERM, which a worker that took the SIGINT as well would have taken as a second signal (exit
         # at once, no drain).
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signals.remove(signal.SIGINT)
-    for sig in signals:
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, on_signal, sig)
+    handle_stop_signals(first, again, signals=signals)
     try:
         return await _serve(config, stop, supervisor, worker_file)
     finally:
@@ -168,21 +165,7 @@ def _overdue(config: RouterConfig, supervisor: Supervisor | None) -> None:
         config.shutdown_timeout,
         extra={"stacks": thread_stacks()},
     )
-    _leave(1)
-
-
-def _leave(code: int) -> NoReturn:
-    """Exit now with `code`, after flushing the log and standard streams, without the interpreter's teardown.
-
-    What teardown would do is not needed by a process that is about to be gone: the router has stopped every
-    component itself (spans flushed, access log written, connections closed), and the garbage collection and
-    module clean-up of a full interpreter cost 0.5-1.5 s on a loaded node - past `--shutdown-timeout`.
-    """
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
+    exit_now(1)
 
 
 def _bound(address: str, port: int | None) -> str | None:
@@ -224,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Go's runtime raises the soft limit to the hard one at start (1.19+), so upstream's router runs so too.
     raise_open_files_limit()
     if argv is None:  # the console script: bounded stop, no interpreter teardown
-        _leave(_run_loop(config, args, watchdog=True))
+        exit_now(_run_loop(config, args, watchdog=True))
     return _run_loop(config, args)
 
 

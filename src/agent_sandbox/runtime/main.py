@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import signal
 import sys
 from collections.abc import Sequence
 from importlib import metadata
 
 from ..api.errortext import describe_error
+from ..interrupts import handle_stop_signals
 from .config import RuntimeConfig, parse_args
 from .server import RuntimeServer
 
@@ -28,21 +27,17 @@ async def serve(config: RuntimeConfig) -> None:
     """
     server = RuntimeServer(config)
     await server.start()
-    loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
-    def on_signal(signum: int) -> None:
-        name = signal.Signals(signum).name
-        if not stop.is_set():
-            log.info("received %s, draining (a second signal exits at once)", name)
-            stop.set()
-            return
+    def first(name: str) -> None:
+        log.info("received %s, draining (a second signal exits at once)", name)
+        stop.set()
+
+    def again(name: str) -> None:
         log.warning("received %s again: killing every command and exiting now", name)
         server.kill_children()
-        os._exit(1)
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal, sig)
+    handle_stop_signals(first, again)
     await stop.wait()
     await server.stop()
 
