@@ -323,6 +323,10 @@ def validate(opts: Options) -> tuple[list[str], list[str]]:
         except ValueError:
             # The manager would fail on it when it starts its server; say so up front, naming the flag.
             errors.append(f'--{flag} must be [host]:port, "0" or empty (disabled); got {value!r}')
+    if math.isnan(opts.kube_api_qps) or opts.kube_api_qps == math.inf:
+        # Go's ParseFloat takes both; NaN only happened to disable the limiter, +Inf did so behind a warning
+        # that workers would queue on it. -Inf stays what any value <= 0 is: no client-side limit.
+        errors.append("--kube-api-qps must be a finite number (<= 0: no client-side limit)")
     if opts.kube_api_burst <= 0:
         errors.append("--kube-api-burst must be > 0")
     if opts.api_connections < 1:
@@ -332,7 +336,7 @@ def validate(opts: Options) -> tuple[list[str], list[str]]:
         warnings.append(
             f"total concurrent workers ({opts.total_workers}) > 1000 (sum of the --*-concurrent-workers)"
         )
-    if opts.kube_api_qps > 0 and opts.total_workers > opts.kube_api_burst:
+    if 0 < opts.kube_api_qps < math.inf and opts.total_workers > opts.kube_api_burst:
         warnings.append(
             f"--kube-api-qps={opts.kube_api_qps:g} with total workers ({opts.total_workers}) > "
             f"--kube-api-burst={opts.kube_api_burst}: workers will queue on the client rate limiter"

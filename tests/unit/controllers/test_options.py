@@ -233,6 +233,8 @@ def test_zap_level_accepts_names_and_positive_integers() -> None:
         ("sandbox-write-behind-window", "-1ms"),
         ("sandbox-claim-priority-hold", "-1s"),
         ("kube-api-burst", "0"),
+        ("kube-api-qps", "NaN"),
+        ("kube-api-qps", "+Inf"),
         ("api-connections", "0"),
     ],
 )
@@ -256,6 +258,7 @@ def test_boundary_values_are_accepted() -> None:
             "--api-connections=1",
             "--kube-api-burst=1",
             "--kube-api-qps=0",
+            "--kube-api-qps=-Inf",  # as any value <= 0: no client-side limit
             "--sandbox-warm-pool-readiness-grace-period=1ns",
         ]
     )
