@@ -4,8 +4,10 @@ registry of handles, default configuration. No I/O here; the front-ends only add
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +84,9 @@ class HandleState:
     active: bool = True
     pod_name: str | None = None
     name_hash: str | None = None
+    #: Set by the client that tracks the handle (`Registry.add`): called with this state once `terminate()`
+    #: has deleted the claim, so that the client forgets the handle (nothing is left for its cleanup to do).
+    untrack: Callable[[HandleState], None] | None = field(default=None, repr=False)
 
     def remember(self, view: SandboxView) -> None:
         self.pod_name = view.pod_name
@@ -90,6 +95,12 @@ class HandleState:
     def close(self) -> None:
         self.active = False
         self.connection.close()
+
+    def deleted(self) -> None:
+        """The claim was deleted (or was no longer the one meant): nothing left to delete, nothing to track."""
+        self.claim_name = None
+        if self.untrack is not None:
+            self.untrack(self)
 
 
 def new_state(
@@ -147,6 +158,10 @@ class Registry:
             handle._state.auto_named = True
         self.handles[key] = handle
         self._pids[key] = os.getpid()
+        # Forgotten once its `terminate()` deleted the claim: until December 7 every terminated handle stayed
+        # here until `list_active_sandboxes()` (a long-lived client grew without bound, and its exit cleanup
+        # walked them all). Not before: a DELETE that failed or was interrupted leaves it to cleanup.
+        handle._state.untrack = functools.partial(self._forget, key)
 
     def tracked_here(self) -> list[tuple[tuple[str, str], Any]]:
         """The handles this process tracked - what its cleanup may delete. A forked child (a prefork server's
@@ -157,6 +172,18 @@ class Registry:
     def get_active(self, namespace: str, claim: str) -> Any:
         handle = self.handles.get((namespace, claim))
         return handle if handle is not None and handle.is_active else None
+
+    def _forget(self, key: tuple[str, str], state: HandleState) -> None:
+        """Drop the handle of `state` if it is still the one tracked for `key` (a newer handle on the claim,
+        from `get_sandbox`, stays)."""
+        handle = self.handles.get(key)
+        if handle is not None and handle._state is state:
+            self.handles.pop(key, None)  # threads share a sync client: another may have dropped it meanwhile
+            self._pids.pop(key, None)
+
+    def forget(self, namespace: str, claim: str, handle: Any) -> None:
+        """Drop `handle` if it is still the one tracked for the claim."""
+        self._forget((namespace, claim), handle._state)
 
     def pop(self, namespace: str, claim: str) -> Any:
         self._pids.pop((namespace, claim), None)

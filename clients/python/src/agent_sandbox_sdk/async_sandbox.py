@@ -13,7 +13,7 @@ from typing import IO, Any
 from . import _commands, _files, _kube, _lifecycle, metrics
 from ._claims import SandboxView
 from ._driver import AsyncDriver
-from ._shared import HandleState, kube_endpoint, new_state
+from ._shared import HandleState, kube_endpoint, log, new_state
 from ._steps import Flow
 from ._tracing import tracing_for
 from .exceptions import SandboxNotReadyError, SandboxRequestError
@@ -456,15 +456,41 @@ class AsyncSandbox:
 
         The claim this handle was made for, by its UID (a DeleteOptions precondition): one made again under
         its name since - by someone else - is refused by the API server and left alone (until December 6 an
-        explicit `terminate()` deleted it by name; only the client's exit cleanup used the UID)."""
+        explicit `terminate()` deleted it by name; only the client's exit cleanup used the UID).
+
+        A cancellation meanwhile does not cut the DELETE: it is raised once the DELETE has been answered. Once
+        the claim is deleted, the client that made the handle no longer tracks it."""
         await self.close_connection()
-        if self._state.claim_name is not None:
+        state = self._state
+        if state.claim_name is None:
+            state.deleted()  # idempotent: already deleted and forgotten
+            return
 
-            def deleted(_existed: bool) -> None:  # even if cancelled from here on: cleanup need not retry
-                self._state.claim_name = None
+        def deleted(_existed: bool) -> None:  # recorded as soon as the DELETE is answered
+            state.deleted()
 
-            flow = _lifecycle.delete_claim(self.namespace, self._state.claim_name, uid=self._state.claim_uid)
-            await self._driver.run(flow, deleted)
+        flow = _lifecycle.delete_claim(state.namespace, state.claim_name, uid=state.claim_uid)
+        # Shielded, as a failed create's rollback: a cancellation (the task's, an `asyncio.timeout` around an
+        # `async with` block) is raised once the DELETE has been answered, not in its middle. Until December 7
+        # it cut the DELETE, and the claim outlived the handle (and, once a client's cleanup had let go of it,
+        # the process).
+        deleting = asyncio.ensure_future(self._driver.run(flow, deleted))
+        interrupted: asyncio.CancelledError | None = None
+        while not deleting.done():
+            try:
+                await asyncio.shield(deleting)
+            except asyncio.CancelledError as cancel:
+                if deleting.cancelled():  # the DELETE itself was cancelled (the event loop shutting down)
+                    raise
+                interrupted = cancel
+        if interrupted is not None:
+            if not deleting.cancelled() and (failure := deleting.exception()) is not None:
+                # The claim stays tracked: the client's cleanup deletes it. The interruption goes on.
+                log.error(
+                    "deleting SandboxClaim %s/%s failed: %s", state.namespace, state.claim_name, failure
+                )
+            raise interrupted
+        deleting.result()
 
     async def __aenter__(self) -> AsyncSandbox:
         return self

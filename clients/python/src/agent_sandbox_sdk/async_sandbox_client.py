@@ -100,18 +100,34 @@ class AsyncSandboxClient:
             driver.close()
 
     async def _cleanup(self) -> None:
+        """The end of an `async with` block: delete the claims this client created, disconnect the others.
+
+        A cancellation meanwhile stops none of it: each DELETE is answered (`terminate()` is shielded), the
+        remaining claims are deleted too, and then the cancellation is raised. Until December 7 it ended the
+        cleanup at once, and the claim whose DELETE it cut - already dropped from the registry - outlived
+        the process, even with `cleanup=True`."""
+        interrupted: asyncio.CancelledError | None = None
         for (namespace, claim), handle in self._registry.tracked_here():
-            if handle._state.auto_named:
-                await self._delete_created(namespace, claim, handle)
-            else:
-                await handle.close_connection()
-        await self._driver.aclose()
+            try:
+                if handle._state.auto_named:
+                    await self._delete_created(namespace, claim, handle)
+                else:
+                    await handle.close_connection()
+            except asyncio.CancelledError as cancel:
+                interrupted = cancel
+        try:
+            await self._driver.aclose()
+        finally:
+            if interrupted is not None:
+                raise interrupted
 
     async def _delete_created(self, namespace: str, claim: str, handle: AsyncSandbox) -> None:
         """Cleanup's delete of a claim this client created: that claim, by its UID. One made again under its
         name since (by someone else) is refused by the API server and left alone, quietly; until December 6
-        cleanup deleted it by name. Errors are logged, as `delete_sandbox` logs them."""
-        self._registry.pop(namespace, claim)
+        cleanup deleted it by name. Errors are logged, as `delete_sandbox` logs them.
+
+        The handle stays tracked until its claim is deleted (`terminate()` then drops it): a DELETE that
+        failed or was interrupted leaves it to the exit cleanup (`cleanup=True`), as upstream's registry does."""
         try:
             await handle.terminate()
         except SandboxError as err:
@@ -343,7 +359,9 @@ class AsyncSandboxClient:
     async def delete_sandbox(self, claim_name: str, namespace: str = "default") -> None:
         """Terminate the tracked handle (its claim, by UID), else delete the claim by name; errors are logged,
         not raised."""
-        handle = self._registry.pop(namespace, claim_name)
+        # Tracked until its claim is deleted (`terminate()` then drops it): a DELETE that fails or is cancelled
+        # leaves it to cleanup. Until December 7 it was dropped first, and such a claim outlived the process.
+        handle = self._registry.handles.get((namespace, claim_name))
         try:
             if handle is not None:
                 await handle.terminate()
@@ -357,10 +375,12 @@ class AsyncSandboxClient:
 
         A tracked handle for it is disconnected first. Unlike `delete_sandbox`, errors are not swallowed.
         """
-        handle = self._registry.pop(namespace, claim_name)
+        handle = self._registry.handles.get((namespace, claim_name))
         if handle is not None:
             await handle.close_connection()
         existed: bool = await self._driver.run(_lifecycle.delete_claim(namespace, claim_name))
+        if handle is not None:  # only now: a DELETE that failed or was interrupted leaves it to cleanup
+            self._registry.forget(namespace, claim_name, handle)
         return existed
 
     async def delete_all(self) -> None:

@@ -15,7 +15,7 @@ from typing import IO, Any
 from . import _commands, _files, _kube, _lifecycle, metrics
 from ._claims import SandboxView
 from ._driver import SyncDriver
-from ._shared import HandleState, kube_endpoint, new_state
+from ._shared import HandleState, kube_endpoint, log, new_state
 from ._steps import Flow
 from ._tracing import tracing_for
 from .exceptions import SandboxNotReadyError, SandboxRequestError
@@ -450,12 +450,33 @@ class Sandbox:
 
         The claim this handle was made for, by its UID (a DeleteOptions precondition): one made again under
         its name since - by someone else - is refused by the API server and left alone (until December 6 an
-        explicit `terminate()` deleted it by name; only the client's exit cleanup used the UID)."""
+        explicit `terminate()` deleted it by name; only the client's exit cleanup used the UID).
+
+        Ctrl-C (or `SystemExit` from a signal handler) during the DELETE does not leave the claim behind: the
+        DELETE is sent again, to its answer, then the interruption is raised (a second one stops it). Once the
+        claim is deleted, the client that made the handle no longer tracks it."""
         self.close_connection()
-        if self._state.claim_name is not None:
-            flow = _lifecycle.delete_claim(self.namespace, self._state.claim_name, uid=self._state.claim_uid)
-            self._driver.run(flow)
-            self._state.claim_name = None
+        state = self._state
+        if state.claim_name is not None:
+            flow = _lifecycle.delete_claim(state.namespace, state.claim_name, uid=state.claim_uid)
+            try:
+                self._driver.run(flow)
+            except (KeyboardInterrupt, SystemExit):
+                # Until December 7 the claim outlived the handle, and the process when a client's cleanup was
+                # the one interrupted. Whether the first DELETE reached the API server is unknown; a second is
+                # harmless (404 is success, the UID precondition still holds).
+                again = _lifecycle.delete_claim(state.namespace, state.claim_name, uid=state.claim_uid)
+                try:
+                    self._driver.run(again)
+                except Exception as err:
+                    # The claim stays tracked (the client's cleanup retries); the interruption goes on.
+                    log.error(
+                        "deleting SandboxClaim %s/%s failed: %s", state.namespace, state.claim_name, err
+                    )
+                else:
+                    state.deleted()
+                raise
+        state.deleted()
 
     def __enter__(self) -> Sandbox:
         return self

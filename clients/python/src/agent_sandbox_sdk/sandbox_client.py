@@ -84,18 +84,35 @@ class SandboxClient:
         self._driver.close()
 
     def _cleanup(self) -> None:
-        for (namespace, claim), handle in self._registry.tracked_here():
-            if handle._state.auto_named:
-                self._delete_created(namespace, claim, handle)
-            else:
-                handle.close_connection()
-        self._driver.close()
+        """The end of a `with` block (and, with `cleanup=True`, interpreter exit): delete the claims this
+        client created, disconnect the others.
+
+        Ctrl-C meanwhile stops none of it: the DELETE it cut is sent again (`terminate()`), the remaining
+        claims are deleted too, and then the `KeyboardInterrupt` is raised. Until December 7 it ended the
+        cleanup at once, and the claim whose DELETE it cut - already dropped from the registry - outlived the
+        process, even with `cleanup=True`."""
+        interrupted: KeyboardInterrupt | SystemExit | None = None
+        try:
+            for (namespace, claim), handle in self._registry.tracked_here():
+                try:
+                    if handle._state.auto_named:
+                        self._delete_created(namespace, claim, handle)
+                    else:
+                        handle.close_connection()
+                except (KeyboardInterrupt, SystemExit) as interruption:
+                    interrupted = interrupted or interruption
+        finally:
+            self._driver.close()
+        if interrupted is not None:
+            raise interrupted
 
     def _delete_created(self, namespace: str, claim: str, handle: Sandbox) -> None:
         """Cleanup's delete of a claim this client created: that claim, by its UID. One made again under its
         name since (by someone else) is refused by the API server and left alone, quietly; until December 6
-        cleanup deleted it by name. Errors are logged, as `delete_sandbox` logs them."""
-        self._registry.pop(namespace, claim)
+        cleanup deleted it by name. Errors are logged, as `delete_sandbox` logs them.
+
+        The handle stays tracked until its claim is deleted (`terminate()` then drops it): a DELETE that
+        failed or was interrupted leaves it to the exit cleanup (`cleanup=True`), as upstream's registry does."""
         try:
             handle.terminate()
         except SandboxError as err:
@@ -299,7 +316,10 @@ class SandboxClient:
     def delete_sandbox(self, claim_name: str, namespace: str = "default") -> None:
         """Terminate the tracked handle (its claim, by UID), else delete the claim by name; errors are logged,
         not raised."""
-        handle = self._registry.pop(namespace, claim_name)
+        # Tracked until its claim is deleted (`terminate()` then drops it): a DELETE that fails or is
+        # interrupted leaves it to cleanup. Until December 7 it was dropped first, and such a claim outlived
+        # the process.
+        handle = self._registry.handles.get((namespace, claim_name))
         try:
             if handle is not None:
                 handle.terminate()
@@ -313,10 +333,12 @@ class SandboxClient:
 
         A tracked handle for it is disconnected first. Unlike `delete_sandbox`, errors are not swallowed.
         """
-        handle = self._registry.pop(namespace, claim_name)
+        handle = self._registry.handles.get((namespace, claim_name))
         if handle is not None:
             handle.close_connection()
         existed: bool = self._driver.run(_lifecycle.delete_claim(namespace, claim_name))
+        if handle is not None:  # only now: a DELETE that failed or was interrupted leaves it to cleanup
+            self._registry.forget(namespace, claim_name, handle)
         return existed
 
     def delete_all(self) -> None:
