@@ -4,11 +4,13 @@ The install tests apply cluster-scoped objects with fixed names (ClusterRoles, C
 APF objects, Helm releases), so they get a separate dev cluster per worker (`install_cluster`, started on
 first use) with `service_proxy` on: the API server reaches Services the way it does on a real node, so the
 conversion webhook is used through its Service reference, as installed. `pods` runs the installed
-controller pods as host processes (devcluster/podprocess.py); every test leaves the cluster uninstalled.
+controller pods as host processes (devcluster/podprocess.py); every test leaves the cluster uninstalled, its
+CRDs as a fresh install leaves them.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -21,8 +23,11 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
 
 from agent_sandbox.api.constants import ALL_KINDS, WEBHOOK_PATH, WEBHOOK_SERVICE_NAME
+from agent_sandbox.controllers.webhook.crds import KEPT_CAS
 from agent_sandbox.devcluster import ClusterConfig, DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.identity import IDENTITY_ENV
@@ -154,8 +159,26 @@ class Installed:
         return uid
 
 
+def _reset_crds(cluster: DevCluster) -> None:
+    """Point the CRDs' conversion webhook back at what `kubectl apply -k k8s/` leaves: the Service reference
+    in the system namespace, no CA bundle, no `url`.
+
+    A controller patches its CA (and, in dev mode, its URL) into the CRDs, and uninstalling leaves the CRDs
+    (Helm never deletes crds/). Left as they were, the next install's controller would find that CA still
+    valid and keep it after its own (it keeps up to KEPT_CAS, controllers/webhook/crds.py), and a dev-mode
+    `url` would not merge with the installed `service`: each install test starts from a fresh install's CRDs.
+    CRDs that do not exist (an earlier test deleted them) are skipped: the patch fails and nothing changes.
+    """
+    service = {"name": WEBHOOK_SERVICE_NAME, "namespace": SYSTEM_NS, "path": WEBHOOK_PATH, "port": 443}
+    config = {"url": None, "caBundle": None, "service": service}
+    patch = {"spec": {"conversion": {"webhook": {"clientConfig": config}}}}
+    for kind in ALL_KINDS:
+        cluster.kubectl("patch", "crd", kind.crd_name, "--type=merge", "-p", json.dumps(patch))
+
+
 def _uninstall(cluster: DevCluster) -> None:
-    """Remove whatever an install test left (releases, RBAC, the system namespace); CRDs stay."""
+    """Remove whatever an install test left (releases, RBAC, the system namespace); CRDs stay, reset to a
+    fresh install's conversion webhook config (`_reset_crds`) once no controller is left to patch them."""
     listed = helm(cluster, "list", "--all-namespaces", "-o", "json", check=False).stdout
     for release in json.loads(listed or "[]"):
         helm(
@@ -163,6 +186,24 @@ def _uninstall(cluster: DevCluster) -> None:
         )
     cluster.kubectl("delete", "--ignore-not-found", "--wait=false", *INSTALL_OBJECTS)
     cluster.kubectl("delete", "namespace", SYSTEM_NS, "--ignore-not-found", "--timeout=60s")
+    _reset_crds(cluster)
+
+
+def leads_with_ca(config: dict[str, Any], ca_pem: bytes) -> bool:
+    """Whether a CRD's conversion webhook `clientConfig` trusts `ca_pem` as a controller leaves it: that CA's
+    certificates first, then at most KEPT_CAS others (CAs the caBundle held that are still valid, which the
+    controller keeps for replicas still serving a pair of theirs; controllers/webhook/crds.py). Compared as
+    DER, so PEM formatting does not matter."""
+    held = base64.b64decode(config.get("caBundle") or "")
+    if not held:
+        return False
+    ders = _ders(held)
+    first = _ders(ca_pem)
+    return ders[: len(first)] == first and len(ders) - len(first) <= KEPT_CAS
+
+
+def _ders(pem: bytes) -> list[bytes]:
+    return [cert.public_bytes(Encoding.DER) for cert in x509.load_pem_x509_certificates(pem)]
 
 
 @pytest.fixture
@@ -198,8 +239,8 @@ def sa_controller(cluster: DevCluster, *extra: str) -> Iterator[Started]:
 
     Afterwards its RBAC and namespace are removed (a later Helm install must not meet objects it does not
     own) and the CRDs, which point at this controller's URL, are pointed back at the installed Service
-    reference, so the next install's server-side apply does not meet a `url` it cannot merge with a
-    `service`.
+    reference (`_uninstall`), so the next install's server-side apply does not meet a `url` it cannot merge
+    with a `service`.
     """
     with pytest.MonkeyPatch.context() as env:
         env.setenv(IDENTITY_ENV, "serviceaccount")
@@ -209,12 +250,6 @@ def sa_controller(cluster: DevCluster, *extra: str) -> Iterator[Started]:
     finally:
         stop(started)
         _uninstall(cluster)
-        # As `kubectl apply -k k8s/` leaves them: the Service reference, no CA bundle.
-        service = {"name": WEBHOOK_SERVICE_NAME, "namespace": SYSTEM_NS, "path": WEBHOOK_PATH, "port": 443}
-        config = {"url": None, "caBundle": None, "service": service}
-        patch = {"spec": {"conversion": {"webhook": {"clientConfig": config}}}}
-        for kind in ALL_KINDS:
-            cluster.kubectl("patch", "crd", kind.crd_name, "--type=merge", "-p", json.dumps(patch))
 
 
 def write_overlay(directory: Path, components: Sequence[str]) -> Path:

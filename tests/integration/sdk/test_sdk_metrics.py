@@ -56,7 +56,10 @@ def pool(cluster: DevCluster, namespace: str, controller: Started) -> str:
 
 def test_a_pod_tunnel_records_its_discovery_sync_and_async(cluster: DevCluster, pool: str) -> None:
     config = SandboxdPodTunnelConnectionConfig()
+    # The SDK's metrics are process-global: a test run earlier in this process (a unit test of a dying tunnel,
+    # say) may already have recorded discoveries of this mode, failures too. Only this test's are asserted on.
     before = _count("sandboxd_pod_tunnel")
+    failures = _count("sandboxd_pod_tunnel", "failure")
     with SandboxClient(config, kubeconfig=cluster.kubeconfig) as client:
         sandbox = client.create_sandbox("pool", pool, sandbox_ready_timeout=90)
         assert sandbox.commands is not None
@@ -80,7 +83,7 @@ def test_a_pod_tunnel_records_its_discovery_sync_and_async(cluster: DevCluster, 
 
     asyncio.run(run_async())
     assert _count("sandboxd_pod_tunnel") == before + 2
-    assert _count("sandboxd_pod_tunnel", "failure") == 0
+    assert _count("sandboxd_pod_tunnel", "failure") == failures
 
 
 def test_a_mode_that_discovers_nothing_records_nothing(cluster: DevCluster, pool: str) -> None:
