@@ -7,6 +7,8 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +26,7 @@ from .models import (
 
 __all__ = [
     "HandleState",
+    "Interruptions",
     "Registry",
     "default_connection_config",
     "kube_endpoint",
@@ -103,6 +106,19 @@ class HandleState:
             self.untrack(self)
 
 
+class Interruptions:
+    """The Ctrl-Cs (`KeyboardInterrupt`, or `SystemExit` from a signal handler) one sync `terminate()` - or one
+    client cleanup, across its claims - has met. The first is absorbed: the DELETE it cut is sent again, the
+    cleanup goes on through the remaining claims, and it is raised at the end. A second one (during that
+    resend, or anywhere later) is raised at once and stops it all: the claims not yet deleted stay tracked,
+    for the exit hook. Until December 7 (that change's first version) each `terminate()` absorbed one and the
+    cleanup caught every one, so with an unreachable API server each claim cost two Ctrl-Cs (and twice the
+    request timeout)."""
+
+    def __init__(self) -> None:
+        self.first: KeyboardInterrupt | SystemExit | None = None
+
+
 def new_state(
     *,
     claim_name: str | None,
@@ -126,13 +142,38 @@ def new_state(
     )
 
 
-@dataclass
+#: Every registry of this process, so that a forked child can give each a lock of its own.
+_REGISTRIES: weakref.WeakSet[Registry] = weakref.WeakSet()
+
+
+def _new_locks_after_fork() -> None:
+    """In a forked child: a registry's lock may have been held, at the fork, by another thread of the parent -
+    one the child does not have, so the lock would never be released. No registry operation was half done
+    then in a way that matters (each is a few dict operations), so a fresh lock is all the child needs."""
+    for registry in list(_REGISTRIES):
+        registry._lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_new_locks_after_fork)
+
+
+@dataclass(eq=False)
 class Registry:
-    """The client's handles, keyed by (namespace, claim name)."""
+    """The client's handles, keyed by (namespace, claim name).
+
+    Thread-safe: a sync client is shared by threads, and each `terminate()` drops its handle (`untrack`) from
+    the thread that called it. Every operation takes `_lock` (never across I/O) and the iterations work on
+    a snapshot; until December 7 `list_active_sandboxes()` and a `with` exit's cleanup raised `RuntimeError:
+    dictionary changed size during iteration` while other threads terminated handles (the exit then deleted
+    nothing). Read `handles` directly only where no other thread runs (tests)."""
 
     handles: dict[tuple[str, str], Any] = field(default_factory=dict)
     #: The process that tracked each handle: a forked child inherits the registry, not the claims.
     _pids: dict[tuple[str, str], int] = field(default_factory=dict)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+
+    def __post_init__(self) -> None:
+        _REGISTRIES.add(self)
 
     def add(self, namespace: str, claim: str, handle: Any, *, inherit: bool = False) -> None:
         """Track `handle` for the claim, replacing the handle tracked for it before.
@@ -146,57 +187,74 @@ class Registry:
         disconnected; a generated one is auto-named already). A forked child's new handle on its parent's
         claim does not become the child's to delete either."""
         key = (namespace, claim)
-        previous = self.handles.get(key)
-        if (
-            inherit
-            and previous is not None
-            and previous is not handle
-            and self._to_delete(key, previous)
-            and previous._state.claim_uid is not None
-            and previous._state.claim_uid == handle._state.claim_uid
-        ):
-            handle._state.auto_named = True
-        self.handles[key] = handle
-        self._pids[key] = os.getpid()
-        # Forgotten once its `terminate()` deleted the claim: until December 7 every terminated handle stayed
-        # here until `list_active_sandboxes()` (a long-lived client grew without bound, and its exit cleanup
-        # walked them all). Not before: a DELETE that failed or was interrupted leaves it to cleanup.
-        handle._state.untrack = functools.partial(self._forget, key)
+        with self._lock:
+            previous = self.handles.get(key)
+            if (
+                inherit
+                and previous is not None
+                and previous is not handle
+                and self._to_delete(key, previous)
+                and previous._state.claim_uid is not None
+                and previous._state.claim_uid == handle._state.claim_uid
+            ):
+                handle._state.auto_named = True
+            self.handles[key] = handle
+            self._pids[key] = os.getpid()
+            # Forgotten once its `terminate()` deleted the claim: until December 7 every terminated handle
+            # stayed here until `list_active_sandboxes()` (a long-lived client grew without bound, and its exit
+            # cleanup walked them all). Not before: a DELETE that failed or was interrupted leaves it to cleanup.
+            handle._state.untrack = functools.partial(self._forget, key)
+
+    def get(self, namespace: str, claim: str) -> Any:
+        """The handle tracked for the claim, if any."""
+        with self._lock:
+            return self.handles.get((namespace, claim))
+
+    def snapshot(self) -> list[tuple[tuple[str, str], Any]]:
+        """A snapshot of every tracked handle with its key."""
+        with self._lock:
+            return list(self.handles.items())
 
     def tracked_here(self) -> list[tuple[tuple[str, str], Any]]:
         """The handles this process tracked - what its cleanup may delete. A forked child (a prefork server's
-        worker) that exits normally must not delete, from its inherited registry, the claims its parent uses."""
+        worker) that exits normally must not delete, from its inherited registry, the claims its parent uses.
+        A snapshot: the cleanup's `terminate()`s (and other threads') drop handles as it walks it."""
         pid = os.getpid()
-        return [(key, h) for key, h in self.handles.items() if self._pids.get(key) == pid]
+        with self._lock:
+            return [(key, h) for key, h in self.handles.items() if self._pids.get(key) == pid]
 
     def get_active(self, namespace: str, claim: str) -> Any:
-        handle = self.handles.get((namespace, claim))
-        return handle if handle is not None and handle.is_active else None
+        with self._lock:
+            handle = self.handles.get((namespace, claim))
+            return handle if handle is not None and handle.is_active else None
 
     def _forget(self, key: tuple[str, str], state: HandleState) -> None:
         """Drop the handle of `state` if it is still the one tracked for `key` (a newer handle on the claim,
         from `get_sandbox`, stays)."""
-        handle = self.handles.get(key)
-        if handle is not None and handle._state is state:
-            self.handles.pop(key, None)  # threads share a sync client: another may have dropped it meanwhile
-            self._pids.pop(key, None)
+        with self._lock:
+            handle = self.handles.get(key)
+            if handle is not None and handle._state is state:
+                del self.handles[key]
+                self._pids.pop(key, None)
 
     def forget(self, namespace: str, claim: str, handle: Any) -> None:
         """Drop `handle` if it is still the one tracked for the claim."""
         self._forget((namespace, claim), handle._state)
 
     def pop(self, namespace: str, claim: str) -> Any:
-        self._pids.pop((namespace, claim), None)
-        return self.handles.pop((namespace, claim), None)
+        with self._lock:
+            self._pids.pop((namespace, claim), None)
+            return self.handles.pop((namespace, claim), None)
 
     def active_keys(self) -> list[tuple[str, str]]:
         """The keys of the connected handles. Closed handles are forgotten here only when cleanup has nothing
         left to do with them: an auto-named claim this process created stays until cleanup deletes it (until
         December 6 listing after `close()` dropped it, and the claim outlived the process)."""
-        for key in [k for k, h in self.handles.items() if not h.is_active and not self._to_delete(k, h)]:
-            del self.handles[key]
-            self._pids.pop(key, None)
-        return [k for k, h in self.handles.items() if h.is_active]
+        with self._lock:
+            for key in [k for k, h in self.handles.items() if not h.is_active and not self._to_delete(k, h)]:
+                del self.handles[key]
+                self._pids.pop(key, None)
+            return [k for k, h in self.handles.items() if h.is_active]
 
     def _to_delete(self, key: tuple[str, str], handle: Any) -> bool:
         """Whether cleanup would delete this handle's claim (`tracked_here`, auto-named, not yet deleted)."""

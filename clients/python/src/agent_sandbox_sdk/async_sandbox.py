@@ -277,6 +277,12 @@ class AsyncFilesystem:
         )
 
 
+def _cancelling() -> int:
+    """How many cancellations of the current task are under way (`Task.cancelling()`; 0 outside a task)."""
+    task = asyncio.current_task()
+    return task.cancelling() if task is not None else 0
+
+
 class AsyncSandbox:
     """A handle on one claimed sandbox: identity, status, `commands`, `files`, suspend/resume, terminate."""
 
@@ -458,13 +464,25 @@ class AsyncSandbox:
         its name since - by someone else - is refused by the API server and left alone (until December 6 an
         explicit `terminate()` deleted it by name; only the client's exit cleanup used the UID).
 
-        A cancellation meanwhile does not cut the DELETE: it is raised once the DELETE has been answered. Once
-        the claim is deleted, the client that made the handle no longer tracks it."""
+        A cancellation meanwhile does not cut the DELETE: it is raised once the DELETE has been answered. A
+        second one (the task's `cancelling()` rising beyond one) stops it at once, as does the DELETE's own
+        cancellation (the event loop closing: asyncio's second Ctrl-C); the claim then stays tracked, for the
+        client's cleanup. Once the claim is deleted, the client that made the handle no longer tracks it."""
+        if (interrupted := await self._terminate()) is not None:
+            raise interrupted
+
+    async def _terminate(self, limit: int | None = None) -> asyncio.CancelledError | None:
+        """`terminate()`, returning the cancellation it absorbed instead of raising it (a client's cleanup goes
+        on through its other claims first). A cancellation that stops it at once is raised: one that takes the
+        task's `cancelling()` beyond `limit` (default: one, or the count at entry if higher - a cancellation
+        already under way counts as the first), or the DELETE's own."""
         await self.close_connection()
         state = self._state
         if state.claim_name is None:
             state.deleted()  # idempotent: already deleted and forgotten
-            return
+            return None
+        if limit is None:
+            limit = max(1, _cancelling())
 
         def deleted(_existed: bool) -> None:  # recorded as soon as the DELETE is answered
             state.deleted()
@@ -480,7 +498,12 @@ class AsyncSandbox:
             try:
                 await asyncio.shield(deleting)
             except asyncio.CancelledError as cancel:
-                if deleting.cancelled():  # the DELETE itself was cancelled (the event loop shutting down)
+                if deleting.cancelled():  # the DELETE itself was cancelled (the event loop closing)
+                    raise
+                if _cancelling() > limit:
+                    # A second cancellation: stop at once (for a while after December 7 no number of them did,
+                    # and asyncio's second Ctrl-C left the loop closing around DELETEs still pending).
+                    deleting.cancel()
                     raise
                 interrupted = cancel
         if interrupted is not None:
@@ -489,8 +512,9 @@ class AsyncSandbox:
                 log.error(
                     "deleting SandboxClaim %s/%s failed: %s", state.namespace, state.claim_name, failure
                 )
-            raise interrupted
+            return interrupted
         deleting.result()
+        return None
 
     async def __aenter__(self) -> AsyncSandbox:
         return self

@@ -19,7 +19,7 @@ from ._claims import validate_create_args
 from ._driver import AsyncDriver, SyncDriver
 from ._shared import Registry, default_connection_config, kube_endpoint, log
 from ._tracing import tracing_for
-from .async_sandbox import AsyncSandbox
+from .async_sandbox import AsyncSandbox, _cancelling
 from .exceptions import SandboxError, SandboxMetadataError, SandboxNotFoundError
 from .models import SandboxConnectionConfig, SandboxInfo, SandboxTracerConfig, WarmPoolInfo
 
@@ -81,7 +81,7 @@ class AsyncSandboxClient:
 
     async def close(self) -> None:
         """Disconnect every handle and close pooled connections (claims stay)."""
-        for handle in list(self._registry.handles.values()):
+        for _key, handle in self._registry.snapshot():
             await handle.close_connection()
         await self._driver.aclose()
 
@@ -102,36 +102,57 @@ class AsyncSandboxClient:
     async def _cleanup(self) -> None:
         """The end of an `async with` block: delete the claims this client created, disconnect the others.
 
-        A cancellation meanwhile stops none of it: each DELETE is answered (`terminate()` is shielded), the
-        remaining claims are deleted too, and then the cancellation is raised. Until December 7 it ended the
-        cleanup at once, and the claim whose DELETE it cut - already dropped from the registry - outlived
-        the process, even with `cleanup=True`."""
+        The first cancellation meanwhile (or one already under way: the block was cancelled) stops none of it:
+        each DELETE is answered (`terminate()` is shielded), the remaining claims are deleted too, and then the
+        cancellation is raised. A second one - the task's `cancelling()` rising beyond one, or a DELETE's own
+        cancellation (the event loop closing, asyncio's second Ctrl-C) - stops the cleanup at once; the claims
+        not yet deleted stay tracked (with `cleanup=True`, the exit hook deletes them). Until December 7 the
+        first cancellation ended the cleanup at once, and the claim whose DELETE it cut - already dropped from
+        the registry - outlived the process, even with `cleanup=True`; then, for a while, none stopped it, and
+        it started new DELETEs in a closing event loop ("Task was destroyed but it is pending!")."""
+        limit = max(1, _cancelling())
         interrupted: asyncio.CancelledError | None = None
         for (namespace, claim), handle in self._registry.tracked_here():
-            try:
-                if handle._state.auto_named:
-                    await self._delete_created(namespace, claim, handle)
-                else:
+            if handle._state.auto_named:
+                # A cancellation raised out of it stops the cleanup here: the rest stays tracked.
+                absorbed = await self._delete_created(namespace, claim, handle, limit)
+            else:
+                try:
                     await handle.close_connection()
-            except asyncio.CancelledError as cancel:
-                interrupted = cancel
+                    absorbed = None
+                except asyncio.CancelledError as cancel:
+                    if _cancelling() > limit:
+                        raise
+                    absorbed = cancel
+            interrupted = interrupted or absorbed
         try:
             await self._driver.aclose()
         finally:
             if interrupted is not None:
                 raise interrupted
 
-    async def _delete_created(self, namespace: str, claim: str, handle: AsyncSandbox) -> None:
+    async def _delete_created(
+        self, namespace: str, claim: str, handle: AsyncSandbox, limit: int
+    ) -> asyncio.CancelledError | None:
         """Cleanup's delete of a claim this client created: that claim, by its UID. One made again under its
         name since (by someone else) is refused by the API server and left alone, quietly; until December 6
         cleanup deleted it by name. Errors are logged, as `delete_sandbox` logs them.
 
         The handle stays tracked until its claim is deleted (`terminate()` then drops it): a DELETE that
-        failed or was interrupted leaves it to the exit cleanup (`cleanup=True`), as upstream's registry does."""
+        failed or was interrupted leaves it to the exit cleanup (`cleanup=True`), as upstream's registry does.
+        Returns the cancellation `terminate()` absorbed; one that stops the cleanup is raised."""
         try:
-            await handle.terminate()
+            if type(handle).terminate is AsyncSandbox.terminate:
+                return await handle._terminate(limit)
+            try:  # a `sandbox_class` with its own terminate(): called; a cancellation out of it counts as one
+                await handle.terminate()
+            except asyncio.CancelledError as cancel:
+                if _cancelling() > limit:
+                    raise
+                return cancel
         except SandboxError as err:
             log.error("deleting SandboxClaim %s/%s failed: %s", namespace, claim, err)
+        return None
 
     def _track(
         self,
@@ -361,7 +382,7 @@ class AsyncSandboxClient:
         not raised."""
         # Tracked until its claim is deleted (`terminate()` then drops it): a DELETE that fails or is cancelled
         # leaves it to cleanup. Until December 7 it was dropped first, and such a claim outlived the process.
-        handle = self._registry.handles.get((namespace, claim_name))
+        handle = self._registry.get(namespace, claim_name)
         try:
             if handle is not None:
                 await handle.terminate()
@@ -375,7 +396,7 @@ class AsyncSandboxClient:
 
         A tracked handle for it is disconnected first. Unlike `delete_sandbox`, errors are not swallowed.
         """
-        handle = self._registry.handles.get((namespace, claim_name))
+        handle = self._registry.get(namespace, claim_name)
         if handle is not None:
             await handle.close_connection()
         existed: bool = await self._driver.run(_lifecycle.delete_claim(namespace, claim_name))
@@ -385,5 +406,5 @@ class AsyncSandboxClient:
 
     async def delete_all(self) -> None:
         """`delete_sandbox` for every tracked handle."""
-        for namespace, claim in list(self._registry.handles):
+        for (namespace, claim), _handle in self._registry.snapshot():
             await self.delete_sandbox(claim, namespace)

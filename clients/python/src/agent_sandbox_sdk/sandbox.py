@@ -15,7 +15,7 @@ from typing import IO, Any
 from . import _commands, _files, _kube, _lifecycle, metrics
 from ._claims import SandboxView
 from ._driver import SyncDriver
-from ._shared import HandleState, kube_endpoint, log, new_state
+from ._shared import HandleState, Interruptions, kube_endpoint, log, new_state
 from ._steps import Flow
 from ._tracing import tracing_for
 from .exceptions import SandboxNotReadyError, SandboxRequestError
@@ -453,18 +453,31 @@ class Sandbox:
         explicit `terminate()` deleted it by name; only the client's exit cleanup used the UID).
 
         Ctrl-C (or `SystemExit` from a signal handler) during the DELETE does not leave the claim behind: the
-        DELETE is sent again, to its answer, then the interruption is raised (a second one stops it). Once the
-        claim is deleted, the client that made the handle no longer tracks it."""
+        DELETE is sent again, to its answer, then the interruption is raised (a second Ctrl-C stops it at once;
+        the claim stays tracked, for the client's cleanup). Once the claim is deleted, the client that made the
+        handle no longer tracks it."""
+        interruptions = Interruptions()
+        self._terminate(interruptions)
+        if interruptions.first is not None:
+            raise interruptions.first
+
+    def _terminate(self, interruptions: Interruptions) -> None:
+        """`terminate()`, recording the Ctrl-C it absorbed in `interruptions` instead of raising it (a client's
+        cleanup shares one across its claims). One already recorded there - or one during the resend - is
+        raised at once: the second Ctrl-C stops it."""
         self.close_connection()
         state = self._state
         if state.claim_name is not None:
             flow = _lifecycle.delete_claim(state.namespace, state.claim_name, uid=state.claim_uid)
             try:
                 self._driver.run(flow)
-            except (KeyboardInterrupt, SystemExit):
+            except (KeyboardInterrupt, SystemExit) as interruption:
+                if interruptions.first is not None:
+                    raise  # the second: stop at once (the claim stays tracked)
+                interruptions.first = interruption
                 # Until December 7 the claim outlived the handle, and the process when a client's cleanup was
                 # the one interrupted. Whether the first DELETE reached the API server is unknown; a second is
-                # harmless (404 is success, the UID precondition still holds).
+                # harmless (404 is success, the UID precondition still holds). A Ctrl-C during it goes on.
                 again = _lifecycle.delete_claim(state.namespace, state.claim_name, uid=state.claim_uid)
                 try:
                     self._driver.run(again)
@@ -473,9 +486,7 @@ class Sandbox:
                     log.error(
                         "deleting SandboxClaim %s/%s failed: %s", state.namespace, state.claim_name, err
                     )
-                else:
-                    state.deleted()
-                raise
+                    return
         state.deleted()
 
     def __enter__(self) -> Sandbox:

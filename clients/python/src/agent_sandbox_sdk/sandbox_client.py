@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from . import _inventory, _kube, _lifecycle, metrics
 from ._claims import validate_create_args
 from ._driver import SyncDriver
-from ._shared import Registry, default_connection_config, kube_endpoint, log
+from ._shared import Interruptions, Registry, default_connection_config, kube_endpoint, log
 from ._tracing import tracing_for
 from .exceptions import SandboxError, SandboxMetadataError, SandboxNotFoundError
 from .models import SandboxConnectionConfig, SandboxInfo, SandboxTracerConfig, WarmPoolInfo
@@ -79,7 +79,7 @@ class SandboxClient:
 
     def close(self) -> None:
         """Disconnect every handle and close pooled connections (claims stay)."""
-        for handle in list(self._registry.handles.values()):
+        for _key, handle in self._registry.snapshot():
             handle.close_connection()
         self._driver.close()
 
@@ -87,34 +87,44 @@ class SandboxClient:
         """The end of a `with` block (and, with `cleanup=True`, interpreter exit): delete the claims this
         client created, disconnect the others.
 
-        Ctrl-C meanwhile stops none of it: the DELETE it cut is sent again (`terminate()`), the remaining
-        claims are deleted too, and then the `KeyboardInterrupt` is raised. Until December 7 it ended the
-        cleanup at once, and the claim whose DELETE it cut - already dropped from the registry - outlived the
-        process, even with `cleanup=True`."""
-        interrupted: KeyboardInterrupt | SystemExit | None = None
+        The first Ctrl-C meanwhile stops none of it: the DELETE it cut is sent again, the remaining claims are
+        deleted too, and then the `KeyboardInterrupt` is raised. A second one stops the cleanup at once; the
+        claims not yet deleted stay tracked (with `cleanup=True`, the exit hook tries again). Until December 7
+        the first Ctrl-C ended the cleanup at once, and the claim whose DELETE it cut - already dropped from
+        the registry - outlived the process, even with `cleanup=True`; then, for a while, no number of
+        Ctrl-Cs stopped it (each claim absorbed two)."""
+        interruptions = Interruptions()
         try:
             for (namespace, claim), handle in self._registry.tracked_here():
                 try:
                     if handle._state.auto_named:
-                        self._delete_created(namespace, claim, handle)
+                        self._delete_created(namespace, claim, handle, interruptions)
                     else:
                         handle.close_connection()
                 except (KeyboardInterrupt, SystemExit) as interruption:
-                    interrupted = interrupted or interruption
+                    if interruptions.first is not None:
+                        raise  # the second: stop here, the rest stays tracked
+                    interruptions.first = interruption
         finally:
             self._driver.close()
-        if interrupted is not None:
-            raise interrupted
+        if interruptions.first is not None:
+            raise interruptions.first
 
-    def _delete_created(self, namespace: str, claim: str, handle: Sandbox) -> None:
+    def _delete_created(
+        self, namespace: str, claim: str, handle: Sandbox, interruptions: Interruptions
+    ) -> None:
         """Cleanup's delete of a claim this client created: that claim, by its UID. One made again under its
         name since (by someone else) is refused by the API server and left alone, quietly; until December 6
         cleanup deleted it by name. Errors are logged, as `delete_sandbox` logs them.
 
         The handle stays tracked until its claim is deleted (`terminate()` then drops it): a DELETE that
-        failed or was interrupted leaves it to the exit cleanup (`cleanup=True`), as upstream's registry does."""
+        failed or was interrupted leaves it to the exit cleanup (`cleanup=True`), as upstream's registry does.
+        A Ctrl-C is recorded in `interruptions` (see `Interruptions`)."""
         try:
-            handle.terminate()
+            if type(handle).terminate is Sandbox.terminate:
+                handle._terminate(interruptions)
+            else:  # a `sandbox_class` with its own terminate(): called; a Ctrl-C out of it counts as one
+                handle.terminate()
         except SandboxError as err:
             log.error("deleting SandboxClaim %s/%s failed: %s", namespace, claim, err)
 
@@ -319,7 +329,7 @@ class SandboxClient:
         # Tracked until its claim is deleted (`terminate()` then drops it): a DELETE that fails or is
         # interrupted leaves it to cleanup. Until December 7 it was dropped first, and such a claim outlived
         # the process.
-        handle = self._registry.handles.get((namespace, claim_name))
+        handle = self._registry.get(namespace, claim_name)
         try:
             if handle is not None:
                 handle.terminate()
@@ -333,7 +343,7 @@ class SandboxClient:
 
         A tracked handle for it is disconnected first. Unlike `delete_sandbox`, errors are not swallowed.
         """
-        handle = self._registry.handles.get((namespace, claim_name))
+        handle = self._registry.get(namespace, claim_name)
         if handle is not None:
             handle.close_connection()
         existed: bool = self._driver.run(_lifecycle.delete_claim(namespace, claim_name))
@@ -343,5 +353,5 @@ class SandboxClient:
 
     def delete_all(self) -> None:
         """`delete_sandbox` for every tracked handle."""
-        for namespace, claim in list(self._registry.handles):
+        for (namespace, claim), _handle in self._registry.snapshot():
             self.delete_sandbox(claim, namespace)
