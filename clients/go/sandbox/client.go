@@ -19,8 +19,16 @@ type Client struct {
 	opts Options
 	k8s  *K8sHelper
 
+	// mu is taken before a handle's own lock, never after: a handle calls the Client (opened, closed) without
+	// holding it.
 	mu      sync.Mutex
 	tracked map[Key]*Sandbox
+	// keyOf is the key each tracked handle is tracked under (a re-opened handle moves to its new claim).
+	keyOf map[*Sandbox]Key
+	// pending are the handles whose CreateSandbox failed leaving claims of creates without an answer that could
+	// not be looked for or deleted (no claim name to track them by): DeleteAll closes them, which repeats the
+	// search. Until December 7 nothing kept them, and those claims leaked.
+	pending map[*Sandbox]struct{}
 	// opening are the handles whose CreateSandbox or GetSandbox is still opening them: DeleteAll and
 	// EnableAutoCleanup close them too (which ends their Open and deletes the claim it made). Until December 6
 	// a handle was tracked only once its Open had succeeded, so a Ctrl-C during creates leaked every claim.
@@ -37,7 +45,78 @@ func NewClient(ctx context.Context, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{opts: opts, k8s: k, tracked: map[Key]*Sandbox{}, opening: map[*Sandbox]struct{}{}}, nil
+	return &Client{opts: opts, k8s: k, tracked: map[Key]*Sandbox{}, keyOf: map[*Sandbox]Key{},
+		pending: map[*Sandbox]struct{}{}, opening: map[*Sandbox]struct{}{}}, nil
+}
+
+// newSandbox is a handle of the Client: registered under its claim when an Open of it succeeds (also one
+// called on the handle after Close, which claims a new sandbox), forgotten when a Close of it succeeds.
+func (c *Client) newSandbox(o Options) *Sandbox {
+	sb := newSandbox(o, c.k8s)
+	sb.client = c
+	return sb
+}
+
+// trackLocked tracks sb under key (c.mu held): its entry under another key goes, a handle tracked under key
+// before is replaced.
+func (c *Client) trackLocked(sb *Sandbox, key Key) {
+	if old, ok := c.keyOf[sb]; ok && old != key && c.tracked[old] == sb {
+		delete(c.tracked, old)
+	}
+	if prev := c.tracked[key]; prev != nil && prev != sb {
+		delete(c.keyOf, prev)
+	}
+	c.tracked[key], c.keyOf[sb] = sb, key
+	delete(c.pending, sb)
+}
+
+// untrackLocked forgets sb (c.mu held); a newer handle tracked under its key stays.
+func (c *Client) untrackLocked(sb *Sandbox) {
+	if k, ok := c.keyOf[sb]; ok {
+		if c.tracked[k] == sb {
+			delete(c.tracked, k)
+		}
+		delete(c.keyOf, sb)
+	}
+	delete(c.pending, sb)
+}
+
+// keepLocked keeps sb, whose Open or Close failed leaving a claim to delete, for DeleteAll to retry (c.mu
+// held): tracked under its claim, or pending when its claim has no known name (creates without an answer).
+func (c *Client) keepLocked(sb *Sandbox) {
+	claim, left := sb.leftover()
+	switch {
+	case claim != "":
+		c.trackLocked(sb, Key{Namespace: sb.opts.Namespace, ClaimName: claim})
+	case left:
+		c.pending[sb] = struct{}{}
+	}
+}
+
+// opened: an Open of sb, a handle of c, succeeded. One called on the handle itself (after Close: a new claim)
+// registers it under its claim; Client.open tracks the handles it opens itself. A newer handle tracked under
+// that claim stays. Until December 7 a handle re-opened after Close stayed listed under its deleted claim,
+// and GetSandbox of its new claim made a second handle.
+func (c *Client) opened(sb *Sandbox) {
+	claim := sb.ClaimName()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, busy := c.opening[sb]; busy || claim == "" {
+		return
+	}
+	key := Key{Namespace: sb.opts.Namespace, ClaimName: claim}
+	if cur := c.tracked[key]; cur != nil && cur != sb {
+		return
+	}
+	c.trackLocked(sb, key)
+}
+
+// closed: a Close of sb, a handle of c, succeeded - it owns nothing to delete any more - so c forgets it.
+// Until December 7 the Client kept every handle closed with sb.Close (one entry per create/close cycle).
+func (c *Client) closed(sb *Sandbox) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.untrackLocked(sb)
 }
 
 func (c *Client) optionsFor(warmPool, namespace string) (Options, error) {
@@ -61,13 +140,16 @@ func (c *Client) optionsFor(warmPool, namespace string) (Options, error) {
 // CreateSandbox claims a sandbox from warmPoolName in namespace ("" for the client's defaults), waits until
 // it is Ready, connects, and tracks it. The handle is tracked from the start: a DeleteAll (or
 // EnableAutoCleanup's signal) while it is being opened ends the Open - CreateSandbox then fails with
-// ErrNotReady ("closed during Open") - and deletes the claim it made.
+// ErrNotReady ("closed during Open") - and deletes the claim it made. A failed CreateSandbox whose cleanup
+// failed too (ErrOrphanedClaim: the rollback could not delete the claim, or the claim of a create without an
+// answer could not be looked for or deleted) returns no handle, but the Client keeps it: DeleteAll (and
+// EnableAutoCleanup) retry the deletion. Until December 7 such a claim leaked.
 func (c *Client) CreateSandbox(ctx context.Context, warmPoolName, namespace string) (*Sandbox, error) {
 	o, err := c.optionsFor(warmPoolName, namespace)
 	if err != nil {
 		return nil, err
 	}
-	sb := newSandbox(o, c.k8s)
+	sb := c.newSandbox(o)
 	if err := c.open(ctx, sb, false); err != nil {
 		return nil, err
 	}
@@ -87,8 +169,14 @@ func (c *Client) open(ctx context.Context, sb *Sandbox, held bool) error {
 	defer c.mu.Unlock()
 	_, mine := c.opening[sb]
 	delete(c.opening, sb)
-	if mine && (err == nil || held && heldBack(sb, err)) {
-		c.tracked[Key{Namespace: sb.opts.Namespace, ClaimName: sb.ClaimName()}] = sb
+	switch {
+	case !mine:
+	case err == nil || held && heldBack(sb, err):
+		c.trackLocked(sb, Key{Namespace: sb.opts.Namespace, ClaimName: sb.ClaimName()})
+	default:
+		// a failed Open that left a claim to delete (ErrOrphanedClaim) is kept for DeleteAll: its caller got no
+		// handle to Close (until December 7 nothing deleted that claim)
+		c.keepLocked(sb)
 	}
 	return err
 }
@@ -131,7 +219,7 @@ func (c *Client) GetSandbox(ctx context.Context, claimName, namespace string) (*
 	if !isDNSSubdomain(claimName) {
 		return nil, fmt.Errorf("sandbox: %w", invalidf("claim name %q is not a valid Kubernetes name", claimName))
 	}
-	sb = newSandbox(o, c.k8s)
+	sb = c.newSandbox(o)
 	sb.claimName, sb.attach = claimName, true
 	if err := c.open(ctx, sb, true); err != nil {
 		if heldBack(sb, err) {
@@ -194,7 +282,10 @@ func (c *Client) DeleteSandbox(ctx context.Context, claimName, namespace string)
 			return err
 		}
 		c.mu.Lock()
-		delete(c.tracked, key)
+		if c.tracked[key] == sb { // (Close's hook forgot a Client-made handle already)
+			delete(c.tracked, key)
+			delete(c.keyOf, sb)
+		}
 		c.mu.Unlock()
 		return nil
 	}
@@ -206,8 +297,9 @@ func (c *Client) DeleteSandbox(ctx context.Context, claimName, namespace string)
 	return nil
 }
 
-// DeleteAll closes every tracked sandbox, and those a CreateSandbox or GetSandbox is still opening (their
-// Open ends; see Close); it returns the failures joined (those stay tracked). The handles are closed
+// DeleteAll closes every tracked sandbox, those a CreateSandbox or GetSandbox is still opening (their
+// Open ends; see Close), and those whose CreateSandbox failed leaving a claim to delete (ErrOrphanedClaim);
+// it returns the failures joined (those stay tracked). The handles are closed
 // together, 16 at a time, and share one drain: one-shot calls in flight may finish until half of
 // CleanupTimeout after DeleteAll began, or ctx's deadline if that comes first (the claims are deleted after
 // it all the same). Until December 6 they were closed one after another, each draining for up to half of
@@ -219,9 +311,12 @@ func (c *Client) DeleteAll(ctx context.Context) error {
 		opening bool
 	}
 	c.mu.Lock()
-	all := make([]entry, 0, len(c.tracked)+len(c.opening))
+	all := make([]entry, 0, len(c.tracked)+len(c.pending)+len(c.opening))
 	for k, sb := range c.tracked {
 		all = append(all, entry{key: k, sb: sb})
+	}
+	for sb := range c.pending {
+		all = append(all, entry{sb: sb})
 	}
 	for sb := range c.opening {
 		all = append(all, entry{sb: sb, opening: true})
@@ -250,12 +345,14 @@ func (c *Client) DeleteAll(ctx context.Context) error {
 	defer c.mu.Unlock()
 	for i, e := range all {
 		switch {
-		case errs[i] == nil && !e.opening && c.tracked[e.key] == e.sb:
+		case errs[i] == nil && e.key.ClaimName != "" && c.tracked[e.key] == e.sb:
+			// (Close's hook forgot a Client-made handle already)
 			delete(c.tracked, e.key)
+			delete(c.keyOf, e.sb)
+		case errs[i] == nil && e.key.ClaimName == "" && !e.opening:
+			delete(c.pending, e.sb)
 		case errs[i] != nil && e.opening:
-			if name := e.sb.ClaimName(); name != "" { // kept, so a later DeleteAll retries
-				c.tracked[Key{Namespace: e.sb.opts.Namespace, ClaimName: name}] = e.sb
-			}
+			c.keepLocked(e.sb) // so a later DeleteAll retries
 		}
 	}
 	return errors.Join(errs...)

@@ -36,7 +36,8 @@ var (
 	// same handle is in progress (the message says so; that call creates or writes nothing - until December 6
 	// two Opens both created a claim, and one leaked; two Resumes both connected, one transport leaked).
 	ErrAlreadyOpen = errors.New("sandbox is already open; call Close or Disconnect first")
-	// ErrOrphanedClaim: a claim could not be deleted or verified; call Close to retry the deletion.
+	// ErrOrphanedClaim: a claim could not be deleted or verified; call Close to retry the deletion (a failed
+	// Client.CreateSandbox returns no handle: the Client keeps it, and DeleteAll retries).
 	ErrOrphanedClaim = errors.New("orphaned claim; call Close to retry deletion")
 	// ErrRetriesExhausted: every attempt of a call failed; wraps the last error.
 	ErrRetriesExhausted = errors.New("retries exhausted")

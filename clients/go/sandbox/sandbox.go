@@ -61,6 +61,13 @@ type Sandbox struct {
 	// whose claim was not found then (the API server may apply such a create later): a claim of that name
 	// with one of these stamps is the handle's (ownUnanswered).
 	lostCreates []createStamp
+	// lostAutoCreates are the stamps of this handle's auto-named creates whose answer was lost and whose claim
+	// could not be looked for or deleted then (the search by stamp or the DELETE failed): Close repeats the
+	// search and deletes what it finds. Until December 7 such a failure was only logged, and the claim leaked.
+	lostAutoCreates []createStamp
+	// client is the Client that made the handle (nil for New): a successful Open registers the handle under its
+	// claim there, a successful Close removes it. Set before the handle is shared, never changed.
+	client *Client
 }
 
 // openRun is one Open or Resume in progress.
@@ -277,6 +284,11 @@ func (s *Sandbox) Open(ctx context.Context) (err error) {
 		err = fmt.Errorf("%w: %w; Close deletes the claim it made or attached (the Open ended with: %v)",
 			ErrNotReady, errClosedDuringOpen, err)
 	}
+	if err == nil && s.client != nil {
+		// a Client's handle re-opened after Close owns a new claim: tracked under it (before endRun, so a Close
+		// that cut this Open in the meantime untracks it after)
+		s.client.opened(s)
+	}
 	return s.wrap(err)
 }
 
@@ -307,7 +319,10 @@ func (s *Sandbox) create(ctx context.Context, run *openRun) error {
 	if err != nil {
 		switch {
 		case o.ClaimName == "" && answerLost(err):
-			s.removeUnansweredClaim(ctx, obj)
+			if cerr := s.removeUnansweredClaim(ctx, stamp); cerr != nil {
+				return fmt.Errorf("%w: creating SandboxClaim from warm pool %q: %w; %w", ErrClaimFailed,
+					o.WarmPoolName, err, cerr)
+			}
 		case o.ClaimName != "" && answerLost(err):
 			// The claim may exist, and it is this handle's: adopted, as a create that answered, so Close deletes
 			// it and the next Open waits for it. Until December 6 it was nobody's: Close left it, and a retried
@@ -382,30 +397,89 @@ func answerLost(err error) bool {
 	return code < 400 || code >= 500
 }
 
-// removeUnansweredClaim deletes the claim a create without an answer may have made. Its name came from
-// generateName, so it is found by this handle's request stamp (client-first-requested-at and the random
-// client-request-id) among the Go client's claims of the same warm pool. Best effort within CleanupTimeout,
-// even when ctx is already cancelled: an orphaned claim would hold a sandbox until someone deletes it.
-func (s *Sandbox) removeUnansweredClaim(ctx context.Context, obj *unstructured.Unstructured) {
+// removeUnansweredClaim deletes the claims auto-named creates without an answer may have made. Their names
+// came from generateName, so they are found by the requests' stamps (client-first-requested-at and the random
+// client-request-id) among the Go client's claims of the same warm pool. Within CleanupTimeout, even when ctx
+// is already cancelled, retrying transient failures (cleanupRetry): an orphaned claim would hold a sandbox
+// until someone deletes it. If the search or a deletion still fails, the stamps are kept (lostAutoCreates) -
+// Close repeats the search, and a Client keeps the handle so DeleteAll does - and the error wraps
+// ErrOrphanedClaim. Until December 7 such a failure was only logged: the claim leaked and Close returned nil.
+func (s *Sandbox) removeUnansweredClaim(ctx context.Context, stamps ...createStamp) error {
 	o := &s.opts
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.CleanupTimeout)
 	defer cancel()
-	stamp := stampOf(obj)
-	list, err := s.k8s.claims(o.Namespace).List(dctx, metav1.ListOptions{LabelSelector: CreatedByLabel + "=go-client"})
+	err := s.searchAndDelete(dctx, stamps)
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if err != nil {
-		o.Logger.Info("could not look for a claim the failed create may have made", "error", err.Error())
-		return
+		for _, st := range stamps {
+			if !slices.Contains(s.lostAutoCreates, st) {
+				s.lostAutoCreates = append(s.lostAutoCreates, st)
+			}
+		}
+		return fmt.Errorf("removing the claim a create without an answer may have made: %w: %w", err, ErrOrphanedClaim)
 	}
+	s.lostAutoCreates = slices.DeleteFunc(s.lostAutoCreates, func(st createStamp) bool { return slices.Contains(stamps, st) })
+	return nil
+}
+
+// searchAndDelete lists the Go client's claims and deletes those of warm pool Options.WarmPoolName carrying
+// one of stamps (by UID), retrying transient failures until ctx ends; the failures left are joined.
+func (s *Sandbox) searchAndDelete(ctx context.Context, stamps []createStamp) error {
+	o := &s.opts
+	var list *unstructured.UnstructuredList
+	err := cleanupRetry(ctx, func() error {
+		var err error
+		list, err = s.k8s.claims(o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: CreatedByLabel + "=go-client"})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("listing claims: %w", err)
+	}
+	var errs []error
 	for _, item := range list.Items {
-		if !madeByCreate(&item, o.WarmPoolName, stamp) {
+		if !madeByCreate(&item, o.WarmPoolName, stamps...) {
 			continue
 		}
-		if err := s.k8s.deleteClaim(dctx, o.Namespace, item.GetName(), item.GetUID()); err != nil {
-			o.Logger.Info("could not delete the claim a failed create made", "claim", item.GetName(), "error", err.Error())
+		if err := cleanupRetry(ctx, func() error {
+			return s.k8s.deleteClaim(ctx, o.Namespace, item.GetName(), item.GetUID())
+		}); err != nil {
+			errs = append(errs, fmt.Errorf("deleting claim %s: %w", item.GetName(), err))
 			continue
 		}
 		o.Logger.V(1).Info("deleted the claim a create without an answer made", "claim", item.GetName())
 	}
+	return errors.Join(errs...)
+}
+
+// cleanupBackoffMin and cleanupBackoffMax bound the waits between the attempts of a cleanup request.
+const (
+	cleanupBackoffMin = 100 * time.Millisecond
+	cleanupBackoffMax = 2 * time.Second
+)
+
+// cleanupRetry runs do - a cleanup request (a claim's DELETE, the search for a claim) - again after a failure
+// another attempt may not meet (transientFailure), backing off 100 ms -> 2 s, until it succeeds, fails
+// otherwise, or ctx (the cleanup's CleanupTimeout) ends; its last error is returned. Until December 7 one 500
+// or reset connection made the claim an orphan.
+func cleanupRetry(ctx context.Context, do func() error) error {
+	delay := cleanupBackoffMin
+	for {
+		err := do()
+		if err == nil || !transientFailure(err) || ctx.Err() != nil {
+			return err
+		}
+		if sleepCtx(ctx, delay) != nil {
+			return err
+		}
+		delay = min(delay*2, cleanupBackoffMax)
+	}
+}
+
+// transientFailure: a request failed in a way a later attempt may not - no answer (a reset or refused
+// connection, a timeout), a 5xx, or 429 Too Many Requests; any other 4xx is a refusal it would meet again.
+func transientFailure(err error) bool {
+	return answerLost(err) || apierrors.IsTooManyRequests(err)
 }
 
 func (s *Sandbox) lostStamps() []createStamp {
@@ -479,12 +553,13 @@ func (s *Sandbox) rollback(ctx context.Context, claim string, uid types.UID, exp
 	return cause
 }
 
-// deleteClaim deletes the claim within CleanupTimeout, even when ctx is already cancelled; a failure
-// marks the handle orphaned (Open refuses, Close retries).
+// deleteClaim deletes the claim (by UID: 404 or a UID conflict is success) within CleanupTimeout, even when
+// ctx is already cancelled, retrying transient failures (cleanupRetry); a failure left marks the handle
+// orphaned (Open refuses, Close retries, and a Client keeps the handle so DeleteAll does).
 func (s *Sandbox) deleteClaim(ctx context.Context, claim string, uid types.UID) error {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CleanupTimeout)
 	defer cancel()
-	err := s.k8s.deleteClaim(dctx, s.opts.Namespace, claim, uid)
+	err := cleanupRetry(dctx, func() error { return s.k8s.deleteClaim(dctx, s.opts.Namespace, claim, uid) })
 	if err != nil {
 		s.mu.Lock()
 		s.orphaned = true
@@ -694,7 +769,9 @@ func (s *Sandbox) disconnect(ctx context.Context, why string, grace time.Duratio
 // claim (a claim already gone is fine). If the
 // deletion fails the claim name is kept so Close can be retried. Close on a handle without a claim deletes
 // nothing - but the claim of an unanswered create of Options.ClaimName that has appeared since with this
-// handle's stamps (a failed deletion of it is ErrOrphanedClaim, and Close can be retried). The kept-alive
+// handle's stamps (a failed deletion of it is ErrOrphanedClaim, and Close can be retried), and the claims of
+// auto-named creates without an answer that an Open could not look for or delete (ErrOrphanedClaim again
+// while that still fails). A Client's handle leaves the Client's registry once Close succeeds. The kept-alive
 // HTTP connections of the handle's own transport (not of Options.HTTPTransport) are closed once no call is
 // in flight. Until December 6 a streaming Process held
 // Close for its whole drain (15 s by default), and was cut then anyway.
@@ -743,16 +820,40 @@ func (s *Sandbox) close(ctx context.Context, drainUntil time.Time) (err error) {
 		if err := s.removeLostCreates(ctx); err != nil {
 			return s.wrap(err)
 		}
-		return nil
+	} else {
+		if err := s.deleteClaim(ctx, claim, uid); err != nil {
+			return s.wrap(fmt.Errorf("deleting claim %s: %v: %w", claim, err, ErrOrphanedClaim))
+		}
+		s.mu.Lock()
+		s.claimName, s.claimUID, s.sandboxName, s.orphaned, s.attach = "", "", "", false, false
+		s.explicit = false
+		s.mu.Unlock()
 	}
-	if err := s.deleteClaim(ctx, claim, uid); err != nil {
-		return s.wrap(fmt.Errorf("deleting claim %s: %v: %w", claim, err, ErrOrphanedClaim))
+	if stamps := s.lostAutoStamps(); len(stamps) > 0 {
+		if err := s.removeUnansweredClaim(ctx, stamps...); err != nil {
+			return s.wrap(err)
+		}
 	}
-	s.mu.Lock()
-	s.claimName, s.claimUID, s.sandboxName, s.orphaned, s.attach = "", "", "", false, false
-	s.explicit = false
-	s.mu.Unlock()
+	if s.client != nil {
+		// nothing left to delete: the Client forgets the handle (until December 7 it kept every closed one)
+		s.client.closed(s)
+	}
 	return nil
+}
+
+func (s *Sandbox) lostAutoStamps() []createStamp {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.lostAutoCreates)
+}
+
+// leftover reports what a failed Open left for Close to delete: the claim it owns when its rollback's
+// deletion failed (orphaned), or - claim "" - the claims of auto-named creates without an answer that could
+// not be looked for or deleted (lostAutoCreates).
+func (s *Sandbox) leftover() (claim string, left bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.claimName, (s.orphaned && s.claimName != "") || len(s.lostAutoCreates) > 0
 }
 
 // beginClose makes this Close the handle's one in progress, once any other has ended - Opens and Resumes
@@ -812,7 +913,9 @@ func (s *Sandbox) removeLostCreates(ctx context.Context) error {
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CleanupTimeout)
 	defer cancel()
-	if err := s.k8s.deleteClaim(dctx, s.opts.Namespace, own.GetName(), own.GetUID()); err != nil {
+	if err := cleanupRetry(dctx, func() error {
+		return s.k8s.deleteClaim(dctx, s.opts.Namespace, own.GetName(), own.GetUID())
+	}); err != nil {
 		return fmt.Errorf("deleting claim %s, which an Open of this handle whose create got no answer made: %v: %w",
 			own.GetName(), err, ErrOrphanedClaim)
 	}
