@@ -4,12 +4,14 @@ registry of handles, default configuration. No I/O here; the front-ends only add
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,10 +115,35 @@ class Interruptions:
     resend, or anywhere later) is raised at once and stops it all: the claims not yet deleted stay tracked,
     for the exit hook. Until December 7 (that change's first version) each `terminate()` absorbed one and the
     cleanup caught every one, so with an unreachable API server each claim cost two Ctrl-Cs (and twice the
-    request timeout)."""
+    request timeout).
 
-    def __init__(self) -> None:
-        self.first: KeyboardInterrupt | SystemExit | None = None
+    A cleanup shares its `Interruptions` with the `terminate()`s it calls (`shared()`): a `sandbox_class`
+    whose terminate() calls `super().terminate()` made a fresh one per claim until December 7 (that change's
+    second version), so each claim absorbed a Ctrl-C of its own again. A `with` block that a Ctrl-C ended
+    starts from it (`first`): until then the exit absorbed one more, and stopping it took three."""
+
+    def __init__(self, first: KeyboardInterrupt | SystemExit | None = None) -> None:
+        self.first = first
+
+    @staticmethod
+    def current() -> Interruptions | None:
+        """The `Interruptions` a cleanup (or a `with` exit) of this thread shares, if one runs."""
+        return _SHARED_INTERRUPTIONS.get()
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[Interruptions]:
+        """Make this the one `terminate()` records in (and raises nothing of: the sharer does) meanwhile."""
+        token = _SHARED_INTERRUPTIONS.set(self)
+        try:
+            yield self
+        finally:
+            _SHARED_INTERRUPTIONS.reset(token)
+
+
+#: A context variable, not an attribute: each thread (a sync client is shared by threads) has its own.
+_SHARED_INTERRUPTIONS: ContextVar[Interruptions | None] = ContextVar(
+    "agent_sandbox_sdk_interruptions", default=None
+)
 
 
 def new_state(

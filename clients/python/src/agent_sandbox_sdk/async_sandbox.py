@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextvars import ContextVar
 from types import TracebackType
 from typing import IO, Any
 
@@ -283,6 +284,23 @@ def _cancelling() -> int:
     return task.cancelling() if task is not None else 0
 
 
+#: The `cancelling()` count beyond which a client's cleanup stops, shared with the `terminate()`s it calls: a
+#: `sandbox_class` whose terminate() calls `super().terminate()` would otherwise count from its own entry - after
+#: a first cancellation absorbed, one more. A context variable: each task has its own.
+_CLEANUP_LIMIT: ContextVar[int | None] = ContextVar("agent_sandbox_sdk_cleanup_limit", default=None)
+
+
+def _stop_limit() -> int:
+    """The `cancelling()` count beyond which a `terminate()` (or a cleanup) starting now stops at once: the
+    cleanup's, when one calls it; else the count at entry plus one - one more cancellation is absorbed, even
+    in a task already cancelling (a cancellation it caught without `uncancel()`, a cancelled `async with`
+    block), so an `asyncio.timeout` around it does not cut the DELETE. Until December 7 (that change's second
+    version) it was `max(1, cancelling())`, and in such a task one timeout cut it (the claim outlived the
+    handle). asyncio's second Ctrl-C still stops it at once: the closing loop cancels the DELETE itself."""
+    limit = _CLEANUP_LIMIT.get()
+    return limit if limit is not None else _cancelling() + 1
+
+
 class AsyncSandbox:
     """A handle on one claimed sandbox: identity, status, `commands`, `files`, suspend/resume, terminate."""
 
@@ -464,25 +482,24 @@ class AsyncSandbox:
         its name since - by someone else - is refused by the API server and left alone (until December 6 an
         explicit `terminate()` deleted it by name; only the client's exit cleanup used the UID).
 
-        A cancellation meanwhile does not cut the DELETE: it is raised once the DELETE has been answered. A
-        second one (the task's `cancelling()` rising beyond one) stops it at once, as does the DELETE's own
-        cancellation (the event loop closing: asyncio's second Ctrl-C); the claim then stays tracked, for the
-        client's cleanup. Once the claim is deleted, the client that made the handle no longer tracks it."""
+        A cancellation meanwhile does not cut the DELETE: it is raised once the DELETE has been answered (in a
+        task already cancelling too). A second one (the task's `cancelling()` two above its count at entry)
+        stops it at once, as does the DELETE's own cancellation (the event loop closing: asyncio's second
+        Ctrl-C); the claim then stays tracked, for the client's cleanup. Once the claim is deleted, the client that made the handle no longer tracks it."""
         if (interrupted := await self._terminate()) is not None:
             raise interrupted
 
     async def _terminate(self, limit: int | None = None) -> asyncio.CancelledError | None:
         """`terminate()`, returning the cancellation it absorbed instead of raising it (a client's cleanup goes
         on through its other claims first). A cancellation that stops it at once is raised: one that takes the
-        task's `cancelling()` beyond `limit` (default: one, or the count at entry if higher - a cancellation
-        already under way counts as the first), or the DELETE's own."""
+        task's `cancelling()` beyond `limit` (default: `_stop_limit()`), or the DELETE's own."""
         await self.close_connection()
         state = self._state
         if state.claim_name is None:
             state.deleted()  # idempotent: already deleted and forgotten
             return None
         if limit is None:
-            limit = max(1, _cancelling())
+            limit = _stop_limit()
 
         def deleted(_existed: bool) -> None:  # recorded as soon as the DELETE is answered
             state.deleted()

@@ -19,7 +19,7 @@ from ._claims import validate_create_args
 from ._driver import AsyncDriver, SyncDriver
 from ._shared import Registry, default_connection_config, kube_endpoint, log
 from ._tracing import tracing_for
-from .async_sandbox import AsyncSandbox, _cancelling
+from .async_sandbox import _CLEANUP_LIMIT, AsyncSandbox, _cancelling, _stop_limit
 from .exceptions import SandboxError, SandboxMetadataError, SandboxNotFoundError
 from .models import SandboxConnectionConfig, SandboxInfo, SandboxTracerConfig, WarmPoolInfo
 
@@ -102,34 +102,40 @@ class AsyncSandboxClient:
     async def _cleanup(self) -> None:
         """The end of an `async with` block: delete the claims this client created, disconnect the others.
 
-        The first cancellation meanwhile (or one already under way: the block was cancelled) stops none of it:
+        The first cancellation meanwhile stops none of it (one already under way - the block was cancelled, or
+        the task caught one - is not counted: an `asyncio.timeout` around the block does not cut a DELETE):
         each DELETE is answered (`terminate()` is shielded), the remaining claims are deleted too, and then the
-        cancellation is raised. A second one - the task's `cancelling()` rising beyond one, or a DELETE's own
-        cancellation (the event loop closing, asyncio's second Ctrl-C) - stops the cleanup at once; the claims
-        not yet deleted stay tracked (with `cleanup=True`, the exit hook deletes them). Until December 7 the
-        first cancellation ended the cleanup at once, and the claim whose DELETE it cut - already dropped from
-        the registry - outlived the process, even with `cleanup=True`; then, for a while, none stopped it, and
-        it started new DELETEs in a closing event loop ("Task was destroyed but it is pending!")."""
-        limit = max(1, _cancelling())
+        cancellation is raised. A second one - the task's `cancelling()` two above its count at entry, or a
+        DELETE's own cancellation (the event loop closing, asyncio's second Ctrl-C) - stops the cleanup at once
+        (its connections are still closed); the claims not yet deleted stay tracked (with `cleanup=True`, the
+        exit hook deletes them). Until December 7 the first cancellation ended the cleanup at once, and the
+        claim whose DELETE it cut - already dropped from the registry - outlived the process, even with
+        `cleanup=True`; then, for a while, none stopped it, and it started new DELETEs in a closing event loop
+        ("Task was destroyed but it is pending!")."""
+        limit = _stop_limit()
         interrupted: asyncio.CancelledError | None = None
-        for (namespace, claim), handle in self._registry.tracked_here():
-            if handle._state.auto_named:
-                # A cancellation raised out of it stops the cleanup here: the rest stays tracked.
-                absorbed = await self._delete_created(namespace, claim, handle, limit)
-            else:
-                try:
-                    await handle.close_connection()
-                    absorbed = None
-                except asyncio.CancelledError as cancel:
-                    if _cancelling() > limit:
-                        raise
-                    absorbed = cancel
-            interrupted = interrupted or absorbed
+        token = _CLEANUP_LIMIT.set(limit)  # the count a `super().terminate()` of a `sandbox_class` keeps
         try:
-            await self._driver.aclose()
+            for (namespace, claim), handle in self._registry.tracked_here():
+                if handle._state.auto_named:
+                    # A cancellation raised out of it stops the cleanup here: the rest stays tracked.
+                    absorbed = await self._delete_created(namespace, claim, handle, limit)
+                else:
+                    try:
+                        await handle.close_connection()
+                        absorbed = None
+                    except asyncio.CancelledError as cancel:
+                        if _cancelling() > limit:
+                            raise
+                        absorbed = cancel
+                interrupted = interrupted or absorbed
         finally:
-            if interrupted is not None:
-                raise interrupted
+            _CLEANUP_LIMIT.reset(token)
+            # Stopped by a second cancellation too: until December 7 (that change's second version) the pooled
+            # connections were then left open.
+            await self._driver.aclose()
+        if interrupted is not None:
+            raise interrupted
 
     async def _delete_created(
         self, namespace: str, claim: str, handle: AsyncSandbox, limit: int
@@ -142,7 +148,9 @@ class AsyncSandboxClient:
         failed or was interrupted leaves it to the exit cleanup (`cleanup=True`), as upstream's registry does.
         Returns the cancellation `terminate()` absorbed; one that stops the cleanup is raised."""
         try:
-            if type(handle).terminate is AsyncSandbox.terminate:
+            # The bound method, not the class's: a terminate() replaced on the instance (`mock.patch.object`)
+            # is called too (until December 7 cleanup went around it).
+            if getattr(handle.terminate, "__func__", None) is AsyncSandbox.terminate:
                 return await handle._terminate(limit)
             try:  # a `sandbox_class` with its own terminate(): called; a cancellation out of it counts as one
                 await handle.terminate()

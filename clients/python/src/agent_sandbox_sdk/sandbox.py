@@ -455,7 +455,15 @@ class Sandbox:
         Ctrl-C (or `SystemExit` from a signal handler) during the DELETE does not leave the claim behind: the
         DELETE is sent again, to its answer, then the interruption is raised (a second Ctrl-C stops it at once;
         the claim stays tracked, for the client's cleanup). Once the claim is deleted, the client that made the
-        handle no longer tracks it."""
+        handle no longer tracks it.
+
+        Within a client's cleanup (a `sandbox_class` whose terminate() calls this one) the cleanup's count of
+        Ctrl-Cs is the one kept: one already met there makes the first Ctrl-C here the second, and the one
+        absorbed here is raised by the cleanup, once it has gone through its other claims."""
+        shared = Interruptions.current()
+        if shared is not None:
+            self._terminate(shared)
+            return
         interruptions = Interruptions()
         self._terminate(interruptions)
         if interruptions.first is not None:
@@ -498,4 +506,10 @@ class Sandbox:
         exc_val: BaseException | None,
         exc_tb: TracebackType | None,
     ) -> None:
+        if isinstance(exc_val, (KeyboardInterrupt, SystemExit)) and Interruptions.current() is None:
+            # The block was ended by a Ctrl-C: it is the first, and one more during the DELETE stops it at once
+            # (until December 7 the DELETE absorbed another one, and it took three).
+            with Interruptions(exc_val).shared():
+                self.terminate()
+            return
         self.terminate()

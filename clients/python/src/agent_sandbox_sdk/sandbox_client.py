@@ -68,7 +68,10 @@ class SandboxClient:
         exc_val: BaseException | None,
         exc_tb: TracebackType | None,
     ) -> None:
-        self._cleanup()
+        # A block ended by a Ctrl-C: that one is the first, and one more during the cleanup stops it at once
+        # (until December 7 the cleanup absorbed another one, and stopping it took three).
+        ended_by = exc_val if isinstance(exc_val, (KeyboardInterrupt, SystemExit)) else None
+        self._cleanup(ended_by)
 
     @property
     def context_namespace(self) -> str:
@@ -83,7 +86,7 @@ class SandboxClient:
             handle.close_connection()
         self._driver.close()
 
-    def _cleanup(self) -> None:
+    def _cleanup(self, ended_by: KeyboardInterrupt | SystemExit | None = None) -> None:
         """The end of a `with` block (and, with `cleanup=True`, interpreter exit): delete the claims this
         client created, disconnect the others.
 
@@ -92,22 +95,27 @@ class SandboxClient:
         claims not yet deleted stay tracked (with `cleanup=True`, the exit hook tries again). Until December 7
         the first Ctrl-C ended the cleanup at once, and the claim whose DELETE it cut - already dropped from
         the registry - outlived the process, even with `cleanup=True`; then, for a while, no number of
-        Ctrl-Cs stopped it (each claim absorbed two)."""
-        interruptions = Interruptions()
+        Ctrl-Cs stopped it (each claim absorbed two).
+
+        `ended_by`: the Ctrl-C that ended the `with` block, counted as the first (not raised here: the `with`
+        statement goes on raising it). The count is shared with the `terminate()`s called - a `sandbox_class`
+        whose terminate() calls `super().terminate()` included (see `Interruptions`)."""
+        interruptions = Interruptions(ended_by)
         try:
-            for (namespace, claim), handle in self._registry.tracked_here():
-                try:
-                    if handle._state.auto_named:
-                        self._delete_created(namespace, claim, handle, interruptions)
-                    else:
-                        handle.close_connection()
-                except (KeyboardInterrupt, SystemExit) as interruption:
-                    if interruptions.first is not None:
-                        raise  # the second: stop here, the rest stays tracked
-                    interruptions.first = interruption
+            with interruptions.shared():
+                for (namespace, claim), handle in self._registry.tracked_here():
+                    try:
+                        if handle._state.auto_named:
+                            self._delete_created(namespace, claim, handle, interruptions)
+                        else:
+                            handle.close_connection()
+                    except (KeyboardInterrupt, SystemExit) as interruption:
+                        if interruptions.first is not None:
+                            raise  # the second: stop here, the rest stays tracked
+                        interruptions.first = interruption
         finally:
             self._driver.close()
-        if interruptions.first is not None:
+        if interruptions.first is not None and interruptions.first is not ended_by:
             raise interruptions.first
 
     def _delete_created(
@@ -121,9 +129,11 @@ class SandboxClient:
         failed or was interrupted leaves it to the exit cleanup (`cleanup=True`), as upstream's registry does.
         A Ctrl-C is recorded in `interruptions` (see `Interruptions`)."""
         try:
-            if type(handle).terminate is Sandbox.terminate:
+            # The bound method, not the class's: a terminate() replaced on the instance (`mock.patch.object`)
+            # is called too (until December 7 cleanup went around it).
+            if getattr(handle.terminate, "__func__", None) is Sandbox.terminate:
                 handle._terminate(interruptions)
-            else:  # a `sandbox_class` with its own terminate(): called; a Ctrl-C out of it counts as one
+            else:  # its own terminate(): called; a Ctrl-C out of it counts as one (`super()` shares the count)
                 handle.terminate()
         except SandboxError as err:
             log.error("deleting SandboxClaim %s/%s failed: %s", namespace, claim, err)

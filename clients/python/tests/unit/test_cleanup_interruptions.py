@@ -12,6 +12,7 @@ cancelling every task - made the async cleanup start new DELETE tasks the closin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import subprocess
@@ -19,11 +20,18 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import httpx2
 import pytest
 
-from agent_sandbox_sdk import AsyncSandboxClient, SandboxClient, SandboxDirectConnectionConfig
+from agent_sandbox_sdk import (
+    AsyncSandbox,
+    AsyncSandboxClient,
+    Sandbox,
+    SandboxClient,
+    SandboxDirectConnectionConfig,
+)
 
 from .fakes import ROUTER, FakeCluster, endpoint
 
@@ -120,11 +128,14 @@ class SlowDeletes(httpx2.AsyncBaseTransport):
         self.fake, self.delay = fake, delay
         self.started = 0
         self.first_started = asyncio.Event()
+        self.second_started = asyncio.Event()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         if request.method == "DELETE":
             self.started += 1
             self.first_started.set()
+            if self.started == 2:
+                self.second_started.set()
             await asyncio.sleep(self.delay)
         await request.aread()
         return self.fake.handle(request)
@@ -289,3 +300,242 @@ def test_async_the_second_ctrl_c_ends_asyncio_run_without_tasks_left_pending() -
     assert result["tracked"] == 3, result  # left to the exit hook
     assert result["destroyed"] == [], result
     assert "destroyed but it is pending" not in err
+
+
+class _LoggingSandbox(Sandbox):
+    """A `sandbox_class` whose terminate() defers to the SDK's (a typical override)."""
+
+    def terminate(self) -> None:
+        super().terminate()
+
+
+class _LoggingClient(SandboxClient):
+    sandbox_class = _LoggingSandbox
+
+
+def test_sync_a_custom_terminate_calling_super_shares_the_cleanups_ctrl_cs() -> None:
+    """Each `super().terminate()` counted its Ctrl-Cs apart (a fresh `Interruptions`): every claim absorbed
+    one, and three claims took four Ctrl-Cs instead of two."""
+    fake = FakeCluster()
+    transport = CtrlCOnDeletes(fake, set(range(1, 100)))
+    client = _LoggingClient(CONFIG, api_client=endpoint(), transport=httpx2.MockTransport(transport.handle))
+    for _ in range(3):
+        client.create_sandbox("python-pool")
+    with pytest.raises(KeyboardInterrupt):
+        client.__exit__(None, None, None)
+    assert transport.sent == 2
+    assert len(fake.claims) == 3
+    assert len(client._registry.handles) == 3
+
+
+def test_sync_a_custom_terminate_calling_super_one_ctrl_c_deletes_every_claim() -> None:
+    fake = FakeCluster()
+    transport = CtrlCOnDeletes(fake, {1})
+    client = _LoggingClient(CONFIG, api_client=endpoint(), transport=httpx2.MockTransport(transport.handle))
+    for _ in range(3):
+        client.create_sandbox("python-pool")
+    with pytest.raises(KeyboardInterrupt):
+        client.__exit__(None, None, None)
+    assert transport.sent == 4
+    assert fake.claims == {}
+    assert client._registry.handles == {}
+
+
+def _with_client_ended_by(client: SandboxClient, interruption: KeyboardInterrupt) -> None:
+    with client:
+        for _ in range(3):
+            client.create_sandbox("python-pool")
+        raise interruption
+
+
+def test_sync_with_client_ended_by_ctrl_c_counts_it_as_the_first() -> None:
+    """The Ctrl-C that ended the block is the first: the next one, in the exit's first DELETE, stops it."""
+    fake = FakeCluster()
+    client, transport = _sync_client(fake, set(range(1, 100)))
+    body = KeyboardInterrupt()
+    with pytest.raises(KeyboardInterrupt) as raised:
+        _with_client_ended_by(client, body)
+    assert transport.sent == 1
+    assert raised.value is not body  # the second one
+    assert len(fake.claims) == 3
+    assert len(client._registry.handles) == 3
+
+
+def test_sync_with_client_ended_by_ctrl_c_still_deletes_every_claim() -> None:
+    fake = FakeCluster()
+    client, transport = _sync_client(fake, set())
+    body = KeyboardInterrupt()
+    with pytest.raises(KeyboardInterrupt) as raised:
+        _with_client_ended_by(client, body)
+    assert raised.value is body
+    assert transport.sent == 3
+    assert fake.claims == {}
+    assert client._registry.handles == {}
+
+
+def test_sync_with_sandbox_ended_by_ctrl_c_counts_it_as_the_first() -> None:
+    fake = FakeCluster()
+    client, transport = _sync_client(fake, set(range(1, 100)))
+    sandbox = client.create_sandbox("python-pool")
+    with pytest.raises(KeyboardInterrupt), sandbox:
+        raise KeyboardInterrupt
+    assert transport.sent == 1
+    assert sandbox.claim_name in fake.claims
+    assert list(client._registry.handles) == [("default", sandbox.claim_name)]
+    transport.interrupt = set()
+    client.__exit__(None, None, None)
+    assert fake.claims == {}
+
+
+def test_sync_cleanup_calls_a_terminate_replaced_on_the_instance() -> None:
+    fake = FakeCluster()
+    client = SandboxClient(CONFIG, api_client=endpoint(), transport=fake.transport())
+    sandbox = client.create_sandbox("python-pool")
+    with mock.patch.object(sandbox, "terminate", wraps=sandbox.terminate) as spy:
+        client.__exit__(None, None, None)
+    assert spy.called
+    assert fake.claims == {}
+
+
+def test_async_a_timeout_does_not_cut_the_delete_of_a_task_already_cancelling() -> None:
+    """A task whose `cancelling()` was already 1 (a cancellation it caught) - `limit = max(1, cancelling())`
+    let one `asyncio.timeout` cut the DELETE: the claim outlived the handle, still tracked."""
+    fake = FakeCluster()
+
+    async def main() -> None:
+        client, _transport = _async_client(fake, 0.3)
+        sandbox = await client.create_sandbox("python-pool")
+        other = await client.create_sandbox("python-pool")
+        outcome: list[str] = []
+
+        async def worker() -> None:
+            with contextlib.suppress(asyncio.CancelledError):  # caught, not uncancelled: cancelling() stays 1
+                await asyncio.sleep(10)
+            for handle in (sandbox, other):
+                try:
+                    async with asyncio.timeout(0.05):
+                        await handle.terminate()
+                except TimeoutError:
+                    outcome.append("timeout")
+
+        task = asyncio.create_task(worker())
+        await asyncio.sleep(0.02)
+        task.cancel()
+        await asyncio.wait([task], timeout=10)
+        assert outcome == ["timeout", "timeout"]
+        assert client._registry.handles == {}
+        await client.close()
+
+    asyncio.run(main())
+    assert fake.claims == {}
+
+
+def test_async_a_timeout_does_not_cut_the_cleanup_of_a_task_already_cancelling() -> None:
+    fake = FakeCluster()
+
+    async def main() -> None:
+        client, _transport = _async_client(fake, 0.3)
+        outcome: list[str] = []
+
+        async def worker() -> None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(10)
+            try:
+                async with asyncio.timeout(0.05):
+                    async with client:
+                        for _ in range(2):
+                            await client.create_sandbox("python-pool")
+            except TimeoutError:
+                outcome.append("timeout")
+
+        task = asyncio.create_task(worker())
+        await asyncio.sleep(0.02)
+        task.cancel()
+        await asyncio.wait([task], timeout=10)
+        assert outcome == ["timeout"]
+        assert client._registry.handles == {}
+
+    asyncio.run(main())
+    assert fake.claims == {}
+
+
+class _LoggingAsyncSandbox(AsyncSandbox):
+    async def terminate(self) -> None:
+        await super().terminate()
+
+
+class _LoggingAsyncClient(AsyncSandboxClient):
+    sandbox_class = _LoggingAsyncSandbox
+
+
+@pytest.mark.parametrize("client_class", [AsyncSandboxClient, _LoggingAsyncClient])
+def test_async_a_second_cancellation_in_a_later_delete_stops_the_client_exit(
+    client_class: type[AsyncSandboxClient],
+) -> None:
+    """The first cancellation, in the first DELETE, is absorbed; the second, in the next claim's DELETE (entered
+    with `cancelling()` at 1), stops the exit - a custom terminate() calling `super().terminate()` too."""
+    fake = FakeCluster()
+    tracked: list[Any] = []
+
+    async def main() -> None:
+        transport = SlowDeletes(fake, 0.3)
+        client = client_class(CONFIG, api_client=endpoint(), transport=transport, cleanup=False)
+
+        async def body() -> None:
+            async with client:
+                for _ in range(3):
+                    await client.create_sandbox("python-pool")
+
+        task = asyncio.create_task(body())
+        await transport.first_started.wait()
+        task.cancel()
+        await transport.second_started.wait()
+        task.cancel()
+        started = time.monotonic()
+        await asyncio.wait([task], timeout=10)
+        assert time.monotonic() - started < 0.25
+        assert task.cancelled()
+        assert transport.started == 2
+        tracked.extend(client._registry.handles)
+
+    asyncio.run(main())
+    assert len(fake.claims) == 2
+    assert sorted(k[1] for k in tracked) == sorted(fake.claims)
+
+
+def test_async_a_second_cancellation_still_closes_the_clients_connections() -> None:
+    fake = FakeCluster()
+
+    async def main() -> None:
+        client, transport = _async_client(fake, 5)
+
+        async def body() -> None:
+            async with client:
+                for _ in range(3):
+                    await client.create_sandbox("python-pool")
+
+        task = asyncio.create_task(body())
+        await transport.first_started.wait()
+        assert client._driver._clients
+        task.cancel()
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.wait([task], timeout=10)
+        assert task.cancelled()
+        assert client._driver._clients == {}
+
+    asyncio.run(main())
+
+
+def test_async_cleanup_calls_a_terminate_replaced_on_the_instance() -> None:
+    fake = FakeCluster()
+
+    async def main() -> None:
+        client = AsyncSandboxClient(CONFIG, api_client=endpoint(), transport=fake.transport(), cleanup=False)
+        sandbox = await client.create_sandbox("python-pool")
+        with mock.patch.object(sandbox, "terminate", wraps=sandbox.terminate) as spy:
+            await client.__aexit__(None, None, None)
+        assert spy.called
+
+    asyncio.run(main())
+    assert fake.claims == {}
