@@ -19,7 +19,7 @@ type Client struct {
 	opts Options
 	k8s  *K8sHelper
 
-	// mu is taken before a handle's own lock, never after: a handle calls the Client (opened, closed) without
+	// mu is taken before a handle's own lock, never after: a handle calls the Client (reopen, closed) without
 	// holding it.
 	mu      sync.Mutex
 	tracked map[Key]*Sandbox
@@ -29,7 +29,8 @@ type Client struct {
 	// not be looked for or deleted (no claim name to track them by): DeleteAll closes them, which repeats the
 	// search. Until December 7 nothing kept them, and those claims leaked.
 	pending map[*Sandbox]struct{}
-	// opening are the handles whose CreateSandbox or GetSandbox is still opening them: DeleteAll and
+	// opening are the handles whose CreateSandbox or GetSandbox - or an Open called on the handle (reopen) -
+	// is still opening them: DeleteAll and
 	// EnableAutoCleanup close them too (which ends their Open and deletes the claim it made). Until December 6
 	// a handle was tracked only once its Open had succeeded, so a Ctrl-C during creates leaked every claim.
 	opening map[*Sandbox]struct{}
@@ -82,33 +83,69 @@ func (c *Client) untrackLocked(sb *Sandbox) {
 }
 
 // keepLocked keeps sb, whose Open or Close failed leaving a claim to delete, for DeleteAll to retry (c.mu
-// held): tracked under its claim, or pending when its claim has no known name (creates without an answer).
-func (c *Client) keepLocked(sb *Sandbox) {
+// held): tracked under its claim, or pending when its claim has no known name (creates without an answer) or
+// another handle is tracked under it (a kept handle never replaces a different one: that one is the
+// caller's, and DeleteAll closes both). What it keeps is what the handle owns and would delete: after a
+// failed Open (closeFailed false) only what its cleanup could not delete (leftover) - a failed
+// Client.GetSandbox, which returned no handle and whose attach left nothing to delete, is never kept (until
+// this was checked DeleteAll deleted the claim of a GetSandbox whose readiness wait timed out - another
+// program's - and the failed handle displaced the Client's own handle of that claim, whose claim leaked);
+// after a failed Close by DeleteAll (closeFailed) also the claim the handle still owns (ownedClaim: an Open
+// this Close could not end may still be using it).
+func (c *Client) keepLocked(sb *Sandbox, closeFailed bool) {
 	claim, left := sb.leftover()
-	switch {
-	case claim != "":
-		c.trackLocked(sb, Key{Namespace: sb.opts.Namespace, ClaimName: claim})
-	case left:
-		c.pending[sb] = struct{}{}
+	if !left && (!closeFailed || sb.ownedClaim() == "") {
+		return
 	}
+	if claim != "" {
+		key := Key{Namespace: sb.opts.Namespace, ClaimName: claim}
+		if cur := c.tracked[key]; cur == nil || cur == sb {
+			c.trackLocked(sb, key)
+			return
+		}
+		c.untrackLocked(sb)
+	}
+	c.pending[sb] = struct{}{}
 }
 
-// opened: an Open of sb, a handle of c, succeeded. One called on the handle itself (after Close: a new claim)
-// registers it under its claim; Client.open tracks the handles it opens itself. A newer handle tracked under
-// that claim stays. Until December 7 a handle re-opened after Close stayed listed under its deleted claim,
-// and GetSandbox of its new claim made a second handle.
-func (c *Client) opened(sb *Sandbox) {
-	claim := sb.ClaimName()
+// reopen is an Open of sb, a handle of c, called on the handle itself (Sandbox.Open; a CreateSandbox or
+// GetSandbox opens it with Client.open): the same bookkeeping as Client.open, so that the handle - usually
+// re-opened after Close, claiming a new sandbox - is never out of the Client's sight. While it runs it is
+// among the opening handles (DeleteAll and EnableAutoCleanup close it: the Open ends, "closed during Open",
+// and its claim is deleted); when it succeeds it is tracked under its claim, unless another handle is
+// tracked there (that one stays); when it fails leaving a claim to delete (ErrOrphanedClaim) it is kept for
+// DeleteAll. Until December 7 such an Open was not among the opening handles - a DeleteAll during it missed
+// it and its claim outlived EnableAutoCleanup - and an orphan it left was not kept.
+func (c *Client) reopen(ctx context.Context, sb *Sandbox) error {
+	c.mu.Lock()
+	_, busy := c.opening[sb] // a Client.open of it is in progress: that one does the bookkeeping
+	if !busy {
+		c.opening[sb] = struct{}{}
+	}
+	c.mu.Unlock()
+	err := sb.open(ctx)
+	if busy {
+		return err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, busy := c.opening[sb]; busy || claim == "" {
-		return
+	if _, mine := c.opening[sb]; !mine {
+		return err // a DeleteAll took it: that one closes it, and keeps it if its Close fails
 	}
-	key := Key{Namespace: sb.opts.Namespace, ClaimName: claim}
-	if cur := c.tracked[key]; cur != nil && cur != sb {
-		return
+	delete(c.opening, sb)
+	if err != nil {
+		c.keepLocked(sb, false)
+		return err
 	}
-	c.trackLocked(sb, key)
+	// the claim is read under c.mu: a Close that clears it after this calls closed, which waits for c.mu and
+	// untracks the handle again
+	if claim := sb.ClaimName(); claim != "" {
+		key := Key{Namespace: sb.opts.Namespace, ClaimName: claim}
+		if cur := c.tracked[key]; cur == nil || cur == sb {
+			c.trackLocked(sb, key)
+		}
+	}
+	return err
 }
 
 // closed: a Close of sb, a handle of c, succeeded - it owns nothing to delete any more - so c forgets it.
@@ -164,7 +201,7 @@ func (c *Client) open(ctx context.Context, sb *Sandbox, held bool) error {
 	c.mu.Lock()
 	c.opening[sb] = struct{}{}
 	c.mu.Unlock()
-	err := sb.Open(ctx)
+	err := sb.open(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, mine := c.opening[sb]
@@ -175,8 +212,9 @@ func (c *Client) open(ctx context.Context, sb *Sandbox, held bool) error {
 		c.trackLocked(sb, Key{Namespace: sb.opts.Namespace, ClaimName: sb.ClaimName()})
 	default:
 		// a failed Open that left a claim to delete (ErrOrphanedClaim) is kept for DeleteAll: its caller got no
-		// handle to Close (until December 7 nothing deleted that claim)
-		c.keepLocked(sb)
+		// handle to Close (until December 7 nothing deleted that claim); a failed GetSandbox's claim is not
+		// the Client's (keepLocked)
+		c.keepLocked(sb, false)
 	}
 	return err
 }
@@ -352,7 +390,7 @@ func (c *Client) DeleteAll(ctx context.Context) error {
 		case errs[i] == nil && e.key.ClaimName == "" && !e.opening:
 			delete(c.pending, e.sb)
 		case errs[i] != nil && e.opening:
-			c.keepLocked(e.sb) // so a later DeleteAll retries
+			c.keepLocked(e.sb, true) // so a later DeleteAll retries
 		}
 	}
 	return errors.Join(errs...)

@@ -3,11 +3,14 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -250,7 +253,19 @@ func (s *Sandbox) wrap(err error) error {
 // ErrAlreadyOpen at once (it creates nothing). A Close during an Open ends the Open, which fails with
 // ErrNotReady ("closed during Open") and connects nothing; Close waits for it and deletes the claim it made.
 // An Open during a Close waits for the Close to end (or ctx), and goes on from the closed handle.
-func (s *Sandbox) Open(ctx context.Context) (err error) {
+//
+// On a handle a Client made, Open is seen by the Client as its CreateSandbox is: DeleteAll and
+// EnableAutoCleanup end it (and delete its claim) while it runs, it is tracked under its claim once it
+// succeeds, and kept for DeleteAll when it fails leaving a claim to delete (ErrOrphanedClaim).
+func (s *Sandbox) Open(ctx context.Context) error {
+	if s.client != nil {
+		return s.client.reopen(ctx, s)
+	}
+	return s.open(ctx)
+}
+
+// open is Open without a Client's bookkeeping (Client.open and Client.reopen do it).
+func (s *Sandbox) open(ctx context.Context) (err error) {
 	ctx, span := s.tracing.start(ctx, "open", attribute.String("sandbox.namespace", s.opts.Namespace))
 	defer func() { endSpan(span, err) }()
 	s.mu.Lock()
@@ -283,11 +298,6 @@ func (s *Sandbox) Open(ctx context.Context) (err error) {
 		// what failed is only how the cut showed (a cancelled wait, a refused create): Close cleans up
 		err = fmt.Errorf("%w: %w; Close deletes the claim it made or attached (the Open ended with: %v)",
 			ErrNotReady, errClosedDuringOpen, err)
-	}
-	if err == nil && s.client != nil {
-		// a Client's handle re-opened after Close owns a new claim: tracked under it (before endRun, so a Close
-		// that cut this Open in the meantime untracks it after)
-		s.client.opened(s)
 	}
 	return s.wrap(err)
 }
@@ -388,7 +398,15 @@ func (s *Sandbox) create(ctx context.Context, run *openRun) error {
 // or 504 (client-go makes its error page a status error). Until December 6 every status counted as a
 // refusal, and the claim such a create made leaked. A claim is only ever adopted or deleted by its stamp,
 // so counting a create that was not applied does no harm.
+//
+// A request that was never sent (notSent: the connection could not be made) is not a lost answer: the API
+// server never saw it. Until this was checked an unreachable API server made every Open wait out
+// CleanupTimeout searching for a claim that could not exist, report ErrOrphanedClaim, and keep a stamp that
+// made every Close do the same.
 func answerLost(err error) bool {
+	if notSent(err) {
+		return false
+	}
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
 		return true
@@ -461,12 +479,19 @@ const (
 // cleanupRetry runs do - a cleanup request (a claim's DELETE, the search for a claim) - again after a failure
 // another attempt may not meet (transientFailure), backing off 100 ms -> 2 s, until it succeeds, fails
 // otherwise, or ctx (the cleanup's CleanupTimeout) ends; its last error is returned. Until December 7 one 500
-// or reset connection made the claim an orphan.
+// or reset connection made the claim an orphan. A request that was never sent (notSent: the API server is
+// unreachable) is not retried, and no retry starts after the deadline of the caller of a Close or DeleteAll
+// (withRetryDeadline; its first attempt is made all the same): until this was checked a DeleteAll with a
+// 10 s deadline and an unreachable API server took CleanupTimeout (30 s) per batch of handles.
 func cleanupRetry(ctx context.Context, do func() error) error {
+	until, _ := ctx.Value(retryDeadlineKey{}).(time.Time)
 	delay := cleanupBackoffMin
 	for {
 		err := do()
 		if err == nil || !transientFailure(err) || ctx.Err() != nil {
+			return err
+		}
+		if !until.IsZero() && time.Until(until) < delay {
 			return err
 		}
 		if sleepCtx(ctx, delay) != nil {
@@ -474,6 +499,42 @@ func cleanupRetry(ctx context.Context, do func() error) error {
 		}
 		delay = min(delay*2, cleanupBackoffMax)
 	}
+}
+
+// notSent: err came before the request was written - the connection to the API server (or its proxy) could
+// not be made: refused, unreachable, a dial timeout, a name that does not resolve, a TLS handshake that
+// failed (an untrusted or invalid certificate, an alert). The API server never saw such a request, so it
+// applied nothing; and it is not retried by a cleanup (cleanupRetry), which would only wait out
+// CleanupTimeout against a server that is not there (a claim it could not delete stays the handle's, and
+// Close or DeleteAll try again).
+func notSent(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect") {
+		return true
+	}
+	var (
+		dns     *net.DNSError
+		verify  *tls.CertificateVerificationError
+		header  tls.RecordHeaderError
+		alert   tls.AlertError
+		unknown x509.UnknownAuthorityError
+		invalid x509.CertificateInvalidError
+		host    x509.HostnameError
+	)
+	return errors.As(err, &dns) || errors.As(err, &verify) || errors.As(err, &header) || errors.As(err, &alert) ||
+		errors.As(err, &unknown) || errors.As(err, &invalid) || errors.As(err, &host)
+}
+
+// retryDeadlineKey marks a Close's context with its caller's deadline (withRetryDeadline): the cleanup's
+// retries (cleanupRetry) stop there, though the cleanup is detached from that context.
+type retryDeadlineKey struct{}
+
+// withRetryDeadline records ctx's deadline, if it has one, for cleanupRetry.
+func withRetryDeadline(ctx context.Context) context.Context {
+	if dl, ok := ctx.Deadline(); ok {
+		return context.WithValue(ctx, retryDeadlineKey{}, dl)
+	}
+	return ctx
 }
 
 // transientFailure: a request failed in a way a later attempt may not - no answer (a reset or refused
@@ -792,6 +853,7 @@ func (s *Sandbox) Close(ctx context.Context) (err error) {
 func (s *Sandbox) close(ctx context.Context, drainUntil time.Time) (err error) {
 	ctx, span := s.tracing.start(ctx, "close")
 	defer func() { endSpan(span, err) }()
+	ctx = withRetryDeadline(ctx) // the cleanup's retries stop at the caller's deadline
 	why := "the handle was closed (Close); Open claims a new sandbox"
 	run, end := s.beginClose()
 	defer end()
@@ -854,6 +916,17 @@ func (s *Sandbox) leftover() (claim string, left bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.claimName, (s.orphaned && s.claimName != "") || len(s.lostAutoCreates) > 0
+}
+
+// ownedClaim is the claim Close would delete ("" when none): not one an attach (Client.GetSandbox) never read,
+// which it has no UID of (see close).
+func (s *Sandbox) ownedClaim() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.claimUID == "" && s.attach && !s.explicit {
+		return ""
+	}
+	return s.claimName
 }
 
 // beginClose makes this Close the handle's one in progress, once any other has ended - Opens and Resumes
