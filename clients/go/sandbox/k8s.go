@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -70,6 +71,7 @@ func NewK8sHelper(cfg *rest.Config, log logr.Logger) (*K8sHelper, error) {
 		// limit, the API server's Priority and Fairness decides. Set QPS/Burst or RateLimiter to have one.
 		cfg.QPS = -1
 	}
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return recordAttempts{rt} })
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)

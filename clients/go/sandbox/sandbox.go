@@ -11,9 +11,11 @@ import (
 	"io/fs"
 	"maps"
 	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -325,15 +327,17 @@ func (s *Sandbox) create(ctx context.Context, run *openRun) error {
 	}
 	obj := buildClaim(o, time.Now(), newClaimRequestID(), s.tracing.annotation(ctx))
 	stamp := stampOf(obj)
-	created, err := s.k8s.createClaim(ctx, o.Namespace, obj)
+	attempts := &requestAttempts{}
+	created, err := s.k8s.createClaim(context.WithValue(ctx, requestAttemptsKey{}, attempts), o.Namespace, obj)
 	if err != nil {
+		lost := attempts.answerLost(err)
 		switch {
-		case o.ClaimName == "" && answerLost(err):
+		case o.ClaimName == "" && lost:
 			if cerr := s.removeUnansweredClaim(ctx, stamp); cerr != nil {
 				return fmt.Errorf("%w: creating SandboxClaim from warm pool %q: %w; %w", ErrClaimFailed,
 					o.WarmPoolName, err, cerr)
 			}
-		case o.ClaimName != "" && answerLost(err):
+		case o.ClaimName != "" && lost:
 			// The claim may exist, and it is this handle's: adopted, as a create that answered, so Close deletes
 			// it and the next Open waits for it. Until December 6 it was nobody's: Close left it, and a retried
 			// Open failed "already exists; this handle did not create it".
@@ -392,6 +396,41 @@ func (s *Sandbox) create(ctx context.Context, run *openRun) error {
 	return nil
 }
 
+// requestAttemptsKey marks a request's context with the requestAttempts that recordAttempts fills in.
+type requestAttemptsKey struct{}
+
+// requestAttempts records what became of each attempt of one request: client-go sends a POST again by itself
+// when an answer is a 5xx or 429 with Retry-After (an API server that lost etcd mid-create answers so, and
+// the create may have been applied), and the error it returns is only the last attempt's.
+type requestAttempts struct {
+	seen atomic.Bool // recordAttempts saw an attempt: the helper was made by NewK8sHelper
+	sent atomic.Bool // an attempt reached the API server (an answer, or an error after it was written)
+}
+
+// answerLost is answerLost(err), except that a request none of whose attempts reached the API server made
+// nothing. Until December 7 (its first version) a dial error of a retried create counted as "never sent": the
+// first attempt's claim leaked. Without a record (a K8sHelper not made by NewK8sHelper) notSent(err) decides.
+func (a *requestAttempts) answerLost(err error) bool {
+	if !a.seen.Load() {
+		return answerLost(err)
+	}
+	return a.sent.Load() && answerLostAfterSend(err)
+}
+
+// recordAttempts is the transport wrapper NewK8sHelper installs for requestAttempts.
+type recordAttempts struct{ next http.RoundTripper }
+
+func (r recordAttempts) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := r.next.RoundTrip(req)
+	if a, ok := req.Context().Value(requestAttemptsKey{}).(*requestAttempts); ok {
+		a.seen.Store(true)
+		if err == nil || !notSent(err) {
+			a.sent.Store(true)
+		}
+	}
+	return resp, err
+}
+
 // answerLost: the create may have been applied although no answer says so - any failure but a refusal (a
 // 4xx status): no answer at all (a cancelled context, a connection reset after the request went out), or a
 // 5xx - the API server's own 504 Timeout ("may still be processing the request"), a 500, a proxy's 502, 503
@@ -404,9 +443,11 @@ func (s *Sandbox) create(ctx context.Context, run *openRun) error {
 // CleanupTimeout searching for a claim that could not exist, report ErrOrphanedClaim, and keep a stamp that
 // made every Close do the same.
 func answerLost(err error) bool {
-	if notSent(err) {
-		return false
-	}
+	return !notSent(err) && answerLostAfterSend(err)
+}
+
+// answerLostAfterSend is answerLost for a request known to have reached the API server.
+func answerLostAfterSend(err error) bool {
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
 		return true
