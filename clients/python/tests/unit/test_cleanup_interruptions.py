@@ -280,6 +280,9 @@ def test_async_the_second_ctrl_c_ends_asyncio_run_without_tasks_left_pending() -
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As from a terminal: a background job (CI's runner, nohup'd scripts) and pytest-xdist's workers ignore
+        # SIGINT, the child would inherit that, and `asyncio.run` would then install no Ctrl-C handling at all.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert child.stdout is not None
