@@ -268,11 +268,6 @@ class Registry:
         """Drop `handle` if it is still the one tracked for the claim."""
         self._forget((namespace, claim), handle._state)
 
-    def pop(self, namespace: str, claim: str) -> Any:
-        with self._lock:
-            self._pids.pop((namespace, claim), None)
-            return self.handles.pop((namespace, claim), None)
-
     def active_keys(self) -> list[tuple[str, str]]:
         """The keys of the connected handles. Closed handles are forgotten here only when cleanup has nothing
         left to do with them: an auto-named claim this process created stays until cleanup deletes it (until
