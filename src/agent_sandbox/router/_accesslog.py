@@ -23,7 +23,8 @@ import orjson
 
 from ..kube._logging import JsonFormatter, format_time
 from ._outcome import Outcome
-from ._server import ClientConnection, Request
+from ._request import Request
+from ._server import ClientConnection
 
 __all__ = ["ACCESS_LOGGER", "AccessLog", "log_request"]
 

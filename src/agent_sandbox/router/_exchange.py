@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from ._headers import DROP_RESPONSE_HEADERS, request_head
 from ._outcome import Outcome, connect_error, reply, timeout_error
+from ._request import Request
 from ._resolve import Target
 from ._responses import status_line
 from ._routing import Route
-from ._server import ClientConnection, Request
+from ._server import ClientConnection
 from ._upstream import UpstreamConnection
 
 if TYPE_CHECKING:

@@ -15,8 +15,9 @@ from typing import Any
 
 import httptools
 
+from ._request import Request
 from ._resolve import Target
-from ._server import ClientConnection, Request
+from ._server import ClientConnection
 from ._tracing import TRACE_HEADERS, span_context
 
 __all__ = ["DROP_REQUEST_HEADERS", "DROP_RESPONSE_HEADERS", "request_head"]

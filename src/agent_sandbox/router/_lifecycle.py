@@ -29,6 +29,9 @@ once, before any restore request is written; so does a held restore whose archiv
 Sandbox coming back (the controller ended it: its claim expired, or it was deleted). Every such refusal says
 `Sandbox <ns>/<name> could not be resumed: <why>`: both SDKs take that phrase as "the router said why" (and
 add no guess of their own); only the hold running out says `is resuming but was not Ready within <n>s`.
+
+This module holds resume on request and the `RouterLifecycle` the rest of the router uses; activity records
+are `_lifecycle_activity`'s, the verdicts on restores of hibernated Sandboxes `_lifecycle_restore`'s.
 """
 
 from __future__ import annotations
@@ -37,16 +40,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from ..api import lifecycle as lc
 from ..api.constants import OperatingMode
-from ..api.meta import controlled_by, controller_name, deadline_after, format_rfc3339nano
-from ..kube import SANDBOX, SANDBOX_CLAIM, ApiClient, Conflict, Forbidden, KubeError, NotFound
+from ..kube import SANDBOX, ApiClient, Conflict, NotFound
+from ._lifecycle_activity import ActivityRecorder, Key
+from ._lifecycle_restore import RestoreChecks, refusal_detail
 from ._lifecycle_state import LifecycleState
 from ._metrics import RouterMetrics
 from ._podcache import PodCache, PodEntry
@@ -58,12 +60,8 @@ log = logging.getLogger("agent_sandbox.router.lifecycle")
 
 RETRY_AFTER = 5
 MAX_HOLDS = 2  # a request waits for its Sandbox's resume at most this often (a replaced pod: twice)
-_URGENT_WRITE_TIMEOUT = 2.0
-_FLUSH_PERIOD = 1.0
 _WAKE = 1.0  # a held request re-checks at least this often
 _SLOW_HOLD = 5.0  # holds longer than this are logged
-_REFUSALS_KEPT = 1024  # archives whose restore verdict is remembered (least recently used dropped)
-_VERDICT_TTL = 10.0  # a verdict that rests on a claim's state is read again after this long (seconds)
 
 
 class ResumeFailed(RouteError):
@@ -73,36 +71,8 @@ class ResumeFailed(RouteError):
         super().__init__(503, detail)
 
 
-Key = tuple[str, str]
-
-
-def _refused(ns: str, name: str, why: str) -> str:
-    """The detail of a 503 for a hibernated Sandbox that will not be restored. It carries "could not be
-    resumed", the phrase both SDKs take for "the router said why": until December 6 it said "could not be
-    restored", so the Python SDK added "is hibernated: restore it with resume()" to a refusal that said it
-    never would be, and the Go SDK replaced the reason with a generic "deleted"."""
-    return f"Sandbox {ns}/{name} could not be resumed: {why}"
-
-
-@dataclass(frozen=True, slots=True)
-class _Verdict:
-    """`_restore_refused`'s answer for one version (uid + resourceVersion) of an archive, until `until`."""
-
-    uid: str
-    resource_version: str
-    refusal: str
-    until: float
-
-
-class Traffic(Protocol):
-    """A relayed connection (`_tunnel.Tunnel`) as activity sees it."""
-
-    @property
-    def last_traffic(self) -> float: ...
-
-
-class RouterLifecycle:
-    """Activity records and resume on request for one router process."""
+class RouterLifecycle(ActivityRecorder, RestoreChecks):
+    """Activity records (`ActivityRecorder`) and resume on request for one router process."""
 
     def __init__(
         self,
@@ -115,105 +85,11 @@ class RouterLifecycle:
         activity_interval: float,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.api = api
-        self.state = state
+        ActivityRecorder.__init__(self, api, state, metrics, activity_interval=activity_interval, clock=clock)
+        RestoreChecks.__init__(self, api, state, clock)
         self.cache = cache
-        self.metrics = metrics
         self.resume_timeout = resume_timeout
-        self.activity_interval = activity_interval
-        self._clock = clock
-        self._pending: dict[Key, float] = {}
-        self._written: dict[Key, float] = {}
         self._resuming: dict[Key, asyncio.Task[str]] = {}
-        self._verdicts: OrderedDict[Key, _Verdict] = OrderedDict()
-        self._ending: dict[Key, asyncio.Task[bool]] = {}
-        self._open: dict[Key, int] = {}
-        self._tunnels: dict[Key, set[Traffic]] = {}
-
-    # ------------------------------------------------------------------ activity
-
-    def record(self, namespace: str, name: str) -> Awaitable[bool] | None:
-        """Note a request to `namespace/name`; an awaitable when its activity must be written first.
-
-        The awaitable's result is True when the write found the Sandbox Suspended although this router still
-        saw it Running: the lifecycle controller suspended it just before (the race docs/lifecycle.md
-        describes), so its pod is about to go and the request should wait for the resumed one.
-        """
-        if self.activity_interval <= 0:
-            return None
-        key = (namespace, name)
-        view = self.state.sandboxes.get(key)
-        if view is None or view.suspended or view.unclaimed_pool_member:
-            return None  # an unclaimed pool member: not to be tampered with (module docstring)
-        timeout = self.state.policy(namespace, view.annotations, view.template).idle_timeout
-        if timeout is None:
-            return None
-        now = self._clock()
-        age = now - max(view.last_activity or 0.0, self._written.get(key, 0.0))
-        if age >= timeout / 2:
-            self._pending.pop(key, None)
-            self._written[key] = now
-            return self._write_activity(key, now, bound=_URGENT_WRITE_TIMEOUT)
-        if age >= min(self.activity_interval, timeout / 4):
-            self._pending[key] = now
-        return None
-
-    def opened(self, namespace: str, name: str) -> None:
-        """A request to the Sandbox is in flight (until `closed`): a long download or a slow command through a
-        port the runtime does not serve keeps the Sandbox in use although no new request arrives."""
-        if self.activity_interval > 0:
-            key = (namespace, name)
-            self._open[key] = self._open.get(key, 0) + 1
-
-    def closed(self, namespace: str, name: str) -> None:
-        """The request `opened` counted ended."""
-        key = (namespace, name)
-        count = self._open.get(key, 0) - 1
-        if count > 0:
-            self._open[key] = count
-        else:
-            self._open.pop(key, None)
-
-    def watch(self, namespace: str, name: str, tunnel: Traffic) -> None:
-        """A WebSocket or h2c connection to the Sandbox (until `unwatch`): activity while bytes move on it.
-
-        Not merely while it is open: a gRPC channel or a browser tab left open for the night would keep the
-        Sandbox from ever idling.
-        """
-        if self.activity_interval > 0:
-            self._tunnels.setdefault((namespace, name), set()).add(tunnel)
-
-    def unwatch(self, namespace: str, name: str, tunnel: Traffic) -> None:
-        key = (namespace, name)
-        tunnels = self._tunnels.get(key)
-        if tunnels is not None:
-            tunnels.discard(tunnel)
-            if not tunnels:
-                del self._tunnels[key]
-
-    def _in_use(self, since: float) -> list[Key]:
-        """Sandboxes with a request in flight, or a tunnel that moved bytes after `since` (monotonic)."""
-        busy = list(self._open)
-        busy.extend(
-            key
-            for key, tunnels in self._tunnels.items()
-            if key not in self._open and any(t.last_traffic > since for t in tunnels)
-        )
-        return busy
-
-    async def _write_activity(self, key: Key, when: float, *, bound: float | None = None) -> bool:
-        """Write `last-activity`; True when the written Sandbox is Suspended."""
-        stamp = format_rfc3339nano(datetime.fromtimestamp(when, UTC))
-        patch = {"metadata": {"annotations": {lc.ANNOTATION_LAST_ACTIVITY: stamp}}}
-        try:
-            async with asyncio.timeout(bound):
-                written = await self.api.patch(SANDBOX, key[1], patch, namespace=key[0])
-        except (KubeError, TimeoutError, OSError) as exc:
-            self.metrics.lifecycle_activity_write(key[0], False)
-            log.info("activity record of %s/%s not written: %s", key[0], key[1], exc)
-            return False
-        self.metrics.lifecycle_activity_write(key[0], True)
-        return (written.get("spec") or {}).get("operatingMode") == OperatingMode.SUSPENDED
 
     def seen_suspended(self, route: Route) -> bool:
         """The Sandbox is Suspended as this router last saw it (its pod, if the cache still has one, is going)."""
@@ -234,30 +110,6 @@ class RouterLifecycle:
     def current_pod(self, route: Route) -> PodEntry | None:
         """The Ready pod the Pod cache has for the route's Sandbox now (one a suspend is about to delete)."""
         return self.cache.by_name.get((route.namespace, route.sandbox_id))
-
-    async def run(self) -> None:
-        """Write the noted activity in the background (one patch per Sandbox per flush, at most)."""
-        last = time.monotonic()
-        while True:
-            await asyncio.sleep(_FLUSH_PERIOD)
-            now = time.monotonic()
-            for namespace, name in self._in_use(last):
-                urgent = self.record(namespace, name)  # at the same bounded rate as new requests
-                if urgent is not None:
-                    await urgent
-            last = now
-            due, self._pending = self._pending, {}
-            for key, when in due.items():
-                self._written[key] = when
-                await self._write_activity(key, when)
-            self._prune()
-
-    def _prune(self) -> None:
-        """Forget our writes once the informer shows them (or the Sandbox is gone)."""
-        for key, when in list(self._written.items()):
-            view = self.state.sandboxes.get(key)
-            if view is None or (view.last_activity or 0.0) >= when - 0.001:
-                del self._written[key]
 
     # ------------------------------------------------------------------ resume on request
 
@@ -350,9 +202,9 @@ class RouterLifecycle:
             and self.state.policy(ns, archive.annotations, archive.template).auto_resume
         ):
             if archive.shutdown_time is not None and now >= archive.shutdown_time:
-                return _refused(ns, name, "it is hibernated and has expired (its shutdownTime passed)")
+                return refusal_detail(ns, name, "it is hibernated and has expired (its shutdownTime passed)")
             if archive.deleting:
-                return _refused(ns, name, "it is hibernated and its archive is being deleted")
+                return refusal_detail(ns, name, "it is hibernated and its archive is being deleted")
         return ""
 
     def _action(self, key: Key) -> str | None:
@@ -420,117 +272,6 @@ class RouterLifecycle:
             return "restored"
         return "waited"
 
-    async def _restore_refused(self, ns: str, name: str, now: datetime) -> str:
-        """Why the lifecycle controller will never restore archive `ns/name` ("" when nothing says so): it is
-        marked `expired-at` (expired with `shutdownPolicy: Retain`), or its SandboxClaim (the archive's
-        controller) has expired, as `lc.claim_expired` reckons it (the controller deletes such an archive
-        instead). Until December 6 the router wrote the restore request anyway and held the request for the
-        whole resume timeout while the controller deleted the archive.
-
-        The router's archive view keeps neither the archive's own annotations nor its owners, so the verdict
-        comes from uncached reads, and is remembered per archive version (uid + resourceVersion, as the
-        informer shows it): an `expired-at` archive is kept indefinitely, and until December 6 every request
-        to it cost two API reads. A verdict that rests on the claim is read again after `_VERDICT_TTL` (or
-        at the claim's expiry, if sooner): the claim's own changes do not change the archive's version.
-        A claim that cannot be read (a router role without `get` on sandboxclaims) is taken as not expired;
-        `_wait_ready` then still ends the hold once the archive is gone with no Sandbox restored.
-        """
-        key = (ns, name)
-        clock = self._clock()
-        view = self.state.archives.get(key)
-        known = self._verdicts.get(key)
-        if (
-            known is not None
-            and view is not None
-            and (known.uid, known.resource_version) == (view.uid, view.resource_version)
-            and clock < known.until
-        ):
-            self._verdicts.move_to_end(key)
-            return known.refusal
-        try:
-            archive = await self.api.get(lc.ARCHIVE, name, namespace=ns)
-        except KubeError:
-            return ""  # gone (the patch says so) or unreadable: the controller decides
-        refusal, ttl = await self._archive_refusal(ns, name, archive, now)
-        meta = archive.get("metadata") or {}
-        self._verdicts[key] = _Verdict(
-            str(meta.get("uid", "")), str(meta.get("resourceVersion", "")), refusal, clock + ttl
-        )
-        self._verdicts.move_to_end(key)
-        while len(self._verdicts) > _REFUSALS_KEPT:
-            self._verdicts.popitem(last=False)
-        return refusal
-
-    async def _archive_refusal(
-        self, ns: str, name: str, archive: dict[str, Any], now: datetime
-    ) -> tuple[str, float]:
-        """(`_restore_refused`'s answer for `archive`, for how long it holds in seconds)."""
-        expired_at = ((archive.get("metadata") or {}).get("annotations") or {}).get(lc.ANNOTATION_EXPIRED_AT)
-        if expired_at:  # the controller's mark is never taken back: this archive version is final
-            why = f"it is hibernated and has expired (its archive is marked {lc.ANNOTATION_EXPIRED_AT}={expired_at})"
-            return _refused(ns, name, why), float("inf")
-        claim_name = controller_name(archive, SANDBOX_CLAIM)
-        if not claim_name:
-            return "", float("inf")
-        try:
-            claim = await self.api.get(SANDBOX_CLAIM, claim_name, namespace=ns)
-        except (Forbidden, NotFound):
-            # no grant on claims / deleted (the archive goes with it): nothing to tell here
-            return "", _VERDICT_TTL
-        except KubeError as exc:
-            log.info("claim %s/%s of archive %s not read: %s", ns, claim_name, name, exc)
-            return "", 0.0
-        if not controlled_by(archive, SANDBOX_CLAIM, str(claim["metadata"].get("uid") or "")):
-            return "", _VERDICT_TTL  # a new claim under the name: not the one whose expiry ends this archive
-        expired, left = lc.claim_expired(claim, now)
-        if not expired:
-            return "", _VERDICT_TTL if left is None else max(0.0, min(_VERDICT_TTL, left))
-        # Through deadline_after: a shutdownTime at datetime's lower end (year 0000 is clamped there) put
-        # `now + left` a rounding error below it - OverflowError instead of an answer.
-        at = deadline_after(now, left) if left is not None else None
-        when = f" at {format_rfc3339nano(at)}" if at is not None else ""
-        why = f"it is hibernated and its SandboxClaim {claim_name!r} has expired{when}"
-        return _refused(ns, name, why), _VERDICT_TTL
-
-    async def _restore_ended(self, key: Key) -> bool:
-        """The restore asked for `key` will not bring the Sandbox back: neither it nor its archive exists (the
-        controller deleted the archive without restoring: its claim expired, or the Sandbox the restore
-        created, or the archive, was deleted). Confirmed by uncached reads: the router's informers may lag
-        (an archive created just before the restore request, a Sandbox created just before its archive's
-        deletion)."""
-        ns, name = key
-        if key in self.state.sandboxes or key in self.state.archives:
-            return False
-        for kind in (SANDBOX, lc.ARCHIVE):
-            try:
-                await self.api.get(kind, name, namespace=ns)
-            except NotFound:
-                continue
-            except KubeError:
-                return False
-            return False
-        return True
-
-    async def _restore_ended_within(self, key: Key, remaining: float) -> bool:
-        """`_restore_ended`, bounded by the held request's time left; the reads are shared by every request
-        held for `key` that asks meanwhile (one check per key per wake). Until December 6 each held request
-        made its own reads on every wake, unbounded: with a slow API server (a 60 s client timeout per read,
-        two reads) a request was held up to ~120 s past its deadline."""
-        if remaining <= 0 or key in self.state.sandboxes or key in self.state.archives:
-            return False  # out of time (the caller says so), or the cache answers: no reads
-        check = self._ending.get(key)
-        if check is None:
-            check = asyncio.create_task(self._restore_ended(key), name=f"restore ended {key[0]}/{key[1]}")
-            self._ending[key] = check
-            check.add_done_callback(
-                lambda t: self._ending.pop(key, None) if self._ending.get(key) is t else None
-            )
-        try:
-            async with asyncio.timeout(remaining):
-                return await asyncio.shield(check)  # one request's deadline does not cancel the others' check
-        except TimeoutError:
-            return False  # the caller's own bound says the rest
-
     async def _wait_ready(
         self,
         key: Key,
@@ -562,7 +303,7 @@ class RouterLifecycle:
                 and await self._restore_ended_within(key, until - loop.time())
             ):
                 raise ResumeFailed(
-                    _refused(
+                    refusal_detail(
                         ns,
                         name,
                         "it was hibernated, and its archive was deleted with no Sandbox coming back (its "

@@ -12,9 +12,10 @@ the client connection instead.
 
 from __future__ import annotations
 
+from ._request import Request
 from ._responses import HEALTHZ_BODY, json_response
 from ._routing import Route
-from ._server import ClientConnection, Request
+from ._server import ClientConnection
 
 __all__ = ["Outcome", "connect_error", "healthz", "reply", "timeout_error"]
 

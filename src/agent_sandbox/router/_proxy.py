@@ -38,9 +38,10 @@ from ._lifecycle import MAX_HOLDS, RETRY_AFTER, ResumeFailed, RouterLifecycle
 from ._metrics import RouterMetrics
 from ._outcome import Outcome, connect_error, healthz, reply, timeout_error
 from ._podcache import PodEntry
+from ._request import Request
 from ._resolve import Resolver, Target
 from ._routing import Route, RouteError, parse_route
-from ._server import ClientConnection, Request
+from ._server import ClientConnection
 from ._tracing import end_span, start_span
 from ._tunnel import Tunnel, TunnelLimits
 from ._upstream import UpstreamPool

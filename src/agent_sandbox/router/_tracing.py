@@ -17,7 +17,7 @@ from typing import Any
 import httptools
 
 from ._outcome import Outcome
-from ._server import Request
+from ._request import Request
 
 __all__ = ["TRACE_HEADERS", "end_span", "span_context", "start_span", "target_path"]
 

@@ -225,9 +225,9 @@ async def test_streams_beyond_the_open_stream_cap_are_refused_gracefully(
     naming another sandbox (GOAWAY naming the last accepted stream; the client retries it on a new
     connection), the open ones carry on (their trailers forwarded), and the refused stream's own trailers,
     sent before the client read the GOAWAY, are dropped without ending the connection."""
-    from agent_sandbox.router import _h2c
+    from agent_sandbox.router import _h2c_frames
 
-    monkeypatch.setattr(_h2c, "_MAX_OPEN_STREAMS", 2)
+    monkeypatch.setattr(_h2c_frames, "_MAX_OPEN_STREAMS", 2)
     async with DecodingSandbox() as sandbox:
         encoder = hpack.Encoder()
         request = encoder.encode(_request(sandbox.routing()))

@@ -295,7 +295,7 @@ async def test_durations_are_not_rounded_to_milliseconds(
 
 def test_the_span_target_has_no_query() -> None:
     """As upstream (`r.URL.Path`): a query can carry secrets, it is not a span attribute."""
-    from agent_sandbox.router._server import Request
+    from agent_sandbox.router._request import Request
     from agent_sandbox.router._tracing import start_span
 
     seen: dict[str, Any] = {}

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_sandbox.router._h2c import _ClientFrames, _FrameBoundary
+from agent_sandbox.router._h2c_frames import _ClientFrames, _FrameBoundary
 
 
 def _frame(length: int) -> bytes:
@@ -159,9 +159,9 @@ def test_trailers_of_open_streams_pass() -> None:
 def test_the_open_stream_record_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Beyond `_MAX_OPEN_STREAMS` a stream is not recorded (the session refuses it and every later one); its
     trailers, sent before the client read the GOAWAY, pass the splitter (the session drops them)."""
-    from agent_sandbox.router import _h2c
+    from agent_sandbox.router import _h2c_frames
 
-    monkeypatch.setattr(_h2c, "_MAX_OPEN_STREAMS", 2)
+    monkeypatch.setattr(_h2c_frames, "_MAX_OPEN_STREAMS", 2)
     client = _ClientFrames()
     _, blocks = client.feed(b"".join([_h(1), _h(3), _h(5), _h(7), _h(5, True), _h(9, True), _h(1, True)]))
     assert [s for s, _ in blocks] == [1, 3, 5, 7, 5, 9, 1]
@@ -173,7 +173,7 @@ def test_the_open_stream_record_is_bounded(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_the_first_authorization_header_counts() -> None:
     """As upstream's `Header.Get` and the HTTP/1.1 path."""
-    from agent_sandbox.router._h2c import _routing
+    from agent_sandbox.router._h2c_routing import _routing
 
     assert _routing([("authorization", "Bearer a"), ("authorization", "Bearer b")])[2] == b"Bearer a"
 
@@ -196,7 +196,7 @@ def _parsed(data: bytes) -> list[tuple[int, int, int, bytes]]:
 
 def test_re_encoding_leaves_out_credentials_and_connection_specific_fields() -> None:
     """Router spec 1.5: `Authorization` is consumed by authz, never forwarded; h2c relayed it to the sandbox."""
-    from agent_sandbox.router._h2c import _forwarded
+    from agent_sandbox.router._h2c_frames import _forwarded
 
     headers = [
         (b":method", b"POST"),
@@ -287,7 +287,7 @@ def test_the_static_encoder_round_trips_through_a_zero_size_table(
 ) -> None:
     """Whatever the fields (static-table hits, long names and values, never-indexed marks), the router's encoder
     produces a block that a decoder limited to a zero-size table decodes to the same fields and marks."""
-    from agent_sandbox.router._h2c import _encoder
+    from agent_sandbox.router._h2c_hpack import _encoder
 
     headers = [
         hpack.NeverIndexedHeaderTuple(n, v) if never else hpack.HeaderTuple(n, v) for n, v, never in fields
@@ -304,7 +304,7 @@ def test_the_encoders_name_cache_keeps_no_long_names() -> None:
     """The encoder is shared by every connection and caches the literal names it encodes; any client (before
     its credential is checked) chooses them, and a name may be as long as a header list (1 MiB). Only short
     names are kept: 1,024 of 4 KB each (twice, never-indexed too) held ~8 MB for the router's life."""
-    from agent_sandbox.router._h2c import _StaticEncoder
+    from agent_sandbox.router._h2c_hpack import _StaticEncoder
 
     encoder = _StaticEncoder()
     for i in range(3000):

@@ -7,7 +7,7 @@ import ipaddress
 
 import pytest
 
-from agent_sandbox.router._h2c import _PINNED_FIELDS, _pin_of, _routing
+from agent_sandbox.router._h2c_routing import _PINNED_FIELDS, _pin_of, _routing
 from agent_sandbox.router._routing import Route, parse_route
 
 BASE = Route("sb", "ns", 9090, ipaddress.ip_address("10.0.0.7"), "uid-1", 30.0)

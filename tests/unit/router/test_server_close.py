@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from agent_sandbox.router._server import ClientConnection, ConnectionLimits, Request
+from agent_sandbox.router._request import Request
+from agent_sandbox.router._server import ClientConnection, ConnectionLimits
 
 pytestmark = pytest.mark.unit
 
