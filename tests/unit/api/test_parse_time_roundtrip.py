@@ -104,8 +104,8 @@ near = st.builds(
 @settings(max_examples=1000)
 @given(near | canonical | st.text(max_size=40))
 def test_the_sdk_reads_times_as_the_control_plane(value: str) -> None:
-    # The SDK installs alone, with its own copy of parse_time (agent_sandbox_sdk/_lifecycle.py).
-    from agent_sandbox_sdk._lifecycle import _parse_time
+    # The SDK installs alone, with its own copy of parse_time (agent_sandbox_sdk/_apitime.py).
+    from agent_sandbox_sdk._apitime import parse_time as _parse_time
 
     assert _parse_time(value) == meta.parse_time(value)
 
@@ -128,12 +128,12 @@ def test_clamped_instants_stay_usable(value: str) -> None:
 @settings(max_examples=300)
 @given(canonical | near)
 def test_the_sdks_fast_path_reads_as_its_full_grammar(value: str) -> None:
-    from agent_sandbox_sdk import _lifecycle as sdk
+    from agent_sandbox_sdk import _apitime as sdk
 
     saved = sdk._CANONICAL_TIME_RE
     try:
-        fast = sdk._parse_time(value)
+        fast = sdk.parse_time(value)
         sdk._CANONICAL_TIME_RE = re.compile(r"(?!)")
-        assert fast == sdk._parse_time(value) == _full_reading(value)
+        assert fast == sdk.parse_time(value) == _full_reading(value)
     finally:
         sdk._CANONICAL_TIME_RE = saved

@@ -129,7 +129,7 @@ def test_durations_beyond_gos_are_unusable(key: str) -> None:
     ],
 )
 def test_the_sdk_reads_times_as_the_control_plane(text: str) -> None:
-    # The SDK installs alone, so it has its own copy of parse_time (agent_sandbox_sdk/_lifecycle.py).
-    from agent_sandbox_sdk._lifecycle import _parse_time
+    # The SDK installs alone, so it has its own copy of parse_time (agent_sandbox_sdk/_apitime.py).
+    from agent_sandbox_sdk._apitime import parse_time as _parse_time
 
     assert _parse_time(text) == meta.parse_time(text)

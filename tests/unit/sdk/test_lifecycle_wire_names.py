@@ -7,7 +7,7 @@ import pytest
 
 from agent_sandbox.api import constants as api
 from agent_sandbox.api import lifecycle as lc
-from agent_sandbox_sdk import _lifecycle
+from agent_sandbox_sdk import _lifecycle_names, _sandbox_state
 from agent_sandbox_sdk import constants as sdk
 
 pytestmark = pytest.mark.unit
@@ -19,15 +19,15 @@ def test_lifecycle_annotations_agree_with_the_api_package() -> None:
     assert sdk.RESUME_REASON_ANNOTATION == lc.ANNOTATION_RESUME_REASON
     assert sdk.RESUMED_AT_ANNOTATION == lc.ANNOTATION_RESUMED_AT
     assert sdk.HIBERNATED_SANDBOX_ANNOTATION == lc.ANNOTATION_HIBERNATED_SANDBOX
-    assert _lifecycle.SUSPEND_REASON_ANNOTATION == lc.ANNOTATION_SUSPEND_REASON
-    assert _lifecycle.SUSPENDED_AT_ANNOTATION == lc.ANNOTATION_SUSPENDED_AT
-    assert _lifecycle.HIBERNATE_ANNOTATION == lc.ANNOTATION_HIBERNATE
-    assert _lifecycle.EXPIRED_AT_ANNOTATION == lc.ANNOTATION_EXPIRED_AT
+    assert _lifecycle_names.SUSPEND_REASON_ANNOTATION == lc.ANNOTATION_SUSPEND_REASON
+    assert _lifecycle_names.SUSPENDED_AT_ANNOTATION == lc.ANNOTATION_SUSPENDED_AT
+    assert _lifecycle_names.HIBERNATE_ANNOTATION == lc.ANNOTATION_HIBERNATE
+    assert _lifecycle_names.EXPIRED_AT_ANNOTATION == lc.ANNOTATION_EXPIRED_AT
 
 
 def test_the_reasons_the_sdk_explains_are_the_ones_writers_record() -> None:
     # `SandboxModeChangedError` names who undid a suspend()/resume() by these values.
-    assert set(_lifecycle._RESUMED_BY) <= {str(c) for c in lc.Cause}
-    assert set(_lifecycle._SUSPENDED_BY) <= {str(c) for c in lc.Cause}
-    assert str(lc.Cause.REQUEST) in _lifecycle._RESUMED_BY
-    assert str(lc.Cause.IDLE) in _lifecycle._SUSPENDED_BY
+    assert set(_sandbox_state._RESUMED_BY) <= {str(c) for c in lc.Cause}
+    assert set(_sandbox_state._SUSPENDED_BY) <= {str(c) for c in lc.Cause}
+    assert str(lc.Cause.REQUEST) in _sandbox_state._RESUMED_BY
+    assert str(lc.Cause.IDLE) in _sandbox_state._SUSPENDED_BY

@@ -25,7 +25,8 @@ from ._authhint import AUTH_STATUSES, auth_hint
 from ._checks import check_timeout
 from ._claims import SandboxView
 from ._connection import Connection, Target
-from ._lifecycle import REASON_SANDBOX_HIBERNATED, archived, hibernated_hint
+from ._hibernation import archived, hibernated_hint
+from ._lifecycle_names import REASON_SANDBOX_HIBERNATED
 from ._steps import Flow, HttpRequest, HttpResponse, Open, ReadChunk, Send, Sleep, StreamHandle, Upload
 from .constants import AUTO_RESUME_ANNOTATION
 from .exceptions import SandboxRequestError, SandboxRequestTimeoutError

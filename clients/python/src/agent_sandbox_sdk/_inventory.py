@@ -9,7 +9,7 @@ from typing import Any
 
 from . import _kube
 from ._claims import ClaimView, SandboxView, validate_claim_name
-from ._lifecycle import claim_says_hibernated
+from ._hibernation import claim_says_hibernated
 from ._steps import Flow
 from .constants import OPERATING_MODE_SUSPENDED, REASON_TEMPLATE_NOT_FOUND, WARM_POOL_SANDBOX_LABEL
 from .exceptions import SandboxNotFoundError, SandboxRequestError, SandboxTemplateNotFoundError

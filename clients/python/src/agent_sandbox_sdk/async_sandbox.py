@@ -11,7 +11,7 @@ from contextvars import ContextVar
 from types import TracebackType
 from typing import IO, Any
 
-from . import _commands, _files, _kube, _lifecycle, metrics
+from . import _commands, _files, _kube, _lifecycle, _sandbox_state, metrics
 from ._claims import SandboxView
 from ._driver import AsyncDriver
 from ._shared import HandleState, kube_endpoint, log, new_state
@@ -382,7 +382,7 @@ class AsyncSandbox:
         ours: a hibernated one is `SandboxNotReady`, the message saying how to restore it (`resume()`)."""
         state = self._state
         return await self._driver.run(
-            _lifecycle.sandbox_status(state.namespace, state.sandbox_id, state.claim_name)
+            _sandbox_state.sandbox_status(state.namespace, state.sandbox_id, state.claim_name)
         )
 
     async def get_pod_ip(self) -> str | None:
@@ -442,7 +442,7 @@ class AsyncSandbox:
     async def suspend(self, *, wait: bool = True, timeout: float = 120) -> None:
         """Suspend (ours): the pod is deleted, volumes (PVC-backed files) stay. `wait`: until confirmed."""
         self._require_active()
-        flow = _lifecycle.set_operating_mode(
+        flow = _sandbox_state.set_operating_mode(
             self.namespace, self.sandbox_id, suspended=True, wait=wait, timeout=timeout
         )
 
@@ -455,7 +455,7 @@ class AsyncSandbox:
     async def resume(self, *, wait: bool = True, timeout: float = 120) -> None:
         """Resume (ours): a new pod starts with the same volumes. `wait`: until Ready (then commands work)."""
         self._require_active()
-        flow = _lifecycle.set_operating_mode(
+        flow = _sandbox_state.set_operating_mode(
             self.namespace, self.sandbox_id, suspended=False, wait=wait, timeout=timeout
         )
 

@@ -1,7 +1,7 @@
 """The synchronous sandbox handle and its engines: `Sandbox`, `CommandExecutor`, `Filesystem`, `CommandStream`.
 
-Every method runs one flow (`_commands`, `_files`, `_lifecycle`) on the client's `SyncDriver`; the async
-twins in `async_sandbox.py` run the same flows.
+Every method runs one flow (`_commands`, `_files`, `_lifecycle`, `_sandbox_state`) on the client's `SyncDriver`;
+the async twins in `async_sandbox.py` run the same flows.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Generator, Iterator, Mapping
 from types import TracebackType
 from typing import IO, Any
 
-from . import _commands, _files, _kube, _lifecycle, metrics
+from . import _commands, _files, _kube, _lifecycle, _sandbox_state, metrics
 from ._claims import SandboxView
 from ._driver import SyncDriver
 from ._shared import HandleState, Interruptions, kube_endpoint, log, new_state
@@ -359,7 +359,7 @@ class Sandbox:
         ours: a hibernated one is `SandboxNotReady`, the message saying how to restore it (`resume()`)."""
         state = self._state
         return self._driver.run(
-            _lifecycle.sandbox_status(state.namespace, state.sandbox_id, state.claim_name)
+            _sandbox_state.sandbox_status(state.namespace, state.sandbox_id, state.claim_name)
         )
 
     def get_pod_ip(self) -> str | None:
@@ -418,7 +418,7 @@ class Sandbox:
     def suspend(self, *, wait: bool = True, timeout: float = 120) -> None:
         """Suspend (ours): the pod is deleted, volumes (PVC-backed files) stay. `wait`: until confirmed."""
         self._require_active()
-        flow = _lifecycle.set_operating_mode(
+        flow = _sandbox_state.set_operating_mode(
             self.namespace, self.sandbox_id, suspended=True, wait=wait, timeout=timeout
         )
         with metrics.timed("sandbox_client_suspend_latency_ms"):
@@ -428,7 +428,7 @@ class Sandbox:
     def resume(self, *, wait: bool = True, timeout: float = 120) -> None:
         """Resume (ours): a new pod starts with the same volumes. `wait`: until Ready (then commands work)."""
         self._require_active()
-        flow = _lifecycle.set_operating_mode(
+        flow = _sandbox_state.set_operating_mode(
             self.namespace, self.sandbox_id, suspended=False, wait=wait, timeout=timeout
         )
         with metrics.timed("sandbox_client_resume_latency_ms"):

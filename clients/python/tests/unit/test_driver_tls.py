@@ -1,4 +1,4 @@
-"""Which TLS context each of the driver's HTTP clients gets (`_driver._client_kwargs`).
+"""Which TLS context each of the driver's HTTP clients gets (`_driver_base.DriverBase._client_kwargs`).
 
 Building httpx2's default verifying context loads the CA bundle (~50 ms of CPU, synchronously): it must
 happen at most once per process, and never for plain-HTTP sandbox traffic, where it used to stall every
@@ -11,7 +11,7 @@ import ssl
 
 import pytest
 
-from agent_sandbox_sdk import _driver
+from agent_sandbox_sdk import _driver, _driver_base
 from agent_sandbox_sdk._steps import HttpRequest, TlsSettings
 
 pytestmark = pytest.mark.unit
@@ -52,13 +52,13 @@ def test_https_uses_the_default_context_built_once_per_process() -> None:
     first = _verify(_driver.AsyncDriver(None), "https://gateway.example/execute")
     second = _verify(_driver.SyncDriver(None), "https://other.example/execute", TlsSettings())
     assert isinstance(first, ssl.SSLContext)
-    assert first is second is _driver.default_tls_context()
+    assert first is second is _driver_base.default_tls_context()
     assert first.cert_store_stats()["x509_ca"] > 0  # the real trust store: verification unchanged
 
 
 def test_a_proxy_from_the_environment_gets_the_verifying_context(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HTTP_PROXY", "https://proxy.example:3128")
-    assert _verify(_driver.AsyncDriver(None), "http://router:8080/x") is _driver.default_tls_context()
+    assert _verify(_driver.AsyncDriver(None), "http://router:8080/x") is _driver_base.default_tls_context()
 
 
 @pytest.mark.parametrize("driver_class", [_driver.SyncDriver, _driver.AsyncDriver])
@@ -68,8 +68,8 @@ def test_a_pooled_client_is_found_without_building_its_settings_again(
     """Every request looked its client up by building a TLS context and reading the environment's proxies
     (~170 us, on the event loop); only the request that creates the client may pay for that."""
     built: list[str] = []
-    real = _driver._plaintext_tls_context
-    monkeypatch.setattr(_driver, "_plaintext_tls_context", lambda: built.append("tls") or real())
+    real = _driver_base._plaintext_tls_context
+    monkeypatch.setattr(_driver_base, "_plaintext_tls_context", lambda: built.append("tls") or real())
     driver = driver_class(None)
     clients = {
         id(driver._client(HttpRequest("POST", f"http://127.0.0.1:8080/execute?{i}"))) for i in range(5)

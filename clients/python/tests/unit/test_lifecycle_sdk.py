@@ -199,7 +199,7 @@ def test_an_expired_claim_without_its_sandbox_is_said_at_once() -> None:
 def test_claim_expiry_is_the_claim_controllers_deadline_not_the_condition() -> None:
     from datetime import UTC, datetime
 
-    from agent_sandbox_sdk._lifecycle import _claim_is_expired
+    from agent_sandbox_sdk._expiry import claim_is_expired as _claim_is_expired
 
     now = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
     moved = {

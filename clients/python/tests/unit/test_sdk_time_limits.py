@@ -1,5 +1,5 @@
-"""The SDK's reading of claim expiry at the edges of what the API admits (`_lifecycle._claim_is_expired`,
-`_parse_time`): as the control plane reads it (tests/unit/api/test_time_limits.py keeps the two in step).
+"""The SDK's reading of claim expiry at the edges of what the API admits (`_expiry.claim_is_expired`,
+`_apitime.parse_time`): as the control plane reads it (tests/unit/api/test_time_limits.py keeps the two in step).
 
 Until December 6 a `ttlSecondsAfterFinished` above int32 (the apiserver does not range-check it) raised
 OverflowError, and a `shutdownTime` the apiserver admits ("+24:00", "X5Z") counted as unset."""
@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent_sandbox_sdk._lifecycle import _claim_is_expired, _parse_time
+from agent_sandbox_sdk._apitime import parse_time as _parse_time
+from agent_sandbox_sdk._expiry import claim_is_expired as _claim_is_expired
 
 pytestmark = pytest.mark.unit
 

@@ -3,7 +3,7 @@ the parent and used in the child (multiprocessing workers, prefork servers).
 
 Pooled sockets are shared with the parent after `fork`: workers using a client made before the pool read each
 other's answers (a command's output returned to another process's call), so the child starts with empty pools
-and leaves the parent's untouched (`_driver._forget_inherited_connections`). And a child's cleanup - at exit or
+and leaves the parent's untouched (`_driver_base._forget_inherited_connections`). And a child's cleanup - at exit or
 at the end of an inherited `with` block - must not delete the claims its parent tracked (`Registry.tracked_here`).
 """
 
@@ -14,7 +14,7 @@ import os
 import httpx2
 import pytest
 
-from agent_sandbox_sdk import _driver
+from agent_sandbox_sdk import _driver, _sync_driver
 from agent_sandbox_sdk._steps import HttpRequest, Send
 
 pytestmark = pytest.mark.unit
@@ -78,7 +78,7 @@ def test_threads_racing_for_a_new_pool_leave_one_open_and_close_the_others(
         made.append(client)
         return client
 
-    monkeypatch.setattr(_driver.httpx2, "Client", counting)
+    monkeypatch.setattr(_sync_driver.httpx2, "Client", counting)
     for _ in range(20):
         made.clear()
         driver = _driver.SyncDriver(None)
