@@ -5,9 +5,9 @@
 Brings up its own dev cluster (controller, router, local runner; torn down afterwards), claims one runtime
 sandbox from a warm pool, and copies a local tree of `--files` files of `--size` bytes (in 10 directories)
 into it and back with `cli.copy.copy` - the code `agent-sandbox cp` runs - through the router, with 1 file in
-flight and with the default (`copy._PARALLEL`), interleaved round by round so both see the same machine.
-Reported: seconds per upload and download, min / median / max over rounds, with the load average. Writes
-`benchmarks/results/cp-<UTC time>.json` and `.md`.
+flight and with the default (`copy_transfers._PARALLEL`), interleaved round by round so both see the same
+machine. Reported: seconds per upload and download, min / median / max over rounds, with the load average.
+Writes `benchmarks/results/cp-<UTC time>.json` and `.md`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_sandbox.cli import copy as cp
+from agent_sandbox.cli import copy_transfers
 from agent_sandbox.devcluster import ClusterConfig, DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.router import router_url, start_router
@@ -42,14 +43,14 @@ def _tree(root: Path, files: int, size: int) -> None:
 
 
 def _timed_copy(client: SandboxClient, src: str, dst: str, parallel: int) -> float:
-    saved = cp._PARALLEL
-    cp._PARALLEL = parallel
+    saved = copy_transfers._PARALLEL
+    copy_transfers._PARALLEL = parallel
     try:
         start = time.perf_counter()
         cp.copy(client, argparse.Namespace(src=src, dst=dst, namespace=NAMESPACE, timeout=300))
         return time.perf_counter() - start
     finally:
-        cp._PARALLEL = saved
+        copy_transfers._PARALLEL = saved
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -59,7 +60,7 @@ def _spread(values: list[float]) -> dict[str, float]:
 def run(rounds: int, files: int, size: int) -> dict[str, Any]:
     cluster = DevCluster.up(ClusterConfig(name=f"bench-cp-{os.getpid()}", nodes=1))
     work = Path(tempfile.mkdtemp(prefix="bench-cp-"))
-    settings = {"serial": 1, "parallel": cp._PARALLEL}
+    settings = {"serial": 1, "parallel": copy_transfers._PARALLEL}
     samples: dict[str, dict[str, list[float]]] = {s: {"upload": [], "download": []} for s in settings}
     loads = []
     try:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from agent_sandbox.cli.exit_codes import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_USAGE, _guard
 from agent_sandbox.cli.main import main
-from agent_sandbox.cli.sandboxes import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_USAGE, _guard
 from agent_sandbox_sdk import SandboxConnectionError, SandboxNotFoundError, SandboxRequestError
 
 pytestmark = pytest.mark.unit

@@ -21,7 +21,9 @@ from typing import Any
 
 import pytest
 
-from agent_sandbox.cli.copy import _checked_name, _chmod_commands, _download_tree, copy
+from agent_sandbox.cli.copy import copy
+from agent_sandbox.cli.copy_download import _checked_name, _download_tree
+from agent_sandbox.cli.copy_upload import _chmod_commands
 from agent_sandbox_sdk import (
     SandboxConnectionError,
     SandboxError,

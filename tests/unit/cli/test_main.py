@@ -132,7 +132,7 @@ def test_exec_json_waits_for_the_command_as_long_as_the_runtime_lets_it_run(
     answering is given up after the stream's idle limit (it waited up to a day for one, until December 6)."""
     from types import SimpleNamespace
 
-    from agent_sandbox.cli import sandboxes
+    from agent_sandbox.cli import exec_command
     from agent_sandbox.cli.main import main
     from agent_sandbox_sdk.models import ExecutionResult
 
@@ -152,9 +152,9 @@ def test_exec_json_waits_for_the_command_as_long_as_the_runtime_lets_it_run(
         calls.append({"command": command, **kw})
         return Stream()
 
-    monkeypatch.setattr(sandboxes, "make_client", lambda *a, **k: None)
+    monkeypatch.setattr(exec_command, "make_client", lambda *a, **k: None)
     monkeypatch.setattr(
-        sandboxes, "_handle", lambda *a: SimpleNamespace(commands=SimpleNamespace(stream=stream))
+        exec_command, "_handle", lambda *a: SimpleNamespace(commands=SimpleNamespace(stream=stream))
     )
     assert main(["exec", "c", "-o", "json", *flags, "--", "sleep", "75"]) == 0
     assert calls == [{"command": "sleep 75", "timeout": timeout, "env": None, "cwd": None}]
@@ -184,7 +184,7 @@ def _exec_json_against(
     """`exec -o json` with a fake handle whose stream collects to `stream_result()`; the calls it made."""
     from types import SimpleNamespace
 
-    from agent_sandbox.cli import sandboxes
+    from agent_sandbox.cli import exec_command
 
     calls: list[str] = []
 
@@ -204,8 +204,8 @@ def _exec_json_against(
         return run_result
 
     commands = SimpleNamespace(stream=lambda command, **kw: Stream(), run=run)
-    monkeypatch.setattr(sandboxes, "make_client", lambda *a, **k: None)
-    monkeypatch.setattr(sandboxes, "_handle", lambda *a: SimpleNamespace(commands=commands))
+    monkeypatch.setattr(exec_command, "make_client", lambda *a, **k: None)
+    monkeypatch.setattr(exec_command, "_handle", lambda *a: SimpleNamespace(commands=commands))
     return calls
 
 
@@ -267,7 +267,7 @@ def test_a_command_the_runtime_killed_for_its_own_limit_exits_124_with_one_line(
     JSON with -o json), where docs/sdk/python.md promises exit 124."""
     from types import SimpleNamespace
 
-    from agent_sandbox.cli import sandboxes
+    from agent_sandbox.cli import exec_command
     from agent_sandbox.cli.main import main
     from agent_sandbox_sdk.models import CommandEvent, ExecutionResult
 
@@ -286,8 +286,8 @@ def test_a_command_the_runtime_killed_for_its_own_limit_exits_124_with_one_line(
             return ExecutionResult(stdout="partial\n", exit_code=-9, timed_out=True)
 
     commands = SimpleNamespace(stream=lambda command, **kw: Stream())
-    monkeypatch.setattr(sandboxes, "make_client", lambda *a, **k: None)
-    monkeypatch.setattr(sandboxes, "_handle", lambda *a: SimpleNamespace(commands=commands))
+    monkeypatch.setattr(exec_command, "make_client", lambda *a, **k: None)
+    monkeypatch.setattr(exec_command, "_handle", lambda *a: SimpleNamespace(commands=commands))
     assert main(["exec", "c", "-o", output, *flags, "--", "sleep", "400"]) == 124
     out, err = capsys.readouterr()
     assert err == said + "\n"
@@ -302,14 +302,14 @@ def test_a_dev_clusters_router_wins_over_the_environments(monkeypatch: pytest.Mo
     environment's router serves a dev cluster that runs none."""
     import argparse
 
-    from agent_sandbox.cli import sandboxes
+    from agent_sandbox.cli import connection
 
     routers = {"dev": "http://127.0.0.1:7001", "bare": None}
-    monkeypatch.setattr(sandboxes, "_dev_cluster", lambda name: ("kubeconfig", routers[name]))
+    monkeypatch.setattr(connection, "_dev_cluster", lambda name: ("kubeconfig", routers[name]))
     monkeypatch.setenv("AGENT_SANDBOX_ROUTER_URL", "http://127.0.0.1:7002")
 
     def url(router_url: str | None, dev_cluster: str | None) -> str | None:
-        return sandboxes._router_url(argparse.Namespace(router_url=router_url, dev_cluster=dev_cluster))
+        return connection._router_url(argparse.Namespace(router_url=router_url, dev_cluster=dev_cluster))
 
     assert url(None, "dev") == "http://127.0.0.1:7001"
     assert url("http://127.0.0.1:7003", "dev") == "http://127.0.0.1:7003"

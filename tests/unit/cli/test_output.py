@@ -9,10 +9,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 
+from agent_sandbox.cli.claim_commands import SANDBOX_COLUMNS
 from agent_sandbox.cli.copy import split_remote
 from agent_sandbox.cli.main import build_parser
+from agent_sandbox.cli.option_values import _pairs
 from agent_sandbox.cli.output import age, progress, render
-from agent_sandbox.cli.sandboxes import SANDBOX_COLUMNS, _pairs
 from agent_sandbox_sdk import SandboxInfo
 
 pytestmark = pytest.mark.unit

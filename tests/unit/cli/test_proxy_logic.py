@@ -79,7 +79,7 @@ def test_a_token_written_with_its_scheme_is_not_sent_as_bearer_bearer(
     sent once with its scheme: `Bearer Bearer v1....` is refused by every router as unauthenticated."""
     import argparse
 
-    from agent_sandbox.cli.sandboxes import _router_headers
+    from agent_sandbox.cli.connection import _router_headers
 
     path = tmp_path / "token"
     path.write_text("Bearer v1.abc.def\n")

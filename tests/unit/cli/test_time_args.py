@@ -31,7 +31,7 @@ def test_shutdown_after_is_checked_naming_the_option(value: str, capsys: pytest.
 
 
 def test_shutdown_after_takes_whole_seconds_up_to_100_years() -> None:
-    from agent_sandbox.cli.sandboxes import _shutdown_after_arg
+    from agent_sandbox.cli.option_values import _shutdown_after_arg
 
     assert _shutdown_after_arg("1") == 1
     assert _shutdown_after_arg("3153600000") == 3153600000
