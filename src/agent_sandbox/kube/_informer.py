@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..api.errortext import describe_error
-from ._client import WATCH_BOOKMARK_GAP
 from ._clock import REAL_CLOCK, Clock
 from ._protocols import ListWatcher
 from ._resources import ResourceKind
+from ._rest import WATCH_BOOKMARK_GAP
 from ._selectors import compile_selector
 from ._types import LabelSelector, Object, WatchEvent, object_key
 from .errors import Gone, KubeError, Timeout

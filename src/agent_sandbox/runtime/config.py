@@ -18,7 +18,7 @@ from pathlib import Path
 
 from agent_sandbox.api.lifecycle import DEFAULT_CLAIM_ENV_FILE
 
-from .processes import DRAIN_AFTER_EXIT, QUIET_AFTER_EXIT
+from .process import DRAIN_AFTER_EXIT, QUIET_AFTER_EXIT
 
 __all__ = ["DEFAULT_EXEC_TIMEOUT", "RuntimeConfig", "parse_args", "parse_seconds"]
 

@@ -6,7 +6,8 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .processes import BoundedOutput, Supervisor
+from .process import BoundedOutput
+from .processes import Supervisor
 
 __all__ = ["CommandResult", "run_command"]
 

@@ -21,7 +21,8 @@ from agent_sandbox.api import processv1 as pb
 
 from .execution import run_command
 from .paths import InvalidPath, PathEscape
-from .processes import Process, ShuttingDown, SpawnError, TooManyProcesses
+from .process import Process
+from .processes import ShuttingDown, SpawnError, TooManyProcesses
 from .state import RuntimeState
 
 __all__ = ["add_process_service"]

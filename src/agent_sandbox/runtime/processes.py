@@ -1,10 +1,9 @@
-"""Command processes of one runtime server: spawn, stream output, signal, reap, kill on shutdown.
+"""The command processes of one runtime server (:class:`Supervisor`): ids, the limit, spawn, kill on shutdown.
 
 Every command leads its own process group (session), so a timeout, a cancelled call, SendSignal and
-shutdown reach everything it started. Exits are noticed through a pidfd on the event loop (no thread or
-SIGCHLD handler per child, so many servers share one loop and tests can embed a server). A command's
-background processes outlive it (as with upstream sandboxd), their groups are remembered and killed when
-the server stops. When the runtime is PID 1 (a container), orphans re-parented to it are reaped too.
+shutdown reach everything it started. A command's background processes outlive it (as with upstream
+sandboxd), their groups are remembered and killed when the server stops. One running command is a
+:class:`.process.Process`; its exit is noticed by :mod:`.reaper`, its OS process started by :mod:`.spawn`.
 """
 
 from __future__ import annotations
@@ -15,39 +14,17 @@ import errno
 import fcntl
 import itertools
 import os
-import shutil
 import signal
-import struct
 import subprocess
 import termios
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 
 from .claimenv import ClaimEnv, ClaimEnvUnavailable
+from .process import DRAIN_AFTER_EXIT, QUIET_AFTER_EXIT, Process, winsize
+from .reaper import loop_reaper
+from .spawn import pipe_reader, pipe_writer, popen_in_session
 
-__all__ = [
-    "DRAIN_AFTER_EXIT",
-    "QUIET_AFTER_EXIT",
-    "BoundedOutput",
-    "OutputEvent",
-    "Process",
-    "ShuttingDown",
-    "SpawnError",
-    "Supervisor",
-    "TooManyProcesses",
-    "exit_code_of",
-]
-
-_READ_LIMIT = 1 << 16  # StreamReader buffer before the pipe is paused (backpressure on a slow client)
-DRAIN_AFTER_EXIT = 10.0  # sandboxd's WaitDelay: output pipes a background child keeps open are given up
-# ...and sooner once they have been quiet this long after the exit (ours): `sh -c 'server &'` answers then.
-QUIET_AFTER_EXIT = 0.5
-
-
-def _unread_bytes(fd: int) -> int:
-    """Bytes waiting to be read from a pipe or terminal (FIONREAD)."""
-    count: int = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
-    return count
+__all__ = ["ShuttingDown", "SpawnError", "Supervisor", "TooManyProcesses"]
 
 
 class SpawnError(Exception):
@@ -64,327 +41,6 @@ class TooManyProcesses(Exception):
 
 class ShuttingDown(TooManyProcesses):
     """The runtime is draining (its pod is going away): no command starts any more."""
-
-
-@dataclass(frozen=True, slots=True)
-class OutputEvent:
-    """One chunk of output; `stream` is "stdout" or "stderr" (a PTY's output is all "stdout")."""
-
-    stream: str
-    data: bytes
-
-
-def exit_code_of(status: int) -> int:
-    """Exit code from a wait status: the code, or -signal for a killed process (Python's convention)."""
-    return os.waitstatus_to_exitcode(status)
-
-
-class BoundedOutput:
-    """Keeps the first `limit` bytes of a stream and counts the rest."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._parts: list[bytes] = []
-        self._kept = 0
-        self.dropped = 0
-
-    def add(self, data: bytes) -> None:
-        room = self.limit - self._kept
-        if room > 0:
-            part = data[:room]
-            self._parts.append(part)
-            self._kept += len(part)
-        self.dropped += max(0, len(data) - max(room, 0))
-
-    def value(self) -> bytes:
-        """The kept bytes, followed by a marker line when anything was dropped."""
-        data = b"".join(self._parts)
-        if self.dropped:
-            data += f"\n[output truncated: {self.dropped} more bytes]\n".encode()
-        return data
-
-
-class _Reaper:
-    """Notices child exits on one event loop through pidfds; as PID 1 also reaps adopted orphans."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self._waiting: dict[int, tuple[int, asyncio.Future[int]]] = {}
-        if os.getpid() == 1:
-            loop.add_signal_handler(signal.SIGCHLD, self._reap_all)
-
-    def watch(self, pid: int) -> asyncio.Future[int]:
-        fut: asyncio.Future[int] = self.loop.create_future()
-        pidfd = os.pidfd_open(pid)
-        self._waiting[pid] = (pidfd, fut)
-        self.loop.add_reader(pidfd, self._poll, pid)
-        self._poll(pid)  # it may have exited already
-        return fut
-
-    def _poll(self, pid: int) -> None:
-        try:
-            done, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:  # reaped elsewhere (PID 1 sweep): status lost
-            done, status = pid, -1
-        if done:
-            self._finish(pid, status)
-
-    def _finish(self, pid: int, status: int) -> None:
-        entry = self._waiting.pop(pid, None)
-        if entry is None:
-            return
-        pidfd, fut = entry
-        self.loop.remove_reader(pidfd)
-        os.close(pidfd)
-        if not fut.done():
-            fut.set_result(exit_code_of(status) if status != -1 else -1)
-
-    def _reap_all(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            self._finish(pid, status)
-
-
-_reapers: dict[asyncio.AbstractEventLoop, _Reaper] = {}
-
-
-def _reaper() -> _Reaper:
-    loop = asyncio.get_running_loop()
-    reaper = _reapers.get(loop)
-    if reaper is None or reaper.loop.is_closed():
-        reaper = _reapers[loop] = _Reaper(loop)
-    return reaper
-
-
-class Process:
-    """A running command: its output events, stdin, exit code, and its process group."""
-
-    def __init__(
-        self,
-        ident: int,
-        popen: subprocess.Popen[bytes],
-        exited: asyncio.Future[int],
-        readers: list[tuple[str, asyncio.StreamReader, asyncio.BaseTransport]],
-        stdin: asyncio.StreamWriter | None,
-        terminal: tuple[int, int] | None,
-        chunk_size: int,
-        drain_after_exit: float = DRAIN_AFTER_EXIT,
-        quiet_after_exit: float = QUIET_AFTER_EXIT,
-    ) -> None:
-        self.id = ident
-        self.pid = popen.pid
-        self._popen = popen
-        self._exited = exited
-        self._stdin = stdin
-        self._stdin_lock = asyncio.Lock()
-        # With a PTY we keep the slave side open ourselves until the program exited and its output was
-        # read: closing the last slave makes the master return EIO, which can drop output still in flight.
-        self._pty_master: int | None = terminal[0] if terminal else None
-        self._pty_slave: int | None = terminal[1] if terminal else None
-        self._slave_closer: asyncio.Future[None] | None = None
-        self._chunk = chunk_size
-        self._drain_after_exit = drain_after_exit
-        self._quiet_after_exit = quiet_after_exit
-        self._events: asyncio.Queue[OutputEvent | None] = asyncio.Queue(maxsize=16)
-        self._transports = [t for _, _, t in readers]
-        self._pumps = [asyncio.ensure_future(self._pump(name, r)) for name, r, _ in readers]
-        self._open_streams = len(readers)
-        exited.add_done_callback(self._on_exit)
-
-    @property
-    def has_pty(self) -> bool:
-        return self._pty_master is not None
-
-    @property
-    def returncode(self) -> int | None:
-        return self._exited.result() if self._exited.done() else None
-
-    def _on_exit(self, fut: asyncio.Future[int]) -> None:
-        if not fut.cancelled():
-            self._popen.returncode = fut.result()  # keeps subprocess from waiting on a reaped pid
-        if self._pty_slave is not None:
-            self._slave_closer = asyncio.ensure_future(self._close_slave_when_drained())
-
-    async def _close_slave_when_drained(self) -> None:
-        """Close our slave side once the master has had no unread bytes for two polls (at most 1 s)."""
-        quiet = 0
-        for _ in range(100):
-            await asyncio.sleep(0.01)
-            if self._pty_master is None:
-                break
-            try:
-                pending = _unread_bytes(self._pty_master)
-            except OSError:
-                break
-            quiet = quiet + 1 if pending == 0 else 0
-            if quiet >= 2:
-                break
-        self._close_slave()
-
-    def _close_slave(self) -> None:
-        if self._pty_slave is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._pty_slave)
-            self._pty_slave = None
-
-    async def _pump(self, name: str, reader: asyncio.StreamReader) -> None:
-        """Hand a stream's output on to `events`, then its end (None).
-
-        Cancelled (`_abandon_streams`: nobody reads any more) it just ends. It used to put its end marker
-        then too, and with the queue full (a command with lots of output, timed out or its client gone)
-        waited for good: a task pending forever, "Task was destroyed but it is pending!" once collected
-        (until December 6).
-        """
-        try:
-            while True:
-                try:
-                    data = await reader.read(self._chunk)
-                except OSError:  # EIO on a PTY master once the terminal's last holder is gone
-                    data = b""
-                if not data:
-                    break
-                await self._events.put(OutputEvent(name, data))
-        except Exception:
-            with contextlib.suppress(asyncio.QueueFull):  # the stream ends for `events` all the same
-                self._events.put_nowait(None)
-            raise
-        await self._events.put(None)
-
-    async def events(self) -> AsyncIterator[OutputEvent]:
-        """Output in arrival order until every stream ends, or after the program exited: once the pipes
-        have been quiet for `quiet_after_exit`, and at the latest `drain_after_exit` after the exit
-        (sandboxd's WaitDelay). A background child that keeps the pipes open (`sh -c 'server &'`), quiet or
-        chatty, does not hold the command's answer."""
-        loop = asyncio.get_running_loop()
-        drain_until: float | None = None
-        while self._open_streams:
-            if not self._events.empty():
-                item = self._events.get_nowait()
-            else:
-                getter = asyncio.ensure_future(self._events.get())
-                try:
-                    if drain_until is None and not self._exited.done():
-                        # The exit may come while we wait for output: it must start the drain clock then.
-                        await asyncio.wait((getter, self._exited), return_when=asyncio.FIRST_COMPLETED)
-                    while not getter.done():
-                        if drain_until is None:
-                            drain_until = loop.time() + self._drain_after_exit
-                        quiet_until = min(drain_until, loop.time() + self._quiet_after_exit)
-                        with contextlib.suppress(TimeoutError):
-                            async with asyncio.timeout_at(quiet_until):
-                                await asyncio.shield(getter)
-                        if not getter.done() and (
-                            loop.time() >= drain_until or not await self._output_pending()
-                        ):
-                            self._abandon_streams()
-                            return
-                finally:
-                    getter.cancel()  # no-op once done; a cancelled caller leaves no waiting getter
-                item = getter.result()
-            if item is None:
-                self._open_streams -= 1
-                continue
-            yield item
-
-    async def _output_pending(self) -> bool:
-        """Whether output is on its way though none arrived for a while: bytes the pumps have not handed on
-        yet (after a stalled event loop the read callbacks and the quiet timer come due together, so the
-        pumps get a few turns first) or bytes still in a pipe."""
-        for _ in range(3):
-            await asyncio.sleep(0)
-        if not self._events.empty():
-            return True
-        for transport in self._transports:
-            pipe = transport.get_extra_info("pipe")
-            with contextlib.suppress(OSError, ValueError, AttributeError):
-                if _unread_bytes(pipe.fileno()) > 0:
-                    return True
-        return False
-
-    def _abandon_streams(self) -> None:
-        for pump in self._pumps:
-            pump.cancel()
-        for transport in self._transports:
-            transport.close()
-        self._open_streams = 0
-
-    async def wait(self) -> int:
-        """The exit code (negative signal number if killed)."""
-        return await asyncio.shield(self._exited)
-
-    async def write_stdin(self, data: bytes) -> None:
-        """Write `data` to the program's stdin, in order with other calls.
-
-        Chunk by chunk, each handed over once the previous one is: a call cancelled (its deadline) while the
-        program does not read has delivered a prefix of its data at most, as a blocking write would, and
-        leaves at most two chunks queued (asyncio's transport buffers 64 KiB before `drain` waits). Handed over whole, every timed-out call's data stayed queued - memory
-        without bound, and input delivered that the client was told had failed (until December 6).
-        """
-        async with self._stdin_lock:
-            for start in range(0, len(data), _STDIN_CHUNK):
-                if self._stdin is None:
-                    raise BrokenPipeError("stdin is closed")
-                await self._stdin.drain()  # what a cancelled call left queued goes first
-                if self._stdin is None:
-                    raise BrokenPipeError("stdin is closed")
-                self._stdin.write(data[start : start + _STDIN_CHUNK])
-            if self._stdin is not None:
-                await self._stdin.drain()
-
-    async def close_stdin(self) -> None:
-        """Close stdin (EOF for the program); with a PTY, send the terminal's EOF character. After the writes
-        in progress, in order (a write is handed over in chunks: an EOF between two would cut it)."""
-        async with self._stdin_lock:
-            if self._pty_master is not None and self._stdin is not None:
-                self._stdin.write(b"\x04")
-                return
-            if self._stdin is not None:
-                self._stdin.close()
-                self._stdin = None
-
-    @property
-    def stdin_open(self) -> bool:
-        return self._stdin is not None
-
-    def signal_group(self, sig: int) -> None:
-        """Send `sig` to the whole process group (ProcessLookupError when it is gone)."""
-        os.killpg(self.pid, sig)
-
-    def kill_group(self) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGKILL)
-
-    def resize(self, cols: int, rows: int) -> None:
-        if self._pty_master is None:
-            raise OSError(errno.ENOTTY, "process has no PTY")
-        fcntl.ioctl(self._pty_master, termios.TIOCSWINSZ, _winsize(cols, rows))
-
-    async def close(self) -> None:
-        """Release pipes and the PTY (after the process ended or was killed)."""
-        self._abandon_streams()
-        self._close_slave()
-        if self._stdin is not None:
-            self._stdin.close()
-            self._stdin = None
-        if self._pty_master is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._pty_master)
-            self._pty_master = None
-
-
-#: What `write_stdin` hands to the pipe at a time (the size of a Linux pipe's buffer).
-_STDIN_CHUNK = 64 * 1024
-
-
-def _winsize(cols: int, rows: int) -> bytes:
-    """TIOCSWINSZ's struct winsize; sizes past its 16 bits are clamped (a 70000-column `Start` failed with
-    `struct.error` and leaked its PTY until December 6; upstream's sandboxd truncates them with `uint16()`)."""
-    return struct.pack("HHHH", min(rows, 0xFFFF), min(cols, 0xFFFF), 0, 0)
 
 
 def _spawn_error(err: OSError, cwd: str) -> SpawnError:
@@ -411,41 +67,6 @@ def _spawn_error(err: OSError, cwd: str) -> SpawnError:
             "2 MiB: write a long script to a file and run the file",
         )
     return SpawnError("internal", str(err))
-
-
-# With a PTY the program must lead a session whose controlling terminal is the PTY (job control, ^C, SIGWINCH).
-# A session leader without one acquires it by opening the terminal; /bin/sh does that open and then execs the
-# program, so no Python code runs between fork and exec (grpcio's fork handlers can crash such a child, and
-# a plain vfork+exec stays cheap in a large runner process).
-_CTTY_WRAPPER = 'exec "$@" <>"$0" >&0 2>&0'
-
-
-def _resolve_program(argv0: str, cwd: str, env: Mapping[str, str]) -> None:
-    """Raise the OSError exec would (missing or not executable), since the PTY wrapper hides it."""
-    if "/" in argv0:
-        path = os.path.join(cwd, argv0)
-        if not os.path.exists(path):
-            raise FileNotFoundError(errno.ENOENT, "No such file or directory", argv0)
-        if os.path.isdir(path) or not os.access(path, os.X_OK):
-            raise PermissionError(errno.EACCES, "Permission denied", argv0)
-    elif shutil.which(argv0, path=env.get("PATH", os.defpath)) is None:
-        raise FileNotFoundError(errno.ENOENT, "No such file or directory", argv0)
-
-
-def _popen(
-    argv: Sequence[str], cwd: str, env: Mapping[str, str], *, stdio: tuple[int, int, int], tty: str | None
-) -> subprocess.Popen[bytes]:
-    """fork+exec in a new session (own process group). Synchronous on purpose: vfork makes it cheap, and
-    exec errors (missing program, denied, bad cwd) surface here as OSError."""
-    args = list(argv)
-    if tty is not None:
-        if not os.path.isdir(cwd):
-            raise FileNotFoundError(errno.ENOENT, "No such file or directory", cwd)
-        _resolve_program(args[0], cwd, env)
-        args = ["/bin/sh", "-c", _CTTY_WRAPPER, tty, *args]
-    return subprocess.Popen(
-        args, stdin=stdio[0], stdout=stdio[1], stderr=stdio[2], cwd=cwd, env=env, start_new_session=True
-    )
 
 
 class Supervisor:
@@ -555,11 +176,13 @@ class Supervisor:
                 master, slave = os.openpty()
                 cols, rows = pty
                 if cols > 0 and rows > 0:
-                    fcntl.ioctl(master, termios.TIOCSWINSZ, _winsize(cols, rows))
-                popen = _popen(argv, cwd, full_env, stdio=(slave, slave, slave), tty=os.ttyname(slave))
+                    fcntl.ioctl(master, termios.TIOCSWINSZ, winsize(cols, rows))
+                popen = popen_in_session(
+                    argv, cwd, full_env, stdio=(slave, slave, slave), tty=os.ttyname(slave)
+                )
             else:
                 stdin_fd = subprocess.PIPE if stdin else subprocess.DEVNULL
-                popen = _popen(
+                popen = popen_in_session(
                     argv, cwd, full_env, stdio=(stdin_fd, subprocess.PIPE, subprocess.PIPE), tty=None
                 )
         except OSError as err:
@@ -572,20 +195,22 @@ class Supervisor:
             self._close_fds(master, slave)  # a PTY pair per failed call would use up fds and /dev/ptmx
             raise
         self._groups.add(popen.pid)
-        exited = _reaper().watch(popen.pid)
+        exited = loop_reaper().watch(popen.pid)
         readers: list[tuple[str, asyncio.StreamReader, asyncio.BaseTransport]] = []
         writer: asyncio.StreamWriter | None = None
         try:
             if pty is not None:
-                readers.append(await _reader(loop, "stdout", os.fdopen(os.dup(master), "rb", buffering=0)))
-                writer = await _writer(loop, os.fdopen(os.dup(master), "wb", buffering=0))
+                readers.append(
+                    await pipe_reader(loop, "stdout", os.fdopen(os.dup(master), "rb", buffering=0))
+                )
+                writer = await pipe_writer(loop, os.fdopen(os.dup(master), "wb", buffering=0))
             else:
                 assert popen.stdout is not None
                 assert popen.stderr is not None
-                readers.append(await _reader(loop, "stdout", popen.stdout))
-                readers.append(await _reader(loop, "stderr", popen.stderr))
+                readers.append(await pipe_reader(loop, "stdout", popen.stdout))
+                readers.append(await pipe_reader(loop, "stderr", popen.stderr))
                 if popen.stdin is not None:
-                    writer = await _writer(loop, popen.stdin)
+                    writer = await pipe_writer(loop, popen.stdin)
         except BaseException:
             # Cancelled (its caller gone) while the pipes were wired up: the command is nobody's, it must
             # not run on unseen, nor hold its pipes and PTY.
@@ -671,18 +296,3 @@ def _group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-async def _reader(
-    loop: asyncio.AbstractEventLoop, name: str, pipe: object
-) -> tuple[str, asyncio.StreamReader, asyncio.BaseTransport]:
-    reader = asyncio.StreamReader(limit=_READ_LIMIT, loop=loop)
-    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), pipe)
-    return name, reader, transport
-
-
-async def _writer(loop: asyncio.AbstractEventLoop, pipe: object) -> asyncio.StreamWriter:
-    transport, protocol = await loop.connect_write_pipe(
-        lambda: asyncio.streams.FlowControlMixin(loop=loop), pipe
-    )
-    return asyncio.StreamWriter(transport, protocol, None, loop)

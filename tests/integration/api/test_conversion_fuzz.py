@@ -22,7 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent_sandbox.api import constants as c
-from agent_sandbox.controllers.webhook.server import REVIEW_API_VERSIONS, build_app
+from agent_sandbox.controllers.webhook.app import REVIEW_API_VERSIONS, build_app
 from tests.helpers import fuzz_settings
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_sandbox.runtime.processes import Process, SpawnError, Supervisor, TooManyProcesses
+from agent_sandbox.runtime.process import Process
+from agent_sandbox.runtime.processes import SpawnError, Supervisor, TooManyProcesses
 from tests.integration.runtime.helpers import leaked_processes, zombie_children
 
 pytestmark = pytest.mark.integration

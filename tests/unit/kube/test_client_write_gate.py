@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from agent_sandbox.kube import ApiClient, NotLeader
-from agent_sandbox.kube import _client as client_module
+from agent_sandbox.kube import _rest as rest_module
 from agent_sandbox.kube._config import ClusterConfig, NoAuth
 from agent_sandbox.kube._resources import CONFIG_MAP
 
@@ -77,7 +77,7 @@ CM = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namesp
 async def test_a_write_that_waited_for_a_connection_is_refused_if_leadership_lapsed_meanwhile(
     server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(client_module, "_CONNS_PER_SHARD", 1)  # one socket: the write must queue for it
+    monkeypatch.setattr(rest_module, "_CONNS_PER_SHARD", 1)  # one socket: the write must queue for it
     leadership = Leadership()
     async with new_client(server, leadership) as api:
         held = asyncio.create_task(api.request("GET", "/hold/it"))

@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from agent_sandbox.kube import ApiClient, TransportError
-from agent_sandbox.kube import _client as client_module
+from agent_sandbox.kube import _rest as rest_module
 from agent_sandbox.kube._config import ClusterConfig, NoAuth
 from agent_sandbox.kube._resources import CONFIG_MAP
 
@@ -47,7 +47,7 @@ async def silent_server() -> AsyncIterator[str]:
 async def test_a_silent_watch_with_bookmarks_is_dead_after_the_bookmark_gap(
     silent_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(client_module, "WATCH_BOOKMARK_GAP", 1.0, raising=False)
+    monkeypatch.setattr(rest_module, "WATCH_BOOKMARK_GAP", 1.0)
     api = ApiClient(ClusterConfig(server=silent_server, ssl=None, auth=NoAuth()))
     try:
         events: list[object] = []

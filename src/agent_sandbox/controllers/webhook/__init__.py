@@ -14,6 +14,7 @@ controller process takes it from ``$AGENT_SANDBOX_WEBHOOK_URL`` (see ``setup``).
 
 from __future__ import annotations
 
+from agent_sandbox.controllers.webhook.app import build_app
 from agent_sandbox.controllers.webhook.certs import (
     CertBundle,
     CertificateError,
@@ -22,15 +23,11 @@ from agent_sandbox.controllers.webhook.certs import (
     generate_bundle,
     service_hosts,
 )
+from agent_sandbox.controllers.webhook.certwatch import CertWatcher
 from agent_sandbox.controllers.webhook.crds import ALL_CRD_NAMES, client_config, conversion_patch, patch_crds
+from agent_sandbox.controllers.webhook.errors import WebhookError
 from agent_sandbox.controllers.webhook.runnable import WEBHOOK_URL_ENV, WebhookRunnable, options_from, setup
-from agent_sandbox.controllers.webhook.server import (
-    CertWatcher,
-    ConversionWebhook,
-    WebhookError,
-    WebhookOptions,
-    build_app,
-)
+from agent_sandbox.controllers.webhook.server import ConversionWebhook, WebhookOptions
 
 __all__ = [
     "ALL_CRD_NAMES",

@@ -25,7 +25,7 @@ from agent_sandbox.kube.testing import FakeClient
 pytestmark = pytest.mark.unit
 
 POLL = 0.05
-LOGGER = "agent_sandbox.controllers.webhook.server"
+LOGGER = "agent_sandbox.controllers.webhook"  # the server, its listener and its certwatch log under it
 
 
 def _bundle() -> CertBundle:
@@ -242,25 +242,25 @@ async def test_managed_certificates_follow_a_secret_another_replica_replaced(
 def test_the_pair_served_is_the_pair_compared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A rotation landing between the watcher's read of the files and their load: the watcher used to record
     # one pair and serve the other for good (files back at A, B served).
-    from agent_sandbox.controllers.webhook import server
+    from agent_sandbox.controllers.webhook import certwatch
 
     a, b = _bundle(), _bundle()
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     cert.write_bytes(b.cert_pem)
     key.write_bytes(b.key_pem)
-    watcher = server.CertWatcher(cert, key)
+    watcher = certwatch.CertWatcher(cert, key)
     cert.write_bytes(a.cert_pem)
     key.write_bytes(a.key_pem)
-    real = server.server_context
+    real = certwatch.server_context
 
     def rotated_meanwhile(c: Path, k: Path) -> ssl.SSLContext:
         cert.write_bytes(b.cert_pem)  # whatever is loaded, the files now hold B again
         key.write_bytes(b.key_pem)
         return real(c, k)
 
-    monkeypatch.setattr(server, "server_context", rotated_meanwhile)
+    monkeypatch.setattr(certwatch, "server_context", rotated_meanwhile)
     assert watcher.check()  # A was read: A must be what is served
-    monkeypatch.setattr(server, "server_context", real)
+    monkeypatch.setattr(certwatch, "server_context", real)
     cert.write_bytes(a.cert_pem)
     key.write_bytes(a.key_pem)
     assert not watcher.check()
@@ -277,13 +277,13 @@ async def _served_by(context: ssl.SSLContext) -> bytes:
 async def test_a_rotation_caught_between_its_two_renames_is_not_warned_about(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from agent_sandbox.controllers.webhook import server
+    from agent_sandbox.controllers.webhook import certwatch
 
     a, b = _bundle(), _bundle()
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     cert.write_bytes(a.cert_pem)
     key.write_bytes(a.key_pem)
-    watcher = server.CertWatcher(cert, key)
+    watcher = certwatch.CertWatcher(cert, key)
     caplog.set_level(logging.WARNING, LOGGER)
     _replace(cert, b.cert_pem)  # the certificate is renamed in, the key not yet
     assert not watcher.check()

@@ -24,7 +24,13 @@ import pytest
 from aiohttp import web
 
 from agent_sandbox.api import constants as c
-from agent_sandbox.controllers.webhook import ConversionWebhook, WebhookOptions, generate_bundle, server
+from agent_sandbox.controllers.webhook import (
+    ConversionWebhook,
+    WebhookOptions,
+    app,
+    generate_bundle,
+    listener,
+)
 from agent_sandbox.kube.testing import FakeClient
 
 pytestmark = pytest.mark.unit
@@ -35,7 +41,7 @@ Post = Callable[..., Awaitable[tuple[int, bytes]]]
 @pytest.fixture
 def small_limit(monkeypatch: pytest.MonkeyPatch) -> int:
     """A 1 MiB body limit, so oversized bodies are quick to send."""
-    monkeypatch.setattr(server, "_MAX_BODY", 1 << 20)
+    monkeypatch.setattr(app, "_MAX_BODY", 1 << 20)
     return 1 << 20
 
 
@@ -43,7 +49,7 @@ def small_limit(monkeypatch: pytest.MonkeyPatch) -> int:
 async def post() -> AsyncIterator[Post]:
     # The listener's options; a short shutdown: a client that stops sending a refused body leaves aiohttp's
     # lingering close waiting (10 s) for the rest.
-    runner = web.AppRunner(server.build_app(), access_log=None, shutdown_timeout=0.5, **server.SERVER_OPTIONS)
+    runner = web.AppRunner(app.build_app(), access_log=None, shutdown_timeout=0.5, **listener.SERVER_OPTIONS)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -145,7 +151,7 @@ async def test_an_unexpected_error_is_a_failure_not_a_500(
     def broken(_: Any) -> Any:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(server, "convert_review", broken)
+    monkeypatch.setattr(app, "convert_review", broken)
     status, answer = await post(orjson.dumps(review([beta_sandbox("s")], "agents.x-k8s.io/v1alpha1")))
     assert status == 200, answer[:300]
     parsed = orjson.loads(answer)
