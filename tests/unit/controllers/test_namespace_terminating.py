@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agent_sandbox.api import constants as c
-from agent_sandbox.controllers.claim.reconciler import ClaimRetry
+from agent_sandbox.controllers.claim.result import ClaimRetry
 from agent_sandbox.controllers.indexes import INDEX_POD_NAME_HASH, pod_name_hash_index
 from agent_sandbox.controllers.sandbox import SandboxReconcileError, SandboxReconciler
 from agent_sandbox.controllers.sandbox.expectations import ChildExpectations

@@ -17,7 +17,8 @@ from .decide import (
     resolve_expired,
 )
 from .queue import Take, WarmQueue
-from .reconciler import ClaimConfig, ClaimReconciler, ClaimRetry
+from .reconciler import ClaimConfig, ClaimReconciler
+from .result import ClaimRetry
 from .watches import CONTROLLER_NAME, setup
 
 __all__ = [

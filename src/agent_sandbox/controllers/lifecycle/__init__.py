@@ -1,7 +1,7 @@
 """The lifecycle controller (ours, docs/lifecycle.md): idle auto-suspend, hibernation and restore.
 
 Layout (observe -> decide -> execute): `decide` (pure; `owners`: its child owner-reference patches),
-`reconciler` (I/O), `probe` (the runtime's `GET /v1/activity`), `metrics`, `watches` (`setup`).
+`reconciler` (the pass), `observe` and `execute*` (I/O), `probe` (the runtime's `GET /v1/activity`), `metrics`, `watches` (`setup`).
 """
 
 from __future__ import annotations

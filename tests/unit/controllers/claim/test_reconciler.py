@@ -14,7 +14,8 @@ import pytest
 
 from agent_sandbox.api import constants as c
 from agent_sandbox.api.meta import controller_ref, new_controller_ref
-from agent_sandbox.controllers.claim.reconciler import ClaimConfig, ClaimRetry
+from agent_sandbox.controllers.claim.reconciler import ClaimConfig
+from agent_sandbox.controllers.claim.result import ClaimRetry
 from agent_sandbox.controllers.claim_pressure import ClaimPressure
 from agent_sandbox.kube import (
     NETWORK_POLICY,
