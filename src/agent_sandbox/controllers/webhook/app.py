@@ -24,7 +24,7 @@ from agent_sandbox.kube.metrics import WEBHOOK_IN_FLIGHT, WEBHOOK_LATENCY, WEBHO
 
 __all__ = ["REVIEW_API_VERSIONS", "THREAD_THRESHOLD", "build_app", "handle_convert", "handle_healthz"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("agent_sandbox.controllers.webhook.server")  # the logger field operators filter on predates the split
 
 #: Reviews with more objects than this are converted off the event loop.
 THREAD_THRESHOLD = 32

@@ -18,7 +18,7 @@ from agent_sandbox.controllers.webhook.errors import WebhookError
 
 __all__ = ["CertWatcher", "server_context"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("agent_sandbox.controllers.webhook.server")  # the logger field operators filter on predates the split
 
 
 def server_context(cert_path: Path, key_path: Path) -> ssl.SSLContext:

@@ -25,7 +25,7 @@ from agent_sandbox.kube.testing import FakeClient
 pytestmark = pytest.mark.unit
 
 POLL = 0.05
-LOGGER = "agent_sandbox.controllers.webhook"  # the server, its listener and its certwatch log under it
+LOGGER = "agent_sandbox.controllers.webhook.server"  # pinned: every webhook module logs under this name
 
 
 def _bundle() -> CertBundle:

@@ -36,7 +36,7 @@ from tests.unit.controllers.webhook.test_server import crd
 pytestmark = pytest.mark.unit
 
 POLL = 0.05
-LOGGER = "agent_sandbox.controllers.webhook"  # the server, its listener and its certwatch log under it
+LOGGER = "agent_sandbox.controllers.webhook.server"  # pinned: every webhook module logs under this name
 SANDBOXES = "sandboxes.agents.x-k8s.io"
 POOLS = "sandboxwarmpools.extensions.agents.x-k8s.io"
 
