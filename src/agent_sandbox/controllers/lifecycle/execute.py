@@ -13,12 +13,12 @@ import logging
 from dataclasses import dataclass
 
 from agent_sandbox.api import lifecycle as lc
-from agent_sandbox.kube import SANDBOX, Client, EventSink, NotFound, Request, Result
+from agent_sandbox.kube import SANDBOX, SANDBOX_CLAIM, Client, EventSink, NotFound, Request, Result
 
 from .decide import DropHibernate, Nothing, Snapshot, Suspend
 from .metrics import LifecycleMetrics
 
-__all__ = ["RETRY_SOON", "Executor", "ProblemReports", "drop_hibernate", "suspend_sandbox"]
+__all__ = ["RETRY_SOON", "Executor", "ProblemReports", "drop_hibernate", "end_archive", "suspend_sandbox"]
 
 log = logging.getLogger("agent_sandbox.controllers.lifecycle")
 
@@ -106,3 +106,15 @@ async def drop_hibernate(ex: Executor, request: Request, plan: DropHibernate) ->
         await ex.client.patch(SANDBOX, request.name, patch, namespace=request.namespace)
     log.info("dropped a hibernate request from warm-pool member %s", request)
     return Result()
+
+
+async def end_archive(ex: Executor, request: Request, claim_name: str | None, archive_uid: str) -> None:
+    """The archive is over (given up, or its restore finished): the claim stops saying hibernated, then the
+    archive goes (by UID: never a newer archive of the name)."""
+    ns = request.namespace
+    if claim_name:
+        unmark = {"metadata": {"annotations": {lc.ANNOTATION_HIBERNATED_SANDBOX: None}}}
+        with contextlib.suppress(NotFound):
+            await ex.client.patch(SANDBOX_CLAIM, claim_name, unmark, namespace=ns)
+    with contextlib.suppress(NotFound):
+        await ex.client.delete(lc.ARCHIVE, request.name, namespace=ns, uid=archive_uid)

@@ -35,7 +35,7 @@ from .decide import (
     release_child_patch,
     restores,
 )
-from .execute import RETRY_SOON, Executor
+from .execute import RETRY_SOON, Executor, end_archive
 from .observe import CHILD_KINDS
 
 __all__ = ["abandon_archive", "archive_sandbox", "expire_archive", "mark_archive_expired"]
@@ -128,12 +128,7 @@ async def abandon_archive(ex: Executor, request: Request, snap: Snapshot, plan: 
         kind = CHILD_KINDS[str(child.get("kind"))]
         patch = release_child_patch(child, plan.archive_uid)
         await ex.client.patch(kind, child["metadata"]["name"], patch, namespace=ns)
-    if plan.claim_name:
-        unmark = {"metadata": {"annotations": {lc.ANNOTATION_HIBERNATED_SANDBOX: None}}}
-        with contextlib.suppress(NotFound):
-            await ex.client.patch(SANDBOX_CLAIM, plan.claim_name, unmark, namespace=ns)
-    with contextlib.suppress(NotFound):
-        await ex.client.delete(lc.ARCHIVE, request.name, namespace=ns, uid=plan.archive_uid)
+    await end_archive(ex, request, plan.claim_name, plan.archive_uid)
     log.info("%s was resumed while being archived: its archive is given up", request)
     return Result()
 

@@ -16,7 +16,6 @@ from agent_sandbox.api.meta import ReadOnlyObject, controller_ref, parse_time
 from agent_sandbox.kube import (
     PVC,
     SANDBOX,
-    SANDBOX_CLAIM,
     AlreadyExists,
     Conflict,
     Forbidden,
@@ -37,7 +36,7 @@ from .decide import (
     handover_child_patch,
     release_child_patch,
 )
-from .execute import RETRY_SOON, Executor
+from .execute import RETRY_SOON, Executor, end_archive
 from .observe import CHILD_KINDS
 
 __all__ = ["hold_again", "restore_sandbox"]
@@ -125,12 +124,7 @@ async def restore_sandbox(ex: Executor, request: Request, snap: Snapshot, plan: 
         return Result(requeue_after=RESTORE_POLL)
     if plan.waiting or plan.handover:
         return Result(requeue_after=RESTORE_POLL)  # finished once every child has left the archive
-    if plan.claim_name:
-        unmark = {"metadata": {"annotations": {lc.ANNOTATION_HIBERNATED_SANDBOX: None}}}
-        with contextlib.suppress(NotFound):
-            await ex.client.patch(SANDBOX_CLAIM, plan.claim_name, unmark, namespace=ns)
-    with contextlib.suppress(NotFound):
-        await ex.client.delete(lc.ARCHIVE, request.name, namespace=ns, uid=plan.archive_uid)
+    await end_archive(ex, request, plan.claim_name, plan.archive_uid)
     return Result()
 
 
