@@ -45,50 +45,56 @@ async def claim_phase(
     """Fire `arrivals` open-loop, wait until every claim is Ready (or the timeout), analyse."""
     tracker = ClaimTracker(bench.api, dwell=dwell)
     await tracker.start()
-    # Start from a settled system: a pool reports Ready before the controller has worked off the tail of
-    # its fill (status echoes, pod-name annotations), which would otherwise land inside the measurement.
-    quiet_after = await wait_quiescent(bench, within=quiesce_s) if quiesce_s > 0 else 0.0
-    # Idle baseline (kwok heartbeats, leases, informer resyncs): subtracted from the per-claim CPU cost.
-    b0 = time.time()
-    await asyncio.sleep(baseline_s)
-    baseline = bench.sampler.between(b0, time.time()) if baseline_s > 0 else {}
-    before = await scrape_metrics(bench)
-    duration = arrivals[-1] if arrivals else 0.0
-    profile_path: Path | None = None
-    profiler = None
-    if profile_label and controller_profile:
-        profile_path = profile_path_for(bench.cluster.name, profile_label)
-        profiler = bench.profiler(
-            duration + 3.0, profile_path, rate=int(os.environ.get("BENCH_PROFILE_HZ", "100"))
-        )
-    api_profile = None
-    if profile_label and bench.tuning.apiserver_profiling:
-        api_path = (
-            RESULTS
-            / "profiles"
-            / f"{profile_path_for(bench.cluster.name, profile_label).stem}-apiserver.pprof"
-        )
-        api_profile = asyncio.create_task(apiserver_profile.capture(bench.cluster, duration + 3.0, api_path))
-    watcher = ClientWatchProcess(str(bench.cluster.kubeconfig), bench.cluster.directory / "client-watch")
-    if not await watcher.wait_watching():
-        bench.notes.append("client watch process did not start: no client_process view")
+    # The tracker's pending deletes are cancelled however the phase ends (Ctrl-C, a failed wait): left
+    # running they woke after the teardown had closed the API client ("Task exception was never retrieved").
     try:
-        t_start = time.time()
-        t0 = await tracker.drive(arrivals, targets, prefix=prefix)
-        await tracker.wait_sent()
-        complete = await tracker.wait_ready(len(arrivals), ready_timeout)
-        t_done = time.time()
-        await tracker.wait_annotations(10.0)
+        # Start from a settled system: a pool reports Ready before the controller has worked off the tail of
+        # its fill (status echoes, pod-name annotations), which would otherwise land inside the measurement.
+        quiet_after = await wait_quiescent(bench, within=quiesce_s) if quiesce_s > 0 else 0.0
+        # Idle baseline (kwok heartbeats, leases, informer resyncs): subtracted from the per-claim CPU cost.
+        b0 = time.time()
+        await asyncio.sleep(baseline_s)
+        baseline = bench.sampler.between(b0, time.time()) if baseline_s > 0 else {}
+        before = await scrape_metrics(bench)
+        duration = arrivals[-1] if arrivals else 0.0
+        profile_path: Path | None = None
+        profiler = None
+        if profile_label and controller_profile:
+            profile_path = profile_path_for(bench.cluster.name, profile_label)
+            profiler = bench.profiler(
+                duration + 3.0, profile_path, rate=int(os.environ.get("BENCH_PROFILE_HZ", "100"))
+            )
+        api_profile = None
+        if profile_label and bench.tuning.apiserver_profiling:
+            api_path = (
+                RESULTS
+                / "profiles"
+                / f"{profile_path_for(bench.cluster.name, profile_label).stem}-apiserver.pprof"
+            )
+            api_profile = asyncio.create_task(
+                apiserver_profile.capture(bench.cluster, duration + 3.0, api_path)
+            )
+        watcher = ClientWatchProcess(str(bench.cluster.kubeconfig), bench.cluster.directory / "client-watch")
+        if not await watcher.wait_watching():
+            bench.notes.append("client watch process did not start: no client_process view")
+        try:
+            t_start = time.time()
+            t0 = await tracker.drive(arrivals, targets, prefix=prefix)
+            await tracker.wait_sent()
+            complete = await tracker.wait_ready(len(arrivals), ready_timeout)
+            t_done = time.time()
+            await tracker.wait_annotations(10.0)
+        finally:
+            seen_elsewhere = await watcher.stop()
+        after = await scrape_metrics(bench)
+        await finish_profiler(profiler)
+        api_profile_path = await api_profile if api_profile is not None else None
+        if dwell is not None:
+            deadline = time.monotonic() + dwell + 60
+            while tracker.deleted < tracker.ready_count and time.monotonic() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0.2)
     finally:
-        seen_elsewhere = await watcher.stop()
-    after = await scrape_metrics(bench)
-    await finish_profiler(profiler)
-    api_profile_path = await api_profile if api_profile is not None else None
-    if dwell is not None:
-        deadline = time.monotonic() + dwell + 60
-        while tracker.deleted < tracker.ready_count and time.monotonic() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(0.2)
-    await tracker.stop()
+        await tracker.stop()
     result = analyse_claims(tracker, t0, before, after)
     result["latency_ms"]["client_process"] = summarize(as_ms(process_view(tracker, seen_elsewhere)))
     result["complete"] = complete

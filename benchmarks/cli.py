@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -161,6 +162,13 @@ def run(
         for index in range(runs):
             try:
                 data = asyncio.run(run_scenario(scenario, params))
+            except KeyboardInterrupt as stop:
+                # Ctrl-C, `kill` or a hangup (benchmarks/interrupt.py): the run's `finally` blocks have torn its
+                # cluster down by now; one line and the status a shell gives for the signal, not a traceback.
+                how = str(stop) or "Ctrl-C"
+                log(f"scenario {name} run {index + 1}/{runs} interrupted ({how}); nothing of it is kept")
+                signalled = re.fullmatch(r"stopped by signal (\d+)", how)
+                return 128 + int(signalled.group(1)) if signalled else 130
             except Exception as exc:
                 log(f"scenario {name} run {index + 1}/{runs} failed: {type(exc).__name__}: {exc}")
                 code = 1
