@@ -24,7 +24,8 @@ from agent_sandbox.kube.metrics import WEBHOOK_IN_FLIGHT, WEBHOOK_LATENCY, WEBHO
 
 __all__ = ["REVIEW_API_VERSIONS", "THREAD_THRESHOLD", "build_app", "handle_convert", "handle_healthz"]
 
-log = logging.getLogger("agent_sandbox.controllers.webhook.server")  # the logger field operators filter on predates the split
+# One logger name for every webhook module: operators filter on the field, and it predates the split.
+log = logging.getLogger("agent_sandbox.controllers.webhook.server")
 
 #: Reviews with more objects than this are converted off the event loop.
 THREAD_THRESHOLD = 32

@@ -23,7 +23,8 @@ from agent_sandbox.controllers.webhook.errors import WebhookError
 
 __all__ = ["SERVER_OPTIONS", "SHUTDOWN_GRACE", "ServingThread"]
 
-log = logging.getLogger("agent_sandbox.controllers.webhook.server")  # the logger field operators filter on predates the split
+# One logger name for every webhook module: operators filter on the field, and it predates the split.
+log = logging.getLogger("agent_sandbox.controllers.webhook.server")
 
 #: Options of the listener's request handler. No automatic decompression: a review is never compressed
 #: (:func:`_read_body` refuses a compressed body with 415), and what aiohttp still drains of a refused body
