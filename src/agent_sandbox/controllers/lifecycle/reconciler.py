@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from agent_sandbox.api.meta import ReadOnlyObject
 from agent_sandbox.kube import Client, Conflict, EventSink, Request, Result
 
 from .decide import (
@@ -34,7 +33,7 @@ from .decide import (
 )
 from .execute import RETRY_SOON, Executor, ProblemReports, drop_hibernate, suspend_sandbox
 from .execute_archive import abandon_archive, archive_sandbox, expire_archive, mark_archive_expired
-from .execute_restore import hold_again, restore_sandbox
+from .execute_restore import restore_sandbox
 from .metrics import LifecycleMetrics
 from .observe import observe
 from .probe import ActivityProbe
@@ -130,10 +129,3 @@ class LifecycleReconciler:
         if isinstance(plan, ExpireArchive):
             return await expire_archive(ex, request, snap, plan)
         raise AssertionError(f"unexpected plan {plan!r}")
-
-    async def _hold_again(
-        self, children: tuple[ReadOnlyObject, ...], name: str, archive_uid: str, ns: str
-    ) -> None:
-        # The restore's re-hold (`execute_restore.hold_again`), reachable here for the unit test that drives
-        # its give-up after repeated conflicts directly.
-        await hold_again(self._executor, children, name, archive_uid, ns)

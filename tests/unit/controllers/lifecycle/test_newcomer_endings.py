@@ -35,6 +35,7 @@ from agent_sandbox.controllers.lifecycle.decide import (
     archive_owner_ref,
     decide,
 )
+from agent_sandbox.controllers.lifecycle.execute_restore import hold_again
 from agent_sandbox.controllers.lifecycle.metrics import LifecycleMetrics
 from agent_sandbox.controllers.lifecycle.owners import legacy_restore
 from agent_sandbox.controllers.lifecycle.reconciler import LifecycleReconciler
@@ -484,7 +485,7 @@ async def test_a_newcomer_the_sdk_resumed_while_the_controller_was_down_gets_no_
 
 
 class FailingReads:
-    """Uncached reads; once armed, the next PVC read fails (an etcd leader change during `_hold_again`)."""
+    """Uncached reads; once armed, the next PVC read fails (an etcd leader change during `hold_again`)."""
 
     def __init__(self, client: FakeClient) -> None:
         self.client = client
@@ -521,7 +522,7 @@ async def released_to_a_deleted_restore(client: DeletedBeforeTheRelease, reads: 
 
 
 async def test_a_failed_hold_again_does_not_leave_the_volume_ownerless_past_the_archive() -> None:
-    """A reviewer's probe: the pass that saw the restored Sandbox deleted failed in `_hold_again`; the next
+    """A reviewer's probe: the pass that saw the restored Sandbox deleted failed in `hold_again`; the next
     pass deleted the archive and the volume was kept with no owner, for good (until December 7)."""
     client = DeletedBeforeTheRelease()
     reads = FailingReads(client)
@@ -556,7 +557,7 @@ async def test_hold_again_giving_up_after_conflicts_fails_the_pass() -> None:
     )
     rec = reconciler(client, Events())
     with pytest.raises(Conflict):
-        await rec._hold_again((HELD,), "sb", "archive-uid", NS)
+        await hold_again(rec._executor, (HELD,), "sb", "archive-uid", NS)
 
 
 # --------------------------------------------------------------------------- helpers
