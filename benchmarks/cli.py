@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -29,7 +28,7 @@ from typing import Any
 
 from . import plots, report
 from . import series as series_spread
-from .interrupt import stop_cleanly_on_sigterm
+from .interrupt import exit_status, stop_cleanly_on_sigterm
 from .log import log
 from .result_files import RESULTS, write_result
 from .scenario_params import ParamError, resolve_params
@@ -167,8 +166,7 @@ def run(
                 # cluster down by now; one line and the status a shell gives for the signal, not a traceback.
                 how = str(stop) or "Ctrl-C"
                 log(f"scenario {name} run {index + 1}/{runs} interrupted ({how}); nothing of it is kept")
-                signalled = re.fullmatch(r"stopped by signal (\d+)", how)
-                return 128 + int(signalled.group(1)) if signalled else 130
+                return exit_status(stop)
             except Exception as exc:
                 log(f"scenario {name} run {index + 1}/{runs} failed: {type(exc).__name__}: {exc}")
                 code = 1

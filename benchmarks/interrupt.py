@@ -14,10 +14,14 @@ from types import FrameType
 
 from agent_sandbox.interrupts import raise_where_safe
 
-__all__ = ["STOPPING_SIGNALS", "stop_cleanly_on_sigterm"]
+__all__ = ["STOPPING_SIGNALS", "exit_status", "stop_cleanly_on_sigterm"]
 
 #: The signals turned into Ctrl-C's KeyboardInterrupt (the CLI handles the same two, cli/main.py).
 STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+#: How the KeyboardInterrupt of a signal reads (`exit_status` reads the signal back).
+_STOPPED_BY = "stopped by signal "
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -28,7 +32,15 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     else:
         # A second SIGTERM during the teardown ends the process at once, as an impatient user expects.
         signal.signal(signum, signal.SIG_DFL)
-    raise_where_safe(KeyboardInterrupt(f"stopped by signal {signum}"))
+    raise_where_safe(KeyboardInterrupt(f"{_STOPPED_BY}{signum}"))
+
+
+def exit_status(stop: KeyboardInterrupt) -> int:
+    """The status a shell gives a program the interruption's signal stopped: 128 + the signal, 130 for Ctrl-C."""
+    text = str(stop)
+    if text.startswith(_STOPPED_BY) and text[len(_STOPPED_BY) :].isdigit():
+        return 128 + int(text[len(_STOPPED_BY) :])
+    return 128 + signal.SIGINT
 
 
 def stop_cleanly_on_sigterm() -> None:
