@@ -15,6 +15,7 @@ from ._bodies import Body, Lines, sync_body
 from ._closewatch import CloseWatch
 from ._driver_base import DriverBase, FlowResult, client_certificate, http_timeout, import_grpc
 from ._http_errors import transport_error
+from ._socket_cut import cut_sockets, track_sockets
 from ._steps import (
     Close,
     Emit,
@@ -53,7 +54,7 @@ class SyncDriver(DriverBase):
         if client is None:
             key, kw = self._client_kwargs(request, certificate)
             # Threads share a SyncDriver: of two that race here, one keeps its client, the other closes its own.
-            made = httpx2.Client(**kw)
+            made = track_sockets(httpx2.Client(**kw))
             client = self._clients.setdefault(key, made)
             if client is not made:
                 made.close()
@@ -213,10 +214,12 @@ class SyncDriver(DriverBase):
     def close(self) -> None:
         """Close every pooled connection and channel; the driver stays usable (it reopens lazily).
 
-        Calls running meanwhile (other threads) fail with the client-closed `SandboxConnectionError`."""
+        Calls running meanwhile (other threads) fail at once with the client-closed `SandboxConnectionError`:
+        their sockets are shut down before they are closed (`_socket_cut.py`)."""
         self._closes += 1
         clients, self._clients = self._clients, {}
         for client in clients.values():
+            cut_sockets(client)
             client.close()
         channels, self._channels = self._channels, {}
         for channel in channels.values():
