@@ -175,6 +175,15 @@ async def run(
         # start-up): the message says it all, as upstream's one-line "problem running manager".
         log.error("problem running manager: %s", describe_error(exc))
         return 1
+    except ExceptionGroup as group:
+        # Several runnables failed in the same pass (both listeners' ports taken by a second instance): one line
+        # naming each when all are known problems; a bug among them keeps the group's traceback.
+        known, bugs = group.split(START_UP_ERRORS)
+        if known is not None and bugs is None:
+            log.error("problem running manager: %s", "; ".join(describe_error(e) for e in _leaves(known)))
+        else:
+            log.error("problem running manager: %s", describe_error(group), exc_info=group)
+        return 1
     except Exception as exc:
         log.error("problem running manager: %s", describe_error(exc), exc_info=exc)  # a bug: keep the stack
         return 1
@@ -251,3 +260,11 @@ def _exit(code: int, argv: Sequence[str] | None) -> int:
 
 if __name__ == "__main__":
     main()
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    return [
+        leaf
+        for exc in group.exceptions
+        for leaf in (_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    ]

@@ -229,7 +229,8 @@ class Manager:
     # ------------------------------------------------------------------ run
 
     async def start(self, stop: asyncio.Event) -> None:
-        """Run until `stop` is set, then shut down in order. Raises the first failure."""
+        """Run until `stop` is set, then shut down in order. Raises the failure: itself when one runnable
+        failed, an `ExceptionGroup` of the failures when several did in the same pass."""
         report = StopReport(self.options.stop_report_after)
         try:
             async with asyncio.TaskGroup() as tg:

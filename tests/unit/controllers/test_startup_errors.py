@@ -155,6 +155,67 @@ async def test_metrics_port_in_use_is_one_line(tmp_path: Path, caplog: pytest.Lo
     assert record.exc_info is None
 
 
+async def _run_failing_together(tmp_path: Path, *errors: BaseException) -> int:
+    """Runnables that fail in the same pass: the manager's task group raises them as one group."""
+
+    def add(mgr: Manager, _: ControllerContext) -> None:
+        for error in errors:
+            mgr.add(_Failing(error))
+
+    return await asyncio.wait_for(
+        run(_options(tmp_path), setups=[Setup("failing", add)], stop=asyncio.Event()), 30
+    )
+
+
+async def test_several_start_up_errors_at_once_are_one_line_naming_each(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two listeners failing in the same pass (a second instance on the same ports) came as "unhandled errors
+    in a TaskGroup (2 sub-exceptions)" with a traceback, the ports named only inside it."""
+    errors = [
+        OSError(98, "error while attempting to bind on address ('127.0.0.1', 8080): address already in use"),
+        WebhookError("cannot listen on *:9443: [Errno 98] address already in use"),
+    ]
+    with caplog.at_level(logging.INFO):
+        assert await _run_failing_together(tmp_path, *errors) == 1
+    record = _problem(caplog)
+    assert record.exc_info is None
+    assert "TaskGroup" not in record.getMessage()
+    for error in errors:
+        assert str(error) in record.getMessage()
+
+
+async def test_metrics_and_health_ports_both_in_use_are_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The real listeners: one or both fail first (a race), the log line names the port(s) either way."""
+    with socket.socket() as metrics, socket.socket() as health:
+        for taken in (metrics, health):
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+        ports = [metrics.getsockname()[1], health.getsockname()[1]]
+        opts = _options(tmp_path, metrics=f"127.0.0.1:{ports[0]}")
+        opts.health_probe_bind_address = f"127.0.0.1:{ports[1]}"
+        with caplog.at_level(logging.INFO):
+            code = await asyncio.wait_for(run(opts, setups=[], stop=asyncio.Event()), 30)
+    assert code == 1
+    record = _problem(caplog)
+    assert record.exc_info is None
+    assert "TaskGroup" not in record.getMessage()
+    assert any(str(port) in record.getMessage() for port in ports)
+
+
+async def test_several_failures_with_a_bug_among_them_keep_the_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO):
+        assert (
+            await _run_failing_together(tmp_path, OSError(98, "address already in use"), KeyError("spec"))
+            == 1
+        )
+    assert _problem(caplog).exc_info is not None
+
+
 async def test_unexpected_start_up_errors_keep_the_traceback(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
