@@ -178,7 +178,7 @@ async def run(
     except ExceptionGroup as group:
         # Several runnables failed in the same pass (both listeners' ports taken by a second instance): one line
         # naming each when all are known problems; a bug among them keeps the group's traceback.
-        known, bugs = group.split(START_UP_ERRORS)
+        known, bugs = group.split(lambda exc: isinstance(exc, START_UP_ERRORS))
         if known is not None and bugs is None:
             log.error("problem running manager: %s", "; ".join(describe_error(e) for e in _leaves(known)))
         else:
