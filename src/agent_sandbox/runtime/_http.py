@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -11,7 +12,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import orjson
-from aiohttp import BodyPartReader, MultipartReader, hdrs, web
+from aiohttp import BodyPartReader, MultipartReader, StreamReader, hdrs, web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http_exceptions import BadHttpMethod, ContentEncodingError, HttpProcessingError, LineTooLong
 from aiohttp.typedefs import Middleware
@@ -24,8 +25,10 @@ from .processes import ShuttingDown
 __all__ = [
     "ANY_PATH",
     "ERROR_SHAPE",
+    "BodyTimeout",
     "ErrorShape",
     "JsonErrorAppRunner",
+    "body_timeout_middleware",
     "error_middleware",
     "find_part",
     "json_error_app",
@@ -35,6 +38,7 @@ __all__ = [
     "part_chunks",
     "part_filename",
     "path_tail",
+    "root_named",
     "send_open_file",
 ]
 
@@ -79,7 +83,7 @@ async def send_open_file(
     try:
         st = os.fstat(fd)
         request = byteranges.stale_if_range(request, st) or request
-        plan = byteranges.multi_range_plan(request, st.st_size)
+        plan = byteranges.range_plan(request, st.st_size)
         if isinstance(plan, list):
             return await byteranges.send_ranges(request, fd, plan, all_headers)
         if plan is not None:
@@ -92,16 +96,87 @@ async def send_open_file(
 
 
 def path_tail(request: web.Request, prefix: str) -> str:
-    """The percent-decoded rest of the raw path after `prefix` (so `%2F` counts as a separator).
+    """The percent-decoded rest of the raw path after the route's `prefix` (so `%2F` counts as a separator).
 
-    Raises InvalidPath when the escapes do not decode to UTF-8.
+    aiohttp routes on the decoded path, so the raw one may spell the prefix with escapes (`/%66iles/`) or,
+    in an absolute-form request target (`DELETE http://host/files/x`), start with more than the path. The
+    prefix is matched segment by segment, each raw segment decoded, in the URL's path (never the request
+    target). A mismatch once made the tail "" - the root: a recursive delete emptied the sandbox (until
+    December 7); one now raises InvalidPath (400), never names a path the request did not.
+
+    Raises InvalidPath when the escapes do not decode to UTF-8 or the path does not start with `prefix`.
     """
-    raw = request.raw_path.split("?", 1)[0]
-    tail = raw[len(prefix) :] if raw.startswith(prefix) else ""
+    raw = request.rel_url.raw_path
+    want = prefix.split("/")[:-1]  # "/v1/files/" -> ["", "v1", "files"]: the segments before the tail
+    segments = raw.split("/")
     try:
-        return unquote(tail, errors="strict")
+        if len(segments) <= len(want) or [unquote(s, errors="strict") for s in segments[: len(want)]] != want:
+            raise InvalidPath(f"request path does not start with {prefix}")
+        return unquote("/".join(segments[len(want) :]), errors="strict")
     except UnicodeDecodeError:
         raise InvalidPath("path is not valid UTF-8 after percent-decoding") from None
+
+
+def root_named(request: web.Request, user_path: str, names_root: Callable[[str], bool]) -> bool:
+    """Whether the request names the root itself, by `path_tail`'s reading of the raw path (`user_path`)
+    and by aiohttp's own decoding of the route's `path` alike: a delete empties the root only then.
+
+    The second reading guards the delete that cannot be undone against a path read wrong (a route prefix
+    spelled with escapes once read as "", the root: until December 7), and a symlink that resolves to the
+    root is not the root named.
+    """
+    return names_root(user_path) and names_root(request.match_info.get("path", ""))
+
+
+class BodyTimeout(Exception):
+    """No byte of a request body arrived for the idle timeout while its handler waited for one (HTTP 408).
+
+    No OSError (so no TimeoutError) and no ValueError: the handlers' own error answers must not take it.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        super().__init__(f"request body not received: nothing arrived for {timeout:g}s")
+
+
+def body_timeout_middleware(timeout: float) -> Middleware:
+    """Fail a request body that stops arriving: after `timeout` seconds (`--http-idle-timeout`) without a
+    byte while the body is not complete, the handler's next (or pending) read raises BodyTimeout, which
+    `error_middleware` answers 408 and which an upload's atomic write cleans up after (its temporary file).
+
+    Until December 7 a body that stalled (Content-Length 100, 3 bytes, silence) held its handler forever:
+    its `.sandboxd-tmp-*` file and descriptor stayed, and the request counted as in flight, so
+    `GET /v1/activity` said idle 0 and the sandbox was never suspended. The limit is on silence only: a
+    slow body that keeps arriving is read to its end. 0 turns it off.
+    """
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if timeout <= 0 or not request.can_read_body:
+            return await handler(request)
+        watch = asyncio.create_task(_watch_body(request, timeout))
+        try:
+            return await handler(request)
+        finally:
+            watch.cancel()
+
+    return middleware
+
+
+async def _watch_body(request: web.Request, idle_limit: float) -> None:
+    stream: StreamReader = request.content
+    loop = asyncio.get_running_loop()
+    step = min(1.0, idle_limit / 4)
+    seen, since = stream.total_bytes, loop.time()
+    while not stream.is_eof() and stream.exception() is None:
+        await asyncio.sleep(step)
+        transport = request.transport
+        # Reading paused for backpressure (the handler is slow to take what came, a disk that stalls): the
+        # silence is ours, not the client's.
+        if stream.total_bytes != seen or (transport is not None and not transport.is_reading()):
+            seen, since = stream.total_bytes, loop.time()
+        elif loop.time() - since >= idle_limit and not stream.is_eof():
+            stream.set_exception(BodyTimeout(idle_limit))
+            return
 
 
 def json_error_app(shape: ErrorShape, *, before: Sequence[Middleware] = (), **kwargs: Any) -> web.Application:
@@ -139,6 +214,16 @@ def error_middleware(shape: ErrorShape) -> Middleware:
             resp = json_response(shape(400, text), 400)
             resp.force_close()  # the rest of the body cannot be read, so the connection cannot carry another
             # ...and aiohttp must not try to read it after this answer either: it would log the error again.
+            request.content.feed_eof()
+            return resp
+        except BodyTimeout as exc:
+            log.info("gave up on a request body from %s: %s", request.remote, exc)
+            resp = json_response(shape(408, str(exc)), 408)
+            resp.force_close()  # the rest of the body may still come: the connection cannot carry another
+            # ...and aiohttp must not wait for it after this answer (its lingering read would raise the
+            # error again): the body ends here, and bytes that come late are not read into it.
+            if request.transport is not None:
+                request.transport.pause_reading()
             request.content.feed_eof()
             return resp
         except ShuttingDown:

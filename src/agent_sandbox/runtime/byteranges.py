@@ -1,14 +1,21 @@
-"""Requests for several byte ranges of a file: one `206 multipart/byteranges` answer, as sandboxd's Go server
-(`http.ServeContent`) gives.
+"""`Range` requests answered as sandboxd's Go server (`http.ServeContent`) answers them.
 
-aiohttp's FileResponse, which serves everything else (single ranges, conditional requests, HEAD, sendfile),
-answers `416 Range Not Satisfiable` to any request with more than one range - wrong by RFC 9110 §15.5.17 when
-the ranges overlap the file (a server may ignore `Range` and send the whole file, but 416 says none of them
-can be served). Go's rules, followed here: ranges are parsed as `http.parseRange` does; ranges that begin past
-the end are dropped (416 only when none is left, left to aiohttp); when the ranges add up to more than the
-file the whole file is sent instead (Go's guard against many overlapping ranges). A multi-range request that
-also carries a precondition (`If-*`) is served whole by aiohttp with its `Range` dropped, which the RFC
-allows and keeps the precondition logic in one place.
+aiohttp's FileResponse serves the file (single ranges, conditional requests, HEAD, sendfile) but decides
+ranges its own way: 416 to any request with more than one range (wrong by RFC 9110 §15.5.17 when the ranges
+overlap the file), 416 to any range on an empty file (Go ignores it: a 200), a 206 of the whole file for
+`bytes=-0` (an empty suffix, unsatisfiable), and digits of any length (Go refuses a number past int64: 416).
+So every `Range` is parsed here as Go's `http.parseRange` does (`range_plan`) and aiohttp is handed a
+`Range` it answers as Go would: the one range that overlaps, written out; none, to send the whole file; or
+one that starts at the end of the file, for its 416 with `Content-Range: bytes */<size>` - its own, so
+preconditions (`If-*`) are still weighed first, as Go weighs them. Several ranges that overlap are one
+`206 multipart/byteranges` answer (`send_ranges`); when they add up to more than the file the whole file is
+sent instead (Go's guard against many overlapping ranges). A multi-range request that also carries a
+precondition is served whole by aiohttp with its `Range` dropped, which the RFC allows and keeps the
+precondition logic in one place.
+
+One deliberate difference: an empty suffix (`bytes=-0`) is dropped as unsatisfiable, as RFC 9110 §14.1.2
+has it; Go keeps it as a zero-length range and answers a 206 with the invalid `Content-Range: bytes 5-4/5`
+(golang/go#81262).
 """
 
 from __future__ import annotations
@@ -23,12 +30,13 @@ from email.utils import formatdate
 from aiohttp import hdrs, web
 from multidict import CIMultiDict
 
-__all__ = ["ByteRange", "file_etag", "multi_range_plan", "send_ranges", "stale_if_range"]
+__all__ = ["ByteRange", "file_etag", "range_plan", "send_ranges", "stale_if_range"]
 
 _CHUNK = 1 << 16
-_DIGITS = re.compile(
-    r"[0-9]+"
-)  # ASCII only: str.isdigit() takes other scripts' digits, Go's ParseInt does not
+# What Go's strconv.ParseInt(s, 10, 64) takes and is not negative: ASCII digits only (str.isdigit() takes
+# other scripts' digits) after an optional `+`, at most int64's largest.
+_DIGITS = re.compile(r"\+?[0-9]+")
+_INT64_MAX = (1 << 63) - 1
 _PRECONDITIONS = (
     hdrs.IF_MATCH,
     hdrs.IF_NONE_MATCH,
@@ -48,6 +56,13 @@ class _Invalid(ValueError):
     pass
 
 
+def _int(text: str) -> int:
+    """A non-negative number as Go's ParseInt reads it (`_Invalid` otherwise, past int64 too)."""
+    if not _DIGITS.fullmatch(text) or (value := int(text)) > _INT64_MAX:
+        raise _Invalid(text)
+    return value
+
+
 def _parse(header: str, size: int) -> list[ByteRange]:
     """Go's `parseRange`: the satisfiable ranges (those that begin past the end dropped); `_Invalid` for a
     malformed header."""
@@ -63,23 +78,20 @@ def _parse(header: str, size: int) -> list[ByteRange]:
             raise _Invalid(spec)
         first, last = first.strip(" \t"), last.strip(" \t")
         if not first:
-            if not _DIGITS.fullmatch(last):
-                raise _Invalid(spec)
-            start = size - min(int(last), size)
-            if start < size:
+            start = size - min(_int(last), size)
+            if start < size:  # an empty suffix (`-0`) selects nothing: dropped (RFC 9110; Go keeps it)
                 ranges.append(ByteRange(start, size - start))
             continue
-        if not _DIGITS.fullmatch(first):
-            raise _Invalid(spec)
-        start = int(first)
+        start = _int(first)
         if start >= size:
             continue  # no overlap
         if not last:
             ranges.append(ByteRange(start, size - start))
             continue
-        if not _DIGITS.fullmatch(last) or int(last) < start:
+        end = _int(last)
+        if end < start:
             raise _Invalid(spec)
-        ranges.append(ByteRange(start, min(int(last), size - 1) - start + 1))
+        ranges.append(ByteRange(start, min(end, size - 1) - start + 1))
     return ranges
 
 
@@ -109,21 +121,26 @@ def stale_if_range(request: web.Request, st: os.stat_result) -> web.Request | No
     return request.clone(headers=headers)
 
 
-def multi_range_plan(request: web.Request, size: int) -> list[ByteRange] | web.Request | None:
-    """How to answer `request` for a file of `size` bytes when it asks for several ranges: the ranges for a
-    multipart answer, or a copy of the request for aiohttp to serve (its `Range` reduced to the one range
-    that overlaps, or dropped to send the whole file); None when aiohttp's own handling is right (no `Range`,
-    one range, a header it refuses, or no range that overlaps: its 416)."""
+def range_plan(request: web.Request, size: int) -> list[ByteRange] | web.Request | None:
+    """How to answer `request` for a file of `size` bytes as Go's ServeContent would: the ranges for a
+    multipart answer, or a copy of the request for aiohttp to serve with its `Range` rewritten (the one range
+    that overlaps; none, for the whole file; one starting at the end, for aiohttp's 416); None when the
+    request has no `Range` aiohttp reads (no header, not GET or HEAD)."""
     header = request.headers.get(hdrs.RANGE)
-    if header is None or "," not in header or request.method not in ("GET", "HEAD"):
-        return None
-    try:
-        ranges = _parse(header, size)
-    except _Invalid:
-        return None
-    if not ranges:
+    if header is None or request.method not in ("GET", "HEAD"):
         return None
     headers = CIMultiDict(request.headers)
+    try:
+        ranges = _parse(header, size)
+    except _Invalid:  # Go: 416 "invalid range", an empty file too
+        headers[hdrs.RANGE] = f"bytes={size}-"
+        return request.clone(headers=headers)
+    if not ranges:
+        if size == 0:  # Go: a range on an empty file is ignored (clients that always send one), a 200
+            del headers[hdrs.RANGE]
+        else:  # none overlaps: 416 with the file's length
+            headers[hdrs.RANGE] = f"bytes={size}-"
+        return request.clone(headers=headers)
     if len(ranges) == 1:
         only = ranges[0]
         headers[hdrs.RANGE] = f"bytes={only.start}-{only.start + only.length - 1}"

@@ -25,6 +25,7 @@ from aiohttp import web
 from . import files
 from ._http import (
     ANY_PATH,
+    body_timeout_middleware,
     find_part,
     json_error_app,
     json_response,
@@ -33,6 +34,7 @@ from ._http import (
     part_chunks,
     part_filename,
     path_tail,
+    root_named,
     send_open_file,
 )
 from .execution import run_command
@@ -425,6 +427,11 @@ class _Legacy:
             user_path = path_tail(request, "/files/")
             if not await self._delete_symlink(user_path):
                 target = self.state.resolve(user_path)
+                if target == self.state.root and not root_named(
+                    request, user_path, lambda p: self.state.names_root(p, sandboxd=False)
+                ):
+                    message = "path resolves to the sandbox root without naming it; name the root to empty it"
+                    return json_response({"message": message}, 400)
                 await files.delete(self.state.root, target, recursive=recursive in ("true", "1"))
         except PathEscape:
             return json_response(_ACCESS_DENIED, 403)
@@ -485,7 +492,7 @@ def legacy_app(state: RuntimeState) -> web.Application:
     h = _Legacy(state)
     app = json_error_app(
         _legacy_error,
-        before=[state.activity.middleware()],
+        before=[state.activity.middleware(), body_timeout_middleware(state.config.http_idle_timeout)],
         client_max_size=state.config.max_json_body_bytes,
     )
     app.router.add_get("/", h.health)

@@ -12,7 +12,15 @@ from __future__ import annotations
 import os
 import posixpath
 
-__all__ = ["InvalidPath", "PathEscape", "check_fd", "confine", "confine_lexically", "real_root"]
+__all__ = [
+    "InvalidPath",
+    "PathEscape",
+    "check_fd",
+    "confine",
+    "confine_lexically",
+    "names_root",
+    "real_root",
+]
 
 
 class PathEscape(PermissionError):
@@ -42,15 +50,31 @@ def confine(root: str, user_path: str, *, configured_root: str | None = None) ->
     """
     if "\x00" in user_path:
         raise InvalidPath("path contains a NUL byte")
-    if configured_root:
-        cleaned = posixpath.normpath(user_path) if user_path else ""
-        prefix = posixpath.normpath(configured_root)
-        if prefix != "/" and _inside(cleaned, prefix):
-            user_path = cleaned[len(prefix) :]
+    user_path = _strip_configured(user_path, configured_root)
     resolved = os.path.realpath(_joined(root, user_path))
     if not _inside(resolved, root):
         raise PathEscape(f"path {user_path!r} escapes the root")
     return resolved
+
+
+def _strip_configured(user_path: str, configured_root: str | None) -> str:
+    if configured_root:
+        cleaned = posixpath.normpath(user_path) if user_path else ""
+        prefix = posixpath.normpath(configured_root)
+        if prefix != "/" and _inside(cleaned, prefix):
+            return cleaned[len(prefix) :]
+    return user_path
+
+
+def names_root(root: str, user_path: str, *, configured_root: str | None = None) -> bool:
+    """Whether `user_path` itself names the root ("", "/", ".", "a/..", the configured root for sandboxd),
+    without following symlinks: what a delete of the whole root's contents requires (see `confine`)."""
+    if "\x00" in user_path:
+        return False
+    try:
+        return _joined(root, _strip_configured(user_path, configured_root)) == root
+    except PathEscape:
+        return False
 
 
 def _joined(root: str, user_path: str) -> str:

@@ -14,6 +14,7 @@ from aiohttp import web
 from . import files
 from ._http import (
     ANY_PATH,
+    body_timeout_middleware,
     find_part,
     json_error_app,
     json_response,
@@ -21,6 +22,7 @@ from ._http import (
     multipart_reader,
     part_chunks,
     path_tail,
+    root_named,
     send_open_file,
 )
 from .paths import InvalidPath, PathEscape
@@ -38,6 +40,7 @@ _CODES = {
     403: "PERMISSION_DENIED",
     404: "NOT_FOUND",
     405: "METHOD_NOT_ALLOWED",
+    408: "DEADLINE_EXCEEDED",  # a request body that stopped arriving (`--http-idle-timeout`)
     409: "CONFLICT",
     413: "RESOURCE_EXHAUSTED",
     503: "UNAVAILABLE",
@@ -58,6 +61,9 @@ def _error(status: int, message: str) -> web.Response:
 _NOT_FOUND = (404, "path does not exist within the sandbox")
 _ESCAPE = (403, "path traversal outside sandbox root is forbidden")
 _DENIED = (403, "permission denied")
+#: A delete whose path reaches the root without naming it (a symlink to it): the root is emptied only when
+#: the request names it ("", "/"), as spec §2.2.1 has it.
+_ROOT_UNNAMED = "path resolves to the sandbox root without naming it; name the root itself to empty it"
 
 
 def _os_failure(err: OSError) -> web.Response:
@@ -144,7 +150,7 @@ class _Rest:
 
     async def delete(self, request: web.Request) -> web.Response:
         try:
-            _, target = self._target(request)
+            user_path, target = self._target(request)
             os.lstat(target)
         except PathEscape:
             return _error(*_ESCAPE)
@@ -158,6 +164,10 @@ class _Rest:
             if raw not in _BOOLS:
                 return _error(400, f"recursive {raw!r} must be a boolean")
             recursive = _BOOLS[raw]
+        if target == self.state.root and not root_named(
+            request, user_path, lambda p: self.state.names_root(p, sandboxd=True)
+        ):
+            return _error(400, _ROOT_UNNAMED)
         try:
             await files.delete(self.state.root, target, recursive=recursive)
         except OSError as err:
@@ -189,7 +199,10 @@ async def _body_chunks(request: web.Request) -> AsyncIterator[bytes]:
 def rest_app(state: RuntimeState) -> web.Application:
     """The aiohttp application of sandboxd's REST API for one server."""
     h = _Rest(state)
-    app = json_error_app(_error_body, before=[state.activity.middleware()])
+    app = json_error_app(
+        _error_body,
+        before=[state.activity.middleware(), body_timeout_middleware(state.config.http_idle_timeout)],
+    )
     # Any character, a newline too (`.*` stops at one: a file named so was a route miss, 404 `Not Found`, until
     # December 6); sandboxd serves every byte but NUL. The path itself is read raw (`path_tail`).
     app.router.add_get(_PREFIX + ANY_PATH, h.get)  # also HEAD

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from .activity import Activity
 from .claimenv import ClaimEnv
 from .config import RuntimeConfig
-from .paths import confine, real_root
+from .paths import confine, names_root, real_root
 from .processes import Supervisor
 
 __all__ = ["SENSITIVE_ENV_MARKERS", "RuntimeState"]
@@ -61,6 +61,10 @@ class RuntimeState:
     def resolve_sandboxd(self, user_path: str) -> str:
         """sandboxd rule: like `resolve`, and a path spelled with the configured root has it stripped."""
         return confine(self.root, user_path, configured_root=self.configured_root)
+
+    def names_root(self, user_path: str, *, sandboxd: bool) -> bool:
+        """Whether `user_path` spells the root itself (no symlink followed), by the legacy or sandboxd rule."""
+        return names_root(self.root, user_path, configured_root=self.configured_root if sandboxd else None)
 
     def metadata(self) -> dict[str, str]:
         """The prefixed, non-secret environment, snapshotted at the first call."""

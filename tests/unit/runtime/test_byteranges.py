@@ -18,6 +18,10 @@ pytestmark = pytest.mark.unit
         ("bytes=100-,200-300", []),  # none overlaps
         ("bytes=-0,0-0", [ByteRange(0, 1)]),  # an empty suffix overlaps nothing
         ("bytes=-500,1-1", [ByteRange(0, 100), ByteRange(1, 1)]),
+        ("bytes=-0", []),  # a lone empty suffix: unsatisfiable (416), as RFC 9110 has it
+        ("bytes=+1-+2", [ByteRange(1, 2)]),  # Go's ParseInt takes a `+`
+        (f"bytes=90-{2**63 - 1}", [ByteRange(90, 10)]),  # int64's largest: clipped
+        (f"bytes={2**63 - 1}-", []),
     ],
 )
 def test_ranges(header: str, expected: list[ByteRange]) -> None:
@@ -33,6 +37,11 @@ def test_ranges(header: str, expected: list[ByteRange]) -> None:
         "bytes=0-1,2",
         "bytes=\u0661-\u0662,3-4",
         "bytes=--1,0-1",
+        "bytes=0-99999999999999999999999",  # past int64: Go's ParseInt fails
+        f"bytes={2**63}-",
+        f"bytes=-{2**63}",
+        "Bytes=0-1",  # the unit is case-sensitive in Go
+        "bytes=0--1",
     ],
 )
 def test_malformed(header: str) -> None:
