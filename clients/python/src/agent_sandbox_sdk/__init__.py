@@ -19,6 +19,7 @@ from .async_sandbox import AsyncCommandExecutor, AsyncCommandStream, AsyncFilesy
 from .async_sandbox_client import AsyncSandboxClient
 from .exceptions import (
     SandboxClaimFailedError,
+    SandboxClientClosedError,
     SandboxConnectionError,
     SandboxError,
     SandboxMetadataError,
@@ -72,6 +73,7 @@ __all__ = [
     "Sandbox",
     "SandboxClaimFailedError",
     "SandboxClient",
+    "SandboxClientClosedError",
     "SandboxConnectionError",
     "SandboxDirectConnectionConfig",
     "SandboxError",

@@ -294,12 +294,17 @@ class AsyncDriver(DriverBase):
             pass
 
     async def aclose(self) -> None:
-        """Close every pooled connection and channel; the driver stays usable (it reopens lazily)."""
+        """Close every pooled connection and channel; the driver stays usable (it reopens lazily).
+
+        Those another event loop opened (`asyncio.run(work())`, then `asyncio.run(client.close())`) are dropped,
+        not closed, as a flow on a new loop drops them (`_follow_loop`): closing them needs their loop, and
+        until December 7 this raised `RuntimeError: Event loop is closed`."""
+        self._follow_loop()
         # Both taken before the first await: a call starting meanwhile opens new ones, and a call cancelled
         # by these closes started before the count moved (told from a cancelled task by it).
         clients, self._clients = self._clients, {}
         channels, self._channels = self._channels, {}
-        self._closes += 1
+        self.closing()
         for client in clients.values():
             await client.aclose()
         for channel in channels.values():

@@ -3,13 +3,18 @@
 Retry policy (both drivers, one implementation):
 - a request that certainly never reached the server (connect failure) is retried whatever the method;
 - GET/HEAD/PUT/DELETE are also retried on a dropped connection and on 500/502/503/504;
-- POST (execute, upload) is never retried once sent; timeouts are never retried (the caller's budget is spent);
+- POST (execute, upload) is never retried once sent; timeouts are never retried (the caller's budget is spent),
+  nor is a call the client's own `close()` cut (`SandboxClientClosedError`);
 - up to 5 retries, waiting 0.5 * 2^attempt s, as upstream. After the last try a 5xx is returned to the
   status check (so it raises `SandboxRequestError` with that status), not a "retries exhausted" error;
 - ours: after the first 502/503 the Sandbox is read once; when it no longer exists (deleted, or its claim
   expired) there is nothing to retry for, and the error says so at once (it took the 15.5 s of backoff);
 - ours: a lifecycle router's 503 "Sandbox <ns>/<name> could not be resumed: <why>" is raised as it is, at
-  once, whatever the method: neither read nor retried (the router said why, and its refusals are final).
+  once, whatever the method: neither read nor retried (the router said why, and its refusals are final);
+- ours: a router's 504 saying the request's own `X-Sandbox-Timeout` ran out ("Timed out waiting for the
+  backend sandbox: <id> (no response within <N> s: X-Sandbox-Timeout)") is the call's timeout:
+  `SandboxRequestTimeoutError`, at once, whatever the method. Its other 504s (its own --proxy-timeout, its
+  header timeout when the request set none) are retried as any 504.
 After a 5xx or a transport failure the connection forgets its cached pod IP and tunnel.
 """
 
@@ -29,13 +34,14 @@ from ._hibernation import archived, hibernated_hint
 from ._lifecycle_names import REASON_SANDBOX_HIBERNATED
 from ._steps import Flow, HttpRequest, HttpResponse, Open, ReadChunk, Send, Sleep, StreamHandle, Upload
 from .constants import AUTO_RESUME_ANNOTATION
-from .exceptions import SandboxRequestError, SandboxRequestTimeoutError
+from .exceptions import SandboxClientClosedError, SandboxRequestError, SandboxRequestTimeoutError
 
 __all__ = [
     "MAX_LIST_RESPONSE",
     "MAX_RETRIES",
     "MAX_RUN_RESPONSE",
     "call",
+    "callers_timeout_ran_out",
     "check",
     "check_timeout",
     "error_detail",
@@ -130,8 +136,26 @@ def _where(resp: HttpResponse) -> str:
     return f"{resp.method} {url}"
 
 
+#: How a router's 504 text starts (`router/_outcome.py` `timeout_error`), and how it ends when the limit that ran
+#: out was the request's own `X-Sandbox-Timeout` - not capped by the router's --proxy-timeout, which ends
+#: "..., capped by the router's --proxy-timeout)", nor the router's own limit ("... with X-Sandbox-Timeout)").
+_ROUTER_TIMED_OUT = "Timed out waiting for the backend sandbox: "
+_OWN_TIMEOUT_RAN_OUT = " s: X-Sandbox-Timeout)"
+
+
+def callers_timeout_ran_out(resp: HttpResponse) -> bool:
+    """A router's 504 for a request whose own `X-Sandbox-Timeout` (the call's timeout) ran out before the
+    sandbox answered: the call timed out. Retrying it spends the caller's budget again (until December 7 a GET
+    with `timeout=1` against a stuck runtime was sent six times and failed after 21.5 s with a plain HTTP 504)."""
+    if resp.status_code != 504:
+        return False
+    detail = error_detail(resp)
+    return detail.startswith(_ROUTER_TIMED_OUT) and detail.endswith(_OWN_TIMEOUT_RAN_OUT)
+
+
 def check(resp: HttpResponse, *, allow: Collection[int] = ()) -> HttpResponse:
-    """`resp` if it succeeded (or its status is in `allow`); else `SandboxRequestError`."""
+    """`resp` if it succeeded (or its status is in `allow`); else `SandboxRequestError` -
+    `SandboxRequestTimeoutError` for a router's 504 saying the call's own timeout ran out."""
     code = resp.status_code
     if resp.over_limit:
         raise SandboxRequestError(
@@ -145,7 +169,10 @@ def check(resp: HttpResponse, *, allow: Collection[int] = ()) -> HttpResponse:
             f"{where}: redirect {code} to {resp.headers.get('location', '?')} not followed", code, resp
         )
     detail = error_detail(resp)
-    raise SandboxRequestError(f"{where}: HTTP {code}" + (f": {detail}" if detail else ""), code, resp)
+    message = f"{where}: HTTP {code}" + (f": {detail}" if detail else "")
+    if callers_timeout_ran_out(resp):
+        raise SandboxRequestTimeoutError(message, code, resp)
+    raise SandboxRequestError(message, code, resp)
 
 
 #: The statuses of a router (or gateway) that could not reach the sandbox: worth saying why, if the API knows.
@@ -411,7 +438,7 @@ def call(
         )
         try:
             resp: HttpResponse = yield Send(req)
-        except SandboxRequestTimeoutError:
+        except (SandboxRequestTimeoutError, SandboxClientClosedError):
             conn.failed()
             raise
         except SandboxRequestError as err:
@@ -441,6 +468,7 @@ def call(
                 and attempt < MAX_RETRIES
                 and replayable
                 and not _resume_refused(resp)  # final: raised below as it is (`explain_unreachable`)
+                and not callers_timeout_ran_out(resp)  # the call's timeout: raised below, by `check`
             ):
                 if attempt == 0 and resp.status_code in UNREACHABLE:
                     found, view = yield from _read_sandbox(conn)

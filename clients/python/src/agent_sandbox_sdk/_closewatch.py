@@ -6,8 +6,10 @@ stream said "the response was cut off ... the sandbox went away, or a router or 
 a sandboxd call "CANCELLED: Channel closed!", and a sync stream whose socket was blocked in a read when the
 other thread closed it went on to the command's end (exit 0), while a sync `run` failed. Now every call in
 flight across a `close()` - and every later read of a stream opened before it - fails alike, with
-`SandboxConnectionError` "...: the connection was closed while the call was in flight (client closed)"; the
-calls started after it reconnect lazily as before.
+`SandboxClientClosedError` (a `SandboxConnectionError`) "...: the connection was closed while the call was in
+flight (client closed)"; the calls started after it reconnect lazily as before. No flow retries or waits out that
+error (a watch reconnecting after it made a create in flight across `close()` complete afterwards, its claim
+left behind, until December 7).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._steps import GrpcCall, GrpcFailure, GrpcOpen, GrpcRead, Open, ReadChunk, ReadLine, Send, Step
-from .exceptions import SandboxConnectionError, SandboxRequestTimeoutError
+from .exceptions import SandboxClientClosedError, SandboxConnectionError, SandboxRequestTimeoutError
 
 __all__ = ["CloseWatch", "closed_error", "step_where"]
 
@@ -39,9 +41,9 @@ def step_where(step: Step) -> str:
     return type(step).__name__
 
 
-def closed_error(where: str) -> SandboxConnectionError:
+def closed_error(where: str) -> SandboxClientClosedError:
     """The error of a call the client's `close()` cut (the same words for every transport)."""
-    return SandboxConnectionError(
+    return SandboxClientClosedError(
         f"{where}: the connection was closed while the call was in flight (client closed)"
     )
 

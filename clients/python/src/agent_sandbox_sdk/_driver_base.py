@@ -140,6 +140,18 @@ class DriverBase:
         self._channels: dict[str, Any] = {}
         _DRIVERS.add(self)
 
+    @property
+    def closes(self) -> int:
+        """How many times `closing()` (every `close()`/`aclose()` starts with it) has run: a client compares
+        it around a whole call (a create) to tell one that a `close()` overlapped."""
+        return self._closes
+
+    def closing(self) -> None:
+        """Count a `close()` about to run: calls in flight from now on fail as cut by it (`CloseWatch`), and a
+        create completing from now on undoes itself. A client's `close()` and `with` exit call it before they
+        read their registry, so that no create tracks its handle after that read and outlives the cleanup."""
+        self._closes += 1
+
     def forget_connections(self) -> None:
         """Drop every pooled client and channel without closing them; they reopen lazily."""
         self._clients, self._channels = {}, {}

@@ -28,7 +28,12 @@ from .constants import (
     SANDBOX_API_VERSION,
     SANDBOX_PLURAL_NAME,
 )
-from .exceptions import SandboxConnectionError, SandboxRequestError, SandboxRequestTimeoutError
+from .exceptions import (
+    SandboxClientClosedError,
+    SandboxConnectionError,
+    SandboxRequestError,
+    SandboxRequestTimeoutError,
+)
 
 __all__ = [
     "KubeResource",
@@ -241,7 +246,9 @@ def watch_one(
 
     Returns (that value, None) or, when `deadline` (time.monotonic) passes first, (None, last rv).
     `decide` may raise to stop. 410 Gone restarts from `0` (the current state, as ADDED); a dropped
-    connection reconnects after 0.5 s; `ERROR` events other than 410 raise `SandboxRequestError`.
+    connection reconnects after 0.5 s - not one the client's own `close()` cut (`SandboxClientClosedError` is
+    raised: the wait is over, and a create's rollback runs); `ERROR` events other than 410 raise
+    `SandboxRequestError`.
     """
     _require_name(f"{res.plural[:-1]} name", name)  # an empty field selector would match every object
     rv = resource_version or "0"
@@ -285,5 +292,7 @@ def watch_one(
                     return verdict, rv
             if not events and time.monotonic() - opened_at < 1.0:
                 yield Sleep(0.1)  # a server that ends empty watches at once must not make this spin
+        except SandboxClientClosedError:
+            raise
         except (SandboxConnectionError, SandboxRequestTimeoutError):
             yield Sleep(0.5)

@@ -216,7 +216,7 @@ class SyncDriver(DriverBase):
 
         Calls running meanwhile (other threads) fail at once with the client-closed `SandboxConnectionError`:
         their sockets are shut down before they are closed (`_socket_cut.py`)."""
-        self._closes += 1
+        self.closing()
         clients, self._clients = self._clients, {}
         for client in clients.values():
             cut_sockets(client)

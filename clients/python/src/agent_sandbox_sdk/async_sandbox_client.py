@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from . import _inventory, _kube, _lifecycle, metrics
 from ._claims import validate_create_args
+from ._closewatch import closed_error
 from ._driver import AsyncDriver, SyncDriver
 from ._shared import Registry, default_connection_config, kube_endpoint, log
 from ._tracing import tracing_for
@@ -80,7 +81,9 @@ class AsyncSandboxClient:
         return self._driver.kube.namespace if self._driver.kube is not None else "default"
 
     async def close(self) -> None:
-        """Disconnect every handle and close pooled connections (claims stay)."""
+        """Disconnect every handle and close pooled connections (claims stay). Calls in flight meanwhile (other
+        tasks) fail with `SandboxClientClosedError`; a create among them deletes its auto-named claim."""
+        self._driver.closing()  # before the registry is read: a create completing from now on undoes itself
         for _key, handle in self._registry.snapshot():
             await handle.close_connection()
         await self._driver.aclose()
@@ -115,6 +118,9 @@ class AsyncSandboxClient:
         limit = _stop_limit()
         interrupted: asyncio.CancelledError | None = None
         token = _CLEANUP_LIMIT.set(limit)  # the count a `super().terminate()` of a `sandbox_class` keeps
+        # Before the registry is read: a create of another task completing from now on deletes its own claim
+        # rather than track a handle this cleanup no longer sees.
+        self._driver.closing()
         try:
             for (namespace, claim), handle in self._registry.tracked_here():
                 if handle._state.auto_named:
@@ -225,10 +231,20 @@ class AsyncSandboxClient:
             volume_claim_templates=volume_claim_templates,
         )
 
-        untracked: list[str] = []
+        untracked: list[tuple[str, str | None]] = []
+        closes = self._driver.closes
 
         def track(created: _lifecycle.CreatedClaim) -> AsyncSandbox:
             view = created.view
+            if self._driver.closes != closes:
+                # A `close()` (or the `async with` exit's cleanup) started while the create ran: it fails like
+                # any call in flight across a `close()`, and its auto-named claim is deleted below, as an
+                # interrupted create's is. Until December 7 it returned after the cleanup had read the
+                # registry, and its claim was never deleted. (Both start with `closing()`, before they read
+                # the registry: a handle tracked here before it is in what they read.)
+                if created.auto_named:
+                    untracked.append((view.name, view.uid))
+                raise closed_error(f"create_sandbox {namespace}/{view.name}")
             try:
                 return self._track(
                     view.name,
@@ -244,7 +260,7 @@ class AsyncSandboxClient:
                 # driver; the DELETE follows below, once the error comes out of `run`. An explicit name is
                 # the caller's (perhaps adopted) claim and stays, as on any failed create.
                 if created.auto_named:
-                    untracked.append(view.name)
+                    untracked.append((view.name, view.uid))
                 raise
 
         flow = _lifecycle.create_and_wait(
@@ -266,15 +282,15 @@ class AsyncSandboxClient:
             try:
                 return await self._driver.run(flow, track)
             except BaseException:
-                for name in untracked:
-                    await self._delete_untracked(namespace, name)
+                for name, uid in untracked:
+                    await self._delete_untracked(namespace, name, uid)
                 raise
 
-    async def _delete_untracked(self, namespace: str, name: str) -> None:
-        """Best effort: DELETE a Ready auto-named claim no handle stands for; a failure is logged.
-        Shielded: a cancellation meanwhile is raised once
+    async def _delete_untracked(self, namespace: str, name: str, uid: str | None = None) -> None:
+        """Best effort: DELETE a Ready auto-named claim no handle stands for (by `uid` when known); a failure
+        is logged. Shielded: a cancellation meanwhile is raised once
         the DELETE has gone out and been answered, not in its middle."""
-        deleting = asyncio.ensure_future(self._driver.run(_lifecycle.delete_claim(namespace, name)))
+        deleting = asyncio.ensure_future(self._driver.run(_lifecycle.delete_claim(namespace, name, uid=uid)))
         interrupted: asyncio.CancelledError | None = None
         while not deleting.done():
             try:

@@ -16,6 +16,7 @@ SandboxError (RuntimeError)
 ├── SandboxTimeoutError              (also TimeoutError) a wait ran out: names the last condition
 └── SandboxRequestError              an HTTP/gRPC call failed; .status_code, .response
     ├── SandboxConnectionError       no response at all (status_code None)
+    │   └── SandboxClientClosedError (ours) the client's own close() cut the call
     └── SandboxRequestTimeoutError   (also TimeoutError) no response within the call's timeout
 ```
 
@@ -30,6 +31,7 @@ from typing import Any
 
 __all__ = [
     "SandboxClaimFailedError",
+    "SandboxClientClosedError",
     "SandboxConnectionError",
     "SandboxError",
     "SandboxMetadataError",
@@ -151,5 +153,16 @@ class SandboxConnectionError(SandboxRequestError):
     """No response: connection refused/reset, DNS failure, TLS failure."""
 
 
+class SandboxClientClosedError(SandboxConnectionError):
+    """Ours: the call was in flight when the client's own `close()` (or the end of its `with` block) ran:
+    "...: the connection was closed while the call was in flight (client closed)".
+
+    A `SandboxConnectionError` for callers, but never retried and never waited out: a Kubernetes watch (the
+    wait of `create_sandbox`) reconnected after it and an idempotent call was sent again, so a create in
+    flight across `close()` completed afterwards and its claim - created after the cleanup ran - was left
+    behind (until December 7). Now such a create fails with this error and deletes the claim it made."""
+
+
 class SandboxRequestTimeoutError(SandboxRequestError, TimeoutError):
-    """No (complete) response within the call's timeout."""
+    """No (complete) response within the call's timeout - also a router's 504 saying the request's own
+    `X-Sandbox-Timeout` (the call's timeout) ran out; never retried."""

@@ -10,10 +10,11 @@ import atexit
 import os
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 from . import _inventory, _kube, _lifecycle, metrics
 from ._claims import validate_create_args
+from ._closewatch import closed_error
 from ._driver import SyncDriver
 from ._shared import Interruptions, Registry, default_connection_config, kube_endpoint, log
 from ._tracing import tracing_for
@@ -81,7 +82,9 @@ class SandboxClient:
         return self._driver.kube.namespace if self._driver.kube is not None else "default"
 
     def close(self) -> None:
-        """Disconnect every handle and close pooled connections (claims stay)."""
+        """Disconnect every handle and close pooled connections (claims stay). Calls in flight meanwhile
+        (other threads) fail with `SandboxClientClosedError`; a create among them deletes its auto-named claim."""
+        self._driver.closing()  # before the registry is read: a create completing from now on undoes itself
         for _key, handle in self._registry.snapshot():
             handle.close_connection()
         self._driver.close()
@@ -101,6 +104,9 @@ class SandboxClient:
         statement goes on raising it). The count is shared with the `terminate()`s called - a `sandbox_class`
         whose terminate() calls `super().terminate()` included (see `Interruptions`)."""
         interruptions = Interruptions(ended_by)
+        # Before the registry is read: a create of another thread completing from now on deletes its own claim
+        # (`_undo_closed_create`) rather than track a handle this cleanup no longer sees.
+        self._driver.closing()
         try:
             with interruptions.shared():
                 for (namespace, claim), handle in self._registry.tracked_here():
@@ -200,6 +206,7 @@ class SandboxClient:
             env=env,
             volume_claim_templates=volume_claim_templates,
         )
+        closes = self._driver.closes
         with metrics.timed("sandbox_client_create_latency_ms"):
             created = self._driver.run(
                 _lifecycle.create_and_wait(
@@ -218,7 +225,7 @@ class SandboxClient:
             )
         view = created.view
         try:
-            return self._track(
+            handle = self._track(
                 view.name,
                 view.sandbox_name or view.name,
                 namespace,
@@ -237,6 +244,29 @@ class SandboxClient:
                         "deleting SandboxClaim %s/%s after its handle failed: %s", namespace, view.name, err
                     )
             raise
+        # Checked after tracking: a `close()` counted before this read may have read the registry before the
+        # handle was in it (undone here); one counted after it reads the registry later and finds this one.
+        if self._driver.closes != closes:
+            self._undo_closed_create(namespace, handle)
+        return handle
+
+    def _undo_closed_create(self, namespace: str, handle: Sandbox) -> NoReturn:
+        """A create that `close()` (or the `with` exit's cleanup, in another thread) overlapped: it fails with
+        `SandboxClientClosedError` like any call in flight across a `close()`, and its auto-named claim is
+        deleted (by UID), as an interrupted create's is. Until December 7 such a create returned after the
+        `with` block's cleanup had run, and its claim - tracked too late - was never deleted."""
+        claim = handle.claim_name or ""
+        error = closed_error(f"create_sandbox {namespace}/{claim}")
+        self._registry.forget(namespace, claim, handle)
+        handle.close_connection()
+        if handle._state.auto_named:
+            try:
+                self._driver.run(_lifecycle.delete_claim(namespace, claim, uid=handle._state.claim_uid))
+            except SandboxError as err:
+                left = f"SandboxClaim {namespace}/{claim} was left behind: deleting it failed: {err}"
+                error.add_note(left)
+                log.warning("%s", left)
+        raise error
 
     def create_sandbox_from_template(
         self,
