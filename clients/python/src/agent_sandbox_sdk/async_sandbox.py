@@ -12,6 +12,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from . import _commands, _files, _kube, _lifecycle, _sandbox_state, metrics
+from ._checks import check_timeout
 from ._claims import SandboxView
 from ._driver import AsyncDriver
 from ._shared import HandleState, kube_endpoint, log, new_state
@@ -442,6 +443,7 @@ class AsyncSandbox:
     async def suspend(self, *, wait: bool = True, timeout: float = 120) -> None:
         """Suspend (ours): the pod is deleted, volumes (PVC-backed files) stay. `wait`: until confirmed."""
         self._require_active()
+        check_timeout(timeout)  # before the change: a wait that cannot be waited must not follow it
         flow = _sandbox_state.set_operating_mode(
             self.namespace, self.sandbox_id, suspended=True, wait=wait, timeout=timeout
         )
@@ -455,6 +457,7 @@ class AsyncSandbox:
     async def resume(self, *, wait: bool = True, timeout: float = 120) -> None:
         """Resume (ours): a new pod starts with the same volumes. `wait`: until Ready (then commands work)."""
         self._require_active()
+        check_timeout(timeout)  # before the change: a wait that cannot be waited must not follow it
         flow = _sandbox_state.set_operating_mode(
             self.namespace, self.sandbox_id, suspended=False, wait=wait, timeout=timeout
         )

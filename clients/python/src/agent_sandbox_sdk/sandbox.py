@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from . import _commands, _files, _kube, _lifecycle, _sandbox_state, metrics
+from ._checks import check_timeout
 from ._claims import SandboxView
 from ._driver import SyncDriver
 from ._shared import HandleState, Interruptions, kube_endpoint, log, new_state
@@ -418,6 +419,7 @@ class Sandbox:
     def suspend(self, *, wait: bool = True, timeout: float = 120) -> None:
         """Suspend (ours): the pod is deleted, volumes (PVC-backed files) stay. `wait`: until confirmed."""
         self._require_active()
+        check_timeout(timeout)  # before the change: a wait that cannot be waited must not follow it
         flow = _sandbox_state.set_operating_mode(
             self.namespace, self.sandbox_id, suspended=True, wait=wait, timeout=timeout
         )
@@ -428,6 +430,7 @@ class Sandbox:
     def resume(self, *, wait: bool = True, timeout: float = 120) -> None:
         """Resume (ours): a new pod starts with the same volumes. `wait`: until Ready (then commands work)."""
         self._require_active()
+        check_timeout(timeout)  # before the change: a wait that cannot be waited must not follow it
         flow = _sandbox_state.set_operating_mode(
             self.namespace, self.sandbox_id, suspended=False, wait=wait, timeout=timeout
         )

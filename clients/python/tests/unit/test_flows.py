@@ -391,6 +391,33 @@ def test_a_command_timeout_must_be_positive_and_finite(timeout: float) -> None:
         assert len(fake.requests) == sent  # refused before anything was sent
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("timeout", [0, float("inf"), 1e10])
+def test_a_suspend_or_resume_timeout_is_refused_before_the_change_is_made(mode: str, timeout: float) -> None:
+    """Until December 7 `suspend(timeout=1e10)` patched the Sandbox, then failed with an OverflowError from the
+    wait (the CLI printed its traceback after the sandbox was suspended)."""
+    fake = FakeCluster()
+
+    async def attempt_async(client: AsyncSandboxClient) -> None:
+        sandbox = await client.create_sandbox("python-pool")
+        sent = len(fake.requests)
+        for call in (sandbox.suspend, sandbox.resume):
+            with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
+                await call(timeout=timeout)
+        assert len(fake.requests) == sent
+
+    if mode == "async":
+        run_async(fake, attempt_async)
+        return
+    with sync_client(fake) as client:
+        sandbox = client.create_sandbox("python-pool")
+        sent = len(fake.requests)
+        for call in (sandbox.suspend, sandbox.resume):
+            with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
+                call(timeout=timeout)
+        assert len(fake.requests) == sent  # refused before anything was sent
+
+
 class _StaleAddress(FakeCluster):
     """A router that refuses the first `refusals` requests: the pod IP sent is no longer the sandbox's."""
 
