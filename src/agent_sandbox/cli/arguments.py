@@ -9,7 +9,14 @@ from agent_sandbox_sdk.constants import ROUTER_TOKEN_ENV, ROUTER_URL_ENV
 
 from .output import claim_of
 
-__all__ = ["CONNECTION_OPTIONS", "add_connection_options", "claim_arg", "common_options", "seconds_arg"]
+__all__ = [
+    "CONNECTION_OPTIONS",
+    "add_connection_options",
+    "claim_arg",
+    "common_options",
+    "seconds_arg",
+    "tail_lines_arg",
+]
 
 
 def seconds_arg(value: str) -> float:
@@ -21,6 +28,16 @@ def seconds_arg(value: str) -> float:
     if not 0 < seconds < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
     return seconds
+
+
+def tail_lines_arg(value: str) -> int | None:
+    """`logs --tail N`: the last N lines; a negative N is all of them (None), as kubectl's `--tail=-1` (until
+    December 7 sent as it was, and the API server's 422 was exit 1)."""
+    try:
+        lines = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of lines: {value!r}") from None
+    return lines if lines >= 0 else None
 
 
 def claim_arg(value: str) -> str:

@@ -43,7 +43,7 @@ import sys
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from agent_sandbox_sdk import Sandbox, SandboxClient, SandboxError, SandboxRequestError
+from agent_sandbox_sdk import Sandbox, SandboxClient, SandboxNotFoundError, SandboxRequestError
 from agent_sandbox_sdk.models import FileEntry
 
 from .copy_download import _checked_name, _download_tree, _keep_mode
@@ -130,9 +130,17 @@ def _upload(client: SandboxClient, args: argparse.Namespace, dst: tuple[str, str
         if not path or path.endswith("/") or _remote_type(sandbox, path, timeout) == "directory":
             path = posixpath.normpath(posixpath.join(path, local.name)) if path else local.name
         with local.open("rb") as fh:
-            files.write(
-                _api_path(path), fh, timeout=timeout, mode=_upload_mode(local.stat().st_mode, _umask())
-            )
+            try:
+                files.write(
+                    _api_path(path), fh, timeout=timeout, mode=_upload_mode(local.stat().st_mode, _umask())
+                )
+            except SandboxRequestError as err:
+                # `cp f1 CLAIM:dd` with a directory dd/f1: said as a download into a local directory says it
+                # (exit 2), not as the runtime's `HTTP 400: File upload failed: target path is a directory`
+                # (exit 1, until December 7).
+                if err.status_code == 400 and "is a directory" in str(err):
+                    raise ValueError(f"{claim}:{path}: is a directory") from err
+                raise
         print(f"{local} -> {claim}:{path} ({local.stat().st_size} bytes)", file=sys.stderr)
         return 0
     if not local.is_dir():
@@ -256,5 +264,6 @@ def _read_to(sandbox: Sandbox, claim: str, path: str, destination: Path | Binary
         return files.read_to(_api_path(path), destination, timeout=timeout)
     except SandboxRequestError as err:
         if err.status_code == 404:
-            raise SandboxError(f"{claim}:{path}: no such file or directory") from err
+            # Not found: exit 3, as the exit codes say of a 404 (until December 7 a plain error, exit 1).
+            raise SandboxNotFoundError(f"{claim}:{path}: no such file or directory") from err
         raise

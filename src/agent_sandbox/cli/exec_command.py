@@ -37,7 +37,11 @@ def _exec(args: argparse.Namespace) -> int:
         argv = argv[cut + 1 :]
     if not argv:
         raise ValueError("exec needs a command: agent-sandbox exec CLAIM -- COMMAND [ARGS...]")
-    command = argv[0] if len(argv) == 1 else shlex.join(argv)
+    # Each word reaches the program as given, with and without -i/-t, as kubectl exec passes them: the runtimes
+    # take one string that a shell splits, so the words are quoted for it - a lone word too (a plain `ls` is
+    # unchanged). Until December 7 a lone word was sent as it was: `exec sb -- "./my prog.sh"` ran `./my`, and
+    # with -i `exec sb -- "$FILE"` ran a name holding `;` as shell code.
+    command = shlex.join(argv)
     env = dict(_pairs(args.env, "--env"))
     if args.stdin or args.tty:
         if args.output != "table":

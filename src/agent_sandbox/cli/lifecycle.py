@@ -43,7 +43,6 @@ from agent_sandbox.api.meta import (
     status_condition,
 )
 from agent_sandbox.cli.arguments import add_connection_options, seconds_arg
-from agent_sandbox.controllers.lifecycle.owners import legacy_restore, restores
 from agent_sandbox.kube import (
     POD,
     PVC,
@@ -291,6 +290,10 @@ async def _newcomer(api: ApiClient, sandbox: Object, now: datetime) -> tuple[str
     "delete the archive" (until December 7 both were refused with "delete it ... to restore the hibernated
     one", which never happens). Until December 7 `resume` said "already running" of a newcomer, exit 0,
     with the archive left hibernated."""
+    # Here, not at the top: the controllers' lifecycle package (its metrics, profiling) is a good part of the
+    # CLI's start-up, and only this check needs it.
+    from agent_sandbox.controllers.lifecycle.owners import legacy_restore, restores
+
     meta = sandbox["metadata"]
     namespace, name = str(meta.get("namespace") or ""), str(meta["name"])
     try:

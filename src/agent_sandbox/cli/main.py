@@ -15,19 +15,25 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agent_sandbox.api.errortext import describe_error
-from agent_sandbox.cli.arguments import CONNECTION_OPTIONS, add_connection_options
-from agent_sandbox.cli.lifecycle import add_lifecycle_commands
-from agent_sandbox.cli.release import release_command
-from agent_sandbox.cli.sandboxes import add_sandbox_commands
-from agent_sandbox.devcluster import (
-    BuildError,
-    ClusterConfig,
-    ClusterError,
-    ComponentError,
-    DevCluster,
-)
-from agent_sandbox.interrupts import raise_where_safe
+# The SDK, the API models and aiohttp take about half a second to load, before `main` can handle Ctrl-C: one
+# then exits 130 as it does later, not with a KeyboardInterrupt traceback from an import (until December 7).
+try:
+    from agent_sandbox.api.errortext import describe_error
+    from agent_sandbox.cli.arguments import CONNECTION_OPTIONS, add_connection_options
+    from agent_sandbox.cli.lifecycle import add_lifecycle_commands
+    from agent_sandbox.cli.output import StdoutClosedError, open_missing_streams
+    from agent_sandbox.cli.release import release_command
+    from agent_sandbox.cli.sandboxes import add_sandbox_commands
+    from agent_sandbox.devcluster import (
+        BuildError,
+        ClusterConfig,
+        ClusterError,
+        ComponentError,
+        DevCluster,
+    )
+    from agent_sandbox.interrupts import raise_where_safe
+except KeyboardInterrupt:
+    raise SystemExit(130) from None
 
 Handler = Callable[[argparse.Namespace], int]
 _DEFAULTS = ClusterConfig()
@@ -282,6 +288,7 @@ _STOPPING = (signal.SIGTERM, signal.SIGHUP)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    open_missing_streams()  # `>&-`, `2>&-`: no None sys.stdout / sys.stderr for anything to meet
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         # An ignored signal stays ignored: `nohup agent-sandbox ...` must survive a hangup.
@@ -318,6 +325,9 @@ def _main(argv: Sequence[str] | None) -> int:
         return handler(args)
     except (BuildError, ComponentError, ClusterError, FileNotFoundError, RuntimeError) as err:
         print(f"error: {describe_error(err)}", file=sys.stderr)
+        return 1
+    except StdoutClosedError as err:  # `dev kubeconfig >&-` (the sandbox commands' guard says it too)
+        print(f"error: {err}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         # The reader of our output went away (`... | head`): stop quietly, as other command-line tools do,

@@ -7,7 +7,9 @@ clean.
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import sys
 import threading
 import time
@@ -23,8 +25,10 @@ __all__ = [
     "FORMATS",
     "OBJECT_FORMATS",
     "POOL_RESOURCE",
+    "StdoutClosedError",
     "age",
     "claim_of",
+    "open_missing_streams",
     "progress",
     "relay_output",
     "render",
@@ -158,3 +162,61 @@ def relay_output(events: Iterable[Any]) -> Any:
         target.write(event.data)
         target.flush()
     return exit_event
+
+
+class StdoutClosedError(OSError):
+    """A write to a standard output the process was started without (`>&-`): `error: cannot write to standard
+    output`, exit 1 (kubectl: `error: write /dev/stdout: bad file descriptor`)."""
+
+    def __init__(self) -> None:
+        super().__init__("cannot write to standard output")
+
+
+class _Unwritable(io.RawIOBase):
+    """A standard output the CLI was started without (`agent-sandbox list >&-`): a write fails at once, one
+    `error:` line and exit 1 (an `OSError`, which the commands' guard reports), where until December 7 `render`
+    met a None `sys.stdout` with an AttributeError traceback. `drop`: a standard error's, whose writes are
+    taken and dropped."""
+
+    def __init__(self, fd: int, *, drop: bool = False) -> None:
+        super().__init__()
+        self._fd, self._drop = fd, drop
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        if self._drop:
+            return len(memoryview(data))
+        raise StdoutClosedError
+
+    def fileno(self) -> int:
+        return self._fd  # /dev/null, holding the descriptor (not a terminal: no `exec -t` session)
+
+    def isatty(self) -> bool:
+        return False
+
+
+def open_missing_streams() -> None:
+    """Stand-ins for a standard output or error the process was started without (`>&-`, `2>&-`: Python sets
+    `sys.stdout` / `sys.stderr` to None).
+
+    Each closed descriptor is held by /dev/null first, so that no file or socket the CLI opens becomes "standard
+    output". A missing stdout fails the first write (`_Unwritable`: unbuffered, so that nothing is left to fail
+    again when Python flushes it at exit); a missing stderr takes what is written to it and drops it - messages,
+    and the stderr `exec` relays from the command, whose exit code is kept (until December 7 exit 1, from an
+    AttributeError traceback nobody could see).
+    """
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is not None:
+            continue
+        try:
+            held = os.open(os.devnull, os.O_WRONLY)
+        except OSError:
+            held = -1
+        if held not in (-1, fd):
+            os.dup2(held, fd)
+            os.close(held)
+        # A raw stream under the text one (no buffer): TextIOWrapper takes any binary stream.
+        raw = _Unwritable(fd, drop=name == "stderr")
+        setattr(sys, name, io.TextIOWrapper(raw, encoding="utf-8", write_through=True))

@@ -14,6 +14,7 @@ import contextlib
 import ipaddress
 import logging
 import os
+import socket
 import sys
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -445,6 +446,18 @@ async def _relay(client: web.WebSocketResponse, upstream: aiohttp.ClientWebSocke
             task.cancel()
 
 
+def _listen_reason(err: OSError) -> str:
+    """Why an address cannot be listened on, in the system's words.
+
+    asyncio's message repeats the address, so a bind's errno is said by its text ("Address already in use"). A
+    name that does not resolve is the resolver's `gaierror`, whose negative codes are not errnos: its own text
+    ("Name or service not known"; until December 7 `os.strerror` made it "Unknown error -2").
+    """
+    if isinstance(err, socket.gaierror):
+        return err.strerror or str(err)
+    return os.strerror(err.errno) if err.errno else str(err)
+
+
 async def serve_proxy(
     router_url: str,
     routing: Mapping[str, str],
@@ -468,9 +481,7 @@ async def serve_proxy(
         try:
             await site.start()
         except OSError as err:
-            # asyncio's message repeats the address; the errno's text is the reason ("Address already in use").
-            reason = os.strerror(err.errno) if err.errno else str(err)
-            raise ListenError(f"cannot listen on {address}:{port}: {reason}") from None
+            raise ListenError(f"cannot listen on {address}:{port}: {_listen_reason(err)}") from None
         bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
         host = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
         print(f"http://{host}:{bound[1]}/", flush=True)

@@ -23,7 +23,7 @@ from typing import Any
 
 from agent_sandbox_sdk.constants import ROUTER_URL_ENV
 
-from .arguments import claim_arg, common_options, seconds_arg
+from .arguments import claim_arg, common_options, seconds_arg, tail_lines_arg
 from .claim_commands import _create, _delete, _get, _list, _logs, _pools, _suspend_resume
 from .connection import _router_headers, _router_url, make_client
 from .copy import copy
@@ -193,7 +193,9 @@ def add_sandbox_commands(sub: Any) -> None:
     logs = add("logs", _logs, "the sandbox pod's log (where the cluster serves pod logs)", TEXT_ONLY)
     logs.add_argument("claim", type=claim_arg)
     logs.add_argument("-c", "--container", help="container name (default: the pod's only one)")
-    logs.add_argument("--tail", type=int, help="last N lines")
+    logs.add_argument(
+        "--tail", type=tail_lines_arg, help="last N lines (a negative N: all of them, as kubectl's -1)"
+    )
     logs.add_argument(
         "-f", "--follow", action="store_true", help="keep printing the log as it is written (until Ctrl-C)"
     )

@@ -96,10 +96,11 @@ def test_exec_cp_and_logs(
     assert cli(cluster, router, "cp", "sb:in/up.txt", str(back), *ns).returncode == 0
     assert back.read_bytes() == b"uploaded\x00bytes"
     missing = cli(cluster, router, "cp", "sb:in/none.txt", str(tmp_path), *ns)
-    assert (missing.returncode, missing.stderr) == (1, "error: sb:in/none.txt: no such file or directory\n")
+    # Not found: exit 3, as the exit codes say of a 404 (exit 1 until December 7).
+    assert (missing.returncode, missing.stderr) == (3, "error: sb:in/none.txt: no such file or directory\n")
     # A failed download leaves the file that was there (it is replaced only by a complete download).
     failed = cli(cluster, router, "cp", "sb:in/none.txt", str(back), *ns)
-    assert failed.returncode == 1
+    assert failed.returncode == 3
     assert back.read_bytes() == b"uploaded\x00bytes"
     # `-`: standard input as the source, standard output as the destination (as `docker cp`).
     piped = cli(cluster, router, "cp", "-", "sb:in/piped.txt", *ns, stdin="from a pipe\n")
@@ -201,7 +202,7 @@ def test_cp_copies_directory_trees_both_ways(
     # A missing file is said as the local side says it (it was the runtime's "GET <url>: HTTP 404").
     missing = cli(cluster, router, "cp", "tree:work/nope.txt", str(tmp_path / "nope"), *ns)
     assert (missing.returncode, missing.stderr) == (
-        1,
+        3,
         "error: tree:work/nope.txt: no such file or directory\n",
     )
 
