@@ -349,14 +349,20 @@ class Proxy:
             resumed = held
         while True:
             target: Target | None = None
+            # Which timer a TimeoutError came from: the request's deadline (504) or the dial timeout (502).
+            resolving: asyncio.Timeout | None = None
+            dial_bounded_by_deadline = False
             try:
                 target = resolver.resolve_fast(route, resumed=resumed)
                 if target is None:
-                    async with asyncio.timeout_at(deadline):
+                    resolving = asyncio.timeout_at(deadline)
+                    async with resolving:
                         target = await resolver.resolve(route, resumed=resumed)
                 upstream = None if fresh else self.pool.take((target.host, target.port))
                 self.metrics.admit_namespace(route.namespace)  # resolved: a sandbox of that namespace
                 if upstream is None:
+                    # `UpstreamPool.dial` stops at the earlier of `deadline` and its dial timeout from now.
+                    dial_bounded_by_deadline = deadline <= loop.time() + self.pool.dial_timeout
                     upstream = await self.pool.dial(target.host, target.port, deadline=deadline)
             except RouteError as exc:
                 reply(conn, out, exc.status, exc.detail, req)
@@ -368,6 +374,16 @@ class Proxy:
                     reply(conn, out, 503, EXHAUSTED_DETAIL, req, extra=b"Retry-After: 1\r\n")
                     return
                 timed_out = isinstance(exc, TimeoutError)
+                # The request's time ran out (504, no hold, no retry), known from the timer that fired and not
+                # only from the clock: under uvloop the loop clock counts whole milliseconds and is read once
+                # per loop iteration, so a timer set for a deadline under a millisecond away (an SDK call's
+                # `timeout=1e-4` as X-Sandbox-Timeout) fires with `loop.time()` still short of it; until
+                # December 7 such a dial to a healthy sandbox was answered 502 `Could not connect`, which
+                # the SDK takes for an unreachable sandbox (retries, then a Sandbox read: ~16 s).
+                expired = loop.time() >= deadline or (
+                    timed_out
+                    and (dial_bounded_by_deadline or (resolving is not None and resolving.expired()))
+                )
                 host_dead = timed_out or getattr(exc, "errno", None) in _HOST_DEAD
                 if (
                     host_dead
@@ -376,7 +392,7 @@ class Proxy:
                     and resolver.invalidate(target, by_uid=target.source == "cache")
                 ):
                     self.metrics.cache_invalidation(route.namespace)
-                if self.lifecycle is not None and holds < MAX_HOLDS and loop.time() < deadline:
+                if self.lifecycle is not None and holds < MAX_HOLDS and not expired:
                     # Ours: a Sandbox that resumes on request is resumed (or waited for) instead of failing.
                     holds += 1
                     held = await self._hold(conn, out, req, route, deadline, target.entry if target else None)
@@ -385,7 +401,7 @@ class Proxy:
                     if held:
                         retries, delay, resumed = 0, settings.retry_initial, True
                         continue
-                if retries < settings.max_retries and loop.time() + delay < deadline:
+                if retries < settings.max_retries and not expired and loop.time() + delay < deadline:
                     retries += 1
                     self.metrics.upstream_retry(route.namespace)
                     await asyncio.sleep(delay)
@@ -400,13 +416,7 @@ class Proxy:
                     },
                 )
                 self.metrics.upstream_error(route.namespace, "timeout" if timed_out else "dial")
-                if loop.time() >= deadline:
-                    detail = timeout_error(
-                        route, "no connection within", limit, settings.proxy_timeout, "--proxy-timeout"
-                    )
-                    reply(conn, out, 504, detail, req)
-                else:
-                    reply(conn, out, 502, connect_error(route), req)
+                self._not_reached(conn, out, req, route, limit, expired)
                 return
             if span is not None and self.propagator is not None:
                 span.set_attribute("sandbox.upstream_source", target.source)
@@ -426,25 +436,40 @@ class Proxy:
                     fresh = True
                     continue
                 self.metrics.upstream_error(route.namespace, "eof")
-                reply(conn, out, 502, connect_error(route), req)
+                self._not_reached(conn, out, req, route, limit, loop.time() >= deadline)
                 return
             if result == "unanswered":
                 # Ours: a pod that closes a fresh connection unanswered is as one that refuses it (a runtime
                 # draining for a suspend closes the connections it has not read yet): held like a refused
-                # dial, and sent again, whole, to the pod that replaces it.
-                holds += 1
-                held = await self._hold(conn, out, req, route, deadline, target.entry)
-                if held is None:
-                    return
-                if held and self._replaced(route, target) and body.rewind():
-                    retries, delay, fresh, resumed = 0, settings.retry_initial, False, True
-                    continue
+                # dial, and sent again, whole, to the pod that replaces it. Not once the request's time is
+                # up: the hold would answer 503 "not Ready within 0s" (nothing to wait for), the dial 504.
+                if loop.time() < deadline:
+                    holds += 1
+                    held = await self._hold(conn, out, req, route, deadline, target.entry)
+                    if held is None:
+                        return
+                    if held and self._replaced(route, target) and body.rewind():
+                        retries, delay, fresh, resumed = 0, settings.retry_initial, False, True
+                        continue
                 self.metrics.upstream_error(route.namespace, "eof")
-                reply(conn, out, 502, connect_error(route), req)
+                self._not_reached(conn, out, req, route, limit, loop.time() >= deadline)
                 return
             if result == "upgraded":
                 await self._tunnel(conn, req, route, out, exchange)
             return
+
+    def _not_reached(
+        self, conn: ClientConnection, out: Outcome, req: Request, route: Route, limit: float, expired: bool
+    ) -> None:
+        """Answer a request that never got a connection that answered: 504 when its time (`limit`) ran out,
+        whatever the last attempt's error, else upstream's 502 `Could not connect` (router spec §1.6)."""
+        if expired:
+            detail = timeout_error(
+                route, "no connection within", limit, self.settings.proxy_timeout, "--proxy-timeout"
+            )
+            reply(conn, out, 504, detail, req)
+        else:
+            reply(conn, out, 502, connect_error(route), req)
 
     async def _tunnel(
         self, conn: ClientConnection, req: Request, route: Route, out: Outcome, exchange: Exchange
