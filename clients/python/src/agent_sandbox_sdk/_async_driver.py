@@ -17,7 +17,7 @@ from ._bodies import Body, Lines, async_body
 from ._closewatch import CloseWatch, closed_error, step_where
 from ._driver_base import DriverBase, FlowResult, client_certificate, http_timeout, import_grpc
 from ._execauth import ExecCredential
-from ._http_errors import transport_error
+from ._http_errors import closed_client_error, transport_error
 from ._steps import (
     Close,
     Emit,
@@ -257,6 +257,10 @@ class AsyncDriver(DriverBase):
                 return body.response(resp, request)
         except httpx2.TransportError as err:
             raise transport_error(request, err) from err
+        except RuntimeError as err:
+            if not client.is_closed:
+                raise
+            raise closed_client_error(request, err) from err
         handle = StreamHandle(
             resp.status_code, dict(resp.headers), request.method, request.url, [resp, None, None]
         )

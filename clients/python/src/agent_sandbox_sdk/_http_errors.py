@@ -10,7 +10,7 @@ import httpx2
 from ._steps import HttpRequest
 from .exceptions import SandboxConnectionError, SandboxRequestError, SandboxRequestTimeoutError
 
-__all__ = ["transport_error"]
+__all__ = ["closed_client_error", "transport_error"]
 
 
 def _absolute(url: str, err: httpx2.TransportError) -> str:
@@ -44,4 +44,14 @@ def transport_error(
         sent = not isinstance(err, httpx2.ConnectError)
         out = SandboxConnectionError(f"{where}: no response ({type(err).__name__}: {err})")
     out.request_sent = sent
+    return out
+
+
+def closed_client_error(request: HttpRequest, err: RuntimeError) -> SandboxConnectionError:
+    """httpx2's "Cannot send a request, as the client has been closed.": another thread's (or task's) `close()`
+    closed the pooled client between this call's lookup of it and its send. A `SandboxConnectionError` (nothing
+    was sent), which the flow's `CloseWatch` reports as the client-closed error; it was a bare RuntimeError
+    until December 7."""
+    out = SandboxConnectionError(f"{request.method} {request.url}: not sent: {err}")
+    out.request_sent = False
     return out

@@ -176,10 +176,24 @@ def list_objects(
             return items
 
 
+#: How often a DELETE cut by the client's own `close()` is sent again.
+_CLOSED_DELETE_RESENDS = 2
+
+
 def delete(res: KubeResource, namespace: str, name: str, *, uid: str | None = None) -> Flow[bool]:
-    """DELETE (with a UID precondition when given); True if it existed, False on 404."""
+    """DELETE (with a UID precondition when given); True if it existed, False on 404.
+
+    A DELETE cut by the client's own `close()` is sent again (on a new connection; it is idempotent): the
+    rollback of a create that the close made fail runs into that same close (the client counts a close before
+    it shuts its connections), and until December 7 it gave up, reporting the claim left behind."""
     body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}} if uid else None
-    resp: HttpResponse = yield _req("DELETE", res.object_path(namespace, name), json=body)
+    for attempt in range(_CLOSED_DELETE_RESENDS + 1):
+        try:
+            resp: HttpResponse = yield _req("DELETE", res.object_path(namespace, name), json=body)
+            break
+        except SandboxClientClosedError:
+            if attempt == _CLOSED_DELETE_RESENDS:
+                raise
     if object_not_found(resp):
         return False
     check_kube(resp, f"delete {res.plural} {namespace}/{name}")

@@ -147,7 +147,11 @@ def track_sockets(client: httpx2.Client) -> httpx2.Client:
     """Wrap the network backend of each of `client`'s pools (before its first request) so that
     `cut_sockets` can reach their sockets; returns `client`."""
     for pool in _pools(client):
-        pool._network_backend = _TrackingBackend(pool._network_backend)
+        backend = pool._network_backend
+        # A pool wrapped before (a transport given to several clients) gets a fresh wrapper, not a second layer,
+        # and not one a close() already cut (it refuses every connection).
+        inner = backend._inner if isinstance(backend, _TrackingBackend) else backend
+        pool._network_backend = _TrackingBackend(inner)
     return client
 
 

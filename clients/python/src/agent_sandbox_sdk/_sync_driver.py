@@ -14,7 +14,7 @@ import httpx2
 from ._bodies import Body, Lines, sync_body
 from ._closewatch import CloseWatch
 from ._driver_base import DriverBase, FlowResult, client_certificate, http_timeout, import_grpc
-from ._http_errors import transport_error
+from ._http_errors import closed_client_error, transport_error
 from ._socket_cut import cut_sockets, track_sockets
 from ._steps import (
     Close,
@@ -54,7 +54,9 @@ class SyncDriver(DriverBase):
         if client is None:
             key, kw = self._client_kwargs(request, certificate)
             # Threads share a SyncDriver: of two that race here, one keeps its client, the other closes its own.
-            made = track_sockets(httpx2.Client(**kw))
+            made = httpx2.Client(**kw)
+            if self._transport is None:  # a transport of the caller's own outlives this driver's close()
+                track_sockets(made)
             client = self._clients.setdefault(key, made)
             if client is not made:
                 made.close()
@@ -175,6 +177,10 @@ class SyncDriver(DriverBase):
                 return body.response(resp, request)
         except httpx2.TransportError as err:
             raise transport_error(request, err) from err
+        except RuntimeError as err:
+            if not client.is_closed:
+                raise
+            raise closed_client_error(request, err) from err
         handle = StreamHandle(
             resp.status_code, dict(resp.headers), request.method, request.url, [resp, None, None]
         )

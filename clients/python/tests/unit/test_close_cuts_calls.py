@@ -126,3 +126,29 @@ def test_a_get_cut_by_close_is_not_sent_again() -> None:
     with pytest.raises(SandboxConnectionError, match=r"\(client closed\)"):
         sandbox.files.read("a.txt")
     assert len(fake.find(is_download)) == 1, "the GET cut by close() was sent again"
+
+
+def test_a_delete_cut_by_the_clients_own_close_is_sent_again() -> None:
+    """The rollback DELETE of a create that a `close()` made fail runs into that same close (counted before the
+    connections are shut): it is sent again, idempotent by UID, rather than report the claim left behind."""
+    from agent_sandbox_sdk import SandboxClientClosedError, _kube
+    from agent_sandbox_sdk._closewatch import closed_error
+    from agent_sandbox_sdk._steps import HttpResponse
+
+    flow = _kube.delete(_kube.CLAIMS, "ns", "c", uid="u1")
+    first = next(flow)
+    again = flow.throw(closed_error("DELETE /c"))
+    assert again.request.method == "DELETE"
+    assert again.request.url == first.request.url
+    assert again.request.json == first.request.json  # the UID precondition kept
+    again = flow.throw(closed_error("DELETE /c"))
+    with pytest.raises(StopIteration) as done:
+        flow.send(HttpResponse(200, {}, b"{}", "DELETE", again.request.url))
+    assert done.value.value is True
+    # Not for ever: a client closed again and again gives up after the resends.
+    flow = _kube.delete(_kube.CLAIMS, "ns", "c", uid="u1")
+    next(flow)
+    for _ in range(2):
+        flow.throw(closed_error("DELETE /c"))
+    with pytest.raises(SandboxClientClosedError):
+        flow.throw(closed_error("DELETE /c"))

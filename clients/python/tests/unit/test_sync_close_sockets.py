@@ -18,13 +18,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from agent_sandbox_sdk import SandboxConnectionError
+from agent_sandbox_sdk import SandboxClientClosedError, SandboxConnectionError
 from agent_sandbox_sdk._driver import SyncDriver
 from agent_sandbox_sdk._steps import HttpRequest, Open, ReadChunk, Send, TlsSettings
 
@@ -183,3 +184,43 @@ def test_the_driver_reconnects_after_the_close() -> None:
         assert driver.run(_run(HttpRequest("GET", url))) == 204
     finally:
         listener.close()
+
+
+def test_a_transport_of_the_callers_own_keeps_working_after_close() -> None:
+    """The socket cut is for the pools the driver builds: a `transport=` given to it outlives its `close()`, and
+    until the fix its backend stayed cut - every later connection was shut down as it opened."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer() -> None:
+        for _ in range(2):
+            conn, _ = listener.accept()
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
+            conn.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    driver = SyncDriver(None, transport=httpx2.HTTPTransport())
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/"
+    try:
+        assert driver.run(_run(HttpRequest("GET", url))) == 204
+        driver.close()
+        assert driver.run(_run(HttpRequest("GET", url))) == 204
+    finally:
+        listener.close()
+
+
+def test_a_send_on_a_client_another_thread_just_closed_is_the_client_closed_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another thread's `close()` between a call's lookup of its pooled client and its send: httpx2 raises a
+    RuntimeError ("Cannot send a request, as the client has been closed."), which reached the caller as such."""
+    original = SyncDriver._client
+
+    def racing(self: SyncDriver, request: HttpRequest) -> httpx2.Client:
+        client = original(self, request)
+        self.close()  # lands after the lookup, before the send
+        return client
+
+    monkeypatch.setattr(SyncDriver, "_client", racing)
+    with pytest.raises(SandboxClientClosedError, match=r"\(client closed\)"):
+        SyncDriver(None).run(_run(HttpRequest("GET", "http://127.0.0.1:9/")))
