@@ -1161,7 +1161,9 @@ func (s *Sandbox) endStream(slot *streamSlot) {
 // command timeout). budget names the limit, for the error when it runs out.
 func (s *Sandbox) callContext(ctx context.Context, o *callOptions) (context.Context, context.CancelFunc, string) {
 	parent, hasParent := ctx.Deadline()
-	if o.timeout > 0 {
+	// Until December 7 only a positive WithTimeout applied: a negative one (a deadline computed as already
+	// past) ran the call under RequestTimeout, 180 s.
+	if o.timeoutSet {
 		c, cancel := context.WithTimeout(ctx, o.timeout)
 		if hasParent && time.Until(parent) < o.timeout {
 			return c, cancel, "the context's deadline"

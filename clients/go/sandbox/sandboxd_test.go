@@ -443,3 +443,30 @@ func TestSandboxdProcessErrorsAreTheSDKs(t *testing.T) {
 		t.Errorf("refused Signal = %v; want the sandbox prefix", err)
 	}
 }
+
+// A WithTimeout that is zero or negative is a deadline already past: the call fails at once with ErrTimeout
+// and sends nothing. Until December 7 it was ignored (only a positive one applied) and the call ran under the
+// 180 s RequestTimeout: a command ran, a file was written.
+func TestWithTimeoutNotPositiveFailsAtOnceSendingNothing(t *testing.T) {
+	var restCalls atomic.Int32
+	rest := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		restCalls.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}).URL
+	for _, d := range []time.Duration{0, -time.Nanosecond, -time.Hour} {
+		f := newFakeProcessService()
+		s := sandboxdTestSandbox(t, f, rest)
+		if _, err := s.Run(context.Background(), "true", WithTimeout(d)); !errors.Is(err, ErrTimeout) {
+			t.Errorf("Run with WithTimeout(%s): err = %v, want ErrTimeout", d, err)
+		}
+		if err := s.Write(context.Background(), "f.txt", []byte("x"), WithTimeout(d)); !errors.Is(err, ErrTimeout) {
+			t.Errorf("Write with WithTimeout(%s): err = %v, want ErrTimeout", d, err)
+		}
+		f.mu.Lock()
+		sent := len(f.execReqs)
+		f.mu.Unlock()
+		if sent != 0 || restCalls.Load() != 0 {
+			t.Errorf("WithTimeout(%s): %d Execute and %d REST requests sent, want none", d, sent, restCalls.Load())
+		}
+	}
+}

@@ -98,6 +98,7 @@ type callOptions struct {
 	env            map[string]string
 	cwd            string
 	commandTimeout time.Duration
+	timeoutSet     bool // WithTimeout was given (zero or negative too: a deadline already past)
 	stdout, stderr io.Writer
 	stdin          io.Reader
 	pty            *ptySize
@@ -109,8 +110,11 @@ type callOptions struct {
 type ptySize struct{ cols, rows uint32 }
 
 // WithTimeout bounds the whole call (all attempts), replacing RequestTimeout and any shorter context
-// deadline is still honoured.
-func WithTimeout(d time.Duration) CallOption { return func(o *callOptions) { o.timeout = d } }
+// deadline is still honoured. Zero or negative is a deadline already past, as with context.WithTimeout: the
+// call fails at once with ErrTimeout and sends nothing.
+func WithTimeout(d time.Duration) CallOption {
+	return func(o *callOptions) { o.timeout, o.timeoutSet = d, true }
+}
 
 // WithMaxAttempts sets how many attempts a call makes (default 6 for file calls, 1 for Run). Values <= 0
 // keep the default.
