@@ -258,13 +258,13 @@ def _exit(code: int, argv: Sequence[str] | None) -> int:
     return code
 
 
-if __name__ == "__main__":
-    main()
-
-
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     return [
         leaf
         for exc in group.exceptions
         for leaf in (_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
     ]
+
+
+if __name__ == "__main__":
+    main()

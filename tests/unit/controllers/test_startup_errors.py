@@ -256,3 +256,31 @@ async def test_webhook_port_in_use_is_one_line(
     record = _problem(caplog)
     assert f"WebhookError: cannot listen on 127.0.0.1:{port}" in record.getMessage()
     assert record.exc_info is None
+
+
+def test_both_ports_in_use_under_python_m_is_one_line(tmp_path: Path) -> None:
+    """`python -m agent_sandbox.controllers.main` (how the dev cluster starts the controller without a console
+    script): the one-line start-up error's helper was defined below the `__main__` guard, so a group of
+    failures ended in a NameError there. Three runs: which listeners fail first is a race."""
+    import subprocess
+    import sys
+
+    with socket.socket() as metrics, socket.socket() as health:
+        for taken in (metrics, health):
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+        args = [
+            sys.executable,
+            "-m",
+            "agent_sandbox.controllers.main",
+            f"--kubeconfig={_kubeconfig(tmp_path)}",
+            "--leader-elect=false",
+            "--enable-webhook=false",
+            f"--metrics-bind-address=127.0.0.1:{metrics.getsockname()[1]}",
+            f"--health-probe-bind-address=127.0.0.1:{health.getsockname()[1]}",
+        ]
+        for _ in range(3):
+            done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+            assert done.returncode == 1, done.stderr
+            assert "problem running manager" in done.stderr
+            assert "Traceback" not in done.stderr, done.stderr
