@@ -146,7 +146,7 @@ def body_timeout_middleware(timeout: float) -> Middleware:
     Until December 7 a body that stalled (Content-Length 100, 3 bytes, silence) held its handler forever:
     its `.sandboxd-tmp-*` file and descriptor stayed, and the request counted as in flight, so
     `GET /v1/activity` said idle 0 and the sandbox was never suspended. The limit is on silence only: a
-    slow body that keeps arriving is read to its end. 0 turns it off.
+    slow body that keeps arriving is read to its end.
     """
 
     @web.middleware

@@ -2,7 +2,7 @@
 
 aiohttp's FileResponse serves the file (single ranges, conditional requests, HEAD, sendfile) but decides
 ranges its own way: 416 to any request with more than one range (wrong by RFC 9110 §15.5.17 when the ranges
-overlap the file), 416 to any range on an empty file (Go ignores it: a 200), a 206 of the whole file for
+overlap the file), 416 to any range on an empty file (Go ignores one starting at 0: a 200), a 206 of the whole file for
 `bytes=-0` (an empty suffix, unsatisfiable), and digits of any length (Go refuses a number past int64: 416).
 So every `Range` is parsed here as Go's `http.parseRange` does (`range_plan`) and aiohttp is handed a
 `Range` it answers as Go would: the one range that overlaps, written out; none, to send the whole file; or
@@ -13,9 +13,11 @@ sent instead (Go's guard against many overlapping ranges). A multi-range request
 precondition is served whole by aiohttp with its `Range` dropped, which the RFC allows and keeps the
 precondition logic in one place.
 
-One deliberate difference: an empty suffix (`bytes=-0`) is dropped as unsatisfiable, as RFC 9110 §14.1.2
+Deliberate differences: an empty suffix (`bytes=-0`) is dropped as unsatisfiable, as RFC 9110 §14.1.2
 has it; Go keeps it as a zero-length range and answers a 206 with the invalid `Content-Range: bytes 5-4/5`
-(golang/go#81262).
+(golang/go#81262). Any well-formed range of an empty file is ignored (200), where Go answers a suffix one
+(`bytes=-5`) with a 206 `Content-Range: bytes 0--1/0`. A malformed `Range` is 416 with `Content-Range:
+bytes */<size>` (aiohttp's), where Go's 416 carries none.
 """
 
 from __future__ import annotations
@@ -63,12 +65,14 @@ def _int(text: str) -> int:
     return value
 
 
-def _parse(header: str, size: int) -> list[ByteRange]:
-    """Go's `parseRange`: the satisfiable ranges (those that begin past the end dropped); `_Invalid` for a
-    malformed header."""
+def _parse(header: str, size: int) -> tuple[list[ByteRange], bool]:
+    """Go's `parseRange`: the satisfiable ranges (those that begin past the end dropped), and whether one was
+    dropped so ("no overlap": a 416 when none is left; an empty list alone, `bytes=` or `bytes=,`, is the whole
+    file, as Go serves it); `_Invalid` for a malformed header."""
     if not header.startswith("bytes="):
         raise _Invalid(header)
     ranges: list[ByteRange] = []
+    no_overlap = False
     for spec in header[len("bytes=") :].split(","):
         spec = spec.strip(" \t")
         if not spec:
@@ -81,10 +85,13 @@ def _parse(header: str, size: int) -> list[ByteRange]:
             start = size - min(_int(last), size)
             if start < size:  # an empty suffix (`-0`) selects nothing: dropped (RFC 9110; Go keeps it)
                 ranges.append(ByteRange(start, size - start))
+            else:
+                no_overlap = True
             continue
         start = _int(first)
         if start >= size:
-            continue  # no overlap
+            no_overlap = True
+            continue
         if not last:
             ranges.append(ByteRange(start, size - start))
             continue
@@ -92,7 +99,7 @@ def _parse(header: str, size: int) -> list[ByteRange]:
         if end < start:
             raise _Invalid(spec)
         ranges.append(ByteRange(start, min(end, size - 1) - start + 1))
-    return ranges
+    return ranges, no_overlap
 
 
 def file_etag(st: os.stat_result) -> str:
@@ -131,12 +138,15 @@ def range_plan(request: web.Request, size: int) -> list[ByteRange] | web.Request
         return None
     headers = CIMultiDict(request.headers)
     try:
-        ranges = _parse(header, size)
+        ranges, no_overlap = _parse(header, size)
     except _Invalid:  # Go: 416 "invalid range", an empty file too
         headers[hdrs.RANGE] = f"bytes={size}-"
         return request.clone(headers=headers)
     if not ranges:
-        if size == 0:  # Go: a range on an empty file is ignored (clients that always send one), a 200
+        # Ours on an empty file: any well-formed range is ignored, a 200 (Go ignores those starting at 0 - for
+        # clients that always send one - but answers a suffix with a malformed 206 `bytes 0--1/0`). No range
+        # at all (`bytes=`): the whole file, as Go.
+        if size == 0 or not no_overlap:
             del headers[hdrs.RANGE]
         else:  # none overlaps: 416 with the file's length
             headers[hdrs.RANGE] = f"bytes={size}-"

@@ -163,7 +163,12 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     add("metadata-env-prefix", default="SANDBOX_", help="env prefix served by /v1/metadata")
     add("shutdown-timeout", type=_seconds, default=10.0, help="grace for requests and children (default 10s)")
-    add("http-idle-timeout", type=_seconds, default=60.0, help="keep-alive idle close (default 60s)")
+    add(
+        "http-idle-timeout",
+        type=_seconds,
+        default=60.0,
+        help="keep-alive idle close, and the longest silence in an incomplete request body (408) (default 60s)",
+    )
     add("stream-chunk-size", type=int, default=0, help="max bytes per streamed output event (0 -> 4096)")
     add(
         "command-timeout",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -38,6 +39,7 @@ _CTTY_WRAPPER = (
 _ELF_MAGIC = b"\x7fELF"
 _BINFMT_MISC = "/proc/sys/fs/binfmt_misc"
 _HEAD = 256  # the kernel's BINPRM_BUF_SIZE: what it reads to choose a format, the `#!` line too
+_INTERPRETER = re.compile(rb"[ \t]*([^ \t\x00]*)")
 
 
 def _check_program(argv0: str, cwd: str, env: Mapping[str, str]) -> None:
@@ -50,7 +52,10 @@ def _check_program(argv0: str, cwd: str, env: Mapping[str, str]) -> None:
         if os.path.isdir(path) or not os.access(path, os.X_OK):
             raise PermissionError(errno.EACCES, "Permission denied", argv0)
     else:
-        found = shutil.which(argv0, path=env.get("PATH", os.defpath))
+        # A relative PATH entry (an empty one too) is found from the command's working directory, as exec finds
+        # it - not from the server's.
+        search = os.pathsep.join(os.path.join(cwd, d) for d in env.get("PATH", os.defpath).split(os.pathsep))
+        found = shutil.which(argv0, path=search)
         if found is None:
             raise FileNotFoundError(errno.ENOENT, "No such file or directory", argv0)
         path = os.path.join(cwd, found)
@@ -76,9 +81,14 @@ def _check_format(path: str, argv0: str, cwd: str) -> None:
         return
     if head.startswith(b"#!"):
         line, newline, _ = head[2:].partition(b"\n")
-        interpreter = line.split()[0] if line.split() else b""
+        # As the kernel reads it: blanks skipped, then up to a blank or NUL - a CR stays in the name (a script
+        # saved with CRLF line ends names "/bin/sh\r", which does not exist: ENOENT without a PTY too).
+        match = _INTERPRETER.match(line)
+        interpreter = match.group(1) if match else b""
+        if newline and not interpreter:
+            raise OSError(errno.ENOEXEC, os.strerror(errno.ENOEXEC), argv0)
         # A relative interpreter is found from the working directory, as the kernel finds it.
-        if newline and interpreter and not os.path.exists(os.path.join(os.fsencode(cwd), interpreter)):
+        if newline and not os.path.exists(os.path.join(os.fsencode(cwd), interpreter)):
             raise FileNotFoundError(errno.ENOENT, "No such file or directory", argv0)
         return
     if not _binfmt_misc_takes(path, head):

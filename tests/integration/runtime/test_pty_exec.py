@@ -100,3 +100,32 @@ async def test_a_relative_interpreter_is_found_from_the_working_directory(
     for pty in (False, True):
         code, out = await _run(grpc_client, "./bin/rel.sh", pty=pty)
         assert (code, out.replace(b"\r\n", b"\n")) == (0, b"rel-ran\n"), pty
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "code"),
+    [
+        # CRLF line ends: the kernel looks for "/bin/sh\r" (the review of December 7: the shell's 127 with a PTY).
+        ("crlf.sh", b"#!/bin/sh\r\necho hi\r\n", grpc.StatusCode.NOT_FOUND),
+        ("emptyline.sh", b"#!\necho hi\n", grpc.StatusCode.INTERNAL),  # no interpreter: Exec format error
+    ],
+)
+async def test_a_shebang_the_kernel_refuses_is_refused_with_and_without_pty(
+    runtime: RuntimeServer, grpc_client: ProcessClient, name: str, text: bytes, code: grpc.StatusCode
+) -> None:
+    _script(runtime.root, name, text)
+    for pty in (False, True):
+        err = await _start_error(grpc_client, f"./{name}", pty=pty)
+        assert err.code() == code, (pty, err.details())
+
+
+async def test_a_relative_path_entry_is_searched_from_the_commands_directory(
+    runtime: RuntimeServer, grpc_client: ProcessClient
+) -> None:
+    """`PATH=bin:...` finds `bin/tool` under the command's cwd with and without a PTY (with one it was searched
+    from the server's own directory: NOT_FOUND, until the review of December 7)."""
+    Path(runtime.root, "bin").mkdir()
+    _script(runtime.root, "bin/tool", b"#!/bin/sh\necho tool-ran\n")
+    env = {"PATH": f"bin:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    assert await _run(grpc_client, "tool", pty=False, env_vars=env) == (0, b"tool-ran\n")
+    assert await _run(grpc_client, "tool", pty=True, env_vars=env) == (0, b"tool-ran\r\n")

@@ -25,7 +25,22 @@ pytestmark = pytest.mark.unit
     ],
 )
 def test_ranges(header: str, expected: list[ByteRange]) -> None:
-    assert _parse(header, 100) == expected
+    assert _parse(header, 100)[0] == expected
+
+
+@pytest.mark.parametrize(
+    ("header", "no_overlap"),
+    [
+        ("bytes=", False),  # no range at all: the whole file (200), as Go serves it - a 416 until the review
+        ("bytes=,", False),
+        ("bytes= , ", False),
+        ("bytes=100-", True),  # starts past the end: 416
+        ("bytes=-0", True),
+        ("bytes=0-1", False),
+    ],
+)
+def test_no_overlap_tells_an_unsatisfiable_range_from_none(header: str, no_overlap: bool) -> None:
+    assert _parse(header, 100)[1] is no_overlap
 
 
 @pytest.mark.parametrize(
