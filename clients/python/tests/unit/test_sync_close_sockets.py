@@ -164,18 +164,24 @@ def test_a_tls_call_waiting_on_its_socket_fails_at_once_too(tmp_path: Path) -> N
         assert "(client closed)" in str(outcome)
 
 
-def test_the_driver_reconnects_after_the_close() -> None:
-    """The sockets cut belong to the closed pools: the next call opens a new connection and gets its answer."""
+def _answering(connections: int) -> socket.socket:
+    """A listener on 127.0.0.1 that answers 204 on each of its first `connections` connections."""
     listener = socket.create_server(("127.0.0.1", 0))
 
     def answer() -> None:
-        for _ in range(2):
+        for _ in range(connections):
             conn, _ = listener.accept()
             conn.recv(65536)
             conn.sendall(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
             conn.close()
 
     threading.Thread(target=answer, daemon=True).start()
+    return listener
+
+
+def test_the_driver_reconnects_after_the_close() -> None:
+    """The sockets cut belong to the closed pools: the next call opens a new connection and gets its answer."""
+    listener = _answering(2)
     driver = SyncDriver(None)
     url = f"http://127.0.0.1:{listener.getsockname()[1]}/"
     try:
@@ -189,16 +195,7 @@ def test_the_driver_reconnects_after_the_close() -> None:
 def test_a_transport_of_the_callers_own_keeps_working_after_close() -> None:
     """The socket cut is for the pools the driver builds: a `transport=` given to it outlives its `close()`, and
     until the fix its backend stayed cut - every later connection was shut down as it opened."""
-    listener = socket.create_server(("127.0.0.1", 0))
-
-    def answer() -> None:
-        for _ in range(2):
-            conn, _ = listener.accept()
-            conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
-            conn.close()
-
-    threading.Thread(target=answer, daemon=True).start()
+    listener = _answering(2)
     driver = SyncDriver(None, transport=httpx2.HTTPTransport())
     url = f"http://127.0.0.1:{listener.getsockname()[1]}/"
     try:
