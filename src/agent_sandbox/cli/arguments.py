@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from agent_sandbox_sdk._checks import MAX_TIMEOUT_SECONDS
 from agent_sandbox_sdk.constants import ROUTER_TOKEN_ENV, ROUTER_URL_ENV
 
 from .output import claim_of
@@ -20,13 +21,19 @@ __all__ = [
 
 
 def seconds_arg(value: str) -> float:
-    """A `--timeout`: a positive number of seconds."""
+    """A `--timeout`: a positive number of seconds up to 30 days (the SDK's `MAX_TIMEOUT_SECONDS`).
+
+    The cap is a usage error (exit 2) here, before anything is sent: until December 7 `exec`, `cp` and
+    `lifecycle resume` took `--timeout 1e10` and failed later (an OverflowError, or the SDK's refusal, exit 1).
+    """
     try:
         seconds = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
-    if not 0 < seconds < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
+    if not 0 < seconds <= MAX_TIMEOUT_SECONDS:  # NaN fails both comparisons
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number of seconds up to {MAX_TIMEOUT_SECONDS} (30 days), got {value!r}"
+        )
     return seconds
 
 

@@ -40,6 +40,8 @@ import argparse
 import io
 import posixpath
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -117,7 +119,8 @@ def _upload(client: SandboxClient, args: argparse.Namespace, dst: tuple[str, str
         files = _sandbox(client, claim, args.namespace).files
         assert files is not None
         counted = _CountingReader(sys.stdin.buffer)
-        files.write(_api_path(path), io.BufferedReader(counted), timeout=timeout)
+        with _directory_in_the_way(claim, path):
+            files.write(_api_path(path), io.BufferedReader(counted), timeout=timeout)
         print(f"- -> {claim}:{path} ({counted.count} bytes)", file=sys.stderr)
         return 0
     local = Path(args.src)
@@ -129,18 +132,10 @@ def _upload(client: SandboxClient, args: argparse.Namespace, dst: tuple[str, str
     if local.is_file():
         if not path or path.endswith("/") or _remote_type(sandbox, path, timeout) == "directory":
             path = posixpath.normpath(posixpath.join(path, local.name)) if path else local.name
-        with local.open("rb") as fh:
-            try:
-                files.write(
-                    _api_path(path), fh, timeout=timeout, mode=_upload_mode(local.stat().st_mode, _umask())
-                )
-            except SandboxRequestError as err:
-                # `cp f1 CLAIM:dd` with a directory dd/f1: said as a download into a local directory says it
-                # (exit 2), not as the runtime's `HTTP 400: File upload failed: target path is a directory`
-                # (exit 1, until December 7).
-                if err.status_code == 400 and "is a directory" in str(err):
-                    raise ValueError(f"{claim}:{path}: is a directory") from err
-                raise
+        with local.open("rb") as fh, _directory_in_the_way(claim, path):
+            files.write(
+                _api_path(path), fh, timeout=timeout, mode=_upload_mode(local.stat().st_mode, _umask())
+            )
         print(f"{local} -> {claim}:{path} ({local.stat().st_size} bytes)", file=sys.stderr)
         return 0
     if not local.is_dir():
@@ -177,6 +172,19 @@ def _upload(client: SandboxClient, args: argparse.Namespace, dst: tuple[str, str
     # A symbolic link is skipped by design (exit 0, as before); a file that could not be sent is a copy made
     # in part: 1, as a download's.
     return 1 if tally.refused else 0
+
+
+@contextmanager
+def _directory_in_the_way(claim: str, path: str) -> Iterator[None]:
+    """An upload onto a directory in the sandbox (`cp f1 CLAIM:dd` with a directory dd/f1, `cp - CLAIM:dd`): said
+    as a download into a local directory says it (`CLAIM:PATH: is a directory`, exit 2), not as the runtime's
+    `HTTP 400: File upload failed: target path is a directory` (exit 1, until December 7)."""
+    try:
+        yield
+    except SandboxRequestError as err:
+        if err.status_code == 400 and "is a directory" in str(err):
+            raise ValueError(f"{claim}:{path}: is a directory") from err
+        raise
 
 
 def _remote_type(sandbox: Sandbox, path: str, timeout: float) -> str | None:

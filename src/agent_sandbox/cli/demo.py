@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from agent_sandbox.cli.output import inform
 from agent_sandbox.devcluster import ClusterConfig, DevCluster
 from agent_sandbox.devcluster.controller import CONTROLLER, start_controller
 from agent_sandbox.devcluster.processes import is_ours
@@ -36,7 +37,7 @@ RUNTIME_IMAGE = "ghcr.io/agent-sandbox/agent-sandbox-runtime:dev"
 
 
 def _say(msg: str) -> None:
-    print(msg, flush=True)
+    inform(msg)  # progress: dropped with a closed stdout (`demo >&-`), the demo goes on
 
 
 @contextmanager

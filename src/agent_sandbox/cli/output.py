@@ -28,6 +28,7 @@ __all__ = [
     "StdoutClosedError",
     "age",
     "claim_of",
+    "inform",
     "open_missing_streams",
     "progress",
     "relay_output",
@@ -197,26 +198,53 @@ class _Unwritable(io.RawIOBase):
         return False
 
 
-def open_missing_streams() -> None:
-    """Stand-ins for a standard output or error the process was started without (`>&-`, `2>&-`: Python sets
-    `sys.stdout` / `sys.stderr` to None).
+def inform(message: str) -> bool:
+    """Print an informational line on standard output (a progress line, the URL `proxy` serves at), flushed.
 
-    Each closed descriptor is held by /dev/null first, so that no file or socket the CLI opens becomes "standard
-    output". A missing stdout fails the first write (`_Unwritable`: unbuffered, so that nothing is left to fail
-    again when Python flushes it at exit); a missing stderr takes what is written to it and drops it - messages,
-    and the stderr `exec` relays from the command, whose exit code is kept (until December 7 exit 1, from an
-    AttributeError traceback nobody could see).
+    Best-effort: with a standard output the CLI was started without (`>&-`) the line is dropped and False
+    returned, where a result (`list`, `get`, `exec`, `cp -`, `logs`) fails with `StdoutClosedError`. Until
+    December 7 `proxy ... >&- &` exited 1 right after it started listening, and `demo` / `release` at their
+    first progress line.
     """
-    for fd, name in ((1, "stdout"), (2, "stderr")):
+    try:
+        print(message, flush=True)
+    except StdoutClosedError:
+        return False
+    return True
+
+
+def open_missing_streams() -> None:
+    """Stand-ins for a standard input, output or error the process was started without (`<&-`, `>&-`, `2>&-`:
+    Python sets `sys.stdin` / `sys.stdout` / `sys.stderr` to None).
+
+    Each closed descriptor is held by /dev/null first, so that no file or socket the CLI opens becomes
+    "standard input" or "standard output". A missing stdin reads /dev/null: the end of input at once, as an
+    empty one (until December 7 `cp - CLAIM:PATH <&-` was an AttributeError traceback, and `exec -i ... <&-`
+    never ended the command's input). A missing stdout fails the first write (`_Unwritable`: unbuffered, so
+    that nothing is left to fail again when Python flushes it at exit); a missing stderr takes what is
+    written to it and drops it - messages, and the stderr `exec` relays from the command, whose exit code is
+    kept (until December 7 exit 1, from an AttributeError traceback nobody could see).
+    """
+    # fd 0 first: the lowest free descriptor is what the next open returns.
+    for fd, name, flags in (
+        (0, "stdin", os.O_RDONLY),
+        (1, "stdout", os.O_WRONLY),
+        (2, "stderr", os.O_WRONLY),
+    ):
         if getattr(sys, name) is not None:
             continue
         try:
-            held = os.open(os.devnull, os.O_WRONLY)
+            held = os.open(os.devnull, flags)
         except OSError:
             held = -1
         if held not in (-1, fd):
             os.dup2(held, fd)
             os.close(held)
+        if fd == 0:
+            # Standard input, never closed; without a /dev/null to hold fd 0 (a bare chroot) still empty.
+            empty = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+            sys.stdin = empty if held == -1 else open(fd, encoding="utf-8", closefd=False)  # noqa: SIM115
+            continue
         # A raw stream under the text one (no buffer): TextIOWrapper takes any binary stream.
         raw = _Unwritable(fd, drop=name == "stderr")
         setattr(sys, name, io.TextIOWrapper(raw, encoding="utf-8", write_through=True))

@@ -28,6 +28,8 @@ from yarl import URL
 
 from agent_sandbox_sdk._shared import router_token_headers
 
+from .output import inform
+
 __all__ = ["ListenError", "SandboxProxy", "serve_proxy"]
 
 log = logging.getLogger(__name__)
@@ -484,7 +486,9 @@ async def serve_proxy(
             raise ListenError(f"cannot listen on {address}:{port}: {_listen_reason(err)}") from None
         bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
         host = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
-        print(f"http://{host}:{bound[1]}/", flush=True)
+        url = f"http://{host}:{bound[1]}/"
+        if not inform(url):  # `>&-`: information, not the result - said on stderr, and the proxy serves on
+            print(url, file=sys.stderr, flush=True)
         print(f"forwarding to {describe} through {router_url} (Ctrl-C to stop)", file=sys.stderr, flush=True)
         await asyncio.Event().wait()
     finally:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from agent_sandbox.api.errortext import describe_error
+from agent_sandbox.cli.output import inform
 from agent_sandbox.devcluster import ensure_binaries
 from agent_sandbox.manifests import REPO_ROOT, DriftError, check_drift, render_assets
 
@@ -50,7 +51,7 @@ def release_command(args: argparse.Namespace) -> int:
     try:
         if args.check:
             check_drift(k8s)
-            print("k8s/kustomization.yaml lists exactly the install files")
+            inform("k8s/kustomization.yaml lists exactly the install files")  # the exit code is the answer
             return 0
         kubectl = ensure_binaries().path("kubectl")
 
@@ -71,7 +72,7 @@ def release_command(args: argparse.Namespace) -> int:
         out_dir.mkdir(parents=True, exist_ok=True)
         for name, text in assets.files.items():
             (out_dir / name).write_text(text, encoding="utf-8")
-            print(f"wrote {out_dir / name}")
+            inform(f"wrote {out_dir / name}")  # progress: dropped with a closed stdout (`release >&-`)
     except OSError as err:  # a parent that is a file, no permission, a full disk
         print(f"error: cannot write the release assets to {out_dir}: {describe_error(err)}", file=sys.stderr)
         return 1

@@ -67,7 +67,10 @@ def test_cli_words_closed_streams_and_exit_codes(
     for command in ("suspend", "resume"):
         refused = cli(cluster, router, command, "sb", *ns, "--timeout", "1e10")
         assert refused.returncode == 2, refused.stderr
-        assert "timeout must be a positive number of seconds up to 2592000 (30 days)" in refused.stderr
+        assert (
+            "argument --timeout: must be a positive number of seconds up to 2592000 (30 days)"
+            in refused.stderr
+        )
     got = cli(cluster, router, "get", "sb", *ns, "-o", "json")
     assert json.loads(got.stdout)["suspended"] is False
 

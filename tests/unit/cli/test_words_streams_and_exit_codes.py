@@ -78,7 +78,7 @@ def test_suspend_and_resume_refuse_a_timeout_past_30_days_before_the_change(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`suspend --timeout 1e10` suspended the sandbox, then failed waiting with an OverflowError traceback
-    (exit 1). Refused first, as the other commands' --timeout (exit 2)."""
+    (exit 1). Refused first, as every --timeout: a usage error (exit 2)."""
     from agent_sandbox.cli import claim_commands
     from agent_sandbox.cli.main import main
 
@@ -87,9 +87,12 @@ def test_suspend_and_resume_refuse_a_timeout_past_30_days_before_the_change(
 
     monkeypatch.setattr(claim_commands, "make_client", no_client)
     for command in ("suspend", "resume"):
-        assert main([command, "c1", "-n", "demo", "--timeout", "1e10"]) == 2
-        assert capsys.readouterr().err == (
-            "error: timeout must be a positive number of seconds up to 2592000 (30 days), got 10000000000.0\n"
+        with pytest.raises(SystemExit) as exited:
+            main([command, "c1", "-n", "demo", "--timeout", "1e10"])
+        assert exited.value.code == 2
+        assert capsys.readouterr().err.endswith(
+            "error: argument --timeout: must be a positive number of seconds up to 2592000 (30 days), "
+            "got '1e10'\n"
         )
 
 
