@@ -490,6 +490,10 @@ async def serve_proxy(
         if not inform(url):  # `>&-`: information, not the result - said on stderr, and the proxy serves on
             print(url, file=sys.stderr, flush=True)
         print(f"forwarding to {describe} through {router_url} (Ctrl-C to stop)", file=sys.stderr, flush=True)
-        await asyncio.Event().wait()
+        # Awake once a second, not idle for good: Python runs a signal's handler (asyncio's Ctrl-C) only in the
+        # main thread's bytecode, and a SIGINT taken by another thread (kill(2) picks any thread of the process)
+        # does not wake the loop out of epoll - a fresh-clone CI run once saw Ctrl-C ignored for 60 s.
+        while True:  # noqa: ASYNC110 - no event to wait for: the point is to wake
+            await asyncio.sleep(1.0)
     finally:
         await runner.cleanup()

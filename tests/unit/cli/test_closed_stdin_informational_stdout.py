@@ -111,6 +111,21 @@ def test_proxy_with_a_closed_stdout_serves_until_ctrl_c() -> None:
     assert lines[1].startswith("forwarding to port 8080")
 
 
+#: `proxy`, with SIGINT blocked in the main thread once the Ctrl-C thread exists: the signal is taken by that
+#: thread, as kill(2) may give a process-directed signal to any thread.
+_PROXY_SIGNAL_ELSEWHERE = _PROXY.replace(
+    "ctrl_c.start()\n", "ctrl_c.start()\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\n"
+)
+
+
+def test_proxy_stops_on_a_ctrl_c_another_thread_took() -> None:
+    """A fresh-clone CI run saw `proxy` ignore Ctrl-C for 60 s: a SIGINT taken by a thread other than the main
+    one does not wake the event loop out of epoll, and Python runs the handler only in the main thread - the
+    proxy waited on an event that never came. It now wakes every second."""
+    done = _run(_PROXY_SIGNAL_ELSEWHERE, ">&-", timeout=20)
+    assert done.returncode == 130, done.stderr
+
+
 #: `demo` with the cluster, controller, router, pool and SDK journey stood in for.
 _DEMO = """
 import sys
