@@ -179,24 +179,13 @@ def _answering(connections: int) -> socket.socket:
     return listener
 
 
-def test_the_driver_reconnects_after_the_close() -> None:
-    """The sockets cut belong to the closed pools: the next call opens a new connection and gets its answer."""
+@pytest.mark.parametrize("own_transport", [False, True], ids=["driver-pools", "callers-transport"])
+def test_the_driver_reconnects_after_the_close(own_transport: bool) -> None:
+    """The sockets cut belong to the closed pools: the next call opens a new connection and gets its answer. The
+    cut is for the pools the driver builds: a `transport=` given to it outlives its `close()`, and until the fix
+    its backend stayed cut - every later connection was shut down as it opened."""
     listener = _answering(2)
-    driver = SyncDriver(None)
-    url = f"http://127.0.0.1:{listener.getsockname()[1]}/"
-    try:
-        assert driver.run(_run(HttpRequest("GET", url))) == 204
-        driver.close()
-        assert driver.run(_run(HttpRequest("GET", url))) == 204
-    finally:
-        listener.close()
-
-
-def test_a_transport_of_the_callers_own_keeps_working_after_close() -> None:
-    """The socket cut is for the pools the driver builds: a `transport=` given to it outlives its `close()`, and
-    until the fix its backend stayed cut - every later connection was shut down as it opened."""
-    listener = _answering(2)
-    driver = SyncDriver(None, transport=httpx2.HTTPTransport())
+    driver = SyncDriver(None, transport=httpx2.HTTPTransport() if own_transport else None)
     url = f"http://127.0.0.1:{listener.getsockname()[1]}/"
     try:
         assert driver.run(_run(HttpRequest("GET", url))) == 204
