@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import orjson
-from aiohttp import BodyPartReader, MultipartReader, StreamReader, hdrs, web
+from aiohttp import BodyPartReader, HttpVersion11, MultipartReader, StreamReader, hdrs, web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http_exceptions import BadHttpMethod, ContentEncodingError, HttpProcessingError, LineTooLong
 from aiohttp.typedefs import Middleware
@@ -25,10 +25,13 @@ from .processes import ShuttingDown
 __all__ = [
     "ANY_PATH",
     "ERROR_SHAPE",
+    "MULTIPART_FRAMING",
     "BodyTimeout",
     "ErrorShape",
     "JsonErrorAppRunner",
+    "Refusal",
     "body_timeout_middleware",
+    "declared_too_large",
     "error_middleware",
     "find_part",
     "json_error_app",
@@ -38,6 +41,7 @@ __all__ = [
     "part_chunks",
     "part_filename",
     "path_tail",
+    "refusing_expect",
     "root_named",
     "send_open_file",
 ]
@@ -126,6 +130,55 @@ def root_named(request: web.Request, user_path: str, names_root: Callable[[str],
     root is not the root named.
     """
     return names_root(user_path) and names_root(request.match_info.get("path", ""))
+
+
+#: What a multipart upload may carry besides its file's bytes (boundaries, part headers with a name of up to
+#: PATH_MAX percent-encoded, a small field or two) before its declared length alone refuses it: the file part
+#: is less than the whole body, by an amount the head does not say.
+MULTIPART_FRAMING = 1 << 20
+
+#: An answer given instead of reading a request's body (a 413), or None to read it.
+Refusal = Callable[[web.Request], web.StreamResponse | None]
+
+
+def declared_too_large(request: web.Request, limit: int) -> int | None:
+    """The body's declared length when it alone shows that the uploaded file cannot fit in `limit` bytes.
+
+    Exact for a raw body (it is the file); a multipart body gets MULTIPART_FRAMING on top. A body with a
+    Content-Encoding is judged only as it is decoded: its length on the wire bounds nothing of what it decodes
+    to (gzip of random bytes is longer than they are). A chunked body has no length: judged as it is written.
+    Until December 7 every upload was judged only as written: one declared far over the limit got its
+    `100 Continue` and up to the limit (1 GiB by default) was streamed to disk before the 413.
+    """
+    length = request.content_length
+    if length is None:
+        return None
+    if request.headers.get(hdrs.CONTENT_ENCODING, "").strip().lower() not in ("", "identity"):
+        return None
+    allowance = MULTIPART_FRAMING if media_type(request) == "multipart/form-data" else 0
+    return length if length > limit + allowance else None
+
+
+def refusing_expect(refuse: Refusal) -> Callable[[web.Request], Awaitable[web.StreamResponse | None]]:
+    """A route's `Expect` handler: `refuse(request)`'s answer when it has one, in place of `100 Continue`, so
+    the client never sends a body that would only be thrown away; otherwise aiohttp's own handling.
+
+    aiohttp runs it before the app's middlewares, so the answer is complete as `refuse` builds it.
+    """
+
+    async def expect(request: web.Request) -> web.StreamResponse | None:
+        if (answer := refuse(request)) is not None:
+            return answer
+        # aiohttp's default expect handler (aiohttp.web_urldispatcher, private there), as it is.
+        if request.version == HttpVersion11:
+            value = request.headers.get(hdrs.EXPECT, "")
+            if value.lower() != "100-continue":
+                raise web.HTTPExpectationFailed(text=f"Unknown Expect: {value}")
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0  # the interim answer is no start of the response
+        return None
+
+    return expect
 
 
 class BodyTimeout(Exception):

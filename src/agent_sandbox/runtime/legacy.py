@@ -26,6 +26,7 @@ from . import files
 from ._http import (
     ANY_PATH,
     body_timeout_middleware,
+    declared_too_large,
     find_part,
     json_error_app,
     json_response,
@@ -34,6 +35,7 @@ from ._http import (
     part_chunks,
     part_filename,
     path_tail,
+    refusing_expect,
     root_named,
     send_open_file,
 )
@@ -305,7 +307,25 @@ class _Legacy:
             await out.stop()
         return resp
 
+    def too_large(self, request: web.Request) -> web.Response | None:
+        """413 before a byte of a multipart body is read (and before `100 Continue`) when its declared length
+        is over `--max-upload-bytes` and the framing's allowance (a body that is not multipart is the 422
+        below, unread); the connection closes after it."""
+        limit = self.state.config.max_upload_bytes
+        if media_type(request) != "multipart/form-data":
+            return None
+        if (length := declared_too_large(request, limit)) is None:
+            return None
+        message = (
+            f"File upload failed: request body of {length} bytes exceeds the upload limit of {limit} bytes"
+        )
+        resp = json_response({"message": message}, 413)
+        resp.force_close()
+        return resp
+
     async def upload(self, request: web.Request) -> web.Response:
+        if (refused := self.too_large(request)) is not None:
+            return refused
         raw_mode = request.query.get("mode")
         try:
             # Ours (upstream's runtime ignores it): `?mode=0NNN` as sandboxd's PUT takes it, so the SDKs' mode
@@ -498,7 +518,7 @@ def legacy_app(state: RuntimeState) -> web.Application:
     app.router.add_get("/", h.health)
     app.router.add_post("/execute", h.execute)
     app.router.add_post("/execute/stream", h.execute_stream)
-    app.router.add_post("/upload", h.upload)
+    app.router.add_post("/upload", h.upload, expect_handler=refusing_expect(h.too_large))
     # Any character, a newline too: upstream's Starlette (`{path:path}`, `.*`) misses a name with one (404), but
     # the same server uploads such a name, and sandboxd serves it; a file it wrote must be readable.
     app.router.add_get("/download/" + ANY_PATH, h.download)

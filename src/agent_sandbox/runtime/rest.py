@@ -15,6 +15,7 @@ from . import files
 from ._http import (
     ANY_PATH,
     body_timeout_middleware,
+    declared_too_large,
     find_part,
     json_error_app,
     json_response,
@@ -22,6 +23,7 @@ from ._http import (
     multipart_reader,
     part_chunks,
     path_tail,
+    refusing_expect,
     root_named,
     send_open_file,
 )
@@ -113,7 +115,20 @@ class _Rest:
         path = user_path if user_path.startswith("/") else "/" + user_path
         return json_response({"path": path, "entries": [e.sandboxd() for e in entries]})
 
+    def too_large(self, request: web.Request) -> web.Response | None:
+        """413 before a byte of the body is read (and before `100 Continue`) when its declared length is over
+        `--max-upload-bytes`; the connection closes after it (aiohttp reads and drops what still comes for a
+        moment first, so the answer is not lost to a reset)."""
+        limit = self.state.config.max_upload_bytes
+        if (length := declared_too_large(request, limit)) is None:
+            return None
+        resp = _error(413, f"request body of {length} bytes exceeds the upload limit of {limit} bytes")
+        resp.force_close()
+        return resp
+
     async def put(self, request: web.Request) -> web.Response:
+        if (refused := self.too_large(request)) is not None:
+            return refused
         try:
             mode = files.parse_mode(request.query.get("mode"))
         except ValueError as err:
@@ -206,7 +221,7 @@ def rest_app(state: RuntimeState) -> web.Application:
     # Any character, a newline too (`.*` stops at one: a file named so was a route miss, 404 `Not Found`, until
     # December 6); sandboxd serves every byte but NUL. The path itself is read raw (`path_tail`).
     app.router.add_get(_PREFIX + ANY_PATH, h.get)  # also HEAD
-    app.router.add_put(_PREFIX + ANY_PATH, h.put)
+    app.router.add_put(_PREFIX + ANY_PATH, h.put, expect_handler=refusing_expect(h.too_large))
     app.router.add_delete(_PREFIX + ANY_PATH, h.delete)
     app.router.add_get("/v1/health", h.health)
     app.router.add_get("/v1/metadata", h.metadata)
