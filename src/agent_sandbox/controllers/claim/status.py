@@ -87,6 +87,12 @@ def ready_condition(
     return new_condition(c.CONDITION_READY, false, c.REASON_SANDBOX_NOT_READY, "Sandbox is not ready", gen)
 
 
+def _marked_expired(claim: ReadOnlyObject) -> bool:
+    """The claim's persisted Ready says `ClaimExpired` (§4.3 step 7 marked it; the teardown may follow)."""
+    ready = status_condition(claim, c.CONDITION_READY)
+    return ready is not None and ready.get("reason") == c.REASON_CLAIM_EXPIRED
+
+
 def compute_status(
     claim: ReadOnlyObject,
     sandbox: ReadOnlyObject | None,
@@ -108,13 +114,18 @@ def compute_status(
     conditions: list[dict[str, Any]] = list(new.get("conditions") or [])
     upsert_condition(conditions, ready_condition(claim, sandbox, error, expired=expired), now)
     finished = status_condition(sandbox, c.CONDITION_FINISHED) if sandbox else None
-    if finished is not None:
-        at = next((i for i, cd in enumerate(conditions) if cd.get("type") == c.CONDITION_FINISHED), None)
+    at = next((i for i, cd in enumerate(conditions) if cd.get("type") == c.CONDITION_FINISHED), None)
+    # §4.9 step 5 over §4.10 step 2 read literally (docs/lifecycle.md): once the claim is marked expired, its
+    # Finished - the TTL's start - stays as it is, whatever the Sandbox being torn down shows. A Sandbox that
+    # lost its Finished while terminating (its Pod gone) used to drop it here, which un-expired the claim and
+    # let the next pass bind a fresh Sandbox.
+    keep_finished = at is not None and _marked_expired(claim)
+    if finished is not None and not keep_finished:
         if at is None:
             conditions.append(copy.deepcopy(dict(finished)))
         else:
             conditions[at] = copy.deepcopy(dict(finished))
-    elif sandbox is not None or not expired:
+    elif finished is None and not keep_finished and (sandbox is not None or not expired):
         conditions = [cd for cd in conditions if cd.get("type") != c.CONDITION_FINISHED]
     new["conditions"] = conditions
     if sandbox is not None:

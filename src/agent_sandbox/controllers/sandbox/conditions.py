@@ -115,10 +115,22 @@ def _pod_scheduled(out: ChildOutcome, gen: int) -> dict[str, Any] | None:
     return new_condition(CONDITION_POD_SCHEDULED, status, reason, str(mirrored.get("message") or ""), gen)
 
 
-def _finished(out: ChildOutcome, gen: int) -> dict[str, Any] | None:
+def _finished(sandbox: Object, out: ChildOutcome, gen: int) -> dict[str, Any] | None:
     if out.pod is None or not out.pod_owned:
         return None
     phase = _phase(out.pod)
+    if phase in ("Succeeded", "Failed") and ((out.pod.get("metadata") or {}).get("deletionTimestamp")):
+        # Departure from §1.9.3 (docs/lifecycle.md): a Pod being deleted (suspend, idle suspend, a user's or
+        # an eviction's delete) reaches a terminal phase because it was stopped, not because the workload
+        # ended; setting Finished from it started a claim's ttlSecondsAfterFinished and deleted the Sandbox
+        # and its PVCs. A Finished the Sandbox already has (the Pod ended on its own, then was deleted) is
+        # kept as it is, so its lastTransitionTime - the TTL's start - does not move.
+        kept = status_condition(sandbox, CONDITION_FINISHED)
+        if kept is None or kept.get("status") != "True":
+            return None
+        return new_condition(
+            CONDITION_FINISHED, "True", str(kept.get("reason") or ""), str(kept.get("message") or ""), gen
+        )
     if phase == "Succeeded":
         return new_condition(
             CONDITION_FINISHED, "True", REASON_POD_SUCCEEDED, "Pod completed successfully", gen
@@ -177,7 +189,7 @@ def compute_conditions(sandbox: Object, out: ChildOutcome) -> list[dict[str, Any
     gen = int((sandbox.get("metadata") or {}).get("generation") or 0)
     suspended = (sandbox.get("spec") or {}).get("operatingMode") == OperatingMode.SUSPENDED
     conditions = [_suspended(suspended, out, gen)]
-    for optional in (_finished(out, gen), _pod_scheduled(out, gen)):
+    for optional in (_finished(sandbox, out, gen), _pod_scheduled(out, gen)):
         if optional is not None:
             conditions.append(optional)
     conditions.append(_ready(sandbox, suspended, out, gen))

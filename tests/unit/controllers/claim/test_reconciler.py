@@ -566,6 +566,33 @@ async def test_ttl_zero_marks_expired_first_then_retain_deletes_the_sandbox() ->
     assert {cd["type"] for cd in cl["status"]["conditions"]} == {"Ready", "Finished"}  # Finished kept
 
 
+async def test_an_expired_claim_whose_terminating_sandbox_loses_finished_never_binds_another() -> None:
+    """§4.9 step 5: Finished is kept once the claim is marked expired (docs/lifecycle.md). The Sandbox being
+    torn down (held here by a finalizer) loses its own Finished when its Pod goes; mirroring that removal
+    un-expired the claim and the next pass adopted a fresh warm member (probe p2, defect 2)."""
+    world = World(
+        *standard(member("pool-a"), member("pool-b", created=T0 - timedelta(seconds=30))),
+        (SANDBOX_CLAIM, claim(lifecycle={"ttlSecondsAfterFinished": 0})),
+    )
+    await world.reconcile()
+    bound = world.get(SANDBOX_CLAIM, "c1")["status"]["sandbox"]["name"]
+    await world.fake.patch(SANDBOX, bound, {"metadata": {"finalizers": ["test/hold"]}}, namespace=NS)
+    await _finish(world, bound, T0)
+    await world.reconcile()  # mark
+    await world.reconcile()  # act: Retain deletes the Sandbox, which stays terminating
+    assert world.get(SANDBOX, bound)["metadata"].get("deletionTimestamp")
+    sb = world.get(SANDBOX, bound)
+    without = [cd for cd in sb["status"]["conditions"] if cd["type"] != "Finished"]
+    await world.fake.patch_status(SANDBOX, bound, {"status": {"conditions": without}}, namespace=NS)
+    for _ in range(3):
+        await world.reconcile()
+    cl = world.get(SANDBOX_CLAIM, "c1")
+    assert claim_ready(cl)["reason"] == "ClaimExpired"  # type: ignore[index]
+    assert {cd["type"] for cd in cl["status"]["conditions"]} == {"Ready", "Finished"}
+    assert cl["status"]["sandbox"]["name"] == bound
+    assert owners(world) == {bound: "c1"}  # the spare member was not taken
+
+
 @pytest.mark.parametrize(
     ("policy", "propagation"), [("Delete", "Background"), ("DeleteForeground", "Foreground")]
 )

@@ -181,6 +181,30 @@ def test_compute_status_keeps_finished_after_expired_sandbox_is_gone() -> None:
     assert find_condition(active["conditions"], "Finished") is None
 
 
+def test_a_claim_marked_expired_keeps_its_finished_whatever_its_sandbox_shows() -> None:
+    """§4.9 step 5 over §4.10 step 2 (docs/lifecycle.md): the Sandbox being torn down may have lost its
+    Finished (its Pod gone) or show another one; the claim's own Finished - the TTL's start - stays."""
+    lifecycle = {"ttlSecondsAfterFinished": 0}
+    mine = _finished(T0 - timedelta(seconds=5))
+    expired = claim(
+        status={"sandbox": {"name": "s"}, "conditions": [ready_cond("False", c.REASON_CLAIM_EXPIRED), mine]},
+        lifecycle=lifecycle,
+    )
+    terminating = member("s", ready=False, ips=())
+    later = member("s")
+    later["status"]["conditions"].append(_finished(T0 + timedelta(seconds=5)))
+    for sb in (terminating, later):
+        new = compute_status(expired, sb, None, expired=True, now=T0)
+        assert new is not None
+        assert find_condition(new["conditions"], "Finished") == mine
+        assert expiry(claim(status=new, lifecycle=lifecycle), T0).expired
+    # A claim not marked expired still follows its Sandbox (§4.10 step 2).
+    active = claim(status={"sandbox": {"name": "s"}, "conditions": [ready_cond(), mine]}, lifecycle=lifecycle)
+    new = compute_status(active, terminating, None, expired=False, now=T0)
+    assert new is not None
+    assert find_condition(new["conditions"], "Finished") is None
+
+
 def test_status_equality_ignores_condition_order() -> None:
     a = {"conditions": [ready_cond(), _finished()], "sandbox": {"name": "s"}}
     b = {"conditions": [_finished(), ready_cond()], "sandbox": {"name": "s"}}

@@ -31,6 +31,15 @@ UNKNOWN_SCHED = (
 SCHEDULED = ("True", "PodScheduled", "")
 SCHED = ("True", "", "")
 
+FINISHED_BEFORE = {
+    "type": "Finished",
+    "status": "True",
+    "reason": "PodSucceeded",
+    "message": "Pod completed successfully",
+    "observedGeneration": 2,
+    "lastTransitionTime": "2026-01-01T11:00:00Z",
+}
+
 CASES: list[tuple[str, dict[str, Any], ChildOutcome, Expected]] = [
     (
         "provisioning",
@@ -195,6 +204,49 @@ CASES: list[tuple[str, dict[str, Any], ChildOutcome, Expected]] = [
             "Finished": ("True", "PodSucceeded", "Pod completed successfully"),
             "PodScheduled": SCHEDULED,
             "Ready": ("False", "PodSucceeded", "Pod completed successfully"),
+        },
+    ),
+    # A Pod that reaches a terminal phase while being deleted was stopped, it did not finish: no Finished
+    # (a departure from §1.9.3, docs/lifecycle.md), or a claim's ttlSecondsAfterFinished deletes the Sandbox.
+    (
+        "suspend-deleted-pod-failed-is-not-finished",
+        {"mode": "Suspended"},
+        ChildOutcome(pod=pod(phase="Failed", scheduled=SCHED, deleting=True), pod_owned=True),
+        {
+            "Suspended": ("False", "PodTerminating", "Pod is terminating. Sandbox is suspending"),
+            "PodScheduled": SCHEDULED,
+            "Ready": ("False", "SandboxSuspended", "Sandbox is suspending"),
+        },
+    ),
+    (
+        "deleted-pod-failed-is-not-finished",
+        {},
+        ChildOutcome(pod=pod(phase="Failed", scheduled=SCHED, deleting=True), pod_owned=True),
+        {
+            "Suspended": NOT_SUSPENDED,
+            "PodScheduled": SCHEDULED,
+            "Ready": ("False", "PodFailed", "Pod failed"),
+        },
+    ),
+    (
+        "deleted-pod-succeeded-is-not-finished",
+        {},
+        ChildOutcome(pod=pod(phase="Succeeded", scheduled=SCHED, deleting=True), pod_owned=True),
+        {
+            "Suspended": NOT_SUSPENDED,
+            "PodScheduled": SCHEDULED,
+            "Ready": ("False", "PodSucceeded", "Pod completed successfully"),
+        },
+    ),
+    (
+        "finished-kept-while-its-pod-is-deleted",
+        {"status": {"conditions": [FINISHED_BEFORE]}},
+        ChildOutcome(pod=pod(phase="Failed", scheduled=SCHED, deleting=True), pod_owned=True),
+        {
+            "Suspended": NOT_SUSPENDED,
+            "Finished": ("True", "PodSucceeded", "Pod completed successfully"),
+            "PodScheduled": SCHEDULED,
+            "Ready": ("False", "PodFailed", "Pod failed"),
         },
     ),
     (

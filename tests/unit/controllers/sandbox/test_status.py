@@ -273,6 +273,37 @@ def test_conditions_do_not_accumulate_over_passes() -> None:
     assert len(status["conditions"]) == 3
 
 
+def test_a_pod_deleted_for_a_suspend_never_sets_finished() -> None:
+    """The suspend's delete takes the Pod through phase Failed (kubelet, kwok): that is not the workload
+    finishing, so no Finished - it used to start a claim's ttlSecondsAfterFinished (docs/lifecycle.md)."""
+    sb = sandbox(mode="Suspended", annotations={ANNOTATION_POD_NAME: SB})
+    status, _ = _run(snap(sb, pods=[pod(phase="Running", scheduled=SCHED)]))
+    assert _cond(status, "Finished") is None
+    sb = sandbox(mode="Suspended", annotations={ANNOTATION_POD_NAME: SB}, status=status)
+    status, _ = _run(snap(sb, pods=[pod(phase="Failed", scheduled=SCHED, deleting=True)]))
+    assert _cond(status, "Finished") is None
+    assert _cond(status, "Suspended") == (
+        "False",
+        "PodTerminating",
+        "Pod is terminating. Sandbox is suspending",
+    )
+
+
+def test_a_finished_pod_keeps_finished_and_its_time_while_being_deleted() -> None:
+    sb = sandbox(annotations={ANNOTATION_POD_NAME: SB})
+    status, _ = _run(snap(sb, pods=[pod(phase="Succeeded", scheduled=SCHED)]))
+    first = next(c for c in status["conditions"] if c["type"] == "Finished")
+    assert (first["status"], first["reason"]) == ("True", "PodSucceeded")
+    sb = sandbox(annotations={ANNOTATION_POD_NAME: SB}, status=status, generation=2)
+    status, _ = _run(
+        snap(sb, pods=[pod(phase="Succeeded", scheduled=SCHED, deleting=True)]), after=timedelta(hours=1)
+    )
+    kept = next(c for c in status["conditions"] if c["type"] == "Finished")
+    # The claim's TTL starts at this time: a delete must not move it.
+    assert kept["lastTransitionTime"] == first["lastTransitionTime"]
+    assert (kept["status"], kept["reason"], kept["observedGeneration"]) == ("True", "PodSucceeded", 2)
+
+
 # --------------------------------------------------------------------------- expiry (§1.10)
 
 
