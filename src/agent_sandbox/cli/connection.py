@@ -21,6 +21,8 @@ from agent_sandbox_sdk._shared import router_token_headers
 from agent_sandbox_sdk.constants import ROUTER_URL_ENV
 from agent_sandbox_sdk.models import SandboxConnectionConfig
 
+from .interruptible import add_closer
+
 
 def _dev_cluster(name: str) -> tuple[str, str | None]:
     """(kubeconfig, router URL or None) of a local dev cluster."""
@@ -73,6 +75,8 @@ def make_client(args: argparse.Namespace, *, sandboxd: bool = False) -> SandboxC
     if config is None and sandboxd:
         config = SandboxdPodTunnelConnectionConfig()
     client = SandboxClient(config, kubeconfig=kubeconfig, context=args.context)
+    # A Ctrl-C wakes the command's blocked reads by closing it (interruptible.py).
+    add_closer(args, client.close)
     if args.namespace is None:  # as kubectl: the context's namespace when -n is not given
         args.namespace = client.context_namespace
     return client

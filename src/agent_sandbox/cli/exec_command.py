@@ -18,6 +18,7 @@ from agent_sandbox_sdk import (
 
 from .connection import _handle, make_client
 from .exit_codes import EXIT_ERROR
+from .interruptible import interruptible
 from .option_values import _pairs
 from .output import relay_output, render
 
@@ -62,6 +63,13 @@ def _exec(args: argparse.Namespace) -> int:
             ),
             args.timeout,
         )
+    # In a worker thread, so that a signal stops it within a second; closing the client ends the stream, and the
+    # runtime kills the command (interruptible.py).
+    return interruptible(lambda a: _streamed(a, command, env))(args)
+
+
+def _streamed(args: argparse.Namespace, command: str, env: dict[str, str]) -> int:
+    """exec without -i/-t: the output relayed (or collected for -o json|yaml), and the exit status."""
     sandbox = _handle(make_client(args), args)
     assert sandbox.commands is not None
     # Without --timeout the runtime's own limit ends the command (300 s by default), as kubectl exec waits for

@@ -29,6 +29,7 @@ from .connection import _router_headers, _router_url, make_client
 from .copy import copy
 from .exec_command import _exec
 from .exit_codes import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_TIMEOUT, EXIT_USAGE, Handler, _guard
+from .interruptible import interruptible
 from .option_values import _shutdown_after_arg
 from .output import FORMATS, OBJECT_FORMATS, TEXT_ONLY
 
@@ -82,12 +83,19 @@ def add_sandbox_commands(sub: Any) -> None:
     }
 
     def add(
-        name: str, handler: Handler, help_text: str, formats: tuple[str, ...] = FORMATS
+        name: str,
+        handler: Handler,
+        help_text: str,
+        formats: tuple[str, ...] = FORMATS,
+        *,
+        main_thread: bool = False,
     ) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = sub.add_parser(
             name, parents=[parents[formats]], help=help_text, description=help_text
         )
-        parser.set_defaults(handler=_guard(handler))
+        # In a worker thread, so that a signal stops it within a second (interruptible.py); `main_thread`: a
+        # command that needs the main thread (asyncio, SIGWINCH) and wakes itself.
+        parser.set_defaults(handler=_guard(handler if main_thread else interruptible(handler)))
         return parser
 
     create = add(
@@ -123,7 +131,12 @@ def add_sandbox_commands(sub: Any) -> None:
     get = add("get", _get, "show one claimed sandbox", OBJECT_FORMATS)
     get.add_argument("claim", type=claim_arg)
 
-    exe = add("exec", _exec, "run a command in a sandbox, streaming its output; exits with its exit code")
+    exe = add(  # its -i/-t sessions need the main thread: the rest runs as `interruptible` (exec_command.py)
+        "exec",
+        _exec,
+        "run a command in a sandbox, streaming its output; exits with its exit code",
+        main_thread=True,
+    )
     exe.add_argument("claim", type=claim_arg)
     exe.add_argument("argv", nargs=argparse.REMAINDER, metavar="[OPTIONS] -- COMMAND [ARGS...]")
     exe.add_argument(
@@ -180,6 +193,7 @@ def add_sandbox_commands(sub: Any) -> None:
         _proxy,
         "a local HTTP address for a port inside a sandbox, through the router (Ctrl-C stops)",
         TEXT_ONLY,
+        main_thread=True,  # an asyncio loop that wakes every second (proxy.py)
     )
     proxy.add_argument("claim", type=claim_arg)
     proxy.add_argument("port", type=int, help="the port inside the sandbox (a web app, a notebook)")
