@@ -40,6 +40,7 @@ from agent_sandbox.devcluster import processes
 from agent_sandbox.devcluster.cluster import DevCluster
 from agent_sandbox.devcluster.install import token_kubeconfig
 from agent_sandbox.devcluster.kubelet_api import PORT_FORWARD, port_forward_object
+from agent_sandbox.devcluster.pod_env import container_env
 from agent_sandbox.devcluster.processes import Started
 
 __all__ = ["PROGRAMS", "PodProcesses", "Program", "pod_argv", "probe_port", "program_for"]
@@ -188,7 +189,7 @@ class PodProcesses:
             pod=pod,
         )
         argv = pod_argv(pod, program, kubeconfig=kubeconfig, workdir=workdir, bin_dir=self.bin_dir)
-        env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0].get("env") or () if "value" in e}
+        env = container_env(pod, pod["spec"]["containers"][0])  # as a kubelet builds it (pod_env.py)
         env.update(program.extra_env(pod))
         self.started[meta["uid"]] = self.cluster.add_process(
             f"pod-{meta['namespace']}-{meta['name']}", argv, env=env

@@ -9,7 +9,7 @@ The same rule is rendered as a jq expression into the kwok stages, so kwok holds
 from Ready until the runner says their runtime answers.
 
 The runtime is configured from the runtime container as a kubelet would run it: its `args` (or `command`
-after the program) are `agent-sandbox-runtime` flags, its `env` literals (and simple `fieldRef`s) are the
+after the program) are `agent-sandbox-runtime` flags, its `env` (as a kubelet expands it: pod_env.py) is the
 commands' environment, and a PersistentVolumeClaim mounted at the root directory becomes the workspace.
 """
 
@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agent_sandbox.api.lifecycle import projects_claim_env
+from agent_sandbox.devcluster.pod_env import container_env
 
 if TYPE_CHECKING:
     from agent_sandbox.runtime import RuntimeConfig
@@ -110,34 +111,10 @@ def _flags(container: Mapping[str, Any]) -> list[str]:
     return args if not command else []
 
 
-def _field_ref(pod: Pod, path: str) -> str | None:
-    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
-    values = {
-        "metadata.name": meta.get("name"),
-        "metadata.namespace": meta.get("namespace"),
-        "metadata.uid": meta.get("uid"),
-        "spec.nodeName": spec.get("nodeName"),
-        "spec.serviceAccountName": spec.get("serviceAccountName"),
-        "status.podIP": status.get("podIP"),
-        "status.hostIP": status.get("hostIP"),
-    }
-    value = values.get(path)
-    return str(value) if value is not None else None
-
-
 def _environment(pod: Pod, container: Mapping[str, Any], base: Mapping[str, str]) -> dict[str, str]:
     env = {"PATH": base.get("PATH", _BASE_PATH), "LANG": base.get("LANG", "C.UTF-8")}
     env["HOSTNAME"] = str((pod.get("metadata") or {}).get("name", ""))
-    for var in container.get("env") or []:
-        name = var.get("name")
-        if not isinstance(name, str) or not name or "=" in name:
-            continue
-        if "value" in var:
-            env[name] = str(var.get("value") or "")
-        elif (ref := (var.get("valueFrom") or {}).get("fieldRef")) and (
-            value := _field_ref(pod, ref.get("fieldPath", ""))
-        ):
-            env[name] = value
+    env.update(container_env(pod, container))  # as a kubelet builds it (pod_env.py)
     return env
 
 

@@ -121,6 +121,25 @@ async def test_sandbox_with_the_runtime_image_executes_on_both_protocols(
     assert [(r["ip"], r["state"], r["ready"], r["claim"]) for r in mine] == [(ip, "ready", True, None)]
 
 
+async def test_the_environment_is_built_as_a_kubelet_builds_it(
+    kube: ApiClient, namespace: str, controller: Started, http: aiohttp.ClientSession
+) -> None:
+    """An empty value (stored by the API server without `value`) is set, `$(A)` expanded, a label `fieldRef`
+    resolved (devcluster/pod_env.py); until December 7 the runner dropped, kept literally and dropped them."""
+    spec = runtime_pod_spec(
+        env=[
+            {"name": "A", "value": "alpha"},
+            {"name": "B", "value": "$(A)-beta-$$(A)"},
+            {"name": "E", "value": ""},
+            {"name": "LBL", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['x']"}}},
+        ]
+    )
+    await kube.create(SANDBOX, sandbox("envexp", spec), namespace=namespace)
+    ip = await ready_sandbox_ip(kube, namespace, "envexp")
+    out = await execute(http, ip, "sh -c 'echo \"A=$A B=$B E=${E+set:$E} LBL=${LBL+set:$LBL}\"'")
+    assert out["stdout"] == "A=alpha B=alpha-beta-$(A) E=set: LBL=set:\n", out
+
+
 async def test_files_through_both_apis(
     kube: ApiClient, namespace: str, controller: Started, http: aiohttp.ClientSession
 ) -> None:
