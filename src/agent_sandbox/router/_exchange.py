@@ -1,7 +1,7 @@
 """One attempt of a proxied request: the request written to one upstream connection, its response relayed.
 
 Owns: streaming the request body to the sandbox as it arrives (chunked bodies re-framed, never buffered)
-and the response to the client as it arrives, with flow control both ways (a full write buffer pauses
+and the response to the client as it arrives (trailer fields relayed both ways), with flow control both ways (a full write buffer pauses
 the reading side), so memory per request is bounded whatever the body size; the response head rewritten
 for the client (hop-by-hop headers dropped, chunked or close framing, `101` passed on only to an upgrade
 request); the per-attempt timers (`--response-header-timeout` from the end of the request body; before it
@@ -22,9 +22,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from ._headers import DROP_RESPONSE_HEADERS, request_head
+from ._headers import DROP_RESPONSE_HEADERS, declared_trailers, last_chunk, request_head
 from ._outcome import Outcome, connect_error, reply, timeout_error
-from ._request import Request
+from ._request import Request, trailer_allowed
 from ._resolve import Target
 from ._responses import status_line
 from ._routing import Route
@@ -74,6 +74,8 @@ class Exchange:
         self._idle_timer: asyncio.TimerHandle | None = None
         self._head_seen = False
         self._pending: list[bytes] = []
+        self._trailers: list[tuple[bytes, bytes]] = []
+        """The response's trailer fields, relayed with the last chunk (`response_trailers`)."""
         self._loop = asyncio.get_running_loop()
         self._limit = 0.0
         self._moved = 0.0  # loop time a byte was last relayed either way; the idle timer counts from it
@@ -108,7 +110,7 @@ class Exchange:
             if req.chunked and data:
                 data = b"%x\r\n%b\r\n" % (len(data), data)
             if body.done:
-                payload = head + data + (b"0\r\n\r\n" if req.chunked else b"")
+                payload = head + data + (last_chunk(req.trailers) if req.chunked else b"")
                 self._body_sent = True
                 self._resendable = len(payload) <= _REPLAY_LIMIT
                 self._replayable = upstream.reused and self._resendable
@@ -150,7 +152,8 @@ class Exchange:
 
     def _body_done(self) -> None:
         if self.req.chunked:
-            self.upstream.write(b"0\r\n\r\n")
+            # the trailer fields came before the end of the body was reported (`RequestReader._on_trailer`)
+            self.upstream.write(last_chunk(self.req.trailers))
         self._body_sent = True
         if not self._head_seen:
             if self._idle_timer is not None:
@@ -232,6 +235,7 @@ class Exchange:
                 if req.version == "1.1":
                     self._chunked_out = True
                     parts.append(b"Transfer-Encoding: chunked\r\n")
+                    parts.append(declared_trailers(v for n, v in headers if n.lower() == b"trailer"))
                 else:
                     keep = False
             if not keep:
@@ -253,6 +257,12 @@ class Exchange:
         else:
             self._pending.append(chunk)
 
+    def response_trailers(self, fields: list[tuple[bytes, bytes]]) -> None:
+        # Relayed as Go's ReverseProxy does, when the client's response is chunked (an HTTP/1.0 client's is
+        # not: dropped); framing, hop-by-hop and router-owned fields are not (`trailer_allowed`). Until
+        # December 7 every response trailer was dropped.
+        self._trailers = [(n, v) for n, v in fields if trailer_allowed(n.lower())]
+
     def flush(self) -> None:
         """Write what one read from the sandbox produced in a single send (head + body + end)."""
         pending = self._pending
@@ -271,7 +281,7 @@ class Exchange:
         if fut is None or fut.done():
             return
         if self._chunked_out:
-            self._pending.append(b"0\r\n\r\n")
+            self._pending.append(last_chunk(self._trailers))
         if not self._body_sent:
             # The sandbox answered before taking the whole body: this upstream connection is in the middle of
             # a request and cannot be reused; the client's stays open as the response said, its connection

@@ -11,16 +11,17 @@ Does not own: the response head, which `_exchange.Exchange.response_head` assemb
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import httptools
 
-from ._request import Request
+from ._request import Request, trailer_allowed
 from ._resolve import Target
 from ._server import ClientConnection
 from ._tracing import TRACE_HEADERS, span_context
 
-__all__ = ["DROP_REQUEST_HEADERS", "DROP_RESPONSE_HEADERS", "request_head"]
+__all__ = ["DROP_REQUEST_HEADERS", "DROP_RESPONSE_HEADERS", "declared_trailers", "last_chunk", "request_head"]
 
 # Request headers never forwarded: hop-by-hop (RFC 9110 §7.6.1), the ones we rewrite, and credentials.
 DROP_REQUEST_HEADERS = frozenset(
@@ -58,6 +59,26 @@ DROP_RESPONSE_HEADERS = frozenset(
 )
 
 
+def declared_trailers(values: Iterable[bytes]) -> bytes:
+    """The `Trailer` line announcing the declared trailer fields that are relayed (`trailer_allowed`), or
+    nothing. `Trailer` is hop-by-hop for the router (as in Go's ReverseProxy, which announces again what it
+    relays): the fields it drops are not announced."""
+    names = [
+        name.strip()
+        for value in values
+        for name in value.split(b",")
+        if name.strip() and trailer_allowed(name.strip().lower())
+    ]
+    return b"Trailer: " + b", ".join(names) + b"\r\n" if names else b""
+
+
+def last_chunk(trailers: list[tuple[bytes, bytes]]) -> bytes:
+    """The end of a chunked body: the last chunk, the trailer fields (`trailer_allowed` ones only), a blank line."""
+    if not trailers:
+        return b"0\r\n\r\n"
+    return b"".join([b"0\r\n", *(b"%b: %b\r\n" % field for field in trailers), b"\r\n"])
+
+
 def request_head(conn: ClientConnection, req: Request, target: Target, span: Any, propagator: Any) -> bytes:
     """The request line and headers sent to the sandbox (router spec §1.5)."""
     url = req.url
@@ -89,6 +110,7 @@ def request_head(conn: ClientConnection, req: Request, target: Target, span: Any
                 break
     elif req.chunked:
         parts.append(b"Transfer-Encoding: chunked\r\n")
+        parts.append(declared_trailers(v for lname, _, v in req.headers if lname == b"trailer"))
     if tracing:
         carrier: dict[str, str] = {}
         propagator.inject(carrier, context=span_context(span))

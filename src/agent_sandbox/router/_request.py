@@ -13,7 +13,38 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ._connection import Connection
 
-__all__ = ["Request", "RequestBody"]
+__all__ = ["NEVER_TRAILERS", "Request", "RequestBody", "trailer_allowed"]
+
+NEVER_TRAILERS = frozenset(
+    {
+        # framing and hop-by-hop fields (RFC 9110 §6.5.1, §7.6.1)
+        b"connection",
+        b"content-length",
+        b"expect",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        # what the router itself reads or writes in a head: a trailer copy would let a sandbox that merges
+        # trailers into headers see a value the router never checked (routing, credentials, X-Forwarded-*)
+        b"authorization",
+        b"host",
+        b"x-forwarded-for",
+        b"x-forwarded-host",
+        b"x-forwarded-proto",
+    }
+)
+"""Trailer fields never relayed, either way (`x-sandbox-*` neither: see `trailer_allowed`)."""
+
+
+def trailer_allowed(lname: bytes) -> bool:
+    """Whether a trailer field (lower-case name) is relayed: not one of `NEVER_TRAILERS`, not `x-sandbox-*`."""
+    return lname not in NEVER_TRAILERS and not lname.startswith(b"x-sandbox-")
+
 
 _BODY_HIGH_WATER = 256 * 1024
 """Buffered request-body bytes (no upstream yet, or upstream write buffer full) before reading pauses."""
@@ -114,6 +145,7 @@ class Request:
         "method",
         "routing",
         "te_codings",
+        "trailers",
         "upgrade",
         "url",
         "version",
@@ -138,6 +170,9 @@ class Request:
         self.keep_alive = True
         self.upgrade = False
         self.body: RequestBody | None = None
+        self.trailers: list[tuple[bytes, bytes]] = []
+        """A chunked body's trailer fields (name as sent, value) that are relayed (`trailer_allowed`); they
+        never count as headers (routing, authorization, framing)."""
 
     @property
     def path(self) -> bytes:

@@ -112,6 +112,8 @@ class ClientConnection(RequestReader):
         """A pipelined request is due but the client's write buffer is full: it starts on `resume_writing`."""
         self._first_data = True
         self._preface_start = b""
+        self._refusal: tuple[int, str] | None = None
+        """What follows the requests being answered cannot be served: sent once they are (`_refuse`)."""
 
     # ------------------------------------------------------------------ asyncio.Protocol
 
@@ -139,7 +141,7 @@ class ClientConnection(RequestReader):
         if self.tunnel is not None:
             self.tunnel(data)
             return
-        if self._failed:
+        if self._failed or self._refusal is not None:
             return
         if self._client_cert_required:  # `--mtls-mode=required` and none presented (see _tls.build_context)
             self.fail(400, "A client certificate is required.")
@@ -172,7 +174,7 @@ class ClientConnection(RequestReader):
         if self._in_head or self._current is None:
             self._head_bytes += len(data)
             if self._head_bytes > self.limits.max_header_bytes + _HEAD_SLACK:
-                self.fail(431, "Request header fields too large.")
+                self._refuse(431, "Request header fields too large.")
                 return
         self._feed(data)
 
@@ -225,6 +227,28 @@ class ClientConnection(RequestReader):
         else:
             self._pending.append(req)
             self.pause_reading_for_body("pipeline")
+
+    def _refuse(self, status: int, detail: str) -> None:
+        """Requests read whole before what cannot be served (pipelined, or in the same packet) are answered
+        first, in order, and then the refusal, as Go's server does (it reads a request only after answering
+        the one before). Until December 7 the refusal went out at once: a request in the same packet ahead of
+        bytes that do not parse was dropped unanswered (its PUT never ran), one being served was cut. Input
+        after the refusal is not read. A refusal in the body of the request being served is sent now (its
+        handler is stopped); a pipelined request whose body breaks is dropped with its refusal."""
+        active = self._active
+        if active is None or self._failed:
+            self.fail(status, detail)
+            return
+        broken = self._current if self._current is not None and self._current.body is not None else None
+        if broken is active:
+            self.fail(status, detail)
+            return
+        if broken is not None and broken in self._pending:
+            self._pending.remove(broken)
+        self._refusal = (status, detail)
+        self._current = None
+        self._in_head = False
+        self.pause_reading_for_body("refused")
 
     # ------------------------------------------------------------------ request lifecycle
 
@@ -283,6 +307,9 @@ class ClientConnection(RequestReader):
     def _serve_next(self) -> None:
         """After a response: the next pipelined request, or wait (idle) for one."""
         if self.closed:
+            return
+        if self._refusal is not None and not self._pending:
+            self.fail(*self._refusal)  # the requests read before it are answered (`_refuse`)
             return
         if self._pending and self.write_paused and self.tunnel is None:
             # Answers are backing up: the next request starts once the client has read them (`resume_writing`).

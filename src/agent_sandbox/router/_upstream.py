@@ -39,6 +39,9 @@ class ResponseSink(Protocol):
 
     def response_body(self, chunk: bytes) -> None: ...
 
+    def response_trailers(self, fields: list[tuple[bytes, bytes]]) -> None:
+        """A chunked response's trailer fields (name, value), just before `response_complete`."""
+
     def response_complete(self, reusable: bool) -> None: ...
 
     def response_upgraded(self, tail: bytes) -> None: ...
@@ -88,6 +91,11 @@ class UpstreamConnection(asyncio.Protocol):
         """Used once upgraded (no sink any more): write buffer full/drained."""
         self._parser = httptools.HttpResponseParser(self)
         self._headers: list[tuple[bytes, bytes]] = []
+        self._trailers: list[tuple[bytes, bytes]] = []
+        self._trailer_bytes = 0
+        self._unframed = 0
+        """Bytes read since the body's last payload byte (chunk-size lines, trailers; httptools buffers a
+        field until it ends): bounded as the head is."""
         self._interim = False
         self._head_only = False
         self._reset_parser = False
@@ -127,6 +135,15 @@ class UpstreamConnection(asyncio.Protocol):
                 )
                 return
             self._head_bytes += len(data)
+        else:
+            self._unframed += len(data)
+            if self._unframed > MAX_RESPONSE_HEAD_BYTES:
+                self.sink = None
+                self.close()
+                sink.upstream_failed(
+                    "other", ResponseHeadTooLarge(f"response trailers over {MAX_RESPONSE_HEAD_BYTES} bytes")
+                )
+                return
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade as exc:
@@ -187,6 +204,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._head_only = head_only
         self._head_seen = False
         self._head_bytes = 0
+        self._unframed = 0
         self._eof_body = False
 
     def write(self, data: bytes) -> None:
@@ -209,6 +227,8 @@ class UpstreamConnection(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         self._headers = []
+        self._trailers = []
+        self._trailer_bytes = 0
         self._interim = False
         if self.sink is None:
             # A response nobody asked for, in the same read as the last one: the sandbox is not speaking
@@ -216,6 +236,14 @@ class UpstreamConnection(asyncio.Protocol):
             self.close()
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._head_seen:
+            # A chunked body's trailer section (httptools reports its fields as headers): for the exchange,
+            # bounded as a head is (the sandbox is untrusted).
+            self._trailer_bytes += len(name) + len(value) + 4
+            if self._trailer_bytes > MAX_RESPONSE_HEAD_BYTES:
+                raise ResponseHeadTooLarge(f"response trailers over {MAX_RESPONSE_HEAD_BYTES} bytes")
+            self._trailers.append((name, value.strip(b" \t")))
+            return
         self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
@@ -229,6 +257,7 @@ class UpstreamConnection(asyncio.Protocol):
             self._interim = True
             return
         self._head_seen = True
+        self._unframed = 0  # counted from the next read: this one's bytes were counted as the head's
         streamed = eof_body = False
         if not self._head_only and status not in _NO_BODY_STATUS and status != 101:
             has_length = chunked = False
@@ -250,6 +279,7 @@ class UpstreamConnection(asyncio.Protocol):
             sink.response_complete(self._parser.should_keep_alive())
 
     def on_body(self, body: bytes) -> None:
+        self._unframed = 0
         if self.sink is not None:
             self.sink.response_body(body)
 
@@ -261,6 +291,8 @@ class UpstreamConnection(asyncio.Protocol):
             return  # feed_data raises HttpParserUpgrade next; data_received hands over the tail
         sink, self.sink = self.sink, None
         if sink is not None:
+            if self._trailers:
+                sink.response_trailers(self._trailers)
             sink.response_complete(self._parser.should_keep_alive() and not self._eof_body)
 
 

@@ -236,16 +236,27 @@ class RawResponse:
 
 
 class _Collector:
+    """The first response of what is read: the router answers the requests a client pipelined (or the
+    bytes after a whole request, a 400) each in turn, and later ones may arrive in the same read."""
+
     def __init__(self) -> None:
         self.headers: dict[str, str] = {}
         self.body = b""
         self.complete = False
+        self.status = 0
+        self.parser: httptools.HttpResponseParser | None = None
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+        if not self.complete:
+            self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        if not self.complete and self.parser is not None:
+            self.status = self.parser.get_status_code()
 
     def on_body(self, body: bytes) -> None:
-        self.body += body
+        if not self.complete:
+            self.body += body
 
     def on_message_complete(self) -> None:
         self.complete = True
@@ -260,7 +271,7 @@ async def raw_request(
         writer.write(data)
         await writer.drain()
         collector = _Collector()
-        parser = httptools.HttpResponseParser(collector)
+        parser = collector.parser = httptools.HttpResponseParser(collector)
         async with asyncio.timeout(within):
             while not collector.complete:
                 chunk = await reader.read(65536)
@@ -273,7 +284,9 @@ async def raw_request(
                     closed = await reader.read(1) == b""
             except TimeoutError:
                 closed = False
-        return RawResponse(parser.get_status_code(), collector.headers, collector.body, closed)
+        return RawResponse(
+            collector.status or parser.get_status_code(), collector.headers, collector.body, closed
+        )
     finally:
         writer.close()
 
@@ -291,7 +304,7 @@ async def exchange(
         if half_close:
             writer.write_eof()
         collector = _Collector()
-        parser = httptools.HttpResponseParser(collector)
+        parser = collector.parser = httptools.HttpResponseParser(collector)
         closed = False
         got = b""
         try:
@@ -304,15 +317,15 @@ async def exchange(
                     got += chunk
                     if head and b"\r\n\r\n" in got:
                         # a response to HEAD announces a length it does not send: parse the head only
-                        collector.complete = True
                         parser.feed_data(got[: got.index(b"\r\n\r\n") + 4])
+                        collector.complete = True
                         break
                     parser.feed_data(chunk)
         except TimeoutError:
             pytest.fail(f"no answer and no close within {within}s for {data[:300]!r}")
         except httptools.HttpParserUpgrade:
             collector.complete = True
-        status = parser.get_status_code() if got else 0
+        status = (collector.status or parser.get_status_code()) if got else 0
         return RawResponse(status, collector.headers, collector.body, closed)
     finally:
         writer.close()
