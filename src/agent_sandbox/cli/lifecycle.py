@@ -111,12 +111,13 @@ async def _finished(api: ApiClient, sandbox: Object) -> str:
     controller does not replace a Pod it still has). Only a condition written for the current generation
     counts: a resume from Suspended bumps it, so a stale one from before the suspend does not.
 
-    The Pod itself is read to confirm it stays: a Pod being deleted (a suspend just before this resume) ends
-    in phase Succeeded or Failed too, and the controller mirrors that as `Finished=True` for the new
-    generation, yet creates a new Pod once it is gone. A Pod gone, being deleted, not finished or not
-    readable (no `get pods` grant) is no refusal: the wait goes on. "" then. Until December 6 a resume
-    waited out its whole timeout for a finished Sandbox; the first refusal of that day also refused one
-    resumed while its old Pod was terminating."""
+    The Pod itself is read to confirm it stays: a Pod that had finished and is now being deleted (a suspend
+    just before this resume) keeps the Sandbox's `Finished=True`, rewritten for the new generation, yet the
+    controller creates a new Pod once it is gone. (A Pod that only reached its terminal phase because it was
+    being deleted sets no `Finished` at all, docs/design/sandbox-quirks.md #19.) A Pod gone, being deleted,
+    not finished or not readable (no `get pods` grant) is no refusal: the wait goes on. "" then. Until
+    December 6 a resume waited out its whole timeout for a finished Sandbox; the first refusal of that day
+    also refused one resumed while its old Pod was terminating."""
     meta = sandbox["metadata"]
     finished = status_condition(sandbox, CONDITION_FINISHED)
     if finished is None or finished.get("status") != "True":

@@ -115,11 +115,13 @@ def compute_status(
     upsert_condition(conditions, ready_condition(claim, sandbox, error, expired=expired), now)
     finished = status_condition(sandbox, c.CONDITION_FINISHED) if sandbox else None
     at = next((i for i, cd in enumerate(conditions) if cd.get("type") == c.CONDITION_FINISHED), None)
-    # §4.9 step 5 over §4.10 step 2 read literally (docs/lifecycle.md): once the claim is marked expired, its
-    # Finished - the TTL's start - stays as it is, whatever the Sandbox being torn down shows. A Sandbox that
-    # lost its Finished while terminating (its Pod gone) used to drop it here, which un-expired the claim and
-    # let the next pass bind a fresh Sandbox.
-    keep_finished = at is not None and _marked_expired(claim)
+    # §4.9 step 5 over §4.10 step 2 read literally (docs/lifecycle.md): while the claim is marked expired and
+    # still expired, its Finished - the TTL's start - stays as it is, whatever the Sandbox being torn down
+    # shows. A Sandbox that lost its Finished while terminating (its Pod gone) used to drop it here, which
+    # un-expired the claim and let the next pass bind a fresh Sandbox. A claim no longer expired (its
+    # shutdownTime moved later) follows its new Sandbox in this very pass: an old Finished kept one pass
+    # longer could expire it again, with its new Sandbox.
+    keep_finished = expired and at is not None and _marked_expired(claim)
     if finished is not None and not keep_finished:
         if at is None:
             conditions.append(copy.deepcopy(dict(finished)))

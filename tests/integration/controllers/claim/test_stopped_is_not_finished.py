@@ -207,3 +207,40 @@ async def test_an_expired_claim_keeps_finished_and_its_sandbox_while_the_sandbox
         if any(ref.get("uid") == uid for ref in sb["metadata"].get("ownerReferences") or ())
     ]
     assert owned == []
+
+
+async def test_a_claim_expired_by_its_shutdown_time_revives_when_it_moves_later(
+    kube: ApiClient, namespace: str, controller: Started
+) -> None:
+    """Spec §4.9: the claim keeps its Finished while expired (above), yet moving `shutdownTime` later still
+    revives it - it binds a new Sandbox and its old Finished (the TTL's start) goes in the same pass."""
+    ns = namespace
+    pod = {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}
+    await create_template_and_pool(kube, ns, replicas=1, template=template_body(pod=pod))
+    lifecycle = {"ttlSecondsAfterFinished": 3600, "shutdownPolicy": "Retain"}
+    await kube.create(SANDBOX_CLAIM, claim_body("c", lifecycle=lifecycle), namespace=ns)
+    name = (await _ready_claim(kube, ns))["status"]["sandbox"]["name"]
+    exit_now = {"metadata": {"annotations": {"devcluster.agents.x-k8s.io/exit-code": "0"}}}
+    await kube.patch(POD, name, exit_now, namespace=ns)
+
+    async def finished() -> Object | None:
+        claim = await maybe(kube, SANDBOX_CLAIM, "c", ns)
+        return claim if condition(claim, "Finished") is not None else None
+
+    await eventually(finished, "the claim mirrors Finished", within=60)
+    past = {"spec": {"lifecycle": {**lifecycle, "shutdownTime": "2000-01-01T00:00:00Z"}}}
+    await kube.patch(SANDBOX_CLAIM, "c", past, namespace=ns)
+
+    async def expired() -> Object | None:
+        claim = await maybe(kube, SANDBOX_CLAIM, "c", ns)
+        gone = await maybe(kube, SANDBOX, name, ns) is None
+        return claim if gone and (condition(claim, "Ready") or ("", ""))[1] == "ClaimExpired" else None
+
+    claim = await eventually(expired, "the claim expires and Retain deletes its Sandbox", within=60)
+    assert condition(claim, "Finished") is not None  # kept while expired (§4.9 step 5)
+
+    later = {"spec": {"lifecycle": {**lifecycle, "shutdownTime": "2999-01-01T00:00:00Z"}}}
+    await kube.patch(SANDBOX_CLAIM, "c", later, namespace=ns)
+    claim = await _ready_claim(kube, ns)
+    assert claim["status"]["sandbox"]["name"] != name
+    assert condition(claim, "Finished") is None

@@ -593,6 +593,41 @@ async def test_an_expired_claim_whose_terminating_sandbox_loses_finished_never_b
     assert owners(world) == {bound: "c1"}  # the spare member was not taken
 
 
+async def test_a_claim_revived_by_a_later_shutdown_time_drops_its_old_finished_in_the_same_pass() -> None:
+    """Moving shutdownTime later revives a claim that expired by it (§4.9); the Finished it kept while
+    expired (the TTL's start, from the Sandbox it deleted) follows the new Sandbox at once (§4.10 step 2),
+    not one pass later: until then the old TTL start could expire the revived claim and delete its new
+    Sandbox (a pass delayed past it, e.g. by a restart)."""
+    lifecycle = {"ttlSecondsAfterFinished": 60, "shutdownTime": ts(T0 + timedelta(seconds=10))}
+    world = World(
+        *standard(member("pool-a"), member("pool-b", created=T0 - timedelta(seconds=30))),
+        (SANDBOX_CLAIM, claim(lifecycle=lifecycle)),
+    )
+    await world.reconcile()
+    bound = world.get(SANDBOX_CLAIM, "c1")["status"]["sandbox"]["name"]
+    await _finish(world, bound, T0)
+    await world.reconcile()  # mirrors Finished: the TTL would end at T0 + 60 s
+    world.now = T0 + timedelta(seconds=11)
+    await world.reconcile()  # mark (shutdownTime)
+    await world.reconcile()  # act: Retain deletes the Sandbox
+    await world.reconcile()
+    cl = world.get(SANDBOX_CLAIM, "c1")
+    assert claim_ready(cl)["reason"] == "ClaimExpired"  # type: ignore[index]
+    assert {cd["type"] for cd in cl["status"]["conditions"]} == {"Ready", "Finished"}
+    later = {**lifecycle, "shutdownTime": ts(T0 + timedelta(hours=1))}
+    await world.fake.patch(SANDBOX_CLAIM, "c1", {"spec": {"lifecycle": later}}, namespace=NS)
+    await world.reconcile()
+    cl = world.get(SANDBOX_CLAIM, "c1")
+    assert claim_ready(cl)["reason"] != "ClaimExpired"  # type: ignore[index]
+    assert cl["status"]["sandbox"]["name"] != bound
+    assert {cd["type"] for cd in cl["status"]["conditions"]} == {"Ready"}
+    world.now = T0 + timedelta(seconds=61)  # the old TTL start's end: the revived claim stays
+    await world.reconcile()
+    cl = world.get(SANDBOX_CLAIM, "c1")
+    assert claim_ready(cl)["reason"] != "ClaimExpired"  # type: ignore[index]
+    assert world.find(SANDBOX, cl["status"]["sandbox"]["name"]) is not None
+
+
 @pytest.mark.parametrize(
     ("policy", "propagation"), [("Delete", "Background"), ("DeleteForeground", "Foreground")]
 )
