@@ -64,10 +64,13 @@ class RequestReader(Connection):
     def _feed(self, data: bytes) -> None:
         req = self._current
         if req is not None and req.chunked and req.body is not None and not req.body.done:
-            self._unframed += len(data)
+            # The earlier reads' bytes only: this one may be mostly payload (`on_body` resets the count), and
+            # counted before parsing, one read of up to 256 KiB over a small `--max-request-header-bytes` was
+            # refused 431 mid-upload. What httptools buffers stays bounded: the limit plus one read.
             if self._unframed > self.limits.max_header_bytes + _UNFRAMED_SLACK:
                 self._refuse(431, "Request header fields too large.")
                 return
+            self._unframed += len(data)
         try:
             self._parser.feed_data(data)
             if self._request_line_without_version(data):

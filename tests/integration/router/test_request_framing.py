@@ -208,3 +208,26 @@ async def test_a_response_trailer_that_never_ends_is_cut(router: Router) -> None
         server.close()
     assert raw.startswith(b"HTTP/1.1 200 OK\r\n"), raw[:200]
     assert raw.endswith(b"2\r\nok\r\n"), raw[-200:]
+
+
+async def test_a_body_read_with_its_head_does_not_count_as_head_bytes(
+    start_router: Callable[..., Awaitable[Router]], backend: Backend
+) -> None:
+    """With a small `--max-request-header-bytes`, a read that carries a head and the start of its body (up to
+    256 KiB) was refused 431 whole: the bytes of the read were counted as head bytes before parsing, and
+    the chunked body's unframed-bytes count likewise (the latter since December 7). Only the reads before
+    the current one are held against the cap; the head itself is measured exactly once parsed."""
+    router = await start_router("--max-request-header-bytes=8192")
+    size = 200_000
+    chunked = request_bytes("POST", "/upload", {**backend.headers(), "Transfer-Encoding": "chunked"})
+    got, raw = await answers(
+        router.http_port or 0,
+        request_bytes("POST", "/upload", backend.headers(), b"a" * size)
+        + chunked
+        + b"%x\r\n" % size
+        + b"b" * size
+        + b"\r\n0\r\n\r\n"
+        + request_bytes("GET", "/last", {**backend.headers(), "Connection": "close"}),
+    )
+    assert [a.status for a in got] == [200, 200, 200], raw[:300]
+    assert backend.uploads == [size, size]
