@@ -14,6 +14,11 @@ work uses - `SandboxClient.close()` shuts their sockets down, which wakes the bl
 runtime kills a streamed command whose connection ends, and a create in flight deletes its auto-named claim -
 and, once the worker is done with that clean-up (a second signal stops waiting at once), goes on to `main`'s
 exit 130 / 143. What the worker raises then (the client-closed error) is not reported: the interruption is.
+Work that closing a client does not wake - a read of standard input (`cp - CLAIM:PATH` from a pipe still open),
+a write to an output nobody reads (`exec ... | less`) - is given `_CLEANUP_GRACE` and then left to the
+process's exit: the first signal stopped those at once on the main thread, but until December 7 (a review) it
+was waited for here until a second one, which then aborted the interpreter (`Fatal Python error:
+_enter_buffered_busy`: its shutdown closed the standard input the worker held).
 `proxy` and `exec -i/-t` keep the main thread (an asyncio loop, SIGWINCH handling) and wake themselves.
 """
 
@@ -22,7 +27,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import signal
+import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -38,6 +45,9 @@ _WAKE_EVERY = 1.0
 _STOPPING = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 #: Where `make_client` records how to close the clients a command made (see `interruptible`).
 _CLOSERS = "interrupt_closers"
+#: How long an interrupted command's work has, once its clients are closed, to end (a create's rollback DELETE
+#: takes well under a second; a worker blocked in a standard stream never ends by itself).
+_CLEANUP_GRACE = 5.0
 
 
 def add_closer(args: argparse.Namespace, close: Callable[[], None]) -> None:
@@ -73,6 +83,9 @@ def run_interruptibly(work: Callable[[], T], closers: Sequence[Callable[[], None
         # The kernel gives a process-directed signal to a thread that does not block it: the main thread then,
         # which runs its handler at once, unless it blocks the signal itself (then the one-second wake does).
         signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
+        # Held while the worker lives: a worker left blocked in one of them (`_CLEANUP_GRACE`) keeps the
+        # interpreter's shutdown from closing it under its lock, which aborts the process.
+        streams = (sys.stdin, sys.stdout, sys.stderr)  # noqa: F841
         try:
             outcome.append((True, work()))
         except BaseException as err:  # handed to the main thread, which raises it
@@ -90,7 +103,9 @@ def run_interruptibly(work: Callable[[], T], closers: Sequence[Callable[[], None
         for close in list(closers):
             with contextlib.suppress(Exception):  # best effort: the interruption is what is reported
                 close()
-        _wait(done, worker)  # the worker's own clean-up (a create's rollback); a second signal ends the wait
+        # The worker's own clean-up (a create's rollback), for at most `_CLEANUP_GRACE`; a second signal ends the
+        # wait at once.
+        _wait(done, worker, _CLEANUP_GRACE)
         raise
     ok, value = outcome[0]
     if not ok:
@@ -99,9 +114,12 @@ def run_interruptibly(work: Callable[[], T], closers: Sequence[Callable[[], None
     return value  # type: ignore[return-value]
 
 
-def _wait(done: threading.Event, worker: threading.Thread) -> None:
+def _wait(done: threading.Event, worker: threading.Thread, limit: float | None = None) -> None:
     """Until `done`, awake every second (a signal's handler runs in this, the main, thread when it wakes); or
-    until the worker is seen not running a second on (a signal in start() before the thread was made)."""
-    while not done.wait(_WAKE_EVERY):
-        if not worker.is_alive():
+    until the worker is seen not running a second on (a signal in start() before the thread was made); or for
+    at most `limit` seconds."""
+    deadline = None if limit is None else time.monotonic() + limit
+    while True:
+        wait = _WAKE_EVERY if deadline is None else min(_WAKE_EVERY, deadline - time.monotonic())
+        if wait <= 0 or done.wait(wait) or not worker.is_alive():
             return

@@ -32,8 +32,8 @@ _OPERATOR, _OPENER, _CLOSER = "$", "(", ")"
 def expand(value: str, mapping: Callable[[str], str | None]) -> str:
     """`value` with its `$(NAME)` references replaced by `mapping(NAME)` - kept as written where that is None -
     and `$$` by `$`: Kubernetes' `expansion.Expand` (third_party/forked/golang/expansion), which also reads a
-    `$` before any other character, and a `$(` without its `)`, as written. It works on characters where Go's
-    works on bytes (which garbles a non-ASCII character right after a `$`)."""
+    `$` before any other character, and a `$(` without its `)`, as written. Go's walks bytes and decodes the
+    character after a `$` (`utf8.DecodeRuneInString`): on the valid UTF-8 the API server stores, the same."""
     out: list[str] = []
     checkpoint = 0
     cursor = 0
