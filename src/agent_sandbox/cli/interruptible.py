@@ -7,8 +7,7 @@ thread (a CLI embedded in a process with threads, a spinner thread), the main th
 of the SDK - is not woken, and the handler waits for the read to return: `logs -f` on a silent pod never
 stopped, `exec CLAIM -- sleep 600` stopped only at the runtime's keep-alive line 28 s later (December 7).
 
-What: the work runs in a worker thread (which blocks the stopping signals, so that the kernel gives them to the
-main thread when it can); the main thread waits for it in one-second slices, so a pending handler runs within
+What: the work runs in a worker thread; the main thread waits for it in one-second slices, so a pending handler runs within
 a second. The handler's KeyboardInterrupt (or `main`'s SIGTERM/SIGHUP one) then closes the SDK clients the
 work uses - `SandboxClient.close()` shuts their sockets down, which wakes the blocked read: the legacy
 runtime kills a streamed command whose connection ends, and a create in flight deletes its auto-named claim -
@@ -26,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import signal
 import sys
 import threading
 import time
@@ -41,8 +39,6 @@ T = TypeVar("T")
 
 #: How often the waiting main thread looks for a signal another thread took.
 _WAKE_EVERY = 1.0
-#: The signals `main` stops on (SIGINT: Ctrl-C's KeyboardInterrupt; SIGTERM, SIGHUP: its `_Terminated`).
-_STOPPING = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 #: Where `make_client` records how to close the clients a command made (see `interruptible`).
 _CLOSERS = "interrupt_closers"
 #: How long an interrupted command's work has, once its clients are closed, to end (a create's rollback DELETE
@@ -80,9 +76,10 @@ def run_interruptibly(work: Callable[[], T], closers: Sequence[Callable[[], None
     outcome: list[tuple[bool, object]] = []
 
     def work_in_worker() -> None:
-        # The kernel gives a process-directed signal to a thread that does not block it: the main thread then,
-        # which runs its handler at once, unless it blocks the signal itself (then the one-second wake does).
-        signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
+        # The worker does not block the stopping signals: the programs it starts (an exec credential plugin,
+        # `kubectl port-forward`) would inherit the mask and outlive a Ctrl-C. Linux offers a process-directed
+        # signal to the main thread first (it does not block them), whose handler runs at once; when another
+        # thread takes it all the same, the one-second wake does.
         # Held while the worker lives: a worker left blocked in one of them (`_CLEANUP_GRACE`) keeps the
         # interpreter's shutdown from closing it under its lock, which aborts the process.
         streams = (sys.stdin, sys.stdout, sys.stderr)  # noqa: F841

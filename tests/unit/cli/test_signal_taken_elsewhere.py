@@ -115,3 +115,19 @@ def test_off_the_main_thread_the_work_runs_in_place() -> None:
 
 def _broken_pipe() -> None:
     raise BrokenPipeError
+
+
+def test_programs_the_work_starts_can_be_stopped() -> None:
+    """The worker's signal mask is what the programs it starts inherit (an exec credential plugin, `kubectl
+    port-forward`): blocking Ctrl-C there kept them running after the CLI had stopped (a review, December 7)."""
+    blocked = run_interruptibly(lambda: signal.pthread_sigmask(signal.SIG_BLOCK, []), [])
+    assert not blocked & {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    child = run_interruptibly(
+        lambda: subprocess.run(
+            ["sh", "-c", "grep SigBlk /proc/self/status"], capture_output=True, text=True, check=True
+        ),
+        [],
+    )
+    mask = int(child.stdout.split()[1], 16)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        assert mask & (1 << (sig - 1)) == 0, child.stdout
