@@ -115,19 +115,33 @@ def _pod_scheduled(out: ChildOutcome, gen: int) -> dict[str, Any] | None:
     return new_condition(CONDITION_POD_SCHEDULED, status, reason, str(mirrored.get("message") or ""), gen)
 
 
+def _stopped_by_its_delete(sandbox: Object, pod: Object | None) -> bool:
+    """An owned Pod in a terminal phase it reached while being deleted, the Sandbox not Finished before it.
+
+    Departure from §1.9.3/§1.9.4 rows 4-5 (docs/design/sandbox-quirks.md #19): a Pod being deleted (suspend,
+    idle suspend, a user's or an eviction's delete) reaches a terminal phase because it was stopped, not because
+    the workload ended. Setting Finished from it started a claim's ttlSecondsAfterFinished and deleted the
+    Sandbox and its PVCs; a Ready of PodFailed from it is a reason clients (upstream's SDK among them) take as
+    final while the Pod is about to be recreated.
+    """
+    if pod is None or _phase(pod) not in ("Succeeded", "Failed"):
+        return False
+    if not (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    kept = status_condition(sandbox, CONDITION_FINISHED)
+    return kept is None or kept.get("status") != "True"
+
+
 def _finished(sandbox: Object, out: ChildOutcome, gen: int) -> dict[str, Any] | None:
     if out.pod is None or not out.pod_owned:
         return None
     phase = _phase(out.pod)
     if phase in ("Succeeded", "Failed") and ((out.pod.get("metadata") or {}).get("deletionTimestamp")):
-        # Departure from §1.9.3 (docs/lifecycle.md): a Pod being deleted (suspend, idle suspend, a user's or
-        # an eviction's delete) reaches a terminal phase because it was stopped, not because the workload
-        # ended; setting Finished from it started a claim's ttlSecondsAfterFinished and deleted the Sandbox
-        # and its PVCs. A Finished the Sandbox already has (the Pod ended on its own, then was deleted) is
-        # kept as it is, so its lastTransitionTime - the TTL's start - does not move.
-        kept = status_condition(sandbox, CONDITION_FINISHED)
-        if kept is None or kept.get("status") != "True":
+        if _stopped_by_its_delete(sandbox, out.pod):
             return None
+        # A Finished the Sandbox already has (the Pod ended on its own, then was deleted) is kept as it is, so
+        # its lastTransitionTime - the claim's TTL start - does not move.
+        kept = status_condition(sandbox, CONDITION_FINISHED) or {}
         return new_condition(
             CONDITION_FINISHED, "True", str(kept.get("reason") or ""), str(kept.get("message") or ""), gen
         )
@@ -152,11 +166,13 @@ def _ready(sandbox: Object, suspended: bool, out: ChildOutcome, gen: int) -> dic
         msg = "Sandbox is suspending" if out.pod is not None else "Sandbox is suspended"
         return new_condition(CONDITION_READY, "False", REASON_SANDBOX_SUSPENDED, msg, gen)
     phase = _phase(out.pod)
-    if out.pod is not None and phase == "Succeeded":
+    # A Pod stopped by its delete reads as any other not-ready Pod (row 6): it is about to be recreated.
+    final = out.pod is not None and not (out.pod_owned and _stopped_by_its_delete(sandbox, out.pod))
+    if final and phase == "Succeeded":
         return new_condition(
             CONDITION_READY, "False", REASON_POD_SUCCEEDED, "Pod completed successfully", gen
         )
-    if out.pod is not None and phase == "Failed":
+    if final and phase == "Failed":
         return new_condition(CONDITION_READY, "False", REASON_POD_FAILED, "Pod failed", gen)
 
     pod_ready = False

@@ -34,6 +34,8 @@ from tests.integration.controllers.builders import claim_body, create_template_a
 
 pytestmark = pytest.mark.integration
 
+_FINAL = ("PodFailed", "PodSucceeded")
+
 VCT = [
     {
         "metadata": {"name": "data"},
@@ -131,6 +133,9 @@ async def test_a_stopped_pod_does_not_finish_the_sandbox_nor_expire_its_claim(
 
     finished = [condition(v, "Finished") for v in seen if condition(v, "Finished") is not None]
     assert finished == [], f"the stopped Pod set Finished on the Sandbox: {finished}"
+    # Nor a Ready reason clients take as final (upstream's SDK among them) while the Pod is recreated.
+    final = [condition(v, "Ready") for v in seen if (condition(v, "Ready") or ("", ""))[1] in _FINAL]
+    assert final == [], f"the stopped Pod gave the Sandbox a final Ready: {final}"
     assert sb is not None, "the Sandbox was deleted"
     assert (await kube.get(PVC, f"data-{name}", namespace=ns))["metadata"]["uid"] == pvc_uid
 

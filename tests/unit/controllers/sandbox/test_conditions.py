@@ -225,7 +225,8 @@ CASES: list[tuple[str, dict[str, Any], ChildOutcome, Expected]] = [
         {
             "Suspended": NOT_SUSPENDED,
             "PodScheduled": SCHEDULED,
-            "Ready": ("False", "PodFailed", "Pod failed"),
+            # Not PodFailed, which clients take as final: the Pod is about to be recreated.
+            "Ready": ("False", "DependenciesNotReady", "Pod exists with phase: Failed"),
         },
     ),
     (
@@ -235,7 +236,7 @@ CASES: list[tuple[str, dict[str, Any], ChildOutcome, Expected]] = [
         {
             "Suspended": NOT_SUSPENDED,
             "PodScheduled": SCHEDULED,
-            "Ready": ("False", "PodSucceeded", "Pod completed successfully"),
+            "Ready": ("False", "DependenciesNotReady", "Pod exists with phase: Succeeded"),
         },
     ),
     (
