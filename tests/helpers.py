@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import time
 import urllib.request
 import uuid
@@ -184,3 +185,14 @@ def listen_port(cluster: DevCluster | None = None) -> int:
             p for c in DevCluster.list() for p in (*c.state.ports.values(), *c.state.extra_ports.values())
         }
         return free_port(taken)
+
+
+def signals_as_from_a_shell() -> None:
+    """A child's `preexec_fn`: SIGINT, SIGTERM and SIGHUP at their defaults, as a terminal's shell starts programs.
+
+    A test run started in the background by a shell without job control (`cmd &` in a script, `nohup`) inherits
+    SIGINT ignored (POSIX) and SIGHUP ignored (nohup); a Python started with SIGINT ignored keeps it ignored and
+    never raises KeyboardInterrupt, so a test that sends a Ctrl-C would measure the harness, not the CLI.
+    """
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import signals_as_from_a_shell
+
 pytestmark = pytest.mark.unit
 
 
@@ -26,6 +28,7 @@ def _run(script: str, redirect: str, *argv: str, timeout: float = 60) -> subproc
         text=True,
         timeout=timeout,
         check=False,
+        preexec_fn=signals_as_from_a_shell,
     )
 
 

@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+from tests.helpers import signals_as_from_a_shell
+
 pytestmark = pytest.mark.unit
 
 #: `cp - c1:x` or `logs c1` with an SDK client whose upload reads its source and whose log is endless; the
@@ -70,6 +72,7 @@ def test_a_signal_stops_a_worker_blocked_in_a_standard_stream(
         stdin=stdin_r,
         stdout=stdout_w,
         stderr=subprocess.PIPE,
+        preexec_fn=signals_as_from_a_shell,
     )
     os.close(stdin_r)
     os.close(stdout_w)

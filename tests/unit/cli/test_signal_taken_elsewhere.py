@@ -15,6 +15,7 @@ import threading
 import pytest
 
 from agent_sandbox.cli.interruptible import run_interruptibly
+from tests.helpers import signals_as_from_a_shell
 
 pytestmark = pytest.mark.unit
 
@@ -89,6 +90,7 @@ def test_a_signal_another_thread_took_stops_the_wait(argv: tuple[str, ...], sig:
         text=True,
         timeout=30,  # a hang, before: nothing ever wakes the read
         check=False,
+        preexec_fn=signals_as_from_a_shell,
     )
     # 130 / 143 as a shell reports them; the client closed (the stream's end kills the remote command, a create
     # rolls its claim back); neither a traceback nor the closed client's error said
