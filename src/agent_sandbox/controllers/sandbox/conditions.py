@@ -124,24 +124,34 @@ def _stopped_by_its_delete(sandbox: Object, pod: Object | None) -> bool:
     Sandbox and its PVCs; a Ready of PodFailed from it is a reason clients (upstream's SDK among them) take as
     final while the Pod is about to be recreated.
     """
-    if pod is None or _phase(pod) not in ("Succeeded", "Failed"):
-        return False
-    if not (pod.get("metadata") or {}).get("deletionTimestamp"):
-        return False
+    return _ended_while_deleted(pod) and _kept_finished(sandbox) is None
+
+
+def _ended_while_deleted(pod: Object | None) -> bool:
+    """A Pod in a terminal phase that carries a deletionTimestamp."""
+    return (
+        pod is not None
+        and _phase(pod) in ("Succeeded", "Failed")
+        and bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+    )
+
+
+def _kept_finished(sandbox: Object) -> Mapping[str, Any] | None:
+    """The Sandbox's stored Finished condition when it is True."""
     kept = status_condition(sandbox, CONDITION_FINISHED)
-    return kept is None or kept.get("status") != "True"
+    return kept if kept is not None and kept.get("status") == "True" else None
 
 
 def _finished(sandbox: Object, out: ChildOutcome, gen: int) -> dict[str, Any] | None:
     if out.pod is None or not out.pod_owned:
         return None
     phase = _phase(out.pod)
-    if phase in ("Succeeded", "Failed") and ((out.pod.get("metadata") or {}).get("deletionTimestamp")):
-        if _stopped_by_its_delete(sandbox, out.pod):
-            return None
+    if _ended_while_deleted(out.pod):
         # A Finished the Sandbox already has (the Pod ended on its own, then was deleted) is kept as it is, so
-        # its lastTransitionTime - the claim's TTL start - does not move.
-        kept = status_condition(sandbox, CONDITION_FINISHED) or {}
+        # its lastTransitionTime - the claim's TTL start - does not move; none is set from a stopped Pod.
+        kept = _kept_finished(sandbox)
+        if kept is None:
+            return None
         return new_condition(
             CONDITION_FINISHED, "True", str(kept.get("reason") or ""), str(kept.get("message") or ""), gen
         )
