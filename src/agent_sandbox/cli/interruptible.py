@@ -7,8 +7,8 @@ thread (a CLI embedded in a process with threads, a spinner thread), the main th
 of the SDK - is not woken, and the handler waits for the read to return: `logs -f` on a silent pod never
 stopped, `exec CLAIM -- sleep 600` stopped only at the runtime's keep-alive line 28 s later (December 7).
 
-What: the work runs in a worker thread; the main thread waits for it in one-second slices, so a pending handler runs within
-a second. The handler's KeyboardInterrupt (or `main`'s SIGTERM/SIGHUP one) then closes the SDK clients the
+What: the work runs in a worker thread; the main thread waits for it in one-second slices, so a pending
+handler runs within a second. The handler's KeyboardInterrupt (or `main`'s SIGTERM/SIGHUP one) then closes the SDK clients the
 work uses - `SandboxClient.close()` shuts their sockets down, which wakes the blocked read: the legacy
 runtime kills a streamed command whose connection ends, and a create in flight deletes its auto-named claim -
 and, once the worker is done with that clean-up (a second signal stops waiting at once), goes on to `main`'s
