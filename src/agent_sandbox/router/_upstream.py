@@ -128,21 +128,13 @@ class UpstreamConnection(asyncio.Protocol):
             # Every earlier read of this response was head only (else the head would be complete), so this
             # is exact up to the current read, which may also carry the body's start.
             if self._head_bytes > MAX_RESPONSE_HEAD_BYTES:
-                self.sink = None
-                self.close()
-                sink.upstream_failed(
-                    "other", ResponseHeadTooLarge(f"response head over {MAX_RESPONSE_HEAD_BYTES} bytes")
-                )
+                self._refuse_oversized(sink, "head")
                 return
             self._head_bytes += len(data)
         else:
             self._unframed += len(data)
             if self._unframed > MAX_RESPONSE_HEAD_BYTES:
-                self.sink = None
-                self.close()
-                sink.upstream_failed(
-                    "other", ResponseHeadTooLarge(f"response trailers over {MAX_RESPONSE_HEAD_BYTES} bytes")
-                )
+                self._refuse_oversized(sink, "trailers")
                 return
         try:
             self._parser.feed_data(data)
@@ -194,6 +186,14 @@ class UpstreamConnection(asyncio.Protocol):
             self.on_write_pause(False)
 
     # ------------------------------------------------------------------ exchange API
+
+    def _refuse_oversized(self, sink: ResponseSink, part: str) -> None:
+        """Give up a response whose head or trailer section passed the cap: the connection cannot be reused."""
+        self.sink = None
+        self.close()
+        sink.upstream_failed(
+            "other", ResponseHeadTooLarge(f"response {part} over {MAX_RESPONSE_HEAD_BYTES} bytes")
+        )
 
     def begin(self, sink: ResponseSink, *, head_only: bool) -> None:
         """Hand the connection to an exchange; `head_only` for HEAD requests (no response body)."""
