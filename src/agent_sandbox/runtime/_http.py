@@ -141,12 +141,14 @@ MULTIPART_FRAMING = 1 << 20
 Refusal = Callable[[web.Request], web.StreamResponse | None]
 
 
-def declared_too_large(request: web.Request, limit: int) -> int | None:
-    """The body's declared length when it alone shows that the uploaded file cannot fit in `limit` bytes.
+def declared_too_large(request: web.Request, limit: int, *, whole_body: bool = False) -> int | None:
+    """The body's declared length when it alone shows that the uploaded file cannot fit in `limit` bytes,
+    or, with `whole_body` (a limit on the body as read, `--max-json-body-bytes`), that the body cannot.
 
-    Exact for a raw body (it is the file); a multipart body gets MULTIPART_FRAMING on top. A body with a
+    Exact for a raw body (it is the file); a multipart body gets MULTIPART_FRAMING on top unless `whole_body`
+    (then the framing counts as the rest: aiohttp's `client_max_size` counts every byte). A body with a
     Content-Encoding is judged only as it is decoded: its length on the wire bounds nothing of what it decodes
-    to (gzip of random bytes is longer than they are). A chunked body has no length: judged as it is written.
+    to (gzip of random bytes is longer than they are). A chunked body has no length: judged as it is read.
     Until December 7 every upload was judged only as written: one declared far over the limit got its
     `100 Continue` and up to the limit (1 GiB by default) was streamed to disk before the 413.
     """
@@ -155,7 +157,7 @@ def declared_too_large(request: web.Request, limit: int) -> int | None:
         return None
     if request.headers.get(hdrs.CONTENT_ENCODING, "").strip().lower() not in ("", "identity"):
         return None
-    allowance = MULTIPART_FRAMING if media_type(request) == "multipart/form-data" else 0
+    allowance = MULTIPART_FRAMING if not whole_body and media_type(request) == "multipart/form-data" else 0
     return length if length > limit + allowance else None
 
 

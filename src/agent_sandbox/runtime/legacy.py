@@ -203,6 +203,8 @@ class _Legacy:
         return _ExecRequest(body, self.state)
 
     async def _exec_request_or_error(self, request: web.Request) -> _ExecRequest | web.Response:
+        if (refused := self.json_too_large(request)) is not None:
+            return refused
         try:
             return await self._exec_request(request)
         except _Invalid as err:
@@ -307,6 +309,16 @@ class _Legacy:
             await out.stop()
         return resp
 
+    def json_too_large(self, request: web.Request) -> web.Response | None:
+        """413 before a byte of a JSON body is read (and before `100 Continue`) when its declared length is over
+        `--max-json-body-bytes`; the connection closes after it. A chunked body is read up to the limit and
+        then refused by aiohttp (`client_max_size`). Until December 7 a declared one was too: it got its
+        `100 Continue` and up to the limit was read before the 413."""
+        limit = self.state.config.max_json_body_bytes
+        if (length := declared_too_large(request, limit, whole_body=True)) is None:
+            return None
+        return _refused(f"request body of {length} bytes exceeds the limit of {limit} bytes")
+
     def too_large(self, request: web.Request) -> web.Response | None:
         """413 before a byte of a multipart body is read (and before `100 Continue`) when its declared length
         is over `--max-upload-bytes` and the framing's allowance (a body that is not multipart is the 422
@@ -316,12 +328,9 @@ class _Legacy:
             return None
         if (length := declared_too_large(request, limit)) is None:
             return None
-        message = (
+        return _refused(
             f"File upload failed: request body of {length} bytes exceeds the upload limit of {limit} bytes"
         )
-        resp = json_response({"message": message}, 413)
-        resp.force_close()
-        return resp
 
     async def upload(self, request: web.Request) -> web.Response:
         if (refused := self.too_large(request)) is not None:
@@ -495,6 +504,14 @@ class _Legacy:
 _NOT_THERE = frozenset({errno.ELOOP, errno.ENAMETOOLONG})
 
 
+def _refused(message: str) -> web.Response:
+    """A 413 given instead of reading the body: the connection closes after it, as the body still due on it
+    is never read."""
+    resp = json_response({"message": message}, 413)
+    resp.force_close()
+    return resp
+
+
 def _line(obj: object) -> bytes:
     return orjson.dumps(obj) + b"\n"
 
@@ -516,8 +533,10 @@ def legacy_app(state: RuntimeState) -> web.Application:
         client_max_size=state.config.max_json_body_bytes,
     )
     app.router.add_get("/", h.health)
-    app.router.add_post("/execute", h.execute)
-    app.router.add_post("/execute/stream", h.execute_stream)
+    # The JSON routes refuse a body declared over --max-json-body-bytes in place of `100 Continue`, as /upload
+    # one declared over --max-upload-bytes.
+    app.router.add_post("/execute", h.execute, expect_handler=refusing_expect(h.json_too_large))
+    app.router.add_post("/execute/stream", h.execute_stream, expect_handler=refusing_expect(h.json_too_large))
     app.router.add_post("/upload", h.upload, expect_handler=refusing_expect(h.too_large))
     # Any character, a newline too: upstream's Starlette (`{path:path}`, `.*`) misses a name with one (404), but
     # the same server uploads such a name, and sandboxd serves it; a file it wrote must be readable.

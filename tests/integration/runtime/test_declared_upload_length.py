@@ -1,5 +1,6 @@
 """An upload whose declared Content-Length is over `--max-upload-bytes` is answered 413 before a byte of its
-body is read: no `100 Continue`, nothing written (docs/runtime.md).
+body is read: no `100 Continue`, nothing written (docs/runtime.md); a legacy JSON body over
+`--max-json-body-bytes` likewise.
 
 Until December 7 the limit was enforced only as the file was written: such an upload got its `100 Continue`,
 and up to the limit (1 GiB by default) went to a temporary file in the sandbox before the 413.
@@ -125,3 +126,50 @@ async def test_uploads_the_declared_length_does_not_refuse(make_runtime: MakeRun
     for name in ("exact.bin", "form.bin", "gz.bin"):
         assert Path(server.root, name).read_bytes() == data, name
     assert _leftovers(server) == ["exact.bin", "form.bin", "gz.bin"]
+
+
+@pytest.mark.parametrize("path", ["/execute", "/execute/stream"])
+@pytest.mark.parametrize("expect", [True, False], ids=["expect-100-continue", "no-expect"])
+async def test_legacy_json_body_declared_over_the_limit(
+    make_runtime: MakeRuntime, path: str, expect: bool
+) -> None:
+    """The legacy JSON routes refuse a body declared over --max-json-body-bytes as the uploads do theirs:
+    413 at once, no `100 Continue`, nothing read. Until December 7 they answered `100 Continue` and read up to
+    the limit before the 413 (the held connection below then gave a 408 after the idle timeout)."""
+    server = await make_runtime(max_json_body_bytes=_LIMIT, http_idle_timeout=_IDLE)
+    # A multipart type gets no framing allowance here: the JSON limit counts every byte of the body.
+    head = _head("POST", path, _LIMIT + 1, expect, f"multipart/form-data; boundary={_BOUNDARY}")
+    status, headers, body = await _answer(server.ports["legacy"], head, b"" if expect else b" " * _LIMIT)
+    assert (status, orjson.loads(body)) == (
+        413,
+        {"message": f"request body of {_LIMIT + 1} bytes exceeds the limit of {_LIMIT} bytes"},
+    )
+    assert headers["connection"] == "close"
+
+
+async def test_legacy_json_bodies_the_declared_length_does_not_refuse(make_runtime: MakeRuntime) -> None:
+    """A body declared at the limit runs; a chunked body over it is still read up to the limit and refused
+    (aiohttp's client_max_size); a gzip body is judged as it decodes."""
+    server = await make_runtime(max_json_body_bytes=_LIMIT)
+    command = orjson.dumps({"command": "true"})
+    at_limit = command[:-1] + b" " * (_LIMIT - len(command)) + b"}"
+    assert len(at_limit) == _LIMIT
+    headers = {"Expect": "100-continue"}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(url(server, "legacy", "/execute"), data=at_limit, headers=headers) as resp:
+            assert resp.status == 200, await resp.text()
+            assert (await resp.json())["exit_code"] == 0
+
+        async def chunks() -> AsyncIterator[bytes]:  # no length: sent chunked
+            yield at_limit
+            yield b" "
+
+        async with http.post(url(server, "legacy", "/execute"), data=chunks(), headers=headers) as resp:
+            assert resp.status == 413
+            assert "message" in await resp.json()
+        # Declared over the limit on the wire (gzip's stored blocks add their framing), decoded at it: read.
+        packed = gzip.compress(at_limit, compresslevel=0)
+        assert len(packed) > _LIMIT
+        gz = {**headers, "Content-Encoding": "gzip"}
+        async with http.post(url(server, "legacy", "/execute"), data=packed, headers=gz) as resp:
+            assert resp.status == 200, await resp.text()
