@@ -13,10 +13,12 @@ resolved exactly as for HTTP/1.1, and the router dials the sandbox (dial-phase f
 re-resolution as for HTTP/1.1, see `_h2c_dial.dial_sandbox`; the sandbox's own SETTINGS, which it sends on accept and
 which may be read before the tunnel is attached, are kept for it; with `--sandbox-lifecycle` the first
 stream is activity and is held while its Sandbox resumes, as an HTTP/1.1 request) and replays the buffered bytes. From
-then on frames are relayed unchanged, except the client's header blocks: every one is decoded (HPACK state
-is per connection) and re-encoded for the sandbox without `authorization` (router spec 1.5: never
-forwarded) and the connection-specific fields, by an encoder that keeps no dynamic table (`_StaticEncoder`,
-docs/design/router-h2c-hpack.md). A block is either a new stream's request (checked, below) or the trailers
+then on frames are relayed unchanged, except header blocks: every one is decoded (HPACK state is per
+connection) and re-encoded by an encoder that keeps no dynamic table (`_StaticEncoder`,
+docs/design/router-h2c-hpack.md), the client's for the sandbox without `authorization` (router spec 1.5: never
+forwarded) and the connection-specific fields, and trailers both ways without the fields HTTP/1.1 keeps out
+of relayed trailers (`_request.trailer_allowed`: routing, credentials, hop-by-hop; the sandbox's blocks are
+re-encoded too, `_ServerFrames`). A client block is either a new stream's request (checked, below) or the trailers
 of a stream the client still has open (`_ClientFrames.open`); any other, and a client PUSH_PROMISE, ends the
 connection with GOAWAY(PROTOCOL_ERROR). A connection is pinned to one sandbox, and a stream that names another
 target (sandbox ID, namespace, port, Pod IP or UID; see `_PINNED_FIELDS`) or a credential that no longer
@@ -25,8 +27,8 @@ a GOAWAY naming the last
 accepted stream: none of its frames, nor those of any later stream, reach the sandbox, the accepted
 streams finish, and the client retries the refused ones on a new connection (gRPC does this by itself,
 once per call), which is then pinned to the other sandbox. One connection per sandbox, as with HTTP/1.1
-(docs/router.md: use a channel with its own connection per sandbox). Streams the server opens, DATA,
-SETTINGS etc. pass through untouched; the router's own frames go between two of the sandbox's. Refusals before dialling are answered as
+(docs/router.md: use a channel with its own connection per sandbox). DATA, SETTINGS etc.
+pass through untouched (a server PUSH_PROMISE's block re-encoded as it is); the router's own frames go between two of the sandbox's. Refusals before dialling are answered as
 HTTP/2 responses; for gRPC requests as a trailers-only response with the matching `grpc-status`
 (400 -> INVALID_ARGUMENT, 401 -> UNAUTHENTICATED, 403 -> PERMISSION_DENIED, 502 -> UNAVAILABLE,
 504 -> DEADLINE_EXCEEDED) and the detail text as `grpc-message`.
@@ -58,13 +60,14 @@ from ._h2c_frames import (
     _SETTINGS,
     _ClientFrames,
     _frame,
-    _FrameBoundary,
+    _ServerFrames,
     _stream_of,
 )
 from ._h2c_routing import _pin_of, _routing
 from ._routing import Route, RouteError, parse_route
 from ._server import H2C_PREFACE, ClientConnection
 from ._tunnel import Tunnel
+from ._upstream import MAX_RESPONSE_HEAD_BYTES
 
 if TYPE_CHECKING:
     from ._proxy import Proxy
@@ -94,7 +97,8 @@ class _Session:
         self.last_stream = 0
         self.refused_above: int | None = None
         """Set once a stream named another sandbox: client streams above it are never forwarded."""
-        self._to_client = _FrameBoundary()
+        # A response head or trailer section up to what HTTP/1.1 takes from a sandbox.
+        self._to_client = _ServerFrames(MAX_RESPONSE_HEAD_BYTES)
         self._inject = b""
         self._opening: tuple[int, bool] | None = None
         """The first stream and whether it is gRPC, until the sandbox's first bytes showed it speaks HTTP/2."""
@@ -186,10 +190,19 @@ class _Session:
             data = self._speaks_http2(data)
             if not data:
                 return
-        cut = self._to_client.feed(data)
+        if self._to_client.failed is not None:
+            return  # the connection is closing
+        data, cut = self._to_client.feed(data)
         if self._inject and cut >= 0:
             data, self._inject = data[:cut] + self._inject + data[cut:], b""
         self.conn.write(data)
+        if (exc := self._to_client.failed) is not None:
+            # Relayed up to the frame before (`_ServerFrames.feed`); a block that does not decode is a
+            # COMPRESSION_ERROR (RFC 9113 4.3). The streams forwarded may have run: the GOAWAY names the last.
+            log.info("h2c: malformed frames from the sandbox: %s", describe_error(exc))
+            import hpack
+
+            self._goaway(self.last_stream, 0x9 if isinstance(exc, hpack.HPACKError) else 0x1)
 
     def _speaks_http2(self, data: bytes) -> bytes:
         """The sandbox's first bytes, once it is known to speak HTTP/2; else b"" (held, or refused).

@@ -11,6 +11,7 @@ import struct
 from typing import Any
 
 from ._h2c_hpack import _encoder
+from ._request import trailer_allowed
 
 __all__ = [
     "_END_HEADERS",
@@ -20,7 +21,7 @@ __all__ = [
     "_MAX_BUFFER",
     "_SETTINGS",
     "_ClientFrames",
-    "_FrameBoundary",
+    "_ServerFrames",
     "_forwarded",
     "_frame",
     "_stream_of",
@@ -80,9 +81,10 @@ def _header_fragment(flags: int, payload: bytes) -> bytes:
     return payload[start:end]
 
 
-def _forwarded(headers: list[Any]) -> list[Any]:
+def _forwarded(headers: list[Any], trailers: bool = False) -> list[Any]:
     """The decoded header fields of a client block that go on to the sandbox: all but `_NOT_FORWARDED`
-    (credentials, connection-specific fields and the names `connection` lists), in order."""
+    (credentials, connection-specific fields and the names `connection` lists), in order; of a trailer
+    section (`trailers`) also none that `trailer_allowed` refuses, as on HTTP/1.1."""
     drop = _NOT_FORWARDED
     for name, value in headers:
         if name.lower() == b"connection":
@@ -90,18 +92,33 @@ def _forwarded(headers: list[Any]) -> list[Any]:
     return [
         h
         for h in headers
-        if (name := h[0].lower()) not in drop and (name != b"te" or h[1].strip().lower() == b"trailers")
+        if (name := h[0].lower()) not in drop
+        and (name != b"te" or h[1].strip().lower() == b"trailers")
+        and (not trailers or trailer_allowed(name))
     ]
 
 
-def _header_frames(stream: int, flags: int, priority: bytes, block: bytes) -> bytes:
+def _trailer_fields(headers: list[Any]) -> list[Any]:
+    """The fields of a sandbox block that go on to the client: a trailer section (no pseudo-header field:
+    a response head has `:status`, trailers may have none, RFC 9113 8.1) without those `trailer_allowed`
+    refuses, as on HTTP/1.1; any other block whole."""
+    if any(bytes(name).startswith(b":") for name, _ in headers):
+        return headers
+    return [h for h in headers if trailer_allowed(bytes(h[0]).lower())]
+
+
+def _header_frames(stream: int, flags: int, priority: bytes, block: bytes, ftype: int = _HEADERS) -> bytes:
     """`block` as a HEADERS frame and as many CONTINUATIONs as `_MAX_FRAME` needs: END_STREAM and the
     priority fields of the client's HEADERS (`flags`, `priority`) on the HEADERS frame, END_HEADERS on the last
-    frame, no padding (it only hid the block's length, which re-encoding changes anyway)."""
+    frame, no padding (it only hid the block's length, which re-encoding changes anyway). A PUSH_PROMISE
+    (`ftype`) carries its promised stream id in `priority`'s place."""
     room = _MAX_FRAME - len(priority)
     rest = block[room:]
-    first_flags = (flags & _END_STREAM) | (_PRIORITY if priority else 0) | (0 if rest else _END_HEADERS)
-    out = [_frame(_HEADERS, first_flags, stream, priority + block[:room])]
+    if ftype == _HEADERS:
+        first_flags = (flags & _END_STREAM) | (_PRIORITY if priority else 0) | (0 if rest else _END_HEADERS)
+    else:
+        first_flags = 0 if rest else _END_HEADERS
+    out = [_frame(ftype, first_flags, stream, priority + block[:room])]
     while rest:
         chunk, rest = rest[:_MAX_FRAME], rest[_MAX_FRAME:]
         out.append(_frame(_CONTINUATION, 0 if rest else _END_HEADERS, stream, chunk))
@@ -134,6 +151,7 @@ class _ClientFrames:
         self._block_stream = 0
         self._block_flags = 0
         self._block_priority = b""
+        self._block_trailers = False
         self._in_block = False
         self._held: list[bytes] = []
         """Frames of the header block in progress: released with its last one, once it can be checked."""
@@ -177,7 +195,7 @@ class _ClientFrames:
             if ftype == _HEADERS:
                 if self._in_block or stream == 0:
                     raise ValueError(f"HEADERS on stream {stream} inside a header block or on stream 0")
-                self._headers_on(stream, flags)
+                self._block_trailers = self._headers_on(stream, flags)
                 self._block = _header_fragment(flags, payload)
                 self._block_stream = stream
                 self._block_flags = flags
@@ -213,8 +231,9 @@ class _ClientFrames:
                 headers = list(self.decoder.decode(self._block, raw=True))
                 # Re-encoded, not relayed: relayed unchanged, the client's `authorization` (a ServiceAccount
                 # token in tokenreview mode) reached the sandbox (until December 6). The decoded tuples keep
-                # the client's never-indexed marks.
-                block = self.encoder.encode(_forwarded(headers))
+                # the client's never-indexed marks. Trailers are filtered as HTTP/1.1's (`trailer_allowed`):
+                # until December 7 a trailing `x-sandbox-namespace` or `x-sandbox-pod-ip` reached the sandbox.
+                block = self.encoder.encode(_forwarded(headers, self._block_trailers))
                 frames.append(
                     _header_frames(self._block_stream, self._block_flags, self._block_priority, block)
                 )
@@ -228,10 +247,10 @@ class _ClientFrames:
         self._buf = buf[pos:]
         return frames, blocks
 
-    def _headers_on(self, stream: int, flags: int) -> None:
+    def _headers_on(self, stream: int, flags: int) -> bool:
         """Follow the client's streams through a HEADERS frame (the frames before it, in order, are
         accounted for): a header block reaches the session only as a new stream's request, which it checks,
-        or as the trailers of an open stream.
+        or as the trailers of an open stream (True).
 
         Raises:
             ValueError: a block on a stream the client has not open, i.e. ended or never opened below the
@@ -246,50 +265,104 @@ class _ClientFrames:
             if not flags & _END_STREAM:
                 raise ValueError(f"a second header block on stream {stream} without END_STREAM")
             self.open.discard(stream)
-            return
+            return True
         if not stream % 2:
             raise ValueError(f"HEADERS on even-numbered stream {stream}, which a client cannot open")
         if stream <= self.highest:
             if self.over_cap is not None and stream >= self.over_cap:
-                return  # a stream refused as over the cap, never recorded: the session drops its blocks
+                return False  # a stream refused as over the cap, never recorded: the session drops its blocks
             raise ValueError(
                 f"HEADERS on stream {stream}, closed or never opened (the client opened {self.highest})"
             )
         self.highest = stream
         if flags & _END_STREAM:
-            return  # opened half-closed: nothing may follow from the client
+            return False  # opened half-closed: nothing may follow from the client
         if self.over_cap is None and len(self.open) >= _MAX_OPEN_STREAMS:
             self.over_cap = stream
         if self.over_cap is None:
             self.open.add(stream)
+        return False
 
     @property
     def buffered(self) -> int:
         return len(self._buf) + sum(map(len, self._held))
 
 
-class _FrameBoundary:
-    """Follows HTTP/2 frame boundaries in the sandbox->client byte stream (frame headers only), so the
-    router can put a frame of its own between two of the sandbox's."""
+class _ServerFrames:
+    """The sandbox->client byte stream, frame by frame: every frame but those of a header block is relayed
+    as it arrives (DATA is never held), and the router may put a frame of its own between two of them
+    (`at_boundary`); a header block (HEADERS or PUSH_PROMISE, and its CONTINUATIONs) is held whole, decoded
+    and re-encoded, a trailer section without the fields `trailer_allowed` refuses (`_trailer_fields`).
 
-    __slots__ = ("_header", "_skip")
+    Every block is re-encoded, heads too, not the trailers alone: the client's decoder follows the sandbox's
+    HPACK dynamic table, and a block replaced by another leaves out the entries it added, which the
+    sandbox's later blocks may name. The router's encoder indexes nothing and starts each block with a table
+    size update to 0, so the client's table stays empty whatever the sandbox's encoder does.
+    """
 
-    def __init__(self) -> None:
+    def __init__(self, max_header_list_size: int = _MAX_BUFFER) -> None:
+        import hpack
+
+        self.decoder = hpack.Decoder()
+        # As the client's side (`_ClientFrames`): the sandbox's encoder uses the table size the client
+        # advertised (4 KiB by default, for grpc-go and grpcio too), up to this much.
+        self.decoder.max_allowed_table_size = 1 << 16
+        self.decoder.max_header_list_size = max_header_list_size
+        self.encoder = _encoder()
         self._header = b""
+        """A frame header not yet complete (held: nothing of the frame is relayed before its type is known)."""
         self._skip = 0
+        """Bytes still to relay of the frame being relayed."""
+        self._frame_header = b""
+        self._need = 0
+        """Payload bytes still to come of the header-block frame being held (`_frame_header`)."""
+        self._payload = b""
+        self._block = b""
+        self._block_type = 0
+        self._block_stream = 0
+        self._block_flags = 0
+        self._block_prefix = b""
+        self._in_block = False
+        self.failed: Exception | None = None
+        """Why the relay stopped: the sandbox's frames stopped being HTTP/2 (`feed`)."""
 
     @property
     def at_boundary(self) -> bool:
-        return not self._header and not self._skip
+        """Whether what was relayed so far ends between two frames (a held frame was relayed in none of it)."""
+        return not self._skip
 
-    def feed(self, data: bytes) -> int:
-        """Advance over `data`; the offset of the first frame boundary in it (0: at one already), or -1."""
+    def feed(self, data: bytes) -> tuple[bytes, int]:
+        """Take the sandbox's next bytes: (what to relay to the client, the offset in it of its first frame
+        boundary (0: at one already) or -1).
+
+        A failure ends the relay at the frame before it (`failed`, then every later read is b""): frames out
+        of order in a header block (RFC 9113 6.2, 6.10), a block over `_MAX_BUFFER` bytes (ValueError), a
+        block that does not decode (hpack's errors).
+        """
+        out: list[bytes] = []
+        size = 0
         first = 0 if self.at_boundary else -1
+        if self.failed is not None:
+            return b"", first
+        try:
+            first, size = self._feed(data, out, first, size)
+        except Exception as exc:
+            self.failed = exc
+        return b"".join(out), first
+
+    def _feed(self, data: bytes, out: list[bytes], first: int, size: int) -> tuple[int, int]:
         pos, n = 0, len(data)
         while pos < n:
             if self._skip:
                 step = min(self._skip, n - pos)
+                out.append(data[pos : pos + step])
+                size += step
                 self._skip -= step
+                pos += step
+            elif self._frame_header:
+                step = min(self._need, n - pos)
+                self._payload += data[pos : pos + step]
+                self._need -= step
                 pos += step
             else:
                 take = min(9 - len(self._header), n - pos)
@@ -297,11 +370,59 @@ class _FrameBoundary:
                 pos += take
                 if len(self._header) < 9:
                     continue
-                self._skip = int.from_bytes(self._header[:3], "big")
-                self._header = b""
+                header, self._header = self._header, b""
+                length, ftype = int.from_bytes(header[:3], "big"), header[3]
+                if self._in_block or ftype in (_HEADERS, _PUSH_PROMISE, _CONTINUATION):
+                    if len(self._block) + length > _MAX_BUFFER:
+                        raise ValueError(f"a header block from the sandbox over {_MAX_BUFFER} bytes")
+                    self._frame_header, self._need, self._payload = header, length, b""
+                else:
+                    out.append(header)
+                    size += 9
+                    self._skip = length
+            if self._frame_header and not self._need:
+                block = self._take(self._frame_header, self._payload)
+                self._frame_header, self._payload = b"", b""
+                out.append(block)
+                size += len(block)
             if first < 0 and self.at_boundary:
-                first = pos
-        return first
+                first = size
+        return first, size
+
+    def _take(self, header: bytes, payload: bytes) -> bytes:
+        """One whole frame of a header block: b"" until its END_HEADERS, then the block's frames, re-encoded."""
+        ftype, flags = header[3], header[4]
+        stream = int.from_bytes(header[5:9], "big") & 0x7FFFFFFF
+        if ftype == _CONTINUATION:
+            if not self._in_block or stream != self._block_stream:
+                raise ValueError(f"CONTINUATION on stream {stream} outside a header block")
+            self._block += payload
+        elif self._in_block:
+            raise ValueError(f"frame type {ftype} inside the header block of stream {self._block_stream}")
+        else:
+            self._block_type, self._block_stream, self._block_flags = ftype, stream, flags
+            if ftype == _HEADERS:
+                self._block = _header_fragment(flags, payload)
+                start = 1 if flags & _PADDED else 0
+                self._block_prefix = payload[start : start + 5] if flags & _PRIORITY else b""
+            else:  # PUSH_PROMISE: [pad length] promised stream id, fragment, [padding] (RFC 9113 6.6)
+                start, end = (
+                    (1, len(payload) - payload[0]) if flags & _PADDED and payload else (0, len(payload))
+                )
+                if end < start + 4:
+                    raise ValueError("PUSH_PROMISE shorter than its promised stream id and padding")
+                self._block_prefix, self._block = payload[start : start + 4], payload[start + 4 : end]
+        self._in_block = not flags & _END_HEADERS
+        if self._in_block:
+            return b""
+        block, self._block = self._block, b""
+        headers = list(self.decoder.decode(block, raw=True))
+        if self._block_type == _HEADERS:
+            headers = _trailer_fields(headers)
+        encoded = self.encoder.encode(headers)
+        return _header_frames(
+            self._block_stream, self._block_flags, self._block_prefix, encoded, self._block_type
+        )
 
 
 def _stream_of(frame: bytes) -> int:

@@ -1,4 +1,5 @@
-"""Frame boundaries of the sandbox->client h2c stream, where the router may put a frame of its own."""
+"""Frame boundaries of the sandbox->client h2c stream, where the router may put a frame of its own; header blocks
+both ways."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_sandbox.router._h2c_frames import _ClientFrames, _FrameBoundary
+from agent_sandbox.router._h2c_frames import _ClientFrames, _ServerFrames
 
 
 def _frame(length: int) -> bytes:
@@ -17,30 +18,31 @@ def _frame(length: int) -> bytes:
 
 
 def test_at_start_and_after_whole_frames() -> None:
-    boundary = _FrameBoundary()
-    assert boundary.at_boundary
-    assert boundary.feed(_frame(3) + _frame(0)) == 0
-    assert boundary.at_boundary
+    frames = _ServerFrames()
+    assert frames.at_boundary
+    data = _frame(3) + _frame(0)
+    assert frames.feed(data) == (data, 0)
+    assert frames.at_boundary
 
 
 def test_first_boundary_inside_a_read() -> None:
-    boundary = _FrameBoundary()
+    frames = _ServerFrames()
     data = _frame(5) + _frame(2)
-    assert boundary.feed(data[:4]) == 0  # began at a boundary
-    assert not boundary.at_boundary  # now inside a frame header
-    assert boundary.feed(data[4:12]) == -1  # the first frame ends at byte 14 of the stream
-    assert boundary.feed(data[12:16]) == 14 - 12
-    assert not boundary.at_boundary  # inside the second frame's header
-    assert boundary.feed(data[16:]) == len(data) - 16
-    assert boundary.at_boundary
+    assert frames.feed(data[:4]) == (b"", 0)  # a frame header is held until its type is known
+    assert frames.at_boundary  # nothing of the frame relayed yet
+    assert frames.feed(data[4:12]) == (data[:12], 0)  # before its header; the frame ends at byte 14
+    assert not frames.at_boundary
+    assert frames.feed(data[12:16]) == (data[12:14], 2)  # the second frame's header is held
+    assert frames.feed(data[16:]) == (data[14:], 0)
+    assert frames.at_boundary
 
 
 def test_a_read_inside_one_long_frame_has_no_boundary() -> None:
-    boundary = _FrameBoundary()
+    frames = _ServerFrames()
     data = _frame(100)
-    boundary.feed(data[:20])
-    assert boundary.feed(data[20:50]) == -1
-    assert boundary.feed(data[50:]) == len(data) - 50
+    frames.feed(data[:20])
+    assert frames.feed(data[20:50]) == (data[20:50], -1)
+    assert frames.feed(data[50:]) == (data[50:], len(data) - 50)
 
 
 @given(
@@ -48,18 +50,24 @@ def test_a_read_inside_one_long_frame_has_no_boundary() -> None:
     cuts=st.lists(st.integers(0, 300), max_size=8),
 )
 def test_any_split_finds_the_same_boundaries(lengths: list[int], cuts: list[int]) -> None:
+    """Frames that are no header block's are relayed unchanged, each boundary reported where the relayed
+    bytes reach it (a frame header is relayed once whole)."""
     stream = b"".join(_frame(n) for n in lengths)
     ends, pos = {0}, 0
     for n in lengths:
         pos += 9 + n
         ends.add(pos)
     points = sorted({0, len(stream), *(c % (len(stream) + 1) for c in cuts)})
-    boundary = _FrameBoundary()
+    frames = _ServerFrames()
+    relayed = b""
     for start, end in itertools.pairwise(points):
-        first = boundary.feed(stream[start:end])
-        expected = min((e - start for e in ends if start <= e <= end), default=-1)
+        out, first = frames.feed(stream[start:end])
+        at = len(relayed)
+        relayed += out
+        expected = min((e - at for e in ends if at <= e <= len(relayed)), default=-1)
         assert first == expected
-    assert boundary.at_boundary
+    assert relayed == stream
+    assert frames.at_boundary
 
 
 def _raw(ftype: int, flags: int, stream: int, payload: bytes) -> bytes:
@@ -315,3 +323,145 @@ def test_the_encoders_name_cache_keeps_no_long_names() -> None:
     # short names (metadata keys) are still cached
     encoder.encode([hpack.HeaderTuple(b"x-request-id", b"1")])
     assert b"x-request-id" in encoder._plain
+
+
+# --------------------------------------------------------------------------------------------- trailers
+
+# What HTTP/1.1 keeps out of relayed trailers (`_request.trailer_allowed`), in a trailer section.
+_KEPT_OUT = [
+    (b"x-sandbox-namespace", b"other"),
+    (b"x-sandbox-pod-ip", b"10.0.0.9"),
+    (b"X-Sandbox-ID", b"beta"),
+    (b"authorization", b"Bearer t"),
+    (b"connection", b"close"),
+    (b"host", b"elsewhere"),
+    (b"x-forwarded-for", b"1.2.3.4"),
+]
+
+
+def _fields(block: bytes, decoder: hpack.Decoder) -> list[tuple[bytes, bytes]]:
+    return [(bytes(k), bytes(v)) for k, v in decoder.decode(block, raw=True)]
+
+
+def _blocks(data: bytes, decoder: hpack.Decoder) -> list[tuple[int, int, int, list[tuple[bytes, bytes]]]]:
+    """(type, first frame's flags, stream, fields) of every header block in `data`, as a client decodes them."""
+    out: list[tuple[int, int, int, list[tuple[bytes, bytes]]]] = []
+    block, first = b"", (0, 0, 0)
+    for ftype, flags, stream, payload in _parsed(data):
+        if ftype == HEADERS:
+            assert not flags & (PADDED | PRIORITY)
+            block, first = payload, (ftype, flags, stream)
+        elif ftype == PUSH_PROMISE:
+            block, first = payload[4:], (ftype, flags, stream)
+        elif ftype == CONTINUATION:
+            block += payload
+        else:
+            continue
+        if flags & END_HEADERS:
+            out.append((*first, _fields(block, decoder)))
+    return out
+
+
+def test_client_trailers_are_relayed_without_what_http11_keeps_out() -> None:
+    """A trailer section of an open stream reaches the sandbox without routing, credential and hop-by-hop
+    fields, as on HTTP/1.1; until December 7 only `authorization` and the connection-specific fields were
+    dropped (a trailing `x-sandbox-namespace` reached the sandbox). The request's own block is unchanged."""
+    encoder = hpack.Encoder()
+    request = [(b":method", b"POST"), (b":path", b"/x"), (b"x-sandbox-id", b"alpha"), (b"x-keep", b"1")]
+    client = _ClientFrames()
+    frames, blocks = client.feed(
+        _raw(HEADERS, END_HEADERS, 1, encoder.encode(request))
+        + _raw(HEADERS, END_HEADERS | END_STREAM, 1, encoder.encode([*_KEPT_OUT, (b"grpc-x", b"2")]))
+    )
+    decoder = hpack.Decoder()
+    relayed = _blocks(b"".join(frames), decoder)
+    assert [fields for *_, fields in relayed] == [request, [(b"grpc-x", b"2")]]
+    assert len(blocks) == 2  # the session still sees the trailer section whole (it routes nothing on it)
+
+
+def test_sandbox_blocks_are_re_encoded_and_its_trailers_filtered() -> None:
+    """The sandbox's response heads reach the client unchanged in content, its trailer sections (no
+    pseudo-header) without what HTTP/1.1 keeps out; the sandbox's encoder indexes (its later blocks name
+    entries its earlier ones added, the filtered ones too) and the client's decoder still decodes every block
+    the router re-encoded, its dynamic table left empty."""
+    encoder = hpack.Encoder()  # indexes every field it may: later blocks are mostly table references
+    head = [(b":status", b"200"), (b"content-type", b"application/grpc"), (b"x-sandbox-pod-ip", b"kept")]
+    trailers = [(b"grpc-status", b"0"), *_KEPT_OUT, (b"x-trailer", b"t")]
+    wire = b""
+    for stream in (1, 3):
+        head_block = encoder.encode(head)
+        block = encoder.encode(trailers)  # in the order they are sent, as the table changes
+        wire += (
+            _raw(HEADERS, END_HEADERS, stream, head_block)
+            + _raw(DATA, 0, stream, b"\x00\x00\x00\x00\x01z")
+            # split over a CONTINUATION
+            + _raw(HEADERS, END_STREAM, stream, block[:5])
+            + _raw(CONTINUATION, END_HEADERS, stream, block[5:])
+        )
+    server = _ServerFrames()
+    relayed = b""
+    for i in range(0, len(wire), 7):  # any read size
+        out, _ = server.feed(wire[i : i + 7])
+        relayed += out
+    assert server.failed is None
+    decoder = hpack.Decoder()
+    decoder.max_allowed_table_size = 0  # a client that took a table size update to 0 decodes it all the same
+    blocks = _blocks(relayed, decoder)
+    kept = [(b"grpc-status", b"0"), (b"x-trailer", b"t")]
+    assert blocks == [
+        (HEADERS, END_HEADERS, 1, head),
+        (HEADERS, END_STREAM | END_HEADERS, 1, kept),  # one frame now
+        (HEADERS, END_HEADERS, 3, head),
+        (HEADERS, END_STREAM | END_HEADERS, 3, kept),
+    ]
+    assert [f[3] for f in _parsed(relayed) if f[0] == DATA] == [b"\x00\x00\x00\x00\x01z"] * 2
+    assert not decoder.header_table.dynamic_entries
+
+
+def test_a_trailers_only_response_is_a_head() -> None:
+    """A gRPC error is a single block with `:status` and END_STREAM: a head, relayed whole."""
+    fields = [(b":status", b"200"), (b"grpc-status", b"7"), (b"x-sandbox-id", b"alpha")]
+    out, _ = _ServerFrames().feed(_raw(HEADERS, END_HEADERS | END_STREAM, 1, hpack.Encoder().encode(fields)))
+    assert _blocks(out, hpack.Decoder()) == [(HEADERS, END_HEADERS | END_STREAM, 1, fields)]
+
+
+def test_a_push_promise_is_re_encoded_in_the_sandboxs_hpack_context() -> None:
+    encoder = hpack.Encoder()
+    promised = [(b":method", b"GET"), (b":path", b"/pushed"), (b"x-a", b"1")]
+    head = [(b":status", b"200"), (b"x-a", b"1")]
+    block = encoder.encode(promised)
+    wire = (
+        _raw(PUSH_PROMISE, PADDED, 1, b"\x02" + (2).to_bytes(4, "big") + block[:3] + b"\x00\x00")
+        + _raw(CONTINUATION, END_HEADERS, 1, block[3:])
+        + _raw(HEADERS, END_HEADERS, 2, encoder.encode(head))
+    )
+    out, _ = _ServerFrames().feed(wire)
+    parsed = _parsed(out)
+    assert (parsed[0][0], parsed[0][1], parsed[0][3][:4]) == (
+        PUSH_PROMISE,
+        END_HEADERS,
+        (2).to_bytes(4, "big"),
+    )
+    assert _blocks(out, hpack.Decoder()) == [
+        (PUSH_PROMISE, END_HEADERS, 1, promised),
+        (HEADERS, END_HEADERS, 2, head),
+    ]
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        _raw(HEADERS, 0, 1, b"\x82") + _raw(DATA, 0, 1, b"x"),  # a frame inside a header block
+        _raw(CONTINUATION, END_HEADERS, 1, b"\x82"),  # a CONTINUATION with no block
+        _raw(HEADERS, 0, 1, b"\x82") + _raw(CONTINUATION, END_HEADERS, 3, b"\x82"),  # another stream's
+        _raw(HEADERS, END_HEADERS, 1, b"\xff\xff\xff\xff"),  # no HPACK
+    ],
+    ids=["interleaved", "orphan-continuation", "continuation-on-another-stream", "undecodable"],
+)
+def test_broken_sandbox_blocks_stop_the_relay_after_what_came_before(wire: bytes) -> None:
+    data = _raw(DATA, 0, 1, b"before")
+    server = _ServerFrames()
+    out, _ = server.feed(data + wire)
+    assert out == data
+    assert server.failed is not None
+    assert server.feed(_raw(DATA, 0, 1, b"after")) == (b"", 0)
