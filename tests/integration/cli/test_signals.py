@@ -18,17 +18,12 @@ import pytest
 
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.processes import Started
-from tests.helpers import wait_for
+from tests.helpers import signals_as_from_a_shell, wait_for
 from tests.integration.sdk.conftest import EXT, RUNTIME_IMAGE, apply_pool
 
 from .test_exec_cp import CLI, cli
 
 pytestmark = pytest.mark.integration
-
-
-def _foreground() -> None:
-    for sig in (signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
 
 
 def _claims(cluster: DevCluster, namespace: str) -> list[str]:
@@ -66,7 +61,7 @@ def test_a_signal_during_create_rolls_the_claim_back(
 ) -> None:
     # pytest-xdist's workers ignore SIGINT (and under nohup SIGHUP), and an ignored signal is inherited: the
     # CLI then leaves it ignored (a shell's foreground job has the defaults, as restored here)
-    proc = _waiting_create(cluster, namespace, _foreground)
+    proc = _waiting_create(cluster, namespace, signals_as_from_a_shell)
     try:
         time.sleep(0.5)  # into the wait for Ready
         proc.send_signal(sig)
@@ -122,7 +117,7 @@ def _stopped_elsewhere(cluster: DevCluster, router: str, sig: signal.Signals, *a
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=_foreground,
+        preexec_fn=signals_as_from_a_shell,
     )
     try:
         assert proc.stdout is not None
@@ -180,7 +175,7 @@ def test_a_signal_another_thread_took_during_create_rolls_the_claim_back(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=_foreground,
+        preexec_fn=signals_as_from_a_shell,
     )  # fmt: skip
     try:
         wait_for(lambda: _claims(cluster, namespace), what="the claim the CLI creates")

@@ -24,18 +24,12 @@ import pytest
 
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.processes import is_ours
-from tests.helpers import wait_for
+from tests.helpers import signals_as_from_a_shell, wait_for
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[3]
 NAME = "bench-burst"
-
-
-def _foreground() -> None:
-    # As an interactive shell starts a command (a test runner may have these ignored).
-    for sig in (signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
 
 
 def _processes_under(root: Path) -> list[str]:
@@ -138,7 +132,7 @@ def _bench(root: Path) -> subprocess.Popen[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=_foreground,
+        preexec_fn=signals_as_from_a_shell,
     )
 
 

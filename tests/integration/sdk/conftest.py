@@ -15,6 +15,7 @@ import pytest
 
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.processes import stop, wait_ready
+from tests.helpers import signals_as_from_a_shell
 from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE
 
 __all__ = ["EXT", "RUNTIME_IMAGE", "apply_pool", "cli_proxy", "router", "router_process"]
@@ -96,7 +97,7 @@ def cli_proxy(cluster: DevCluster, router: str, namespace: str, claim: str, port
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as from a shell (CI ignores it)
+        preexec_fn=signals_as_from_a_shell,
     )
     try:
         assert proc.stdout is not None

@@ -24,7 +24,7 @@ from agent_sandbox_sdk import (
     SandboxTimeoutError,
     SandboxWarmPoolNotFoundError,
 )
-from tests.helpers import wait_for
+from tests.helpers import signals_as_from_a_shell, wait_for
 
 from .conftest import apply_pool
 
@@ -193,7 +193,7 @@ def test_ctrl_c_during_create_removes_the_claim(
         stderr=subprocess.PIPE,
         text=True,
         # As from a terminal: a child of a non-interactive shell could otherwise inherit SIGINT ignored.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=signals_as_from_a_shell,
     )
     try:
         with client(cluster) as c:

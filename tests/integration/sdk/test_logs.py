@@ -24,7 +24,7 @@ from agent_sandbox_sdk import (
     SandboxDirectConnectionConfig,
     SandboxRequestError,
 )
-from tests.helpers import wait_for
+from tests.helpers import signals_as_from_a_shell, wait_for
 
 from .conftest import RUNTIME_IMAGE, apply_pool
 
@@ -108,7 +108,7 @@ def test_cli_logs_follow_until_ctrl_c(
             text=True,
             # As from a shell: pytest-xdist's workers ignore SIGINT, and a Python started with it ignored
             # keeps ignoring it (no KeyboardInterrupt), so the CLI would never see the Ctrl-C.
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            preexec_fn=signals_as_from_a_shell,
         )
         try:
             assert proc.stdout is not None

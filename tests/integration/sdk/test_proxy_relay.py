@@ -32,7 +32,7 @@ from agent_sandbox.devcluster.processes import Started
 from agent_sandbox.router import mint_scoped_token
 from agent_sandbox_sdk import SandboxClient, SandboxDirectConnectionConfig
 from tests.conftest import new_namespace
-from tests.helpers import wait_for
+from tests.helpers import signals_as_from_a_shell, wait_for
 
 from .conftest import RUNTIME_IMAGE, apply_pool, router_process
 
@@ -110,7 +110,7 @@ def proxy(
             stderr=err,
             text=True,
             env={k: v for k, v in os.environ.items() if not k.startswith("AGENT_SANDBOX_ROUTER")},
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as from a shell
+            preexec_fn=signals_as_from_a_shell,
         )
     try:
         assert process.stdout is not None
