@@ -17,6 +17,8 @@ environment, translated the way a container runtime would place them:
 
 A pod that is deleted, or gone, has its process stopped (SIGTERM, as the kubelet does). `ready` runs the
 pod's readinessProbe (HTTP GET on the resolved container port) against the process, as the kubelet would.
+The environment is the container's as a kubelet builds it (pod_env.py: `envFrom`, Secret and ConfigMap
+references read from the API server), and `$(VAR)` in its `args` is expanded with it.
 Not reproduced: image contents (the program comes from this checkout's virtualenv), the ConfigMap volume
 (``/etc/sandbox-config``), resource limits, securityContext enforcement, restarts after a crash.
 
@@ -40,7 +42,13 @@ from agent_sandbox.devcluster import processes
 from agent_sandbox.devcluster.cluster import DevCluster
 from agent_sandbox.devcluster.install import token_kubeconfig
 from agent_sandbox.devcluster.kubelet_api import PORT_FORWARD, port_forward_object
-from agent_sandbox.devcluster.pod_env import container_env
+from agent_sandbox.devcluster.pod_env import (
+    ContainerConfigError,
+    EnvSources,
+    container_env,
+    expand_command,
+    references,
+)
 from agent_sandbox.devcluster.processes import Started
 
 __all__ = ["PROGRAMS", "PodProcesses", "Program", "pod_argv", "probe_port", "program_for"]
@@ -97,15 +105,25 @@ def program_for(image: str) -> Program | None:
     return PROGRAMS.get(name)
 
 
-def pod_argv(pod: Pod, program: Program, *, kubeconfig: Path, workdir: Path, bin_dir: Path) -> list[str]:
-    """The host command line for the pod's first container (pure).
+def pod_argv(
+    pod: Pod,
+    program: Program,
+    *,
+    kubeconfig: Path,
+    workdir: Path,
+    bin_dir: Path,
+    env: Mapping[str, str] | None = None,
+) -> list[str]:
+    """The host command line for the pod's first container (pure); `$(VAR)` in its args expanded with `env`,
+    the container's environment (`container_env`), as a kubelet expands them.
 
     Raises:
         ValueError: a listener would bind outside 127.0.0.0/8 (an explicit non-loopback address).
     """
     ip = pod["status"]["podIP"]
     container = pod["spec"]["containers"][0]
-    args = [_BIND.sub(lambda m: f"{m.group(1)}{ip}{m.group(2)}", a) for a in container.get("args") or ()]
+    _, expanded = expand_command(container, env or {})
+    args = [_BIND.sub(lambda m: f"{m.group(1)}{ip}{m.group(2)}", a) for a in expanded]
     given = {a.split("=", 1)[0] for a in args}
     defaults = [f"{flag}={ip}:{port}" for flag, port in program.listeners if flag not in given]
     extra = [a for a in program.extra_args(pod, workdir) if a.split("=", 1)[0] not in given]
@@ -188,14 +206,47 @@ class PodProcesses:
             workdir / "kubeconfig",
             pod=pod,
         )
-        argv = pod_argv(pod, program, kubeconfig=kubeconfig, workdir=workdir, bin_dir=self.bin_dir)
-        env = container_env(pod, pod["spec"]["containers"][0])  # as a kubelet builds it (pod_env.py)
+        try:  # as a kubelet builds it (pod_env.py)
+            env = container_env(pod, pod["spec"]["containers"][0], self._env_sources(pod))
+        except ContainerConfigError as err:  # the kubelet's CreateContainerConfigError: not started
+            raise ValueError(f"pod {meta['namespace']}/{meta['name']}: {err}") from err
+        argv = pod_argv(pod, program, kubeconfig=kubeconfig, workdir=workdir, bin_dir=self.bin_dir, env=env)
         env.update(program.extra_env(pod))
         self.started[meta["uid"]] = self.cluster.add_process(
             f"pod-{meta['namespace']}-{meta['name']}", argv, env=env
         )
         self.pods[meta["uid"]] = pod
         self._forward_ports(pod)
+
+    def _env_sources(self, pod: Pod) -> EnvSources:
+        """The ConfigMaps, Secrets and node allocatable the pod's container reads (None: not found)."""
+        refs = references(pod["spec"]["containers"][0])
+        namespace = pod["metadata"]["namespace"]
+
+        def get(path: str) -> dict[str, Any] | None:
+            status, body = self.cluster.admin().request("GET", path)
+            if status == 404:
+                return None
+            if status != 200:
+                raise RuntimeError(f"GET {path}: HTTP {status}: {body}")
+            obj: dict[str, Any] = body
+            return obj
+
+        def named(resource: str, names: frozenset[str]) -> dict[str, Any]:
+            quote = urllib.parse.quote
+            return {n: get(f"/api/v1/namespaces/{namespace}/{resource}/{quote(n, safe='')}") for n in names}
+
+        node_name = pod["spec"].get("nodeName")
+        node = (
+            get(f"/api/v1/nodes/{urllib.parse.quote(node_name, safe='')}")
+            if refs.node and node_name
+            else None
+        )
+        return EnvSources(
+            config_maps=named("configmaps", refs.config_maps),
+            secrets=named("secrets", refs.secrets),
+            allocatable=((node or {}).get("status") or {}).get("allocatable") or {},
+        )
 
     def _forward_ports(self, pod: dict[str, Any]) -> None:
         """`kubectl port-forward` to the pod (e.g. `svc/sandbox-router-svc`, upstream SDK's default tunnel)

@@ -46,13 +46,18 @@ from agent_sandbox.devcluster.kubelet_api import (
     logs_object,
     port_forward_object,
 )
+from agent_sandbox.devcluster.pod_env import ContainerConfigError, EnvSources, references
 from agent_sandbox.devcluster.provisioner import PV, volume_host_path
-from agent_sandbox.devcluster.runtime_pods import RuntimePod, is_runtime_pod, runtime_pod
+from agent_sandbox.devcluster.runtime_pods import RuntimePod, is_runtime_pod, runtime_container, runtime_pod
 from agent_sandbox.interrupts import handle_stop_signals
 from agent_sandbox.kube import (
+    CONFIG_MAP,
+    NODE,
     POD,
     PVC,
+    SECRET,
     ApiClient,
+    EventBroadcaster,
     HandlerFuncs,
     Informer,
     NotFound,
@@ -180,6 +185,11 @@ class Runner:
         # Every runtime started and not yet stopped, also one a terminating pod is still draining (its
         # PodRuntime no longer holds it): `kill_children` must reach all of their commands.
         self._servers: set[RuntimeServer] = set()
+        # Pods whose container cannot start (CreateContainerConfigError): key -> (pod UID, message reported),
+        # so a retry that fails the same way neither patches the pod nor records an Event again.
+        self._config_errors: dict[str, tuple[str, str]] = {}
+        self._events = EventBroadcaster(client, instance="devcluster-runner")
+        self._kubelet = self._events.recorder("kubelet")
         self.pods.add_handler(
             HandlerFuncs(add=self._on_pod, update=lambda _old, new: self._on_pod(new), delete=self._on_pod)
         )
@@ -222,6 +232,7 @@ class Runner:
             await self._retire(key, rt, gone=pod is None or rt.uid != uid)
             rt = None
         if pod is None or not is_runtime_pod(pod):
+            self._config_errors.pop(key, None)
             return
         meta, status = pod["metadata"], pod.get("status") or {}
         if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
@@ -253,7 +264,15 @@ class Runner:
 
     async def _prepare(self, pod: Object, key: str, ip: str) -> PodRuntime | None:
         meta = pod["metadata"]
-        spec = runtime_pod(pod, base_env=self.base_env)
+        try:
+            # Read at the container's start, as a kubelet does (a Secret changed later is seen at the
+            # pod's next start, not by the running runtime).
+            spec = runtime_pod(pod, base_env=self.base_env, sources=await self._env_sources(pod))
+        except ContainerConfigError as err:
+            await self._report_config_error(pod, key, str(err))
+            self.schedule(key, _RETRY)  # the kubelet retries too: the Secret may be created later
+            return None
+        self._config_errors.pop(key, None)
         for problem in spec.problems:
             log.warning("%s: %s", key, problem)
         if spec.claim:
@@ -272,6 +291,70 @@ class Runner:
             rt.log = ContainerLog(self.pod_logs, meta["namespace"], meta["name"], meta["uid"], spec.container)
         self.runtimes[key] = rt
         return rt
+
+    async def _env_sources(self, pod: Object) -> EnvSources:
+        """The ConfigMaps, Secrets and node allocatable the runtime container's environment reads (None for
+        one that does not exist; any other error propagates: the reconcile is retried)."""
+        refs = references(runtime_container(pod))
+        namespace = pod["metadata"]["namespace"]
+
+        async def get(kind: ResourceKind, name: str) -> Object | None:
+            try:
+                return await self.client.get(kind, name, namespace=namespace)
+            except NotFound:
+                return None
+
+        config_maps = {name: await get(CONFIG_MAP, name) for name in sorted(refs.config_maps)}
+        secrets = {name: await get(SECRET, name) for name in sorted(refs.secrets)}
+        allocatable: dict[str, Any] = {}
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if refs.node and node_name:
+            with contextlib.suppress(NotFound):
+                node = await self.client.get(NODE, node_name)
+                allocatable = dict((node.get("status") or {}).get("allocatable") or {})
+        return EnvSources(config_maps=config_maps, secrets=secrets, allocatable=allocatable)
+
+    async def _report_config_error(self, pod: Object, key: str, message: str) -> None:
+        """The container cannot start: show it as a kubelet does - its status waiting with reason
+        `CreateContainerConfigError` and the message, the pod not Ready, a `Failed` Event - once per
+        message (a retry failing alike changes nothing)."""
+        reported = (str(pod["metadata"]["uid"]), message)
+        if self._config_errors.get(key) == reported:
+            return
+        self._config_errors[key] = reported
+        log.warning("%s: container cannot start: %s; retrying every %.0fs", key, message, _RETRY)
+        container = runtime_container(pod).get("name")
+        names = [str(c.get("name", "")) for c in (pod.get("spec") or {}).get("containers") or []]
+        now = _now()
+        unready = f"containers with unready status: [{' '.join(names)}]"
+        conditions = [
+            {
+                "type": t,
+                "status": "False",
+                "lastTransitionTime": now,
+                "reason": "ContainersNotReady",
+                "message": unready,
+            }
+            for t in ("Ready", "ContainersReady")
+        ]
+        waiting = {"waiting": {"reason": "CreateContainerConfigError", "message": message}}
+        statuses = [  # the whole list (a strategic merge patch replaces it), only this container changed
+            {**c, "ready": False, "started": False, "state": waiting} if c.get("name") == container else c
+            for c in (pod.get("status") or {}).get("containerStatuses") or []
+        ]
+        patch = {"status": {"conditions": conditions, "containerStatuses": statuses}}
+        with contextlib.suppress(NotFound):
+            await self.client.patch(
+                POD,
+                pod["metadata"]["name"],
+                patch,
+                namespace=pod["metadata"]["namespace"],
+                subresource="status",
+                patch_type=PatchType.STRATEGIC,
+            )
+        self._kubelet.event(
+            {"apiVersion": "v1", "kind": "Pod", **pod}, "Warning", "Failed", "Start", f"Error: {message}"
+        )
 
     async def _claim_directory(self, namespace: str, claim: str) -> Path | None:
         try:
@@ -387,8 +470,9 @@ class Runner:
                         "finishedAt": now,
                     }
                 }
-            if ready:
+            if ready:  # (the list is replaced: a CreateContainerConfigError's waiting state goes)
                 entry["state"] = {"running": {"startedAt": rt.started_at or now}}
+                entry["started"] = True
             statuses.append(entry)
         patch = {"status": {"conditions": conditions, "containerStatuses": statuses}}
         try:
@@ -515,6 +599,7 @@ class Runner:
         await control.setup()
         await web.TCPSite(control, "127.0.0.1", control_port).start()
         informer = asyncio.create_task(self.pods.run())
+        events = asyncio.create_task(self._events.start())
         try:
             await self.pods.wait_for_sync()
             await self._sweep_orphan_workspaces()
@@ -526,6 +611,7 @@ class Runner:
             await informer
         finally:
             informer.cancel()
+            events.cancel()
             for task in list(self._active.values()):
                 task.cancel()
             await asyncio.gather(
@@ -536,6 +622,7 @@ class Runner:
                 ),
                 return_exceptions=True,
             )
+            await asyncio.gather(events, return_exceptions=True)  # its last writes (1 s at most)
             await control.cleanup()
             await self._http.close()
 

@@ -8,9 +8,11 @@ dropped) is `agent-sandbox-runtime` (this project's), `sandboxd`, `python-runtim
 The same rule is rendered as a jq expression into the kwok stages, so kwok holds exactly these pods back
 from Ready until the runner says their runtime answers.
 
-The runtime is configured from the runtime container as a kubelet would run it: its `args` (or `command`
-after the program) are `agent-sandbox-runtime` flags, its `env` (as a kubelet expands it: pod_env.py) is the
-commands' environment, and a PersistentVolumeClaim mounted at the root directory becomes the workspace.
+The runtime is configured from the runtime container as a kubelet would run it: its `envFrom` and `env` (as
+a kubelet builds them, Secrets and ConfigMaps included: pod_env.py) are the commands' environment and the
+runtime's own (`SANDBOX_BASE_DIR`, `SANDBOX_EXEC_TIMEOUT_SECONDS`), its `args` (or `command` after the
+program), `$(VAR)` expanded with that environment, are `agent-sandbox-runtime` flags, and a
+PersistentVolumeClaim mounted at the root directory becomes the workspace.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agent_sandbox.api.lifecycle import projects_claim_env
-from agent_sandbox.devcluster.pod_env import container_env
+from agent_sandbox.devcluster.pod_env import EnvSources, container_env, expand_command
 
 if TYPE_CHECKING:
     from agent_sandbox.runtime import RuntimeConfig
@@ -34,6 +36,7 @@ __all__ = [
     "RuntimePod",
     "image_name",
     "is_runtime_pod",
+    "runtime_container",
     "runtime_pod",
     "runtime_pod_jq",
 ]
@@ -103,18 +106,16 @@ def _runtime_container(pod: Pod) -> Mapping[str, Any]:
     return containers[0] if containers else {}
 
 
-def _flags(container: Mapping[str, Any]) -> list[str]:
-    command = [str(a) for a in container.get("command") or []]
-    args = [str(a) for a in container.get("args") or []]
+def _flags(command: list[str], args: list[str]) -> list[str]:
     if command and posixpath.basename(command[0]) in _PROGRAMS:
         return command[1:] + args
     return args if not command else []
 
 
-def _environment(pod: Pod, container: Mapping[str, Any], base: Mapping[str, str]) -> dict[str, str]:
+def _environment(pod: Pod, declared: Mapping[str, str], base: Mapping[str, str]) -> dict[str, str]:
     env = {"PATH": base.get("PATH", _BASE_PATH), "LANG": base.get("LANG", "C.UTF-8")}
     env["HOSTNAME"] = str((pod.get("metadata") or {}).get("name", ""))
-    env.update(container_env(pod, container))  # as a kubelet builds it (pod_env.py)
+    env.update(declared)  # as a kubelet builds it (pod_env.py)
     return env
 
 
@@ -131,24 +132,39 @@ def _claim_at(pod: Pod, container: Mapping[str, Any], root: str) -> tuple[str | 
     return None, ""
 
 
-def runtime_pod(pod: Pod, *, base_env: Mapping[str, str]) -> RuntimePod:
-    """Read the runtime container of a pod that `is_runtime_pod`."""
+def runtime_container(pod: Pod) -> Mapping[str, Any]:
+    """The container the runtime stands for (the one with a runtime image, else the first)."""
+    return _runtime_container(pod)
+
+
+def runtime_pod(pod: Pod, *, base_env: Mapping[str, str], sources: EnvSources | None = None) -> RuntimePod:
+    """Read the runtime container of a pod that `is_runtime_pod`.
+
+    `sources`: the ConfigMaps, Secrets and node allocatable its environment reads (pod_env.references);
+    None: those are not read (their entries left out).
+
+    Raises:
+        ContainerConfigError: a Secret, ConfigMap or key it needs is missing: the container cannot start.
+    """
     from agent_sandbox.runtime import parse_args  # the runtime (aiohttp, grpc) only where it runs
 
     container = _runtime_container(pod)
+    declared = container_env(pod, container, sources)
     problems: list[str] = []
-    flags = _flags(container)
+    flags = _flags(*expand_command(container, declared))
     try:
-        config, _ = parse_args(flags, environ={})
+        # The runtime reads SANDBOX_BASE_DIR / SANDBOX_EXEC_TIMEOUT_SECONDS from its environment: the
+        # container's, not the runner's.
+        config, _ = parse_args(flags, environ=declared)
     except SystemExit:  # argparse already printed why; keep the defaults rather than not serving at all
         problems.append(f"unusable runtime flags {flags!r}; using the defaults")
-        config, _ = parse_args([], environ={})
+        config, _ = parse_args([], environ=declared)
     root = str(config.root_dir)
     claim, sub_path = _claim_at(pod, container, root)
     return RuntimePod(
         container=str(container.get("name", "")),
         config=config,
-        env=_environment(pod, container, base_env),
+        env=_environment(pod, declared, base_env),
         claim=claim,
         sub_path=sub_path,
         problems=problems,

@@ -84,7 +84,7 @@ _ENV: list[dict[str, Any]] = [
     {"name": "LATER", "value": "$(C)/$(HOSTNAME)"},  # C comes later, HOSTNAME is the runtime's: not declared
     {"name": "C", "value": "c"},
     {"name": "NOTEXP", "value": "$(NOTE)!"},  # a fieldRef's value may be referred to, once declared
-    {"name": "KEY", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},  # not read: left out
+    {"name": "KEY", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},  # without sources: left out
     {"name": "A", "value": "$(A)$(A)"},  # declared again: refers to the earlier A
 ]
 
@@ -122,8 +122,17 @@ def test_the_project_s_own_pods_get_it(monkeypatch: pytest.MonkeyPatch, tmp_path
         started[name] = env
         return object()
 
-    cluster = SimpleNamespace(directory=tmp_path, add_process=add_process)
+    def request(method: str, path: str) -> tuple[int, dict[str, Any]]:  # the Secret it reads
+        assert (method, path) == ("GET", "/api/v1/namespaces/ns/secrets/s")
+        return 200, {"data": {"k": "c2VjcmV0"}}
+
+    admin = SimpleNamespace(request=request)
+    cluster = SimpleNamespace(directory=tmp_path, add_process=add_process, admin=lambda: admin)
     monkeypatch.setattr(podprocess, "token_kubeconfig", lambda *a, **k: tmp_path / "kubeconfig")
     processes = podprocess.PodProcesses(cluster=cluster)  # type: ignore[arg-type]
     processes._start(_pod(_ENV, image="registry.k8s.io/agent-sandbox/agent-sandbox-controller:v1"))
-    assert started["pod-ns-envexp"] == {**_EXPECTED, "AGENT_SANDBOX_WEBHOOK_HOST": "127.0.0.7"}
+    assert started["pod-ns-envexp"] == {
+        **_EXPECTED,
+        "KEY": "secret",
+        "AGENT_SANDBOX_WEBHOOK_HOST": "127.0.0.7",
+    }
