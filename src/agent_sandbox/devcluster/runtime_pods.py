@@ -12,7 +12,8 @@ The runtime is configured from the runtime container as a kubelet would run it: 
 a kubelet builds them, Secrets and ConfigMaps included: pod_env.py) are the commands' environment and the
 runtime's own (`SANDBOX_BASE_DIR`, `SANDBOX_EXEC_TIMEOUT_SECONDS`), its `args` (or `command` after the
 program), `$(VAR)` expanded with that environment, are `agent-sandbox-runtime` flags, and a
-PersistentVolumeClaim mounted at the root directory becomes the workspace.
+PersistentVolumeClaim mounted at the root directory becomes the workspace. The root defaults to what the
+image's own runtime serves: `/app` for upstream's legacy images (`_IMAGE_ROOTS`), `/workspace` otherwise.
 """
 
 from __future__ import annotations
@@ -42,7 +43,17 @@ __all__ = [
 ]
 
 RUNTIME_ANNOTATION = SIM_PREFIX + "runtime"
-RUNTIME_IMAGE_NAMES = ("agent-sandbox-runtime", "sandboxd", "python-runtime-sandbox", "sandbox-runtime")
+#: The runtime images (repository names) and the root each one's own runtime serves when neither `--root-dir`
+#: nor `SANDBOX_BASE_DIR` says (None: ours, `/workspace`). Upstream's legacy python-runtime (spec
+#: sdk-router-runtime §2.1) serves `$SANDBOX_BASE_DIR` or `/app`, and its manifests mount the workspace PVC at
+#: `/app`: served from our `/workspace`, that PVC was never the workspace and files were lost on suspend.
+_IMAGE_ROOTS: Mapping[str, str | None] = {
+    "agent-sandbox-runtime": None,
+    "sandboxd": None,
+    "python-runtime-sandbox": "/app",
+    "sandbox-runtime": "/app",
+}
+RUNTIME_IMAGE_NAMES = tuple(_IMAGE_ROOTS)
 _PROGRAMS = ("agent-sandbox-runtime", "sandboxd")
 _BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 Pod = Mapping[str, Any]
@@ -152,13 +163,19 @@ def runtime_pod(pod: Pod, *, base_env: Mapping[str, str], sources: EnvSources | 
     declared = container_env(pod, container, sources)
     problems: list[str] = []
     flags = _flags(*expand_command(container, declared))
+    # The runtime reads SANDBOX_BASE_DIR / SANDBOX_EXEC_TIMEOUT_SECONDS from its environment: the
+    # container's, not the runner's. An image whose runtime has another default root gets it as the base
+    # dir when the container sets none (blank counts as none, as upstream's runtime reads it); only for
+    # parsing - the commands' environment stays what the container declares.
+    parse_env = dict(declared)
+    image_root = _IMAGE_ROOTS.get(image_name(str(container.get("image", ""))))
+    if image_root and not parse_env.get("SANDBOX_BASE_DIR", "").strip():
+        parse_env["SANDBOX_BASE_DIR"] = image_root
     try:
-        # The runtime reads SANDBOX_BASE_DIR / SANDBOX_EXEC_TIMEOUT_SECONDS from its environment: the
-        # container's, not the runner's.
-        config, _ = parse_args(flags, environ=declared)
+        config, _ = parse_args(flags, environ=parse_env)
     except SystemExit:  # argparse already printed why; keep the defaults rather than not serving at all
         problems.append(f"unusable runtime flags {flags!r}; using the defaults")
-        config, _ = parse_args([], environ=declared)
+        config, _ = parse_args([], environ=parse_env)
     root = str(config.root_dir)
     claim, sub_path = _claim_at(pod, container, root)
     return RuntimePod(

@@ -17,6 +17,7 @@ import aiohttp
 import grpc
 import orjson
 import pytest
+import yaml
 import yarl
 from grpc import aio
 
@@ -214,6 +215,38 @@ async def test_pvc_workspace_survives_suspend_and_resume(
     async with http.get(f"http://{ip}:8080/v1/files/notes/keep.txt") as resp:
         assert await resp.read() == b"survives"
     assert (await execute(http, ip, "cat notes/keep.txt"))["stdout"] == "survives"
+
+
+async def test_the_warmpool_quickstart_pvc_at_app_keeps_files_over_suspend_and_resume(
+    kube: ApiClient, namespace: str, controller: Started, cluster: DevCluster, http: aiohttp.ClientSession
+) -> None:
+    """The quickstart's template (upstream's `sandbox-runtime` image, its `workspace` PVC at `/app`): the
+    runner served that image from our runtime's `/workspace`, so the PVC was never the workspace and a file
+    written through the runtime was gone after suspend/resume. Upstream's image serves `/app`."""
+    example = Path(__file__).resolve().parents[3] / "examples" / "warmpool-quickstart"
+    template = yaml.safe_load((example / "sandboxtemplate.yaml").read_text())["spec"]
+    qs = sandbox("qs", template["podTemplate"]["spec"], volumeClaimTemplates=template["volumeClaimTemplates"])
+    await kube.create(SANDBOX, qs, namespace=namespace)
+    ip = await ready_sandbox_ip(kube, namespace, "qs")
+    form = aiohttp.FormData()
+    form.add_field("file", b"kept", filename="notes.txt")
+    async with http.post(f"http://{ip}:8888/upload", data=form) as resp:
+        assert resp.status == 200
+    volume = cluster.volume_path(namespace, "workspace-qs")
+    assert volume is not None
+    assert (volume / "notes.txt").read_bytes() == b"kept"  # on the PV, not in a per-pod directory
+
+    await kube.patch(SANDBOX, "qs", {"spec": {"operatingMode": "Suspended"}}, namespace=namespace)
+
+    async def no_runtime() -> bool:
+        return not any(r["namespace"] == namespace for r in cluster.runtimes())
+
+    await eventually(no_runtime, "the suspended sandbox's runtime gone", within=60)
+    await kube.patch(SANDBOX, "qs", {"spec": {"operatingMode": "Running"}}, namespace=namespace)
+    ip = await ready_sandbox_ip(kube, namespace, "qs")
+    async with http.get(f"http://{ip}:8888/download/notes.txt") as resp:
+        assert resp.status == 200
+        assert await resp.read() == b"kept"
 
 
 async def test_warm_pool_of_50_runs_commands_concurrently_and_a_crashed_runtime_comes_back(
