@@ -257,6 +257,9 @@ EVENT_WARM_POOL_NOT_PROGRESSING: Final = "WarmPoolNotProgressing"
 EVENT_MULTIPLE_PODS: Final = "MultiplePods"
 #: Ours (not upstream's): a child the API server refused to create, as a ReplicaSet's Warning.
 EVENT_FAILED_CREATE: Final = "FailedCreate"
+#: Ours: a warm pool's template does not exist (Warning) / exists again (Normal); warmpool-quirks.md.
+EVENT_SANDBOX_TEMPLATE_NOT_FOUND: Final = "SandboxTemplateNotFound"
+EVENT_SANDBOX_TEMPLATE_FOUND: Final = "SandboxTemplateFound"
 
 # ---------------------------------------------------------------------------
 # Conversion webhook and certificates (api spec §1.3, §8.2; controllers spec §5.7)

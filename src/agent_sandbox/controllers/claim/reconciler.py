@@ -80,7 +80,7 @@ from .observe import observe, sandbox_view
 from .queue import WarmQueue
 from .result import EXPIRED_REQUEUE, pass_result
 from .stamps import FirstReadyStamps
-from .status import compute_status, expiry
+from .status import compute_status, expiry, invalid_reference_event
 from .store import Freshest, Store
 from .warm import WarmPath
 
@@ -283,6 +283,11 @@ class ClaimReconciler:
 
         written = await ex.write_status(self.api, current, new_status)
         self._remember_claim(written)
+        warning = invalid_reference_event(claim, error)
+        if warning is not None and written.sent and written.authoritative:
+            # Once per episode: the condition now stored is what the next pass compares against (a lost
+            # write - 409 - emits nothing; the pass that lands it does).
+            self._event(claim, warning[0], "Binding", warning[1], "Warning")
         metrics_error: Exception | None = None
         if written.authoritative:
             metrics_error = await self._finalize(claim, written.claim, new_status, sandbox)

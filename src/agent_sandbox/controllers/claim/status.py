@@ -22,13 +22,14 @@ from agent_sandbox.api.meta import (
 )
 
 from ..blueprint import semantic_equal
-from .errors import ClaimError, SandboxCreatePending, SandboxNotOwned
+from .errors import ClaimError, SandboxCreatePending, SandboxNotOwned, TemplateNotFound, WarmPoolNotFound
 
 __all__ = [
     "CLAIM_EXPIRED_MESSAGE",
     "Expiry",
     "compute_status",
     "expiry",
+    "invalid_reference_event",
     "ready_condition",
     "status_equal",
 ]
@@ -85,6 +86,22 @@ def ready_condition(
             out["lastTransitionTime"] = ready["lastTransitionTime"]
         return out
     return new_condition(c.CONDITION_READY, false, c.REASON_SANDBOX_NOT_READY, "Sandbox is not ready", gen)
+
+
+def invalid_reference_event(claim: ReadOnlyObject, error: ClaimError | None) -> tuple[str, str] | None:
+    """(reason, note) of the Warning Event due when this pass's `error` is an invalid reference (a pool or
+    template that does not exist) the claim's stored Ready does not show yet, else None.
+
+    Ours (claim-quirks.md): upstream reports these in `Ready` only. Keyed on the persisted condition, so
+    the retry passes of one episode (every minute) emit nothing, nor does a restart; a new reference that
+    is missing (a different message) or a return after the reference appeared is a new episode.
+    """
+    if not isinstance(error, WarmPoolNotFound | TemplateNotFound):
+        return None
+    ready = status_condition(claim, c.CONDITION_READY)
+    if ready is not None and (ready.get("reason"), ready.get("message")) == (error.reason, error.message):
+        return None
+    return error.reason, error.message
 
 
 def _marked_expired(claim: ReadOnlyObject) -> bool:

@@ -124,6 +124,8 @@ class PoolPlan:
     """Seconds until the earliest not-Ready member leaves its grace period, plus slack (0 = none)."""
     template_ok: bool = False
     """The template was read (creates and staleness checks were possible)."""
+    template_missing: bool = False
+    """The template does not exist (not an error, §3.3 step 12; the reconciler says so in an Event)."""
     template_error: str | None = None
 
     @property
@@ -286,5 +288,6 @@ def decide(snap: PoolSnapshot, now: float, config: WarmPoolConfig) -> PoolPlan:
         excess=excess,
         grace_requeue=grace_requeue,
         template_ok=template_ok,
+        template_missing=snap.template_missing and snap.template_error is None,
         template_error=snap.template_error,
     )

@@ -6,7 +6,8 @@
 3. execute, in the order of §3.3: clean-up deletes and updates (never gated); the create intent through
    the replenish hold, the refill bucket and the expectations gate (`try_expect_creations`, atomic on
    the event loop, so overlapping passes can never both create); the excess deletes only when
-   expectations are satisfied; the not-progressing events; the post-grace requeue.
+   expectations are satisfied; the not-progressing events and (ours) the missing-template ones; the
+   post-grace requeue.
 4. Any failure is raised after all of that, *without* the status write (§3.2 step 4; a refused member
    create is also a Warning `FailedCreate` Event on the pool, ours: warmpool-quirks.md); otherwise the
    status subresource is merge-patched when it changed (NotFound: the pool was deleted mid-pass, done),
@@ -51,7 +52,7 @@ from .config import EXPECTATIONS_PENDING_REQUEUE, WarmPoolConfig
 from .decide import PoolPlan, PoolSnapshot, created_at, decide
 from .execute import PoolClient, create_members, delete_excess, delete_members, patch_members
 from .members import go_duration
-from .shaping import ClaimYield, ProgressTracker, RefillBuckets, ReplenishHold
+from .shaping import ClaimYield, MissingTemplates, ProgressTracker, RefillBuckets, ReplenishHold
 
 __all__ = ["TemplateLookupError", "WarmPoolReconciler"]
 
@@ -103,6 +104,7 @@ class WarmPoolReconciler:
         self.claim_yield = ClaimYield(pressure or ClaimPressure(0.0))
         self.buckets = RefillBuckets(self.config.max_refill_rate)
         self.progress = ProgressTracker()
+        self.missing_templates = MissingTemplates()
 
     def held_writes(self) -> dict[str, int]:
         """`claim_pressure.HoldsWrites`: pools whose refill waits behind claims."""
@@ -115,6 +117,7 @@ class WarmPoolReconciler:
         self.claim_yield.forget(key)
         self.buckets.forget(key)
         self.progress.forget(key)
+        self.missing_templates.forget(key)
 
     # ------------------------------------------------------------------ observe
 
@@ -227,6 +230,7 @@ class WarmPoolReconciler:
                     errors.append(err)
 
         self._signal_progress(pool, key, plan, delays)
+        self._signal_template(pool, key, plan)
         if plan.grace_requeue > 0:
             jitter = self.config.grace_jitter
             delays.append(
@@ -272,3 +276,25 @@ class WarmPoolReconciler:
             self.events.event(
                 pool, "Normal", c.EVENT_WARM_POOL_PROGRESSING, "Reconciling", "Warm pool is progressing again"
             )
+
+    def _signal_template(self, pool: Object, key: str, plan: PoolPlan) -> None:
+        """Ours: a Warning when the pool starts waiting for a template that does not exist, a Normal one
+        when it shows up (warmpool-quirks.md). A missing template is no error (§3.3 step 12, the template
+        watch re-triggers the pool), and the schema has no conditions: without these the pool just sits at
+        zero replicas and says nothing. Once per episode (in memory: a restart may say it once more)."""
+        template = pool_template_name(pool)
+        ns = pool["metadata"]["namespace"]
+        if plan.template_missing:
+            if self.missing_templates.missing(key, template):
+                note = (
+                    f'SandboxTemplate "{template}" not found in namespace "{ns}"; '
+                    "no sandboxes are created until it exists"
+                )
+                log.info("pool %s: %s", key, note)
+                self.events.event(pool, "Warning", c.EVENT_SANDBOX_TEMPLATE_NOT_FOUND, "Reconciling", note)
+        elif plan.template_ok:
+            waited = self.missing_templates.found(key)
+            if waited is not None:
+                note = f'SandboxTemplate "{template}" found in namespace "{ns}"'
+                log.info("pool %s: %s", key, note)
+                self.events.event(pool, "Normal", c.EVENT_SANDBOX_TEMPLATE_FOUND, "Reconciling", note)

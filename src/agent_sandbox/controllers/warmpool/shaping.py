@@ -9,6 +9,8 @@ Owns the three small state machines the reconciler consults at execution time, e
   per pool pacing creates; tokens of creates the expectations gate refused are refunded.
 * `ProgressTracker`: whether the pool is in the not-progressing state, so the Warning/Normal events of
   §3.10 are emitted on transitions only.
+* `MissingTemplates` (ours): which template a pool is waiting for, so its `SandboxTemplateNotFound` /
+  `SandboxTemplateFound` events are emitted on transitions only (docs/design/warmpool-quirks.md).
 * `ClaimYield` (ours, `--sandbox-claim-priority-hold`): while claims are arriving and the pool still has
   Ready headroom, refill waits behind them, bounded by the hold (docs/design/claim-priority.md).
 
@@ -29,6 +31,7 @@ __all__ = [
     "HEADROOM",
     "PASS_INTERVAL_WHILE_HOT",
     "ClaimYield",
+    "MissingTemplates",
     "ProgressTracker",
     "RefillBuckets",
     "ReplenishHold",
@@ -148,6 +151,31 @@ class ProgressTracker:
 
     def forget(self, key: str) -> None:
         self._not_progressing.discard(key)
+
+
+class MissingTemplates:
+    """Pools whose template does not exist, with the name each one waits for.
+
+    Keyed by the name too, so a pool re-pointed from one missing template to another missing one says so
+    again; a pass that could not tell (a template read failing otherwise) changes nothing.
+    """
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, str] = {}
+
+    def missing(self, key: str, template: str) -> bool:
+        """Record that `key` waits for `template`; True when that is new (a Warning is due)."""
+        if self._waiting.get(key) == template:
+            return False
+        self._waiting[key] = template
+        return True
+
+    def found(self, key: str) -> str | None:
+        """Record that `key`'s template exists; the name it waited for when that ended a wait, else None."""
+        return self._waiting.pop(key, None)
+
+    def forget(self, key: str) -> None:
+        self._waiting.pop(key, None)
 
 
 @dataclass(slots=True)

@@ -407,7 +407,33 @@ async def test_missing_pool_and_template_report_and_requeue_without_error() -> N
     await world.fake.create(SANDBOX_WARM_POOL, pool(), namespace=NS)
     assert (await world.reconcile()).requeue_after == 60.0
     assert claim_ready(world.get(SANDBOX_CLAIM, "c1"))["reason"] == "TemplateNotFound"  # type: ignore[index]
-    assert world.events.events == []
+
+
+async def test_an_invalid_reference_is_one_warning_event_per_episode() -> None:
+    """Ours (claim-quirks.md): the Ready reason and message as a Warning, once, not on every retry pass."""
+    world = World((SANDBOX_CLAIM, claim()))
+    for _ in range(3):
+        assert (await world.reconcile()).requeue_after == 60.0
+    assert world.events.events == [("c1", "WarmPoolNotFound", "Binding", 'SandboxWarmPool "pool" not found')]
+    await world.fake.create(SANDBOX_WARM_POOL, pool(), namespace=NS)
+    for _ in range(3):
+        await world.reconcile()
+    assert world.events.events[1:] == [
+        ("c1", "TemplateNotFound", "Binding", 'SandboxTemplate "tmpl" not found')
+    ]
+    await world.fake.delete(SANDBOX_WARM_POOL, "pool", namespace=NS)
+    await world.reconcile()
+    assert [e[1] for e in world.events.events] == ["WarmPoolNotFound", "TemplateNotFound", "WarmPoolNotFound"]
+
+
+async def test_a_claim_that_already_shows_its_missing_pool_gets_no_event() -> None:
+    """A controller restart: the stored condition already says it, so the first pass says nothing more."""
+    world = World((SANDBOX_CLAIM, claim()))
+    await world.reconcile()
+    world.events.events.clear()
+    again = World(*((SANDBOX_CLAIM, o) for o in world.fake.objects(SANDBOX_CLAIM)))
+    await again.reconcile()
+    assert again.events.events == []
 
 
 async def test_name_collision_is_a_retried_reconciler_error() -> None:

@@ -276,9 +276,12 @@ def test_missing_template_creates_nothing_and_judges_nothing_stale() -> None:
     assert plan.status["replicas"] == 1
     assert plan.template_error is None
     assert not plan.template_ok
+    assert plan.template_missing  # the reconciler's SandboxTemplateNotFound Event
 
 
 def test_template_read_error_is_reported() -> None:
     plan = plan_for([], pool_obj=pool(1), error="boom")
     assert plan.create is None
     assert plan.template_error == "boom"
+    assert not plan.template_missing  # unknown, not missing: no event either way
+    assert not plan_for([], pool_obj=pool(1)).template_missing

@@ -438,14 +438,55 @@ async def test_missing_template_maintains_status_without_error() -> None:
     assert fake.objects(SANDBOX_WARM_POOL)[0]["status"]["replicas"] == 0
 
 
+async def test_a_missing_template_is_one_warning_event_and_its_arrival_one_normal_event() -> None:
+    """Ours (warmpool-quirks.md): the pool's schema has no conditions, so an Event is all that says why it
+    stays empty; once per episode, not per pass."""
+    async with running(fake_cluster((SANDBOX_WARM_POOL, pool(1))), WarmPoolConfig(grace_jitter=0)) as h:
+        for _ in range(3):
+            assert await h.reconcile() == Result()
+            await h.settle()
+        assert h.events.events == [
+            (
+                "Warning",
+                c.EVENT_SANDBOX_TEMPLATE_NOT_FOUND,
+                "Reconciling",
+                f'SandboxTemplate "tmpl" not found in namespace "{NS}"; no sandboxes are created until it exists',
+            )
+        ]
+        await h.fake.create(SANDBOX_TEMPLATE, template(), namespace=NS)
+        await h.settle()
+        await h.reconcile()
+        await h.settle()
+        await h.reconcile()
+        assert len(h.sandboxes()) == 1
+        assert h.events.events[1:] == [
+            (
+                "Normal",
+                c.EVENT_SANDBOX_TEMPLATE_FOUND,
+                "Reconciling",
+                f'SandboxTemplate "tmpl" found in namespace "{NS}"',
+            )
+        ]
+
+
+async def test_a_template_that_exists_from_the_start_is_no_event() -> None:
+    async with running(standard(1), WarmPoolConfig(grace_jitter=0)) as h:
+        await h.reconcile()
+        await h.settle()
+        await h.reconcile()
+        assert h.events.events == []
+
+
 async def test_pool_gone_or_deleting_forgets_its_records() -> None:
     fake = fake_cluster()
     rec = WarmPoolReconciler(fake)
     rec.expectations.try_expect_creations("ns/pool", 3)
     rec.progress.set("ns/pool", True)
+    rec.missing_templates.missing("ns/pool", "tmpl")
     assert await rec.reconcile(Request(NS, "pool")) == Result()
     assert rec.expectations.satisfied("ns/pool")
     assert not rec.progress.set("ns/pool", False)
+    assert rec.missing_templates.found("ns/pool") is None
 
 
 async def test_template_events_map_to_referencing_pools_only() -> None:

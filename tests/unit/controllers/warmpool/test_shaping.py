@@ -7,6 +7,7 @@ import pytest
 from agent_sandbox.controllers.claim_pressure import ClaimPressure
 from agent_sandbox.controllers.warmpool.shaping import (
     ClaimYield,
+    MissingTemplates,
     ProgressTracker,
     RefillBuckets,
     ReplenishHold,
@@ -169,3 +170,17 @@ async def test_pool_passes_are_coalesced_only_while_claims_arrive() -> None:
     assert y.pass_wait(K) == pytest.approx(0.3)
     clock.advance(0.3)
     assert y.pass_wait(K) == 0
+
+
+def test_missing_templates_are_one_episode_per_template_name() -> None:
+    m = MissingTemplates()
+    assert m.found("ns/p") is None  # never waited: nothing to say
+    assert m.missing("ns/p", "t")
+    assert not m.missing("ns/p", "t")  # repeated passes: nothing new
+    assert m.missing("ns/p", "u")  # re-pointed to another missing template: say so again
+    assert m.missing("ns/q", "t")  # per pool
+    assert m.found("ns/p") == "u"
+    assert m.found("ns/p") is None
+    assert m.missing("ns/p", "u")  # a new episode after it was found
+    m.forget("ns/p")
+    assert m.found("ns/p") is None
