@@ -10,6 +10,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from agent_sandbox.invocation import cli_command
 from agent_sandbox_sdk import (
     SandboxClient,
     SandboxError,
@@ -95,7 +96,7 @@ def _create(args: argparse.Namespace) -> int:
                 raise
             # the SDK's message names its keyword (adopt_existing=True), which a CLI user cannot pass
             raise SandboxRequestError(
-                f"SandboxClaim {args.namespace}/{args.name} already exists (`agent-sandbox get {args.name}` "
+                f"SandboxClaim {args.namespace}/{args.name} already exists (`{cli_command(f'get {args.name}')}` "
                 "shows it; delete it or pick another --name)",
                 409,
             ) from None
@@ -250,4 +251,4 @@ def _without_a_pod(client: SandboxClient, args: argparse.Namespace) -> SandboxNo
         state = "suspended: its pod is gone, and the pod's log with it"
     else:
         return None
-    return SandboxNotFoundError(f"{where} is {state}; `agent-sandbox resume {args.claim}` first")
+    return SandboxNotFoundError(f"{where} is {state}; `{cli_command(f'resume {args.claim}')}` first")

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from agent_sandbox.invocation import cli_command
 from agent_sandbox_sdk import (
     Sandbox,
     SandboxClient,
@@ -31,7 +33,7 @@ def _dev_cluster(name: str) -> tuple[str, str | None]:
     cluster = DevCluster.load(name)
     if cluster is None:
         raise ValueError(
-            f"no dev cluster named {name!r}; start one with `agent-sandbox dev up --name {name}`"
+            f"no dev cluster named {name!r}; start one with `{cli_command(f'dev up --name {shlex.quote(name)}')}`"
         )
     from agent_sandbox.devcluster.router import router_url
 

@@ -20,10 +20,12 @@ from typing import Any, TypeVar
 
 from agent_sandbox.cli.output import inform
 from agent_sandbox.devcluster import ClusterConfig, DevCluster
+from agent_sandbox.devcluster.cluster import down_command
 from agent_sandbox.devcluster.controller import CONTROLLER, start_controller
 from agent_sandbox.devcluster.processes import is_ours
 from agent_sandbox.devcluster.router import DEV_ROUTER_FLAGS, ROUTER, router_url, start_router
 from agent_sandbox.devcluster.router_service import NAMESPACE, SERVICE, expose_router_report
+from agent_sandbox.invocation import cli_command
 
 T = TypeVar("T")
 
@@ -68,7 +70,7 @@ def ensure_cluster(name: str) -> DevCluster:
             if "runner" not in core:
                 raise RuntimeError(
                     f"dev cluster {name!r} runs without the local runner (sandboxes could not execute); "
-                    f"stop it with `agent-sandbox dev down --name {name}` and run `make demo` again"
+                    f"stop it with `{down_command(name)}` and run `make demo` again"
                 )
             return cluster
     return DevCluster.up(ClusterConfig(name=name, nodes=2))
@@ -223,13 +225,13 @@ def run_demo(*, name: str = "demo") -> int:
     _say("look around:")
     _say(f"  export KUBECONFIG={cluster.kubeconfig} AGENT_SANDBOX_ROUTER_URL={router}")
     _say(
-        f"  .venv/bin/agent-sandbox pools -n {DEMO_NS}        # and: create {POOL} -n {DEMO_NS}, exec, cp, list, logs"
+        f"  {cli_command(f'pools -n {DEMO_NS}')}        # and: create {POOL} -n {DEMO_NS}, exec, cp, list, logs"
     )
     _say(f"  kubectl get sandboxtemplates,sandboxwarmpools,sandboxclaims,sandboxes,pods -n {DEMO_NS}")
     _say(
         f"  (without AGENT_SANDBOX_ROUTER_URL the SDKs port-forward to svc/{SERVICE} -n {NAMESPACE}, as upstream's)"
     )
-    _say(f"the cluster keeps running; stop it with: .venv/bin/agent-sandbox dev down --name {name}")
+    _say(f"the cluster keeps running; stop it with: {down_command(name)}")
     return 0
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import enum
+import shlex
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -43,6 +44,7 @@ from agent_sandbox.api.meta import (
     status_condition,
 )
 from agent_sandbox.cli.arguments import add_connection_options, seconds_arg
+from agent_sandbox.invocation import cli_command
 from agent_sandbox.kube import (
     POD,
     PVC,
@@ -204,7 +206,7 @@ async def resume(
             the name of a hibernated Sandbox that has expired: it gets new volumes once the archive is gone).
 
     Raises:
-        NoSuchSandbox: no Sandbox and no archive of that name.
+        NoSuchSandbox: no Sandbox and no archive of that name (also: deleted while `wait` waited for it).
         Refused: it (or its archive) is being deleted, or expired, or its claim expired; or the Sandbox of
             that name is not the hibernated one (created under the name while it is hibernated), and the
             archive is not being deleted by the controller.
@@ -364,6 +366,19 @@ async def _being_archived(api: ApiClient, sandbox: Object | None, name: str, nam
     return await _get(api, lc.ARCHIVE, name, namespace) is not None
 
 
+async def _deleted(api: ApiClient, name: str, namespace: str) -> bool:
+    """After a read found no Sandbox: nothing will come back, neither a restore (its archive exists until the
+    restored Sandbox does) nor a hibernation under way (it creates the archive before deleting the Sandbox).
+    The Sandbox is read again after the archive, so a restore that created it and deleted its archive between
+    the reads is seen. Archives that cannot be read (no grant) tell nothing: waited for, as before."""
+    try:
+        if await _get(api, lc.ARCHIVE, name, namespace) is not None:
+            return False
+    except Forbidden:
+        return False
+    return await _get(api, SANDBOX, name, namespace) is None
+
+
 async def _wait_ready(api: ApiClient, name: str, namespace: str, within: float, poll: float) -> None:
     deadline = time.monotonic() + within
     while True:
@@ -387,7 +402,7 @@ async def _missing(api: ApiClient, name: str, namespace: str) -> Exception:
     if await _get(api, lc.ARCHIVE, name, namespace) is not None:
         return Hibernated(
             f"Sandbox {namespace}/{name} is hibernated already (archived, volumes kept); "
-            f"`agent-sandbox lifecycle resume -n {namespace} {name}` restores it"
+            f"`{cli_command(f'lifecycle resume -n {namespace} {name}')}` restores it"
         )
     return NoSuchSandbox(f"no Sandbox named {namespace}/{name}")
 
@@ -453,7 +468,7 @@ def _kubeconfig(args: argparse.Namespace) -> str | None:
             # Said as the sandbox commands say it (cli/sandboxes.py), with the same exit code.
             raise ConfigError(
                 f"no dev cluster named {args.dev_cluster!r}; start one with "
-                f"`agent-sandbox dev up --name {args.dev_cluster}`"
+                f"`{cli_command(f'dev up --name {shlex.quote(args.dev_cluster)}')}`"
             )
         return str(cluster.kubeconfig)
     return None

@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from agent_sandbox.invocation import cli_command
+
 # The SDK, the API models and aiohttp take about half a second to load, before `main` can handle Ctrl-C: one
 # then exits 130 as it does later, not with a KeyboardInterrupt traceback from an import (until December 7).
 try:
@@ -65,7 +67,9 @@ def _dev_up(args: argparse.Namespace) -> int:
         _expose_router(cluster)
     print(cluster.describe(), file=sys.stderr)
     print(f"\nuse it:  KUBECONFIG={cluster.kubeconfig} kubectl get nodes", file=sys.stderr)
-    print(f"stop it: agent-sandbox dev down --name {cluster.name}", file=sys.stderr)
+    from agent_sandbox.devcluster.cluster import down_command
+
+    print(f"stop it: {down_command(cluster.name)}", file=sys.stderr)
     return 0
 
 
@@ -91,7 +95,7 @@ def _dev_down(args: argparse.Namespace) -> int:
 def _dev_kubeconfig(args: argparse.Namespace) -> int:
     cluster = DevCluster.load(args.name)
     if cluster is None:
-        raise ClusterError(f"no dev cluster named {args.name!r}; start one with `agent-sandbox dev up`")
+        raise ClusterError(f"no dev cluster named {args.name!r}; start one with `{cli_command('dev up')}`")
     print(cluster.kubeconfig)
     return 0
 
@@ -102,12 +106,12 @@ def _dev_router_url(args: argparse.Namespace) -> int:
     cluster = DevCluster.load(args.name)
     if cluster is None:
         raise ClusterError(
-            f"no dev cluster named {args.name!r}; start one with `agent-sandbox dev up --router`"
+            f"no dev cluster named {args.name!r}; start one with `{cli_command('dev up --router')}`"
         )
     url = router_url(cluster)
     if url is None:
         raise ClusterError(
-            f"dev cluster {args.name!r} runs no router; start one with `agent-sandbox dev up --router`"
+            f"dev cluster {args.name!r} runs no router; start one with `{cli_command('dev up --router')}`"
         )
     print(url)
     return 0
@@ -117,7 +121,9 @@ def _dev_status(args: argparse.Namespace) -> int:
     if args.name is not None:
         one = DevCluster.load(args.name)
         if one is None:
-            raise ClusterError(f"no dev cluster named {args.name!r}; start one with `agent-sandbox dev up`")
+            raise ClusterError(
+                f"no dev cluster named {args.name!r}; start one with `{cli_command('dev up')}`"
+            )
         clusters = [one]
     else:
         clusters = DevCluster.list()
@@ -162,7 +168,7 @@ def _bench(args: argparse.Namespace) -> int:
     if root is None:
         print(
             "error: the benchmarks live in the agent-sandbox source checkout, not in the installed package: "
-            "run `agent-sandbox bench ...` (or `python -m benchmarks ...`) from inside a checkout",
+            f"run `{cli_command('bench ...')}` (or `python -m benchmarks ...`) from inside a checkout",
             file=sys.stderr,
         )
         return 2

@@ -36,6 +36,7 @@ from agent_sandbox.devcluster.node_controls import ClusterControls
 from agent_sandbox.devcluster.runner_client import RunnerClient
 from agent_sandbox.devcluster.startup import RUNNER, ClusterStartup
 from agent_sandbox.devcluster.state import ClusterError, ClusterState, clusters_root
+from agent_sandbox.invocation import cli_command
 
 
 def down_command(name: str) -> str:
@@ -47,7 +48,7 @@ def down_command(name: str) -> str:
     """
     root = os.environ.get("AGENT_SANDBOX_CACHE")
     prefix = f"AGENT_SANDBOX_CACHE={shlex.quote(root)} " if root else ""
-    return f"{prefix}agent-sandbox dev down --name {shlex.quote(name)}"
+    return f"{prefix}{cli_command(f'dev down --name {shlex.quote(name)}')}"
 
 
 class DevCluster(ClusterStartup, ClusterControls, RunnerClient):

@@ -16,6 +16,7 @@ from agent_sandbox.cli.main import main
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import start_controller
 from agent_sandbox.devcluster.processes import Started, stop
+from agent_sandbox.invocation import cli_command
 from agent_sandbox.kube import SANDBOX
 from tests.helpers import wait_for
 from tests.integration.cli.conftest import role_kubeconfig
@@ -72,7 +73,7 @@ def test_a_hibernated_claim_is_resumed_by_the_documented_user_role(
     assert (code, out) == (3, ""), err
     assert (
         err
-        == f"error: sandbox {namespace}/u is hibernated: it has no pod, so no log; `agent-sandbox resume u` first\n"
+        == f"error: sandbox {namespace}/u is hibernated: it has no pod, so no log; `{cli_command('resume u')}` first\n"
     )
     assert _cli(capsys, admin, "suspend", "u", *ns)[0] == 3
     for command in ("suspend", "hibernate"):

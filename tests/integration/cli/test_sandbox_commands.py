@@ -15,6 +15,7 @@ import yaml
 from agent_sandbox.cli.main import main
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.processes import Started
+from agent_sandbox.invocation import cli_command
 from tests.helpers import wait_for
 from tests.integration.cli.conftest import role_kubeconfig
 from tests.integration.sdk.conftest import EXT, apply_pool
@@ -43,7 +44,7 @@ def test_commands_and_exit_codes(
     assert created["pod_ip"].startswith("127.")
     code, _, err = run(capsys, cluster, "create", "pool", *ns, "--name", "cli-sb")
     assert code == 1
-    assert f"SandboxClaim {namespace}/cli-sb already exists (`agent-sandbox get cli-sb` shows it" in err
+    assert f"SandboxClaim {namespace}/cli-sb already exists (`{cli_command('get cli-sb')}` shows it" in err
 
     code, out, _ = run(capsys, cluster, "list", *ns, "-o", "json")
     assert code == 0

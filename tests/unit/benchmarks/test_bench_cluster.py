@@ -29,6 +29,7 @@ from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.config import ClusterConfig
 from agent_sandbox.devcluster.processes import is_ours
 from agent_sandbox.devcluster.state import ClusterError
+from agent_sandbox.invocation import cli_command
 from tests.unit.benchmarks.recorded_cluster import recorded_cluster
 
 pytestmark = pytest.mark.unit
@@ -56,7 +57,7 @@ def test_the_refusal_names_a_command_that_finds_the_cluster(
         DevCluster.up(ClusterConfig(name=NAME))
     command = str(refused.value).split("run `", 1)[1].split("`", 1)[0]
     root = os.environ["AGENT_SANDBOX_CACHE"]
-    assert command == f"AGENT_SANDBOX_CACHE={shlex.quote(root)} agent-sandbox dev down --name {NAME}"
+    assert command == f"AGENT_SANDBOX_CACHE={shlex.quote(root)} {cli_command(f'dev down --name {NAME}')}"
     # Run it as printed, from a shell that does not have the bench's cache root in its environment.
     env = {k: v for k, v in os.environ.items() if k != "AGENT_SANDBOX_CACHE"}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
@@ -73,7 +74,7 @@ def test_without_a_cache_override_the_command_is_the_plain_one(
     from agent_sandbox.devcluster.cluster import down_command
 
     monkeypatch.delenv("AGENT_SANDBOX_CACHE")
-    assert down_command("bench-burst") == "agent-sandbox dev down --name bench-burst"
+    assert down_command("bench-burst") == cli_command("dev down --name bench-burst")
 
 
 def _owner(pid: int, start: int | None, **changes: object) -> dict[str, object]:

@@ -14,6 +14,7 @@ import pytest
 
 from agent_sandbox.cli.exit_codes import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_USAGE, _guard
 from agent_sandbox.cli.main import main
+from agent_sandbox.invocation import cli_command
 from agent_sandbox_sdk import SandboxConnectionError, SandboxNotFoundError, SandboxRequestError
 
 pytestmark = pytest.mark.unit
@@ -97,7 +98,7 @@ def test_lifecycle_with_an_unknown_dev_cluster_says_it_as_the_sandbox_commands(
     assert (
         line
         == said
-        == ("error: no dev cluster named 'nope'; start one with `agent-sandbox dev up --name nope`")
+        == f"error: no dev cluster named 'nope'; start one with `{cli_command('dev up --name nope')}`"
     )
 
 
