@@ -206,7 +206,7 @@ async def resume(
             the name of a hibernated Sandbox that has expired: it gets new volumes once the archive is gone).
 
     Raises:
-        NoSuchSandbox: no Sandbox and no archive of that name (also: deleted while `wait` waited for it).
+        NoSuchSandbox: no Sandbox and no archive of that name.
         Refused: it (or its archive) is being deleted, or expired, or its claim expired; or the Sandbox of
             that name is not the hibernated one (created under the name while it is hibernated), and the
             archive is not being deleted by the controller.
@@ -364,19 +364,6 @@ async def _being_archived(api: ApiClient, sandbox: Object | None, name: str, nam
     if sandbox is None or not sandbox["metadata"].get("deletionTimestamp"):
         return False
     return await _get(api, lc.ARCHIVE, name, namespace) is not None
-
-
-async def _deleted(api: ApiClient, name: str, namespace: str) -> bool:
-    """After a read found no Sandbox: nothing will come back, neither a restore (its archive exists until the
-    restored Sandbox does) nor a hibernation under way (it creates the archive before deleting the Sandbox).
-    The Sandbox is read again after the archive, so a restore that created it and deleted its archive between
-    the reads is seen. Archives that cannot be read (no grant) tell nothing: waited for, as before."""
-    try:
-        if await _get(api, lc.ARCHIVE, name, namespace) is not None:
-            return False
-    except Forbidden:
-        return False
-    return await _get(api, SANDBOX, name, namespace) is None
 
 
 async def _wait_ready(api: ApiClient, name: str, namespace: str, within: float, poll: float) -> None:
