@@ -16,8 +16,10 @@ Kubelet's rules (`makeEnvironmentVariables`, Kubernetes 1.35):
   - `valueFrom.fieldRef` - the pod's name, namespace, UID, node, service account, pod and host IPs, and one
     label or annotation (`metadata.labels['k']`, empty when the pod has none of that name); not expanded;
   - `valueFrom.configMapKeyRef` / `secretKeyRef` - that key's value;
-  - `valueFrom.resourceFieldRef` - a container's request or limit over the divisor, rounded up; a limit the
-    container does not set is the node's allocatable (`defaultPodLimitsForDownwardAPI`).
+  - `valueFrom.resourceFieldRef` - a container's request or limit over the divisor, rounded up; a cpu,
+    memory or ephemeral-storage limit the container does not set (or sets to 0) is the pod-level limit
+    (`spec.resources.limits`, cpu and memory) or else the node's allocatable (`defaultPodLimitsForDownwardAPI`;
+    an init container's, named by `containerName`, is not defaulted).
 * a ConfigMap or Secret that does not exist, or a key it lacks, is an error - the container is not started
   (`CreateContainerConfigError`) - unless the reference is `optional`: a missing optional `envFrom` source
   adds nothing, a missing optional key leaves its variable as it was (unset, or what `envFrom` gave it).
@@ -286,20 +288,44 @@ def _quantity(value: Any) -> Fraction:
     return number * _SUFFIXES[m.group(3)] if m.group(3) else number
 
 
+#: The limits `MergeContainerResourceLimits` defaults when unset or zero (hugepages always have one).
+_DEFAULTED_LIMITS = ("cpu", "memory", "ephemeral-storage")
+#: `IsSupportedPodLevelResource` among those (PodLevelResources, beta and on by default since 1.34).
+_POD_LEVEL_LIMITS = ("cpu", "memory")
+
+
+def _limit_defaults(pod: Pod, allocatable: Mapping[str, Any]) -> dict[str, Any]:
+    """What an unset container limit becomes (kubelet 1.35 `defaultPodLimitsForDownwardAPI`): the node's
+    allocatable, where the pod sets a non-zero pod-level cpu or memory limit (`spec.resources.limits`) that
+    limit instead - for a resource the allocatable lists."""
+    defaults = dict(allocatable)
+    pod_limits = (((pod.get("spec") or {}).get("resources")) or {}).get("limits") or {}
+    for resource in _POD_LEVEL_LIMITS:
+        value = pod_limits.get(resource)
+        if value is not None and resource in defaults and _quantity(value) != 0:
+            defaults[resource] = value
+    return defaults
+
+
 def _resource_field_ref(
     pod: Pod, container: Mapping[str, Any], ref: Mapping[str, Any], allocatable: Mapping[str, Any]
 ) -> str:
-    """kubelet's `containerResourceRuntimeValue` on the container with its limits defaulted to the node's
-    allocatable: ceil(value / divisor); CPU in whole millicores first, the rest in whole units first
-    (Quantity's MilliValue and Value round up)."""
+    """kubelet's `containerResourceRuntimeValue` on the container with its limits defaulted
+    (`defaultPodLimitsForDownwardAPI`, `_limit_defaults`): ceil(value / divisor); CPU in whole millicores
+    first, the rest in whole units first (Quantity's MilliValue and Value round up). A `containerName` may
+    name an init container (`findContainerInPod`), whose limits the kubelet does not default."""
     target: Mapping[str, Any] = container
+    defaulted = True
     name = ref.get("containerName")
     if name:
-        containers: Sequence[Mapping[str, Any]] = (pod.get("spec") or {}).get("containers") or []
+        spec = pod.get("spec") or {}
+        containers: Sequence[Mapping[str, Any]] = spec.get("containers") or []
+        init: Sequence[Mapping[str, Any]] = spec.get("initContainers") or []
         found = [c for c in containers if c.get("name") == name]
-        if not found:
+        found_init = [c for c in init if c.get("name") == name]
+        if not found and not found_init:
             raise ContainerConfigError(f"container {name} not found")
-        target = found[0]
+        target, defaulted = (found[0], True) if found else (found_init[0], False)
     resource = str(ref.get("resource", ""))
     kind, _, resource_name = resource.partition(".")
     resources = target.get("resources") or {}
@@ -308,8 +334,13 @@ def _resource_field_ref(
     ):
         raise ContainerConfigError(f"unsupported container resource : {resource}")
     amount = (resources.get(kind) or {}).get(resource_name)
-    if amount is None and kind == "limits":
-        amount = allocatable.get(resource_name)
+    if (
+        kind == "limits"
+        and defaulted
+        and resource_name in _DEFAULTED_LIMITS
+        and (amount is None or _quantity(amount) == 0)
+    ):
+        amount = _limit_defaults(pod, allocatable).get(resource_name, amount)
     value = _quantity(amount) if amount is not None else Fraction(0)
     divisor = _quantity(ref.get("divisor") or 0) or Fraction(1)  # unset (zero): 1, as the kubelet's
     if resource_name == "cpu":

@@ -225,3 +225,50 @@ def test_the_project_s_own_pods_expand_their_args() -> None:
         env={"LEVEL": "debug"},
     )
     assert argv[1] == "--zap-log-level=debug"
+
+
+def _resource_env(
+    pod_resources: dict[str, Any] | None, resources: dict[str, Any], ref: dict[str, Any]
+) -> str:
+    container = _container(resources=resources, env=[{"name": "R", "valueFrom": {"resourceFieldRef": ref}}])
+    pod = _pod(container)
+    if pod_resources is not None:
+        pod["spec"]["resources"] = pod_resources
+    sources = EnvSources(allocatable={"cpu": "4", "memory": "8Gi", "hugepages-2Mi": "1Gi"})
+    return container_env(pod, container, sources)["R"]
+
+
+@pytest.mark.parametrize(
+    ("pod_resources", "resources", "ref", "value"),
+    [
+        # kubelet 1.35 defaultPodLimitsForDownwardAPI: with PodLevelResources (beta, on) a pod-level cpu or
+        # memory limit is the default of an unset container limit, not the node's allocatable
+        ({"limits": {"cpu": "2"}}, {}, {"resource": "limits.cpu"}, "2"),
+        ({"limits": {"memory": "1Gi"}}, {}, {"resource": "limits.memory", "divisor": "1Mi"}, "1024"),
+        ({"limits": {"memory": "1Gi"}}, {}, {"resource": "limits.cpu"}, "4"),  # only that resource
+        ({"limits": {"cpu": "2"}}, {"limits": {"cpu": "1"}}, {"resource": "limits.cpu"}, "1"),  # own wins
+        # MergeContainerResourceLimits: a zero limit is unset; hugepages are never defaulted
+        (None, {"limits": {"cpu": "0"}}, {"resource": "limits.cpu"}, "4"),
+        (None, {}, {"resource": "limits.hugepages-2Mi"}, "0"),
+    ],
+)
+def test_resource_field_ref_limits_default_as_kubelet_135(
+    pod_resources: dict[str, Any] | None, resources: dict[str, Any], ref: dict[str, Any], value: str
+) -> None:
+    assert _resource_env(pod_resources, resources, ref) == value
+
+
+def test_resource_field_ref_of_an_init_container_is_not_defaulted() -> None:
+    """findContainerInPod also searches initContainers; the defaulted pod merges only spec.containers."""
+    init = {"name": "init", "image": "busybox", "resources": {"requests": {"memory": "2Ki"}}}
+    env = [
+        {
+            "name": "R",
+            "valueFrom": {"resourceFieldRef": {"resource": "requests.memory", "containerName": "init"}},
+        },
+        {"name": "L", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "containerName": "init"}}},
+    ]
+    container = _container(env=env)
+    pod = _pod(container)
+    pod["spec"]["initContainers"] = [init]
+    assert container_env(pod, container, _SOURCES) == {"R": "2048", "L": "0"}
