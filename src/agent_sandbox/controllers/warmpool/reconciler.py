@@ -283,9 +283,9 @@ class WarmPoolReconciler:
         watch re-triggers the pool), and the schema has no conditions: without these the pool just sits at
         zero replicas and says nothing. Once per episode (in memory: a restart may say it once more)."""
         template = pool_template_name(pool)
-        ns = pool["metadata"]["namespace"]
+        ns, uid = pool["metadata"]["namespace"], str(pool["metadata"].get("uid", ""))
         if plan.template_missing:
-            if self.missing_templates.missing(key, template):
+            if self.missing_templates.missing(key, template, uid=uid):
                 note = (
                     f'SandboxTemplate "{template}" not found in namespace "{ns}"; '
                     "no sandboxes are created until it exists"
@@ -293,7 +293,7 @@ class WarmPoolReconciler:
                 log.info("pool %s: %s", key, note)
                 self.events.event(pool, "Warning", c.EVENT_SANDBOX_TEMPLATE_NOT_FOUND, "Reconciling", note)
         elif plan.template_ok:
-            waited = self.missing_templates.found(key)
+            waited = self.missing_templates.found(key, uid=uid)
             if waited is not None:
                 note = f'SandboxTemplate "{template}" found in namespace "{ns}"'
                 log.info("pool %s: %s", key, note)

@@ -157,22 +157,27 @@ class MissingTemplates:
     """Pools whose template does not exist, with the name each one waits for.
 
     Keyed by the name too, so a pool re-pointed from one missing template to another missing one says so
-    again; a pass that could not tell (a template read failing otherwise) changes nothing.
+    again; and by the pool's UID, so a pool deleted and recreated under the same name before a pass saw it
+    gone (the work queue coalesces the two) is a new episode. A pass that could not tell (a template read
+    failing otherwise) changes nothing.
     """
 
     def __init__(self) -> None:
-        self._waiting: dict[str, str] = {}
+        self._waiting: dict[str, tuple[str, str]] = {}
 
-    def missing(self, key: str, template: str) -> bool:
-        """Record that `key` waits for `template`; True when that is new (a Warning is due)."""
-        if self._waiting.get(key) == template:
+    def missing(self, key: str, template: str, *, uid: str = "") -> bool:
+        """Record that `key` (pool object `uid`) waits for `template`; True when that is new (a Warning is
+        due)."""
+        if self._waiting.get(key) == (uid, template):
             return False
-        self._waiting[key] = template
+        self._waiting[key] = (uid, template)
         return True
 
-    def found(self, key: str) -> str | None:
-        """Record that `key`'s template exists; the name it waited for when that ended a wait, else None."""
-        return self._waiting.pop(key, None)
+    def found(self, key: str, *, uid: str = "") -> str | None:
+        """Record that `key`'s template exists; the name it waited for when that ended a wait of this same
+        pool object, else None."""
+        waited = self._waiting.pop(key, None)
+        return waited[1] if waited is not None and waited[0] == uid else None
 
     def forget(self, key: str) -> None:
         self._waiting.pop(key, None)

@@ -469,6 +469,24 @@ async def test_a_missing_template_is_one_warning_event_and_its_arrival_one_norma
         ]
 
 
+async def test_a_pool_deleted_and_recreated_between_passes_is_a_new_episode() -> None:
+    """The episode belongs to the pool object (its UID), not its name: a pool deleted and recreated under
+    the same name before a pass saw it gone is another pool, and its missing template is said again."""
+    async with running(fake_cluster((SANDBOX_WARM_POOL, pool(1))), WarmPoolConfig(grace_jitter=0)) as h:
+        await h.reconcile()
+        await h.settle()
+        old_uid = h.fake.objects(SANDBOX_WARM_POOL)[0]["metadata"]["uid"]
+        await h.fake.delete(SANDBOX_WARM_POOL, "pool", namespace=NS)
+        again = pool(1)
+        again["metadata"]["uid"] = "pool-uid-2"
+        await h.fake.create(SANDBOX_WARM_POOL, again, namespace=NS)
+        assert h.fake.objects(SANDBOX_WARM_POOL)[0]["metadata"]["uid"] != old_uid
+        await h.settle()
+        await h.reconcile()
+        await h.reconcile()
+        assert [e[1] for e in h.events.events] == [c.EVENT_SANDBOX_TEMPLATE_NOT_FOUND] * 2
+
+
 async def test_a_template_that_exists_from_the_start_is_no_event() -> None:
     async with running(standard(1), WarmPoolConfig(grace_jitter=0)) as h:
         await h.reconcile()

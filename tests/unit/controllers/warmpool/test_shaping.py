@@ -184,3 +184,13 @@ def test_missing_templates_are_one_episode_per_template_name() -> None:
     assert m.missing("ns/p", "u")  # a new episode after it was found
     m.forget("ns/p")
     assert m.found("ns/p") is None
+
+
+def test_missing_templates_belong_to_the_pool_object() -> None:
+    m = MissingTemplates()
+    assert m.missing("ns/p", "t", uid="a")
+    assert not m.missing("ns/p", "t", uid="a")
+    assert m.missing("ns/p", "t", uid="b")  # same name, recreated: another pool, another episode
+    assert m.found("ns/p", uid="c") is None  # a recreated pool never waited: no Normal for it
+    assert m.missing("ns/p", "t", uid="c")
+    assert m.found("ns/p", uid="c") == "t"
