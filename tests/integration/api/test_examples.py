@@ -15,8 +15,15 @@ pytestmark = pytest.mark.integration
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 FILES = sorted(EXAMPLES.rglob("*.yaml"))
-# Deleted after the test (the APF overlay would otherwise reshape this cluster's API traffic).
-CLUSTER_SCOPED = ("RuntimeClass", "FlowSchema", "PriorityLevelConfiguration")
+# Deleted after the test (the APF overlay would otherwise reshape this cluster's API traffic, the spec guard
+# refuse other tests' users).
+CLUSTER_SCOPED = (
+    "RuntimeClass",
+    "FlowSchema",
+    "PriorityLevelConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
 
 
 def test_examples_exist() -> None:
