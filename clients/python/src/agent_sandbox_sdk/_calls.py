@@ -8,7 +8,9 @@ Retry policy (both drivers, one implementation):
 - up to 5 retries, waiting 0.5 * 2^attempt s, as upstream. After the last try a 5xx is returned to the
   status check (so it raises `SandboxRequestError` with that status), not a "retries exhausted" error;
 - ours: after the first 502/503 the Sandbox is read once; when it no longer exists (deleted, or its claim
-  expired) there is nothing to retry for, and the error says so at once (it took the 15.5 s of backoff);
+  expired) there is nothing to retry for, and the error says so at once (it took the 15.5 s of backoff):
+  `SandboxDeletedError`, both a `SandboxNotFoundError` and a `SandboxRequestError`;
+- ours: a POST answered 502 while its Sandbox exists and runs says it may have run (`may_have_run`);
 - ours: a lifecycle router's 503 "Sandbox <ns>/<name> could not be resumed: <why>" is raised as it is, at
   once, whatever the method: neither read nor retried (the router said why, and its refusals are final);
 - ours: a router's 504 saying the request's own `X-Sandbox-Timeout` ran out ("Timed out waiting for the
@@ -34,7 +36,12 @@ from ._hibernation import archived, hibernated_hint
 from ._lifecycle_names import REASON_SANDBOX_HIBERNATED
 from ._steps import Flow, HttpRequest, HttpResponse, Open, ReadChunk, Send, Sleep, StreamHandle, Upload
 from .constants import AUTO_RESUME_ANNOTATION
-from .exceptions import SandboxClientClosedError, SandboxRequestError, SandboxRequestTimeoutError
+from .exceptions import (
+    SandboxClientClosedError,
+    SandboxDeletedError,
+    SandboxRequestError,
+    SandboxRequestTimeoutError,
+)
 
 __all__ = [
     "MAX_LIST_RESPONSE",
@@ -48,6 +55,7 @@ __all__ = [
     "explain_refusal",
     "explain_unreachable",
     "malformed_answer",
+    "may_have_run",
     "open_stream",
     "stale_pod_ip",
 ]
@@ -274,7 +282,33 @@ def _explained(
         )
     else:
         return err
-    explained = SandboxRequestError(f"{err} - {why}", err.status_code, err.response)
+    explained = (
+        # Gone: `SandboxNotFoundError` as the tree promises, and still the `SandboxRequestError` it was (until
+        # December 7 only that: `except SandboxNotFoundError` never saw a deleted sandbox's calls fail).
+        SandboxDeletedError(f"{err} - {why}", err.status_code, err.response)
+        if view is None
+        else SandboxRequestError(f"{err} - {why}", err.status_code, err.response)
+    )
+    explained.request_sent = err.request_sent  # a connect failure sent nothing: repeating it stays safe
+    return explained
+
+
+def may_have_run(method: str, err: SandboxRequestError) -> SandboxRequestError:
+    """`err`, for a POST (commands.run/stream, files.write) answered 502 while its Sandbox exists and is not
+    suspended (`explain_unreachable` found nothing to say), with what that can mean: a router's text is
+    upstream's "Could not connect to the backend sandbox" for any failure of its exchange with the sandbox -
+    also a runtime that died mid-command, which had started it. Until December 7 that was all that was said,
+    which reads as if nothing ran, and a caller who ran it again ran it twice. Not retried (a POST never is
+    once sent)."""
+    if method in IDEMPOTENT or err.status_code != 502 or not err.request_sent:
+        return err
+    explained = SandboxRequestError(
+        f"{err} - the request reached the router (or gateway), which may have passed it to the sandbox before "
+        "the failure: the command may have started, or the write been (partly) done; it was not retried - "
+        "check before calling again",
+        err.status_code,
+        err.response,
+    )
     explained.request_sent = err.request_sent
     return explained
 
@@ -487,7 +521,8 @@ def call(
             unsent = _unsendable_body(req)
             if settled:
                 raise (yield from _explained(conn, err, view, unsent)) from None
-            raise (yield from explain_unreachable(conn, err, unsent)) from None
+            explained = yield from explain_unreachable(conn, err, unsent)
+            raise (may_have_run(method, err) if explained is err else explained) from None
 
 
 def open_stream(
@@ -530,5 +565,6 @@ def open_stream(
                 raise explain_refusal(conn, err, req.headers) from None
             if handle.status_code not in UNREACHABLE:
                 raise
-            raise (yield from explain_unreachable(conn, err)) from None
+            explained = yield from explain_unreachable(conn, err)
+            raise (may_have_run(method, err) if explained is err else explained) from None
     return handle

@@ -6,6 +6,7 @@ SandboxError (RuntimeError)
 ├── SandboxNoServiceError            in-cluster-service mode without status.serviceFQDN
 │                                    (alias SandboxServiceUnavailableError)
 ├── SandboxNotFoundError             claim/sandbox missing, deleted, replaced, terminating
+│   └── SandboxDeletedError          (ours; also a SandboxRequestError) a call found its Sandbox gone
 ├── SnapshotNotFoundError            (GKE snapshot extension; kept for import compatibility)
 ├── SandboxTemplateNotFoundError     claim reason TemplateNotFound
 ├── SandboxWarmPoolNotFoundError     claim reason WarmPoolNotFound
@@ -33,6 +34,7 @@ __all__ = [
     "SandboxClaimFailedError",
     "SandboxClientClosedError",
     "SandboxConnectionError",
+    "SandboxDeletedError",
     "SandboxError",
     "SandboxMetadataError",
     "SandboxModeChangedError",
@@ -166,3 +168,12 @@ class SandboxClientClosedError(SandboxConnectionError):
 class SandboxRequestTimeoutError(SandboxRequestError, TimeoutError):
     """No (complete) response within the call's timeout - also a router's 504 saying the request's own
     `X-Sandbox-Timeout` (the call's timeout) ran out; never retried."""
+
+
+class SandboxDeletedError(SandboxNotFoundError, SandboxRequestError):
+    """Ours: a call to the sandbox failed (a router's 502, no answer from the pod) and its Sandbox no longer
+    exists - deleted, or its claim expired - "... - the Sandbox <ns>/<name> no longer exists (...)".
+
+    Both a `SandboxNotFoundError` (the tree's "claim/sandbox missing, deleted"; `except SandboxNotFoundError:
+    recreate()` sees it) and a `SandboxRequestError`, as the same failure was until December 7 and is in
+    upstream's SDK (its callers catch that), with the call's `status_code`, `response` and `request_sent`."""
