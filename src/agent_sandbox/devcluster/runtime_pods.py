@@ -47,9 +47,12 @@ RUNTIME_ANNOTATION = SIM_PREFIX + "runtime"
 #: nor `SANDBOX_BASE_DIR` says (None: ours, `/workspace`). Upstream's legacy python-runtime (spec
 #: sdk-router-runtime §2.1) serves `$SANDBOX_BASE_DIR` or `/app`, and its manifests mount the workspace PVC at
 #: `/app`: served from our `/workspace`, that PVC was never the workspace and files were lost on suspend.
+#: `_FLAG_ONLY`: upstream's sandboxd (§2.2) has only `--root-dir` (default `/workspace`) and does not read
+#: `SANDBOX_BASE_DIR` (ours does: it serves both APIs).
+_FLAG_ONLY = ""
 _IMAGE_ROOTS: Mapping[str, str | None] = {
     "agent-sandbox-runtime": None,
-    "sandboxd": None,
+    "sandboxd": _FLAG_ONLY,
     "python-runtime-sandbox": "/app",
     "sandbox-runtime": "/app",
 }
@@ -166,10 +169,13 @@ def runtime_pod(pod: Pod, *, base_env: Mapping[str, str], sources: EnvSources | 
     # The runtime reads SANDBOX_BASE_DIR / SANDBOX_EXEC_TIMEOUT_SECONDS from its environment: the
     # container's, not the runner's. An image whose runtime has another default root gets it as the base
     # dir when the container sets none (blank counts as none, as upstream's runtime reads it); only for
-    # parsing - the commands' environment stays what the container declares.
+    # parsing - the commands' environment stays what the container declares. sandboxd's
+    # binary does not read SANDBOX_BASE_DIR.
     parse_env = dict(declared)
     image_root = _IMAGE_ROOTS.get(image_name(str(container.get("image", ""))))
-    if image_root and not parse_env.get("SANDBOX_BASE_DIR", "").strip():
+    if image_root == _FLAG_ONLY:
+        parse_env.pop("SANDBOX_BASE_DIR", None)
+    elif image_root and not parse_env.get("SANDBOX_BASE_DIR", "").strip():
         parse_env["SANDBOX_BASE_DIR"] = image_root
     try:
         config, _ = parse_args(flags, environ=parse_env)

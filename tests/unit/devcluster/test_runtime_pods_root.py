@@ -64,3 +64,18 @@ def test_our_runtime_and_sandboxd_keep_workspace(image: str) -> None:
     assert rp.config.root_dir == Path("/workspace")
     assert rp.claim == "workspace-p"
     assert runtime_pod(_pod(image, "/app"), base_env={}).claim is None
+
+
+def test_sandboxd_ignores_sandbox_base_dir_as_its_binary_does() -> None:
+    """Upstream's sandboxd (spec sdk-router-runtime §2.2) has only `--root-dir` (default `/workspace`): a
+    `SANDBOX_BASE_DIR` in its container is an ordinary variable for the commands, not its root."""
+    rp = runtime_pod(_pod("sandboxd:v0.1", "/workspace", env={"SANDBOX_BASE_DIR": "/data"}), base_env={})
+    assert (rp.config.root_dir, rp.claim) == (Path("/workspace"), "workspace-p")
+    assert rp.env["SANDBOX_BASE_DIR"] == "/data"
+    by_flag = runtime_pod(
+        _pod("sandboxd", "/w", env={"SANDBOX_BASE_DIR": "/d"}, args=["--root-dir=/w"]), base_env={}
+    )
+    assert by_flag.config.root_dir == Path("/w")
+    # ours reads it (agent-sandbox-runtime --help: default $SANDBOX_BASE_DIR or /workspace)
+    ours = runtime_pod(_pod("agent-sandbox-runtime", "/data", env={"SANDBOX_BASE_DIR": "/data"}), base_env={})
+    assert (ours.config.root_dir, ours.claim) == (Path("/data"), "workspace-p")
