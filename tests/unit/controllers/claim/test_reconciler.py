@@ -426,6 +426,23 @@ async def test_an_invalid_reference_is_one_warning_event_per_episode() -> None:
     assert [e[1] for e in world.events.events] == ["WarmPoolNotFound", "TemplateNotFound", "WarmPoolNotFound"]
 
 
+async def test_a_claim_repointed_back_and_forth_between_missing_pools_says_each_change_once() -> None:
+    """warmPoolRef is mutable: each change of the missing reference is a new episode (the stored message
+    differs), the passes in between say nothing."""
+    world = World((SANDBOX_CLAIM, claim()))
+    for target in ("other", "pool", "pool"):
+        await world.reconcile()
+        await world.reconcile()
+        await world.fake.patch(SANDBOX_CLAIM, "c1", {"spec": {"warmPoolRef": {"name": target}}}, namespace=NS)
+    await world.reconcile()
+    await world.reconcile()
+    assert [e[3] for e in world.events.events] == [
+        'SandboxWarmPool "pool" not found',
+        'SandboxWarmPool "other" not found',
+        'SandboxWarmPool "pool" not found',
+    ]
+
+
 async def test_a_claim_that_already_shows_its_missing_pool_gets_no_event() -> None:
     """A controller restart: the stored condition already says it, so the first pass says nothing more."""
     world = World((SANDBOX_CLAIM, claim()))
