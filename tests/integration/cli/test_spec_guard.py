@@ -171,6 +171,7 @@ def test_the_user_suspends_and_resumes_but_cannot_change_what_runs(
                 "metadata.labels",
                 {"metadata": {"labels": {"agents.x-k8s.io/sandbox-template-ref-hash": None}}},
             ),
+            ("metadata.ownerReferences", {"metadata": {"ownerReferences": None}}),
             ("spec.shutdownPolicy", {"spec": {"shutdownPolicy": "Delete"}}),
             ("spec.service", {"spec": {"service": True}}),
         ):

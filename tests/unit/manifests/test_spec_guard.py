@@ -34,6 +34,9 @@ def test_every_sandbox_spec_field_but_the_operating_mode_is_held() -> None:
     fields = _spec_fields(ROOT / "k8s" / "crds" / "agents.x-k8s.io_sandboxes.yaml", "v1beta1")
     assert "podTemplate" in fields
     assert _held(_policy("agent-sandbox-sandbox-guard")) == fields - {"operatingMode"}
+    # What the Pod's labels follow (the claim's or warm pool's controller reference, the Sandbox's labels).
+    text = " ".join(v["expression"] for v in _policy("agent-sandbox-sandbox-guard")["spec"]["validations"])
+    assert set(re.findall(r"object\.metadata\.\?(\w+) ==", text)) == {"labels", "ownerReferences"}
 
 
 def test_every_archive_spec_field_but_the_restore_request_is_held() -> None:
