@@ -35,7 +35,7 @@ from .test_h2c_authz import (
     DecodingSandbox,
     _request,
 )
-from .test_h2c_pinning import OWN_CONNECTION, PREFACE, frame, frames
+from .test_h2c_pinning import GOAWAY, OWN_CONNECTION, PREFACE, frame, frames
 
 pytestmark = pytest.mark.integration
 
@@ -205,3 +205,44 @@ async def test_grpc_trailing_metadata_through_the_router(
             assert trailing.get("x-kept") == "yes"
             assert "x-sandbox-namespace" not in trailing
             assert "x-sandbox-pod-ip" not in trailing
+
+
+async def test_a_broken_sandbox_block_ends_the_connection_after_the_frames_before(h2c_router: Router) -> None:
+    """A sandbox block that does not decode (an index past its HPACK table) after a good head and DATA: the
+    client reads those, then GOAWAY(COMPRESSION_ERROR) naming the stream forwarded, and the connection
+    closes; nothing of the broken block reaches it."""
+    sandbox = AnsweringSandbox()
+    async with sandbox:
+        reader, writer = await asyncio.open_connection("127.0.0.1", h2c_router.http_port)
+        try:
+            writer.write(PREFACE + frame(SETTINGS, 0, 0, b""))
+            writer.write(
+                frame(
+                    HEADERS, END_HEADERS | END_STREAM, 1, hpack.Encoder().encode(_request(sandbox.routing()))
+                )
+            )
+            await writer.drain()
+            await sandbox.wait_blocks(1)
+            assert sandbox.writer is not None
+            head = sandbox.encoder.encode([(":status", "200"), ("content-type", "application/grpc")])
+            sandbox.writer.write(
+                frame(HEADERS, END_HEADERS, 1, head)
+                + frame(DATA, 0, 1, b"\x00\x00\x00\x00\x02ok")
+                + frame(HEADERS, END_STREAM, 1, b"\xff")  # an index split over the CONTINUATION
+                + frame(CONTINUATION, END_HEADERS, 1, b"\xff\x7f")  # 127 + 16,383 + ...: no such entry
+            )
+            seen = b""
+            async with asyncio.timeout(10):
+                while chunk := await reader.read(65536):
+                    seen += chunk
+        finally:
+            writer.close()
+    got = [
+        (ftype, flags, stream, payload) for ftype, flags, stream, payload in frames(seen) if ftype != SETTINGS
+    ]
+    assert [(ftype, stream) for ftype, _, stream, _ in got] == [(HEADERS, 1), (DATA, 1), (GOAWAY, 0)]
+    assert [(bytes(k), bytes(v)) for k, v in hpack.Decoder().decode(got[0][3], raw=True)] == [
+        (b":status", b"200"),
+        (b"content-type", b"application/grpc"),
+    ]
+    assert got[2][3] == (1).to_bytes(4, "big") + (0x9).to_bytes(4, "big")  # last stream 1, COMPRESSION_ERROR
