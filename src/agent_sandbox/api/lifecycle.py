@@ -58,6 +58,7 @@ __all__ = [
     "ANNOTATION_RESUME_REASON",
     "ANNOTATION_SUSPENDED_AT",
     "ANNOTATION_SUSPEND_REASON",
+    "ANNOTATION_TEMPLATE_AUTO_RESUME",
     "ARCHIVE",
     "CLAIM_ENV_FIELD_PATH",
     "DEFAULT_CLAIM_ENV_FILE",
@@ -68,6 +69,7 @@ __all__ = [
     "archive_auto_resume",
     "archive_body",
     "archived_sandbox",
+    "archived_template_settings",
     "claim_env_annotation",
     "claim_env_containers",
     "claim_expired",
@@ -79,6 +81,7 @@ __all__ = [
     "restore_requested",
     "resume_patch",
     "suspend_patch",
+    "template_auto_resume_record",
     "template_name_of",
 ]
 
@@ -117,6 +120,11 @@ its restore was created again from the archive."""
 ANNOTATION_EXPIRED_AT: Final = f"{_PREFIX}expired-at"
 """When the controller found a hibernated Sandbox expired with `shutdownPolicy: Retain`: kept, never
 restored (`kubectl get sbarchive` tells it from a restorable one)."""
+ANNOTATION_TEMPLATE_AUTO_RESUME: Final = f"{_PREFIX}template-auto-resume"
+"""The archived Sandbox's SandboxTemplate's `auto-resume` when it was archived (absent: the template set none,
+or an older controller archived it). Read by routers only once that template is gone: a hibernated claim
+whose template was deleted is still restored on request, as its `SandboxHibernated` condition says. Until
+December 7 such a request got upstream's 502 and nothing was restored."""
 
 # Warm claims that keep per-claim env (docs/lifecycle.md "Warm claims with env").
 ANNOTATION_CLAIM_ENV: Final = "runtime.agents.x-k8s.io/claim-env"
@@ -478,6 +486,27 @@ def claim_expired(claim: ReadOnlyObject | None, now: datetime) -> tuple[bool, fl
 
 
 def archive_auto_resume(archive: ReadOnlyObject, template_annotations: Mapping[str, str] | None) -> bool:
-    """Whether the archived Sandbox opted into resume on request (its own annotation, else the template's)."""
+    """Whether the archived Sandbox opted into resume on request: its own annotation, else its template's
+    (`template_annotations`; None: the template is gone, and the value it had when archived applies)."""
     kept = ((archive.get("spec") or {}).get("sandbox") or {}).get("metadata") or {}
-    return lifecycle_policy(kept.get("annotations") or {}, template_annotations).auto_resume
+    recorded = ((archive.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_TEMPLATE_AUTO_RESUME)
+    return lifecycle_policy(
+        kept.get("annotations") or {}, archived_template_settings(template_annotations, recorded)
+    ).auto_resume
+
+
+def archived_template_settings(
+    template_annotations: Mapping[str, str] | None, recorded: str | None
+) -> Mapping[str, str] | None:
+    """The template settings a hibernated Sandbox goes by: its SandboxTemplate's as they are now, or, once the
+    template is gone (`template_annotations` None), the `auto-resume` it had when the Sandbox was archived
+    (`ANNOTATION_TEMPLATE_AUTO_RESUME`, `recorded`)."""
+    if template_annotations is not None:
+        return template_annotations
+    return {ANNOTATION_AUTO_RESUME: recorded} if recorded is not None else None
+
+
+def template_auto_resume_record(template_annotations: Mapping[str, str] | None) -> dict[str, str]:
+    """The archive annotation recording the template's `auto-resume` at archive time (none when it sets none)."""
+    value = (template_annotations or {}).get(ANNOTATION_AUTO_RESUME)
+    return {ANNOTATION_TEMPLATE_AUTO_RESUME: str(value)} if value is not None else {}

@@ -206,7 +206,7 @@ async def resume(
             the name of a hibernated Sandbox that has expired: it gets new volumes once the archive is gone).
 
     Raises:
-        NoSuchSandbox: no Sandbox and no archive of that name.
+        NoSuchSandbox: no Sandbox and no archive of that name (also: deleted while `wait` waited for it).
         Refused: it (or its archive) is being deleted, or expired, or its claim expired; or the Sandbox of
             that name is not the hibernated one (created under the name while it is hibernated), and the
             archive is not being deleted by the controller.
@@ -366,12 +366,29 @@ async def _being_archived(api: ApiClient, sandbox: Object | None, name: str, nam
     return await _get(api, lc.ARCHIVE, name, namespace) is not None
 
 
+async def _deleted(api: ApiClient, name: str, namespace: str) -> bool:
+    """After a read found no Sandbox: nothing will come back, neither a restore (its archive exists until the
+    restored Sandbox does) nor a hibernation under way (it creates the archive before deleting the Sandbox).
+    The Sandbox is read again after the archive, so a restore that created it and deleted its archive between
+    the reads is seen. Archives that cannot be read (no grant) tell nothing: waited for, as before."""
+    try:
+        if await _get(api, lc.ARCHIVE, name, namespace) is not None:
+            return False
+    except Forbidden:
+        return False
+    return await _get(api, SANDBOX, name, namespace) is None
+
+
 async def _wait_ready(api: ApiClient, name: str, namespace: str, within: float, poll: float) -> None:
     deadline = time.monotonic() + within
     while True:
         sandbox = await _get(api, SANDBOX, name, namespace)
         if sandbox is not None and is_ready(sandbox):
             return
+        if sandbox is None and await _deleted(api, name, namespace):
+            # Until December 7 a Sandbox deleted while it started (one without a finalizer is gone in one
+            # step, never seen being deleted) was waited for until --timeout, then "not Ready" (exit 4).
+            raise NoSuchSandbox(f"Sandbox {namespace}/{name} was deleted while it started")
         why = (
             (_refusal(sandbox, "Ready", datetime.now(UTC)) or await _finished(api, sandbox))
             if sandbox is not None

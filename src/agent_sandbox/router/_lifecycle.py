@@ -140,6 +140,10 @@ class RouterLifecycle(ActivityRecorder, RestoreChecks):
         action = self._action(key)
         if action is None and not final:
             return False
+        # The informers show a Sandbox (or its archive) there: the namespace is named in the metrics from now
+        # on, as a request resolved to a pod names it. Until December 7 it was admitted only once a pod
+        # resolved, after this hold had counted its resume and wait, so a namespace's first resume was "-".
+        self.metrics.admit_namespace(route.namespace)
         loop = asyncio.get_running_loop()
         start = loop.time()
         outcome = "timeout"
@@ -196,11 +200,7 @@ class RouterLifecycle(ActivityRecorder, RestoreChecks):
                 return f"Sandbox {ns}/{name} could not be resumed: it has expired (its shutdownTime passed)"
             if view.deleting and archive is None:  # with an archive: being hibernated (then restored)
                 return f"Sandbox {ns}/{name} could not be resumed: it is being deleted"
-        if (
-            view is None
-            and archive is not None
-            and self.state.policy(ns, archive.annotations, archive.template).auto_resume
-        ):
+        if view is None and archive is not None and self.state.archive_policy(archive).auto_resume:
             if archive.shutdown_time is not None and now >= archive.shutdown_time:
                 return refusal_detail(ns, name, "it is hibernated and has expired (its shutdownTime passed)")
             if archive.deleting:
@@ -221,12 +221,13 @@ class RouterLifecycle(ActivityRecorder, RestoreChecks):
         archive = self.state.archives.get(key)
         if archive is None or archive.deleting:
             return None
-        if not self.state.policy(key[0], archive.annotations, archive.template).auto_resume:
+        if not self.state.archive_policy(archive).auto_resume:
             return None
         return "restore"
 
     async def _resume(self, key: Key, action: str) -> str:
-        """The one write a resume needs (guarded, so one router of many writes); returns what it did."""
+        """The one write a resume needs (guarded, so one router of many writes); returns what it did:
+        "resumed", "restored", "resume joined" / "restore joined" (another writer was first), or "waited"."""
         now = datetime.now(UTC)
         ns, name = key
         if action == "resume":
@@ -241,7 +242,7 @@ class RouterLifecycle(ActivityRecorder, RestoreChecks):
                     fresh = await self.api.get(SANDBOX, name, namespace=ns)
                     if (fresh.get("spec") or {}).get("operatingMode") != OperatingMode.SUSPENDED:
                         self.metrics.lifecycle_resume(ns, "joined")
-                        return "joined"  # another router (or the CLI) resumed it
+                        return "resume joined"  # another router (or the CLI) resumed it
                     rv = fresh["metadata"]["resourceVersion"]
                     continue
                 except NotFound:
@@ -258,7 +259,7 @@ class RouterLifecycle(ActivityRecorder, RestoreChecks):
             archive = self.state.archives.get(key)
             if archive is not None and archive.restore_requested:
                 self.metrics.lifecycle_resume(ns, "joined")
-                return "joined"
+                return "restore joined"
             patch = lc.restore_request_patch(lc.Cause.REQUEST, now)
             if archive is not None:
                 patch["metadata"] = {"resourceVersion": archive.resource_version}
@@ -266,7 +267,7 @@ class RouterLifecycle(ActivityRecorder, RestoreChecks):
                 await self.api.patch(lc.ARCHIVE, name, patch, namespace=ns)
             except Conflict:
                 self.metrics.lifecycle_resume(ns, "joined")
-                return "joined"  # another router asked first (or the controller is restoring it)
+                return "restore joined"  # another router asked first (or the controller is restoring it)
             self.metrics.lifecycle_resume(ns, "restored")
             log.info("asked to restore %s/%s on request", ns, name)
             return "restored"
@@ -299,17 +300,21 @@ class RouterLifecycle(ActivityRecorder, RestoreChecks):
             if (
                 task.done()
                 and not task.cancelled()
-                and task.result() in ("restored", "joined")
                 and await self._restore_ended_within(key, until - loop.time())
             ):
-                raise ResumeFailed(
-                    refusal_detail(
-                        ns,
-                        name,
+                # Neither the Sandbox nor its archive exists (uncached reads say so: a hibernation creates
+                # the archive before it deletes the Sandbox, a restore the Sandbox before it deletes the
+                # archive), so nothing will come back. A Sandbox without a finalizer goes from Running to
+                # absent in one watch event, never seen `deleting`: until December 7 a request held while
+                # it resumed waited out the whole resume timeout and was told it "was not Ready within".
+                if task.result() in ("restored", "restore joined"):
+                    why = (
                         "it was hibernated, and its archive was deleted with no Sandbox coming back (its "
-                        "SandboxClaim expired, or it was deleted)",
+                        "SandboxClaim expired, or it was deleted)"
                     )
-                )
+                else:
+                    why = "it was deleted"
+                raise ResumeFailed(refusal_detail(ns, name, why))
             if task.done() and not task.cancelled() and task.result() == "waited":
                 # We waited for a Sandbox that looked Running (its pod being deleted by a suspend whose
                 # write we had not seen yet): now that it shows Suspended (or archived), resume it.

@@ -137,11 +137,13 @@ class RestoreChecks:
         controller deleted the archive without restoring: its claim expired, or the Sandbox the restore
         created, or the archive, was deleted). Confirmed by uncached reads: the router's informers may lag
         (an archive created just before the restore request, a Sandbox created just before its archive's
-        deletion)."""
+        deletion). The Sandbox is read again after the archive: a hibernation creates the archive before it
+        deletes the Sandbox, a restore creates the Sandbox before it deletes the archive, so one of the three
+        reads sees whichever a hibernation or restore between them left."""
         ns, name = key
         if key in self.state.sandboxes or key in self.state.archives:
             return False
-        for kind in (SANDBOX, lc.ARCHIVE):
+        for kind in (SANDBOX, lc.ARCHIVE, SANDBOX):
             try:
                 await self.api.get(kind, name, namespace=ns)
             except NotFound:

@@ -87,6 +87,9 @@ def _diet_archive(obj: Object) -> Object:
     keep = {
         k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp") if k in meta
     }
+    recorded = (meta.get("annotations") or {}).get(lc.ANNOTATION_TEMPLATE_AUTO_RESUME)
+    if recorded is not None:
+        keep["annotations"] = {lc.ANNOTATION_TEMPLATE_AUTO_RESUME: recorded}
     return {
         "metadata": keep,
         "spec": {
@@ -138,6 +141,9 @@ class ArchiveView:
     deleting: bool
     shutdown_time: float | None = None
     """The archived Sandbox's `spec.shutdownTime` as epoch seconds: past it, it is never restored."""
+    template_auto_resume: str | None = None
+    """Its template's `auto-resume` when it was archived (`lc.ANNOTATION_TEMPLATE_AUTO_RESUME`): applies once
+    the template is gone."""
 
     @property
     def template(self) -> str | None:
@@ -213,6 +219,7 @@ def archive_view(obj: Object) -> ArchiveView:
         restore_requested=bool(spec.get("restore")),
         deleting=bool(meta.get("deletionTimestamp")),
         shutdown_time=_epoch(((spec.get("sandbox") or {}).get("spec") or {}).get("shutdownTime")),
+        template_auto_resume=(meta.get("annotations") or {}).get(lc.ANNOTATION_TEMPLATE_AUTO_RESUME),
     )
 
 
@@ -266,6 +273,14 @@ class LifecycleState:
         """The effective settings of a Sandbox (or archive) in `namespace`: its own, else its template's."""
         inherited = self.templates.get((namespace, template)) if template else None
         return lc.lifecycle_policy(own, inherited)
+
+    def archive_policy(self, archive: ArchiveView) -> lc.LifecyclePolicy:
+        """The effective settings of a hibernated Sandbox: its own, else its template's as it is now, else
+        (the template deleted meanwhile) the template's `auto-resume` recorded when it was archived."""
+        key = (archive.namespace, archive.template or "")
+        template = self.templates.get(key) if archive.template else None
+        inherited = lc.archived_template_settings(template, archive.template_auto_resume)
+        return lc.lifecycle_policy(archive.annotations, inherited)
 
 
 def _template_annotations(obj: Object) -> Mapping[str, str]:

@@ -226,3 +226,24 @@ async def test_an_expired_archive_is_not_restored() -> None:
     with pytest.raises(ResumeFailed, match="could not be resumed: it is hibernated and has expired"):
         await asyncio.wait_for(lifecycle.hold(ROUTE, deadline), 2)
     await lifecycle.close()
+
+
+async def test_the_first_resume_in_a_namespace_is_counted_under_its_name() -> None:
+    # Until December 7 the namespace was admitted to the metrics labels only once a pod resolved, after the
+    # hold had counted its resume and its wait: a namespace's first resume was counted under "-".
+    api = FakeClient()
+    stored = await api.create(SANDBOX, suspended_sandbox(), namespace="team")
+    state = LifecycleState(api)
+    state.sandboxes[("team", "sb")] = sandbox_view(stored)
+    cache = PodCache(api)
+    metrics = RouterMetrics()
+    cache._upsert(pod("sb", "127.0.0.6"))  # Ready at once: the hold counts its wait and ends
+    lifecycle = RouterLifecycle(api, state, cache, metrics, resume_timeout=30, activity_interval=0)
+    assert await lifecycle.hold(ROUTE, asyncio.get_running_loop().time() + 30) is True
+    await asyncio.gather(*lifecycle._resuming.values())  # the resume it started counts its write
+    sample = metrics.registry.get_sample_value
+    resumes = {"sandbox_namespace": "team", "result": "resumed"}
+    assert sample("sandbox_router_lifecycle_resumes_total", resumes) == 1
+    waits = {"sandbox_namespace": "team", "outcome": "ready"}
+    assert sample("sandbox_router_resume_wait_seconds_count", waits) == 1
+    await lifecycle.close()

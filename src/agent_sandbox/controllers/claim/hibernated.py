@@ -26,9 +26,11 @@ class SandboxHibernated(ClaimError):
     suppressed = True
 
     def __init__(self, name: str) -> None:
+        # The claim controller does not read lifecycle settings: the router's restore is offered only as far
+        # as it goes (until December 7 this said a router request restores it, whatever the Sandbox asked).
         super().__init__(
-            f'Sandbox "{name}" is hibernated; a request through the router (auto-resume) or '
-            f"`agent-sandbox lifecycle resume {name}` restores it"
+            f'Sandbox "{name}" is hibernated; `agent-sandbox lifecycle resume {name}` restores it, as does a '
+            "request through a router running --sandbox-lifecycle if it asked for auto-resume"
         )
 
 

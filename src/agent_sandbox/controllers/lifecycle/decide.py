@@ -297,7 +297,11 @@ def _suspended(s: Snapshot, sb: ReadOnlyObject, policy: lc.LifecyclePolicy, hibe
         children=[{"kind": str(ch.get("kind", "")), "name": _meta(ch)["name"]} for ch in s.children],
     )
     meta = _meta(sb)
-    body["metadata"]["annotations"] = {ANNOTATION_ARCHIVED_VERSION: meta.get("resourceVersion", "")}
+    body["metadata"]["annotations"] = {
+        ANNOTATION_ARCHIVED_VERSION: meta.get("resourceVersion", ""),
+        # So a restore on request does not depend on a template that may be deleted while it is hibernated.
+        **lc.template_auto_resume_record(s.template_annotations),
+    }
     return ArchiveSteps(
         cause, body, s.children, _claim_name(sb), meta.get("uid", ""), meta.get("resourceVersion", "")
     )

@@ -358,3 +358,19 @@ def test_child_owner_patches_are_guarded_and_keep_other_owners() -> None:
     assert release_child_patch(held, "archive-uid") == {
         "metadata": {"resourceVersion": "6", "ownerReferences": None}
     }
+
+
+@pytest.mark.parametrize(
+    ("template", "recorded"), [({lc.ANNOTATION_AUTO_RESUME: "true"}, "true"), ({}, None)]
+)
+def test_the_archive_records_its_templates_auto_resume(
+    template: dict[str, str], recorded: str | None
+) -> None:
+    # So a restore on request does not depend on a template deleted while the Sandbox is hibernated (until
+    # December 7 a request then got upstream's 502 and nothing was restored).
+    settings = {**template, lc.ANNOTATION_HIBERNATE_AFTER: "1h"}
+    sb = sandbox(mode="Suspended", suspended_at=T0)
+    plan = decide(snap(sb, now=T0 + timedelta(hours=2), template_annotations=settings))
+    assert isinstance(plan, ArchiveSteps)
+    assert plan.archive is not None
+    assert plan.archive["metadata"]["annotations"].get(lc.ANNOTATION_TEMPLATE_AUTO_RESUME) == recorded
