@@ -8,10 +8,10 @@ request); the per-attempt timers (`--response-header-timeout` from the end of th
 and after the response head, the request's limit as the longest time with no byte relayed either way, so
 a long download, upload or command stream is not cut while it moves - the legacy router's per-read
 timeout - and a stalled one is); and what an upstream failure means for this attempt: "retry"
-(a pooled keep-alive connection found dead before any response byte, with the whole request still in
-hand), "unanswered" (a fresh connection closed before any response byte, the whole request in hand, when
-the caller can wait for a replacement pod), 502/504 before the response head, or closing the client
-connection after it.
+(`may_resend`: Go's transport rule - a pooled keep-alive connection that ended before any response byte,
+for a request that may be sent twice, with the whole request still in hand), "unanswered" (a connection
+closed before any response byte, the whole request in hand, when the caller can wait for a replacement
+pod), 502/504 before the response head, or closing the client connection after it.
 
 Does not own: dialling, retries of dial failures and the hand-off of an upgraded connection (`_proxy`),
 parsing the sandbox's responses (`_upstream`), or the request head (`_headers`).
@@ -34,9 +34,46 @@ from ._upstream import UpstreamConnection
 if TYPE_CHECKING:
     from ._proxy import Proxy
 
-__all__ = ["Exchange"]
+__all__ = ["Exchange", "may_resend"]
 
 _REPLAY_LIMIT = 64 * 1024
+
+_IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+_IDEMPOTENCY_KEYS = (b"idempotency-key", b"x-idempotency-key")
+
+
+def may_resend(
+    *,
+    method: str,
+    idempotency_key: bool,
+    reused: bool,
+    written: bool,
+    whole_in_hand: bool,
+    reason: str,
+    head_seen: bool,
+) -> bool:
+    """Whether a request whose upstream connection failed goes out again on a fresh connection.
+
+    Go's net/http Transport rule, which upstream's router (httputil.ReverseProxy) runs by: transport.go
+    `shouldRetryRequest` and request.go `isReplayable`. Never after a response byte, nor on a fresh
+    connection (the sandbox hung up on this request, not on an idle connection). On a pooled one: when
+    nothing of the request was written, if it can be sent whole again; else only a request that may run
+    twice - GET, HEAD, OPTIONS, TRACE, or one carrying `Idempotency-Key` / `X-Idempotency-Key` - and only
+    when the connection ended before any response byte (`reason` "eof": Go's errServerClosedIdle /
+    transportReadFromServerError), not on a malformed answer. A POST the runtime read and started (a command
+    whose runtime then died) is never sent twice: the client gets the 502.
+
+    `whole_in_hand`: no body, or all of it still held (`RequestBody.rewind`) - Go's `GetBody`. Upstream's
+    ReverseProxy has no `GetBody`, so it never resends a request with a body; ours resends a small one
+    (up to 64 KiB) of an idempotent request too (docs/router.md).
+    """
+    if not reused or head_seen or not whole_in_hand:
+        return False
+    if not written:
+        return True
+    if method not in _IDEMPOTENT_METHODS and not idempotency_key:
+        return False
+    return reason == "eof"
 
 
 class Exchange:
@@ -67,7 +104,7 @@ class Exchange:
         self._chunked_out = False
         self._close_client = False
         self._body_sent = False
-        self._replayable = False
+        self._written = True
         self._resendable = False
         self._unanswered_ok = False
         self._header_timer: asyncio.TimerHandle | None = None
@@ -100,10 +137,12 @@ class Exchange:
         body = req.body
         assert body is not None
         has_body = req.chunked or bool(req.content_length)
+        # Go's nothingWrittenError: the pool hands out no connection known closed (`UpstreamPool.take` also
+        # peeks for a close not read yet), so this is True but for a close seen in between.
+        self._written = not upstream.closed
         if not has_body:
             self._body_sent = True
             self._resendable = True
-            self._replayable = upstream.reused
             upstream.write(head)
         else:
             data = body.take_buffered()
@@ -113,7 +152,6 @@ class Exchange:
                 payload = head + data + (last_chunk(req.trailers) if req.chunked else b"")
                 self._body_sent = True
                 self._resendable = len(payload) <= _REPLAY_LIMIT
-                self._replayable = upstream.reused and self._resendable
                 upstream.write(payload)
             else:
                 upstream.write(head + data if data else head)
@@ -305,8 +343,19 @@ class Exchange:
         fut = self._fut
         if fut is None or fut.done():
             return
-        if not self._head_seen and self._replayable:
-            # A pooled keep-alive connection the sandbox had already closed: send again on a fresh one.
+        req = self.req
+        if may_resend(
+            method=req.method,
+            idempotency_key=any(lname in _IDEMPOTENCY_KEYS for lname, _, _ in req.headers),
+            reused=self.upstream.reused,
+            written=self._written,
+            whole_in_hand=self._resendable,
+            reason=reason,
+            head_seen=self._head_seen,
+        ):
+            # A pooled keep-alive connection the sandbox closed as the request went out: send again on a
+            # fresh one. Until December 7 any request up to 64 KiB was, a POST /execute too: a runtime
+            # that died running it ran the command twice once restarted.
             fut.set_result("retry")
             return
         if reason == "eof" and not self._head_seen and self._resendable and self._unanswered_ok:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from collections.abc import Callable
 from typing import Protocol, cast
@@ -296,6 +297,33 @@ class UpstreamConnection(asyncio.Protocol):
             sink.response_complete(self._parser.should_keep_alive() and not self._eof_body)
 
 
+def _closed_unread(conn: UpstreamConnection) -> bool:
+    """The idle connection's peer closed it, reset it or sent bytes, and the loop has not read that yet.
+
+    A non-blocking MSG_PEEK on the socket: one syscall per reuse. uvloop's transports hand out a
+    pseudo-socket without recv, so the descriptor is wrapped for the call and released (never closed).
+    """
+    transport = conn.transport
+    raw = transport.get_extra_info("socket") if transport is not None else None
+    if raw is None:
+        return False
+    try:
+        # SOCK_NONBLOCK: a timeout of 0 for the wrapper without a syscall (a process-wide default timeout
+        # would otherwise have recv wait for data).
+        probe = socket.socket(raw.family, raw.type | socket.SOCK_NONBLOCK, raw.proto, raw.fileno())
+    except OSError:
+        return True  # the descriptor is gone
+    try:
+        probe.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except (BlockingIOError, InterruptedError):
+        return False  # open, nothing pending: usable
+    except OSError:
+        return True  # reset
+    finally:
+        probe.detach()
+    return True  # b"": the peer's FIN; a byte: the sandbox speaking out of turn (unusable either way)
+
+
 class UpstreamPool:
     """Idle keep-alive connections per (host, port)."""
 
@@ -327,8 +355,15 @@ class UpstreamPool:
             self._total -= 1
             if not conns:
                 del self._idle[key]
-            if not conn.closed:
-                return conn
+            if conn.closed:
+                continue
+            if _closed_unread(conn):
+                # The sandbox closed it (its keep-alive timeout) and the loop has not read that yet: a request
+                # sent on it would meet the close, and one that may not run twice is not sent again
+                # (`_exchange.may_resend`). Go's transport narrows the same race with its read loop's peek.
+                conn.close()
+                continue
+            return conn
         return None
 
     async def dial(
