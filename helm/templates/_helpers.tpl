@@ -13,6 +13,26 @@
 {{- default .Release.Namespace .Values.namespace.name -}}
 {{- end -}}
 
+{{/* "true" or "false": with authzMode tokenreview, refuse a request without a token
+(--authz-tokenreview-require-token). router.tokenReviewRequireToken; absent or null (values of an older chart,
+--reuse-values) means true. Not `default`, which would turn an explicit false into true. The binary's own
+default is upstream's transitional false (docs/router.md). */}}
+{{- define "agent-sandbox.router.requireToken" -}}
+{{- $r := .Values.router | default dict -}}
+{{- if and (hasKey $r "tokenReviewRequireToken") (not (kindIs "invalid" $r.tokenReviewRequireToken)) -}}
+{{- ternary "true" "false" (eq (toString $r.tokenReviewRequireToken) "true") -}}
+{{- else -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* Where the controller's Lease lives: controller.leaderElectionNamespace (empty or null: the binary
+auto-detects its own namespace), else the chart's namespace. Values from other chart versions may lack
+`controller`. */}}
+{{- define "agent-sandbox.leaderElectionNamespace" -}}
+{{- (.Values.controller | default dict).leaderElectionNamespace | default (include "agent-sandbox.namespace" .) -}}
+{{- end -}}
+
 {{- define "agent-sandbox.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "agent-sandbox.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}

@@ -17,7 +17,7 @@ import yaml
 
 from agent_sandbox.api.kinds import ALL_KINDS, ResourceKind
 from agent_sandbox.devcluster.cluster import DevCluster
-from agent_sandbox.devcluster.identity import controller_kubeconfig
+from agent_sandbox.devcluster.identity import controller_kubeconfig, grant_leader_election
 from agent_sandbox.devcluster.lifecycle import install_lifecycle, lifecycle_requested
 from agent_sandbox.devcluster.processes import Started, component_error, is_ours, wait_ready
 from agent_sandbox.devcluster.rest import AdminRest
@@ -113,7 +113,19 @@ def controller_argv(
     ]
     if extensions:
         argv.append("--extensions")
+    grant_lease_namespace(cluster, extra)
     return [*argv, *extra]
+
+
+def grant_lease_namespace(cluster: DevCluster, args: tuple[str, ...] | list[str]) -> None:
+    """The install grants Leases only in its own namespace; a controller electing elsewhere
+    (`--leader-election-namespace` in `args`: the tests use their own namespace) gets the same Role there, as
+    docs/install.md tells an admin to do."""
+    for arg in args:
+        if arg.startswith("--leader-election-namespace="):
+            namespace = arg.split("=", 1)[1]
+            if namespace:
+                grant_leader_election(cluster, namespace)
 
 
 def start_controller(
@@ -162,6 +174,7 @@ def start_binary_controller(
         *(["--extensions"] if extensions else []),
         *extra,
     ]
+    grant_lease_namespace(cluster, extra)
     started = cluster.add_process(CONTROLLER, argv)
     wait_ready(started, f"http://127.0.0.1:{health}/readyz", deadline=time.monotonic() + timeout)
     return started

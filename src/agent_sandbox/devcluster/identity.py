@@ -17,13 +17,21 @@ from typing import Final
 
 from agent_sandbox.devcluster.cluster import DevCluster
 from agent_sandbox.devcluster.install import apply, kustomize, token_kubeconfig
-from agent_sandbox.manifests import CONTROLLER_NAME, REPO_ROOT
+from agent_sandbox.manifests import (
+    CONTROLLER_NAME,
+    LEADER_ELECTION_NAME,
+    LEADER_ELECTION_ROLE,
+    REPO_ROOT,
+    role,
+    role_binding,
+)
 
 __all__ = [
     "IDENTITIES",
     "IDENTITY_ENV",
     "chosen_identity",
     "controller_kubeconfig",
+    "grant_leader_election",
     "install_controller_rbac",
 ]
 
@@ -55,6 +63,16 @@ def chosen_identity(identity: str | None = None) -> str:
 def install_controller_rbac(cluster: DevCluster) -> None:
     """Apply the install's identity objects (Namespace, ServiceAccount, RBAC) as `kubectl apply -k k8s/` would."""
     docs = [d for d in kustomize(cluster, REPO_ROOT / "k8s") if d["kind"] in _RBAC_KINDS]
+    apply(cluster, docs, field_manager="agent-sandbox-identity")
+
+
+def grant_leader_election(cluster: DevCluster, namespace: str) -> None:
+    """Bind the install's leader-election Role in `namespace` too, as an admin must for a
+    `--leader-election-namespace` other than the controller's (the install grants Leases only there)."""
+    docs = [
+        role(LEADER_ELECTION_NAME, namespace, LEADER_ELECTION_ROLE),
+        role_binding(LEADER_ELECTION_NAME, namespace, CONTROLLER_NAMESPACE),
+    ]
     apply(cluster, docs, field_manager="agent-sandbox-identity")
 
 

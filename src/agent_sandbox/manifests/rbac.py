@@ -1,13 +1,16 @@
 """The controller's RBAC, in one place (operations spec §2.3): every rule and why the controller needs it.
 
 Owns: the rules of ClusterRole ``agent-sandbox-controller`` (core), ClusterRole
-``agent-sandbox-controller-extensions`` and the namespaced Role for the webhook certificate Secret, and
-their rendering. ``k8s/rbac.generated.yaml``, ``k8s/extensions-rbac.generated.yaml`` and the Helm chart's
-byte-identical copies are generated from here (``agent-sandbox generate``); the Role inside
-``k8s/controller.yaml`` is hand-written like upstream's and a unit test holds it equal to ``WEBHOOK_CERT_ROLE``.
+``agent-sandbox-controller-extensions``, the namespaced Roles for the webhook certificate Secret and for the
+leader-election Lease, and their rendering. ``k8s/rbac.generated.yaml``, ``k8s/extensions-rbac.generated.yaml``
+and the Helm chart's byte-identical copies are generated from here (``agent-sandbox generate``); the Roles
+inside ``k8s/controller.yaml`` are hand-written like upstream's and a unit test holds them equal to
+``WEBHOOK_CERT_ROLE`` and ``LEADER_ELECTION_ROLE`` (the chart's, an integration test through ``helm template``).
 
 The rule sets are upstream's, verb for verb (an install that grants less would break upstream-compatible
-tooling that inspects them; one that grants more would not be least privilege). ``reason`` says which code
+tooling that inspects them; one that grants more would not be least privilege), with one exception: the
+Lease grants, cluster-wide in upstream's two ClusterRoles, are a Role in the leader-election namespace with
+only the verbs the code sends (``LEADER_ELECTION_ROLE``). ``reason`` says which code
 path uses a rule; the integration suite runs the controller with exactly these grants
 (``AGENT_SANDBOX_CONTROLLER_IDENTITY=serviceaccount``) and ``tests/integration/install/test_rbac.py`` removes
 rules one at a time to show that a missing grant is surfaced (a logged, retried 403), never a crash.
@@ -27,11 +30,15 @@ __all__ = [
     "CORE_RULES",
     "EXTENSIONS_NAME",
     "EXTENSIONS_RULES",
+    "LEADER_ELECTION_NAME",
+    "LEADER_ELECTION_ROLE",
+    "LEASE_NAME",
     "WEBHOOK_CERT_ROLE",
     "Rule",
     "cluster_role",
     "render_cluster_role",
     "role",
+    "role_binding",
 ]
 
 CONTROLLER_NAME: Final = "agent-sandbox-controller"
@@ -102,12 +109,6 @@ CORE_RULES: Final[tuple[Rule, ...]] = (
         "(operations spec §4.1); restricted to those CRDs by name.",
         resource_names=tuple(k.crd_name for k in c.ALL_KINDS),
     ),
-    Rule(
-        ("coordination.k8s.io",),
-        ("leases",),
-        ("create", "get", "list", "patch", "update", "watch"),
-        "Leader election (Lease a3317529.agent-sandbox.x-k8s.io).",
-    ),
 )
 
 EXTENSIONS_RULES: Final[tuple[Rule, ...]] = (
@@ -128,12 +129,6 @@ EXTENSIONS_RULES: Final[tuple[Rule, ...]] = (
         (c.PLURAL_SANDBOXES,),
         _ALL,
         "Warm pools create and delete member Sandboxes; claims adopt or create them.",
-    ),
-    Rule(
-        ("coordination.k8s.io",),
-        ("leases",),
-        _ALL,
-        "Leader election of the extensions controllers.",
     ),
     Rule(
         (c.EXTENSIONS_GROUP,),
@@ -158,6 +153,32 @@ EXTENSIONS_RULES: Final[tuple[Rule, ...]] = (
         ("networkpolicies",),
         _ALL,
         "The template controller's managed NetworkPolicy (threat model: cross-tenant network attack).",
+    ),
+)
+
+#: The Lease every controller of the process elects its leader with (``controllers.main.LEADER_ELECTION_ID``).
+LEASE_NAME: Final = "a3317529.agent-sandbox.x-k8s.io"
+LEADER_ELECTION_NAME: Final = "agent-sandbox-controller-leader-election"
+
+#: Role ``agent-sandbox-controller-leader-election`` in the leader-election namespace (the controller's own
+#: unless ``--leader-election-namespace`` names another). Upstream grants leases cluster-wide in both
+#: ClusterRoles; here they are namespaced and cut to the verbs ``kube/_leaderelection.py`` sends, so that a
+#: compromised controller cannot renew node heartbeats (kube-node-lease) or take the scheduler's Lease in
+#: kube-system (docs/design/install-manifests.md).
+LEADER_ELECTION_ROLE: Final[tuple[Rule, ...]] = (
+    Rule(
+        ("coordination.k8s.io",),
+        ("leases",),
+        ("create",),
+        "The first candidate creates the Lease (create cannot be limited to a name).",
+    ),
+    Rule(
+        ("coordination.k8s.io",),
+        ("leases",),
+        ("get", "update", "watch"),
+        "Acquire, renew and release the Lease (get, update); a waiting candidate watches it "
+        "(fieldSelector metadata.name) to take over as soon as it is released.",
+        resource_names=(LEASE_NAME,),
     ),
 )
 
@@ -191,6 +212,17 @@ def role(name: str, namespace: str, rules: tuple[Rule, ...]) -> dict[str, Any]:
         "kind": "Role",
         "metadata": {"name": name, "namespace": namespace},
         "rules": [r.to_dict() for r in rules],
+    }
+
+
+def role_binding(name: str, namespace: str, subject_namespace: str) -> dict[str, Any]:
+    """A RoleBinding of Role ``name`` in ``namespace`` to the controller's ServiceAccount."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER_NAME, "namespace": subject_namespace}],
     }
 
 

@@ -47,8 +47,8 @@ def wait_for_quietly(predicate: Callable[[], bool], timeout: float) -> bool:
     return True
 
 
-def allowed(cluster: DevCluster, grant: Grant, namespace: str) -> bool:
-    """SubjectAccessReview: may the controller's ServiceAccount use `grant` in `namespace`?"""
+def allowed(cluster: DevCluster, grant: Grant, namespace: str, name: str = "") -> bool:
+    """SubjectAccessReview: may the controller's ServiceAccount use `grant` in `namespace` (on object `name`)?"""
     group, resource, verb = grant
     res, _, sub = resource.partition("/")
     review = {
@@ -63,6 +63,7 @@ def allowed(cluster: DevCluster, grant: Grant, namespace: str) -> bool:
                 "subresource": sub,
                 "verb": verb,
                 "namespace": namespace,
+                "name": name,
             },
         },
     }

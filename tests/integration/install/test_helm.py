@@ -18,7 +18,7 @@ import yaml
 
 from agent_sandbox.devcluster import ensure_binaries
 from agent_sandbox.devcluster.install import helm
-from agent_sandbox.manifests import REPO_ROOT
+from agent_sandbox.manifests import LEADER_ELECTION_NAME, LEADER_ELECTION_ROLE, LEASE_NAME, REPO_ROOT, role
 from tests.helpers import wait_for
 from tests.integration.install.conftest import SYSTEM_NS, Installed, leads_with_ca
 
@@ -89,7 +89,9 @@ def test_stock_values_render_upstreams_arguments_and_objects() -> None:
         ("Deployment", "agent-sandbox-controller"),
         ("Namespace", "agent-sandbox-system"),
         ("Role", "agent-sandbox-controller"),
+        ("Role", "agent-sandbox-controller-leader-election"),  # not upstream's: leases are not cluster-wide
         ("RoleBinding", "agent-sandbox-controller"),
+        ("RoleBinding", "agent-sandbox-controller-leader-election"),
         ("Service", "agent-sandbox-controller"),
         ("Service", "agent-sandbox-webhook-service"),
         ("ServiceAccount", "agent-sandbox-controller"),
@@ -206,6 +208,23 @@ def test_every_named_controller_value_becomes_its_flag() -> None:
     )
 
 
+def test_lease_grants_are_a_role_in_the_leader_election_namespace() -> None:
+    """The chart's leader-election Role holds LEADER_ELECTION_ROLE, in controller.leaderElectionNamespace when
+    set, else the chart's namespace; the ClusterRoles grant no Lease anywhere (tenant10 finding 4)."""
+    subject = [{"kind": "ServiceAccount", "name": "agent-sandbox-controller", "namespace": "ops"}]
+    for values, lease_ns in (((), "ops"), (("--set", "controller.leaderElectionNamespace=le"), "le")):
+        docs = _template("--set", "image.tag=v1", "--set", "namespace.name=ops", *values)
+        got = _one(docs, "Role", LEADER_ELECTION_NAME)
+        assert got["metadata"]["namespace"] == lease_ns
+        assert got["rules"] == role(LEADER_ELECTION_NAME, lease_ns, LEADER_ELECTION_ROLE)["rules"]
+        binding = _one(docs, "RoleBinding", LEADER_ELECTION_NAME)
+        assert binding["metadata"]["namespace"] == lease_ns
+        assert binding["roleRef"]["name"] == LEADER_ELECTION_NAME
+        assert binding["subjects"] == subject
+        for cluster_role in (d for d in docs if d["kind"] == "ClusterRole"):
+            assert not [r for r in cluster_role["rules"] if "leases" in r["resources"]], cluster_role
+
+
 def test_namespace_pod_and_scheduling_values() -> None:
     docs = _template(
         "--set", "image.tag=v1",
@@ -302,6 +321,15 @@ def test_router_is_opt_in() -> None:
         "--set", "image.tag=v1", "--set", "router.enabled=true", "--set", "router.authzMode=tokenreview"
     )
     _one(review, "ClusterRoleBinding", "sandbox-router-auth-delegator")
+    # tokenreview refuses requests without a token unless told otherwise (docs/router.md).
+    review_mode = ("--set", "router.authzMode=tokenreview")
+    assert _router_args(*review_mode)[-2:] == [
+        "--authz-mode=tokenreview",
+        "--authz-tokenreview-require-token=true",
+    ]
+    for setting, flag in (("false", "false"), ("null", "true")):
+        args = _router_args(*review_mode, "--set", f"router.tokenReviewRequireToken={setting}")
+        assert args[-1] == f"--authz-tokenreview-require-token={flag}", setting
     bad = _helm(
         "template",
         "x",
@@ -478,6 +506,12 @@ def test_install_upgrade_uninstall(installed: Installed, install_ns: str) -> Non
         f"--webhook-namespace={ns}",
     ]
     installed.wait_conversion(install_ns)
+    # Leadership through the chart's namespaced Role (no Lease grant is cluster-wide): a Lease of its own here.
+    lease = wait_for(
+        lambda: cluster.kubectl("get", "lease", LEASE_NAME, "-n", ns, "-o", "json").stdout or None,
+        what=f"the controller's Lease in {ns}",
+    )
+    assert json.loads(lease)["spec"]["holderIdentity"]
 
     def patched() -> dict[str, Any] | None:
         crd: dict[str, Any] = installed.kubectl_json("get", "crd", "sandboxclaims.extensions.agents.x-k8s.io")

@@ -32,6 +32,7 @@ from tests.integration.install.conftest import (
     leads_with_ca,
     write_overlay,
 )
+from tests.integration.install.rbac import allowed
 
 pytestmark = pytest.mark.integration
 
@@ -76,7 +77,11 @@ def test_router_component_composes_with_the_install(tmp_path: Path) -> None:
     docs = [d for d in yaml.safe_load_all(_kubectl("kustomize", str(overlay)).stdout) if d]
     (router,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "sandbox-router"]
     assert router["metadata"]["namespace"] == SYSTEM_NS
-    assert router["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "--authz-mode=tokenreview"
+    # A request without a token is refused too (not the binary's transitional default: docs/router.md).
+    assert router["spec"]["template"]["spec"]["containers"][0]["args"][-2:] == [
+        "--authz-mode=tokenreview",
+        "--authz-tokenreview-require-token=true",
+    ]
     assert ("ClusterRoleBinding", "", "sandbox-router-auth-delegator") in _ids(docs)
     assert len([d for d in docs if d["kind"] == "Deployment"]) == 2
 
@@ -155,6 +160,13 @@ def test_kustomize_install_upgrade_and_uninstall(installed: Installed, install_n
         assert "url" not in config
     lease = installed.kubectl_json("get", "lease", LEASE, "-n", SYSTEM_NS)
     assert lease["spec"]["holderIdentity"]
+    # It leads through the namespaced Role; no other namespace's Leases (node heartbeats, the scheduler's and
+    # controller-manager's leadership) are the controller's to write (tenant10 finding 4).
+    leases = "coordination.k8s.io", "leases"
+    assert allowed(cluster, (*leases, "update"), SYSTEM_NS, LEASE)
+    assert not allowed(cluster, (*leases, "update"), SYSTEM_NS, "another-lease")
+    for verb, lease_ns in (("update", "kube-system"), ("delete", "kube-node-lease"), ("create", install_ns)):
+        assert not allowed(cluster, (*leases, verb), lease_ns, LEASE), (verb, lease_ns)
 
     # A workload, also readable as v1alpha1 (conversion through the Service).
     installed.sandbox(install_ns, "keep")

@@ -15,7 +15,7 @@ import pytest
 
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.controller import install_crds
-from agent_sandbox.devcluster.identity import controller_kubeconfig
+from agent_sandbox.devcluster.identity import controller_kubeconfig, grant_leader_election
 from tests.helpers import listen_port, wait_for
 
 pytestmark = pytest.mark.integration
@@ -81,7 +81,9 @@ def crds(cluster: DevCluster) -> None:
 
 
 @pytest.fixture
-def procs(tmp_path: Path, crds: None) -> Iterator[list[Proc]]:
+def procs(cluster: DevCluster, namespace: str, crds: None) -> Iterator[list[Proc]]:
+    # The install grants Leases only in its own namespace; these replicas elect in the test's (docs/install.md).
+    grant_leader_election(cluster, namespace)
     started: list[Proc] = []
     yield started
     for p in started:

@@ -9,7 +9,15 @@ import pytest
 import yaml
 
 from agent_sandbox.api import constants as c
-from agent_sandbox.manifests import REPO_ROOT, WEBHOOK_CERT_ROLE, check, role
+from agent_sandbox.manifests import (
+    LEADER_ELECTION_NAME,
+    LEADER_ELECTION_ROLE,
+    REPO_ROOT,
+    WEBHOOK_CERT_ROLE,
+    check,
+    role,
+    role_binding,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -41,6 +49,8 @@ def test_controller_yaml_objects_and_identities() -> None:
         ("ClusterRoleBinding", NAME),
         ("Role", NAME),
         ("RoleBinding", NAME),
+        ("Role", LEADER_ELECTION_NAME),  # not upstream's: the Lease grants, namespaced
+        ("RoleBinding", LEADER_ELECTION_NAME),
         ("Service", NAME),
         ("Deployment", NAME),
         ("Service", c.WEBHOOK_SERVICE_NAME),
@@ -102,6 +112,12 @@ def test_extensions_deployment_differs_only_in_args_and_config_volume() -> None:
 def test_webhook_cert_role_matches_the_rbac_source() -> None:
     docs = _docs(K8S / "controller.yaml")
     assert _one(docs, "Role", NAME) == role(NAME, NS, WEBHOOK_CERT_ROLE)
+
+
+def test_leader_election_role_matches_the_rbac_source() -> None:
+    docs = _docs(K8S / "controller.yaml")
+    assert _one(docs, "Role", LEADER_ELECTION_NAME) == role(LEADER_ELECTION_NAME, NS, LEADER_ELECTION_ROLE)
+    assert _one(docs, "RoleBinding", LEADER_ELECTION_NAME) == role_binding(LEADER_ELECTION_NAME, NS, NS)
 
 
 def test_bindings_point_at_the_service_account() -> None:

@@ -6,7 +6,15 @@ import pytest
 import yaml
 
 from agent_sandbox.api import constants as c
-from agent_sandbox.manifests import CORE_RULES, EXTENSIONS_RULES, WEBHOOK_CERT_ROLE, Rule, render_cluster_role
+from agent_sandbox.manifests import (
+    CORE_RULES,
+    EXTENSIONS_RULES,
+    LEADER_ELECTION_ROLE,
+    LEASE_NAME,
+    WEBHOOK_CERT_ROLE,
+    Rule,
+    render_cluster_role,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -33,12 +41,12 @@ def test_core_rules_are_upstreams() -> None:
     assert {(c.GROUP, "sandboxes", v) for v in ALL} <= grants
     for sub in ("sandboxes/finalizers", "sandboxes/status"):
         assert {(c.GROUP, sub, v) for v in ("get", "patch", "update")} <= grants
-    leases = {v for g, r, v in grants if r == "leases"}
-    assert leases == {"create", "get", "list", "patch", "update", "watch"}
+    # Not upstream's: no Lease grant in a ClusterRole (LEADER_ELECTION_ROLE, namespaced, instead).
+    assert not {v for g, r, v in grants if r == "leases"}
     (crd_rule,) = [r for r in CORE_RULES if r.resources == ("customresourcedefinitions",)]
     assert set(crd_rule.resource_names) == {k.crd_name for k in c.ALL_KINDS}
     assert crd_rule.verbs == ("get", "patch", "update")
-    assert len(grants) == 7 * 3 + 4 + 7 + 6 + 3 + 6
+    assert len(grants) == 7 * 3 + 4 + 7 + 6 + 3
 
 
 def test_extensions_rules_are_upstreams() -> None:
@@ -48,7 +56,7 @@ def test_extensions_rules_are_upstreams() -> None:
     for res in ("sandboxclaims", "sandboxtemplates", "sandboxwarmpools"):
         assert {(c.EXTENSIONS_GROUP, res, v) for v in ALL} <= grants
     assert {(c.GROUP, "sandboxes", v) for v in ALL} <= grants
-    assert {v for g, r, v in grants if r == "leases"} == set(ALL)
+    assert not {v for g, r, v in grants if r == "leases"}
     assert {("networking.k8s.io", "networkpolicies", v) for v in ALL} <= grants
     subresources = {r for g, r, v in grants if "/" in r}
     assert subresources == {
@@ -60,8 +68,21 @@ def test_extensions_rules_are_upstreams() -> None:
     }
 
 
+def test_leader_election_role_holds_only_what_the_election_sends() -> None:
+    """kube/_leaderelection.py: get, create and update of its one Lease and a watch of it by name; nothing
+    else (no delete, list or patch; tenant10 finding 4)."""
+    from agent_sandbox.controllers.main import LEADER_ELECTION_ID
+
+    assert LEASE_NAME == LEADER_ELECTION_ID
+    assert _grants(LEADER_ELECTION_ROLE) == {
+        ("coordination.k8s.io", "leases", v) for v in ("create", "get", "update", "watch")
+    }
+    named = {v for r in LEADER_ELECTION_ROLE if r.resource_names == (LEASE_NAME,) for v in r.verbs}
+    assert named == {"get", "update", "watch"}  # create alone cannot be limited to a name
+
+
 def test_every_rule_says_why() -> None:
-    for rule in (*CORE_RULES, *EXTENSIONS_RULES, *WEBHOOK_CERT_ROLE):
+    for rule in (*CORE_RULES, *EXTENSIONS_RULES, *WEBHOOK_CERT_ROLE, *LEADER_ELECTION_ROLE):
         assert len(rule.reason) > 20, rule.label
 
 

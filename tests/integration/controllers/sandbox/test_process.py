@@ -22,7 +22,7 @@ import pytest
 
 from agent_sandbox.api.constants import ANNOTATION_POD_NAME
 from agent_sandbox.devcluster import DevCluster
-from agent_sandbox.devcluster.controller import install_crds
+from agent_sandbox.devcluster.controller import grant_lease_namespace, install_crds
 from agent_sandbox.devcluster.identity import controller_kubeconfig
 from agent_sandbox.kube import POD, PVC, SANDBOX, SERVICE, ApiClient, Object
 from tests import helpers
@@ -38,6 +38,7 @@ class Controller:
 
     def __init__(self, cluster: DevCluster, log: Path, *flags: str) -> None:
         self.metrics, self.health, self.log = helpers.listen_port(cluster), helpers.listen_port(cluster), log
+        grant_lease_namespace(cluster, flags)  # the install grants Leases in its own namespace only
         argv = [
             sys.executable,
             "-m",
