@@ -15,7 +15,12 @@ import pytest
 from agent_sandbox.cli.exit_codes import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_USAGE, _guard
 from agent_sandbox.cli.main import main
 from agent_sandbox.invocation import cli_command
-from agent_sandbox_sdk import SandboxConnectionError, SandboxNotFoundError, SandboxRequestError
+from agent_sandbox_sdk import (
+    SandboxConnectionError,
+    SandboxDeletedError,
+    SandboxNotFoundError,
+    SandboxRequestError,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -159,6 +164,19 @@ def test_not_found_only_when_something_answered_that_it_is_not_there(
 ) -> None:
     assert _raising(_not_found(cause)) == code
     _one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("status", [502, None])
+def test_a_sandbox_deleted_under_a_call_is_not_found(
+    status: int | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `exec`/`cp` on a sandbox whose Sandbox is gone (the SDK read it: "... no longer exists"): exit 3, as the
+    # exit codes say of "something answered that it is not there" - exit 1 until December 7, when it was a
+    # plain `SandboxRequestError` with the router's 502 (or no status).
+    err = SandboxDeletedError("POST ...: HTTP 502 - the Sandbox ns/x no longer exists", status)
+    err.request_sent = status is not None
+    assert _raising(err) == EXIT_NOT_FOUND
+    assert "no longer exists" in _one_error_line(capsys.readouterr().err)
 
 
 class _Answer:

@@ -141,3 +141,43 @@ async def test_a_held_restore_ends_by_its_deadline_with_a_slow_api_server() -> N
         assert "is resuming but was not Ready within" in outcome.detail
     assert reads(api, SANDBOX) == 1  # one check for the three held requests, not one each
     await lifecycle.close()
+
+
+class RestoreBetweenReads(FakeClient):
+    """An API server on which the controller finishes a restore just after the router's first uncached Sandbox
+    read: it creates the Sandbox, then deletes the archive (the router's informers have shown neither yet)."""
+
+    armed = False
+
+    async def get(
+        self, kind: ResourceKind, name: str, *, namespace: str | None = None, subresource: str | None = None
+    ) -> dict[str, Any]:
+        try:
+            return await super().get(kind, name, namespace=namespace, subresource=subresource)
+        finally:
+            if self.armed and kind == SANDBOX:
+                self.armed = False
+                await self.create(SANDBOX, {"metadata": {"name": name}, "spec": {}}, namespace=namespace)
+                await self.delete(lc.ARCHIVE, name, namespace=namespace)
+
+
+async def test_a_restore_finished_between_the_reads_is_not_taken_for_the_end() -> None:
+    # The reads: Sandbox (not there yet), archive (already deleted), Sandbox again (there). With only the first
+    # two (until December 7) the restore's end looked like a deletion: "its archive was deleted with no Sandbox
+    # coming back", and a request held for a plain resume "it was deleted".
+    api = RestoreBetweenReads()
+    stored = await api.create(lc.ARCHIVE, archive(), namespace="team")
+    lifecycle = lifecycle_over(api, stored)
+    lifecycle.state.archives.clear()  # the informers lag: they show neither object
+    api.armed = True
+    assert await lifecycle._restore_ended(("team", "sb")) is False
+    assert reads(api, SANDBOX) == 2
+    await lifecycle.close()
+
+    # Nothing there, nothing coming: ended.
+    api = RestoreBetweenReads()
+    lifecycle = lifecycle_over(api, await api.create(lc.ARCHIVE, archive(), namespace="team"))
+    await api.delete(lc.ARCHIVE, "sb", namespace="team")
+    lifecycle.state.archives.clear()
+    assert await lifecycle._restore_ended(("team", "sb")) is True
+    await lifecycle.close()
