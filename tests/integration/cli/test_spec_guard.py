@@ -300,3 +300,57 @@ def test_an_archive_is_restored_but_not_rewritten(
     assert code == 0, err
     assert json.loads(out)["ready"] is True
     assert "serviceAccountName" not in _sandbox(cluster, namespace, sandbox)["spec"]["podTemplate"]["spec"]
+
+
+def test_the_user_cannot_orphan_a_claims_sandbox(
+    cluster: DevCluster, namespace: str, guard: None, tmp_path: Path
+) -> None:
+    """`delete sandboxclaims` with propagationPolicy Orphan (or a claim created with the `orphan` finalizer) left
+    the claim's Sandbox running without its controller reference: the controller then took the template-reference
+    label off its Pod, out of the template's NetworkPolicy (egress to private addresses, ingress from anyone).
+    Until December 7 the policies refused neither (the garbage collector's orphaning write passes them)."""
+    admin = cluster.admin()
+    apply_pool(cluster, namespace, replicas=1)
+    user = _user(cluster, namespace, tmp_path)
+    ns = ("-n", namespace)
+    path = f"/apis/{EXT}/namespaces/{namespace}/sandboxclaims"
+
+    def create(name: str, **meta: object) -> subprocess.CompletedProcess[str]:
+        body = {
+            "apiVersion": EXT,
+            "kind": "SandboxClaim",
+            "metadata": {"name": name, **meta},
+            "spec": {"warmPoolRef": {"name": "pool"}},
+        }
+        return _kubectl(cluster, user, *ns, "create", "-f", "-", input=json.dumps(body))
+
+    def bound(name: str) -> str:
+        obj = admin.request("GET", f"{path}/{name}")[1]
+        return str(((obj.get("status") or {}).get("sandbox") or {}).get("name") or "") if _ready(obj) else ""
+
+    assert create("w").returncode == 0
+    sandbox = str(wait_for(lambda: bound("w"), timeout=90, what="claim w bound and Ready"))
+    _policy_in_force(cluster, user, namespace, sandbox)
+
+    orphan = _kubectl(cluster, user, *ns, "delete", "sandboxclaim", "w", "--cascade=orphan", "--wait=false")
+    assert orphan.returncode == 1, orphan.stdout
+    assert "denied request: propagationPolicy Orphan may be used only by principals that may create Pods" in (
+        orphan.stderr
+    ), orphan.stderr
+    refs = _sandbox(cluster, namespace, sandbox)["metadata"].get("ownerReferences") or []
+    assert [r["kind"] for r in refs if r.get("controller")] == ["SandboxClaim"]
+
+    finalized = create("f", finalizers=["orphan"])
+    assert finalized.returncode == 1, finalized.stdout
+    assert (
+        "denied request: metadata.finalizers: orphan may be set only by principals that may create Pods"
+        in (finalized.stderr)
+    ), finalized.stderr
+
+    # A plain delete (the SDK's, the CLI's, kubectl's default) still goes, and takes the Sandbox with it.
+    assert _kubectl(cluster, user, *ns, "delete", "sandboxclaim", "w", "--wait=false").returncode == 0
+    wait_for(
+        lambda: admin.request("GET", SANDBOX.path(namespace, sandbox))[0] == 404,
+        timeout=60,
+        what=f"{sandbox} deleted with its claim",
+    )

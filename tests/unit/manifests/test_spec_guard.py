@@ -47,7 +47,7 @@ def test_every_archive_spec_field_but_the_restore_request_is_held() -> None:
 
 
 def test_principals_that_may_create_pods_are_not_checked_and_denials_name_the_field() -> None:
-    for name in ("agent-sandbox-sandbox-guard", "agent-sandbox-archive-guard"):
+    for name in ("agent-sandbox-sandbox-guard", "agent-sandbox-archive-guard", "agent-sandbox-claim-guard"):
         spec = _policy(name)["spec"]
         (condition,) = spec["matchConditions"]
         assert condition["expression"] == (
@@ -57,3 +57,22 @@ def test_principals_that_may_create_pods_are_not_checked_and_denials_name_the_fi
             assert re.search(
                 r"may (not )?create Pods in ' \+ request\.namespace", validation["messageExpression"]
             )
+
+
+def test_a_claim_is_deleted_without_orphaning_its_sandbox() -> None:
+    """An orphaned claim's Sandbox loses the controller reference its Pod's NetworkPolicy label follows: the claim
+    guard holds deletes (propagationPolicy, orphanDependents) and the `orphan` finalizer of new claims."""
+    spec = _policy("agent-sandbox-claim-guard")["spec"]
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    assert (rule["resources"], set(rule["operations"])) == (["sandboxclaims"], {"CREATE", "UPDATE", "DELETE"})
+    text = " ".join(v["expression"] for v in [*spec["validations"], *spec["variables"]])
+    for needle in ("propagationPolicy", "orphanDependents", "'orphan' in object.metadata.?finalizers"):
+        assert needle in text, needle
+    bindings = [
+        d for d in yaml.safe_load_all(GUARD.read_text()) if d["kind"] == "ValidatingAdmissionPolicyBinding"
+    ]
+    assert {b["spec"]["policyName"] for b in bindings} == {
+        "agent-sandbox-sandbox-guard",
+        "agent-sandbox-archive-guard",
+        "agent-sandbox-claim-guard",
+    }
