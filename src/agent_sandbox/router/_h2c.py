@@ -14,8 +14,8 @@ re-resolution as for HTTP/1.1, see `_h2c_dial.dial_sandbox`; the sandbox's own S
 which may be read before the tunnel is attached, are kept for it; with `--sandbox-lifecycle` the first
 stream is activity and is held while its Sandbox resumes, as an HTTP/1.1 request) and replays the buffered bytes. From
 then on frames are relayed unchanged, except header blocks: every one is decoded (HPACK state is per
-connection) and re-encoded by an encoder that keeps no dynamic table (`_StaticEncoder`,
-docs/design/router-h2c-hpack.md), the client's for the sandbox without `authorization` (router spec 1.5: never
+connection) and re-encoded by an encoder with a dynamic table of its own (`_TableEncoder`, sized by the
+receiver's SETTINGS; re-encoded bytes budgeted, docs/design/router-h2c-hpack.md), the client's for the sandbox without `authorization` (router spec 1.5: never
 forwarded) and the connection-specific fields, and trailers both ways without the fields HTTP/1.1 keeps out
 of relayed trailers (`_request.trailer_allowed`: routing, credentials, hop-by-hop; the sandbox's blocks are
 re-encoded too, `_ServerFrames`). A client block is either a new stream's request (checked, below) or the trailers
@@ -60,9 +60,11 @@ from ._h2c_frames import (
     _SETTINGS,
     _ClientFrames,
     _frame,
+    _goaway_code,
     _ServerFrames,
     _stream_of,
 )
+from ._h2c_hpack import _HpackSettings
 from ._h2c_routing import _pin_of, _routing
 from ._routing import Route, RouteError, parse_route
 from ._server import H2C_PREFACE, ClientConnection
@@ -86,7 +88,8 @@ class _Session:
     def __init__(self, proxy: Proxy, conn: ClientConnection) -> None:
         self.proxy = proxy
         self.conn = conn
-        self.frames = _ClientFrames(conn.limits.max_header_bytes)
+        tables = _HpackSettings()
+        self.frames = _ClientFrames(conn.limits.max_header_bytes, tables)
         self.pending: list[bytes] = []
         self.route: Route | None = None
         #: The first request is a HEAD: a refusal of it carries no body (RFC 9113 §8.1.1).
@@ -98,52 +101,31 @@ class _Session:
         self.refused_above: int | None = None
         """Set once a stream named another sandbox: client streams above it are never forwarded."""
         # A response head or trailer section up to what HTTP/1.1 takes from a sandbox.
-        self._to_client = _ServerFrames(MAX_RESPONSE_HEAD_BYTES)
+        self._to_client = _ServerFrames(MAX_RESPONSE_HEAD_BYTES, tables)
         self._inject = b""
         self._opening: tuple[int, bool] | None = None
         """The first stream and whether it is gRPC, until the sandbox's first bytes showed it speaks HTTP/2."""
         self._head = b""
         self._refused = False
+        self._opened: tuple[int, bool] | None = None
+        """The first stream and whether it is gRPC, once its block was admitted (`_admit`), until connecting."""
+        self._closing = False
 
     def feed(self, data: bytes) -> None:
+        self._opened = None
         try:
-            frames, blocks = self.frames.feed(data)
-        except Exception as exc:  # hpack errors, malformed frames
+            frames, _ = self.frames.feed(data, self._admit)
+        except Exception as exc:  # hpack errors, malformed frames, header budget
             log.info("h2c: malformed client frames: %s", describe_error(exc))
             # The GOAWAY names the last stream forwarded, if any was: one naming 0 tells the client none was
             # processed (RFC 9113 6.8), and gRPC retries such calls by itself, so a call the sandbox had run
             # could run again (until December 6). A block that does not decode is a COMPRESSION_ERROR (4.3).
-            import hpack
-
             forwarded = self.last_stream if self.upstream_write is not None else 0
-            self._goaway(forwarded, 0x9 if isinstance(exc, hpack.HPACKError) else 0x1)
+            self._goaway(forwarded, _goaway_code(exc))
             return
-        opened: tuple[int, bool] | None = None
-        over_cap = self.frames.over_cap
-        for stream, headers in blocks:
-            if self.refused_above is not None:
-                # Above: sent before the client read the GOAWAY; it retries it elsewhere. At or below: a
-                # header block (trailers) of an accepted stream the client still has open (`self.frames`
-                # ended the connection for any other), forwarded (the router's re-encoded blocks leave no
-                # HPACK state in the sandbox that the refused ones could have changed).
-                continue
-            if over_cap is not None and stream >= over_cap:
-                self._refuse_from(stream)  # more open streams than the router records (`_MAX_OPEN_STREAMS`)
-            elif self.route is None:
-                self.last_stream = stream
-                opened = self._first_request(stream, headers)
-                if opened is None:
-                    return
-            elif stream <= self.last_stream:
-                # Trailers of an accepted stream the client still has open: they carry no routing headers.
-                # Only those: `self.frames` ends the connection for a block on a stream the client ended or
-                # never opened (taken for trailers by its id alone, it reached the sandbox unchecked until
-                # December 6).
-                continue
-            elif self._same_target(headers):
-                self.last_stream = max(self.last_stream, stream)
-            else:
-                self._refuse_from(stream)
+        if self._closing:
+            return  # the first request was refused (`_first_request`)
+        opened = self._opened
         if self.refused_above is not None:
             above = self.refused_above
             frames = [f for f in frames if not (_stream_of(f) > above and _stream_of(f) % 2)]
@@ -163,6 +145,39 @@ class _Session:
             asyncio.get_running_loop().create_task(
                 self._connect(stream, grpc, self.route, self.authorization)
             )
+
+    def _admit(self, stream: int, headers: list[tuple[str, str]]) -> bool:
+        """Whether a client header block, just decoded, goes on to the sandbox; decided block by block before
+        it is encoded (`_ClientFrames.feed`), as the router's dynamic table must see only the blocks the
+        sandbox does (a refused stream's block encoded and then dropped desynchronised the two)."""
+        if self._closing:
+            return False
+        if self.refused_above is not None:
+            # Above: sent before the client read the GOAWAY; it retries it elsewhere. At or below: a header
+            # block (trailers) of an accepted stream the client still has open (`self.frames` ended the
+            # connection for any other), forwarded.
+            return stream <= self.refused_above
+        over_cap = self.frames.over_cap
+        if over_cap is not None and stream >= over_cap:
+            self._refuse_from(stream)  # more open streams than the router records (`_MAX_OPEN_STREAMS`)
+            return False
+        if self.route is None:
+            self.last_stream = stream
+            self._opened = self._first_request(stream, headers)
+            if self._opened is None:
+                self._closing = True
+                return False
+            return True
+        if stream <= self.last_stream:
+            # Trailers of an accepted stream the client still has open: they carry no routing headers. Only
+            # those: `self.frames` ends the connection for a block on a stream the client ended or never
+            # opened (taken for trailers by its id alone, it reached the sandbox unchecked until December 6).
+            return True
+        if self._same_target(headers):
+            self.last_stream = max(self.last_stream, stream)
+            return True
+        self._refuse_from(stream)
+        return False
 
     def _refuse_from(self, stream: int) -> None:
         """Refuse `stream` (it names another sandbox, or a credential that needs an API call) and every
@@ -200,9 +215,7 @@ class _Session:
             # Relayed up to the frame before (`_ServerFrames.feed`); a block that does not decode is a
             # COMPRESSION_ERROR (RFC 9113 4.3). The streams forwarded may have run: the GOAWAY names the last.
             log.info("h2c: malformed frames from the sandbox: %s", describe_error(exc))
-            import hpack
-
-            self._goaway(self.last_stream, 0x9 if isinstance(exc, hpack.HPACKError) else 0x1)
+            self._goaway(self.last_stream, _goaway_code(exc))
 
     def _speaks_http2(self, data: bytes) -> bytes:
         """The sandbox's first bytes, once it is known to speak HTTP/2; else b"" (held, or refused).

@@ -8,9 +8,10 @@ reaches the sandbox of a client block (`_forwarded`), and which frame sequences 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
-from ._h2c_hpack import _encoder
+from ._h2c_hpack import _TABLE_SIZE, HeaderBudgetExceeded, _Budget, _HpackSettings, _TableEncoder
 from ._request import trailer_allowed
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "_ServerFrames",
     "_forwarded",
     "_frame",
+    "_goaway_code",
     "_stream_of",
 ]
 
@@ -99,12 +101,30 @@ def _forwarded(headers: list[Any], trailers: bool = False) -> list[Any]:
 
 
 def _trailer_fields(headers: list[Any]) -> list[Any]:
-    """The fields of a sandbox block that go on to the client: a trailer section (no pseudo-header field:
-    a response head has `:status`, trailers may have none, RFC 9113 8.1) without those `trailer_allowed`
-    refuses, as on HTTP/1.1; any other block whole."""
-    if any(bytes(name).startswith(b":") for name, _ in headers):
-        return headers
-    return [h for h in headers if trailer_allowed(bytes(h[0]).lower())]
+    """A sandbox trailer section as it goes on to the client: without the fields `trailer_allowed` refuses,
+    as on HTTP/1.1 (pseudo-header fields too: a trailer section has none, RFC 9113 8.1)."""
+    return [h for h in headers if trailer_allowed(name := bytes(h[0]).lower()) and not name.startswith(b":")]
+
+
+def _goaway_code(exc: BaseException) -> int:
+    """The GOAWAY error code for what ended a direction's frames: ENHANCE_YOUR_CALM (0xb) for a header list
+    over the router's cap or re-encoded blocks over their budget (limits of the router, not errors of the
+    peer's encoding), COMPRESSION_ERROR (0x9) for a block that does not decode (RFC 9113 4.3), else
+    PROTOCOL_ERROR (0x1)."""
+    import hpack
+
+    if isinstance(exc, HeaderBudgetExceeded | hpack.OversizedHeaderListError):
+        return 0xB
+    return 0x9 if isinstance(exc, hpack.HPACKError) else 0x1
+
+
+def _new_decoder(max_header_list_size: int) -> Any:
+    import hpack
+
+    decoder = hpack.Decoder()
+    decoder.max_allowed_table_size = _TABLE_SIZE
+    decoder.max_header_list_size = max_header_list_size
+    return decoder
 
 
 def _header_frames(stream: int, flags: int, priority: bytes, block: bytes, ftype: int = _HEADERS) -> bytes:
@@ -129,23 +149,23 @@ class _ClientFrames:
     """Splits the client->server byte stream into frames, decodes every header block and re-encodes it for
     the sandbox without the fields it must not see (`_forwarded`).
 
-    Re-encoding: the router's encoder never uses HPACK's dynamic table (`_StaticEncoder`; every block it
-    sends starts with a table size update to 0), so the sandbox's decoder keeps no state the router must
-    follow: a block the router drops (a refused stream's) or a SETTINGS_HEADER_TABLE_SIZE the sandbox
-    advertises cannot put the two out of step. The client's own encoder state is followed by `decoder`.
+    Re-encoding: the router's encoder (`_TableEncoder`) keeps a dynamic table of its own, as large as the
+    sandbox's SETTINGS_HEADER_TABLE_SIZE allows (at most `_TABLE_SIZE`; `settings`), so it must encode every
+    block the sandbox receives and no other: a block the session drops (a refused stream's) is never
+    encoded (`feed`'s `admit`). The client's own encoder state is followed by `decoder`; the client's
+    SETTINGS are relayed with their table size lowered to `_TABLE_SIZE`.
     """
 
-    def __init__(self, max_header_list_size: int = _MAX_BUFFER) -> None:
-        import hpack
-
-        self.decoder = hpack.Decoder()
-        self.decoder.max_allowed_table_size = 1 << 16
-        # A header list (RFC 7541 4.1 sizes) up to `--max-request-header-bytes`, as HTTP/1.1 takes a head. The
-        # bound stays (an index into a 64 KiB table inflates 1 byte to 64 KiB), but `hpack`'s default, 64 KiB,
-        # refused gRPC calls with large metadata that the sandbox's server takes (grpc-go: 16 MiB) and ended
-        # the connection with every call on it (until December 6).
-        self.decoder.max_header_list_size = max_header_list_size
-        self.encoder = _encoder()
+    def __init__(
+        self, max_header_list_size: int = _MAX_BUFFER, settings: _HpackSettings | None = None
+    ) -> None:
+        # A header list (RFC 7541 4.1 sizes) up to `--max-request-header-bytes`, as HTTP/1.1 takes a head:
+        # `hpack`'s default, 64 KiB, refused gRPC calls with large metadata that the sandbox's server takes
+        # (grpc-go: 16 MiB) and ended the connection with every call on it (until December 6).
+        self.decoder = _new_decoder(max_header_list_size)
+        self.encoder = _TableEncoder()
+        self.settings = settings if settings is not None else _HpackSettings()
+        self.budget = _Budget()
         self._buf = b""
         self._block = b""
         self._block_stream = 0
@@ -165,13 +185,22 @@ class _ClientFrames:
         """The first stream opened while `open` held `_MAX_OPEN_STREAMS`: it and every later one are refused
         (`_Session.feed`) and not recorded."""
 
-    def feed(self, data: bytes) -> tuple[list[bytes], list[tuple[int, list[tuple[str, str]]]]]:
+    def feed(
+        self, data: bytes, admit: Callable[[int, list[tuple[str, str]]], bool] | None = None
+    ) -> tuple[list[bytes], list[tuple[int, list[tuple[str, str]]]]]:
         """Consume bytes; returns (complete frames in order, decoded header blocks (stream, headers)).
+
+        `admit` (stream, headers) decides, block by block as decoded, whether the block goes on to the
+        sandbox: one it refuses is left out of the frames and never encoded, so the router's dynamic table
+        stays the sandbox's. Without it all go on, and the decoded blocks are returned; with it none are
+        (each is the caller's as it is decoded: kept for the whole read, a read of 1-byte references to a
+        4 KB entry held ~240 MB of copies).
 
         Raises:
             ValueError: a header block out of order (RFC 9113 6.2, 6.10: a block is HEADERS on a stream
                 then only CONTINUATIONs of that stream up to END_HEADERS), so no block is attributed to a
-                stream it does not belong to; hpack errors for blocks that do not decode.
+                stream it does not belong to; hpack errors for blocks that do not decode;
+                `HeaderBudgetExceeded`.
         """
         self._buf += data
         frames: list[bytes] = []
@@ -192,6 +221,8 @@ class _ClientFrames:
                 # those, and an unexpected ACK is a protocol error to it.
                 self.swallow_ack = False
                 continue
+            if ftype in (_HEADERS, _CONTINUATION):
+                self.budget.received += length
             if ftype == _HEADERS:
                 if self._in_block or stream == 0:
                     raise ValueError(f"HEADERS on stream {stream} inside a header block or on stream 0")
@@ -217,6 +248,11 @@ class _ClientFrames:
             else:
                 if (ftype == _DATA and flags & _END_STREAM) or ftype == _RST_STREAM:
                     self.open.discard(stream)
+                elif ftype == _SETTINGS and not stream:
+                    if flags & _ACK:
+                        self.settings.sandbox.acknowledged()
+                    else:
+                        frame = frame[:9] + self.settings.client.relayed(payload)
                 frames.append(frame)
                 continue
             self._in_block = not flags & _END_HEADERS
@@ -228,22 +264,25 @@ class _ClientFrames:
                 # Raw, then latin-1 (lossless, never fails): gRPC sends `-bin` metadata values as raw
                 # bytes (grpc-trace-bin), which a UTF-8 decode refused - and the router dropped the whole
                 # connection with every stream on it (until December 6).
+                tables = self.settings.sandbox
+                self.decoder.max_allowed_table_size = tables.decoder_limit
                 headers = list(self.decoder.decode(self._block, raw=True))
+                self._block = b""
+                decoded = [(bytes(k).decode("latin-1"), bytes(v).decode("latin-1")) for k, v in headers]
+                if admit is None:
+                    blocks.append((self._block_stream, decoded))
+                elif not admit(self._block_stream, decoded):
+                    continue
                 # Re-encoded, not relayed: relayed unchanged, the client's `authorization` (a ServiceAccount
                 # token in tokenreview mode) reached the sandbox (until December 6). The decoded tuples keep
                 # the client's never-indexed marks. Trailers are filtered as HTTP/1.1's (`trailer_allowed`):
                 # until December 7 a trailing `x-sandbox-namespace` or `x-sandbox-pod-ip` reached the sandbox.
-                block = self.encoder.encode(_forwarded(headers, self._block_trailers))
+                self.encoder.limit(tables.encoder_limit)
+                block = self.encoder.encode_block(_forwarded(headers, self._block_trailers))
+                self.budget.spend(len(block))
                 frames.append(
                     _header_frames(self._block_stream, self._block_flags, self._block_priority, block)
                 )
-                blocks.append(
-                    (
-                        self._block_stream,
-                        [(bytes(k).decode("latin-1"), bytes(v).decode("latin-1")) for k, v in headers],
-                    )
-                )
-                self._block = b""
         self._buf = buf[pos:]
         return frames, blocks
 
@@ -296,19 +335,25 @@ class _ServerFrames:
 
     Every block is re-encoded, heads too, not the trailers alone: the client's decoder follows the sandbox's
     HPACK dynamic table, and a block replaced by another leaves out the entries it added, which the
-    sandbox's later blocks may name. The router's encoder indexes nothing and starts each block with a table
-    size update to 0, so the client's table stays empty whatever the sandbox's encoder does.
+    sandbox's later blocks may name. The router's encoder keeps a table of its own towards the client
+    (`_TableEncoder`, sized by the client's SETTINGS_HEADER_TABLE_SIZE, `settings`). SETTINGS frames are held
+    too, until whole: the sandbox's are relayed with their table size lowered to `_TABLE_SIZE`, and its ACKs
+    tell when the client's own setting took effect.
+
+    A HEADERS block is a trailer section when it follows the stream's final (non-1xx) response head
+    (`_answered`), or has no pseudo-header field (a stream the record no longer holds).
     """
 
-    def __init__(self, max_header_list_size: int = _MAX_BUFFER) -> None:
-        import hpack
-
-        self.decoder = hpack.Decoder()
-        # As the client's side (`_ClientFrames`): the sandbox's encoder uses the table size the client
-        # advertised (4 KiB by default, for grpc-go and grpcio too), up to this much.
-        self.decoder.max_allowed_table_size = 1 << 16
-        self.decoder.max_header_list_size = max_header_list_size
-        self.encoder = _encoder()
+    def __init__(
+        self, max_header_list_size: int = _MAX_BUFFER, settings: _HpackSettings | None = None
+    ) -> None:
+        self.decoder = _new_decoder(max_header_list_size)
+        self.encoder = _TableEncoder()
+        self.settings = settings if settings is not None else _HpackSettings()
+        self.budget = _Budget()
+        self._answered: dict[int, None] = {}
+        """Streams whose final response head went to the client and which the sandbox has not ended yet,
+        oldest first; at most `_MAX_OPEN_STREAMS` (the client's resets are not seen here)."""
         self._header = b""
         """A frame header not yet complete (held: nothing of the frame is relayed before its type is known)."""
         self._skip = 0
@@ -337,7 +382,7 @@ class _ServerFrames:
 
         A failure ends the relay at the frame before it (`failed`, then every later read is b""): frames out
         of order in a header block (RFC 9113 6.2, 6.10), a block over `_MAX_BUFFER` bytes (ValueError), a
-        block that does not decode (hpack's errors).
+        block that does not decode (hpack's errors), re-encoded blocks over budget (`HeaderBudgetExceeded`).
         """
         out: list[bytes] = []
         size = 0
@@ -372,7 +417,9 @@ class _ServerFrames:
                     continue
                 header, self._header = self._header, b""
                 length, ftype = int.from_bytes(header[:3], "big"), header[3]
-                if self._in_block or ftype in (_HEADERS, _PUSH_PROMISE, _CONTINUATION):
+                if (ftype == _DATA and header[4] & _END_STREAM) or ftype == _RST_STREAM:
+                    self._answered.pop(int.from_bytes(header[5:9], "big") & 0x7FFFFFFF, None)
+                if self._in_block or ftype in (_HEADERS, _PUSH_PROMISE, _CONTINUATION, _SETTINGS):
                     if len(self._block) + length > _MAX_BUFFER:
                         raise ValueError(f"a header block from the sandbox over {_MAX_BUFFER} bytes")
                     self._frame_header, self._need, self._payload = header, length, b""
@@ -390,9 +437,18 @@ class _ServerFrames:
         return first, size
 
     def _take(self, header: bytes, payload: bytes) -> bytes:
-        """One whole frame of a header block: b"" until its END_HEADERS, then the block's frames, re-encoded."""
+        """One whole frame of a header block: b"" until its END_HEADERS, then the block's frames, re-encoded; or
+        a SETTINGS frame, relayed (its table size lowered, `_TableSetting.relayed`)."""
         ftype, flags = header[3], header[4]
         stream = int.from_bytes(header[5:9], "big") & 0x7FFFFFFF
+        if ftype == _SETTINGS and not self._in_block:
+            if stream:
+                raise ValueError(f"SETTINGS on stream {stream}")
+            if flags & _ACK:
+                self.settings.client.acknowledged()
+                return header + payload
+            return header + self.settings.sandbox.relayed(payload)
+        self.budget.received += len(payload)  # a header-block frame's
         if ftype == _CONTINUATION:
             if not self._in_block or stream != self._block_stream:
                 raise ValueError(f"CONTINUATION on stream {stream} outside a header block")
@@ -416,13 +472,32 @@ class _ServerFrames:
         if self._in_block:
             return b""
         block, self._block = self._block, b""
+        tables = self.settings.client
+        self.decoder.max_allowed_table_size = tables.decoder_limit
         headers = list(self.decoder.decode(block, raw=True))
         if self._block_type == _HEADERS:
-            headers = _trailer_fields(headers)
-        encoded = self.encoder.encode(headers)
+            headers = self._response_block(headers)
+        self.encoder.limit(tables.encoder_limit)
+        encoded = self.encoder.encode_block(headers)
+        self.budget.spend(len(encoded))
         return _header_frames(
             self._block_stream, self._block_flags, self._block_prefix, encoded, self._block_type
         )
+
+    def _response_block(self, headers: list[Any]) -> list[Any]:
+        """A sandbox HEADERS block as it goes on to the client: a trailer section filtered (`_trailer_fields`),
+        a response head whole. By the stream's state, not the block's fields alone: a sandbox that put
+        `:status` in its trailers got any field past the filter (until December 7)."""
+        stream, answered = self._block_stream, self._answered
+        if stream in answered or not any(bytes(name).startswith(b":") for name, _ in headers):
+            answered.pop(stream, None)  # trailers end the stream
+            return _trailer_fields(headers)
+        status = next((bytes(v) for n, v in headers if bytes(n) == b":status"), b"")
+        if not status.startswith(b"1") and not self._block_flags & _END_STREAM:
+            answered[stream] = None
+            if len(answered) > _MAX_OPEN_STREAMS:
+                del answered[next(iter(answered))]
+        return headers
 
 
 def _stream_of(frame: bytes) -> int:

@@ -1,93 +1,190 @@
-"""The HPACK encoder of the h2c pass-through (`_h2c`): header blocks re-encoded for the sandbox with no dynamic table.
+"""HPACK state of the h2c pass-through (`_h2c`): the router's encoders, the table sizes each peer allows, and
+the budget on what re-encoding may add (docs/design/router-h2c-hpack.md).
 
-A unit of its own because its whole point is what it does not do: it indexes nothing, so the sandbox's
-decoder keeps no state the router must follow (docs/design/router-h2c-hpack.md), and one encoder serves
-every connection.
+The router decodes every header block and encodes it again (to drop fields), so it is an HPACK peer of both
+sides. Its encoders keep a dynamic table as the sending peer's did, because one without (until December 7)
+turned a peer's 1-byte reference to a 4 KB table entry into 4 KB of literal: 66 KB in came out as 240 MB,
+blocking the event loop for seconds, from a client whose credential was not checked yet.
 """
 
 from __future__ import annotations
 
-import functools
+from collections import deque
 from typing import Any
 
-__all__ = ["_StaticEncoder", "_encoder"]
+import hpack
+from hpack.hpack import INDEX_INCREMENTAL, INDEX_NEVER, INDEX_NONE
 
-_TABLE_SIZE_ZERO = b"\x20"
-"""HPACK dynamic table size update to 0 (RFC 7541 6.3), at the start of every re-encoded block: a decoder
-whose SETTINGS_HEADER_TABLE_SIZE went below its current table size expects one (nghttp2 and hpack refuse the
-block otherwise), and 0 is within any setting."""
+__all__ = [
+    "_TABLE_SIZE",
+    "HeaderBudgetExceeded",
+    "_Budget",
+    "_HpackSettings",
+    "_TableEncoder",
+    "_TableSetting",
+]
+
+_TABLE_SIZE = 4096
+"""The largest dynamic table the router keeps, encoding or decoding, per connection and direction: HPACK's
+initial size (RFC 9113 6.5.2), which grpc-go, grpcio, nghttp2 and Go's encoders do not go beyond anyway. A
+peer's SETTINGS_HEADER_TABLE_SIZE is relayed lowered to it, so neither side's encoder uses more."""
+
+_SENSITIVE = frozenset((b"authorization", b"proxy-authorization"))
+"""Encoded never-indexed whatever the sender marked (RFC 7541 7.1.3): credentials."""
+
+_PENDING_SETTINGS = 1000
+"""SETTINGS frames of one peer that the other has not acknowledged, at most: the record is bounded."""
+
+_HEADER_SETTING = 0x1
 
 
-def _hpack_int(value: int, prefix_bits: int, first: int) -> bytes:
-    """An HPACK integer (RFC 7541 5.1) in a `prefix_bits` prefix, the octet's other bits from `first`."""
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes((first | value,))
-    out = bytearray((first | limit,))
-    value -= limit
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+class HeaderBudgetExceeded(Exception):
+    """Re-encoded header blocks outgrew the bytes they came from (`_Budget`): GOAWAY(ENHANCE_YOUR_CALM)."""
 
 
-class _StaticEncoder:
-    """HPACK encoding without the dynamic table: a field the static table holds whole is indexed, every other
-    one is a literal without indexing (RFC 7541 6.2.2; never indexed, 6.2.3, when the client marked it so),
-    its name indexed when the static table has it; no Huffman coding.
+class _Budget:
+    """Re-encoded header-block bytes against header-block bytes received, in one direction of a connection.
 
-    Nothing is indexed, so the sandbox's decoder keeps no state the router must follow (docs/design/
-    router-h2c-hpack.md). Not `hpack.Encoder`: with a zero-size table it cost 80 us a gRPC request block, nearly
-    all Huffman coding; this costs a few (a block is ~30% larger, on the pod network).
+    With both tables in step (`_TableEncoder`), a block comes out about as large as it came in: up to ~1.6x
+    for a lack of Huffman coding (8-bit literals for 5-bit codes), less where the router drops fields. What
+    remains is the two tables holding different entries (the router indexes fields the peer sent unindexed,
+    and evicts sooner): a crafted pattern gets ~400x out of it (a 1-byte reference to an entry the router's
+    table just evicted). So output may be `RATIO` times the input plus `SLACK`, far above legitimate traffic
+    and bounding what a peer gets for its bytes.
+    """
+
+    RATIO = 32
+    SLACK = 1 << 20
+
+    __slots__ = ("received", "sent")
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.sent = 0
+
+    def spend(self, size: int) -> None:
+        self.sent += size
+        if self.sent > self.RATIO * self.received + self.SLACK:
+            raise HeaderBudgetExceeded(
+                f"{self.sent} bytes of re-encoded header blocks for {self.received} received"
+            )
+
+
+class _TableSetting:
+    """One peer's SETTINGS_HEADER_TABLE_SIZE (the size of its decoder's table), as its SETTINGS frames and the
+    other side's acknowledgements pass the router: values as relayed, i.e. at most `_TABLE_SIZE`.
+
+    An encoder may use a new value once the SETTINGS frame is acknowledged (RFC 9113 6.5.3); until then it may
+    still use the old one. So the router's encoder towards the peer uses the smallest of the acknowledged and
+    pending values (a decrease is signalled at once, which any decoder accepts, an increase once
+    acknowledged), and the router's decoder of the other side, whose encoder the relayed value bounds, takes
+    the largest.
+    """
+
+    __slots__ = ("acked", "pending")
+
+    def __init__(self) -> None:
+        self.acked = _TABLE_SIZE
+        self.pending: deque[int | None] = deque()
+
+    def advertised(self, value: int | None) -> None:
+        if len(self.pending) >= _PENDING_SETTINGS:
+            raise ValueError(f"over {_PENDING_SETTINGS} SETTINGS frames unacknowledged")
+        self.pending.append(value)
+
+    def acknowledged(self) -> None:
+        if self.pending:  # an ACK with nothing to acknowledge is the peer's error, not the router's to track
+            value = self.pending.popleft()
+            if value is not None:
+                self.acked = value
+
+    @property
+    def encoder_limit(self) -> int:
+        if not self.pending:
+            return self.acked
+        return min((self.acked, *(v for v in self.pending if v is not None)))
+
+    @property
+    def decoder_limit(self) -> int:
+        if not self.pending:
+            return self.acked
+        return max((self.acked, *(v for v in self.pending if v is not None)))
+
+    def relayed(self, payload: bytes) -> bytes:
+        """A SETTINGS frame's payload as relayed: SETTINGS_HEADER_TABLE_SIZE lowered to `_TABLE_SIZE` (the
+        router's decoder takes no more), the rest unchanged; the frame's value recorded (`advertised`)."""
+        if len(payload) % 6:
+            raise ValueError(f"SETTINGS payload of {len(payload)} bytes, not a multiple of 6")
+        value: int | None = None
+        out = bytearray(payload)
+        for at in range(0, len(payload), 6):
+            if int.from_bytes(payload[at : at + 2], "big") == _HEADER_SETTING:
+                value = min(int.from_bytes(payload[at + 2 : at + 6], "big"), _TABLE_SIZE)
+                out[at + 2 : at + 6] = value.to_bytes(4, "big")
+        self.advertised(value)
+        return bytes(out)
+
+
+class _HpackSettings:
+    """The table sizes of one h2c connection, shared by its two directions (`_ClientFrames` sees the client's
+    SETTINGS and its ACKs of the sandbox's, `_ServerFrames` the reverse)."""
+
+    __slots__ = ("client", "sandbox")
+
+    def __init__(self) -> None:
+        self.client = _TableSetting()
+        """The client's decoder: bounds the router's encoder of sandbox blocks and the sandbox's encoder."""
+        self.sandbox = _TableSetting()
+        """The sandbox's decoder: bounds the router's encoder of client blocks and the client's encoder."""
+
+
+class _TableEncoder(hpack.Encoder):
+    """`hpack.Encoder` with the dynamic table, no Huffman coding, and credentials never indexed.
+
+    Indexes every field that fits the table (Go's policy; a field larger than the table is a literal without
+    indexing rather than one that empties it), so a field the peer repeats costs a byte or two again after the
+    router, as it did before it. No Huffman coding: it was nearly all of `hpack`'s encoding time (~80 us a
+    gRPC block); the literals are ~30% larger, on the pod network. One per connection and direction.
     """
 
     def __init__(self) -> None:
-        from hpack import NeverIndexedHeaderTuple
-        from hpack.table import HeaderTable
+        super().__init__()
 
-        self._never = NeverIndexedHeaderTuple
-        self._fields: dict[tuple[bytes, bytes], bytes] = {}
-        """(name, value) -> its indexed representation, for the static table's fields."""
-        self._plain: dict[bytes, bytes] = {}
-        """name -> the start of a literal without indexing naming it (by static index, else literally)."""
-        self._sensitive: dict[bytes, bytes] = {}
-        """name -> the same for a never-indexed literal."""
-        for index, (name, value) in enumerate(HeaderTable.STATIC_TABLE, 1):
-            self._fields.setdefault((name, value), _hpack_int(index, 7, 0x80))
-            self._plain.setdefault(name, _hpack_int(index, 4, 0x00))
-            self._sensitive.setdefault(name, _hpack_int(index, 4, 0x10))
-        self._static_names = len(self._plain)
+    def limit(self, size: int) -> None:
+        """Use a table of at most `size` bytes from the next block on (which then starts with the update)."""
+        if size != self.header_table.maxsize:
+            self.header_table_size = size
+            changes = self.table_size_changes
+            if len(changes) > 2:  # RFC 7541 4.2: the smallest, then the final, is all a decoder needs
+                smallest, final = min(changes), changes[-1]
+                changes[:] = [smallest, final] if smallest != final else [final]
 
-    def _literal_name(self, name: bytes, names: dict[bytes, bytes], flag: int) -> bytes:
-        prefix = bytes((flag,)) + _hpack_int(len(name), 7, 0) + name
-        # Metadata names repeat, so they are kept; bounded in number and length all the same: the encoder is
-        # shared by every connection, any client (before its credential is checked) picks the names, and one
-        # may be as long as a header list (1,024 names of 4 KB held ~8 MB for good until December 6).
-        if len(name) <= 128 and len(names) < self._static_names + 1024:
-            names[name] = prefix
-        return prefix
-
-    def encode(self, headers: list[Any]) -> bytes:
-        """A header block: a table size update to 0, then `headers` (bytes pairs, as `hpack` decodes them)."""
-        out = [_TABLE_SIZE_ZERO]
-        fields, plain, sensitive, never = self._fields, self._plain, self._sensitive, self._never
+    def encode_block(self, headers: list[Any]) -> bytes:
+        """`headers` (decoded tuples of bytes: `hpack.NeverIndexedHeaderTuple` keeps its mark) as a header
+        block. `hpack.Encoder.encode`'s per-field type handling and logging skipped: they were half the cost."""
+        out = []
+        table = self.header_table
+        if table.resized:
+            out.append(self._encode_table_size_change())
+            table.resized = False
+        add, never = self.add, hpack.NeverIndexedHeaderTuple
         for field in headers:
-            name, value = field[0], field[1]
-            if type(field) is never:
-                prefix = sensitive.get(name) or self._literal_name(name, sensitive, 0x10)
-            else:
-                indexed = fields.get((name, value))
-                if indexed is not None:
-                    out.append(indexed)
-                    continue
-                prefix = plain.get(name) or self._literal_name(name, plain, 0x00)
-            size = len(value)
-            out += (prefix, bytes((size,)) if size < 0x7F else _hpack_int(size, 7, 0), value)
+            out.append(add((field[0], field[1]), type(field) is never))
         return b"".join(out)
 
-
-@functools.cache
-def _encoder() -> _StaticEncoder:
-    """The one encoder (it has no state: any connection may use it)."""
-    return _StaticEncoder()
+    def add(self, to_add: tuple[bytes, bytes], sensitive: bool, huffman: bool = False) -> bytes:
+        name, value = to_add
+        sensitive = sensitive or name in _SENSITIVE
+        match = self.header_table.search(name, value)
+        if match is not None and match[2] is not None and not sensitive:
+            index = match[0]
+            return bytes((0x80 | index,)) if index < 0x7F else self._encode_indexed(index)
+        index = not sensitive and len(name) + len(value) + 32 <= self.header_table.maxsize
+        bit = INDEX_INCREMENTAL if index else INDEX_NEVER if sensitive else INDEX_NONE
+        if match is None:
+            encoded = self._encode_literal(name, value, bit, huffman)
+        else:
+            encoded = self._encode_indexed_literal(match[0], value, bit, huffman)
+        if index:
+            self.header_table.add(name, value)
+        return encoded

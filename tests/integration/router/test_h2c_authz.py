@@ -99,18 +99,19 @@ async def sandbox() -> AsyncIterator[MetadataSandbox]:
 
 
 class DecodingSandbox:
-    """A raw h2c sandbox that advertises a zero-size HPACK table and decodes every header block it receives,
-    as an HTTP/2 server would: (stream, HEADERS flags, headers) per block, and every frame's length."""
+    """A raw h2c sandbox that advertises a zero-size HPACK table (or `table_size`) and decodes every header
+    block it receives, as an HTTP/2 server would: (stream, HEADERS flags, headers) per block, and every
+    frame's length."""
 
-    def __init__(self) -> None:
+    def __init__(self, table_size: int = 0) -> None:
         self.ip = fresh_ip()
         self.port = 0
+        self.table_size = table_size
         self.server: asyncio.Server | None = None
         self.received = bytearray()
         self.decoder = hpack.Decoder()
-        # SETTINGS_HEADER_TABLE_SIZE 0: a client encoder that honours it (the router's decoder does not care)
-        # may index nothing; the router's re-encoded blocks must decode under it.
-        self.decoder.max_allowed_table_size = 0
+        # SETTINGS_HEADER_TABLE_SIZE 0, in effect once acknowledged (RFC 9113 6.5.3: `_serve` lowers the
+        # limit at the ACK); the router's re-encoded blocks must decode under it.
         self.blocks: list[tuple[int, int, list[tuple[bytes, bytes]]]] = []
         self.frame_lengths: list[int] = []
         self.errors: list[BaseException] = []
@@ -128,7 +129,7 @@ class DecodingSandbox:
         await self.server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(frame(SETTINGS, 0, 0, (0x1).to_bytes(2, "big") + (0).to_bytes(4, "big")))
+        writer.write(frame(SETTINGS, 0, 0, (0x1).to_bytes(2, "big") + self.table_size.to_bytes(4, "big")))
         block, first_flags, block_stream = b"", 0, 0
         while chunk := await reader.read(65536):
             self.received.extend(chunk)
@@ -142,6 +143,8 @@ class DecodingSandbox:
                 payload = data[self._pos + 9 : self._pos + 9 + length]
                 self._pos += 9 + length
                 self.frame_lengths.append(length)
+                if ftype == SETTINGS and flags & 0x1:
+                    self.decoder.max_allowed_table_size = self.table_size
                 if ftype == HEADERS:
                     start, end = 0, len(payload)
                     if flags & PADDED:
@@ -223,8 +226,8 @@ async def test_authorization_never_reaches_a_grpc_sandbox(
 
 async def test_header_blocks_reach_the_sandbox_re_encoded_without_credentials(h2c_router: Router) -> None:
     """Byte-level: padded and prioritised HEADERS split over CONTINUATIONs, a block that outgrows the
-    default frame size once re-encoded (the client indexed it), and trailers: the sandbox decodes every block
-    with a zero-size table, sees neither `authorization` nor `proxy-authorization` (nor headers HTTP/2 forbids)
+    default frame size once re-encoded (the client indexed it, the router may not: the sandbox's table size is
+    0), and trailers: the sandbox decodes every block, sees neither `authorization` nor `proxy-authorization` (nor headers HTTP/2 forbids)
     in any of them, the rest in order, END_STREAM where the client put it, and no frame over 16384 bytes."""
     async with DecodingSandbox() as sandbox:
         encoder = hpack.Encoder()
@@ -245,7 +248,8 @@ async def test_header_blocks_reach_the_sandbox_re_encoded_without_credentials(h2
             CONTINUATION, END_HEADERS, 1, block1[40:]
         )
         # The same headers again and one big header eight times: the client's encoder sends it once and
-        # then refers to it in its table, the router's may not, so this block re-encoded is over 16384 bytes.
+        # then refers to it in its table, the router's may not (the sandbox allows no table), so this block
+        # re-encoded is over 16384 bytes.
         second = [*first, *[("x-rep", "v" * 3000)] * 8]
         block3 = encoder.encode(second)
         assert len(block3) < 4000
@@ -256,11 +260,12 @@ async def test_header_blocks_reach_the_sandbox_re_encoded_without_credentials(h2
             3,
             encoder.encode([("x-trailer", "t"), ("authorization", "Bearer secret-token")]),
         )
-        _, writer = await asyncio.open_connection("127.0.0.1", h2c_router.http_port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", h2c_router.http_port)
         try:
             writer.write(PREFACE + frame(SETTINGS, 0, 0, b"") + stream1 + frame(DATA, END_STREAM, 1, b"x"))
             await writer.drain()
             await sandbox.wait_blocks(1)
+            await _read_until_settings(reader)  # the sandbox's, past the router: its table size is known
             writer.write(stream3 + frame(DATA, 0, 3, b"y") + trailers)
             await writer.drain()
             await sandbox.wait_blocks(3)
@@ -278,7 +283,17 @@ async def test_header_blocks_reach_the_sandbox_re_encoded_without_credentials(h2
     assert [flags & (END_STREAM | PRIORITY) for _, flags, _ in sandbox.blocks] == [PRIORITY, 0, END_STREAM]
     assert max(sandbox.frame_lengths) <= MAX_FRAME
     assert sum(sandbox.frame_lengths) > MAX_FRAME  # the big block was split, not cut
-    assert not sandbox.decoder.header_table.dynamic_entries  # nothing indexed: no state to desynchronise
+    assert not sandbox.decoder.header_table.dynamic_entries  # the router's table follows the sandbox's 0
+
+
+async def _read_until_settings(reader: asyncio.StreamReader) -> None:
+    """Read the router's frames until a SETTINGS frame with a payload (the sandbox's; the router's is empty)."""
+    seen = b""
+    async with asyncio.timeout(10):
+        while not any(t == SETTINGS and p for t, _, _, p in frames(seen)):
+            chunk = await reader.read(65536)
+            assert chunk
+            seen += chunk
 
 
 async def test_trailers_of_an_accepted_stream_are_forwarded_after_a_refusal(h2c_router: Router) -> None:

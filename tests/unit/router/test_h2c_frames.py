@@ -240,16 +240,14 @@ def _client_headers(flags: int, fields: bytes, block: bytes, split: bool, stream
 @pytest.mark.parametrize("size", [10, 16384, 40000])
 def test_re_encoded_blocks_are_re_framed(padded: bool, priority: bool, end_stream: bool, size: int) -> None:
     """HEADERS flags of the client's frame carried over (END_STREAM, PRIORITY and its fields), padding
-    dropped, a block over 16384 bytes split into CONTINUATIONs, END_HEADERS on the last frame only; every
-    block starts with a table size update to 0 and indexes nothing, so a decoder limited to a zero-size
-    table (SETTINGS_HEADER_TABLE_SIZE 0) decodes every one, and keeps no state."""
+    dropped, a block over 16384 bytes split into CONTINUATIONs, END_HEADERS on the last frame only; the
+    sandbox's decoder, following the router's dynamic table, decodes every one."""
     encoder = hpack.Encoder()
     headers = [("x-sandbox-id", "a"), ("authorization", "Bearer t"), ("x-big", "z" * size)]
     flags = (END_STREAM if end_stream else 0) | (PADDED if padded else 0) | (PRIORITY if priority else 0)
     fields = (5).to_bytes(4, "big") + b"\x07"
     client = _ClientFrames()
     sandbox = hpack.Decoder()
-    sandbox.max_allowed_table_size = 0
     # The second time the client's encoder refers to its dynamic table (for what fits in it). On a new
     # stream: a second request block on stream 1 is a protocol error (`test_stream_states`).
     for stream, split in ((1, True), (3, False)):
@@ -267,7 +265,6 @@ def test_re_encoded_blocks_are_re_framed(padded: bool, priority: bool, end_strea
             first = first[5:]
         forwarded = [(str(k), str(v)) for k, v in sandbox.decode(first + b"".join(p for *_, p in out[1:]))]
         assert forwarded == [("x-sandbox-id", "a"), ("x-big", "z" * size)]
-        assert not sandbox.header_table.dynamic_entries
 
 
 _names = st.one_of(
@@ -288,41 +285,46 @@ _names = st.one_of(
             st.booleans(),
         ),
         max_size=12,
-    )
+    ),
+    sizes=st.lists(st.sampled_from([0, 100, 256, 4096]), max_size=4),
 )
-def test_the_static_encoder_round_trips_through_a_zero_size_table(
-    fields: list[tuple[bytes, bytes, bool]],
-) -> None:
-    """Whatever the fields (static-table hits, long names and values, never-indexed marks), the router's encoder
-    produces a block that a decoder limited to a zero-size table decodes to the same fields and marks."""
-    from agent_sandbox.router._h2c_hpack import _encoder
+def test_the_table_encoder_round_trips(fields: list[tuple[bytes, bytes, bool]], sizes: list[int]) -> None:
+    """Whatever the fields (static-table hits, long names and values, never-indexed marks) and table sizes
+    the peer allows, the router's encoder produces blocks that a decoder held to the size decodes to the same
+    fields and marks (the second time mostly from its dynamic table), its table the encoder's."""
+    from agent_sandbox.router._h2c_hpack import _TableEncoder
 
     headers = [
         hpack.NeverIndexedHeaderTuple(n, v) if never else hpack.HeaderTuple(n, v) for n, v, never in fields
     ]
-    decoder = hpack.Decoder()
-    decoder.max_allowed_table_size = 0
-    decoded = list(decoder.decode(_encoder().encode(headers), raw=True))
-    assert [(bytes(k), bytes(v)) for k, v in decoded] == [(n, v) for n, v, _ in fields]
-    assert [isinstance(h, hpack.NeverIndexedHeaderTuple) for h in decoded] == [never for *_, never in fields]
-    assert not decoder.header_table.dynamic_entries
+    encoder, decoder = _TableEncoder(), hpack.Decoder()
+    for size in [*sizes, 4096]:
+        encoder.limit(size)
+        decoder.max_allowed_table_size = size
+        for _ in range(2):
+            decoded = list(decoder.decode(encoder.encode_block(headers), raw=True))
+            assert [(bytes(k), bytes(v)) for k, v in decoded] == [(n, v) for n, v, _ in fields]
+            assert [isinstance(h, hpack.NeverIndexedHeaderTuple) for h in decoded] == [n for *_, n in fields]
+            assert list(decoder.header_table.dynamic_entries) == list(encoder.header_table.dynamic_entries)
+            assert decoder.header_table_size <= size
 
 
-def test_the_encoders_name_cache_keeps_no_long_names() -> None:
-    """The encoder is shared by every connection and caches the literal names it encodes; any client (before
-    its credential is checked) chooses them, and a name may be as long as a header list (1 MiB). Only short
-    names are kept: 1,024 of 4 KB each (twice, never-indexed too) held ~8 MB for the router's life."""
-    from agent_sandbox.router._h2c_hpack import _StaticEncoder
+def test_repeated_fields_are_re_encoded_as_references() -> None:
+    """A field the client repeats (a 2 KiB metadata value on every gRPC call) reaches the sandbox as a table
+    reference again, a few bytes, not as 2 KiB of literal per call; credentials are never indexed."""
+    from agent_sandbox.router._h2c_hpack import _TableEncoder
 
-    encoder = _StaticEncoder()
-    for i in range(3000):
-        name = b"x-%d-" % i + b"n" * 4000
-        encoder.encode([hpack.HeaderTuple(name, b"v"), hpack.NeverIndexedHeaderTuple(name, b"v")])
-    cached = [*encoder._plain.items(), *encoder._sensitive.items()]
-    assert sum(len(name) + len(prefix) for name, prefix in cached) < 300_000
-    # short names (metadata keys) are still cached
-    encoder.encode([hpack.HeaderTuple(b"x-request-id", b"1")])
-    assert b"x-request-id" in encoder._plain
+    encoder = _TableEncoder()
+    call = [
+        hpack.HeaderTuple(b":method", b"POST"),
+        hpack.HeaderTuple(b":path", b"/pkg.Svc/Call"),
+        hpack.HeaderTuple(b"x-token", b"t" * 2048),
+        hpack.HeaderTuple(b"proxy-authorization", b"Basic abc"),
+    ]
+    first = encoder.encode_block(call)
+    assert len(first) > 2048
+    assert len(encoder.encode_block(call)) < 20
+    assert [bytes(n) for n, _ in encoder.header_table.dynamic_entries] == [b"x-token", b":path"]
 
 
 # --------------------------------------------------------------------------------------------- trailers
@@ -383,7 +385,7 @@ def test_sandbox_blocks_are_re_encoded_and_its_trailers_filtered() -> None:
     """The sandbox's response heads reach the client unchanged in content, its trailer sections (no
     pseudo-header) without what HTTP/1.1 keeps out; the sandbox's encoder indexes (its later blocks name
     entries its earlier ones added, the filtered ones too) and the client's decoder still decodes every block
-    the router re-encoded, its dynamic table left empty."""
+    the router re-encoded."""
     encoder = hpack.Encoder()  # indexes every field it may: later blocks are mostly table references
     head = [(b":status", b"200"), (b"content-type", b"application/grpc"), (b"x-sandbox-pod-ip", b"kept")]
     trailers = [(b"grpc-status", b"0"), *_KEPT_OUT, (b"x-trailer", b"t")]
@@ -405,7 +407,6 @@ def test_sandbox_blocks_are_re_encoded_and_its_trailers_filtered() -> None:
         relayed += out
     assert server.failed is None
     decoder = hpack.Decoder()
-    decoder.max_allowed_table_size = 0  # a client that took a table size update to 0 decodes it all the same
     blocks = _blocks(relayed, decoder)
     kept = [(b"grpc-status", b"0"), (b"x-trailer", b"t")]
     assert blocks == [
@@ -415,7 +416,6 @@ def test_sandbox_blocks_are_re_encoded_and_its_trailers_filtered() -> None:
         (HEADERS, END_STREAM | END_HEADERS, 3, kept),
     ]
     assert [f[3] for f in _parsed(relayed) if f[0] == DATA] == [b"\x00\x00\x00\x00\x01z"] * 2
-    assert not decoder.header_table.dynamic_entries
 
 
 def test_a_trailers_only_response_is_a_head() -> None:
