@@ -4,8 +4,9 @@ Start-up: tracing -> metrics -> TLS -> Kubernetes client (only for the cache or 
 initial sync (60 s, else `pod cache failed initial sync ...`) -> authorizer -> bind every listener (a bind
 failure aborts before readiness) -> ready. Probes: `/healthz` -> 200 `{"status":"ok"}`; `/readyz` -> 200
 `ok` when ready, 503 `draining` otherwise. Shutdown: unready, stop accepting, let in-flight requests
-finish (keep-alive connections close after their current response) until `stop_reserve` before
-`--shutdown-timeout`, then cut what is left (upgraded connections included) and stop, done by the timeout.
+finish (keep-alive connections close after their current response; h2c connections get a GOAWAY and close
+once their streams end; upgraded connections run on) until `stop_reserve` before `--shutdown-timeout`, then
+cut what is left and stop, done by the timeout.
 
 `Router` is also the in-process API tests and the dev cluster use: `await router.start()`, the bound
 ports, `await router.shutdown()`.
@@ -358,9 +359,11 @@ class Router:
         await self._stop_everything(flush_until=end - reserve / 2)
 
     def _busy(self) -> bool:
-        # Upgraded connections do not hold the drain up (Go's Shutdown does not wait for hijacked
-        # connections either); they are cut when the process stops.
-        return any(not c.idle and c.tunnel is None for c in self.connections if not c.closed)
+        # Upgraded connections (WebSocket, Upgrade tunnels) and h2c ones hold the drain up too, until they
+        # end or the drain's deadline cuts them: Go's Shutdown does not wait for hijacked connections, and
+        # until December 7 neither did this, so every gRPC stream and WebSocket through a router was cut
+        # at each rollout (docs/router.md, "SIGTERM with h2c streams or tunnels open").
+        return any(not c.idle for c in self.connections if not c.closed)
 
     async def _stop_everything(self, flush_until: float | None = None) -> None:
         """Stop every component; `flush_until` (loop time) bounds the wait for queued spans to be exported."""

@@ -106,6 +106,11 @@ class Connection(asyncio.Protocol):
             self._task.cancel()
         self._linger_close()
 
+    def linger_close(self) -> None:
+        """`_linger_close`, for a protocol that took the connection over (h2c's drain): its client may
+        still be sending (a WINDOW_UPDATE, a PING) when its last stream has ended."""
+        self._linger_close()
+
     def _linger_close(self) -> None:
         """Close after a response the client may still be sending a request body to (an error, or an
         answer that came before the body ended) without resetting it away: closing a socket that still has

@@ -33,6 +33,10 @@ HTTP/2 responses; for gRPC requests as a trailers-only response with the matchin
 (400 -> INVALID_ARGUMENT, 401 -> UNAUTHENTICATED, 403 -> PERMISSION_DENIED, 502 -> UNAVAILABLE,
 504 -> DEADLINE_EXCEEDED) and the detail text as `grpc-message`.
 
+On SIGTERM a connection drains as an HTTP/1.1 request does (`_Session.drain`): GOAWAY(NO_ERROR) naming the last
+accepted stream, later streams refused (RST_STREAM(REFUSED_STREAM), never forwarded), closed once the
+accepted streams have ended or at the drain's deadline (docs/router.md).
+
 `x-sandbox-timeout` is not applied on h2c (nor validated; it is forwarded as metadata): a stream's deadline
 is gRPC's own `grpc-timeout`, which client and sandbox enforce. Ending one stream of a multiplexed connection
 the router only inspects would mean answering it with a header block of the router's own in the sandbox's
@@ -57,6 +61,7 @@ from ._h2c_frames import (
     _GOAWAY,
     _HEADERS,
     _MAX_BUFFER,
+    _RST_STREAM,
     _SETTINGS,
     _ClientFrames,
     _frame,
@@ -79,6 +84,11 @@ __all__ = ["PREFACE", "H2cPassThrough"]
 log = logging.getLogger("agent_sandbox.router.h2c")
 
 PREFACE = H2C_PREFACE
+_NO_ERROR, _REFUSED_STREAM = 0x0, 0x7
+_MAX_LIVE = 10_000
+"""Accepted streams the drain waits for at most (`_Session.live`): the sandbox's SETTINGS_MAX_CONCURRENT_STREAMS
+keeps a client below it, but the record must be bounded whatever the sandbox says (past it the oldest is
+forgotten, and cut if still running when the connection closes)."""
 _GRPC_STATUS = {400: 3, 401: 16, 403: 7, 413: 8, 429: 8, 502: 14, 503: 14, 504: 4}
 
 
@@ -110,6 +120,13 @@ class _Session:
         self._opened: tuple[int, bool] | None = None
         """The first stream and whether it is gRPC, once its block was admitted (`_admit`), until connecting."""
         self._closing = False
+        self.live: dict[int, None] = {}
+        """Streams accepted (forwarded, or held while connecting) that neither the sandbox ended nor either
+        side reset: the drain closes the connection once there are none (`drain`)."""
+        self._draining = False
+        self._refused_to = 0
+        """The highest stream refused with RST_STREAM while draining (each is refused once)."""
+        self._to_client.on_stream_end = self._ended
 
     def feed(self, data: bytes) -> None:
         self._opened = None
@@ -129,9 +146,14 @@ class _Session:
         if self.refused_above is not None:
             above = self.refused_above
             frames = [f for f in frames if not (_stream_of(f) > above and _stream_of(f) % 2)]
+        for frame in frames:
+            if frame[3] == _RST_STREAM:
+                self.live.pop(_stream_of(frame), None)
         if self.upstream_write is not None:
             for frame in frames:
                 self.upstream_write(frame)
+            if self._draining:
+                self._end_if_done()
             return
         self.pending.extend(frames)
         if self.route is None and self.frames.buffered + sum(map(len, self.pending)) > _MAX_BUFFER:
@@ -156,6 +178,11 @@ class _Session:
             # Above: sent before the client read the GOAWAY; it retries it elsewhere. At or below: a header
             # block (trailers) of an accepted stream the client still has open (`self.frames` ended the
             # connection for any other), forwarded.
+            if stream > self.refused_above and self._draining and stream > self._refused_to:
+                # Said outright too (GOAWAY alone leaves it to the client to see the stream was above):
+                # REFUSED_STREAM, unprocessed, which clients retry (RFC 9113 8.7).
+                self._refused_to = stream
+                self.to_client_frame(_frame(_RST_STREAM, 0, stream, struct.pack("!I", _REFUSED_STREAM)))
             return stream <= self.refused_above
         over_cap = self.frames.over_cap
         if over_cap is not None and stream >= over_cap:
@@ -167,6 +194,7 @@ class _Session:
             if self._opened is None:
                 self._closing = True
                 return False
+            self._accepted(stream)
             return True
         if stream <= self.last_stream:
             # Trailers of an accepted stream the client still has open: they carry no routing headers. Only
@@ -175,6 +203,7 @@ class _Session:
             return True
         if self._same_target(headers):
             self.last_stream = max(self.last_stream, stream)
+            self._accepted(stream)
             return True
         self._refuse_from(stream)
         return False
@@ -191,6 +220,41 @@ class _Session:
         self.refused_above = self.last_stream
         log.info("h2c: stream %d names another target or credential; GOAWAY(%d)", stream, self.last_stream)
         self.to_client_frame(_frame(_GOAWAY, 0, 0, struct.pack("!II", self.last_stream, 0)))
+
+    def _accepted(self, stream: int) -> None:
+        self.live[stream] = None
+        if len(self.live) > _MAX_LIVE:
+            del self.live[next(iter(self.live))]
+
+    def _ended(self, stream: int) -> None:
+        """The sandbox ended or reset `stream` (`_ServerFrames.on_stream_end`)."""
+        self.live.pop(stream, None)
+
+    def drain(self) -> None:
+        """Shutdown (`ClientConnection.on_drain`; RFC 9113 6.8): GOAWAY(NO_ERROR) naming the last stream
+        accepted, so the client opens no more here and knows that every later one was not processed (each
+        also gets RST_STREAM(REFUSED_STREAM), and none reaches the sandbox); the accepted ones run on, and
+        the connection closes when the last has ended, or when the drain's deadline cuts every connection.
+        Until December 7 the drain closed h2c connections at once: each rollout of the router failed every
+        gRPC call in flight (sandboxd's commands.stream/run) with UNAVAILABLE, after it had started."""
+        if self._draining or self.conn.closed:
+            return
+        self._draining = True
+        if self.route is None:
+            self._goaway(0, _NO_ERROR)  # no stream accepted yet: nothing was processed
+            return
+        if self.refused_above is None:
+            self.refused_above = self.last_stream
+        log.info("h2c: draining, GOAWAY(%d) with %d stream(s) open", self.refused_above, len(self.live))
+        self.to_client_frame(_frame(_GOAWAY, 0, 0, struct.pack("!II", self.refused_above, _NO_ERROR)))
+        self._end_if_done()
+
+    def _end_if_done(self) -> None:
+        """While draining: close once no accepted stream runs and what was relayed ends between two frames."""
+        if not self.live and self._to_client.at_boundary and not self._inject and not self.conn.closed:
+            # Half-closed, input read a while: a plain close with the client's last WINDOW_UPDATE unread
+            # would answer it with a reset, which can discard the response's end from the client's buffer.
+            self.conn.linger_close()
 
     def to_client_frame(self, frame: bytes) -> None:
         """Write a frame of the router's own to the client, between two of the sandbox's frames."""
@@ -211,6 +275,8 @@ class _Session:
         if self._inject and cut >= 0:
             data, self._inject = data[:cut] + self._inject + data[cut:], b""
         self.conn.write(data)
+        if self._draining and self._to_client.failed is None:
+            self._end_if_done()
         if (exc := self._to_client.failed) is not None:
             # Relayed up to the frame before (`_ServerFrames.feed`); a block that does not decode is a
             # COMPRESSION_ERROR (RFC 9113 4.3). The streams forwarded may have run: the GOAWAY names the last.
@@ -410,6 +476,7 @@ class H2cPassThrough:
         # sends an empty one (all defaults) and the sandbox's own SETTINGS follow once connected.
         conn.write(_frame(_SETTINGS, 0, 0, b""))
         conn.on_lost = lambda: None
+        conn.on_drain = session.drain
         session.pending.append(PREFACE)
         rest = data[len(PREFACE) :]
         if rest:

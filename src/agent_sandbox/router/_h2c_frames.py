@@ -20,6 +20,7 @@ __all__ = [
     "_GOAWAY",
     "_HEADERS",
     "_MAX_BUFFER",
+    "_RST_STREAM",
     "_SETTINGS",
     "_ClientFrames",
     "_ServerFrames",
@@ -370,6 +371,9 @@ class _ServerFrames:
         self._in_block = False
         self.failed: Exception | None = None
         """Why the relay stopped: the sandbox's frames stopped being HTTP/2 (`feed`)."""
+        self.on_stream_end: Callable[[int], None] | None = None
+        """Told of each stream the sandbox ends (END_STREAM, RST_STREAM): the session's drain waits for them.
+        Told before the frame is relayed whole: what was relayed ends with it once `at_boundary`."""
 
     @property
     def at_boundary(self) -> bool:
@@ -418,7 +422,10 @@ class _ServerFrames:
                 header, self._header = self._header, b""
                 length, ftype = int.from_bytes(header[:3], "big"), header[3]
                 if (ftype == _DATA and header[4] & _END_STREAM) or ftype == _RST_STREAM:
-                    self._answered.pop(int.from_bytes(header[5:9], "big") & 0x7FFFFFFF, None)
+                    ended = int.from_bytes(header[5:9], "big") & 0x7FFFFFFF
+                    self._answered.pop(ended, None)
+                    if self.on_stream_end is not None:
+                        self.on_stream_end(ended)
                 if self._in_block or ftype in (_HEADERS, _PUSH_PROMISE, _CONTINUATION, _SETTINGS):
                     if len(self._block) + length > _MAX_BUFFER:
                         raise ValueError(f"a header block from the sandbox over {_MAX_BUFFER} bytes")
@@ -477,6 +484,8 @@ class _ServerFrames:
         headers = list(self.decoder.decode(block, raw=True))
         if self._block_type == _HEADERS:
             headers = self._response_block(headers)
+            if self._block_flags & _END_STREAM and self.on_stream_end is not None:
+                self.on_stream_end(self._block_stream)  # a trailer section, or a trailers-only response
         self.encoder.limit(tables.encoder_limit)
         encoded = self.encoder.encode_block(headers)
         self.budget.spend(len(encoded))

@@ -106,6 +106,9 @@ class ClientConnection(RequestReader):
         self.on_write_pause: Callable[[bool], None] | None = None
         """Set by the active exchange: called with True/False when the client write buffer fills/drains."""
         self.on_lost: Callable[[], None] | None = None
+        self.on_drain: Callable[[], None] | None = None
+        """Set by a protocol that took the connection over (h2c): shutdown asks it to end the connection
+        itself (it closes it once its streams are done); until then the connection holds the drain up."""
         self._active: Request | None = None
         self._pending: deque[Request] = deque()
         self._next_waits_for_write = False
@@ -345,14 +348,18 @@ class ClientConnection(RequestReader):
             self._arm(self.limits.idle_timeout, self._idle_expired)
 
     def start_drain(self) -> None:
-        """Shutdown: idle connections close now, busy ones after their current response."""
+        """Shutdown: idle connections close now, busy ones after their current response; one taken over
+        (h2c) ends itself (`on_drain`). Until December 7 an h2c connection, which has no HTTP/1.1 request,
+        was taken for idle and closed at once, with every gRPC stream on it."""
         self.draining = True
-        if self._active is None and not self._in_head:
+        if self.on_drain is not None:
+            self.on_drain()
+        elif self._active is None and not self._in_head:
             self.close()
 
     @property
     def idle(self) -> bool:
-        return self._active is None and not self._in_head
+        return self._active is None and not self._in_head and self.on_drain is None
 
     def _header_timeout(self) -> None:
         if self._active is None:
