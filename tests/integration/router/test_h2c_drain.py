@@ -19,14 +19,17 @@ import signal
 import struct
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import grpc
 import hpack
 import pytest
 
+from agent_sandbox.api import processv1 as pb
 from agent_sandbox.router import Router
+from agent_sandbox.runtime import RuntimeConfig, RuntimeServer
 
-from .conftest import RouterProcess
+from .conftest import RouterProcess, fresh_ip
 from .test_h2c_pinning import (
     END_HEADERS,
     END_STREAM,
@@ -36,6 +39,7 @@ from .test_h2c_pinning import (
     PREFACE,
     SETTINGS,
     Sandbox,
+    _runtime_metadata,
     frame,
     frames,
 )
@@ -54,6 +58,21 @@ async def sandbox() -> AsyncIterator[Sandbox]:
         yield sandbox
     finally:
         await sandbox.server.stop(None)
+
+
+@pytest.fixture
+async def runtime(tmp_path: Path) -> AsyncIterator[RuntimeServer]:
+    """The project's runtime (sandboxd's process.v1 on its gRPC port), as in test_h2c_pinning."""
+    server = RuntimeServer(
+        RuntimeConfig(
+            root_dir=tmp_path / "root", listen_host=fresh_ip(), legacy_port=0, rest_port=0, grpc_port=0
+        )
+    )
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop(2.0)
 
 
 async def _terminate(router: RouterProcess) -> float:
@@ -91,6 +110,34 @@ async def test_a_stream_running_at_sigterm_completes_and_the_router_then_exits(
     assert "h2c: draining, GOAWAY(1) with 1 stream(s) open" in log
     assert "still busy" not in log  # ended by its stream, not cut at the deadline
     assert elapsed < 20, f"stopped {elapsed:.2f} s after SIGTERM"
+
+
+async def test_a_runtime_command_streaming_at_sigterm_runs_to_its_exit(
+    router_process: Callable[..., RouterProcess], runtime: RuntimeServer
+) -> None:
+    """The probe's case: the project's runtime (sandboxd's process.v1) behind a router process, a command
+    streaming its output (`commands.stream`) when the router gets SIGTERM: every line and the exit arrive."""
+    router = router_process("--enable-h2c", "--shutdown-timeout=20s")
+    path, req, resp, _ = pb.METHODS["Start"]
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{router.port}", options=OWN_CONNECTION) as channel:
+        start = channel.unary_stream(
+            path, request_serializer=req.SerializeToString, response_deserializer=resp.FromString
+        )
+        script = "for i in 1 2 3 4 5 6 7 8; do echo $i; sleep 0.2; done"
+        request = pb.StartRequest(config=pb.ProcessConfig(command=["sh", "-c", script]))
+        call = start(request, metadata=_runtime_metadata(runtime), timeout=30)
+        stdout = b""
+        exit_code = None
+        async for event in call:
+            if event.HasField("stdout"):
+                if not stdout:
+                    await _terminate(router)
+                stdout += event.stdout
+            elif event.HasField("exit"):
+                exit_code = event.exit.exit_code
+        assert await call.code() == grpc.StatusCode.OK
+    assert (stdout, exit_code) == (b"1\n2\n3\n4\n5\n6\n7\n8\n", 0)
+    assert await asyncio.to_thread(router.proc.wait, 20) == 0
 
 
 async def _read_all(call: grpc.aio.UnaryStreamCall[bytes, bytes], into: list[bytes]) -> None:
@@ -192,8 +239,6 @@ async def _read_frames(
 async def test_goaway_names_the_last_stream_later_ones_are_refused_and_the_close_waits_for_the_open_ones(
     start_router: Callable[..., Awaitable[Router]],
 ) -> None:
-    from .conftest import fresh_ip
-
     router = await start_router("--enable-h2c", "--shutdown-timeout=20s")
     encoder = hpack.Encoder()
     async with AnsweringSandbox(fresh_ip()) as sandbox:
