@@ -23,7 +23,15 @@ from .observability import ObservedTimes
 from .status import status_equal
 from .store import Freshest, Store
 
-__all__ = ["ensure_intent", "first_observed"]
+__all__ = ["ClaimGone", "ensure_intent", "first_observed"]
+
+
+class ClaimGone(Exception):
+    """The claim was deleted during the pass (a write to it answered NotFound): the pass ends quietly.
+
+    Raised where a None return cannot carry it (`warm.WarmPath`'s `before_takeover` hook); never reaches
+    the controller runtime, which would count it as a reconcile error and retry it with backoff.
+    """
 
 
 async def ensure_intent(

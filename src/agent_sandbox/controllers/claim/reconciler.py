@@ -49,7 +49,6 @@ from agent_sandbox.kube import (
     EventSink,
     EventType,
     KubeError,
-    NotFound,
     Object,
     Reader,
     Request,
@@ -74,7 +73,7 @@ from .decide import (
     resolve,
     resolve_expired,
 )
-from .intent import ensure_intent, first_observed
+from .intent import ClaimGone, ensure_intent, first_observed
 from .observability import ClaimMetrics, ObservedTimes, ReadyStep, latencies, readiness_step
 from .observe import observe, sandbox_view
 from .queue import WarmQueue
@@ -238,7 +237,15 @@ class ClaimReconciler:
         if step.expired:
             resolution: Resolution = resolve_expired(snap)
         else:
-            resolution = await self._resolve_active(snap)
+            try:
+                resolution = await self._resolve_active(snap)
+            except ClaimGone as gone:
+                # Deleted while its warm takeover was in flight (a mass delete, a namespace delete): the
+                # normal end of a pass, as the NotFound of any later claim write is. A member the takeover
+                # already gave it is owned by the dead claim's UID, so garbage collection deletes it and
+                # the pool refills (claim-quirks.md #23). No error line, no error metric, no requeue.
+                log.debug("claim %s/%s: gone during its warm takeover: %s", ns, meta["name"], gone)
+                return Result()
         if isinstance(resolution, Pending):
             # No status write: the claim is only waiting for a member's Pod IP (≤ 2 s); a member getting
             # networked wakes it sooner than the timer.
@@ -326,9 +333,13 @@ class ClaimReconciler:
         )
 
     async def _intent_for_candidate(self, claim: Mapping[str, Any], candidate: Mapping[str, Any]) -> None:
-        """`WarmPath` hook: record the candidate on the claim while its takeover is in flight."""
+        """`WarmPath` hook: record the candidate on the claim while its takeover is in flight.
+
+        Raises:
+            ClaimGone: the claim was deleted meanwhile (its intent patch answered NotFound).
+        """
         if await self._ensure_intent(claim, candidate) is None:
-            raise NotFound(404, "NotFound", f'sandboxclaims "{claim["metadata"]["name"]}" not found')
+            raise ClaimGone(f'sandboxclaims "{claim["metadata"]["name"]}" not found')
 
     # ------------------------------------------------------------------ after the status write
 

@@ -165,7 +165,8 @@ class WarmPath:
                 await intent
             raise
         # A failed intent fails the pass: a won takeover is remembered (`Freshest.bind`), so the retry
-        # finds the Sandbox by ownership and writes the intent again before any status.
+        # finds the Sandbox by ownership and writes the intent again before any status. A claim deleted
+        # meanwhile (`intent.ClaimGone`) ends the pass in the reconciler, quietly.
         await intent
         return outcome
 

@@ -300,6 +300,26 @@ async def test_unanswered_takeover_is_settled_by_reading_before_anything_else() 
     assert world.queue.names("ns/pool") == ["pool-a"]
 
 
+async def test_a_claim_deleted_during_its_warm_takeover_ends_the_pass_quietly() -> None:
+    """Probe fleet11: a mass or namespace delete during a burst. The takeover went through, the claim's
+    intent patch answers NotFound: the pass ends with no error (the runtime would log it at error level,
+    count it and retry with backoff), no requeue, no further write. The member stays owned by the dead
+    claim's UID, which garbage collection deletes (claim-quirks.md #23)."""
+    world = World(*standard(member("pool-a"), member("pool-b")), (SANDBOX_CLAIM, claim()))
+    with world.lag():  # the informer has not delivered the deletion yet
+        await world.fake.delete(SANDBOX_CLAIM, "c1", namespace=NS)
+        world.clear_actions()
+        result = await world.reconcile()
+    assert result.requeue_after is None
+    assert sorted(world.writes()) == [("patch", "Sandbox", "pool-a"), ("patch", "SandboxClaim", "c1")]
+    assert owners(world) == {"pool-a": "c1"}
+    ref = controller_ref(world.get(SANDBOX, "pool-a")["metadata"])
+    assert ref is not None
+    assert ref["uid"] == "c1-uid"  # GC's owner: the deleted claim
+    assert world.queue.names("ns/pool") == ["pool-b"]  # the other member stays for other claims
+    assert world.find(SANDBOX_CLAIM, "c1") is None
+
+
 async def test_cancellation_is_never_reported_as_success() -> None:
     world = World(*standard(member("pool-a")), (SANDBOX_CLAIM, claim()))
     world.fake.inject_error("patch", asyncio.CancelledError(), kind=SANDBOX)
