@@ -46,6 +46,7 @@ POOL_COLUMNS: list[tuple[str, Callable[[WarmPoolInfo], Any]]] = [
     ("CURRENT", lambda p: p.current_replicas),
     ("REASON", lambda p: p.reason),  # why members are not Ready; the message in -o json|yaml
 ]
+ALL_NAMESPACES_POOL_COLUMNS = [("NAMESPACE", lambda p: p.namespace), *POOL_COLUMNS]
 
 
 def _render_sandboxes(
@@ -203,13 +204,14 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _pools(args: argparse.Namespace) -> int:
-    pools = make_client(args).list_warm_pools(args.namespace)
+    namespace = None if args.all_namespaces else args.namespace
+    pools = make_client(args).list_warm_pools(namespace)
     render(
         pools,
         args.output,
-        columns=POOL_COLUMNS,
+        columns=ALL_NAMESPACES_POOL_COLUMNS if args.all_namespaces else POOL_COLUMNS,
         name=lambda p: f"{POOL_RESOURCE}/{p.name}",
-        namespace=args.namespace,
+        namespace=namespace,
     )
     return 0
 

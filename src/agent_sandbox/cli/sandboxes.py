@@ -186,7 +186,10 @@ def add_sandbox_commands(sub: Any) -> None:
     delete.add_argument("--all", action="store_true", help="delete every claim in the namespace")
     delete.add_argument("--ignore-not-found", action="store_true", help="exit 0 when a claim does not exist")
 
-    add("pools", _pools, "warm pools with ready/desired members", OBJECT_FORMATS)
+    pools = add("pools", _pools, "warm pools with ready/desired members", OBJECT_FORMATS)
+    pools.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="pools of every namespace (a NAMESPACE column)"
+    )
 
     proxy = add(
         "proxy",

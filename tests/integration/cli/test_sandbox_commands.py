@@ -16,6 +16,7 @@ from agent_sandbox.cli.main import main
 from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.processes import Started
 from agent_sandbox.invocation import cli_command
+from tests.conftest import new_namespace
 from tests.helpers import wait_for
 from tests.integration.cli.conftest import role_kubeconfig
 from tests.integration.sdk.conftest import EXT, apply_pool
@@ -399,6 +400,38 @@ def test_pools_say_why_members_are_not_ready(
     )
     assert {p["name"]: p["reason"] for p in json.loads(out)} == {"orphan": None, "stuck": None}
     assert err == ""
+
+
+def test_pools_of_every_namespace(
+    cluster: DevCluster, namespace: str, controller: Started, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`pools -A`, as `list -A` and `kubectl get swp -A` (probe fleet11: `-A` was refused, exit 2): a
+    NAMESPACE column first; pools of one name in two namespaces are told apart, each judged against the
+    templates of its own namespace."""
+    other = new_namespace(cluster)
+    try:
+        apply_pool(cluster, namespace, replicas=0)
+        status, out = cluster.admin().request(
+            "POST",
+            f"/apis/{EXT}/namespaces/{other}/sandboxwarmpools",
+            {"apiVersion": EXT, "kind": "SandboxWarmPool", "metadata": {"name": "pool"},
+             "spec": {"replicas": 0, "sandboxTemplateRef": {"name": "tmpl"}}},
+        )  # fmt: skip
+        assert status == 201, out
+        code, out, _ = run(capsys, cluster, "pools", "-A", "-o", "json")
+        assert code == 0
+        mine = {p["namespace"]: p for p in json.loads(out) if p["namespace"] in (namespace, other)}
+        assert (mine[namespace]["name"], mine[namespace]["reason"]) == ("pool", None)
+        assert (mine[other]["name"], mine[other]["reason"]) == ("pool", "TemplateNotFound")
+        assert mine[other]["message"] == f"SandboxTemplate {other}/tmpl not found"
+        code, out, _ = run(capsys, cluster, "pools", "--all-namespaces")
+        assert code == 0
+        header, *rows = out.splitlines()
+        assert header.split()[:3] == ["NAMESPACE", "NAME", "TEMPLATE"]
+        assert [namespace, "pool", "tmpl", "0/0"] in [r.split()[:4] for r in rows]
+        assert [other, "pool", "tmpl", "0/0", "0", "TemplateNotFound"] in [r.split() for r in rows]
+    finally:
+        cluster.admin().request("DELETE", f"/api/v1/namespaces/{other}")
 
 
 def test_the_kubeconfig_contexts_namespace_and_flags_before_the_command_work_as_in_kubectl(

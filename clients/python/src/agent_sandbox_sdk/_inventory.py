@@ -149,29 +149,34 @@ def _readable(objects: Flow[list[dict[str, Any]]]) -> Flow[list[dict[str, Any]] 
         return None
 
 
-def list_warm_pools(namespace: str) -> Flow[list[WarmPoolInfo]]:
-    """The pools of `namespace`, each with why its members are not Ready (from one list of Sandboxes and one
-    of templates; left out when the role may not read them)."""
+def list_warm_pools(namespace: str | None) -> Flow[list[WarmPoolInfo]]:
+    """The pools of `namespace` or (None) of every namespace, each with why its members are not Ready (from
+    one list of Sandboxes and one of templates; left out when the role may not read them)."""
     pools = yield from _kube.list_objects(_kube.WARM_POOLS, namespace)
     # Unclaimed members only (claimed ones lose the label): a fleet's namespace holds thousands of Sandboxes.
     members = _kube.list_objects(_kube.SANDBOXES, namespace, label_selector=WARM_POOL_SANDBOX_LABEL)
     boxes = yield from _readable(members)
     templates = yield from _readable(_kube.list_objects(_kube.TEMPLATES, namespace))
-    problems: dict[str, Counter[tuple[str, str]]] = {}
+    # Keyed by (namespace, name): across namespaces, pools and templates of one name are different objects.
+    problems: dict[tuple[str, str], Counter[tuple[str, str]]] = {}
     for box in boxes or ():
         pool = _owning_pool(box)
         trouble = member_problem(box) if pool else None
         if pool and trouble:
-            problems.setdefault(pool, Counter())[trouble] += 1
-    known_templates = None if templates is None else {_key(t)[1] for t in templates}
+            problems.setdefault((_key(box)[0], pool), Counter())[trouble] += 1
+    known_templates = None if templates is None else {_key(t) for t in templates}
     infos = [warm_pool_info(obj) for obj in pools]
     for info in infos:
-        if known_templates is not None and info.template and info.template not in known_templates:
+        if (
+            known_templates is not None
+            and info.template
+            and (info.namespace, info.template) not in known_templates
+        ):
             info.reason = REASON_TEMPLATE_NOT_FOUND
-            info.message = f"SandboxTemplate {namespace}/{info.template} not found"
-        elif info.name in problems:
-            info.reason, info.message = problems[info.name].most_common(1)[0][0]
-    return sorted(infos, key=lambda p: p.name)
+            info.message = f"SandboxTemplate {info.namespace}/{info.template} not found"
+        elif (info.namespace, info.name) in problems:
+            info.reason, info.message = problems[info.namespace, info.name].most_common(1)[0][0]
+    return sorted(infos, key=lambda p: (p.namespace, p.name))
 
 
 def cold_pool_name(template: str) -> str:

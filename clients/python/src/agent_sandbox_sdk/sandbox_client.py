@@ -347,8 +347,10 @@ class SandboxClient:
         namespace holds. `SandboxNotFoundError` if the claim does not exist."""
         return self._driver.run(_inventory.get_sandbox_info(namespace, claim_name))
 
-    def list_warm_pools(self, namespace: str = "default") -> list[WarmPoolInfo]:
-        """Every SandboxWarmPool in `namespace` with desired and ready members (ours)."""
+    def list_warm_pools(self, namespace: str | None = "default") -> list[WarmPoolInfo]:
+        """Every SandboxWarmPool in `namespace` with desired and ready members (ours).
+
+        `namespace` None: every namespace (needs the right to list pools cluster-wide)."""
         return self._driver.run(_inventory.list_warm_pools(namespace))
 
     def get_sandbox_claim_warmpool_name(self, claim_name: str, namespace: str) -> str:

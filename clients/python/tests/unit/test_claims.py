@@ -339,3 +339,44 @@ def test_a_just_suspended_sandbox_shows_no_pod_ip_although_its_claim_still_lists
     info = sandbox_info(claim, {("ns", "sb"): suspended})
     assert (info.suspended, info.pod_ip) == (True, None)
     assert sandbox_info(claim, None).pod_ip == "127.10.0.2"  # claims-only: the claim is all there is
+
+
+def test_pools_of_every_namespace_keep_each_namespaces_members_and_templates_apart() -> None:
+    """`agent-sandbox pools -A` (probe fleet11): a pool named like another namespace's gets its own
+    members' reason, and a template is looked for in the pool's own namespace."""
+    import json
+
+    from agent_sandbox_sdk._inventory import list_warm_pools
+    from agent_sandbox_sdk._steps import HttpResponse, Send
+
+    def pool(ns: str, name: str, template: str) -> dict[str, Any]:
+        spec = {"replicas": 2, "sandboxTemplateRef": {"name": template}}
+        return {"metadata": {"name": name, "namespace": ns}, "spec": spec, "status": {"readyReplicas": 0}}
+
+    stuck = _member(
+        ("PodScheduled", "False", "Unschedulable", "0/1 nodes are available"), ("Ready", "False", "X", "y")
+    )
+    stuck["metadata"].update(
+        namespace="a", ownerReferences=[{"controller": True, "kind": "SandboxWarmPool", "name": "p"}]
+    )
+    answers = {
+        "sandboxwarmpools": [pool("b", "p", "t"), pool("a", "p", "t")],
+        "sandboxes": [stuck],
+        "sandboxtemplates": [{"metadata": {"name": "t", "namespace": "a"}}],
+    }
+    flow = list_warm_pools(None)
+    step = next(flow)
+    while True:
+        assert isinstance(step, Send)
+        assert "/namespaces/" not in step.request.url  # every namespace: the cluster-wide collections
+        body = {"items": answers[step.request.url.rsplit("/", 1)[1]], "metadata": {}}
+        try:
+            step = flow.send(HttpResponse(200, {}, json.dumps(body).encode()))
+        except StopIteration as done:
+            infos = done.value
+            break
+    got = [(i.namespace, i.name, i.reason, i.message) for i in infos]
+    assert got == [
+        ("a", "p", "Unschedulable", "0/1 nodes are available"),
+        ("b", "p", "TemplateNotFound", "SandboxTemplate b/t not found"),
+    ]
