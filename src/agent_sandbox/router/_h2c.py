@@ -27,7 +27,8 @@ a GOAWAY naming the last
 accepted stream: none of its frames, nor those of any later stream, reach the sandbox, the accepted
 streams finish, and the client retries the refused ones on a new connection (gRPC does this by itself,
 once per call), which is then pinned to the other sandbox. One connection per sandbox, as with HTTP/1.1
-(docs/router.md: use a channel with its own connection per sandbox). DATA, SETTINGS etc.
+(docs/router.md: use a channel with its own connection per sandbox); the DATA of refused streams is dropped and
+its connection-level window given back to the client (`_refused_dropped`). DATA, SETTINGS etc.
 pass through untouched (a server PUSH_PROMISE's block re-encoded as it is); the router's own frames go between two of the sandbox's. Refusals before dialling are answered as
 HTTP/2 responses; for gRPC requests as a trailers-only response with the matching `grpc-status`
 (400 -> INVALID_ARGUMENT, 401 -> UNAUTHENTICATED, 403 -> PERMISSION_DENIED, 502 -> UNAVAILABLE,
@@ -66,6 +67,7 @@ from ._h2c_frames import (
     _ClientFrames,
     _frame,
     _goaway_code,
+    _refused_dropped,
     _ServerFrames,
     _stream_of,
 )
@@ -144,8 +146,10 @@ class _Session:
             return  # the first request was refused (`_first_request`)
         opened = self._opened
         if self.refused_above is not None:
-            above = self.refused_above
-            frames = [f for f in frames if not (_stream_of(f) > above and _stream_of(f) % 2)]
+            frames, window = _refused_dropped(frames, self.refused_above)
+            if window:
+                # The dropped DATA's share of the connection window, which the sandbox never sees to return.
+                self.to_client_frame(window)
         for frame in frames:
             if frame[3] == _RST_STREAM:
                 self.live.pop(_stream_of(frame), None)

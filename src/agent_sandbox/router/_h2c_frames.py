@@ -27,16 +27,18 @@ __all__ = [
     "_forwarded",
     "_frame",
     "_goaway_code",
+    "_refused_dropped",
     "_stream_of",
 ]
 
-_DATA, _HEADERS, _RST_STREAM, _SETTINGS, _PUSH_PROMISE, _GOAWAY, _CONTINUATION = (
+_DATA, _HEADERS, _RST_STREAM, _SETTINGS, _PUSH_PROMISE, _GOAWAY, _WINDOW_UPDATE, _CONTINUATION = (
     0x0,
     0x1,
     0x3,
     0x4,
     0x5,
     0x7,
+    0x8,
     0x9,
 )
 _END_STREAM, _ACK, _END_HEADERS, _PADDED, _PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
@@ -511,3 +513,31 @@ class _ServerFrames:
 
 def _stream_of(frame: bytes) -> int:
     return int.from_bytes(frame[5:9], "big") & 0x7FFFFFFF
+
+
+def _refused_dropped(frames: list[bytes], above: int) -> tuple[list[bytes], bytes]:
+    """The client's frames of a read without those of the refused streams (odd ids above `above`, the last
+    stream accepted), and the WINDOW_UPDATE(s) on stream 0 that give the client back the connection-level
+    send window its dropped DATA frames took.
+
+    A dropped DATA frame never reaches the sandbox, so the sandbox never returns its window; the router,
+    which discarded it, must (RFC 9113 6.9: a receiver accounts for the flow-controlled frames it
+    discards; Go's x/net/http2 does so for closed and refused streams). Its whole payload counts, padding
+    included (6.9.1). No stream-level update: the stream is refused. Until December 7, after 64 KiB of
+    DATA on refused streams (the initial window) every stream of the connection stalled.
+    """
+    kept: list[bytes] = []
+    released = 0
+    for frame in frames:
+        stream = _stream_of(frame)
+        if stream > above and stream % 2:
+            if frame[3] == _DATA:
+                released += int.from_bytes(frame[:3], "big")
+        else:
+            kept.append(frame)
+    updates: list[bytes] = []
+    while released:  # none for empty DATA frames: an increment of 0 is a PROTOCOL_ERROR (6.9)
+        step = min(released, 0x7FFFFFFF)
+        updates.append(_frame(_WINDOW_UPDATE, 0, 0, struct.pack("!I", step)))
+        released -= step
+    return kept, b"".join(updates)
