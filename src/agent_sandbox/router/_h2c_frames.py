@@ -280,7 +280,7 @@ class _ClientFrames:
                 # token in tokenreview mode) reached the sandbox (until December 6). The decoded tuples keep
                 # the client's never-indexed marks. Trailers are filtered as HTTP/1.1's (`trailer_allowed`):
                 # until December 7 a trailing `x-sandbox-namespace` or `x-sandbox-pod-ip` reached the sandbox.
-                self.encoder.limit(tables.encoder_limit)
+                self.encoder.follow(tables)
                 block = self.encoder.encode_block(_forwarded(headers, self._block_trailers))
                 self.budget.spend(len(block))
                 frames.append(
@@ -488,7 +488,7 @@ class _ServerFrames:
             headers = self._response_block(headers)
             if self._block_flags & _END_STREAM and self.on_stream_end is not None:
                 self.on_stream_end(self._block_stream)  # a trailer section, or a trailers-only response
-        self.encoder.limit(tables.encoder_limit)
+        self.encoder.follow(tables)
         encoded = self.encoder.encode_block(headers)
         self.budget.spend(len(encoded))
         return _header_frames(

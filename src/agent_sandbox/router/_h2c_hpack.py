@@ -79,49 +79,66 @@ class _TableSetting:
     pending values (a decrease is signalled at once, which any decoder accepts, an increase once
     acknowledged), and the router's decoder of the other side, whose encoder the relayed value bounds, takes
     the largest.
+
+    A decoder applies each acknowledged value in order, and a smaller one evicts its table at once (nghttp2,
+    so curl and Envoy), so a size lowered and raised again before the router's next block - in two frames or
+    in one - must still reach it as the smallest, then the final (RFC 7541 4.2): `lowest` keeps the smallest
+    the encoder's limit went down to since its last block (`for_block`).
     """
 
-    __slots__ = ("acked", "pending")
+    __slots__ = ("acked", "lowest", "pending")
 
     def __init__(self) -> None:
         self.acked = _TABLE_SIZE
-        self.pending: deque[int | None] = deque()
+        self.pending: deque[tuple[int, int] | None] = deque()
+        """Per unacknowledged SETTINGS frame: (its smallest table size, its last), or None without one."""
+        self.lowest = _TABLE_SIZE
 
-    def advertised(self, value: int | None) -> None:
+    def advertised(self, value: int | None, smallest: int | None = None) -> None:
         if len(self.pending) >= _PENDING_SETTINGS:
             raise ValueError(f"over {_PENDING_SETTINGS} SETTINGS frames unacknowledged")
-        self.pending.append(value)
+        self.pending.append(None if value is None else (value if smallest is None else smallest, value))
+        self.lowest = min(self.lowest, self.encoder_limit)
 
     def acknowledged(self) -> None:
         if self.pending:  # an ACK with nothing to acknowledge is the peer's error, not the router's to track
-            value = self.pending.popleft()
-            if value is not None:
-                self.acked = value
+            sizes = self.pending.popleft()
+            if sizes is not None:
+                self.lowest = min(self.lowest, sizes[0])
+                self.acked = sizes[1]
 
     @property
     def encoder_limit(self) -> int:
         if not self.pending:
             return self.acked
-        return min((self.acked, *(v for v in self.pending if v is not None)))
+        return min((self.acked, *(v[0] for v in self.pending if v is not None)))
 
     @property
     def decoder_limit(self) -> int:
         if not self.pending:
             return self.acked
-        return max((self.acked, *(v for v in self.pending if v is not None)))
+        return max((self.acked, *(max(v) for v in self.pending if v is not None)))
+
+    def for_block(self) -> tuple[int, int]:
+        """(the smallest limit since the last block, the limit now) for the block about to be encoded."""
+        final = self.encoder_limit
+        lowest, self.lowest = min(self.lowest, final), final
+        return lowest, final
 
     def relayed(self, payload: bytes) -> bytes:
         """A SETTINGS frame's payload as relayed: SETTINGS_HEADER_TABLE_SIZE lowered to `_TABLE_SIZE` (the
-        router's decoder takes no more), the rest unchanged; the frame's value recorded (`advertised`)."""
+        router's decoder takes no more), the rest unchanged; the frame's values recorded (`advertised`)."""
         if len(payload) % 6:
             raise ValueError(f"SETTINGS payload of {len(payload)} bytes, not a multiple of 6")
         value: int | None = None
+        smallest: int | None = None
         out = bytearray(payload)
         for at in range(0, len(payload), 6):
             if int.from_bytes(payload[at : at + 2], "big") == _HEADER_SETTING:
                 value = min(int.from_bytes(payload[at + 2 : at + 6], "big"), _TABLE_SIZE)
+                smallest = value if smallest is None else min(smallest, value)
                 out[at + 2 : at + 6] = value.to_bytes(4, "big")
-        self.advertised(value)
+        self.advertised(value, smallest)
         return bytes(out)
 
 
@@ -149,6 +166,13 @@ class _TableEncoder(hpack.Encoder):
 
     def __init__(self) -> None:
         super().__init__()
+
+    def follow(self, setting: _TableSetting) -> None:
+        """Use the table `setting` allows from the next block on, signalling the smallest it went down to
+        since the last block first (RFC 7541 4.2), as the decoder evicted at that size."""
+        lowest, final = setting.for_block()
+        self.limit(lowest)
+        self.limit(final)
 
     def limit(self, size: int) -> None:
         """Use a table of at most `size` bytes from the next block on (which then starts with the update)."""

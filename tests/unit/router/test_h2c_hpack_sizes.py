@@ -3,15 +3,15 @@
 and nghttp2 drive theirs: a SETTINGS value applies to the peer's decoder when the peer receives the ACK, in
 order, and a smaller value evicts its table at once.
 
-Review of d0f2211 (rev-hpack). The xfail tests are defects it left: a size lowered then raised again (both
-acknowledged, or in one SETTINGS frame) before the router's next block is never signalled, so the client's
-decoder, which evicted its table at the smaller size, meets references to entries it no longer has.
+Review of d0f2211 (rev-hpack) found two defects it left, fixed since (`_TableSetting.lowest`): a size lowered
+then raised again (both acknowledged, or in one SETTINGS frame) before the router's next block was never
+signalled, so the client's decoder, which evicted its table at the smaller size, met references to entries it
+no longer had (COMPRESSION_ERROR).
 """
 
 from __future__ import annotations
 
 import hpack
-import pytest
 from hpack.hpack import INDEX_NONE
 
 from agent_sandbox.router._h2c_frames import (
@@ -98,7 +98,6 @@ def test_a_peer_advertising_zero() -> None:
     assert not link.down.encoder.header_table.dynamic_entries
 
 
-@pytest.mark.xfail(strict=True, reason="d0f2211: RFC 7541 4.2 minimum-then-final update not signalled")
 def test_lowered_then_raised_between_two_blocks_signals_the_minimum_then_the_final() -> None:
     """SETTINGS(0), SETTINGS(4096), both acknowledged, then a block: the client's decoder evicted x-big at
     the first ACK; the router's encoder must send size updates 0 then 4096 (RFC 7541 4.2: the smallest
@@ -112,9 +111,6 @@ def test_lowered_then_raised_between_two_blocks_signals_the_minimum_then_the_fin
     assert link.response(3, _BIG) == _BIG
 
 
-@pytest.mark.xfail(
-    strict=True, reason="d0f2211: only the last SETTINGS_HEADER_TABLE_SIZE of a frame recorded"
-)
 def test_one_settings_frame_lowering_then_raising() -> None:
     """One SETTINGS frame with SETTINGS_HEADER_TABLE_SIZE 0 then 4096 (processed in order, RFC 9113 6.5.3):
     the same as two frames for the client's decoder (nghttp2 then expects an update to at most 0)."""
