@@ -11,7 +11,14 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from ._h2c_hpack import _TABLE_SIZE, HeaderBudgetExceeded, _Budget, _HpackSettings, _TableEncoder
+from ._h2c_hpack import (
+    _TABLE_SIZE,
+    FrameSizeError,
+    HeaderBudgetExceeded,
+    _Budget,
+    _HpackSettings,
+    _TableEncoder,
+)
 from ._request import trailer_allowed
 
 __all__ = [
@@ -112,12 +119,14 @@ def _trailer_fields(headers: list[Any]) -> list[Any]:
 def _goaway_code(exc: BaseException) -> int:
     """The GOAWAY error code for what ended a direction's frames: ENHANCE_YOUR_CALM (0xb) for a header list
     over the router's cap or re-encoded blocks over their budget (limits of the router, not errors of the
-    peer's encoding), COMPRESSION_ERROR (0x9) for a block that does not decode (RFC 9113 4.3), else
-    PROTOCOL_ERROR (0x1)."""
+    peer's encoding), COMPRESSION_ERROR (0x9) for a block that does not decode (RFC 9113 4.3),
+    FRAME_SIZE_ERROR (0x6) for a SETTINGS frame of a wrong length (6.5), else PROTOCOL_ERROR (0x1)."""
     import hpack
 
     if isinstance(exc, HeaderBudgetExceeded | hpack.OversizedHeaderListError):
         return 0xB
+    if isinstance(exc, FrameSizeError):
+        return 0x6
     return 0x9 if isinstance(exc, hpack.HPACKError) else 0x1
 
 

@@ -17,6 +17,7 @@ from hpack.hpack import INDEX_INCREMENTAL, INDEX_NEVER, INDEX_NONE
 
 __all__ = [
     "_TABLE_SIZE",
+    "FrameSizeError",
     "HeaderBudgetExceeded",
     "_Budget",
     "_HpackSettings",
@@ -36,6 +37,11 @@ _PENDING_SETTINGS = 1000
 """SETTINGS frames of one peer that the other has not acknowledged, at most: the record is bounded."""
 
 _HEADER_SETTING = 0x1
+
+
+class FrameSizeError(ValueError):
+    """A frame whose length its type does not allow (a SETTINGS payload not a multiple of 6): GOAWAY with
+    FRAME_SIZE_ERROR (RFC 9113 6.5), not PROTOCOL_ERROR."""
 
 
 class HeaderBudgetExceeded(Exception):
@@ -129,7 +135,7 @@ class _TableSetting:
         """A SETTINGS frame's payload as relayed: SETTINGS_HEADER_TABLE_SIZE lowered to `_TABLE_SIZE` (the
         router's decoder takes no more), the rest unchanged; the frame's values recorded (`advertised`)."""
         if len(payload) % 6:
-            raise ValueError(f"SETTINGS payload of {len(payload)} bytes, not a multiple of 6")
+            raise FrameSizeError(f"SETTINGS payload of {len(payload)} bytes, not a multiple of 6")
         value: int | None = None
         smallest: int | None = None
         out = bytearray(payload)

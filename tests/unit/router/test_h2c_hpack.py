@@ -184,6 +184,15 @@ def test_a_header_list_over_the_cap_is_enhance_your_calm() -> None:
     assert _goaway_code(failed.value) == 0xB
 
 
+def test_a_settings_frame_of_a_wrong_length_is_frame_size_error() -> None:
+    """RFC 9113 6.5: a SETTINGS payload not a multiple of 6 is FRAME_SIZE_ERROR (review: was PROTOCOL_ERROR)."""
+    client = _ClientFrames(16384)
+    with pytest.raises(ValueError, match="not a multiple of 6") as failed:
+        client.feed(_frame(_SETTINGS, 0, 0, bytes(7)))
+    assert _goaway_code(failed.value) == 0x6
+    assert _goaway_code(ValueError("any other broken frame")) == 0x1
+
+
 # ------------------------------------------------------------------------------------------- table sizes
 
 
