@@ -61,7 +61,10 @@ class Connection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def write(self, data: bytes) -> None:
-        if self.transport is not None and not self.closed:
+        # Not once lingering (half-closed): what a protocol still relays then (h2c's drain closes once its
+        # last stream ended, and the sandbox may send a PING or WINDOW_UPDATE after it) raised `Cannot call
+        # write() after write_eof()`, logged as a fatal transport error, until December 7.
+        if self.transport is not None and not self.closed and not self._lingering:
             self.transport.write(data)
 
     def close(self) -> None:

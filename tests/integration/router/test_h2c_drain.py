@@ -266,3 +266,33 @@ async def test_goaway_names_the_last_stream_later_ones_are_refused_and_the_close
         writer.close()
         await asyncio.wait_for(stopping, 10)
         assert sandbox.streams == [1, 3]
+
+
+async def test_what_the_sandbox_sends_after_the_last_stream_ended_is_dropped_quietly(
+    router_process: Callable[..., RouterProcess],
+) -> None:
+    """Once the drain has half-closed the connection (its last stream ended), the sandbox's connection-level
+    frames that still come (a PING, a WINDOW_UPDATE: gRPC servers send both) are dropped: they were written
+    after the half-close until December 7, and each raised `Cannot call write() after write_eof()`, logged at
+    error level with a traceback ("Fatal error on transport")."""
+    router = router_process("--enable-h2c", "--shutdown-timeout=5s")
+    encoder = hpack.Encoder()
+    async with AnsweringSandbox(fresh_ip()) as sandbox:
+        reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
+        writer.write(PREFACE + frame(SETTINGS, 0, 0, b"") + _request(encoder, sandbox, 1))
+        await asyncio.wait_for(sandbox.got.get(), 10)
+        await _read_frames(reader, lambda fs: any(t == HEADERS for t, *_ in fs))
+        await _terminate(router)
+        await _read_frames(reader, lambda fs: any(t == GOAWAY for t, *_ in fs))
+        sandbox.end(1)
+        rest = b""
+        while chunk := await asyncio.wait_for(reader.read(65536), 10):  # the half-close: EOF
+            rest += chunk
+        assert sandbox.writer is not None
+        sandbox.writer.write(frame(0x6, 0, 0, b"12345678") + frame(0x8, 0, 0, struct.pack("!I", 4096)))
+        code = await asyncio.to_thread(router.proc.wait, 20)
+        writer.close()
+    log = router.log.read_text()
+    assert code == 0, log[-2000:]
+    assert [(t, f, s) for t, f, s, _ in frames(rest) if t == DATA] == [(DATA, END_STREAM, 1)]
+    assert '"level":"error"' not in log, log[-3000:]
