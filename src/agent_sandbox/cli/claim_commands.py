@@ -204,8 +204,9 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _pools(args: argparse.Namespace) -> int:
+    client = make_client(args)  # sets args.namespace to the context's when -n is not given: before it is read
     namespace = None if args.all_namespaces else args.namespace
-    pools = make_client(args).list_warm_pools(namespace)
+    pools = client.list_warm_pools(namespace)
     render(
         pools,
         args.output,

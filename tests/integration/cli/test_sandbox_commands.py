@@ -440,10 +440,22 @@ def test_the_kubeconfig_contexts_namespace_and_flags_before_the_command_work_as_
     controller: Started,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
 ) -> None:
     """`kubectl config set-context --current --namespace=team-a` then `agent-sandbox pools` listed `default`
-    (-n defaulted to it), and `agent-sandbox -n team-a list` was a usage error; kubectl takes both."""
+    (-n defaulted to it), and `agent-sandbox -n team-a list` was a usage error; kubectl takes both. A pool in
+    another namespace is not listed (when `pools -A` came, `pools` without `-n` listed every namespace: it read
+    the namespace before the context's was filled in)."""
     apply_pool(cluster, namespace, replicas=1)
+    other = new_namespace(cluster)
+    request.addfinalizer(lambda: cluster.admin().request("DELETE", f"/api/v1/namespaces/{other}"))
+    status, body = cluster.admin().request(
+        "POST",
+        f"/apis/{EXT}/namespaces/{other}/sandboxwarmpools",
+        {"apiVersion": EXT, "kind": "SandboxWarmPool", "metadata": {"name": "elsewhere"},
+         "spec": {"replicas": 0, "sandboxTemplateRef": {"name": "tmpl"}}},
+    )  # fmt: skip
+    assert status == 201, body
     doc = yaml.safe_load(Path(cluster.kubeconfig).read_text())
     doc["contexts"][0]["context"]["namespace"] = namespace
     kubeconfig = tmp_path / "team.kubeconfig"
