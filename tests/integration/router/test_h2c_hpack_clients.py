@@ -142,12 +142,13 @@ class H2Sandbox:
         writer.close()
 
 
-@pytest.mark.skipif(shutil.which("curl") is None, reason="no curl")
 async def test_curl_parallel_prior_knowledge(h2c_router: Router, tmp_path: Any) -> None:
     """curl --http2-prior-knowledge (nghttp2's encoder and decoder), 300 requests multiplexed 50 at a time on
     one connection with a 3,000-byte cookie and a distinct x-echo each (both tables churn), to an h2
     sandbox answering with a 3,000-byte header and a distinct etag: every response whole, no GOAWAY.
     (curl 7.88 -Z against grpcio's server fails without the router too: not used here.)"""
+    curl = shutil.which("curl")
+    assert curl, "curl is not installed (Debian: apt-get install curl), as test_curl.py requires it"
     async with H2Sandbox() as h2sandbox:
         config = tmp_path / "curl.cfg"
         lines = ["http2-prior-knowledge", "silent", "show-error", "parallel", "parallel-max = 50"]
@@ -161,7 +162,7 @@ async def test_curl_parallel_prior_knowledge(h2c_router: Router, tmp_path: Any) 
             lines += ["include", f'url = "http://127.0.0.1:{h2c_router.http_port}/r/{i}"']
         config.write_text("\n".join(lines) + "\n")
         proc = await asyncio.create_subprocess_exec(
-            "curl", "-K", str(config), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+            curl, "-K", str(config), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
         )
         out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()[-2000:]
