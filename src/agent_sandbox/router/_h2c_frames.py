@@ -157,6 +157,19 @@ def _header_frames(stream: int, flags: int, priority: bytes, block: bytes, ftype
     return b"".join(out)
 
 
+def _hpack_side(
+    max_header_list_size: int, settings: _HpackSettings | None
+) -> tuple[Any, _TableEncoder, _HpackSettings, _Budget]:
+    """One direction's HPACK state: its decoder (header lists up to `max_header_list_size`), the router's
+    encoder, the connection's table sizes (`settings`, shared with the other direction) and its budget."""
+    return (
+        _new_decoder(max_header_list_size),
+        _TableEncoder(),
+        settings if settings is not None else _HpackSettings(),
+        _Budget(),
+    )
+
+
 class _ClientFrames:
     """Splits the client->server byte stream into frames, decodes every header block and re-encodes it for
     the sandbox without the fields it must not see (`_forwarded`).
@@ -174,10 +187,7 @@ class _ClientFrames:
         # A header list (RFC 7541 4.1 sizes) up to `--max-request-header-bytes`, as HTTP/1.1 takes a head:
         # `hpack`'s default, 64 KiB, refused gRPC calls with large metadata that the sandbox's server takes
         # (grpc-go: 16 MiB) and ended the connection with every call on it (until December 6).
-        self.decoder = _new_decoder(max_header_list_size)
-        self.encoder = _TableEncoder()
-        self.settings = settings if settings is not None else _HpackSettings()
-        self.budget = _Budget()
+        self.decoder, self.encoder, self.settings, self.budget = _hpack_side(max_header_list_size, settings)
         self._buf = b""
         self._block = b""
         self._block_stream = 0
@@ -359,10 +369,7 @@ class _ServerFrames:
     def __init__(
         self, max_header_list_size: int = _MAX_BUFFER, settings: _HpackSettings | None = None
     ) -> None:
-        self.decoder = _new_decoder(max_header_list_size)
-        self.encoder = _TableEncoder()
-        self.settings = settings if settings is not None else _HpackSettings()
-        self.budget = _Budget()
+        self.decoder, self.encoder, self.settings, self.budget = _hpack_side(max_header_list_size, settings)
         self._answered: dict[int, None] = {}
         """Streams whose final response head went to the client and which the sandbox has not ended yet,
         oldest first; at most `_MAX_OPEN_STREAMS` (the client's resets are not seen here)."""
