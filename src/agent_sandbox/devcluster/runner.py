@@ -23,21 +23,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import datetime as dt
 import logging
 import os
 import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from agent_sandbox.api.lifecycle import ANNOTATION_CLAIM_ENV
 from agent_sandbox.devcluster.kubelet_api import (
     LOGS,
     PORT_FORWARD,
@@ -47,8 +45,10 @@ from agent_sandbox.devcluster.kubelet_api import (
     port_forward_object,
 )
 from agent_sandbox.devcluster.pod_env import ContainerConfigError, EnvSources, references
+from agent_sandbox.devcluster.pod_runtime import PodRuntime, logging_to, project_claim_env, runtime_ports
+from agent_sandbox.devcluster.pod_status import config_error_patch, now, ready_condition, ready_patch
 from agent_sandbox.devcluster.provisioner import PV, volume_host_path
-from agent_sandbox.devcluster.runtime_pods import RuntimePod, is_runtime_pod, runtime_container, runtime_pod
+from agent_sandbox.devcluster.runtime_pods import is_runtime_pod, runtime_container, runtime_pod
 from agent_sandbox.interrupts import handle_stop_signals
 from agent_sandbox.kube import (
     CONFIG_MAP,
@@ -81,83 +81,6 @@ _STOP_GRACE = 3.0
 SIGTERM; the third second lets their requests be answered (with 1 s they were reset, the kill and the
 listeners' deadline coming at once)."""
 _CONCURRENCY = 32  # reconciles at once (bursts of hundreds of pods)
-
-
-@dataclass
-class PodRuntime:
-    """The runtime of one pod instance (one UID) in this process."""
-
-    namespace: str
-    name: str
-    uid: str
-    ip: str
-    spec: RuntimePod
-    workspace: Path
-    owned_workspace: bool
-    server: RuntimeServer | None = None
-    healthy: bool = False
-    restarts: int = 0
-    state: str = "starting"
-    message: str = ""
-    not_before: float = 0.0  # monotonic time before which it is not (re)started
-    started_at: str = ""
-    claim_env_file: Path | None = None  # host file of the downward API projection of the claim env
-    # The runtime container's log files (kubelet_api.py), when the runner keeps them.
-    log: ContainerLog | None = None
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "namespace": self.namespace,
-            "pod": self.name,
-            "uid": self.uid,
-            "ip": self.ip,
-            "state": self.state,
-            "ready": self.healthy,
-            "restarts": self.restarts,
-            "message": self.message,
-            "workspace": str(self.workspace),
-            "claim": self.spec.claim,
-            "ports": dict(self.server.ports) if self.server else {},
-            "processes": self.server.state.supervisor.running if self.server else 0,
-        }
-
-
-def _project_claim_env(path: Path, pod: Mapping[str, Any]) -> None:
-    """Keep the downward API file of the claim env annotation current, as a kubelet does (atomic swap).
-
-    A missing annotation is an empty file (the kubelet writes "" for an absent key).
-    """
-    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_CLAIM_ENV, "")
-    data = str(value).encode()
-    try:
-        if path.read_bytes() == data:
-            return
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-
-
-def _runtime_ports(rt: PodRuntime) -> list[int]:
-    config = rt.spec.config
-    return [port for port in (config.legacy_port, config.rest_port, config.grpc_port) if port]
-
-
-def _logging_to(rt: PodRuntime) -> contextlib.AbstractContextManager[None]:
-    return rt.log.active() if rt.log is not None else contextlib.nullcontext()
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _ready_condition(pod: Mapping[str, Any]) -> str | None:
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            value = cond.get("status")
-            return str(value) if value is not None else None
-    return None
 
 
 class Runner:
@@ -251,13 +174,15 @@ class Runner:
                 return
             # As early as the pod has an IP, well before Ready: kwok learns it through a watch, and clients
             # port-forward as soon as they see the pod Ready (a real kubelet serves it from the start).
-            await self._publish(rt, PORT_FORWARD, port_forward_object(pod, ip, _runtime_ports(rt)))
+            await self._publish(rt, PORT_FORWARD, port_forward_object(pod, ip, runtime_ports(rt)))
         if rt.claim_env_file is not None:
-            await asyncio.to_thread(_project_claim_env, rt.claim_env_file, pod)
+            await asyncio.to_thread(project_claim_env, rt.claim_env_file, pod)
         if rt.server is None:
             wait = rt.not_before - time.monotonic()
             if wait > 0:
                 self.schedule(key, wait)
+                return
+            if rt.restarts and not await self._rebuild_env(pod, key, rt):
                 return
             await self._start(rt, key, pod)
         await self._sync_ready(pod, rt)
@@ -266,7 +191,7 @@ class Runner:
         meta = pod["metadata"]
         try:
             # Read at the container's start, as a kubelet does (a Secret changed later is seen at the
-            # pod's next start, not by the running runtime).
+            # container's next start - `_rebuild_env` after a crash - not by the running runtime).
             spec = runtime_pod(pod, base_env=self.base_env, sources=await self._env_sources(pod))
         except ContainerConfigError as err:
             await self._report_config_error(pod, key, str(err))
@@ -291,6 +216,19 @@ class Runner:
             rt.log = ContainerLog(self.pod_logs, meta["namespace"], meta["name"], meta["uid"], spec.container)
         self.runtimes[key] = rt
         return rt
+
+    async def _rebuild_env(self, pod: Object, key: str, rt: PodRuntime) -> bool:
+        """Build a restarting container's environment again, as a kubelet does at every container start: a
+        ConfigMap or Secret changed since the last start is seen now (until December 7 the runner read them
+        once per pod). False: it cannot be built now (reported as at the first start, retried)."""
+        try:
+            rt.spec = runtime_pod(pod, base_env=self.base_env, sources=await self._env_sources(pod))
+        except ContainerConfigError as err:
+            await self._report_config_error(pod, key, str(err))
+            self.schedule(key, _RETRY)
+            return False
+        self._config_errors.pop(key, None)
+        return True
 
     async def _env_sources(self, pod: Object) -> EnvSources:
         """The ConfigMaps, Secrets and node allocatable the runtime container's environment reads (None for
@@ -323,26 +261,8 @@ class Runner:
             return
         self._config_errors[key] = reported
         log.warning("%s: container cannot start: %s; retrying every %.0fs", key, message, _RETRY)
-        container = runtime_container(pod).get("name")
-        names = [str(c.get("name", "")) for c in (pod.get("spec") or {}).get("containers") or []]
-        now = _now()
-        unready = f"containers with unready status: [{' '.join(names)}]"
-        conditions = [
-            {
-                "type": t,
-                "status": "False",
-                "lastTransitionTime": now,
-                "reason": "ContainersNotReady",
-                "message": unready,
-            }
-            for t in ("Ready", "ContainersReady")
-        ]
-        waiting = {"waiting": {"reason": "CreateContainerConfigError", "message": message}}
-        statuses = [  # the whole list (a strategic merge patch replaces it), only this container changed
-            {**c, "ready": False, "started": False, "state": waiting} if c.get("name") == container else c
-            for c in (pod.get("status") or {}).get("containerStatuses") or []
-        ]
-        patch = {"status": {"conditions": conditions, "containerStatuses": statuses}}
+        container = str(runtime_container(pod).get("name", ""))
+        patch = config_error_patch(pod, container=container, message=message)
         with contextlib.suppress(NotFound):
             await self.client.patch(
                 POD,
@@ -385,7 +305,7 @@ class Runner:
                 log.warning("%s: no container log (%s)", key, err)
                 rt.log = None
         try:
-            with _logging_to(rt):  # and the Logs object naming this instance's file, applied before Ready
+            with logging_to(rt):  # and the Logs object naming this instance's file, applied before Ready
                 await asyncio.gather(
                     server.start(), self._publish(rt, LOGS, logs_object(pod, rt.log) if rt.log else None)
                 )
@@ -396,7 +316,7 @@ class Runner:
             self.schedule(key, _RETRY)
             return
         self._servers.add(server)
-        rt.server, rt.started_at, rt.message = server, _now(), ""
+        rt.server, rt.started_at, rt.message = server, now(), ""
         rt.healthy = await self._healthy(rt)
         rt.state = "ready" if rt.healthy else "unhealthy"
         if not rt.healthy:
@@ -439,42 +359,20 @@ class Runner:
 
     async def _sync_ready(self, pod: Object, rt: PodRuntime) -> None:
         want = "True" if rt.healthy and rt.server is not None else "False"
-        if _ready_condition(pod) == want and not (want == "False" and rt.state == "crashed"):
+        if ready_condition(pod) == want and not (want == "False" and rt.state == "crashed"):
             return
         await self._patch_ready(pod, rt, want == "True")
 
     async def _patch_ready(self, pod: Object, rt: PodRuntime, ready: bool, *, crashed: bool = False) -> None:
-        now = _now()
-        reason, message = (
-            (None, None) if ready else ("ContainersNotReady", rt.message or f"runtime {rt.state}")
+        patch = ready_patch(
+            pod,
+            ready=ready,
+            container=rt.spec.container,
+            restarts=rt.restarts,
+            started_at=rt.started_at,
+            message=rt.message or f"runtime {rt.state}",
+            crashed=crashed,
         )
-        conditions = [
-            {
-                "type": t,
-                "status": "True" if ready else "False",
-                "lastTransitionTime": now,
-                "reason": reason,
-                "message": message,
-            }
-            for t in ("Ready", "ContainersReady")
-        ]
-        statuses = []
-        for c in (pod.get("status") or {}).get("containerStatuses") or []:
-            entry: dict[str, Any] = {"name": c["name"], "ready": ready, "restartCount": rt.restarts}
-            if crashed and c["name"] == rt.spec.container:
-                entry["lastState"] = {
-                    "terminated": {
-                        "exitCode": 137,
-                        "reason": "Error",
-                        "startedAt": rt.started_at or now,
-                        "finishedAt": now,
-                    }
-                }
-            if ready:  # (the list is replaced: a CreateContainerConfigError's waiting state goes)
-                entry["state"] = {"running": {"startedAt": rt.started_at or now}}
-                entry["started"] = True
-            statuses.append(entry)
-        patch = {"status": {"conditions": conditions, "containerStatuses": statuses}}
         try:
             await self.client.patch(
                 POD,
@@ -529,7 +427,7 @@ class Runner:
         self, rt: PodRuntime, server: RuntimeServer, grace: float, *, hard: bool = False
     ) -> None:
         """Drain `server` (`grace` s), or kill it as SIGKILL would (`hard`), logging to the pod's log."""
-        with _logging_to(rt):
+        with logging_to(rt):
             await (server.kill() if hard else server.stop(grace))
         self._servers.discard(server)
 

@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from agent_sandbox.devcluster import DevCluster
 from agent_sandbox.devcluster.processes import Started
 from agent_sandbox.kube import CONFIG_MAP, EVENT, POD, SANDBOX, SECRET, ApiClient, NotFound
 from tests.helpers import eventually
@@ -103,3 +104,34 @@ async def test_a_missing_secret_keeps_the_container_waiting_until_it_exists(
     pod = await kube.get(POD, "late", namespace=namespace)
     states = [s["state"] for s in pod["status"]["containerStatuses"]]
     assert [list(s) for s in states] == [["running"]]
+
+
+async def test_a_restarted_container_reads_its_config_map_and_secret_again(
+    kube: ApiClient, namespace: str, controller: Started, cluster: DevCluster, http: aiohttp.ClientSession
+) -> None:
+    """A kubelet builds a container's environment at every start: a Secret or ConfigMap changed while the
+    runtime ran is not seen by it, and is seen once its container restarts (until December 7 the runner read
+    them once per pod, and a crashed runtime came back with the old values)."""
+    await kube.create(SECRET, _secret("rotating", API_KEY="sk-old"), namespace=namespace)
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "agent-cfg"}}
+    await kube.create(CONFIG_MAP, {**config, "data": {"model": "m1", "prefix": "APP_"}}, namespace=namespace)
+    await kube.create(SANDBOX, sandbox("rot", _agent_spec("rotating")), namespace=namespace)
+    ip = await ready_sandbox_ip(kube, namespace, "rot")
+    show = "sh -c 'echo \"$API_KEY $MODEL\"'"
+    assert (await execute(http, ip, show))["stdout"] == "sk-old m1\n"
+
+    await kube.patch(
+        SECRET, "rotating", {"data": _secret("rotating", API_KEY="sk-new")["data"]}, namespace=namespace
+    )
+    await kube.patch(CONFIG_MAP, "agent-cfg", {"data": {"model": "m2"}}, namespace=namespace)
+    assert (await execute(http, ip, show))["stdout"] == "sk-old m1\n"  # the running container keeps its own
+
+    cluster.crash_runtime(namespace, "rot")
+
+    async def restarted() -> bool:
+        pod = await kube.get(POD, "rot", namespace=namespace)
+        ready = next((c["status"] for c in pod["status"]["conditions"] if c["type"] == "Ready"), None)
+        return (ready, pod["status"]["containerStatuses"][0].get("restartCount", 0)) == ("True", 1)
+
+    await eventually(restarted, "the crashed runtime's pod Ready again with restartCount 1", within=30)
+    assert (await execute(http, ip, show))["stdout"] == "sk-new m2\n"
