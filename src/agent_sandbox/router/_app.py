@@ -356,6 +356,11 @@ class Router:
             await asyncio.sleep(0.05)
         if self._busy():
             log.warning("shutdown timeout: closing %d connection(s) still busy", len(self.connections))
+            if self.proxy is not None:
+                # WebSockets get a close frame (1001) each way before the cut, where a frame boundary allows
+                # (`Tunnel.going_away`): clients then see a server going away, not an abnormal closure.
+                for tunnel in list(self.proxy.tunnels):
+                    tunnel.going_away()
         await self._stop_everything(flush_until=end - reserve / 2)
 
     def _busy(self) -> bool:

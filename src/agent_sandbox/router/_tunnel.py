@@ -10,11 +10,14 @@ Python router's defaults and close codes:
 | no byte either way for `--websocket-idle-timeout` | 1001 | `idle timeout exceeded` |
 | open longer than `--websocket-max-lifetime` | 1001 | `max lifetime exceeded` |
 | a sandbox->client message over `--websocket-max-message-bytes` | 1009 | `message too big` |
+| still open at the end of the shutdown drain (`going_away`) | 1001 | `router shutting down` |
 
 The message-size check reads only WebSocket frame headers of the sandbox->client stream (payload bytes
-are never copied or unmasked). For a WebSocket the router sends a close frame to both ends before
-closing; other upgraded protocols are simply closed. The per-client connection cap is checked before
-the upgrade is forwarded (`TunnelLimits.admit`).
+are never copied or unmasked); the client->sandbox stream's headers are followed too, for its frame
+boundaries alone. For a WebSocket the router sends a close frame to each end whose stream stands at a
+frame boundary (a close frame written inside a frame's payload would be read as payload: the end would
+see garbage, then a cut); an end left mid-frame is just closed, as other upgraded protocols are. The
+per-client connection cap is checked before the upgrade is forwarded (`TunnelLimits.admit`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from ._upstream import UpstreamConnection
 __all__ = ["FrameScanner", "Tunnel", "TunnelLimits", "close_frame"]
 
 _SWEEP = 1.0
+_NO_LIMIT = 1 << 64
+"""Above any frame length (63 bits), so the client->sandbox scanner never reports a message too big."""
 
 
 def close_frame(code: int, reason: str, *, masked: bool) -> bytes:
@@ -61,6 +66,11 @@ class FrameScanner:
     def partial_header(self) -> int:
         """Bytes of a frame header that began in what was scanned but is not complete yet."""
         return len(self._header)
+
+    @property
+    def in_payload(self) -> bool:
+        """What was scanned ends inside a frame's payload (not between two frames or inside a header)."""
+        return self._skip > 0
 
     def feed(self, data: bytes) -> int | None:
         """Scan `data`; None if fine, else the offset of the frame that exceeds the limit (negative when its
@@ -176,6 +186,9 @@ class Tunnel:
         self._client_tail = client_tail
         self._upstream_tail = upstream_tail
         self._scanner = FrameScanner(limits.max_message_bytes) if websocket else None
+        self._client_frames = FrameScanner(_NO_LIMIT) if websocket else None
+        """Follows the client->sandbox frames only so that a close frame sent to the sandbox (masked, as a
+        client's) lands between two of them (`_end`)."""
         self._held = b""
         self._last = time.monotonic()
         self._started = self._last
@@ -211,7 +224,7 @@ class Tunnel:
             self._lost()
         else:
             if self._client_tail:
-                upstream.write(self._client_tail)
+                self.to_upstream(self._client_tail)
             if self._upstream_tail:
                 self._from_upstream(self._upstream_tail)
             if conn.transport is not None and not conn.closed:
@@ -232,6 +245,8 @@ class Tunnel:
 
     def to_upstream(self, data: bytes) -> None:
         self._last = time.monotonic()
+        if self._client_frames is not None:
+            self._client_frames.feed(data)
         self.upstream.write(data)
 
     def _from_upstream(self, data: bytes) -> None:
@@ -245,7 +260,8 @@ class Tunnel:
             data = held + data
             if cut is not None:
                 self._forward(data[: len(held) + cut])
-                self._end(1009, "message too big")
+                # What reached the client ends right before the oversized frame's header: a boundary.
+                self._end(1009, "message too big", client_between_frames=True)
                 return
             if scanner.partial_header:
                 data, self._held = data[: -scanner.partial_header], data[-scanner.partial_header :]
@@ -278,11 +294,31 @@ class Tunnel:
             return
         self._timer = asyncio.get_running_loop().call_later(_SWEEP, self._check_limits)
 
-    def _end(self, code: int, reason: str) -> None:
+    def going_away(self) -> None:
+        """The shutdown drain's deadline: end the connection now, with 1001 to each end of a WebSocket that
+        stands at a frame boundary, and close both (flushing the close frames: the connections are not
+        aborted after, `Connection.abort` leaves a closed one to its flush). Until December 7 the deadline
+        aborted the connection with no close frame (a client saw 1006, abnormal closure)."""
+        self._end(1001, "router shutting down")
+        self.conn.close()
+        self.upstream.close()
+
+    def _end(self, code: int, reason: str, *, client_between_frames: bool | None = None) -> None:
+        """End with a close frame to each end whose stream is between two frames (`client_between_frames`:
+        known by the caller; else from the sandbox->client scanner, whose held partial header was never
+        sent). A close frame cannot follow a frame cut half-way: the end would take it for payload. The
+        frame's rest could be awaited, but a sandbox (untrusted) controls when that comes, and the limits
+        and the drain's deadline are meant to end the connection then; so that end is only closed."""
         self.close_reason = reason
         if self.websocket:
-            self.conn.write(close_frame(code, reason, masked=False))
-            self.upstream.write(close_frame(code, reason, masked=True))
+            to_client, to_sandbox = self._scanner, self._client_frames
+            if client_between_frames is None:
+                client_between_frames = to_client is None or not to_client.in_payload
+            if client_between_frames:
+                self.conn.write(close_frame(code, reason, masked=False))
+            # Client bytes are relayed as they come, a partial header too: between frames only without one.
+            if to_sandbox is None or not (to_sandbox.in_payload or to_sandbox.partial_header):
+                self.upstream.write(close_frame(code, reason, masked=True))
         self._lost()
 
     def _lost(self) -> None:

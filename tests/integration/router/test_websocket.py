@@ -14,7 +14,7 @@ from websockets.exceptions import ConnectionClosed
 from agent_sandbox.router import Router
 from tests.helpers import eventually
 
-from .conftest import Backend, fresh_ip, raw_request, request_bytes, scrape
+from .conftest import Backend, fresh_ip, raw_backend, raw_request, request_bytes, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -191,8 +191,10 @@ async def test_an_open_websocket_runs_on_through_the_drain_and_is_cut_at_its_dea
         await ws.send("still there")
         assert await ws.recv() == "still there"
         await asyncio.wait_for(stopping, 10)
-        with pytest.raises(ConnectionClosed):
+        with pytest.raises(ConnectionClosed) as closed:
             await asyncio.wait_for(ws.recv(), 5)
+    assert closed.value.rcvd is not None  # a close frame, not a cut (1006)
+    assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1001, "router shutting down")
     assert "closing 1 connection(s) still busy" in caplog.text
 
 
@@ -207,3 +209,104 @@ async def test_a_websocket_that_ends_during_the_drain_lets_it_finish(
         assert await ws.recv() == "last"
     await asyncio.wait_for(stopping, 15)
     assert "still busy" not in caplog.text
+
+
+def _frames(data: bytes) -> list[tuple[int, bytes]]:
+    """Whole WebSocket frames in `data` as (opcode, unmasked payload); a trailing partial frame is left out."""
+    frames, pos = [], 0
+    while len(data) - pos >= 2:
+        length, masked = data[pos + 1] & 0x7F, data[pos + 1] & 0x80
+        head = 2 + (2 if length == 126 else 8 if length == 127 else 0)
+        if length >= 126:
+            length = int.from_bytes(data[pos + 2 : pos + head], "big")
+        key = data[pos + head : pos + head + 4] if masked else b"\0\0\0\0"
+        head += 4 if masked else 0
+        if len(data) - pos < head + length:
+            break
+        payload = bytes(b ^ key[i % 4] for i, b in enumerate(data[pos + head : pos + head + length]))
+        frames.append((data[pos] & 0x0F, payload))
+        pos += head + length
+    return frames
+
+
+_CLOSE_1001 = (8, struct.pack("!H", 1001) + b"router shutting down")
+
+
+@pytest.mark.parametrize("mid_frame", ["neither", "client", "sandbox"])
+async def test_the_drain_deadline_sends_1001_to_each_end_between_two_frames(
+    start_router: Callable[..., Awaitable[Router]], mid_frame: str
+) -> None:
+    """A WebSocket still open at the drain's deadline gets a close frame (1001) each way before the cut:
+    unmasked to the client, masked to the sandbox (as a client's). Only to an end whose stream stands
+    between two frames: written inside a payload, the close frame would be read as payload. Until
+    December 7 neither end got one (the client saw 1006, abnormal closure)."""
+    import base64
+    import hashlib
+
+    got_by_sandbox = bytearray()
+    # A frame header announcing 100 bytes, and only 10 of them: the stream is left inside the payload.
+    half_from_sandbox = b"\x82\x64" + b"s" * 10
+    half_from_client = b"\x82\xe4" + b"\x01\x02\x03\x04" + b"c" * 10
+    whole_from_client = b"\x81\x82\x00\x00\x00\x00ok"
+    sent = whole_from_client + (half_from_client if mid_frame == "client" else b"")
+    arrived, ended = asyncio.Event(), asyncio.Event()
+
+    async def sandbox(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        key = next(
+            line.split(b":", 1)[1].strip()
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"sec-websocket-key:")
+        )
+        accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+        writer.write(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n" + b"\x81\x02hi"
+        )
+        if mid_frame == "sandbox":
+            writer.write(half_from_sandbox)
+        while chunk := await reader.read(65536):
+            got_by_sandbox.extend(chunk)
+            if len(got_by_sandbox) >= len(sent):
+                arrived.set()
+        writer.close()
+        ended.set()
+
+    server, headers = await raw_backend(sandbox)
+    router = await start_router("--shutdown-timeout=2s")
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port)
+        writer.write(
+            request_bytes(
+                "GET",
+                "/ws",
+                {
+                    **headers,
+                    "Connection": "Upgrade",
+                    "Upgrade": "websocket",
+                    "Sec-WebSocket-Version": "13",
+                    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+                },
+            )
+        )
+        assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 101")
+        assert await reader.readexactly(4) == b"\x81\x02hi"
+        if mid_frame == "sandbox":
+            assert await reader.readexactly(len(half_from_sandbox)) == half_from_sandbox
+        writer.write(sent)  # a whole (masked) frame, then maybe half a frame
+        await writer.drain()
+        await asyncio.wait_for(arrived.wait(), 10)
+        await asyncio.wait_for(router.shutdown(), 10)
+        got_by_client = await asyncio.wait_for(reader.read(), 10)  # to EOF
+        writer.close()
+        await asyncio.wait_for(ended.wait(), 10)
+    finally:
+        server.close()
+    if mid_frame == "sandbox":
+        assert got_by_client == b""  # just closed
+    else:
+        assert _frames(got_by_client) == [_CLOSE_1001]
+    if mid_frame == "client":
+        assert bytes(got_by_sandbox) == sent  # just closed
+    else:
+        assert _frames(bytes(got_by_sandbox)) == [(1, b"ok"), _CLOSE_1001]

@@ -117,3 +117,19 @@ def test_any_bytes_any_split(data: bytes, cuts: list[int], limit: int) -> None:
             found = start + cut
             break
     assert found == whole
+
+
+@given(st.data())
+def test_boundary_state_after_any_split(data: st.DataObject) -> None:
+    """`in_payload` and `partial_header` say exactly whether what was scanned ends between two frames, as
+    `Tunnel._end` needs to place a close frame (masked frames as a client sends them)."""
+    sizes = data.draw(st.lists(st.sampled_from([0, 3, 125, 126, 300, 65536]), min_size=1, max_size=4))
+    frames = [frame(n, masked=data.draw(st.booleans())) for n in sizes]
+    stream = b"".join(frames)
+    boundaries = set(itertools.accumulate(len(f) for f in frames)) | {0}
+    end = data.draw(st.integers(0, len(stream)))
+    cut = data.draw(st.integers(0, end))
+    scanner = FrameScanner(1 << 64)
+    assert scanner.feed(stream[:cut]) is None
+    assert scanner.feed(stream[cut:end]) is None
+    assert (not scanner.in_payload and not scanner.partial_header) == (end in boundaries)
