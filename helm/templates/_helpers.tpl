@@ -26,11 +26,28 @@ true
 {{- end -}}
 {{- end -}}
 
-{{/* Where the controller's Lease lives: controller.leaderElectionNamespace (empty or null: the binary
-auto-detects its own namespace), else the chart's namespace. Values from other chart versions may lack
-`controller`. */}}
+{{/* Where the controller's Lease lives: the namespace the binary elects in, i.e. the last
+--leader-election-namespace it is given - a controller.extraArgs one (`--flag=v`, `--flag v`, one dash or two,
+as Go's flag package reads them; extraArgs come after the named flags, so it wins) over
+controller.leaderElectionNamespace; empty or null: the binary auto-detects its own namespace, the chart's.
+Until December 7 extraArgs were not read: the Role stayed in the chart's namespace while the controller
+elected elsewhere, and got Forbidden on its Lease. Values from other chart versions may lack `controller`. */}}
 {{- define "agent-sandbox.leaderElectionNamespace" -}}
-{{- (.Values.controller | default dict).leaderElectionNamespace | default (include "agent-sandbox.namespace" .) -}}
+{{- $c := .Values.controller | default dict -}}
+{{- $ns := $c.leaderElectionNamespace | default "" -}}
+{{- $valueNext := false -}}
+{{- range ($c.extraArgs | default list) -}}
+{{- $arg := toString . -}}
+{{- if $valueNext -}}
+{{- $ns = $arg -}}
+{{- $valueNext = false -}}
+{{- else if regexMatch "^--?leader-election-namespace$" $arg -}}
+{{- $valueNext = true -}}
+{{- else if regexMatch "^--?leader-election-namespace=" $arg -}}
+{{- $ns = regexReplaceAll "^--?leader-election-namespace=" $arg "" -}}
+{{- end -}}
+{{- end -}}
+{{- $ns | default (include "agent-sandbox.namespace" .) -}}
 {{- end -}}
 
 {{- define "agent-sandbox.selectorLabels" -}}

@@ -209,10 +209,36 @@ def test_every_named_controller_value_becomes_its_flag() -> None:
 
 
 def test_lease_grants_are_a_role_in_the_leader_election_namespace() -> None:
-    """The chart's leader-election Role holds LEADER_ELECTION_ROLE, in controller.leaderElectionNamespace when
-    set, else the chart's namespace; the ClusterRoles grant no Lease anywhere (tenant10 finding 4)."""
+    """The chart's leader-election Role holds LEADER_ELECTION_ROLE, in the namespace the controller elects in:
+    the last --leader-election-namespace it gets, from controller.extraArgs (any form Go's flag package reads)
+    or controller.leaderElectionNamespace, else the chart's namespace; the ClusterRoles grant no Lease
+    anywhere (tenant10 finding 4). Until December 7 extraArgs were not read: the Role stayed in the chart's
+    namespace and the controller got Forbidden on its Lease."""
     subject = [{"kind": "ServiceAccount", "name": "agent-sandbox-controller", "namespace": "ops"}]
-    for values, lease_ns in (((), "ops"), (("--set", "controller.leaderElectionNamespace=le"), "le")):
+    cases: list[tuple[tuple[str, ...], str]] = [
+        ((), "ops"),
+        (("--set", "controller.leaderElectionNamespace=le"), "le"),
+        (("--set-json", 'controller.extraArgs=["--leader-election-namespace=ex"]'), "ex"),
+        (("--set-json", 'controller.extraArgs=["-leader-election-namespace", "ex", "--zap-devel"]'), "ex"),
+        # extraArgs follow the named flags: the binary takes the last value
+        (
+            (
+                "--set", "controller.leaderElectionNamespace=le",
+                "--set-json", 'controller.extraArgs=["--leader-election-namespace=ex"]',
+            ),
+            "ex",
+        ),
+        # empty: the binary auto-detects its own namespace, the chart's
+        (
+            (
+                "--set", "controller.leaderElectionNamespace=le",
+                "--set-json", 'controller.extraArgs=["--leader-election-namespace="]',
+            ),
+            "ops",
+        ),
+        (("--set-json", 'controller.extraArgs=["--leader-election-namespaces=x"]'), "ops"),  # another flag
+    ]  # fmt: skip
+    for values, lease_ns in cases:
         docs = _template("--set", "image.tag=v1", "--set", "namespace.name=ops", *values)
         got = _one(docs, "Role", LEADER_ELECTION_NAME)
         assert got["metadata"]["namespace"] == lease_ns
@@ -555,6 +581,29 @@ def test_install_upgrade_uninstall(installed: Installed, install_ns: str) -> Non
     assert cluster.kubectl("get", "clusterrole", "agent-sandbox-controller").returncode != 0
     # CRDs are left behind (Helm never deletes crds/); deleting them would delete every sandbox.
     assert cluster.kubectl("get", "crd", "sandboxes.agents.x-k8s.io").returncode == 0
+
+
+def test_a_leader_election_namespace_in_extra_args_gets_the_lease_role(
+    installed: Installed, install_ns: str
+) -> None:
+    """`--leader-election-namespace` passed through controller.extraArgs: the chart's Lease Role and RoleBinding
+    go there too, so the controller (as its ServiceAccount) takes its Lease in that namespace. Until December 7
+    they stayed in the chart's namespace and the controller was Forbidden on the Lease, never leading."""
+    cluster = installed.cluster
+    helm(
+        cluster, "install", "agent-sandbox", CHART, "--set", "image.tag=v0.0.1-test",
+        "--set-json", f'controller.extraArgs=["--leader-election-namespace={install_ns}"]',
+        "--wait", "--timeout", "2m",
+    )  # fmt: skip
+    installed.controller_pods(SELECTOR)
+    lease = wait_for(
+        lambda: cluster.kubectl("get", "lease", LEASE_NAME, "-n", install_ns, "-o", "json").stdout or None,
+        what=f"the controller's Lease in {install_ns}",
+        timeout=60,
+    )
+    assert json.loads(lease)["spec"]["holderIdentity"]
+    binding = installed.kubectl_json("get", "rolebinding", LEADER_ELECTION_NAME, "-n", install_ns)
+    assert binding["subjects"][0]["namespace"] == SYSTEM_NS
 
 
 ARCHIVE_CRD = "sandboxarchives.lifecycle.agents.x-k8s.io"
