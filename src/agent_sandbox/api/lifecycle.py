@@ -66,7 +66,6 @@ __all__ = [
     "MAX_GO_DURATION_SECONDS",
     "Cause",
     "LifecyclePolicy",
-    "archive_auto_resume",
     "archive_body",
     "archived_sandbox",
     "archived_template_settings",
@@ -483,16 +482,6 @@ def claim_expired(claim: ReadOnlyObject | None, now: datetime) -> tuple[bool, fl
             deadlines.append(due)
     left = (min(deadlines) - now).total_seconds() if deadlines else None
     return left is not None and left <= 0, left
-
-
-def archive_auto_resume(archive: ReadOnlyObject, template_annotations: Mapping[str, str] | None) -> bool:
-    """Whether the archived Sandbox opted into resume on request: its own annotation, else its template's
-    (`template_annotations`; None: the template is gone, and the value it had when archived applies)."""
-    kept = ((archive.get("spec") or {}).get("sandbox") or {}).get("metadata") or {}
-    recorded = ((archive.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_TEMPLATE_AUTO_RESUME)
-    return lifecycle_policy(
-        kept.get("annotations") or {}, archived_template_settings(template_annotations, recorded)
-    ).auto_resume
 
 
 def archived_template_settings(

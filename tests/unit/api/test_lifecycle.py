@@ -149,7 +149,7 @@ def test_archive_keeps_identity_and_spec_and_restores_running() -> None:
     assert ANNOTATION_POD_NAME not in kept
     assert lc.ANNOTATION_HIBERNATE not in kept
     assert lc.restore_requested(archive) is None
-    assert lc.archive_auto_resume(archive, None)
+    assert kept[lc.ANNOTATION_AUTO_RESUME] == "true"  # its own opt-in goes with it
 
     archive["spec"]["restore"] = lc.restore_request_patch(lc.Cause.REQUEST, NOW)["spec"]["restore"]
     assert lc.restore_requested(archive) == (lc.Cause.REQUEST, NOW)

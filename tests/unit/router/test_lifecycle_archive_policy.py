@@ -47,4 +47,3 @@ def test_archive_policy(
         state.templates[("team", "tp")] = template
     view = archive_view(_diet_archive(archive(own, recorded)))
     assert state.archive_policy(view).auto_resume is auto
-    assert lc.archive_auto_resume(archive(own, recorded), template) is auto
