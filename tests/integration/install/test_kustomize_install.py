@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -84,6 +85,57 @@ def test_router_component_composes_with_the_install(tmp_path: Path) -> None:
     ]
     assert ("ClusterRoleBinding", "", "sandbox-router-auth-delegator") in _ids(docs)
     assert len([d for d in docs if d["kind"] == "Deployment"]) == 2
+
+
+def _router_args(docs: list[dict[str, Any]]) -> list[str]:
+    (router,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "sandbox-router"]
+    args: list[str] = router["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args
+
+
+@pytest.mark.parametrize(
+    ("component", "flag"),
+    [("router/tokenreview", "--authz-mode=tokenreview"), ("router/lifecycle", "--sandbox-lifecycle")],
+)
+def test_a_router_sub_component_before_the_router_fails_to_render(
+    tmp_path: Path, component: str, flag: str
+) -> None:
+    """Listed before `k8s/router`, the sub-component's selector patch matched nothing and was skipped without
+    a word: the render (and apply) succeeded with the RBAC added but no flag, so "tokenreview" ran with no
+    authentication (inst12 finding 1). Its target-less guard patch now names the router Deployment, which
+    kustomize refuses to apply when that Deployment does not exist yet."""
+    wrong = _kubectl("kustomize", str(write_overlay(tmp_path / "wrong", [component, "router"])), check=False)
+    assert wrong.returncode != 0, "rendered without the router Deployment's flag"
+    assert "no matches for Id Deployment.v1.apps/sandbox-router.agent-sandbox-system" in wrong.stderr
+    right = _kubectl("kustomize", str(write_overlay(tmp_path / "right", ["router", component])))
+    assert flag in _router_args([d for d in yaml.safe_load_all(right.stdout) if d])
+
+
+@pytest.mark.parametrize(
+    ("component", "missing"),
+    [
+        ("lifecycle", "Deployment.v1.apps/agent-sandbox-controller.agent-sandbox-system"),
+        ("v1beta1-only", "CustomResourceDefinition.v1.apiextensions.k8s.io/sandboxes.agents.x-k8s.io"),
+    ],
+)
+def test_a_component_without_the_install_fails_to_render(
+    tmp_path: Path, component: str, missing: str
+) -> None:
+    """The same guard on the components that patch the install (k8s/) itself: with an overlay whose resources
+    do not include the install, the component is refused instead of adding its objects and nothing else."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "sa.yaml").write_text((REPO_ROOT / "k8s" / "router" / "serviceaccount.yaml").read_text())
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": ["sa.yaml"],
+        "components": [os.path.relpath(REPO_ROOT / "k8s" / component, overlay)],
+    }
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    out = _kubectl("kustomize", str(overlay), check=False)
+    assert out.returncode != 0, f"{component} rendered without the object it patches"
+    assert f"no matches for Id {missing}" in out.stderr
 
 
 def _secret_bundle(installed: Installed) -> dict[str, bytes]:
