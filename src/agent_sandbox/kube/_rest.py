@@ -323,11 +323,14 @@ class RestClient:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout, sock_read=read_gap)
         headers = await self._headers(None)
         start = time.perf_counter()  # not loop.time(): see request()
+        answered = False
         try:
             async with self._session(watch=True).get(
                 url, headers=headers, timeout=timeout, **self._routed()
             ) as resp:
-                self._observe("WATCH", str(resp.status), time.perf_counter() - start)
+                # client-go's label: a watch is the GET it is sent as (`r.verb`), not "WATCH".
+                self._observe("GET", str(resp.status), time.perf_counter() - start)
+                answered = True
                 if resp.status >= 400:
                     raise error_from_status(resp.status, await resp.read())
                 buf = b""
@@ -342,8 +345,15 @@ class RestClient:
                 if buf.strip():
                     yield _decode_event(buf)
         except TimeoutError as exc:
+            if not answered:
+                self._observe("GET", "<error>", time.perf_counter() - start)
             raise Timeout(f"watch {path}: read timed out") from exc
         except aiohttp.ClientError as exc:
+            # A watch that never got its response (refused, reset, TLS) is client-go's "<error>", as any
+            # request's; one cut after its 200 was already counted (until December 7 neither was: a
+            # 30 s API server outage moved `code="<error>"` by one).
+            if not answered:
+                self._observe("GET", "<error>", time.perf_counter() - start)
             raise TransportError(f"watch {path}: {describe_error(exc)}") from exc
 
 
