@@ -34,9 +34,15 @@ Until December 7 extraArgs were not read: the Role stayed in the chart's namespa
 elected elsewhere, and got Forbidden on its Lease. Values from other chart versions may lack `controller`. */}}
 {{- define "agent-sandbox.leaderElectionNamespace" -}}
 {{- $c := .Values.controller | default dict -}}
-{{- $ns := $c.leaderElectionNamespace | default "" -}}
+{{- $ns := include "agent-sandbox.leaderElectionNamespace.lastIn" (dict "args" ($c.extraArgs | default list) "ns" ($c.leaderElectionNamespace | default "")) -}}
+{{- $ns | default (include "agent-sandbox.namespace" .) -}}
+{{- end -}}
+
+{{/* The last --leader-election-namespace value in .args (any form Go's flag package reads), else .ns. */}}
+{{- define "agent-sandbox.leaderElectionNamespace.lastIn" -}}
+{{- $ns := .ns -}}
 {{- $valueNext := false -}}
-{{- range ($c.extraArgs | default list) -}}
+{{- range .args -}}
 {{- $arg := toString . -}}
 {{- if $valueNext -}}
 {{- $ns = $arg -}}
@@ -47,7 +53,34 @@ elected elsewhere, and got Forbidden on its Lease. Values from other chart versi
 {{- $ns = regexReplaceAll "^--?leader-election-namespace=" $arg "" -}}
 {{- end -}}
 {{- end -}}
-{{- $ns | default (include "agent-sandbox.namespace" .) -}}
+{{- $ns -}}
+{{- end -}}
+
+{{/*
+The namespaces that get the leader-election Role and RoleBinding, as a JSON list: the one this revision
+elects in, and, in an upgrade that moves it, the one the live controller Deployment (this release's) still
+elects in. Helm applies the new objects and deletes the ones that left the manifest before the old pods stop,
+so without the second the old leader lost its grant while it still held its Lease: Forbidden on renew and on
+release, and a Lease left held in the old namespace (inst12 finding 2). The live Deployment's arguments are
+what the previous revision rendered, so the old grant stays for exactly one revision: the next upgrade finds
+the new namespace in them and drops it. `lookup` answers nothing in `helm template` and --dry-run=client, and
+`helm rollback` applies the stored manifest without rendering: neither keeps it (helm/README.md).
+*/}}
+{{- define "agent-sandbox.leaderElectionNamespaces" -}}
+{{- $want := include "agent-sandbox.leaderElectionNamespace" . -}}
+{{- $all := list $want -}}
+{{- $dep := lookup "apps/v1" "Deployment" (include "agent-sandbox.namespace" .) "agent-sandbox-controller" -}}
+{{- if $dep -}}
+{{- $ann := $dep.metadata.annotations | default dict -}}
+{{- $ours := and (eq (index $ann "meta.helm.sh/release-name" | default "") .Release.Name) (eq (index $ann "meta.helm.sh/release-namespace" | default "") .Release.Namespace) -}}
+{{- range ((($dep.spec | default dict).template | default dict).spec | default dict).containers | default list -}}
+{{- if and $ours (eq .name "agent-sandbox-controller") -}}
+{{- $live := include "agent-sandbox.leaderElectionNamespace.lastIn" (dict "args" (.args | default list) "ns" "") | default (include "agent-sandbox.namespace" $) -}}
+{{- $all = append $all $live | uniq -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $all -}}
 {{- end -}}
 
 {{- define "agent-sandbox.selectorLabels" -}}

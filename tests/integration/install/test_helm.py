@@ -606,6 +606,74 @@ def test_a_leader_election_namespace_in_extra_args_gets_the_lease_role(
     assert binding["subjects"][0]["namespace"] == SYSTEM_NS
 
 
+def test_moving_the_leader_election_namespace_keeps_the_old_grant_for_one_revision(
+    installed: Installed, install_ns: str
+) -> None:
+    """`helm upgrade --set controller.leaderElectionNamespace=<other>` on a live release: the old pod keeps its
+    Lease grant until it stops, so it releases its Lease (holder cleared) without a Forbidden; the next upgrade
+    drops the old grant. Until December 7 Helm deleted the old Role with the upgrade, while the old pod still
+    held its Lease: Forbidden on renew and release, and the Lease left held in the old namespace (inst12
+    finding 2)."""
+    cluster = installed.cluster
+
+    def lease(namespace: str) -> dict[str, Any]:
+        found: dict[str, Any] = installed.kubectl_json("get", "lease", LEASE_NAME, "-n", namespace)
+        return found
+
+    def has_role(namespace: str) -> bool:
+        return all(
+            cluster.kubectl("get", kind, LEADER_ELECTION_NAME, "-n", namespace).returncode == 0
+            for kind in ("role", "rolebinding")
+        )
+
+    helm(
+        cluster,
+        "install",
+        "agent-sandbox",
+        CHART,
+        "--set",
+        "image.tag=v0.0.1-test",
+        "--wait",
+        "--timeout",
+        "2m",
+    )
+    (old,) = installed.controller_pods(SELECTOR)
+    old_log = installed.pods.log(old["metadata"]["uid"])
+    wait_for(
+        lambda: (
+            cluster.kubectl("get", "lease", LEASE_NAME, "-n", SYSTEM_NS).returncode == 0
+            and bool(lease(SYSTEM_NS)["spec"].get("holderIdentity"))
+        ),
+        what=f"the controller's Lease in {SYSTEM_NS}",
+        timeout=60,
+    )
+
+    reuse = ("upgrade", "agent-sandbox", CHART, "--reuse-values", "--set")
+    helm(cluster, *reuse, f"controller.leaderElectionNamespace={install_ns}")
+    assert has_role(install_ns)
+    assert has_role(SYSTEM_NS), "the old pod lost its Lease grant while it still runs"
+    dep = installed.kubectl_json("get", "deployment", "agent-sandbox-controller", "-n", SYSTEM_NS)
+    installed.controller_pods(SELECTOR, args=dep["spec"]["template"]["spec"]["containers"][0]["args"])
+    wait_for(
+        lambda: (
+            cluster.kubectl("get", "lease", LEASE_NAME, "-n", install_ns).returncode == 0
+            and bool(lease(install_ns)["spec"].get("holderIdentity"))
+        ),
+        what=f"the controller's Lease in {install_ns}",
+        timeout=60,
+    )
+    # The old pod was stopped (SIGTERM) by the rollout: it released its Lease, refused nothing.
+    wait_for(lambda: not lease(SYSTEM_NS)["spec"].get("holderIdentity"), what="the old Lease released")
+    assert "Forbidden" not in old_log.read_text()
+
+    helm(cluster, *reuse, f"controller.leaderElectionNamespace={install_ns}")  # the next revision
+    assert has_role(install_ns)
+    assert not any(
+        cluster.kubectl("get", kind, LEADER_ELECTION_NAME, "-n", SYSTEM_NS).returncode == 0
+        for kind in ("role", "rolebinding")
+    )
+
+
 ARCHIVE_CRD = "sandboxarchives.lifecycle.agents.x-k8s.io"
 
 

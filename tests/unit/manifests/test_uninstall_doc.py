@@ -88,3 +88,16 @@ def test_the_helm_uninstall_names_what_the_controller_made_at_run_time(path: Pat
     wanted = {f"secret/{WEBHOOK_CERTS_SECRET}", f"lease.coordination.k8s.io/{LEADER_ELECTION_ID}"}
     named = {word for c in deletes for word in c.split()}
     assert wanted <= named, deletes
+
+
+@pytest.mark.parametrize(
+    ("path", "heading"), [(INSTALL, "## Uninstall"), (REPO_ROOT / "helm" / "README.md", "Uninstall:")]
+)
+def test_the_helm_uninstall_names_the_lease_in_the_leader_election_namespace(
+    path: Path, heading: str
+) -> None:
+    """With controller.leaderElectionNamespace elsewhere the Lease is not in namespace.name, and an upgrade
+    that moved it left one in the namespace before (inst12 finding 2): a delete names that namespace too."""
+    deletes = [c for c in _commands(_section(path, heading)) if c.startswith("kubectl") and " delete " in c]
+    lease = f"lease.coordination.k8s.io/{LEADER_ELECTION_ID}"
+    assert any("<leader-election namespace>" in c and lease in c.split() for c in deletes), deletes
