@@ -62,6 +62,7 @@ __all__ = [
     "ARCHIVE",
     "CLAIM_ENV_FIELD_PATH",
     "DEFAULT_CLAIM_ENV_FILE",
+    "HEADER_NOT_STARTED",
     "LIFECYCLE_GROUP",
     "MAX_GO_DURATION_SECONDS",
     "Cause",
@@ -124,6 +125,12 @@ ANNOTATION_TEMPLATE_AUTO_RESUME: Final = f"{_PREFIX}template-auto-resume"
 or an older controller archived it). Read by routers only once that template is gone: a hibernated claim
 whose template was deleted is still restored on request, as its `SandboxHibernated` condition says. Until
 December 7 such a request got upstream's 502 and nothing was restored."""
+
+# A draining runtime's refusal of a command it did not start (docs/router.md, "unanswered").
+HEADER_NOT_STARTED: Final = "X-Sandbox-Not-Started"
+"""On a runtime's `503`: the request was read but nothing of it was run (the runtime is draining). A router
+running `--sandbox-lifecycle` holds such a request and sends it whole to the pod that replaces this one;
+without it the answer is relayed as it is. A connection closed without any answer may have run its request."""
 
 # Warm claims that keep per-claim env (docs/lifecycle.md "Warm claims with env").
 ANNOTATION_CLAIM_ENV: Final = "runtime.agents.x-k8s.io/claim-env"

@@ -10,8 +10,10 @@ a long download, upload or command stream is not cut while it moves - the legacy
 timeout - and a stalled one is); and what an upstream failure means for this attempt: "retry"
 (`may_resend`: Go's transport rule - a pooled keep-alive connection that ended before any response byte,
 for a request that may be sent twice, with the whole request still in hand), "unanswered" (a connection
-closed before any response byte, the whole request in hand, when the caller can wait for a replacement
-pod), 502/504 before the response head, or closing the client connection after it.
+closed before any response byte, for a request that may run twice, the whole request in hand, when the
+caller can wait for a replacement pod), "refused" (a draining runtime's `503` with `X-Sandbox-Not-Started`:
+nothing of it ran; same conditions but any method), 502/504 before the response head, or closing the client
+connection after it.
 
 Does not own: dialling, retries of dial failures and the hand-off of an upgraded connection (`_proxy`),
 parsing the sandbox's responses (`_upstream`), or the request head (`_headers`).
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from ..api.lifecycle import HEADER_NOT_STARTED
 from ._headers import DROP_RESPONSE_HEADERS, declared_trailers, last_chunk, request_head
 from ._outcome import Outcome, connect_error, reply, timeout_error
 from ._request import Request, trailer_allowed
@@ -40,6 +43,7 @@ _REPLAY_LIMIT = 64 * 1024
 
 _IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 _IDEMPOTENCY_KEYS = (b"idempotency-key", b"x-idempotency-key")
+_NOT_STARTED = HEADER_NOT_STARTED.lower().encode()
 
 
 def may_resend(
@@ -122,11 +126,12 @@ class Exchange:
     async def run(
         self, limit: float, header_timeout: float, span: Any, *, unanswered_ok: bool = False
     ) -> str:
-        """Send the request and relay the response; returns "done", "retry", "unanswered" or "upgraded".
+        """Send the request and relay the response; returns "done", "retry", "unanswered", "refused" or
+        "upgraded".
 
         `limit`: the longest the request may go with no byte relayed; `header_timeout` (at most `limit`): the
-        longest wait for the response head once the request is sent. "unanswered" only with `unanswered_ok`;
-        the caller then answers the client (nothing was sent yet).
+        longest wait for the response head once the request is sent. "unanswered" and "refused" only with
+        `unanswered_ok`; the caller then answers the client (nothing was sent yet).
         """
         loop = self._loop
         self._unanswered_ok = unanswered_ok
@@ -241,6 +246,21 @@ class Exchange:
             self._header_timer.cancel()
             self._header_timer = None
             self._idle_due = True  # armed by flush() only if the response is not complete by then
+        if (
+            status == 503
+            and self._unanswered_ok
+            and self._resendable
+            and self._body_sent
+            and any(name.lower() == _NOT_STARTED for name, _ in headers)
+        ):
+            # Ours: a draining runtime says it did not start this request (its pod is going away): held and
+            # sent whole to the pod that replaces it, as a dial the draining pod refused (`Proxy._forward`).
+            # Not relayed: the client sees the replacement's answer, or the router's own 503.
+            self.upstream.abort()
+            fut = self._fut
+            if fut is not None and not fut.done():
+                fut.set_result("refused")
+            return
         self._head_seen = True
         conn, req, out = self.conn, self.req, self.out
         if status == 101 and not req.upgrade:
@@ -344,9 +364,10 @@ class Exchange:
         if fut is None or fut.done():
             return
         req = self.req
+        idempotency_key = any(lname in _IDEMPOTENCY_KEYS for lname, _, _ in req.headers)
         if may_resend(
             method=req.method,
-            idempotency_key=any(lname in _IDEMPOTENCY_KEYS for lname, _, _ in req.headers),
+            idempotency_key=idempotency_key,
             reused=self.upstream.reused,
             written=self._written,
             whole_in_hand=self._resendable,
@@ -358,8 +379,18 @@ class Exchange:
             # that died running it ran the command twice once restarted.
             fut.set_result("retry")
             return
-        if reason == "eof" and not self._head_seen and self._resendable and self._unanswered_ok:
-            # A fresh connection the sandbox closed unanswered: its pod may be going away (a suspend).
+        if (
+            reason == "eof"
+            and not self._head_seen
+            and self._resendable
+            and self._unanswered_ok
+            and (req.method in _IDEMPOTENT_METHODS or idempotency_key)
+        ):
+            # A fresh connection the sandbox closed unanswered: its pod may be going away (a suspend). Only a
+            # request that may run twice is held for the replacement, Go's rule for a pooled connection
+            # (`may_resend`): the runtime may have read this one and been stopped (SIGKILL, or its stop
+            # deadline) while running it. Until December 7 a POST /execute was sent again too, and its command
+            # ran twice; a draining runtime that did not start a request says so (`response_head`, "refused").
             fut.set_result("unanswered")
             return
         self.proxy.metrics.upstream_error(self.route.namespace, reason)

@@ -17,11 +17,17 @@ from ._responses import HEALTHZ_BODY, json_response
 from ._routing import Route
 from ._server import ClientConnection
 
-__all__ = ["Outcome", "connect_error", "healthz", "reply", "timeout_error"]
+__all__ = ["Outcome", "connect_error", "healthz", "not_started_error", "reply", "timeout_error"]
 
 
 def connect_error(route: Route) -> str:
     return f"Could not connect to the backend sandbox: {route.sandbox_id}"
+
+
+def not_started_error(route: Route) -> str:
+    """Ours: a draining runtime answered that it did not start the request (`X-Sandbox-Not-Started`), and no
+    pod replaced it in time to send the request to (or its Sandbox does not resume on request)."""
+    return f"The backend sandbox's runtime is shutting down and did not start the request: {route.sandbox_id}"
 
 
 def timeout_error(route: Route, waited_for: str, seconds: float, proxy_timeout: float, knob: str) -> str:

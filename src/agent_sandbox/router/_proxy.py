@@ -36,7 +36,7 @@ from ._exchange import Exchange
 from ._fdlimit import EXHAUSTED_DETAIL, RESOURCE_ERRNOS, FdReport
 from ._lifecycle import MAX_HOLDS, RETRY_AFTER, ResumeFailed, RouterLifecycle
 from ._metrics import RouterMetrics
-from ._outcome import Outcome, connect_error, healthz, reply, timeout_error
+from ._outcome import Outcome, connect_error, healthz, not_started_error, reply, timeout_error
 from ._podcache import PodEntry
 from ._request import Request
 from ._resolve import Resolver, Target
@@ -293,8 +293,8 @@ class Proxy:
         """The Sandbox has another pod than the one that closed the request's connection unanswered.
 
         Only then is the request sent again: a draining pod closes the connections it has not read; the
-        same pod with its container restarted may have run the request before dying (a command that
-        crashed the runtime would run twice).
+        same pod with its container restarted may have run the request before dying. Only requests that may
+        run twice get here (`Exchange.upstream_failed`); a runtime's explicit "not started" does not need it.
         """
         assert self.lifecycle is not None
         now = self.lifecycle.current_pod(route)
@@ -438,11 +438,30 @@ class Proxy:
                 self.metrics.upstream_error(route.namespace, "eof")
                 self._not_reached(conn, out, req, route, limit, loop.time() >= deadline)
                 return
+            if result == "refused":
+                # Ours: the draining runtime answered that it did not start this request (`X-Sandbox-Not-Started`):
+                # held like a refused dial and sent whole to the pod (or restarted container) the hold waited
+                # for, whatever its method - nothing of it ran. Not once the request's time is up.
+                if loop.time() < deadline:
+                    holds += 1
+                    held = await self._hold(conn, out, req, route, deadline, target.entry)
+                    if held is None:
+                        return
+                    if held and body.rewind():
+                        retries, delay, fresh, resumed = 0, settings.retry_initial, False, True
+                        continue
+                if loop.time() >= deadline:
+                    self._not_reached(conn, out, req, route, limit, True)
+                else:
+                    reply(conn, out, 503, not_started_error(route), req, extra=b"Retry-After: 1\r\n")
+                return
             if result == "unanswered":
                 # Ours: a pod that closes a fresh connection unanswered is as one that refuses it (a runtime
                 # draining for a suspend closes the connections it has not read yet): held like a refused
-                # dial, and sent again, whole, to the pod that replaces it. Not once the request's time is
-                # up: the hold would answer 503 "not Ready within 0s" (nothing to wait for), the dial 504.
+                # dial, and sent again, whole, to the pod that replaces it - a request that may run twice
+                # only (GET, HEAD, OPTIONS, TRACE, an idempotency key: `Exchange.upstream_failed`); others
+                # get the 502 at once, as they may have run. Not once the request's time is up: the hold
+                # would answer 503 "not Ready within 0s" (nothing to wait for), the dial 504.
                 if loop.time() < deadline:
                     holds += 1
                     held = await self._hold(conn, out, req, route, deadline, target.entry)

@@ -18,6 +18,8 @@ from aiohttp.http_exceptions import BadHttpMethod, ContentEncodingError, HttpPro
 from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestPayloadError
 
+from agent_sandbox.api.lifecycle import HEADER_NOT_STARTED
+
 from . import byteranges
 from .paths import InvalidPath
 from .processes import ShuttingDown
@@ -282,12 +284,15 @@ def error_middleware(shape: ErrorShape) -> Middleware:
             request.content.feed_eof()
             return resp
         except ShuttingDown:
-            # Nothing was run and this pod is going away: the connection is closed unanswered, as a draining
-            # server closes the ones it has not read, so a router sends the request whole to the pod that
-            # replaces this one (an answer would reach the client as this request's failure).
-            if request.transport is not None:
-                request.transport.close()
-            return web.Response(status=503)  # not sent: the connection is closed
+            # Nothing was run and this pod is going away: said so, explicitly (`HEADER_NOT_STARTED`), so a
+            # lifecycle router sends the request whole to the pod that replaces this one. Until December 7 the
+            # connection was closed unanswered instead, and a router could not tell that close from a runtime
+            # killed while running the command: it sent both again, and such a command ran twice.
+            resp = json_response(shape(503, "runtime is shutting down: the command was not started"), 503)
+            resp.headers[HEADER_NOT_STARTED] = "shutting down"
+            resp.headers[hdrs.RETRY_AFTER] = "1"
+            resp.force_close()  # the pod is going away: this connection carries no other request
+            return resp
         except (ConnectionResetError, TimeoutError):
             raise
         except Exception:

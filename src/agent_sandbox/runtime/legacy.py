@@ -234,7 +234,7 @@ class _Legacy:
                 output_limit=self.state.config.max_output_bytes,
             )
         except ShuttingDown:
-            raise  # closed unanswered (`error_middleware`)
+            raise  # a 503 saying it was not started (`error_middleware`)
         except TooManyProcesses as err:
             return json_response({"message": str(err)}, 429)
         except (ValueError, SpawnError) as err:
@@ -264,7 +264,7 @@ class _Legacy:
         try:
             proc = await sup.spawn(req.argv(), cwd=req.cwd, env=req.env, stdin=False)
         except ShuttingDown:
-            raise  # closed unanswered (`error_middleware`)
+            raise  # a 503 saying it was not started (`error_middleware`)
         except TooManyProcesses as err:
             return json_response({"message": str(err)}, 429)
         except (ValueError, SpawnError) as err:

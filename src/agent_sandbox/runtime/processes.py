@@ -107,6 +107,7 @@ class Supervisor:
         self._starting = 0
         self._groups: set[int] = set()  # groups started here that may still have members
         self.closed = False
+        self._closing = asyncio.Event()  # set with `closed`: ends a start still waiting for the claim env
 
     @property
     def running(self) -> int:
@@ -148,6 +149,26 @@ class Supervisor:
         finally:
             self._starting -= 1
 
+    async def _claim_env_or_shutdown(self, claim_env: ClaimEnv) -> dict[str, str]:
+        """The claim env (`ClaimEnv.wait`), or `ShuttingDown` as soon as the drain starts: a command still
+        waiting for its env was not started, and its request is answered so (`HEADER_NOT_STARTED`) while
+        the listener is still open. Until December 7 it went on waiting, past the stop's deadline, and its
+        connection was reset unanswered - which a router must take for a request that may have run."""
+        waiting = asyncio.ensure_future(claim_env.wait())
+        closing = asyncio.ensure_future(self._closing.wait())
+        try:
+            await asyncio.wait({waiting, closing}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closing.cancel()
+            if not waiting.done():
+                waiting.cancel()
+        if not waiting.done() or waiting.cancelled():
+            raise ShuttingDown("runtime is shutting down")
+        try:
+            return waiting.result()
+        except ClaimEnvUnavailable as err:
+            raise SpawnError("unavailable", str(err)) from None
+
     async def _spawn(
         self,
         argv: Sequence[str],
@@ -158,10 +179,7 @@ class Supervisor:
         stdin: bool,
     ) -> Process:
         if self.claim_env is not None:
-            try:
-                claim = await self.claim_env.wait()
-            except ClaimEnvUnavailable as err:
-                raise SpawnError("unavailable", str(err)) from None
+            claim = await self._claim_env_or_shutdown(self.claim_env)
             if claim:
                 env = {**claim, **(env or {})}
             if self.closed:
@@ -276,6 +294,7 @@ class Supervisor:
     async def shutdown(self, grace: float) -> None:
         """Refuse new commands, SIGTERM every group, SIGKILL whatever is left after `grace` seconds."""
         self.closed = True
+        self._closing.set()
         self.signal_all(signal.SIGTERM)
         running = [p.wait() for p in self._running.values()]
         if running:

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 
 from agent_sandbox.api import lifecycle as lc
@@ -25,6 +26,8 @@ from agent_sandbox.router import Router
 from tests.helpers import controller_metrics, eventually
 from tests.integration.devcluster.runtime_helpers import RUNTIME_IMAGE
 from tests.integration.lifecycle.helpers import (
+    CLAIM_ENV_MOUNT,
+    CLAIM_ENV_VOLUME,
     execute,
     get_or_none,
     metric_value,
@@ -410,3 +413,103 @@ async def test_a_request_a_crashing_runtime_closed_unanswered_is_not_run_twice(
 
     await eventually(back, "the runtime restarted")
     assert (await execute(http, ip, "cat runs.txt"))["stdout"] == "run\n"  # once
+
+
+def workspace_sandbox(name: str, *, claim_env: bool = False) -> Object:
+    """A Sandbox that resumes on request, whose workspace is a PVC (kept across the suspend: a counter file
+    there tells how often a command ran, whichever pod ran it); `claim_env` projects the claim env file."""
+    mounts: list[dict[str, str]] = [{"name": "data", "mountPath": "/workspace"}]
+    body = runtime_sandbox(name, AUTO, volumeMounts=mounts)
+    if claim_env:
+        mounts.append(CLAIM_ENV_MOUNT)
+        body["spec"]["podTemplate"]["spec"]["volumes"] = [CLAIM_ENV_VOLUME]
+    body["spec"]["volumeClaimTemplates"] = [
+        {
+            "metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        }
+    ]
+    return body
+
+
+async def resumed_pod(
+    kube: ApiClient, ns: str, name: str, old_uid: str, pending: asyncio.Future[Any] | None = None
+) -> Object:
+    """The Sandbox's pod once it is another one than `old_uid`'s; `pending`: a request that must not be
+    answered before (it is what resumes the Sandbox)."""
+
+    async def probe() -> Object | None:
+        if pending is not None and pending.done():
+            pytest.fail(f"answered before the Sandbox was resumed: {pending.result()}")
+        pod = await get_or_none(kube, POD, name, ns)
+        return pod if pod is not None and pod["metadata"]["uid"] != old_uid else None
+
+    return await eventually(probe, f"{name}'s new pod")
+
+
+async def test_a_command_whose_runtime_died_as_its_sandbox_was_suspended_is_not_run_again(
+    kube: ApiClient,
+    namespace: str,
+    cluster: DevCluster,
+    start_router: StartRouter,
+    http: aiohttp.ClientSession,
+) -> None:
+    """The runtime reads a POST /execute, starts the command and is stopped without answering (SIGKILL, or a
+    stop deadline) as its Sandbox is suspended. That close cannot be told from a draining runtime's close of a
+    request it never read: the request may have run, so it is not held for the resumed pod (Go's rule for a
+    pooled connection, `may_resend`): the client gets the 502 at once, and the command ran once. Until December
+    7 it was held and sent again, whole, to the resumed pod: the counter in the persistent workspace reached 2
+    and the client saw the second run's answer."""
+    router = await start_router()
+    await kube.create(SANDBOX, workspace_sandbox("twice"), namespace=namespace)
+    ip = await ready_ip(kube, namespace, "twice")
+    first = await kube.get(POD, "twice", namespace=namespace)
+    slow = through(http, router, "twice", namespace, "sh -c 'echo run >> runs.txt; sleep 5'")
+    request = asyncio.ensure_future(slow)
+
+    async def started() -> bool:
+        return (await execute(http, ip, "cat runs.txt"))["stdout"] == "run\n"
+
+    await eventually(started, "the command running")
+    # Killed unanswered, the pod still Ready a while (as until a kubelet's probe notices), then suspended:
+    # the held request of the old code resumed the Sandbox and went to its new pod.
+    cluster.crash_runtime(namespace, "twice", hard=True, noticed_after=3)
+    await kube.patch(SANDBOX, "twice", {"spec": {"operatingMode": "Suspended"}}, namespace=namespace)
+    status, body = await request
+    assert (status, body) == (502, {"detail": "Could not connect to the backend sandbox: twice"}), body
+    await kube.patch(SANDBOX, "twice", {"spec": {"operatingMode": "Running"}}, namespace=namespace)
+    await resumed_pod(kube, namespace, "twice", first["metadata"]["uid"])
+    ip = await ready_ip(kube, namespace, "twice")
+    assert (await execute(http, ip, "cat runs.txt"))["stdout"] == "run\n"  # once
+
+
+async def test_a_command_a_draining_runtime_did_not_start_goes_to_the_resumed_pod(
+    kube: ApiClient, namespace: str, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    """The race the hold exists for, on a POST: the runtime has read the request but not started its command
+    (here: waiting for its claim env) when the suspend drains it. It answers `503` with `X-Sandbox-Not-Started`;
+    the router does not relay that but holds the request, and sends it whole to the resumed pod, where it runs
+    once. Until December 7 the runtime kept waiting past its stop deadline and was reset unanswered: with the
+    router's rule above, such a POST would get a 502."""
+    router = await start_router()
+    await kube.create(SANDBOX, workspace_sandbox("unstarted", claim_env=True), namespace=namespace)
+    ip = await ready_ip(kube, namespace, "unstarted")
+    first = await kube.get(POD, "unstarted", namespace=namespace)
+    command = "sh -c 'echo run >> runs.txt; echo $WHO'"
+    request = asyncio.ensure_future(through(http, router, "unstarted", namespace, command))
+
+    async def waiting() -> bool:
+        async with http.get(f"http://{ip}:8080/v1/activity") as resp:
+            return bool((await resp.json())["inflightRequests"] >= 1)
+
+    await eventually(waiting, "the command waiting for its claim env")
+    await kube.patch(SANDBOX, "unstarted", {"spec": {"operatingMode": "Suspended"}}, namespace=namespace)
+    pod = await resumed_pod(kube, namespace, "unstarted", first["metadata"]["uid"], request)
+    annotation = {lc.ANNOTATION_CLAIM_ENV: orjson.dumps({"WHO": "resumed"}).decode()}
+    await kube.patch(
+        POD, pod["metadata"]["name"], {"metadata": {"annotations": annotation}}, namespace=namespace
+    )
+    status, body = await request
+    assert (status, body.get("stdout")) == (200, "resumed\n"), body
+    ip = await ready_ip(kube, namespace, "unstarted")
+    assert (await execute(http, ip, "cat runs.txt"))["stdout"] == "run\n"  # once, on the resumed pod

@@ -86,3 +86,33 @@ async def test_a_request_read_then_dropped_on_a_pooled_connection(
             assert connections == 1
     finally:
         server.close()
+
+
+async def test_without_the_lifecycle_a_runtimes_not_started_answer_is_relayed_as_it_is(
+    router: Router,
+) -> None:
+    """A draining runtime's `503` with `X-Sandbox-Not-Started` is held and sent again only by a router running
+    `--sandbox-lifecycle` (tests/integration/lifecycle/test_resume.py); without it the router relays it, as
+    upstream's relays any answer, and the request reached the sandbox once."""
+    seen: list[bytes] = []
+    refusal = b'{"message":"runtime is shutting down: the command was not started"}'
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        line, _ = await _read_request(reader)
+        seen.append(line)
+        writer.write(
+            b"HTTP/1.1 503 Service Unavailable\r\nX-Sandbox-Not-Started: shutting down\r\nRetry-After: 1\r\n"
+            b"Content-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%b"
+            % (len(refusal), refusal)
+        )
+        await writer.drain()
+        writer.close()
+
+    server, headers = await raw_backend(serve)
+    try:
+        answer = await exchange(router.http_port or 0, request_bytes("POST", "/execute", headers, b"{}"))
+        assert (answer.status, answer.body) == (503, refusal), answer
+        assert answer.headers.get("x-sandbox-not-started") == "shutting down", answer
+        assert seen == [b"POST /execute HTTP/1.1"]
+    finally:
+        server.close()

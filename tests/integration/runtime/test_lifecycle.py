@@ -17,7 +17,9 @@ import grpc
 import orjson
 import pytest
 
+from agent_sandbox.api.lifecycle import HEADER_NOT_STARTED
 from agent_sandbox.runtime import RuntimeServer
+from tests.helpers import eventually
 from tests.integration.runtime.conftest import MakeRuntime, url
 from tests.integration.runtime.helpers import ProcessClient
 
@@ -154,23 +156,52 @@ async def test_no_claim_env_file_means_no_claim_env(
     assert body["stdout"] == "[]\n"
 
 
-async def test_a_command_asked_for_while_draining_is_not_run_and_left_unanswered(
+async def test_a_command_asked_for_while_draining_is_not_run_and_answered_so(
     runtime: RuntimeServer, http: aiohttp.ClientSession, grpc_client: ProcessClient
 ) -> None:
     """Between SIGTERM and the listeners closing, a request already read (or just arriving) asks for a command
-    the draining runtime no longer starts. It used to be answered `429 runtime is shutting down`, which a router
-    relays as the request's failure although the Sandbox is only being suspended. Now the connection closes
-    unanswered, as one the draining server had not read (the router sends the request whole to the resumed
-    pod); gRPC says UNAVAILABLE, the code clients retry. Nothing runs."""
+    the draining runtime no longer starts. It is answered `503` with `X-Sandbox-Not-Started`, which a lifecycle
+    router takes for a request it may send whole to the resumed pod. Until December 7 the connection was closed
+    unanswered (and before that answered `429`, which a router relayed as the request's failure): a close
+    cannot be told from a runtime killed while running the command, so the router sent both again, and such a
+    command ran twice. gRPC says UNAVAILABLE, the code clients retry. Nothing runs."""
     marker = Path(runtime.config.root_dir) / "ran"
     await runtime.state.supervisor.shutdown(0.5)  # the drain's first step; the listeners are still open
     for path in ("/execute", "/execute/stream"):
-        with pytest.raises(aiohttp.ServerDisconnectedError):
-            async with http.post(
-                url(runtime, "legacy", path), data=orjson.dumps({"command": f"touch {marker}"})
-            ) as resp:
-                await resp.read()
+        async with http.post(
+            url(runtime, "legacy", path), data=orjson.dumps({"command": f"touch {marker}"})
+        ) as resp:
+            assert resp.status == 503
+            assert resp.headers[HEADER_NOT_STARTED] == "shutting down"
+            assert resp.headers["Retry-After"] == "1"
+            assert await resp.json() == {"message": "runtime is shutting down: the command was not started"}
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await grpc_client.execute("touch", str(marker))
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert not marker.exists()
+
+
+async def test_a_command_waiting_for_its_claim_env_is_answered_not_started_when_the_drain_begins(
+    make_runtime: MakeRuntime, tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    """A command still waiting for its claim env when the drain begins was not started: it is answered so at
+    once, while the listener is open. Until December 7 it went on waiting past the stop's deadline and its
+    connection was reset unanswered, which a router must take for a request that may have run."""
+    env_file = tmp_path / "claim-env"
+    env_file.write_text("")  # the pod has no annotation yet
+    server = await make_runtime(claim_env_file=str(env_file), claim_env_wait=60.0)
+    marker = tmp_path / "ran"
+    asked = asyncio.ensure_future(
+        http.post(url(server, "legacy", "/execute"), data=orjson.dumps({"command": f"touch {marker}"}))
+    )
+
+    async def waiting() -> bool:
+        return server.state.activity.inflight >= 1
+
+    await eventually(waiting, "the command waiting for its claim env")
+    await server.state.supervisor.shutdown(0.5)  # the drain's first step; the listeners are still open
+    # At once, not after the claim env's 60 s wait: bounded here so the old behaviour fails, not hangs.
+    async with await asyncio.wait_for(asked, 10) as resp:
+        assert resp.status == 503
+        assert resp.headers[HEADER_NOT_STARTED] == "shutting down"
     assert not marker.exists()
