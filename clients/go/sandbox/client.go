@@ -34,6 +34,19 @@ type Client struct {
 	// EnableAutoCleanup close them too (which ends their Open and deletes the claim it made). Until December 6
 	// a handle was tracked only once its Open had succeeded, so a Ctrl-C during creates leaked every claim.
 	opening map[*Sandbox]struct{}
+	// getting are the GetSandbox attaches in progress, by key: a concurrent GetSandbox of the same claim waits
+	// for that one and returns its handle. Until December 7 each made its own handle (and tunnel, for a
+	// port-forward), one was tracked, and DeleteAll left the others connected.
+	getting map[Key]*getFlight
+	// onGetWait, when set (tests), is called as a GetSandbox starts waiting for another's attach.
+	onGetWait func()
+}
+
+// getFlight is one GetSandbox attach that concurrent GetSandbox calls of the same key share.
+type getFlight struct {
+	done chan struct{} // closed when sb and err are set
+	sb   *Sandbox
+	err  error
 }
 
 // deleteAllConcurrency is how many handles DeleteAll closes at a time.
@@ -47,7 +60,7 @@ func NewClient(ctx context.Context, opts Options) (*Client, error) {
 		return nil, err
 	}
 	return &Client{opts: opts, k8s: k, tracked: map[Key]*Sandbox{}, keyOf: map[*Sandbox]Key{},
-		pending: map[*Sandbox]struct{}{}, opening: map[*Sandbox]struct{}{}}, nil
+		pending: map[*Sandbox]struct{}{}, opening: map[*Sandbox]struct{}{}, getting: map[Key]*getFlight{}}, nil
 }
 
 // newSandbox is a handle of the Client: registered under its claim when an Open of it succeeds (also one
@@ -244,21 +257,52 @@ func (c *Client) GetSandbox(ctx context.Context, claimName, namespace string) (*
 	if err != nil {
 		return nil, err
 	}
-	key := Key{Namespace: o.Namespace, ClaimName: claimName}
-	c.mu.Lock()
-	sb := c.tracked[key]
-	c.mu.Unlock()
-	if sb != nil && sb.IsReady() {
-		return sb, nil
-	}
-	if sb != nil {
-		_ = sb.Disconnect(ctx)
-	}
 	if !isDNSSubdomain(claimName) {
 		return nil, fmt.Errorf("sandbox: %w", invalidf("claim name %q is not a valid Kubernetes name", claimName))
 	}
-	sb = c.newSandbox(o)
-	sb.claimName, sb.attach = claimName, true
+	key := Key{Namespace: o.Namespace, ClaimName: claimName}
+	for {
+		c.mu.Lock()
+		sb := c.tracked[key]
+		if sb != nil && sb.IsReady() {
+			c.mu.Unlock()
+			return sb, nil
+		}
+		if f := c.getting[key]; f != nil {
+			c.mu.Unlock()
+			if c.onGetWait != nil {
+				c.onGetWait()
+			}
+			select {
+			case <-f.done:
+			case <-ctx.Done():
+				return nil, wrapErr(key.Namespace, key.ClaimName,
+					callContextError(ctx, "get: waiting for another GetSandbox of the claim", nil))
+			}
+			if f.err != nil && ctx.Err() == nil && (errors.Is(f.err, context.Canceled) || errors.Is(f.err, context.DeadlineExceeded)) {
+				continue // that caller's context ended its attach, not this one's: attach again
+			}
+			return f.sb, f.err
+		}
+		f := &getFlight{done: make(chan struct{})}
+		c.getting[key] = f
+		c.mu.Unlock()
+		f.sb, f.err = c.attach(ctx, o, key, sb)
+		c.mu.Lock()
+		delete(c.getting, key)
+		c.mu.Unlock()
+		close(f.done)
+		return f.sb, f.err
+	}
+}
+
+// attach is one GetSandbox's attach to key's claim (old: the tracked handle, not connected, or nil).
+func (c *Client) attach(ctx context.Context, o Options, key Key, old *Sandbox) (*Sandbox, error) {
+	if old != nil {
+		_ = old.Disconnect(ctx)
+	}
+	sb := c.newSandbox(o)
+	sb.claimName, sb.attach = key.ClaimName, true
 	if err := c.open(ctx, sb, true); err != nil {
 		if heldBack(sb, err) {
 			// held back (suspended or hibernated): bound, tracked (open), and its calls say why; Resume or

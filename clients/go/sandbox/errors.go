@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -54,10 +55,21 @@ var (
 	// ErrInvalidArgument: an option, path or argument failed validation before anything was sent.
 	ErrInvalidArgument = errors.New("invalid argument")
 	// ErrConnection: no response at all - the router, gateway or sandbox could not be reached (connection
-	// refused or reset, a name that does not resolve, a connection closed before the answer); wraps the
-	// transport error (e.g. a *net.OpError). Retried like a 5xx; wrapped in ErrRetriesExhausted after the
-	// last attempt. The Python SDK's SandboxConnectionError.
-	ErrConnection = errors.New("no response: could not connect")
+	// refused, a name that does not resolve), or the connection was lost after the request was sent (reset,
+	// closed before the answer, or a download's body cut off); the error is a *ConnectionError, whose
+	// RequestSent tells the two apart, and wraps the transport error (e.g. a *net.OpError). Retried like a
+	// 5xx; wrapped in ErrRetriesExhausted after the last attempt. The Python SDK's SandboxConnectionError.
+	// Until December 7 its text was "no response: could not connect" also when the request had been sent
+	// and the command had run.
+	ErrConnection = errors.New("no response")
+	// ErrMayHaveRun (ours): a request that is not idempotent (a POST: Run, Start, the legacy runtime's
+	// Write) was sent and failed without an answer that says what happened - a router's (or gateway's) 502
+	// while its Sandbox exists and is not suspended (a runtime that died mid-command gives it too), or a
+	// connection lost after sending (*ConnectionError with RequestSent). The command may have started, or
+	// the write been (partly) done: check before calling again. The Python SDK's "may have run" note
+	// (request_sent); until December 7 such a 502 read "Could not connect to the backend sandbox" and
+	// nothing told it from a request never sent.
+	ErrMayHaveRun = errors.New("the request was sent and may have been carried out")
 	// ErrProcessClosed: Recv, Wait or Events (and the stdin, signal and resize calls) on a Process that
 	// Process.Close ended before its exit event; Recv keeps returning it, not io.EOF.
 	ErrProcessClosed = errors.New("process was closed (Process.Close) before it exited")
@@ -162,6 +174,78 @@ func (e *HTTPError) Error() string {
 	return fmt.Sprintf("%s returned status %d: %s", e.Operation, e.StatusCode, body)
 }
 
+// ConnectionError is ErrConnection with what is known of the request: whether it was sent. The Python SDK's
+// SandboxConnectionError with its request_sent.
+type ConnectionError struct {
+	// Method is the request's HTTP method: a POST that was sent also matches ErrMayHaveRun.
+	Method string
+	// RequestSent is false only when the request certainly never left this client (the dial, name lookup or
+	// TLS handshake failed): repeating it is then safe whatever the method. True: the connection was lost
+	// after (part of) the request was written, so the sandbox may have acted on it.
+	RequestSent bool
+	// Cut: the response had begun and its body was cut off (a Read's download).
+	Cut bool
+	// Err is the transport error.
+	Err error
+}
+
+func (e *ConnectionError) Error() string {
+	switch {
+	case e.Cut:
+		return fmt.Sprintf("the download was cut off (%v) - the sandbox went away, or a router or proxy in "+
+			"between closed it", e.Err)
+	case !e.RequestSent:
+		return fmt.Sprintf("%s: could not connect: %v", ErrConnection, e.Err)
+	case !idempotent(e.Method):
+		return fmt.Sprintf("%s: the connection was lost after the request was sent (%v) - it may have run: the "+
+			"command may have started, or the write been (partly) done; check before calling again",
+			ErrConnection, e.Err)
+	}
+	return fmt.Sprintf("%s: the connection was lost after the request was sent: %v", ErrConnection, e.Err)
+}
+
+func (e *ConnectionError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrConnection) true, and ErrMayHaveRun for a sent request that is not idempotent.
+func (e *ConnectionError) Is(target error) bool {
+	switch target {
+	case ErrConnection:
+		return true
+	case ErrMayHaveRun:
+		return e.RequestSent && !e.Cut && !idempotent(e.Method)
+	}
+	return false
+}
+
+// idempotent methods may be sent again without changing what a first delivery did (the Python SDK's
+// IDEMPOTENT).
+func idempotent(method string) bool {
+	switch method {
+	case "GET", "HEAD", "PUT", "DELETE":
+		return true
+	}
+	return false
+}
+
+// mayHaveRunError is a POST's 502 (an *HTTPError, reachable with errors.As) with the note that the sandbox
+// may have acted on it; it matches ErrMayHaveRun.
+type mayHaveRunError struct {
+	err      error
+	attempts int
+}
+
+func (e *mayHaveRunError) Error() string {
+	sent := "it was not retried"
+	if e.attempts > 1 {
+		sent = fmt.Sprintf("it was sent %d times", e.attempts)
+	}
+	return e.err.Error() + " - the request reached the router (or gateway), which may have passed it to the " +
+		"sandbox before the failure: the command may have started, or the write been (partly) done; " + sent +
+		" - check before calling again"
+}
+
+func (e *mayHaveRunError) Unwrap() []error { return []error{e.err, ErrMayHaveRun} }
+
 // invalidf returns an ErrInvalidArgument with a message naming what was wrong.
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
@@ -171,6 +255,12 @@ func invalidf(format string, args ...any) error {
 func wrapErr(namespace, claim string, err error) error {
 	if err == nil {
 		return nil
+	}
+	if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrTimeout) {
+		// a deadline met in a Kubernetes API call (a create, Suspend's patch, Resume's read, Status) is the
+		// documented ErrTimeout too, as in the calls' waits: until December 7 it was context.DeadlineExceeded
+		// alone there, so a caller testing ErrTimeout saw it or not by which phase the deadline hit
+		err = fmt.Errorf("%w (%w)", err, ErrTimeout)
 	}
 	prefix := fmt.Sprintf("sandbox[%s/%s]", namespace, claim)
 	if strings.HasPrefix(err.Error(), "sandbox[") {

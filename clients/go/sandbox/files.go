@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"sync"
 )
 
@@ -178,11 +179,24 @@ func (c *cappedReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// copyLimited copies a download to w, failing with ErrResponseTooLarge past limit bytes.
-func copyLimited(w io.Writer, body io.Reader, limit int64, what string) (int64, error) {
-	n, err := io.Copy(w, io.LimitReader(body, limit))
+// copyLimited copies a download to w, failing with ErrResponseTooLarge past limit bytes. A body cut off
+// while the call's context lives is asked about (ep's Sandbox, once): ErrSandboxDeleted (or ErrNotReady,
+// suspended) when it says why, else a *ConnectionError (ErrConnection) saying the download was cut. Until
+// December 7 it was an untyped "reading response: unexpected EOF" that named no sandbox.
+func copyLimited(ctx context.Context, ep *endpoint, w io.Writer, body io.Reader, limit int64, what string) (int64, error) {
+	src := &bodyReader{r: body}
+	n, err := io.Copy(w, io.LimitReader(src, limit))
 	if err != nil {
-		return n, fmt.Errorf("%s: reading response: %w", what, err)
+		if src.err == nil || ctx.Err() != nil { // the writer's error, or the call's end (its own error says it)
+			return n, fmt.Errorf("%s: reading response: %w", what, err)
+		}
+		cut := fmt.Errorf("%s: after %d bytes: %w", what, n,
+			&ConnectionError{Method: http.MethodGet, RequestSent: true, Cut: true, Err: src.err})
+		var diag diagnosis
+		if gone := ep.whyUnreachable(ctx, &diag); gone != nil {
+			return n, fmt.Errorf("%w; %w", cut, gone)
+		}
+		return n, diag.final(cut)
 	}
 	var probe [1]byte
 	if m, _ := body.Read(probe[:]); m > 0 {
@@ -194,4 +208,18 @@ func copyLimited(w io.Writer, body io.Reader, limit int64, what string) (int64, 
 func bytesSource(b []byte) *uploadSource {
 	src, _ := newUploadSource(bytes.NewReader(b), int64(len(b))+1)
 	return src
+}
+
+// bodyReader keeps the error of a response body's Read (io.Copy's error may be the writer's).
+type bodyReader struct {
+	r   io.Reader
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		b.err = err
+	}
+	return n, err
 }

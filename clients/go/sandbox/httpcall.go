@@ -13,6 +13,7 @@ import (
 	mathrand "math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
@@ -335,12 +336,44 @@ func headerTimeoutError(limit string, d time.Duration) error {
 	return fmt.Errorf("%w: no response headers within %s (%s)", ErrTimeout, limit, d)
 }
 
-// connectionError is a request that got no response at all (ErrConnection wrapping the transport error).
-func connectionError(err error) error {
+// connectionError is a request that got no response at all: a *ConnectionError (ErrConnection) wrapping the
+// transport error, saying whether the request was sent.
+func connectionError(method string, sent bool, err error) error {
 	if errors.Is(err, ErrTimeout) || errors.Is(err, ErrConnection) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", ErrConnection, err)
+	return &ConnectionError{Method: method, RequestSent: sent, Err: err}
+}
+
+// sendTrace follows one attempt through the transport, to tell a request never sent (safe to repeat) from
+// one lost after it was written (it may have run). Until December 7 both read "could not connect".
+type sendTrace struct {
+	traced atomic.Bool // the transport reported its steps (an *http.Transport does)
+	sent   atomic.Bool // the headers were written on the connection last asked for
+}
+
+func (t *sendTrace) clientTrace() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		// a new connection for the same request (net/http resends one that it knows went out unwritten on a
+		// dead kept-alive connection): what counts is what was written on this one
+		GetConn:      func(string) { t.traced.Store(true); t.sent.Store(false) },
+		WroteHeaders: func() { t.sent.Store(true) },
+	}
+}
+
+// requestSent says whether err's request may have reached the server: by the trace when the transport gave
+// one (conservative: headers written count, even if the bytes never left a buffer), else anything but a
+// failed dial or name lookup, as the Python SDK's request_sent.
+func (t *sendTrace) requestSent(err error) bool {
+	if t.traced.Load() {
+		return t.sent.Load()
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	var dns *net.DNSError
+	return !errors.As(err, &dns)
 }
 
 // do sends r until it succeeds, fails for good, or runs out of attempts. On success the caller owns the
@@ -382,7 +415,8 @@ func (c *httpCaller) do(ctx context.Context, ep *endpoint, r wireRequest) (*http
 			}
 		}
 		immediate = false
-		resp, err := c.attempt(ctx, ep, &r, reqID, podIP)
+		trace := &sendTrace{}
+		resp, err := c.attempt(ctx, ep, &r, reqID, podIP, trace)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, callContextError(ctx, r.describe(), err)
@@ -396,7 +430,7 @@ func (c *httpCaller) do(ctx context.Context, ep *endpoint, r wireRequest) (*http
 				// again send up to the limit and fail the same way. Until December 6 all six attempts ran.
 				return nil, fmt.Errorf("%s: %w", r.describe(), err)
 			}
-			last = fmt.Errorf("%s: %w", r.describe(), connectionError(err))
+			last = fmt.Errorf("%s: %w", r.describe(), connectionError(r.method, trace.requestSent(err), err))
 			if !ep.viaRouter() && errors.Is(last, ErrConnection) {
 				// Straight to the sandbox (its pod IP, Service, tunnel): no answer may mean it is gone or
 				// suspended, which no further attempt changes (in pod-IP mode a deleted sandbox's Write used to
@@ -443,10 +477,19 @@ func (c *httpCaller) do(ctx context.Context, ep *endpoint, r wireRequest) (*http
 		}
 		last = httpErr
 	}
-	if attempts == 1 {
-		return nil, diag.final(last)
+	final := last
+	if attempts > 1 {
+		final = fmt.Errorf("%w after %d attempts: %w", ErrRetriesExhausted, attempts, last)
 	}
-	return nil, diag.final(fmt.Errorf("%w after %d attempts: %w", ErrRetriesExhausted, attempts, last))
+	var he *HTTPError
+	if !idempotent(r.method) && errors.As(last, &he) && he.StatusCode == http.StatusBadGateway {
+		// A POST's 502 from a router (or gateway) whose Sandbox exists and is not suspended (whyUnreachable
+		// said nothing): its "Could not connect to the backend sandbox" covers any failure of its exchange with
+		// the sandbox, a runtime dying mid-command too - which had started the command. Said so, as the Python
+		// SDK's may_have_run does: until December 7 it read as if nothing had run, and a caller ran it again.
+		final = &mayHaveRunError{err: final, attempts: attempts}
+	}
+	return nil, diag.final(final)
 }
 
 // callContextError reports a call whose context ended: ErrTimeout for a deadline (also matching
@@ -495,7 +538,7 @@ func (e *invalidBodyError) Error() string { return e.err.Error() }
 // attempt sends one request. The attempt's context is cancelled when the body is closed, or at once if no
 // response headers arrive within the header timeout.
 func (c *httpCaller) attempt(
-	ctx context.Context, ep *endpoint, r *wireRequest, reqID, podIP string,
+	ctx context.Context, ep *endpoint, r *wireRequest, reqID, podIP string, trace *sendTrace,
 ) (*http.Response, error) {
 	target := strings.TrimSuffix(ep.restBase.String(), "/") + "/" + r.path
 	if r.query != nil {
@@ -511,7 +554,7 @@ func (c *httpCaller) attempt(
 		}
 		body = b
 	}
-	req, err := http.NewRequestWithContext(actx, r.method, target, body)
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(actx, trace.clientTrace()), r.method, target, body)
 	if err != nil {
 		cancel()
 		return nil, &invalidBodyError{err: fmt.Errorf("%s: %w", r.describe(), err)}

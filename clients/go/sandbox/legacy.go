@@ -320,7 +320,7 @@ func (l *legacyRuntime) readTo(ctx context.Context, ep *endpoint, path string, w
 		return 0, err
 	}
 	defer resp.Body.Close()
-	return copyLimited(w, resp.Body, l.opts.MaxDownloadSize, "read (GET "+p+")")
+	return copyLimited(ctx, ep, w, resp.Body, l.opts.MaxDownloadSize, "read (GET "+p+")")
 }
 
 func (l *legacyRuntime) list(ctx context.Context, ep *endpoint, path string, o *callOptions) ([]FileEntry, error) {

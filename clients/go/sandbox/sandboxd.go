@@ -305,7 +305,7 @@ func (s *sandboxdRuntime) readTo(ctx context.Context, ep *endpoint, path string,
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
 		return 0, fmt.Errorf("read (GET %s): %s is a directory, not a file (List lists it)", p, clean)
 	}
-	return copyLimited(w, resp.Body, s.opts.MaxDownloadSize, "read (GET "+p+")")
+	return copyLimited(ctx, ep, w, resp.Body, s.opts.MaxDownloadSize, "read (GET "+p+")")
 }
 
 func (s *sandboxdRuntime) list(ctx context.Context, ep *endpoint, path string, o *callOptions) ([]FileEntry, error) {
