@@ -289,6 +289,17 @@ class Proxy:
             reply(conn, out, refused.status, refused.detail, req, extra=retry_after)
             return None
 
+    def _dialled(self, route: Route, target: Target) -> PodEntry | None:
+        """The Pod cache's entry for the pod `target` dialled: its own, or for a target resolved without the
+        cache (`X-Sandbox-Pod-IP`, DNS) the Sandbox's current pod when it has that address - so a hold waits
+        for another pod (or that one's container restarted), not for the draining one it would find Ready
+        at once (the request then went back to it)."""
+        if target.entry is not None:
+            return target.entry
+        assert self.lifecycle is not None
+        now = self.lifecycle.current_pod(route)
+        return now if now is not None and now.ip == target.host else None
+
     def _replaced(self, route: Route, target: Target) -> bool:
         """The Sandbox has another pod than the one that closed the request's connection unanswered.
 
@@ -428,7 +439,10 @@ class Proxy:
                 # Ours: a request in flight (a long download, a slow command) is activity until it ends.
                 lifecycle.opened(route.namespace, route.sandbox_id)
                 try:
-                    result = await exchange.run(limit, header_timeout, span, unanswered_ok=holds < MAX_HOLDS)
+                    # Only for a Sandbox the lifecycle holds: any other's answers and failures go as without
+                    # the flag (a draining runtime's 503 relayed as it is, not replaced by the router's own).
+                    holdable = holds < MAX_HOLDS and lifecycle.resumable(route.namespace, route.sandbox_id)
+                    result = await exchange.run(limit, header_timeout, span, unanswered_ok=holdable)
                 finally:
                     lifecycle.closed(route.namespace, route.sandbox_id)
             if result == "retry":
@@ -444,7 +458,7 @@ class Proxy:
                 # for, whatever its method - nothing of it ran. Not once the request's time is up.
                 if loop.time() < deadline:
                     holds += 1
-                    held = await self._hold(conn, out, req, route, deadline, target.entry)
+                    held = await self._hold(conn, out, req, route, deadline, self._dialled(route, target))
                     if held is None:
                         return
                     if held and body.rewind():
@@ -464,7 +478,7 @@ class Proxy:
                 # would answer 503 "not Ready within 0s" (nothing to wait for), the dial 504.
                 if loop.time() < deadline:
                     holds += 1
-                    held = await self._hold(conn, out, req, route, deadline, target.entry)
+                    held = await self._hold(conn, out, req, route, deadline, self._dialled(route, target))
                     if held is None:
                         return
                     if held and self._replaced(route, target) and body.rewind():

@@ -483,6 +483,32 @@ async def test_a_command_whose_runtime_died_as_its_sandbox_was_suspended_is_not_
     assert (await execute(http, ip, "cat runs.txt"))["stdout"] == "run\n"  # once
 
 
+async def test_a_sandbox_that_does_not_resume_on_request_gets_its_runtimes_not_started_answer(
+    kube: ApiClient, namespace: str, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    """The same race for a Sandbox without `auto-resume`, through a router running the lifecycle: nothing is
+    held for it, so the draining runtime's own `503` (its message, `X-Sandbox-Not-Started`) reaches the
+    client as without the flag. Until December 7 the router swallowed it and answered its own 503."""
+    router = await start_router()
+    body = workspace_sandbox("plain", claim_env=True)
+    body["metadata"]["annotations"] = {}
+    await kube.create(SANDBOX, body, namespace=namespace)
+    ip = await ready_ip(kube, namespace, "plain")
+    command = "sh -c 'echo run >> runs.txt'"
+    request = asyncio.ensure_future(through(http, router, "plain", namespace, command))
+
+    async def waiting() -> bool:
+        async with http.get(f"http://{ip}:8080/v1/activity") as resp:
+            return bool((await resp.json())["inflightRequests"] >= 1)
+
+    await eventually(waiting, "the command waiting for its claim env")
+    await kube.patch(SANDBOX, "plain", {"spec": {"operatingMode": "Suspended"}}, namespace=namespace)
+    status, answer = await asyncio.wait_for(request, 60)
+    assert status == 503, answer
+    assert "the command was not started" in str(answer.get("message")), answer
+    assert "detail" not in answer, answer
+
+
 async def test_a_command_a_draining_runtime_did_not_start_goes_to_the_resumed_pod(
     kube: ApiClient, namespace: str, start_router: StartRouter, http: aiohttp.ClientSession
 ) -> None:
