@@ -22,6 +22,7 @@ parsing the sandbox's responses (`_upstream`), or the request head (`_headers`).
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING, Any
 
 from ..api.lifecycle import HEADER_NOT_STARTED
@@ -120,6 +121,7 @@ class Exchange:
         self._loop = asyncio.get_running_loop()
         self._limit = 0.0
         self._moved = 0.0  # loop time a byte was last relayed either way; the idle timer counts from it
+        self._last_use = time.monotonic()  # the same, on the clock lifecycle activity reads (`last_traffic`)
         self._header_timeout = 0.0
         self._idle_due = False
 
@@ -184,10 +186,26 @@ class Exchange:
             if not fut.done() or fut.cancelled() or (fut.result() != "upgraded" and upstream.sink is self):
                 upstream.abort()
 
+    # ------------------------------------------------------------------ lifecycle activity (`Traffic`)
+
+    @property
+    def awaiting_response(self) -> bool:
+        """In use until the response head, whatever moves: a slow call sends nothing while it runs."""
+        return not self._head_seen
+
+    @property
+    def last_traffic(self) -> float:
+        """When a byte was last relayed either way (`time.monotonic()`): after the head, the response is use
+        only while it moves (a download), not while it is held open in silence (an EventSource, a long-poll:
+        a tab left open overnight). Until December 7 the whole exchange counted, and such a tab kept its
+        Sandbox up for as long as it stayed open."""
+        return self._last_use
+
     # ------------------------------------------------------------------ request body
 
     def _body_chunk(self, chunk: bytes) -> None:
         self._moved = self._loop.time()
+        self._last_use = time.monotonic()
         if self.req.chunked:
             self.upstream.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
         else:
@@ -328,6 +346,7 @@ class Exchange:
             self.conn.write(pending[0] if len(pending) == 1 else b"".join(pending))
             pending.clear()
             self._moved = self._loop.time()
+            self._last_use = time.monotonic()
         if self._idle_due:
             self._idle_due = False
             fut = self._fut

@@ -12,7 +12,8 @@ CONTINUATIONs) is complete; it is HPACK-decoded, the routing headers are validat
 resolved exactly as for HTTP/1.1, and the router dials the sandbox (dial-phase failures retried with
 re-resolution as for HTTP/1.1, see `_h2c_dial.dial_sandbox`; the sandbox's own SETTINGS, which it sends on accept and
 which may be read before the tunnel is attached, are kept for it; with `--sandbox-lifecycle` the first
-stream is activity and is held while its Sandbox resumes, as an HTTP/1.1 request) and replays the buffered bytes. From
+stream is activity and is held while its Sandbox resumes, as an HTTP/1.1 request; each stream is in use until
+its response head, then while bytes move, `awaiting_response`) and replays the buffered bytes. From
 then on frames are relayed unchanged, except header blocks: every one is decoded (HPACK state is per
 connection) and re-encoded by an encoder with a dynamic table of its own (`_TableEncoder`, sized by the
 receiver's SETTINGS; re-encoded bytes budgeted, docs/design/router-h2c-hpack.md), the client's for the sandbox without `authorization` (router spec 1.5: never
@@ -128,7 +129,11 @@ class _Session:
         self._draining = False
         self._refused_to = 0
         """The highest stream refused with RST_STREAM while draining (each is refused once)."""
+        self.awaiting: dict[int, None] = {}
+        """Accepted streams with no response head yet (lifecycle activity: in use, `awaiting_response`)."""
+        self._tunnel: Tunnel | None = None
         self._to_client.on_stream_end = self._ended
+        self._to_client.on_stream_answered = self._answered
 
     def feed(self, data: bytes) -> None:
         self._opened = None
@@ -153,6 +158,7 @@ class _Session:
         for frame in frames:
             if frame[3] == _RST_STREAM:
                 self.live.pop(_stream_of(frame), None)
+                self.awaiting.pop(_stream_of(frame), None)
         if self.upstream_write is not None:
             for frame in frames:
                 self.upstream_write(frame)
@@ -229,10 +235,32 @@ class _Session:
         self.live[stream] = None
         if len(self.live) > _MAX_LIVE:
             del self.live[next(iter(self.live))]
+        self.awaiting[stream] = None
+        if len(self.awaiting) > _MAX_LIVE:
+            del self.awaiting[next(iter(self.awaiting))]
 
     def _ended(self, stream: int) -> None:
         """The sandbox ended or reset `stream` (`_ServerFrames.on_stream_end`)."""
         self.live.pop(stream, None)
+        self.awaiting.pop(stream, None)
+
+    def _answered(self, stream: int) -> None:
+        """The sandbox's response head for `stream` went to the client (`_ServerFrames.on_stream_answered`)."""
+        self.awaiting.pop(stream, None)
+
+    @property
+    def awaiting_response(self) -> bool:
+        """Lifecycle activity (`_lifecycle_activity.Traffic`): a stream is in use from its HEADERS until its
+        response head whatever moves - a slow unary call sends nothing meanwhile; gRPC sends the head with
+        the first message. Until December 7 only bytes counted, and the Sandbox was suspended under the call
+        (UNAVAILABLE). After its head a stream is use only while bytes move (`last_traffic`), as an HTTP/1.1
+        response is: a streaming call silent between its events, or an idle channel, is not."""
+        return bool(self.awaiting)
+
+    @property
+    def last_traffic(self) -> float:
+        """When bytes last moved on the connection (`Tunnel.last_traffic`)."""
+        return self._tunnel.last_traffic if self._tunnel is not None else 0.0
 
     def drain(self) -> None:
         """Shutdown (`ClientConnection.on_drain`; RFC 9113 6.8): GOAWAY(NO_ERROR) naming the last stream
@@ -374,16 +402,17 @@ class _Session:
             websocket=False,
         )
         self.upstream_write = tunnel.to_upstream
+        self._tunnel = tunnel
         proxy.tunnels.add(tunnel)
         if proxy.lifecycle is not None:
-            proxy.lifecycle.watch(route.namespace, route.sandbox_id, tunnel)
+            proxy.lifecycle.watch(route.namespace, route.sandbox_id, self)
         try:
             # Client bytes keep coming through `feed` (frames inspected); server bytes are relayed as is.
             await tunnel.run(client_reader=self.feed, client_writer=self.to_client)
         finally:
             proxy.tunnels.discard(tunnel)
             if proxy.lifecycle is not None:
-                proxy.lifecycle.unwatch(route.namespace, route.sandbox_id, tunnel)
+                proxy.lifecycle.unwatch(route.namespace, route.sandbox_id, self)
             if not self._refused:
                 proxy.metrics.observe_request("PRI", 200, route.namespace, time.perf_counter() - start)
 

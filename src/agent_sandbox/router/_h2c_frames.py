@@ -389,6 +389,9 @@ class _ServerFrames:
         self._in_block = False
         self.failed: Exception | None = None
         """Why the relay stopped: the sandbox's frames stopped being HTTP/2 (`feed`)."""
+        self.on_stream_answered: Callable[[int], None] | None = None
+        """Told of each stream's final (non-1xx) response head, as it goes to the client: lifecycle activity
+        counts a stream as in use until then (`_h2c._Session.awaiting_response`)."""
         self.on_stream_end: Callable[[int], None] | None = None
         """Told of each stream the sandbox ends (END_STREAM, RST_STREAM): the session's drain waits for them.
         Told before the frame is relayed whole: what was relayed ends with it once `at_boundary`."""
@@ -520,6 +523,8 @@ class _ServerFrames:
             answered.pop(stream, None)  # trailers end the stream
             return _trailer_fields(headers)
         status = next((bytes(v) for n, v in headers if bytes(n) == b":status"), b"")
+        if not status.startswith(b"1") and self.on_stream_answered is not None:
+            self.on_stream_answered(stream)
         if not status.startswith(b"1") and not self._block_flags & _END_STREAM:
             answered[stream] = None
             if len(answered) > _MAX_OPEN_STREAMS:

@@ -1,7 +1,12 @@
 """Activity records for lifecycle-managed Sandboxes: the first of the router's two lifecycle jobs (`_lifecycle`).
 
-A proxied request to a Sandbox with an idle timeout is activity, from its start until its end; a WebSocket or
-h2c connection is activity while bytes move on it. The router keeps it in memory and writes the
+What counts as use of a Sandbox with an idle timeout (docs/lifecycle.md "Idle auto-suspend"): a request, from
+its start until its response head (a slow call is in use while it runs), and after the head only while its
+bytes move - each relayed chunk is activity, so a long download keeps the Sandbox up and a response held open
+in silence (an EventSource, a long-poll, a streaming gRPC call between its events) does not. The same rule for
+every kind: an HTTP/1.1 exchange, each stream of an h2c connection (in use until its response head, even with
+no byte moving: a slow unary call), a WebSocket (after its `101`, in use only while data frames move; its
+pings and pongs are heartbeats of an open tab, not use). The router keeps it in memory and writes the
 `last-activity` annotation at most once per `--sandbox-lifecycle-activity-interval` (capped at a quarter of the
 Sandbox's idle timeout) per Sandbox, in the background; when the recorded activity is older than half the idle
 timeout, the write is made before the request is proxied (`ActivityRecorder.record`), so a lifecycle controller
@@ -37,15 +42,23 @@ Key = tuple[str, str]
 
 
 class Traffic(Protocol):
-    """A relayed connection (`_tunnel.Tunnel`) as activity sees it."""
+    """A relayed request or connection as activity sees it: an HTTP/1.1 exchange (`_exchange.Exchange`), an
+    h2c connection (`_h2c._Session`), an upgraded connection (`_tunnel.Tunnel`)."""
 
     @property
-    def last_traffic(self) -> float: ...
+    def awaiting_response(self) -> bool:
+        """A request on it has no response head yet: in use, moving bytes or not (a slow call)."""
+        ...
+
+    @property
+    def last_traffic(self) -> float:
+        """When bytes that count as use last moved (`time.monotonic()`)."""
+        ...
 
 
 class ActivityRecorder:
-    """Activity records of one router process: in-flight requests and moving tunnels, written as
-    `last-activity` (`RouterLifecycle` adds resume on request)."""
+    """Activity records of one router process: requests awaiting their response and traffic that moves,
+    written as `last-activity` (`RouterLifecycle` adds resume on request)."""
 
     def __init__(
         self,
@@ -63,8 +76,7 @@ class ActivityRecorder:
         self._clock = clock
         self._pending: dict[Key, float] = {}
         self._written: dict[Key, float] = {}
-        self._open: dict[Key, int] = {}
-        self._tunnels: dict[Key, set[Traffic]] = {}
+        self._watched: dict[Key, set[Traffic]] = {}
 
     def record(self, namespace: str, name: str) -> Awaitable[bool] | None:
         """Note a request to `namespace/name`; an awaitable when its activity must be written first.
@@ -92,48 +104,31 @@ class ActivityRecorder:
             self._pending[key] = now
         return None
 
-    def opened(self, namespace: str, name: str) -> None:
-        """A request to the Sandbox is in flight (until `closed`): a long download or a slow command through a
-        port the runtime does not serve keeps the Sandbox in use although no new request arrives."""
-        if self.activity_interval > 0:
-            key = (namespace, name)
-            self._open[key] = self._open.get(key, 0) + 1
+    def watch(self, namespace: str, name: str, traffic: Traffic) -> None:
+        """A request or connection to the Sandbox (until `unwatch`): activity while it awaits a response head
+        or moves bytes (module docstring).
 
-    def closed(self, namespace: str, name: str) -> None:
-        """The request `opened` counted ended."""
-        key = (namespace, name)
-        count = self._open.get(key, 0) - 1
-        if count > 0:
-            self._open[key] = count
-        else:
-            self._open.pop(key, None)
-
-    def watch(self, namespace: str, name: str, tunnel: Traffic) -> None:
-        """A WebSocket or h2c connection to the Sandbox (until `unwatch`): activity while bytes move on it.
-
-        Not merely while it is open: a gRPC channel or a browser tab left open for the night would keep the
-        Sandbox from ever idling.
+        Not merely while it is open: a gRPC channel, an EventSource or a WebSocket left open for the night
+        would keep the Sandbox from ever idling.
         """
         if self.activity_interval > 0:
-            self._tunnels.setdefault((namespace, name), set()).add(tunnel)
+            self._watched.setdefault((namespace, name), set()).add(traffic)
 
-    def unwatch(self, namespace: str, name: str, tunnel: Traffic) -> None:
+    def unwatch(self, namespace: str, name: str, traffic: Traffic) -> None:
         key = (namespace, name)
-        tunnels = self._tunnels.get(key)
-        if tunnels is not None:
-            tunnels.discard(tunnel)
-            if not tunnels:
-                del self._tunnels[key]
+        watched = self._watched.get(key)
+        if watched is not None:
+            watched.discard(traffic)
+            if not watched:
+                del self._watched[key]
 
     def _in_use(self, since: float) -> list[Key]:
-        """Sandboxes with a request in flight, or a tunnel that moved bytes after `since` (monotonic)."""
-        busy = list(self._open)
-        busy.extend(
+        """Sandboxes with a request awaiting its response, or traffic that moved after `since` (monotonic)."""
+        return [
             key
-            for key, tunnels in self._tunnels.items()
-            if key not in self._open and any(t.last_traffic > since for t in tunnels)
-        )
-        return busy
+            for key, watched in self._watched.items()
+            if any(t.awaiting_response or t.last_traffic > since for t in watched)
+        ]
 
     async def _write_activity(self, key: Key, when: float, *, bound: float | None = None) -> bool:
         """Write `last-activity`; True when the written Sandbox is Suspended."""

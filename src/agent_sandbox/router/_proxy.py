@@ -436,15 +436,16 @@ class Proxy:
             if lifecycle is None:
                 result = await exchange.run(limit, header_timeout, span)
             else:
-                # Ours: a request in flight (a long download, a slow command) is activity until it ends.
-                lifecycle.opened(route.namespace, route.sandbox_id)
+                # Ours: a request is activity until its response head (a slow command), then while its bytes
+                # move (a long download), not while it is held open in silence (an EventSource).
+                lifecycle.watch(route.namespace, route.sandbox_id, exchange)
                 try:
                     # Only for a Sandbox the lifecycle holds: any other's answers and failures go as without
                     # the flag (a draining runtime's 503 relayed as it is, not replaced by the router's own).
                     holdable = holds < MAX_HOLDS and lifecycle.resumable(route.namespace, route.sandbox_id)
                     result = await exchange.run(limit, header_timeout, span, unanswered_ok=holdable)
                 finally:
-                    lifecycle.closed(route.namespace, route.sandbox_id)
+                    lifecycle.unwatch(route.namespace, route.sandbox_id, exchange)
             if result == "retry":
                 if not fresh and body.rewind():
                     fresh = True

@@ -16,8 +16,9 @@ The message-size check reads only WebSocket frame headers of the sandbox->client
 are never copied or unmasked); the client->sandbox stream's headers are followed too, for its frame
 boundaries alone. For a WebSocket the router sends a close frame to each end whose stream stands at a
 frame boundary (a close frame written inside a frame's payload would be read as payload: the end would
-see garbage, then a cut); an end left mid-frame is just closed, as other upgraded protocols are. The
-per-client connection cap is checked before the upgrade is forwarded (`TunnelLimits.admit`).
+see garbage, then a cut); an end left mid-frame is just closed, as other upgraded protocols are. The same
+scanners tell which bytes are data frames, the only WebSocket traffic that counts as lifecycle activity
+(`last_traffic`). The per-client connection cap is checked before the upgrade is forwarded (`TunnelLimits.admit`).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def close_frame(code: int, reason: str, *, masked: bool) -> bytes:
 class FrameScanner:
     """Follows WebSocket frame boundaries in one direction and measures data messages."""
 
-    __slots__ = ("_header", "_limit", "_message", "_skip")
+    __slots__ = ("_data", "_header", "_limit", "_message", "_skip", "moved_data")
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
@@ -61,6 +62,11 @@ class FrameScanner:
         self._header = b""
         """A frame header split across reads."""
         self._message = 0
+        self._data = False
+        """The current frame is a data frame (text, binary, continuation), not a control frame."""
+        self.moved_data = False
+        """Bytes of a data frame were scanned since the reader last cleared it (lifecycle activity: pings and
+        pongs are not use, `Tunnel.last_traffic`)."""
 
     @property
     def partial_header(self) -> int:
@@ -79,6 +85,8 @@ class FrameScanner:
         while pos < n:
             if self._skip:
                 step = min(self._skip, n - pos)
+                if self._data:
+                    self.moved_data = True
                 self._skip -= step
                 pos += step
                 continue
@@ -98,7 +106,9 @@ class FrameScanner:
                 length = struct.unpack_from("!Q", buf, 2)[0]
             opcode = buf[0] & 0x0F
             fin = buf[0] & 0x80
-            if opcode < 8:  # data or continuation frame: part of a message
+            self._data = opcode < 8
+            if self._data:  # data or continuation frame: part of a message
+                self.moved_data = True
                 if opcode != 0:
                     self._message = 0
                 self._message += length
@@ -191,6 +201,9 @@ class Tunnel:
         client's) lands between two of them (`_end`)."""
         self._held = b""
         self._last = time.monotonic()
+        """Any byte either way: `--websocket-idle-timeout` counts from it (a ping keeps a connection open)."""
+        self._last_use = self._last
+        """What lifecycle activity counts (`last_traffic`): for a WebSocket, data frames only."""
         self._started = self._last
         self._done: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -239,24 +252,44 @@ class Tunnel:
             upstream.close()
 
     @property
+    def awaiting_response(self) -> bool:
+        """Lifecycle activity (`_lifecycle_activity.Traffic`): past its `101`, a tunnel awaits no response."""
+        return False
+
+    @property
     def last_traffic(self) -> float:
-        """When bytes last moved either way (`time.monotonic()`)."""
-        return self._last
+        """When bytes that count as use last moved either way (`time.monotonic()`): any byte, except on a
+        WebSocket, where only data frames count - ping/pong heartbeats (aiohttp's `heartbeat`, browsers'
+        and most servers' keepalives, every few seconds) would keep a tab left open overnight from ever
+        letting its Sandbox idle (docs/lifecycle.md; until December 7 they did). The idle limit
+        (`--websocket-idle-timeout`) still counts every byte."""
+        return self._last_use
 
     def to_upstream(self, data: bytes) -> None:
-        self._last = time.monotonic()
-        if self._client_frames is not None:
-            self._client_frames.feed(data)
+        self._last = now = time.monotonic()
+        frames = self._client_frames
+        if frames is None:
+            self._last_use = now
+        else:
+            frames.feed(data)
+            if frames.moved_data:
+                frames.moved_data = False
+                self._last_use = now
         self.upstream.write(data)
 
     def _from_upstream(self, data: bytes) -> None:
-        self._last = time.monotonic()
+        self._last = now = time.monotonic()
         scanner = self._scanner
-        if scanner is not None:
+        if scanner is None:
+            self._last_use = now
+        else:
             # A frame header split across reads is held back until it is whole, so that the frame which
             # breaks the limit never reaches the client in part (its close frame follows a whole frame).
             held, self._held = self._held, b""
             cut = scanner.feed(data)
+            if scanner.moved_data:
+                scanner.moved_data = False
+                self._last_use = now
             data = held + data
             if cut is not None:
                 self._forward(data[: len(held) + cut])

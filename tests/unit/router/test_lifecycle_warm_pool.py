@@ -93,12 +93,21 @@ async def test_an_expired_unclaimed_pool_member_gets_no_lifecycle_503() -> None:
     await lifecycle.close()
 
 
+class _InFlight:
+    """A request awaiting its response (`_lifecycle_activity.Traffic`)."""
+
+    awaiting_response = True
+    last_traffic = 0.0
+
+
 async def test_a_request_to_an_unclaimed_pool_member_records_no_activity() -> None:
     api, lifecycle = await lifecycle_for(
         member(), {**AUTO, lc.ANNOTATION_IDLE_TIMEOUT: "10m"}, activity_interval=1
     )
     assert lifecycle.record(ROUTE.namespace, ROUTE.sandbox_id) is None
-    lifecycle.opened(ROUTE.namespace, ROUTE.sandbox_id)  # even a request in flight: nothing to write
+    lifecycle.watch(
+        ROUTE.namespace, ROUTE.sandbox_id, _InFlight()
+    )  # even a request in flight: nothing to write
     for _ in range(2):
         assert lifecycle.record(ROUTE.namespace, ROUTE.sandbox_id) is None
     assert not lifecycle._pending

@@ -65,6 +65,24 @@ def test_byte_by_byte() -> None:
     assert all(scanner.feed(bytes([b])) is None for b in data)
 
 
+def test_only_data_frames_are_use() -> None:
+    """Lifecycle activity (`Tunnel.last_traffic`): pings and pongs are heartbeats, not use; any byte of a
+    data frame is, its payload's continuation in a later read too."""
+    scanner = FrameScanner(1 << 20)
+    for heartbeat in (frame(4, opcode=0x9), frame(4, opcode=0xA, masked=True)):
+        scanner.feed(heartbeat)
+        assert not scanner.moved_data
+    text = frame(100, opcode=1)
+    scanner.feed(text[:50])
+    assert scanner.moved_data
+    scanner.moved_data = False
+    scanner.feed(text[50:])
+    assert scanner.moved_data  # the rest of its payload
+    scanner.moved_data = False
+    scanner.feed(frame(0, opcode=0x9) + frame(3, opcode=0, masked=True))  # a ping, then a continuation
+    assert scanner.moved_data
+
+
 def test_close_frames() -> None:
     server = close_frame(1009, "message too big", masked=False)
     assert server[:2] == bytes([0x88, 17])
