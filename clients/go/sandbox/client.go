@@ -44,9 +44,11 @@ type Client struct {
 
 // getFlight is one GetSandbox attach that concurrent GetSandbox calls of the same key share.
 type getFlight struct {
-	done chan struct{} // closed when sb and err are set
+	done chan struct{} // closed when the fields below are set
 	sb   *Sandbox
 	err  error
+	// callerGone: the attaching caller's context had ended (its failure is not the waiters')
+	callerGone bool
 }
 
 // deleteAllConcurrency is how many handles DeleteAll closes at a time.
@@ -279,7 +281,7 @@ func (c *Client) GetSandbox(ctx context.Context, claimName, namespace string) (*
 				return nil, wrapErr(key.Namespace, key.ClaimName,
 					callContextError(ctx, "get: waiting for another GetSandbox of the claim", nil))
 			}
-			if f.err != nil && ctx.Err() == nil && (errors.Is(f.err, context.Canceled) || errors.Is(f.err, context.DeadlineExceeded)) {
+			if f.err != nil && f.callerGone && ctx.Err() == nil {
 				continue // that caller's context ended its attach, not this one's: attach again
 			}
 			return f.sb, f.err
@@ -288,6 +290,7 @@ func (c *Client) GetSandbox(ctx context.Context, claimName, namespace string) (*
 		c.getting[key] = f
 		c.mu.Unlock()
 		f.sb, f.err = c.attach(ctx, o, key, sb)
+		f.callerGone = ctx.Err() != nil
 		c.mu.Lock()
 		delete(c.getting, key)
 		c.mu.Unlock()
