@@ -359,8 +359,17 @@ class Router:
             if self.proxy is not None:
                 # WebSockets get a close frame (1001) each way before the cut, where a frame boundary allows
                 # (`Tunnel.going_away`): clients then see a server going away, not an abnormal closure.
-                for tunnel in list(self.proxy.tunnels):
+                tunnels = list(self.proxy.tunnels)
+                for tunnel in tunnels:
                     tunnel.going_away()
+                # Their closing handshakes (RFC 6455 7.1.1: a browser reports a close whose connection went
+                # before its answer as not clean), for a quarter of the reserve at most: an end that
+                # answers does so within a round trip; the span flush keeps its own quarter after.
+                ending = [t.ended for t in tunnels if t.ended is not None and not t.ended.done()]
+                if ending:
+                    await asyncio.wait(ending, timeout=max(0.0, end - reserve * 3 / 4 - loop.time()))
+                for tunnel in tunnels:
+                    tunnel.close_now()
         await self._stop_everything(flush_until=end - reserve / 2)
 
     def _busy(self) -> bool:

@@ -53,7 +53,7 @@ def close_frame(code: int, reason: str, *, masked: bool) -> bytes:
 class FrameScanner:
     """Follows WebSocket frame boundaries in one direction and measures data messages."""
 
-    __slots__ = ("_data", "_header", "_limit", "_message", "_skip", "moved_data")
+    __slots__ = ("_data", "_header", "_limit", "_message", "_skip", "moved_data", "saw_close")
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
@@ -67,6 +67,8 @@ class FrameScanner:
         self.moved_data = False
         """Bytes of a data frame were scanned since the reader last cleared it (lifecycle activity: pings and
         pongs are not use, `Tunnel.last_traffic`)."""
+        self.saw_close = False
+        """A close frame's header was scanned (`Tunnel.going_away` waits for each end's)."""
 
     @property
     def partial_header(self) -> int:
@@ -107,6 +109,8 @@ class FrameScanner:
             opcode = buf[0] & 0x0F
             fin = buf[0] & 0x80
             self._data = opcode < 8
+            if opcode == 8:
+                self.saw_close = True
             if self._data:  # data or continuation frame: part of a message
                 self.moved_data = True
                 if opcode != 0:
@@ -206,6 +210,8 @@ class Tunnel:
         """What lifecycle activity counts (`last_traffic`): for a WebSocket, data frames only."""
         self._started = self._last
         self._done: asyncio.Future[None] | None = None
+        self._awaiting_close: set[str] = set()
+        """The ends ("client", "sandbox") `going_away` sent a close frame and awaits the close of."""
         self._timer: asyncio.TimerHandle | None = None
         self._write_client: Callable[[bytes], None] = conn.write
 
@@ -268,6 +274,9 @@ class Tunnel:
     def to_upstream(self, data: bytes) -> None:
         self._last = now = time.monotonic()
         frames = self._client_frames
+        if self._awaiting_close:
+            self._closing_input("client", frames, data)
+            return
         if frames is None:
             self._last_use = now
         else:
@@ -280,6 +289,9 @@ class Tunnel:
     def _from_upstream(self, data: bytes) -> None:
         self._last = now = time.monotonic()
         scanner = self._scanner
+        if self._awaiting_close:
+            self._closing_input("sandbox", scanner, data)
+            return
         if scanner is None:
             self._last_use = now
         else:
@@ -327,32 +339,81 @@ class Tunnel:
             return
         self._timer = asyncio.get_running_loop().call_later(_SWEEP, self._check_limits)
 
+    @property
+    def ended(self) -> asyncio.Future[None] | None:
+        """Done once the connection ended (None before `run`)."""
+        return self._done
+
     def going_away(self) -> None:
-        """The shutdown drain's deadline: end the connection now, with 1001 to each end of a WebSocket that
-        stands at a frame boundary, and close both (flushing the close frames: the connections are not
-        aborted after, `Connection.abort` leaves a closed one to its flush). Until December 7 the deadline
-        aborted the connection with no close frame (a client saw 1006, abnormal closure)."""
-        self._end(1001, "router shutting down")
+        """The shutdown drain's deadline: 1001 to each end of a WebSocket that stands at a frame boundary,
+        then their closing handshake (RFC 6455 7.1.1): nothing more is relayed, and each end that got the
+        close frame is closed once its own close frame arrives (or it closes), the other at once; the drain
+        bounds the wait, then closes what is left (`close_now`). Browsers report a close whose connection
+        went before their answer as not clean (`wasClean=false`), aiohttp sometimes as 1006 (its answer met
+        a closed transport): until December 7 both ends were closed right after the frames (and until then
+        aborted with none). Other upgraded connections are closed at once (flushed: `Connection.abort`
+        leaves a closed one to its flush)."""
+        sent = self._end(1001, "router shutting down", handshake=True)
+        if "client" not in sent:
+            self.conn.close()
+        if "sandbox" not in sent:
+            self.upstream.close()
+        self._awaiting_close = sent
+        if not sent:
+            self._lost()
+
+    def close_now(self) -> None:
+        """The drain's wait for the closing handshakes is over: close both ends (flushed)."""
         self.conn.close()
         self.upstream.close()
+        self._lost()
 
-    def _end(self, code: int, reason: str, *, client_between_frames: bool | None = None) -> None:
+    def _closing_input(self, end: str, frames: FrameScanner | None, data: bytes) -> None:
+        """Bytes from `end` after `going_away`: dropped (a close frame went the other way already); its
+        close frame closes it, and the connection ends once every end that got one has answered."""
+        if end not in self._awaiting_close or frames is None:
+            return
+        frames.feed(data)
+        if frames.saw_close:
+            (self.conn if end == "client" else self.upstream).close()
+            self._awaiting_close.discard(end)
+            if not self._awaiting_close:
+                self._lost()
+
+    def _end(
+        self,
+        code: int,
+        reason: str,
+        *,
+        client_between_frames: bool | None = None,
+        handshake: bool = False,
+    ) -> set[str]:
         """End with a close frame to each end whose stream is between two frames (`client_between_frames`:
         known by the caller; else from the sandbox->client scanner, whose held partial header was never
         sent). A close frame cannot follow a frame cut half-way: the end would take it for payload. The
         frame's rest could be awaited, but a sandbox (untrusted) controls when that comes, and the limits
-        and the drain's deadline are meant to end the connection then; so that end is only closed."""
+        and the drain's deadline are meant to end the connection then; so that end is only closed. Returns the
+        ends sent a close frame; `handshake`: the caller awaits their answers (`going_away`), else the
+        connection ends now."""
+        if self._awaiting_close:  # a limit while `going_away` awaits the handshake: close frames went already
+            self._lost()
+            return set()
         self.close_reason = reason
+        sent: set[str] = set()
         if self.websocket:
             to_client, to_sandbox = self._scanner, self._client_frames
             if client_between_frames is None:
                 client_between_frames = to_client is None or not to_client.in_payload
             if client_between_frames:
                 self.conn.write(close_frame(code, reason, masked=False))
+                sent.add("client")
             # Client bytes are relayed as they come, a partial header too: between frames only without one.
             if to_sandbox is None or not (to_sandbox.in_payload or to_sandbox.partial_header):
                 self.upstream.write(close_frame(code, reason, masked=True))
-        self._lost()
+                sent.add("sandbox")
+        if not handshake:
+            self._lost()
+        return sent
 
     def _lost(self) -> None:
         if self._done is not None and not self._done.done():

@@ -310,3 +310,73 @@ async def test_the_drain_deadline_sends_1001_to_each_end_between_two_frames(
         assert bytes(got_by_sandbox) == sent  # just closed
     else:
         assert _frames(bytes(got_by_sandbox)) == [(1, b"ok"), _CLOSE_1001]
+
+
+async def test_the_drain_deadline_closes_each_end_after_its_closing_handshake(
+    start_router: Callable[..., Awaitable[Router]],
+) -> None:
+    """After its 1001 the router waits (a bounded part of the drain's reserve) for each end's own close frame
+    and only then closes that end's connection (RFC 6455 7.1.1): a browser reports a close whose connection
+    went before its answer as not clean (`wasClean=false`), aiohttp sometimes as 1006. Until December 7 both
+    connections were closed right after the router's close frames."""
+    import base64
+    import hashlib
+
+    sandbox_answered, ended = asyncio.Event(), asyncio.Event()
+    read_by_sandbox = bytearray()
+    after_answer: list[bytes] = []
+
+    async def sandbox(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        key = next(
+            line.split(b":", 1)[1].strip()
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"sec-websocket-key:")
+        )
+        accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+        writer.write(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n" + b"\x81\x02hi"
+        )
+        while not _frames(bytes(read_by_sandbox)) and (chunk := await reader.read(65536)):
+            read_by_sandbox.extend(chunk)
+        writer.write(b"\x88\x02\x03\xe9")  # its answer: close 1001 (unmasked, as a server's)
+        await writer.drain()
+        sandbox_answered.set()
+        after_answer.append(await reader.read())  # to EOF: the router closes once it read the answer
+        writer.close()
+        ended.set()
+
+    server, headers = await raw_backend(sandbox)
+    router = await start_router("--shutdown-timeout=5s")
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port)
+        writer.write(
+            request_bytes(
+                "GET",
+                "/ws",
+                {
+                    **headers,
+                    "Connection": "Upgrade",
+                    "Upgrade": "websocket",
+                    "Sec-WebSocket-Version": "13",
+                    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+                },
+            )
+        )
+        assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 101")
+        assert await reader.readexactly(4) == b"\x81\x02hi"
+        stopping = asyncio.create_task(router.shutdown())
+        assert _frames(await asyncio.wait_for(reader.readexactly(24), 10)) == [_CLOSE_1001]
+        await asyncio.wait_for(sandbox_answered.wait(), 10)
+        assert not reader.at_eof()  # still open, for the client's answer
+        writer.write(b"\x88\x82\x00\x00\x00\x00\x03\xe9")  # close 1001, masked (a zero key) as a client's
+        await writer.drain()
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # then closed
+        writer.close()
+        await asyncio.wait_for(stopping, 10)
+        await asyncio.wait_for(ended.wait(), 10)
+    finally:
+        server.close()
+    assert _frames(bytes(read_by_sandbox)) == [_CLOSE_1001]
+    assert after_answer == [b""]
