@@ -129,8 +129,9 @@ class _Session:
         self._draining = False
         self._refused_to = 0
         """The highest stream refused with RST_STREAM while draining (each is refused once)."""
-        self.awaiting: dict[int, None] = {}
-        """Accepted streams with no response head yet (lifecycle activity: in use, `awaiting_response`)."""
+        self.awaiting: dict[int, bool] = {}
+        """Accepted streams in use (lifecycle activity, `awaiting_response`): until their response head, or for
+        a gRPC call (True) until they end."""
         self._tunnel: Tunnel | None = None
         self._to_client.on_stream_end = self._ended
         self._to_client.on_stream_answered = self._answered
@@ -204,7 +205,7 @@ class _Session:
             if self._opened is None:
                 self._closing = True
                 return False
-            self._accepted(stream)
+            self._accepted(stream, headers)
             return True
         if stream <= self.last_stream:
             # Trailers of an accepted stream the client still has open: they carry no routing headers. Only
@@ -213,7 +214,7 @@ class _Session:
             return True
         if self._same_target(headers):
             self.last_stream = max(self.last_stream, stream)
-            self._accepted(stream)
+            self._accepted(stream, headers)
             return True
         self._refuse_from(stream)
         return False
@@ -231,11 +232,15 @@ class _Session:
         log.info("h2c: stream %d names another target or credential; GOAWAY(%d)", stream, self.last_stream)
         self.to_client_frame(_frame(_GOAWAY, 0, 0, struct.pack("!II", self.last_stream, 0)))
 
-    def _accepted(self, stream: int) -> None:
+    def _accepted(self, stream: int, headers: list[tuple[str, str]]) -> None:
         self.live[stream] = None
         if len(self.live) > _MAX_LIVE:
             del self.live[next(iter(self.live))]
-        self.awaiting[stream] = None
+        # A gRPC call is in use until it ends, its head sent or not: a streaming call silent between its
+        # messages is a command still running (sandboxd's Start / Connect streams), not a tab left open.
+        self.awaiting[stream] = any(
+            k == "content-type" and v.startswith("application/grpc") for k, v in headers
+        )
         if len(self.awaiting) > _MAX_LIVE:
             del self.awaiting[next(iter(self.awaiting))]
 
@@ -246,15 +251,17 @@ class _Session:
 
     def _answered(self, stream: int) -> None:
         """The sandbox's response head for `stream` went to the client (`_ServerFrames.on_stream_answered`)."""
-        self.awaiting.pop(stream, None)
+        if self.awaiting.get(stream) is False:
+            del self.awaiting[stream]
 
     @property
     def awaiting_response(self) -> bool:
         """Lifecycle activity (`_lifecycle_activity.Traffic`): a stream is in use from its HEADERS until its
-        response head whatever moves - a slow unary call sends nothing meanwhile; gRPC sends the head with
-        the first message. Until December 7 only bytes counted, and the Sandbox was suspended under the call
-        (UNAVAILABLE). After its head a stream is use only while bytes move (`last_traffic`), as an HTTP/1.1
-        response is: a streaming call silent between its events, or an idle channel, is not."""
+        response head whatever moves - a slow unary call sends nothing meanwhile. Until December 7 only bytes
+        counted, and the Sandbox was suspended under the call (UNAVAILABLE). After its head a stream is use
+        only while bytes move (`last_traffic`), as an HTTP/1.1 response is - except a gRPC call, in use until
+        it ends: a streaming call silent between its messages is a command still running (sandboxd's process
+        streams), where an EventSource held open in silence is a tab left open. An idle channel is not use."""
         return bool(self.awaiting)
 
     @property

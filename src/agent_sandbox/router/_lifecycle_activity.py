@@ -3,9 +3,9 @@
 What counts as use of a Sandbox with an idle timeout (docs/lifecycle.md "Idle auto-suspend"): a request, from
 its start until its response head (a slow call is in use while it runs), and after the head only while its
 bytes move - each relayed chunk is activity, so a long download keeps the Sandbox up and a response held open
-in silence (an EventSource, a long-poll, a streaming gRPC call between its events) does not. The same rule for
-every kind: an HTTP/1.1 exchange, each stream of an h2c connection (in use until its response head, even with
-no byte moving: a slow unary call), a WebSocket (after its `101`, in use only while data frames move; its
+in silence (an EventSource, a long-poll) does not. The same rule for every kind: an HTTP/1.1 exchange, each
+stream of an h2c connection (in use until its response head, even with no byte moving: a slow unary call; a
+gRPC call until it ends, a silent streaming one being a command still running), a WebSocket (after its `101`, in use only while data frames move; its
 pings and pongs are heartbeats of an open tab, not use). The router keeps it in memory and writes the
 `last-activity` annotation at most once per `--sandbox-lifecycle-activity-interval` (capped at a quarter of the
 Sandbox's idle timeout) per Sandbox, in the background; when the recorded activity is older than half the idle

@@ -105,6 +105,46 @@ async def test_a_slow_grpc_call_keeps_its_sandbox_up_and_an_idle_channel_does_no
         await server.stop(None)
 
 
+async def test_a_streaming_grpc_call_silent_between_its_messages_keeps_its_sandbox_up(
+    kube: ApiClient, namespace: str, start_router: StartRouter
+) -> None:
+    """A server-streaming call that answers its head with a first message, then stays silent for 10 s before
+    the last one (sandboxd's `Start` stream of a command that prints nothing for a while): in use until it
+    ends, the head sent or not - a gRPC call is a command still running, not a tab left open (the rule of
+    4e1b5cf counted it only while bytes moved, and the Sandbox was suspended under it)."""
+    router = await start_router("--enable-h2c", "--sandbox-lifecycle-activity-interval=1s")
+    await kube.create(SANDBOX, runtime_sandbox("grpc-stream", IDLE), namespace=namespace)
+    ip = await ready_ip(kube, namespace, "grpc-stream")
+
+    async def events(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> AsyncIterator[bytes]:
+        yield b"started"
+        await asyncio.sleep(IN_USE_FOR)
+        yield b"exited"
+
+    server = grpc.aio.server()
+    handler = grpc.method_handlers_generic_handler(
+        "t.Process", {"Start": grpc.unary_stream_rpc_method_handler(events)}
+    )
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port(f"{ip}:0")
+    await server.start()
+    metadata = tuple((k.lower(), v) for k, v in headers("grpc-stream", namespace, port).items())
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{router.http_port}") as channel:
+
+            async def read_all() -> list[bytes]:
+                call = channel.unary_stream("/t.Process/Start")(b"go", metadata=metadata, timeout=60)
+                return [message async for message in call]
+
+            assert await running_throughout(kube, namespace, "grpc-stream", read_all()) == [
+                b"started",
+                b"exited",
+            ]
+            await idles(kube, namespace, "grpc-stream")
+    finally:
+        await server.stop(None)
+
+
 async def test_websocket_heartbeats_do_not_keep_its_sandbox_up(
     kube: ApiClient, namespace: str, start_router: StartRouter
 ) -> None:
