@@ -36,6 +36,8 @@ from ._upstream import UpstreamConnection
 __all__ = ["FrameScanner", "Tunnel", "TunnelLimits", "close_frame"]
 
 _SWEEP = 1.0
+_U16 = struct.Struct("!H").unpack_from
+_U64 = struct.Struct("!Q").unpack_from
 _NO_LIMIT = 1 << 64
 """Above any frame length (63 bits), so the client->sandbox scanner never reports a message too big."""
 
@@ -83,47 +85,62 @@ class FrameScanner:
     def feed(self, data: bytes) -> int | None:
         """Scan `data`; None if fine, else the offset of the frame that exceeds the limit (negative when its
         header began in earlier reads: minus the `partial_header` bytes seen before `data`)."""
+        # The state is worked on in locals and headers read in place from `data` (only one split across
+        # reads is joined first): until December 7 each frame cost a slice, a join and a dozen attribute
+        # reads and writes, and a client sending tiny frames was scanned at ~11 MiB/s (review rev12).
         pos, n = 0, len(data)
-        while pos < n:
-            if self._skip:
-                step = min(self._skip, n - pos)
-                if self._data:
-                    self.moved_data = True
-                self._skip -= step
-                pos += step
-                continue
-            start = pos - len(self._header)
-            buf = self._header + data[pos : pos + 14]
-            if len(buf) < 2:
-                self._header = buf
-                return None
-            length = buf[1] & 0x7F
-            need = 2 + (2 if length == 126 else 8 if length == 127 else 0) + (4 if buf[1] & 0x80 else 0)
-            if len(buf) < need:
-                self._header = buf
-                return None
+        skip, header, message, limit = self._skip, self._header, self._message, self._limit
+        is_data, moved = self._data, self.moved_data
+        over: int | None = None
+        while True:
+            if skip:
+                left = n - pos
+                if is_data and left:
+                    moved = True
+                if skip >= left:
+                    skip -= left
+                    break
+                pos += skip
+                skip = 0
+            if pos >= n:
+                break
+            held = len(header)
+            buf, at = (header + data[pos : pos + 14], 0) if held else (data, pos)
+            avail = len(buf) - at
+            if avail < 2:
+                header = bytes(buf[at:])
+                break
+            b1 = buf[at + 1]
+            length = b1 & 0x7F
+            need = 2 + (2 if length == 126 else 8 if length == 127 else 0) + (4 if b1 & 0x80 else 0)
+            if avail < need:
+                header = bytes(buf[at:])
+                break
             if length == 126:
-                length = struct.unpack_from("!H", buf, 2)[0]
+                length = _U16(buf, at + 2)[0]
             elif length == 127:
-                length = struct.unpack_from("!Q", buf, 2)[0]
-            opcode = buf[0] & 0x0F
-            fin = buf[0] & 0x80
-            self._data = opcode < 8
-            if opcode == 8:
-                self.saw_close = True
-            if self._data:  # data or continuation frame: part of a message
-                self.moved_data = True
+                length = _U64(buf, at + 2)[0]
+            b0 = buf[at]
+            opcode = b0 & 0x0F
+            is_data = opcode < 8
+            if is_data:  # data or continuation frame: part of a message
+                moved = True
                 if opcode != 0:
-                    self._message = 0
-                self._message += length
-                if self._message > self._limit:
-                    return start
-                if fin:
-                    self._message = 0
-            pos += need - len(self._header)
-            self._header = b""
-            self._skip = length
-        return None
+                    message = 0
+                message += length
+                if message > limit:
+                    over = pos - held
+                    break
+                if b0 & 0x80:
+                    message = 0
+            elif opcode == 8:
+                self.saw_close = True
+            pos += need - held
+            header = b""
+            skip = length
+        self._skip, self._header, self._message = skip, header, message
+        self._data, self.moved_data = is_data, moved
+        return over
 
 
 class TunnelLimits:
@@ -212,6 +229,9 @@ class Tunnel:
         self._done: asyncio.Future[None] | None = None
         self._awaiting_close: set[str] = set()
         """The ends ("client", "sandbox") `going_away` sent a close frame and awaits the close of."""
+        self._ended = False
+        """A limit ended the connection (`_end`): what either end still sends in the same loop turn is
+        dropped, not relayed after the close frame it got (review rev12 D)."""
         self._timer: asyncio.TimerHandle | None = None
         self._write_client: Callable[[bytes], None] = conn.write
 
@@ -272,6 +292,8 @@ class Tunnel:
         return self._last_use
 
     def to_upstream(self, data: bytes) -> None:
+        if self._ended:
+            return
         self._last = now = time.monotonic()
         frames = self._client_frames
         if self._awaiting_close:
@@ -287,6 +309,8 @@ class Tunnel:
         self.upstream.write(data)
 
     def _from_upstream(self, data: bytes) -> None:
+        if self._ended:
+            return
         self._last = now = time.monotonic()
         scanner = self._scanner
         if self._awaiting_close:
@@ -412,6 +436,7 @@ class Tunnel:
                 self.upstream.write(close_frame(code, reason, masked=True))
                 sent.add("sandbox")
         if not handshake:
+            self._ended = True
             self._lost()
         return sent
 

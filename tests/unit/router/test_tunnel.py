@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_sandbox.router._tunnel import FrameScanner, TunnelLimits, close_frame
+from agent_sandbox.router._tunnel import FrameScanner, Tunnel, TunnelLimits, close_frame
 
 pytestmark = pytest.mark.unit
 
@@ -151,3 +151,39 @@ def test_boundary_state_after_any_split(data: st.DataObject) -> None:
     assert scanner.feed(stream[:cut]) is None
     assert scanner.feed(stream[cut:end]) is None
     assert (not scanner.in_payload and not scanner.partial_header) == (end in boundaries)
+
+
+class _End:
+    """One end of a tunnel as the tunnel sees it: what was written to it, and whether it was closed."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.closed = False
+        self.transport = None
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_nothing_is_relayed_after_a_limit_sent_its_close_frames() -> None:
+    """A sandbox message over the limit ends the tunnel with 1009 each way; bytes either end sends in the same
+    loop turn (read before the close) are dropped, not written after the close frame (review rev12 D)."""
+    client, sandbox = _End(), _End()
+    tunnel = Tunnel(
+        client,  # type: ignore[arg-type]
+        sandbox,  # type: ignore[arg-type]
+        client_tail=b"",
+        upstream_tail=b"",
+        limits=TunnelLimits(max_message_bytes=10),
+        websocket=True,
+    )
+    tunnel._from_upstream(frame(11))
+    assert client.written == [close_frame(1009, "message too big", masked=False)]
+    assert len(sandbox.written) == 1  # the masked close frame
+    tunnel.to_upstream(frame(3, masked=True))
+    tunnel._from_upstream(frame(3))
+    assert len(client.written) == 1
+    assert len(sandbox.written) == 1
