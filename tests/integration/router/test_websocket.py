@@ -211,6 +211,18 @@ async def test_a_websocket_that_ends_during_the_drain_lets_it_finish(
     assert "still busy" not in caplog.text
 
 
+async def _upgraded(
+    router: Router, headers: dict[str, str]
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A raw client connection through `router`, upgraded to a WebSocket (the `101` read)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port)
+    upgrade = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13"}
+    key = {"Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+    writer.write(request_bytes("GET", "/ws", {**headers, **upgrade, **key}))
+    assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 101")
+    return reader, writer
+
+
 def _frames(data: bytes) -> list[tuple[int, bytes]]:
     """Whole WebSocket frames in `data` as (opcode, unmasked payload); a trailing partial frame is left out."""
     frames, pos = [], 0
@@ -275,21 +287,7 @@ async def test_the_drain_deadline_sends_1001_to_each_end_between_two_frames(
     server, headers = await raw_backend(sandbox)
     router = await start_router("--shutdown-timeout=2s")
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port)
-        writer.write(
-            request_bytes(
-                "GET",
-                "/ws",
-                {
-                    **headers,
-                    "Connection": "Upgrade",
-                    "Upgrade": "websocket",
-                    "Sec-WebSocket-Version": "13",
-                    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
-                },
-            )
-        )
-        assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 101")
+        reader, writer = await _upgraded(router, headers)
         assert await reader.readexactly(4) == b"\x81\x02hi"
         if mid_frame == "sandbox":
             assert await reader.readexactly(len(half_from_sandbox)) == half_from_sandbox
@@ -350,21 +348,7 @@ async def test_the_drain_deadline_closes_each_end_after_its_closing_handshake(
     server, headers = await raw_backend(sandbox)
     router = await start_router("--shutdown-timeout=5s")
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port)
-        writer.write(
-            request_bytes(
-                "GET",
-                "/ws",
-                {
-                    **headers,
-                    "Connection": "Upgrade",
-                    "Upgrade": "websocket",
-                    "Sec-WebSocket-Version": "13",
-                    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
-                },
-            )
-        )
-        assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 101")
+        reader, writer = await _upgraded(router, headers)
         assert await reader.readexactly(4) == b"\x81\x02hi"
         stopping = asyncio.create_task(router.shutdown())
         assert _frames(await asyncio.wait_for(reader.readexactly(24), 10)) == [_CLOSE_1001]
