@@ -483,6 +483,16 @@ async def test_a_command_whose_runtime_died_as_its_sandbox_was_suspended_is_not_
     assert (await execute(http, ip, "cat runs.txt"))["stdout"] == "run\n"  # once
 
 
+async def in_flight(http: aiohttp.ClientSession, ip: str) -> None:
+    """Until the runtime at `ip` has a request in flight (a command waiting for its claim env)."""
+
+    async def waiting() -> bool:
+        async with http.get(f"http://{ip}:8080/v1/activity") as resp:
+            return bool((await resp.json())["inflightRequests"] >= 1)
+
+    await eventually(waiting, "the command waiting for its claim env")
+
+
 async def test_a_sandbox_that_does_not_resume_on_request_gets_its_runtimes_not_started_answer(
     kube: ApiClient, namespace: str, start_router: StartRouter, http: aiohttp.ClientSession
 ) -> None:
@@ -496,12 +506,7 @@ async def test_a_sandbox_that_does_not_resume_on_request_gets_its_runtimes_not_s
     ip = await ready_ip(kube, namespace, "plain")
     command = "sh -c 'echo run >> runs.txt'"
     request = asyncio.ensure_future(through(http, router, "plain", namespace, command))
-
-    async def waiting() -> bool:
-        async with http.get(f"http://{ip}:8080/v1/activity") as resp:
-            return bool((await resp.json())["inflightRequests"] >= 1)
-
-    await eventually(waiting, "the command waiting for its claim env")
+    await in_flight(http, ip)
     await kube.patch(SANDBOX, "plain", {"spec": {"operatingMode": "Suspended"}}, namespace=namespace)
     status, answer = await asyncio.wait_for(request, 60)
     assert status == 503, answer
@@ -523,12 +528,7 @@ async def test_a_command_a_draining_runtime_did_not_start_goes_to_the_resumed_po
     first = await kube.get(POD, "unstarted", namespace=namespace)
     command = "sh -c 'echo run >> runs.txt; echo $WHO'"
     request = asyncio.ensure_future(through(http, router, "unstarted", namespace, command))
-
-    async def waiting() -> bool:
-        async with http.get(f"http://{ip}:8080/v1/activity") as resp:
-            return bool((await resp.json())["inflightRequests"] >= 1)
-
-    await eventually(waiting, "the command waiting for its claim env")
+    await in_flight(http, ip)
     await kube.patch(SANDBOX, "unstarted", {"spec": {"operatingMode": "Suspended"}}, namespace=namespace)
     pod = await resumed_pod(kube, namespace, "unstarted", first["metadata"]["uid"], request)
     annotation = {lc.ANNOTATION_CLAIM_ENV: orjson.dumps({"WHO": "resumed"}).decode()}
