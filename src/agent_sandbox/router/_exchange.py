@@ -47,6 +47,12 @@ _IDEMPOTENCY_KEYS = (b"idempotency-key", b"x-idempotency-key")
 _NOT_STARTED = HEADER_NOT_STARTED.lower().encode()
 
 
+def _may_run_twice(method: str, idempotency_key: bool) -> bool:
+    """GET, HEAD, OPTIONS, TRACE, or a request carrying `Idempotency-Key` / `X-Idempotency-Key` (Go's
+    `isReplayable` without the body condition)."""
+    return method in _IDEMPOTENT_METHODS or idempotency_key
+
+
 def may_resend(
     *,
     method: str,
@@ -76,9 +82,7 @@ def may_resend(
         return False
     if not written:
         return True
-    if method not in _IDEMPOTENT_METHODS and not idempotency_key:
-        return False
-    return reason == "eof"
+    return _may_run_twice(method, idempotency_key) and reason == "eof"
 
 
 class Exchange:
@@ -403,7 +407,7 @@ class Exchange:
             and not self._head_seen
             and self._resendable
             and self._unanswered_ok
-            and (req.method in _IDEMPOTENT_METHODS or idempotency_key)
+            and _may_run_twice(req.method, idempotency_key)
         ):
             # A fresh connection the sandbox closed unanswered: its pod may be going away (a suspend). Only a
             # request that may run twice is held for the replacement, Go's rule for a pooled connection

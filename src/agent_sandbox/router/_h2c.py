@@ -95,6 +95,10 @@ forgotten, and cut if still running when the connection closes)."""
 _GRPC_STATUS = {400: 3, 401: 16, 403: 7, 413: 8, 429: 8, 502: 14, 503: 14, 504: 4}
 
 
+def _is_grpc(headers: list[tuple[str, str]]) -> bool:
+    return any(k == "content-type" and v.startswith("application/grpc") for k, v in headers)
+
+
 class _Session:
     """One h2c connection from preface to close."""
 
@@ -123,15 +127,14 @@ class _Session:
         self._opened: tuple[int, bool] | None = None
         """The first stream and whether it is gRPC, once its block was admitted (`_admit`), until connecting."""
         self._closing = False
-        self.live: dict[int, None] = {}
+        self.live: dict[int, str] = {}
         """Streams accepted (forwarded, or held while connecting) that neither the sandbox ended nor either
-        side reset: the drain closes the connection once there are none (`drain`)."""
+        side reset: the drain closes the connection once there are none (`drain`). Each with its use for
+        lifecycle activity (`awaiting_response`): "awaiting" its response head, "grpc" (a call, in use until
+        it ends), or "answered"."""
         self._draining = False
         self._refused_to = 0
         """The highest stream refused with RST_STREAM while draining (each is refused once)."""
-        self.awaiting: dict[int, bool] = {}
-        """Accepted streams in use (lifecycle activity, `awaiting_response`): until their response head, or for
-        a gRPC call (True) until they end."""
         self._tunnel: Tunnel | None = None
         self._to_client.on_stream_end = self._ended
         self._to_client.on_stream_answered = self._answered
@@ -159,7 +162,6 @@ class _Session:
         for frame in frames:
             if frame[3] == _RST_STREAM:
                 self.live.pop(_stream_of(frame), None)
-                self.awaiting.pop(_stream_of(frame), None)
         if self.upstream_write is not None:
             for frame in frames:
                 self.upstream_write(frame)
@@ -233,26 +235,21 @@ class _Session:
         self.to_client_frame(_frame(_GOAWAY, 0, 0, struct.pack("!II", self.last_stream, 0)))
 
     def _accepted(self, stream: int, headers: list[tuple[str, str]]) -> None:
-        self.live[stream] = None
+        # In use whatever moves (lifecycle activity, `awaiting_response`) until its response head; a gRPC call
+        # until it ends: a streaming call silent between its messages is a command still running (sandboxd's
+        # Start / Connect streams), not a tab left open.
+        self.live[stream] = "grpc" if _is_grpc(headers) else "awaiting"
         if len(self.live) > _MAX_LIVE:
             del self.live[next(iter(self.live))]
-        # A gRPC call is in use until it ends, its head sent or not: a streaming call silent between its
-        # messages is a command still running (sandboxd's Start / Connect streams), not a tab left open.
-        self.awaiting[stream] = any(
-            k == "content-type" and v.startswith("application/grpc") for k, v in headers
-        )
-        if len(self.awaiting) > _MAX_LIVE:
-            del self.awaiting[next(iter(self.awaiting))]
 
     def _ended(self, stream: int) -> None:
         """The sandbox ended or reset `stream` (`_ServerFrames.on_stream_end`)."""
         self.live.pop(stream, None)
-        self.awaiting.pop(stream, None)
 
     def _answered(self, stream: int) -> None:
         """The sandbox's response head for `stream` went to the client (`_ServerFrames.on_stream_answered`)."""
-        if self.awaiting.get(stream) is False:
-            del self.awaiting[stream]
+        if self.live.get(stream) == "awaiting":
+            self.live[stream] = "answered"
 
     @property
     def awaiting_response(self) -> bool:
@@ -262,7 +259,7 @@ class _Session:
         only while bytes move (`last_traffic`), as an HTTP/1.1 response is - except a gRPC call, in use until
         it ends: a streaming call silent between its messages is a command still running (sandboxd's process
         streams), where an EventSource held open in silence is a tab left open. An idle channel is not use."""
-        return bool(self.awaiting)
+        return any(use != "answered" for use in self.live.values())
 
     @property
     def last_traffic(self) -> float:
@@ -356,7 +353,7 @@ class _Session:
         """Pin the connection to the sandbox the first request names (and keep its credential): (stream, is
         gRPC), or None after refusing it (invalid routing headers)."""
         routing, dups, authorization = _routing(headers)
-        grpc = any(k == "content-type" and v.startswith("application/grpc") for k, v in headers)
+        grpc = _is_grpc(headers)
         self.first_is_head = (":method", "HEAD") in headers
         try:
             route = parse_route(routing, dups, allow_loopback=self.proxy.settings.allow_loopback)

@@ -453,39 +453,28 @@ class Proxy:
                 self.metrics.upstream_error(route.namespace, "eof")
                 self._not_reached(conn, out, req, route, limit, loop.time() >= deadline)
                 return
-            if result == "refused":
-                # Ours: the draining runtime answered that it did not start this request (`X-Sandbox-Not-Started`):
-                # held like a refused dial and sent whole to the pod (or restarted container) the hold waited
-                # for, whatever its method - nothing of it ran. Not once the request's time is up.
-                if loop.time() < deadline:
-                    holds += 1
-                    held = await self._hold(conn, out, req, route, deadline, self._dialled(route, target))
-                    if held is None:
-                        return
-                    if held and body.rewind():
-                        retries, delay, fresh, resumed = 0, settings.retry_initial, False, True
-                        continue
-                if loop.time() >= deadline:
-                    self._not_reached(conn, out, req, route, limit, True)
-                else:
-                    reply(conn, out, 503, not_started_error(route), req, extra=b"Retry-After: 1\r\n")
-                return
-            if result == "unanswered":
-                # Ours: a pod that closes a fresh connection unanswered is as one that refuses it (a runtime
-                # draining for a suspend closes the connections it has not read yet): held like a refused
-                # dial, and sent again, whole, to the pod that replaces it - a request that may run twice
-                # only (GET, HEAD, OPTIONS, TRACE, an idempotency key: `Exchange.upstream_failed`); others
-                # get the 502 at once, as they may have run. Not once the request's time is up: the hold
+            if result in ("refused", "unanswered"):
+                # Ours: the pod is going away (a suspend racing the request). "refused": the draining runtime
+                # answered that it did not start it (`X-Sandbox-Not-Started`) - nothing of it ran, so it is
+                # sent whole to the pod (or restarted container) the hold waited for, whatever its method.
+                # "unanswered": a fresh connection closed before any response byte, as a refused dial - only a
+                # request that may run twice (GET, HEAD, OPTIONS, TRACE, an idempotency key:
+                # `Exchange.upstream_failed`) gets here, and it goes only to another pod (`_replaced`): the
+                # same one's restarted container may have run it. Not once the request's time is up: the hold
                 # would answer 503 "not Ready within 0s" (nothing to wait for), the dial 504.
                 if loop.time() < deadline:
                     holds += 1
                     held = await self._hold(conn, out, req, route, deadline, self._dialled(route, target))
                     if held is None:
                         return
-                    if held and self._replaced(route, target) and body.rewind():
+                    if held and (result == "refused" or self._replaced(route, target)) and body.rewind():
                         retries, delay, fresh, resumed = 0, settings.retry_initial, False, True
                         continue
-                self.metrics.upstream_error(route.namespace, "eof")
+                if result == "refused" and loop.time() < deadline:
+                    reply(conn, out, 503, not_started_error(route), req, extra=b"Retry-After: 1\r\n")
+                    return
+                if result == "unanswered":
+                    self.metrics.upstream_error(route.namespace, "eof")
                 self._not_reached(conn, out, req, route, limit, loop.time() >= deadline)
                 return
             if result == "upgraded":

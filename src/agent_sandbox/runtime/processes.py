@@ -106,8 +106,14 @@ class Supervisor:
         # counted against the limit, or commands that arrive together all pass it.
         self._starting = 0
         self._groups: set[int] = set()  # groups started here that may still have members
-        self.closed = False
-        self._closing = asyncio.Event()  # set with `closed`: ends a start still waiting for the claim env
+        self._closing = (
+            asyncio.Event()
+        )  # `shutdown` began (`closed`); also ends a start waiting for the claim env
+
+    @property
+    def closed(self) -> bool:
+        """`shutdown` began: no new command starts."""
+        return self._closing.is_set()
 
     @property
     def running(self) -> int:
@@ -293,7 +299,6 @@ class Supervisor:
 
     async def shutdown(self, grace: float) -> None:
         """Refuse new commands, SIGTERM every group, SIGKILL whatever is left after `grace` seconds."""
-        self.closed = True
         self._closing.set()
         self.signal_all(signal.SIGTERM)
         running = [p.wait() for p in self._running.values()]
