@@ -12,16 +12,14 @@ import socket
 from collections.abc import AsyncIterator
 
 import pytest
-from aiohttp import web
 
 from agent_sandbox.kube import ApiClient, TransportError
 from agent_sandbox.kube._config import ClusterConfig, NoAuth
 from agent_sandbox.kube._resources import CONFIG_MAP
 from agent_sandbox.kube.metrics import REGISTRY
+from tests.unit.kube.test_watch_silence import watch_server
 
 pytestmark = pytest.mark.unit
-
-EVENT = b'{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"n","resourceVersion":"5"}}}\n'
 
 
 def _count(host: str, method: str, code: str) -> float:
@@ -40,20 +38,8 @@ def _closed_port() -> int:
 
 @pytest.fixture
 async def one_event_server() -> AsyncIterator[str]:
-    async def watch(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
-        await resp.prepare(request)
-        await resp.write(EVENT)
-        return resp  # the watch ends after one event
-
-    app = web.Application()
-    app.router.add_get("/{tail:.*}", watch)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    yield f"127.0.0.1:{runner.addresses[0][1]}"
-    await runner.cleanup()
+    async with watch_server(then_silent=False) as host:
+        yield host  # the watch ends after one event
 
 
 async def test_a_refused_watch_is_an_error_of_its_get() -> None:

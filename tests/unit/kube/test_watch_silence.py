@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 from aiohttp import web
@@ -25,13 +26,17 @@ pytestmark = pytest.mark.unit
 EVENT = b'{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"n","resourceVersion":"5"}}}\n'
 
 
-@pytest.fixture
-async def silent_server() -> AsyncIterator[str]:
+@asynccontextmanager
+async def watch_server(then_silent: bool) -> AsyncIterator[str]:
+    """A loopback HTTP server answering any GET with a watch's 200 and one event, then silence (a connection
+    frozen on the way) or the end of the watch; yields its "127.0.0.1:port"."""
+
     async def watch(request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "application/json"})
         await resp.prepare(request)
         await resp.write(EVENT)
-        await asyncio.sleep(60)  # then silence
+        if then_silent:
+            await asyncio.sleep(60)
         return resp
 
     app = web.Application()
@@ -40,8 +45,16 @@ async def silent_server() -> AsyncIterator[str]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    await runner.cleanup()
+    try:
+        yield f"127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def silent_server() -> AsyncIterator[str]:
+    async with watch_server(then_silent=True) as host:
+        yield f"http://{host}"
 
 
 async def test_a_silent_watch_with_bookmarks_is_dead_after_the_bookmark_gap(
